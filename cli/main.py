@@ -1,0 +1,293 @@
+"""The ``trimtab`` command line: thin typer commands over ``compiler.api``.
+
+Exit codes (docs/errors.md): 0 ok, 1 invalid input, 2 usage, 3 infeasible, 4 no solution within limits,
+5 check failed. Expected errors print one line per problem and no traceback.
+"""
+from __future__ import annotations
+
+import json
+import sys
+from enum import Enum
+from functools import wraps
+from pathlib import Path
+from typing import Annotated, Optional
+
+import typer
+from rich.console import Console
+
+from compiler.errors import ExitCode, InputError, Problem, TrimtabError
+
+app = typer.Typer(add_completion=False, no_args_is_help=True, rich_markup_mode="rich",
+                  context_settings={"help_option_names": ["-h", "--help"]},
+                  help="trimtab: plan the cheapest LLM inference deployment that meets every SLO.")
+profiles_app = typer.Typer(no_args_is_help=True, help="List and show GPU, model and engine profiles.")
+app.add_typer(profiles_app, name="profiles")
+
+# Wide enough for the plan tables when output goes to a file or a CI log (rich assumes 80 columns there).
+out = Console(highlight=False, soft_wrap=True, width=None if sys.stdout.isatty() else 160)
+err = Console(stderr=True, highlight=False, soft_wrap=True, width=None if sys.stderr.isatty() else 160)
+
+
+class Fmt(str, Enum):
+    yaml = "yaml"
+    json = "json"
+
+
+class TableOrJson(str, Enum):
+    table = "table"
+    json = "json"
+
+
+class Solver(str, Enum):
+    highs = "highs"
+    cbc = "cbc"
+
+
+def _expected_errors(fn):
+    """Print TrimtabError lines and exit with their code; anything else is a bug and keeps its traceback."""
+
+    @wraps(fn)
+    def wrapper(*args, **kwargs):
+        try:
+            return fn(*args, **kwargs)
+        except TrimtabError as exc:
+            label = {ExitCode.INVALID_INPUT: "invalid input", ExitCode.INFEASIBLE: "infeasible",
+                     ExitCode.NO_SOLUTION: "no solution", ExitCode.CHECK_FAILED: "check failed"}[exc.exit_code]
+            err.print(f"[bold red]error[/] ({label}):", markup=True)
+            for line in exc.lines:
+                err.print(f"  {line}", markup=False)
+            raise typer.Exit(int(exc.exit_code)) from None
+
+    return wrapper
+
+
+def _version(value: bool) -> None:
+    if value:
+        from importlib.metadata import version
+
+        out.print(f"trimtab {version('trimtab')}")
+        raise typer.Exit()
+
+
+@app.callback()
+def _root(version: Annotated[bool, typer.Option("--version", callback=_version, is_eager=True,
+                                                help="Print the version and exit.")] = False) -> None:
+    """trimtab: a constraint compiler for LLM inference deployments."""
+
+
+@app.command()
+@_expected_errors
+def plan(
+    spec: Annotated[Path, typer.Argument(help="Spec YAML (see docs/spec-reference.md).")],
+    output: Annotated[Optional[Path], typer.Option("-o", "--output", help="Write the plan here (default: stdout).")] = None,
+    solver: Annotated[Optional[Solver], typer.Option(help="MILP backend; overrides the spec's solver.backend.")] = None,
+    time_limit: Annotated[Optional[float], typer.Option(min=0.01, help="Solver time limit in seconds; overrides solver.time_limit_s.")] = None,
+    fmt: Annotated[Fmt, typer.Option("--format", help="Plan file format.")] = Fmt.yaml,
+    verbose: Annotated[bool, typer.Option("-v", "--verbose", help="Also list pruned candidates and why.")] = False,
+) -> None:
+    """Plan the cheapest deployment that meets every SLO, and write it as YAML (or JSON)."""
+    from compiler.api import load_spec, plan as do_plan
+    from compiler.plan.emit import emit
+    from cli.render import plan_summary
+
+    s = load_spec(spec)
+    r = do_plan(s, backend=solver.value if solver else None, time_limit_s=time_limit)
+    text = emit(r.plan, fmt.value)
+    if output is None:
+        plan_summary(err, r, verbose)
+        sys.stdout.write(text)
+    else:
+        output.parent.mkdir(parents=True, exist_ok=True)
+        output.write_text(text, encoding="utf-8")
+        plan_summary(out, r, verbose)
+        out.print(f"plan written to {output}")
+
+
+@app.command()
+@_expected_errors
+def check(
+    plan_path: Annotated[Path, typer.Argument(metavar="PLAN", help="Plan file written by trimtab plan.")],
+    spec: Annotated[Path, typer.Option("--spec", help="Spec the plan must satisfy.")],
+    fmt: Annotated[TableOrJson, typer.Option("--format", help="Report format.")] = TableOrJson.table,
+) -> None:
+    """Recompute every prediction from the spec and the cost model; exit 5 on any violation (CI gate)."""
+    from compiler.api import load_spec
+    from compiler.check import check as do_check, load_plan
+
+    p = load_plan(plan_path)
+    s = load_spec(spec)
+    rep = do_check(p, s)
+    if fmt is TableOrJson.json:
+        data = {"ok": rep.ok, "violations": rep.violations, "notes": rep.notes,
+                "workloads": {k: {"ttft_ms": v.ttft_ms if v.ttft_ms != float("inf") else None,
+                                  "tpot_ms": v.tpot_ms if v.tpot_ms != float("inf") else None,
+                                  "slo_met": v.slo_met} for k, v in rep.assessment.workloads.items()}}
+        sys.stdout.write(json.dumps(data, indent=2) + "\n")
+    else:
+        for n in rep.notes:
+            out.print(f"note: {n}", markup=False)
+        for w in rep.assessment.workloads.values():
+            mark = "ok  " if w.slo_met else "FAIL"
+            out.print(f"{mark} {w.workload}: TTFT p{w.percentile:g} {w.ttft_ms:.0f} ms, TPOT {w.tpot_ms:.1f} ms",
+                      markup=False)
+        for v in rep.violations:
+            out.print(f"FAIL {v}", markup=False)
+        out.print("check passed" if rep.ok else f"check failed: {len(rep.violations)} violation(s)", markup=False)
+    if not rep.ok:
+        raise typer.Exit(int(ExitCode.CHECK_FAILED))
+
+
+@app.command()
+@_expected_errors
+def predict(
+    model: Annotated[str, typer.Option(help="Model profile name, or a path to a Hugging Face config.json.")],
+    gpu: Annotated[str, typer.Option(help="GPU profile name.")],
+    isl: Annotated[int, typer.Option(min=1, help="Input tokens per request.")],
+    osl: Annotated[int, typer.Option(min=1, help="Output tokens per request.")],
+    concurrency: Annotated[str, typer.Option(help="Requests in flight, or 'max' for the most that fit in the KV cache.")],
+    tp: Annotated[int, typer.Option(min=1, help="Tensor parallel size.")] = 1,
+    pp: Annotated[int, typer.Option(min=1, help="Pipeline parallel size.")] = 1,
+    dtype: Annotated[str, typer.Option(help="bf16 or fp8 (weights and KV cache).")] = "bf16",
+    max_num_batched_tokens: Annotated[int, typer.Option(min=1, help="Token budget per engine step.")] = 8192,
+    fmt: Annotated[TableOrJson, typer.Option("--format", help="Output format.")] = TableOrJson.table,
+) -> None:
+    """Predict TTFT, TPOT and throughput of one replica at a fixed concurrency."""
+    from compiler.cost.model import ReplicaModel
+    from compiler.profiles import load_profiles, model_from_hf_config
+    from cli.render import prediction_table
+
+    profs = load_profiles()
+    problems = []
+    if model.endswith(".json") or Path(model).is_file():
+        mprof = model_from_hf_config(model, Path(model).parent.name or "model")
+    elif model in profs.models:
+        mprof = profs.models[model]
+    else:
+        mprof = None
+        problems.append(Problem("--model", f"unknown model {model!r}; known: {', '.join(sorted(profs.models))}"))
+    if gpu not in profs.gpus:
+        problems.append(Problem("--gpu", f"unknown GPU {gpu!r}; known: {', '.join(sorted(profs.gpus))}"))
+    if dtype not in ("bf16", "fp8"):
+        problems.append(Problem("--dtype", f"must be bf16 or fp8, got {dtype!r}"))
+    if concurrency != "max" and not (concurrency.isdigit() and int(concurrency) >= 1):
+        problems.append(Problem("--concurrency", f"must be a positive integer or 'max', got {concurrency!r}"))
+    if mprof is not None and (mprof.num_attention_heads.value % tp or mprof.num_layers.value % pp):
+        problems.append(Problem("--tp/--pp", f"tp {tp} must divide {mprof.num_attention_heads.value:g} heads and "
+                                             f"pp {pp} must divide {mprof.num_layers.value:g} layers"))
+    if problems:
+        raise InputError(problems)
+    rm = ReplicaModel(mprof, profs.gpus[gpu], profs.engines["vllm"], tp, pp, dtype,
+                      max_batched_tokens=max_num_batched_tokens)
+    conc = rm.max_concurrency(isl, osl) if concurrency == "max" else int(concurrency)
+    if conc < 1:
+        raise InputError([Problem("--concurrency", f"{mprof.name} on {tp * pp} x {gpu} has KV room for "
+                                                   f"{rm.memory.kv_cache_tokens} tokens: not one request of "
+                                                   f"{isl + osl} tokens fits")])
+    pr = rm.predict_closed_loop(isl, osl, conc)
+    if fmt is TableOrJson.json:
+        d = {k: getattr(pr, k) for k in ("ttft_ms", "tpot_ms", "output_tokens_per_s", "output_tokens_per_s_per_gpu",
+                                         "requests_per_s", "fits", "max_concurrency", "concurrency", "kv_cache_tokens")}
+        sys.stdout.write(json.dumps(d, indent=2) + "\n")
+    else:
+        prediction_table(out, f"{mprof.name} on {gpu} tp{tp} pp{pp} {dtype}, isl {isl}, osl {osl}", pr)
+
+
+class SchemaName(str, Enum):
+    spec = "spec"
+    plan = "plan"
+
+
+@app.command()
+def schema(which: Annotated[SchemaName, typer.Argument(help="spec or plan")]) -> None:
+    """Print the JSON Schema of the spec or the plan."""
+    from compiler.plan.schema import Plan
+    from compiler.spec.schema import Spec
+
+    model = Spec if which is SchemaName.spec else Plan
+    sys.stdout.write(json.dumps(model.model_json_schema(), indent=2) + "\n")
+
+
+@app.command("what-if")
+@_expected_errors
+def what_if(
+    spec: Annotated[Path, typer.Argument(help="Spec YAML.")],
+    overrides: Annotated[list[str], typer.Option("--set", help="PATH=VALUE, e.g. workloads.chat.rate_rps=8 (repeatable).")],
+    output: Annotated[Optional[Path], typer.Option("-o", "--output", help="Write the changed plan here.")] = None,
+) -> None:
+    """Re-plan with changed inputs and show what changes against the base plan."""
+    import yaml
+
+    from compiler.api import diff_plans, load_spec, plan as do_plan, what_if as do_what_if
+    from compiler.plan.emit import emit
+
+    parsed = {}
+    for o in overrides:
+        if "=" not in o:
+            raise InputError([Problem("--set", f"{o!r} is not PATH=VALUE")])
+        k, v = o.split("=", 1)
+        parsed[k.strip()] = yaml.safe_load(v)
+    s = load_spec(spec)
+    base = do_plan(s)
+    alt = do_what_if(s, parsed)
+    lines = diff_plans(base.plan, alt.plan) or ["no change"]
+    for line in lines:
+        out.print(line, markup=False)
+    if output:
+        output.write_text(emit(alt.plan), encoding="utf-8")
+
+
+@profiles_app.command("list")
+def profiles_list() -> None:
+    """List the bundled GPU, model and engine profiles."""
+    from rich.table import Table
+
+    from compiler.profiles import load_profiles
+
+    p = load_profiles()
+    t = Table(title="GPUs")
+    for c in ("name", "memory GiB", "HBM GB/s", "bf16 TFLOPS", "fp8 TFLOPS", "link", "per node", "$/h"):
+        t.add_column(c, justify="left" if c in ("name", "link") else "right")
+    for n, g in sorted(p.gpus.items()):
+        t.add_row(n, f"{g.memory_gib.value:g}", f"{g.hbm_bandwidth_gbps.value:g}", f"{g.bf16_tflops.value:g}",
+                  f"{g.fp8_tflops.value:g}", g.interconnect, f"{g.gpus_per_node.value:g}", f"{g.usd_per_hour.value:.2f}")
+    out.print(t)
+    m = Table(title="models")
+    for c in ("name", "params B", "active B", "layers", "hidden", "heads", "KV heads", "context"):
+        m.add_column(c, justify="left" if c == "name" else "right")
+    for n, x in sorted(p.models.items()):
+        m.add_row(n, f"{x.params_billion.value:g}", f"{x.active_params_billion.value:g}", f"{x.num_layers.value:g}",
+                  f"{x.hidden_size.value:g}", f"{x.num_attention_heads.value:g}", f"{x.num_kv_heads.value:g}",
+                  f"{x.max_context_tokens.value:g}")
+    out.print(m)
+    out.print("engines: " + ", ".join(sorted(p.engines)))
+
+
+@profiles_app.command("show")
+@_expected_errors
+def profiles_show(name: Annotated[str, typer.Argument(help="A GPU, model or engine profile name.")]) -> None:
+    """Show one profile with the source of every number."""
+    import yaml
+
+    from compiler.profiles import load_profiles
+
+    p = load_profiles()
+    prof = p.gpus.get(name) or p.models.get(name) or p.engines.get(name)
+    if prof is None:
+        known = sorted(p.gpus) + sorted(p.models) + sorted(p.engines)
+        raise InputError([Problem("NAME", f"no profile named {name!r}; known: {', '.join(known)}")])
+    rows = {}
+    for field, val in prof:
+        if hasattr(val, "value"):
+            src = prof.sources[val.source]
+            rows[field] = {"value": val.value, "source": f"{src.kind}: {src.ref}"}
+        elif field != "sources":
+            rows[field] = val
+    sys.stdout.write(yaml.safe_dump(rows, sort_keys=False, width=120))
+
+
+def main() -> None:
+    app()
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,64 @@
+"""Human-readable tables (rich) for plans, checks, predictions and profiles. No computation here."""
+from __future__ import annotations
+
+import math
+
+from rich.console import Console
+from rich.table import Table
+
+from compiler.api import PlanResult
+from compiler.cost.model import ClosedLoopPrediction
+
+
+def _ms(v: float | None) -> str:
+    return "-" if v is None or not math.isfinite(v) else f"{v:,.0f}" if v >= 100 else f"{v:.1f}"
+
+
+def plan_summary(console: Console, r: PlanResult, verbose: bool = False) -> None:
+    p = r.plan
+    t = Table(title=f"plan for {p.spec}: {p.cost_usd_per_hour:,.2f} $/h on "
+                    + ", ".join(f"{n} x {g}" for g, n in p.gpus.items()))
+    for col in ("deployment", "gpu", "tp", "pp", "replicas", "$/h", "load rps/replica", "prefill util"):
+        t.add_column(col, justify="left" if col in ("deployment", "gpu") else "right")
+    for d in p.deployments:
+        price = r.ir.gpu(d.gpu).usd_per_hour * d.tensor_parallel * d.pipeline_parallel * d.replicas
+        t.add_row(d.name, d.gpu, str(d.tensor_parallel), str(d.pipeline_parallel), str(d.replicas), f"{price:,.2f}",
+                  f"{d.load_rps_per_replica:.2f}", f"{d.utilization:.0%}")
+    console.print(t)
+    w = Table(title="workloads: predicted vs SLO")
+    for col in ("workload", "rate rps", "TTFT ms", "SLO", "TPOT ms", "SLO ", "pct", "met"):
+        w.add_column(col, justify="left" if col == "workload" else "right")
+    for wl in r.ir.workloads:
+        pr = p.predictions[wl.name]
+        w.add_row(wl.name, f"{wl.rate_rps:g}", _ms(pr.ttft_ms), f"{wl.slo.ttft_ms:g}", _ms(pr.tpot_ms),
+                  f"{wl.slo.tpot_ms:g}", f"p{pr.percentile:g}", "[green]yes[/]" if pr.slo_met else "[red]NO[/]")
+    console.print(w)
+    s = p.solver
+    gap = "" if s.gap in (None, 0) else f", gap {s.gap:.2%}"
+    console.print(f"solver: {s.backend} {s.status}{gap}, {r.rounds} round(s); "
+                  f"{len(r.candidates.candidates)} candidates, {len(r.candidates.pruned)} pruned; "
+                  f"planned in {r.seconds.get('total', 0):.2f} s")
+    for msg in p.warnings:
+        console.print(f"[yellow]warning:[/] {msg}")
+    if verbose:
+        pt = Table(title="pruned candidates")
+        pt.add_column("candidate")
+        pt.add_column("reason")
+        for pr_ in r.candidates.pruned:
+            pt.add_row(pr_.id, pr_.reason)
+        console.print(pt)
+
+
+def prediction_table(console: Console, title: str, pr: ClosedLoopPrediction) -> None:
+    t = Table(title=title)
+    t.add_column("metric")
+    t.add_column("value", justify="right")
+    rows = [("TTFT (mean)", f"{pr.ttft_ms:.1f} ms"), ("TPOT (mean)", f"{pr.tpot_ms:.2f} ms"),
+            ("output tokens/s", f"{pr.output_tokens_per_s:,.0f}"),
+            ("output tokens/s per GPU", f"{pr.output_tokens_per_s_per_gpu:,.0f}"),
+            ("requests/s", f"{pr.requests_per_s:.3f}"), ("concurrency", str(pr.concurrency)),
+            ("fits", "yes" if pr.fits else "NO"), ("max concurrency that fits", str(pr.max_concurrency)),
+            ("KV cache tokens", f"{pr.kv_cache_tokens:,}")]
+    for k, v in rows:
+        t.add_row(k, v)
+    console.print(t)

@@ -1,0 +1,142 @@
+"""Assess a set of deployments and routes against the spec's traffic with the cost model.
+
+``assess(ir, deployments, routes) -> Assessment`` is shared by plan extraction (the predictions a plan
+states) and ``check`` (which recomputes them from the spec and the plan, trusting nothing stored in it).
+Each replica of a deployment gets an equal share of the deployment's routed traffic.
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+from compiler.candidates import replica_model, traffic_class
+from compiler.ir import ProblemIR
+
+
+@dataclass(frozen=True, slots=True)
+class DeploymentSpecView:
+    """What assessment needs of a deployment (from a candidate or from a plan file)."""
+
+    name: str
+    model: str
+    gpu: str
+    tp: int
+    pp: int
+    dtype: str
+    max_num_seqs: int
+    max_batched_tokens: int
+    replicas: int
+
+
+@dataclass(frozen=True, slots=True)
+class RouteView:
+    workload: str
+    bucket: str
+    deployment: str
+    share: float  # of the workload's requests
+
+
+@dataclass(frozen=True, slots=True)
+class DeploymentLoad:
+    name: str
+    rate_rps_per_replica: float
+    utilization: float
+    decode_batch: float
+    kv_tokens_used: float
+    kv_cache_tokens: int
+    tpot_ms: float
+    stable: bool
+    reason: str
+
+
+@dataclass(frozen=True, slots=True)
+class WorkloadPrediction:
+    workload: str
+    ttft_ms: float  # at the SLO percentile, worst bucket
+    tpot_ms: float  # mean, worst deployment
+    percentile: float
+    slo_met: bool
+    utilization: float  # highest prefill utilisation among its deployments
+    worst_deployment: str  # the deployment that sets the worst latency
+    reason: str
+
+
+@dataclass(frozen=True)
+class Assessment:
+    deployments: dict[str, DeploymentLoad]
+    workloads: dict[str, WorkloadPrediction]
+
+    def misses(self) -> list[WorkloadPrediction]:
+        return [p for p in self.workloads.values() if not p.slo_met]
+
+
+def assess(ir: ProblemIR, deployments: list[DeploymentSpecView], routes: list[RouteView]) -> Assessment:
+    deps = {d.name: d for d in deployments}
+    per_dep: dict[str, list[tuple[RouteView, object]]] = {d: [] for d in deps}
+    for r in routes:
+        w = ir.workload(r.workload)
+        b = w.bucket(r.bucket) if w else None
+        if w is None or b is None or r.deployment not in deps or r.share <= 0:
+            continue  # structural problems are reported by check's verifier
+        per_dep[r.deployment].append((r, b))
+    loads: dict[str, DeploymentLoad] = {}
+    ttft: dict[tuple[str, str, str], float] = {}
+    dep_tpot: dict[str, float] = {}
+    for name in sorted(deps):
+        d = deps[name]
+        rm = replica_model(ir, d.model, d.gpu, d.tp, d.pp, d.dtype, d.max_num_seqs, d.max_batched_tokens)
+        items = per_dep[name]
+        reps = max(d.replicas, 0)
+        classes, keys = [], []
+        for r, b in items:
+            w = ir.workload(r.workload)
+            rate = w.rate_rps * r.share / reps if reps else math.inf
+            classes.append(traffic_class(b, rate))
+            keys.append((r.workload, r.bucket))
+        if not classes:
+            loads[name] = DeploymentLoad(name, 0.0, 0.0, 0.0, 0.0, rm.memory.kv_cache_tokens, 0.0, True, "no traffic")
+            continue
+        if reps == 0:
+            loads[name] = DeploymentLoad(name, math.inf, 1.0, 0.0, 0.0, rm.memory.kv_cache_tokens, math.inf, False,
+                                         "traffic routed to a deployment with 0 replicas")
+            for k in keys:
+                ttft[(k[0], k[1], name)] = math.inf
+            dep_tpot[name] = math.inf
+            continue
+        percentiles = sorted({ir.workload(k[0]).slo.percentile for k in keys})
+        state = None
+        for p in percentiles:
+            state = rm.evaluate(classes, p)
+            for k, t in zip(keys, state.ttft_s):
+                if ir.workload(k[0]).slo.percentile == p:
+                    ttft[(k[0], k[1], name)] = t * 1e3
+        dep_tpot[name] = state.tpot_s * 1e3
+        loads[name] = DeploymentLoad(name, sum(c.rate_rps for c in classes), state.utilization, state.decode_batch,
+                                     state.kv_tokens_used, rm.memory.kv_cache_tokens, state.tpot_s * 1e3,
+                                     state.stable, state.reason)
+    preds: dict[str, WorkloadPrediction] = {}
+    for w in ir.workloads:
+        mine = [(k, v) for k, v in ttft.items() if k[0] == w.name]
+        if not mine:
+            preds[w.name] = WorkloadPrediction(w.name, math.inf, math.inf, w.slo.percentile, False, 0.0, "",
+                                               "no route serves this workload")
+            continue
+        (_, _, worst_t_dep), t = max(mine, key=lambda kv: (kv[1], kv[0]))
+        dnames = sorted({k[2] for k, _ in mine})
+        worst_d_dep = max(dnames, key=lambda n: (dep_tpot[n], n))
+        tpot = dep_tpot[worst_d_dep]
+        util = max(loads[n].utilization for n in dnames)
+        met = t <= w.slo.ttft_ms and tpot <= w.slo.tpot_ms
+        reason = ""
+        unstable = [loads[n] for n in dnames if not loads[n].stable]
+        if unstable:
+            reason = f"{unstable[0].name}: {unstable[0].reason}"
+            worst = unstable[0].name
+        elif t > w.slo.ttft_ms:
+            reason, worst = f"TTFT p{w.slo.percentile:g} {t:.0f} ms > SLO {w.slo.ttft_ms:g} ms", worst_t_dep
+        elif tpot > w.slo.tpot_ms:
+            reason, worst = f"TPOT {tpot:.1f} ms > SLO {w.slo.tpot_ms:g} ms", worst_d_dep
+        else:
+            worst = worst_t_dep
+        preds[w.name] = WorkloadPrediction(w.name, t, tpot, w.slo.percentile, met, util, worst, reason)
+    return Assessment(loads, preds)

@@ -1,0 +1,61 @@
+"""The IR: an immutable, resolved view of a spec (names resolved to profiles, lengths to buckets).
+
+Built by ``compiler.lower.lower(spec, profiles)``; read by candidate generation, the MILP, plan extraction
+and ``check``. Frozen dataclasses with tuples, sorted by name, so every later stage iterates deterministically.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from compiler.lengths import LengthBucket
+from compiler.profiles import EngineProfile, GpuProfile, ModelProfile
+
+
+@dataclass(frozen=True, slots=True)
+class SloIR:
+    ttft_ms: float
+    tpot_ms: float
+    percentile: float
+
+
+@dataclass(frozen=True, slots=True)
+class WorkloadIR:
+    name: str
+    model: str
+    rate_rps: float
+    slo: SloIR
+    dtype: str
+    buckets: tuple[LengthBucket, ...]
+    truncated_share: float  # share of sampled requests cut to the model's context window
+    index: int  # position in the spec, for error paths
+
+    def bucket(self, name: str) -> LengthBucket | None:
+        return next((b for b in self.buckets if b.name == name), None)
+
+
+@dataclass(frozen=True, slots=True)
+class GpuPoolIR:
+    type: str
+    count: int
+    usd_per_hour: float
+    profile: GpuProfile
+    index: int
+
+
+@dataclass(frozen=True, slots=True)
+class ProblemIR:
+    name: str
+    objective: str
+    budget_usd_per_hour: float | None
+    gpus: tuple[GpuPoolIR, ...]
+    models: dict[str, ModelProfile]
+    workloads: tuple[WorkloadIR, ...]
+    engine: EngineProfile
+    input_hash: str
+    warnings: tuple[str, ...] = ()
+
+    def gpu(self, name: str) -> GpuPoolIR | None:
+        return next((g for g in self.gpus if g.type == name), None)
+
+    def workload(self, name: str) -> WorkloadIR | None:
+        return next((w for w in self.workloads if w.name == name), None)

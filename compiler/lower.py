@@ -1,0 +1,76 @@
+"""Lowering: ``Spec`` + ``ProfileSet`` -> ``ProblemIR``.
+
+Resolves GPU and model names to profiles (or a local config.json), fills defaults (prices, dtype),
+turns token distributions into length buckets truncated to the model's context window, and computes the
+input hash a plan records. Raises ``InputError`` naming the workload when its lengths cannot be served.
+"""
+from __future__ import annotations
+
+import hashlib
+import json
+from pathlib import Path
+
+import numpy as np
+
+from compiler.errors import InputError, Problem
+from compiler.ir import GpuPoolIR, ProblemIR, SloIR, WorkloadIR
+from compiler.lengths import LengthError, make_buckets, quantile_grid
+from compiler.profiles import ProfileSet, load_profiles, model_from_hf_config
+from compiler.spec.schema import Spec
+
+
+def spec_hash(spec: Spec, profiles: ProfileSet) -> str:
+    """sha256 of the canonical spec JSON and every profile's content."""
+    h = hashlib.sha256()
+    h.update(json.dumps(spec.model_dump(mode="json"), sort_keys=True).encode())
+    h.update(profiles.digest().encode())
+    return "sha256:" + h.hexdigest()[:16]
+
+
+def lower(spec: Spec, profiles: ProfileSet | None = None) -> ProblemIR:
+    profiles = profiles or load_profiles()
+    problems: list[Problem] = []
+    for m in spec.models:
+        if m.config is not None:
+            profiles = profiles.with_model(model_from_hf_config(Path(spec.base_dir) / m.config, m.name))
+    models = {m.name: profiles.models[m.name] for m in spec.models}
+    gpus = tuple(sorted(
+        (GpuPoolIR(g.type, g.count, g.usd_per_hour if g.usd_per_hour is not None else profiles.gpus[g.type].usd_per_hour.value,
+                   profiles.gpus[g.type], i) for i, g in enumerate(spec.gpus)),
+        key=lambda g: g.type))
+    warnings: list[str] = []
+    workloads = []
+    for i, w in enumerate(spec.workloads):
+        where = f"workloads[{i}] ({w.name})"
+        ctx = int(models[w.model].max_context_tokens.value)
+        try:
+            isl = quantile_grid(w.input_tokens, spec.base_dir)
+            osl = quantile_grid(w.output_tokens, spec.base_dir)
+        except LengthError as exc:
+            problems.append(Problem(where, str(exc)))
+            continue
+        if isl[0] >= ctx:
+            problems.append(Problem(f"{where}.input_tokens",
+                                    f"every input length is at or beyond {w.model}'s context window of {ctx} tokens"))
+            continue
+        over = np.maximum(isl + osl[::-1] - ctx, 0)  # worst pairing: longest outputs with longest inputs
+        truncated = float(np.mean((isl >= ctx) | (over > 0)))
+        isl_t = np.minimum(isl, ctx - 1)
+        osl_t = np.maximum(1.0, np.minimum(osl, ctx - isl_t.max()))
+        if truncated > 0:
+            warnings.append(f"{w.name}: {truncated:.1%} of requests exceed {w.model}'s {ctx}-token context "
+                            "and are truncated to it")
+        workloads.append(WorkloadIR(
+            name=w.name, model=w.model, rate_rps=w.rate_rps,
+            slo=SloIR(w.slo.ttft_ms, w.slo.tpot_ms, w.slo.percentile),
+            dtype=w.dtype or spec.defaults.dtype, buckets=make_buckets(isl_t, osl_t, w.slo.percentile),
+            truncated_share=truncated, index=i,
+        ))
+    if problems:
+        raise InputError(problems, "spec")
+    return ProblemIR(
+        name=spec.name, objective=spec.objective, budget_usd_per_hour=spec.budget_usd_per_hour, gpus=gpus,
+        models=models, workloads=tuple(sorted(workloads, key=lambda w: w.name)),
+        engine=profiles.engines[spec.defaults.engine], input_hash=spec_hash(spec, profiles),
+        warnings=tuple(warnings),
+    )

@@ -1,0 +1,94 @@
+"""Solve result -> ``Plan`` (the inverse of formulation), with predictions from ``assess``."""
+from __future__ import annotations
+
+import math
+
+from compiler.assess import Assessment, DeploymentSpecView, RouteView, assess
+from compiler.candidates import Candidate, CandidateSet
+from compiler.formulate import n_var, x_var
+from compiler.ir import ProblemIR
+from compiler.plan.schema import Bucket, Deployment, Plan, Prediction, Route, SolverInfo
+from solvers.base import SolveResult
+
+ROUTE_TOL = 1e-7  # rps below which a route is solver noise
+
+
+def engine_args(c: Candidate | Deployment, ir_engine_util: float) -> list[str]:
+    """vLLM flags that realise a deployment."""
+    tp = c.tp if isinstance(c, Candidate) else c.tensor_parallel
+    pp = c.pp if isinstance(c, Candidate) else c.pipeline_parallel
+    seqs = c.max_num_seqs if isinstance(c, Candidate) else c.max_batch_size
+    mbt = c.max_batched_tokens if isinstance(c, Candidate) else c.max_num_batched_tokens
+    args = [f"--tensor-parallel-size={tp}", f"--pipeline-parallel-size={pp}", f"--max-num-seqs={seqs}",
+            f"--max-num-batched-tokens={mbt}", "--enable-chunked-prefill", f"--gpu-memory-utilization={ir_engine_util:g}"]
+    if c.dtype == "fp8":
+        args += ["--quantization=fp8", "--kv-cache-dtype=fp8"]
+    return args
+
+
+def chosen(ir: ProblemIR, cands: CandidateSet, res: SolveResult) -> tuple[list[tuple[Candidate, int]], list[RouteView]]:
+    deps = []
+    for c in cands.candidates:
+        n = int(round(res.values.get(n_var(c.id), 0.0)))
+        if n > 0:
+            deps.append((c, n))
+    routes = []
+    for w in ir.workloads:
+        for b in w.buckets:
+            for c, _ in deps:
+                x = res.values.get(x_var(w.name, b.name, c.id), 0.0)
+                if x > ROUTE_TOL:
+                    routes.append(RouteView(w.name, b.name, c.id, x / w.rate_rps))
+    return deps, _normalise(routes)
+
+
+def _normalise(routes: list[RouteView]) -> list[RouteView]:
+    """Shares per workload summing to exactly 1 after dropping solver noise."""
+    total: dict[str, float] = {}
+    for r in routes:
+        total[r.workload] = total.get(r.workload, 0.0) + r.share
+    return [RouteView(r.workload, r.bucket, r.deployment, r.share / total[r.workload]) for r in routes]
+
+
+def views(deps: list[tuple[Candidate, int]]) -> list[DeploymentSpecView]:
+    return [DeploymentSpecView(c.id, c.model, c.gpu, c.tp, c.pp, c.dtype, c.max_num_seqs, c.max_batched_tokens, n)
+            for c, n in deps]
+
+
+def build_plan(ir: ProblemIR, deps: list[tuple[Candidate, int]], routes: list[RouteView], res: SolveResult,
+               seconds: float, rounds: int, warnings: list[str]) -> tuple[Plan, Assessment]:
+    a = assess(ir, views(deps), routes)
+    util = ir.engine.gpu_memory_utilization.value
+    gpus: dict[str, int] = {}
+    cost = 0.0
+    for c, n in deps:
+        gpus[c.gpu] = gpus.get(c.gpu, 0) + n * c.gpus
+        cost += n * c.usd_per_hour
+    deployments = [
+        Deployment(name=c.id, model=c.model, gpu=c.gpu, tensor_parallel=c.tp, pipeline_parallel=c.pp, replicas=n,
+                   role="unified", dtype=c.dtype, max_batch_size=c.max_num_seqs,
+                   max_num_batched_tokens=c.max_batched_tokens, kv_cache_tokens=c.kv_cache_tokens,
+                   load_rps_per_replica=a.deployments[c.id].rate_rps_per_replica,
+                   utilization=a.deployments[c.id].utilization, engine_args=engine_args(c, util))
+        for c, n in sorted(deps, key=lambda d: d[0].id)]
+    plan = Plan(
+        spec=ir.name, input_hash=ir.input_hash, cost_usd_per_hour=round(cost, 4),
+        gpus=dict(sorted(gpus.items())),
+        solver=SolverInfo(backend=res.backend, status=res.status.value, gap=res.gap,
+                          seconds=float(max(1, math.ceil(seconds))), rounds=rounds),
+        deployments=deployments,
+        routes=[Route(workload=r.workload, bucket=r.bucket, deployment=r.deployment, share=r.share)
+                for r in sorted(routes, key=lambda r: (r.workload, r.bucket, r.deployment))],
+        predictions={w.name: _prediction(a, w.name) for w in ir.workloads},
+        buckets={w.name: [Bucket(name=b.name, share=b.prob, input_tokens_mean=b.isl_mean,
+                                 output_tokens_mean=b.osl_mean) for b in w.buckets] for w in ir.workloads},
+        warnings=warnings,
+    )
+    return plan, a
+
+
+def _prediction(a: Assessment, w: str) -> Prediction:
+    p = a.workloads[w]
+    fin = (lambda v: v if math.isfinite(v) else None)
+    return Prediction(ttft_ms=fin(p.ttft_ms), tpot_ms=fin(p.tpot_ms), percentile=p.percentile, slo_met=p.slo_met,
+                      utilization=p.utilization)

@@ -1,0 +1,71 @@
+"""Read a spec from YAML: syntax, schema, then cross-references, each problem with its field path and line.
+
+Entry point: ``load_spec(path_or_text, profiles=None) -> Spec``. Raises ``InputError`` listing every problem.
+"""
+from __future__ import annotations
+
+from pathlib import Path
+
+from compiler.errors import InputError, Problem
+from compiler.profiles import ProfileSet, load_profiles
+from compiler.spec.schema import Spec
+from compiler.validation import validate
+from compiler.yamlio import LineMap, line_for, load_yaml_with_lines, read_yaml_file
+
+
+def load_spec(source: str | Path, profiles: ProfileSet | None = None, *, text: str | None = None) -> Spec:
+    """Load and validate a spec file (or ``text``, reported as coming from ``source``)."""
+    if text is None:
+        data, lines = read_yaml_file(source)
+        base = str(Path(source).resolve().parent)
+    else:
+        data, lines = load_yaml_with_lines(text, str(source))
+        base = "."
+    return spec_from_data(data, lines, str(source), base, profiles)
+
+
+def spec_from_data(data, lines: LineMap, source: str, base_dir: str, profiles: ProfileSet | None = None) -> Spec:
+    if not isinstance(data, dict):
+        raise InputError([Problem("", "a spec is a YAML mapping (version, name, gpus, models, workloads)", source, 1)])
+    spec = validate(Spec, data, lines, source, "spec")
+    spec._base_dir = base_dir
+    problems = cross_check(spec, lines, source, profiles or load_profiles())
+    if problems:
+        raise InputError(problems, "spec")
+    return spec
+
+
+def cross_check(spec: Spec, lines: LineMap, source: str, profiles: ProfileSet) -> list[Problem]:
+    """Duplicate names and references to unknown models or GPU types."""
+    out: list[Problem] = []
+
+    def bad(loc: tuple, where: str, msg: str) -> None:
+        out.append(Problem(where, msg, source, line_for(lines, loc)))
+
+    for what, items, key in (("gpus", spec.gpus, "type"), ("models", spec.models, "name"),
+                             ("workloads", spec.workloads, "name")):
+        first: dict[str, int] = {}
+        for i, it in enumerate(items):
+            v = getattr(it, key)
+            if v in first:
+                bad((what, i, key), f"{what}[{i}].{key}", f"duplicate {key} {v!r} (also {what}[{first[v]}])")
+            first.setdefault(v, i)
+    for i, g in enumerate(spec.gpus):
+        if g.type not in profiles.gpus:
+            bad(("gpus", i, "type"), f"gpus[{i}].type", f"unknown GPU type {g.type!r}; known: {', '.join(sorted(profiles.gpus))}")
+    for i, m in enumerate(spec.models):
+        if m.config is not None:
+            p = Path(spec.base_dir) / m.config
+            if not p.is_file():
+                bad(("models", i, "config"), f"models[{i}] ({m.name}).config", f"file not found: {p}")
+        elif m.name not in profiles.models:
+            bad(("models", i, "name"), f"models[{i}].name",
+                f"unknown model {m.name!r}; known: {', '.join(sorted(profiles.models))} (or give config: path/to/config.json)")
+    names = {m.name for m in spec.models}
+    for i, w in enumerate(spec.workloads):
+        if w.model not in names:
+            bad(("workloads", i, "model"), f"workloads[{i}] ({w.name}).model",
+                f"model {w.model!r} is not listed under models ({', '.join(sorted(names))})")
+    if spec.budget_usd_per_hour is not None and all(g.count == 0 for g in spec.gpus):
+        bad(("gpus",), "gpus", "every GPU pool has count 0")
+    return out

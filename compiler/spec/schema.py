@@ -1,0 +1,162 @@
+"""The spec: the user's input contract (pydantic v2, strict, unknown keys rejected).
+
+``Spec`` is what ``trimtab schema spec`` prints as JSON Schema and what docs/spec-reference.md documents.
+Cross-field checks that need profiles (unknown GPU or model names, context windows) happen in
+``compiler.lower``; the checks here need only the file itself.
+"""
+from __future__ import annotations
+
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, model_validator
+
+SPEC_VERSION = 1
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True, strict=True)
+
+
+class UniformDist(_Strict):
+    min: int = Field(ge=1, le=10_000_000)
+    max: int = Field(ge=1, le=10_000_000)
+
+    @model_validator(mode="after")
+    def _order(self):
+        if self.max < self.min:
+            raise ValueError(f"max ({self.max}) is below min ({self.min})")
+        return self
+
+
+class LognormalDist(_Strict):
+    """Either ``median`` + ``p99`` (tokens) or ``mu`` + ``sigma`` of ln(tokens)."""
+
+    median: float | None = Field(default=None, gt=0, le=10_000_000)
+    p99: float | None = Field(default=None, gt=0, le=10_000_000)
+    mu: float | None = Field(default=None, ge=-50, le=50)
+    sigma: float | None = Field(default=None, gt=0, le=10)
+
+    @model_validator(mode="after")
+    def _one_form(self):
+        a = self.median is not None or self.p99 is not None
+        b = self.mu is not None or self.sigma is not None
+        if a == b:
+            raise ValueError("give either median and p99, or mu and sigma")
+        if a and (self.median is None or self.p99 is None):
+            raise ValueError("median and p99 go together")
+        if b and (self.mu is None or self.sigma is None):
+            raise ValueError("mu and sigma go together")
+        if a and self.p99 <= self.median:
+            raise ValueError(f"p99 ({self.p99}) must exceed median ({self.median})")
+        return self
+
+
+class HistogramDist(_Strict):
+    """Piecewise uniform: ``weights[i]`` of the requests fall in ``[edges[i], edges[i+1])``."""
+
+    edges: list[int] = Field(min_length=2, max_length=1000)
+    weights: list[float] = Field(min_length=1, max_length=999)
+
+    @model_validator(mode="after")
+    def _shape(self):
+        if len(self.edges) != len(self.weights) + 1:
+            raise ValueError(f"{len(self.edges)} edges need {len(self.edges) - 1} weights, got {len(self.weights)}")
+        if any(b <= a for a, b in zip(self.edges, self.edges[1:])):
+            raise ValueError("edges must be strictly increasing")
+        if self.edges[0] < 0:
+            raise ValueError("edges must be non-negative")
+        if any(w < 0 for w in self.weights) or sum(self.weights) <= 0:
+            raise ValueError("weights must be non-negative and not all zero")
+        return self
+
+
+class SamplesDist(_Strict):
+    """Token counts read from one column of a CSV file (path relative to the spec file)."""
+
+    path: str
+    column: str
+
+
+class TokenDist(_Strict):
+    """Exactly one of the forms below."""
+
+    fixed: int | None = Field(default=None, ge=1, le=10_000_000)
+    uniform: UniformDist | None = None
+    lognormal: LognormalDist | None = None
+    histogram: HistogramDist | None = None
+    samples: SamplesDist | None = None
+
+    @model_validator(mode="after")
+    def _exactly_one(self):
+        given = [k for k in ("fixed", "uniform", "lognormal", "histogram", "samples") if getattr(self, k) is not None]
+        if len(given) != 1:
+            raise ValueError("give exactly one of fixed, uniform, lognormal, histogram, samples"
+                             + (f" (got {', '.join(given)})" if given else ""))
+        return self
+
+    @property
+    def kind(self) -> str:
+        return next(k for k in ("fixed", "uniform", "lognormal", "histogram", "samples") if getattr(self, k) is not None)
+
+
+Dtype = Literal["bf16", "fp8"]
+
+
+class Slo(_Strict):
+    ttft_ms: float = Field(gt=0, le=3_600_000, description="time to first token, ms, at `percentile`")
+    tpot_ms: float = Field(gt=0, le=60_000, description="time per output token after the first, ms")
+    percentile: float = Field(default=99, gt=0, lt=100, description="share of requests (%) that must meet both")
+
+
+class GpuPool(_Strict):
+    type: str = Field(description="GPU profile name (trimtab profiles list)")
+    count: int = Field(ge=0, le=1_000_000)
+    usd_per_hour: float | None = Field(default=None, ge=0, le=10_000, description="per GPU; default: the profile's price")
+
+
+class ModelRef(_Strict):
+    name: str
+    config: str | None = Field(default=None, description="path to a local Hugging Face config.json (relative to the spec)")
+
+
+class Workload(_Strict):
+    name: str = Field(min_length=1, max_length=100, pattern=r"^[A-Za-z0-9][A-Za-z0-9_.-]*$")
+    model: str
+    rate_rps: float = Field(gt=0, le=1_000_000, description="mean arrival rate, requests per second")
+    input_tokens: TokenDist
+    output_tokens: TokenDist
+    slo: Slo
+    dtype: Dtype | None = Field(default=None, description="weights and KV cache precision; default: defaults.dtype")
+
+
+class Defaults(_Strict):
+    dtype: Dtype = "bf16"
+    engine: Literal["vllm"] = "vllm"
+
+
+class SolverOptions(_Strict):
+    backend: Literal["highs", "cbc"] = "highs"
+    time_limit_s: float = Field(default=60, gt=0, le=86_400)
+
+
+class Spec(_Strict):
+    """A deployment problem: traffic, models, SLOs, the GPUs one may rent, and a budget."""
+
+    version: Literal[1]
+    name: str = Field(min_length=1, max_length=100)
+    objective: Literal["min_cost"] = "min_cost"
+    budget_usd_per_hour: float | None = Field(default=None, gt=0, le=1e9)
+    defaults: Defaults = Defaults()
+    solver: SolverOptions = SolverOptions()
+    gpus: list[GpuPool] = Field(min_length=1)
+    models: list[ModelRef] = Field(min_length=1)
+    workloads: list[Workload] = Field(min_length=1)
+    # Folder the spec file lives in: relative paths (samples, config.json) resolve against it.
+    _base_dir: str = PrivateAttr(default=".")
+
+    @property
+    def base_dir(self) -> str:
+        return self._base_dir
+
+    # Cross-references (duplicate names, unknown models or GPUs) are checked in compiler.spec.load,
+    # which knows the YAML line of each entry.

@@ -1,0 +1,26 @@
+"""Solver backends over one solver-neutral model (``solvers.model.MilpModel``).
+
+``get_backend(name)`` returns a backend; ``available_backends()`` lists those whose libraries are installed
+(checked with ``importlib.util.find_spec``, so listing does not import native code).
+"""
+from __future__ import annotations
+
+from solvers.base import Backend, SolveOptions, SolveResult, Status, Termination
+from solvers.model import Constraint, LinExpr, MilpModel, Var
+from solvers.pulp_backend import PulpBackend
+
+BACKENDS: dict[str, type] = {"highs": PulpBackend, "cbc": PulpBackend}
+
+
+def get_backend(name: str) -> Backend:
+    if name not in BACKENDS:
+        raise ValueError(f"unknown solver backend {name!r}; choose from {', '.join(sorted(BACKENDS))}")
+    return BACKENDS[name](name)
+
+
+def available_backends() -> list[str]:
+    return [n for n in sorted(BACKENDS) if get_backend(n).is_available()]
+
+
+__all__ = ["Backend", "Constraint", "LinExpr", "MilpModel", "SolveOptions", "SolveResult", "Status", "Termination",
+           "Var", "available_backends", "get_backend"]
