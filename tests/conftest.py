@@ -1,0 +1,40 @@
+"""Shared fixtures: the quickstart spec and small specs written as text (tests never read ../shared)."""
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+QUICKSTART = ROOT / "examples" / "quickstart.yaml"
+
+SMALL_SPEC = """\
+version: 1
+name: small
+budget_usd_per_hour: 100
+gpus:
+  - {type: h100-sxm, count: 8, usd_per_hour: 4.0}
+  - {type: l4, count: 8, usd_per_hour: 0.8}
+models:
+  - name: llama-3.1-8b
+workloads:
+  - name: short
+    model: llama-3.1-8b
+    rate_rps: 5
+    input_tokens: {fixed: 512}
+    output_tokens: {fixed: 64}
+    slo: {ttft_ms: 1000, tpot_ms: 100, percentile: 90}
+"""
+
+
+@pytest.fixture
+def update_golden() -> bool:
+    return os.environ.get("UPDATE_GOLDEN") == "1"
+
+
+@pytest.fixture
+def small_spec_path(tmp_path: Path) -> Path:
+    p = tmp_path / "small.yaml"
+    p.write_text(SMALL_SPEC)
+    return p

@@ -1,0 +1,87 @@
+"""Golden plan for the quickstart, byte stability, and the planner's headline promises.
+
+Regenerate after an intended change: ``UPDATE_GOLDEN=1 pytest tests/golden`` and review ``git diff``.
+"""
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import compiler as tt
+from compiler.errors import TrimtabError
+from compiler.whatif import apply_overrides
+from tests.conftest import QUICKSTART, ROOT
+
+GOLDEN = Path(__file__).parent / "quickstart.plan.yaml"
+
+
+def test_quickstart_matches_golden(update_golden):
+    text = tt.emit(tt.plan(tt.load_spec(QUICKSTART)).plan)
+    if update_golden or not GOLDEN.exists():
+        GOLDEN.write_text(text)
+    assert text == GOLDEN.read_text()
+
+
+def test_plan_bytes_stable_across_hash_seeds(tmp_path):
+    outs = []
+    for seed in ("1", "4242"):
+        out = tmp_path / f"p{seed}.yaml"
+        env = dict(os.environ, PYTHONHASHSEED=seed)
+        subprocess.run([sys.executable, "-m", "cli.main", "plan", str(QUICKSTART), "-o", str(out)], cwd=ROOT,
+                       env=env, check=True, capture_output=True)
+        outs.append(out.read_bytes())
+    assert outs[0] == outs[1]
+    assert outs[0] == tt.emit(tt.plan(tt.load_spec(QUICKSTART)).plan).encode()
+
+
+def test_quickstart_plan_meets_slos_and_passes_check():
+    spec = tt.load_spec(QUICKSTART)
+    r = tt.plan(spec)
+    assert all(p.slo_met for p in r.plan.predictions.values())
+    assert tt.check(r.plan, spec).ok
+    assert r.plan.cost_usd_per_hour <= spec.budget_usd_per_hour
+    shares = {}
+    for route in r.plan.routes:
+        shares[route.workload] = shares.get(route.workload, 0) + route.share
+    assert all(abs(v - 1) < 1e-6 for v in shares.values())
+
+
+def single_type_costs(spec) -> dict[str, float | None]:
+    """Cost of the cheapest plan using only one GPU type (None: that type alone cannot meet the spec)."""
+    types = [g.type for g in spec.gpus]
+    out = {}
+    for keep in types:
+        try:
+            out[keep] = tt.what_if(spec, {f"gpus.{t}.count": 0 for t in types if t != keep}).plan.cost_usd_per_hour
+        except TrimtabError:
+            out[keep] = None
+    return out
+
+
+def test_mixed_fleet_is_cheaper_than_any_single_gpu_type():
+    spec = tt.load_spec(QUICKSTART)
+    mixed = tt.plan(spec).plan
+    assert len(mixed.gpus) >= 2
+    singles = [c for c in single_type_costs(spec).values() if c is not None]
+    assert singles and min(singles) > mixed.cost_usd_per_hour
+
+
+def test_tripled_rates_fail_check():
+    spec = tt.load_spec(QUICKSTART)
+    r = tt.plan(spec)
+    x3 = apply_overrides(spec, {f"workloads.{w.name}.rate_rps": w.rate_rps * 3 for w in spec.workloads})
+    rep = tt.check(r.plan, x3)
+    assert not rep.ok
+    assert {v.split()[1].rstrip(":") for v in rep.violations if v.startswith("workload")} == {
+        "autocomplete", "chat", "summarize"}
+
+
+def test_what_if_and_diff():
+    spec = tt.load_spec(QUICKSTART)
+    base = tt.plan(spec)
+    more = tt.what_if(spec, {"workloads.chat.rate_rps": 8})
+    assert more.plan.cost_usd_per_hour >= base.plan.cost_usd_per_hour
+    lines = tt.diff_plans(base.plan, more.plan)
+    assert lines and any(line.startswith("cost_usd_per_hour") or "replicas" in line for line in lines)
