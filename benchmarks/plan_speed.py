@@ -1,0 +1,51 @@
+"""Median time to plan a spec, in-process and as the CLI a user runs.
+
+usage: python benchmarks/plan_speed.py [SPEC] [--repeats N]      (default: examples/quickstart.yaml, 7 repeats)
+
+Reports the median and min/max of: ``compiler.plan`` in a warm process (per stage), and ``trimtab plan`` as a
+fresh process (imports included), which is what the "plans in under 5 s" target is about.
+"""
+from __future__ import annotations
+
+import argparse
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("spec", nargs="?", default=str(ROOT / "examples" / "quickstart.yaml"))
+    ap.add_argument("--repeats", type=int, default=7)
+    args = ap.parse_args()
+
+    import compiler as tt
+
+    spec = tt.load_spec(args.spec)
+    tt.plan(spec)  # warm caches (profiles, imports)
+    stages: dict[str, list[float]] = {}
+    for _ in range(args.repeats):
+        r = tt.plan(spec)
+        for k, v in r.seconds.items():
+            stages.setdefault(k, []).append(v)
+    print(f"spec: {args.spec}  ({args.repeats} repeats)")
+    print("in-process, warm:")
+    for k, v in stages.items():
+        print(f"  {k:<11} median {statistics.median(v):7.3f} s   min {min(v):7.3f}   max {max(v):7.3f}")
+    cli = []
+    with tempfile.TemporaryDirectory() as d:
+        for _ in range(args.repeats):
+            t = time.perf_counter()
+            subprocess.run([sys.executable, "-m", "cli.main", "plan", args.spec, "-o", f"{d}/p.yaml"], cwd=ROOT,
+                           check=True, capture_output=True)
+            cli.append(time.perf_counter() - t)
+    print(f"CLI, fresh process: median {statistics.median(cli):.3f} s   min {min(cli):.3f}   max {max(cli):.3f}")
+
+
+if __name__ == "__main__":
+    main()
