@@ -20,10 +20,16 @@ from compiler.spec.schema import Spec
 
 
 def spec_hash(spec: Spec, profiles: ProfileSet) -> str:
-    """sha256 of the canonical spec JSON and every profile's content."""
+    """sha256 of the canonical spec JSON and the content of the profiles it uses (its GPU types, its models,
+    its engine), so adding an unrelated profile does not change a plan's hash."""
     h = hashlib.sha256()
     h.update(json.dumps(spec.model_dump(mode="json"), sort_keys=True).encode())
-    h.update(profiles.digest().encode())
+    used = [("gpus", g.type) for g in spec.gpus] + [("models", m.name) for m in spec.models if m.config is None]
+    used.append(("engines", spec.defaults.engine))
+    for kind, name in sorted(set(used)):
+        prof = getattr(profiles, kind).get(name)
+        h.update(f"{kind}/{name}".encode())
+        h.update(prof.model_dump_json().encode() if prof is not None else b"-")
     return "sha256:" + h.hexdigest()[:16]
 
 
