@@ -15,7 +15,7 @@ from typing import Annotated, Optional
 import typer
 from rich.console import Console
 
-from compiler.errors import ExitCode, InputError, Problem, TrimtabError
+from compiler.errors import ExitCode, InfeasibleError, InputError, Problem, TrimtabError
 
 app = typer.Typer(add_completion=False, no_args_is_help=True, rich_markup_mode="rich",
                   context_settings={"help_option_names": ["-h", "--help"]},
@@ -38,9 +38,16 @@ class TableOrJson(str, Enum):
     json = "json"
 
 
+class TraceFormat(str, Enum):
+    azure = "azure"
+    mooncake = "mooncake"
+    csv = "csv"
+
+
 class Solver(str, Enum):
     highs = "highs"
     cbc = "cbc"
+    cpsat = "cpsat"
 
 
 def _expected_errors(fn):
@@ -109,13 +116,34 @@ def check(
     plan_path: Annotated[Path, typer.Argument(metavar="PLAN", help="Plan file written by trimtab plan.")],
     spec: Annotated[Path, typer.Option("--spec", help="Spec the plan must satisfy.")],
     fmt: Annotated[TableOrJson, typer.Option("--format", help="Report format.")] = TableOrJson.table,
+    analytic: Annotated[bool, typer.Option("--analytic", help="Judge SLOs by the cost model only (fast), "
+                                                              "not by simulation.")] = False,
+    seed: Annotated[Optional[int], typer.Option(help="Simulation seed (default: the plan's, else 0).")] = None,
+    requests: Annotated[Optional[int], typer.Option(min=1, help="Requests to simulate (default: the plan's).")] = None,
+    duration: Annotated[Optional[float], typer.Option(min=0.001, help="Seconds of arrivals to simulate instead.")] = None,
+    trace: Annotated[Optional[Path], typer.Option(help="Replay this trace's arrivals and lengths, rescaled to each "
+                                                       "workload's rate.")] = None,
+    trace_format: Annotated[TraceFormat, typer.Option(help="Trace file format.")] = TraceFormat.azure,
 ) -> None:
-    """Recompute every prediction from the spec and the cost model; exit 5 on any violation (CI gate)."""
+    """Verify a plan against a spec: structure, and SLOs by simulation (or by the cost model with --analytic);
+    exit 5 on any violation (CI gate)."""
     from compiler.api import load_spec
     from compiler.check import check as do_check, load_plan
 
     p = load_plan(plan_path)
     s = load_spec(spec)
+    from compiler.check import plan_references
+    from compiler.lower import lower
+
+    foreign = plan_references(p, lower(s))
+    if foreign:  # a plan from another spec: invalid input (exit 1), not a failed check
+        raise InputError([Problem(f.where, f.message, str(plan_path)) for f in foreign], "plan")
+    if not analytic:
+        from compiler.sim.cli import sim_check
+
+        if not sim_check(p, s, out, err, fmt.value, seed, requests, duration, trace, trace_format.value):
+            raise typer.Exit(int(ExitCode.CHECK_FAILED))
+        return
     rep = do_check(p, s)
     if fmt is TableOrJson.json:
         data = {"ok": rep.ok, "violations": rep.violations, "notes": rep.notes,
@@ -139,6 +167,31 @@ def check(
 
 @app.command()
 @_expected_errors
+def simulate(
+    plan_path: Annotated[Path, typer.Argument(metavar="PLAN", help="Plan file written by trimtab plan.")],
+    spec: Annotated[Path, typer.Option("--spec", help="Spec whose traffic to simulate.")],
+    requests: Annotated[Optional[int], typer.Option(min=1, help="Requests to simulate, all workloads together.")] = None,
+    duration: Annotated[Optional[float], typer.Option(min=0.001, help="Seconds of arrivals to simulate instead.")] = None,
+    seed: Annotated[int, typer.Option(help="Random seed (arrivals, lengths, routing).")] = 0,
+    trace: Annotated[Optional[Path], typer.Option(help="Replay this trace's arrivals and lengths, rescaled to each "
+                                                       "workload's rate.")] = None,
+    trace_format: Annotated[TraceFormat, typer.Option(help="Trace file format.")] = TraceFormat.azure,
+    arrival_cv: Annotated[Optional[float], typer.Option(min=0.01, help="Burstiness: coefficient of variation of "
+                                                                       "inter-arrival gaps (1 = Poisson).")] = None,
+    fmt: Annotated[TableOrJson, typer.Option("--format", help="Report format.")] = TableOrJson.table,
+    plot: Annotated[Optional[Path], typer.Option(help="Write latency CDFs and a timeline as PNGs here.")] = None,
+) -> None:
+    """Simulate a plan request by request (continuous batching, chunked prefill, queues, KV cache, routing)."""
+    from compiler.api import load_spec
+    from compiler.check import load_plan
+    from compiler.sim.cli import sim_report
+
+    sim_report(load_plan(plan_path), load_spec(spec), out, err, fmt.value, seed, requests, duration, trace,
+               trace_format.value, arrival_cv, plot)
+
+
+@app.command()
+@_expected_errors
 def predict(
     model: Annotated[str, typer.Option(help="Model profile name, or a path to a Hugging Face config.json.")],
     gpu: Annotated[str, typer.Option(help="GPU profile name.")],
@@ -150,6 +203,8 @@ def predict(
     dtype: Annotated[str, typer.Option(help="bf16 or fp8 (weights and KV cache).")] = "bf16",
     max_num_batched_tokens: Annotated[int, typer.Option(min=1, help="Token budget per engine step.")] = 8192,
     fmt: Annotated[TableOrJson, typer.Option("--format", help="Output format.")] = TableOrJson.table,
+    engine: Annotated[str, typer.Option(help="Engine profile: vllm, sglang or trt-llm (trimtab profiles list).")] = "vllm",
+    kv_dtype: Annotated[Optional[str], typer.Option(help="KV cache precision, bf16 or fp8 (default: --dtype).")] = None,
 ) -> None:
     """Predict TTFT, TPOT and throughput of one replica at a fixed concurrency."""
     from compiler.cost.model import ReplicaModel
@@ -169,6 +224,10 @@ def predict(
         problems.append(Problem("--gpu", f"unknown GPU {gpu!r}; known: {', '.join(sorted(profs.gpus))}"))
     if dtype not in ("bf16", "fp8"):
         problems.append(Problem("--dtype", f"must be bf16 or fp8, got {dtype!r}"))
+    if kv_dtype is not None and kv_dtype not in ("bf16", "fp8"):
+        problems.append(Problem("--kv-dtype", f"must be bf16 or fp8, got {kv_dtype!r}"))
+    if engine not in profs.engines:
+        problems.append(Problem("--engine", f"unknown engine {engine!r}; known: {', '.join(sorted(profs.engines))}"))
     if concurrency != "max" and not (concurrency.isdigit() and int(concurrency) >= 1):
         problems.append(Problem("--concurrency", f"must be a positive integer or 'max', got {concurrency!r}"))
     if mprof is not None and (mprof.num_attention_heads.value % tp or mprof.num_layers.value % pp):
@@ -176,25 +235,125 @@ def predict(
                                              f"pp {pp} must divide {mprof.num_layers.value:g} layers"))
     if problems:
         raise InputError(problems)
-    rm = ReplicaModel(mprof, profs.gpus[gpu], profs.engines["vllm"], tp, pp, dtype,
-                      max_batched_tokens=max_num_batched_tokens)
+    rm = ReplicaModel(mprof, profs.gpus[gpu], profs.engines[engine], tp, pp, dtype,
+                      max_batched_tokens=max_num_batched_tokens, kv_dtype=kv_dtype)
     conc = rm.max_concurrency(isl, osl) if concurrency == "max" else int(concurrency)
     if conc < 1:
         raise InputError([Problem("--concurrency", f"{mprof.name} on {tp * pp} x {gpu} has KV room for "
                                                    f"{rm.memory.kv_cache_tokens} tokens: not one request of "
                                                    f"{isl + osl} tokens fits")])
     pr = rm.predict_closed_loop(isl, osl, conc)
+    from compiler.cost.predict import fidelity
+
+    fid = fidelity(rm, isl, osl, conc)
     if fmt is TableOrJson.json:
         d = {k: getattr(pr, k) for k in ("ttft_ms", "tpot_ms", "output_tokens_per_s", "output_tokens_per_s_per_gpu",
                                          "requests_per_s", "fits", "max_concurrency", "concurrency", "kv_cache_tokens")}
+        d["engine"] = engine
+        d["fidelity"] = fid.as_dict()
         sys.stdout.write(json.dumps(d, indent=2) + "\n")
     else:
-        prediction_table(out, f"{mprof.name} on {gpu} tp{tp} pp{pp} {dtype}, isl {isl}, osl {osl}", pr)
+        prediction_table(out, f"{mprof.name} on {gpu} tp{tp} pp{pp} {dtype}, {engine}, isl {isl}, osl {osl}", pr)
+        out.print(f"fidelity: {fid.level}" + (f"; spec-sheet/assumed: {', '.join(fid.unfitted)}" if fid.unfitted else "")
+                  + (f"; extrapolates: {'; '.join(fid.extrapolation)}" if fid.extrapolation else ""), markup=False)
+
+
+class BenchDevice(str, Enum):
+    cpu = "cpu"
+    cuda = "cuda"
+
+
+@app.command()
+@_expected_errors
+def bench(
+    output: Annotated[Path, typer.Option("-o", "--output", help="Folder for bench.csv and metadata.json.")] = Path("bench-out"),
+    device: Annotated[BenchDevice, typer.Option(help="Where to run the microbenchmarks.")] = BenchDevice.cuda,
+    quick: Annotated[bool, typer.Option("--quick", help="Tiny sizes and few repeats (seconds; for CI).")] = False,
+) -> None:
+    """Microbenchmark GEMMs, attention, copies and all-reduce on this machine (needs trimtab[bench])."""
+    from compiler.bench import run_bench
+
+    path = run_bench(output, device.value, quick, log=lambda m: err.print(m, markup=False))
+    out.print(f"wrote {path} and {path.parent / 'metadata.json'}", markup=False)
+
+
+@app.command()
+@_expected_errors
+def calibrate(
+    folders: Annotated[list[Path], typer.Argument(metavar="DIR...", help="Folders of trimtab bench or Vidur CSVs.")],
+    output: Annotated[Path, typer.Option("-o", "--output", help="GPU profile to write, e.g. profiles/gpus/NAME.yaml.")],
+    base: Annotated[Optional[str], typer.Option(help="GPU profile (name or YAML path) whose spec-sheet peaks and other "
+                                                     "fields the fit starts from.")] = None,
+) -> None:
+    """Fit a GPU profile's efficiency parameters to measurements by least squares; print the fit error per op."""
+    from compiler.calibrate import calibrate as do_calibrate, format_errors
+
+    r = do_calibrate([str(f) for f in folders], output, base)
+    for line in format_errors(r.fit):
+        out.print(line, markup=False)
+    out.print(f"profile written to {r.output}", markup=False)
 
 
 class SchemaName(str, Enum):
     spec = "spec"
     plan = "plan"
+
+
+@app.command()
+@_expected_errors
+def explain(
+    spec: Annotated[Path, typer.Argument(help="Spec YAML.")],
+    solver: Annotated[Optional[Solver], typer.Option(help="MILP backend; overrides the spec's solver.backend.")] = None,
+    time_limit: Annotated[Optional[float], typer.Option(min=0.01, help="Time limit per solve, seconds.")] = None,
+) -> None:
+    """Why a spec is infeasible and what to relax (verified), or what limits a feasible plan's cost."""
+    from compiler.api import load_spec
+    from compiler.explain import explain as do_explain
+    from compiler.lower import lower
+    from solvers import SolveOptions, get_backend
+
+    s = load_spec(spec)
+    e = do_explain(lower(s), get_backend(solver.value if solver else s.solver.backend),
+                   SolveOptions(time_limit_s=time_limit or s.solver.time_limit_s))
+    for line in e.lines():
+        out.print(line, markup=False)
+
+
+@app.command()
+@_expected_errors
+def pareto(
+    spec: Annotated[Path, typer.Argument(help="Spec YAML.")],
+    metric: Annotated[str, typer.Option(help="ttft_p99 (TTFT at each workload's SLO percentile), ttft or tpot.")] = "ttft_p99",
+    workload: Annotated[Optional[list[str]], typer.Option(help="Tighten only this workload's SLO (repeatable; default all).")] = None,
+    points: Annotated[int, typer.Option(min=1, max=50, help="SLO levels to try.")] = 8,
+    plot: Annotated[Optional[Path], typer.Option(help="Write the frontier as a PNG here.")] = None,
+    output: Annotated[Optional[Path], typer.Option("-o", "--output", help="Write point-NN.yaml (plan) and point-NN.spec.yaml here.")] = None,
+    solver: Annotated[Optional[Solver], typer.Option(help="MILP backend; overrides the spec's solver.backend.")] = None,
+) -> None:
+    """Cost vs latency frontier: the cheapest plan at each tighter SLO, non-dominated points only."""
+    import yaml
+
+    from compiler.api import load_spec
+    from compiler.pareto import pareto as do_pareto, plot as do_plot
+    from compiler.plan.emit import emit
+
+    s = load_spec(spec)
+    pts = do_pareto(s, metric, workload or None, points, solver.value if solver else None)
+    if not pts:
+        raise InfeasibleError(["no point of the frontier is feasible (see trimtab explain)"])
+    out.print(f"{'#':>3} {'SLO factor':>10} {'cost $/h':>10} {metric + ' ms':>14}", markup=False)
+    for i, p in enumerate(pts, 1):
+        out.print(f"{i:>3} {p.factor:>10.3f} {p.cost_usd_per_hour:>10.2f} {p.metric_ms:>14.1f}", markup=False)
+    if output is not None:
+        output.mkdir(parents=True, exist_ok=True)
+        for i, p in enumerate(pts, 1):
+            (output / f"point-{i:02d}.yaml").write_text(emit(p.plan), encoding="utf-8")
+            (output / f"point-{i:02d}.spec.yaml").write_text(
+                yaml.safe_dump(p.spec.model_dump(mode="json", exclude_none=True), sort_keys=False), encoding="utf-8")
+        out.print(f"{len(pts)} plans written to {output}", markup=False)
+    if plot is not None:
+        do_plot(pts, str(plot), metric, f"{s.name}: cost vs {metric}")
+        out.print(f"plot written to {plot}", markup=False)
 
 
 @app.command()

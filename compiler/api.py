@@ -7,7 +7,7 @@
     changes = diff_plans(result.plan, alt.plan)
 
 Stages: load_spec -> lower -> build_candidates -> (precheck) -> formulate -> backend.solve -> extract ->
-assess; when assessing the solved plan finds a workload over its SLO (deployments mixing length buckets
+assess -> place (CP-SAT: replicas onto nodes and GPU indices); when assessing the solved plan finds a workload over its SLO (deployments mixing length buckets
 queue differently from each bucket alone), the capacities of the deployment at fault are lowered and the
 model re-solved, for at most MAX_ROUNDS rounds.
 """
@@ -22,19 +22,26 @@ from compiler.check import CheckReport, check
 from compiler.diff import diff_plans
 from compiler.errors import InfeasibleError, NoSolutionError
 from compiler.explain import precheck, relaxations
-from compiler.formulate import formulate
+from compiler.formulate import solve_ir
 from compiler.ir import ProblemIR
 from compiler.lower import lower
-from compiler.plan.extract import build_plan, chosen
+from compiler.placement import ToPlace, place
+from compiler.plan.extract import build_plan, chosen, with_placement
 from compiler.plan.schema import Plan
+from compiler.plan.emit import plan_to_data
+from compiler.plan.schema import Simulation as SimulationInfo
+from compiler.sim import DEFAULT_SEED, default_requests, simulate
 from compiler.profiles import ProfileSet, load_profiles
 from compiler.spec.load import load_spec
 from compiler.spec.schema import Spec
+from compiler.topology import build_topology
 from compiler.whatif import apply_overrides
 from solvers import SolveOptions, SolveResult, get_backend
 
 MAX_ROUNDS = 8
 DERATE = 0.85  # capacity factor applied to a deployment at fault per round
+SIM_DERATE = (0.92, 0.85)  # for a deployment at fault in simulation: attainment within 2 points of target, or not
+SIM_ROUNDS = 6  # extra rounds allowed for re-solves after a simulated miss
 
 
 @dataclass(frozen=True)
@@ -49,8 +56,11 @@ class PlanResult:
 
 
 def plan(spec: Spec, *, backend: str | None = None, time_limit_s: float | None = None,
-         profiles: ProfileSet | None = None) -> PlanResult:
-    """Cheapest deployment meeting every SLO. Raises InfeasibleError (exit 3) or NoSolutionError (exit 4)."""
+         profiles: ProfileSet | None = None, validate: bool = True, seed: int = DEFAULT_SEED) -> PlanResult:
+    """Cheapest deployment meeting every SLO. Raises InfeasibleError (exit 3) or NoSolutionError (exit 4).
+
+    ``validate``: simulate each analytically sound plan (``compiler.sim``, seed ``seed``, the default request
+    count ``check`` uses) and re-solve with the deployments at fault derated while a workload misses."""
     t0 = time.perf_counter()
     profiles = profiles or load_profiles()
     ir = lower(spec, profiles)
@@ -64,11 +74,14 @@ def plan(spec: Spec, *, backend: str | None = None, time_limit_s: float | None =
     opts = SolveOptions(time_limit_s=time_limit_s or spec.solver.time_limit_s)
     derate: dict[str, float] = {}
     solve_s = 0.0
+    sim_rounds = 0
+    sim_requests = default_requests([w.rate_rps for w in ir.workloads])
+    last_sim = None
     best = None
     warnings = list(ir.warnings)
-    for rnd in range(1, MAX_ROUNDS + 1):
+    for rnd in range(1, MAX_ROUNDS + (SIM_ROUNDS if validate else 0) + 1):
         remaining = opts.time_limit_s - solve_s
-        res = be.solve(formulate(ir, cands, derate), SolveOptions(max(remaining, 0.01), opts.mip_rel_gap, opts.threads))
+        res = solve_ir(ir, cands, be, SolveOptions(max(remaining, 0.01), opts.mip_rel_gap, opts.threads), derate)
         solve_s += res.seconds
         if not res.has_solution:
             if best is not None:
@@ -83,8 +96,23 @@ def plan(spec: Spec, *, backend: str | None = None, time_limit_s: float | None =
         plan_, a = build_plan(ir, deps, routes, res, solve_s, rnd, warnings)
         best = (plan_, a, res, rnd)
         misses = a.misses()
+        last_sim = None
         if not misses:
-            break
+            if not validate or ir.objective == "max_goodput":
+                break  # (the simulator offers every workload's full rate; a goodput plan serves part of it)
+            # Validate by simulation; where a workload misses, derate the deployments at fault and re-solve.
+            # The plan as written to disk (rounded floats), so check replays exactly this run.
+            emitted = Plan.model_validate(plan_to_data(plan_))
+            last_sim = simulate(emitted, spec, ir=ir, seed=seed, requests=sim_requests, timeline=False)
+            if last_sim.ok:
+                break
+            sim_rounds += 1
+            for w in last_sim.workloads.values():
+                f = SIM_DERATE[0] if w.target - w.attainment <= 0.02 else SIM_DERATE[1]
+                for d in ([] if w.passed else [w.worst_deployment]):
+                    if d:
+                        derate[d] = derate.get(d, 1.0) * f
+            continue
         for p in misses:
             if p.worst_deployment:
                 derate[p.worst_deployment] = derate.get(p.worst_deployment, 1.0) * DERATE
@@ -93,6 +121,17 @@ def plan(spec: Spec, *, backend: str | None = None, time_limit_s: float | None =
         extra = [f"{p.workload}: could not be brought within its SLO after {rnd} rounds ({p.reason})"
                  for p in a.misses()]
         plan_, a = build_plan(ir, *chosen(ir, cands, res), res, solve_s, rnd, warnings + extra)
+    elif last_sim is not None and not last_sim.ok:
+        extra = [f"{line.removeprefix('workload ')}; not brought within its SLO by simulation after {rnd} rounds"
+                 for line in last_sim.failures()]
+        plan_, a = build_plan(ir, *chosen(ir, cands, res), res, solve_s, rnd, warnings + extra)
+    topo = build_topology(spec, ir)
+    plan_ = with_placement(plan_, place([ToPlace(d.name, d.gpu, d.tensor_parallel, d.pipeline_parallel, d.replicas)
+                                         for d in plan_.deployments], topo))
+    if last_sim is not None:
+        plan_ = plan_.model_copy(update={"simulation": SimulationInfo(
+            seed=seed, requests=sim_requests, rounds=sim_rounds, passed=last_sim.ok,
+            attainment={k: round(w.attainment, 4) for k, w in sorted(last_sim.workloads.items())})})
     t3 = time.perf_counter()
     return PlanResult(plan_, ir, cands, a, res, rnd,
                       {"lower": t1 - t0, "candidates": t2 - t1, "solve": solve_s, "total": t3 - t0})

@@ -13,6 +13,9 @@ from compiler.candidates import replica_model, traffic_class
 from compiler.ir import ProblemIR
 
 
+NO_ROUTE = "no route serves this workload"
+
+
 @dataclass(frozen=True, slots=True)
 class DeploymentSpecView:
     """What assessment needs of a deployment (from a candidate or from a plan file)."""
@@ -67,7 +70,8 @@ class Assessment:
     workloads: dict[str, WorkloadPrediction]
 
     def misses(self) -> list[WorkloadPrediction]:
-        return [p for p in self.workloads.values() if not p.slo_met]
+        """Workloads over their SLO (an unserved workload of a max_goodput plan is not a miss)."""
+        return [p for p in self.workloads.values() if not p.slo_met and p.reason != NO_ROUTE]
 
 
 def assess(ir: ProblemIR, deployments: list[DeploymentSpecView], routes: list[RouteView]) -> Assessment:
@@ -119,7 +123,7 @@ def assess(ir: ProblemIR, deployments: list[DeploymentSpecView], routes: list[Ro
         mine = [(k, v) for k, v in ttft.items() if k[0] == w.name]
         if not mine:
             preds[w.name] = WorkloadPrediction(w.name, math.inf, math.inf, w.slo.percentile, False, 0.0, "",
-                                               "no route serves this workload")
+                                               NO_ROUTE)
             continue
         (_, _, worst_t_dep), t = max(mine, key=lambda kv: (kv[1], kv[0]))
         dnames = sorted({k[2] for k, _ in mine})

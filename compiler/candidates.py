@@ -96,8 +96,8 @@ def _shapes(ir: ProblemIR, w: WorkloadIR, pool: GpuPoolIR):
     for tp in TP_OPTIONS:
         for pp in PP_OPTIONS:
             cid = candidate_id(w.name, pool.type, tp, pp, TOKEN_BUDGETS[0])
-            if tp > per_node:
-                continue  # TP groups stay inside one node's GPU-to-GPU link
+            if tp > pool.tp_limit:
+                continue  # TP groups stay inside one NVLink domain (one node unless the spec says)
             if heads % tp or (kv % tp and tp % kv):
                 yield cid, tp, pp, f"tp{tp} does not divide {heads} attention heads / {kv} KV heads"
                 continue

@@ -10,13 +10,15 @@ import math
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from compiler.assess import Assessment, DeploymentSpecView, RouteView, assess
+from compiler.assess import NO_ROUTE, Assessment, DeploymentSpecView, RouteView, assess
 from compiler.candidates import replica_model
 from compiler.ir import ProblemIR
+from compiler.errors import InputError, Problem
 from compiler.lower import lower
 from compiler.plan.schema import Plan
 from compiler.profiles import ProfileSet
 from compiler.spec.schema import Spec
+from compiler.topology import Topology, build_topology
 from compiler.validation import validate
 from compiler.yamlio import read_yaml_file
 
@@ -38,11 +40,17 @@ def load_plan(path: str | Path) -> Plan:
 
 
 def check(plan: Plan, spec: Spec, profiles: ProfileSet | None = None) -> CheckReport:
+    """Verify ``plan`` against ``spec``. A plan that names GPU types, models, workloads or length buckets the
+    spec lacks was made from another spec: InputError (exit 1) with the plan's field path, not a failed check."""
     ir = lower(spec, profiles)
-    return verify(plan, ir)
+    foreign = plan_references(plan, ir)
+    if foreign:
+        raise InputError(foreign, "plan")
+    return verify(plan, ir, build_topology(spec, ir))
 
 
-def verify(plan: Plan, ir: ProblemIR) -> CheckReport:
+def verify(plan: Plan, ir: ProblemIR, topo: Topology | None = None, slo: bool = True) -> CheckReport:
+    """``slo=False`` leaves out the analytic SLO lines (``compiler.sim.check`` judges SLOs by simulation)."""
     bad: list[str] = []
     notes: list[str] = []
     if plan.input_hash != ir.input_hash:
@@ -115,14 +123,29 @@ def verify(plan: Plan, ir: ProblemIR) -> CheckReport:
     for w in ir.workloads:
         for b in w.buckets:
             got = per_bucket.get((w.name, b.name), 0.0)
+            if ir.objective == "max_goodput":  # a bucket may be served in part, never beyond its share
+                if got > b.prob + SHARE_TOL:
+                    bad.append(f"routing {w.name}: bucket {b.name} holds {b.prob:.4f} of requests, routes carry "
+                               f"{got:.4f}")
+                continue
             if abs(got - b.prob) > SHARE_TOL:
                 bad.append(f"routing {w.name}: bucket {b.name} holds {b.prob:.4f} of requests, routes carry {got:.4f}")
 
+    if ir.objective == "max_goodput":
+        served = sum(per_bucket.values()) and sum(ir.workload(k[0]).rate_rps * v for k, v in per_bucket.items())
+        stated = plan.goodput.served_rps if plan.goodput is not None else None
+        if stated is None or abs(stated - served) > 1e-3 * max(served, 1.0):
+            bad.append(f"goodput: plan states {stated} rps served, its routes carry {served:.4f}")
+    if topo is not None:
+        bad += verify_placement(plan, topo)
     a = assess(ir, deps, routes)
     for w in ir.workloads:
         p = a.workloads[w.name]
-        if p.slo_met:
+        if p.slo_met or not slo:
             continue
+        if ir.objective == "max_goodput" and p.reason == NO_ROUTE:
+            continue  # unserved (within budget), stated in plan.goodput
+
         at = f" (deployment {p.worst_deployment})" if p.worst_deployment else ""
         if not math.isfinite(p.ttft_ms) or not math.isfinite(p.tpot_ms):
             bad.append(f"workload {w.name}: overloaded{at}: {p.reason}")
@@ -131,3 +154,62 @@ def verify(plan: Plan, ir: ProblemIR) -> CheckReport:
         else:
             bad.append(f"workload {w.name}: TPOT {p.tpot_ms:.1f} ms > SLO {w.slo.tpot_ms:g} ms{at}")
     return CheckReport(not bad, bad, notes, a)
+
+
+def plan_references(plan: Plan, ir: ProblemIR) -> list[Problem]:
+    """Names in the plan the spec does not have, each with the plan's field path."""
+    out = []
+    hint = "; was the plan made from another spec?"
+    for i, d in enumerate(plan.deployments):
+        if ir.gpu(d.gpu) is None:
+            out.append(Problem(f"deployments[{i}] ({d.name}).gpu", f"GPU type {d.gpu!r} is not in the spec (gpus: "
+                               f"{', '.join(g.type for g in ir.gpus)}){hint}"))
+        if d.model not in ir.models:
+            out.append(Problem(f"deployments[{i}] ({d.name}).model", f"model {d.model!r} is not in the spec (models: "
+                               f"{', '.join(sorted(ir.models))}){hint}"))
+    for i, r in enumerate(plan.routes):
+        w = ir.workload(r.workload)
+        if w is None:
+            out.append(Problem(f"routes[{i}].workload", f"workload {r.workload!r} is not in the spec (workloads: "
+                               f"{', '.join(w.name for w in ir.workloads)}){hint}"))
+        elif w.bucket(r.bucket) is None:
+            out.append(Problem(f"routes[{i}].bucket", f"length bucket {r.bucket!r} is not in the spec's workload "
+                               f"{r.workload} (buckets: {', '.join(b.name for b in w.buckets)}){hint}"))
+    return out
+
+
+def verify_placement(plan: Plan, topo: Topology) -> list[str]:
+    """Every replica stage on an existing node of the right GPU type, its TP group inside one NVLink domain,
+    no GPU used twice. Plans without placements (written by hand) are only checked for counts above."""
+    bad = []
+    nodes = {n.name: n for n in topo.nodes}
+    taken: dict[tuple[str, int], tuple[str, int, int]] = {}
+    for d in plan.deployments:
+        if not d.placement:
+            continue
+        want = {(r, s) for r in range(d.replicas) for s in range(d.pipeline_parallel)}
+        got = [(p.replica, p.stage) for p in d.placement]
+        if sorted(got) != sorted(want):
+            bad.append(f"placement {d.name}: places {len(got)} stage(s), needs {len(want)} "
+                       f"({d.replicas} replicas x {d.pipeline_parallel} stages, each exactly once)")
+        for p in d.placement:
+            n = nodes.get(p.node)
+            if n is None:
+                bad.append(f"placement {d.name}: unknown node {p.node}")
+                continue
+            if n.gpu != d.gpu:
+                bad.append(f"placement {d.name}: node {p.node} has {n.gpu}, not {d.gpu}")
+            if len(p.gpus) != d.tensor_parallel or any(g < 0 or g >= n.gpus for g in p.gpus):
+                bad.append(f"placement {d.name} replica {p.replica}: GPUs {p.gpus} are not {d.tensor_parallel} "
+                           f"indices of {p.node} (0..{n.gpus - 1})")
+                continue
+            if len({g // n.nvlink_domain for g in p.gpus}) > 1:
+                bad.append(f"placement {d.name} replica {p.replica}: TP group {p.gpus} spans NVLink domains of "
+                           f"{p.node}")
+            for g in p.gpus:
+                me = (d.name, p.replica, p.stage)
+                other = taken.setdefault((p.node, g), me)
+                if other != me:
+                    bad.append(f"placement: GPU {g} of {p.node} is used by {other[0]} replica {other[1]} and "
+                               f"{d.name} replica {p.replica}")
+    return sorted(set(bad))

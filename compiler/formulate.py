@@ -11,19 +11,32 @@ Constraints:
     sum_b x[b,c] / cap[b,c] <= n[c]                 for c             (capacity[c])
     sum_{c on g} gpus[c] n[c] <= count[g]           for g             (inventory[g], relaxable)
     sum_c usd[c] n[c] <= budget                                       (budget, relaxable)
-Objective:
+Objective ``min_cost``:
     min sum_c usd[c] n[c] + EPS_GPU x sum_c gpus[c] n[c]   (cost, then fewer GPUs)
+Objective ``max_goodput`` (two solves, ``solve_ir``): demand rows become ``<=`` (a bucket may be served in
+part), then
+    1. max sum_{b,c} x[b,c]                                 (served requests per second, all workloads)
+    2. min cost  s.t.  sum_{b,c} x[b,c] >= (1 - GOODPUT_TOL) x goodput of 1   (goodput[total])
+so among the plans that serve the most traffic under the budget and GPU counts, the cheapest.
 
 ``elastic=True`` adds a slack to each relaxable constraint and minimises the slacks (scaled by their
-right-hand sides) instead: the explanation of an infeasible spec.
+right-hand sides) instead: the explanation of an infeasible spec. Every variable has a finite upper
+bound (replicas: enough to carry all of the candidate's workload; slacks: the row's largest activity),
+which CP-SAT needs.
 """
 from __future__ import annotations
 
+import math
+from dataclasses import replace
+
 from compiler.candidates import CandidateSet
 from compiler.ir import ProblemIR
+from solvers.base import Backend, SolveOptions, SolveResult, Status
 from solvers.model import Constraint, MilpModel
 
 EPS_GPU = 1e-6  # $/h per GPU: below a cent even for 4,096 GPUs, so it only breaks ties
+GOODPUT_TOL = 1e-6  # stage 2 of max_goodput keeps at least (1 - tol) of the best served rate
+OBJECTIVES = ("min_cost", "max_goodput")
 
 
 def n_var(cid: str) -> str:
@@ -38,24 +51,39 @@ def slack_var(cname: str) -> str:
     return f"slack[{cname}]"
 
 
+def _replicas_to_carry_all(ir: ProblemIR, c, derate: float) -> int:
+    """Replicas of ``c`` that carry all of its workload's traffic: more are never useful."""
+    w = ir.workload(c.workload)
+    need = sum(w.rate_rps * b.prob / (c.capacity(b.name) * derate) for b in w.buckets if c.capacity(b.name) > 0)
+    return math.ceil(need * (1 + 1e-9)) + 1
+
+
 def formulate(ir: ProblemIR, cands: CandidateSet, derate: dict[str, float] | None = None,
-              elastic: bool = False) -> MilpModel:
+              elastic: bool = False, objective: str | None = None, goodput_floor: float | None = None) -> MilpModel:
+    """The MILP of ``ir`` over ``cands``. ``objective`` defaults to the spec's; with ``max_goodput``,
+    ``goodput_floor=None`` gives stage 1 (max served rate) and a number gives stage 2 (min cost at that rate)."""
     derate = derate or {}
+    objective = objective or ir.objective
+    if objective not in OBJECTIVES:
+        raise ValueError(f"unknown objective {objective!r}")
+    goodput = objective == "max_goodput"
     m = MilpModel(name=f"trimtab:{ir.name}")
     by_gpu: dict[str, list] = {}
     for c in cands.candidates:
         pool = ir.gpu(c.gpu)
-        ub = None if elastic else pool.count // c.gpus
+        ub = _replicas_to_carry_all(ir, c, derate.get(c.id, 1.0)) if elastic else pool.count // c.gpus
         m.add_var(n_var(c.id), "integer", 0, ub)
         by_gpu.setdefault(c.gpu, []).append(c)
+    served: list[tuple[str, float]] = []
     for w in ir.workloads:
         for b in w.buckets:
             terms = []
             for c in cands.candidates:
                 if c.workload == w.name and c.capacity(b.name) > 0:
                     terms.append((m.add_var(x_var(w.name, b.name, c.id), "continuous"), 1.0))
-            m.add(Constraint(f"demand[{w.name}/{b.name}]", "demand", tuple(terms), "==", w.rate_rps * b.prob,
-                             origin=f"workloads[{w.index}] ({w.name}).rate_rps"))
+            served += terms
+            m.add(Constraint(f"demand[{w.name}/{b.name}]", "demand", tuple(terms), "<=" if goodput else "==",
+                             w.rate_rps * b.prob, origin=f"workloads[{w.index}] ({w.name}).rate_rps"))
     for c in cands.candidates:
         f = derate.get(c.id, 1.0)
         expr = [(x_var(c.workload, b, c.id), 1.0 / (cap * f)) for b, cap in c.capacity_rps]
@@ -72,11 +100,20 @@ def formulate(ir: ProblemIR, cands: CandidateSet, derate: dict[str, float] | Non
         con = Constraint("budget", "budget", tuple((n_var(c.id), c.usd_per_hour) for c in cands.candidates),
                          "<=", ir.budget_usd_per_hour, origin="budget_usd_per_hour", relaxable=True)
         relax.append((con, ir.budget_usd_per_hour))
-    objective = [(n_var(c.id), c.usd_per_hour + EPS_GPU * c.gpus) for c in cands.candidates]
+    if goodput and goodput_floor is not None:
+        m.add(Constraint("goodput[total]", "goodput", tuple(served), ">=", goodput_floor, origin="objective"))
+    cost = [(n_var(c.id), c.usd_per_hour + EPS_GPU * c.gpus) for c in cands.candidates]
+    if goodput and goodput_floor is None and not elastic:
+        m.sense = "max"
+        objective = list(served)
+    else:
+        objective = cost
     if elastic:
         objective = []
         for con, scale in relax:
-            s = m.add_var(slack_var(con.name), "integer" if con.family == "inventory" else "continuous")
+            top = sum(a * m.variables[v].ub for v, a in con.expr if a > 0)
+            s = m.add_var(slack_var(con.name), "integer" if con.family == "inventory" else "continuous", 0.0,
+                          max(top - con.rhs, 0.0) + 1.0)
             objective.append((s, 1.0 / scale))
             m.add(Constraint(con.name, con.family, con.expr + ((s, -1.0),), con.sense, con.rhs, con.origin, True))
         # Among equally small relaxations prefer the cheaper plan.
@@ -86,3 +123,24 @@ def formulate(ir: ProblemIR, cands: CandidateSet, derate: dict[str, float] | Non
             m.add(con)
     m.objective = tuple(objective)
     return m
+
+
+def solve_ir(ir: ProblemIR, cands: CandidateSet, backend: Backend, options: SolveOptions,
+             derate: dict[str, float] | None = None) -> SolveResult:
+    """Solve for the spec's objective: one solve for ``min_cost``, two for ``max_goodput`` (max served
+    rate, then min cost keeping it). The result's ``seconds`` covers both; the time limit is shared."""
+    if ir.objective != "max_goodput":
+        return backend.solve(formulate(ir, cands, derate), options)
+    first = backend.solve(formulate(ir, cands, derate, objective="max_goodput"), options)
+    if not first.has_solution:
+        return first
+    left = max(options.time_limit_s - first.seconds, 0.01)
+    floor = (first.objective or 0.0) * (1 - GOODPUT_TOL)
+    second = backend.solve(formulate(ir, cands, derate, objective="max_goodput", goodput_floor=floor),
+                           SolveOptions(left, options.mip_rel_gap, options.threads, options.verbose))
+    if not second.has_solution:  # keep stage 1's plan: it serves the most, maybe not at the lowest cost
+        return replace(first, seconds=first.seconds + second.seconds)
+    gaps = [g for g in (first.gap, second.gap) if g is not None]
+    return replace(second, seconds=first.seconds + second.seconds,
+                   gap=max(gaps) if len(gaps) == 2 else None,
+                   status=Status.OPTIMAL if Status.FEASIBLE not in (first.status, second.status) else Status.FEASIBLE)

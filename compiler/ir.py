@@ -40,6 +40,11 @@ class GpuPoolIR:
     usd_per_hour: float
     profile: GpuProfile
     index: int
+    max_tp: int = 0  # largest tensor-parallel group in one NVLink domain (spec nodes); 0: the profile's node
+
+    @property
+    def tp_limit(self) -> int:
+        return self.max_tp or int(self.profile.gpus_per_node.value)
 
 
 @dataclass(frozen=True, slots=True)

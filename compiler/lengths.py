@@ -56,6 +56,13 @@ def quantile_grid(dist: TokenDist, base_dir: str = ".") -> np.ndarray:
     return np.maximum(1.0, np.round(np.sort(x)))
 
 
+def grid_of(samples: np.ndarray) -> np.ndarray:
+    """GRID quantiles of observed token counts (a samples column, a trace's lengths)."""
+    u = (np.arange(GRID) + 0.5) / GRID
+    x = np.quantile(np.sort(np.asarray(samples, float)), u, method="inverted_cdf")
+    return np.maximum(1.0, np.round(np.sort(x)))
+
+
 def read_samples(path: Path, column: str) -> np.ndarray:
     try:
         fh = open(path, newline="", encoding="utf-8")

@@ -14,9 +14,9 @@ import numpy as np
 
 from compiler.errors import InputError, Problem
 from compiler.ir import GpuPoolIR, ProblemIR, SloIR, WorkloadIR
-from compiler.lengths import LengthError, make_buckets, quantile_grid
+from compiler.lengths import LengthError, grid_of, make_buckets, quantile_grid
 from compiler.profiles import ProfileSet, load_profiles, model_from_hf_config
-from compiler.spec.schema import Spec
+from compiler.spec.schema import Spec, Workload
 
 
 def spec_hash(spec: Spec, profiles: ProfileSet) -> str:
@@ -33,6 +33,47 @@ def spec_hash(spec: Spec, profiles: ProfileSet) -> str:
     return "sha256:" + h.hexdigest()[:16]
 
 
+def length_grids(w: Workload, base_dir: str = ".") -> tuple[np.ndarray, np.ndarray]:
+    """A workload's input and output length grids: from its distributions, or from its trace's lengths.
+    Raises LengthError, or InputError for a malformed trace."""
+    tr = None
+    if w.trace is not None and (w.input_tokens is None or w.output_tokens is None):
+        from compiler.traces import read_trace
+
+        tr = read_trace(Path(base_dir) / w.trace.path, w.trace.format)
+    isl = quantile_grid(w.input_tokens, base_dir) if w.input_tokens is not None else grid_of(tr.input_tokens)
+    osl = quantile_grid(w.output_tokens, base_dir) if w.output_tokens is not None else grid_of(tr.output_tokens)
+    return isl, osl
+
+
+def workload_rate(w: Workload, base_dir: str = ".") -> float:
+    """rate_rps, or the trace's mean arrival rate x rate_scale."""
+    if w.rate_rps is not None:
+        return float(w.rate_rps)
+    from compiler.traces import read_trace
+
+    tr = read_trace(Path(base_dir) / w.trace.path, w.trace.format)
+    if tr.rate_rps <= 0:
+        raise LengthError(f"trace {w.trace.path}: every request arrives at the same time; give rate_rps")
+    return tr.rate_rps * (w.trace.rate_scale or 1.0)
+
+
+def truncate_grids(isl: np.ndarray, osl: np.ndarray, ctx: int) -> tuple[np.ndarray, np.ndarray, float]:
+    """Lengths cut to the model's context window, and the share of requests cut."""
+    over = np.maximum(isl + osl[::-1] - ctx, 0)  # worst pairing: longest outputs with longest inputs
+    truncated = float(np.mean((isl >= ctx) | (over > 0)))
+    isl_t = np.minimum(isl, ctx - 1)
+    osl_t = np.maximum(1.0, np.minimum(osl, ctx - isl_t.max()))
+    return isl_t, osl_t, truncated
+
+
+def _max_tp(spec: Spec, gpu: str) -> int:
+    """Largest NVLink domain among the spec's nodes of this GPU type (0 when the spec has no nodes)."""
+    if not spec.nodes:
+        return 0
+    return max((n.nvlink_domain or n.gpus_per_node or 0 for n in spec.nodes if n.gpu == gpu), default=0)
+
+
 def lower(spec: Spec, profiles: ProfileSet | None = None) -> ProblemIR:
     profiles = profiles or load_profiles()
     problems: list[Problem] = []
@@ -42,7 +83,7 @@ def lower(spec: Spec, profiles: ProfileSet | None = None) -> ProblemIR:
     models = {m.name: profiles.models[m.name] for m in spec.models}
     gpus = tuple(sorted(
         (GpuPoolIR(g.type, g.count, g.usd_per_hour if g.usd_per_hour is not None else profiles.gpus[g.type].usd_per_hour.value,
-                   profiles.gpus[g.type], i) for i, g in enumerate(spec.gpus)),
+                   profiles.gpus[g.type], i, _max_tp(spec, g.type)) for i, g in enumerate(spec.gpus)),
         key=lambda g: g.type))
     warnings: list[str] = []
     workloads = []
@@ -50,24 +91,24 @@ def lower(spec: Spec, profiles: ProfileSet | None = None) -> ProblemIR:
         where = f"workloads[{i}] ({w.name})"
         ctx = int(models[w.model].max_context_tokens.value)
         try:
-            isl = quantile_grid(w.input_tokens, spec.base_dir)
-            osl = quantile_grid(w.output_tokens, spec.base_dir)
+            isl, osl = length_grids(w, spec.base_dir)
+            rate = workload_rate(w, spec.base_dir)
         except LengthError as exc:
             problems.append(Problem(where, str(exc)))
+            continue
+        except InputError as exc:  # a malformed trace: its rows with line numbers
+            problems.extend(exc.problems)
             continue
         if isl[0] >= ctx:
             problems.append(Problem(f"{where}.input_tokens",
                                     f"every input length is at or beyond {w.model}'s context window of {ctx} tokens"))
             continue
-        over = np.maximum(isl + osl[::-1] - ctx, 0)  # worst pairing: longest outputs with longest inputs
-        truncated = float(np.mean((isl >= ctx) | (over > 0)))
-        isl_t = np.minimum(isl, ctx - 1)
-        osl_t = np.maximum(1.0, np.minimum(osl, ctx - isl_t.max()))
+        isl_t, osl_t, truncated = truncate_grids(isl, osl, ctx)
         if truncated > 0:
             warnings.append(f"{w.name}: {truncated:.1%} of requests exceed {w.model}'s {ctx}-token context "
                             "and are truncated to it")
         workloads.append(WorkloadIR(
-            name=w.name, model=w.model, rate_rps=w.rate_rps,
+            name=w.name, model=w.model, rate_rps=rate,
             slo=SloIR(w.slo.ttft_ms, w.slo.tpot_ms, w.slo.percentile),
             dtype=w.dtype or spec.defaults.dtype, buckets=make_buckets(isl_t, osl_t, w.slo.percentile),
             truncated_share=truncated, index=i,

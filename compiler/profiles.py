@@ -77,11 +77,21 @@ class GpuProfile(_Profile):
     allreduce_latency_us: Q
     allreduce_bus_gbps: Q
     node_network_gbps: Q
+    # Optional refinements (docs/cost-model.md); absent means "use compute/bandwidth efficiency" (assumption).
+    fp8_compute_efficiency: Q | None = None  # achieved / peak fp8 FLOP/s of fp8 GEMMs
+    attention_efficiency: Q | None = None  # achieved / peak bf16 FLOP/s of prefill attention (flash kernels)
+    kernel_latency_us: Q | None = None  # fixed time per GEMM kernel (launch, tail) on top of its roofline
+    elementwise_passes: Q | None = None  # norm/rope/activation/residual traffic per layer, in token x hidden x 2 B
+    # Ranges the fitted numbers were measured over, e.g. {gemm_tokens: [1, 4096], allreduce_gpus: [2, 8]}.
+    measured_ranges: dict[str, list[float]] | None = None
 
     @model_validator(mode="after")
     def _physical(self):
-        for f in ("compute_efficiency", "bandwidth_efficiency"):
-            v = getattr(self, f).value
+        for f in ("compute_efficiency", "bandwidth_efficiency", "fp8_compute_efficiency", "attention_efficiency"):
+            q = getattr(self, f)
+            if q is None:
+                continue
+            v = q.value
             if not 0 < v <= 1:
                 raise ValueError(f"{f} must be in (0, 1], got {v}")
         for f in ("memory_gib", "hbm_bandwidth_gbps", "bf16_tflops", "fp8_tflops", "gpus_per_node"):
@@ -111,6 +121,20 @@ class EngineProfile(_Profile):
     max_num_seqs: Q
     step_overhead_ms: Q
     runtime_reserve_gib: Q
+    # Optional (docs/cost-model.md): per-request front-end time added to TTFT in serving (HTTP, tokenisation,
+    # scheduling, detokenisation), and the share of the GPU's GEMM efficiency the engine's kernels reach.
+    request_overhead_ms: Q | None = None
+    kernel_efficiency: Q | None = None
+    max_num_batched_tokens: Q | None = None
+    # reserve: admit a request only with KV room for prompt and output (never evicts); on_demand: room for the
+    # prompt, preempt and recompute the newest requests when decoding overflows the cache.
+    kv_admission: Literal["reserve", "on_demand"] | None = None
+
+    @model_validator(mode="after")
+    def _engine_physical(self):
+        if self.kernel_efficiency is not None and not 0 < self.kernel_efficiency.value <= 1:
+            raise ValueError(f"kernel_efficiency must be in (0, 1], got {self.kernel_efficiency.value}")
+        return self
 
 
 @dataclass(frozen=True)

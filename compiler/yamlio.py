@@ -90,4 +90,11 @@ def dump_canonical(data: Any) -> str:
         def ignore_aliases(self, data: Any) -> bool:  # noqa: ARG002 - signature fixed by PyYAML
             return True
 
+    def _list(dumper: yaml.SafeDumper, value: list) -> yaml.Node:
+        # Short lists of numbers (GPU indices) read best on one line.
+        flow = bool(value) and all(isinstance(v, int) and not isinstance(v, bool) for v in value)
+        return dumper.represent_sequence("tag:yaml.org,2002:seq", value, flow_style=flow)
+
+    _Dumper.add_representer(list, _list)
+
     return yaml.dump(data, Dumper=_Dumper, sort_keys=False, default_flow_style=False, width=100, allow_unicode=True)

@@ -7,9 +7,11 @@ from __future__ import annotations
 
 from solvers.base import Backend, SolveOptions, SolveResult, Status, Termination
 from solvers.model import Constraint, LinExpr, MilpModel, Var
+from solvers.cpsat import CpSatBackend
 from solvers.pulp_backend import PulpBackend
 
-BACKENDS: dict[str, type] = {"highs": PulpBackend, "cbc": PulpBackend}
+# Default: highs (compiler.spec.schema.SolverOptions). cbc and cpsat cross-check it (tests/crosscheck).
+BACKENDS: dict[str, type] = {"highs": PulpBackend, "cbc": PulpBackend, "cpsat": CpSatBackend}
 
 
 def get_backend(name: str) -> Backend:

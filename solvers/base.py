@@ -53,8 +53,15 @@ class SolveResult:
 
 
 class Backend:
+    """A solver behind ``solve(MilpModel, SolveOptions) -> SolveResult``.
+
+    ``required_modules`` are checked with ``importlib.util.find_spec`` (no native import to list backends);
+    ``supports`` declares what the backend handles natively (docs/solvers.md has the table).
+    """
+
     name: str = ""
     required_modules: tuple[str, ...] = ()
+    supports: frozenset[str] = frozenset({"integer", "continuous", "linear", "time_limit", "gap"})
 
     def is_available(self) -> bool:
         return all(importlib.util.find_spec(m) is not None for m in self.required_modules)

@@ -63,7 +63,7 @@ class ReplicaState:
 
     stable: bool
     reason: str  # why not stable ("" when stable)
-    tpot_s: float  # mean time between output tokens
+    tpot_s: float  # per-request TPOT at the percentile (over all classes' requests); the mean at percentile 50
     ttft_s: tuple[float, ...]  # per class: TTFT at the percentile (queueing + prefill of isl_tail)
     ttft_mean_s: tuple[float, ...]  # per class: mean TTFT (mean wait + prefill of isl_mean)
     utilization: float  # share of engine steps that carry prefill work (prefill server utilisation)
@@ -71,6 +71,7 @@ class ReplicaState:
     kv_tokens_used: float
     wait_p_s: float  # waiting time at the percentile
     wait_mean_s: float
+    tpot_mean_s: float = float("nan")  # mean time between output tokens (1 / engine steps per second)
 
 
 @dataclass(frozen=True, slots=True)
@@ -86,6 +87,33 @@ class ClosedLoopPrediction:
     kv_cache_tokens: int
 
 
+@dataclass(frozen=True, slots=True)
+class BatchPrediction:
+    """A static batch: ``batch`` prompts prefilled together, then decoded together (latency benchmarks)."""
+
+    ttft_ms: float  # prefill of the whole batch
+    tpot_ms: float  # mean decode step
+    e2e_ms: float  # prefill + (osl - 1) decode steps
+    output_tokens_per_s: float
+    output_tokens_per_s_per_gpu: float
+    batch: int
+    fits: bool
+
+
+@dataclass(frozen=True, slots=True)
+class BurstPrediction:
+    """A burst of queued requests served to the end (offline throughput runs, ``rate=inf`` benchmarks)."""
+
+    makespan_s: float
+    requests_per_s: float
+    output_tokens_per_s: float
+    output_tokens_per_s_per_gpu: float
+    total_tokens_per_s: float
+    ttft_ms: float  # mean, queueing included
+    tpot_ms: float  # mean over requests with more than one output token
+    requests: int
+
+
 _UNSTABLE = float("inf")
 
 
@@ -93,13 +121,17 @@ class ReplicaModel:
     """Analytic model of one serving replica: ``tp`` x ``pp`` GPUs running one copy of the model."""
 
     def __init__(self, model: ModelProfile, gpu: GpuProfile, engine: EngineProfile, tp: int = 1, pp: int = 1,
-                 dtype: str = "bf16", max_num_seqs: int | None = None, max_batched_tokens: int = 8192):
+                 dtype: str = "bf16", max_num_seqs: int | None = None, max_batched_tokens: int = 8192,
+                 kv_dtype: str | None = None):
         if tp < 1 or pp < 1:
             raise ValueError("tp and pp must be >= 1")
         if dtype not in BYTES:
             raise ValueError(f"dtype must be one of {sorted(BYTES)}")
+        kv_dtype = kv_dtype or dtype
+        if kv_dtype not in BYTES:
+            raise ValueError(f"kv_dtype must be one of {sorted(BYTES)}")
         self.model, self.gpu, self.engine = model, gpu, engine
-        self.tp, self.pp, self.dtype = tp, pp, dtype
+        self.tp, self.pp, self.dtype, self.kv_dtype = tp, pp, dtype, kv_dtype
         self.max_num_seqs = int(max_num_seqs or engine.max_num_seqs.value)
         self.max_batched_tokens = int(max_batched_tokens)
         m = model
@@ -108,26 +140,48 @@ class ReplicaModel:
         self.heads = m.num_attention_heads.value
         self.kv_heads = m.num_kv_heads.value
         self.head_dim = m.head_dim.value
+        self.vocab = m.vocab_size.value
         self.params = m.params_billion.value * 1e9
         self.active = m.active_params_billion.value * 1e9
         self.experts = m.num_experts.value
         self.topk = m.experts_per_token.value
         self.wbytes = BYTES[dtype]
-        self.kvbytes = BYTES[dtype]
+        self.kvbytes = BYTES[kv_dtype]
         g = gpu
-        self.flops_linear = (g.fp8_tflops.value if dtype == "fp8" else g.bf16_tflops.value) * 1e12 * g.compute_efficiency.value
-        self.flops_attn = g.bf16_tflops.value * 1e12 * g.compute_efficiency.value
+        keff = engine.kernel_efficiency.value if engine.kernel_efficiency is not None else 1.0
+        eta_c = g.compute_efficiency.value * keff
+        if dtype == "fp8" and g.fp8_tflops.value > g.bf16_tflops.value:
+            # fp8 tensor cores: their own (usually lower) efficiency; without fp8 units the weights are
+            # dequantised and the GEMM runs at the bf16 rate.
+            eta8 = g.fp8_compute_efficiency.value if g.fp8_compute_efficiency is not None else g.compute_efficiency.value
+            self.flops_linear = g.fp8_tflops.value * 1e12 * eta8 * keff
+        else:
+            self.flops_linear = g.bf16_tflops.value * 1e12 * eta_c
+        eta_a = g.attention_efficiency.value if g.attention_efficiency is not None else g.compute_efficiency.value
+        self.flops_attn = g.bf16_tflops.value * 1e12 * eta_a * keff
         self.bw = g.hbm_bandwidth_gbps.value * 1e9 * g.bandwidth_efficiency.value
+        self.kernel_s = (g.kernel_latency_us.value if g.kernel_latency_us is not None else 0.0) * 1e-6
+        self.elem_passes = g.elementwise_passes.value if g.elementwise_passes is not None else 0.0
         self.ar_lat = g.allreduce_latency_us.value * 1e-6
         self.ar_bw = g.allreduce_bus_gbps.value * 1e9
         self.link_bw = g.link_bandwidth_gbps.value * 1e9
         # Pipeline stages sit on different nodes (PP is used once TP fills a node): hand-offs cross the NICs.
         self.nic_bw_per_gpu = g.node_network_gbps.value * 1e9 / g.gpus_per_node.value
         self.overhead = engine.step_overhead_ms.value * 1e-3
+        self.request_overhead = (engine.request_overhead_ms.value * 1e-3
+                                 if engine.request_overhead_ms is not None else 0.0)
         # Expert weights: the share of parameters in MoE experts, read only for experts the batch touches.
         inter = m.intermediate_size.value
         self.expert_params = 3 * self.H * inter * self.L * self.experts if self.experts > 1 else 0.0
         self.dense_params = self.params - self.expert_params
+        # Per-layer weights (whole model, before sharding): attention projections from the architecture;
+        # the LM head is vocab x hidden; the MLP is the rest of the parameter count (gated or not, dense or MoE).
+        q_dim = self.heads * self.head_dim
+        self.attn_params = self.H * (q_dim + 2 * self.kv_heads * self.head_dim) + q_dim * self.H
+        self.head_params = self.vocab * self.H
+        embed = 2 * self.head_params if self.params > 2 * self.head_params + self.L * self.attn_params else self.head_params
+        self.mlp_params = max((self.dense_params - embed) / self.L - self.attn_params, 0.0)  # dense MLP per layer
+        self.mlp_active_expert = 3 * self.H * inter * self.topk if self.experts > 1 else 0.0
 
     # ------------------------------------------------------------------ memory
     @cached_property
@@ -148,39 +202,73 @@ class ReplicaModel:
         return MemoryFit(weights / GIB, act / GIB, reserve / GIB, usable / GIB, max(kv, 0.0) / GIB, kv_per_tok, tokens)
 
     # ------------------------------------------------------------------ one engine step
-    def iteration_s(self, decode_batch: float, decode_ctx: float, prefill_tokens: float = 0.0,
-                    prefill_ctx: float = 0.0) -> float:
-        """Seconds of one engine step that decodes ``decode_batch`` requests (mean context ``decode_ctx``)
-        and prefills ``prefill_tokens`` tokens (mean prior context ``prefill_ctx``).
+    def _gemm_s(self, tokens: float, weight_bytes: float, flops: float, n_out: float, k_in: float,
+                kernels: float) -> float:
+        """One group of GEMMs: roofline of (weights + activations) bytes vs FLOPs, plus fixed kernel time."""
+        act = tokens * (n_out + k_in) * 2
+        return max((weight_bytes + act) / self.bw, flops / self.flops_linear) + kernels * self.kernel_s
 
-        Per pipeline stage (1/pp of the layers, 1/pp of the batch as one micro-batch):
-          memory  = (weights read + KV read) / (HBM bandwidth x efficiency)
-          compute = (2 x active params x tokens + attention FLOPs) / (peak x efficiency)
-          stage   = max(memory, compute) + 2 all-reduces per layer when tp > 1
-        step = pp x stage + (pp - 1) x activation hand-off over the nodes' NICs + per-step engine overhead.
+    def iteration_s(self, decode_batch: float, decode_ctx: float, prefill_tokens: float = 0.0,
+                    prefill_ctx: float = 0.0, prefill_seqs: float = 1.0) -> float:
+        """Seconds of one engine step that decodes ``decode_batch`` requests (mean context ``decode_ctx``)
+        and prefills ``prefill_tokens`` tokens (mean prior context ``prefill_ctx``) split evenly over
+        ``prefill_seqs`` prompts.
+
+        Per pipeline stage (1/pp of the layers, 1/pp of the batch as one micro-batch), per layer and GPU:
+          GEMMs     = for attention projections and MLP each: max(bytes / BW_eff, FLOPs / F_eff) + kernels x t_k
+          attention = decode: max(KV bytes / BW_eff, FLOPs / F_attn); prefill: FLOPs / F_attn
+          other     = elementwise passes x tokens x hidden x 2 B / BW_eff (norms, rope, activation, residual)
+          comms     = 2 all-reduces (latency + bytes x 2(tp-1)/tp / bus bandwidth) when tp > 1
+        plus the LM head once per step; step = pp x stage + (pp - 1) x hand-off + engine overhead.
         """
         pp, tp = self.pp, self.tp
         b = decode_batch / pp
         p = prefill_tokens / pp
-        tokens = b + p
-        gpus = tp * pp
-        # Weights read once per step; with MoE only the experts some token is routed to.
+        seqs = max(prefill_seqs, 1.0) / pp if p > 0 else 0.0
+        T = b + p
+        Ls = self.L / pp
+        wb = self.wbytes
+        q_dim = self.heads * self.head_dim
+        qkv_n = (q_dim + 2 * self.kv_heads * self.head_dim) / tp
+        # attention projections (QKV and O)
+        t_attn_proj = self._gemm_s(T, self.attn_params * wb / tp, 2 * T * self.attn_params / tp,
+                                   qkv_n + self.H, self.H + q_dim / tp, 2)
+        # MLP: dense weights, or the experts some token is routed to
         if self.expert_params:
-            touched = 1.0 - (1.0 - self.topk / self.experts) ** max(tokens, 0.0)
-            wbytes = (self.dense_params + self.expert_params * touched) * self.wbytes / gpus
+            per_layer_expert = self.expert_params / self.L
+            touched = 1.0 - (1.0 - self.topk / self.experts) ** max(T, 0.0)
+            w = (self.mlp_params + per_layer_expert * touched) * wb / tp
+            fl = 2 * T * (self.mlp_params + self.mlp_active_expert) / tp
+            kern = 2 * max(1.0, self.experts * touched)
         else:
-            wbytes = self.params * self.wbytes / gpus
-        kv_read = b * decode_ctx * self.memory.kv_bytes_per_token_per_gpu
-        mem_t = (wbytes + kv_read) / self.bw
-        lin = 2 * self.active * tokens / gpus
-        attn = 4 * (self.L / pp) * self.heads * self.head_dim * (b * decode_ctx + p * (prefill_ctx + p / 2)) / tp
-        comp_t = lin / self.flops_linear + attn / self.flops_attn
-        stage = max(mem_t, comp_t)
+            w = self.mlp_params * wb / tp
+            fl = 2 * T * self.mlp_params / tp
+            kern = 2
+        inter_tp = self.mlp_params / (3 * self.H) / tp if self.mlp_params else 0.0
+        t_mlp = self._gemm_s(T, w, fl, 2 * inter_tp + self.H, self.H + inter_tp, kern)
+        # attention kernels
+        kv_tok_layer = 2 * max(self.kv_heads / tp, 1.0) * self.head_dim * self.kvbytes
+        t_dec = 0.0
+        if b > 0:
+            t_dec = max(b * decode_ctx * kv_tok_layer / self.bw,
+                        4 * b * decode_ctx * q_dim / tp / self.flops_attn)
+        t_pre = 0.0
+        if p > 0:
+            per_seq = p / seqs
+            t_pre = (4 * p * (prefill_ctx + per_seq / 2) * q_dim / tp / self.flops_attn
+                     + seqs * prefill_ctx * kv_tok_layer / self.bw)
+        t_elem = self.elem_passes * T * self.H * 2 / self.bw
+        layer = t_attn_proj + t_mlp + t_dec + t_pre + t_elem
         if tp > 1:
-            msg = tokens * self.H * 2  # bytes of one layer's activations (bf16)
-            stage += 2 * (self.L / pp) * (self.ar_lat + msg * 2 * (tp - 1) / tp / self.ar_bw)
-        hop = (pp - 1) * (tokens * self.H * 2 / (self.nic_bw_per_gpu * tp) + self.ar_lat) if pp > 1 else 0.0
-        return pp * stage + hop + self.overhead
+            msg = T * self.H * 2  # bytes of one layer's activations (bf16)
+            layer += 2 * (self.ar_lat + msg * 2 * (tp - 1) / tp / self.ar_bw)
+        stage = Ls * layer
+        # LM head (last stage only): logits for the decoding requests and the last token of each prompt.
+        head_tokens = b + seqs
+        stage_head = self._gemm_s(head_tokens, self.head_params * wb / tp, 2 * head_tokens * self.head_params / tp,
+                                  self.vocab / tp, self.H, 1)
+        hop = (pp - 1) * (T * self.H * 2 / (self.nic_bw_per_gpu * tp) + self.ar_lat) if pp > 1 else 0.0
+        return pp * stage + stage_head + hop + self.overhead
 
     def prefill_s(self, isl: float, decode_batch: float, decode_ctx: float) -> float:
         """Prefill of one prompt in chunks of the token budget left after the decode batch."""
@@ -211,9 +299,10 @@ class ReplicaModel:
         lam = sum(c.rate_rps for c in classes)
         n = len(classes)
         if lam <= 0:
-            ttft = tuple(self.prefill_s(c.tail, 0, 0) for c in classes)
-            mean = tuple(self.prefill_s(c.isl_mean, 0, 0) for c in classes)
-            return ReplicaState(True, "", self.iteration_s(1, 0), ttft, mean, 0.0, 0.0, 0.0, 0.0, 0.0)
+            ttft = tuple(self.request_overhead + self.prefill_s(c.tail, 0, 0) for c in classes)
+            mean = tuple(self.request_overhead + self.prefill_s(c.isl_mean, 0, 0) for c in classes)
+            t1 = self.iteration_s(1, 0)
+            return ReplicaState(True, "", t1, ttft, mean, 0.0, 0.0, 0.0, 0.0, 0.0, t1)
         D = sum(c.rate_rps * c.osl_mean for c in classes)
         ctx_dec = sum(c.rate_rps * c.osl_mean * (c.isl_mean + c.osl_mean / 2) for c in classes) / max(D, 1e-12)
         K = self.max_batched_tokens
@@ -222,19 +311,20 @@ class ReplicaModel:
 
         def unstable(reason: str) -> ReplicaState:
             inf = (_UNSTABLE,) * n
-            return ReplicaState(False, reason, _UNSTABLE, inf, inf, 1.0, b, _UNSTABLE, _UNSTABLE, _UNSTABLE)
+            return ReplicaState(False, reason, _UNSTABLE, inf, inf, 1.0, b, _UNSTABLE, _UNSTABLE, _UNSTABLE, _UNSTABLE)
 
         for _ in range(max_iter):
             chunk = K - b
             if chunk < 1:
                 return unstable(f"decode batch {b:.0f} leaves no room in max_num_batched_tokens {K}")
             t_d = self.iteration_s(b, ctx_dec)
-            rho, prefill_steps, s = 0.0, 0.0, []
+            rho, prefill_steps, s, nsteps = 0.0, 0.0, [], []
             for c in classes:
                 per_step = min(c.isl_mean, chunk)
                 steps = c.isl_mean / per_step
                 t = self.iteration_s(b, ctx_dec, per_step, (c.isl_mean - per_step) / 2)
                 s.append(steps * t)
+                nsteps.append(steps)
                 rho += c.rate_rps * steps * t
                 prefill_steps += c.rate_rps * steps
             if rho >= 1:
@@ -259,9 +349,61 @@ class ReplicaModel:
         kv_used = b * ctx_dec + rho * sum(c.rate_rps * c.isl_mean for c in classes) / max(prefill_steps, 1e-12)
         if kv_used > kv_cap:
             return unstable(f"KV cache needs {kv_used:.0f} tokens > capacity {kv_cap}")
-        ttft = tuple(wait_p + self.prefill_s(c.tail, b, ctx_dec) for c in classes)
-        ttft_mean = tuple(wait_mean + self.prefill_s(c.isl_mean, b, ctx_dec) for c in classes)
-        return ReplicaState(True, "", tpot, ttft, ttft_mean, rho, b, kv_used, wait_p, wait_mean)
+        fe = self.request_overhead
+        ttft = tuple(fe + wait_p + self.prefill_s(c.tail, b, ctx_dec) for c in classes)
+        ttft_mean = tuple(fe + wait_mean + self.prefill_s(c.isl_mean, b, ctx_dec) for c in classes)
+        tpot_p = self._tpot_tail(classes, s, nsteps, t_d, tpot, percentile)
+        return ReplicaState(True, "", tpot_p, ttft, ttft_mean, rho, b, kv_used, wait_p, wait_mean, tpot)
+
+    def _tpot_tail(self, classes, s: list[float], nsteps: list[float], t_d: float, tpot: float,
+                   percentile: float) -> float:
+        """Per-request TPOT at ``percentile``. A request decoding k = osl - 1 tokens is slowed by the prompts
+        that arrive while it decodes: each adds D = (its prefill time) - (its chunk steps x t_d), the excess of its
+        prefill-carrying steps over decode-only steps. Over the request's window (k x mean TPOT) the prompts
+        form a compound Poisson process, so its TPOT is t_d + Y / k with E[Y] = lambda k TPOT E[D] and
+        Var[Y] = lambda k TPOT E[D^2] (length variation within a class included), skewness from E[D^3]. The
+        rate-weighted mixture over classes, each a shifted gamma with those three moments, is solved for the
+        percentile (long prompts are rare and large: the tail is skewed); the mean is the mean TPOT."""
+        from statistics import NormalDist
+
+        from scipy.special import gammaincc
+
+        lam = sum(c.rate_rps for c in classes)
+        if lam <= 0 or percentile <= 50:
+            return tpot
+        d = [max(si - k * t_d, 0.0) for si, k in zip(s, nsteps)]
+        ed2 = sum(c.rate_rps * di ** 2 * (1 + c.isl_cv2) for c, di in zip(classes, d)) / lam
+        ed3 = sum(c.rate_rps * di ** 3 * (1 + c.isl_cv2) ** 3 for c, di in zip(classes, d)) / lam
+        parts = []  # (weight, sd of TPOT, skewness) per class with more than one output token
+        for c in classes:
+            k = c.osl_mean - 1
+            if k >= 1 and ed2 > 0:
+                m = lam * k * tpot  # prompts arriving during the request's decode
+                parts.append((c.rate_rps, math.sqrt(m * ed2) / k, ed3 / (math.sqrt(m) * ed2 ** 1.5)))
+        if not parts:
+            return tpot
+        wsum = sum(p[0] for p in parts)
+        q = 1 - percentile / 100.0
+        nd = NormalDist()
+
+        def tail(x: float, g: float) -> float:
+            # P(Z > x) for a standardised variable with skewness g: a shifted gamma with the same three moments
+            if g <= 1e-6:
+                return 1 - nd.cdf(x)
+            a = 4.0 / (g * g)
+            return float(gammaincc(a, max(a + x * math.sqrt(a), 0.0)))
+
+        def miss(t: float) -> float:
+            return sum(w * tail((t - tpot) / sd, g) for w, sd, g in parts) / wsum
+
+        lo, hi = tpot, tpot + 20 * max(p[1] for p in parts)
+        for _ in range(50):
+            mid = (lo + hi) / 2
+            if miss(mid) > q:
+                lo = mid
+            else:
+                hi = mid
+        return hi
 
     def meets(self, state: ReplicaState, ttft_ms: float, tpot_ms: float) -> bool:
         return state.stable and max(state.ttft_s) * 1e3 <= ttft_ms and state.tpot_s * 1e3 <= tpot_ms
@@ -296,7 +438,7 @@ class ReplicaModel:
 
     def zero_load(self, cls: TrafficClass) -> tuple[float, float]:
         """(TTFT ms, TPOT ms) of a lone request: the best this replica can ever do for ``cls``."""
-        ttft = self.prefill_s(cls.tail, 0, 0)
+        ttft = self.request_overhead + self.prefill_s(cls.tail, 0, 0)
         tpot = self.iteration_s(1, cls.tail + cls.osl_mean / 2)
         return ttft * 1e3, tpot * 1e3
 
@@ -305,25 +447,30 @@ class ReplicaModel:
         """Largest number of requests whose full context fits in the KV cache at once."""
         return int(self.memory.kv_cache_tokens // (isl + osl))
 
-    def predict_closed_loop(self, isl: float, osl: float, concurrency: int) -> ClosedLoopPrediction:
+    def predict_closed_loop(self, isl: float, osl: float, concurrency: int,
+                            frontend: bool = True) -> ClosedLoopPrediction:
         """Steady state with ``concurrency`` requests always in flight (a benchmark client's setting).
 
         Finds the arrival rate at which Little's law gives ``concurrency`` requests in the system,
         N = rate x (mean TTFT + (osl - 1) x TPOT), then reports mean TTFT, TPOT and throughputs.
+        ``frontend=False`` leaves the engine's per-request front-end time out of the loop: for a burst of
+        queued requests (offline throughput runs) it overlaps with GPU work instead of holding a slot.
         """
         mem = self.memory
         maxc = self.max_concurrency(isl, osl)
         fits = mem.kv_cache_tokens > 0 and concurrency <= maxc
         wide = ReplicaModel(self.model, self.gpu, self.engine, self.tp, self.pp, self.dtype,
-                            max(self.max_num_seqs, concurrency), self.max_batched_tokens)
+                            max(self.max_num_seqs, concurrency), self.max_batched_tokens, self.kv_dtype)
         # Let the KV check pass for an over-full request (predict reports fits=False instead of failing).
         wide.__dict__["memory"] = MemoryFit(*[getattr(mem, f) for f in MemoryFit.__slots__[:-1]], 10**12)
+        if not frontend:
+            wide.request_overhead = 0.0
 
         def in_system(rate: float) -> tuple[float, ReplicaState]:
             st = wide.evaluate([TrafficClass(rate, isl, osl)], 50.0)
             if not st.stable:
                 return _UNSTABLE, st
-            return rate * (st.ttft_mean_s[0] + max(osl - 1, 0) * st.tpot_s), st
+            return rate * (st.ttft_mean_s[0] + max(osl - 1, 0) * st.tpot_mean_s), st
 
         lo, hi = 0.0, 1.0
         while in_system(hi)[0] < concurrency and hi < 1e6:
@@ -340,7 +487,130 @@ class ReplicaModel:
             rate, st = 0.0, wide.evaluate([TrafficClass(1e-9, isl, osl)], 50.0)
         gpus = self.tp * self.pp
         return ClosedLoopPrediction(
-            ttft_ms=st.ttft_mean_s[0] * 1e3, tpot_ms=st.tpot_s * 1e3, requests_per_s=rate,
+            ttft_ms=st.ttft_mean_s[0] * 1e3, tpot_ms=st.tpot_mean_s * 1e3, requests_per_s=rate,
             output_tokens_per_s=rate * osl, output_tokens_per_s_per_gpu=rate * osl / gpus,
             concurrency=concurrency, fits=fits, max_concurrency=maxc, kv_cache_tokens=mem.kv_cache_tokens,
         )
+
+    # ------------------------------------------------------------------ static batch and open loop
+    def predict_static_batch(self, isl: float, osl: float, batch: int) -> BatchPrediction:
+        """``batch`` prompts of ``isl`` tokens prefilled together (in steps of at most ``max_batched_tokens``
+        tokens, whole prompts per step when they fit), then ``osl - 1`` decode steps of the whole batch with
+        the context growing from isl to isl + osl (mean isl + osl / 2). No front-end time: these are the
+        engines' offline latency benchmarks (gptSessionBenchmark, benchmark_latency)."""
+        per_step = max(1, int(self.max_batched_tokens // isl)) if isl <= self.max_batched_tokens else 0
+        t_pre = 0.0
+        if per_step:
+            full, rest = divmod(batch, per_step)
+            if full:
+                t_pre += full * self.iteration_s(0, 0, per_step * isl, 0, per_step)
+            if rest:
+                t_pre += self.iteration_s(0, 0, rest * isl, 0, rest)
+        else:
+            t_pre = batch * self.prefill_s(isl, 0, 0)
+        t_dec = self.iteration_s(batch, isl + osl / 2) if osl > 1 else 0.0
+        e2e = t_pre + max(osl - 1, 0) * t_dec
+        fits = self.memory.kv_cache_tokens >= batch * (isl + osl)
+        tput = batch * osl / e2e
+        return BatchPrediction(t_pre * 1e3, t_dec * 1e3, e2e * 1e3, tput, tput / (self.tp * self.pp), batch, fits)
+
+    def predict_open_loop(self, isl: float, osl: float, rate_rps: float) -> ClosedLoopPrediction:
+        """Poisson arrivals at ``rate_rps`` (a serving benchmark's request rate): mean TTFT and TPOT."""
+        st = self.evaluate([TrafficClass(rate_rps, isl, osl)], 50.0)
+        mem = self.memory
+        maxc = self.max_concurrency(isl, osl)
+        conc = rate_rps * (st.ttft_mean_s[0] + max(osl - 1, 0) * st.tpot_mean_s) if st.stable else _UNSTABLE
+        return ClosedLoopPrediction(
+            ttft_ms=st.ttft_mean_s[0] * 1e3, tpot_ms=st.tpot_mean_s * 1e3, requests_per_s=rate_rps if st.stable else 0.0,
+            output_tokens_per_s=rate_rps * osl if st.stable else 0.0,
+            output_tokens_per_s_per_gpu=rate_rps * osl / (self.tp * self.pp) if st.stable else 0.0,
+            concurrency=int(math.ceil(conc)) if math.isfinite(conc) else 0, fits=st.stable, max_concurrency=maxc,
+            kv_cache_tokens=mem.kv_cache_tokens)
+
+    # ------------------------------------------------------------------ a burst of queued requests (offline runs)
+    def predict_burst(self, isl: list[float] | tuple[float, ...], osl: list[float] | tuple[float, ...],
+                      frontend: bool = False) -> "BurstPrediction":
+        """All requests (``isl[i]``, ``osl[i]``) queued at time 0 and served to the end, step by step, the way a
+        continuous-batching engine does: admit in order while a slot (max_num_seqs) and KV room are free; every
+        step decodes one token for each running request and fills the rest of the token budget with prompt
+        chunks, first come first served; a request leaves after its last token.
+        KV admission follows the engine profile's ``kv_admission``: ``reserve`` (room for prompt and output,
+        never evicts: TensorRT-LLM's guaranteed-no-evict) or ``on_demand`` (room for the prompt; when decode
+        growth overflows the cache the newest requests are preempted and recomputed later: vLLM, SGLang).
+        Deterministic; reports the makespan, throughputs, mean TTFT (queueing included) and mean TPOT.
+        This is the drain that steady-state formulas miss: as long requests finish last, the batch thins out."""
+        from collections import deque
+
+        n = len(isl)
+        if n == 0 or len(osl) != n:
+            raise ValueError("isl and osl must be non-empty and of equal length")
+        cap = self.memory.kv_cache_tokens
+        K = self.max_batched_tokens
+        reserve = (self.engine.kv_admission or "on_demand") == "reserve"
+        fe = self.request_overhead if frontend else 0.0
+        queue = deque((float(isl[i]), float(osl[i]), i) for i in range(n))
+        first = [-1.0] * n
+        tpot = [0.0] * n
+        kv_used = 0.0  # reserve: reserved tokens; on_demand: tokens held now
+        # running: [prompt tokens left, prompt length, tokens generated since admission, tokens still owed, index]
+        running: list[list[float]] = []
+        t = 0.0
+        done = 0
+        while done < n:
+            while queue and len(running) < self.max_num_seqs:
+                pi, oi, i = queue[0]
+                need = pi + oi if reserve else pi
+                if kv_used + need > cap and running:
+                    break
+                queue.popleft()
+                running.append([pi, pi, 0.0, oi, float(i)])
+                kv_used += need
+            dec = [r for r in running if r[0] <= 0]
+            b = len(dec)
+            ctx = sum(r[1] + r[2] for r in dec) / b if b else 0.0
+            budget = max(K - b, 0)
+            p_tok, p_ctx, seqs, chunks = 0.0, 0.0, 0, []
+            for r in running:
+                if r[0] > 0 and budget > 0:
+                    c = min(r[0], budget)
+                    chunks.append((r, c))
+                    p_ctx += (r[1] - r[0]) * c
+                    p_tok += c
+                    budget -= c
+                    seqs += 1
+            if b == 0 and p_tok == 0:
+                raise ValueError("no progress: a request needs more KV cache than the replica has")
+            t += self.iteration_s(b, ctx, p_tok, p_ctx / p_tok if p_tok else 0.0, max(seqs, 1))
+            for r in dec:
+                r[2] += 1
+            for r, c in chunks:
+                r[0] -= c
+                if r[0] <= 0:  # the step that finishes a prompt emits the next token
+                    r[2] += 1
+                    i = int(r[4])
+                    if first[i] < 0:
+                        first[i] = t
+            if not reserve:
+                kv_used += b
+            keep = []
+            for r in running:
+                if r[0] <= 0 and r[2] >= r[3]:
+                    i = int(r[4])
+                    o = float(osl[i])
+                    tpot[i] = (t - first[i]) / (o - 1) if o > 1 else 0.0
+                    kv_used -= (r[1] + r[3]) if reserve else (r[1] + r[2])
+                    done += 1
+                else:
+                    keep.append(r)
+            running = keep
+            while not reserve and kv_used > cap and len(running) > 1:
+                r = running.pop()  # preempt the newest: its KV is freed and recomputed on readmission
+                kv_used -= r[1] + r[2] if r[0] <= 0 else r[1]
+                queue.appendleft((r[1] + r[2], r[3] - r[2], int(r[4])))
+        out_tok = float(sum(osl))
+        in_tok = float(sum(isl))
+        gpus = self.tp * self.pp
+        multi = max(sum(1 for o in osl if o > 1), 1)
+        return BurstPrediction(makespan_s=t, requests_per_s=n / t, output_tokens_per_s=out_tok / t,
+                               output_tokens_per_s_per_gpu=out_tok / t / gpus, total_tokens_per_s=(in_tok + out_tok) / t,
+                               ttft_ms=1e3 * (sum(first) / n + fe), tpot_ms=1e3 * sum(tpot) / multi, requests=n)

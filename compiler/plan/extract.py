@@ -7,7 +7,8 @@ from compiler.assess import Assessment, DeploymentSpecView, RouteView, assess
 from compiler.candidates import Candidate, CandidateSet
 from compiler.formulate import n_var, x_var
 from compiler.ir import ProblemIR
-from compiler.plan.schema import Bucket, Deployment, Plan, Prediction, Route, SolverInfo
+from compiler.plan.schema import Bucket, Deployment, Goodput, Placement, Plan, Prediction, Route, SolverInfo
+from compiler.cost.predict import fidelity_warnings
 from solvers.base import SolveResult
 
 ROUTE_TOL = 1e-7  # rps below which a route is solver noise
@@ -39,6 +40,8 @@ def chosen(ir: ProblemIR, cands: CandidateSet, res: SolveResult) -> tuple[list[t
                 x = res.values.get(x_var(w.name, b.name, c.id), 0.0)
                 if x > ROUTE_TOL:
                     routes.append(RouteView(w.name, b.name, c.id, x / w.rate_rps))
+    if ir.objective == "max_goodput":  # served in part: shares are what is served, not normalised to 1
+        return deps, routes
     return deps, _normalise(routes)
 
 
@@ -75,16 +78,43 @@ def build_plan(ir: ProblemIR, deps: list[tuple[Candidate, int]], routes: list[Ro
         spec=ir.name, input_hash=ir.input_hash, cost_usd_per_hour=round(cost, 4),
         gpus=dict(sorted(gpus.items())),
         solver=SolverInfo(backend=res.backend, status=res.status.value, gap=res.gap,
-                          seconds=float(max(1, math.ceil(seconds))), rounds=rounds),
+                          seconds=seconds_bound(seconds), rounds=rounds),
         deployments=deployments,
         routes=[Route(workload=r.workload, bucket=r.bucket, deployment=r.deployment, share=r.share)
                 for r in sorted(routes, key=lambda r: (r.workload, r.bucket, r.deployment))],
         predictions={w.name: _prediction(a, w.name) for w in ir.workloads},
         buckets={w.name: [Bucket(name=b.name, share=b.prob, input_tokens_mean=b.isl_mean,
                                  output_tokens_mean=b.osl_mean) for b in w.buckets] for w in ir.workloads},
-        warnings=warnings,
+        warnings=warnings + fidelity_warnings(ir, deps),
+        goodput=goodput_of(ir, routes) if ir.objective == "max_goodput" else None,
     )
     return plan, a
+
+
+def goodput_of(ir: ProblemIR, routes: list[RouteView]) -> Goodput:
+    per = {w.name: 0.0 for w in ir.workloads}
+    for r in routes:
+        w = ir.workload(r.workload)
+        if w is not None and r.workload in per:
+            per[r.workload] += r.share * w.rate_rps
+    return Goodput(served_rps=sum(per.values()), offered_rps=sum(w.rate_rps for w in ir.workloads), workloads=per)
+
+
+def with_placement(plan: Plan, placements: dict) -> Plan:
+    """The plan with each deployment's ``placement`` filled from ``compiler.placement.place``."""
+    deps = [d.model_copy(update={"placement": [
+        Placement(replica=p.replica, stage=p.stage, node=p.node, gpus=list(p.gpus))
+        for p in placements.get(d.name, ())]}) for d in plan.deployments]
+    return plan.model_copy(update={"deployments": deps})
+
+
+SECONDS_LADDER = (1.0, 10.0, 60.0, 600.0, 3600.0, 86400.0)
+
+
+def seconds_bound(seconds: float) -> float:
+    """Solver wall time as the first rung of a coarse ladder at or above it: plans stay byte-stable while
+    still saying whether solving took a second, a minute or an hour (the CLI prints the exact time)."""
+    return next((s for s in SECONDS_LADDER if seconds <= s), math.ceil(seconds))
 
 
 def _prediction(a: Assessment, w: str) -> Prediction:

@@ -19,8 +19,17 @@ class SolverInfo(_Strict):
     backend: str
     status: Literal["optimal", "feasible"]
     gap: float | None = Field(description="relative MIP gap; 0 when proven optimal, null when unknown")
-    seconds: float = Field(description="solver wall time rounded up to whole seconds (keeps plans byte-stable)")
+    seconds: float = Field(description="upper bound on the solver wall time: the first of 1, 10, 60, 600, 3600, 86400 s at or above it (keeps plans byte-stable)")
     rounds: int = Field(description="solve rounds: 1, plus one per re-solve after the assessment found a miss")
+
+
+class Placement(_Strict):
+    """Where one pipeline stage (a tensor-parallel group) of one replica runs."""
+
+    replica: int = Field(ge=0)
+    stage: int = Field(ge=0)
+    node: str
+    gpus: list[int] = Field(description="GPU indices inside the node")
 
 
 class Deployment(_Strict):
@@ -38,6 +47,7 @@ class Deployment(_Strict):
     load_rps_per_replica: float
     utilization: float = Field(description="share of engine steps carrying prefill work, at the planned load")
     engine_args: list[str]
+    placement: list[Placement] = Field(default=[], description="one entry per replica and pipeline stage")
 
 
 class Route(_Strict):
@@ -62,6 +72,24 @@ class Bucket(_Strict):
     output_tokens_mean: float
 
 
+class Simulation(_Strict):
+    """How the plan was validated by simulation (``trimtab plan``), so ``check`` can replay the same run."""
+
+    seed: int
+    requests: int = Field(description="simulated requests, all workloads together")
+    rounds: int = Field(description="re-solves caused by a simulated SLO miss (included in solver.rounds)")
+    passed: bool = Field(description="every workload's simulated SLO attainment reached its percentile")
+    attainment: dict[str, float] = Field(description="per workload: share of requests meeting TTFT and TPOT")
+
+
+class Goodput(_Strict):
+    """Served traffic of a ``max_goodput`` plan (requests per second)."""
+
+    served_rps: float = Field(description="all workloads together")
+    offered_rps: float = Field(description="the spec's total rate_rps")
+    workloads: dict[str, float] = Field(description="served rps per workload")
+
+
 class Plan(_Strict):
     plan_version: Literal[1] = PLAN_VERSION
     spec: str
@@ -74,3 +102,6 @@ class Plan(_Strict):
     predictions: dict[str, Prediction]
     buckets: dict[str, list[Bucket]]
     warnings: list[str] = []
+    simulation: Simulation | None = Field(default=None, description="validation by simulation; null when skipped")
+    goodput: Goodput | None = Field(default=None, description="objective max_goodput only: traffic served; routes "
+                                                               "then carry shares of at most 1 per workload")

@@ -119,24 +119,78 @@ class ModelRef(_Strict):
     config: str | None = Field(default=None, description="path to a local Hugging Face config.json (relative to the spec)")
 
 
+class TraceRef(_Strict):
+    """A request trace (arrival times and token lengths); path relative to the spec file."""
+
+    path: str
+    format: Literal["azure", "mooncake", "csv"] = Field(
+        description="azure: TIMESTAMP, ContextTokens, GeneratedTokens CSV; mooncake: JSONL with timestamp (ms), "
+                    "input_length, output_length; csv: columns timestamp (s), input_tokens, output_tokens")
+    rate_scale: float | None = Field(default=None, gt=0, le=1_000_000,
+                                     description="multiply the trace's own arrival rate (time runs this much "
+                                                 "faster); default 1; not together with rate_rps")
+
+
 class Workload(_Strict):
     name: str = Field(min_length=1, max_length=100, pattern=r"^[A-Za-z0-9][A-Za-z0-9_.-]*$")
     model: str
-    rate_rps: float = Field(gt=0, le=1_000_000, description="mean arrival rate, requests per second")
-    input_tokens: TokenDist
-    output_tokens: TokenDist
+    rate_rps: float | None = Field(default=None, gt=0, le=1_000_000,
+                                   description="mean arrival rate, requests per second (with trace: optional; "
+                                               "the trace's arrivals are rescaled to it)")
+    input_tokens: TokenDist | None = Field(default=None, description="required unless trace is given")
+    output_tokens: TokenDist | None = Field(default=None, description="required unless trace is given")
     slo: Slo
     dtype: Dtype | None = Field(default=None, description="weights and KV cache precision; default: defaults.dtype")
+    trace: TraceRef | None = Field(default=None, description="replay this trace: its arrivals for simulation, and "
+                                                             "its lengths (where input/output_tokens are not given) "
+                                                             "and mean rate (where rate_rps is not) for planning")
+    arrival_cv: float | None = Field(default=None, gt=0, le=20,
+                                     description="coefficient of variation of inter-arrival gaps in simulation "
+                                                 "(1 = Poisson, the default; > 1 bursty, Gamma gaps); ignored "
+                                                 "with a trace")
+
+    @model_validator(mode="after")
+    def _traffic(self):
+        if self.trace is None:
+            missing = [k for k in ("rate_rps", "input_tokens", "output_tokens") if getattr(self, k) is None]
+            if missing:
+                raise ValueError(f"give {', '.join(missing)} (or a trace to take them from)")
+        elif self.rate_rps is not None and self.trace.rate_scale is not None:
+            raise ValueError("give rate_rps or trace.rate_scale, not both")
+        return self
 
 
 class Defaults(_Strict):
     dtype: Dtype = "bf16"
-    engine: Literal["vllm"] = "vllm"
+    engine: Literal["vllm", "sglang", "trt-llm"] = Field(
+        default="vllm", description="serving engine family whose profile (profiles/engines) the cost model uses")
 
 
 class SolverOptions(_Strict):
-    backend: Literal["highs", "cbc"] = "highs"
+    backend: Literal["highs", "cbc", "cpsat"] = "highs"
     time_limit_s: float = Field(default=60, gt=0, le=86_400)
+
+
+class NodeGroup(_Strict):
+    """Identical servers: ``count`` nodes with ``gpus_per_node`` GPUs of type ``gpu`` each."""
+
+    name: str = Field(min_length=1, max_length=100, pattern=r"^[A-Za-z0-9][A-Za-z0-9_.-]*$")
+    gpu: str = Field(description="GPU profile name; must also be listed under gpus")
+    count: int = Field(default=1, ge=1, le=100_000, description="number of such nodes")
+    gpus_per_node: int | None = Field(default=None, ge=1, le=1024, description="default: the GPU profile's")
+    nvlink_domain: int | None = Field(default=None, ge=1, le=1024,
+                                      description="GPUs per NVLink/xGMI domain inside the node (TP groups stay in "
+                                                  "one); default: the whole node")
+    nic_gbps: float | None = Field(default=None, gt=0, le=100_000, description="node network bandwidth, GB/s")
+    cpu_memory_gib: float | None = Field(default=None, gt=0, le=1_000_000)
+    pcie_gbps: float | None = Field(default=None, gt=0, le=10_000)
+    rack: str | None = Field(default=None, description="nodes in the same rack share a switch")
+
+
+class Network(_Strict):
+    inter_rack_gbps: float | None = Field(default=None, gt=0, le=1_000_000,
+                                          description="bandwidth between racks, GB/s; default: unlimited "
+                                                      "(only the nodes' NICs)")
 
 
 class Spec(_Strict):
@@ -144,13 +198,18 @@ class Spec(_Strict):
 
     version: Literal[1]
     name: str = Field(min_length=1, max_length=100)
-    objective: Literal["min_cost"] = "min_cost"
+    objective: Literal["min_cost", "max_goodput"] = Field(
+        default="min_cost", description="min_cost: cheapest plan serving all traffic; max_goodput: serve the most "
+                                        "requests/s within the budget and GPU counts, then cheapest (docs/solvers.md)")
     budget_usd_per_hour: float | None = Field(default=None, gt=0, le=1e9)
     defaults: Defaults = Defaults()
     solver: SolverOptions = SolverOptions()
     gpus: list[GpuPool] = Field(min_length=1)
     models: list[ModelRef] = Field(min_length=1)
     workloads: list[Workload] = Field(min_length=1)
+    nodes: list[NodeGroup] | None = Field(default=None, description="the fleet as servers; default: derived from "
+                                                                    "gpus[] and each profile's GPUs per node")
+    network: Network = Network()
     # Folder the spec file lives in: relative paths (samples, config.json) resolve against it.
     _base_dir: str = PrivateAttr(default=".")
 

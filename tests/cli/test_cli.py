@@ -87,8 +87,9 @@ def test_check_detects_tampered_plan(quickstart_plan, tmp_path):
 
 def test_check_plan_from_another_spec(quickstart_plan, small_spec_path):
     res = run("check", quickstart_plan, "--spec", small_spec_path)
-    assert res.exit_code == ExitCode.CHECK_FAILED
-    assert "not in the spec" in res.output
+    # issue 6: a plan from another spec is invalid input (exit 1) naming the plan's field path
+    assert res.exit_code == ExitCode.INVALID_INPUT
+    assert "not in the spec" in res.output and "deployments[" in res.output
 
 
 def test_malformed_plan_is_exit1(tmp_path, small_spec_path):

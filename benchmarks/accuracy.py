@@ -1,0 +1,316 @@
+"""Prediction error of the cost model against published measurements.
+
+usage: python benchmarks/accuracy.py [CSV] [-v] [--markdown]
+       (default CSV: ../shared/groundtruth/dev.csv, relative to the repository root)
+
+For every row of a table in the format of ``dev.csv`` (source, model, gpu, num_gpus, tp, pp, engine, isl, osl,
+concurrency_or_rate, metric, value, unit, notes) this runs the same prediction ``trimtab predict`` makes
+(``compiler.cost.predict.replica``), in the benchmark's mode, and prints per metric the median and p90
+absolute percentage error, and the worst rows with their setups. ``-v`` prints every row.
+
+How a row becomes a prediction (the setup only; no per-row parameters):
+  * engine family from the engine column: TensorRT-LLM and NeMo (which serves through TensorRT-LLM) ->
+    ``trt-llm``, SGLang -> ``sglang``, vLLM -> ``vllm``;
+  * precision from the notes: "FP8" -> fp8 weights; TensorRT-LLM FP8 rows also use an fp8 KV cache (the
+    TRT-LLM performance docs' FP8 setting), "FP8 weights" rows keep a bf16 KV cache;
+  * mode from concurrency_or_rate: ``batch=B`` -> static batch (gptSessionBenchmark, vLLM benchmark_latency,
+    NeMo), ``max concurrency=C`` -> closed loop, ``R qps Poisson`` -> open loop, ``N prompts at once`` or
+    ``offline (N prompts)`` -> saturated closed loop at min(N, max_num_seqs, what fits in the KV cache);
+  * ShareGPT rows without lengths use 217 in / 201 out tokens (the ShareGPT means reported in the same table);
+  * per-GPU throughput: ``output_throughput_per_gpu`` rows and the TensorRT-LLM A100 ``out tok/s`` table are
+    compared per GPU (the A100 table's header omits /GPU; per GPU is the reading consistent with the H100 table of
+    the same document and with the hardware's roofline: the total for the whole TP group would be 4x lower);
+    serving rows (tp 1) are per replica;
+  * vLLM defaults by version: v0.11 ``vllm serve`` uses max_num_seqs 1024 / max_num_batched_tokens 8192 on GPUs
+    with 70 GiB or more except A100, 256 / 2048 otherwise (vllm/engine/arg_utils.py); the 2024 nightly used 256.
+"""
+from __future__ import annotations
+
+import csv
+import math
+import re
+import statistics
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+from compiler.cost.predict import replica  # noqa: E402
+from compiler.profiles import load_profiles  # noqa: E402
+
+MODELS = {"llama-2-7b": "llama-2-7b", "llama-2-70b": "llama-2-70b", "gpt-j-6b": "gpt-j-6b",
+          "llama-3.1-8b": "llama-3.1-8b", "llama-3-70b": "llama-3-70b", "qwen3-8b": "qwen3-8b",
+          "qwen3-14b": "qwen3-14b", "qwen3-32b": "qwen3-32b"}
+SHAREGPT = (217, 201)
+GROUPS = {"throughput": ("output_throughput_per_gpu", "output_throughput", "request_throughput",
+                         "total_token_throughput"),
+          "ttft": ("ttft_ms", "ttft_mean_ms"),
+          "tpot": ("tpot_mean_ms", "itl_mean_ms"),
+          "e2e latency": ("e2e_latency_mean_ms",)}
+TARGET = {"throughput": 15.0, "ttft": 20.0, "tpot": 20.0, "e2e latency": 20.0}
+
+
+@dataclass
+class Row:
+    n: int
+    raw: dict
+    model: str
+    gpu: str
+    engine: str
+    tp: int
+    pp: int
+    dtype: str
+    kv_dtype: str
+    isl: int
+    osl: int
+    mode: str  # static | closed | open | saturated
+    amount: float  # batch, concurrency, rate or number of requests
+    metric: str
+    value: float
+    sharegpt: bool = False
+    predicted: float = float("nan")
+
+    @property
+    def error_pct(self) -> float:
+        return 100.0 * (self.predicted - self.value) / self.value
+
+    def setup(self) -> str:
+        return (f"{self.raw['model']} {self.raw['gpu']} tp{self.tp} {self.engine} {self.dtype}"
+                + (f"/kv {self.kv_dtype}" if self.kv_dtype != self.dtype else "")
+                + f" isl {self.isl} osl {self.osl} {self.mode} {self.amount:g}")
+
+
+def _gpu(name: str) -> str:
+    n = name.lower()
+    for prefix, prof in (("h100", "h100-sxm"), ("h200", "h200"), ("a100", "a100-80gb"), ("l40s", "l40s")):
+        if n.startswith(prefix):
+            return prof
+    raise ValueError(f"no GPU profile for {name!r}")
+
+
+def _engine(text: str) -> str:
+    t = text.lower()
+    if "tensorrt" in t or "nemo" in t:
+        return "trt-llm"
+    if "sglang" in t:
+        return "sglang"
+    if "vllm" in t:
+        return "vllm"
+    raise ValueError(f"unknown engine {text!r}")
+
+
+def _mode(text: str) -> tuple[str, float]:
+    t = text.lower()
+    if m := re.match(r"batch=(\d+)", t):
+        return "static", float(m.group(1))
+    if m := re.match(r"max concurrency=(\d+)", t):
+        return "closed", float(m.group(1))
+    if m := re.match(r"([\d.]+) qps poisson", t):
+        return "open", float(m.group(1))
+    if m := re.search(r"(\d+) [a-z ]*prompts", t):
+        return "saturated", float(m.group(1))
+    raise ValueError(f"cannot read the benchmark mode from {text!r}")
+
+
+def parse(path: Path) -> list[Row]:
+    rows = []
+    with open(path, newline="", encoding="utf-8") as fh:
+        for i, r in enumerate(csv.DictReader(fh), start=2):
+            notes = r["notes"]
+            engine = _engine(r["engine"])
+            fp8 = "fp8" in notes.lower()
+            weights_only = "fp8 weights" in notes.lower()
+            dtype = "fp8" if fp8 else "bf16"
+            kv = "fp8" if fp8 and engine == "trt-llm" and not weights_only else "bf16"
+            mode, amount = _mode(r["concurrency_or_rate"])
+            isl = int(r["isl"]) if r["isl"].strip() else SHAREGPT[0]
+            osl = int(r["osl"]) if r["osl"].strip() else SHAREGPT[1]
+            sharegpt = "sharegpt" in (r["concurrency_or_rate"] + notes).lower()
+            rows.append(Row(i, r, MODELS[r["model"].lower()], _gpu(r["gpu"]), engine, int(r["tp"]), int(r["pp"]),
+                            dtype, kv, isl, osl, mode, amount, r["metric"], float(r["value"]), sharegpt))
+    return rows
+
+
+def _engine_limits(row: Row, eng) -> tuple[int, int]:
+    """(max_num_seqs, max_num_batched_tokens) the benchmark ran with (engine defaults of that version)."""
+    text = row.raw["engine"].lower()
+    if row.engine == "vllm":
+        if "v0.11" in text:
+            big = row.gpu in ("h100-sxm", "h200")
+            return (1024, 8192) if big else (256, 2048)
+        return 256, 8192
+    seqs = int(eng.max_num_seqs.value)
+    mbt = int(eng.max_num_batched_tokens.value) if eng.max_num_batched_tokens is not None else 8192
+    if row.engine == "trt-llm" and row.mode == "static":
+        mbt = max(mbt, int(row.amount) * row.isl)  # gptSessionBenchmark runs the whole context batch at once
+    return seqs, mbt
+
+
+def predict_row(row: Row, profiles) -> float:
+    eng = profiles.engines[row.engine]
+    seqs, mbt = _engine_limits(row, eng)
+    rm = replica(profiles, row.model, row.gpu, row.engine, row.tp, row.pp, row.dtype, row.kv_dtype,
+                 max_num_seqs=max(seqs, int(row.amount) if row.mode == "static" else 0),
+                 max_batched_tokens=mbt)
+    gpus = row.tp * row.pp
+    if row.mode == "static":
+        p = rm.predict_static_batch(row.isl, row.osl, int(row.amount))
+        return {"output_throughput_per_gpu": p.output_tokens_per_s_per_gpu,
+                "output_throughput": p.output_tokens_per_s_per_gpu,
+                "ttft_ms": p.ttft_ms, "e2e_latency_mean_ms": p.e2e_ms}[row.metric]
+    if row.mode == "open":
+        p = rm.predict_open_loop(row.isl, row.osl, row.amount)
+    elif row.mode == "closed":
+        p = rm.predict_closed_loop(row.isl, row.osl, int(row.amount))
+    else:
+        n = int(row.amount)
+        if row.sharegpt:
+            isl, osl = [float(row.isl)] * n, exponential_lengths(n, row.osl)
+        else:
+            isl, osl = [float(row.isl)] * n, [float(row.osl)] * n
+        b = rm.predict_burst(isl, osl)
+        return {"tpot_mean_ms": b.tpot_ms, "itl_mean_ms": b.tpot_ms, "output_throughput": b.output_tokens_per_s,
+                "request_throughput": b.requests_per_s, "total_token_throughput": b.total_tokens_per_s}[row.metric]
+    del gpus
+    return {"ttft_mean_ms": p.ttft_ms, "ttft_ms": p.ttft_ms, "tpot_mean_ms": p.tpot_ms, "itl_mean_ms": p.tpot_ms,
+            "output_throughput": p.output_tokens_per_s, "request_throughput": p.requests_per_s,
+            "total_token_throughput": p.requests_per_s * (row.isl + row.osl)}[row.metric]
+
+
+def exponential_lengths(n: int, mean: float) -> list[float]:
+    """``n`` output lengths with the given mean: the expected order statistics of an exponential distribution
+    (the maximum-entropy distribution for a known mean; ShareGPT's reply lengths are long-tailed), interleaved
+    so that long and short requests arrive mixed. Deterministic."""
+    ordered, s = [], 0.0
+    for k in range(1, n + 1):  # E[k-th smallest of n] = mean x sum_{j=n-k+1}^{n} 1/j
+        s += 1.0 / (n - k + 1)
+        ordered.append(max(1.0, round(mean * s)))
+    step = next(k for k in range(int(n * 0.618) or 1, 2 * n + 2) if math.gcd(k, n) == 1)
+    return [ordered[(i * step) % n] for i in range(n)]
+
+
+def _pct(xs: list[float], q: float) -> float:
+    xs = sorted(xs)
+    if not xs:
+        return float("nan")
+    k = (len(xs) - 1) * q
+    lo, hi = math.floor(k), math.ceil(k)
+    return xs[lo] + (xs[hi] - xs[lo]) * (k - lo)
+
+
+def report(rows: list[Row], verbose: bool = False, markdown: bool = False, worst: int = 8) -> dict[str, dict]:
+    summary = {}
+    lines = []
+    if verbose:
+        for r in rows:
+            lines.append(f"  row {r.n:3d} {r.metric:26s} meas {r.value:10.4g} pred {r.predicted:10.4g} "
+                         f"err {r.error_pct:+7.1f}%  {r.setup()}")
+    head = "| metric | rows | median abs % error | p90 abs % error | target (median) |"
+    lines += ["", head, "|---|---:|---:|---:|---:|"] if markdown else ["",
+              f"{'metric':28s} {'rows':>4s} {'median|%|':>10s} {'p90|%|':>8s}"]
+    for g, metrics in GROUPS.items():
+        for m in metrics + ("ALL",):
+            sel = [abs(r.error_pct) for r in rows if (r.metric in metrics if m == "ALL" else r.metric == m)]
+            if not sel or (m == "ALL" and len(metrics) == 1):
+                continue
+            name = f"{g} (all)" if m == "ALL" else m
+            med, p90 = statistics.median(sel), _pct(sel, 0.9)
+            if m == "ALL" or len(metrics) == 1:
+                summary[g] = {"rows": len(sel), "median": med, "p90": p90, "target": TARGET[g]}
+            tgt = f"<= {TARGET[g]:g} %" if (m == "ALL" or len(metrics) == 1) else ""
+            if markdown:
+                lines.append(f"| {'**' + name + '**' if tgt else name} | {len(sel)} | {med:.1f} | {p90:.1f} | {tgt} |")
+            else:
+                lines.append(f"{name:28s} {len(sel):4d} {med:10.1f} {p90:8.1f}  {tgt}")
+    allerr = [abs(r.error_pct) for r in rows]
+    lines.append(("| all rows | " if markdown else f"{'all rows':28s} ")
+                 + (f"{len(allerr)} | {statistics.median(allerr):.1f} | {_pct(allerr, 0.9):.1f} | |" if markdown else
+                    f"{len(allerr):4d} {statistics.median(allerr):10.1f} {_pct(allerr, 0.9):8.1f}"))
+    lines.append("")
+    lines.append(f"worst {worst} rows:")
+    for r in sorted(rows, key=lambda r: -abs(r.error_pct))[:worst]:
+        lines.append(f"  row {r.n:3d} {r.metric:24s} measured {r.value:9.4g} predicted {r.predicted:9.4g} "
+                     f"({r.error_pct:+.0f}%)  {r.setup()}")
+    print("\n".join(lines))
+    return summary
+
+
+# Parameters ``--fit`` adjusts: (kind, profile, field, lower, upper) and which rows inform each.
+FIT_PARAMS = [
+    ("engines", "vllm", "step_overhead_ms", 0.1, 10.0),
+    ("engines", "vllm", "request_overhead_ms", 0.0, 150.0),
+    ("engines", "sglang", "step_overhead_ms", 0.1, 10.0),
+    ("engines", "sglang", "request_overhead_ms", 0.0, 150.0),
+    ("engines", "trt-llm", "step_overhead_ms", 0.1, 10.0),
+    ("engines", "trt-llm", "request_overhead_ms", 0.0, 150.0),
+    ("gpus", "h100-sxm", "fp8_compute_efficiency", 0.1, 1.0),
+    ("gpus", "l40s", "fp8_compute_efficiency", 0.1, 1.0),
+]
+
+
+def _affects(param, row: Row) -> bool:
+    kind, name, fld, *_ = param
+    if kind == "engines":
+        if fld == "request_overhead_ms":
+            return row.engine == name and row.mode in ("closed", "open") and row.metric != "tpot_mean_ms"
+        return row.engine == name
+    return row.gpu == name and row.dtype == "fp8"
+
+
+def _with(profiles, kind: str, name: str, fld: str, value: float):
+    from compiler.profiles import ProfileSet, Q, Source
+
+    prof = getattr(profiles, kind)[name]
+    src = dict(prof.sources)
+    key = getattr(prof, fld).source if getattr(prof, fld) is not None else "dev_fit"
+    src.setdefault(key, Source(kind="fit", ref="benchmarks/accuracy.py --fit"))
+    new = prof.model_copy(update={fld: Q(value=value, source=key), "sources": src})
+    d = {k: dict(getattr(profiles, k)) for k in ("gpus", "models", "engines")}
+    d[kind][name] = new
+    return ProfileSet(d["gpus"], d["models"], d["engines"])
+
+
+def fit(rows: list[Row], profiles, sweeps: int = 2):
+    """Coordinate descent on FIT_PARAMS: each in turn minimises the summed |log(predicted / measured)| over
+    the rows it affects (bounded, Brent). Few, physical parameters; the same values for every row."""
+    from scipy.optimize import minimize_scalar
+
+    for _ in range(sweeps):
+        for prm in FIT_PARAMS:
+            kind, name, fld, lo, hi = prm
+            sel = [r for r in rows if _affects(prm, r)]
+            if not sel:
+                continue
+
+            def loss(v):
+                ps = _with(profiles, kind, name, fld, float(v))
+                return sum(abs(math.log(max(predict_row(r, ps), 1e-12) / r.value)) for r in sel)
+
+            res = minimize_scalar(loss, bounds=(lo, hi), method="bounded", options={"xatol": (hi - lo) * 2e-3})
+            profiles = _with(profiles, kind, name, fld, float(res.x))
+            print(f"  {kind}/{name}.{fld} = {res.x:.4g}  (rows {len(sel)}, sum |log err| {res.fun:.3f})")
+    return profiles
+
+
+def main(argv: list[str]) -> int:
+    args = [a for a in argv if not a.startswith("-")]
+    path = Path(args[0]) if args else ROOT.parent / "shared" / "groundtruth" / "dev.csv"
+    if not path.is_file():
+        print(f"error: no such file {path}", file=sys.stderr)
+        return 1
+    profiles = load_profiles()
+    rows = parse(path)
+    if "--fit" in argv:
+        print("fitting engine and fp8 parameters (values to copy into profiles/ with this script as their source):")
+        profiles = fit(rows, profiles)
+    for r in rows:
+        r.predicted = predict_row(r, profiles)
+    print(f"{len(rows)} rows from {path}")
+    report(rows, verbose="-v" in argv, markdown="--markdown" in argv)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

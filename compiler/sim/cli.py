@@ -1,0 +1,100 @@
+"""Bodies of ``trimtab simulate`` and the simulating ``trimtab check`` (cli/main.py keeps the commands thin)."""
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+from rich.console import Console
+
+from compiler.errors import InputError, Problem
+from compiler.plan.schema import Plan
+from compiler.spec.schema import Spec
+
+
+def _args(requests: int | None, duration: float | None, trace: Path | None, trace_format: str):
+    if requests is not None and duration is not None:
+        raise InputError([Problem("--requests/--duration", "give one of them, not both")])
+    tr = None
+    if trace is not None:
+        from compiler.traces import read_trace
+
+        tr = read_trace(trace, trace_format)
+    return tr
+
+
+def sim_report(plan: Plan, spec: Spec, out: Console, err: Console, fmt: str, seed: int, requests: int | None,
+               duration: float | None, trace: Path | None, trace_format: str, arrival_cv: float | None,
+               plot: Path | None) -> None:
+    from compiler.lower import lower
+    from compiler.sim import default_requests, simulate
+    from compiler.sim.report import deployment_table, progress_bar, summary_line, workload_table, write_plots
+
+    tr = _args(requests, duration, trace, trace_format)
+    ir = lower(spec)
+    n = requests if requests is not None or duration is not None else default_requests(
+        [w.rate_rps for w in ir.workloads])
+    with progress_bar(err, n if duration is None else None) as progress:
+        res = simulate(plan, spec, ir=ir, requests=n if duration is None else None, duration_s=duration, seed=seed,
+                       trace=tr, arrival_cv=arrival_cv, timeline=plot is not None, progress=progress)
+    files = write_plots(res, plot) if plot is not None else []
+    if fmt == "json":
+        d = res.to_dict()
+        d["plots"] = [str(f) for f in files]
+        sys.stdout.write(json.dumps(d, indent=2) + "\n")
+        return
+    out.print(workload_table(res))
+    out.print(deployment_table(res))
+    for note in res.notes:
+        out.print(f"note: {note}", markup=False)
+    for line in res.failures():
+        out.print(f"FAIL {line}", markup=False)
+    out.print(summary_line(res), markup=False)
+    for f in files:
+        out.print(f"wrote {f}", markup=False)
+
+
+def sim_check(plan: Plan, spec: Spec, out: Console, err: Console, fmt: str, seed: int | None, requests: int | None,
+              duration: float | None, trace: Path | None, trace_format: str) -> bool:
+    from compiler.sim.check import check_simulated
+    from compiler.sim.report import progress_bar
+
+    tr = _args(requests, duration, trace, trace_format)
+    with progress_bar(err, requests if duration is None else None) as progress:
+        rep, res = check_simulated(plan, spec, seed=seed, requests=requests, duration_s=duration, trace=tr,
+                                   progress=progress)
+    if fmt == "json":
+        data = {"ok": rep.ok, "violations": rep.violations, "notes": rep.notes, "mode": "simulation",
+                "seed": res.seed, "requests": res.requests,
+                "workloads": {k: {"attainment": round(w.attainment, 6), "target": w.target, "slo_met": w.passed,
+                                  "ttft_ms": _fin(w.ttft_at_target_ms), "tpot_ms": _fin(w.tpot_at_target_ms),
+                                  "percentile": w.target * 100, "worst_deployment": w.worst_deployment}
+                              for k, w in res.workloads.items()}}
+        sys.stdout.write(json.dumps(data, indent=2) + "\n")
+        return rep.ok
+    for n in rep.notes:
+        out.print(f"note: {n}", markup=False)
+    for w in res.workloads.values():
+        mark = "ok  " if w.passed else "FAIL"
+        pct = f"p{w.target * 100:g}"
+        out.print(f"{mark} {w.name}: simulated SLO attainment {w.attainment:.2%} (target {w.target:.0%}); "
+                  f"TTFT {pct} {_num(w.ttft_at_target_ms)} ms, TPOT {pct} {_num(w.tpot_at_target_ms)} ms", markup=False)
+    for v in rep.violations:
+        out.print(f"FAIL {v}", markup=False)
+    out.print(f"simulated {res.requests:,} requests (seed {res.seed}) in {res.wall_s:.1f} s", markup=False)
+    out.print("check passed" if rep.ok else f"check failed: {len(rep.violations)} violation(s)", markup=False)
+    return rep.ok
+
+
+def _fin(v: float):
+    import math
+
+    return round(v, 3) if math.isfinite(v) else None
+
+
+def _num(v: float) -> str:
+    import math
+
+    if not math.isfinite(v):
+        return "inf"
+    return f"{v:.0f}" if v >= 100 else f"{v:.1f}"

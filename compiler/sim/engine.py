@@ -1,0 +1,181 @@
+"""The discrete-event core: one event heap per simulation, ordered by (time, sequence number).
+
+``Simulation(scenario, seed, requests | duration_s).run()`` draws every workload's arrivals and lengths up front
+(numpy ``Generator`` seeded per simulation), then advances time event by event: the next arrival (from the
+merged, sorted arrival arrays) or the next end of an engine step (from the heap), arrivals second on ties.
+All state (heap, sequence counter, random generator, replicas) belongs to the ``Simulation`` object, so two
+simulations in one process share nothing and the same inputs give the same result.
+"""
+from __future__ import annotations
+
+import itertools
+import math
+from dataclasses import dataclass
+from heapq import heappop, heappush
+from typing import Callable
+
+import numpy as np
+
+from compiler.sim import arrivals as arr
+from compiler.sim.replica import Replica, Request
+from compiler.sim.scenario import Scenario, SimWorkload
+
+DRAIN_FACTOR = 1.0  # after the last arrival, run at most this many arrival spans (>= DRAIN_MIN_S) to drain
+DRAIN_MIN_S = 120.0
+TIMELINE_BINS = 200
+
+
+class EventQueue:
+    """A heap of (time, seq, item) with its own counter: equal times keep insertion order."""
+
+    __slots__ = ("heap", "seq")
+
+    def __init__(self) -> None:
+        self.heap: list = []
+        self.seq = itertools.count()
+
+    def push(self, t: float, item) -> None:
+        heappush(self.heap, (t, next(self.seq), item))
+
+    def pop(self):
+        return heappop(self.heap)
+
+    def peek_time(self) -> float:
+        return self.heap[0][0] if self.heap else math.inf
+
+    def __len__(self) -> int:
+        return len(self.heap)
+
+
+@dataclass
+class Arrivals:
+    """Every request of a run, sorted by arrival time."""
+
+    t: np.ndarray
+    w: np.ndarray  # workload index
+    isl: np.ndarray
+    osl: np.ndarray
+    dep: np.ndarray  # deployment index, -1 when the bucket has no route
+
+
+def _workload_arrivals(rng: np.random.Generator, w: SimWorkload, n: int | None, duration_s: float | None):
+    if w.trace is not None:
+        rate = w.trace_rate
+        if rate is None:
+            rate = w.trace.rate_rps * w.trace_scale if w.trace.rate_rps > 0 else w.rate_rps
+        t, rows = arr.replay(w.trace.times_s, rate, n, duration_s, w.trace_offset)
+        isl = np.minimum(w.trace.input_tokens[rows], w.ctx - 1)
+        osl = np.maximum(1, np.minimum(w.trace.output_tokens[rows], w.ctx - isl))
+        bucket = w.bucket_of_values(isl, osl)
+        return t, isl.astype(np.int64), osl.astype(np.int64), bucket
+    t = arr.gamma(rng, w.rate_rps, w.arrival_cv, n, duration_s)
+    m = len(t)
+    ii = rng.integers(0, len(w.isl_grid), m)
+    oi = rng.integers(0, len(w.osl_grid), m)
+    bucket = w.bucket_of_indices(ii, oi)
+    return t, w.isl_grid[ii].astype(np.int64), w.osl_grid[oi].astype(np.int64), bucket
+
+
+def draw_arrivals(sc: Scenario, rng: np.random.Generator, requests: int | None, duration_s: float | None) -> Arrivals:
+    """``requests`` in total, split across workloads by rate; or every arrival within ``duration_s``."""
+    total_rate = sum(w.rate_rps for w in sc.workloads)
+    parts = []
+    for wi, w in enumerate(sc.workloads):
+        n = None
+        if requests is not None:
+            n = max(1, int(round(requests * w.rate_rps / total_rate)))
+        t, isl, osl, bucket = _workload_arrivals(rng, w, n, duration_s)
+        u = rng.random(len(t))
+        dep = np.full(len(t), -1, np.int64)
+        for b, (idx, cum) in enumerate(w.routes):
+            sel = bucket == b
+            if len(idx) and sel.any():
+                dep[sel] = idx[np.minimum(np.searchsorted(cum, u[sel], side="right"), len(idx) - 1)]
+        parts.append((t, np.full(len(t), wi, np.int64), isl, osl, dep))
+    t = np.concatenate([p[0] for p in parts])
+    order = np.lexsort((np.concatenate([p[1] for p in parts]), t))  # by time, then workload
+    return Arrivals(t[order], *(np.concatenate([p[i] for p in parts])[order] for i in range(1, 5)))
+
+
+class Simulation:
+    def __init__(self, scenario: Scenario, seed: int = 0, requests: int | None = None,
+                 duration_s: float | None = None, timeline: bool = True):
+        if (requests is None) == (duration_s is None):
+            raise ValueError("give exactly one of requests and duration_s")
+        self.sc = scenario
+        self.seed = seed
+        self.rng = np.random.default_rng(seed)
+        self.arrivals = draw_arrivals(scenario, self.rng, requests, duration_s)
+        a = self.arrivals
+        self.t_last_arrival = float(a.t[-1]) if len(a.t) else 0.0
+        self.t_stop = self.t_last_arrival + max(DRAIN_MIN_S, DRAIN_FACTOR * self.t_last_arrival)
+        self.timeline_dt = self.t_stop / TIMELINE_BINS if timeline and self.t_stop > 0 else 0.0
+        self.replicas: list[list[Replica]] = []
+        for di, d in enumerate(scenario.deployments):
+            reps = []
+            for i in range(d.replicas):
+                tl = [[0.0, 0, 0] for _ in range(TIMELINE_BINS)] if self.timeline_dt else None
+                reps.append(Replica(di, i, d.model, tl, self.timeline_dt))
+            self.replicas.append(reps)
+        self.requests: list[Request] = []
+        self.events = EventQueue()
+        self.t_end = 0.0
+        self.stopped_early = False
+
+    def run(self, progress: Callable[[float], None] | None = None) -> "Simulation":
+        """Advance until every request is done (or t_stop); ``progress(fraction of arrivals)`` now and then."""
+        a = self.arrivals
+        ts, ws, isls, osls, deps = a.t.tolist(), a.w.tolist(), a.isl.tolist(), a.osl.tolist(), a.dep.tolist()
+        n = len(ts)
+        reqs = self.requests
+        heap = self.events.heap
+        seq = self.events.seq
+        replicas = self.replicas
+        caps = [d.model.memory.kv_cache_tokens for d in self.sc.deployments]
+        t_stop = self.t_stop
+        i = 0
+        t = 0.0
+        tick = max(1, n // 100)
+        while True:
+            t_arr = ts[i] if i < n else math.inf
+            if heap and heap[0][0] <= t_arr:
+                t, _, rep = heappop(heap)
+                if t > t_stop:
+                    self.stopped_early = True
+                    break
+                rep.finish_step(t)
+                t_next = rep.start_step(t)
+                if t_next >= 0:
+                    heappush(heap, (t_next, next(seq), rep))
+                continue
+            if i >= n:
+                break
+            t = t_arr
+            d = deps[i]
+            r = Request(i, ws[i], d, t, isls[i], osls[i])
+            reqs.append(r)
+            i += 1
+            if progress is not None and i % tick == 0:
+                progress(i / n)
+            if d < 0 or not replicas[d]:
+                r.status = 2
+                continue
+            if r.isl + r.osl > caps[d]:
+                r.status = 1
+                continue
+            group = replicas[d]
+            best = group[0]
+            if len(group) > 1:
+                bw = best.work
+                for x in group:
+                    if x.work < bw:
+                        best, bw = x, x.work
+            best.enqueue(r)
+            if not best.busy:
+                t_next = best.start_step(t)
+                if t_next >= 0:
+                    heappush(heap, (t_next, next(seq), best))
+        self.t_end = t
+        if progress is not None:
+            progress(1.0)
+        return self

@@ -1,0 +1,237 @@
+"""Metrics of a finished simulation, per workload and per deployment.
+
+Per request: TTFT = first token - arrival; TPOT = (last token - first token) / (output tokens - 1) (the mean
+time between its output tokens; 0 for one-token outputs); E2E = last token - arrival; queueing delay = first
+scheduled - arrival. The engine's per-request front-end overhead (``ReplicaModel.request_overhead``, when the
+cost model has one) is added to TTFT and E2E, as the analytic model adds it to TTFT.
+
+A request meets the SLO when both its TTFT and its TPOT are within the workload's targets; SLO attainment is
+the share of measured requests that do, and the workload passes when attainment >= percentile / 100.
+Requests arriving in the first WARMUP share of the run (an empty system) are not measured; requests not
+finished when the run stops, too long for the KV cache, or without a route count as misses.
+Goodput = requests meeting the SLO per second of the measured window. Percentiles use the inverted CDF
+(an observed value, never an interpolation); unfinished requests count as infinitely slow.
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+
+import numpy as np
+
+WARMUP = 0.05
+
+
+def _q(x: np.ndarray, p: float) -> float:
+    if len(x) == 0:
+        return math.nan
+    return float(np.quantile(x, p / 100.0, method="inverted_cdf"))
+
+
+def _stats_ms(x: np.ndarray) -> dict[str, float]:
+    fin = x[np.isfinite(x)]
+    return {"mean": float(fin.mean() * 1e3) if len(fin) else math.nan,
+            "p50": _q(x, 50) * 1e3, "p90": _q(x, 90) * 1e3, "p99": _q(x, 99) * 1e3}
+
+
+@dataclass
+class WorkloadStats:
+    name: str
+    requests: int  # measured (after warm-up)
+    completed: int
+    unserved: int  # too long for the KV cache, or no route
+    attainment: float
+    target: float  # percentile / 100
+    ttft_slo_ms: float
+    tpot_slo_ms: float
+    ttft_ms: dict[str, float]
+    tpot_ms: dict[str, float]
+    e2e_ms: dict[str, float]
+    queue_ms: dict[str, float]
+    ttft_at_target_ms: float  # TTFT at the SLO percentile
+    tpot_at_target_ms: float
+    ttft_miss: float  # share of requests over the TTFT target
+    tpot_miss: float
+    goodput_rps: float
+    throughput_rps: float
+    preemptions: int
+    by_deployment: dict[str, tuple[int, float]]  # deployment -> (requests, attainment)
+    worst_deployment: str  # the deployment with the most misses
+    below_target: list[str]  # deployments whose own attainment for this workload is below target
+
+    @property
+    def passed(self) -> bool:
+        return self.requests > 0 and self.attainment >= self.target - 1e-12
+
+    def failure(self) -> str:
+        """One line: workload, metric at the percentile vs target, attainment, deployment at fault."""
+        pct = f"p{self.target * 100:g}"
+        at = f" (deployment {self.worst_deployment})" if self.worst_deployment else ""
+        att = f"SLO attainment {self.attainment:.1%} < {self.target:.0%}"
+        if self.requests == 0:
+            return f"workload {self.name}: no request measured (simulate longer)"
+        if self.unserved and self.unserved >= (1 - self.attainment) * self.requests * 0.5:
+            return f"workload {self.name}: {self.unserved} of {self.requests} requests unserved (no route, or longer " \
+                   f"than the KV cache); {att}{at}"
+        if self.ttft_miss >= self.tpot_miss:
+            return (f"workload {self.name}: TTFT {pct} {_fmt(self.ttft_at_target_ms)} ms > SLO {self.ttft_slo_ms:g} ms, "
+                    f"{att} (simulated){at}")
+        return (f"workload {self.name}: TPOT {pct} {_fmt(self.tpot_at_target_ms)} ms > SLO {self.tpot_slo_ms:g} ms, "
+                f"{att} (simulated){at}")
+
+
+def _fmt(v: float) -> str:
+    if not math.isfinite(v):
+        return "inf"
+    return f"{v:.0f}" if v >= 100 else f"{v:.1f}"
+
+
+@dataclass
+class DeploymentStats:
+    name: str
+    replicas: int
+    requests: int
+    attainment: float
+    utilization: float  # share of time replicas run engine steps
+    prefill_utilization: float  # share of time in steps carrying prompt work (the analytic `utilization`)
+    decode_batch: float  # time-mean requests decoding per step
+    kv_mean: float  # time-mean share of the KV cache in use
+    kv_max: float
+    preemptions: int
+    steps: int
+    queue_ms_mean: float
+
+
+@dataclass
+class SimResult:
+    seed: int
+    requests: int  # simulated, all
+    measured_from_s: float
+    duration_s: float  # last arrival
+    end_s: float  # last event
+    workloads: dict[str, WorkloadStats]
+    deployments: dict[str, DeploymentStats]
+    notes: list[str]
+    wall_s: float = 0.0
+    steps: int = 0
+    stopped_early: bool = False
+    # For plots: per workload, measured (TTFT, TPOT, E2E) seconds; per deployment, timeline rows.
+    samples: dict[str, tuple[np.ndarray, np.ndarray, np.ndarray]] = field(default_factory=dict, repr=False)
+    timeline_dt: float = 0.0
+    timeline: dict[str, np.ndarray] = field(default_factory=dict, repr=False)  # (bins, [busy share, queue, kv share])
+
+    @property
+    def ok(self) -> bool:
+        return all(w.passed for w in self.workloads.values())
+
+    def failures(self) -> list[str]:
+        return [w.failure() for w in self.workloads.values() if not w.passed]
+
+    def to_dict(self) -> dict:
+        def clean(v):
+            if isinstance(v, float):
+                return None if not math.isfinite(v) else round(v, 6)
+            if isinstance(v, dict):
+                return {k: clean(x) for k, x in v.items()}
+            if isinstance(v, (list, tuple)):
+                return [clean(x) for x in v]
+            return v
+
+        ws = {}
+        for w in self.workloads.values():
+            d = {k: getattr(w, k) for k in ("requests", "completed", "unserved", "attainment", "target", "ttft_ms",
+                                            "tpot_ms", "e2e_ms", "queue_ms", "goodput_rps", "throughput_rps",
+                                            "preemptions", "worst_deployment")}
+            d["passed"] = w.passed
+            d["slo"] = {"ttft_ms": w.ttft_slo_ms, "tpot_ms": w.tpot_slo_ms, "percentile": w.target * 100}
+            d["by_deployment"] = {k: {"requests": n, "attainment": a} for k, (n, a) in w.by_deployment.items()}
+            ws[w.name] = d
+        ds = {d.name: {k: v for k, v in vars(d).items() if k != "name"} for d in self.deployments.values()}
+        return clean({"ok": self.ok, "seed": self.seed, "requests": self.requests,
+                      "measured_from_s": self.measured_from_s, "duration_s": self.duration_s, "end_s": self.end_s,
+                      "stopped_early": self.stopped_early, "steps": self.steps, "wall_s": self.wall_s,
+                      "failures": self.failures(), "notes": self.notes, "workloads": ws, "deployments": ds})
+
+
+def summarise(sim) -> SimResult:
+    sc = sim.sc
+    reqs = sim.requests
+    n = len(reqs)
+    arrival = np.fromiter((r.arrival for r in reqs), float, n)
+    w = np.fromiter((r.w for r in reqs), np.int64, n)
+    dep = np.fromiter((r.dep for r in reqs), np.int64, n)
+    osl = np.fromiter((r.osl for r in reqs), float, n)
+    t_first = np.fromiter((r.t_first for r in reqs), float, n)
+    t_done = np.fromiter((r.t_done for r in reqs), float, n)
+    t_sched = np.fromiter((r.t_sched for r in reqs), float, n)
+    preempted = np.fromiter((r.preempted for r in reqs), np.int64, n)
+    status = np.fromiter((r.status for r in reqs), np.int64, n)
+    fe = np.array([getattr(d.model, "request_overhead", 0.0) for d in sc.deployments] + [0.0])
+    over = fe[dep]  # dep -1 picks the trailing 0
+    done = t_done >= 0
+    ttft = np.where(t_first >= 0, t_first - arrival + over, np.inf)
+    e2e = np.where(done, t_done - arrival + over, np.inf)
+    tpot = np.where(done, np.where(osl > 1, (t_done - t_first) / np.maximum(osl - 1, 1), 0.0), np.inf)
+    queue = np.where(t_sched >= 0, t_sched - arrival, np.inf)
+    t0 = WARMUP * sim.t_last_arrival
+    measured = arrival >= t0
+    window = max(sim.t_last_arrival - t0, 1e-9)
+    dep_names = [d.name for d in sc.deployments]
+    wstats: dict[str, WorkloadStats] = {}
+    samples: dict[str, tuple[np.ndarray, np.ndarray, np.ndarray]] = {}
+    for wi, wl in enumerate(sc.workloads):
+        m = measured & (w == wi)
+        k = int(m.sum())
+        ok = m & (ttft <= wl.ttft_s) & (tpot <= wl.tpot_s)
+        target = wl.percentile / 100.0
+        by_dep: dict[str, tuple[int, float]] = {}
+        misses: dict[str, int] = {}
+        for di in sorted(set(dep[m].tolist())):
+            md = m & (dep == di)
+            nd = int(md.sum())
+            name = dep_names[di] if di >= 0 else "(no route)"
+            by_dep[name] = (nd, float((ok & md).sum()) / nd)
+            misses[name] = nd - int((ok & md).sum())
+        worst = max(sorted(misses), key=lambda d: misses[d]) if misses and max(misses.values()) > 0 else ""
+        below = [d for d, (nd, a) in by_dep.items() if a < target and d in dep_names]
+        tt, tp, ee = ttft[m], tpot[m], e2e[m]
+        wstats[wl.name] = WorkloadStats(
+            name=wl.name, requests=k, completed=int((m & done).sum()), unserved=int((m & (status > 0)).sum()),
+            attainment=float(ok.sum()) / k if k else 0.0, target=target,
+            ttft_slo_ms=wl.ttft_s * 1e3, tpot_slo_ms=wl.tpot_s * 1e3,
+            ttft_ms=_stats_ms(tt), tpot_ms=_stats_ms(tp), e2e_ms=_stats_ms(ee), queue_ms=_stats_ms(queue[m]),
+            ttft_at_target_ms=_q(tt, wl.percentile) * 1e3, tpot_at_target_ms=_q(tp, wl.percentile) * 1e3,
+            ttft_miss=float((tt > wl.ttft_s).mean()) if k else 0.0,
+            tpot_miss=float((tp > wl.tpot_s).mean()) if k else 0.0,
+            goodput_rps=float(ok.sum()) / window, throughput_rps=k / window,
+            preemptions=int(preempted[m].sum()), by_deployment=by_dep, worst_deployment=worst, below_target=below)
+        samples[wl.name] = (tt, tp, ee)
+    span = max(sim.t_end, 1e-9)
+    dstats: dict[str, DeploymentStats] = {}
+    timeline: dict[str, np.ndarray] = {}
+    for di, d in enumerate(sc.deployments):
+        reps = sim.replicas[di]
+        md = measured & (dep == di)
+        nd = int(md.sum())
+        okd = np.zeros(n, bool)
+        for wi, wl in enumerate(sc.workloads):
+            okd |= md & (w == wi) & (ttft <= wl.ttft_s) & (tpot <= wl.tpot_s)
+        R = max(len(reps), 1)
+        cap = d.model.memory.kv_cache_tokens
+        busy = sum(r.busy_s for r in reps)
+        dstats[d.name] = DeploymentStats(
+            name=d.name, replicas=len(reps), requests=nd, attainment=float(okd.sum()) / nd if nd else math.nan,
+            utilization=busy / (R * span), prefill_utilization=sum(r.prefill_s for r in reps) / (R * span),
+            decode_batch=sum(r.batch_area for r in reps) / busy if busy else 0.0,
+            kv_mean=sum(r.kv_area for r in reps) / (R * span * cap), kv_max=max((r.kv_max for r in reps), default=0) / cap,
+            preemptions=sum(r.preemptions for r in reps), steps=sum(r.steps for r in reps),
+            queue_ms_mean=_stats_ms(queue[md])["mean"])
+        if sim.timeline_dt and reps:
+            tl = np.array([r.tl for r in reps], float)  # (replicas, bins, 3)
+            timeline[d.name] = np.stack([tl[:, :, 0].mean(0) / sim.timeline_dt, tl[:, :, 1].sum(0),
+                                         tl[:, :, 2].mean(0) / cap], axis=1)
+    res = SimResult(seed=sim.seed, requests=n, measured_from_s=t0, duration_s=sim.t_last_arrival, end_s=sim.t_end,
+                    workloads=wstats, deployments=dstats, notes=list(sc.notes),
+                    steps=sum(r.steps for reps in sim.replicas for r in reps), stopped_early=sim.stopped_early,
+                    samples=samples, timeline_dt=sim.timeline_dt, timeline=timeline)
+    return res

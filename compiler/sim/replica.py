@@ -1,0 +1,253 @@
+"""One serving replica: iteration-level continuous batching with chunked prefill (vLLM's scheduler, simplified).
+
+Every engine step (``start_step`` .. ``finish_step``):
+
+1. Each decoding request produces one token. If the KV cache cannot hold one more token per decoding request,
+   the most recently admitted running request is preempted (its KV freed; it goes back to the head of the
+   waiting queue and later recomputes its prompt plus the tokens it had generated): vLLM's recompute policy.
+2. The token budget left (``max_num_batched_tokens`` minus the decode batch) goes to prompt chunks: first to
+   admitted requests whose prompt is partly computed, in admission order, then to waiting requests, first come
+   first served, while fewer than ``max_num_seqs`` are running and the KV cache (less a 1 % watermark) can hold
+   the whole prompt (reserved at admission). A head-of-queue request that does not fit blocks the queue.
+3. The step lasts ``ReplicaModel.iteration_s(decode batch, mean decode context, prompt tokens, prompt context)``:
+   the planner's own cost model. Several chunks in one step are passed as their total P with the prior context
+   that gives the same attention work, sum(c x (ctx + c/2)) = P x (ctx_eq + P/(2m)) for m chunks (and m as
+   ``prefill_seqs`` when the cost model takes it).
+4. A request whose prompt completes emits its first token at the end of that step, then one token per step.
+
+Decoding requests are kept as aggregates so a step costs O(1) in the batch size: request i that started decoding
+after step s_i has context c_i + k at step k (c_i = prompt - s_i), so the batch's total context is
+sum(c_i) + n x k; completions sit in a heap keyed by the step in which the last token comes out.
+"""
+from __future__ import annotations
+
+import inspect
+from collections import deque
+from heapq import heappop, heappush
+
+from compiler.cost.model import ReplicaModel
+
+WATERMARK = 0.01  # share of KV blocks kept free at admission (vLLM's default watermark)
+
+
+class Request:
+    """One request's state and timestamps (seconds; -1.0 until they happen)."""
+
+    __slots__ = ("rid", "w", "dep", "rep", "arrival", "isl", "osl", "prompt", "done", "gen", "start", "c",
+                 "epoch", "t_sched", "t_first", "t_done", "preempted", "status")
+
+    def __init__(self, rid: int, w: int, dep: int, arrival: float, isl: int, osl: int):
+        self.rid, self.w, self.dep, self.arrival = rid, w, dep, arrival
+        self.rep = -1
+        self.isl, self.osl = isl, osl
+        self.prompt = isl  # tokens to (re)compute before the next token comes out
+        self.done = 0  # prompt tokens computed
+        self.gen = 0  # output tokens emitted
+        self.start = -1  # step after which it decodes (-1: not decoding)
+        self.c = 0
+        self.epoch = 0
+        self.t_sched = self.t_first = self.t_done = -1.0
+        self.preempted = 0
+        self.status = 0  # 0 in flight or done, 1 too long for the KV cache, 2 no route
+
+
+class Replica:
+    __slots__ = ("dep", "index", "it", "cap", "admit_cap", "mns", "mbt", "k", "busy", "waiting", "prefilling",
+                 "running", "dheap", "n_dec", "C", "kv_pref", "work", "sched", "n_step", "p_step", "t0",
+                 "busy_s", "prefill_s", "kv_area", "kv_max", "batch_area", "preemptions", "steps", "done",
+                 "tl", "tl_dt", "seqs_arg", "lin")
+
+    def __init__(self, dep: int, index: int, model: ReplicaModel, timeline: list | None = None,
+                 timeline_dt: float = 0.0):
+        self.dep, self.index = dep, index
+        self.it = model.iteration_s
+        # A cost model whose step time takes the number of prompts in the step (``prefill_seqs``) gets it.
+        self.seqs_arg = "prefill_seqs" in inspect.signature(model.iteration_s).parameters
+        self.lin: dict[int, tuple[float, float] | bool] = {}  # decode batch -> linear step time (see _linear)
+        self.cap = model.memory.kv_cache_tokens
+        self.admit_cap = self.cap * (1.0 - WATERMARK)
+        self.mns = model.max_num_seqs
+        self.mbt = model.max_batched_tokens
+        self.k = 0
+        self.busy = False
+        self.waiting: deque[Request] = deque()
+        self.prefilling: deque[Request] = deque()
+        self.running: dict[int, Request] = {}  # admission order: the newest is preempted first
+        self.dheap: list = []
+        self.n_dec = 0
+        self.C = 0
+        self.kv_pref = 0  # KV reserved by admitted prompts not yet complete
+        self.work = 0  # outstanding tokens (prompt left + output left) of every request assigned here
+        self.sched: list = []
+        self.n_step = 0
+        self.p_step = 0
+        self.t0 = 0.0
+        self.busy_s = self.prefill_s = self.kv_area = self.batch_area = 0.0
+        self.kv_max = 0
+        self.preemptions = self.steps = 0
+        self.done: list[Request] = []
+        # Timeline bins: [busy seconds, max waiting, max KV tokens] per bin of width timeline_dt.
+        self.tl = timeline
+        self.tl_dt = timeline_dt
+
+    # ------------------------------------------------------------------ admission
+    def enqueue(self, r: Request) -> None:
+        r.rep = self.index
+        self.work += r.prompt + r.osl
+        self.waiting.append(r)
+
+    def _preempt(self) -> None:
+        """Free the newest running request's KV; it waits at the head of the queue to recompute."""
+        _, r = self.running.popitem()
+        if r.start >= 0:
+            gen = r.gen + (self.k - r.start - 1)
+            self.n_dec -= 1
+            self.C -= r.c
+            r.epoch += 1  # its completion entry in the heap is now stale
+            r.start = -1
+            r.gen = gen
+            old_left = 0
+        else:
+            self.prefilling.remove(r)
+            self.kv_pref -= r.prompt
+            old_left = r.prompt - r.done
+        r.prompt = r.isl + r.gen
+        r.done = 0
+        self.work += r.prompt - old_left
+        r.preempted += 1
+        self.preemptions += 1
+        self.waiting.appendleft(r)
+
+    # ------------------------------------------------------------------ one step
+    def _linear(self, n: int):
+        """(T(n, 0), slope) when a decode-only step of ``n`` requests is linear in the context in the cost model
+        (it is: weights and overheads fixed, KV traffic and attention FLOPs proportional to the context), checked
+        at four contexts; then T(n, ctx) = T(n, 0) + slope x ctx, exactly, without a call per step. False when
+        it is not linear (a future cost model): every step calls it."""
+        t0 = self.it(n, 0.0, 0.0, 0.0)
+        slope = (self.it(n, 1024.0, 0.0, 0.0) - t0) / 1024.0
+        for ctx in (16384.0, 262144.0):
+            t = self.it(n, ctx, 0.0, 0.0)
+            if abs(t0 + slope * ctx - t) > 1e-9 * t:
+                return False
+        return (t0, slope)
+
+    def start_step(self, t: float) -> float:
+        """Schedule the next step at time ``t``; returns its end time, or -1.0 when there is nothing to do."""
+        k = self.k
+        while self.n_dec and self.C + self.n_dec * (k + 1) + self.kv_pref > self.cap:
+            self._preempt()
+        n = self.n_dec
+        kv_dec = self.C + n * k
+        budget = self.mbt - n
+        sched = self.sched
+        sched.clear()
+        ptok = 0
+        attn = 0.0
+        if budget > 0:
+            for r in self.prefilling:
+                c = r.prompt - r.done
+                if c > budget:
+                    c = budget
+                sched.append((r, c))
+                attn += c * (r.done + c * 0.5)
+                ptok += c
+                budget -= c
+                if budget <= 0:
+                    break
+            waiting = self.waiting
+            running = self.running
+            while budget > 0 and waiting and len(running) < self.mns:
+                r = waiting[0]
+                if running and kv_dec + n + self.kv_pref + r.prompt > self.admit_cap:
+                    break
+                waiting.popleft()
+                running[r.rid] = r
+                self.prefilling.append(r)
+                self.kv_pref += r.prompt
+                if r.t_sched < 0:
+                    r.t_sched = t
+                c = r.prompt if r.prompt < budget else budget
+                sched.append((r, c))
+                attn += c * c * 0.5
+                ptok += c
+                budget -= c
+        if n == 0 and ptok == 0:
+            self.busy = False
+            return -1.0
+        if ptok == 0:
+            ab = self.lin.get(n)
+            if ab is None:
+                ab = self.lin[n] = self._linear(n)
+            dt = ab[0] + ab[1] * (kv_dec / n) if ab else self.it(n, kv_dec / n, 0.0, 0.0)
+        elif self.seqs_arg:
+            m = len(sched)
+            dt = self.it(n, kv_dec / n if n else 0.0, ptok, attn / ptok - ptok * 0.5 / m, m)
+        else:
+            dt = self.it(n, kv_dec / n if n else 0.0, ptok, attn / ptok - ptok * 0.5)
+        self.busy = True
+        self.steps += 1
+        self.n_step = n
+        self.p_step = ptok
+        self.t0 = t
+        kv = kv_dec + self.kv_pref
+        self.busy_s += dt
+        self.kv_area += kv * dt
+        self.batch_area += n * dt
+        if kv > self.kv_max:
+            self.kv_max = kv
+        if ptok:
+            self.prefill_s += dt
+        tl = self.tl
+        if tl is not None:
+            b = int(t / self.tl_dt)
+            if b < len(tl):
+                row = tl[b]
+                row[0] += dt
+                q = len(self.waiting)
+                if q > row[1]:
+                    row[1] = q
+                if kv > row[2]:
+                    row[2] = kv
+        return t + dt
+
+    def finish_step(self, t: float) -> None:
+        """End of the step started last: emit tokens, retire finished requests."""
+        s = self.k
+        done = self.done
+        first_tokens = 0
+        if self.sched:
+            pref = self.prefilling
+            for r, c in self.sched:
+                r.done += c
+            while pref and pref[0].done >= pref[0].prompt:
+                r = pref.popleft()
+                self.kv_pref -= r.prompt
+                r.gen += 1
+                first_tokens += 1
+                if r.t_first < 0:
+                    r.t_first = t
+                if r.gen >= r.osl:
+                    r.t_done = t
+                    del self.running[r.rid]
+                    done.append(r)
+                else:
+                    r.start = s
+                    r.c = r.prompt - s
+                    self.n_dec += 1
+                    self.C += r.c
+                    heappush(self.dheap, (s + r.osl - r.gen, r.rid, r.epoch, r))
+        heap = self.dheap
+        while heap and heap[0][0] <= s:
+            _, _, epoch, r = heappop(heap)
+            if epoch != r.epoch:
+                continue
+            r.gen = r.osl
+            r.t_done = t
+            self.n_dec -= 1
+            self.C -= r.c
+            r.start = -1
+            del self.running[r.rid]
+            done.append(r)
+        self.work -= self.n_step + self.p_step + first_tokens
+        self.k = s + 1

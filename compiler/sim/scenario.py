@@ -1,0 +1,141 @@
+"""What a simulation runs: a plan's deployments and routes, and each workload's traffic, from plan + spec.
+
+``build_scenario(plan, spec, ir, trace=None)`` resolves everything by name once (replica models from the cost
+model, length grids and buckets exactly as the planner made them, route shares) so the event loop only touches
+arrays. A route that names an unknown deployment, bucket or workload is skipped (``check`` reports it);
+requests of a bucket without a route are counted as unserved.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+
+from compiler.candidates import replica_model
+from compiler.cost.model import ReplicaModel
+from compiler.ir import ProblemIR
+from compiler.lengths import INPUT_SPLITS, OUTPUT_SPLITS, _cuts
+from compiler.lower import length_grids, truncate_grids
+from compiler.plan.schema import Plan
+from compiler.spec.schema import Spec
+from compiler.traces import Trace, read_trace
+
+
+@dataclass
+class SimDeployment:
+    name: str
+    workloads: tuple[str, ...]
+    model: ReplicaModel
+    replicas: int
+    gpus_per_replica: int
+
+
+@dataclass
+class SimWorkload:
+    name: str
+    rate_rps: float
+    ttft_s: float
+    tpot_s: float
+    percentile: float
+    ctx: int  # the model's context window
+    buckets: tuple[str, ...]
+    isl_grid: np.ndarray  # the planner's length grids (truncated to the context window)
+    osl_grid: np.ndarray
+    in_ranges: list[tuple[int, int]]  # grid index ranges of the input / output slices (bucket = i x n_out + o)
+    out_ranges: list[tuple[int, int]]
+    arrival_cv: float = 1.0
+    trace: Trace | None = None  # replay arrivals (and lengths) from this trace
+    trace_rate: float | None = None  # rescale the trace to this mean rate (None: its own times x trace_scale)
+    trace_scale: float = 1.0
+    trace_offset: int = 0
+    # Per bucket: (deployment indices, cumulative shares within the bucket); empty when unrouted.
+    routes: list[tuple[np.ndarray, np.ndarray]] = field(default_factory=list)
+
+    def bucket_of_values(self, isl: np.ndarray, osl: np.ndarray) -> np.ndarray:
+        """Bucket of each (input, output) length pair by value (trace requests)."""
+        in_edges = np.array([self.isl_grid[a] for a, _ in self.in_ranges[1:]])
+        out_edges = np.array([self.osl_grid[a] for a, _ in self.out_ranges[1:]])
+        i = np.searchsorted(in_edges, isl, side="right")
+        o = np.searchsorted(out_edges, osl, side="right")
+        return i * len(self.out_ranges) + o
+
+    def bucket_of_indices(self, ii: np.ndarray, oi: np.ndarray) -> np.ndarray:
+        """Bucket of each pair of grid indices (requests drawn from the spec's distributions)."""
+        in_starts = np.array([a for a, _ in self.in_ranges[1:]], dtype=np.int64)
+        out_starts = np.array([a for a, _ in self.out_ranges[1:]], dtype=np.int64)
+        return np.searchsorted(in_starts, ii, side="right") * len(self.out_ranges) + np.searchsorted(
+            out_starts, oi, side="right")
+
+
+@dataclass
+class Scenario:
+    deployments: list[SimDeployment]
+    workloads: list[SimWorkload]
+    notes: list[str]
+
+
+def _bucket_names(isl: np.ndarray, osl: np.ndarray, ins, outs) -> list[str]:
+    # The names compiler.lengths.make_buckets gives the same slices: a check that both agree.
+    return [f"in{int(isl[ia])}-{int(isl[ib - 1])}_out{int(osl[oa])}-{int(osl[ob - 1])}"
+            for ia, ib in ins for oa, ob in outs]
+
+
+def build_scenario(plan: Plan, spec: Spec, ir: ProblemIR, trace: Trace | None = None,
+                   trace_workloads: tuple[str, ...] | None = None, arrival_cv: float | None = None) -> Scenario:
+    notes: list[str] = []
+    deps: list[SimDeployment] = []
+    dep_index: dict[str, int] = {}
+    for d in plan.deployments:
+        if ir.gpu(d.gpu) is None or d.model not in ir.models or d.name in dep_index:
+            continue
+        try:
+            rm = replica_model(ir, d.model, d.gpu, d.tensor_parallel, d.pipeline_parallel, d.dtype, d.max_batch_size,
+                               d.max_num_batched_tokens)
+        except ValueError:
+            continue
+        if rm.memory.kv_cache_tokens <= 0:
+            continue
+        served = tuple(sorted({r.workload for r in plan.routes if r.deployment == d.name}))
+        dep_index[d.name] = len(deps)
+        deps.append(SimDeployment(d.name, served, rm, d.replicas, d.tensor_parallel * d.pipeline_parallel))
+    spec_w = {w.name: w for w in spec.workloads}
+    workloads: list[SimWorkload] = []
+    shared = list(trace_workloads) if trace_workloads else [w.name for w in ir.workloads]
+    for w in ir.workloads:
+        sw = spec_w[w.name]
+        ctx = int(ir.models[w.model].max_context_tokens.value)
+        isl_raw, osl_raw = length_grids(sw, spec.base_dir)
+        isl, osl, _ = truncate_grids(isl_raw, osl_raw, ctx)
+        ins, outs = _cuts(isl, INPUT_SPLITS), _cuts(osl, OUTPUT_SPLITS)
+        names = _bucket_names(isl, osl, ins, outs)
+        if names != [b.name for b in w.buckets]:
+            raise RuntimeError(f"simulator and planner disagree on {w.name}'s buckets: {names} vs "
+                               f"{[b.name for b in w.buckets]}")
+        sim_w = SimWorkload(w.name, w.rate_rps, w.slo.ttft_ms / 1e3, w.slo.tpot_ms / 1e3, w.slo.percentile, ctx,
+                            tuple(names), isl, osl, ins, outs,
+                            arrival_cv=arrival_cv or sw.arrival_cv or 1.0)
+        if trace is not None and w.name in shared:
+            # One trace for several workloads: each replays it from a different row, at its own rate.
+            sim_w.trace, sim_w.trace_rate = trace, w.rate_rps
+            sim_w.trace_offset = shared.index(w.name) * len(trace) // len(shared)
+        elif sw.trace is not None:
+            sim_w.trace = read_trace(Path(spec.base_dir) / sw.trace.path, sw.trace.format)
+            sim_w.trace_rate = sw.rate_rps  # None: the trace's own times, sped up by rate_scale
+            sim_w.trace_scale = sw.trace.rate_scale or 1.0
+        for b in names:
+            rs = [r for r in plan.routes if r.workload == w.name and r.bucket == b and r.deployment in dep_index]
+            rs.sort(key=lambda r: r.deployment)
+            total = sum(r.share for r in rs)
+            if not rs or total <= 0:
+                sim_w.routes.append((np.zeros(0, np.int64), np.zeros(0)))
+                continue
+            idx = np.array([dep_index[r.deployment] for r in rs], np.int64)
+            cum = np.cumsum([r.share / total for r in rs])
+            cum[-1] = 1.0
+            sim_w.routes.append((idx, cum))
+        workloads.append(sim_w)
+    for d in deps:
+        if d.replicas == 0 and d.workloads:
+            notes.append(f"deployment {d.name} has 0 replicas but routes send it traffic")
+    return Scenario(deps, workloads, notes)

@@ -1,0 +1,122 @@
+"""The fleet as nodes and links: ``build_topology(spec, ir) -> Topology``, and a networkx view of it.
+
+A node is one server: a GPU type, a number of GPUs split into NVLink (or xGMI, or one PCIe switch) domains,
+a NIC bandwidth and a rack. When the spec has no ``nodes:`` section, nodes are derived from ``gpus[]``: each
+pool of ``count`` GPUs fills nodes of the profile's ``gpus_per_node`` (the last one partly), one rack per type.
+
+``Topology.graph()`` builds a networkx graph lazily: node vertices, a switch vertex per rack and a core
+vertex, with edge attribute ``gbps``; ``bandwidth_gbps(a, b)`` is the bottleneck bandwidth between two nodes
+(NVLink inside a node, else the narrowest link on the path).
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from functools import cached_property
+
+import networkx as nx
+
+from compiler.errors import InputError, Problem
+from compiler.ir import ProblemIR
+from compiler.spec.schema import Spec
+
+
+@dataclass(frozen=True, slots=True)
+class Node:
+    name: str
+    gpu: str
+    gpus: int
+    nvlink_domain: int  # GPUs per domain; TP groups stay in one
+    nic_gbps: float
+    link_gbps: float  # GPU-to-GPU inside a domain
+    rack: str
+    cpu_memory_gib: float | None = None
+    pcie_gbps: float | None = None
+
+    @property
+    def domains(self) -> int:
+        return self.gpus // self.nvlink_domain
+
+
+@dataclass(frozen=True)
+class Topology:
+    nodes: tuple[Node, ...]
+    inter_rack_gbps: float | None = None
+    derived: bool = True
+
+    def gpus_of(self, gpu: str) -> int:
+        return sum(n.gpus for n in self.nodes if n.gpu == gpu)
+
+    def max_domain(self, gpu: str) -> int:
+        return max((n.nvlink_domain for n in self.nodes if n.gpu == gpu), default=0)
+
+    @cached_property
+    def _graph(self) -> nx.Graph:
+        g = nx.Graph()
+        g.add_node("core", kind="core")
+        for rack in sorted({n.rack for n in self.nodes}):
+            g.add_node(f"rack:{rack}", kind="switch")
+            g.add_edge(f"rack:{rack}", "core", gbps=self.inter_rack_gbps or float("inf"))
+        for n in self.nodes:
+            g.add_node(n.name, kind="node", gpu=n.gpu, gpus=n.gpus)
+            g.add_edge(n.name, f"rack:{n.rack}", gbps=n.nic_gbps)
+        return g
+
+    def graph(self) -> nx.Graph:
+        return self._graph
+
+    def bandwidth_gbps(self, a: str, b: str) -> float:
+        """Bottleneck bandwidth between nodes ``a`` and ``b`` (GB/s)."""
+        if a == b:
+            return next(n.link_gbps for n in self.nodes if n.name == a)
+        path = nx.shortest_path(self._graph, a, b)
+        return min(self._graph.edges[u, v]["gbps"] for u, v in zip(path, path[1:]))
+
+
+def build_topology(spec: Spec, ir: ProblemIR) -> Topology:
+    if spec.nodes is None:
+        nodes = []
+        for pool in ir.gpus:
+            per = int(pool.profile.gpus_per_node.value)
+            left, i = pool.count, 0
+            while left > 0:
+                k = min(per, left)
+                nodes.append(_node(f"{pool.type}-{i}", pool, k, k, None, None, None, None, pool.type))
+                left -= k
+                i += 1
+        return Topology(tuple(nodes), spec.network.inter_rack_gbps, derived=True)
+    problems = []
+    nodes = []
+    names = set()
+    for gi, grp in enumerate(spec.nodes):
+        where = f"nodes[{gi}] ({grp.name})"
+        pool = ir.gpu(grp.gpu)
+        if pool is None:
+            problems.append(Problem(f"{where}.gpu", f"GPU type {grp.gpu!r} is not listed under gpus"))
+            continue
+        per = grp.gpus_per_node or int(pool.profile.gpus_per_node.value)
+        dom = grp.nvlink_domain or per
+        if per % dom:
+            problems.append(Problem(f"{where}.nvlink_domain", f"{dom} does not divide gpus_per_node {per}"))
+            continue
+        for i in range(grp.count):
+            name = f"{grp.name}-{i}" if grp.count > 1 else grp.name
+            if name in names:
+                problems.append(Problem(f"{where}.name", f"node name {name!r} is used twice"))
+            names.add(name)
+            nodes.append(_node(name, pool, per, dom, grp.nic_gbps, grp.cpu_memory_gib, grp.pcie_gbps, grp.rack,
+                               grp.rack or "default"))
+    topo = Topology(tuple(nodes), spec.network.inter_rack_gbps, derived=False)
+    for pool in ir.gpus:
+        have = topo.gpus_of(pool.type)
+        if pool.count > have:
+            problems.append(Problem(f"gpus[{pool.index}] ({pool.type}).count",
+                                    f"{pool.count} GPUs listed but the nodes hold only {have} {pool.type}"))
+    if problems:
+        raise InputError(problems, "spec")
+    return topo
+
+
+def _node(name, pool, gpus, domain, nic, cpu, pcie, _rack_given, rack) -> Node:
+    prof = pool.profile
+    nic_gbps = nic if nic is not None else prof.node_network_gbps.value
+    return Node(name, pool.type, gpus, domain, nic_gbps, prof.link_bandwidth_gbps.value, rack, cpu, pcie)

@@ -1,0 +1,76 @@
+"""``trimtab explain``: every suggested relaxation, applied to the spec, makes it feasible (tested here)."""
+from __future__ import annotations
+
+import pytest
+from typer.testing import CliRunner
+
+from cli.main import app
+from compiler.api import plan
+from compiler.errors import ExitCode, InfeasibleError
+from compiler.explain import explain
+from compiler.lower import lower
+from compiler.spec.load import load_spec
+from compiler.whatif import apply_overrides
+from solvers import SolveOptions, get_backend
+from tests.crosscheck.test_crosscheck import spec_text
+
+OPTS = SolveOptions(time_limit_s=30)
+
+INFEASIBLE = {
+    # 100 rps of 512/64 requests need more than one h100 (56 rps) and two l4s (5.5 rps each)
+    "inventory": spec_text(h100=1, l4=2, rate=100),
+    # below one l4 replica ($0.80): caught before solving
+    "budget_precheck": spec_text(budget=0.5),
+    # affordable GPUs exist but not enough of the budget for 40 rps
+    "budget_solve": spec_text(budget=5.0, rate=100),
+    # TTFT below what any candidate reaches at zero load
+    "ttft_too_tight": spec_text().replace("ttft_ms: 1000", "ttft_ms: 5"),
+    # TPOT below any candidate's step time
+    "tpot_too_tight": spec_text().replace("tpot_ms: 100", "tpot_ms: 2"),
+}
+
+
+def _feasible(spec) -> bool:
+    try:
+        plan(spec, validate=False)
+        return True
+    except InfeasibleError:
+        return False
+
+
+@pytest.mark.parametrize("name", sorted(INFEASIBLE))
+def test_every_suggestion_repairs_the_spec(name):
+    spec = load_spec(f"{name}.yaml", text=INFEASIBLE[name])
+    assert not _feasible(spec)
+    e = explain(lower(spec), get_backend("highs"), OPTS)
+    assert not e.feasible
+    assert e.alternatives, e.lines()
+    for alt in e.alternatives:
+        fixed = apply_overrides(spec, {c.path: c.new for c in alt})
+        assert _feasible(fixed), [c.render() for c in alt]
+        # and the bound is tight-ish: the text says "to at least" a number above the current one
+        assert all(c.new > c.old for c in alt)
+
+
+def test_hand_numbers():
+    # budget: one l4 replica at $0.80 is the cheapest way to serve the workload at all
+    e = explain(lower(load_spec("b.yaml", text=INFEASIBLE["budget_precheck"])), get_backend("highs"), OPTS)
+    assert ["raise budget_usd_per_hour from 0.50 to at least 0.80"] in [[c.render() for c in a] for a in e.alternatives]
+
+
+def test_feasible_spec_lists_binding_constraints():
+    # one h100 (56 rps, $4) + eight l4 (40.6 rps, $6.40); a second h100 would carry the rest for $4
+    spec = load_spec("t.yaml", text=spec_text(h100=1, l4=8, rate=95))
+    e = explain(lower(spec), get_backend("highs"), OPTS)
+    assert e.feasible and e.cost_usd_per_hour == pytest.approx(10.4, abs=0.01)
+    line = next(b for b in e.binding if "(h100-sxm).count" in b)
+    assert "1 of 1 used" in line and "8.00 $/h (-2.40)" in line, e.binding
+
+
+def test_cli_explain(tmp_path):
+    p = tmp_path / "s.yaml"
+    p.write_text(INFEASIBLE["inventory"])
+    res = CliRunner().invoke(app, ["explain", str(p)])
+    assert res.exit_code == ExitCode.OK, res.output
+    assert "raise gpus[" in res.output and "to at least" in res.output
+    assert res.exception is None or isinstance(res.exception, SystemExit)

@@ -1,0 +1,99 @@
+"""Topology from the spec (or derived), CP-SAT placement of replicas, and check's placement verifier."""
+from __future__ import annotations
+
+import pytest
+import yaml
+
+import compiler as tt
+from compiler.errors import InfeasibleError, InputError
+from compiler.lower import lower
+from compiler.placement import ToPlace, place
+from compiler.spec.load import load_spec
+from compiler.topology import build_topology
+from tests.conftest import SMALL_SPEC
+
+NODES = """\
+nodes:
+  - {name: hgx, gpu: h100-sxm, count: 2, gpus_per_node: 8, nvlink_domain: 4, rack: r1}
+  - {name: pcie, gpu: l4, count: 1, gpus_per_node: 8, rack: r2, nic_gbps: 12.5}
+network: {inter_rack_gbps: 50}
+"""
+
+
+def spec_and_ir(text: str):
+    s = load_spec("s.yaml", text=text)
+    return s, lower(s)
+
+
+def test_derived_topology_fills_nodes():
+    s, ir = spec_and_ir(SMALL_SPEC.replace("count: 8, usd_per_hour: 4.0", "count: 12, usd_per_hour: 4.0"))
+    topo = build_topology(s, ir)
+    assert [(n.name, n.gpus) for n in topo.nodes if n.gpu == "h100-sxm"] == [("h100-sxm-0", 8), ("h100-sxm-1", 4)]
+
+
+def test_declared_topology_and_bandwidths():
+    s, ir = spec_and_ir(SMALL_SPEC + NODES)
+    topo = build_topology(s, ir)
+    assert [n.name for n in topo.nodes] == ["hgx-0", "hgx-1", "pcie"]
+    assert topo.bandwidth_gbps("hgx-0", "hgx-0") == 450  # NVLink
+    assert topo.bandwidth_gbps("hgx-0", "hgx-1") == 400  # two NICs on one rack switch
+    assert topo.bandwidth_gbps("hgx-0", "pcie") == 12.5  # the PCIe node's NIC is the bottleneck
+    g = topo.graph()
+    assert g.edges["rack:r1", "core"]["gbps"] == 50
+
+
+def test_nodes_must_hold_the_listed_gpus():
+    with pytest.raises(InputError) as exc:
+        s, ir = spec_and_ir(SMALL_SPEC + NODES.replace("count: 2, gpus_per_node: 8", "count: 1, gpus_per_node: 4"))
+        build_topology(s, ir)
+    assert "gpus[0] (h100-sxm).count: 8 GPUs listed but the nodes hold only 4" in exc.value.lines[0]
+
+
+def test_tp_group_stays_in_one_domain():
+    s, ir = spec_and_ir(SMALL_SPEC + NODES)
+    topo = build_topology(s, ir)
+    pl = place([ToPlace("a", "h100-sxm", 4, 1, 3), ToPlace("b", "h100-sxm", 2, 1, 2)], topo)
+    used = set()
+    for name, stages in pl.items():
+        for st in stages:
+            assert len({g // 4 for g in st.gpus}) == 1  # one NVLink domain of 4
+            for g in st.gpus:
+                assert (st.node, g) not in used
+                used.add((st.node, g))
+    assert len(pl["a"]) == 3 and len(pl["b"]) == 2
+    assert len(used) == 16
+
+
+def test_tp_larger_than_domain_is_reported():
+    s, ir = spec_and_ir(SMALL_SPEC + NODES)
+    with pytest.raises(InfeasibleError) as exc:
+        place([ToPlace("big", "h100-sxm", 8, 1, 1)], build_topology(s, ir))
+    assert "largest domain in the nodes has 4" in exc.value.lines[0]
+
+
+def test_fragmentation_is_reported():
+    # Two domains of 6 GPUs hold 12 GPUs, but only one TP4 group each: three TP4 groups (12 GPUs) do not fit.
+    text = SMALL_SPEC.replace("count: 8, usd_per_hour: 4.0", "count: 12, usd_per_hour: 4.0") + \
+        "nodes:\n  - {name: n, gpu: h100-sxm, count: 1, gpus_per_node: 12, nvlink_domain: 6}\n" \
+        "  - {name: l, gpu: l4, count: 1}\n"
+    s, ir = spec_and_ir(text)
+    with pytest.raises(InfeasibleError) as exc:
+        place([ToPlace("a", "h100-sxm", 4, 1, 3)], build_topology(s, ir))
+    assert "fragmentation" in exc.value.lines[0]
+
+
+def test_planned_quickstart_has_verified_placement(tmp_path):
+    spec = tt.load_spec("examples/quickstart.yaml")
+    r = tt.plan(spec)
+    for d in r.plan.deployments:
+        assert len(d.placement) == d.replicas * d.pipeline_parallel
+    assert tt.check(r.plan, spec).ok
+    # Tamper: put two deployments on the same GPU; check must catch it.
+    data = yaml.safe_load(tt.emit(r.plan))
+    placed = [d for d in data["deployments"] if d["placement"]]
+    placed[1]["placement"][0]["node"] = placed[0]["placement"][0]["node"]
+    placed[1]["placement"][0]["gpus"] = placed[0]["placement"][0]["gpus"][: placed[1]["tensor_parallel"]]
+    bad = tmp_path / "bad.yaml"
+    bad.write_text(yaml.safe_dump(data, sort_keys=False))
+    rep = tt.check(tt.load_plan(bad), spec)
+    assert not rep.ok and any(v.startswith("placement") for v in rep.violations)

@@ -1,0 +1,91 @@
+"""`trimtab check` by simulation and `trimtab simulate` through the CLI (typer's CliRunner)."""
+from __future__ import annotations
+
+import json
+
+import yaml
+from typer.testing import CliRunner
+
+from cli.main import app
+from compiler.errors import ExitCode
+from compiler.plan.emit import emit
+from tests.sim.helpers import one_deployment_plan, write_spec
+
+runner = CliRunner()
+
+
+def run(*args):
+    res = runner.invoke(app, [str(a) for a in args])
+    assert "Traceback" not in res.output, res.output
+    if res.exception and not isinstance(res.exception, SystemExit):
+        raise res.exception
+    return res
+
+
+def _plan_file(tmp_path, spec_path, **kw):
+    p = tmp_path / "plan.yaml"
+    p.write_text(emit(one_deployment_plan(spec_path, **kw)))
+    return p
+
+
+def test_undersized_plan_fails_check_exit5(tmp_path):
+    # One L4 for 12 rps of 2,000-token prompts: far beyond what it can serve within the SLO.
+    sp = write_spec(tmp_path, rate=12, isl="{fixed: 2000}", osl="{fixed: 100}", ttft=1000, tpot=80, gpu="l4")
+    plan = _plan_file(tmp_path, sp, gpu="l4")
+    res = run("check", plan, "--spec", sp, "--requests", "1500")
+    assert res.exit_code == ExitCode.CHECK_FAILED, res.output
+    fails = [line for line in res.output.splitlines() if line.startswith("FAIL workload w:")]
+    assert len(fails) == 1 and "SLO attainment" in fails[0] and "(deployment d)" in fails[0]
+    assert "check failed" in res.output
+
+
+def test_right_sized_plan_passes_check_and_analytic(tmp_path):
+    sp = write_spec(tmp_path, rate=2, isl="{fixed: 512}", osl="{fixed: 64}", ttft=1000, tpot=100)
+    plan = _plan_file(tmp_path, sp)
+    res = run("check", plan, "--spec", sp, "--requests", "1000", "--format", "json")
+    assert res.exit_code == 0, res.output
+    d = json.loads(res.stdout)
+    assert d["ok"] and d["mode"] == "simulation" and d["workloads"]["w"]["attainment"] >= 0.9
+    res = run("check", plan, "--spec", sp, "--analytic")
+    assert res.exit_code == 0 and "check passed" in res.output
+
+
+def test_simulate_table_json_and_plots(tmp_path):
+    sp = write_spec(tmp_path, rate=4, isl="{uniform: {min: 100, max: 3000}}", osl="{fixed: 50}")
+    plan = _plan_file(tmp_path, sp, replicas=2)
+    res = run("simulate", plan, "--spec", sp, "--requests", "800", "--seed", "3")
+    assert res.exit_code == 0, res.output
+    assert "simulated workloads" in res.output and "simulated 800 requests" in res.output
+    out = tmp_path / "plots"
+    res = run("simulate", plan, "--spec", sp, "--duration", "60", "--format", "json", "--plot", out)
+    d = json.loads(res.stdout)
+    assert set(d["workloads"]) == {"w"} and d["deployments"]["d"]["replicas"] == 2
+    assert 0 < d["workloads"]["w"]["attainment"] <= 1 and d["duration_s"] <= 60
+    assert sorted(p.name for p in out.iterdir()) == ["latency_cdf_w.png", "timeline.png"]
+
+
+def test_simulate_with_a_trace_and_bad_usage(tmp_path):
+    sp = write_spec(tmp_path, rate=3, isl="{fixed: 512}", osl="{fixed: 64}")
+    plan = _plan_file(tmp_path, sp)
+    tr = tmp_path / "mc.jsonl"
+    tr.write_text("".join(f'{{"timestamp": {i * 300}, "input_length": {200 + 37 * i}, "output_length": 40, '
+                          f'"hash_ids": []}}\n' for i in range(50)))
+    res = run("simulate", plan, "--spec", sp, "--trace", tr, "--trace-format", "mooncake", "--requests", "300",
+              "--format", "json")
+    assert res.exit_code == 0, res.output
+    assert json.loads(res.stdout)["requests"] == 300
+    tr.write_text('{"timestamp": 0, "input_length": 5, "output_length": 1}\n{"timestamp": 1}\n')
+    res = run("simulate", plan, "--spec", sp, "--trace", tr, "--trace-format", "mooncake")
+    assert res.exit_code == ExitCode.INVALID_INPUT and "mc.jsonl:2" in res.output
+    res = run("simulate", plan, "--spec", sp, "--requests", "10", "--duration", "5")
+    assert res.exit_code == ExitCode.INVALID_INPUT and "--requests/--duration" in res.output
+
+
+def test_check_uses_the_plans_recorded_simulation(tmp_path):
+    sp = write_spec(tmp_path, rate=2, isl="{fixed: 512}", osl="{fixed: 64}")
+    data = yaml.safe_load(emit(one_deployment_plan(sp)))
+    data["simulation"] = {"seed": 9, "requests": 700, "rounds": 0, "passed": True, "attainment": {"w": 1.0}}
+    p = tmp_path / "p.yaml"
+    p.write_text(yaml.safe_dump(data))
+    res = run("check", p, "--spec", sp)
+    assert res.exit_code == 0 and "simulated 700 requests (seed 9)" in res.output
