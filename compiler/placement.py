@@ -12,7 +12,9 @@ tensor-parallel group that must stay inside one domain):
     used[k] >= [cnt[d, k] > 0]
     minimise sum_k used[k] x (1 + k / K)                      (pack tightly; earlier nodes first)
 
-Counting stages per bin (not binaries per stage) keeps the model small for thousands of GPUs. Inside a bin,
+A first-fit-decreasing packing is tried first; it is tight for power-of-two group and domain sizes, so the
+CP-SAT model runs only when it fails. Counting stages per bin (not binaries per stage) keeps the model small
+for thousands of GPUs. Inside a bin,
 groups get contiguous GPU indices, largest first. Stages of one pipeline replica are placed in bin order, so they
 tend to share a rack; rack affinity is not yet a constraint. CP-SAT runs with one worker and a fixed seed,
 so placements are deterministic.
@@ -44,13 +46,37 @@ class StagePlacement:
 
 def place(deployments: list[ToPlace], topo: Topology, time_limit_s: float = 20.0
           ) -> dict[str, tuple[StagePlacement, ...]]:
-    from ortools.sat.python import cp_model
-
     deps = sorted((d for d in deployments if d.replicas > 0), key=lambda d: d.name)
     bins = [(n, j) for n in topo.nodes for j in range(n.domains)]
     why = _obvious_impossibility(deps, topo)
     if why:
         raise InfeasibleError(["no placement exists: " + w for w in why])
+    counts = _first_fit_decreasing(deps, bins)
+    if counts is None:
+        counts = _solve_cpsat(deps, bins, time_limit_s)
+    return _expand(deps, bins, counts)
+
+
+def _first_fit_decreasing(deps: list[ToPlace], bins: list) -> dict[tuple[int, int], int] | None:
+    """Largest groups first, each into the first bin with room. With power-of-two group sizes and domain sizes
+    this packing is tight (no bin is left with room a later group could have used), so it uses the fewest
+    domains and CP-SAT is needed only when it fails (odd domain sizes, fragmentation)."""
+    free = [node.nvlink_domain for node, _ in bins]
+    counts: dict[tuple[int, int], int] = {}
+    for di in sorted(range(len(deps)), key=lambda i: (-deps[i].tp, deps[i].name)):
+        d = deps[di]
+        for _ in range(d.replicas * d.pp):
+            k = next((k for k, (node, _) in enumerate(bins) if node.gpu == d.gpu and free[k] >= d.tp), None)
+            if k is None:
+                return None
+            free[k] -= d.tp
+            counts[(di, k)] = counts.get((di, k), 0) + 1
+    return counts
+
+
+def _solve_cpsat(deps: list[ToPlace], bins: list, time_limit_s: float) -> dict[tuple[int, int], int]:
+    from ortools.sat.python import cp_model
+
     m = cp_model.CpModel()
     cnt: dict[tuple[int, int], object] = {}
     for di, d in enumerate(deps):
@@ -63,8 +89,11 @@ def place(deployments: list[ToPlace], topo: Topology, time_limit_s: float = 20.0
                 terms.append(v)
         m.add(sum(terms) == stages)
     used = []
+    by_bin: dict[int, list[tuple[int, object]]] = {}
+    for (di, k), v in cnt.items():
+        by_bin.setdefault(k, []).append((di, v))
     for k, (node, _) in enumerate(bins):
-        here = [(di, v) for (di, kk), v in cnt.items() if kk == k]
+        here = by_bin.get(k)
         if not here:
             continue
         m.add(sum(deps[di].tp * v for di, v in here) <= node.nvlink_domain)
@@ -84,14 +113,19 @@ def place(deployments: list[ToPlace], topo: Topology, time_limit_s: float = 20.0
             raise InfeasibleError(["no placement exists: the tensor-parallel groups cannot be packed into the "
                                    "nodes' NVLink domains (fragmentation); give nodes larger domains or more GPUs"])
         raise InfeasibleError([f"no placement found within {time_limit_s:g} s ({solver.status_name(status)})"])
+    return {key: int(solver.value(v)) for key, v in cnt.items() if solver.value(v)}
+
+
+def _expand(deps: list[ToPlace], bins: list, counts: dict[tuple[int, int], int]
+            ) -> dict[str, tuple[StagePlacement, ...]]:
+    """Stage counts per bin -> concrete GPU indices, contiguous inside each domain, largest groups first."""
     out: dict[str, list[StagePlacement]] = {d.name: [] for d in deps}
     next_free = {k: 0 for k in range(len(bins))}
     order = sorted(range(len(deps)), key=lambda i: (-deps[i].tp, deps[i].name))
     per_dep_bins: dict[int, list[tuple[int, int]]] = {i: [] for i in range(len(deps))}
     for k in range(len(bins)):
         for di in order:
-            v = cnt.get((di, k))
-            n = solver.value(v) if v is not None else 0
+            n = counts.get((di, k), 0)
             if n:
                 per_dep_bins[di].append((k, n))
     for k in range(len(bins)):  # contiguous indices: largest groups first inside each bin

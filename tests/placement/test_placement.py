@@ -97,3 +97,18 @@ def test_planned_quickstart_has_verified_placement(tmp_path):
     bad.write_text(yaml.safe_dump(data, sort_keys=False))
     rep = tt.check(tt.load_plan(bad), spec)
     assert not rep.ok and any(v.startswith("placement") for v in rep.violations)
+
+
+def test_cpsat_model_agrees_with_greedy_packing():
+    from compiler.placement import _first_fit_decreasing, _solve_cpsat
+
+    s, ir = spec_and_ir(SMALL_SPEC + NODES)
+    topo = build_topology(s, ir)
+    deps = [ToPlace("a", "h100-sxm", 4, 1, 2), ToPlace("b", "h100-sxm", 2, 1, 3), ToPlace("c", "h100-sxm", 1, 1, 2)]
+    bins = [(n, j) for n in topo.nodes for j in range(n.domains)]
+    greedy, exact = _first_fit_decreasing(deps, bins), _solve_cpsat(deps, bins, 10)
+    used = lambda counts: len({k for (_, k) in counts})  # noqa: E731
+    assert used(greedy) == used(exact) == 4  # 16 GPUs of groups fill exactly four domains of 4
+    for counts in (greedy, exact):
+        for di, d in enumerate(deps):
+            assert sum(n for (i, _), n in counts.items() if i == di) == d.replicas

@@ -82,3 +82,4 @@ def test_buckets_partition_requests():
 def test_degenerate_distribution_gives_one_bucket():
     x = quantile_grid(dist({"fixed": 100}))
     assert len(make_buckets(x, x, 99)) == 1
+
