@@ -64,6 +64,9 @@ def plan(spec: Spec, *, backend: str | None = None, time_limit_s: float | None =
     t0 = time.perf_counter()
     profiles = profiles or load_profiles()
     ir = lower(spec, profiles)
+    if ir.lora is not None:  # adapters or tenants: shared candidates and the placement MILP (compiler/lora)
+        from compiler.lora.plan import plan_lora
+        return plan_lora(spec, ir, backend=backend, time_limit_s=time_limit_s, validate=validate, seed=seed, t0=t0)
     t1 = time.perf_counter()
     cands = build_candidates(ir)
     t2 = time.perf_counter()

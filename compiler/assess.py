@@ -11,6 +11,7 @@ from dataclasses import dataclass
 
 from compiler.candidates import replica_model, traffic_class
 from compiler.ir import ProblemIR
+from compiler.lora.model import view_lora
 
 
 NO_ROUTE = "no route serves this workload"
@@ -29,14 +30,18 @@ class DeploymentSpecView:
     max_num_seqs: int
     max_batched_tokens: int
     replicas: int
+    role: str = "unified"
+    lora: tuple = ()  # (max_loras, max_lora_rank, adapters held) of a LoRA deployment (compiler.lora.model)
 
 
 @dataclass(frozen=True, slots=True)
 class RouteView:
     workload: str
     bucket: str
-    deployment: str
+    deployment: str  # "" for a prefill/decode pair
     share: float  # of the workload's requests
+    prefill: str = ""
+    decode: str = ""
 
 
 @dataclass(frozen=True, slots=True)
@@ -88,7 +93,8 @@ def assess(ir: ProblemIR, deployments: list[DeploymentSpecView], routes: list[Ro
     dep_tpot: dict[str, float] = {}
     for name in sorted(deps):
         d = deps[name]
-        rm = replica_model(ir, d.model, d.gpu, d.tp, d.pp, d.dtype, d.max_num_seqs, d.max_batched_tokens)
+        rm = replica_model(ir, d.model, d.gpu, d.tp, d.pp, d.dtype, d.max_num_seqs, d.max_batched_tokens,
+                           lora=view_lora(ir, d))
         items = per_dep[name]
         reps = max(d.replicas, 0)
         classes, keys = [], []
@@ -118,6 +124,10 @@ def assess(ir: ProblemIR, deployments: list[DeploymentSpecView], routes: list[Ro
         loads[name] = DeploymentLoad(name, sum(c.rate_rps for c in classes), state.utilization, state.decode_batch,
                                      state.kv_tokens_used, rm.memory.kv_cache_tokens, state.tpot_s * 1e3,
                                      state.stable, state.reason)
+    if any(r.prefill for r in routes):
+        from compiler.disagg import assess_pairs
+
+        assess_pairs(ir, deps, routes, loads, ttft, dep_tpot)
     preds: dict[str, WorkloadPrediction] = {}
     for w in ir.workloads:
         mine = [(k, v) for k, v in ttft.items() if k[0] == w.name]

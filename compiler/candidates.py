@@ -34,6 +34,7 @@ class Candidate:
     kv_cache_tokens: int
     usd_per_hour: float  # per replica
     capacity_rps: tuple[tuple[str, float], ...]  # (bucket name, per-replica rate at SLO), only > 0
+    role: str = "unified"  # or "prefill" / "decode" (compiler.disagg)
 
     @property
     def gpus(self) -> int:
@@ -66,15 +67,21 @@ class CandidateSet:
     candidates: tuple[Candidate, ...]
     pruned: tuple[Pruned, ...]
     best: tuple[BucketBest, ...] = field(default=())
+    disagg: tuple[Candidate, ...] = field(default=())  # prefill and decode candidates (compiler.disagg)
 
     def by_id(self) -> dict[str, Candidate]:
         return {c.id: c for c in self.candidates}
 
 
 def replica_model(ir: ProblemIR, model: str, gpu: str, tp: int, pp: int, dtype: str, max_num_seqs: int,
-                  max_batched_tokens: int) -> ReplicaModel:
-    """The one place a ``ReplicaModel`` is made from IR names (planner and check share it)."""
+                  max_batched_tokens: int, lora: dict | None = None) -> ReplicaModel:
+    """The one place a ``ReplicaModel`` is made from IR names (planner and check share it). ``lora``: keyword
+    arguments of ``compiler.cost.lora.LoraReplicaModel`` (slots, rank, modules, swap_wait_s) for a LoRA replica."""
     pool = ir.gpu(gpu)
+    if lora:
+        from compiler.cost.lora import LoraReplicaModel
+        return LoraReplicaModel(ir.models[model], pool.profile, ir.engine, tp, pp, dtype, max_num_seqs,
+                                max_batched_tokens, **lora)
     return ReplicaModel(ir.models[model], pool.profile, ir.engine, tp, pp, dtype, max_num_seqs, max_batched_tokens)
 
 
@@ -112,7 +119,14 @@ def _shapes(ir: ProblemIR, w: WorkloadIR, pool: GpuPoolIR):
             yield cid, tp, pp, ""
 
 
-def build_candidates(ir: ProblemIR) -> CandidateSet:
+def build_candidates(ir: ProblemIR, jobs: int | None = None) -> CandidateSet:
+    """``jobs``: processes (default ``TRIMTAB_JOBS`` or the CPUs; large specs only, see ``compiler.fanout``);
+    the result is the same for any number."""
+    from compiler.fanout import build_split
+
+    split = build_split(ir, lambda sub: build_candidates(sub, jobs=1), jobs)
+    if split is not None:
+        return split
     cands: list[Candidate] = []
     pruned: list[Pruned] = []
     best: list[BucketBest] = []
@@ -126,6 +140,7 @@ def build_candidates(ir: ProblemIR) -> CandidateSet:
                 if why:
                     pruned.append(Pruned(cid0, why))
                     continue
+                sibling: dict[str, float] = {}  # capacity per bucket at the previous token budget: a search guess
                 for mbt in TOKEN_BUDGETS:
                     cid = candidate_id(w.name, pool.type, tp, pp, mbt)
                     rm = replica_model(ir, w.model, pool.type, tp, pp, w.dtype, max_num_seqs, mbt)
@@ -141,9 +156,11 @@ def build_candidates(ir: ProblemIR) -> CandidateSet:
                         cls = traffic_class(b, 0.0)
                         t0, d0 = rm.zero_load(cls)
                         zero[b.name].append((t0, f"{pool.type} tp{tp}" + (f" pp{pp}" if pp > 1 else ""), d0, cid))
-                        cap = rm.capacity_rps(cls, w.slo.ttft_ms, w.slo.tpot_ms, w.slo.percentile)
+                        cap = rm.capacity_rps(cls, w.slo.ttft_ms, w.slo.tpot_ms, w.slo.percentile,
+                                              guess=sibling.get(b.name))
                         if cap > 0:
                             caps.append((b.name, cap))
+                            sibling[b.name] = cap
                     if not caps:
                         pruned.append(Pruned(cid, "meets the SLO for no length bucket even at low load"))
                         continue
@@ -160,16 +177,22 @@ def build_candidates(ir: ProblemIR) -> CandidateSet:
                 best.append(BucketBest(w.name, b.name, t[0], t[1], d[2], d[1]))
     cands.sort(key=lambda c: c.id)
     pruned.sort(key=lambda p: p.id)
-    return CandidateSet(tuple(_drop_dominated(cands, pruned)), tuple(pruned), tuple(best))
+    from compiler.disagg import build_pd_candidates
+
+    kept = tuple(_drop_dominated(cands, pruned))
+    return CandidateSet(kept, tuple(pruned), tuple(best), build_pd_candidates(ir, kept))
 
 
 def _drop_dominated(cands: list[Candidate], pruned: list[Pruned]) -> list[Candidate]:
     """Drop a candidate when another for the same workload costs no more per replica, uses no more GPUs
     and has at least its capacity on every bucket (strictly better somewhere, or an earlier id on ties)."""
     keep = []
+    group: dict[tuple[str, str], list[Candidate]] = {}  # (workload, GPU type): the only ones compared
+    for c in cands:
+        group.setdefault((c.workload, c.gpu), []).append(c)
     for c in cands:
         dom = None
-        for o in cands:
+        for o in group[(c.workload, c.gpu)]:
             if o is c or o.workload != c.workload or o.usd_per_hour > c.usd_per_hour or o.gpus > c.gpus:
                 continue
             if o.gpu != c.gpu:

@@ -14,6 +14,7 @@ from compiler.assess import NO_ROUTE, Assessment, DeploymentSpecView, RouteView,
 from compiler.candidates import replica_model
 from compiler.ir import ProblemIR
 from compiler.errors import InputError, Problem
+from compiler.lora.verify import plan_lora, verify_lora
 from compiler.lower import lower
 from compiler.plan.schema import Plan
 from compiler.profiles import ProfileSet
@@ -77,7 +78,7 @@ def verify(plan: Plan, ir: ProblemIR, topo: Topology | None = None, slo: bool = 
         cost += n * pool.usd_per_hour
         try:
             rm = replica_model(ir, d.model, d.gpu, d.tensor_parallel, d.pipeline_parallel, d.dtype, d.max_batch_size,
-                               d.max_num_batched_tokens)
+                               d.max_num_batched_tokens, lora=plan_lora(ir, d))
         except ValueError as exc:
             bad.append(f"deployment {d.name}: {exc}")
             continue
@@ -89,7 +90,8 @@ def verify(plan: Plan, ir: ProblemIR, topo: Topology | None = None, slo: bool = 
         if d.kv_cache_tokens > mem.kv_cache_tokens * 1.001:
             bad.append(f"deployment {d.name}: claims {d.kv_cache_tokens} KV tokens, only {mem.kv_cache_tokens} fit")
         deps.append(DeploymentSpecView(d.name, d.model, d.gpu, d.tensor_parallel, d.pipeline_parallel, d.dtype,
-                                       d.max_batch_size, d.max_num_batched_tokens, d.replicas))
+                                       d.max_batch_size, d.max_num_batched_tokens, d.replicas, d.role,
+                                       (d.max_loras, d.max_lora_rank, len(d.adapters)) if d.max_loras else ()))
     for g, n in sorted(used.items()):
         pool = ir.gpu(g)
         if n > pool.count:
@@ -107,19 +109,30 @@ def verify(plan: Plan, ir: ProblemIR, topo: Topology | None = None, slo: bool = 
         if w is None:
             bad.append(f"route: workload {r.workload} is not in the spec")
             continue
-        if r.deployment not in names:
+        if r.deployment is None or r.prefill is not None or r.decode is not None:
+            from compiler.disagg import verify_pair_route
+
+            why = verify_pair_route(r, names, w)
+            if why:
+                bad.append(why)
+                continue
+        elif r.deployment not in names:
             bad.append(f"route {r.workload}/{r.bucket}: unknown deployment {r.deployment}")
+            continue
+        elif names[r.deployment].role != "unified":
+            bad.append(f"route {r.workload}/{r.bucket}: deployment {r.deployment} is a {names[r.deployment].role} "
+                       "deployment; a route to it must name a prefill/decode pair")
             continue
         if w.bucket(r.bucket) is None:
             bad.append(f"route {r.workload}/{r.bucket}: no such length bucket in the spec's {r.workload} "
                        f"(buckets: {', '.join(b.name for b in w.buckets)}); was the plan made from another spec?")
             continue
-        if names[r.deployment].model != w.model:
+        if r.deployment is not None and names[r.deployment].model != w.model:
             bad.append(f"route {r.workload}: deployment {r.deployment} serves {names[r.deployment].model}, "
                        f"the workload needs {w.model}")
             continue
         per_bucket[(w.name, r.bucket)] = per_bucket.get((w.name, r.bucket), 0.0) + r.share
-        routes.append(RouteView(r.workload, r.bucket, r.deployment, r.share))
+        routes.append(RouteView(r.workload, r.bucket, r.deployment or "", r.share, r.prefill or "", r.decode or ""))
     for w in ir.workloads:
         for b in w.buckets:
             got = per_bucket.get((w.name, b.name), 0.0)
@@ -138,6 +151,7 @@ def verify(plan: Plan, ir: ProblemIR, topo: Topology | None = None, slo: bool = 
             bad.append(f"goodput: plan states {stated} rps served, its routes carry {served:.4f}")
     if topo is not None:
         bad += verify_placement(plan, topo)
+    bad += verify_lora(plan, ir)
     a = assess(ir, deps, routes)
     for w in ir.workloads:
         p = a.workloads[w.name]

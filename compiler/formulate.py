@@ -11,6 +11,8 @@ Constraints:
     sum_b x[b,c] / cap[b,c] <= n[c]                 for c             (capacity[c])
     sum_{c on g} gpus[c] n[c] <= count[g]           for g             (inventory[g], relaxable)
     sum_c usd[c] n[c] <= budget                                       (budget, relaxable)
+    P/D disaggregation (prefill and decode candidates, rows pd_balance and kv_link): see compiler.disagg;
+    their replicas count in inventory, budget and cost like any candidate's.
 Objective ``min_cost``:
     min sum_c usd[c] n[c] + EPS_GPU x sum_c gpus[c] n[c]   (cost, then fewer GPUs)
 Objective ``max_goodput`` (two solves, ``solve_ir``): demand rows become ``<=`` (a bucket may be served in
@@ -74,6 +76,11 @@ def formulate(ir: ProblemIR, cands: CandidateSet, derate: dict[str, float] | Non
         ub = _replicas_to_carry_all(ir, c, derate.get(c.id, 1.0)) if elastic else pool.count // c.gpus
         m.add_var(n_var(c.id), "integer", 0, ub)
         by_gpu.setdefault(c.gpu, []).append(c)
+    pd = cands.disagg  # prefill/decode candidates (compiler.disagg)
+    for c in pd:
+        ub = _replicas_to_carry_all(ir, c, derate.get(c.id, 1.0)) if elastic else ir.gpu(c.gpu).count // c.gpus
+        m.add_var(n_var(c.id), "integer", 0, ub)
+        by_gpu.setdefault(c.gpu, []).append(c)
     served: list[tuple[str, float]] = []
     for w in ir.workloads:
         for b in w.buckets:
@@ -81,6 +88,11 @@ def formulate(ir: ProblemIR, cands: CandidateSet, derate: dict[str, float] | Non
             for c in cands.candidates:
                 if c.workload == w.name and c.capacity(b.name) > 0:
                     terms.append((m.add_var(x_var(w.name, b.name, c.id), "continuous"), 1.0))
+            for c in pd:
+                if c.workload == w.name and c.capacity(b.name) > 0:
+                    v = m.add_var(x_var(w.name, b.name, c.id), "continuous", 0.0, w.rate_rps * b.prob)
+                    if c.role == "prefill":
+                        terms.append((v, 1.0))
             served += terms
             m.add(Constraint(f"demand[{w.name}/{b.name}]", "demand", tuple(terms), "<=" if goodput else "==",
                              w.rate_rps * b.prob, origin=f"workloads[{w.index}] ({w.name}).rate_rps"))
@@ -90,6 +102,11 @@ def formulate(ir: ProblemIR, cands: CandidateSet, derate: dict[str, float] | Non
         expr.append((n_var(c.id), -1.0))
         m.add(Constraint(f"capacity[{c.id}]", "capacity", tuple(expr), "<=", 0.0,
                          origin=f"workloads ({c.workload}).slo"))
+    if pd:
+        from compiler.disagg import add_rows
+
+        add_rows(m, ir, pd, derate, n_var, lambda c: f"workloads ({c.workload}).slo")
+    allc = cands.candidates + pd
     relax: list[tuple[Constraint, float]] = []
     for pool in ir.gpus:
         cs = by_gpu.get(pool.type, [])
@@ -97,12 +114,12 @@ def formulate(ir: ProblemIR, cands: CandidateSet, derate: dict[str, float] | Non
                          "<=", float(pool.count), origin=f"gpus[{pool.index}] ({pool.type}).count", relaxable=True)
         relax.append((con, max(pool.count, 1)))
     if ir.budget_usd_per_hour is not None:
-        con = Constraint("budget", "budget", tuple((n_var(c.id), c.usd_per_hour) for c in cands.candidates),
+        con = Constraint("budget", "budget", tuple((n_var(c.id), c.usd_per_hour) for c in allc),
                          "<=", ir.budget_usd_per_hour, origin="budget_usd_per_hour", relaxable=True)
         relax.append((con, ir.budget_usd_per_hour))
     if goodput and goodput_floor is not None:
         m.add(Constraint("goodput[total]", "goodput", tuple(served), ">=", goodput_floor, origin="objective"))
-    cost = [(n_var(c.id), c.usd_per_hour + EPS_GPU * c.gpus) for c in cands.candidates]
+    cost = [(n_var(c.id), c.usd_per_hour + EPS_GPU * c.gpus) for c in allc]
     if goodput and goodput_floor is None and not elastic:
         m.sense = "max"
         objective = list(served)
@@ -117,7 +134,7 @@ def formulate(ir: ProblemIR, cands: CandidateSet, derate: dict[str, float] | Non
             objective.append((s, 1.0 / scale))
             m.add(Constraint(con.name, con.family, con.expr + ((s, -1.0),), con.sense, con.rhs, con.origin, True))
         # Among equally small relaxations prefer the cheaper plan.
-        objective += [(n_var(c.id), 1e-9 * c.usd_per_hour) for c in cands.candidates]
+        objective += [(n_var(c.id), 1e-9 * c.usd_per_hour) for c in allc]
     else:
         for con, _ in relax:
             m.add(con)
@@ -130,7 +147,10 @@ def solve_ir(ir: ProblemIR, cands: CandidateSet, backend: Backend, options: Solv
     """Solve for the spec's objective: one solve for ``min_cost``, two for ``max_goodput`` (max served
     rate, then min cost keeping it). The result's ``seconds`` covers both; the time limit is shared."""
     if ir.objective != "max_goodput":
-        return backend.solve(formulate(ir, cands, derate), options)
+        from compiler.decompose import solve_split  # per workload when the shared rows do not bind
+
+        split = solve_split(ir, cands, backend, options, derate)
+        return split if split is not None else backend.solve(formulate(ir, cands, derate), options)
     first = backend.solve(formulate(ir, cands, derate, objective="max_goodput"), options)
     if not first.has_solution:
         return first

@@ -41,6 +41,7 @@ class GpuPoolIR:
     profile: GpuProfile
     index: int
     max_tp: int = 0  # largest tensor-parallel group in one NVLink domain (spec nodes); 0: the profile's node
+    nic_gbps: float = 0.0  # narrowest node NIC of this type in the spec's nodes, GB/s; 0: the profile's
 
     @property
     def tp_limit(self) -> int:
@@ -58,6 +59,8 @@ class ProblemIR:
     engine: EngineProfile
     input_hash: str
     warnings: tuple[str, ...] = ()
+    inter_rack_gbps: float | None = None  # spec network.inter_rack_gbps (KV transfer between disaggregated sides)
+    lora: object | None = None  # compiler.lora.spec.LoraIR: adapters and tenants; None when the spec has none
 
     def gpu(self, name: str) -> GpuPoolIR | None:
         return next((g for g in self.gpus if g.type == name), None)

@@ -12,6 +12,7 @@ from pathlib import Path
 
 import numpy as np
 
+from compiler.lora.spec import lora_ir, strip_unset
 from compiler.errors import InputError, Problem
 from compiler.ir import GpuPoolIR, ProblemIR, SloIR, WorkloadIR
 from compiler.lengths import LengthError, grid_of, make_buckets, quantile_grid
@@ -23,7 +24,7 @@ def spec_hash(spec: Spec, profiles: ProfileSet) -> str:
     """sha256 of the canonical spec JSON and the content of the profiles it uses (its GPU types, its models,
     its engine), so adding an unrelated profile does not change a plan's hash."""
     h = hashlib.sha256()
-    h.update(json.dumps(spec.model_dump(mode="json"), sort_keys=True).encode())
+    h.update(json.dumps(strip_unset(spec.model_dump(mode="json")), sort_keys=True).encode())
     used = [("gpus", g.type) for g in spec.gpus] + [("models", m.name) for m in spec.models if m.config is None]
     used.append(("engines", spec.defaults.engine))
     for kind, name in sorted(set(used)):
@@ -67,6 +68,11 @@ def truncate_grids(isl: np.ndarray, osl: np.ndarray, ctx: int) -> tuple[np.ndarr
     return isl_t, osl_t, truncated
 
 
+def _min_nic(spec: Spec, gpu: str) -> float:
+    """Narrowest NIC (GB/s) among the spec's nodes of this GPU type that give one (0: the profile's)."""
+    return min((n.nic_gbps for n in spec.nodes or () if n.gpu == gpu and n.nic_gbps), default=0.0)
+
+
 def _max_tp(spec: Spec, gpu: str) -> int:
     """Largest NVLink domain among the spec's nodes of this GPU type (0 when the spec has no nodes)."""
     if not spec.nodes:
@@ -83,7 +89,7 @@ def lower(spec: Spec, profiles: ProfileSet | None = None) -> ProblemIR:
     models = {m.name: profiles.models[m.name] for m in spec.models}
     gpus = tuple(sorted(
         (GpuPoolIR(g.type, g.count, g.usd_per_hour if g.usd_per_hour is not None else profiles.gpus[g.type].usd_per_hour.value,
-                   profiles.gpus[g.type], i, _max_tp(spec, g.type)) for i, g in enumerate(spec.gpus)),
+                   profiles.gpus[g.type], i, _max_tp(spec, g.type), _min_nic(spec, g.type)) for i, g in enumerate(spec.gpus)),
         key=lambda g: g.type))
     warnings: list[str] = []
     workloads = []
@@ -119,5 +125,5 @@ def lower(spec: Spec, profiles: ProfileSet | None = None) -> ProblemIR:
         name=spec.name, objective=spec.objective, budget_usd_per_hour=spec.budget_usd_per_hour, gpus=gpus,
         models=models, workloads=tuple(sorted(workloads, key=lambda w: w.name)),
         engine=profiles.engines[spec.defaults.engine], input_hash=spec_hash(spec, profiles),
-        warnings=tuple(warnings),
+        warnings=tuple(warnings), inter_rack_gbps=spec.network.inter_rack_gbps, lora=lora_ir(spec),
     )

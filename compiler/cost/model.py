@@ -284,8 +284,16 @@ class ReplicaModel:
 
     # ------------------------------------------------------------------ steady state under load
     def evaluate(self, classes: list[TrafficClass] | tuple[TrafficClass, ...], percentile: float = 99.0,
-                 max_iter: int = 200) -> ReplicaState:
+                 max_iter: int = 200, slo_ms: tuple[float, float] | None = None) -> ReplicaState:
         """Steady state of continuous batching with chunked prefill at the offered per-replica load.
+
+        ``slo_ms`` = (TTFT, TPOT) switches to decision mode (capacity bisection): ``meets(state, *slo_ms)``
+        is what it is without it, but ``ttft_mean_s`` is ``ttft_s``, and ``tpot_s`` only compares right with
+        the TPOT SLO (the mean TPOT when within it, infinity when not; the percentile search is skipped, and so
+        is the TPOT tail when TTFT already misses). The fixed point is accelerated (``_Aitken``): it lands
+        within the same tolerance, closer to the exact fixed point than plain iteration, which approaches it
+        from below, so a rate that meets the SLO in decision mode meets it in a plain evaluation too (up to
+        the tolerance; capacities move by less than the bisection's ``rel_tol``).
 
         Prefill is served first-come first-served in chunks of the token budget left after the decode batch;
         a prompt of ``isl`` tokens takes n = isl / chunk steps of T(b, min(isl, chunk)) each, so the prefill
@@ -313,9 +321,15 @@ class ReplicaModel:
             inf = (_UNSTABLE,) * n
             return ReplicaState(False, reason, _UNSTABLE, inf, inf, 1.0, b, _UNSTABLE, _UNSTABLE, _UNSTABLE, _UNSTABLE)
 
+        # Decision mode (capacity bisection) accelerates the fixed point; plain iteration climbs to it from below,
+        # so the stated predictions (assess, check) are not more pessimistic than the capacities assumed.
+        accel = _Aitken(min(self.max_num_seqs, K - 1), on=slo_ms is not None)
         for _ in range(max_iter):
             chunk = K - b
             if chunk < 1:
+                if accel.retreat():  # an extrapolated batch overshot: back to the last plain iterate
+                    b = accel.safe
+                    continue
                 return unstable(f"decode batch {b:.0f} leaves no room in max_num_batched_tokens {K}")
             t_d = self.iteration_s(b, ctx_dec)
             rho, prefill_steps, s, nsteps = 0.0, 0.0, [], []
@@ -327,16 +341,23 @@ class ReplicaModel:
                 nsteps.append(steps)
                 rho += c.rate_rps * steps * t
                 prefill_steps += c.rate_rps * steps
+            if rho >= 1 and accel.retreat():
+                b = accel.safe
+                continue
             if rho >= 1:
                 return unstable(f"prefill saturated (utilisation {rho:.2f})")
             tpot = 1.0 / (prefill_steps + (1 - rho) / t_d)
             b_new = D * tpot
+            if b_new > self.max_num_seqs and accel.retreat():
+                b = accel.safe
+                continue
             if b_new > self.max_num_seqs:
                 return unstable(f"needs a decode batch of {b_new:.0f} > max_num_seqs {self.max_num_seqs}")
             if abs(b_new - b) <= 1e-4 * max(b_new, 1.0):
                 b = b_new
                 break
-            b = b_new
+            b_acc = accel.step(b, b_new)
+            b = b_new if b_acc is None else b_acc
         else:
             return unstable("no steady state (load too close to saturation)")
         es = sum(c.rate_rps * si for c, si in zip(classes, s)) / lam
@@ -351,12 +372,16 @@ class ReplicaModel:
             return unstable(f"KV cache needs {kv_used:.0f} tokens > capacity {kv_cap}")
         fe = self.request_overhead
         ttft = tuple(fe + wait_p + self.prefill_s(c.tail, b, ctx_dec) for c in classes)
+        if slo_ms is not None:  # decision mode (see the docstring)
+            tpot_p = tpot if max(ttft) * 1e3 > slo_ms[0] else \
+                self._tpot_tail(classes, s, nsteps, t_d, tpot, percentile, slo_ms[1] * 1e-3)
+            return ReplicaState(True, "", tpot_p, ttft, ttft, rho, b, kv_used, wait_p, wait_mean, tpot)
         ttft_mean = tuple(fe + wait_mean + self.prefill_s(c.isl_mean, b, ctx_dec) for c in classes)
         tpot_p = self._tpot_tail(classes, s, nsteps, t_d, tpot, percentile)
         return ReplicaState(True, "", tpot_p, ttft, ttft_mean, rho, b, kv_used, wait_p, wait_mean, tpot)
 
     def _tpot_tail(self, classes, s: list[float], nsteps: list[float], t_d: float, tpot: float,
-                   percentile: float) -> float:
+                   percentile: float, bound_s: float | None = None) -> float:
         """Per-request TPOT at ``percentile``. A request decoding k = osl - 1 tokens is slowed by the prompts
         that arrive while it decodes: each adds D = (its prefill time) - (its chunk steps x t_d), the excess of its
         prefill-carrying steps over decode-only steps. Over the request's window (k x mean TPOT) the prompts
@@ -395,6 +420,10 @@ class ReplicaModel:
             return sum(w * tail((t - tpot) / sd, g) for w, sd, g in parts) / wsum
 
         lo, hi = tpot, tpot + 20 * max(p[1] for p in parts)
+        if bound_s is not None:
+            decided = _tail_decision(miss, q, lo, hi, 1e-4 * tpot, bound_s)
+            if decided is not None:
+                return tpot if decided else _UNSTABLE
         while hi - lo > 1e-4 * tpot:  # 0.01 % of the mean TPOT: far below any SLO's resolution
             mid = (lo + hi) / 2
             if miss(mid) > q:
@@ -407,24 +436,166 @@ class ReplicaModel:
         return state.stable and max(state.ttft_s) * 1e3 <= ttft_ms and state.tpot_s * 1e3 <= tpot_ms
 
     def capacity_rps(self, cls: TrafficClass, ttft_ms: float, tpot_ms: float, percentile: float,
-                     rel_tol: float = 0.005) -> float:
+                     rel_tol: float = 0.005, guess: float | None = None) -> float:
         """Highest per-replica rate of ``cls`` (its rate field is ignored) that meets both SLOs; 0 if none.
 
-        ``evaluate`` gets monotonically worse with the rate, so bisection applies.
+        ``evaluate`` gets monotonically worse with the rate, so bisection applies. ``guess`` (e.g. a sibling
+        shape's capacity) only saves evaluations: a bracket is searched outward from it first (two evaluations
+        when it is right to the tolerance), and the bisection then takes every outcome that monotonicity
+        implies from what is known (a rate at or below one that met the SLOs meets them; at or above one that
+        missed, misses), so it returns the same rate as without the guess.
         """
         if self.memory.kv_cache_tokens < cls.tail + cls.osl_mean:
             return 0.0
 
-        def ok(rate: float) -> bool:
-            c = TrafficClass(rate, cls.isl_mean, cls.osl_mean, cls.isl_tail, cls.isl_cv2)
-            return self.meets(self.evaluate([c], percentile), ttft_ms, tpot_ms)
+        # Decision mode skips the TPOT percentile search; only where ``evaluate`` is not overridden (a subclass
+        # may adjust the state after the base evaluation).
+        slo = (ttft_ms, tpot_ms) if type(self).evaluate is ReplicaModel.evaluate else None
 
-        if not ok(1e-9):
-            return 0.0
+        known = [0.0, math.inf]  # highest rate known to meet the SLOs, lowest known to miss
+
+        def ok(rate: float) -> bool:
+            if rate <= known[0] or rate >= known[1]:
+                return rate <= known[0]  # implied by monotonicity
+            c = TrafficClass(rate, cls.isl_mean, cls.osl_mean, cls.isl_tail, cls.isl_cv2)
+            if slo is None:
+                met = self.meets(self.evaluate([c], percentile), ttft_ms, tpot_ms)
+            else:
+                met = self.meets(self.evaluate([c], percentile, slo_ms=slo), ttft_ms, tpot_ms)
+            if met:
+                known[0] = max(known[0], rate)
+            else:
+                known[1] = min(known[1], rate)
+            return met
+
         # Upper bound: prefill alone saturates at chunk / (isl x T_m(0)); decode alone at max_num_seqs / (osl x T_d).
         per_step = min(cls.isl_mean, self.max_batched_tokens)
         prefill_t = cls.isl_mean / per_step * self.iteration_s(0, 0, per_step, 0)
         hi = min(1.0 / prefill_t, self.max_num_seqs / (cls.osl_mean * self.iteration_s(1, cls.isl_mean))) * 1.01
+        if guess is not None and 0.0 < guess < hi:
+            _bracket(ok, guess, hi, rel_tol)  # fills ``known``
+        if not ok(1e-9):
+            return 0.0
+        lo = 0.0
+        while hi - lo > rel_tol * max(lo, 1e-6):
+            mid = (lo + hi) / 2
+            if ok(mid):
+                lo = mid
+            else:
+                hi = mid
+        return lo
+
+    # ------------------------------------------------------------------ disaggregated roles (prefill / decode)
+    @property
+    def kv_bytes_per_token(self) -> float:
+        """KV bytes of one token of context for the whole model (all layers and KV heads): what a prefill
+        instance hands to a decode instance per input token."""
+        return 2 * self.L * self.kv_heads * self.head_dim * self.kvbytes
+
+    def evaluate_prefill(self, classes: list[TrafficClass] | tuple[TrafficClass, ...],
+                         percentile: float = 99.0) -> ReplicaState:
+        """Steady state of a prefill-only replica: every step carries prompt chunks and nothing decodes (the first
+        token comes out of the prefill, the rest on a decode replica). The same M/G/1 prefill server as
+        ``evaluate`` with a decode batch of 0: service of a prompt = isl / chunk steps of T(0, chunk), waiting time
+        at the percentile from the exponential tail. KV: only the prompts being prefilled (handed off after)."""
+        lam = sum(c.rate_rps for c in classes)
+        n = len(classes)
+        fe = self.request_overhead
+        if lam <= 0:
+            ttft = tuple(fe + self.prefill_s(c.tail, 0, 0) for c in classes)
+            mean = tuple(fe + self.prefill_s(c.isl_mean, 0, 0) for c in classes)
+            return ReplicaState(True, "", 0.0, ttft, mean, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0)
+        K = self.max_batched_tokens
+        rho, steps_total, s = 0.0, 0.0, []
+        for c in classes:
+            per_step = min(c.isl_mean, K)
+            steps = c.isl_mean / per_step
+            t = self.iteration_s(0, 0, per_step, (c.isl_mean - per_step) / 2)
+            s.append(steps * t)
+            rho += c.rate_rps * steps * t
+            steps_total += c.rate_rps * steps
+        if rho >= 1:
+            inf = (_UNSTABLE,) * n
+            return ReplicaState(False, f"prefill saturated (utilisation {rho:.2f})", 0.0, inf, inf, 1.0, 0.0,
+                                _UNSTABLE, _UNSTABLE, _UNSTABLE, 0.0)
+        es = sum(c.rate_rps * si for c, si in zip(classes, s)) / lam
+        es2 = sum(c.rate_rps * si * si * (1 + c.isl_cv2) for c, si in zip(classes, s)) / lam
+        theta = es2 / (2 * es * (1 - rho))
+        q = 1 - percentile / 100.0
+        wait_p = theta * math.log(rho / q) if rho > q else 0.0
+        wait_mean = rho * theta
+        kv_used = rho * sum(c.rate_rps * c.isl_mean for c in classes) / max(steps_total, 1e-12)
+        ttft = tuple(fe + wait_p + self.prefill_s(c.tail, 0, 0) for c in classes)
+        mean = tuple(fe + wait_mean + self.prefill_s(c.isl_mean, 0, 0) for c in classes)
+        return ReplicaState(True, "", 0.0, ttft, mean, rho, 0.0, kv_used, wait_p, wait_mean, 0.0)
+
+    def evaluate_decode(self, classes: list[TrafficClass] | tuple[TrafficClass, ...],
+                        percentile: float = 99.0, max_iter: int = 200) -> ReplicaState:
+        """Steady state of a decode-only replica: requests arrive with their prompt's KV (transferred) and
+        decode osl - 1 tokens; every step is decode-only, T_d = T(b, mean context). Little's law gives
+        b = (sum rate x (osl - 1)) x T_d; iterate to the fixed point. Without prompts interleaved the step time
+        does not jump, so TPOT at the percentile is the step time at the batch size the Poisson number of
+        requests in the system (M/G/inf) reaches at that percentile, b_p = b + z sqrt(b) (normal approximation;
+        the batch changes on the time scale of a request's own decode, so its steps do not average it out)."""
+        from statistics import NormalDist
+
+        n = len(classes)
+        D = sum(c.rate_rps * max(c.osl_mean - 1, 0.0) for c in classes)
+        if D <= 0:
+            t1 = self.iteration_s(1, max((c.tail for c in classes), default=0.0))
+            return ReplicaState(True, "", t1, (0.0,) * n, (0.0,) * n, 0.0, 0.0, 0.0, 0.0, 0.0, t1)
+        ctx = sum(c.rate_rps * max(c.osl_mean - 1, 0.0) * (c.isl_mean + c.osl_mean / 2) for c in classes) / D
+        b = 1.0
+        for _ in range(max_iter):
+            t_d = self.iteration_s(b, ctx)
+            b_new = D * t_d
+            if b_new > self.max_num_seqs:
+                inf = (_UNSTABLE,) * n
+                return ReplicaState(False, f"needs a decode batch of {b_new:.0f} > max_num_seqs {self.max_num_seqs}",
+                                    _UNSTABLE, inf, inf, 1.0, b_new, _UNSTABLE, 0.0, 0.0, _UNSTABLE)
+            if abs(b_new - b) <= 1e-4 * max(b_new, 1.0):
+                b = b_new
+                break
+            b = b_new
+        kv_used = b * ctx
+        if kv_used > self.memory.kv_cache_tokens:
+            inf = (_UNSTABLE,) * n
+            return ReplicaState(False, f"KV cache needs {kv_used:.0f} tokens > capacity {self.memory.kv_cache_tokens}",
+                                _UNSTABLE, inf, inf, 1.0, b, kv_used, 0.0, 0.0, _UNSTABLE)
+        tpot = self.iteration_s(max(b, 1.0), ctx)
+        tpot_p = tpot
+        if percentile > 50:
+            z = NormalDist().inv_cdf(percentile / 100.0)
+            tpot_p = self.iteration_s(max(b + z * math.sqrt(max(b, 1.0)), 1.0), ctx)
+        return ReplicaState(True, "", tpot_p, (0.0,) * n, (0.0,) * n, 0.0, b, kv_used, 0.0, 0.0, tpot)
+
+    def capacity_rps_role(self, role: str, cls: TrafficClass, ttft_ms: float, tpot_ms: float, percentile: float,
+                          transfer_s: float = 0.0, rel_tol: float = 0.005) -> float:
+        """``capacity_rps`` for a ``prefill`` replica (TTFT, the KV hand-off ``transfer_s`` included, within
+        ``ttft_ms``) or a ``decode`` replica (TPOT within ``tpot_ms``, prompt plus output in its KV cache)."""
+        if role == "prefill":
+            if self.memory.kv_cache_tokens < cls.tail:
+                return 0.0
+
+            def ok(rate: float) -> bool:
+                st = self.evaluate_prefill([TrafficClass(rate, cls.isl_mean, 1.0, cls.isl_tail, cls.isl_cv2)],
+                                           percentile)
+                return st.stable and (st.ttft_s[0] + transfer_s) * 1e3 <= ttft_ms
+
+            per_step = min(cls.isl_mean, self.max_batched_tokens)
+            hi = 1.01 / (cls.isl_mean / per_step * self.iteration_s(0, 0, per_step, 0))
+        else:
+            if self.memory.kv_cache_tokens < cls.tail + cls.osl_mean or cls.osl_mean <= 1:
+                return 0.0
+
+            def ok(rate: float) -> bool:
+                st = self.evaluate_decode([TrafficClass(rate, cls.isl_mean, cls.osl_mean, cls.isl_tail,
+                                                        cls.isl_cv2)], percentile)
+                return st.stable and st.tpot_s * 1e3 <= tpot_ms
+
+            hi = 1.01 * self.max_num_seqs / ((cls.osl_mean - 1) * self.iteration_s(1, cls.isl_mean))
+        if not ok(1e-9):
+            return 0.0
         lo = 0.0
         while hi - lo > rel_tol * max(lo, 1e-6):
             mid = (lo + hi) / 2
@@ -612,6 +783,93 @@ class ReplicaModel:
         return BurstPrediction(makespan_s=t, requests_per_s=n / t, output_tokens_per_s=out_tok / t,
                                output_tokens_per_s_per_gpu=out_tok / t / gpus, total_tokens_per_s=(in_tok + out_tok) / t,
                                ttft_ms=1e3 * (sum(first) / n + fe), tpot_ms=1e3 * sum(tpot) / multi, requests=n)
+
+
+class _Aitken:
+    """Aitken's delta-squared extrapolation of ``evaluate``'s decode-batch fixed point b = f(b), with a safe
+    fallback. Plain iteration from 0 climbs to the fixed point from below (f grows with b), often slowly near
+    saturation; every third plain iterate is replaced by the extrapolation of the last three (Steffensen's
+    method), which lands on the fixed point in a few steps. Convergence is still judged on a plain step, to the
+    same tolerance. An extrapolation may overshoot the fixed point: if a state looks unstable once any has been
+    used, ``retreat`` goes back to the highest plain iterate known to lie below the fixed point (one with
+    f(b) >= b) and plain iteration continues from there, unaccelerated, so instability is only ever concluded
+    from plain iterates below the fixed point, as without acceleration."""
+
+    __slots__ = ("hist", "safe", "on", "cap", "used")
+
+    def __init__(self, cap: float, on: bool = True):
+        self.hist: list[float] = [0.0]
+        self.safe = 0.0
+        self.on = on
+        self.cap = cap  # extrapolations above this are not used
+        self.used = False
+
+    def step(self, b: float, b_new: float) -> float | None:
+        """A plain step b -> f(b) = ``b_new``; returns the batch to continue from instead of b_new, or None."""
+        if b_new >= b:
+            self.safe = max(self.safe, b_new)  # f(b) >= b: b and f(b) lie below the fixed point
+        if not self.on:
+            return None
+        h = self.hist
+        h.append(b_new)
+        if len(h) < 3:
+            return None
+        b0, b1, b2 = h
+        self.hist = [b2]
+        den = b2 - 2 * b1 + b0
+        if den == 0 or not (b1 - b0) * (b2 - b1) > 0:  # not a monotone run: leave it to plain iteration
+            return None
+        acc = b0 - (b1 - b0) ** 2 / den
+        if not (math.isfinite(acc) and 0.0 <= acc <= self.cap):
+            return None
+        self.used = True
+        self.hist = [acc]
+        return acc
+
+    def retreat(self) -> bool:
+        if not (self.on and self.used):
+            return False
+        self.on = False
+        return True
+
+
+def _bracket(ok, guess: float, bound: float, rel_tol: float) -> tuple[float, float]:
+    """(lo, hi) around the rate where the monotone ``ok`` turns false, searched outward from ``guess``: ok(lo)
+    holds (or lo is 0: not known), ok(hi) does not (or hi is ``bound``). Steps grow 4-fold from just under
+    rel_tol, so a guess right to the tolerance costs two evaluations."""
+    step = 0.999 * rel_tol
+    if ok(guess):
+        lo = guess
+        while True:
+            t = lo * (1 + step)
+            if t >= bound:
+                return lo, bound
+            if not ok(t):
+                return lo, t
+            lo, step = t, step * 4
+    hi = guess
+    while True:
+        t = hi / (1 + step)
+        if t < 1e-6 * guess:
+            return 0.0, hi
+        if ok(t):
+            return t, hi
+        hi, step = t, step * 4
+
+
+def _tail_decision(miss, q: float, lo: float, hi: float, width: float, bound: float) -> bool | None:
+    """Whether the percentile search of ``_tpot_tail`` (bisection of the decreasing ``miss`` on [lo, hi] to
+    ``width``) would end at or below ``bound``, from at most two evaluations of ``miss``; None when ``bound`` is
+    within ``width`` of the answer and only the search itself can tell."""
+    if bound < lo:
+        return False  # the search never returns less than lo (the mean TPOT)
+    if bound >= hi:
+        return True  # ... nor more than hi
+    if miss(bound) > q:
+        return False  # the answer lies above bound
+    if bound - width >= lo and miss(bound - width) <= q:
+        return True  # the answer lies at or below bound - width, and the search ends within width of it
+    return None
 
 
 def gamma_q(a: float, x: float) -> float:

@@ -5,6 +5,7 @@ import json
 import math
 from typing import Any
 
+from compiler.lora.emit import strip_lora_defaults
 from compiler.plan.schema import Plan
 from compiler.yamlio import dump_canonical
 
@@ -22,7 +23,10 @@ def _round(x: Any) -> Any:
 
 
 def plan_to_data(plan: Plan) -> dict:
-    return _round(plan.model_dump(mode="python"))
+    data = _round(plan.model_dump(mode="python"))
+    # Routes name either ``deployment`` or a ``prefill``/``decode`` pair; keys that are null are left out.
+    data["routes"] = [{k: v for k, v in r.items() if v is not None or k == "share"} for r in data["routes"]]
+    return strip_lora_defaults(data)
 
 
 def emit(plan: Plan, fmt: str = "yaml") -> str:

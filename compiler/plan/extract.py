@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import math
+from dataclasses import replace
 
 from compiler.assess import Assessment, DeploymentSpecView, RouteView, assess
 from compiler.candidates import Candidate, CandidateSet
@@ -29,7 +30,7 @@ def engine_args(c: Candidate | Deployment, ir_engine_util: float) -> list[str]:
 
 def chosen(ir: ProblemIR, cands: CandidateSet, res: SolveResult) -> tuple[list[tuple[Candidate, int]], list[RouteView]]:
     deps = []
-    for c in cands.candidates:
+    for c in cands.candidates + cands.disagg:
         n = int(round(res.values.get(n_var(c.id), 0.0)))
         if n > 0:
             deps.append((c, n))
@@ -38,8 +39,19 @@ def chosen(ir: ProblemIR, cands: CandidateSet, res: SolveResult) -> tuple[list[t
         for b in w.buckets:
             for c, _ in deps:
                 x = res.values.get(x_var(w.name, b.name, c.id), 0.0)
-                if x > ROUTE_TOL:
+                if x > ROUTE_TOL and c.role == "unified":
                     routes.append(RouteView(w.name, b.name, c.id, x / w.rate_rps))
+    if any(c.role != "unified" for c, _ in deps):
+        from compiler.disagg import pair_routes
+
+        flows: dict = {}
+        for w in ir.workloads:
+            for b in w.buckets:
+                for c, _ in deps:
+                    x = res.values.get(x_var(w.name, b.name, c.id), 0.0)
+                    if x > ROUTE_TOL and c.role != "unified":
+                        flows.setdefault((w.name, b.name), ([], []))[c.role == "decode"].append((c.id, x))
+        routes += pair_routes(ir, flows)
     if ir.objective == "max_goodput":  # served in part: shares are what is served, not normalised to 1
         return deps, routes
     return deps, _normalise(routes)
@@ -50,12 +62,12 @@ def _normalise(routes: list[RouteView]) -> list[RouteView]:
     total: dict[str, float] = {}
     for r in routes:
         total[r.workload] = total.get(r.workload, 0.0) + r.share
-    return [RouteView(r.workload, r.bucket, r.deployment, r.share / total[r.workload]) for r in routes]
+    return [replace(r, share=r.share / total[r.workload]) for r in routes]
 
 
 def views(deps: list[tuple[Candidate, int]]) -> list[DeploymentSpecView]:
-    return [DeploymentSpecView(c.id, c.model, c.gpu, c.tp, c.pp, c.dtype, c.max_num_seqs, c.max_batched_tokens, n)
-            for c, n in deps]
+    return [DeploymentSpecView(c.id, c.model, c.gpu, c.tp, c.pp, c.dtype, c.max_num_seqs, c.max_batched_tokens, n,
+                               c.role) for c, n in deps]
 
 
 def build_plan(ir: ProblemIR, deps: list[tuple[Candidate, int]], routes: list[RouteView], res: SolveResult,
@@ -69,7 +81,7 @@ def build_plan(ir: ProblemIR, deps: list[tuple[Candidate, int]], routes: list[Ro
         cost += n * c.usd_per_hour
     deployments = [
         Deployment(name=c.id, model=c.model, gpu=c.gpu, tensor_parallel=c.tp, pipeline_parallel=c.pp, replicas=n,
-                   role="unified", dtype=c.dtype, max_batch_size=c.max_num_seqs,
+                   role=c.role, dtype=c.dtype, max_batch_size=c.max_num_seqs,
                    max_num_batched_tokens=c.max_batched_tokens, kv_cache_tokens=c.kv_cache_tokens,
                    load_rps_per_replica=a.deployments[c.id].rate_rps_per_replica,
                    utilization=a.deployments[c.id].utilization, engine_args=engine_args(c, util))
@@ -80,8 +92,9 @@ def build_plan(ir: ProblemIR, deps: list[tuple[Candidate, int]], routes: list[Ro
         solver=SolverInfo(backend=res.backend, status=res.status.value, gap=res.gap,
                           seconds=seconds_bound(seconds), rounds=rounds),
         deployments=deployments,
-        routes=[Route(workload=r.workload, bucket=r.bucket, deployment=r.deployment, share=r.share)
-                for r in sorted(routes, key=lambda r: (r.workload, r.bucket, r.deployment))],
+        routes=[Route(workload=r.workload, bucket=r.bucket, deployment=r.deployment or None,
+                      prefill=r.prefill or None, decode=r.decode or None, share=r.share)
+                for r in sorted(routes, key=lambda r: (r.workload, r.bucket, r.deployment, r.prefill, r.decode))],
         predictions={w.name: _prediction(a, w.name) for w in ir.workloads},
         buckets={w.name: [Bucket(name=b.name, share=b.prob, input_tokens_mean=b.isl_mean,
                                  output_tokens_mean=b.osl_mean) for b in w.buckets] for w in ir.workloads},
@@ -108,12 +121,12 @@ def with_placement(plan: Plan, placements: dict) -> Plan:
     return plan.model_copy(update={"deployments": deps})
 
 
-SECONDS_LADDER = (1.0, 10.0, 60.0, 600.0, 3600.0, 86400.0)
+SECONDS_LADDER = (10.0, 60.0, 600.0, 3600.0, 86400.0)  # coarse: a busy machine must not change bytes
 
 
 def seconds_bound(seconds: float) -> float:
     """Solver wall time as the first rung of a coarse ladder at or above it: plans stay byte-stable while
-    still saying whether solving took a second, a minute or an hour (the CLI prints the exact time)."""
+    still saying whether solving took seconds, a minute or an hour (the CLI prints the exact time)."""
     return next((s for s in SECONDS_LADDER if seconds <= s), math.ceil(seconds))
 
 

@@ -19,7 +19,7 @@ class SolverInfo(_Strict):
     backend: str
     status: Literal["optimal", "feasible"]
     gap: float | None = Field(description="relative MIP gap; 0 when proven optimal, null when unknown")
-    seconds: float = Field(description="upper bound on the solver wall time: the first of 1, 10, 60, 600, 3600, 86400 s at or above it (keeps plans byte-stable)")
+    seconds: float = Field(description="upper bound on the solver wall time: the first of 10, 60, 600, 3600, 86400 s at or above it (keeps plans byte-stable)")
     rounds: int = Field(description="solve rounds: 1, plus one per re-solve after the assessment found a miss")
 
 
@@ -39,7 +39,8 @@ class Deployment(_Strict):
     tensor_parallel: int = Field(ge=1)
     pipeline_parallel: int = Field(ge=1)
     replicas: int = Field(ge=0)
-    role: Literal["unified"]
+    role: Literal["unified", "prefill", "decode"] = Field(
+        description="unified: prefill and decode; prefill / decode: one side of a disaggregated pair")
     dtype: Literal["bf16", "fp8"]
     max_batch_size: int = Field(ge=1, description="vLLM --max-num-seqs")
     max_num_batched_tokens: int = Field(ge=1, description="token budget per engine step (chunked prefill)")
@@ -48,13 +49,29 @@ class Deployment(_Strict):
     utilization: float = Field(description="share of engine steps carrying prefill work, at the planned load")
     engine_args: list[str]
     placement: list[Placement] = Field(default=[], description="one entry per replica and pipeline stage")
+    adapters: list[str] = Field(default=[], description="LoRA adapters this deployment holds (omitted when none)")
+    max_loras: int = Field(default=0, ge=0, description="vLLM --max-loras: adapter slots on the GPU (0: no LoRA)")
+    max_lora_rank: int = Field(default=0, ge=0, description="vLLM --max-lora-rank")
+    max_cpu_loras: int = Field(default=0, ge=0, description="vLLM --max-cpu-loras: adapters kept in CPU memory")
+    tenants: list[str] = Field(default=[], description="tenants whose traffic it serves (omitted when none)")
 
 
 class Route(_Strict):
     workload: str
     bucket: str
-    deployment: str
+    deployment: str | None = Field(default=None, description="unified deployment; omitted for a P/D pair")
+    prefill: str | None = Field(default=None, description="P/D pair: the prefill deployment (omitted otherwise)")
+    decode: str | None = Field(default=None, description="P/D pair: the decode deployment (omitted otherwise)")
     share: float = Field(gt=0, le=1, description="share of the workload's requests")
+
+
+class AdapterRoute(_Strict):
+    """Where a workload's requests for one adapter go (multi-LoRA plans)."""
+
+    workload: str
+    adapter: str
+    deployment: str
+    share: float = Field(gt=0, le=1, description="share of this workload's requests for this adapter")
 
 
 class Prediction(_Strict):
@@ -103,5 +120,7 @@ class Plan(_Strict):
     buckets: dict[str, list[Bucket]]
     warnings: list[str] = []
     simulation: Simulation | None = Field(default=None, description="validation by simulation; null when skipped")
+    adapter_routes: list[AdapterRoute] = Field(default=[], description="multi-LoRA plans: routes by adapter "
+                                                                       "(omitted when empty)")
     goodput: Goodput | None = Field(default=None, description="objective max_goodput only: traffic served; routes "
                                                                "then carry shares of at most 1 per workload")

@@ -19,6 +19,7 @@ from compiler.ir import ProblemIR
 from compiler.lower import lower
 from compiler.plan.schema import Plan
 from compiler.sim.engine import Simulation
+from compiler.sim.lora import apply_adapters
 from compiler.sim.metrics import SimResult, summarise
 from compiler.sim.scenario import build_scenario
 from compiler.spec.schema import Spec
@@ -48,8 +49,13 @@ def simulate(plan: Plan, spec: Spec, *, ir: ProblemIR | None = None, requests: i
     if requests is None and duration_s is None:
         requests = default_requests([w.rate_rps for w in ir.workloads])
     sc = build_scenario(plan, spec, ir, trace, trace_workloads, arrival_cv)
-    sim = Simulation(sc, seed, requests if duration_s is None else None, duration_s, timeline).run(progress)
+    cls = Simulation
+    if sc.pairs:
+        from compiler.sim.disagg import DisaggSimulation as cls
+    sim = cls(sc, seed, requests if duration_s is None else None, duration_s, timeline).run(progress)
+    lora_notes = apply_adapters(sim, plan, ir, seed)  # multi-LoRA plans: adapter loads and evictions
     res = summarise(sim)
+    res.notes += lora_notes
     res.wall_s = time.perf_counter() - t0
     return res
 

@@ -16,6 +16,7 @@ from compiler.candidates import replica_model
 from compiler.cost.model import ReplicaModel
 from compiler.ir import ProblemIR
 from compiler.lengths import INPUT_SPLITS, OUTPUT_SPLITS, _cuts
+from compiler.lora.verify import plan_lora
 from compiler.lower import length_grids, truncate_grids
 from compiler.plan.schema import Plan
 from compiler.spec.schema import Spec
@@ -29,6 +30,7 @@ class SimDeployment:
     model: ReplicaModel
     replicas: int
     gpus_per_replica: int
+    role: str = "unified"
 
 
 @dataclass
@@ -73,6 +75,8 @@ class Scenario:
     deployments: list[SimDeployment]
     workloads: list[SimWorkload]
     notes: list[str]
+    pairs: list[tuple[int, int]] = field(default_factory=list)  # (prefill, decode) deployment indices
+    pair_xfer_s_per_token: list[float] = field(default_factory=list)  # KV hand-off seconds per input token
 
 
 def _bucket_names(isl: np.ndarray, osl: np.ndarray, ins, outs) -> list[str]:
@@ -91,14 +95,17 @@ def build_scenario(plan: Plan, spec: Spec, ir: ProblemIR, trace: Trace | None = 
             continue
         try:
             rm = replica_model(ir, d.model, d.gpu, d.tensor_parallel, d.pipeline_parallel, d.dtype, d.max_batch_size,
-                               d.max_num_batched_tokens)
+                               d.max_num_batched_tokens, lora=plan_lora(ir, d))
         except ValueError:
             continue
         if rm.memory.kv_cache_tokens <= 0:
             continue
-        served = tuple(sorted({r.workload for r in plan.routes if r.deployment == d.name}))
+        served = tuple(sorted({r.workload for r in plan.routes if d.name in (r.deployment, r.prefill, r.decode)}))
         dep_index[d.name] = len(deps)
-        deps.append(SimDeployment(d.name, served, rm, d.replicas, d.tensor_parallel * d.pipeline_parallel))
+        deps.append(SimDeployment(d.name, served, rm, d.replicas, d.tensor_parallel * d.pipeline_parallel, d.role))
+    from compiler.sim.disagg import pair_targets
+
+    pairs, xfer, pair_index = pair_targets(plan, ir, deps, dep_index)
     spec_w = {w.name: w for w in spec.workloads}
     workloads: list[SimWorkload] = []
     shared = list(trace_workloads) if trace_workloads else [w.name for w in ir.workloads]
@@ -126,11 +133,16 @@ def build_scenario(plan: Plan, spec: Spec, ir: ProblemIR, trace: Trace | None = 
         for b in names:
             rs = [r for r in plan.routes if r.workload == w.name and r.bucket == b and r.deployment in dep_index]
             rs.sort(key=lambda r: r.deployment)
+            idx = [dep_index[r.deployment] for r in rs]
+            for r in plan.routes:  # P/D pairs: targets after the deployments
+                if r.workload == w.name and r.bucket == b and (r.prefill, r.decode) in pair_index:
+                    rs.append(r)
+                    idx.append(len(deps) + pair_index[(r.prefill, r.decode)])
             total = sum(r.share for r in rs)
             if not rs or total <= 0:
                 sim_w.routes.append((np.zeros(0, np.int64), np.zeros(0)))
                 continue
-            idx = np.array([dep_index[r.deployment] for r in rs], np.int64)
+            idx = np.array(idx, np.int64)
             cum = np.cumsum([r.share / total for r in rs])
             cum[-1] = 1.0
             sim_w.routes.append((idx, cum))
@@ -138,4 +150,4 @@ def build_scenario(plan: Plan, spec: Spec, ir: ProblemIR, trace: Trace | None = 
     for d in deps:
         if d.replicas == 0 and d.workloads:
             notes.append(f"deployment {d.name} has 0 replicas but routes send it traffic")
-    return Scenario(deps, workloads, notes)
+    return Scenario(deps, workloads, notes, pairs, xfer)

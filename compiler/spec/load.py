@@ -7,6 +7,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from compiler.errors import InputError, Problem
+from compiler.lora.spec import cross_check as lora_cross_check
 from compiler.profiles import ProfileSet, load_profiles
 from compiler.spec.schema import Spec
 from compiler.validation import validate
@@ -66,6 +67,7 @@ def cross_check(spec: Spec, lines: LineMap, source: str, profiles: ProfileSet) -
         if w.model not in names:
             bad(("workloads", i, "model"), f"workloads[{i}] ({w.name}).model",
                 f"model {w.model!r} is not listed under models ({', '.join(sorted(names))})")
+    lora_cross_check(spec, bad)
     if spec.budget_usd_per_hour is not None and all(g.count == 0 for g in spec.gpus):
         bad(("gpus",), "gpus", "every GPU pool has count 0")
     return out

@@ -114,9 +114,52 @@ class GpuPool(_Strict):
     usd_per_hour: float | None = Field(default=None, ge=0, le=10_000, description="per GPU; default: the profile's price")
 
 
+LoraModule = Literal["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"]
+
+
+class Adapter(_Strict):
+    """A LoRA adapter of the model (docs/multi-lora.md)."""
+
+    name: str = Field(min_length=1, max_length=100, pattern=r"^[A-Za-z0-9][A-Za-z0-9_.-]*$")
+    rank: int = Field(ge=1, le=1024)
+    target_modules: list[LoraModule] | None = Field(default=None, min_length=1,
+                                                    description="default: q_proj, k_proj, v_proj, o_proj")
+    weight: float = Field(default=1.0, gt=0, le=1e9, description="relative share of a workload with adapter '*'")
+
+
+class ZipfTraffic(_Strict):
+    s: float = Field(ge=0, le=10, description="adapter i (from 1) gets a share proportional to 1 / i^s")
+
+
+class AdapterTraffic(_Strict):
+    zipf: ZipfTraffic
+
+
+class AdapterPopulation(_Strict):
+    """``count`` adapters named ``{prefix}{i}`` (i from 1, zero-padded), all of one rank."""
+
+    count: int = Field(ge=1, le=100_000)
+    rank: int = Field(ge=1, le=1024)
+    target_modules: list[LoraModule] | None = Field(default=None, min_length=1)
+    traffic: AdapterTraffic | None = Field(default=None, description="split of a workload with adapter '*'; "
+                                                                     "default: uniform")
+    prefix: str | None = Field(default=None, pattern=r"^[A-Za-z0-9][A-Za-z0-9_.-]*$",
+                               description="default: '<model>-lora-'")
+
+
 class ModelRef(_Strict):
     name: str
     config: str | None = Field(default=None, description="path to a local Hugging Face config.json (relative to the spec)")
+    adapters: list[Adapter] | None = Field(default=None, description="LoRA adapters served on this base model")
+    adapters_from: AdapterPopulation | None = Field(default=None, description="a generated adapter population")
+
+
+class Tenant(_Strict):
+    """Isolation rules for the workloads carrying ``tenant: <name>``."""
+
+    name: str = Field(min_length=1, max_length=100, pattern=r"^[A-Za-z0-9][A-Za-z0-9_.-]*$")
+    dedicated: bool = Field(default=False, description="its replicas serve no other tenant")
+    not_shared_with: list[str] = Field(default=[], description="tenants it must never share GPUs with")
 
 
 class TraceRef(_Strict):
@@ -148,6 +191,9 @@ class Workload(_Strict):
                                      description="coefficient of variation of inter-arrival gaps in simulation "
                                                  "(1 = Poisson, the default; > 1 bursty, Gamma gaps); ignored "
                                                  "with a trace")
+    adapter: str | None = Field(default=None, description="LoRA adapter of the model the requests use; '*': "
+                                                          "spread over the model's adapters by their traffic")
+    tenant: str | None = Field(default=None, min_length=1, max_length=100, description="owner, for isolation")
 
     @model_validator(mode="after")
     def _traffic(self):
@@ -210,6 +256,7 @@ class Spec(_Strict):
     nodes: list[NodeGroup] | None = Field(default=None, description="the fleet as servers; default: derived from "
                                                                     "gpus[] and each profile's GPUs per node")
     network: Network = Network()
+    tenants: list[Tenant] | None = Field(default=None, description="isolation rules (docs/multi-lora.md)")
     # Folder the spec file lives in: relative paths (samples, config.json) resolve against it.
     _base_dir: str = PrivateAttr(default=".")
 

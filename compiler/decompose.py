@@ -1,0 +1,75 @@
+"""Decomposition of the ``min_cost`` MILP by workload, when the shared rows do not bind.
+
+Entry point: ``solve_split(ir, cands, backend, options, derate) -> SolveResult | None`` (None: solve whole).
+
+Every variable of the formulation belongs to one workload (its candidates' replicas and routes); only the
+inventory rows (per GPU type) and the budget row couple workloads. Solving each workload on its own, with
+those rows kept (each alone is a relaxation of the shared row), gives per-workload optima whose sum is a lower
+bound on the whole problem's optimum. When the union of the per-workload solutions also satisfies the shared
+rows, it is feasible for the whole problem and so optimal, to the largest per-workload gap (the sum of the
+parts' gaps, each relative to its part, is at most the largest of them relative to the whole). Otherwise the
+caller solves the whole MILP as before.
+
+Used only where it pays and is sound: ``min_cost``, at least two workloads, at least ``MIN_CANDIDATES``
+candidates, and no inter-rack KV-link row (shared by every workload's P/D candidates).
+"""
+from __future__ import annotations
+
+from dataclasses import replace
+
+from compiler.candidates import CandidateSet
+from compiler.ir import ProblemIR
+from solvers.base import Backend, SolveOptions, SolveResult, Status, Termination
+
+MIN_CANDIDATES = 300  # below this the whole MILP solves in well under a second
+
+
+def solve_split(ir: ProblemIR, cands: CandidateSet, backend: Backend, options: SolveOptions,
+                derate: dict[str, float] | None = None) -> SolveResult | None:
+    from compiler.formulate import formulate, n_var
+
+    pd = tuple(getattr(cands, "disagg", ()))
+    if (ir.objective != "min_cost" or len(ir.workloads) < 2 or len(cands.candidates) < MIN_CANDIDATES
+            or (pd and getattr(ir, "inter_rack_gbps", None))):
+        return None
+    mine: dict[str, list] = {w.name: [] for w in ir.workloads}
+    mine_pd: dict[str, list] = {w.name: [] for w in ir.workloads}
+    for group, cs in ((mine, cands.candidates), (mine_pd, pd)):
+        for c in cs:
+            if c.workload not in group:
+                return None
+            group[c.workload].append(c)
+    values: dict[str, float] = {}
+    objective, seconds, gaps = 0.0, 0.0, []
+    statuses, terms = set(), set()
+    for w in ir.workloads:
+        sub = replace(cands, candidates=tuple(mine[w.name]), pruned=(), best=())
+        if pd:
+            sub = replace(sub, disagg=tuple(mine_pd[w.name]))
+        left = max(options.time_limit_s - seconds, 0.01)
+        r = backend.solve(formulate(replace(ir, workloads=(w,)), sub, derate),
+                          SolveOptions(left, options.mip_rel_gap, options.threads, options.verbose))
+        seconds += r.seconds
+        if not r.has_solution or r.objective is None:
+            return None  # infeasible or out of time: the whole solve says why
+        values.update(r.values)
+        objective += r.objective
+        gaps.append(r.gap)
+        statuses.add(r.status)
+        terms.add(r.termination)
+    # The shared rows, checked on the union.
+    used: dict[str, float] = {}
+    usd = 0.0
+    for c in cands.candidates + pd:
+        n = round(values.get(n_var(c.id), 0.0))
+        used[c.gpu] = used.get(c.gpu, 0) + n * c.gpus
+        usd += n * c.usd_per_hour
+    if any(used.get(p.type, 0) > p.count for p in ir.gpus):
+        return None
+    if ir.budget_usd_per_hour is not None and usd > ir.budget_usd_per_hour * (1 + 1e-9):
+        return None
+    status = Status.OPTIMAL if statuses == {Status.OPTIMAL} else Status.FEASIBLE
+    gap = None if any(g is None for g in gaps) else max(gaps, default=0.0)
+    term = Termination.TIME_LIMIT if Termination.TIME_LIMIT in terms else Termination.CONVERGED
+    return SolveResult(status, term, values, objective, gap, seconds, backend.name,
+                       f"decomposed into {len(ir.workloads)} workload MILPs")

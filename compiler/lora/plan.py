@@ -1,0 +1,550 @@
+"""Planning with LoRA adapters and tenants: shared candidates, the placement MILP, extraction, the loop.
+
+Used by ``compiler.api.plan`` when the spec has adapters or tenants (``ir.lora``); other specs never come here.
+docs/multi-lora.md describes the model; the notation, on top of compiler/formulate.py's:
+
+    G: groups (base model, dtype); k: a tenant colour (conflicting tenants get different colours, greedily)
+    C_G,k: shared candidates (GPU type, TP, PP, token budget, L = max_loras) of group G for colour k; each
+        serves any workload of G of colour k. cap[w,c]: per-replica rate of workload w's whole length mix at
+        w's SLO on c (harmonic over its buckets), computed with the LoRA cost model (compiler/cost/lora.py).
+    U: traffic units: a workload's base-model traffic, a hot adapter of a workload (exact), or a class of its
+        cold adapters (N_k adapters, total rate R_k, largest single rate rmax_k)
+    n[c] in Z+ replicas; x[u,c] >= 0 rps; y[a,c] in {0,1}: hot adapter a held by c; z[k,c] in Z+: adapters of
+        cold class k held by c; slots[c]: adapters c may hold (1 for L = 1, else MAX_CPU_LORAS)
+Constraints (family names as in the model):
+    sum_c x[u,c] == rate[u]                                  (demand)
+    sum_u x[u,c] / (cap[w(u),c] derate[c]) <= n[c]           (capacity)
+    x[u,c] <= rate[u] y[a(u),c]                              (lora_hold: adapter traffic only where it is held)
+    x[k,c] <= rmax_k z[k,c];   sum_c z[k,c] >= N_k           (lora_class, lora_cover)
+    sum_a y[a,c] + sum_k z[k,c] <= slots[c]                  (lora_slots: --max-cpu-loras)
+    inventory[g], budget as in compiler/formulate.py
+Objective: min sum_c usd[c] n[c] + EPS_GPU x GPUs + EPS_HOLD x (sum y + sum z) (hold nothing needlessly).
+Rank: every candidate of G has max_lora_rank = the largest rank among G's adapters (so any adapter fits).
+Isolation: a unit may only use the candidates of its tenant's colour; colours are assigned so that no two
+tenants that must not share (a dedicated tenant with anyone) get the same one. compiler/lora/verify.py checks
+the plan independently.
+"""
+from __future__ import annotations
+
+import math
+import time
+from dataclasses import dataclass, field, replace
+
+from compiler.assess import DeploymentSpecView, RouteView, assess
+from compiler.candidates import TOKEN_BUDGETS, Candidate, CandidateSet, _shapes, replica_model, traffic_class
+from compiler.cost.lora import vllm_rank
+from compiler.errors import InfeasibleError, InputError, NoSolutionError, Problem
+from compiler.formulate import EPS_GPU, n_var
+from compiler.lora.model import lora_kwargs
+from compiler.lora.spec import NO_TENANT
+from compiler.plan.extract import engine_args, seconds_bound
+from compiler.plan.schema import (AdapterRoute, Bucket, Deployment, Plan, Prediction, Route, SolverInfo)
+from solvers.base import SolveOptions, Status
+from solvers.model import Constraint, MilpModel
+
+SLOT_OPTIONS = (1, 8, 32)  # --max-loras of the candidates (capped at the group's adapter count)
+MAX_CPU_LORAS = 1024  # adapters one deployment may hold in CPU memory (--max-cpu-loras)
+EXACT_MAX = 48  # groups with at most this many adapters get an exact binary per adapter and candidate
+HOT_MAX = 16  # otherwise: at most this many hot adapters (exact binaries) ...
+HOT_SHARE = 0.02  # ... each with at least this share of the group's adapter traffic
+COLD_BANDS = 4  # cold adapters of a workload are split into this many classes by rate
+EPS_HOLD = 1e-7
+TOL = 1e-7
+
+
+@dataclass(frozen=True)
+class LoraCandidate:
+    cand: Candidate  # .workload holds the group's first workload (for fidelity warnings)
+    group: str
+    color: int
+    slots: int  # max_loras (0: LoRA off)
+    rank: int  # max_lora_rank
+    cpu_slots: int
+    cap: dict[str, float]  # workload -> per-replica rps at its SLO (its whole length mix)
+    tenants: tuple[str, ...]  # tenants of this colour
+
+    @property
+    def id(self) -> str:
+        return self.cand.id
+
+
+@dataclass(frozen=True)
+class Unit:
+    id: str
+    workload: str
+    group: str
+    color: int
+    kind: str  # base | hot | class
+    rate: float
+    adapter: str = ""  # hot: the adapter
+    members: tuple[tuple[str, float], ...] = ()  # class: (adapter, rate)
+
+    @property
+    def rmax(self) -> float:
+        return max((r for _, r in self.members), default=self.rate)
+
+
+@dataclass
+class LoraProblem:
+    cands: list[LoraCandidate]
+    units: list[Unit]
+    colors: dict[str, dict[str, int]]  # group -> tenant -> colour
+    pruned: list[str] = field(default_factory=list)
+
+
+def _colors(lo, tenants: list[str]) -> dict[str, int]:
+    """Greedy colouring in name order (tenant-less traffic first, dedicated tenants last): conflicting tenants
+    never share a colour."""
+    out: dict[str, int] = {}
+    for t in sorted(tenants, key=lambda t: (t in lo.dedicated, t)):
+        taken = {out[o] for o in out if not lo.may_share(t, o)}
+        out[t] = next(k for k in range(len(tenants) + 1) if k not in taken)
+    return out
+
+
+def build(ir) -> LoraProblem:
+    lo = ir.lora
+    groups: dict[tuple[str, str], list] = {}
+    for w in ir.workloads:
+        groups.setdefault((w.model, w.dtype), []).append(w)
+    dtypes: dict[str, int] = {}
+    for m, _ in groups:
+        dtypes[m] = dtypes.get(m, 0) + 1
+    mns = int(ir.engine.max_num_seqs.value)
+    prob = LoraProblem([], [], {})
+    for (model, dtype), ws in sorted(groups.items()):
+        gname = model + (f"-{dtype}" if dtypes[model] > 1 else "")
+        wl = {w.name: lo.workloads[w.name] for w in ws}
+        names = sorted({a for x in wl.values() for a, p in x.adapters if a and p > 0})
+        has_base = any(a == "" for x in wl.values() for a, _ in x.adapters)
+        rank = vllm_rank(max((lo.adapters[a].rank for a in names), default=0)) if names else 0
+        slots = sorted({min(s, len(names)) for s in SLOT_OPTIONS}) if names else []
+        if has_base or not names:
+            slots = [0] + slots
+        colors = _colors(lo, sorted({x.tenant for x in wl.values()}))
+        prob.colors[gname] = colors
+        ncol = max(colors.values()) + 1
+        # colour 0 (tenant-less traffic and every tenant free to share) keeps the plain name
+        label = {k: ("" if k == 0 else "-" + min(t for t, c in colors.items() if c == k)) for k in range(ncol)}
+        longest = max(b.isl_max + b.osl_max for w in ws for b in w.buckets)
+        for pool in ir.gpus:
+            for _cid, tp, pp, why in _shapes(ir, ws[0], pool):
+                if why:
+                    continue
+                for mbt in TOKEN_BUDGETS:
+                    prev: dict[str, float] = {}
+                    for L in slots:
+                        lk = lora_kwargs(ir, model, L, rank, len(names) if L > 1 else 1) if L else None
+                        rm = replica_model(ir, model, pool.type, tp, pp, dtype, mns, mbt, lora=lk)
+                        if rm.memory.kv_cache_tokens < longest:
+                            continue
+                        cap = {}
+                        for w in ws:
+                            cw = mix_capacity(rm, w, below=prev.get(w.name) if L > 1 else None)
+                            if cw > 0:
+                                cap[w.name] = cw
+                        prev = cap
+                        if not cap:
+                            continue
+                        shape = f"{pool.type}-tp{tp}" + (f"-pp{pp}" if pp > 1 else "") + f"-t{mbt // 1024}k"
+                        for k in range(ncol):
+                            cid = f"{gname}{label[k]}-{shape}" + (f"-l{L}" if L else "")
+                            cand = Candidate(id=cid, workload=ws[0].name, model=model, gpu=pool.type, tp=tp, pp=pp,
+                                             dtype=dtype, max_num_seqs=mns, max_batched_tokens=mbt,
+                                             kv_cache_tokens=rm.memory.kv_cache_tokens,
+                                             usd_per_hour=pool.usd_per_hour * tp * pp, capacity_rps=())
+                            prob.cands.append(LoraCandidate(
+                                cand, gname, k, L, rank if L else 0,
+                                (L if L == len(names) or L <= 1 else MAX_CPU_LORAS) if L else 0, cap,
+                                tuple(sorted(t for t, c in colors.items() if c == k))))
+        # Traffic units: base traffic, hot adapters (exact), cold classes.
+        arate: dict[str, float] = {}
+        for w in ws:
+            for a, p in wl[w.name].adapters:
+                if a:
+                    arate[a] = arate.get(a, 0.0) + w.rate_rps * p
+        total = sum(arate.values()) or 1.0
+        if len(names) <= EXACT_MAX:
+            hot = set(names)
+        else:
+            top = sorted(names, key=lambda a: (-arate[a], a))[:HOT_MAX]
+            hot = {a for a in top if arate[a] >= HOT_SHARE * total}
+        for w in sorted(ws, key=lambda w: w.name):
+            x = wl[w.name]
+            col = colors[x.tenant]
+            cold = []
+            for a, p in x.adapters:
+                r = w.rate_rps * p
+                if r <= 0:
+                    continue
+                if a == "":
+                    prob.units.append(Unit(f"{w.name}/base", w.name, gname, col, "base", r))
+                elif a in hot:
+                    prob.units.append(Unit(f"{w.name}/{a}", w.name, gname, col, "hot", r, a))
+                else:
+                    cold.append((a, r))
+            cold.sort(key=lambda t: (-t[1], t[0]))
+            size = math.ceil(len(cold) / COLD_BANDS) if cold else 0
+            for i in range(0, len(cold), size or 1):
+                mem = tuple(cold[i:i + size])
+                prob.units.append(Unit(f"{w.name}/cold{i // size}", w.name, gname, col, "class",
+                                       sum(r for _, r in mem), members=mem))
+    prob.cands = _prune(sorted(prob.cands, key=lambda c: c.id))
+    return prob
+
+
+def mix_capacity(rm, w, rel_tol: float = 0.01, below: float | None = None) -> float:
+    """Highest per-replica rate of workload ``w``'s whole length mix (buckets at their shares, served together)
+    at which every bucket meets w's TTFT and TPOT at its percentile; 0 if none. One bisection per workload.
+    ``below``: a known upper bound (the capacity with fewer adapter slots), which narrows the search."""
+    def ok(rate: float) -> bool:
+        return rm.meets(rm.evaluate([traffic_class(b, rate * b.prob) for b in w.buckets], w.slo.percentile),
+                        w.slo.ttft_ms, w.slo.tpot_ms)
+
+    if below is not None and below > 0:
+        lo, hi = below * 0.85, below * (1 + rel_tol)
+        if ok(lo):
+            while hi - lo > rel_tol * lo:
+                mid = (lo + hi) / 2
+                if ok(mid):
+                    lo = mid
+                else:
+                    hi = mid
+            return lo
+    if not ok(1e-9):
+        return 0.0
+    lo, hi = 0.0, 1.0
+    while ok(hi):
+        lo, hi = hi, hi * 4
+        if hi > 1e6:
+            return lo
+    while hi - lo > rel_tol * max(lo, 1e-6):
+        mid = (lo + hi) / 2
+        if ok(mid):
+            lo = mid
+        else:
+            hi = mid
+    return lo
+
+
+def _prune(cands: list[LoraCandidate]) -> list[LoraCandidate]:
+    """Drop a candidate when another of the same group, colour and GPU type costs no more, has at least its
+    capacity for every workload and can hold at least as much (same kind of slots: none, one, several)."""
+    def kind(c):
+        return 0 if c.slots == 0 else 1 if c.slots == 1 else 2
+
+    keep = []
+    for c in cands:
+        dom = False
+        for o in cands:
+            if o is c or o.group != c.group or o.color != c.color or o.cand.gpu != c.cand.gpu:
+                continue
+            if kind(o) != kind(c) or o.cpu_slots < c.cpu_slots or o.cand.usd_per_hour > c.cand.usd_per_hour:
+                continue
+            if o.cand.gpus > c.cand.gpus or any(o.cap.get(w, 0.0) < v for w, v in c.cap.items()):
+                continue
+            better = (o.cand.usd_per_hour < c.cand.usd_per_hour or o.cand.gpus < c.cand.gpus
+                      or any(o.cap.get(w, 0.0) > v for w, v in c.cap.items()))
+            if better or (o.slots, o.id) < (c.slots, c.id):
+                dom = True
+                break
+        if not dom:
+            keep.append(c)
+    return keep
+
+
+def _usable(u: Unit, c: LoraCandidate) -> bool:
+    if c.group != u.group or c.color != u.color or c.cap.get(u.workload, 0.0) <= 0:
+        return False
+    if u.kind == "hot":
+        return c.slots >= 1
+    if u.kind == "class":
+        return c.slots >= 2
+    return True
+
+
+def x_name(u: Unit, c: LoraCandidate) -> str:
+    return f"route[{u.id},{c.id}]"
+
+
+def formulate(ir, prob: LoraProblem, derate: dict[str, float], group: str | None = None) -> MilpModel:
+    """The MILP of ``prob`` (or of one group's part of it: that group's candidates and units only)."""
+    if group is not None:
+        prob = LoraProblem([c for c in prob.cands if c.group == group], [u for u in prob.units if u.group == group],
+                           prob.colors)
+    m = MilpModel(name=f"trimtab-lora:{ir.name}" + (f"/{group}" if group else ""))
+    for c in prob.cands:
+        m.add_var(n_var(c.id), "integer", 0, ir.gpu(c.cand.gpu).count // c.cand.gpus)
+    cap_terms: dict[str, list] = {c.id: [] for c in prob.cands}
+    holds: dict[str, list] = {c.id: [] for c in prob.cands}
+    hold_cost = []
+    for u in prob.units:
+        terms = []
+        cover = []
+        for c in prob.cands:
+            if not _usable(u, c):
+                continue
+            x = m.add_var(x_name(u, c), "continuous", 0.0, u.rate)
+            terms.append((x, 1.0))
+            cap_terms[c.id].append((x, 1.0 / (c.cap[u.workload] * derate.get(c.id, 1.0))))
+            if u.kind == "hot":
+                y = f"hold[{u.adapter},{c.id}]"
+                if y not in m.variables:
+                    m.add_var(y, "integer", 0, 1)
+                    holds[c.id].append((y, 1.0))
+                    hold_cost.append((y, EPS_HOLD))
+                m.add(Constraint(f"lora_hold[{u.id},{c.id}]", "lora_hold", ((x, 1.0), (y, -u.rate)), "<=", 0.0,
+                                 origin=f"workloads ({u.workload}).adapter"))
+            elif u.kind == "class":
+                z = m.add_var(f"hold[{u.id},{c.id}]", "integer", 0, min(len(u.members), max(c.cpu_slots, 1)))
+                holds[c.id].append((z, 1.0))
+                hold_cost.append((z, EPS_HOLD))
+                cover.append((z, 1.0))
+                m.add(Constraint(f"lora_class[{u.id},{c.id}]", "lora_class", ((x, 1.0), (z, -u.rmax)), "<=", 0.0,
+                                 origin=f"workloads ({u.workload}).adapter"))
+        if not terms:
+            raise InfeasibleError([f"{u.workload}: no deployment of {u.group} meets its SLO with LoRA enabled "
+                                   f"({u.id})"])
+        m.add(Constraint(f"demand[{u.id}]", "demand", tuple(terms), "==", u.rate,
+                         origin=f"workloads ({u.workload}).rate_rps"))
+        if u.kind == "class":
+            m.add(Constraint(f"lora_cover[{u.id}]", "lora_cover", tuple(cover), ">=", float(len(u.members)),
+                             origin=f"workloads ({u.workload}).adapter"))
+    for c in prob.cands:
+        m.add(Constraint(f"capacity[{c.id}]", "capacity", tuple(cap_terms[c.id]) + ((n_var(c.id), -1.0),), "<=",
+                         0.0, origin="workloads slo"))
+        if holds[c.id]:
+            m.add(Constraint(f"lora_slots[{c.id}]", "lora_slots", tuple(holds[c.id]), "<=", float(c.cpu_slots),
+                             origin="max_cpu_loras"))
+    for pool in ir.gpus:
+        cs = [c for c in prob.cands if c.cand.gpu == pool.type]
+        m.add(Constraint(f"inventory[{pool.type}]", "inventory", tuple((n_var(c.id), float(c.cand.gpus)) for c in cs),
+                         "<=", float(pool.count), origin=f"gpus[{pool.index}] ({pool.type}).count"))
+    if ir.budget_usd_per_hour is not None:
+        m.add(Constraint("budget", "budget", tuple((n_var(c.id), c.cand.usd_per_hour) for c in prob.cands), "<=",
+                         ir.budget_usd_per_hour, origin="budget_usd_per_hour"))
+    m.objective = tuple([(n_var(c.id), c.cand.usd_per_hour + EPS_GPU * c.cand.gpus) for c in prob.cands]
+                        + hold_cost)
+    return m
+
+
+def solve(ir, prob: LoraProblem, derate: dict[str, float], be, opts: SolveOptions):
+    """Solve group by group (groups share only the GPU inventories and the budget); when the union of the
+    groups' optima breaks neither, it is the optimum of the whole MILP. Otherwise solve the whole MILP."""
+    groups = sorted({c.group for c in prob.cands})
+    if len(groups) > 1:
+        values: dict[str, float] = {}
+        secs, gaps, res, worst = 0.0, [], None, Status.OPTIMAL
+        for g in groups:
+            left = max(opts.time_limit_s - secs, 0.01)
+            res = be.solve(formulate(ir, prob, derate, g), SolveOptions(left, opts.mip_rel_gap, opts.threads))
+            secs += res.seconds
+            if not res.has_solution:
+                break
+            values.update(res.values)
+            gaps.append(res.gap)
+            worst = Status.FEASIBLE if res.status == Status.FEASIBLE else worst
+        else:
+            whole = formulate(ir, prob, derate)
+            if not whole.violations(values, 1e-5):
+                return replace(res, values=values, seconds=secs, status=worst,
+                               gap=None if None in gaps else max(gaps, default=0.0),
+                               objective=whole.evaluate(whole.objective, values))
+        opts = SolveOptions(max(opts.time_limit_s - secs, 0.01), opts.mip_rel_gap, opts.threads)
+        res = be.solve(formulate(ir, prob, derate), opts)
+        return replace(res, seconds=res.seconds + secs)
+    return be.solve(formulate(ir, prob, derate), opts)
+
+
+def extract(ir, prob: LoraProblem, values: dict[str, float]):
+    """-> (chosen [(LoraCandidate, replicas)], flows {(workload, adapter): {deployment: rps}})."""
+    chosen = [(c, int(round(values.get(n_var(c.id), 0.0)))) for c in prob.cands]
+    chosen = [(c, n) for c, n in chosen if n > 0]
+    live = {c.id for c, _ in chosen}
+    flows: dict[tuple[str, str], dict[str, float]] = {}
+
+    def add(w, a, d, r):
+        f = flows.setdefault((w, a), {})
+        f[d] = f.get(d, 0.0) + r
+
+    for u in prob.units:
+        got = [(c.id, values.get(x_name(u, c), 0.0)) for c in prob.cands if c.id in live and _usable(u, c)]
+        got = [(d, r) for d, r in got if r > TOL]
+        if u.kind != "class":
+            for d, r in got:
+                add(u.workload, u.adapter, d, r)
+            continue
+        # Water-fill the class's adapters (largest first) into its deployments in proportion to their flows.
+        total = sum(r for _, r in got) or 1.0
+        targets = [[d, r * u.rate / total] for d, r in sorted(got)]
+        i = 0
+        for a, r in u.members:
+            left = r
+            while left > TOL and i < len(targets):
+                take = min(left, targets[i][1])
+                if take > TOL:
+                    add(u.workload, a, targets[i][0], take)
+                left -= take
+                targets[i][1] -= take
+                if targets[i][1] <= TOL:
+                    i += 1
+            if left > TOL:  # rounding: the rest to the last deployment
+                add(u.workload, a, targets[-1][0], left)
+    return chosen, flows
+
+
+def _lora_args(c: LoraCandidate, held: int) -> list[str]:
+    if not c.slots:
+        return []
+    return ["--enable-lora", f"--max-loras={c.slots}", f"--max-lora-rank={c.rank}",
+            f"--max-cpu-loras={max(c.slots, held)}"]
+
+
+def build_plan(ir, prob: LoraProblem, chosen, flows, res, solve_s: float, rounds: int, warnings: list[str]):
+    lo = ir.lora
+    util = ir.engine.gpu_memory_utilization.value
+    by_id = {c.id: (c, n) for c, n in chosen}
+    held: dict[str, set[str]] = {c.id: set() for c, _ in chosen}
+    tenants: dict[str, set[str]] = {c.id: set() for c, _ in chosen}
+    wd: dict[tuple[str, str], float] = {}
+    aroutes = []
+    for (w, a), f in sorted(flows.items()):
+        tot = sum(f.values())
+        for d, r in sorted(f.items()):
+            if a:
+                held[d].add(a)
+                aroutes.append(AdapterRoute(workload=w, adapter=a, deployment=d, share=min(r / tot, 1.0)))
+            wd[(w, d)] = wd.get((w, d), 0.0) + r
+            t = lo.workloads[w].tenant
+            if t != NO_TENANT:
+                tenants[d].add(t)
+    routes = []
+    wtot: dict[str, float] = {}
+    for (w, _d), r in wd.items():
+        wtot[w] = wtot.get(w, 0.0) + r
+    for (w, d), r in sorted(wd.items()):
+        for b in ir.workload(w).buckets:
+            s = min(b.prob * r / wtot[w], 1.0)
+            if s > 1e-12:
+                routes.append(RouteView(w, b.name, d, s))
+    views = [DeploymentSpecView(c.id, c.cand.model, c.cand.gpu, c.cand.tp, c.cand.pp, c.cand.dtype,
+                                c.cand.max_num_seqs, c.cand.max_batched_tokens, n, "unified",
+                                (c.slots, c.rank, len(held[c.id])) if c.slots else ())
+             for c, n in chosen]
+    a = assess(ir, views, routes)
+    gpus: dict[str, int] = {}
+    cost = 0.0
+    for c, n in chosen:
+        gpus[c.cand.gpu] = gpus.get(c.cand.gpu, 0) + n * c.cand.gpus
+        cost += n * c.cand.usd_per_hour
+    deployments = []
+    for cid in sorted(by_id):
+        c, n = by_id[cid]
+        k = c.cand
+        rm = replica_model(ir, k.model, k.gpu, k.tp, k.pp, k.dtype, k.max_num_seqs, k.max_batched_tokens,
+                           lora=lora_kwargs(ir, k.model, c.slots, c.rank, len(held[cid])) if c.slots else None)
+        deployments.append(Deployment(
+            name=cid, model=k.model, gpu=k.gpu, tensor_parallel=k.tp, pipeline_parallel=k.pp, replicas=n,
+            role="unified", dtype=k.dtype, max_batch_size=k.max_num_seqs, max_num_batched_tokens=k.max_batched_tokens,
+            kv_cache_tokens=rm.memory.kv_cache_tokens, load_rps_per_replica=a.deployments[cid].rate_rps_per_replica,
+            utilization=a.deployments[cid].utilization,
+            engine_args=engine_args(k, util) + _lora_args(c, len(held[cid])),
+            adapters=sorted(held[cid]), max_loras=c.slots, max_lora_rank=c.rank,
+            max_cpu_loras=max(c.slots, len(held[cid])) if c.slots else 0, tenants=sorted(tenants[cid])))
+    from compiler.cost.predict import fidelity_warnings
+    from compiler.plan.extract import _prediction
+
+    plan = Plan(
+        spec=ir.name, input_hash=ir.input_hash, cost_usd_per_hour=round(cost, 4), gpus=dict(sorted(gpus.items())),
+        solver=SolverInfo(backend=res.backend, status=res.status.value, gap=res.gap, seconds=seconds_bound(solve_s),
+                          rounds=rounds),
+        deployments=deployments,
+        routes=[Route(workload=r.workload, bucket=r.bucket, deployment=r.deployment, share=r.share)
+                for r in sorted(routes, key=lambda r: (r.workload, r.bucket, r.deployment))],
+        predictions={w.name: _prediction(a, w.name) for w in ir.workloads},
+        buckets={w.name: [Bucket(name=b.name, share=b.prob, input_tokens_mean=b.isl_mean,
+                                 output_tokens_mean=b.osl_mean) for b in w.buckets] for w in ir.workloads},
+        warnings=warnings + fidelity_warnings(ir, [(c.cand, n) for c, n in chosen]),
+        adapter_routes=sorted(aroutes, key=lambda r: (r.workload, r.adapter, r.deployment)),
+    )
+    return plan, a
+
+
+def plan_lora(spec, ir, *, backend=None, time_limit_s=None, validate=True, seed=0, t0=None):
+    """``compiler.api.plan`` for specs with adapters or tenants (same rounds: assess, derate, simulate)."""
+    from compiler.api import DERATE, MAX_ROUNDS, SIM_DERATE, SIM_ROUNDS, PlanResult
+    from compiler.placement import ToPlace, place
+    from compiler.plan.emit import plan_to_data
+    from compiler.plan.extract import with_placement
+    from compiler.plan.schema import Simulation as SimulationInfo
+    from compiler.sim import default_requests, simulate
+    from compiler.topology import build_topology
+    from solvers import get_backend
+
+    t0 = t0 if t0 is not None else time.perf_counter()
+    if ir.objective != "min_cost":
+        raise InputError([Problem("objective", "max_goodput is not supported yet with adapters or tenants; use "
+                                  "min_cost")], "spec")
+    t1 = time.perf_counter()
+    prob = build(ir)
+    t2 = time.perf_counter()
+    be = get_backend(backend or spec.solver.backend)
+    opts = SolveOptions(time_limit_s=time_limit_s or spec.solver.time_limit_s)
+    derate: dict[str, float] = {}
+    solve_s = 0.0
+    sim_requests = default_requests([w.rate_rps for w in ir.workloads])
+    best = None
+    last_sim = None
+    warnings = list(ir.warnings)
+    sim_rounds = 0
+    for rnd in range(1, MAX_ROUNDS + (SIM_ROUNDS if validate else 0) + 1):
+        remaining = max(opts.time_limit_s - solve_s, 0.01)
+        res = solve(ir, prob, derate, be, SolveOptions(remaining, opts.mip_rel_gap, opts.threads))
+        solve_s += res.seconds
+        if not res.has_solution:
+            if best is not None:
+                break
+            if res.status.value == "infeasible":
+                raise InfeasibleError(["no deployment meets every SLO within the GPU counts and budget with the "
+                                       "adapters and tenant isolation of the spec"])
+            raise NoSolutionError([f"solver {be.name} stopped without a plan ({res.termination.value}) after "
+                                   f"{res.seconds:.1f} s; raise --time-limit"])
+        chosen, flows = extract(ir, prob, res.values)
+        plan_, a = build_plan(ir, prob, chosen, flows, res, solve_s, rnd, warnings)
+        best = (plan_, a, res, rnd, chosen, flows)
+        last_sim = None
+        misses = a.misses()
+        if not misses:
+            if not validate:
+                break
+            emitted = Plan.model_validate(plan_to_data(plan_))
+            last_sim = simulate(emitted, spec, ir=ir, seed=seed, requests=sim_requests, timeline=False)
+            if last_sim.ok:
+                break
+            sim_rounds += 1
+            for w in last_sim.workloads.values():
+                f = SIM_DERATE[0] if w.target - w.attainment <= 0.02 else SIM_DERATE[1]
+                if not w.passed and w.worst_deployment:
+                    derate[w.worst_deployment] = derate.get(w.worst_deployment, 1.0) * f
+            continue
+        for p in misses:
+            if p.worst_deployment:
+                derate[p.worst_deployment] = derate.get(p.worst_deployment, 1.0) * DERATE
+    plan_, a, res, rnd, chosen, flows = best
+    extra = [f"{p.workload}: could not be brought within its SLO after {rnd} rounds ({p.reason})" for p in a.misses()]
+    if not extra and last_sim is not None and not last_sim.ok:
+        extra = [f"{line.removeprefix('workload ')}; not brought within its SLO by simulation after {rnd} rounds"
+                 for line in last_sim.failures()]
+    if extra:
+        plan_, a = build_plan(ir, prob, chosen, flows, res, solve_s, rnd, warnings + extra)
+    topo = build_topology(spec, ir)
+    plan_ = with_placement(plan_, place([ToPlace(d.name, d.gpu, d.tensor_parallel, d.pipeline_parallel, d.replicas)
+                                         for d in plan_.deployments], topo))
+    if last_sim is not None:
+        plan_ = plan_.model_copy(update={"simulation": SimulationInfo(
+            seed=seed, requests=sim_requests, rounds=sim_rounds, passed=last_sim.ok,
+            attainment={k: round(w.attainment, 4) for k, w in sorted(last_sim.workloads.items())})})
+    t3 = time.perf_counter()
+    cs = CandidateSet(tuple(c.cand for c in prob.cands), ())
+    return PlanResult(plan_, ir, cs, a, res, rnd, {"lower": t1 - t0, "candidates": t2 - t1, "solve": solve_s,
+                                                   "total": t3 - t0})

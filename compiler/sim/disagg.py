@@ -1,0 +1,243 @@
+"""Simulating prefill/decode pairs: a prefill queue, the KV hand-off, a decode queue.
+
+A request routed to a (prefill, decode) pair is prefilled on the prefill deployment's least-loaded replica (an
+ordinary ``Replica`` serving a one-token proxy of it: the prompt and the first token), then its KV moves to the
+decode deployment for ``tokens x kv_bytes_per_token / bandwidth`` seconds (the narrower NIC share of the two
+replicas, ``compiler.disagg.transfer_s``); its first token is delivered when the KV lands, so the hand-off counts
+in TTFT as the planner counts it. The decode deployment's least-loaded ``DecodeReplica`` admits it straight into
+its decode batch (no prompt to compute) while ``max_num_seqs`` and its KV cache allow, and emits one token per
+step; steps are decode-only (``ReplicaModel.iteration_s(batch, context)``).
+
+Simplifications (docs/simulator.md): transfers do not contend for the links (the planner keeps them under
+``compiler.disagg.LINK_UTIL`` of each NIC); a decode replica that must preempt re-admits the request later
+without recomputing its KV. A request counts against the prefill deployment when it misses TTFT and against the
+decode deployment otherwise (``worst_deployment`` is then the side to derate).
+"""
+from __future__ import annotations
+
+import math
+from heapq import heappop, heappush
+
+from compiler.sim.engine import Simulation
+from compiler.sim.replica import Replica, Request
+
+
+class DecodeReplica(Replica):
+    """A replica that only decodes: requests arrive with their prompt's KV and one token already out."""
+
+    __slots__ = ()
+
+    def enqueue(self, r: Request) -> None:
+        r.rep = self.index
+        self.work += r.osl - r.gen
+        self.waiting.append(r)
+
+    def start_step(self, t: float) -> float:
+        k = self.k
+        while self.n_dec and self.C + self.n_dec * (k + 1) > self.cap:
+            self._preempt()
+        waiting, running = self.waiting, self.running
+        while waiting and len(running) < self.mns:
+            r = waiting[0]
+            if running and self.C + self.n_dec * (k + 1) + r.prompt + 1 > self.admit_cap:
+                break
+            waiting.popleft()
+            running[r.rid] = r
+            if r.t_sched < 0:
+                r.t_sched = t
+            r.start = k - 1  # decodes from step k on, with context prompt + 1 at step k
+            r.c = r.prompt - (k - 1)
+            self.n_dec += 1
+            self.C += r.c
+            heappush(self.dheap, (k - 1 + r.osl - r.gen, r.rid, r.epoch, r))
+        n = self.n_dec
+        self.sched.clear()
+        if n == 0:
+            self.busy = False
+            return -1.0
+        kv = self.C + n * k
+        ab = self.lin.get(n)
+        if ab is None:
+            ab = self.lin[n] = self._linear(n)
+        dt = ab[0] + ab[1] * (kv / n) if ab else self.it(n, kv / n, 0.0, 0.0)
+        self.busy = True
+        self.steps += 1
+        self.n_step = n
+        self.p_step = 0
+        self.t0 = t
+        self.busy_s += dt
+        self.kv_area += kv * dt
+        self.batch_area += n * dt
+        if kv > self.kv_max:
+            self.kv_max = kv
+        tl = self.tl
+        if tl is not None:
+            b = int(t / self.tl_dt)
+            if b < len(tl):
+                row = tl[b]
+                row[0] += dt
+                if len(waiting) > row[1]:
+                    row[1] = len(waiting)
+                if kv > row[2]:
+                    row[2] = kv
+        return t + dt
+
+    def _preempt(self) -> None:
+        """Free the newest request's KV; it waits at the head of the queue (its KV is not recomputed)."""
+        _, r = self.running.popitem()
+        r.gen = r.gen + (self.k - r.start - 1)
+        self.n_dec -= 1
+        self.C -= r.c
+        r.epoch += 1
+        r.start = -1
+        r.prompt = r.isl + r.gen - 1
+        r.preempted += 1
+        self.preemptions += 1
+        self.waiting.appendleft(r)
+
+
+def _least(group):
+    best = group[0]
+    for x in group[1:]:
+        if x.work < best.work:
+            best = x
+    return best
+
+
+class DisaggSimulation(Simulation):
+    """``Simulation`` with P/D pairs: route targets >= len(deployments) are pairs (``Scenario.pairs``)."""
+
+    def __init__(self, scenario, seed=0, requests=None, duration_s=None, timeline=True):
+        super().__init__(scenario, seed, requests, duration_s, timeline)
+        for di, d in enumerate(scenario.deployments):
+            if d.role == "decode":
+                self.replicas[di] = [DecodeReplica(di, i, d.model, r.tl, r.tl_dt)
+                                     for i, r in enumerate(self.replicas[di])]
+
+    def run(self, progress=None) -> "DisaggSimulation":
+        a = self.arrivals
+        sc = self.sc
+        ts, ws, isls, osls, deps = a.t.tolist(), a.w.tolist(), a.isl.tolist(), a.osl.tolist(), a.dep.tolist()
+        n = len(ts)
+        reqs = self.requests
+        heap = self.events.heap
+        seq = self.events.seq
+        replicas = self.replicas
+        nd = len(sc.deployments)
+        caps = [d.model.memory.kv_cache_tokens for d in sc.deployments]
+        pairs = sc.pairs
+        proxies: dict[int, tuple[Request, int]] = {}  # rid -> (real request, pair index)
+        pair_of: dict[int, int] = {}
+        seen_done = {id(r): 0 for reps in replicas for r in reps}
+        t_stop = self.t_stop
+        i = 0
+        t = 0.0
+        tick = max(1, n // 100)
+
+        def kick(rep, now):
+            if not rep.busy:
+                t_next = rep.start_step(now)
+                if t_next >= 0:
+                    heappush(heap, (t_next, next(seq), rep))
+
+        while True:
+            t_arr = ts[i] if i < n else math.inf
+            if heap and heap[0][0] <= t_arr:
+                t, _, item = heappop(heap)
+                if t > t_stop:
+                    self.stopped_early = True
+                    break
+                if isinstance(item, tuple):  # KV landed on the decode side
+                    r, dd = item
+                    r.t_first = t
+                    r.gen = 1
+                    if r.osl <= 1:
+                        r.t_done = t
+                        continue
+                    rep = _least(replicas[dd])
+                    rep.enqueue(r)
+                    kick(rep, t)
+                    continue
+                rep = item
+                rep.finish_step(t)
+                done = rep.done
+                k0 = seen_done[id(rep)]
+                if len(done) > k0 and sc.deployments[rep.dep].role == "prefill":
+                    for p in done[k0:]:
+                        real, pi = proxies.pop(p.rid)
+                        real.t_sched = p.t_sched
+                        real.preempted += p.preempted
+                        dd = pairs[pi][1]
+                        heappush(heap, (t + real.isl * sc.pair_xfer_s_per_token[pi], next(seq), (real, dd)))
+                    done.clear()  # proxies: the real requests are counted from reqs
+                seen_done[id(rep)] = len(done)
+                t_next = rep.start_step(t)
+                if t_next >= 0:
+                    heappush(heap, (t_next, next(seq), rep))
+                continue
+            if i >= n:
+                break
+            t = t_arr
+            d = deps[i]
+            pi = d - nd if d >= nd else -1
+            r = Request(i, ws[i], pairs[pi][0] if pi >= 0 else d, t, isls[i], osls[i])
+            reqs.append(r)
+            i += 1
+            if progress is not None and i % tick == 0:
+                progress(i / n)
+            if d < 0:
+                r.status = 2
+                continue
+            if pi >= 0:
+                pd, dd = pairs[pi]
+                if not replicas[pd] or not replicas[dd]:
+                    r.status = 2
+                    continue
+                if r.isl + 1 > caps[pd] or r.isl + r.osl > caps[dd]:
+                    r.status = 1
+                    continue
+                proxy = Request(r.rid, r.w, pd, t, r.isl, 1)
+                proxies[r.rid] = (r, pi)
+                pair_of[r.rid] = pi
+                rep = _least(replicas[pd])
+                rep.enqueue(proxy)
+                kick(rep, t)
+                continue
+            if not replicas[d]:
+                r.status = 2
+                continue
+            if r.isl + r.osl > caps[d]:
+                r.status = 1
+                continue
+            rep = _least(replicas[d])
+            rep.enqueue(r)
+            kick(rep, t)
+        self.t_end = t
+        # Attribute each pair request to the side at fault: prefill when it missed TTFT, else decode.
+        ttft_slo = [w.ttft_s for w in sc.workloads]
+        for r in reqs:
+            pi = pair_of.get(r.rid, -1)
+            if pi >= 0 and r.t_first >= 0 and r.t_first - r.arrival <= ttft_slo[r.w]:
+                r.dep = pairs[pi][1]
+        if progress is not None:
+            progress(1.0)
+        return self
+
+
+def pair_targets(plan, ir, deps, dep_index):
+    """The plan's (prefill, decode) pairs as deployment indices, sorted by name, with the KV hand-off seconds
+    per input token of each (``compiler.disagg.transfer_s``)."""
+    from compiler.disagg import transfer_s
+
+    names = sorted({(r.prefill, r.decode) for r in plan.routes
+                    if r.prefill in dep_index and r.decode in dep_index
+                    and deps[dep_index[r.prefill]].role == "prefill" and deps[dep_index[r.decode]].role == "decode"})
+    pairs, xfer, index = [], [], {}
+    by = {d.name: d for d in plan.deployments}
+    for p, d in names:
+        dp, dd = by[p], by[d]
+        index[(p, d)] = len(pairs)
+        pairs.append((dep_index[p], dep_index[d]))
+        xfer.append(transfer_s(ir, dp.model, dp.dtype, 1.0, dp.gpu, dp.tensor_parallel * dp.pipeline_parallel,
+                               dd.gpu, dd.tensor_parallel * dd.pipeline_parallel))
+    return pairs, xfer, index

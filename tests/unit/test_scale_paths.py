@@ -1,0 +1,85 @@
+"""The planner's fast paths give the answers of the plain ones (issue 6, scale): candidate generation split
+across processes, the MILP decomposed by workload, the capacity search's guess and decision mode."""
+from __future__ import annotations
+
+import pytest
+
+import compiler.decompose as decompose
+import compiler.fanout as fanout
+from compiler.candidates import build_candidates, replica_model, traffic_class
+from compiler.formulate import formulate, solve_ir
+from compiler.lower import lower
+from compiler.spec.load import load_spec
+from solvers import SolveOptions, get_backend
+from tests.conftest import QUICKSTART
+
+
+@pytest.fixture(scope="module")
+def ir():
+    return lower(load_spec(QUICKSTART))
+
+
+def test_split_build_is_the_serial_build(ir, monkeypatch):
+    monkeypatch.setattr(fanout, "MIN_WORK", 0)
+    assert fanout.build_split(ir, lambda sub: build_candidates(sub, jobs=1), 2) is not None  # the split ran
+    assert build_candidates(ir, jobs=2) == build_candidates(ir, jobs=1)
+
+
+def test_decomposed_solve_matches_the_whole(ir, monkeypatch):
+    cands = build_candidates(ir, jobs=1)
+    be = get_backend("highs")
+    whole = be.solve(formulate(ir, cands), SolveOptions())
+    monkeypatch.setattr(decompose, "MIN_CANDIDATES", 0)
+    split = decompose.solve_split(ir, cands, be, SolveOptions())
+    if split is None:  # a shared row binds: the whole MILP is solved instead
+        assert solve_ir(ir, cands, be, SolveOptions()).objective == pytest.approx(whole.objective, rel=1e-9)
+        return
+    assert split.status.value == "optimal"
+    assert split.objective == pytest.approx(whole.objective, rel=1e-4)
+
+
+def test_decomposition_never_returns_a_plan_over_inventory(ir, monkeypatch):
+    from dataclasses import replace
+
+    monkeypatch.setattr(decompose, "MIN_CANDIDATES", 0)
+    cands = build_candidates(ir, jobs=1)
+    be = get_backend("highs")
+
+    def used(res):
+        out: dict[str, int] = {}
+        for c in cands.candidates + cands.disagg:
+            out[c.gpu] = out.get(c.gpu, 0) + round(res.values.get(f"replicas[{c.id}]", 0.0)) * c.gpus
+        return out
+
+    split = decompose.solve_split(ir, cands, be, SolveOptions())
+    if split is None:
+        return
+    u = used(split)
+    g = max(u, key=u.get)
+    # One GPU fewer of the busiest type than the workloads' own optima use together.
+    tight = replace(ir, gpus=tuple(replace(p, count=u[g] - 1) if p.type == g else p for p in ir.gpus))
+    again = decompose.solve_split(tight, cands, be, SolveOptions())
+    assert again is None or all(n <= tight.gpu(k).count for k, n in used(again).items())
+
+
+def test_capacity_guess_changes_nothing_but_work(ir):
+    w = ir.workloads[0]
+    rm = replica_model(ir, w.model, ir.gpus[0].type, 4, 1, w.dtype, 256, 2048)
+    for b in w.buckets:
+        cls = traffic_class(b, 0.0)
+        ref = rm.capacity_rps(cls, w.slo.ttft_ms, w.slo.tpot_ms, w.slo.percentile)
+        for f in (0.3, 0.97, 1.0, 1.003, 1.5, 40.0):
+            got = rm.capacity_rps(cls, w.slo.ttft_ms, w.slo.tpot_ms, w.slo.percentile, guess=max(ref, 0.01) * f)
+            assert got == ref
+
+
+def test_decision_mode_decides_like_a_full_evaluation(ir):
+    for w in ir.workloads:
+        rm = replica_model(ir, w.model, ir.gpus[0].type, 8 if "70b" in w.model else 1, 1, w.dtype, 256, 2048)
+        for b in w.buckets:
+            cap = rm.capacity_rps(traffic_class(b, 0.0), w.slo.ttft_ms, w.slo.tpot_ms, w.slo.percentile)
+            for f in (0.2, 0.6, 0.9, 0.98, 1.05, 1.3, 3.0):
+                rate = max(cap, 0.05) * f
+                full = rm.evaluate([traffic_class(b, rate)], w.slo.percentile)
+                fast = rm.evaluate([traffic_class(b, rate)], w.slo.percentile, slo_ms=(w.slo.ttft_ms, w.slo.tpot_ms))
+                assert rm.meets(fast, w.slo.ttft_ms, w.slo.tpot_ms) == rm.meets(full, w.slo.ttft_ms, w.slo.tpot_ms)
