@@ -25,16 +25,13 @@ from compiler.explain import precheck, relaxations
 from compiler.formulate import solve_ir
 from compiler.ir import ProblemIR
 from compiler.lower import lower
-from compiler.placement import ToPlace, place
-from compiler.plan.extract import build_plan, chosen, with_placement
+from compiler.plan.extract import build_plan, chosen, finish_plan
 from compiler.plan.schema import Plan
 from compiler.plan.emit import plan_to_data
-from compiler.plan.schema import Simulation as SimulationInfo
 from compiler.sim import DEFAULT_SEED, default_requests, simulate
 from compiler.profiles import ProfileSet, load_profiles
 from compiler.spec.load import load_spec
 from compiler.spec.schema import Spec
-from compiler.topology import build_topology
 from compiler.whatif import apply_overrides
 from solvers import SolveOptions, SolveResult, get_backend
 
@@ -128,13 +125,7 @@ def plan(spec: Spec, *, backend: str | None = None, time_limit_s: float | None =
         extra = [f"{line.removeprefix('workload ')}; not brought within its SLO by simulation after {rnd} rounds"
                  for line in last_sim.failures()]
         plan_, a = build_plan(ir, *chosen(ir, cands, res), res, solve_s, rnd, warnings + extra)
-    topo = build_topology(spec, ir)
-    plan_ = with_placement(plan_, place([ToPlace(d.name, d.gpu, d.tensor_parallel, d.pipeline_parallel, d.replicas)
-                                         for d in plan_.deployments], topo))
-    if last_sim is not None:
-        plan_ = plan_.model_copy(update={"simulation": SimulationInfo(
-            seed=seed, requests=sim_requests, rounds=sim_rounds, passed=last_sim.ok,
-            attainment={k: round(w.attainment, 4) for k, w in sorted(last_sim.workloads.items())})})
+    plan_ = finish_plan(plan_, spec, ir, last_sim, seed, sim_requests, sim_rounds)
     t3 = time.perf_counter()
     return PlanResult(plan_, ir, cands, a, res, rnd,
                       {"lower": t1 - t0, "candidates": t2 - t1, "solve": solve_s, "total": t3 - t0})

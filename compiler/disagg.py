@@ -130,7 +130,7 @@ def _mix_capped(rm, w: WorkloadIR, caps: list, bw: float) -> list:
     wait): the highest utilisation rho_mix at which the workload's own mix of these buckets still meets TTFT
     (hand-off included) for every bucket; a bucket's capacity is then at most rho_mix / its service time, so the
     capacity row sum_b x[b] / cap[b] <= n keeps the utilisation of any mix under rho_mix."""
-    from compiler.cost.model import TrafficClass
+    from compiler.cost.model import TrafficClass, bisect_max
 
     bs = [w.bucket(n) for n, _ in caps]
     tot = sum(b.prob for b in bs)
@@ -146,13 +146,9 @@ def _mix_capped(rm, w: WorkloadIR, caps: list, bw: float) -> list:
         return st.stable and all((t + x) * 1e3 <= w.slo.ttft_ms for t, x in zip(st.ttft_s, xfer))
 
     mean_s = sum(b.prob / tot * s for b, s in zip(bs, svc))
-    lo, hi = 0.0, 1.0 / mean_s
     if not ok(1e-9):
         return caps
-    while hi - lo > 0.005 * max(lo, 1e-6):
-        mid = (lo + hi) / 2
-        lo, hi = (mid, hi) if ok(mid) else (lo, mid)
-    rho = lo * mean_s
+    rho = bisect_max(ok, 0.0, 1.0 / mean_s, 0.005) * mean_s
     return [(n, min(c, rho / s)) for (n, c), s in zip(caps, svc)]
 
 

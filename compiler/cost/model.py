@@ -476,14 +476,7 @@ class ReplicaModel:
             _bracket(ok, guess, hi, rel_tol)  # fills ``known``
         if not ok(1e-9):
             return 0.0
-        lo = 0.0
-        while hi - lo > rel_tol * max(lo, 1e-6):
-            mid = (lo + hi) / 2
-            if ok(mid):
-                lo = mid
-            else:
-                hi = mid
-        return lo
+        return bisect_max(ok, 0.0, hi, rel_tol)
 
     # ------------------------------------------------------------------ disaggregated roles (prefill / decode)
     @property
@@ -596,14 +589,7 @@ class ReplicaModel:
             hi = 1.01 * self.max_num_seqs / ((cls.osl_mean - 1) * self.iteration_s(1, cls.isl_mean))
         if not ok(1e-9):
             return 0.0
-        lo = 0.0
-        while hi - lo > rel_tol * max(lo, 1e-6):
-            mid = (lo + hi) / 2
-            if ok(mid):
-                lo = mid
-            else:
-                hi = mid
-        return lo
+        return bisect_max(ok, 0.0, hi, rel_tol)
 
     def zero_load(self, cls: TrafficClass) -> tuple[float, float]:
         """(TTFT ms, TPOT ms) of a lone request: the best this replica can ever do for ``cls``."""
@@ -870,6 +856,18 @@ def _tail_decision(miss, q: float, lo: float, hi: float, width: float, bound: fl
     if bound - width >= lo and miss(bound - width) <= q:
         return True  # the answer lies at or below bound - width, and the search ends within width of it
     return None
+
+
+def bisect_max(ok, lo: float, hi: float, rel_tol: float) -> float:
+    """Largest x in [lo, hi] with ok(x), to ``rel_tol``, for a predicate that holds below some point and fails
+    above it (``ok(lo)`` is assumed, ``ok(hi)`` is not)."""
+    while hi - lo > rel_tol * max(lo, 1e-6):
+        mid = (lo + hi) / 2
+        if ok(mid):
+            lo = mid
+        else:
+            hi = mid
+    return lo
 
 
 def gamma_q(a: float, x: float) -> float:

@@ -33,11 +33,12 @@ from dataclasses import dataclass, field, replace
 from compiler.assess import DeploymentSpecView, RouteView, assess
 from compiler.candidates import TOKEN_BUDGETS, Candidate, CandidateSet, _shapes, replica_model, traffic_class
 from compiler.cost.lora import vllm_rank
+from compiler.cost.model import bisect_max
 from compiler.errors import InfeasibleError, InputError, NoSolutionError, Problem
 from compiler.formulate import EPS_GPU, n_var
 from compiler.lora.model import lora_kwargs
 from compiler.lora.spec import NO_TENANT
-from compiler.plan.extract import engine_args, seconds_bound
+from compiler.plan.extract import engine_args, finish_plan, seconds_bound
 from compiler.plan.schema import (AdapterRoute, Bucket, Deployment, Plan, Prediction, Route, SolverInfo)
 from solvers.base import SolveOptions, Status
 from solvers.model import Constraint, MilpModel
@@ -204,13 +205,7 @@ def mix_capacity(rm, w, rel_tol: float = 0.01, below: float | None = None) -> fl
     if below is not None and below > 0:
         lo, hi = below * 0.85, below * (1 + rel_tol)
         if ok(lo):
-            while hi - lo > rel_tol * lo:
-                mid = (lo + hi) / 2
-                if ok(mid):
-                    lo = mid
-                else:
-                    hi = mid
-            return lo
+            return bisect_max(ok, lo, hi, rel_tol)
     if not ok(1e-9):
         return 0.0
     lo, hi = 0.0, 1.0
@@ -218,13 +213,7 @@ def mix_capacity(rm, w, rel_tol: float = 0.01, below: float | None = None) -> fl
         lo, hi = hi, hi * 4
         if hi > 1e6:
             return lo
-    while hi - lo > rel_tol * max(lo, 1e-6):
-        mid = (lo + hi) / 2
-        if ok(mid):
-            lo = mid
-        else:
-            hi = mid
-    return lo
+    return bisect_max(ok, lo, hi, rel_tol)
 
 
 def _prune(cands: list[LoraCandidate]) -> list[LoraCandidate]:
@@ -473,12 +462,8 @@ def build_plan(ir, prob: LoraProblem, chosen, flows, res, solve_s: float, rounds
 def plan_lora(spec, ir, *, backend=None, time_limit_s=None, validate=True, seed=0, t0=None):
     """``compiler.api.plan`` for specs with adapters or tenants (same rounds: assess, derate, simulate)."""
     from compiler.api import DERATE, MAX_ROUNDS, SIM_DERATE, SIM_ROUNDS, PlanResult
-    from compiler.placement import ToPlace, place
     from compiler.plan.emit import plan_to_data
-    from compiler.plan.extract import with_placement
-    from compiler.plan.schema import Simulation as SimulationInfo
     from compiler.sim import default_requests, simulate
-    from compiler.topology import build_topology
     from solvers import get_backend
 
     t0 = t0 if t0 is not None else time.perf_counter()
@@ -537,13 +522,7 @@ def plan_lora(spec, ir, *, backend=None, time_limit_s=None, validate=True, seed=
                  for line in last_sim.failures()]
     if extra:
         plan_, a = build_plan(ir, prob, chosen, flows, res, solve_s, rnd, warnings + extra)
-    topo = build_topology(spec, ir)
-    plan_ = with_placement(plan_, place([ToPlace(d.name, d.gpu, d.tensor_parallel, d.pipeline_parallel, d.replicas)
-                                         for d in plan_.deployments], topo))
-    if last_sim is not None:
-        plan_ = plan_.model_copy(update={"simulation": SimulationInfo(
-            seed=seed, requests=sim_requests, rounds=sim_rounds, passed=last_sim.ok,
-            attainment={k: round(w.attainment, 4) for k, w in sorted(last_sim.workloads.items())})})
+    plan_ = finish_plan(plan_, spec, ir, last_sim, seed, sim_requests, sim_rounds)
     t3 = time.perf_counter()
     cs = CandidateSet(tuple(c.cand for c in prob.cands), ())
     return PlanResult(plan_, ir, cs, a, res, rnd, {"lower": t1 - t0, "candidates": t2 - t1, "solve": solve_s,

@@ -135,3 +135,20 @@ def _prediction(a: Assessment, w: str) -> Prediction:
     fin = (lambda v: v if math.isfinite(v) else None)
     return Prediction(ttft_ms=fin(p.ttft_ms), tpot_ms=fin(p.tpot_ms), percentile=p.percentile, slo_met=p.slo_met,
                       utilization=p.utilization)
+
+
+def finish_plan(plan: Plan, spec, ir: ProblemIR, last_sim, seed: int, sim_requests: int, sim_rounds: int) -> Plan:
+    """The last stage of every planner: place the replicas on nodes (CP-SAT when greedy packing fails) and
+    record the validating simulation run, so ``check`` can replay it."""
+    from compiler.placement import ToPlace, place
+    from compiler.plan.schema import Simulation
+    from compiler.topology import build_topology
+
+    topo = build_topology(spec, ir)
+    plan = with_placement(plan, place([ToPlace(d.name, d.gpu, d.tensor_parallel, d.pipeline_parallel, d.replicas)
+                                       for d in plan.deployments], topo))
+    if last_sim is not None:
+        plan = plan.model_copy(update={"simulation": Simulation(
+            seed=seed, requests=sim_requests, rounds=sim_rounds, passed=last_sim.ok,
+            attainment={k: round(w.attainment, 4) for k, w in sorted(last_sim.workloads.items())})})
+    return plan
