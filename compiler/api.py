@@ -27,18 +27,14 @@ from compiler.ir import ProblemIR
 from compiler.lower import lower
 from compiler.plan.extract import build_plan, chosen, finish_plan
 from compiler.plan.schema import Plan
-from compiler.plan.emit import plan_to_data
-from compiler.sim import DEFAULT_SEED, default_requests, simulate
+from compiler.sim import DEFAULT_SEED, default_requests
 from compiler.profiles import ProfileSet, load_profiles
+from compiler.rounds import MAX_ROUNDS, SIM_ROUNDS, derate_analytic, simulate_and_derate
 from compiler.spec.load import load_spec
 from compiler.spec.schema import Spec
 from compiler.whatif import apply_overrides
 from solvers import SolveOptions, SolveResult, get_backend
 
-MAX_ROUNDS = 8
-DERATE = 0.85  # capacity factor applied to a deployment at fault per round
-SIM_DERATE = (0.92, 0.85)  # for a deployment at fault in simulation: attainment within 2 points of target, or not
-SIM_ROUNDS = 6  # extra rounds allowed for re-solves after a simulated miss
 
 
 @dataclass(frozen=True)
@@ -101,21 +97,12 @@ def plan(spec: Spec, *, backend: str | None = None, time_limit_s: float | None =
             if not validate or ir.objective == "max_goodput":
                 break  # (the simulator offers every workload's full rate; a goodput plan serves part of it)
             # Validate by simulation; where a workload misses, derate the deployments at fault and re-solve.
-            # The plan as written to disk (rounded floats), so check replays exactly this run.
-            emitted = Plan.model_validate(plan_to_data(plan_))
-            last_sim = simulate(emitted, spec, ir=ir, seed=seed, requests=sim_requests, timeline=False)
+            last_sim = simulate_and_derate(plan_, spec, ir, seed, sim_requests, derate)
             if last_sim.ok:
                 break
             sim_rounds += 1
-            for w in last_sim.workloads.values():
-                f = SIM_DERATE[0] if w.target - w.attainment <= 0.02 else SIM_DERATE[1]
-                for d in ([] if w.passed else [w.worst_deployment]):
-                    if d:
-                        derate[d] = derate.get(d, 1.0) * f
             continue
-        for p in misses:
-            if p.worst_deployment:
-                derate[p.worst_deployment] = derate.get(p.worst_deployment, 1.0) * DERATE
+        derate_analytic(misses, derate)
     plan_, a, res, rnd = best
     if a.misses():
         extra = [f"{p.workload}: could not be brought within its SLO after {rnd} rounds ({p.reason})"

@@ -39,7 +39,7 @@ from compiler.formulate import EPS_GPU, n_var
 from compiler.lora.model import lora_kwargs
 from compiler.lora.spec import NO_TENANT
 from compiler.plan.extract import engine_args, finish_plan, seconds_bound
-from compiler.plan.schema import (AdapterRoute, Bucket, Deployment, Plan, Prediction, Route, SolverInfo)
+from compiler.plan.schema import (AdapterRoute, Bucket, Deployment, Plan, Route, SolverInfo)
 from solvers.base import SolveOptions, Status
 from solvers.model import Constraint, MilpModel
 
@@ -461,9 +461,9 @@ def build_plan(ir, prob: LoraProblem, chosen, flows, res, solve_s: float, rounds
 
 def plan_lora(spec, ir, *, backend=None, time_limit_s=None, validate=True, seed=0, t0=None):
     """``compiler.api.plan`` for specs with adapters or tenants (same rounds: assess, derate, simulate)."""
-    from compiler.api import DERATE, MAX_ROUNDS, SIM_DERATE, SIM_ROUNDS, PlanResult
-    from compiler.plan.emit import plan_to_data
-    from compiler.sim import default_requests, simulate
+    from compiler.api import PlanResult
+    from compiler.rounds import MAX_ROUNDS, SIM_ROUNDS, derate_analytic, simulate_and_derate
+    from compiler.sim import default_requests
     from solvers import get_backend
 
     t0 = t0 if t0 is not None else time.perf_counter()
@@ -502,19 +502,12 @@ def plan_lora(spec, ir, *, backend=None, time_limit_s=None, validate=True, seed=
         if not misses:
             if not validate:
                 break
-            emitted = Plan.model_validate(plan_to_data(plan_))
-            last_sim = simulate(emitted, spec, ir=ir, seed=seed, requests=sim_requests, timeline=False)
+            last_sim = simulate_and_derate(plan_, spec, ir, seed, sim_requests, derate)
             if last_sim.ok:
                 break
             sim_rounds += 1
-            for w in last_sim.workloads.values():
-                f = SIM_DERATE[0] if w.target - w.attainment <= 0.02 else SIM_DERATE[1]
-                if not w.passed and w.worst_deployment:
-                    derate[w.worst_deployment] = derate.get(w.worst_deployment, 1.0) * f
             continue
-        for p in misses:
-            if p.worst_deployment:
-                derate[p.worst_deployment] = derate.get(p.worst_deployment, 1.0) * DERATE
+        derate_analytic(misses, derate)
     plan_, a, res, rnd, chosen, flows = best
     extra = [f"{p.workload}: could not be brought within its SLO after {rnd} rounds ({p.reason})" for p in a.misses()]
     if not extra and last_sim is not None and not last_sim.ok:

@@ -18,7 +18,7 @@ from __future__ import annotations
 import math
 from heapq import heappop, heappush
 
-from compiler.sim.engine import Simulation
+from compiler.sim.engine import Simulation, least_loaded as _least
 from compiler.sim.replica import Replica, Request
 
 
@@ -94,14 +94,6 @@ class DecodeReplica(Replica):
         r.preempted += 1
         self.preemptions += 1
         self.waiting.appendleft(r)
-
-
-def _least(group):
-    best = group[0]
-    for x in group[1:]:
-        if x.work < best.work:
-            best = x
-    return best
 
 
 class DisaggSimulation(Simulation):

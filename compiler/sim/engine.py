@@ -97,6 +97,15 @@ def draw_arrivals(sc: Scenario, rng: np.random.Generator, requests: int | None, 
     return Arrivals(t[order], *(np.concatenate([p[i] for p in parts])[order] for i in range(1, 5)))
 
 
+def least_loaded(group: list) -> object:
+    """The replica with the least outstanding work (earliest in the list on ties): the router's choice."""
+    best = group[0]
+    for x in group[1:]:
+        if x.work < best.work:
+            best = x
+    return best
+
+
 class Simulation:
     def __init__(self, scenario: Scenario, seed: int = 0, requests: int | None = None,
                  duration_s: float | None = None, timeline: bool = True):
@@ -163,13 +172,7 @@ class Simulation:
             if r.isl + r.osl > caps[d]:
                 r.status = 1
                 continue
-            group = replicas[d]
-            best = group[0]
-            if len(group) > 1:
-                bw = best.work
-                for x in group:
-                    if x.work < bw:
-                        best, bw = x, x.work
+            best = least_loaded(replicas[d])
             best.enqueue(r)
             if not best.busy:
                 t_next = best.start_step(t)
