@@ -8,7 +8,6 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from compiler.errors import Problem
 
 DEFAULT_MODULES = ("q_proj", "k_proj", "v_proj", "o_proj")
 NO_TENANT = ""  # tenant of workloads that name none
