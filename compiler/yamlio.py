@@ -15,7 +15,7 @@ from compiler.errors import InputError, Problem
 LineMap = dict[tuple[Any, ...], int]
 
 
-class _Loader(yaml.SafeLoader):
+class _Loader(getattr(yaml, "CSafeLoader", yaml.SafeLoader)):  # libyaml when PyYAML has it: 3-5x faster
     """SafeLoader that rejects duplicate mapping keys instead of silently keeping the last one."""
 
 
@@ -50,8 +50,12 @@ def _walk(node: yaml.Node, path: tuple, out: LineMap) -> None:
 def load_yaml_with_lines(text: str, source: str) -> tuple[Any, LineMap]:
     """Parse YAML text; raise InputError (with the line) on syntax errors or duplicate keys."""
     try:
-        node = yaml.compose(text, Loader=_Loader)
-        data = yaml.load(text, Loader=_Loader)
+        loader = _Loader(text)
+        try:  # parse once: the node tree gives the line numbers, and the data is constructed from it
+            node = loader.get_single_node()
+            data = loader.construct_document(node) if node is not None else None
+        finally:
+            loader.dispose()
     except yaml.YAMLError as exc:
         mark = getattr(exc, "problem_mark", None)
         line = mark.line + 1 if mark is not None else None
