@@ -61,21 +61,9 @@ def test_spec_engine_selects_profile(tmp_path):
     from compiler.api import load_spec
     from compiler.lower import lower
 
-    spec_text = """\
-version: 1
-name: engines
-gpus:
-  - {type: h100-sxm, count: 8}
-models:
-  - name: llama-3.1-8b
-workloads:
-  - name: short
-    model: llama-3.1-8b
-    rate_rps: 5
-    input_tokens: {fixed: 512}
-    output_tokens: {fixed: 64}
-    slo: {ttft_ms: 1000, tpot_ms: 100, percentile: 90}
-"""
+    from tests.conftest import SMALL_SPEC
+
+    spec_text = SMALL_SPEC
     path = tmp_path / "s.yaml"
     path.write_text(spec_text + "defaults: {engine: sglang}\n")
     assert lower(load_spec(path)).engine.name == "sglang"
