@@ -15,6 +15,13 @@ Constraints:
     their replicas count in inventory, budget and cost like any candidate's.
 Objective ``min_cost``:
     min sum_c usd[c] n[c] + EPS_GPU x sum_c gpus[c] n[c]   (cost, then fewer GPUs)
+Routing balance (``min_cost``; ``balance_routes``, an LP after the MILP): the MILP's routes are any split that
+fits the capacities, often one deployment at 100 % beside another half idle. With every n[c] fixed at the MILP's
+value, and u[w] in [0, 1] the highest utilisation among w's deployments,
+    sum_b x[b,c] / cap[b,c] <= u[w] n[c]           for unified c of w    (capacity[c], n fixed)
+    min sum_w u[w]
+spreads each workload's traffic so that its busiest deployment is as idle as the replicas bought allow: the
+same cost and replicas, with the most headroom on every deployment the load can be moved off.
 Objective ``max_goodput`` (two solves, ``solve_ir``): demand rows become ``<=`` (a bucket may be served in
 part), then
     1. max sum_{b,c} x[b,c]                                 (served requests per second, all workloads)
@@ -142,6 +149,50 @@ def formulate(ir: ProblemIR, cands: CandidateSet, derate: dict[str, float] | Non
     return m
 
 
+def util_var(workload: str) -> str:
+    return f"utilisation[{workload}]"
+
+
+def balance_routes(ir: ProblemIR, cands: CandidateSet, backend: Backend, options: SolveOptions,
+                   res: SolveResult, derate: dict[str, float] | None = None) -> SolveResult:
+    """``res`` with its routes re-spread by the balance LP (module docstring); replicas, cost, status and gap are
+    the MILP's. Returns ``res`` unchanged when it has no solution or the LP gives none (the MILP's routes stand)."""
+    if not res.has_solution:
+        return res
+    m = formulate(ir, cands, derate)
+    fixed = {}
+    for name, v in list(m.variables.items()):
+        if v.kind == "integer":
+            val = float(round(res.values.get(name, 0.0)))
+            fixed[name] = val
+            m.variables[name] = replace(v, lb=val, ub=val)
+    unified = {f"capacity[{c.id}]": c for c in cands.candidates}
+    util = {}
+    rows = []
+    for con in m.constraints:
+        c = unified.get(con.name)
+        if c is not None:
+            u = util.get(c.workload) or m.add_var(util_var(c.workload), "continuous", 0.0, 1.0)
+            util[c.workload] = u
+            expr = tuple(t for t in con.expr if t[0] != n_var(c.id)) + ((u, -fixed[n_var(c.id)]),)
+            con = replace(con, expr=expr)
+        rows.append(con)
+    if not util:
+        return res
+    m.constraints = rows
+    m.objective = tuple((u, 1.0) for u in sorted(util.values()))
+    m.sense = "min"
+    left = max(options.time_limit_s - res.seconds, 1.0)
+    bal = backend.solve(m, SolveOptions(left, options.mip_rel_gap, options.threads, options.verbose))
+    if not bal.has_solution:
+        return replace(res, seconds=res.seconds + bal.seconds)
+    values = dict(res.values)
+    for name, val in bal.values.items():
+        if name.startswith("route["):
+            values[name] = val
+    return replace(res, values=values, seconds=res.seconds + bal.seconds)
+
+
 def solve_ir(ir: ProblemIR, cands: CandidateSet, backend: Backend, options: SolveOptions,
              derate: dict[str, float] | None = None) -> SolveResult:
     """Solve for the spec's objective: one solve for ``min_cost``, two for ``max_goodput`` (max served
@@ -150,7 +201,8 @@ def solve_ir(ir: ProblemIR, cands: CandidateSet, backend: Backend, options: Solv
         from compiler.decompose import solve_split  # per workload when the shared rows do not bind
 
         split = solve_split(ir, cands, backend, options, derate)
-        return split if split is not None else backend.solve(formulate(ir, cands, derate), options)
+        res = split if split is not None else backend.solve(formulate(ir, cands, derate), options)
+        return balance_routes(ir, cands, backend, options, res, derate)
     first = backend.solve(formulate(ir, cands, derate, objective="max_goodput"), options)
     if not first.has_solution:
         return first
