@@ -32,6 +32,9 @@ class DeploymentSpecView:
     replicas: int
     role: str = "unified"
     lora: tuple = ()  # (max_loras, max_lora_rank, adapters held) of a LoRA deployment (compiler.lora.model)
+    kv_offload_gib: float = 0.0  # KV tier per replica (docs/kv-tiers.md)
+    kv_borrow_gib: float = 0.0
+    colocated_with: str = ""  # co-located P/D pair: the other side (hand-off over NVLink, compiler.disagg)
 
 
 @dataclass(frozen=True, slots=True)
@@ -55,6 +58,7 @@ class DeploymentLoad:
     tpot_ms: float
     stable: bool
     reason: str
+    prefix_cache_tokens: int = 0  # KV tokens each replica keeps for prefix reuse (docs/prefix-caching.md)
 
 
 @dataclass(frozen=True, slots=True)
@@ -94,14 +98,14 @@ def assess(ir: ProblemIR, deployments: list[DeploymentSpecView], routes: list[Ro
     for name in sorted(deps):
         d = deps[name]
         rm = replica_model(ir, d.model, d.gpu, d.tp, d.pp, d.dtype, d.max_num_seqs, d.max_batched_tokens,
-                           lora=view_lora(ir, d))
+                           lora=view_lora(ir, d), kv_offload_gib=d.kv_offload_gib, kv_borrow_gib=d.kv_borrow_gib)
         items = per_dep[name]
         reps = max(d.replicas, 0)
         classes, keys = [], []
         for r, b in items:
             w = ir.workload(r.workload)
             rate = w.rate_rps * r.share / reps if reps else math.inf
-            classes.append(traffic_class(b, rate))
+            classes.append(traffic_class(b, rate, w, rm))
             keys.append((r.workload, r.bucket))
         if not classes:
             loads[name] = DeploymentLoad(name, 0.0, 0.0, 0.0, 0.0, rm.memory.kv_cache_tokens, 0.0, True, "no traffic")
@@ -123,7 +127,7 @@ def assess(ir: ProblemIR, deployments: list[DeploymentSpecView], routes: list[Ro
         dep_tpot[name] = state.tpot_s * 1e3
         loads[name] = DeploymentLoad(name, sum(c.rate_rps for c in classes), state.utilization, state.decode_batch,
                                      state.kv_tokens_used, rm.memory.kv_cache_tokens, state.tpot_s * 1e3,
-                                     state.stable, state.reason)
+                                     state.stable, state.reason, int(max(c.prefix_reserved for c in classes)))
     if any(r.prefill for r in routes):
         from compiler.disagg import assess_pairs
 

@@ -15,6 +15,7 @@ from compiler.candidates import replica_model
 from compiler.ir import ProblemIR
 from compiler.errors import InputError, Problem
 from compiler.lora.verify import plan_lora, verify_lora
+from compiler.kvtiers import verify_kv
 from compiler.lower import lower
 from compiler.plan.schema import Plan
 from compiler.profiles import ProfileSet
@@ -91,7 +92,8 @@ def verify(plan: Plan, ir: ProblemIR, topo: Topology | None = None, slo: bool = 
             bad.append(f"deployment {d.name}: claims {d.kv_cache_tokens} KV tokens, only {mem.kv_cache_tokens} fit")
         deps.append(DeploymentSpecView(d.name, d.model, d.gpu, d.tensor_parallel, d.pipeline_parallel, d.dtype,
                                        d.max_batch_size, d.max_num_batched_tokens, d.replicas, d.role,
-                                       (d.max_loras, d.max_lora_rank, len(d.adapters)) if d.max_loras else ()))
+                                       (d.max_loras, d.max_lora_rank, len(d.adapters)) if d.max_loras else (),
+                                       colocated_with=d.colocated_with or "", **_kv_view(d)))
     for g, n in sorted(used.items()):
         pool = ir.gpu(g)
         if n > pool.count:
@@ -151,8 +153,10 @@ def verify(plan: Plan, ir: ProblemIR, topo: Topology | None = None, slo: bool = 
             bad.append(f"goodput: plan states {stated} rps served, its routes carry {served:.4f}")
     if topo is not None:
         bad += verify_placement(plan, topo)
+        bad += verify_kv_links(plan, ir, topo)
     bad += verify_lora(plan, ir)
     a = assess(ir, deps, routes)
+    bad += verify_kv(plan, ir, a, topo)  # KV tiers: offload, borrow and lend limits (compiler.kvtiers)
     for w in ir.workloads:
         p = a.workloads[w.name]
         if p.slo_met or not slo:
@@ -192,6 +196,13 @@ def plan_references(plan: Plan, ir: ProblemIR) -> list[Problem]:
     return out
 
 
+def _kv_view(d) -> dict:
+    """``DeploymentSpecView`` KV-tier fields of a plan deployment."""
+    if d.kv is None:
+        return {}
+    return {"kv_offload_gib": d.kv.offload_gib, "kv_borrow_gib": d.kv.borrowed_gib}
+
+
 def verify_placement(plan: Plan, topo: Topology) -> list[str]:
     """Every replica stage on an existing node of the right GPU type, its TP group inside one NVLink domain,
     no GPU used twice. Plans without placements (written by hand) are only checked for counts above."""
@@ -227,3 +238,76 @@ def verify_placement(plan: Plan, topo: Topology) -> list[str]:
                     bad.append(f"placement: GPU {g} of {p.node} is used by {other[0]} replica {other[1]} and "
                                f"{d.name} replica {p.replica}")
     return sorted(set(bad))
+
+
+def verify_kv_links(plan: Plan, ir: ProblemIR, topo: Topology) -> list[str]:
+    """P/D hand-offs against the links of the placement the plan states (independent of the solver): co-located
+    pairs name each other, form whole groups and keep each group in one NVLink domain, and their KV flow per
+    group fits LINK_UTIL of the group's NVLink; the KV of cross-node pairs fits LINK_UTIL of every node NIC and
+    inter-rack link it crosses (``compiler.topology.kv_link_loads``). Deployments without placement (plans
+    written by hand) are checked against their NIC share instead. One line per fault: route, link, load vs
+    capacity."""
+    from compiler.disagg import LINK_UTIL, is_local_pair, local_bytes_per_s, nic_bytes_per_s, pair_flows
+    from compiler.topology import kv_link_loads
+
+    bad: list[str] = []
+    by = {d.name: d for d in plan.deployments}
+    nodes = {n.name: n for n in topo.nodes}
+    for d in plan.deployments:
+        if not d.colocated_with:
+            continue
+        o = by.get(d.colocated_with)
+        if o is None or not is_local_pair(d, o) or {d.role, o.role} != {"prefill", "decode"}:
+            bad.append(f"co-located pair {d.name}: its partner {d.colocated_with} is not a {d.gpu} deployment of the "
+                       "other role naming it back")
+            continue
+        if d.role != "prefill":
+            continue
+        kp, kd = d.group_replicas, o.group_replicas
+        if kp < 1 or kd < 1 or d.pipeline_parallel != 1 or o.pipeline_parallel != 1 \
+                or d.replicas * kd != o.replicas * kp or d.replicas % kp:
+            bad.append(f"co-located pair {d.name} + {o.name}: {d.replicas} + {o.replicas} replicas do not form whole "
+                       f"groups of {kp} + {kd} (pipeline parallel 1)")
+            continue
+        if d.placement and o.placement:
+            per: dict[tuple[str, int], list[int]] = {}
+            for side, k in ((d, 0), (o, 1)):
+                for s in side.placement:
+                    n = nodes.get(s.node)
+                    if n is None or not s.gpus:
+                        continue
+                    per.setdefault((s.node, s.gpus[0] // n.nvlink_domain), [0, 0])[k] += 1
+            for (node, dom), (np_, nd) in sorted(per.items()):
+                if np_ * kd != nd * kp or np_ % kp:
+                    bad.append(f"co-located pair {d.name} + {o.name}: NVLink domain {dom} of {node} holds {np_} "
+                               f"prefill and {nd} decode replicas, not whole groups of {kp} + {kd}; the hand-off "
+                               "would leave the node")
+    flows = pair_flows(plan, ir)
+    for p, d, f, local in flows:
+        dp, dd = by[p], by[d]
+        if dp.colocated_with and not local:
+            bad.append(f"route {p} -> {d}: {p} is co-located with {dp.colocated_with}; its KV may only go there")
+            continue
+        if local:
+            groups = dp.replicas // max(dp.group_replicas, 1)
+            if groups <= 0 or ir.gpu(dp.gpu) is None:
+                continue
+            cap = local_bytes_per_s(ir.gpu(dp.gpu), dp.group_replicas * dp.tensor_parallel,
+                                    dd.group_replicas * dd.tensor_parallel)
+            if f / groups > LINK_UTIL * cap * (1 + 1e-6):
+                bad.append(f"route {p} -> {d}: KV hand-off {f / groups / 1e9:.2f} GB/s per group over the NVLink of "
+                           f"its group, more than {LINK_UTIL:.0%} of {cap / 1e9:g} GB/s")
+            continue
+        for side in (dp, dd):
+            if not side.placement and side.replicas and ir.gpu(side.gpu) is not None:
+                cap = nic_bytes_per_s(ir.gpu(side.gpu), side.tensor_parallel * side.pipeline_parallel)
+                if f / side.replicas > LINK_UTIL * cap * (1 + 1e-6):
+                    bad.append(f"route {p} -> {d}: KV {f / side.replicas / 1e9:.2f} GB/s per replica of {side.name} "
+                               f"over its NIC share, more than {LINK_UTIL:.0%} of {cap / 1e9:g} GB/s")
+    stages = {d.name: [(s.node, 0) for s in d.placement] for d in plan.deployments if d.placement}
+    cross = [(p, d, f) for p, d, f, local in flows if not local and p in stages and d in stages]
+    for link, (load, cap, routes) in sorted(kv_link_loads(topo, stages, cross).items()):
+        if load > LINK_UTIL * cap * (1 + 1e-6):
+            bad.append(f"route {', '.join(routes)}: link {link} carries {load / 1e9:.2f} GB/s of KV, more than "
+                       f"{LINK_UTIL:.0%} of its {cap / 1e9:g} GB/s")
+    return bad

@@ -30,7 +30,8 @@ def solve_split(ir: ProblemIR, cands: CandidateSet, backend: Backend, options: S
 
     pd = tuple(getattr(cands, "disagg", ()))
     if (ir.objective != "min_cost" or len(ir.workloads) < 2 or len(cands.candidates) < MIN_CANDIDATES
-            or (pd and getattr(ir, "inter_rack_gbps", None))):
+            or (pd and getattr(ir, "inter_rack_gbps", None))
+            or any(c.kv_offload_gib or c.kv_borrow_gib for c in cands.candidates)):  # KV-tier rows are shared
         return None
     mine: dict[str, list] = {w.name: [] for w in ir.workloads}
     mine_pd: dict[str, list] = {w.name: [] for w in ir.workloads}

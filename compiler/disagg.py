@@ -18,10 +18,27 @@ Constraints:
     sum_{b,p} xp[b,p] bytes[b] <= LINK_UTIL inter_rack           (kv_link[inter-rack], when the spec gives it)
 Prefill capacities assume the hand-off runs at the narrowest NIC share among the workload's decode candidates,
 so any pairing the solver makes meets TTFT.
+
+Co-located pairs (``-local-`` candidates, offered only where the network cannot carry the KV, ``_heavy_kv``):
+a group L = kp prefill replicas of tp_p GPUs + kd decode replicas of tp_d GPUs of one GPU type, pp = 1, inside
+one NVLink domain (kp tp_p + kd tp_d <= domain). Its hand-off runs over the GPUs' own links (NVLink, or PCIe
+where the GPU has none): nvl[L] = min(kp tp_p, kd tp_d) x link_bandwidth_gbps. Per group, an integer g[L]:
+    n[Pl] == kp g[L];  n[Dl] == kd g[L]                           (colocate[L])
+    xp[b,Pl] - xd[b,Dl] == 0                                     for b (pd_local[L/b]: decoded where prefilled)
+    sum_b xp[b,Pl] bytes[b] <= LINK_UTIL nvl[L] g[L]               (kv_link[Pl], no NIC row, no inter-rack term)
+Inter-rack (when ``network.inter_rack_gbps`` is given): ``pair_routes`` pairs each bucket's flows of the same
+GPU type first (co-located pairs with their own partner only), so the flow that must change GPU type, hence
+rack in a derived topology, is exactly sum_g max(0, P[b,g] - D[b,g]) (P, D: cross-node prefill and decode flow
+of bucket b on GPU type g). With e[b,g] >= 0:
+    e[b,g] >= sum_{p on g} xp[b,p] - sum_{d on g} xd[b,d]                         (kv_cross[w/b/g])
+    sum_{b,g} e[b,g] bytes[b] <= LINK_UTIL inter_rack                              (kv_link[inter-rack])
+Same-type pairs that would still cross racks (nodes of one type in several racks) are kept in one rack by the
+placement (``compiler.placement``, rack affinity) or the plan is refused naming the link.
 """
 from __future__ import annotations
 
 import math
+import re
 from dataclasses import replace
 
 from compiler.candidates import Candidate, _shapes, replica_model, traffic_class
@@ -39,6 +56,44 @@ def pd_id(workload: str, gpu: str, tp: int, pp: int, role: str) -> str:
     return f"{workload}-{gpu}-tp{tp}" + (f"-pp{pp}" if pp > 1 else "") + f"-{role}"
 
 
+def local_id(workload: str, gpu: str, tp_p: int, kp: int, tp_d: int, kd: int, role: str) -> str:
+    """A co-located pair's side: ``kp`` prefill replicas of ``tp_p`` GPUs and ``kd`` decode replicas of ``tp_d``
+    GPUs share one NVLink domain."""
+    return f"{workload}-{gpu}-local-p{kp}xtp{tp_p}-d{kd}xtp{tp_d}-{role}"
+
+
+_LOCAL = re.compile(r"^(?P<stem>.+-local-p(?P<kp>\d+)xtp(?P<tp_p>\d+)-d(?P<kd>\d+)xtp(?P<tp_d>\d+))-(?P<role>prefill|decode)$")
+
+
+def local_group(cid: str) -> tuple[str, int, int] | None:
+    """Planner side (candidate ids are ours): (partner id, replicas of ``cid`` per group, replicas of the
+    partner per group) of a co-located pair's side, else None."""
+    m = _LOCAL.match(cid)
+    if m is None:
+        return None
+    kp, kd = int(m["kp"]), int(m["kd"])
+    if m["role"] == "prefill":
+        return f"{m['stem']}-decode", kp, kd
+    return f"{m['stem']}-prefill", kd, kp
+
+
+def colocation(cid: str) -> dict:
+    """The plan's co-location fields of a deployment made from candidate ``cid`` (empty when not co-located)."""
+    grp = local_group(cid)
+    return {} if grp is None else {"colocated_with": grp[0], "group_replicas": grp[1]}
+
+
+def group_var(cid: str) -> str:
+    m = _LOCAL.match(cid)
+    return f"groups[{m['stem']}]"
+
+
+def local_bytes_per_s(pool: GpuPoolIR, p_gpus: int, d_gpus: int) -> float:
+    """Hand-off bandwidth inside one NVLink domain (bytes/s): each GPU of the narrower side moves its KV shard
+    over its own link (``link_bandwidth_gbps``: NVLink, xGMI, or PCIe where the GPU has no NVLink)."""
+    return min(p_gpus, d_gpus) * pool.profile.link_bandwidth_gbps.value * 1e9
+
+
 def xp_var(workload: str, bucket: str, cid: str) -> str:
     return f"route[{workload}/{bucket},{cid}]"
 
@@ -50,28 +105,39 @@ def nic_bytes_per_s(pool: GpuPoolIR, gpus: int) -> float:
 
 
 def transfer_s(ir: ProblemIR, model: str, dtype: str, tokens: float, p_gpu: str, p_gpus: int, d_gpu: str,
-               d_gpus: int) -> float:
+               d_gpus: int, local: bool = False) -> float:
     """Seconds to move ``tokens`` tokens of KV from a prefill replica to a decode replica over the network
-    (the narrower of the two NIC shares, and the inter-rack bandwidth when the two GPU types differ)."""
+    (the narrower of the two NIC shares, and the inter-rack bandwidth when the two GPU types differ), or, for a
+    co-located pair (``local``), over the GPUs' links inside the node (``local_bytes_per_s``)."""
     rm = replica_model(ir, model, p_gpu, 1, 1, dtype, 1, DECODE_TOKEN_BUDGET)
+    if local:
+        return tokens * rm.kv_bytes_per_token / local_bytes_per_s(ir.gpu(p_gpu), p_gpus, d_gpus)
     bw = min(nic_bytes_per_s(ir.gpu(p_gpu), p_gpus), nic_bytes_per_s(ir.gpu(d_gpu), d_gpus))
     if ir.inter_rack_gbps and p_gpu != d_gpu:
         bw = min(bw, ir.inter_rack_gbps * 1e9)
     return tokens * rm.kv_bytes_per_token / bw
 
 
-def _role_candidates(ir: ProblemIR, w: WorkloadIR, role: str, transfer_bw: float | None) -> list[Candidate]:
+def _role_candidates(ir: ProblemIR, w: WorkloadIR, role: str, transfer_bw: float | None,
+                     local_d: dict[str, int] | None = None) -> list[Candidate]:
+    """``local_d``: prefill sides of co-located pairs (pp = 1), the hand-off over the GPUs' links to a decode
+    replica of at least ``local_d[gpu type]`` GPUs."""
     out = []
     mns = int(ir.engine.max_num_seqs.value)
     mbt = PD_TOKEN_BUDGET if role == "prefill" else DECODE_TOKEN_BUDGET
     for pool in ir.gpus:
+        if local_d is not None and pool.type not in local_d:
+            continue
         for _cid, tp, pp, why in _shapes(ir, w, pool):
-            if why:
+            if why or (local_d is not None and pp > 1):
                 continue
             rm = replica_model(ir, w.model, pool.type, tp, pp, w.dtype, mns, mbt)
             if rm.memory.kv_cache_tokens <= 0:
                 continue
-            bw = nic_bytes_per_s(pool, tp * pp)
+            if local_d is not None:
+                bw = local_bytes_per_s(pool, tp, local_d[pool.type])
+            else:
+                bw = nic_bytes_per_s(pool, tp * pp)
             if transfer_bw is not None:
                 bw = min(bw, transfer_bw)
             caps = []
@@ -158,6 +224,7 @@ def build_pd_candidates(ir: ProblemIR, unified: tuple[Candidate, ...] = ()) -> t
     candidate's (a fluid bound; the MILP then decides with whole replicas). Decode candidates first: the
     narrowest NIC share among them bounds the hand-off time every prefill candidate plans for."""
     out: list[Candidate] = []
+    local: list[Candidate] = []
     if not ENABLED:
         return ()
     for w in ir.workloads:
@@ -179,8 +246,57 @@ def build_pd_candidates(ir: ProblemIR, unified: tuple[Candidate, ...] = ()) -> t
             caps = tuple((b, v) for b, v in c.capacity_rps if b in both)
             if caps:
                 out.append(replace(c, capacity_rps=caps))
+        if _heavy_kv(ir, w, pre, dec, narrow):
+            local += _local_candidates(ir, w, dec, unified)
     out.sort(key=lambda c: c.id)
-    return tuple(_drop_dominated_role(out))
+    local.sort(key=lambda c: c.id)
+    return tuple(sorted(_drop_dominated_role(out) + local, key=lambda c: c.id))
+
+
+HANDOFF_SHARE = 0.1  # a hand-off over the network taking more than this share of TTFT counts as heavy KV
+
+
+def _heavy_kv(ir: ProblemIR, w: WorkloadIR, pre: list[Candidate], dec: list[Candidate], narrow: float) -> bool:
+    """The network cannot carry the workload's KV (co-located pairs are offered only then; elsewhere nothing
+    changes): some P/D candidate's KV flow at its capacity exceeds LINK_UTIL of its NIC share, or the workload's
+    whole KV flow exceeds LINK_UTIL of ``network.inter_rack_gbps``, or the hand-off of a bucket's tail input over
+    the narrowest NIC share takes more than HANDOFF_SHARE of the TTFT SLO."""
+    if not dec:
+        return False
+    kvb = kv_bytes(ir, dec[0])
+    for c in pre + dec:
+        nic = nic_bytes_per_s(ir.gpu(c.gpu), c.gpus)
+        if any(cap * w.bucket(b).isl_mean * kvb > LINK_UTIL * nic for b, cap in c.capacity_rps):
+            return True
+    flow = w.rate_rps * sum(b.prob * b.isl_mean for b in w.buckets) * kvb
+    if ir.inter_rack_gbps and flow > LINK_UTIL * ir.inter_rack_gbps * 1e9:
+        return True
+    return any(b.isl_tail * kvb / narrow * 1e3 > HANDOFF_SHARE * w.slo.ttft_ms for b in w.buckets)
+
+
+def _local_candidates(ir: ProblemIR, w: WorkloadIR, dec: list[Candidate], unified) -> list[Candidate]:
+    """Both sides of every co-located group (kp x prefill tp_p + kd x decode tp_d in one NVLink domain, one GPU
+    type, pp = 1) that beats the best unified candidate by PD_MARGIN on some bucket, with those buckets."""
+    dec = [c for c in dec if c.pp == 1]
+    dmin: dict[str, int] = {}
+    for c in dec:
+        dmin[c.gpu] = min(dmin.get(c.gpu, c.gpus), c.gpus)
+    out = []
+    for p in _role_candidates(ir, w, "prefill", None, dmin):
+        dom = ir.gpu(p.gpu).tp_limit
+        for d in (c for c in dec if c.gpu == p.gpu):
+            common = [b for b, _ in p.capacity_rps if d.capacity(b) > 0]
+            for kp in range(1, dom // p.tp + 1):
+                for kd in range(1, (dom - kp * p.tp) // d.tp + 1):
+                    usd = kp * p.usd_per_hour + kd * d.usd_per_hour
+                    keep = tuple(b for b in common if usd / min(kp * p.capacity(b), kd * d.capacity(b))
+                                 < (1 - PD_MARGIN) * _usd_per_rps(unified, w.name, b, "unified"))
+                    if not keep:
+                        continue
+                    for c, role in ((p, "prefill"), (d, "decode")):
+                        out.append(replace(c, id=local_id(w.name, p.gpu, p.tp, kp, d.tp, kd, role),
+                                           capacity_rps=tuple((b, c.capacity(b)) for b in keep)))
+    return out
 
 
 def _drop_dominated_role(cands: list[Candidate]) -> list[Candidate]:
@@ -215,6 +331,7 @@ def add_rows(m, ir: ProblemIR, pd: tuple[Candidate, ...], derate: dict[str, floa
             if terms and {a > 0 for _, a in terms} == {True, False}:
                 m.add(Constraint(f"pd_balance[{w.name}/{b.name}]", "pd_balance", tuple(terms), "==", 0.0,
                                  origin=f"workloads[{w.index}] ({w.name})"))
+    ids = {c.id: c for c in pd}
     for c in pd:
         f = derate.get(c.id, 1.0)
         w = ir.workload(c.workload)
@@ -223,18 +340,75 @@ def add_rows(m, ir: ProblemIR, pd: tuple[Candidate, ...], derate: dict[str, floa
         m.add(Constraint(f"capacity[{c.id}]", "capacity", tuple(expr), "<=", 0.0, origin=cname_origin(c)))
         kvb = kv_bytes(ir, c)
         link = [(xp_var(c.workload, b, c.id), w.bucket(b).isl_mean * kvb / 1e9) for b, _ in c.capacity_rps]
+        grp = local_group(c.id)
+        if grp is not None:  # co-located pair: NVLink inside the group, no NIC or inter-rack load
+            if c.role == "prefill" and grp[0] in ids:
+                _add_group_rows(m, ir, c, ids[grp[0]], grp, link, n_var)
+            continue
         link.append((n_var(c.id), -LINK_UTIL * nic_bytes_per_s(ir.gpu(c.gpu), c.gpus) / 1e9))
         m.add(Constraint(f"kv_link[{c.id}]", "kv_link", tuple(link), "<=", 0.0, origin=f"gpus ({c.gpu}) network"))
-        if c.role == "prefill":
-            inter += link[:-1]
+        inter.append((c, link[:-1]))
     if ir.inter_rack_gbps and inter:
-        m.add(Constraint("kv_link[inter-rack]", "kv_link", tuple(inter), "<=", LINK_UTIL * ir.inter_rack_gbps,
+        _add_inter_rack_rows(m, ir, inter)
+
+
+def _add_group_rows(m, ir: ProblemIR, p: Candidate, d: Candidate, grp: tuple[str, int, int], link: list,
+                    n_var) -> None:
+    """Rows of one co-located group (module docstring): replicas in the group's ratio, every request decoded in
+    the group it was prefilled in, and the hand-off under LINK_UTIL of the group's NVLink."""
+    from solvers.model import Constraint
+
+    _, kp, kd = grp
+    g = group_var(p.id)
+    ub = min(m.variables[n_var(p.id)].ub // kp, m.variables[n_var(d.id)].ub // kd)
+    m.add_var(g, "integer", 0, ub)
+    origin = f"gpus ({p.gpu}) nodes (co-located pair)"
+    for c, k in ((p, kp), (d, kd)):
+        m.add(Constraint(f"colocate[{c.id}]", "colocate", ((n_var(c.id), 1.0), (g, -float(k))), "==", 0.0,
+                         origin=origin))
+    w = ir.workload(p.workload)
+    for b, _ in p.capacity_rps:
+        if d.capacity(b) > 0:
+            m.add(Constraint(f"pd_local[{p.id}/{b}]", "pd_balance", ((xp_var(w.name, b, p.id), 1.0),
+                                                                     (xp_var(w.name, b, d.id), -1.0)), "==", 0.0,
+                             origin=f"workloads[{w.index}] ({w.name})"))
+        else:
+            m.add(Constraint(f"pd_local[{p.id}/{b}]", "pd_balance", ((xp_var(w.name, b, p.id), 1.0),), "==", 0.0,
+                             origin=f"workloads[{w.index}] ({w.name})"))
+    nvl = local_bytes_per_s(ir.gpu(p.gpu), kp * p.gpus, kd * d.gpus)
+    m.add(Constraint(f"kv_link[{p.id}]", "kv_link", tuple(link) + ((g, -LINK_UTIL * nvl / 1e9),), "<=", 0.0,
+                     origin=f"gpus ({p.gpu}) link_bandwidth_gbps"))
+
+
+def _add_inter_rack_rows(m, ir: ProblemIR, inter: list) -> None:
+    """e[b,g] >= P[b,g] - D[b,g] and sum e[b,g] bytes[b] <= LINK_UTIL inter_rack (module docstring)."""
+    from solvers.model import Constraint
+
+    net: dict[tuple[str, str, str], list] = {}
+    for c, _ in inter:
+        for b, _cap in c.capacity_rps:
+            net.setdefault((c.workload, b, c.gpu), []).append(
+                (xp_var(c.workload, b, c.id), 1.0 if c.role == "prefill" else -1.0))
+    total = []
+    for (wn, b, g), terms in sorted(net.items()):
+        if not any(a > 0 for _, a in terms):
+            continue  # no prefill flow of this type to leave it
+        w = ir.workload(wn)
+        bk = w.bucket(b)
+        e = m.add_var(f"kv_cross[{wn}/{b}/{g}]", "continuous", 0.0, w.rate_rps * bk.prob)
+        m.add(Constraint(f"kv_cross[{wn}/{b}/{g}]", "kv_link", tuple(terms) + ((e, -1.0),), "<=", 0.0,
+                         origin="network.inter_rack_gbps"))
+        kvb = kv_bytes(ir, next(c for c, _ in inter if c.workload == wn))
+        total.append((e, bk.isl_mean * kvb / 1e9))
+    if total:
+        m.add(Constraint("kv_link[inter-rack]", "kv_link", tuple(total), "<=", LINK_UTIL * ir.inter_rack_gbps,
                          origin="network.inter_rack_gbps"))
 
 
 def pair_routes(ir: ProblemIR, flows: dict[tuple[str, str], tuple[list, list]]):
-    """Per bucket, match prefill flows to decode flows (both sorted by name, north-west corner): a route per
-    (prefill, decode) pair with the share of the workload's requests it carries."""
+    """Per bucket, match prefill flows to decode flows: a route per (prefill, decode) pair with the share of the
+    workload's requests it carries. Co-located sides only with their own partner; then each GPU type's flows
+    among themselves (they need not change racks), then the rest; each step north-west corner, sorted by name."""
     from compiler.assess import RouteView
 
     out = []
@@ -246,21 +420,37 @@ def pair_routes(ir: ProblemIR, flows: dict[tuple[str, str], tuple[list, list]]):
         if tp <= 0 or td <= 0:
             continue
         dec = [(d, x * tp / td) for d, x in dec]  # exact balance after solver noise
-        i = j = 0
-        left_p, left_d = pre[0][1], dec[0][1]
-        while i < len(pre) and j < len(dec):
-            x = min(left_p, left_d)
-            if x > 0:
-                out.append(RouteView(wn, bn, "", x / w.rate_rps, prefill=pre[i][0], decode=dec[j][0]))
-            left_p -= x
-            left_d -= x
-            if left_p <= 1e-12:
-                i += 1
-                left_p = pre[i][1] if i < len(pre) else 0.0
-            if left_d <= 1e-12:
-                j += 1
-                left_d = dec[j][1] if j < len(dec) else 0.0
+        left = dict(pre + dec)
+
+        def match(ps, ds):
+            i = j = 0
+            while i < len(ps) and j < len(ds):
+                x = min(left[ps[i]], left[ds[j]])
+                if x > 1e-12:
+                    out.append(RouteView(wn, bn, "", x / w.rate_rps, prefill=ps[i], decode=ds[j]))
+                left[ps[i]] -= x
+                left[ds[j]] -= x
+                if left[ps[i]] <= 1e-12:
+                    i += 1
+                if j < len(ds) and left[ds[j]] <= 1e-12:
+                    j += 1
+
+        for p, _ in pre:
+            grp = local_group(p)
+            if grp is not None and grp[0] in left:
+                match([p], [grp[0]])
+        ps = [p for p, _ in pre if local_group(p) is None]
+        ds = [d for d, _ in dec if local_group(d) is None]
+        for g in sorted({_gpu_of(wn, c) for c in ps}):
+            match([p for p in ps if _gpu_of(wn, p) == g], [d for d in ds if _gpu_of(wn, d) == g])
+        match([p for p in ps if left[p] > 1e-12], [d for d in ds if left[d] > 1e-12])
     return out
+
+
+def _gpu_of(workload: str, cid: str) -> str:
+    """GPU type in a P/D candidate id (``pd_id``)."""
+    m = re.match(rf"^{re.escape(workload)}-(.+?)-tp\d+(-pp\d+)?-(prefill|decode)$", cid)
+    return m[1] if m else ""
 
 
 def assess_pairs(ir: ProblemIR, deps: dict, routes, loads: dict, ttft: dict, dep_tpot: dict) -> None:
@@ -301,7 +491,8 @@ def assess_pairs(ir: ProblemIR, deps: dict, routes, loads: dict, ttft: dict, dep
                 for r in keys:
                     dd = deps[r.decode]
                     b = ir.workload(r.workload).bucket(r.bucket)
-                    x = transfer_s(ir, d.model, d.dtype, b.isl_tail, d.gpu, d.tp * d.pp, dd.gpu, dd.tp * dd.pp)
+                    x = transfer_s(ir, d.model, d.dtype, b.isl_tail, d.gpu, d.tp * d.pp, dd.gpu, dd.tp * dd.pp,
+                                   local=is_local_pair(d, dd))
                     t = (t_of[(r.workload, r.bucket)] + x) * 1e3
                     k = (r.workload, r.bucket, name)
                     ttft[k] = max(ttft.get(k, 0.0), t)
@@ -314,6 +505,14 @@ def assess_pairs(ir: ProblemIR, deps: dict, routes, loads: dict, ttft: dict, dep
             loads[name] = DeploymentLoad(name, sum(merged.values()), st.utilization, st.decode_batch,
                                          st.kv_tokens_used, rm.memory.kv_cache_tokens, st.tpot_s * 1e3, st.stable,
                                          st.reason)
+
+
+def is_local_pair(p, d) -> bool:
+    """A prefill and a decode deployment (plan ``Deployment`` or ``DeploymentSpecView``) that name each other as
+    co-located partners, of one GPU type: their hand-off runs over the GPUs' links (``check`` verifies the
+    placement keeps them in shared NVLink domains, ``verify_kv_links``)."""
+    return (bool(getattr(p, "colocated_with", None)) and p.colocated_with == d.name
+            and getattr(d, "colocated_with", None) == p.name and p.gpu == d.gpu)
 
 
 def verify_pair_route(r, names: dict, w) -> str:
@@ -332,3 +531,33 @@ def verify_pair_route(r, names: dict, w) -> str:
         if names[n].model != w.model:
             return f"{at}: {role} deployment {n} serves {names[n].model}, the workload needs {w.model}"
     return ""
+
+
+def pair_flows(plan, ir: ProblemIR) -> list[tuple[str, str, float, bool]]:
+    """(prefill, decode, KV bytes/s, co-located) of each pair the plan's routes name: sum over its routes of
+    share x rate x mean input tokens of the bucket x ``kv_bytes_per_token``."""
+    by = {d.name: d for d in plan.deployments}
+    acc: dict[tuple[str, str], float] = {}
+    for r in plan.routes:
+        if not (r.prefill and r.decode) or r.prefill not in by or r.decode not in by:
+            continue
+        w = ir.workload(r.workload)
+        b = w.bucket(r.bucket) if w is not None else None
+        p = by[r.prefill]
+        if b is None or ir.gpu(p.gpu) is None:
+            continue
+        kvb = replica_model(ir, p.model, p.gpu, 1, 1, p.dtype, 1, DECODE_TOKEN_BUDGET).kv_bytes_per_token
+        acc[(r.prefill, r.decode)] = acc.get((r.prefill, r.decode), 0.0) + r.share * w.rate_rps * b.isl_mean * kvb
+    return [(p, d, f, is_local_pair(by[p], by[d])) for (p, d), f in sorted(acc.items())]
+
+
+def placement_inputs(plan, ir: ProblemIR):
+    """``compiler.placement.place``'s ``groups`` (co-located pairs) and ``flows`` (cross-node pairs) of a plan."""
+    from compiler.placement import LocalGroup
+
+    by = {d.name: d for d in plan.deployments}
+    groups = tuple(LocalGroup(d.name, d.colocated_with, d.group_replicas, by[d.colocated_with].group_replicas)
+                   for d in plan.deployments if d.role == "prefill" and d.colocated_with in by
+                   and is_local_pair(d, by[d.colocated_with]) and d.group_replicas > 0)
+    flows = tuple((p, d, f) for p, d, f, local in pair_flows(plan, ir) if not local)
+    return groups, flows

@@ -11,6 +11,7 @@ Constraints:
     sum_b x[b,c] / cap[b,c] <= n[c]                 for c             (capacity[c])
     sum_{c on g} gpus[c] n[c] <= count[g]           for g             (inventory[g], relaxable)
     sum_c usd[c] n[c] <= budget                                       (budget, relaxable)
+    KV tiers (rows kv_offload[g], kv_borrow[g]): see add_kv_tier_rows;
     P/D disaggregation (prefill and decode candidates, rows pd_balance and kv_link): see compiler.disagg;
     their replicas count in inventory, budget and cost like any candidate's.
 Objective ``min_cost``:
@@ -109,6 +110,7 @@ def formulate(ir: ProblemIR, cands: CandidateSet, derate: dict[str, float] | Non
         expr.append((n_var(c.id), -1.0))
         m.add(Constraint(f"capacity[{c.id}]", "capacity", tuple(expr), "<=", 0.0,
                          origin=f"workloads ({c.workload}).slo"))
+    add_kv_tier_rows(m, ir, cands)
     if pd:
         from compiler.disagg import add_rows
 
@@ -147,6 +149,38 @@ def formulate(ir: ProblemIR, cands: CandidateSet, derate: dict[str, float] | Non
             m.add(con)
     m.objective = tuple(objective)
     return m
+
+
+def add_kv_tier_rows(m: MilpModel, ir: ProblemIR, cands: CandidateSet) -> None:
+    """KV tiers (docs/kv-tiers.md), per GPU type g, over the unified candidates:
+        sum_{c on g} offload_gib[c] n[c] <= HOST_KV_SHARE x CPU memory of g's nodes          (kv_offload[g])
+        sum_{c on g} borrow_gib[c] n[c] <= sum_{l on g} spare_gib[l] n[l]                      (kv_borrow[g])
+        n[c] <= sum_{l on g: spare_gib[l] >= borrow_gib[c], gpus[l] + gpus[c] <= node} n[l]   (kv_borrow_pair[c])
+    spare_gib[l]: HBM KV a replica of the HBM-only candidate l leaves free at its planned operating point
+    (each bucket alone at its capacity, the worst one). Rows only where some candidate has such a tier."""
+    from compiler.candidates import HOST_KV_SHARE
+
+    for pool in ir.gpus:
+        cs = [c for c in cands.candidates if c.gpu == pool.type]
+        off = tuple((n_var(c.id), c.kv_offload_gib) for c in cs if c.kv_offload_gib > 0)
+        if off:
+            m.add(Constraint(f"kv_offload[{pool.type}]", "kv_offload", off, "<=",
+                             round(pool.cpu_memory_gib * HOST_KV_SHARE, 6),
+                             origin=f"gpus[{pool.index}] ({pool.type}): nodes[].cpu_memory_gib"))
+        bor = tuple((n_var(c.id), c.kv_borrow_gib) for c in cs if c.kv_borrow_gib > 0)
+        if bor:
+            lend = tuple((n_var(c.id), -c.kv_spare_gib) for c in cs if c.kv_spare_gib > 0)
+            m.add(Constraint(f"kv_borrow[{pool.type}]", "kv_borrow", bor + lend, "<=", 0.0,
+                             origin=f"gpus[{pool.index}] ({pool.type}): spare HBM KV of lenders"))
+            # Each borrower replica pairs with a lender replica that can spare its GiB alone and fits beside it on a
+            # node (borrowing runs over the node's NVLink; compiler.placement.place_kv places them together).
+            per_node = int(pool.profile.gpus_per_node.value)
+            for c in cs:
+                if c.kv_borrow_gib > 0:
+                    ok = tuple((n_var(l.id), -1.0) for l in cs if l.kv_spare_gib >= c.kv_borrow_gib - 1e-9
+                               and l.gpus + c.gpus <= per_node)
+                    m.add(Constraint(f"kv_borrow_pair[{c.id}]", "kv_borrow", ((n_var(c.id), 1.0),) + ok, "<=", 0.0,
+                                     origin=f"gpus[{pool.index}] ({pool.type}): lenders on the node"))
 
 
 def util_var(workload: str) -> str:

@@ -28,6 +28,13 @@ class WorkloadIR:
     buckets: tuple[LengthBucket, ...]
     truncated_share: float  # share of sampled requests cut to the model's context window
     index: int  # position in the spec, for error paths
+    # Prefix reuse (docs/prefix-caching.md): share of input tokens served from the prefix cache when it holds the
+    # whole working set (tokens); from a trace also the LRU curve ((cache tokens, hit rate), ascending), which
+    # scales the hit rate to the cache a replica has (without one: uniform popularity, hit x cache / working set).
+    prefix_hit_rate: float = 0.0
+    prefix_working_set: int = 0
+    prefix_curve: tuple[tuple[int, float], ...] = ()
+    prefix_source: str = ""  # "declared", "trace" or "" (no prefix reuse)
 
     def bucket(self, name: str) -> LengthBucket | None:
         return next((b for b in self.buckets if b.name == name), None)
@@ -42,6 +49,11 @@ class GpuPoolIR:
     index: int
     max_tp: int = 0  # largest tensor-parallel group in one NVLink domain (spec nodes); 0: the profile's node
     nic_gbps: float = 0.0  # narrowest node NIC of this type in the spec's nodes, GB/s; 0: the profile's
+    # KV tiers (docs/kv-tiers.md): CPU memory of this type's nodes and the smallest per-node share (GiB), the
+    # narrowest GPU <-> host PCIe bandwidth (GB/s); from spec nodes, else the GPU profile; 0: unknown
+    cpu_memory_gib: float = 0.0
+    cpu_memory_gib_per_node: float = 0.0
+    pcie_gbps: float = 0.0
 
     @property
     def tp_limit(self) -> int:
@@ -61,6 +73,7 @@ class ProblemIR:
     warnings: tuple[str, ...] = ()
     inter_rack_gbps: float | None = None  # spec network.inter_rack_gbps (KV transfer between disaggregated sides)
     lora: object | None = None  # compiler.lora.spec.LoraIR: adapters and tenants; None when the spec has none
+    kv_tiers: str = "off"  # spec defaults.kv_tiers: off | auto | offload | borrow (docs/kv-tiers.md)
 
     def gpu(self, name: str) -> GpuPoolIR | None:
         return next((g for g in self.gpus if g.type == name), None)

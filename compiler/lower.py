@@ -24,13 +24,22 @@ def spec_hash(spec: Spec, profiles: ProfileSet) -> str:
     """sha256 of the canonical spec JSON and the content of the profiles it uses (its GPU types, its models,
     its engine), so adding an unrelated profile does not change a plan's hash."""
     h = hashlib.sha256()
-    h.update(json.dumps(strip_unset(spec.model_dump(mode="json")), sort_keys=True).encode())
+    data = strip_unset(spec.model_dump(mode="json"))
+    # Specs without prefix reuse keep the hash they had before ``prefix`` existed.
+    data["workloads"] = [{k: v for k, v in w.items() if not (k == "prefix" and v is None)} for w in data["workloads"]]
+    tiers = spec.defaults.kv_tiers != "off"
+    if not tiers:  # specs without KV tiers keep the hash they had before the switch existed
+        data["defaults"] = {k: v for k, v in data["defaults"].items() if k != "kv_tiers"}
+    h.update(json.dumps(data, sort_keys=True).encode())
     used = [("gpus", g.type) for g in spec.gpus] + [("models", m.name) for m in spec.models if m.config is None]
     used.append(("engines", spec.defaults.engine))
     for kind, name in sorted(set(used)):
         prof = getattr(profiles, kind).get(name)
         h.update(f"{kind}/{name}".encode())
-        h.update(prof.model_dump_json().encode() if prof is not None else b"-")
+        # The host-side GPU fields matter only to KV tiers: without them they leave the hash as it was.
+        host = {} if tiers or kind != "gpus" else {"host_memory_gib_per_node": True, "pcie_gbps": True,
+                                                     "sources": {"host", "pcie"}}
+        h.update(prof.model_dump_json(exclude=host).encode() if prof is not None else b"-")
     return "sha256:" + h.hexdigest()[:16]
 
 
@@ -59,6 +68,25 @@ def workload_rate(w: Workload, base_dir: str = ".") -> float:
     return tr.rate_rps * (w.trace.rate_scale or 1.0)
 
 
+def workload_prefix(w: Workload, base_dir: str = ".") -> tuple[float, int, tuple[tuple[int, float], ...], str]:
+    """(hit rate, working set tokens, LRU curve, source) of a workload's prefix reuse: declared, or measured from
+    its Mooncake trace's hash_ids (docs/prefix-caching.md). Raises InputError for a malformed trace."""
+    p = w.prefix
+    if p is None:
+        return 0.0, 0, (), ""
+    if not p.from_trace:
+        return float(p.hit_rate), int(p.cached_tokens), (), "declared"
+    from compiler.traces import measured_prefix
+
+    path = Path(base_dir) / w.trace.path
+    try:
+        st = path.stat()
+    except OSError as exc:
+        raise InputError([Problem("", f"cannot read trace: {exc.strerror}", str(path))], "trace") from None
+    stats, curve = measured_prefix(str(path), st.st_mtime_ns, st.st_size)
+    return stats.hit_rate, stats.working_set_tokens, curve, "trace"
+
+
 def truncate_grids(isl: np.ndarray, osl: np.ndarray, ctx: int) -> tuple[np.ndarray, np.ndarray, float]:
     """Lengths cut to the model's context window, and the share of requests cut."""
     over = np.maximum(isl + osl[::-1] - ctx, 0)  # worst pairing: longest outputs with longest inputs
@@ -80,6 +108,23 @@ def _max_tp(spec: Spec, gpu: str) -> int:
     return max((n.nvlink_domain or n.gpus_per_node or 0 for n in spec.nodes if n.gpu == gpu), default=0)
 
 
+def _host(spec: Spec, gpu: str, count: int, prof) -> tuple[float, float, float]:
+    """(CPU memory of the type's nodes in GiB, of its smallest node, narrowest PCIe GB/s) for the KV offload tier:
+    spec nodes[] where they give them, else the GPU profile's host memory per node (pro rata for a part-filled
+    derived node) and PCIe bandwidth; 0 where neither says."""
+    host = prof.host_memory_gib_per_node.value if prof.host_memory_gib_per_node is not None else 0.0
+    pcie = prof.pcie_gbps.value if prof.pcie_gbps is not None else 0.0
+    per = int(prof.gpus_per_node.value)
+    groups = [n for n in spec.nodes or () if n.gpu == gpu]
+    if not groups:
+        full, part = divmod(count, per)
+        sizes = [per] * full + ([part] if part else [])
+        return host * count / per, min((host * k / per for k in sizes), default=0.0), pcie
+    mem = [(n.cpu_memory_gib if n.cpu_memory_gib is not None else host, n.count) for n in groups]
+    pcies = [n.pcie_gbps if n.pcie_gbps is not None else pcie for n in groups]
+    return sum(m * c for m, c in mem), min(m for m, _ in mem), min(pcies)
+
+
 def lower(spec: Spec, profiles: ProfileSet | None = None) -> ProblemIR:
     profiles = profiles or load_profiles()
     problems: list[Problem] = []
@@ -89,7 +134,8 @@ def lower(spec: Spec, profiles: ProfileSet | None = None) -> ProblemIR:
     models = {m.name: profiles.models[m.name] for m in spec.models}
     gpus = tuple(sorted(
         (GpuPoolIR(g.type, g.count, g.usd_per_hour if g.usd_per_hour is not None else profiles.gpus[g.type].usd_per_hour.value,
-                   profiles.gpus[g.type], i, _max_tp(spec, g.type), _min_nic(spec, g.type)) for i, g in enumerate(spec.gpus)),
+                   profiles.gpus[g.type], i, _max_tp(spec, g.type), _min_nic(spec, g.type),
+                   *_host(spec, g.type, g.count, profiles.gpus[g.type])) for i, g in enumerate(spec.gpus)),
         key=lambda g: g.type))
     warnings: list[str] = []
     workloads = []
@@ -99,6 +145,7 @@ def lower(spec: Spec, profiles: ProfileSet | None = None) -> ProblemIR:
         try:
             isl, osl = length_grids(w, spec.base_dir)
             rate = workload_rate(w, spec.base_dir)
+            hit, working_set, curve, source = workload_prefix(w, spec.base_dir)
         except LengthError as exc:
             problems.append(Problem(where, str(exc)))
             continue
@@ -117,7 +164,8 @@ def lower(spec: Spec, profiles: ProfileSet | None = None) -> ProblemIR:
             name=w.name, model=w.model, rate_rps=rate,
             slo=SloIR(w.slo.ttft_ms, w.slo.tpot_ms, w.slo.percentile),
             dtype=w.dtype or spec.defaults.dtype, buckets=make_buckets(isl_t, osl_t, w.slo.percentile),
-            truncated_share=truncated, index=i,
+            truncated_share=truncated, index=i, prefix_hit_rate=hit, prefix_working_set=working_set,
+            prefix_curve=curve, prefix_source=source,
         ))
     if problems:
         raise InputError(problems, "spec")
@@ -126,4 +174,5 @@ def lower(spec: Spec, profiles: ProfileSet | None = None) -> ProblemIR:
         models=models, workloads=tuple(sorted(workloads, key=lambda w: w.name)),
         engine=profiles.engines[spec.defaults.engine], input_hash=spec_hash(spec, profiles),
         warnings=tuple(warnings), inter_rack_gbps=spec.network.inter_rack_gbps, lora=lora_ir(spec),
+        kv_tiers=spec.defaults.kv_tiers,
     )

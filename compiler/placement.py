@@ -16,8 +16,12 @@ A first-fit-decreasing packing is tried first; it is tight for power-of-two grou
 CP-SAT model runs only when it fails. Counting stages per bin (not binaries per stage) keeps the model small
 for thousands of GPUs. Inside a bin,
 groups get contiguous GPU indices, largest first. Stages of one pipeline replica are placed in bin order, so they
-tend to share a rack; rack affinity is not yet a constraint. CP-SAT runs with one worker and a fixed seed,
-so placements are deterministic.
+tend to share a rack. CP-SAT runs with one worker and a fixed seed, so placements are deterministic.
+
+Prefill/decode pairs (``compiler.disagg``): a co-located pair's groups (kp prefill + kd decode replicas) are
+packed as single units, so each group's hand-off stays inside one NVLink domain; when the placement of
+cross-node pairs loads an inter-rack link beyond ``LINK_UTIL``, the pairs are re-packed one rack each (rack
+affinity) or the plan is refused naming the link and by how much it is over.
 """
 from __future__ import annotations
 
@@ -44,8 +48,24 @@ class StagePlacement:
     gpus: tuple[int, ...]
 
 
-def place(deployments: list[ToPlace], topo: Topology, time_limit_s: float = 20.0
+@dataclass(frozen=True, slots=True)
+class LocalGroup:
+    """A co-located P/D pair: ``kp`` replicas of ``prefill`` and ``kd`` of ``decode`` per group, each group in one
+    NVLink domain (the hand-off runs over the GPUs' links)."""
+    prefill: str
+    decode: str
+    kp: int
+    kd: int
+
+
+def place(deployments: list[ToPlace], topo: Topology, time_limit_s: float = 20.0,
+          groups: tuple[LocalGroup, ...] = (), flows: tuple[tuple[str, str, float], ...] = ()
           ) -> dict[str, tuple[StagePlacement, ...]]:
+    """``groups``: co-located pairs, placed as one unit of kp x tp_p + kd x tp_d GPUs per group and domain.
+    ``flows``: (prefill, decode, KV bytes/s) of the cross-node pairs; when the first placement loads an
+    inter-rack link beyond LINK_UTIL, the pairs are kept in one rack each (``_rack_affine``), else refused."""
+    if groups:
+        return _place_groups(deployments, topo, time_limit_s, groups, flows)
     deps = sorted((d for d in deployments if d.replicas > 0), key=lambda d: d.name)
     bins = [(n, j) for n in topo.nodes for j in range(n.domains)]
     why = _obvious_impossibility(deps, topo)
@@ -54,7 +74,117 @@ def place(deployments: list[ToPlace], topo: Topology, time_limit_s: float = 20.0
     counts = _first_fit_decreasing(deps, bins)
     if counts is None:
         counts = _solve_cpsat(deps, bins, time_limit_s)
-    return _expand(deps, bins, counts)
+    out = _expand(deps, bins, counts)
+    if flows and topo.inter_rack_gbps:
+        out = _rack_affine(deps, bins, topo, out, flows)
+    return out
+
+
+def _place_groups(deployments: list[ToPlace], topo: Topology, time_limit_s: float, groups, flows):
+    """Each co-located group becomes one unit (a pseudo deployment of kp tp_p + kd tp_d GPUs, pp 1) for the
+    packing; its GPUs are then split: the first kp x tp_p to the prefill replicas, the rest to the decode ones."""
+    by = {d.name: d for d in deployments if d.replicas > 0}
+    units, split = [], {}
+    for g in groups:
+        p, d = by.pop(g.prefill, None), by.pop(g.decode, None)
+        if p is None or d is None:
+            continue
+        n = p.replicas // g.kp
+        if p.pp != 1 or d.pp != 1 or p.gpu != d.gpu or p.replicas != n * g.kp or d.replicas != n * g.kd:
+            raise InfeasibleError([f"co-located pair {p.name} + {d.name}: {p.replicas} and {d.replicas} replicas "
+                                   f"(pp {p.pp}, {d.pp}) do not form whole groups of {g.kp} + {g.kd} on one GPU type"])
+        size = g.kp * p.tp + g.kd * d.tp
+        if size > topo.max_domain(p.gpu):
+            raise InfeasibleError([f"no placement exists: co-located pair {p.name} + {d.name} needs {size} {p.gpu} "
+                                   f"in one NVLink domain; the largest domain in the nodes has "
+                                   f"{topo.max_domain(p.gpu)}"])
+        name = f"{p.name}+{d.name}"
+        units.append(ToPlace(name, p.gpu, size, 1, n))
+        split[name] = (g, p, d)
+    placed = place(list(by.values()) + units, topo, time_limit_s, (), flows)
+    out = {k: v for k, v in placed.items() if k not in split}
+    for name, (g, p, d) in split.items():
+        ps, ds = [], []
+        for sp in placed.get(name, ()):
+            gp = sp.gpus
+            for i in range(g.kp):
+                ps.append(StagePlacement(sp.replica * g.kp + i, 0, sp.node, gp[i * p.tp:(i + 1) * p.tp]))
+            off = g.kp * p.tp
+            for i in range(g.kd):
+                ds.append(StagePlacement(sp.replica * g.kd + i, 0, sp.node,
+                                         gp[off + i * d.tp:off + (i + 1) * d.tp]))
+        out[p.name], out[d.name] = tuple(ps), tuple(ds)
+    return out
+
+
+def _rack_affine(deps: list[ToPlace], bins: list, topo: Topology, placed: dict, flows) -> dict:
+    """Keep P/D pairs in one rack when the placement found loads an inter-rack link beyond LINK_UTIL: pairs
+    joined by a route form a component; components (most GPUs first) go first-fit into the first rack that holds
+    them all, then the other deployments first-fit. Refuses, naming the link and by how much it is over, when
+    no rack-local packing is found (greedy: a packing may exist that it misses)."""
+    from compiler.disagg import LINK_UTIL
+    from compiler.topology import kv_link_loads
+
+    def over(pl):
+        st = {k: [(s.node, 0) for s in v] for k, v in pl.items()}
+        return [(link, load, cap) for link, (load, cap, _) in sorted(kv_link_loads(topo, st, list(flows)).items())
+                if link.startswith("inter-rack") and load > LINK_UTIL * cap * (1 + 1e-9)]
+
+    bad = over(placed)
+    if not bad:
+        return placed
+    comp = {d.name: d.name for d in deps}
+
+    def root(x):
+        while comp[x] != x:
+            x = comp[x]
+        return x
+
+    for p, d, _ in flows:
+        if p in comp and d in comp:
+            comp[root(p)] = root(d)
+    members: dict[str, list[int]] = {}
+    for i, d in enumerate(deps):
+        if any(d.name in (p, dd) for p, dd, _ in flows):
+            members.setdefault(root(d.name), []).append(i)
+    free = [node.nvlink_domain for node, _ in bins]
+    counts: dict[tuple[int, int], int] = {}
+    racks = sorted({node.rack for node, _ in bins})
+
+    def fill(idx: list[int], allowed) -> dict | None:
+        f, c = list(free), {}
+        for di in sorted(idx, key=lambda i: (-deps[i].tp, deps[i].name)):
+            d = deps[di]
+            for _ in range(d.replicas * d.pp):
+                k = next((k for k, (node, _) in enumerate(bins)
+                          if allowed(node) and node.gpu == d.gpu and f[k] >= d.tp), None)
+                if k is None:
+                    return None
+                f[k] -= d.tp
+                c[(di, k)] = c.get((di, k), 0) + 1
+        free[:] = f
+        return c
+
+    done = set()
+    for key in sorted(members, key=lambda k: (-sum(deps[i].tp * deps[i].pp * deps[i].replicas
+                                                    for i in members[k]), k)):
+        got = next((c for r in racks if (c := fill(members[key], lambda n, r=r: n.rack == r)) is not None), None)
+        if got is None:
+            break
+        counts.update(got)
+        done.update(members[key])
+    else:
+        rest = fill([i for i in range(len(deps)) if i not in done], lambda n: True)
+        if rest is not None:
+            counts.update(rest)
+            out = _expand(deps, bins, counts)
+            if not over(out):
+                return out
+    link, load, cap = bad[0]
+    raise InfeasibleError([f"no placement keeps the KV hand-offs within the network: link {link} carries "
+                           f"{load / 1e9:.2f} GB/s of KV, over {LINK_UTIL:.0%} of its {cap / 1e9:g} GB/s by "
+                           f"{(load - LINK_UTIL * cap) / 1e9:.2f} GB/s, and the prefill/decode pairs do not fit in "
+                           "one rack each; add GPUs to a rack or raise network.inter_rack_gbps"])
 
 
 def _first_fit_decreasing(deps: list[ToPlace], bins: list) -> dict[tuple[int, int], int] | None:
@@ -74,7 +204,8 @@ def _first_fit_decreasing(deps: list[ToPlace], bins: list) -> dict[tuple[int, in
     return counts
 
 
-def _solve_cpsat(deps: list[ToPlace], bins: list, time_limit_s: float) -> dict[tuple[int, int], int]:
+def _solve_cpsat(deps: list[ToPlace], bins: list, time_limit_s: float, extra=None) -> dict[tuple[int, int], int]:
+    """``extra(m, cnt)``: adds further constraints over the stage counts (KV tiers: ``place_kv``)."""
     from ortools.sat.python import cp_model
 
     m = cp_model.CpModel()
@@ -101,6 +232,8 @@ def _solve_cpsat(deps: list[ToPlace], bins: list, time_limit_s: float) -> dict[t
         for _, v in here:
             m.add(v == 0).only_enforce_if(u.Not())
         used.append((k, u))
+    if extra is not None:
+        extra(m, cnt)
     scale = len(bins) + 1
     m.minimize(sum((scale + k) * u for k, u in used))
     solver = cp_model.CpSolver()
@@ -157,3 +290,57 @@ def _obvious_impossibility(deps: list[ToPlace], topo: Topology) -> list[str]:
         if n > have:
             out.append(f"the plan needs {n} {g} but the nodes hold {have}")
     return out
+
+
+def place_kv(deployments: list[ToPlace], topo: Topology, kv: dict[str, tuple[float, float, float]],
+             host_gib: dict[str, float], time_limit_s: float = 20.0, **kw) -> dict[str, tuple[StagePlacement, ...]]:
+    """``place`` for plans with KV tiers (docs/kv-tiers.md). ``kv``: deployment -> (borrowed, lent, offloaded) GiB
+    per replica; ``host_gib``: node -> host memory the offload tier may use. Borrowing runs over the node's NVLink,
+    so on every node
+        sum_d (borrowed[d] - lent[d]) / pp[d] x stages of d on the node <= 0
+        sum_d offloaded[d] / pp[d] x stages of d on the node <= host_gib[node]
+    The ordinary placement is kept when it satisfies both; else CP-SAT packs with them (in MiB, integers); when no
+    packing exists the error says so plainly."""
+    out = place(deployments, topo, time_limit_s, **kw)
+    kv = {k: v for k, v in kv.items() if any(x > 0 for x in v)}
+    if not kv:
+        return out
+    deps = sorted((d for d in deployments if d.replicas > 0), key=lambda d: d.name)
+    if not _kv_violations(deps, out, kv, host_gib):
+        return out
+    if kw.get("groups"):
+        raise InfeasibleError(["no placement exists that keeps every KV borrower on a node with its lenders and the "
+                               "offloaded KV within each node's host memory, next to co-located P/D pairs"])
+    bins = [(n, j) for n in topo.nodes for j in range(n.domains)]
+    mib = {d.name: tuple(int(round(x * 1024 / d.pp)) for x in kv.get(d.name, (0.0, 0.0, 0.0))) for d in deps}
+
+    def extra(m, cnt):
+        nodes: dict[str, list[tuple[int, object]]] = {}
+        for (di, k), v in cnt.items():
+            nodes.setdefault(bins[k][0].name, []).append((di, v))
+        for name, items in nodes.items():
+            net = [(mib[deps[di].name][0] - mib[deps[di].name][1], v) for di, v in items]
+            if any(a for a, _ in net):
+                m.add(sum(a * v for a, v in net if a) <= 0)
+            off = [(mib[deps[di].name][2], v) for di, v in items if mib[deps[di].name][2]]
+            if off:
+                m.add(sum(a * v for a, v in off) <= int(host_gib.get(name, 0.0) * 1024))
+
+    try:
+        counts = _solve_cpsat(deps, bins, time_limit_s, extra)
+    except InfeasibleError:
+        raise InfeasibleError(["no placement exists that keeps every KV borrower on a node with enough lent HBM "
+                               "and the offloaded KV within each node's host memory; lend more (more lender "
+                               "replicas), borrow less, or give the nodes more CPU memory"]) from None
+    return _expand(deps, bins, counts)
+
+
+def _kv_violations(deps, placed, kv, host_gib) -> list[str]:
+    net: dict[str, float] = {}
+    off: dict[str, float] = {}
+    for d in deps:
+        b, l, o = kv.get(d.name, (0.0, 0.0, 0.0))
+        for sp in placed.get(d.name, ()):
+            net[sp.node] = net.get(sp.node, 0.0) + (b - l) / d.pp
+            off[sp.node] = off.get(sp.node, 0.0) + o / d.pp
+    return sorted([n for n, v in net.items() if v > 1e-3] + [n for n, v in off.items() if v > host_gib.get(n, 0.0) + 1e-3])

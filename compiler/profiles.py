@@ -84,6 +84,9 @@ class GpuProfile(_Profile):
     elementwise_passes: Q | None = None  # norm/rope/activation/residual traffic per layer, in token x hidden x 2 B
     # Ranges the fitted numbers were measured over, e.g. {gemm_tokens: [1, 4096], allreduce_gpus: [2, 8]}.
     measured_ranges: dict[str, list[float]] | None = None
+    # Host side (KV offload tier, docs/kv-tiers.md); spec nodes[].cpu_memory_gib / pcie_gbps override them.
+    host_memory_gib_per_node: Q | None = None  # CPU memory of one node
+    pcie_gbps: Q | None = None  # GPU <-> host bandwidth per GPU, one direction, GB/s
 
     @model_validator(mode="after")
     def _physical(self):

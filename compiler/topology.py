@@ -120,3 +120,45 @@ def _node(name, pool, gpus, domain, nic, cpu, pcie, _rack_given, rack) -> Node:
     prof = pool.profile
     nic_gbps = nic if nic is not None else prof.node_network_gbps.value
     return Node(name, pool.type, gpus, domain, nic_gbps, prof.link_bandwidth_gbps.value, rack, cpu, pcie)
+
+
+def kv_link_loads(topo: Topology, stages: dict[str, list[tuple[str, int]]], flows: list[tuple[str, str, float]]
+                  ) -> dict[str, tuple[float, float, list[str]]]:
+    """KV hand-off load on every network link of a placement: ``stages[deployment]`` lists (node, GPU index) of
+    each replica stage, ``flows`` (prefill, decode, bytes/s) the cross-node P/D routes. Least-outstanding-work
+    routing spreads a route's flow evenly over the replicas of both sides, so the share s_p(N) of the prefill
+    side's stages on node N sends f s_p(N) (1 - s_d(N)) out of N's NIC (the rest stays inside the node); rack
+    uplinks likewise with rack shares. Returns link -> (load, capacity in bytes/s, routes loading it); links:
+    ``nic <node> out|in`` (``nic_gbps``) and ``inter-rack <rack> out|in`` (``network.inter_rack_gbps``, when
+    given)."""
+    nodes = {n.name: n for n in topo.nodes}
+    out: dict[str, tuple[float, float, list[str]]] = {}
+
+    def add(link: str, load: float, cap: float, route: str) -> None:
+        if load <= 0:
+            return
+        old = out.get(link, (0.0, cap, []))
+        out[link] = (old[0] + load, cap, old[2] + [route])
+
+    def shares(name: str, key) -> dict[str, float]:
+        got = stages.get(name) or []
+        s: dict[str, float] = {}
+        for node, _ in got:
+            if node in nodes:
+                s[key(nodes[node])] = s.get(key(nodes[node]), 0.0) + 1.0 / len(got)
+        return s
+
+    for p, d, f in flows:
+        route = f"{p} -> {d}"
+        sp, sd = shares(p, lambda n: n.name), shares(d, lambda n: n.name)
+        for n in sorted(set(sp) | set(sd)):
+            cap = nodes[n].nic_gbps * 1e9
+            add(f"nic {n} out", f * sp.get(n, 0.0) * (1 - sd.get(n, 0.0)), cap, route)
+            add(f"nic {n} in", f * sd.get(n, 0.0) * (1 - sp.get(n, 0.0)), cap, route)
+        if topo.inter_rack_gbps:
+            rp, rd = shares(p, lambda n: n.rack), shares(d, lambda n: n.rack)
+            cap = topo.inter_rack_gbps * 1e9
+            for r in sorted(set(rp) | set(rd)):
+                add(f"inter-rack {r} out", f * rp.get(r, 0.0) * (1 - rd.get(r, 0.0)), cap, route)
+                add(f"inter-rack {r} in", f * rd.get(r, 0.0) * (1 - rp.get(r, 0.0)), cap, route)
+    return out

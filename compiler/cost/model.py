@@ -36,10 +36,39 @@ class TrafficClass:
     osl_mean: float
     isl_tail: float | None = None  # input length whose TTFT is reported at the percentile
     isl_cv2: float = 0.0  # squared coefficient of variation of input length
+    # Prefix reuse (docs/prefix-caching.md): mean input tokens per request served from the prefix cache (prefill
+    # computes only isl - cached, attending to the cached tokens as prior context; the decode context is the full
+    # isl), and the KV tokens the replica keeps for this workload's prefix cache (not available to requests).
+    cached_tokens: float = 0.0
+    prefix_reserved: float = 0.0
 
     @property
     def tail(self) -> float:
         return self.isl_mean if self.isl_tail is None else self.isl_tail
+
+    @property
+    def tail_cached(self) -> float:
+        """Cached tokens of the tail-length request (the same share of its input as on average)."""
+        return self.tail * self.cached_tokens / self.isl_mean if self.cached_tokens else 0.0
+
+
+@dataclass(frozen=True, slots=True)
+class KvTier:
+    """KV capacity beyond HBM for one replica (docs/kv-tiers.md).
+
+    ``kind``: ``offload`` (host CPU memory over PCIe) or ``borrow`` (spare HBM of other instances on the same
+    node, over NVLink, or PCIe where the GPU has none). ``tokens``: KV tokens the tier holds for this replica.
+    ``gbps_per_gpu``: bandwidth from each GPU of the replica to the tier, GB/s (each GPU moves its own shard)."""
+
+    kind: str
+    tokens: int
+    gbps_per_gpu: float
+
+    def __post_init__(self):
+        if self.kind not in ("offload", "borrow"):
+            raise ValueError(f"KvTier.kind must be offload or borrow, got {self.kind!r}")
+        if self.tokens < 0 or not self.gbps_per_gpu > 0:
+            raise ValueError("KvTier needs tokens >= 0 and gbps_per_gpu > 0")
 
 
 @dataclass(frozen=True, slots=True)
@@ -122,7 +151,7 @@ class ReplicaModel:
 
     def __init__(self, model: ModelProfile, gpu: GpuProfile, engine: EngineProfile, tp: int = 1, pp: int = 1,
                  dtype: str = "bf16", max_num_seqs: int | None = None, max_batched_tokens: int = 8192,
-                 kv_dtype: str | None = None):
+                 kv_dtype: str | None = None, kv_tier: KvTier | None = None):
         if tp < 1 or pp < 1:
             raise ValueError("tp and pp must be >= 1")
         if dtype not in BYTES:
@@ -131,6 +160,7 @@ class ReplicaModel:
         if kv_dtype not in BYTES:
             raise ValueError(f"kv_dtype must be one of {sorted(BYTES)}")
         self.model, self.gpu, self.engine = model, gpu, engine
+        self.kv_tier = kv_tier
         self.tp, self.pp, self.dtype, self.kv_dtype = tp, pp, dtype, kv_dtype
         self.max_num_seqs = int(max_num_seqs or engine.max_num_seqs.value)
         self.max_batched_tokens = int(max_batched_tokens)
@@ -201,6 +231,18 @@ class ReplicaModel:
         tokens = int(kv // kv_per_tok) if kv > 0 else 0
         return MemoryFit(weights / GIB, act / GIB, reserve / GIB, usable / GIB, max(kv, 0.0) / GIB, kv_per_tok, tokens)
 
+    @cached_property
+    def kv_capacity_tokens(self) -> int:
+        """KV tokens the replica may hold: HBM (``memory.kv_cache_tokens``) plus its tier's, if any."""
+        hbm = self.memory.kv_cache_tokens
+        return hbm + self.kv_tier.tokens if self.kv_tier is not None and hbm > 0 else hbm
+
+    def remote_share(self, kv_tokens_used: float) -> float:
+        """Share of the KV in use that lives in the tier: max(0, used - HBM) / used (0 without a tier)."""
+        if self.kv_tier is None or kv_tokens_used <= 0:
+            return 0.0
+        return max(0.0, kv_tokens_used - self.memory.kv_cache_tokens) / kv_tokens_used
+
     # ------------------------------------------------------------------ one engine step
     def _gemm_s(self, tokens: float, weight_bytes: float, flops: float, n_out: float, k_in: float,
                 kernels: float) -> float:
@@ -240,11 +282,13 @@ class ReplicaModel:
         h_fl = 2 * self.head_params / tp / fl
         hop0 = (pp - 1) * self.ar_lat if pp > 1 else 0.0
         hop1 = (pp - 1) * H * 2 / (self.nic_bw_per_gpu * tp) if pp > 1 else 0.0
+        # KV tier: the same KV bytes per token of context over the tier link (per GPU: each moves its own shard)
+        kv_r = kv_s * bw / (self.kv_tier.gbps_per_gpu * 1e9) if self.kv_tier is not None else 0.0
         return (a_w, a_act, a_fl, m_w, m_act, m_fl, kv_s, att_fl, elem, ar0, ar1, h_w, h_act, h_fl,
-                hop0, hop1, 2 * ks, ks, self.L / pp, self.overhead + hop0)
+                hop0, hop1, 2 * ks, ks, self.L / pp, self.overhead + hop0, kv_r)
 
     def iteration_s(self, decode_batch: float, decode_ctx: float, prefill_tokens: float = 0.0,
-                    prefill_ctx: float = 0.0, prefill_seqs: float = 1.0) -> float:
+                    prefill_ctx: float = 0.0, prefill_seqs: float = 1.0, remote_share: float = 0.0) -> float:
         """Seconds of one engine step that decodes ``decode_batch`` requests (mean context ``decode_ctx``)
         and prefills ``prefill_tokens`` tokens (mean prior context ``prefill_ctx``) split evenly over
         ``prefill_seqs`` prompts.
@@ -256,9 +300,15 @@ class ReplicaModel:
           comms     = 2 all-reduces (latency + bytes x 2(tp-1)/tp / bus bandwidth) when tp > 1
         plus the LM head once per step; step = pp x stage + (pp - 1) x hand-off + engine overhead.
         The per-replica factors of these terms are folded once in ``_step``.
+
+        KV tier (``kv_tier``; docs/kv-tiers.md): ``remote_share`` r of the context KV lives in the tier. Decode
+        attention reads (1 - r) of its KV bytes from HBM (inside the roofline max) and r over the tier link at
+        ``kv_tier.gbps_per_gpu``, added, not overlapped (conservative); so does the prior-context KV a prefill
+        chunk reads. A share r of the KV a prefill chunk writes goes to the tier too (swap-out), which lengthens
+        prefill steps and so TTFT. With r = 0 every term is the HBM-only one.
         """
         (a_w, a_act, a_fl, m_w, m_act, m_fl, kv_s, att_fl, elem, ar0, ar1, h_w, h_act, h_fl,
-         _hop0, hop1, k2, ks, Ls, fixed) = self._step
+         _hop0, hop1, k2, ks, Ls, fixed, kv_r) = self._step
         pp = self.pp
         b = decode_batch / pp
         p = prefill_tokens / pp
@@ -274,26 +324,43 @@ class ReplicaModel:
         else:
             t_mlp = max(m_w + T * m_act, T * m_fl) + k2
         layer = t_attn_proj + t_mlp + T * elem + (ar0 + T * ar1)
-        if b > 0:
-            bc = b * decode_ctx
-            layer += max(bc * kv_s, bc * att_fl)
-        if p > 0:
-            layer += p * (prefill_ctx + p / seqs / 2) * att_fl + seqs * prefill_ctx * kv_s
+        if remote_share and kv_r:  # a KV tier in use (r > 0 only comes with one)
+            r = remote_share
+            if b > 0:
+                bc = b * decode_ctx
+                layer += max((1 - r) * bc * kv_s, bc * att_fl) + r * bc * kv_r
+            if p > 0:
+                layer += (p * (prefill_ctx + p / seqs / 2) * att_fl + seqs * prefill_ctx * ((1 - r) * kv_s + r * kv_r)
+                          + r * p * kv_r)
+        else:
+            if b > 0:
+                bc = b * decode_ctx
+                layer += max(bc * kv_s, bc * att_fl)
+            if p > 0:
+                layer += p * (prefill_ctx + p / seqs / 2) * att_fl + seqs * prefill_ctx * kv_s
         head_tokens = b + seqs
         stage_head = max(h_w + head_tokens * h_act, head_tokens * h_fl) + ks
         return pp * Ls * layer + stage_head + T * hop1 + fixed
 
-    def prefill_s(self, isl: float, decode_batch: float, decode_ctx: float) -> float:
-        """Prefill of one prompt in chunks of the token budget left after the decode batch."""
+    def prefill_s(self, isl: float, decode_batch: float, decode_ctx: float, remote_share: float = 0.0,
+                  cached: float = 0.0) -> float:
+        """Prefill of one prompt in chunks of the token budget left after the decode batch (``remote_share``:
+        see ``iteration_s``). ``cached``: leading tokens found in the prefix cache (docs/prefix-caching.md); only
+        the other ``isl - cached`` are computed, with the cached ones as prior context."""
         chunk = self.max_batched_tokens - decode_batch
         if chunk <= 0:
             return _UNSTABLE
-        n = max(1, math.ceil(isl / chunk))
-        last = isl - (n - 1) * chunk
+        new = isl - cached
+        n = max(1, math.ceil(new / chunk))
+        last = new - (n - 1) * chunk
         t = 0.0
+        if remote_share:
+            for i in range(n - 1):
+                t += self.iteration_s(decode_batch, decode_ctx, chunk, cached + i * chunk, 1.0, remote_share)
+            return t + self.iteration_s(decode_batch, decode_ctx, last, cached + (n - 1) * chunk, 1.0, remote_share)
         for i in range(n - 1):
-            t += self.iteration_s(decode_batch, decode_ctx, chunk, i * chunk)
-        return t + self.iteration_s(decode_batch, decode_ctx, last, (n - 1) * chunk)
+            t += self.iteration_s(decode_batch, decode_ctx, chunk, cached + i * chunk)
+        return t + self.iteration_s(decode_batch, decode_ctx, last, cached + (n - 1) * chunk)
 
     # ------------------------------------------------------------------ steady state under load
     def evaluate(self, classes: list[TrafficClass] | tuple[TrafficClass, ...], percentile: float = 99.0,
@@ -322,15 +389,35 @@ class ReplicaModel:
         lam = sum(c.rate_rps for c in classes)
         n = len(classes)
         if lam <= 0:
-            ttft = tuple(self.request_overhead + self.prefill_s(c.tail, 0, 0) for c in classes)
-            mean = tuple(self.request_overhead + self.prefill_s(c.isl_mean, 0, 0) for c in classes)
+            ttft = tuple(self.request_overhead + self.prefill_s(c.tail, 0, 0, 0.0, c.tail_cached) for c in classes)
+            mean = tuple(self.request_overhead + self.prefill_s(c.isl_mean, 0, 0, 0.0, c.cached_tokens)
+                         for c in classes)
             t1 = self.iteration_s(1, 0)
             return ReplicaState(True, "", t1, ttft, mean, 0.0, 0.0, 0.0, 0.0, 0.0, t1)
         D = sum(c.rate_rps * c.osl_mean for c in classes)
         ctx_dec = sum(c.rate_rps * c.osl_mean * (c.isl_mean + c.osl_mean / 2) for c in classes) / max(D, 1e-12)
         K = self.max_batched_tokens
         b = max(b0, 0.0) if b0 < min(self.max_num_seqs, K - 1) else 0.0
-        kv_cap = self.memory.kv_cache_tokens
+        kv_cap = self.kv_capacity_tokens  # HBM, plus the KV tier's when the replica has one
+        prefix = any(c.cached_tokens or c.prefix_reserved for c in classes)
+        if prefix:  # the prefix cache's reserve is not available to requests (docs/prefix-caching.md)
+            kv_cap -= max(c.prefix_reserved for c in classes)
+        tier = self.kv_tier is not None
+        r, kv_pre = 0.0, 0.0  # remote share of the KV in use (tier), KV of the prompts being prefilled
+        # The share is at least that of the longest (tail) request decoding alone: at low load the mean KV in use
+        # may fit HBM while a long request, on its own, does not (its TPOT is what the percentile sees).
+        kv_floor = max(c.tail + c.osl_mean / 2 for c in classes) if tier else 0.0
+        # ... and the KV in use is taken at the percentile of the number of requests holding it (Poisson around
+        # the mean, normal approximation, as in ``evaluate_decode``): a tier slows every step more the more KV is
+        # out of HBM, so a burst feeds on itself; the mean alone would miss that (docs/kv-tiers.md).
+        z = 0.0
+        if tier and percentile > 50:
+            from statistics import NormalDist
+            z = NormalDist().inv_cdf(percentile / 100.0)
+
+        def kv_at_p(kv_mean: float) -> float:
+            n_mean = kv_mean / max(ctx_dec, 1.0)
+            return max((n_mean + z * math.sqrt(n_mean)) * ctx_dec, kv_floor)
 
         def unstable(reason: str) -> ReplicaState:
             inf = (_UNSTABLE,) * n
@@ -346,16 +433,22 @@ class ReplicaModel:
                     b = accel.safe
                     continue
                 return unstable(f"decode batch {b:.0f} leaves no room in max_num_batched_tokens {K}")
-            t_d = self.iteration_s(b, ctx_dec)
+            if tier:  # the share of the KV in use beyond HBM, at the current batch (previous prefill load)
+                r = self.remote_share(kv_at_p(b * ctx_dec + kv_pre))
+            t_d = self.iteration_s(b, ctx_dec) if not tier else self._tier_decode_s(b, ctx_dec, kv_pre, kv_floor)
             rho, prefill_steps, s, nsteps = 0.0, 0.0, [], []
             for c in classes:
-                per_step = min(c.isl_mean, chunk)
-                steps = c.isl_mean / per_step
-                t = self.iteration_s(b, ctx_dec, per_step, (c.isl_mean - per_step) / 2)
+                new = c.isl_mean - c.cached_tokens  # prefix hits: only the uncached tokens are computed
+                per_step = min(new, chunk)
+                steps = new / per_step
+                t = self.iteration_s(b, ctx_dec, per_step, c.cached_tokens + (new - per_step) / 2, 1.0, r) if tier \
+                    else self.iteration_s(b, ctx_dec, per_step, c.cached_tokens + (new - per_step) / 2)
                 s.append(steps * t)
                 nsteps.append(steps)
                 rho += c.rate_rps * steps * t
                 prefill_steps += c.rate_rps * steps
+            if tier and rho < 1:
+                kv_pre = rho * sum(c.rate_rps * c.isl_mean for c in classes) / max(prefill_steps, 1e-12)
             if rho >= 1 and accel.retreat():
                 b = accel.safe
                 continue
@@ -383,17 +476,54 @@ class ReplicaModel:
         wait_mean = rho * theta
         # KV in use: decoding requests' contexts plus the prompts being prefilled.
         kv_used = b * ctx_dec + rho * sum(c.rate_rps * c.isl_mean for c in classes) / max(prefill_steps, 1e-12)
+        if prefix:  # a request's cached tokens are blocks of the prefix cache, shared, not its own KV
+            kv_used -= (b * sum(c.rate_rps * c.osl_mean * c.cached_tokens for c in classes) / max(D, 1e-12)
+                        + rho * sum(c.rate_rps * c.cached_tokens for c in classes) / max(prefill_steps, 1e-12))
         if kv_used > kv_cap:
             return unstable(f"KV cache needs {kv_used:.0f} tokens > capacity {kv_cap}")
+        if tier:
+            r = self.remote_share(kv_at_p(kv_used))
         fe = self.request_overhead
-        ttft = tuple(fe + wait_p + self.prefill_s(c.tail, b, ctx_dec) for c in classes)
+        ttft = tuple(fe + wait_p + self.prefill_s(c.tail, b, ctx_dec, r, c.tail_cached) for c in classes)
         if slo_ms is not None:  # decision mode (see the docstring)
             tpot_p = tpot if max(ttft) * 1e3 > slo_ms[0] else \
                 self._tpot_tail(classes, s, nsteps, t_d, tpot, percentile, slo_ms[1] * 1e-3)
+            if tier and math.isfinite(tpot_p) and max(ttft) * 1e3 <= slo_ms[0]:
+                tpot_p = max(tpot_p, self._tier_decode_s(b, ctx_dec, kv_pre, kv_floor, z))
+                tpot_p = tpot_p if tpot_p <= slo_ms[1] * 1e-3 else _UNSTABLE
             return ReplicaState(True, "", tpot_p, ttft, ttft, rho, b, kv_used, wait_p, wait_mean, tpot)
-        ttft_mean = tuple(fe + wait_mean + self.prefill_s(c.isl_mean, b, ctx_dec) for c in classes)
+        ttft_mean = tuple(fe + wait_mean + self.prefill_s(c.isl_mean, b, ctx_dec, r, c.cached_tokens) for c in classes)
         tpot_p = self._tpot_tail(classes, s, nsteps, t_d, tpot, percentile)
+        if tier:
+            tpot_p = max(tpot_p, self._tier_decode_s(b, ctx_dec, kv_pre, kv_floor, z))
         return ReplicaState(True, "", tpot_p, ttft, ttft_mean, rho, b, kv_used, wait_p, wait_mean, tpot)
+
+    def _tier_decode_s(self, b: float, ctx: float, kv_pre: float, kv_floor: float, z: float | None = None) -> float:
+        """Decode step time a request sees on a replica with a KV tier, over the number of requests decoding with
+        it: itself plus N ~ Poisson(b) others (M/G/inf), each step with N' = 1 + N requests of context ``ctx``
+        whose KV beyond HBM (at least ``kv_floor``, plus ``kv_pre`` of prompts being prefilled) is read over the
+        tier link. The mean E[T(N')] (``z`` None), or T at N' = 1 + b + z sqrt(b) (a percentile; normal
+        approximation). The step time grows faster than linearly in N' once KV spills to the tier, so the mean
+        over N' is longer than the step at the mean: bursts of long requests slow each other down."""
+        def step(n: float) -> float:
+            kv = max(n * ctx + kv_pre, kv_floor)
+            return self.iteration_s(n, ctx, 0.0, 0.0, 1.0, self.remote_share(kv))
+
+        b = max(b, 0.0)
+        if z is not None:
+            return step(min(1.0 + b + z * math.sqrt(b), float(self.max_num_seqs)))
+        if b > 40:  # normal approximation at 16 equally likely points
+            from statistics import NormalDist
+            nd = NormalDist(b, math.sqrt(b))
+            pts = [min(max(1.0 + nd.inv_cdf((i + 0.5) / 16), 1.0), float(self.max_num_seqs)) for i in range(16)]
+            return sum(step(n) for n in pts) / 16
+        total, pmf, cum, n = 0.0, math.exp(-b), 0.0, 0
+        while cum < 1 - 1e-6 and n <= self.max_num_seqs:
+            total += pmf * step(1.0 + n)
+            cum += pmf
+            n += 1
+            pmf *= b / n
+        return total / max(cum, 1e-12)
 
     def _tpot_tail(self, classes, s: list[float], nsteps: list[float], t_d: float, tpot: float,
                    percentile: float, bound_s: float | None = None) -> float:
@@ -460,7 +590,7 @@ class ReplicaModel:
         implies from what is known (a rate at or below one that met the SLOs meets them; at or above one that
         missed, misses), so it returns the same rate as without the guess.
         """
-        if self.memory.kv_cache_tokens < cls.tail + cls.osl_mean:
+        if self.kv_capacity_tokens - cls.prefix_reserved < cls.tail - cls.tail_cached + cls.osl_mean:
             return 0.0
 
         # Decision mode skips the TPOT percentile search; only where ``evaluate`` is not overridden (a subclass
@@ -473,7 +603,8 @@ class ReplicaModel:
         def ok(rate: float) -> bool:
             if rate <= known[0] or rate >= known[1]:
                 return rate <= known[0]  # implied by monotonicity
-            c = TrafficClass(rate, cls.isl_mean, cls.osl_mean, cls.isl_tail, cls.isl_cv2)
+            c = TrafficClass(rate, cls.isl_mean, cls.osl_mean, cls.isl_tail, cls.isl_cv2, cls.cached_tokens,
+                             cls.prefix_reserved)
             if slo is None:
                 st = self.evaluate([c], percentile)
             else:
@@ -488,8 +619,9 @@ class ReplicaModel:
             return met
 
         # Upper bound: prefill alone saturates at chunk / (isl x T_m(0)); decode alone at max_num_seqs / (osl x T_d).
-        per_step = min(cls.isl_mean, self.max_batched_tokens)
-        prefill_t = cls.isl_mean / per_step * self.iteration_s(0, 0, per_step, 0)
+        new = cls.isl_mean - cls.cached_tokens
+        per_step = min(new, self.max_batched_tokens)
+        prefill_t = new / per_step * self.iteration_s(0, 0, per_step, cls.cached_tokens)
         hi = min(1.0 / prefill_t, self.max_num_seqs / (cls.osl_mean * self.iteration_s(1, cls.isl_mean))) * 1.01
         if guess is not None and 0.0 < guess < hi:
             _bracket(ok, guess, hi, rel_tol)  # fills ``known``
@@ -612,8 +744,13 @@ class ReplicaModel:
 
     def zero_load(self, cls: TrafficClass) -> tuple[float, float]:
         """(TTFT ms, TPOT ms) of a lone request: the best this replica can ever do for ``cls``."""
-        ttft = self.request_overhead + self.prefill_s(cls.tail, 0, 0)
-        tpot = self.iteration_s(1, cls.tail + cls.osl_mean / 2)
+        if self.kv_tier is None:
+            ttft = self.request_overhead + self.prefill_s(cls.tail, 0, 0, 0.0, cls.tail_cached)
+            tpot = self.iteration_s(1, cls.tail + cls.osl_mean / 2)
+            return ttft * 1e3, tpot * 1e3
+        ctx = cls.tail + cls.osl_mean / 2
+        ttft = self.request_overhead + self.prefill_s(cls.tail, 0, 0, self.remote_share(cls.tail), cls.tail_cached)
+        tpot = self.iteration_s(1, ctx, 0.0, 0.0, 1.0, self.remote_share(ctx))
         return ttft * 1e3, tpot * 1e3
 
     # ------------------------------------------------------------------ closed loop (predict)

@@ -1,7 +1,8 @@
 """Plan emission: the LoRA/tenant fields are left out of a plan that does not use them (byte-stable plans)."""
 from __future__ import annotations
 
-DEPLOYMENT_KEYS = {"adapters": [], "max_loras": 0, "max_lora_rank": 0, "max_cpu_loras": 0, "tenants": []}
+DEPLOYMENT_KEYS = {"adapters": [], "max_loras": 0, "max_lora_rank": 0, "max_cpu_loras": 0, "tenants": [],
+                   "colocated_with": None, "group_replicas": 0}
 
 
 def strip_lora_defaults(data: dict) -> dict:

@@ -26,6 +26,15 @@ def plan_to_data(plan: Plan) -> dict:
     data = _round(plan.model_dump(mode="python"))
     # Routes name either ``deployment`` or a ``prefill``/``decode`` pair; keys that are null are left out.
     data["routes"] = [{k: v for k, v in r.items() if v is not None or k == "share"} for r in data["routes"]]
+    for d in data["deployments"]:  # KV tiers: only in plans of specs that enable them
+        if d.get("kv", 0) is None:
+            del d["kv"]
+    # Prefix reuse (docs/prefix-caching.md): left out when there is none, so such plans keep their bytes.
+    if not data.get("prefix"):
+        data.pop("prefix", None)
+    for d in data["deployments"]:
+        if d.get("prefix_cache_tokens") == 0:
+            del d["prefix_cache_tokens"]
     return strip_lora_defaults(data)
 
 

@@ -8,7 +8,10 @@ from compiler.assess import Assessment, DeploymentSpecView, RouteView, assess
 from compiler.candidates import Candidate, CandidateSet
 from compiler.formulate import n_var, x_var
 from compiler.ir import ProblemIR
-from compiler.plan.schema import Bucket, Deployment, Goodput, Placement, Plan, Prediction, Route, SolverInfo
+from compiler.kvtiers import allocate
+from compiler.plan.schema import KvTiers
+from compiler.plan.schema import (Bucket, Deployment, Goodput, Placement, Plan, Prediction, PrefixReuse, Route,
+                                  SolverInfo)
 from compiler.cost.predict import fidelity_warnings
 from solvers.base import SolveResult
 
@@ -25,6 +28,10 @@ def engine_args(c: Candidate | Deployment, ir_engine_util: float) -> list[str]:
             f"--max-num-batched-tokens={mbt}", "--enable-chunked-prefill", f"--gpu-memory-utilization={ir_engine_util:g}"]
     if c.dtype == "fp8":
         args += ["--quantization=fp8", "--kv-cache-dtype=fp8"]
+    kv = getattr(c, "kv", None)
+    off = c.kv_offload_gib if isinstance(c, Candidate) else (kv.offload_gib if kv is not None else 0.0)
+    if off > 0:  # vLLM's native CPU offloading connector; the size is the whole replica's host buffer
+        args += ["--kv-offloading-backend=native", f"--kv-offloading-size={off:g}"]
     return args
 
 
@@ -66,12 +73,18 @@ def _normalise(routes: list[RouteView]) -> list[RouteView]:
 
 
 def views(deps: list[tuple[Candidate, int]]) -> list[DeploymentSpecView]:
+    from compiler.disagg import colocation
+
     return [DeploymentSpecView(c.id, c.model, c.gpu, c.tp, c.pp, c.dtype, c.max_num_seqs, c.max_batched_tokens, n,
-                               c.role) for c, n in deps]
+                               c.role, colocated_with=colocation(c.id).get("colocated_with") or "",
+                               kv_offload_gib=c.kv_offload_gib, kv_borrow_gib=c.kv_borrow_gib)
+            for c, n in deps]
 
 
 def build_plan(ir: ProblemIR, deps: list[tuple[Candidate, int]], routes: list[RouteView], res: SolveResult,
                seconds: float, rounds: int, warnings: list[str]) -> tuple[Plan, Assessment]:
+    from compiler.disagg import colocation
+
     a = assess(ir, views(deps), routes)
     util = ir.engine.gpu_memory_utilization.value
     gpus: dict[str, int] = {}
@@ -79,12 +92,15 @@ def build_plan(ir: ProblemIR, deps: list[tuple[Candidate, int]], routes: list[Ro
     for c, n in deps:
         gpus[c.gpu] = gpus.get(c.gpu, 0) + n * c.gpus
         cost += n * c.usd_per_hour
+    kv_alloc = allocate(deps) if ir.kv_tiers != "off" else {}
     deployments = [
         Deployment(name=c.id, model=c.model, gpu=c.gpu, tensor_parallel=c.tp, pipeline_parallel=c.pp, replicas=n,
                    role=c.role, dtype=c.dtype, max_batch_size=c.max_num_seqs,
                    max_num_batched_tokens=c.max_batched_tokens, kv_cache_tokens=c.kv_cache_tokens,
                    load_rps_per_replica=a.deployments[c.id].rate_rps_per_replica,
-                   utilization=a.deployments[c.id].utilization, engine_args=engine_args(c, util))
+                   utilization=a.deployments[c.id].utilization, engine_args=engine_args(c, util),
+                   prefix_cache_tokens=a.deployments[c.id].prefix_cache_tokens, **colocation(c.id),
+                   kv=_kv(ir, c, kv_alloc))
         for c, n in sorted(deps, key=lambda d: d[0].id)]
     plan = Plan(
         spec=ir.name, input_hash=ir.input_hash, cost_usd_per_hour=round(cost, 4),
@@ -100,8 +116,34 @@ def build_plan(ir: ProblemIR, deps: list[tuple[Candidate, int]], routes: list[Ro
                                  output_tokens_mean=b.osl_mean) for b in w.buckets] for w in ir.workloads},
         warnings=warnings + fidelity_warnings(ir, deps),
         goodput=goodput_of(ir, routes) if ir.objective == "max_goodput" else None,
+        prefix=prefix_of(ir, deps, a),
     )
     return plan, a
+
+
+def prefix_of(ir: ProblemIR, deps: list[tuple[Candidate, int]], a: Assessment) -> dict[str, PrefixReuse]:
+    """Per workload with prefix reuse: the hit rate assumed (declared or measured) and what each deployment's
+    prefix cache gets of it."""
+    from compiler.candidates import prefix_hit
+
+    out = {}
+    for w in ir.workloads:
+        if not w.prefix_hit_rate:
+            continue
+        planned = {c.id: round(prefix_hit(w, a.deployments[c.id].prefix_cache_tokens), 6)
+                   for c, _ in deps if c.workload == w.name and c.id in a.deployments}
+        out[w.name] = PrefixReuse(source=w.prefix_source, hit_rate=w.prefix_hit_rate,
+                                  working_set_tokens=w.prefix_working_set, hit_rate_planned=dict(sorted(planned.items())))
+    return out
+
+
+def _kv(ir: ProblemIR, c: Candidate, alloc: dict) -> KvTiers | None:
+    """The deployment's KV tiers (docs/kv-tiers.md); None when the spec leaves them off."""
+    if ir.kv_tiers == "off":
+        return None
+    lent, lenders = alloc.get(c.id, (0.0, ()))
+    return KvTiers(hbm_tokens=c.kv_cache_tokens, offload_gib=c.kv_offload_gib, borrowed_gib=c.kv_borrow_gib,
+                   borrowed_from=list(lenders), lent_gib=lent)
 
 
 def goodput_of(ir: ProblemIR, routes: list[RouteView]) -> Goodput:
@@ -144,9 +186,17 @@ def finish_plan(plan: Plan, spec, ir: ProblemIR, last_sim, seed: int, sim_reques
     from compiler.plan.schema import Simulation
     from compiler.topology import build_topology
 
+    from compiler.disagg import placement_inputs
+
     topo = build_topology(spec, ir)
-    plan = with_placement(plan, place([ToPlace(d.name, d.gpu, d.tensor_parallel, d.pipeline_parallel, d.replicas)
-                                       for d in plan.deployments], topo))
+    groups, flows = placement_inputs(plan, ir)  # P/D: co-located groups, rack affinity of KV-heavy pairs
+    from compiler.kvtiers import usable_host_gib
+    from compiler.placement import place_kv
+
+    kv = {d.name: (d.kv.borrowed_gib, d.kv.lent_gib, d.kv.offload_gib) for d in plan.deployments if d.kv is not None}
+    host = {n.name: usable_host_gib(ir, n) for n in topo.nodes} if kv else {}
+    plan = with_placement(plan, place_kv([ToPlace(d.name, d.gpu, d.tensor_parallel, d.pipeline_parallel, d.replicas)
+                                          for d in plan.deployments], topo, kv, host, groups=groups, flows=flows))
     if last_sim is not None:
         plan = plan.model_copy(update={"simulation": Simulation(
             seed=seed, requests=sim_requests, rounds=sim_rounds, passed=last_sim.ok,

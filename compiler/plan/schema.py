@@ -32,6 +32,16 @@ class Placement(_Strict):
     gpus: list[int] = Field(description="GPU indices inside the node")
 
 
+class KvTiers(_Strict):
+    """Where a deployment's KV cache lives (docs/kv-tiers.md); per replica. Present when the spec enables KV tiers."""
+
+    hbm_tokens: int = Field(ge=0, description="KV capacity in GPU memory, tokens")
+    offload_gib: float = Field(default=0.0, ge=0, description="host (CPU) memory for KV over PCIe, GiB")
+    borrowed_gib: float = Field(default=0.0, ge=0, description="spare HBM of other instances on the node, GiB")
+    borrowed_from: list[str] = Field(default=[], description="lender deployments (same GPU type, same node)")
+    lent_gib: float = Field(default=0.0, ge=0, description="HBM KV this deployment lends to borrowers, GiB")
+
+
 class Deployment(_Strict):
     name: str
     model: str
@@ -54,6 +64,15 @@ class Deployment(_Strict):
     max_lora_rank: int = Field(default=0, ge=0, description="vLLM --max-lora-rank")
     max_cpu_loras: int = Field(default=0, ge=0, description="vLLM --max-cpu-loras: adapters kept in CPU memory")
     tenants: list[str] = Field(default=[], description="tenants whose traffic it serves (omitted when none)")
+    kv: KvTiers | None = Field(default=None, description="KV tiers: HBM tokens, offload, borrowed and lent GiB "
+                                                          "(omitted unless the spec enables KV tiers)")
+    colocated_with: str | None = Field(default=None, description="co-located prefill/decode pair: the other side; "
+                                       "they hand KV over on NVLink inside shared NVLink domains (omitted "
+                                       "otherwise)")
+    group_replicas: int = Field(default=0, ge=0, description="co-located pair: replicas of this deployment in each "
+                                                             "group placed in one NVLink domain (omitted when 0)")
+    prefix_cache_tokens: int = Field(default=0, ge=0, description="KV tokens per replica kept for prefix reuse, "
+                                                                 "out of kv_cache_tokens (omitted when 0)")
 
 
 class Route(_Strict):
@@ -72,6 +91,17 @@ class AdapterRoute(_Strict):
     adapter: str
     deployment: str
     share: float = Field(gt=0, le=1, description="share of this workload's requests for this adapter")
+
+
+class PrefixReuse(_Strict):
+    """A workload's prefix reuse as the plan assumed it (docs/prefix-caching.md)."""
+
+    source: Literal["declared", "trace"] = Field(description="declared in the spec, or measured from the trace's "
+                                                             "hash_ids")
+    hit_rate: float = Field(description="share of input tokens served from a cache holding the whole working set")
+    working_set_tokens: int = Field(description="distinct prefix tokens the cache must hold for hit_rate")
+    hit_rate_planned: dict[str, float] = Field(description="per deployment serving it: the hit rate its replicas' "
+                                                           "prefix cache (prefix_cache_tokens) gets")
 
 
 class Prediction(_Strict):
@@ -122,5 +152,7 @@ class Plan(_Strict):
     simulation: Simulation | None = Field(default=None, description="validation by simulation; null when skipped")
     adapter_routes: list[AdapterRoute] = Field(default=[], description="multi-LoRA plans: routes by adapter "
                                                                        "(omitted when empty)")
+    prefix: dict[str, PrefixReuse] = Field(default={}, description="per workload with prefix reuse (omitted when "
+                                                                   "none)")
     goodput: Goodput | None = Field(default=None, description="objective max_goodput only: traffic served; routes "
                                                                "then carry shares of at most 1 per workload")

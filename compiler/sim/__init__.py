@@ -55,9 +55,25 @@ def simulate(plan: Plan, spec: Spec, *, ir: ProblemIR | None = None, requests: i
     sim = cls(sc, seed, requests if duration_s is None else None, duration_s, timeline).run(progress)
     lora_notes = apply_adapters(sim, plan, ir, seed)  # multi-LoRA plans: adapter loads and evictions
     res = summarise(sim)
-    res.notes += lora_notes
+    res.notes += lora_notes + prefix_notes(sim)
     res.wall_s = time.perf_counter() - t0
     return res
+
+
+def prefix_notes(sim) -> list[str]:
+    """Per workload with prefix caches: the share of input tokens its requests found cached in simulation
+    (replayed through each replica's LRU when the trace has block hashes; docs/prefix-caching.md)."""
+    if not any(r.pfx is not None for reps in getattr(sim, "replicas", ()) for r in reps):
+        return []
+    hit: dict[int, int] = {}
+    tot: dict[int, int] = {}
+    for r in sim.requests:
+        if r.rep >= 0:
+            hit[r.w] = hit.get(r.w, 0) + r.cached
+            tot[r.w] = tot.get(r.w, 0) + r.isl
+    return [f"prefix reuse: {sim.sc.workloads[w].name} found {hit[w] / tot[w]:.1%} of its input tokens cached"
+            + (" (trace block hashes replayed per replica)" if sim.sc.workloads[w].prefix_hashes is not None else "")
+            for w in sorted(tot) if hit[w] and tot[w]]
 
 
 __all__ = ["DEFAULT_SEED", "SimResult", "Simulation", "default_requests", "simulate"]

@@ -3,15 +3,17 @@
 A request routed to a (prefill, decode) pair is prefilled on the prefill deployment's least-loaded replica (an
 ordinary ``Replica`` serving a one-token proxy of it: the prompt and the first token), then its KV moves to the
 decode deployment for ``tokens x kv_bytes_per_token / bandwidth`` seconds (the narrower NIC share of the two
-replicas, ``compiler.disagg.transfer_s``); its first token is delivered when the KV lands, so the hand-off counts
+replicas, ``compiler.disagg.transfer_s``; for a co-located pair the GPUs' links inside the node); its first
+token is delivered when the KV lands, so the hand-off counts
 in TTFT as the planner counts it. The decode deployment's least-loaded ``DecodeReplica`` admits it straight into
 its decode batch (no prompt to compute) while ``max_num_seqs`` and its KV cache allow, and emits one token per
 step; steps are decode-only (``ReplicaModel.iteration_s(batch, context)``).
 
 Simplifications (docs/simulator.md): transfers do not contend for the links (the planner keeps them under
 ``compiler.disagg.LINK_UTIL`` of each NIC); a decode replica that must preempt re-admits the request later
-without recomputing its KV. A request counts against the prefill deployment when it misses TTFT and against the
-decode deployment otherwise (``worst_deployment`` is then the side to derate).
+without recomputing its KV. A co-located pair's request goes to the least-loaded decode replica of the prefill
+replica's own group (``PairTarget.group``). A request counts against the prefill deployment when it misses TTFT
+and against the decode deployment otherwise (``worst_deployment`` is then the side to derate).
 """
 from __future__ import annotations
 
@@ -140,13 +142,13 @@ class DisaggSimulation(Simulation):
                     self.stopped_early = True
                     break
                 if isinstance(item, tuple):  # KV landed on the decode side
-                    r, dd = item
+                    r, dd, lo, hi = item
                     r.t_first = t
                     r.gen = 1
                     if r.osl <= 1:
                         r.t_done = t
                         continue
-                    rep = _least(replicas[dd])
+                    rep = _least(replicas[dd][lo:hi] or replicas[dd])
                     rep.enqueue(r)
                     kick(rep, t)
                     continue
@@ -160,7 +162,13 @@ class DisaggSimulation(Simulation):
                         real.t_sched = p.t_sched
                         real.preempted += p.preempted
                         dd = pairs[pi][1]
-                        heappush(heap, (t + real.isl * sc.pair_xfer_s_per_token[pi], next(seq), (real, dd)))
+                        grp = getattr(pairs[pi], "group", None)
+                        if grp:  # co-located: a decode replica of the prefill replica's own group
+                            g = rep.index // grp[0]
+                            lo, hi = g * grp[1], (g + 1) * grp[1]
+                        else:
+                            lo, hi = 0, len(replicas[dd])
+                        heappush(heap, (t + real.isl * sc.pair_xfer_s_per_token[pi], next(seq), (real, dd, lo, hi)))
                     done.clear()  # proxies: the real requests are counted from reqs
                 seen_done[id(rep)] = len(done)
                 t_next = rep.start_step(t)
@@ -216,10 +224,20 @@ class DisaggSimulation(Simulation):
         return self
 
 
+class PairTarget(tuple):
+    """(prefill, decode) deployment indices; ``group``: (kp, kd) replicas per group of a co-located pair (prefill
+    replica i hands off to a decode replica of group i // kp), else None."""
+
+    def __new__(cls, p: int, d: int, group: tuple[int, int] | None = None):
+        t = super().__new__(cls, (p, d))
+        t.group = group
+        return t
+
+
 def pair_targets(plan, ir, deps, dep_index):
     """The plan's (prefill, decode) pairs as deployment indices, sorted by name, with the KV hand-off seconds
     per input token of each (``compiler.disagg.transfer_s``)."""
-    from compiler.disagg import transfer_s
+    from compiler.disagg import is_local_pair, transfer_s
 
     names = sorted({(r.prefill, r.decode) for r in plan.routes
                     if r.prefill in dep_index and r.decode in dep_index
@@ -229,7 +247,9 @@ def pair_targets(plan, ir, deps, dep_index):
     for p, d in names:
         dp, dd = by[p], by[d]
         index[(p, d)] = len(pairs)
-        pairs.append((dep_index[p], dep_index[d]))
+        local = is_local_pair(dp, dd) and dp.group_replicas > 0 and dd.group_replicas > 0
+        pairs.append(PairTarget(dep_index[p], dep_index[d],
+                                (dp.group_replicas, dd.group_replicas) if local else None))
         xfer.append(transfer_s(ir, dp.model, dp.dtype, 1.0, dp.gpu, dp.tensor_parallel * dp.pipeline_parallel,
-                               dd.gpu, dd.tensor_parallel * dd.pipeline_parallel))
+                               dd.gpu, dd.tensor_parallel * dd.pipeline_parallel, local=is_local_pair(dp, dd)))
     return pairs, xfer, index

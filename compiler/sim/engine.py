@@ -18,7 +18,7 @@ import numpy as np
 
 from compiler.sim import arrivals as arr
 from compiler.sim.replica import Replica, Request
-from compiler.sim.scenario import Scenario, SimWorkload
+from compiler.sim.scenario import Scenario, SimWorkload, attach_prefix_caches
 
 DRAIN_FACTOR = 1.0  # after the last arrival, run at most this many arrival spans (>= DRAIN_MIN_S) to drain
 DRAIN_MIN_S = 120.0
@@ -56,6 +56,7 @@ class Arrivals:
     isl: np.ndarray
     osl: np.ndarray
     dep: np.ndarray  # deployment index, -1 when the bucket has no route
+    row: np.ndarray | None = None  # trace row replayed (-1: drawn from distributions); prefix hashes
 
 
 def _workload_arrivals(rng: np.random.Generator, w: SimWorkload, n: int | None, duration_s: float | None):
@@ -67,13 +68,13 @@ def _workload_arrivals(rng: np.random.Generator, w: SimWorkload, n: int | None, 
         isl = np.minimum(w.trace.input_tokens[rows], w.ctx - 1)
         osl = np.maximum(1, np.minimum(w.trace.output_tokens[rows], w.ctx - isl))
         bucket = w.bucket_of_values(isl, osl)
-        return t, isl.astype(np.int64), osl.astype(np.int64), bucket
+        return t, isl.astype(np.int64), osl.astype(np.int64), bucket, rows.astype(np.int64)
     t = arr.gamma(rng, w.rate_rps, w.arrival_cv, n, duration_s)
     m = len(t)
     ii = rng.integers(0, len(w.isl_grid), m)
     oi = rng.integers(0, len(w.osl_grid), m)
     bucket = w.bucket_of_indices(ii, oi)
-    return t, w.isl_grid[ii].astype(np.int64), w.osl_grid[oi].astype(np.int64), bucket
+    return t, w.isl_grid[ii].astype(np.int64), w.osl_grid[oi].astype(np.int64), bucket, np.full(m, -1, np.int64)
 
 
 def draw_arrivals(sc: Scenario, rng: np.random.Generator, requests: int | None, duration_s: float | None) -> Arrivals:
@@ -84,17 +85,17 @@ def draw_arrivals(sc: Scenario, rng: np.random.Generator, requests: int | None, 
         n = None
         if requests is not None:
             n = max(1, int(round(requests * w.rate_rps / total_rate)))
-        t, isl, osl, bucket = _workload_arrivals(rng, w, n, duration_s)
+        t, isl, osl, bucket, row = _workload_arrivals(rng, w, n, duration_s)
         u = rng.random(len(t))
         dep = np.full(len(t), -1, np.int64)
         for b, (idx, cum) in enumerate(w.routes):
             sel = bucket == b
             if len(idx) and sel.any():
                 dep[sel] = idx[np.minimum(np.searchsorted(cum, u[sel], side="right"), len(idx) - 1)]
-        parts.append((t, np.full(len(t), wi, np.int64), isl, osl, dep))
+        parts.append((t, np.full(len(t), wi, np.int64), isl, osl, dep, row))
     t = np.concatenate([p[0] for p in parts])
     order = np.lexsort((np.concatenate([p[1] for p in parts]), t))  # by time, then workload
-    return Arrivals(t[order], *(np.concatenate([p[i] for p in parts])[order] for i in range(1, 5)))
+    return Arrivals(t[order], *(np.concatenate([p[i] for p in parts])[order] for i in range(1, 6)))
 
 
 def least_loaded(group: list) -> object:
@@ -126,6 +127,7 @@ class Simulation:
                 tl = [[0.0, 0, 0] for _ in range(TIMELINE_BINS)] if self.timeline_dt else None
                 reps.append(Replica(di, i, d.model, tl, self.timeline_dt))
             self.replicas.append(reps)
+        attach_prefix_caches(scenario, self.replicas)
         self.requests: list[Request] = []
         self.events = EventQueue()
         self.t_end = 0.0
@@ -135,12 +137,14 @@ class Simulation:
         """Advance until every request is done (or t_stop); ``progress(fraction of arrivals)`` now and then."""
         a = self.arrivals
         ts, ws, isls, osls, deps = a.t.tolist(), a.w.tolist(), a.isl.tolist(), a.osl.tolist(), a.dep.tolist()
+        rows = a.row.tolist() if a.row is not None and any(r.pfx is not None for g in self.replicas for r in g) else None
         n = len(ts)
         reqs = self.requests
         heap = self.events.heap
         seq = self.events.seq
         replicas = self.replicas
-        caps = [d.model.memory.kv_cache_tokens for d in self.sc.deployments]
+        caps = [getattr(d.model, "kv_capacity_tokens", d.model.memory.kv_cache_tokens)  # HBM plus a KV tier
+                for d in self.sc.deployments]
         t_stop = self.t_stop
         i = 0
         t = 0.0
@@ -162,6 +166,8 @@ class Simulation:
             t = t_arr
             d = deps[i]
             r = Request(i, ws[i], d, t, isls[i], osls[i])
+            if rows is not None:
+                r.row = rows[i]
             reqs.append(r)
             i += 1
             if progress is not None and i % tick == 0:

@@ -217,7 +217,7 @@ def summarise(sim) -> SimResult:
         for wi, wl in enumerate(sc.workloads):
             okd |= md & (w == wi) & (ttft <= wl.ttft_s) & (tpot <= wl.tpot_s)
         R = max(len(reps), 1)
-        cap = d.model.memory.kv_cache_tokens
+        cap = getattr(d.model, "kv_capacity_tokens", d.model.memory.kv_cache_tokens)
         busy = sum(r.busy_s for r in reps)
         dstats[d.name] = DeploymentStats(
             name=d.name, replicas=len(reps), requests=nd, attainment=float(okd.sum()) / nd if nd else math.nan,

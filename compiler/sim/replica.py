@@ -15,6 +15,12 @@ Every engine step (``start_step`` .. ``finish_step``):
    ``prefill_seqs`` when the cost model takes it).
 4. A request whose prompt completes emits its first token at the end of that step, then one token per step.
 
+Prefix reuse (docs/prefix-caching.md): a replica with a prefix cache (``set_prefix``) keeps that many KV tokens
+out of what requests may use; a request routed to it finds ``cached`` leading prompt tokens there (replayed
+through the replica's LRU of the trace's block hashes, or the planned hit rate x its input length), computes
+only the rest (with the cached tokens as prior context), holds KV only for what it computes and generates, and
+decodes with its full context.
+
 Decoding requests are kept as aggregates so a step costs O(1) in the batch size: request i that started decoding
 after step s_i has context c_i + k at step k (c_i = prompt - s_i), so the batch's total context is
 sum(c_i) + n x k; completions sit in a heap keyed by the step in which the last token comes out.
@@ -34,7 +40,7 @@ class Request:
     """One request's state and timestamps (seconds; -1.0 until they happen)."""
 
     __slots__ = ("rid", "w", "dep", "rep", "arrival", "isl", "osl", "prompt", "done", "gen", "start", "c",
-                 "epoch", "t_sched", "t_first", "t_done", "preempted", "status")
+                 "epoch", "t_sched", "t_first", "t_done", "preempted", "status", "cached", "row")
 
     def __init__(self, rid: int, w: int, dep: int, arrival: float, isl: int, osl: int):
         self.rid, self.w, self.dep, self.arrival = rid, w, dep, arrival
@@ -49,13 +55,37 @@ class Request:
         self.t_sched = self.t_first = self.t_done = -1.0
         self.preempted = 0
         self.status = 0  # 0 in flight or done, 1 too long for the KV cache, 2 no route
+        self.cached = 0  # leading prompt tokens found in the replica's prefix cache
+        self.row = -1  # trace row it replays (-1: drawn from the spec's distributions)
+
+
+class PrefixCache:
+    """A replica's prefix cache in simulation: ``hits`` per workload index (share of input tokens, used when
+    ``hashes`` has no trace for the workload) and an LRU of the trace's block hashes (``compiler.traces.BlockLRU``
+    of the reserved size) replaying real hits."""
+
+    __slots__ = ("hits", "hashes", "lru")
+
+    def __init__(self, reserved_tokens: int, hits: dict[int, float], hashes: dict[int, tuple] | None = None):
+        from compiler.traces import BlockLRU
+
+        self.hits = hits
+        self.hashes = hashes or {}
+        self.lru = BlockLRU(reserved_tokens)
+
+    def cached(self, r: Request) -> int:
+        hs = self.hashes.get(r.w)
+        if hs is not None and r.row >= 0:
+            return self.lru.serve(hs[r.row], r.isl)
+        h = self.hits.get(r.w, 0.0)
+        return min(int(h * r.isl + 0.5), r.isl - 1) if h > 0 else 0
 
 
 class Replica:
     __slots__ = ("dep", "index", "it", "cap", "admit_cap", "mns", "mbt", "k", "busy", "waiting", "prefilling",
                  "running", "dheap", "n_dec", "C", "kv_pref", "work", "sched", "n_step", "p_step", "t0",
                  "busy_s", "prefill_s", "kv_area", "kv_max", "batch_area", "preemptions", "steps", "done",
-                 "tl", "tl_dt", "seqs_arg", "lin")
+                 "tl", "tl_dt", "seqs_arg", "lin", "pfx", "Csh", "hbm", "tier")
 
     def __init__(self, dep: int, index: int, model: ReplicaModel, timeline: list | None = None,
                  timeline_dt: float = 0.0):
@@ -64,7 +94,11 @@ class Replica:
         # A cost model whose step time takes the number of prompts in the step (``prefill_seqs``) gets it.
         self.seqs_arg = "prefill_seqs" in inspect.signature(model.iteration_s).parameters
         self.lin: dict[int, tuple[float, float] | bool] = {}  # decode batch -> linear step time (see _linear)
-        self.cap = model.memory.kv_cache_tokens
+        # KV tier (docs/kv-tiers.md): the replica holds HBM plus tier tokens; each step's time takes the share of
+        # its KV in use beyond HBM (``remote_share``), as the cost model's ``evaluate`` does at its steady state.
+        self.hbm = model.memory.kv_cache_tokens
+        self.tier = getattr(model, "kv_tier", None) is not None  # (stand-in models in tests have none)
+        self.cap = getattr(model, "kv_capacity_tokens", self.hbm)
         self.admit_cap = self.cap * (1.0 - WATERMARK)
         self.mns = model.max_num_seqs
         self.mbt = model.max_batched_tokens
@@ -89,10 +123,21 @@ class Replica:
         # Timeline bins: [busy seconds, max waiting, max KV tokens] per bin of width timeline_dt.
         self.tl = timeline
         self.tl_dt = timeline_dt
+        self.pfx: PrefixCache | None = None
+        self.Csh = 0  # cached prompt tokens of the decoding requests: context they attend to, not their KV
+
+    def set_prefix(self, reserved_tokens: int, cache: PrefixCache) -> None:
+        """Keep ``reserved_tokens`` of the KV cache for the prefix cache ``cache`` (docs/prefix-caching.md)."""
+        self.cap -= reserved_tokens
+        self.admit_cap = self.cap * (1.0 - WATERMARK)
+        self.pfx = cache
 
     # ------------------------------------------------------------------ admission
     def enqueue(self, r: Request) -> None:
         r.rep = self.index
+        if self.pfx is not None:
+            r.cached = self.pfx.cached(r)
+            r.prompt = r.isl - r.cached
         self.work += r.prompt + r.osl
         self.waiting.append(r)
 
@@ -103,6 +148,7 @@ class Replica:
             gen = r.gen + (self.k - r.start - 1)
             self.n_dec -= 1
             self.C -= r.c
+            self.Csh -= r.cached
             r.epoch += 1  # its completion entry in the heap is now stale
             r.start = -1
             r.gen = gen
@@ -111,7 +157,7 @@ class Replica:
             self.prefilling.remove(r)
             self.kv_pref -= r.prompt
             old_left = r.prompt - r.done
-        r.prompt = r.isl + r.gen
+        r.prompt = r.isl - r.cached + r.gen
         r.done = 0
         self.work += r.prompt - old_left
         r.preempted += 1
@@ -150,7 +196,7 @@ class Replica:
                 if c > budget:
                     c = budget
                 sched.append((r, c))
-                attn += c * (r.done + c * 0.5)
+                attn += c * (r.cached + r.done + c * 0.5)
                 ptok += c
                 budget -= c
                 if budget <= 0:
@@ -169,22 +215,32 @@ class Replica:
                     r.t_sched = t
                 c = r.prompt if r.prompt < budget else budget
                 sched.append((r, c))
-                attn += c * c * 0.5
+                attn += c * (r.cached + c * 0.5)
                 ptok += c
                 budget -= c
         if n == 0 and ptok == 0:
             self.busy = False
             return -1.0
-        if ptok == 0:
+        if self.tier:  # the share of the KV held this step (decoding contexts, prompt tokens computed) in the tier
+            kv = kv_dec + sum(r.done for r in self.prefilling)
+            r = (kv - self.hbm) / kv if kv > self.hbm else 0.0
+            ctx = (kv_dec + self.Csh) / n if n else 0.0
+            if ptok == 0:
+                dt = self.it(n, ctx, 0.0, 0.0, 1.0, r)
+            else:
+                m = len(sched)
+                dt = self.it(n, ctx, ptok, attn / ptok - ptok * 0.5 / m, m, r)
+        elif ptok == 0:
             ab = self.lin.get(n)
             if ab is None:
                 ab = self.lin[n] = self._linear(n)
-            dt = ab[0] + ab[1] * (kv_dec / n) if ab else self.it(n, kv_dec / n, 0.0, 0.0)
+            ctx = kv_dec + self.Csh  # attention context: own KV plus the cached prefixes read from the prefix cache
+            dt = ab[0] + ab[1] * (ctx / n) if ab else self.it(n, ctx / n, 0.0, 0.0)
         elif self.seqs_arg:
             m = len(sched)
-            dt = self.it(n, kv_dec / n if n else 0.0, ptok, attn / ptok - ptok * 0.5 / m, m)
+            dt = self.it(n, (kv_dec + self.Csh) / n if n else 0.0, ptok, attn / ptok - ptok * 0.5 / m, m)
         else:
-            dt = self.it(n, kv_dec / n if n else 0.0, ptok, attn / ptok - ptok * 0.5)
+            dt = self.it(n, (kv_dec + self.Csh) / n if n else 0.0, ptok, attn / ptok - ptok * 0.5)
         self.busy = True
         self.steps += 1
         self.n_step = n
@@ -236,6 +292,7 @@ class Replica:
                     r.c = r.prompt - s
                     self.n_dec += 1
                     self.C += r.c
+                    self.Csh += r.cached
                     heappush(self.dheap, (s + r.osl - r.gen, r.rid, r.epoch, r))
         heap = self.dheap
         while heap and heap[0][0] <= s:
@@ -246,6 +303,7 @@ class Replica:
             r.t_done = t
             self.n_dec -= 1
             self.C -= r.c
+            self.Csh -= r.cached
             r.start = -1
             del self.running[r.rid]
             done.append(r)

@@ -4,6 +4,11 @@
 model, length grids and buckets exactly as the planner made them, route shares) so the event loop only touches
 arrays. A route that names an unknown deployment, bucket or workload is skipped (``check`` reports it);
 requests of a bucket without a route are counted as unserved.
+
+Prefix reuse (docs/prefix-caching.md): a unified deployment serving a workload with prefix reuse keeps the
+planner's prefix cache per replica (``compiler.candidates.prefix_cache``: reserved tokens and the hit rate they
+get); with a trace that has hash_ids and a measured prefix (``from_trace``) every replica replays the real hits
+through an LRU of the reserved size (the measured validation), otherwise each request reuses hit rate x input.
 """
 from __future__ import annotations
 
@@ -12,11 +17,12 @@ from pathlib import Path
 
 import numpy as np
 
-from compiler.candidates import replica_model
+from compiler.candidates import prefix_cache, replica_model
 from compiler.cost.model import ReplicaModel
 from compiler.ir import ProblemIR
 from compiler.lengths import INPUT_SPLITS, OUTPUT_SPLITS, _cuts
 from compiler.lora.verify import plan_lora
+from compiler.kvtiers import lend_model, plan_kv_tier
 from compiler.lower import length_grids, truncate_grids
 from compiler.plan.schema import Plan
 from compiler.spec.schema import Spec
@@ -31,6 +37,8 @@ class SimDeployment:
     replicas: int
     gpus_per_replica: int
     role: str = "unified"
+    prefix_reserved: int = 0  # KV tokens per replica kept for the prefix cache
+    prefix_hits: dict[str, float] = field(default_factory=dict)  # per workload served: planned hit rate
 
 
 @dataclass
@@ -51,6 +59,7 @@ class SimWorkload:
     trace_rate: float | None = None  # rescale the trace to this mean rate (None: its own times x trace_scale)
     trace_scale: float = 1.0
     trace_offset: int = 0
+    prefix_hashes: tuple | None = None  # the trace's block hashes per row when its prefix reuse is replayed
     # Per bucket: (deployment indices, cumulative shares within the bucket); empty when unrouted.
     routes: list[tuple[np.ndarray, np.ndarray]] = field(default_factory=list)
 
@@ -95,14 +104,23 @@ def build_scenario(plan: Plan, spec: Spec, ir: ProblemIR, trace: Trace | None = 
             continue
         try:
             rm = replica_model(ir, d.model, d.gpu, d.tensor_parallel, d.pipeline_parallel, d.dtype, d.max_batch_size,
-                               d.max_num_batched_tokens, lora=plan_lora(ir, d))
+                               d.max_num_batched_tokens, lora=plan_lora(ir, d), **plan_kv_tier(d))
         except ValueError:
             continue
+        rm = lend_model(rm, d)  # a KV lender (docs/kv-tiers.md): its HBM KV shrinks by what it lends
         if rm.memory.kv_cache_tokens <= 0:
             continue
         served = tuple(sorted({r.workload for r in plan.routes if d.name in (r.deployment, r.prefill, r.decode)}))
         dep_index[d.name] = len(deps)
-        deps.append(SimDeployment(d.name, served, rm, d.replicas, d.tensor_parallel * d.pipeline_parallel, d.role))
+        sd = SimDeployment(d.name, served, rm, d.replicas, d.tensor_parallel * d.pipeline_parallel, d.role)
+        if d.role == "unified":
+            for wn in served:
+                wi = ir.workload(wn)
+                if wi is not None and wi.prefix_hit_rate:
+                    reserved, hit = prefix_cache(wi, rm)
+                    sd.prefix_reserved = max(sd.prefix_reserved, reserved)
+                    sd.prefix_hits[wn] = hit
+        deps.append(sd)
     from compiler.sim.disagg import pair_targets
 
     pairs, xfer, pair_index = pair_targets(plan, ir, deps, dep_index)
@@ -130,6 +148,8 @@ def build_scenario(plan: Plan, spec: Spec, ir: ProblemIR, trace: Trace | None = 
             sim_w.trace = read_trace(Path(spec.base_dir) / sw.trace.path, sw.trace.format)
             sim_w.trace_rate = sw.rate_rps  # None: the trace's own times, sped up by rate_scale
             sim_w.trace_scale = sw.trace.rate_scale or 1.0
+        if w.prefix_source == "trace" and sim_w.trace is not None and sim_w.trace.hash_ids is not None:
+            sim_w.prefix_hashes = sim_w.trace.hash_ids
         for b in names:
             rs = [r for r in plan.routes if r.workload == w.name and r.bucket == b and r.deployment in dep_index]
             rs.sort(key=lambda r: r.deployment)
@@ -151,3 +171,18 @@ def build_scenario(plan: Plan, spec: Spec, ir: ProblemIR, trace: Trace | None = 
         if d.replicas == 0 and d.workloads:
             notes.append(f"deployment {d.name} has 0 replicas but routes send it traffic")
     return Scenario(deps, workloads, notes, pairs, xfer)
+
+
+def attach_prefix_caches(sc: Scenario, replicas: list[list]) -> None:
+    """Give every replica of a deployment with a prefix cache its own (``compiler.sim.replica.PrefixCache``)."""
+    from compiler.sim.replica import PrefixCache
+
+    index = {w.name: i for i, w in enumerate(sc.workloads)}
+    for d, reps in zip(sc.deployments, replicas):
+        if not d.prefix_hits:
+            continue
+        hits = {index[n]: h for n, h in d.prefix_hits.items() if n in index}
+        hashes = {index[n]: sc.workloads[index[n]].prefix_hashes for n in d.prefix_hits
+                  if n in index and sc.workloads[index[n]].prefix_hashes is not None}
+        for rep in reps:
+            rep.set_prefix(d.prefix_reserved, PrefixCache(d.prefix_reserved, hits, hashes))

@@ -174,6 +174,33 @@ class TraceRef(_Strict):
                                                  "faster); default 1; not together with rate_rps")
 
 
+class Prefix(_Strict):
+    """Prefix reuse (prefix caching, docs/prefix-caching.md): declared, or measured from the workload's trace."""
+
+    hit_rate: float | None = Field(default=None, ge=0, lt=1,
+                                   description="share of input tokens served from the prefix cache when it holds "
+                                               "the whole working set (0 <= x < 1)")
+    cached_tokens: int | None = Field(default=None, ge=1, le=1_000_000_000,
+                                      description="the working set: distinct prefix tokens (shared system prompts, "
+                                                  "documents) the cache must hold for hit_rate")
+    from_trace: bool | None = Field(default=None, description="true: measure hit rate, working set and the LRU "
+                                                              "curve from the trace's hash_ids (Mooncake format)")
+
+    @model_validator(mode="after")
+    def _one_form(self):
+        declared = self.hit_rate is not None or self.cached_tokens is not None
+        if self.from_trace is False:
+            raise ValueError("from_trace: false means nothing; give hit_rate and cached_tokens, or from_trace: true")
+        if declared and self.from_trace:
+            raise ValueError("give either hit_rate and cached_tokens, or from_trace: true, not both")
+        if not declared and not self.from_trace:
+            raise ValueError("give hit_rate and cached_tokens, or from_trace: true")
+        if declared and (self.hit_rate is None or self.cached_tokens is None):
+            raise ValueError("hit_rate and cached_tokens go together (cached_tokens: the prefix tokens the cache "
+                             "must hold for that hit rate)")
+        return self
+
+
 class Workload(_Strict):
     name: str = Field(min_length=1, max_length=100, pattern=r"^[A-Za-z0-9][A-Za-z0-9_.-]*$")
     model: str
@@ -194,6 +221,8 @@ class Workload(_Strict):
     adapter: str | None = Field(default=None, description="LoRA adapter of the model the requests use; '*': "
                                                           "spread over the model's adapters by their traffic")
     tenant: str | None = Field(default=None, min_length=1, max_length=100, description="owner, for isolation")
+    prefix: Prefix | None = Field(default=None, description="prefix reuse: hits cut prefill work and need cache "
+                                                            "capacity (docs/prefix-caching.md)")
 
     @model_validator(mode="after")
     def _traffic(self):
@@ -203,6 +232,12 @@ class Workload(_Strict):
                 raise ValueError(f"give {', '.join(missing)} (or a trace to take them from)")
         elif self.rate_rps is not None and self.trace.rate_scale is not None:
             raise ValueError("give rate_rps or trace.rate_scale, not both")
+        if self.prefix is not None and self.prefix.from_trace:
+            if self.trace is None:
+                raise ValueError("prefix.from_trace needs a trace (format: mooncake, with hash_ids)")
+            if self.trace.format != "mooncake":
+                raise ValueError(f"prefix.from_trace needs a mooncake trace (its hash_ids); trace.format is "
+                                 f"{self.trace.format!r}")
         return self
 
 
@@ -210,6 +245,10 @@ class Defaults(_Strict):
     dtype: Dtype = "bf16"
     engine: Literal["vllm", "sglang", "trt-llm"] = Field(
         default="vllm", description="serving engine family whose profile (profiles/engines) the cost model uses")
+    kv_tiers: Literal["off", "auto", "offload", "borrow"] = Field(
+        default="off", description="KV cache beyond HBM (docs/kv-tiers.md): off; auto (the planner may add a CPU "
+                                   "offload tier or borrow spare HBM KV of other instances on the node where it "
+                                   "pays); offload or borrow (only that tier)")
 
 
 class SolverOptions(_Strict):

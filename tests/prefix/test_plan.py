@@ -1,0 +1,55 @@
+"""Planning with prefix reuse: the example is cheaper with its declared hits than without, the plan states what
+it assumed, ``check`` passes it; a zero hit rate plans exactly as no prefix block."""
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from compiler.api import plan as make_plan
+from compiler.check import check
+from compiler.sim.check import check_simulated
+from compiler.plan.emit import emit
+from compiler.spec.load import load_spec
+from tests.conftest import ROOT, SMALL_SPEC
+
+EXAMPLE = ROOT / "examples" / "shared-prefix.yaml"
+
+
+@pytest.fixture(scope="module")
+def plans(tmp_path_factory):
+    d = tmp_path_factory.mktemp("p")
+    without = d / "without.yaml"
+    without.write_text("\n".join(l for l in EXAMPLE.read_text().splitlines() if "prefix:" not in l) + "\n")
+    return make_plan(load_spec(EXAMPLE)), make_plan(load_spec(without))
+
+
+def test_prefix_makes_the_example_cheaper(plans):
+    with_p, without = plans
+    assert with_p.plan.cost_usd_per_hour < 0.9 * without.plan.cost_usd_per_hour
+    assert with_p.plan.simulation is not None and with_p.plan.simulation.passed
+    pr = with_p.plan.prefix["rag"]
+    assert (pr.source, pr.hit_rate, pr.working_set_tokens) == ("declared", 0.55, 120000)
+    assert set(pr.hit_rate_planned) == {d.name for d in with_p.plan.deployments}
+    assert all(d.prefix_cache_tokens == 120000 for d in with_p.plan.deployments)
+    text = emit(with_p.plan)
+    assert "prefix_cache_tokens: 120000" in text and "hit_rate_planned" in text
+    bare = emit(without.plan)  # plans without prefix reuse keep their bytes
+    assert "prefix_cache_tokens" not in bare and "\nprefix:" not in bare
+
+
+def test_check_passes_the_example(plans, tmp_path):
+    with_p, _ = plans
+    spec = load_spec(EXAMPLE)
+    rep = check(with_p.plan, spec)
+    assert rep.ok, rep.violations
+    sim, _ = check_simulated(with_p.plan, spec)
+    assert sim.ok, sim.violations
+
+
+def test_zero_hit_rate_plans_as_without(tmp_path):
+    a, b = tmp_path / "a.yaml", tmp_path / "b.yaml"
+    a.write_text(SMALL_SPEC)
+    b.write_text(SMALL_SPEC + "    prefix: {hit_rate: 0.0, cached_tokens: 1000}\n")
+    pa, pb = make_plan(load_spec(a)).plan, make_plan(load_spec(b)).plan
+    assert pa.deployments == pb.deployments and pa.routes == pb.routes and pa.predictions == pb.predictions
