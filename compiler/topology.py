@@ -12,12 +12,14 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from functools import cached_property
-
-import networkx as nx
+from typing import TYPE_CHECKING
 
 from compiler.errors import InputError, Problem
 from compiler.ir import ProblemIR
 from compiler.spec.schema import Spec
+
+if TYPE_CHECKING:  # networkx is imported where a graph is built: most commands never need one (start-up time)
+    import networkx as nx
 
 
 @dataclass(frozen=True, slots=True)
@@ -51,6 +53,8 @@ class Topology:
 
     @cached_property
     def _graph(self) -> nx.Graph:
+        import networkx as nx
+
         g = nx.Graph()
         g.add_node("core", kind="core")
         for rack in sorted({n.rack for n in self.nodes}):
@@ -68,6 +72,8 @@ class Topology:
         """Bottleneck bandwidth between nodes ``a`` and ``b`` (GB/s)."""
         if a == b:
             return next(n.link_gbps for n in self.nodes if n.name == a)
+        import networkx as nx
+
         path = nx.shortest_path(self._graph, a, b)
         return min(self._graph.edges[u, v]["gbps"] for u, v in zip(path, path[1:]))
 
