@@ -42,7 +42,8 @@ LENGTHS = [({"fixed": 512}, {"fixed": 64}), ({"lognormal": {"median": 1000, "p99
            ({"histogram": {"edges": [0, 256, 1024, 4096], "weights": [0.5, 0.4, 0.1]}}, {"fixed": 32})]
 
 
-def make_spec(models: int, workloads: int, gpu_types: int, gpus: int, folder: Path, seed: int = 0) -> Path:
+def make_spec(models: int, workloads: int, gpu_types: int, gpus: int, folder: Path, seed: int = 0,
+              kv_tiers: str = "off") -> Path:
     rng = random.Random(seed)
     mrefs, names = [], []
     for i in range(models):
@@ -69,6 +70,8 @@ def make_spec(models: int, workloads: int, gpu_types: int, gpus: int, folder: Pa
                            "tpot_ms": rng.choice([60, 100, 150]), "percentile": rng.choice([90, 99])}})
     spec = {"version": 1, "name": f"scale-m{models}-w{workloads}-g{gpu_types}-n{gpus}", "gpus": pools,
             "models": mrefs, "workloads": ws, "solver": {"time_limit_s": 60}}
+    if kv_tiers != "off":
+        spec["defaults"] = {"kv_tiers": kv_tiers}
     p = folder / f"{spec['name']}.yaml"
     p.write_text(yaml.safe_dump(spec, sort_keys=False))
     return p
@@ -106,6 +109,8 @@ def main() -> None:
     ap.add_argument("--repeat", type=int, default=3, help="runs per size; the median time is reported")
     ap.add_argument("--sweep", action="store_true", help="also vary one dimension at a time around the target")
     ap.add_argument("--sizes", default="", help="semicolon-separated m,w,g,n tuples instead of the ladder")
+    ap.add_argument("--kv-tiers", default="off", choices=["off", "auto", "offload", "borrow"],
+                    help="defaults.kv_tiers of the generated specs (docs/kv-tiers.md)")
     args = ap.parse_args()
     sizes = [tuple(int(x) for x in s.split(",")) for s in args.sizes.split(";") if s] or LADDER
     if args.sweep:
@@ -115,7 +120,7 @@ def main() -> None:
     print("|---:|---:|---:|---:|---:|---:|---:|---:|---|---:|---:|---:|")
     with tempfile.TemporaryDirectory() as tmp:
         for m, w, g, n in sizes:
-            d = run_one(make_spec(m, w, g, n, Path(tmp)), args.solver, args.repeat)
+            d = run_one(make_spec(m, w, g, n, Path(tmp), kv_tiers=args.kv_tiers), args.solver, args.repeat)
             if "error" in d:
                 print(f"| {m} | {w} | {g} | {n} | {d['total_s']:.2f} | | | | error: {d['error'][:60]} | | | "
                       f"{d['peak_mib']:.0f} |")

@@ -505,13 +505,14 @@ class ReplicaModel:
         tier link. The mean E[T(N')] (``z`` None), or T at N' = 1 + b + z sqrt(b) (a percentile; normal
         approximation). The step time grows faster than linearly in N' once KV spills to the tier, so the mean
         over N' is longer than the step at the mean: bursts of long requests slow each other down."""
-        def step(n: float) -> float:
-            kv = max(n * ctx + kv_pre, kv_floor)
-            return self.iteration_s(n, ctx, 0.0, 0.0, 1.0, self.remote_share(kv))
+        def step(n: float, own: float = ctx) -> float:
+            held = own + (n - 1.0) * ctx  # the request's own context plus n - 1 others of the mean context
+            kv = max(held + kv_pre, kv_floor)
+            return self.iteration_s(n, held / n, 0.0, 0.0, 1.0, self.remote_share(kv))
 
         b = max(b, 0.0)
-        if z is not None:
-            return step(min(1.0 + b + z * math.sqrt(b), float(self.max_num_seqs)))
+        if z is not None:  # the request at the percentile: a tail-length one (its own KV spills most), in a burst
+            return step(min(1.0 + b + z * math.sqrt(b), float(self.max_num_seqs)), max(kv_floor, ctx))
         if b > 40:  # normal approximation at 16 equally likely points
             from statistics import NormalDist
             nd = NormalDist(b, math.sqrt(b))
