@@ -193,6 +193,11 @@ def balance_routes(ir: ProblemIR, cands: CandidateSet, backend: Backend, options
     the MILP's. Returns ``res`` unchanged when it has no solution or the LP gives none (the MILP's routes stand)."""
     if not res.has_solution:
         return res
+    # Only the deployments bought: a candidate with no replicas carries no traffic, so its routes stay 0 (and the
+    # LP is the size of the plan, not of the candidate set).
+    bought = lambda c: round(res.values.get(n_var(c.id), 0.0)) > 0  # noqa: E731
+    cands = replace(cands, candidates=tuple(c for c in cands.candidates if bought(c)),
+                    disagg=tuple(c for c in cands.disagg if bought(c)))
     m = formulate(ir, cands, derate)
     fixed = {}
     for name, v in list(m.variables.items()):
