@@ -477,17 +477,7 @@ class ReplicaModel:
             b = b_new if b_acc is None else b_acc
         else:
             return unstable("no steady state (load too close to saturation)")
-        es = es2 = pre_tokens = 0.0
-        for c, si in zip(classes, s):
-            es += c.rate_rps * si
-            es2 += c.rate_rps * si * si * (1 + c.isl_cv2)
-            pre_tokens += c.rate_rps * c.isl_mean
-        es /= lam
-        es2 /= lam
-        theta = es2 / (2 * es * (1 - rho))
-        q = 1 - percentile / 100.0
-        wait_p = theta * math.log(rho / q) if rho > q else 0.0
-        wait_mean = rho * theta
+        wait_p, wait_mean, pre_tokens = _prefill_queue(classes, s, lam, rho, percentile)
         # KV in use: decoding requests' contexts plus the prompts being prefilled.
         kv_used = b * ctx_dec + rho * pre_tokens / max(prefill_steps, 1e-12)
         if prefix:  # a request's cached tokens are blocks of the prefix cache, shared, not its own KV
@@ -675,18 +665,8 @@ class ReplicaModel:
             inf = (_UNSTABLE,) * n
             return ReplicaState(False, f"prefill saturated (utilisation {rho:.2f})", 0.0, inf, inf, 1.0, 0.0,
                                 _UNSTABLE, _UNSTABLE, _UNSTABLE, 0.0)
-        es = es2 = pre_tokens = 0.0
-        for c, si in zip(classes, s):
-            es += c.rate_rps * si
-            es2 += c.rate_rps * si * si * (1 + c.isl_cv2)
-            pre_tokens += c.rate_rps * c.isl_mean
-        es /= lam
-        es2 /= lam
-        theta = es2 / (2 * es * (1 - rho))
-        q = 1 - percentile / 100.0
-        wait_p = theta * math.log(rho / q) if rho > q else 0.0
-        wait_mean = rho * theta
-        kv_used = rho * sum(c.rate_rps * c.isl_mean for c in classes) / max(steps_total, 1e-12)
+        wait_p, wait_mean, pre_tokens = _prefill_queue(classes, s, lam, rho, percentile)
+        kv_used = rho * pre_tokens / max(steps_total, 1e-12)
         ttft = tuple(fe + wait_p + self.prefill_s(c.tail, 0, 0) for c in classes)
         mean = tuple(fe + wait_mean + self.prefill_s(c.isl_mean, 0, 0) for c in classes)
         return ReplicaState(True, "", 0.0, ttft, mean, rho, 0.0, kv_used, wait_p, wait_mean, 0.0)
@@ -1030,6 +1010,23 @@ def _tail_decision(miss, q: float, lo: float, hi: float, width: float, bound: fl
     if bound - width >= lo and miss(bound - width) <= q:
         return True  # the answer lies at or below bound - width, and the search ends within width of it
     return None
+
+
+def _prefill_queue(classes, s: list[float], lam: float, rho: float, percentile: float) -> tuple[float, float, float]:
+    """The M/G/1 prefill queue of ``evaluate`` and ``evaluate_prefill``: (waiting time at ``percentile``, mean
+    waiting time, prompt tokens offered per second). Service times ``s`` per class, utilisation ``rho`` < 1;
+    P(W > t) = rho exp(-t / theta), theta = E[S^2] / (2 E[S] (1 - rho)) (mean: Pollaczek-Khinchine)."""
+    es = es2 = pre_tokens = 0.0
+    for c, si in zip(classes, s):
+        es += c.rate_rps * si
+        es2 += c.rate_rps * si * si * (1 + c.isl_cv2)
+        pre_tokens += c.rate_rps * c.isl_mean
+    es /= lam
+    es2 /= lam
+    theta = es2 / (2 * es * (1 - rho))
+    q = 1 - percentile / 100.0
+    wait_p = theta * math.log(rho / q) if rho > q else 0.0
+    return wait_p, rho * theta, pre_tokens
 
 
 @cache

@@ -9,9 +9,8 @@ from compiler.candidates import Candidate, CandidateSet
 from compiler.formulate import n_var, x_var
 from compiler.ir import ProblemIR
 from compiler.kvtiers import allocate
-from compiler.plan.schema import KvTiers
-from compiler.plan.schema import (Bucket, Deployment, Goodput, Placement, Plan, Prediction, PrefixReuse, Route,
-                                  SolverInfo)
+from compiler.plan.schema import (Bucket, Deployment, Goodput, KvTiers, Placement, Plan, Prediction, PrefixReuse,
+                                  Route, SolverInfo)
 from compiler.cost.predict import fidelity_warnings
 from solvers.base import SolveResult
 
@@ -182,17 +181,14 @@ def _prediction(a: Assessment, w: str) -> Prediction:
 def finish_plan(plan: Plan, spec, ir: ProblemIR, last_sim, seed: int, sim_requests: int, sim_rounds: int) -> Plan:
     """The last stage of every planner: place the replicas on nodes (CP-SAT when greedy packing fails) and
     record the validating simulation run, so ``check`` can replay it."""
-    from compiler.placement import ToPlace, place
+    from compiler.disagg import placement_inputs
+    from compiler.kvtiers import usable_host_gib
+    from compiler.placement import ToPlace, place_kv
     from compiler.plan.schema import Simulation
     from compiler.topology import build_topology
 
-    from compiler.disagg import placement_inputs
-
     topo = build_topology(spec, ir)
     groups, flows = placement_inputs(plan, ir)  # P/D: co-located groups, rack affinity of KV-heavy pairs
-    from compiler.kvtiers import usable_host_gib
-    from compiler.placement import place_kv
-
     kv = {d.name: (d.kv.borrowed_gib, d.kv.lent_gib, d.kv.offload_gib) for d in plan.deployments if d.kv is not None}
     host = {n.name: usable_host_gib(ir, n) for n in topo.nodes} if kv else {}
     plan = with_placement(plan, place_kv([ToPlace(d.name, d.gpu, d.tensor_parallel, d.pipeline_parallel, d.replicas)

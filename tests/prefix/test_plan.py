@@ -2,8 +2,6 @@
 it assumed, ``check`` passes it; a zero hit rate plans exactly as no prefix block."""
 from __future__ import annotations
 
-from pathlib import Path
-
 import pytest
 
 from compiler.api import plan as make_plan
