@@ -31,9 +31,13 @@ def precheck(ir: ProblemIR, cands: CandidateSet) -> list[str]:
         if w.name not in served and not any(k[0] == w.name for k in best):
             reasons = sorted({p.reason.split(":")[0] for p in cands.pruned if p.id.startswith(w.name + "-")})
             gpus = ", ".join(f"{g.type} x{g.count}" for g in ir.gpus)
+            # KV beyond HBM is a way out only for memory, and only when the spec has not allowed it yet
+            ways = ["Add larger or more GPUs", "use dtype fp8"]
+            if "memory" in reasons and getattr(ir, "kv_tiers", "off") == "off":
+                ways.append("allow KV beyond HBM with defaults.kv_tiers: auto (docs/kv-tiers.md)")
             out.append(f"{w.name}: model {w.model} ({w.dtype}) fits no GPU in the spec at any tensor/pipeline "
                        f"parallelism ({gpus}); pruned for: {', '.join(reasons) or 'no candidates'}. "
-                       f"Add larger or more GPUs, or use dtype fp8.")
+                       f"{', '.join(ways[:-1])} or {ways[-1]}.")
             continue
         for b in w.buckets:
             if any(c.workload == w.name and c.capacity(b.name) > 0 for c in cands.candidates):

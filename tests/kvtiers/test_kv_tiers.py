@@ -299,3 +299,17 @@ def test_check_rejects_a_borrower_placed_away_from_its_lenders():
     deps = [d.model_copy(update={"placement": moved}) if d.name == borrower.name else d for d in plan.deployments]
     bad = tt.check(plan.model_copy(update={"deployments": deps}), spec)
     assert any(v.startswith(f"node {other}: its replicas borrow") for v in bad.violations), bad.violations
+
+
+def test_memory_infeasibility_points_at_kv_tiers(tmp_path):
+    """RAG prompts that no 2-GPU shape holds in HBM: with tiers off the explanation names the way out, and taking
+    it (``kv_tiers: auto``) gives a plan that offloads."""
+    from compiler.errors import InfeasibleError
+
+    two = RAG_ONLY.replace("count: 8", "count: 2")
+    with pytest.raises(InfeasibleError) as exc:
+        tt.plan(_spec(tmp_path, two.replace("kv_tiers: auto", 'kv_tiers: "off"')), validate=False)
+    text = "\n".join(exc.value.lines)
+    assert "pruned for: memory" in text and "defaults.kv_tiers: auto" in text
+    plan = tt.plan(_spec(tmp_path, two, "auto.yaml"), validate=False).plan
+    assert any(k.offload_gib > 0 for k in _tiers(plan).values())
