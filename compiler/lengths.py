@@ -99,6 +99,7 @@ class LengthBucket:
     isl_cv2: float  # squared coefficient of variation of input length inside the bucket
     isl_tail: float  # input length used for the TTFT percentile (see docs/cost-model.md)
     isl_max: float
+    isl_min: float
     osl_mean: float
     osl_max: float
 
@@ -135,6 +136,7 @@ def make_buckets(isl: np.ndarray, osl: np.ndarray, percentile: float) -> tuple[L
                 isl_cv2=float(xi.var() / mean**2),
                 isl_tail=tail,
                 isl_max=float(xi[-1]),
+                isl_min=float(xi[0]),
                 osl_mean=float(xo.mean()),
                 osl_max=float(xo[-1]),
             ))

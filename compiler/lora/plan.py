@@ -38,8 +38,8 @@ from compiler.errors import InfeasibleError, InputError, NoSolutionError, Proble
 from compiler.formulate import EPS_GPU, n_var
 from compiler.lora.model import lora_kwargs
 from compiler.lora.spec import NO_TENANT
-from compiler.plan.extract import engine_args, finish_plan, seconds_bound
-from compiler.plan.schema import (AdapterRoute, Bucket, Deployment, Plan, Route, SolverInfo)
+from compiler.plan.extract import engine_args, finish_plan, plan_buckets, seconds_bound
+from compiler.plan.schema import (AdapterRoute, Deployment, Plan, Route, SolverInfo)
 from solvers.base import SolveOptions, Status
 from solvers.model import Constraint, MilpModel
 
@@ -451,8 +451,7 @@ def build_plan(ir, prob: LoraProblem, chosen, flows, res, solve_s: float, rounds
         routes=[Route(workload=r.workload, bucket=r.bucket, deployment=r.deployment, share=r.share)
                 for r in sorted(routes, key=lambda r: (r.workload, r.bucket, r.deployment))],
         predictions={w.name: _prediction(a, w.name) for w in ir.workloads},
-        buckets={w.name: [Bucket(name=b.name, share=b.prob, input_tokens_mean=b.isl_mean,
-                                 output_tokens_mean=b.osl_mean) for b in w.buckets] for w in ir.workloads},
+        buckets=plan_buckets(ir),
         warnings=warnings + fidelity_warnings(ir, [(c.cand, n) for c, n in chosen]),
         adapter_routes=sorted(aroutes, key=lambda r: (r.workload, r.adapter, r.deployment)),
     )

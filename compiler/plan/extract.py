@@ -34,6 +34,14 @@ def engine_args(c: Candidate | Deployment, ir_engine_util: float) -> list[str]:
     return args
 
 
+def plan_buckets(ir: ProblemIR) -> dict[str, list[Bucket]]:
+    """The plan's ``buckets``: each workload's length ranges as the planner cut them."""
+    return {w.name: [Bucket(name=b.name, share=b.prob, input_tokens_min=int(b.isl_min),
+                            input_tokens_max=int(b.isl_max), input_tokens_mean=b.isl_mean,
+                            output_tokens_mean=b.osl_mean, output_tokens_max=int(b.osl_max)) for b in w.buckets]
+            for w in ir.workloads}
+
+
 def chosen(ir: ProblemIR, cands: CandidateSet, res: SolveResult) -> tuple[list[tuple[Candidate, int]], list[RouteView]]:
     deps = []
     for c in cands.candidates + cands.disagg:
@@ -111,8 +119,7 @@ def build_plan(ir: ProblemIR, deps: list[tuple[Candidate, int]], routes: list[Ro
                       prefill=r.prefill or None, decode=r.decode or None, share=r.share)
                 for r in sorted(routes, key=lambda r: (r.workload, r.bucket, r.deployment, r.prefill, r.decode))],
         predictions={w.name: _prediction(a, w.name) for w in ir.workloads},
-        buckets={w.name: [Bucket(name=b.name, share=b.prob, input_tokens_mean=b.isl_mean,
-                                 output_tokens_mean=b.osl_mean) for b in w.buckets] for w in ir.workloads},
+        buckets=plan_buckets(ir),
         warnings=warnings + fidelity_warnings(ir, deps),
         goodput=goodput_of(ir, routes) if ir.objective == "max_goodput" else None,
         prefix=prefix_of(ir, deps, a),

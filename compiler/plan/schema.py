@@ -113,10 +113,16 @@ class Prediction(_Strict):
 
 
 class Bucket(_Strict):
+    """A range of prompt lengths of one workload: what a router sees at admission (docs/routing.md)."""
+
     name: str
-    share: float
+    share: float = Field(description="share of the workload's requests whose prompt falls in this range")
+    input_tokens_min: int = Field(ge=1, description="shortest prompt in the range, tokens")
+    input_tokens_max: int = Field(ge=1, description="longest prompt in the range, tokens (after the context cut)")
     input_tokens_mean: float
-    output_tokens_mean: float
+    output_tokens_mean: float = Field(description="mean output length of requests in this range")
+    output_tokens_max: int = Field(ge=1, description="longest output of requests in this range; with "
+                                                     "input_tokens_max the context a deployment must admit")
 
 
 class Simulation(_Strict):
