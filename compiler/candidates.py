@@ -105,9 +105,10 @@ def traffic_class(b: LengthBucket, rate_rps: float, w: WorkloadIR | None = None,
     """The cost model's class for bucket ``b`` at a per-replica rate; with the workload ``w`` and the replica
     ``rm``, its prefix reuse (``prefix_cache``): cached tokens per request and the replica's reserve."""
     if w is None or rm is None or not w.prefix_hit_rate:
-        return TrafficClass(rate_rps, b.isl_mean, b.osl_mean, b.isl_tail, b.isl_cv2)
+        return TrafficClass(rate_rps, b.isl_mean, b.osl_mean, b.isl_tail, b.isl_cv2, osl_points=b.osl_points)
     reserved, hit = prefix_cache(w, rm)
-    return TrafficClass(rate_rps, b.isl_mean, b.osl_mean, b.isl_tail, b.isl_cv2, hit * b.isl_mean, float(reserved))
+    return TrafficClass(rate_rps, b.isl_mean, b.osl_mean, b.isl_tail, b.isl_cv2, hit * b.isl_mean, float(reserved),
+                        b.osl_points)
 
 
 PREFIX_RESERVE_SHARES = (1.0, 0.5, 0.25, 0.125)  # of min(working set, spare HBM KV) tried for the prefix cache

@@ -103,6 +103,9 @@ def verify(plan: Plan, ir: ProblemIR, topo: Topology | None = None, slo: bool = 
     if abs(cost - plan.cost_usd_per_hour) > 0.01 * max(cost, 1.0):
         bad.append(f"cost: plan states {plan.cost_usd_per_hour:g} $/h, its GPUs at the spec's prices cost {cost:.2f}")
 
+    from compiler.physics import breaches
+
+    bad += [f"physics: {b.line()}" for b in breaches(plan, ir)]
     names = {d.name: d for d in plan.deployments}
     routes: list[RouteView] = []
     per_bucket: dict[tuple[str, str], float] = {}

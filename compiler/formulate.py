@@ -61,6 +61,18 @@ def slack_var(cname: str) -> str:
     return f"slack[{cname}]"
 
 
+def capacity_fill(cands: CandidateSet, res: SolveResult, derate: dict[str, float]) -> dict[str, float]:
+    """Per unified deployment bought: the left side of its ``capacity`` row over its replicas (1: full)."""
+    out = {}
+    for c in cands.candidates:
+        n = res.values.get(n_var(c.id), 0.0)
+        if n >= 0.5:
+            f = derate.get(c.id, 1.0)
+            out[c.id] = sum(res.values.get(x_var(c.workload, b, c.id), 0.0) / (cap * f)
+                            for b, cap in c.capacity_rps) / round(n)
+    return out
+
+
 def _replicas_to_carry_all(ir: ProblemIR, c, derate: float) -> int:
     """Replicas of ``c`` that carry all of its workload's traffic: more are never useful."""
     w = ir.workload(c.workload)

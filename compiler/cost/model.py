@@ -18,7 +18,7 @@ The equations, with their sources, are in docs/cost-model.md. Every number comes
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from functools import cache, cached_property
 
 from compiler.profiles import EngineProfile, GpuProfile, ModelProfile
@@ -41,6 +41,10 @@ class TrafficClass:
     # isl), and the KV tokens the replica keeps for this workload's prefix cache (not available to requests).
     cached_tokens: float = 0.0
     prefix_reserved: float = 0.0
+    # Output lengths in the class as ((length, probability), ...): a router cannot split requests by output
+    # length, so one class mixes short and long outputs, and a short one's TPOT is the noisier (its mean over
+    # fewer steps). Empty: every request has osl_mean.
+    osl_points: tuple[tuple[float, float], ...] = ()
 
     @property
     def tail(self) -> float:
@@ -545,15 +549,16 @@ class ReplicaModel:
         d = [max(si - k * t_d, 0.0) for si, k in zip(s, nsteps)]
         ed2 = sum(c.rate_rps * di ** 2 * (1 + c.isl_cv2) for c, di in zip(classes, d)) / lam
         ed3 = sum(c.rate_rps * di ** 3 * (1 + c.isl_cv2) ** 3 for c, di in zip(classes, d)) / lam
-        parts = []  # (weight, sd of TPOT, skewness) per class with more than one output token
+        parts = []  # (weight, sd of TPOT, skewness) per class and output length with more than one output token
         for c in classes:
-            k = c.osl_mean - 1
-            if k >= 1 and ed2 > 0:
-                m = lam * k * tpot  # prompts arriving during the request's decode
-                parts.append((c.rate_rps, math.sqrt(m * ed2) / k, ed3 / (math.sqrt(m) * ed2 ** 1.5)))
+            for o, share in c.osl_points or ((c.osl_mean, 1.0),):
+                k = o - 1
+                if k >= 1 and ed2 > 0:
+                    m = lam * k * tpot  # prompts arriving during the request's decode
+                    parts.append((c.rate_rps * share, math.sqrt(m * ed2) / k, ed3 / (math.sqrt(m) * ed2 ** 1.5)))
         if not parts:
             return tpot
-        wsum = sum(p[0] for p in parts)
+        wsum = lam  # requests with a single output token have no TPOT to miss
         q = 1 - percentile / 100.0
         nd = _normal()
 
@@ -606,8 +611,7 @@ class ReplicaModel:
         def ok(rate: float) -> bool:
             if rate <= known[0] or rate >= known[1]:
                 return rate <= known[0]  # implied by monotonicity
-            c = TrafficClass(rate, cls.isl_mean, cls.osl_mean, cls.isl_tail, cls.isl_cv2, cls.cached_tokens,
-                             cls.prefix_reserved)
+            c = replace(cls, rate_rps=rate)
             if slo is None:
                 st = self.evaluate([c], percentile)
             else:
@@ -731,8 +735,8 @@ class ReplicaModel:
                 return 0.0
 
             def ok(rate: float) -> bool:
-                st = self.evaluate_decode([TrafficClass(rate, cls.isl_mean, cls.osl_mean, cls.isl_tail,
-                                                        cls.isl_cv2)], percentile)
+                st = self.evaluate_decode([replace(cls, rate_rps=rate, cached_tokens=0.0, prefix_reserved=0.0)],
+                                          percentile)
                 return st.stable and st.tpot_s * 1e3 <= tpot_ms
 
             hi = 1.01 * self.max_num_seqs / ((cls.osl_mean - 1) * self.iteration_s(1, cls.isl_mean))

@@ -463,6 +463,7 @@ def plan_lora(spec, ir, *, backend=None, time_limit_s=None, validate=True, seed=
     from compiler.api import PlanResult
     from compiler.rounds import MAX_ROUNDS, SIM_ROUNDS, derate_analytic, simulate_and_derate
     from compiler.sim import default_requests
+    from compiler.sim.validate import validation_seeds
     from solvers import get_backend
 
     t0 = t0 if t0 is not None else time.perf_counter()
@@ -476,7 +477,8 @@ def plan_lora(spec, ir, *, backend=None, time_limit_s=None, validate=True, seed=
     opts = SolveOptions(time_limit_s=time_limit_s or spec.solver.time_limit_s)
     derate: dict[str, float] = {}
     solve_s = 0.0
-    sim_requests = default_requests([w.rate_rps for w in ir.workloads])
+    sim_requests = default_requests(ir)
+    seeds = validation_seeds(seed)
     best = None
     last_sim = None
     warnings = list(ir.warnings)
@@ -501,7 +503,7 @@ def plan_lora(spec, ir, *, backend=None, time_limit_s=None, validate=True, seed=
         if not misses:
             if not validate:
                 break
-            last_sim = simulate_and_derate(plan_, spec, ir, seed, sim_requests, derate)
+            last_sim = simulate_and_derate(plan_, spec, ir, seeds, sim_requests, derate)
             if last_sim.ok:
                 break
             sim_rounds += 1
@@ -514,7 +516,7 @@ def plan_lora(spec, ir, *, backend=None, time_limit_s=None, validate=True, seed=
                  for line in last_sim.failures()]
     if extra:
         plan_, a = build_plan(ir, prob, chosen, flows, res, solve_s, rnd, warnings + extra)
-    plan_ = finish_plan(plan_, spec, ir, last_sim, seed, sim_requests, sim_rounds)
+    plan_ = finish_plan(plan_, spec, ir, last_sim, sim_requests, sim_rounds)
     t3 = time.perf_counter()
     cs = CandidateSet(tuple(c.cand for c in prob.cands), ())
     return PlanResult(plan_, ir, cs, a, res, rnd, {"lower": t1 - t0, "candidates": t2 - t1, "solve": solve_s,

@@ -185,15 +185,23 @@ def _prediction(a: Assessment, w: str) -> Prediction:
                       utilization=p.utilization)
 
 
-def finish_plan(plan: Plan, spec, ir: ProblemIR, last_sim, seed: int, sim_requests: int, sim_rounds: int) -> Plan:
+def finish_plan(plan: Plan, spec, ir: ProblemIR, last_sim, sim_requests: int, sim_rounds: int) -> Plan:
     """The last stage of every planner: place the replicas on nodes (CP-SAT when greedy packing fails) and
-    record the validating simulation run, so ``check`` can replay it."""
+    record the validating simulation runs (``compiler.sim.validate.SeedsResult``), so ``check`` knows which seeds
+    the plan was fitted on."""
     from compiler.disagg import placement_inputs
     from compiler.kvtiers import usable_host_gib
     from compiler.placement import ToPlace, place_kv
     from compiler.plan.schema import Simulation
     from compiler.topology import build_topology
 
+    from compiler.errors import InternalError
+    from compiler.physics import breaches
+
+    broken = breaches(plan, ir)
+    if broken:
+        raise InternalError(["internal error: the plan breaks the speed-of-light bound (a cost-model bug; "
+                             "please report it with the spec):"] + ["  " + b.line() for b in broken])
     topo = build_topology(spec, ir)
     groups, flows = placement_inputs(plan, ir)  # P/D: co-located groups, rack affinity of KV-heavy pairs
     kv = {d.name: (d.kv.borrowed_gib, d.kv.lent_gib, d.kv.offload_gib) for d in plan.deployments if d.kv is not None}
@@ -202,6 +210,7 @@ def finish_plan(plan: Plan, spec, ir: ProblemIR, last_sim, seed: int, sim_reques
                                           for d in plan.deployments], topo, kv, host, groups=groups, flows=flows))
     if last_sim is not None:
         plan = plan.model_copy(update={"simulation": Simulation(
-            seed=seed, requests=sim_requests, rounds=sim_rounds, passed=last_sim.ok,
-            attainment={k: round(w.attainment, 4) for k, w in sorted(last_sim.workloads.items())})})
+            seeds=list(last_sim.seeds), requests=sim_requests, rounds=sim_rounds, passed=last_sim.ok,
+            attainment={k: round(iv.mean, 4) for k, iv in sorted(last_sim.intervals.items())},
+            attainment_lower={k: round(iv.lower, 4) for k, iv in sorted(last_sim.intervals.items())})})
     return plan

@@ -20,7 +20,7 @@ from __future__ import annotations
 import math
 from heapq import heappop, heappush
 
-from compiler.sim.engine import Simulation, least_loaded as _least
+from compiler.sim.engine import REJECTED, Simulation, least_loaded as _least
 from compiler.sim.replica import Replica, Request
 
 
@@ -31,7 +31,7 @@ class DecodeReplica(Replica):
 
     def enqueue(self, r: Request) -> None:
         r.rep = self.index
-        self.work += r.osl - r.gen
+        self.work += r.eosl - r.gen  # expected, as in Replica.enqueue
         self.waiting.append(r)
 
     def start_step(self, t: float) -> float:
@@ -112,6 +112,7 @@ class DisaggSimulation(Simulation):
         a = self.arrivals
         sc = self.sc
         ts, ws, isls, osls, deps = a.t.tolist(), a.w.tolist(), a.isl.tolist(), a.osl.tolist(), a.dep.tolist()
+        eosls = a.eosl.tolist()
         n = len(ts)
         reqs = self.requests
         heap = self.events.heap
@@ -180,13 +181,13 @@ class DisaggSimulation(Simulation):
             t = t_arr
             d = deps[i]
             pi = d - nd if d >= nd else -1
-            r = Request(i, ws[i], pairs[pi][0] if pi >= 0 else d, t, isls[i], osls[i])
+            r = Request(i, ws[i], pairs[pi][0] if pi >= 0 else d, t, isls[i], osls[i], eosls[i])
             reqs.append(r)
             i += 1
             if progress is not None and i % tick == 0:
                 progress(i / n)
             if d < 0:
-                r.status = 2
+                r.status = 3 if d == REJECTED else 2
                 continue
             if pi >= 0:
                 pd, dd = pairs[pi]

@@ -74,6 +74,6 @@ def single_server(model, rate: float, isl_grid: np.ndarray, osl: int = 1, ttft_s
     """One workload, one deployment of one replica; input lengths drawn uniformly from ``isl_grid``."""
     g = np.sort(np.asarray(isl_grid, float))
     w = SimWorkload("w", rate, ttft_s, tpot_s, 99.0, 10**9, ("all",), g, np.array([float(osl)]),
-                    [(0, len(g))], [(0, 1)])
+                    [(0, len(g))], np.array([float(osl)]))
     w.routes.append((np.array([0]), np.array([1.0])))
     return Scenario([SimDeployment("d", ("w",), model, 1, 1)], [w], [])
