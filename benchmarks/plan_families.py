@@ -1,0 +1,155 @@
+"""Plan families of random specs (``benchmarks/specgen.py``) and report distributions, not single runs.
+
+    python benchmarks/plan_families.py --sizes small,medium --n 20
+    python benchmarks/plan_families.py --sizes target --n 5 --csv target.csv
+    python benchmarks/plan_families.py --sizes quickstart,lora --n 5
+
+Per size: median / p90 / max of the total seconds of ``compiler.api.plan`` (validation by simulation
+included, as ``trimtab plan`` runs it), of each stage in ``PlanResult.seconds`` (``other``: the total less the
+named stages, i.e. simulation, derating and placement between the solve rounds), of the rounds, and the share
+of plans validated by simulation within 2 rounds (``plan.simulation.passed`` and ``rounds <= 2``).
+Infeasible or unsolved specs are counted and timed, not dropped. ``quickstart`` plans
+``examples/quickstart.yaml`` n times (the same spec: the spread is this machine's noise).
+
+Targets (issue 16), reported against, not tuned to: ``target`` (100 workloads / 8 types / 4,096 GPUs) <= 10 s
+median and <= 20 s p90; ``lora`` (1,000 adapters over 7 base models) <= 30 s; ``quickstart`` <= 2 s.
+p90 is the nearest-rank 90th percentile (with n=5, the largest but none).
+"""
+from __future__ import annotations
+
+import argparse
+import csv
+import math
+import statistics
+import sys
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+from benchmarks.specgen import parse_size, family  # noqa: E402
+from compiler.api import plan  # noqa: E402
+from compiler.errors import TrimtabError  # noqa: E402
+from compiler.spec.load import load_spec  # noqa: E402
+
+NOT_STAGES = ("spec", "size", "status", "error", "total", "rounds", "validated", "cost", "workloads")
+CSV_FIELDS = ("size", "spec", "status", "total", "lower", "candidates", "solve", "other", "rounds", "validated",
+              "cost", "workloads", "error")
+TARGETS = {"target": "median <= 10 s, p90 <= 20 s", "lora": "<= 30 s", "quickstart": "<= 2 s"}
+
+
+def p90(xs: list[float]) -> float:
+    """Nearest-rank 90th percentile."""
+    s = sorted(xs)
+    return s[max(0, math.ceil(0.9 * len(s)) - 1)]
+
+
+def specs_for(size_name: str, n: int, seed: int) -> list[tuple[str, str]]:
+    if size_name == "quickstart":
+        text = (ROOT / "examples" / "quickstart.yaml").read_text()
+        return [("quickstart", text)] * n
+    return family(parse_size(size_name), n, seed)
+
+
+def run_one(name: str, text: str, time_limit: float | None) -> dict:
+    """Plan one spec; a row of seconds per stage, rounds, validation, cost (or the error's first line)."""
+    spec = load_spec(f"{name}.yaml", text=text)
+    t0 = time.perf_counter()
+    try:
+        r = plan(spec, time_limit_s=time_limit)
+    except TrimtabError as exc:
+        return {"spec": name, "status": type(exc).__name__, "total": time.perf_counter() - t0,
+                "error": exc.lines[0] if exc.lines else ""}
+    wall = time.perf_counter() - t0
+    row = {"spec": name, "status": "ok", "total": wall, "rounds": r.rounds,
+           "validated": bool(r.plan.simulation and r.plan.simulation.passed),
+           "cost": r.plan.cost_usd_per_hour, "workloads": len(spec.workloads)}
+    named = 0.0
+    for k, v in r.seconds.items():
+        if k != "total":
+            row[k] = v
+            named += v
+    row["other"] = max(0.0, r.seconds.get("total", wall) - named)
+    return row
+
+
+def run_bounded(name: str, text: str, time_limit: float | None, timeout: float | None) -> dict:
+    """``run_one`` in a forked child killed after ``timeout`` s (row status ``timeout``, total = the timeout: a
+    lower bound), so one pathological spec cannot eat a shared machine's afternoon. No timeout: in-process."""
+    if not timeout:
+        return run_one(name, text, time_limit)
+    import multiprocessing as mp
+
+    ctx = mp.get_context("fork")
+    recv, send = ctx.Pipe(duplex=False)
+    proc = ctx.Process(target=lambda: send.send(run_one(name, text, time_limit)), daemon=False)
+    t0 = time.perf_counter()
+    proc.start()
+    if recv.poll(timeout):
+        row = recv.recv()
+        proc.join()
+        return row
+    proc.kill()
+    proc.join()
+    return {"spec": name, "status": "timeout", "total": time.perf_counter() - t0,
+            "error": f"stopped after {timeout:g} s (--spec-timeout)"}
+
+
+def summarise(rows: list[dict]) -> dict:
+    ok = [r for r in rows if r["status"] == "ok"]
+    stages = [k for k in ok[0] if k not in NOT_STAGES] if ok else []
+    out = {"n": len(rows), "ok": len(ok), "failed": len(rows) - len(ok)}
+    for k in ["total"] + stages:
+        xs = [r[k] for r in (rows if k == "total" else ok)]
+        out[k] = (statistics.median(xs), p90(xs), max(xs)) if xs else None
+    out["rounds"] = (statistics.median([r["rounds"] for r in ok]), p90([r["rounds"] for r in ok]),
+                     max(r["rounds"] for r in ok)) if ok else None
+    out["within2"] = sum(1 for r in ok if r["validated"] and r["rounds"] <= 2) / len(ok) if ok else float("nan")
+    out["stages"] = stages
+    return out
+
+
+def fmt3(t: tuple | None, d: int = 2) -> str:
+    return "-" if t is None else " / ".join(f"{x:.{d}f}" for x in t)
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--sizes", default="small,medium", help="comma-separated: quickstart, small, medium, large, "
+                    "target, lora-small, lora, W/G/N[/M] or lora:A/B[/RATE]")
+    ap.add_argument("--n", type=int, default=20, help="specs per size (seeds seed..seed+n-1)")
+    ap.add_argument("--seed", type=int, default=0, help="first seed")
+    ap.add_argument("--time-limit", type=float, default=None, help="solver time limit per plan, seconds")
+    ap.add_argument("--csv", type=Path, default=None, help="write one row per planned spec here (as it goes)")
+    ap.add_argument("--spec-timeout", type=float, default=None, help="stop a spec's plan after this many seconds "
+                    "(counted as a timeout, its total a lower bound)")
+    args = ap.parse_args()
+    writer = None
+    if args.csv:
+        fh = args.csv.open("w", newline="")
+        writer = csv.DictWriter(fh, fieldnames=CSV_FIELDS, extrasaction="ignore")
+        writer.writeheader()
+    print("| size | n | ok / failed | total s (median / p90 / max) | stages s (median / p90 / max) "
+          "| rounds (median / p90 / max) | validated within 2 rounds | target |")
+    print("|---|---:|---:|---:|---|---:|---:|---|")
+    for size_name in [s.strip() for s in args.sizes.split(",") if s.strip()]:
+        rows = []
+        for name, text in specs_for(size_name, args.n, args.seed):
+            row = run_bounded(name, text, args.time_limit, args.spec_timeout)
+            row["size"] = size_name
+            rows.append(row)
+            if writer:
+                writer.writerow(row)
+                fh.flush()
+            print(f"  {name}: {row['status']} {row['total']:.2f} s"
+                  + (f", rounds {row['rounds']}, validated {row['validated']}" if row["status"] == "ok"
+                     else f" ({row.get('error', '')[:80]})"), file=sys.stderr, flush=True)
+        s = summarise(rows)
+        stages = "; ".join(f"{k} {fmt3(s[k])}" for k in s["stages"])
+        print(f"| {size_name} | {s['n']} | {s['ok']} / {s['failed']} | {fmt3(s['total'])} | {stages} | "
+              f"{fmt3(s['rounds'], 0)} | {s['within2']:.0%} | {TARGETS.get(size_name, '')} |", flush=True)
+
+
+if __name__ == "__main__":
+    main()
