@@ -33,8 +33,8 @@ from compiler.api import plan  # noqa: E402
 from compiler.errors import TrimtabError  # noqa: E402
 from compiler.spec.load import load_spec  # noqa: E402
 
-NOT_STAGES = ("spec", "size", "status", "error", "total", "rounds", "validated", "cost", "workloads")
-CSV_FIELDS = ("size", "spec", "status", "total", "lower", "candidates", "solve", "other", "rounds", "validated",
+NOT_STAGES = ("spec", "size", "status", "error", "total", "cpu", "rounds", "validated", "cost", "workloads")
+CSV_FIELDS = ("size", "spec", "status", "total", "cpu", "lower", "candidates", "solve", "other", "rounds", "validated",
               "cost", "workloads", "error")
 TARGETS = {"target": "median <= 10 s, p90 <= 20 s", "lora": "<= 30 s", "quickstart": "<= 2 s"}
 
@@ -52,17 +52,27 @@ def specs_for(size_name: str, n: int, seed: int) -> list[tuple[str, str]]:
     return family(parse_size(size_name), n, seed)
 
 
+def cpu_s() -> float:
+    """CPU seconds of this process and its waited-for children (the candidate fan-out's forks): on a shared
+    machine, wall time grows with other people's load and CPU time much less."""
+    import resource
+
+    a, b = resource.getrusage(resource.RUSAGE_SELF), resource.getrusage(resource.RUSAGE_CHILDREN)
+    return a.ru_utime + a.ru_stime + b.ru_utime + b.ru_stime
+
+
 def run_one(name: str, text: str, time_limit: float | None) -> dict:
     """Plan one spec; a row of seconds per stage, rounds, validation, cost (or the error's first line)."""
     spec = load_spec(f"{name}.yaml", text=text)
+    c0 = cpu_s()
     t0 = time.perf_counter()
     try:
         r = plan(spec, time_limit_s=time_limit)
     except TrimtabError as exc:
-        return {"spec": name, "status": type(exc).__name__, "total": time.perf_counter() - t0,
+        return {"spec": name, "status": type(exc).__name__, "total": time.perf_counter() - t0, "cpu": cpu_s() - c0,
                 "error": exc.lines[0] if exc.lines else ""}
     wall = time.perf_counter() - t0
-    row = {"spec": name, "status": "ok", "total": wall, "rounds": r.rounds,
+    row = {"spec": name, "status": "ok", "total": wall, "cpu": cpu_s() - c0, "rounds": r.rounds,
            "validated": bool(r.plan.simulation and r.plan.simulation.passed),
            "cost": r.plan.cost_usd_per_hour, "workloads": len(spec.workloads)}
     named = 0.0
@@ -100,8 +110,8 @@ def summarise(rows: list[dict]) -> dict:
     ok = [r for r in rows if r["status"] == "ok"]
     stages = [k for k in ok[0] if k not in NOT_STAGES] if ok else []
     out = {"n": len(rows), "ok": len(ok), "failed": len(rows) - len(ok)}
-    for k in ["total"] + stages:
-        xs = [r[k] for r in (rows if k == "total" else ok)]
+    for k in ["total", "cpu"] + stages:
+        xs = [r[k] for r in (rows if k == "total" else ok) if k in r]
         out[k] = (statistics.median(xs), p90(xs), max(xs)) if xs else None
     out["rounds"] = (statistics.median([r["rounds"] for r in ok]), p90([r["rounds"] for r in ok]),
                      max(r["rounds"] for r in ok)) if ok else None
@@ -130,9 +140,9 @@ def main() -> None:
         fh = args.csv.open("w", newline="")
         writer = csv.DictWriter(fh, fieldnames=CSV_FIELDS, extrasaction="ignore")
         writer.writeheader()
-    print("| size | n | ok / failed | total s (median / p90 / max) | stages s (median / p90 / max) "
+    print("| size | n | ok / failed | total s (median / p90 / max) | CPU s | stages s (median / p90 / max) "
           "| rounds (median / p90 / max) | validated within 2 rounds | target |")
-    print("|---|---:|---:|---:|---|---:|---:|---|")
+    print("|---|---:|---:|---:|---:|---|---:|---:|---|")
     for size_name in [s.strip() for s in args.sizes.split(",") if s.strip()]:
         rows = []
         for name, text in specs_for(size_name, args.n, args.seed):
@@ -147,7 +157,7 @@ def main() -> None:
                      else f" ({row.get('error', '')[:80]})"), file=sys.stderr, flush=True)
         s = summarise(rows)
         stages = "; ".join(f"{k} {fmt3(s[k])}" for k in s["stages"])
-        print(f"| {size_name} | {s['n']} | {s['ok']} / {s['failed']} | {fmt3(s['total'])} | {stages} | "
+        print(f"| {size_name} | {s['n']} | {s['ok']} / {s['failed']} | {fmt3(s['total'])} | {fmt3(s['cpu'])} | {stages} | "
               f"{fmt3(s['rounds'], 0)} | {s['within2']:.0%} | {TARGETS.get(size_name, '')} |", flush=True)
 
 
