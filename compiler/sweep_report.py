@@ -23,7 +23,7 @@ def progress_bar(console: Console, what: str):
     """Yields a ``progress(done, total)`` callback drawing a rich bar on ``console`` (stderr), or a no-op when
     it is not a terminal (CI logs get the table only)."""
     if not console.is_terminal:
-        yield lambda done, total: None
+        yield lambda done, total, label=what: None
         return
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 

@@ -153,3 +153,18 @@ def test_grid_error_before_any_planning(spec):
     with pytest.raises(InputError) as e:
         grid_points(spec, parse_sets(["workloads.short.rate_rps=2,0"]))
     assert "--set workloads[0] (short).rate_rps" in str(e.value)
+
+
+def test_progress_callback_takes_a_label_on_and_off_a_terminal():
+    """run_points calls progress(done, total), robust_plan progress(done, total, stage): both shapes work."""
+    import io
+
+    from rich.console import Console
+
+    from compiler.sweep_report import progress_bar
+
+    for term in (False, True):
+        con = Console(file=io.StringIO(), force_terminal=term)
+        with progress_bar(con, "planning") as progress:
+            progress(1, 2)
+            progress(1, 3, "check mean")
