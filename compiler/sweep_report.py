@@ -126,6 +126,6 @@ def robust_lines(r: RobustResult) -> list[str]:
     lines.append("candidates (planned at quantiles of the sampled rate and output-length multipliers):")
     for c in r.candidates:
         cost = f"{c.cost_usd_per_hour:8.2f} $/h" if c.cost_usd_per_hour is not None else f"no plan: {c.message}"
-        passed = f"passed {c.passed}/{n}" if c.passed is not None else "not checked (costlier than the chosen plan)"
+        passed = f"passed {c.passed}/{n}" if c.passed is not None else "not checked (no cheaper than the chosen plan)"
         lines.append(f"  {c.level:>6}: {cost}  {passed if c.cost_usd_per_hour is not None else ''}".rstrip())
     return lines
