@@ -157,7 +157,8 @@ def main() -> None:
                      else f" ({row.get('error', '')[:80]})"), file=sys.stderr, flush=True)
         s = summarise(rows)
         stages = "; ".join(f"{k} {fmt3(s[k])}" for k in s["stages"])
-        print(f"| {size_name} | {s['n']} | {s['ok']} / {s['failed']} | {fmt3(s['total'])} | {fmt3(s['cpu'])} | {stages} | "
+        print(f"| {size_name} | {s['n']} | {s['ok']} / {s['failed']} | {fmt3(s['total'])} | {fmt3(s['cpu'])} | "
+              f"{stages} | "
               f"{fmt3(s['rounds'], 0)} | {s['within2']:.0%} | {TARGETS.get(size_name, '')} |", flush=True)
 
 

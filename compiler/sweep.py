@@ -324,8 +324,8 @@ class RayExecutor:
             try:
                 ray.init(address=address, **kw)
             except (ConnectionError, ValueError, RuntimeError) as exc:
-                raise InputError([Problem("--address", f"cannot start or join Ray at {address or 'local'}: "
-                                                       f"{str(exc).splitlines()[0] if str(exc) else type(exc).__name__}")]
+                why = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
+                raise InputError([Problem("--address", f"cannot start or join Ray at {address or 'local'}: {why}")]
                                  ) from None
             self.owned = True
         self.remote = ray.remote(num_cpus=1)(_call)

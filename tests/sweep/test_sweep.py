@@ -144,7 +144,8 @@ def test_cli_grid_writes_table_csv_and_plot(small_spec_path, tmp_path):
     assert res.exit_code == 0, res.output
     assert "sweep of small (serial, 2 points)" in res.output
     rows = csv_path.read_text().splitlines()
-    assert rows[0].startswith("index,label,status,cost_usd_per_hour") and rows[0].endswith("set:workloads.short.rate_rps")
+    assert rows[0].startswith("index,label,status,cost_usd_per_hour")
+    assert rows[0].endswith("set:workloads.short.rate_rps")
     assert len(rows) == 3 and rows[2].endswith(",10")
     assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
 
