@@ -61,13 +61,13 @@ def cpu_s() -> float:
     return a.ru_utime + a.ru_stime + b.ru_utime + b.ru_stime
 
 
-def run_one(name: str, text: str, time_limit: float | None) -> dict:
+def run_one(name: str, text: str, time_limit: float | None, validate: bool = True) -> dict:
     """Plan one spec; a row of seconds per stage, rounds, validation, cost (or the error's first line)."""
     spec = load_spec(f"{name}.yaml", text=text)
     c0 = cpu_s()
     t0 = time.perf_counter()
     try:
-        r = plan(spec, time_limit_s=time_limit)
+        r = plan(spec, time_limit_s=time_limit, validate=validate)
     except TrimtabError as exc:
         return {"spec": name, "status": type(exc).__name__, "total": time.perf_counter() - t0, "cpu": cpu_s() - c0,
                 "error": exc.lines[0] if exc.lines else ""}
@@ -84,16 +84,17 @@ def run_one(name: str, text: str, time_limit: float | None) -> dict:
     return row
 
 
-def run_bounded(name: str, text: str, time_limit: float | None, timeout: float | None) -> dict:
+def run_bounded(name: str, text: str, time_limit: float | None, timeout: float | None,
+                validate: bool = True) -> dict:
     """``run_one`` in a forked child killed after ``timeout`` s (row status ``timeout``, total = the timeout: a
     lower bound), so one pathological spec cannot eat a shared machine's afternoon. No timeout: in-process."""
     if not timeout:
-        return run_one(name, text, time_limit)
+        return run_one(name, text, time_limit, validate)
     import multiprocessing as mp
 
     ctx = mp.get_context("fork")
     recv, send = ctx.Pipe(duplex=False)
-    proc = ctx.Process(target=lambda: send.send(run_one(name, text, time_limit)), daemon=False)
+    proc = ctx.Process(target=lambda: send.send(run_one(name, text, time_limit, validate)), daemon=False)
     t0 = time.perf_counter()
     proc.start()
     if recv.poll(timeout):
@@ -134,6 +135,8 @@ def main() -> None:
     ap.add_argument("--csv", type=Path, default=None, help="write one row per planned spec here (as it goes)")
     ap.add_argument("--spec-timeout", type=float, default=None, help="stop a spec's plan after this many seconds "
                     "(counted as a timeout, its total a lower bound)")
+    ap.add_argument("--analytic", action="store_true", help="plan with validate=False (no simulation, no "
+                    "simulation-driven rounds): what the cost model and the solver alone take")
     args = ap.parse_args()
     writer = None
     if args.csv:
@@ -146,7 +149,7 @@ def main() -> None:
     for size_name in [s.strip() for s in args.sizes.split(",") if s.strip()]:
         rows = []
         for name, text in specs_for(size_name, args.n, args.seed):
-            row = run_bounded(name, text, args.time_limit, args.spec_timeout)
+            row = run_bounded(name, text, args.time_limit, args.spec_timeout, not args.analytic)
             row["size"] = size_name
             rows.append(row)
             if writer:
