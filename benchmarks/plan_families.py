@@ -125,6 +125,35 @@ def fmt3(t: tuple | None, d: int = 2) -> str:
     return "-" if t is None else " / ".join(f"{x:.{d}f}" for x in t)
 
 
+def print_header() -> None:
+    print("| size | n | ok / failed | total s (median / p90 / max) | CPU s | stages s (median / p90 / max) "
+          "| rounds (median / p90 / max) | validated within 2 rounds | target |")
+    print("|---|---:|---:|---:|---:|---|---:|---:|---|")
+
+
+def print_row(size_name: str, rows: list[dict]) -> None:
+    s = summarise(rows)
+    stages = "; ".join(f"{k} {fmt3(s[k])}" for k in s["stages"])
+    print(f"| {size_name} | {s['n']} | {s['ok']} / {s['failed']} | {fmt3(s['total'])} | {fmt3(s['cpu'])} | "
+          f"{stages} | {fmt3(s['rounds'], 0)} | {s['within2']:.0%} | {TARGETS.get(size_name, '')} |", flush=True)
+
+
+def read_rows(path: Path) -> dict[str, list[dict]]:
+    """Rows of a --csv file by size (numbers back to numbers), to summarise a run again or a partial one."""
+    by: dict[str, list[dict]] = {}
+    with path.open() as f:
+        for r in csv.DictReader(f):
+            row = {k: v for k, v in r.items() if v != ""}
+            for k in ("total", "cpu", "lower", "candidates", "solve", "other", "cost"):
+                if k in row:
+                    row[k] = float(row[k])
+            if "rounds" in row:
+                row["rounds"] = int(row["rounds"])
+            row["validated"] = row.get("validated") == "True"
+            by.setdefault(row["size"], []).append(row)
+    return by
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--sizes", default="small,medium", help="comma-separated: quickstart, small, medium, large, "
@@ -137,15 +166,21 @@ def main() -> None:
                     "(counted as a timeout, its total a lower bound)")
     ap.add_argument("--analytic", action="store_true", help="plan with validate=False (no simulation, no "
                     "simulation-driven rounds): what the cost model and the solver alone take")
+    ap.add_argument("--summarise", type=Path, nargs="*", default=None, help="print the table of these --csv "
+                    "files instead of planning")
     args = ap.parse_args()
+    if args.summarise is not None:
+        print_header()
+        for path in args.summarise:
+            for size_name, rows in read_rows(path).items():
+                print_row(size_name, rows)
+        return
     writer = None
     if args.csv:
         fh = args.csv.open("w", newline="")
         writer = csv.DictWriter(fh, fieldnames=CSV_FIELDS, extrasaction="ignore")
         writer.writeheader()
-    print("| size | n | ok / failed | total s (median / p90 / max) | CPU s | stages s (median / p90 / max) "
-          "| rounds (median / p90 / max) | validated within 2 rounds | target |")
-    print("|---|---:|---:|---:|---:|---|---:|---:|---|")
+    print_header()
     for size_name in [s.strip() for s in args.sizes.split(",") if s.strip()]:
         rows = []
         for name, text in specs_for(size_name, args.n, args.seed):
@@ -158,11 +193,7 @@ def main() -> None:
             print(f"  {name}: {row['status']} {row['total']:.2f} s"
                   + (f", rounds {row['rounds']}, validated {row['validated']}" if row["status"] == "ok"
                      else f" ({row.get('error', '')[:80]})"), file=sys.stderr, flush=True)
-        s = summarise(rows)
-        stages = "; ".join(f"{k} {fmt3(s[k])}" for k in s["stages"])
-        print(f"| {size_name} | {s['n']} | {s['ok']} / {s['failed']} | {fmt3(s['total'])} | {fmt3(s['cpu'])} | "
-              f"{stages} | "
-              f"{fmt3(s['rounds'], 0)} | {s['within2']:.0%} | {TARGETS.get(size_name, '')} |", flush=True)
+        print_row(size_name, rows)
 
 
 if __name__ == "__main__":
