@@ -109,9 +109,10 @@ def robust_executor(request):
 def test_robust_plan_holds_in_q_of_its_scenarios(spec, robust_executor):
     """The chosen plan passes check in >= q of the scenarios, re-checked here one by one; it costs at least
     as much as the mean scenario's plan and is the cheapest candidate that passed."""
-    q, n = 0.75, 4
-    r = robust_plan(spec, q, n, rate_cv=0.4, seed=2, levels=(1.0,), executor=robust_executor)
-    pts = scenario_points(spec, n, rate_cv=0.4, seed=2)
+    q, n = 1.0, 4  # at this seed the mean scenario's plan misses in one scenario: the envelope must be chosen
+    r = robust_plan(spec, q, n, rate_cv=0.8, seed=2, levels=(1.0,), executor=robust_executor)
+    assert r.chosen_level == "q1.00" and r.mean_passed < n
+    pts = scenario_points(spec, n, rate_cv=0.8, seed=2)
     ok = [check_simulated(r.plan, apply_overrides(spec, p.overrides), seeds=1)[0].ok for p in pts]
     assert r.per_scenario[r.chosen_level] == ok
     assert sum(ok) >= math.ceil(q * n) and r.passed == sum(ok)
@@ -179,3 +180,14 @@ def test_progress_callback_takes_a_label_on_and_off_a_terminal():
         with progress_bar(con, "planning") as progress:
             progress(1, 2)
             progress(1, 3, "check mean")
+
+
+def test_robust_without_a_passing_candidate_is_infeasible(spec):
+    """Only the mean scenario's plan as candidate, and it misses in one of the four scenarios: exit 3 naming
+    each candidate's cost and share, not a plan that does not hold."""
+    from compiler.errors import InfeasibleError
+
+    with pytest.raises(InfeasibleError) as e:
+        robust_plan(spec, 1.0, 4, rate_cv=0.8, seed=2, levels=(), executor=SerialExecutor())
+    assert "no candidate plan met its SLOs in 4 of 4 scenarios" in str(e.value)
+    assert "mean: 1.60 $/h, passed 3/4" in str(e.value)
