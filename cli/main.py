@@ -456,6 +456,9 @@ def sweep(
         raise InputError([Problem("--set/--scenarios", "give a grid (--set) or scenarios (--scenarios), not both")])
     if robust is not None and not scenarios:
         raise InputError([Problem("--robust", "needs --scenarios N (the scenarios the plan must hold in)")])
+    if robust is not None and (csv_path or plot or analytic or check):
+        raise InputError([Problem("--robust", "prints every candidate's cost and share and writes the plan with -o; "
+                                              "--csv, --plot, --analytic and --check do not apply")])
     s = load_spec(spec)
     if robust is None:  # build (and validate) every point before starting Ray
         points = (sw.scenario_points(s, scenarios, rate_cv, length_cv, input_cv, seed) if scenarios

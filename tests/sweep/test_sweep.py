@@ -140,6 +140,7 @@ def _cli(*args):
     (["--scenarios", "3", "--robust", "0.9", "--input-cv", "0.2"], "--input-cv"),
     (["--robust", "0.9"], "--robust"),
     (["--scenarios", "3", "--robust", "1.5"], "--robust"),
+    (["--scenarios", "3", "--robust", "0.9", "--csv", "x.csv"], "--robust"),
     ([], "--set"),
 ])
 def test_bad_input_exit_1_naming_the_field(small_spec_path, args, field):
