@@ -17,7 +17,8 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, field, replace
 
-from compiler.candidates import CandidateSet, build_candidates
+from compiler.candidates import build_candidates
+from compiler.deployment import CandidateSet
 from compiler.formulate import formulate, n_var, slack_var
 from compiler.ir import ProblemIR
 from solvers.base import Backend, SolveOptions, SolveResult

@@ -122,8 +122,7 @@ def _rack_affine(deps: list[ToPlace], bins: list, topo: Topology, placed: dict, 
     joined by a route form a component; components (most GPUs first) go first-fit into the first rack that holds
     them all, then the other deployments first-fit. Refuses, naming the link and by how much it is over, when
     no rack-local packing is found (greedy: a packing may exist that it misses)."""
-    from compiler.disagg import LINK_UTIL
-    from compiler.topology import kv_link_loads
+    from compiler.topology import LINK_UTIL, kv_link_loads
 
     def over(pl):
         st = {k: [(s.node, 0) for s in v] for k, v in pl.items()}

@@ -5,9 +5,11 @@ planner for specs with adapters or tenants.
 """
 from __future__ import annotations
 
-from compiler.candidates import CandidateSet, build_candidates
+from compiler.candidates import build_candidates
+from compiler.deployment import CandidateSet
 from compiler.explain import precheck, relaxations
-from compiler.formulate import capacity_fill, solve_ir
+from compiler.formulate import capacity_fill
+from compiler.solve import solve_ir
 from compiler.plan.extract import build_plan, chosen
 
 

@@ -29,16 +29,17 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, field, replace
 
-from compiler.assess import DeploymentSpecView, RouteView, assess
-from compiler.candidates import TOKEN_BUDGETS, Candidate, CandidateSet, _shapes, replica_model, traffic_class
+from compiler.assess import assess
+from compiler.cost.factory import replica_model, traffic_class
 from compiler.cost.lora import vllm_rank
 from compiler.cost.model import bisect_max
-from compiler.errors import InfeasibleError, InputError, NoSolutionError, Problem
+from compiler.deployment import TOKEN_BUDGETS, Candidate, CandidateSet, DeploymentSpecView, RouteView, shapes
+from compiler.errors import InfeasibleError, InputError, Problem
 from compiler.formulate import EPS_GPU, n_var
 from compiler.lora.model import lora_kwargs
 from compiler.lora.spec import NO_TENANT
-from compiler.plan.extract import engine_args, finish_plan, plan_buckets, seconds_bound
-from compiler.plan.schema import (AdapterRoute, Deployment, Plan, Route, SolverInfo)
+from compiler.plan.extract import engine_args, plan_buckets, seconds_bound
+from compiler.plan.schema import AdapterRoute, Deployment, Plan, Route, SolverInfo
 from solvers.base import SolveOptions, Status
 from solvers.model import Constraint, MilpModel
 
@@ -128,7 +129,7 @@ def build(ir) -> LoraProblem:
         label = {k: ("" if k == 0 else "-" + min(t for t, c in colors.items() if c == k)) for k in range(ncol)}
         longest = max(b.isl_max + b.osl_max for w in ws for b in w.buckets)
         for pool in ir.gpus:
-            for _cid, tp, pp, why in _shapes(ir, ws[0], pool):
+            for _cid, tp, pp, why in shapes(ir, ws[0], pool):
                 if why:
                     continue
                 for mbt in TOKEN_BUDGETS:

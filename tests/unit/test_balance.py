@@ -1,6 +1,7 @@
 """The routing-balance LP after the MILP: same replicas and cost, no workload's busiest deployment busier."""
 from compiler.candidates import build_candidates
-from compiler.formulate import balance_routes, formulate, n_var, x_var
+from compiler.formulate import formulate, n_var, x_var
+from compiler.solve import balance_routes
 from compiler.lower import lower
 from compiler.spec.load import load_spec
 from solvers import get_backend

@@ -6,8 +6,10 @@ import pytest
 
 import compiler.decompose as decompose
 import compiler.fanout as fanout
-from compiler.candidates import build_candidates, replica_model, traffic_class
-from compiler.formulate import formulate, solve_ir
+from compiler.candidates import build_candidates
+from compiler.cost.factory import replica_model, traffic_class
+from compiler.formulate import formulate
+from compiler.solve import solve_ir
 from compiler.lower import lower
 from compiler.spec.load import load_spec
 from solvers import SolveOptions, get_backend
