@@ -552,13 +552,3 @@ def pair_flows(plan, ir: ProblemIR) -> list[tuple[str, str, float, bool]]:
     return [(p, d, f, is_local_pair(by[p], by[d])) for (p, d), f in sorted(acc.items())]
 
 
-def placement_inputs(plan, ir: ProblemIR):
-    """``compiler.placement.place``'s ``groups`` (co-located pairs) and ``flows`` (cross-node pairs) of a plan."""
-    from compiler.placement import LocalGroup
-
-    by = {d.name: d for d in plan.deployments}
-    groups = tuple(LocalGroup(d.name, d.colocated_with, d.group_replicas, by[d.colocated_with].group_replicas)
-                   for d in plan.deployments if d.role == "prefill" and d.colocated_with in by
-                   and is_local_pair(d, by[d.colocated_with]) and d.group_replicas > 0)
-    flows = tuple((p, d, f) for p, d, f, local in pair_flows(plan, ir) if not local)
-    return groups, flows

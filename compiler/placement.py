@@ -343,3 +343,15 @@ def _kv_violations(deps, placed, kv, host_gib) -> list[str]:
             net[sp.node] = net.get(sp.node, 0.0) + (b - l) / d.pp
             off[sp.node] = off.get(sp.node, 0.0) + o / d.pp
     return sorted([n for n, v in net.items() if v > 1e-3] + [n for n, v in off.items() if v > host_gib.get(n, 0.0) + 1e-3])
+
+
+def placement_inputs(plan, ir):
+    """``place``'s ``groups`` (co-located pairs) and ``flows`` (cross-node pairs) of a plan."""
+    from compiler.disagg import is_local_pair, pair_flows
+
+    by = {d.name: d for d in plan.deployments}
+    groups = tuple(LocalGroup(d.name, d.colocated_with, d.group_replicas, by[d.colocated_with].group_replicas)
+                   for d in plan.deployments if d.role == "prefill" and d.colocated_with in by
+                   and is_local_pair(d, by[d.colocated_with]) and d.group_replicas > 0)
+    flows = tuple((p, d, f) for p, d, f, local in pair_flows(plan, ir) if not local)
+    return groups, flows

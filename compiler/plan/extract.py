@@ -189,11 +189,10 @@ def finish_plan(plan: Plan, spec, ir: ProblemIR, last_sim, sim_requests: int, si
     """The last stage of every planner: place the replicas on nodes (CP-SAT when greedy packing fails) and
     record the validating simulation runs (``compiler.sim.validate.SeedsResult``), so ``check`` knows which seeds
     the plan was fitted on."""
-    from compiler.disagg import placement_inputs
     from compiler.errors import InternalError
     from compiler.kvtiers import usable_host_gib
     from compiler.physics import breaches
-    from compiler.placement import ToPlace, place_kv
+    from compiler.placement import ToPlace, place_kv, placement_inputs
     from compiler.plan.schema import Simulation
     from compiler.topology import build_topology
 
