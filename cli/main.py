@@ -316,14 +316,10 @@ def explain(
                                                               "model's price (labelled analytic).")] = False,
 ) -> None:
     """Why a spec is infeasible and what to relax (verified), or what limits a feasible plan's cost."""
-    from compiler.api import load_spec
-    from compiler.explain import explain as do_explain
-    from compiler.lower import lower
-    from solvers import SolveOptions, get_backend
+    from compiler.api import explain as do_explain, load_spec
 
     s = load_spec(spec)
-    e = do_explain(lower(s), get_backend(solver.value if solver else s.solver.backend),
-                   SolveOptions(time_limit_s=time_limit or s.solver.time_limit_s))
+    e = do_explain(s, backend=solver.value if solver else None, time_limit_s=time_limit)
     if e.feasible and not analytic:  # the cost a user will get: trimtab plan's, validated by simulation
         from dataclasses import replace
 

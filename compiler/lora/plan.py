@@ -256,14 +256,21 @@ def x_name(u: Unit, c: LoraCandidate) -> str:
     return f"route[{u.id},{c.id}]"
 
 
-def formulate(ir, prob: LoraProblem, derate: dict[str, float], group: str | None = None) -> MilpModel:
-    """The MILP of ``prob`` (or of one group's part of it: that group's candidates and units only)."""
+def formulate(ir, prob: LoraProblem, derate: dict[str, float], group: str | None = None,
+              elastic: bool = False) -> MilpModel:
+    """The MILP of ``prob`` (or of one group's part of it: that group's candidates and units only). ``elastic``:
+    replicas bounded by what carries all the traffic the candidate may serve instead of by the inventory, for
+    ``MilpModel.elastic`` (inventory and budget rows are relaxable; ``compiler.explain.elastic_changes``)."""
     if group is not None:
         prob = LoraProblem([c for c in prob.cands if c.group == group], [u for u in prob.units if u.group == group],
                            prob.colors)
     m = MilpModel(name=f"trimtab-lora:{ir.name}" + (f"/{group}" if group else ""))
     for c in prob.cands:
-        m.add_var(n_var(c.id), "integer", 0, ir.gpu(c.cand.gpu).count // c.cand.gpus)
+        ub = ir.gpu(c.cand.gpu).count // c.cand.gpus
+        if elastic:
+            ub = math.ceil(sum(u.rate / (c.cap[u.workload] * derate.get(c.id, 1.0)) for u in prob.units
+                               if _usable(u, c))) + 1
+        m.add_var(n_var(c.id), "integer", 0, ub)
     cap_terms: dict[str, list] = {c.id: [] for c in prob.cands}
     holds: dict[str, list] = {c.id: [] for c in prob.cands}
     hold_cost = []
@@ -308,10 +315,10 @@ def formulate(ir, prob: LoraProblem, derate: dict[str, float], group: str | None
     for pool in ir.gpus:
         cs = [c for c in prob.cands if c.cand.gpu == pool.type]
         m.add(Constraint(f"inventory[{pool.type}]", "inventory", tuple((n_var(c.id), float(c.cand.gpus)) for c in cs),
-                         "<=", float(pool.count), origin=f"gpus[{pool.index}] ({pool.type}).count"))
+                         "<=", float(pool.count), origin=f"gpus[{pool.index}] ({pool.type}).count", relaxable=True))
     if ir.budget_usd_per_hour is not None:
         m.add(Constraint("budget", "budget", tuple((n_var(c.id), c.cand.usd_per_hour) for c in prob.cands), "<=",
-                         ir.budget_usd_per_hour, origin="budget_usd_per_hour"))
+                         ir.budget_usd_per_hour, origin="budget_usd_per_hour", relaxable=True))
     m.objective = tuple([(n_var(c.id), c.cand.usd_per_hour + EPS_GPU * c.cand.gpus) for c in prob.cands]
                         + hold_cost)
     return m
@@ -490,8 +497,63 @@ class LoraPlanner:
         return out
 
     def infeasible(self, ir, prob, backend, options) -> list[str]:
-        return ["no deployment meets every SLO within the GPU counts and budget with the adapters and tenant "
-                "isolation of the spec"]
+        from compiler.explain import elastic_changes, relaxation_lines
+
+        changes = elastic_changes(ir, formulate(ir, prob, {}, elastic=True), backend, options)
+        return (["no deployment meets every SLO within the GPU counts and budget with the adapters and tenant "
+                 "isolation of the spec:"] + ["  " + line for line in relaxation_lines(changes)])
+
+    def explain(self, ir, backend, options):
+        """``trimtab explain`` for the adapter problem: infeasible, the smallest relaxation of the relaxable rows
+        (GPU counts, budget; read off each row's ``origin``), verified by re-solving; feasible, each relaxable row
+        that binds and what relaxing it would save."""
+        from compiler.explain import Explanation, elastic_changes
+        from compiler.spec.paths import SpecPath
+
+        prob = self.candidates(ir)
+        res = solve(ir, prob, {}, backend, options)
+        problem = ("no deployment meets every SLO within the GPU counts and budget with the adapters and tenant "
+                   "isolation of the spec")
+        if not res.has_solution:
+            changes = elastic_changes(ir, formulate(ir, prob, {}, elastic=True), backend, options)
+            ok = bool(changes) and self._cost(_relaxed(ir, {c.path: c.new for c in changes}), backend, options)
+            return Explanation(False, [problem], [changes] if ok is not None and changes else [])
+        m = formulate(ir, prob, {})
+        base = sum(c.cand.usd_per_hour * round(res.values.get(n_var(c.id), 0.0)) for c in prob.cands)
+        binding = []
+        for con in m.constraints:
+            if not con.relaxable:
+                continue
+            used = m.evaluate(con.expr, res.values)
+            step = min((a for _, a in con.expr), default=0.0)  # one more of the smallest unit the row counts
+            if con.rhs - used >= step:
+                continue
+            more = {"inventory": max(2 * con.rhs, con.rhs + 8), "budget": None}[con.family]
+            key = SpecPath.from_origin(con.origin).whatif
+            alt = self._cost(_relaxed(ir, {key: more if more is None else int(more)}), backend, options)
+            what = "no cheaper plan" if alt is None or alt >= base - 0.005 else \
+                f"the plan would cost {alt:.2f} $/h ({alt - base:+.2f})"
+            new = "without it" if more is None else f"with {int(more)}"
+            binding.append(f"{con.origin}: {used:g} of {con.rhs:g} used; {new}, {what}")
+        return Explanation(True, binding=binding, cost_usd_per_hour=base)
+
+    def _cost(self, ir, backend, options) -> float | None:
+        prob = self.candidates(ir)
+        res = solve(ir, prob, {}, backend, options)
+        if not res.has_solution:
+            return None
+        return sum(c.cand.usd_per_hour * round(res.values.get(n_var(c.id), 0.0)) for c in prob.cands)
 
     def candidate_set(self, prob: LoraProblem) -> CandidateSet:
         return CandidateSet(tuple(c.cand for c in prob.cands), ())
+
+
+def _relaxed(ir, changes: dict):
+    """``ir`` with GPU counts (``gpus.TYPE.count``) and the budget (``budget_usd_per_hour``, None: none) changed."""
+    for path, v in changes.items():
+        if path == "budget_usd_per_hour":
+            ir = replace(ir, budget_usd_per_hour=v)
+        else:
+            gpu = path.split(".")[1]
+            ir = replace(ir, gpus=tuple(replace(g, count=int(v)) if g.type == gpu else g for g in ir.gpus))
+    return ir
