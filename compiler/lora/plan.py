@@ -34,11 +34,11 @@ from compiler.cost.factory import replica_model, traffic_class
 from compiler.cost.lora import vllm_rank
 from compiler.cost.model import bisect_max
 from compiler.deployment import TOKEN_BUDGETS, Candidate, CandidateSet, DeploymentSpecView, RouteView, shapes
-from compiler.errors import InfeasibleError, InputError, Problem
+from compiler.errors import InfeasibleError
 from compiler.formulate import EPS_GPU, n_var
 from compiler.lora.model import lora_kwargs
 from compiler.lora.spec import NO_TENANT
-from compiler.plan.extract import engine_args, plan_buckets, seconds_bound
+from compiler.plan.extract import engine_args, goodput_of, plan_buckets, seconds_bound
 from compiler.plan.schema import AdapterRoute, Deployment, Plan, Route, SolverInfo
 from solvers.base import SolveOptions, Status
 from solvers.model import Constraint, MilpModel
@@ -257,10 +257,14 @@ def x_name(u: Unit, c: LoraCandidate) -> str:
 
 
 def formulate(ir, prob: LoraProblem, derate: dict[str, float], group: str | None = None,
-              elastic: bool = False) -> MilpModel:
+              elastic: bool = False, goodput_floor: float | None = None) -> MilpModel:
     """The MILP of ``prob`` (or of one group's part of it: that group's candidates and units only). ``elastic``:
     replicas bounded by what carries all the traffic the candidate may serve instead of by the inventory, for
-    ``MilpModel.elastic`` (inventory and budget rows are relaxable; ``compiler.explain.elastic_changes``)."""
+    ``MilpModel.elastic`` (inventory and budget rows are relaxable; ``compiler.explain.elastic_changes``).
+    ``max_goodput`` specs: demand rows become ``<=``; without ``goodput_floor`` the objective is the served rate
+    (maximised), with it the cost subject to serving at least that much (the two stages of compiler/solve.py)."""
+    goodput = ir.objective == "max_goodput"
+    served = []
     if group is not None:
         prob = LoraProblem([c for c in prob.cands if c.group == group], [u for u in prob.units if u.group == group],
                            prob.colors)
@@ -301,8 +305,9 @@ def formulate(ir, prob: LoraProblem, derate: dict[str, float], group: str | None
         if not terms:
             raise InfeasibleError([f"{u.workload}: no deployment of {u.group} meets its SLO with LoRA enabled "
                                    f"({u.id})"])
-        m.add(Constraint(f"demand[{u.id}]", "demand", tuple(terms), "==", u.rate,
+        m.add(Constraint(f"demand[{u.id}]", "demand", tuple(terms), "<=" if goodput else "==", u.rate,
                          origin=f"workloads ({u.workload}).rate_rps"))
+        served += terms
         if u.kind == "class":
             m.add(Constraint(f"lora_cover[{u.id}]", "lora_cover", tuple(cover), ">=", float(len(u.members)),
                              origin=f"workloads ({u.workload}).adapter"))
@@ -319,14 +324,23 @@ def formulate(ir, prob: LoraProblem, derate: dict[str, float], group: str | None
     if ir.budget_usd_per_hour is not None:
         m.add(Constraint("budget", "budget", tuple((n_var(c.id), c.cand.usd_per_hour) for c in prob.cands), "<=",
                          ir.budget_usd_per_hour, origin="budget_usd_per_hour", relaxable=True))
+    if goodput and goodput_floor is not None:
+        m.add(Constraint("goodput[total]", "goodput", tuple(served), ">=", goodput_floor, origin="objective"))
     m.objective = tuple([(n_var(c.id), c.cand.usd_per_hour + EPS_GPU * c.cand.gpus) for c in prob.cands]
                         + hold_cost)
+    if goodput and goodput_floor is None and not elastic:
+        m.sense, m.objective = "max", tuple(served)
     return m
 
 
 def solve(ir, prob: LoraProblem, derate: dict[str, float], be, opts: SolveOptions):
     """Solve group by group (groups share only the GPU inventories and the budget); when the union of the
-    groups' optima breaks neither, it is the optimum of the whole MILP. Otherwise solve the whole MILP."""
+    groups' optima breaks neither, it is the optimum of the whole MILP. Otherwise solve the whole MILP.
+    ``max_goodput``: the most traffic served, then the cheapest plan serving it (``compiler.solve.two_stage``)."""
+    if ir.objective == "max_goodput":
+        from compiler.solve import two_stage
+
+        return two_stage(lambda floor: formulate(ir, prob, derate, goodput_floor=floor), be, opts)
     groups = sorted({c.group for c in prob.cands})
     if len(groups) > 1:
         values: dict[str, float] = {}
@@ -404,8 +418,10 @@ def build_plan(ir, prob: LoraProblem, chosen, flows, res, solve_s: float, rounds
     tenants: dict[str, set[str]] = {c.id: set() for c, _ in chosen}
     wd: dict[tuple[str, str], float] = {}
     aroutes = []
+    goodput = ir.objective == "max_goodput"  # shares are of the offered rate: what is served
     for (w, a), f in sorted(flows.items()):
-        tot = sum(f.values())
+        # an adapter route's share is of the adapter's requests: served ones, or offered ones for max_goodput
+        tot = ir.workload(w).rate_rps * dict(lo.workloads[w].adapters)[a] if goodput else sum(f.values())
         for d, r in sorted(f.items()):
             if a:
                 held[d].add(a)
@@ -420,7 +436,7 @@ def build_plan(ir, prob: LoraProblem, chosen, flows, res, solve_s: float, rounds
         wtot[w] = wtot.get(w, 0.0) + r
     for (w, d), r in sorted(wd.items()):
         for b in ir.workload(w).buckets:
-            s = min(b.prob * r / wtot[w], 1.0)
+            s = min(b.prob * r / (ir.workload(w).rate_rps if goodput else wtot[w]), 1.0)
             if s > 1e-12:
                 routes.append(RouteView(w, b.name, d, s))
     views = [DeploymentSpecView(c.id, c.cand.model, c.cand.gpu, c.cand.tp, c.cand.pp, c.cand.dtype,
@@ -461,6 +477,7 @@ def build_plan(ir, prob: LoraProblem, chosen, flows, res, solve_s: float, rounds
         buckets=plan_buckets(ir),
         warnings=warnings + fidelity_warnings(ir, [(c.cand, n) for c, n in chosen]),
         adapter_routes=sorted(aroutes, key=lambda r: (r.workload, r.adapter, r.deployment)),
+        goodput=goodput_of(ir, routes) if goodput else None,
     )
     return plan, a
 
@@ -470,9 +487,6 @@ class LoraPlanner:
     adapter-placement MILP, adapter routes (the module docstring has the formulation)."""
 
     def candidates(self, ir) -> LoraProblem:
-        if ir.objective != "min_cost":
-            raise InputError([Problem("objective", "max_goodput is not supported yet with adapters or tenants; "
-                                      "use min_cost")], "spec")
         return build(ir)
 
     def precheck(self, ir, prob: LoraProblem) -> list[str]:

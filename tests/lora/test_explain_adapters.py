@@ -3,6 +3,7 @@ from the adapter-placement MILP's own relaxable rows (read off their ``origin``)
 applied with what-if; a feasible spec's binding rows are named."""
 from __future__ import annotations
 
+import pytest
 from typer.testing import CliRunner
 
 import compiler as tt
@@ -58,3 +59,24 @@ def test_feasible_adapter_spec_names_the_binding_inventory(tmp_path):
     e = explain(_spec(tmp_path, need))  # exactly enough GPUs: the inventory binds
     assert e.feasible
     assert any(b.startswith("gpus[0] (l40s).count:") and f"{need} of {need} used" in b for b in e.binding), e.binding
+
+
+def test_max_goodput_with_adapters(tmp_path):
+    """Under a budget that cannot carry all 30 rps, the adapter planner serves as much as it can: no more than
+    the same spec without adapters serves (adapters cost capacity), within the budget, and checked."""
+    text = SPEC.replace("COUNT", "16").replace("name: lora-explain", "name: lora-goodput\nobjective: max_goodput\n"
+                                                "budget_usd_per_hour: 3.6")
+    (tmp_path / "g.yaml").write_text(text)
+    spec = tt.load_spec(tmp_path / "g.yaml")
+    r = tt.plan(spec)
+    g = r.plan.goodput
+    assert g is not None and 0 < g.served_rps < g.offered_rps == 30
+    assert r.plan.cost_usd_per_hour <= 3.6 + 1e-9
+    assert sum(rt.share for rt in r.plan.routes) == pytest.approx(g.served_rps / 30, rel=1e-6)
+    assert r.plan.adapter_routes and all(d.max_loras > 0 for d in r.plan.deployments if d.replicas)
+    plain = text.replace('    adapter: "*"\n', "").replace(
+        "    adapters_from: {count: 20, rank: 16, traffic: {zipf: {s: 1.1}}}\n", "")
+    (tmp_path / "p.yaml").write_text(plain)
+    served_plain = tt.plan(tt.load_spec(tmp_path / "p.yaml")).plan.goodput.served_rps
+    assert g.served_rps <= served_plain * (1 + 1e-6)
+    assert tt.check(r.plan, spec).ok, tt.check(r.plan, spec).violations
