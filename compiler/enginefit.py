@@ -6,8 +6,8 @@ Entry points:
     timed by the load-test client (``compiler.loadtest.stream_completion``);
   * ``fit_engine(rows, model, gpu, engine, max_batched_tokens) -> EngineFit``: least squares over the engine's
     ``step_overhead_ms``, ``request_overhead_ms`` and ``kernel_efficiency`` of |log(predicted / measured)| for TTFT
-    and TPOT, the predictions being the cost model's own closed-loop benchmark mode
-    (``ReplicaModel.predict_closed_loop``), so the fitted numbers mean what the planner uses them for;
+    and TPOT, the predictions being the cost model's own modes (``zero_load`` for one client,
+    ``predict_closed_loop`` for several), so the fitted numbers mean what the planner uses them for;
   * ``errors(rows, ...)``: per-shape relative errors of a profile (in-sample on the fit shapes, held out on the
     others: a fitted parameter cannot hide its own error);
   * ``engine_profile(base, fit, held_out, ...) -> dict``: the profile, every fitted number naming its data.
@@ -27,7 +27,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from compiler.cost.model import ReplicaModel
+from compiler.cost.model import ReplicaModel, TrafficClass
 from compiler.loadtest import Outcome, get_json, parse_endpoint, stream_completion
 from compiler.profiles import EngineProfile, GpuProfile, ModelProfile, Q
 
@@ -85,10 +85,15 @@ def with_params(engine: EngineProfile, params: dict[str, float], source: str = "
 
 def predict(rows: list[ShapeResult], model: ModelProfile, gpu: GpuProfile, engine: EngineProfile,
             max_batched_tokens: int) -> np.ndarray:
-    """(n, 2) predicted mean TTFT and TPOT in ms, by the cost model's closed-loop mode."""
+    """(n, 2) predicted mean TTFT and TPOT in ms. One client (concurrency 1) sends its next request when the last
+    ends, so a request never waits for another: the cost model's lone-request time (``zero_load``); several
+    clients: its closed-loop mode (``predict_closed_loop``, Little's law over the open-loop steady state)."""
     out = []
     for r in rows:
         rm = ReplicaModel(model, gpu, engine, 1, 1, "bf16", max_batched_tokens=max_batched_tokens)
+        if r.shape.concurrency == 1:
+            out.append(rm.zero_load(TrafficClass(1e-9, r.shape.isl, r.shape.osl)))
+            continue
         p = rm.predict_closed_loop(r.shape.isl, r.shape.osl, r.shape.concurrency)
         out.append((p.ttft_ms, p.tpot_ms))
     return np.array(out, float)
