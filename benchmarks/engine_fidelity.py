@@ -196,6 +196,7 @@ def fidelity_rows(server: Server, spec, plan, loads: list[float], requests: int,
     rows = []
     for load in loads:
         scale = load * cap / base_rate
+        load_before = os.getloadavg()[0]
         res = run_loadtest(plan, spec, [server.url], requests=requests, rate_scale=scale, seed=seed,
                            timeout_s=timeout_s)
         s = scaled_spec(spec, scale)
@@ -203,6 +204,7 @@ def fidelity_rows(server: Server, spec, plan, loads: list[float], requests: int,
         for name, w in res.workloads.items():
             m, sim = w.measured, w.simulated
             row = {"load": load, "rate_rps": base_rate * scale, "capacity_rps": cap, "requests": w.requests,
+                   "machine_load_avg": (load_before, os.getloadavg()[0]),  # other jobs on the shared CPU
                    "failed": w.errors, "late_s_p99": res.late_s_p99,
                    "ttft_p50": m["ttft_p50"], "ttft_p90": m["ttft_p90"], "tpot_p50": m["tpot_p50"],
                    "tpot_p90": m["tpot_p90"], "pred_ttft_p50": p50[name][0], "pred_ttft_p90": p90[name][0],
@@ -280,7 +282,7 @@ def main(argv: list[str] | None = None) -> int:
     workdir = a.workdir or Path(tempfile.mkdtemp(prefix="trimtab-fidelity-"))
     workdir.mkdir(parents=True, exist_ok=True)
     t0 = time.monotonic()
-    spec_path, case = write_case(workdir, a.device, a.model, a.gpu, rate=1.0)
+    spec_path, case = write_case(workdir, a.device, a.model, a.gpu, rate=0.5)
     spec, plan = plan_spec(spec_path)
     out = {"date": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"), "machine": _machine(),
            "device": a.device, "case": case, "command": "python benchmarks/engine_fidelity.py " + " ".join(

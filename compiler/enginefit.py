@@ -2,7 +2,7 @@
 
 Entry points:
   * ``measure(url, shapes, vocab, ...) -> list[ShapeResult]``: closed-loop runs against a running server
-    (``concurrency`` clients, each sending its next request when the last one ends), mean TTFT and TPOT per shape,
+    (``concurrency`` clients, each sending its next request when the last one ends), median TTFT and TPOT per shape,
     timed by the load-test client (``compiler.loadtest.stream_completion``);
   * ``fit_engine(rows, model, gpu, engine, max_batched_tokens) -> EngineFit``: least squares over the engine's
     ``step_overhead_ms``, ``request_overhead_ms`` and ``kernel_efficiency`` of |log(predicted / measured)| for TTFT
@@ -44,7 +44,7 @@ class Shape:
 @dataclass(frozen=True)
 class ShapeResult:
     shape: Shape
-    ttft_ms: float  # mean over the measured requests
+    ttft_ms: float  # median over the measured requests (other processes on a shared machine make rare long tails)
     tpot_ms: float
     requests: int
 
@@ -69,10 +69,10 @@ async def _closed_loop(url: str, shape: Shape, vocab: int, rounds: int, seed: in
     await asyncio.gather(*(client(c) for c in range(shape.concurrency)))
     ttft = [(o.first - o.sent) * 1e3 for o in outs]
     tpot = [(o.last - o.first) / (o.tokens - 1) * 1e3 for o in outs if o.tokens > 1]
-    return ShapeResult(shape, statistics.fmean(ttft), statistics.fmean(tpot) if tpot else 0.0, len(outs))
+    return ShapeResult(shape, statistics.median(ttft), statistics.median(tpot) if tpot else 0.0, len(outs))
 
 
-def measure(url: str, shapes: list[Shape], vocab: int, rounds: int = 3, seed: int = 0) -> list[ShapeResult]:
+def measure(url: str, shapes: list[Shape], vocab: int, rounds: int = 4, seed: int = 0) -> list[ShapeResult]:
     """Each shape in turn: ``concurrency`` closed-loop clients, ``rounds`` measured requests each (after one
     warm-up request), prompts of random token ids (no prefix reuse)."""
     return [asyncio.run(_closed_loop(url, s, vocab, rounds, seed)) for s in shapes]
@@ -148,7 +148,7 @@ def engine_profile(base: dict, fit: EngineFit, fit_rows: list[ShapeResult], held
     prof = dict(base)
     sources = {k: v for k, v in base.get("sources", {}).items() if k != "guess"}
     sources["server_fit"] = {"kind": "fit", "ref": (
-        f"{command} ({today}, {device}): least squares of |log(predicted / measured)| mean TTFT and TPOT of the "
+        f"{command} ({today}, {device}): least squares of |log(predicted / measured)| median TTFT and TPOT of the "
         f"real vLLM server, closed loop, over (isl, osl, concurrency) = {_shapes_txt(fit_rows)}; in-sample median "
         f"error TTFT {fe['ttft_median']:.1f} %, TPOT {fe['tpot_median']:.1f} %; held out on "
         f"{_shapes_txt(held_rows)}: TTFT {held['ttft_median']:.1f} %, TPOT {held['tpot_median']:.1f} %")}

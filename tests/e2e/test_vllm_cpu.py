@@ -48,7 +48,7 @@ def _free_port() -> int:
 @pytest.fixture(scope="module")
 def served(tmp_path_factory):
     wd = tmp_path_factory.mktemp("vllm-cpu")
-    spec_path, case = write_case(wd, "cpu", None, None, rate=1.0)
+    spec_path, case = write_case(wd, "cpu", None, None, rate=0.5)
     spec, plan = plan_spec(spec_path)
     srv = Server(plan, wd, _free_port(), "cpu", sys.executable, START_TIMEOUT_S)
     try:

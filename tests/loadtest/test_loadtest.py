@@ -204,3 +204,36 @@ def test_bad_endpoints_are_input_errors(case, tmp_path):
         endpoints_for(plan, ["nope=http://127.0.0.1:1"])
     assert parse_endpoint("http://127.0.0.1:8000/v1").path == "/v1/completions"
     assert parse_endpoint("http://localhost:9").url == "http://localhost:9/v1/completions"
+
+
+# --------------------------------------------------------------------------- compiler.enginefit
+def test_enginefit_measures_the_servers_delays(server):
+    from compiler.enginefit import Shape, measure
+
+    srv = server(first_s=0.06, gap_s=0.02)
+    rows = measure(srv.url, [Shape(40, 6, 1), Shape(24, 4, 3)], vocab=1000, rounds=2)
+    for r in rows:
+        assert r.requests == 2 * r.shape.concurrency
+        assert 60 <= r.ttft_ms <= 60 + 40 and 20 <= r.tpot_ms <= 20 + 10, r
+    assert {len(b["prompt"]) for b in srv.bodies} == {40, 24} and {b["max_tokens"] for b in srv.bodies} == {6, 4}
+
+
+def test_enginefit_recovers_known_overheads(tmp_path):
+    """Measurements made by the cost model itself with known engine numbers: the fit must find them again."""
+    from compiler.enginefit import Shape, ShapeResult, errors, fit_engine, predict, with_params
+    from compiler.profiles import load_profiles, model_from_hf_config
+
+    (tmp_path / "config.json").write_text(json.dumps(CONFIG))
+    model = model_from_hf_config(tmp_path / "config.json", "tiny")
+    p = load_profiles()
+    gpu, engine = p.gpus["cpu-xeon-2c"], p.engines["vllm-cpu"]
+    truth = {"step_overhead_ms": 4.0, "request_overhead_ms": 12.0, "kernel_efficiency": 0.5}
+    shapes = [Shape(64, 16, 1), Shape(512, 8, 1), Shape(256, 16, 1), Shape(128, 16, 2)]
+    blank = [ShapeResult(s, 1.0, 1.0, 1) for s in shapes]
+    pred = predict(blank, model, gpu, with_params(engine, truth), 2048)
+    rows = [ShapeResult(s, t, d, 4) for s, (t, d) in zip(shapes, pred)]
+    f = fit_engine(rows, model, gpu, with_params(engine, {"step_overhead_ms": 20.0, "request_overhead_ms": 1.0,
+                                                          "kernel_efficiency": 0.9}), 2048)
+    for k, v in truth.items():
+        assert f.params[k] == pytest.approx(v, rel=0.05), (k, f.params)
+    assert errors(rows, model, gpu, f.engine, 2048)["tpot_median"] < 1.0
