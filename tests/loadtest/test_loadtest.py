@@ -237,3 +237,26 @@ def test_enginefit_recovers_known_overheads(tmp_path):
     for k, v in truth.items():
         assert f.params[k] == pytest.approx(v, rel=0.05), (k, f.params)
     assert errors(rows, model, gpu, f.engine, 2048)["tpot_median"] < 1.0
+
+
+# --------------------------------------------------------------------------- compiler.engine_run.server_command
+def test_server_command_carries_the_plans_deployment(case):
+    from compiler.engine_run import server_command
+
+    d, plan = case
+    dep = plan.deployments[0]
+    argv, env = server_command(plan, dep.name, d / "model", port=8123, python="py")
+    assert argv[:3] == ["py", "-m", "vllm.entrypoints.openai.api_server"]
+    assert all(a in argv for a in dep.engine_args) and "--no-enable-prefix-caching" in argv
+    assert argv[argv.index("--port") + 1] == "8123" and argv[argv.index("--host") + 1] == "127.0.0.1"
+    longest = max(b.input_tokens_max + b.output_tokens_max for b in plan.buckets["chat"])
+    assert f"--max-model-len={longest}" in argv
+    # KV: the plan's tokens x (2 x 2 layers x 2 KV heads x 64 head dim x 2 B) in whole GiB, at least 1.
+    assert env["VLLM_CPU_KVCACHE_SPACE"] == str(max(1, int(dep.kv_cache_tokens * 1024 / 2**30)))
+    assert env["OMP_NUM_THREADS"] == "1" and env["VLLM_CPU_OMP_THREADS_BIND"] == "nobind"
+    argv2, env2 = server_command(plan, dep, d / "model", device="cuda", min_context=1000)
+    assert env2 == {} and "--max-model-len=1000" in argv2
+    with pytest.raises(InputError, match="not in the plan"):
+        server_command(plan, "nope", d / "model")
+    with pytest.raises(InputError, match="no config.json"):
+        server_command(plan, dep, d)
