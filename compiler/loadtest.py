@@ -313,7 +313,7 @@ def _prompt(rng: np.random.Generator, n: int, vocab: int) -> list[int]:
     return rng.integers(3, max(vocab, 4), n).tolist()
 
 
-async def _drive(plan: Plan, arrivals, dep_names: list[str], eps: dict[str, Endpoint], models: dict[str, str],
+async def _drive(arrivals, dep_names: list[str], eps: dict[str, Endpoint], models: dict[str, str],
                  vocab: dict[str, int], seed: int, timeout_s: float) -> tuple[list[Outcome], list[float]]:
     n = len(arrivals.t)
     outs = [Outcome() for _ in range(n)]
@@ -391,7 +391,7 @@ def run_loadtest(plan: Plan, spec: Spec, endpoint_values: list[str], *, requests
             except (OSError, asyncio.TimeoutError, HttpError, ValueError, KeyError, IndexError) as exc:
                 raise InputError([Problem("--endpoint", f"{eps[dep].url}: no OpenAI-compatible server answers "
                                                         f"GET /v1/models ({type(exc).__name__}: {exc})")]) from None
-        return await _drive(plan, arrivals, dep_names, eps, models, vocab, seed, timeout_s)
+        return await _drive(arrivals, dep_names, eps, models, vocab, seed, timeout_s)
 
     w0 = time.perf_counter()
     outs, late = asyncio.run(main())
