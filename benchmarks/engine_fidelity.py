@@ -12,7 +12,8 @@ Steps (docs/fidelity.md):
      (``compiler.engine_run.server_command``) on 127.0.0.1, stopped by its pid at the end whatever happens;
   3. ``--fit-engine``: closed-loop runs on ``FIT_SHAPES`` fit the engine profile's step and request overheads and
      kernel share (``compiler.enginefit``), ``HELD_SHAPES`` evaluate it; the profile is written to
-     profiles/engines/<engine>.yaml and the plan is made again with it;
+     profiles/engines/vllm-cpu.yaml (``--device cpu``; the plan is then made again with it) or, on a GPU, to
+     benchmarks/data/vllm-<gpu>-fit.yaml for review;
   4. per load (a share of the cost model's capacity for the workload at its SLO): ``trimtab loadtest`` with
      Poisson arrivals (``compiler.loadtest.run_loadtest``), which also simulates the same request stream; the cost
      model's TTFT and TPOT at p50 and p90 (``predicted_at``); one table row per load.
@@ -169,8 +170,11 @@ def fit_engine(server: Server, spec, plan, case: dict, device: str, scale: int =
     held_rows = enginefit.measure(server.url, held_shapes, vocab)
     f = enginefit.fit_engine(fit_rows, mprof, gpu, ir.engine, d.max_num_batched_tokens)
     held = enginefit.errors(held_rows, mprof, gpu, f.engine, d.max_num_batched_tokens)
-    path = data_dir() / "engines" / f"{eng_name}.yaml"
-    base = yaml.safe_load(path.read_text(encoding="utf-8"))
+    base = yaml.safe_load((data_dir() / "engines" / f"{eng_name}.yaml").read_text(encoding="utf-8"))
+    # The CPU engine profile describes this machine's engine and is replaced; a GPU fit is written beside the data
+    # (the bundled vllm profile is fitted to published rows of many GPUs: adopting one GPU's fit is a choice).
+    path = (data_dir() / "engines" / f"{eng_name}.yaml" if device == "cpu"
+            else ROOT / "benchmarks" / "data" / f"{eng_name}-{d.gpu}-fit.yaml")
     cmd = f"python benchmarks/engine_fidelity.py --device {device} --fit-engine"
     prof = enginefit.engine_profile(base, f, fit_rows, held, held_rows, cmd, _machine())
     header = (f"# Engine profile: {prof['description']}.\n# Step and request overheads and the kernel share fitted to "
