@@ -373,6 +373,11 @@ def run_loadtest(plan: Plan, spec: Spec, endpoint_values: list[str], *, requests
     eps = endpoints_for(plan, endpoint_values)
     s = scaled_spec(spec, rate_scale)
     ir = lower(s)
+    from compiler.check import plan_references
+
+    foreign = plan_references(plan, ir)
+    if foreign:  # a plan from another spec: say so before sending anything (exit 1, as check does)
+        raise InputError(foreign, "plan")
     sc = build_scenario(plan, s, ir)
     sim = Simulation(sc, seed, requests, duration_s, timeline=False)
     arrivals = sim.arrivals

@@ -260,3 +260,11 @@ def test_server_command_carries_the_plans_deployment(case):
         server_command(plan, "nope", d / "model")
     with pytest.raises(InputError, match="no config.json"):
         server_command(plan, dep, d)
+
+
+def test_a_plan_from_another_spec_is_refused_before_any_request(case, server):
+    d, plan = case
+    srv = server()
+    with pytest.raises(InputError, match="was the plan made from another spec"):
+        run_loadtest(plan, load_spec(Path(__file__).parents[2] / "examples" / "quickstart.yaml"), [srv.url])
+    assert srv.bodies == []
