@@ -326,6 +326,9 @@ async def _drive(arrivals, dep_names: list[str], eps: dict[str, Endpoint], model
             outs[i].error = "no route in the plan"
             continue
         dep = dep_names[di]
+        if dep not in eps:
+            outs[i].error = f"routed to {dep}, which has no replicas"
+            continue
         body = {"model": models[dep], "prompt": _prompt(np.random.default_rng([seed, i]), int(arrivals.isl[i]),
                                                         vocab[dep]),
                 "max_tokens": int(arrivals.osl[i]), "ignore_eos": True, "stream": True, "temperature": 0.0,
@@ -370,6 +373,11 @@ def run_loadtest(plan: Plan, spec: Spec, endpoint_values: list[str], *, requests
         requests = DEFAULT_REQUESTS
     if not rate_scale > 0:
         raise InputError([Problem("--rate-scale", f"must be positive, got {rate_scale}")])
+    pd = [d.name for d in plan.deployments if d.role != "unified"]
+    if pd:
+        raise InputError([Problem("--plan", f"prefill/decode deployments ({', '.join(pd)}) are served behind a P/D "
+                                            "router whose endpoint trimtab does not emit yet; loadtest replays "
+                                            "unified deployments only")])
     eps = endpoints_for(plan, endpoint_values)
     s = scaled_spec(spec, rate_scale)
     ir = lower(s)
@@ -387,7 +395,7 @@ def run_loadtest(plan: Plan, spec: Spec, endpoint_values: list[str], *, requests
     notes: list[str] = []
 
     async def main():
-        for dep in dep_names:
+        for dep in eps:
             if dep in models:
                 continue
             try:
