@@ -9,7 +9,7 @@ fixture's ``finally`` whatever happens. About 6-8 minutes on a 2-core machine.
 Tolerances: the benchmark's targets (docs/fidelity.md: TPOT 15 %, TTFT p90 25 %, attainment 5 points, up to 80 %
 of capacity) are not all met on this machine; the test states what holds with margin at 30 % and 55 % of capacity
 with 40 requests per load on a possibly busy CI machine, and bounds the known gap (the engine's TPOT p90 is up to
-2x the model's: a decode stalled behind prefills and the API server sharing the CPU, see docs/fidelity.md) so a
+2x the model's: other jobs stretching engine steps and decodes stalled behind prefills, see docs/fidelity.md) so a
 regression beyond it fails. A missing engine flag, a wrong KV size or an unfitted overhead moves the numbers by
 2x or more and fails these.
 """
