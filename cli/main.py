@@ -276,11 +276,13 @@ def bench(
     output: Annotated[Path, typer.Option("-o", "--output", help="Folder for bench.csv and metadata.json.")] = Path("bench-out"),
     device: Annotated[BenchDevice, typer.Option(help="Where to run the microbenchmarks.")] = BenchDevice.cuda,
     quick: Annotated[bool, typer.Option("--quick", help="Tiny sizes and few repeats (seconds; for CI).")] = False,
+    dtype: Annotated[str, typer.Option(help="GEMM/attention precision: auto (bf16 on a GPU, fp32 on a CPU), bf16 "
+                                            "(what vLLM's CPU engine runs on AVX512-BF16 CPUs) or fp32.")] = "auto",
 ) -> None:
     """Microbenchmark GEMMs, attention, copies and all-reduce on this machine (needs trimtab[bench])."""
     from compiler.bench import run_bench
 
-    path = run_bench(output, device.value, quick, log=lambda m: err.print(m, markup=False))
+    path = run_bench(output, device.value, quick, log=lambda m: err.print(m, markup=False), dtype=dtype)
     out.print(f"wrote {path} and {path.parent / 'metadata.json'}", markup=False)
 
 
@@ -301,6 +303,50 @@ def calibrate(
     out.print(f"profile written to {r.output}", markup=False)
 
 
+@app.command()
+@_expected_errors
+def loadtest(
+    plan_path: Annotated[Path, typer.Option("--plan", help="Plan file written by trimtab plan.")],
+    spec: Annotated[Path, typer.Option("--spec", help="Spec whose traffic to replay.")],
+    endpoint: Annotated[list[str], typer.Option(help="OpenAI-compatible server, http://HOST:PORT (every deployment), "
+                                                     "or DEPLOYMENT=http://HOST:PORT (repeatable). Only these "
+                                                     "addresses are contacted.")],
+    requests: Annotated[Optional[int], typer.Option(min=1, help="Requests to send, all workloads together "
+                                                                "(default 200).")] = None,
+    duration: Annotated[Optional[float], typer.Option(min=0.001, help="Seconds of arrivals to send instead.")] = None,
+    rate_scale: Annotated[float, typer.Option(min=1e-6, help="Multiply every workload's arrival rate.")] = 1.0,
+    seed: Annotated[int, typer.Option(help="Random seed (arrivals, lengths, routing, prompts).")] = 0,
+    timeout: Annotated[float, typer.Option(min=1.0, help="Wall-clock limit of the whole run in seconds; "
+                                                         "requests still running then count as failed.")] = 900.0,
+    fmt: Annotated[TableOrJson, typer.Option("--format", help="Report format.")] = TableOrJson.table,
+) -> None:
+    """Replay the spec's traffic against a running server; measured vs predicted vs simulated per workload;
+    exit 5 when a workload misses its SLO (docs/loadtest.md).
+
+    Example: trimtab loadtest --plan plan.yaml --spec spec.yaml --endpoint http://127.0.0.1:8000 --requests 100"""
+    from compiler.api import load_spec
+    from compiler.check import load_plan
+    from compiler.loadtest import run_loadtest
+    from cli.render import loadtest_table
+
+    if requests is not None and duration is not None:
+        raise InputError([Problem("--requests/--duration", "give one of them, not both")])
+    res = run_loadtest(load_plan(plan_path), load_spec(spec), endpoint, requests=requests, duration_s=duration,
+                       rate_scale=rate_scale, seed=seed, timeout_s=timeout)
+    if fmt is TableOrJson.json:
+        sys.stdout.write(json.dumps(res.to_dict(), indent=2) + "\n")
+    else:
+        out.print(loadtest_table(res))
+        for n in res.notes:
+            out.print(f"note: {n}", markup=False)
+        for f in res.failures():
+            out.print(f"FAIL {f}", markup=False)
+        out.print(f"sent {res.sent} requests in {res.wall_s:.1f} s; "
+                  + ("every workload met its SLO" if res.ok else "SLO missed"), markup=False)
+    if not res.ok:
+        raise typer.Exit(int(ExitCode.CHECK_FAILED))
+
+
 class SchemaName(str, Enum):
     spec = "spec"
     plan = "plan"
@@ -316,14 +362,10 @@ def explain(
                                                               "model's price (labelled analytic).")] = False,
 ) -> None:
     """Why a spec is infeasible and what to relax (verified), or what limits a feasible plan's cost."""
-    from compiler.api import load_spec
-    from compiler.explain import explain as do_explain
-    from compiler.lower import lower
-    from solvers import SolveOptions, get_backend
+    from compiler.api import explain as do_explain, load_spec
 
     s = load_spec(spec)
-    e = do_explain(lower(s), get_backend(solver.value if solver else s.solver.backend),
-                   SolveOptions(time_limit_s=time_limit or s.solver.time_limit_s))
+    e = do_explain(s, backend=solver.value if solver else None, time_limit_s=time_limit)
     if e.feasible and not analytic:  # the cost a user will get: trimtab plan's, validated by simulation
         from dataclasses import replace
 

@@ -1,7 +1,8 @@
 """The planners' correction rounds: after a solve, assess the plan analytically and then by simulation; where a
 workload misses, lower the capacity of the deployment at fault (``derate``) so the next solve buys more of it.
 
-Shared by ``compiler.api.plan`` and the multi-LoRA planner (``compiler.lora.plan``), so both correct the same way.
+Used by the one driver (``compiler.driver.drive``) for every kind of spec. Each function returns new derates; the
+ones it is given are left as they were.
 """
 from __future__ import annotations
 
@@ -12,32 +13,35 @@ MARGIN_DERATE = 0.95
 SIM_ROUNDS = 6  # extra rounds allowed for re-solves after a simulated miss
 
 
-def derate_analytic(misses, derate: dict[str, float]) -> None:
-    """Lower the capacity of each missing workload's worst deployment (in place)."""
+def derate_analytic(misses, derate: dict[str, float]) -> dict[str, float]:
+    """``derate`` with the capacity of each missing workload's worst deployment lowered by DERATE."""
+    out = dict(derate)
     for p in misses:
         if p.worst_deployment:
-            derate[p.worst_deployment] = derate.get(p.worst_deployment, 1.0) * DERATE
+            out[p.worst_deployment] = out.get(p.worst_deployment, 1.0) * DERATE
+    return out
 
 
 def simulate_and_derate(plan, spec, ir, seeds: tuple[int, ...], requests: int, derate: dict[str, float],
                         fill: dict[str, float] | None = None):
     """Simulate ``plan`` exactly as it will be written (rounded floats, so ``check`` replays these runs) on
     ``seeds`` (``compiler.sim.validate``: stop after the first seed when it already shows a miss) and, for each
-    workload whose lower confidence bound is below target, derate its worst deployment (in place) to
-    ``sim_derate`` x the load it carries now: ``fill`` gives each deployment's share of its (derated) capacity in
-    use, so a deployment that misses below its capacity gets a capacity the next solve must respect (a derate
-    above the fill would change nothing). Returns the ``SeedsResult``."""
+    workload whose lower confidence bound is below target, derate its worst deployment to ``sim_derate`` x the
+    load it carries now: ``fill`` gives each deployment's share of its (derated) capacity in use, so a deployment
+    that misses below its capacity gets a capacity the next solve must respect (a derate above the fill would
+    change nothing). Returns (the ``SeedsResult``, the new derates)."""
     from compiler.plan.emit import plan_to_data
     from compiler.plan.schema import Plan
     from compiler.sim.validate import simulate_seeds
 
     res = simulate_seeds(Plan.model_validate(plan_to_data(plan)), spec, ir, seeds, requests, fail_fast=True)
+    out = dict(derate)
     for name in res.intervals:
         worst = "" if res.demonstrated(name) else res.worst_deployment(name)
         if worst:
             used = min(1.0, (fill or {}).get(worst, 1.0))
-            derate[worst] = derate.get(worst, 1.0) * sim_derate(res, name) * used
-    return res
+            out[worst] = out.get(worst, 1.0) * sim_derate(res, name) * used
+    return res, out
 
 
 def sim_derate(res, name: str) -> float:

@@ -4,14 +4,14 @@ from __future__ import annotations
 import math
 from dataclasses import replace
 
-from compiler.assess import Assessment, DeploymentSpecView, RouteView, assess
-from compiler.candidates import Candidate, CandidateSet
+from compiler.assess import Assessment, assess
+from compiler.cost.predict import fidelity_warnings
+from compiler.deployment import Candidate, CandidateSet, DeploymentSpecView, RouteView
 from compiler.formulate import n_var, x_var
 from compiler.ir import ProblemIR
 from compiler.kvtiers import allocate
-from compiler.plan.schema import (Bucket, Deployment, Goodput, KvTiers, Placement, Plan, Prediction, PrefixReuse,
-                                  Route, SolverInfo)
-from compiler.cost.predict import fidelity_warnings
+from compiler.plan.schema import (Bucket, Deployment, Goodput, KvTiers, Placement, Plan, Prediction,
+                                  PrefixReuse, Route, SolverInfo)
 from solvers.base import SolveResult
 
 ROUTE_TOL = 1e-7  # rps below which a route is solver noise
@@ -130,7 +130,7 @@ def build_plan(ir: ProblemIR, deps: list[tuple[Candidate, int]], routes: list[Ro
 def prefix_of(ir: ProblemIR, deps: list[tuple[Candidate, int]], a: Assessment) -> dict[str, PrefixReuse]:
     """Per workload with prefix reuse: the hit rate assumed (declared or measured) and what each deployment's
     prefix cache gets of it."""
-    from compiler.candidates import prefix_hit
+    from compiler.cost.factory import prefix_hit
 
     out = {}
     for w in ir.workloads:
@@ -189,14 +189,12 @@ def finish_plan(plan: Plan, spec, ir: ProblemIR, last_sim, sim_requests: int, si
     """The last stage of every planner: place the replicas on nodes (CP-SAT when greedy packing fails) and
     record the validating simulation runs (``compiler.sim.validate.SeedsResult``), so ``check`` knows which seeds
     the plan was fitted on."""
-    from compiler.disagg import placement_inputs
+    from compiler.errors import InternalError
     from compiler.kvtiers import usable_host_gib
-    from compiler.placement import ToPlace, place_kv
+    from compiler.physics import breaches
+    from compiler.placement import ToPlace, place_kv, placement_inputs
     from compiler.plan.schema import Simulation
     from compiler.topology import build_topology
-
-    from compiler.errors import InternalError
-    from compiler.physics import breaches
 
     broken = breaches(plan, ir)
     if broken:

@@ -16,7 +16,7 @@ from typing import Callable
 
 import numpy as np
 
-from compiler.sim import arrivals as arr
+import compiler.sim.arrivals as arr
 from compiler.sim.replica import Replica, Request
 from compiler.sim.scenario import Scenario, SimWorkload, attach_prefix_caches
 

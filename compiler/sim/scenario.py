@@ -17,12 +17,12 @@ from pathlib import Path
 
 import numpy as np
 
-from compiler.candidates import prefix_cache, replica_model
+from compiler.cost.factory import prefix_cache, replica_model
 from compiler.cost.model import ReplicaModel
 from compiler.ir import ProblemIR
+from compiler.kvtiers import lend_model, plan_kv_tier
 from compiler.lengths import bucket_name, cut_inputs, cut_outputs, input_ranges
 from compiler.lora.verify import plan_lora
-from compiler.kvtiers import lend_model, plan_kv_tier
 from compiler.lower import length_grids
 from compiler.plan.schema import Plan
 from compiler.spec.schema import Spec
@@ -115,8 +115,6 @@ def build_scenario(plan: Plan, spec: Spec, ir: ProblemIR, trace: Trace | None = 
                     sd.prefix_reserved = max(sd.prefix_reserved, reserved)
                     sd.prefix_hits[wn] = hit
         deps.append(sd)
-    from compiler.sim.disagg import pair_targets
-
     pairs, xfer, pair_index = pair_targets(plan, ir, deps, dep_index)
     spec_w = {w.name: w for w in spec.workloads}
     workloads: list[SimWorkload] = []
@@ -180,3 +178,34 @@ def attach_prefix_caches(sc: Scenario, replicas: list[list]) -> None:
                   if n in index and sc.workloads[index[n]].prefix_hashes is not None}
         for rep in reps:
             rep.set_prefix(d.prefix_reserved, PrefixCache(d.prefix_reserved, hits, hashes))
+
+
+class PairTarget(tuple):
+    """(prefill, decode) deployment indices; ``group``: (kp, kd) replicas per group of a co-located pair (prefill
+    replica i hands off to a decode replica of group i // kp), else None."""
+
+    def __new__(cls, p: int, d: int, group: tuple[int, int] | None = None):
+        t = super().__new__(cls, (p, d))
+        t.group = group
+        return t
+
+
+def pair_targets(plan, ir, deps, dep_index):
+    """The plan's (prefill, decode) pairs as deployment indices, sorted by name, with the KV hand-off seconds
+    per input token of each (``compiler.disagg.transfer_s``)."""
+    from compiler.disagg import is_local_pair, transfer_s
+
+    names = sorted({(r.prefill, r.decode) for r in plan.routes
+                    if r.prefill in dep_index and r.decode in dep_index
+                    and deps[dep_index[r.prefill]].role == "prefill" and deps[dep_index[r.decode]].role == "decode"})
+    pairs, xfer, index = [], [], {}
+    by = {d.name: d for d in plan.deployments}
+    for p, d in names:
+        dp, dd = by[p], by[d]
+        index[(p, d)] = len(pairs)
+        local = is_local_pair(dp, dd) and dp.group_replicas > 0 and dd.group_replicas > 0
+        pairs.append(PairTarget(dep_index[p], dep_index[d],
+                                (dp.group_replicas, dd.group_replicas) if local else None))
+        xfer.append(transfer_s(ir, dp.model, dp.dtype, 1.0, dp.gpu, dp.tensor_parallel * dp.pipeline_parallel,
+                               dd.gpu, dd.tensor_parallel * dd.pipeline_parallel, local=is_local_pair(dp, dd)))
+    return pairs, xfer, index

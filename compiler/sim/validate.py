@@ -19,7 +19,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-from compiler.sim.metrics import BATCHES, SimResult
+from compiler.sim.metrics import SimResult
 
 PLAN_SEEDS = 3  # plan validates on seeds seed .. seed + PLAN_SEEDS - 1
 CHECK_SEEDS = 3  # check's default number of seeds ...

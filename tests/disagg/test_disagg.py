@@ -7,7 +7,7 @@ import pytest
 
 import compiler.disagg as disagg
 from compiler.api import check, load_spec, plan
-from compiler.candidates import replica_model
+from compiler.cost.factory import replica_model
 from compiler.cost.model import TrafficClass
 from compiler.lower import lower
 from compiler.plan.emit import plan_to_data

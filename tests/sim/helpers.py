@@ -5,10 +5,9 @@ from types import SimpleNamespace
 
 import numpy as np
 
-from compiler.candidates import replica_model
+from compiler.cost.factory import replica_model
 from compiler.lower import lower
-from compiler.plan.schema import Deployment, Plan, SolverInfo
-from compiler.plan.schema import Route
+from compiler.plan.schema import Deployment, Plan, Route, SolverInfo
 from compiler.sim.scenario import Scenario, SimDeployment, SimWorkload
 from compiler.spec.load import load_spec
 
