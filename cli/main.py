@@ -366,6 +366,40 @@ def schema(which: Annotated[SchemaName, typer.Argument(help="spec or plan")]) ->
     sys.stdout.write(json.dumps(model.model_json_schema(), indent=2) + "\n")
 
 
+class EmitTarget(str, Enum):
+    k8s = "k8s"
+    compose = "compose"
+    llm_d = "llm-d"
+    dynamo = "dynamo"
+
+
+@app.command("emit")
+@_expected_errors
+def emit_cmd(
+    plan_path: Annotated[Path, typer.Argument(metavar="PLAN", help="Plan file written by trimtab plan.")],
+    spec: Annotated[Path, typer.Option("--spec", help="Spec the plan was made from (models, engine, SLOs).")],
+    to: Annotated[EmitTarget, typer.Option("--to", help="k8s (Deployments/LeaderWorkerSets, Services, KEDA, "
+                                                        "Gateway API), compose (one file per node), llm-d, dynamo.")],
+    output: Annotated[Path, typer.Option("-o", "--output", help="Folder to write the files into.")],
+    allow_experimental: Annotated[bool, typer.Option("--allow-experimental", help="Emit a plan that borrows live "
+                                                     "KV from other instances, which no engine flag realises.")] = False,
+) -> None:
+    """Write what runs a plan: engine commands in Kubernetes manifests, docker compose files, Dynamo or llm-d
+    configuration (docs/deploy.md).
+
+    Example: trimtab emit plan.yaml --spec examples/quickstart.yaml --to k8s -o deploy/ && kubectl apply -f deploy/
+    """
+    from compiler.api import load_spec
+    from compiler.check import load_plan
+    from compiler.deploy import render, write
+
+    files, warnings = render(load_plan(plan_path), load_spec(spec), to.value, allow_experimental)
+    paths = write(files, output)
+    for w in warnings:
+        err.print(f"warning: {w}", markup=False)
+    out.print(f"{len(paths)} file(s) written to {output} ({to.value})")
+
+
 @app.command("what-if")
 @_expected_errors
 def what_if(

@@ -7,19 +7,27 @@ from pathlib import Path
 import pytest
 
 EXAMPLES = sorted(Path(__file__).resolve().parents[2].joinpath("examples").glob("*.yaml"))
+MULTI_NODE = Path(__file__).resolve().parent / "big405b.yaml"  # a replica spanning two nodes (no example does)
 
 
 @pytest.fixture(scope="session")
 def example_plans():
-    """{example name: (plan, ir)} for every examples/*.yaml, as `trimtab plan` makes them (vLLM)."""
+    """{name: (plan, ir)} for every examples/*.yaml and big405b.yaml, as `trimtab plan` makes them (vLLM)."""
     import compiler as trimtab
     from compiler.lower import lower
 
     out = {}
-    for path in EXAMPLES:
+    for path in [*EXAMPLES, MULTI_NODE]:
         spec = trimtab.load_spec(path)
         out[path.stem] = (trimtab.plan(spec).plan, lower(spec))
     return out
+
+
+@pytest.fixture(scope="session")
+def example_specs():
+    import compiler as trimtab
+
+    return {p.stem: trimtab.load_spec(p) for p in [*EXAMPLES, MULTI_NODE]}
 
 
 def for_engine(plan, ir, engine: str):

@@ -64,8 +64,12 @@ def test_every_example_command_parses_with_the_plan_values(example_plans):
                 assert ns.kv_offloading_size == pytest.approx(d.kv.offload_gib, rel=1e-5), where
             if d.prefix_cache_tokens:
                 assert ns.enable_prefix_caching is True, where
+            if name == "big405b":  # TP8 x PP2 over two 8-GPU nodes: leader and headless worker
+                assert (ns.nnodes, ns.node_rank) == (2, 0), where
+                w = parse(d.worker_command, {"LEADER_ADDRESS": "10.0.0.1", "NODE_RANK": "1"})
+                assert (w.nnodes, w.node_rank, w.headless) == (2, 1, True), where
             seen += 1
-    assert len(example_plans) == 5 and seen == sum(len(p.deployments) for p, _ in example_plans.values())
+    assert len(example_plans) == 6 and seen == sum(len(p.deployments) for p, _ in example_plans.values())
 
 
 def test_the_quickstart_tp2_deployment_no_longer_claims_the_full_context(example_plans):
