@@ -369,8 +369,6 @@ def schema(which: Annotated[SchemaName, typer.Argument(help="spec or plan")]) ->
 class EmitTarget(str, Enum):
     k8s = "k8s"
     compose = "compose"
-    llm_d = "llm-d"
-    dynamo = "dynamo"
 
 
 @app.command("emit")
@@ -378,14 +376,15 @@ class EmitTarget(str, Enum):
 def emit_cmd(
     plan_path: Annotated[Path, typer.Argument(metavar="PLAN", help="Plan file written by trimtab plan.")],
     spec: Annotated[Path, typer.Option("--spec", help="Spec the plan was made from (models, engine, SLOs).")],
-    to: Annotated[EmitTarget, typer.Option("--to", help="k8s (Deployments/LeaderWorkerSets, Services, KEDA, "
-                                                        "Gateway API), compose (one file per node), llm-d, dynamo.")],
+    to: Annotated[EmitTarget, typer.Option("--to", help="k8s (Deployments or LeaderWorkerSets, Services, KEDA "
+                                                        "ScaledObjects, Gateway API routes) or compose (one file "
+                                                        "per node).")],
     output: Annotated[Path, typer.Option("-o", "--output", help="Folder to write the files into.")],
     allow_experimental: Annotated[bool, typer.Option("--allow-experimental", help="Emit a plan that borrows live "
                                                      "KV from other instances, which no engine flag realises.")] = False,
 ) -> None:
-    """Write what runs a plan: engine commands in Kubernetes manifests, docker compose files, Dynamo or llm-d
-    configuration (docs/deploy.md).
+    """Write what runs a plan: its engine commands in Kubernetes manifests or docker compose files
+    (docs/deploy.md).
 
     Example: trimtab emit plan.yaml --spec examples/quickstart.yaml --to k8s -o deploy/ && kubectl apply -f deploy/
     """
