@@ -472,6 +472,9 @@ def profiles_show(name: Annotated[str, typer.Argument(help="A GPU, model or engi
         if hasattr(val, "value"):
             src = prof.sources[val.source]
             rows[field] = {"value": val.value, "source": f"{src.kind}: {src.ref}"}
+        elif hasattr(val, "repo"):  # a model's Hugging Face repo (HfRepo)
+            src = prof.sources[val.source]
+            rows[field] = {"repo": val.repo, "revision": val.revision, "source": f"{src.kind}: {src.ref}"}
         elif field != "sources":
             rows[field] = val
     sys.stdout.write(yaml.safe_dump(rows, sort_keys=False, width=120))
