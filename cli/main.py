@@ -369,6 +369,7 @@ def schema(which: Annotated[SchemaName, typer.Argument(help="spec or plan")]) ->
 class EmitTarget(str, Enum):
     k8s = "k8s"
     compose = "compose"
+    dynamo = "dynamo"
 
 
 @app.command("emit")
@@ -377,8 +378,8 @@ def emit_cmd(
     plan_path: Annotated[Path, typer.Argument(metavar="PLAN", help="Plan file written by trimtab plan.")],
     spec: Annotated[Path, typer.Option("--spec", help="Spec the plan was made from (models, engine, SLOs).")],
     to: Annotated[EmitTarget, typer.Option("--to", help="k8s (Deployments or LeaderWorkerSets, Services, KEDA "
-                                                        "ScaledObjects, Gateway API routes) or compose (one file "
-                                                        "per node).")],
+                                                        "ScaledObjects, Gateway API routes), compose (one file "
+                                                        "per node) or dynamo (DynamoGraphDeployment, vLLM).")],
     output: Annotated[Path, typer.Option("-o", "--output", help="Folder to write the files into.")],
     allow_experimental: Annotated[bool, typer.Option("--allow-experimental", help="Emit a plan that borrows live "
                                                      "KV from other instances, which no engine flag realises.")] = False,

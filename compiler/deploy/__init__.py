@@ -1,4 +1,4 @@
-"""Deployable artefacts from a plan (``trimtab emit``): Kubernetes manifests and docker compose files.
+"""Deployable artefacts from a plan (``trimtab emit``): Kubernetes manifests, docker compose files, Dynamo.
 
 Entry points: ``render(plan, spec, target, allow_experimental=False) -> (files, warnings)`` with files
 {relative path: text}, byte-stable for the same plan and spec; ``write(files, out_dir)``. docs/deploy.md
@@ -11,7 +11,7 @@ from pathlib import Path
 from compiler.deploy.common import prepare
 from compiler.yamlio import dump_canonical
 
-TARGETS = ("k8s", "compose")  # Dynamo and llm-d: not yet (docs/deploy.md)
+TARGETS = ("k8s", "compose", "dynamo")  # llm-d: not yet (docs/deploy.md)
 
 
 def _multi(objs: list[dict]) -> str:
@@ -28,6 +28,10 @@ def render(plan, spec, target: str, allow_experimental: bool = False) -> tuple[d
         files = {name: dump_canonical(doc) for name, doc in compose.compose_files(b).items()}
         for t in b.targets:  # the TensorRT-LLM extra options files the compose services mount
             files.update(t.launch.files)
+    elif target == "dynamo":
+        from compiler.deploy import dynamo
+
+        files = {name: _multi(objs) for name, objs in dynamo.manifests(b).items()}
     else:
         raise ValueError(f"unknown target {target!r}; one of {', '.join(TARGETS)}")
     return dict(sorted(files.items())), b.warnings

@@ -33,7 +33,9 @@ def test_trtllm_commands_use_only_documented_flags(example_plans):
     for name, (plan0, ir0) in example_plans.items():
         plan, _ = for_engine(plan0, ir0, "trt-llm")
         for d in plan.deployments:
-            assert d.command[:3] == ["trtllm-serve", "serve", d.command[2]] and d.command[3:] == d.engine_args
+            cmd = d.command[1:] if d.command[0] == "trtllm-llmapi-launch" else d.command  # multi-node: MPI ranks
+            assert (d.command[0] == "trtllm-llmapi-launch") == (name == "big405b"), f"{name}/{d.name}"
+            assert cmd[:2] == ["trtllm-serve", "serve"] and cmd[3:] == d.engine_args
             assert set(_flag_names(d.engine_args)) <= documented, f"{name}/{d.name}"
             args = dict(a.split("=", 1) for a in d.engine_args)
             assert int(args["--max_seq_len"]) == d.context_tokens <= d.kv_cache_tokens
