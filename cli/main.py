@@ -17,7 +17,7 @@ from rich.console import Console
 
 from compiler.errors import ExitCode, InfeasibleError, InputError, Problem, TrimtabError
 
-app = typer.Typer(add_completion=False, no_args_is_help=True, rich_markup_mode="rich",
+app = typer.Typer(add_completion=True, no_args_is_help=True, rich_markup_mode="rich",
                   context_settings={"help_option_names": ["-h", "--help"]},
                   help="trimtab: plan the cheapest LLM inference deployment that meets every SLO.")
 profiles_app = typer.Typer(no_args_is_help=True, help="List and show GPU, model and engine profiles.")
@@ -86,13 +86,17 @@ def _root(version: Annotated[bool, typer.Option("--version", callback=_version, 
 @_expected_errors
 def plan(
     spec: Annotated[Path, typer.Argument(help="Spec YAML (see docs/spec-reference.md).")],
-    output: Annotated[Optional[Path], typer.Option("-o", "--output", help="Write the plan here (default: stdout).")] = None,
+    output: Annotated[Optional[Path], typer.Option("-o", "--output", help="Write the plan here; '-' (or none): the "
+                                                   "plan alone on stdout, the summary on stderr.")] = None,
     solver: Annotated[Optional[Solver], typer.Option(help="MILP backend; overrides the spec's solver.backend.")] = None,
     time_limit: Annotated[Optional[float], typer.Option(min=0.01, help="Solver time limit in seconds; overrides solver.time_limit_s.")] = None,
     fmt: Annotated[Fmt, typer.Option("--format", help="Plan file format.")] = Fmt.yaml,
     verbose: Annotated[bool, typer.Option("-v", "--verbose", help="Also list pruned candidates and why.")] = False,
 ) -> None:
-    """Plan the cheapest deployment that meets every SLO, and write it as YAML (or JSON)."""
+    """Plan the cheapest deployment that meets every SLO, and write it as YAML (or JSON).
+
+    Example: trimtab plan examples/quickstart.yaml -o plan.yaml
+    """
     from compiler.api import load_spec, plan as do_plan
     from compiler.plan.emit import emit
     from cli.render import plan_summary
@@ -100,7 +104,7 @@ def plan(
     s = load_spec(spec)
     r = do_plan(s, backend=solver.value if solver else None, time_limit_s=time_limit)
     text = emit(r.plan, fmt.value)
-    if output is None:
+    if output is None or str(output) == "-":
         plan_summary(err, r, verbose)
         sys.stdout.write(text)
     else:
@@ -126,7 +130,10 @@ def check(
     trace_format: Annotated[TraceFormat, typer.Option(help="Trace file format.")] = TraceFormat.azure,
 ) -> None:
     """Verify a plan against a spec: structure, and SLOs by simulation (or by the cost model with --analytic);
-    exit 5 on any violation (CI gate)."""
+    exit 5 on any violation (CI gate).
+
+    Example: trimtab check plan.yaml --spec examples/quickstart.yaml
+    """
     from compiler.api import load_spec
     from compiler.check import check as do_check, load_plan
 
@@ -181,7 +188,10 @@ def simulate(
     fmt: Annotated[TableOrJson, typer.Option("--format", help="Report format.")] = TableOrJson.table,
     plot: Annotated[Optional[Path], typer.Option(help="Write latency CDFs and a timeline as PNGs here.")] = None,
 ) -> None:
-    """Simulate a plan request by request (continuous batching, chunked prefill, queues, KV cache, routing)."""
+    """Simulate a plan request by request (continuous batching, chunked prefill, queues, KV cache, routing).
+
+    Example: trimtab simulate plan.yaml --spec examples/quickstart.yaml --plot plots/
+    """
     from compiler.api import load_spec
     from compiler.check import load_plan
     from compiler.sim.cli import sim_report
@@ -206,7 +216,10 @@ def predict(
     engine: Annotated[str, typer.Option(help="Engine profile: vllm, sglang or trt-llm (trimtab profiles list).")] = "vllm",
     kv_dtype: Annotated[Optional[str], typer.Option(help="KV cache precision, bf16 or fp8 (default: --dtype).")] = None,
 ) -> None:
-    """Predict TTFT, TPOT and throughput of one replica at a fixed concurrency."""
+    """Predict TTFT, TPOT and throughput of one replica at a fixed concurrency.
+
+    Example: trimtab predict --model llama-3.1-8b --gpu h100-sxm --isl 1000 --osl 200 --concurrency 16
+    """
     from compiler.cost.model import ReplicaModel
     from compiler.profiles import load_profiles, model_from_hf_config
     from cli.render import prediction_table
@@ -270,7 +283,10 @@ def bench(
     device: Annotated[BenchDevice, typer.Option(help="Where to run the microbenchmarks.")] = BenchDevice.cuda,
     quick: Annotated[bool, typer.Option("--quick", help="Tiny sizes and few repeats (seconds; for CI).")] = False,
 ) -> None:
-    """Microbenchmark GEMMs, attention, copies and all-reduce on this machine (needs trimtab[bench])."""
+    """Microbenchmark GEMMs, attention, copies and all-reduce on this machine (needs trimtab[bench]).
+
+    Example: trimtab bench --device cuda -o bench-out/
+    """
     from compiler.bench import run_bench
 
     path = run_bench(output, device.value, quick, log=lambda m: err.print(m, markup=False))
@@ -285,7 +301,10 @@ def calibrate(
     base: Annotated[Optional[str], typer.Option(help="GPU profile (name or YAML path) whose spec-sheet peaks and other "
                                                      "fields the fit starts from.")] = None,
 ) -> None:
-    """Fit a GPU profile's efficiency parameters to measurements by least squares; print the fit error per op."""
+    """Fit a GPU profile's efficiency parameters to measurements by least squares; print the fit error per op.
+
+    Example: trimtab calibrate bench-out/ --base h100-sxm -o profiles/gpus/my-h100.yaml
+    """
     from compiler.calibrate import calibrate as do_calibrate, format_errors
 
     r = do_calibrate([str(f) for f in folders], output, base)
@@ -306,7 +325,10 @@ def explain(
     solver: Annotated[Optional[Solver], typer.Option(help="MILP backend; overrides the spec's solver.backend.")] = None,
     time_limit: Annotated[Optional[float], typer.Option(min=0.01, help="Time limit per solve, seconds.")] = None,
 ) -> None:
-    """Why a spec is infeasible and what to relax (verified), or what limits a feasible plan's cost."""
+    """Why a spec is infeasible and what to relax (verified), or what limits a feasible plan's cost.
+
+    Example: trimtab explain examples/quickstart.yaml
+    """
     from compiler.api import load_spec
     from compiler.explain import explain as do_explain
     from compiler.lower import lower
@@ -330,7 +352,10 @@ def pareto(
     output: Annotated[Optional[Path], typer.Option("-o", "--output", help="Write point-NN.yaml (plan) and point-NN.spec.yaml here.")] = None,
     solver: Annotated[Optional[Solver], typer.Option(help="MILP backend; overrides the spec's solver.backend.")] = None,
 ) -> None:
-    """Cost vs latency frontier: the cheapest plan at each tighter SLO, non-dominated points only."""
+    """Cost vs latency frontier: the cheapest plan at each tighter SLO, non-dominated points only.
+
+    Example: trimtab pareto examples/quickstart.yaml --metric ttft_p99 --plot frontier.png
+    """
     import yaml
 
     from compiler.api import load_spec
@@ -358,7 +383,10 @@ def pareto(
 
 @app.command()
 def schema(which: Annotated[SchemaName, typer.Argument(help="spec or plan")]) -> None:
-    """Print the JSON Schema of the spec or the plan."""
+    """Print the JSON Schema of the spec or the plan.
+
+    Example: trimtab schema spec > spec.schema.json
+    """
     from compiler.plan.schema import Plan
     from compiler.spec.schema import Spec
 
@@ -380,7 +408,10 @@ def emit_cmd(
     to: Annotated[EmitTarget, typer.Option("--to", help="k8s (Deployments or LeaderWorkerSets, Services, KEDA "
                                                         "ScaledObjects, Gateway API routes), compose (one file "
                                                         "per node) or dynamo (DynamoGraphDeployment, vLLM).")],
-    output: Annotated[Path, typer.Option("-o", "--output", help="Folder to write the files into.")],
+    output: Annotated[Path, typer.Option("-o", "--output", help="Folder to write the files into; '-': every "
+                                         "document on stdout as one YAML stream (k8s, dynamo), for kubectl apply -f -.")],
+    fmt: Annotated[TableOrJson, typer.Option("--format", help="json: on stdout, {files: {name: text}, warnings} "
+                                                              "with -o -, else {written, warnings}.")] = TableOrJson.table,
     allow_experimental: Annotated[bool, typer.Option("--allow-experimental", help="Emit a plan that borrows live "
                                                      "KV from other instances, which no engine flag realises.")] = False,
 ) -> None:
@@ -388,16 +419,26 @@ def emit_cmd(
     (docs/deploy.md).
 
     Example: trimtab emit plan.yaml --spec examples/quickstart.yaml --to k8s -o deploy/ && kubectl apply -f deploy/
+    (or -o - | kubectl apply -f -)
     """
     from compiler.api import load_spec
     from compiler.check import load_plan
-    from compiler.deploy import render, write
+    from compiler.deploy import render, stream, write
 
     files, warnings = render(load_plan(plan_path), load_spec(spec), to.value, allow_experimental)
-    paths = write(files, output)
     for w in warnings:
         err.print(f"warning: {w}", markup=False)
-    out.print(f"{len(paths)} file(s) written to {output} ({to.value})")
+    if str(output) == "-":
+        if fmt == TableOrJson.json:
+            sys.stdout.write(json.dumps({"files": files, "warnings": warnings}, indent=2) + "\n")
+        else:
+            sys.stdout.write(stream(files, to.value))
+        return
+    paths = write(files, output)
+    if fmt == TableOrJson.json:
+        sys.stdout.write(json.dumps({"written": [str(p) for p in paths], "warnings": warnings}, indent=2) + "\n")
+    else:
+        out.print(f"{len(paths)} file(s) written to {output} ({to.value})")
 
 
 @app.command("what-if")
@@ -407,7 +448,10 @@ def what_if(
     overrides: Annotated[list[str], typer.Option("--set", help="PATH=VALUE, e.g. workloads.chat.rate_rps=8 (repeatable).")],
     output: Annotated[Optional[Path], typer.Option("-o", "--output", help="Write the changed plan here.")] = None,
 ) -> None:
-    """Re-plan with changed inputs and show what changes against the base plan."""
+    """Re-plan with changed inputs and show what changes against the base plan.
+
+    Example: trimtab what-if examples/quickstart.yaml --set workloads.chat.rate_rps=8
+    """
     import yaml
 
     from compiler.api import diff_plans, load_spec, plan as do_plan, what_if as do_what_if
@@ -431,7 +475,10 @@ def what_if(
 
 @profiles_app.command("list")
 def profiles_list() -> None:
-    """List the bundled GPU, model and engine profiles."""
+    """List the bundled GPU, model and engine profiles.
+
+    Example: trimtab profiles list
+    """
     from rich.table import Table
 
     from compiler.profiles import load_profiles
@@ -458,7 +505,10 @@ def profiles_list() -> None:
 @profiles_app.command("show")
 @_expected_errors
 def profiles_show(name: Annotated[str, typer.Argument(help="A GPU, model or engine profile name.")]) -> None:
-    """Show one profile with the source of every number."""
+    """Show one profile with the source of every number.
+
+    Example: trimtab profiles show llama-3.1-70b
+    """
     import yaml
 
     from compiler.profiles import load_profiles

@@ -37,6 +37,15 @@ def render(plan, spec, target: str, allow_experimental: bool = False) -> tuple[d
     return dict(sorted(files.items())), b.warnings
 
 
+def stream(files: dict[str, str], target: str) -> str:
+    """Every file as one YAML stream (``kubectl apply -f -``); compose files are separate projects per node."""
+    from compiler.errors import InputError, Problem
+
+    if target == "compose":
+        raise InputError([Problem("-o", "compose writes one file per node; give a folder, not '-'")])
+    return "---\n".join(t for name, t in files.items() if name.endswith(".yaml"))
+
+
 def write(files: dict[str, str], out_dir: str | Path) -> list[Path]:
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
