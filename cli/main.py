@@ -398,6 +398,7 @@ class EmitTarget(str, Enum):
     k8s = "k8s"
     compose = "compose"
     dynamo = "dynamo"
+    llm_d = "llm-d"
 
 
 @app.command("emit")
@@ -407,7 +408,8 @@ def emit_cmd(
     spec: Annotated[Path, typer.Option("--spec", help="Spec the plan was made from (models, engine, SLOs).")],
     to: Annotated[EmitTarget, typer.Option("--to", help="k8s (Deployments or LeaderWorkerSets, Services, KEDA "
                                                         "ScaledObjects, Gateway API routes), compose (one file "
-                                                        "per node) or dynamo (DynamoGraphDeployment, vLLM).")],
+                                                        "per node), dynamo (DynamoGraphDeployment, vLLM) or "
+                                                        "llm-d (modelservice Helm values, vLLM).")],
     output: Annotated[Path, typer.Option("-o", "--output", help="Folder to write the files into; '-': every "
                                          "document on stdout as one YAML stream (k8s, dynamo), for kubectl apply -f -.")],
     fmt: Annotated[TableOrJson, typer.Option("--format", help="json: on stdout, {files: {name: text}, warnings} "

@@ -1,4 +1,5 @@
-"""Deployable artefacts from a plan (``trimtab emit``): Kubernetes manifests, docker compose files, Dynamo.
+"""Deployable artefacts from a plan (``trimtab emit``): Kubernetes manifests, docker compose files, NVIDIA
+Dynamo graphs, llm-d Helm values.
 
 Entry points: ``render(plan, spec, target, allow_experimental=False) -> (files, warnings)`` with files
 {relative path: text}, byte-stable for the same plan and spec; ``write(files, out_dir)``. docs/deploy.md
@@ -11,7 +12,7 @@ from pathlib import Path
 from compiler.deploy.common import prepare
 from compiler.yamlio import dump_canonical
 
-TARGETS = ("k8s", "compose", "dynamo")  # llm-d: not yet (docs/deploy.md)
+TARGETS = ("k8s", "compose", "dynamo", "llm-d")
 
 
 def _multi(objs: list[dict]) -> str:
@@ -32,6 +33,10 @@ def render(plan, spec, target: str, allow_experimental: bool = False) -> tuple[d
         from compiler.deploy import dynamo
 
         files = {name: _multi(objs) for name, objs in dynamo.manifests(b).items()}
+    elif target == "llm-d":
+        from compiler.deploy import llmd
+
+        files = {name: dump_canonical(doc) for name, doc in llmd.values(b).items()}
     else:
         raise ValueError(f"unknown target {target!r}; one of {', '.join(TARGETS)}")
     return dict(sorted(files.items())), b.warnings
@@ -41,8 +46,8 @@ def stream(files: dict[str, str], target: str) -> str:
     """Every file as one YAML stream (``kubectl apply -f -``); compose files are separate projects per node."""
     from compiler.errors import InputError, Problem
 
-    if target == "compose":
-        raise InputError([Problem("-o", "compose writes one file per node; give a folder, not '-'")])
+    if target in ("compose", "llm-d"):
+        raise InputError([Problem("-o", f"{target} writes one file per node or release; give a folder, not '-'")])
     return "---\n".join(t for name, t in files.items() if name.endswith(".yaml"))
 
 
