@@ -96,7 +96,8 @@ def prepare(plan, spec, allow_experimental: bool = False) -> Bundle:
     for i, d in enumerate(plan.deployments):
         if d.kv is not None and d.kv.borrowed_gib > 0 and not allow_experimental:
             problems.append(Problem(f"deployments[{i}] ({d.name}).kv.borrowed_gib",
-                                    f"{d.kv.borrowed_gib:g} GiB of live KV borrowed from {', '.join(d.kv.borrowed_from)}: "
+                                    f"{d.kv.borrowed_gib:g} GiB of live KV borrowed from "
+                                    f"{', '.join(d.kv.borrowed_from)}: "
                                     "no engine flag realises cross-instance KV borrowing (docs/kv-tiers.md); re-plan "
                                     "with defaults.kv_tiers: offload or off, or pass --allow-experimental"))
     if problems:

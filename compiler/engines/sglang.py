@@ -26,7 +26,8 @@ def launch(f: DeploymentFacts) -> Launch:
          kv(fl["max_batch"], f.max_batch), kv(fl["max_step_tokens"], f.max_step_tokens),
          kv(fl["memory_fraction"], num(f.memory_fraction)), fl["metrics"]]
     if f.dtype == "fp8":
-        a += [kv(fl["quantization"], val["fp8"]["quantization"]), kv(fl["kv_cache_dtype"], val["fp8"]["kv_cache_dtype"])]
+        fp8 = val["fp8"]
+        a += [kv(fl["quantization"], fp8["quantization"]), kv(fl["kv_cache_dtype"], fp8["kv_cache_dtype"])]
     else:
         a.append(kv(fl["dtype"], val["dtype"][f.dtype]))
     # Prefix caching: SGLang's radix cache is on unless --disable-radix-cache; nothing to add.

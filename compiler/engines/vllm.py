@@ -22,7 +22,8 @@ def launch(f: DeploymentFacts) -> Launch:
          kv(fl["max_batch"], f.max_batch), kv(fl["max_step_tokens"], f.max_step_tokens),
          fl["chunked_prefill"], kv(fl["memory_fraction"], num(f.memory_fraction))]
     if f.dtype == "fp8":
-        a += [kv(fl["quantization"], val["fp8"]["quantization"]), kv(fl["kv_cache_dtype"], val["fp8"]["kv_cache_dtype"])]
+        fp8 = val["fp8"]
+        a += [kv(fl["quantization"], fp8["quantization"]), kv(fl["kv_cache_dtype"], fp8["kv_cache_dtype"])]
     else:
         a.append(kv(fl["dtype"], val["dtype"][f.dtype]))
     if f.prefix_caching:  # on by default in V1; explicit because the plan's prefix_cache_tokens rely on it

@@ -59,7 +59,10 @@ def test_every_example_emits_valid_graphs(example_plans, example_specs):
                     assert ns.model == ir.identities[d.model].model_id
                     assert ns.max_model_len == d.context_tokens <= d.kv_cache_tokens
                     assert ns.tensor_parallel_size == d.tensor_parallel and svc["replicas"] == d.replicas
-                    assert (ROLE_FLAGS.get(d.role) in args) if d.role != "unified" else not set(args) & set(ROLE_FLAGS.values())
+                    if d.role == "unified":
+                        assert not set(args) & set(ROLE_FLAGS.values())
+                    else:
+                        assert ROLE_FLAGS[d.role] in args
                     assert svc.get("subComponentType") == (d.role if d.role != "unified" else None)
                     if d.role != "unified":
                         assert ns.kv_transfer_config is None  # Dynamo wires NIXL itself

@@ -11,6 +11,7 @@ import pytest
 import yaml
 
 from compiler.deploy import render
+from compiler.deploy.common import k8s_name
 
 kubernetes_validate = pytest.importorskip("kubernetes_validate")
 jsonschema = pytest.importorskip("jsonschema")
@@ -92,7 +93,7 @@ def test_deployments_carry_the_plan(example_plans, bundles):
         objs = _objs(bundles[name][0])
         for d in plan.deployments:
             w = next(o for o in objs if o["kind"] in ("Deployment", "LeaderWorkerSet")
-                     and o["metadata"]["labels"]["app.kubernetes.io/instance"].startswith(d.name[:40].replace(".", "-")))
+                     and o["metadata"]["name"] == k8s_name(d.name))
             assert w["spec"]["replicas"] == d.replicas
             if w["kind"] == "Deployment":
                 pod = w["spec"]["template"]["spec"]
@@ -102,7 +103,8 @@ def test_deployments_carry_the_plan(example_plans, bundles):
             else:
                 pod = w["spec"]["leaderWorkerTemplate"]["leaderTemplate"]["spec"]
                 c = pod["containers"][0]
-                assert w["spec"]["leaderWorkerTemplate"]["size"] == 2 and "$(LWS_LEADER_ADDRESS)" in " ".join(c["command"])
+                assert w["spec"]["leaderWorkerTemplate"]["size"] == 2
+                assert "--master-addr=$(LWS_LEADER_ADDRESS)" in c["command"]
                 worker = w["spec"]["leaderWorkerTemplate"]["workerTemplate"]["spec"]["containers"][0]
                 assert "--node-rank=$(LWS_WORKER_INDEX)" in worker["command"] and "--headless" in worker["command"]
                 assert c["resources"]["limits"]["nvidia.com/gpu"] == 8
