@@ -324,6 +324,7 @@ def explain(
     spec: Annotated[Path, typer.Argument(help="Spec YAML.")],
     solver: Annotated[Optional[Solver], typer.Option(help="MILP backend; overrides the spec's solver.backend.")] = None,
     time_limit: Annotated[Optional[float], typer.Option(min=0.01, help="Time limit per solve, seconds.")] = None,
+    fmt: Annotated[TableOrJson, typer.Option("--format", help="table, or json (the document alone on stdout).")] = TableOrJson.table,
 ) -> None:
     """Why a spec is infeasible and what to relax (verified), or what limits a feasible plan's cost.
 
@@ -337,6 +338,11 @@ def explain(
     s = load_spec(spec)
     e = do_explain(lower(s), get_backend(solver.value if solver else s.solver.backend),
                    SolveOptions(time_limit_s=time_limit or s.solver.time_limit_s))
+    if fmt == TableOrJson.json:
+        from dataclasses import asdict
+
+        sys.stdout.write(json.dumps(asdict(e), indent=2) + "\n")
+        return
     for line in e.lines():
         out.print(line, markup=False)
 
@@ -351,6 +357,7 @@ def pareto(
     plot: Annotated[Optional[Path], typer.Option(help="Write the frontier as a PNG here.")] = None,
     output: Annotated[Optional[Path], typer.Option("-o", "--output", help="Write point-NN.yaml (plan) and point-NN.spec.yaml here.")] = None,
     solver: Annotated[Optional[Solver], typer.Option(help="MILP backend; overrides the spec's solver.backend.")] = None,
+    fmt: Annotated[TableOrJson, typer.Option("--format", help="table, or json (the document alone on stdout).")] = TableOrJson.table,
 ) -> None:
     """Cost vs latency frontier: the cheapest plan at each tighter SLO, non-dominated points only.
 
@@ -366,19 +373,25 @@ def pareto(
     pts = do_pareto(s, metric, workload or None, points, solver.value if solver else None)
     if not pts:
         raise InfeasibleError(["no point of the frontier is feasible (see trimtab explain)"])
-    out.print(f"{'#':>3} {'SLO factor':>10} {'cost $/h':>10} {metric + ' ms':>14}", markup=False)
-    for i, p in enumerate(pts, 1):
-        out.print(f"{i:>3} {p.factor:>10.3f} {p.cost_usd_per_hour:>10.2f} {p.metric_ms:>14.1f}", markup=False)
+    if fmt == TableOrJson.json:
+        sys.stdout.write(json.dumps({"metric": metric, "points": [
+            {"slo_factor": p.factor, "cost_usd_per_hour": p.cost_usd_per_hour, "metric_ms": p.metric_ms}
+            for p in pts]}, indent=2) + "\n")
+    else:
+        out.print(f"{'#':>3} {'SLO factor':>10} {'cost $/h':>10} {metric + ' ms':>14}", markup=False)
+        for i, p in enumerate(pts, 1):
+            out.print(f"{i:>3} {p.factor:>10.3f} {p.cost_usd_per_hour:>10.2f} {p.metric_ms:>14.1f}", markup=False)
+    log = err if fmt == TableOrJson.json else out
     if output is not None:
         output.mkdir(parents=True, exist_ok=True)
         for i, p in enumerate(pts, 1):
             (output / f"point-{i:02d}.yaml").write_text(emit(p.plan), encoding="utf-8")
             (output / f"point-{i:02d}.spec.yaml").write_text(
                 yaml.safe_dump(p.spec.model_dump(mode="json", exclude_none=True), sort_keys=False), encoding="utf-8")
-        out.print(f"{len(pts)} plans written to {output}", markup=False)
+        log.print(f"{len(pts)} plans written to {output}", markup=False)
     if plot is not None:
         do_plot(pts, str(plot), metric, f"{s.name}: cost vs {metric}")
-        out.print(f"plot written to {plot}", markup=False)
+        log.print(f"plot written to {plot}", markup=False)
 
 
 @app.command()
@@ -449,6 +462,7 @@ def what_if(
     spec: Annotated[Path, typer.Argument(help="Spec YAML.")],
     overrides: Annotated[list[str], typer.Option("--set", help="PATH=VALUE, e.g. workloads.chat.rate_rps=8 (repeatable).")],
     output: Annotated[Optional[Path], typer.Option("-o", "--output", help="Write the changed plan here.")] = None,
+    fmt: Annotated[TableOrJson, typer.Option("--format", help="table, or json (the document alone on stdout).")] = TableOrJson.table,
 ) -> None:
     """Re-plan with changed inputs and show what changes against the base plan.
 
@@ -468,15 +482,23 @@ def what_if(
     s = load_spec(spec)
     base = do_plan(s)
     alt = do_what_if(s, parsed)
-    lines = diff_plans(base.plan, alt.plan) or ["no change"]
-    for line in lines:
-        out.print(line, markup=False)
+    lines = diff_plans(base.plan, alt.plan)
+    if fmt == TableOrJson.json:
+        from compiler.plan.emit import plan_to_data
+
+        sys.stdout.write(json.dumps({"changes": lines, "base_cost_usd_per_hour": base.plan.cost_usd_per_hour,
+                                     "plan": plan_to_data(alt.plan)}, indent=2) + "\n")
+    else:
+        for line in lines or ["no change"]:
+            out.print(line, markup=False)
     if output:
         output.write_text(emit(alt.plan), encoding="utf-8")
 
 
 @profiles_app.command("list")
-def profiles_list() -> None:
+def profiles_list(
+    fmt: Annotated[TableOrJson, typer.Option("--format", help="table, or json (the document alone on stdout).")] = TableOrJson.table,
+) -> None:
     """List the bundled GPU, model and engine profiles.
 
     Example: trimtab profiles list
@@ -486,6 +508,13 @@ def profiles_list() -> None:
     from compiler.profiles import load_profiles
 
     p = load_profiles()
+    if fmt == TableOrJson.json:
+        q = lambda prof: {f: v.value for f, v in prof if hasattr(v, "value")}  # noqa: E731
+        sys.stdout.write(json.dumps({"gpus": {n: q(g) for n, g in sorted(p.gpus.items())},
+                                     "models": {n: {**q(m), "hf": m.hf.model_dump() if m.hf else None}
+                                                for n, m in sorted(p.models.items())},
+                                     "engines": {n: q(e) for n, e in sorted(p.engines.items())}}, indent=2) + "\n")
+        return
     t = Table(title="GPUs")
     for c in ("name", "memory GiB", "HBM GB/s", "bf16 TFLOPS", "fp8 TFLOPS", "link", "per node", "$/h"):
         t.add_column(c, justify="left" if c in ("name", "link") else "right")
@@ -506,7 +535,10 @@ def profiles_list() -> None:
 
 @profiles_app.command("show")
 @_expected_errors
-def profiles_show(name: Annotated[str, typer.Argument(help="A GPU, model or engine profile name.")]) -> None:
+def profiles_show(
+    name: Annotated[str, typer.Argument(help="A GPU, model or engine profile name.")],
+    fmt: Annotated[Fmt, typer.Option("--format", help="yaml or json.")] = Fmt.yaml,
+) -> None:
     """Show one profile with the source of every number.
 
     Example: trimtab profiles show llama-3.1-70b
@@ -530,7 +562,10 @@ def profiles_show(name: Annotated[str, typer.Argument(help="A GPU, model or engi
             rows[field] = {"repo": val.repo, "revision": val.revision, "source": f"{src.kind}: {src.ref}"}
         elif field != "sources":
             rows[field] = val
-    sys.stdout.write(yaml.safe_dump(rows, sort_keys=False, width=120))
+    if fmt == Fmt.json:
+        sys.stdout.write(json.dumps(rows, indent=2) + "\n")
+    else:
+        sys.stdout.write(yaml.safe_dump(rows, sort_keys=False, width=120))
 
 
 def main() -> None:

@@ -50,3 +50,14 @@ def test_emit_to_stdout_is_one_yaml_stream(tmp_path):
     r = CliRunner().invoke(app, ["emit", str(plan), "--spec", str(ROOT / "examples/quickstart.yaml"), "--to", "k8s",
                                  "-o", str(tmp_path / "out"), "--format", "json"])
     assert r.exit_code == 0 and len(json.loads(r.stdout)["written"]) == 8
+
+
+def test_json_output_is_the_document_alone():
+    """--format json: stdout parses as one JSON document (tables and progress, if any, go to stderr)."""
+    q = str(ROOT / "examples/quickstart.yaml")
+    cases = {("profiles", "list"): "models", ("profiles", "show", "h100-sxm"): "memory_gib",
+             ("explain", q): "feasible", ("what-if", q, "--set", "workloads.chat.rate_rps=8"): "changes"}
+    for args, key in cases.items():
+        r = CliRunner().invoke(app, [*args, "--format", "json"])
+        assert r.exit_code == 0, (args, r.output)
+        assert key in json.loads(r.stdout), args
