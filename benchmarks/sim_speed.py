@@ -39,7 +39,7 @@ PER_REPLICA_RPS = 9.0
 
 
 def make(replicas: int, folder: Path):
-    from compiler.candidates import replica_model
+    from compiler.cost.factory import replica_model
     from compiler.lower import lower
     from compiler.plan.schema import Deployment, Plan, Route, SolverInfo
     from compiler.spec.load import load_spec

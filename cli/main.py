@@ -59,7 +59,8 @@ def _expected_errors(fn):
             return fn(*args, **kwargs)
         except TrimtabError as exc:
             label = {ExitCode.INVALID_INPUT: "invalid input", ExitCode.INFEASIBLE: "infeasible",
-                     ExitCode.NO_SOLUTION: "no solution", ExitCode.CHECK_FAILED: "check failed"}[exc.exit_code]
+                     ExitCode.NO_SOLUTION: "no solution", ExitCode.CHECK_FAILED: "check failed",
+                     ExitCode.INTERNAL: "internal"}[exc.exit_code]
             err.print(f"[bold red]error[/] ({label}):", markup=True)
             for line in exc.lines:
                 err.print(f"  {line}", markup=False)
@@ -122,8 +123,13 @@ def check(
     fmt: Annotated[TableOrJson, typer.Option("--format", help="Report format.")] = TableOrJson.table,
     analytic: Annotated[bool, typer.Option("--analytic", help="Judge SLOs by the cost model only (fast), "
                                                               "not by simulation.")] = False,
-    seed: Annotated[Optional[int], typer.Option(help="Simulation seed (default: the plan's, else 0).")] = None,
-    requests: Annotated[Optional[int], typer.Option(min=1, help="Requests to simulate (default: the plan's).")] = None,
+    seed: Annotated[Optional[int], typer.Option(help="First simulation seed (default: 1000, past the seeds the "
+                                                     "plan was validated on).")] = None,
+    seeds: Annotated[int, typer.Option(min=1, help="Simulation runs, one per seed from --seed; attainment is "
+                                                   "pooled with 95% bounds.")] = 3,
+    strict: Annotated[bool, typer.Option(help="Fail a workload unless its lower 95% bound reaches the target "
+                                              "(default: fail only a miss the runs show).")] = False,
+    requests: Annotated[Optional[int], typer.Option(min=1, help="Requests per run (default: the plan's).")] = None,
     duration: Annotated[Optional[float], typer.Option(min=0.001, help="Seconds of arrivals to simulate instead.")] = None,
     trace: Annotated[Optional[Path], typer.Option(help="Replay this trace's arrivals and lengths, rescaled to each "
                                                        "workload's rate.")] = None,
@@ -148,7 +154,8 @@ def check(
     if not analytic:
         from compiler.sim.cli import sim_check
 
-        if not sim_check(p, s, out, err, fmt.value, seed, requests, duration, trace, trace_format.value):
+        if not sim_check(p, s, out, err, fmt.value, seed, seeds, requests, duration, trace, trace_format.value,
+                         strict):
             raise typer.Exit(int(ExitCode.CHECK_FAILED))
         return
     rep = do_check(p, s)
@@ -324,6 +331,8 @@ def explain(
     spec: Annotated[Path, typer.Argument(help="Spec YAML.")],
     solver: Annotated[Optional[Solver], typer.Option(help="MILP backend; overrides the spec's solver.backend.")] = None,
     time_limit: Annotated[Optional[float], typer.Option(min=0.01, help="Time limit per solve, seconds.")] = None,
+    analytic: Annotated[bool, typer.Option("--analytic", help="Skip planning with validation: only the cost "
+                                                              "model's price (labelled analytic).")] = False,
     fmt: Annotated[TableOrJson, typer.Option("--format", help="table, or json (the document alone on stdout).")] = TableOrJson.table,
 ) -> None:
     """Why a spec is infeasible and what to relax (verified), or what limits a feasible plan's cost.
@@ -338,6 +347,13 @@ def explain(
     s = load_spec(spec)
     e = do_explain(lower(s), get_backend(solver.value if solver else s.solver.backend),
                    SolveOptions(time_limit_s=time_limit or s.solver.time_limit_s))
+    if e.feasible and not analytic:  # the cost a user will get: trimtab plan's, validated by simulation
+        from dataclasses import replace
+
+        from compiler.api import plan as do_plan
+
+        r = do_plan(s, backend=solver.value if solver else None, time_limit_s=time_limit)
+        e = replace(e, validated_cost_usd_per_hour=r.plan.cost_usd_per_hour)
     if fmt == TableOrJson.json:
         from dataclasses import asdict
 
@@ -357,9 +373,12 @@ def pareto(
     plot: Annotated[Optional[Path], typer.Option(help="Write the frontier as a PNG here.")] = None,
     output: Annotated[Optional[Path], typer.Option("-o", "--output", help="Write point-NN.yaml (plan) and point-NN.spec.yaml here.")] = None,
     solver: Annotated[Optional[Solver], typer.Option(help="MILP backend; overrides the spec's solver.backend.")] = None,
+    analytic: Annotated[bool, typer.Option("--analytic", help="Plan each point with the cost model only (fast; "
+                                                              "points are not validated by simulation).")] = False,
     fmt: Annotated[TableOrJson, typer.Option("--format", help="table, or json (the document alone on stdout).")] = TableOrJson.table,
 ) -> None:
-    """Cost vs latency frontier: the cheapest plan at each tighter SLO, non-dominated points only.
+    """Cost vs latency frontier: the cheapest plan at each tighter SLO (each point planned as trimtab plan
+    plans, validated by simulation, unless --analytic), non-dominated points only.
 
     Example: trimtab pareto examples/quickstart.yaml --metric ttft_p99 --plot frontier.png
     """
@@ -370,18 +389,21 @@ def pareto(
     from compiler.plan.emit import emit
 
     s = load_spec(spec)
-    pts = do_pareto(s, metric, workload or None, points, solver.value if solver else None)
+    pts = do_pareto(s, metric, workload or None, points, solver.value if solver else None, validate=not analytic)
     if not pts:
         raise InfeasibleError(["no point of the frontier is feasible (see trimtab explain)"])
+    log = err if fmt == TableOrJson.json else out
+    log.print("analytic: cost model only; points are not validated by simulation (check them before use)"
+              if analytic else "each point is a plan as trimtab plan makes it (validated by simulation)",
+              markup=False)
     if fmt == TableOrJson.json:
-        sys.stdout.write(json.dumps({"metric": metric, "points": [
+        sys.stdout.write(json.dumps({"metric": metric, "validated": not analytic, "points": [
             {"slo_factor": p.factor, "cost_usd_per_hour": p.cost_usd_per_hour, "metric_ms": p.metric_ms}
             for p in pts]}, indent=2) + "\n")
     else:
         out.print(f"{'#':>3} {'SLO factor':>10} {'cost $/h':>10} {metric + ' ms':>14}", markup=False)
         for i, p in enumerate(pts, 1):
             out.print(f"{i:>3} {p.factor:>10.3f} {p.cost_usd_per_hour:>10.2f} {p.metric_ms:>14.1f}", markup=False)
-    log = err if fmt == TableOrJson.json else out
     if output is not None:
         output.mkdir(parents=True, exist_ok=True)
         for i, p in enumerate(pts, 1):

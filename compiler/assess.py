@@ -9,56 +9,12 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-from compiler.candidates import replica_model, traffic_class
+from compiler.cost.factory import replica_model, traffic_class
+from compiler.deployment import DeploymentLoad, DeploymentSpecView, RouteView
 from compiler.ir import ProblemIR
 from compiler.lora.model import view_lora
 
-
 NO_ROUTE = "no route serves this workload"
-
-
-@dataclass(frozen=True, slots=True)
-class DeploymentSpecView:
-    """What assessment needs of a deployment (from a candidate or from a plan file)."""
-
-    name: str
-    model: str
-    gpu: str
-    tp: int
-    pp: int
-    dtype: str
-    max_num_seqs: int
-    max_batched_tokens: int
-    replicas: int
-    role: str = "unified"
-    lora: tuple = ()  # (max_loras, max_lora_rank, adapters held) of a LoRA deployment (compiler.lora.model)
-    kv_offload_gib: float = 0.0  # KV tier per replica (docs/kv-tiers.md)
-    kv_borrow_gib: float = 0.0
-    colocated_with: str = ""  # co-located P/D pair: the other side (hand-off over NVLink, compiler.disagg)
-
-
-@dataclass(frozen=True, slots=True)
-class RouteView:
-    workload: str
-    bucket: str
-    deployment: str  # "" for a prefill/decode pair
-    share: float  # of the workload's requests
-    prefill: str = ""
-    decode: str = ""
-
-
-@dataclass(frozen=True, slots=True)
-class DeploymentLoad:
-    name: str
-    rate_rps_per_replica: float
-    utilization: float
-    decode_batch: float
-    kv_tokens_used: float
-    kv_cache_tokens: int
-    tpot_ms: float
-    stable: bool
-    reason: str
-    prefix_cache_tokens: int = 0  # KV tokens each replica keeps for prefix reuse (docs/prefix-caching.md)
 
 
 @dataclass(frozen=True, slots=True)

@@ -10,12 +10,13 @@ import math
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from compiler.assess import NO_ROUTE, Assessment, DeploymentSpecView, RouteView, assess
-from compiler.candidates import replica_model
-from compiler.ir import ProblemIR
+from compiler.assess import NO_ROUTE, Assessment, assess
+from compiler.cost.factory import replica_model
+from compiler.deployment import DeploymentSpecView, RouteView
 from compiler.errors import InputError, Problem
-from compiler.lora.verify import plan_lora, verify_lora
+from compiler.ir import ProblemIR
 from compiler.kvtiers import verify_kv
+from compiler.lora.verify import plan_lora, verify_lora
 from compiler.lower import lower
 from compiler.plan.schema import Plan
 from compiler.profiles import ProfileSet
@@ -103,6 +104,9 @@ def verify(plan: Plan, ir: ProblemIR, topo: Topology | None = None, slo: bool = 
     if abs(cost - plan.cost_usd_per_hour) > 0.01 * max(cost, 1.0):
         bad.append(f"cost: plan states {plan.cost_usd_per_hour:g} $/h, its GPUs at the spec's prices cost {cost:.2f}")
 
+    from compiler.physics import breaches
+
+    bad += [f"physics: {b.line()}" for b in breaches(plan, ir)]
     names = {d.name: d for d in plan.deployments}
     routes: list[RouteView] = []
     per_bucket: dict[tuple[str, str], float] = {}
@@ -247,8 +251,8 @@ def verify_kv_links(plan: Plan, ir: ProblemIR, topo: Topology) -> list[str]:
     inter-rack link it crosses (``compiler.topology.kv_link_loads``). Deployments without placement (plans
     written by hand) are checked against their NIC share instead. One line per fault: route, link, load vs
     capacity."""
-    from compiler.disagg import LINK_UTIL, is_local_pair, local_bytes_per_s, nic_bytes_per_s, pair_flows
-    from compiler.topology import kv_link_loads
+    from compiler.disagg import is_local_pair, local_bytes_per_s, nic_bytes_per_s, pair_flows
+    from compiler.topology import LINK_UTIL, kv_link_loads
 
     bad: list[str] = []
     by = {d.name: d for d in plan.deployments}

@@ -17,7 +17,8 @@ from __future__ import annotations
 
 from dataclasses import replace
 
-from compiler.candidates import CandidateSet
+from compiler.deployment import CandidateSet
+from compiler.formulate import formulate, n_var
 from compiler.ir import ProblemIR
 from solvers.base import Backend, SolveOptions, SolveResult, Status, Termination
 
@@ -26,8 +27,6 @@ MIN_CANDIDATES = 300  # below this the whole MILP solves in well under a second
 
 def solve_split(ir: ProblemIR, cands: CandidateSet, backend: Backend, options: SolveOptions,
                 derate: dict[str, float] | None = None) -> SolveResult | None:
-    from compiler.formulate import formulate, n_var
-
     pd = tuple(getattr(cands, "disagg", ()))
     if (ir.objective != "min_cost" or len(ir.workloads) < 2 or len(cands.candidates) < MIN_CANDIDATES
             or (pd and getattr(ir, "inter_rack_gbps", None))

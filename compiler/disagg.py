@@ -41,13 +41,14 @@ import math
 import re
 from dataclasses import replace
 
-from compiler.candidates import Candidate, _shapes, replica_model, traffic_class
+from compiler.cost.factory import replica_model, traffic_class
+from compiler.deployment import Candidate, shapes
 from compiler.ir import GpuPoolIR, ProblemIR, WorkloadIR
+from compiler.topology import LINK_UTIL
 
 ROLES = ("prefill", "decode")
 ENABLED = True  # False: unified candidates only (for comparisons: benchmarks, tests)
 PD_MARGIN = 0.15  # a P/D pair must beat unified serving by this share of the cost per request/s to be offered
-LINK_UTIL = 0.5  # share of a NIC (or the inter-rack links) the KV hand-offs may use at the planned load
 PD_TOKEN_BUDGET = 8192  # prefill side: whole prompts per step; decode side: small budget, more KV room
 DECODE_TOKEN_BUDGET = 2048
 
@@ -128,7 +129,7 @@ def _role_candidates(ir: ProblemIR, w: WorkloadIR, role: str, transfer_bw: float
     for pool in ir.gpus:
         if local_d is not None and pool.type not in local_d:
             continue
-        for _cid, tp, pp, why in _shapes(ir, w, pool):
+        for _cid, tp, pp, why in shapes(ir, w, pool):
             if why or (local_d is not None and pp > 1):
                 continue
             rm = replica_model(ir, w.model, pool.type, tp, pp, w.dtype, mns, mbt)
@@ -173,7 +174,7 @@ def _may_pay(ir: ProblemIR, w: WorkloadIR, unified: tuple[Candidate, ...]) -> bo
     pre = {b.name: math.inf for b in w.buckets}
     dec = dict(pre)
     for pool in ir.gpus:
-        for _cid, tp, pp, why in _shapes(ir, w, pool):
+        for _cid, tp, pp, why in shapes(ir, w, pool):
             if why:
                 continue
             usd = pool.usd_per_hour * tp * pp
@@ -409,7 +410,7 @@ def pair_routes(ir: ProblemIR, flows: dict[tuple[str, str], tuple[list, list]]):
     """Per bucket, match prefill flows to decode flows: a route per (prefill, decode) pair with the share of the
     workload's requests it carries. Co-located sides only with their own partner; then each GPU type's flows
     among themselves (they need not change racks), then the rest; each step north-west corner, sorted by name."""
-    from compiler.assess import RouteView
+    from compiler.deployment import RouteView
 
     out = []
     for (wn, bn), (pre, dec) in sorted(flows.items()):
@@ -456,7 +457,7 @@ def _gpu_of(workload: str, cid: str) -> str:
 def assess_pairs(ir: ProblemIR, deps: dict, routes, loads: dict, ttft: dict, dep_tpot: dict) -> None:
     """Fill ``assess``'s tables for the P/D routes: TTFT = prefill TTFT at the percentile + KV hand-off of the
     bucket's tail input; TPOT from the decode deployment's decode-only steady state."""
-    from compiler.assess import DeploymentLoad
+    from compiler.deployment import DeploymentLoad
 
     pairs = [r for r in routes if r.prefill and r.decode and r.prefill in deps and r.decode in deps]
     for role in ROLES:
@@ -551,13 +552,3 @@ def pair_flows(plan, ir: ProblemIR) -> list[tuple[str, str, float, bool]]:
     return [(p, d, f, is_local_pair(by[p], by[d])) for (p, d), f in sorted(acc.items())]
 
 
-def placement_inputs(plan, ir: ProblemIR):
-    """``compiler.placement.place``'s ``groups`` (co-located pairs) and ``flows`` (cross-node pairs) of a plan."""
-    from compiler.placement import LocalGroup
-
-    by = {d.name: d for d in plan.deployments}
-    groups = tuple(LocalGroup(d.name, d.colocated_with, d.group_replicas, by[d.colocated_with].group_replicas)
-                   for d in plan.deployments if d.role == "prefill" and d.colocated_with in by
-                   and is_local_pair(d, by[d.colocated_with]) and d.group_replicas > 0)
-    flows = tuple((p, d, f) for p, d, f, local in pair_flows(plan, ir) if not local)
-    return groups, flows

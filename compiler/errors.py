@@ -19,6 +19,7 @@ class ExitCode(IntEnum):
     INFEASIBLE = 3
     NO_SOLUTION = 4
     CHECK_FAILED = 5
+    INTERNAL = 6
 
 
 @dataclass(frozen=True, slots=True)
@@ -74,3 +75,10 @@ class CheckFailedError(TrimtabError):
     """A plan violates its spec (raised only by the CLI; the API returns a CheckReport)."""
 
     exit_code = ExitCode.CHECK_FAILED
+
+
+class InternalError(TrimtabError):
+    """trimtab produced something impossible (e.g. a plan above the speed-of-light bound): a bug to report,
+    never a plan to deploy."""
+
+    exit_code = ExitCode.INTERNAL

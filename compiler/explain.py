@@ -17,7 +17,8 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, field, replace
 
-from compiler.candidates import CandidateSet, build_candidates
+from compiler.candidates import build_candidates
+from compiler.deployment import CandidateSet
 from compiler.formulate import formulate, n_var, slack_var
 from compiler.ir import ProblemIR
 from solvers.base import Backend, SolveOptions, SolveResult
@@ -115,12 +116,20 @@ class Explanation:
     problems: list[str] = field(default_factory=list)  # pre-solve impossibilities
     alternatives: list[list[Change]] = field(default_factory=list)  # each set alone makes the spec feasible
     binding: list[str] = field(default_factory=list)  # feasible specs: what limits the plan's cost
-    cost_usd_per_hour: float | None = None
+    cost_usd_per_hour: float | None = None  # the cost model's cheapest plan (analytic)
+    validated_cost_usd_per_hour: float | None = None  # ``trimtab plan``'s (validated by simulation), when known
 
     def lines(self) -> list[str]:
         out = []
         if self.feasible:
-            out.append(f"feasible: the cheapest plan costs {self.cost_usd_per_hour:.2f} $/h")
+            if self.validated_cost_usd_per_hour is not None:
+                out.append(f"feasible: trimtab plan's plan costs {self.validated_cost_usd_per_hour:.2f} $/h "
+                           "(validated by simulation)")
+                out.append(f"analytic (cost model only, not validated): the cheapest plan costs "
+                           f"{self.cost_usd_per_hour:.2f} $/h; the binding analysis below compares such solves")
+            else:
+                out.append(f"feasible (analytic: cost model only, not validated by simulation): the cheapest plan "
+                           f"costs {self.cost_usd_per_hour:.2f} $/h")
             out += ["binding: " + b for b in self.binding] or ["binding: nothing (no GPU count, budget or SLO "
                                                                "limits the plan)"]
             return out

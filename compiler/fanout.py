@@ -68,14 +68,14 @@ MERGED = ("candidates", "pruned", "best", "disagg")  # CandidateSet fields merge
 def _mergeable() -> bool:
     from dataclasses import fields
 
-    from compiler.candidates import CandidateSet
+    from compiler.deployment import CandidateSet
 
     return all(f.name in MERGED for f in fields(CandidateSet))  # a new field: build serially until merged here
 
 
 def merge(parts):
     """Per-workload ``CandidateSet``s (in workload order) -> one, ordered as ``build_candidates`` orders it."""
-    from compiler.candidates import CandidateSet
+    from compiler.deployment import CandidateSet
 
     key = (lambda x: x.id)
     out = {"candidates": tuple(sorted((c for p in parts for c in p.candidates), key=key)),

@@ -16,14 +16,14 @@ Constraints:
     their replicas count in inventory, budget and cost like any candidate's.
 Objective ``min_cost``:
     min sum_c usd[c] n[c] + EPS_GPU x sum_c gpus[c] n[c]   (cost, then fewer GPUs)
-Routing balance (``min_cost``; ``balance_routes``, an LP after the MILP): the MILP's routes are any split that
+Routing balance (``min_cost``; ``compiler.solve.balance_routes``, an LP after the MILP): the MILP's routes are any split that
 fits the capacities, often one deployment at 100 % beside another half idle. With every n[c] fixed at the MILP's
 value, and u[w] in [0, 1] the highest utilisation among w's deployments,
     sum_b x[b,c] / cap[b,c] <= u[w] n[c]           for unified c of w    (capacity[c], n fixed)
     min sum_w u[w]
 spreads each workload's traffic so that its busiest deployment is as idle as the replicas bought allow: the
 same cost and replicas, with the most headroom on every deployment the load can be moved off.
-Objective ``max_goodput`` (two solves, ``solve_ir``): demand rows become ``<=`` (a bucket may be served in
+Objective ``max_goodput`` (two solves, ``compiler.solve.solve_ir``): demand rows become ``<=`` (a bucket may be served in
 part), then
     1. max sum_{b,c} x[b,c]                                 (served requests per second, all workloads)
     2. min cost  s.t.  sum_{b,c} x[b,c] >= (1 - GOODPUT_TOL) x goodput of 1   (goodput[total])
@@ -37,11 +37,10 @@ which CP-SAT needs.
 from __future__ import annotations
 
 import math
-from dataclasses import replace
 
-from compiler.candidates import CandidateSet
+from compiler.deployment import CandidateSet
 from compiler.ir import ProblemIR
-from solvers.base import Backend, SolveOptions, SolveResult, Status
+from solvers.base import SolveResult
 from solvers.model import Constraint, MilpModel
 
 EPS_GPU = 1e-6  # $/h per GPU: below a cent even for 4,096 GPUs, so it only breaks ties
@@ -59,6 +58,18 @@ def x_var(workload: str, bucket: str, cid: str) -> str:
 
 def slack_var(cname: str) -> str:
     return f"slack[{cname}]"
+
+
+def capacity_fill(cands: CandidateSet, res: SolveResult, derate: dict[str, float]) -> dict[str, float]:
+    """Per unified deployment bought: the left side of its ``capacity`` row over its replicas (1: full)."""
+    out = {}
+    for c in cands.candidates:
+        n = res.values.get(n_var(c.id), 0.0)
+        if n >= 0.5:
+            f = derate.get(c.id, 1.0)
+            out[c.id] = sum(res.values.get(x_var(c.workload, b, c.id), 0.0) / (cap * f)
+                            for b, cap in c.capacity_rps) / round(n)
+    return out
 
 
 def _replicas_to_carry_all(ir: ProblemIR, c, derate: float) -> int:
@@ -158,7 +169,7 @@ def add_kv_tier_rows(m: MilpModel, ir: ProblemIR, cands: CandidateSet) -> None:
         n[c] <= sum_{l on g: spare_gib[l] >= borrow_gib[c], gpus[l] + gpus[c] <= node} n[l]   (kv_borrow_pair[c])
     spare_gib[l]: HBM KV a replica of the HBM-only candidate l leaves free at its planned operating point
     (each bucket alone at its capacity, the worst one). Rows only where some candidate has such a tier."""
-    from compiler.candidates import HOST_KV_SHARE
+    from compiler.cost.factory import HOST_KV_SHARE
 
     for pool in ir.gpus:
         cs = [c for c in cands.candidates if c.gpu == pool.type]
@@ -183,75 +194,3 @@ def add_kv_tier_rows(m: MilpModel, ir: ProblemIR, cands: CandidateSet) -> None:
                                      origin=f"gpus[{pool.index}] ({pool.type}): lenders on the node"))
 
 
-def util_var(workload: str) -> str:
-    return f"utilisation[{workload}]"
-
-
-def balance_routes(ir: ProblemIR, cands: CandidateSet, backend: Backend, options: SolveOptions,
-                   res: SolveResult, derate: dict[str, float] | None = None) -> SolveResult:
-    """``res`` with its routes re-spread by the balance LP (module docstring); replicas, cost, status and gap are
-    the MILP's. Returns ``res`` unchanged when it has no solution or the LP gives none (the MILP's routes stand)."""
-    if not res.has_solution:
-        return res
-    # Only the deployments bought: a candidate with no replicas carries no traffic, so its routes stay 0 (and the
-    # LP is the size of the plan, not of the candidate set).
-    bought = lambda c: round(res.values.get(n_var(c.id), 0.0)) > 0  # noqa: E731
-    cands = replace(cands, candidates=tuple(c for c in cands.candidates if bought(c)),
-                    disagg=tuple(c for c in cands.disagg if bought(c)))
-    m = formulate(ir, cands, derate)
-    fixed = {}
-    for name, v in list(m.variables.items()):
-        if v.kind == "integer":
-            val = float(round(res.values.get(name, 0.0)))
-            fixed[name] = val
-            m.variables[name] = replace(v, lb=val, ub=val)
-    unified = {f"capacity[{c.id}]": c for c in cands.candidates}
-    util = {}
-    rows = []
-    for con in m.constraints:
-        c = unified.get(con.name)
-        if c is not None:
-            u = util.get(c.workload) or m.add_var(util_var(c.workload), "continuous", 0.0, 1.0)
-            util[c.workload] = u
-            expr = tuple(t for t in con.expr if t[0] != n_var(c.id)) + ((u, -fixed[n_var(c.id)]),)
-            con = replace(con, expr=expr)
-        rows.append(con)
-    if not util:
-        return res
-    m.constraints = rows
-    m.objective = tuple((u, 1.0) for u in sorted(util.values()))
-    m.sense = "min"
-    left = max(options.time_limit_s - res.seconds, 1.0)
-    bal = backend.solve(m, SolveOptions(left, options.mip_rel_gap, options.threads, options.verbose))
-    if not bal.has_solution:
-        return replace(res, seconds=res.seconds + bal.seconds)
-    values = dict(res.values)
-    for name, val in bal.values.items():
-        if name.startswith("route["):
-            values[name] = val
-    return replace(res, values=values, seconds=res.seconds + bal.seconds)
-
-
-def solve_ir(ir: ProblemIR, cands: CandidateSet, backend: Backend, options: SolveOptions,
-             derate: dict[str, float] | None = None) -> SolveResult:
-    """Solve for the spec's objective: one solve for ``min_cost``, two for ``max_goodput`` (max served
-    rate, then min cost keeping it). The result's ``seconds`` covers both; the time limit is shared."""
-    if ir.objective != "max_goodput":
-        from compiler.decompose import solve_split  # per workload when the shared rows do not bind
-
-        split = solve_split(ir, cands, backend, options, derate)
-        res = split if split is not None else backend.solve(formulate(ir, cands, derate), options)
-        return balance_routes(ir, cands, backend, options, res, derate)
-    first = backend.solve(formulate(ir, cands, derate, objective="max_goodput"), options)
-    if not first.has_solution:
-        return first
-    left = max(options.time_limit_s - first.seconds, 0.01)
-    floor = (first.objective or 0.0) * (1 - GOODPUT_TOL)
-    second = backend.solve(formulate(ir, cands, derate, objective="max_goodput", goodput_floor=floor),
-                           SolveOptions(left, options.mip_rel_gap, options.threads, options.verbose))
-    if not second.has_solution:  # keep stage 1's plan: it serves the most, maybe not at the lowest cost
-        return replace(first, seconds=first.seconds + second.seconds)
-    gaps = [g for g in (first.gap, second.gap) if g is not None]
-    return replace(second, seconds=first.seconds + second.seconds,
-                   gap=max(gaps) if len(gaps) == 2 else None,
-                   status=Status.OPTIMAL if Status.FEASIBLE not in (first.status, second.status) else Status.FEASIBLE)

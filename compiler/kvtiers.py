@@ -72,7 +72,7 @@ def allocate(deps) -> dict[str, tuple[float, tuple[str, ...]]]:
 
 def usable_host_gib(ir, node) -> float:
     """Host memory of one topology node the KV offload tier may use (HOST_KV_SHARE of it)."""
-    from compiler.candidates import HOST_KV_SHARE
+    from compiler.cost.factory import HOST_KV_SHARE
 
     pool = ir.gpu(node.gpu)
     if node.cpu_memory_gib is not None:
@@ -86,7 +86,7 @@ def usable_host_gib(ir, node) -> float:
 
 def verify_kv(plan, ir, assessment, topo=None) -> list[str]:
     """Violations of the KV-tier limits (module docstring), one line each naming the deployment and the limit."""
-    from compiler.candidates import HOST_KV_SHARE, replica_model
+    from compiler.cost.factory import HOST_KV_SHARE, replica_model
 
     bad: list[str] = []
     deps = [d for d in plan.deployments if d.kv is not None]

@@ -2,7 +2,7 @@
 
 A distribution becomes ``GRID`` quantiles at probabilities (k + 0.5) / GRID, so the same spec always gives
 the same numbers (no random sampling). Buckets split a workload's input lengths at quantiles and output
-lengths likewise, so short and long requests can be served by different candidates.
+lengths never (a router cannot see them), so short and long prompts can be served by different candidates.
 """
 from __future__ import annotations
 
@@ -18,8 +18,8 @@ from compiler.spec.schema import TokenDist
 
 GRID = 2000
 _NORMAL = NormalDist()
-INPUT_SPLITS = (0.5, 0.9)  # quantiles where input lengths are cut into buckets
-OUTPUT_SPLITS = (0.8,)
+INPUT_SPLITS = (0.5, 0.9)  # quantiles where input lengths are cut into buckets (routable prompt-length ranges)
+OUTPUT_SLICES = (0.0, 0.02, 0.05, 0.1, 0.2, 0.35, 0.5, 0.75, 1.0)  # quantiles bounding LengthBucket.osl_points
 
 
 class LengthError(ValueError):
@@ -91,7 +91,11 @@ def read_samples(path: Path, column: str) -> np.ndarray:
 
 @dataclass(frozen=True, slots=True)
 class LengthBucket:
-    """A slice of a workload's requests with similar input and output lengths."""
+    """A range of prompt lengths of one workload, with the output lengths of the requests in it.
+
+    Buckets cut input lengths only: a router sees a request's prompt at admission, never its output length
+    (docs/routing.md). The output statistics are those of the requests in the range, each output cut where
+    input + output would exceed the context window (``cut_outputs``)."""
 
     name: str
     prob: float  # share of the workload's requests
@@ -100,8 +104,19 @@ class LengthBucket:
     isl_tail: float  # input length used for the TTFT percentile (see docs/cost-model.md)
     isl_max: float
     isl_min: float
-    osl_mean: float
+    osl_mean: float  # mean output length of the requests in the range (after the context cut)
     osl_max: float
+    # ((mean output length, probability), ...) over slices of the output distribution, finer at short outputs
+    # (whose TPOT is the noisiest): the cost model's TPOT tail mixes them (TrafficClass.osl_points)
+    osl_points: tuple[tuple[float, float], ...] = ()
+
+
+@dataclass(frozen=True, slots=True)
+class Truncation:
+    """What fitting a workload's (input, output) pairs into a context window cuts."""
+
+    requests: float  # share of requests with their prompt or their output cut
+    tokens: float  # share of all requested tokens (input + output) cut
 
 
 def _cuts(x: np.ndarray, splits: tuple[float, ...]) -> list[tuple[int, int]]:
@@ -118,26 +133,74 @@ def _cuts(x: np.ndarray, splits: tuple[float, ...]) -> list[tuple[int, int]]:
     return merged
 
 
-def make_buckets(isl: np.ndarray, osl: np.ndarray, percentile: float) -> tuple[LengthBucket, ...]:
-    """Cross the input and output quantile slices (inputs and outputs are taken as independent)."""
+def input_ranges(isl: np.ndarray) -> list[tuple[int, int]]:
+    """The grid index ranges of a workload's routable prompt-length ranges (one bucket each)."""
+    return _cuts(isl, INPUT_SPLITS)
+
+
+def bucket_name(isl: np.ndarray, a: int, b: int) -> str:
+    return f"in{int(isl[a])}-{int(isl[b - 1])}"
+
+
+def capped_output_mean(osl: np.ndarray, cap: np.ndarray) -> np.ndarray:
+    """E[min(O, cap)] for each cap, O uniform over the sorted grid ``osl``: O(n log n) with prefix sums."""
+    cs = np.concatenate([[0.0], np.cumsum(osl)])
+    k = np.searchsorted(osl, cap, side="left")  # outputs below the cap keep their length
+    return (cs[k] + (len(osl) - k) * cap) / len(osl)
+
+
+def cut_inputs(isl: np.ndarray, ctx: int) -> np.ndarray:
+    """Prompts cut to the context window (one token left for the output)."""
+    return np.minimum(isl, ctx - 1)
+
+
+def cut_outputs(isl_cut: np.ndarray | int, osl: np.ndarray | int, ctx: int):
+    """Outputs cut only where prompt + output exceeds the window (at least one token)."""
+    return np.maximum(1, np.minimum(osl, ctx - isl_cut))
+
+
+def truncation(isl: np.ndarray, osl: np.ndarray, ctx: int) -> Truncation:
+    """Shares of requests and of tokens cut when inputs and outputs pair independently (every input grid point
+    with every output grid point, as the simulator draws them)."""
+    isl_c = cut_inputs(isl, ctx)
+    cap = (ctx - isl_c).astype(float)
+    kept_out = capped_output_mean(osl, cap)  # per input: mean output kept
+    cut_out = float(np.mean(osl)) - kept_out
+    n_over = len(osl) - np.searchsorted(osl, cap, side="right")  # outputs beyond the cap, per input
+    req = np.where(isl >= ctx, 1.0, n_over / len(osl))
+    total = float(np.mean(isl)) + float(np.mean(osl))
+    cut = float(np.mean(isl - isl_c)) + float(np.mean(cut_out))
+    return Truncation(float(np.mean(req)), cut / total if total else 0.0)
+
+
+def make_buckets(isl: np.ndarray, osl: np.ndarray, percentile: float, ctx: int | None = None
+                 ) -> tuple[LengthBucket, ...]:
+    """Slice the sorted input grid (already cut to the window) into prompt-length ranges; each range's outputs
+    are every output paired with every prompt in it (inputs and outputs are taken as independent), cut to the
+    window pair by pair. ``ctx`` None: no window."""
     p = percentile / 100.0
     isl_p = float(np.quantile(isl, p, method="inverted_cdf"))
     out = []
-    for ia, ib in _cuts(isl, INPUT_SPLITS):
+    for ia, ib in input_ranges(isl):
         xi = isl[ia:ib]
-        for oa, ob in _cuts(osl, OUTPUT_SPLITS):
-            xo = osl[oa:ob]
-            mean = float(xi.mean())
-            tail = min(float(np.quantile(xi, p, method="inverted_cdf")), max(isl_p, float(xi[0])))
-            out.append(LengthBucket(
-                name=f"in{int(xi[0])}-{int(xi[-1])}_out{int(xo[0])}-{int(xo[-1])}",
-                prob=(ib - ia) / len(isl) * (ob - oa) / len(osl),
-                isl_mean=mean,
-                isl_cv2=float(xi.var() / mean**2),
-                isl_tail=tail,
-                isl_max=float(xi[-1]),
-                isl_min=float(xi[0]),
-                osl_mean=float(xo.mean()),
-                osl_max=float(xo[-1]),
-            ))
+        mean = float(xi.mean())
+        tail = min(float(np.quantile(xi, p, method="inverted_cdf")), max(isl_p, float(xi[0])))
+        points = []
+        for a, b in _cuts(osl, OUTPUT_SLICES[1:-1]):
+            kept = osl[a:b].mean() if ctx is None else capped_output_mean(osl[a:b], (ctx - xi).astype(float)).mean()
+            points.append((float(kept), (b - a) / len(osl)))
+        osl_mean = sum(o * q for o, q in points)
+        osl_max = float(osl[-1] if ctx is None else cut_outputs(xi[0], osl[-1], ctx))
+        out.append(LengthBucket(
+            name=bucket_name(isl, ia, ib),
+            prob=(ib - ia) / len(isl),
+            isl_mean=mean,
+            isl_cv2=float(xi.var() / mean**2),
+            isl_tail=tail,
+            isl_max=float(xi[-1]),
+            isl_min=float(xi[0]),
+            osl_mean=osl_mean,
+            osl_max=osl_max,
+            osl_points=tuple(points),
+        ))
     return tuple(out)

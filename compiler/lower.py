@@ -1,7 +1,9 @@
 """Lowering: ``Spec`` + ``ProfileSet`` -> ``ProblemIR``.
 
 Resolves GPU and model names to profiles (or a local config.json), fills defaults (prices, dtype),
-turns token distributions into length buckets truncated to the model's context window, and computes the
+turns token distributions into prompt-length buckets fitted pair by pair into the model's context window
+(``compiler.lengths.truncation``: prompts cut to the window, outputs only where prompt + output exceeds it),
+and computes the
 input hash a plan records. Raises ``InputError`` naming the workload when its lengths cannot be served.
 """
 from __future__ import annotations
@@ -16,7 +18,7 @@ from compiler.lora.spec import lora_ir, strip_unset
 from compiler.errors import InputError, Problem
 from compiler.engines.base import model_identities
 from compiler.ir import GpuPoolIR, ProblemIR, SloIR, WorkloadIR
-from compiler.lengths import LengthError, grid_of, make_buckets, quantile_grid
+from compiler.lengths import LengthError, cut_inputs, grid_of, make_buckets, quantile_grid, truncation
 from compiler.profiles import ProfileSet, load_profiles, model_from_hf_config
 from compiler.spec.schema import Spec, Workload
 
@@ -88,15 +90,6 @@ def workload_prefix(w: Workload, base_dir: str = ".") -> tuple[float, int, tuple
     return stats.hit_rate, stats.working_set_tokens, curve, "trace"
 
 
-def truncate_grids(isl: np.ndarray, osl: np.ndarray, ctx: int) -> tuple[np.ndarray, np.ndarray, float]:
-    """Lengths cut to the model's context window, and the share of requests cut."""
-    over = np.maximum(isl + osl[::-1] - ctx, 0)  # worst pairing: longest outputs with longest inputs
-    truncated = float(np.mean((isl >= ctx) | (over > 0)))
-    isl_t = np.minimum(isl, ctx - 1)
-    osl_t = np.maximum(1.0, np.minimum(osl, ctx - isl_t.max()))
-    return isl_t, osl_t, truncated
-
-
 def _min_nic(spec: Spec, gpu: str) -> float:
     """Narrowest NIC (GB/s) among the spec's nodes of this GPU type that give one (0: the profile's)."""
     return min((n.nic_gbps for n in spec.nodes or () if n.gpu == gpu and n.nic_gbps), default=0.0)
@@ -157,15 +150,16 @@ def lower(spec: Spec, profiles: ProfileSet | None = None) -> ProblemIR:
             problems.append(Problem(f"{where}.input_tokens",
                                     f"every input length is at or beyond {w.model}'s context window of {ctx} tokens"))
             continue
-        isl_t, osl_t, truncated = truncate_grids(isl, osl, ctx)
-        if truncated > 0:
-            warnings.append(f"{w.name}: {truncated:.1%} of requests exceed {w.model}'s {ctx}-token context "
-                            "and are truncated to it")
+        cut = truncation(isl, osl, ctx)
+        if cut.requests > 0:
+            warnings.append(f"{w.name}: {cut.requests:.1%} of requests ({cut.tokens:.1%} of their tokens) exceed "
+                            f"{w.model}'s {ctx}-token context: prompts are cut to the window, outputs where prompt "
+                            "+ output exceeds it")
         workloads.append(WorkloadIR(
             name=w.name, model=w.model, rate_rps=rate,
             slo=SloIR(w.slo.ttft_ms, w.slo.tpot_ms, w.slo.percentile),
-            dtype=w.dtype or spec.defaults.dtype, buckets=make_buckets(isl_t, osl_t, w.slo.percentile),
-            truncated_share=truncated, index=i, prefix_hit_rate=hit, prefix_working_set=working_set,
+            dtype=w.dtype or spec.defaults.dtype, buckets=make_buckets(cut_inputs(isl, ctx), osl, w.slo.percentile, ctx),
+            truncated_share=cut.requests, index=i, prefix_hit_rate=hit, prefix_working_set=working_set,
             prefix_curve=curve, prefix_source=source,
         ))
     if problems:

@@ -2,7 +2,8 @@
 
 The frontier is over ``min_cost`` plans (a ``max_goodput`` spec is planned as ``min_cost`` here). Each
 point tightens the chosen SLO of the chosen workloads by a common factor ``f <= 1`` of the spec's
-value and plans the cheapest deployment for it (``compiler.api.plan``, analytic, no simulation). The factors
+value and plans the cheapest deployment for it (``compiler.api.plan``, validated by simulation as ``trimtab
+plan`` validates, so the point at factor 1 is ``plan``'s own plan; ``validate=False``: cost model only). The factors
 run geometrically from 1 down to just above the best zero-load latency any candidate reaches (below it no
 plan exists). Points that are infeasible are dropped, and so are dominated ones (costlier and no faster),
 so the list runs from cheapest-and-slowest to fastest-and-costliest. Every point carries its plan and the
@@ -33,7 +34,8 @@ class ParetoPoint:
 
 
 def pareto(spec: Spec, metric: str = "ttft_p99", workloads: list[str] | None = None, points: int = 8,
-           backend: str | None = None, time_limit_s: float | None = None) -> list[ParetoPoint]:
+           backend: str | None = None, time_limit_s: float | None = None, validate: bool = True
+           ) -> list[ParetoPoint]:
     from compiler.api import plan
     from compiler.candidates import build_candidates
     from compiler.lower import lower
@@ -64,7 +66,7 @@ def pareto(spec: Spec, metric: str = "ttft_p99", workloads: list[str] | None = N
         slo = {w: round(getattr(known[w].slo, key) * f, 3) for w in names}
         s2 = apply_overrides(spec, {"objective": "min_cost", **{f"workloads.{w}.slo.{key}": v for w, v in slo.items()}})
         try:
-            r = plan(s2, backend=backend, time_limit_s=time_limit_s, validate=False)
+            r = plan(s2, backend=backend, time_limit_s=time_limit_s, validate=validate)
         except (InfeasibleError, NoSolutionError):
             continue
         vals = [getattr(r.plan.predictions[w], key) for w in names]

@@ -122,8 +122,7 @@ def _rack_affine(deps: list[ToPlace], bins: list, topo: Topology, placed: dict, 
     joined by a route form a component; components (most GPUs first) go first-fit into the first rack that holds
     them all, then the other deployments first-fit. Refuses, naming the link and by how much it is over, when
     no rack-local packing is found (greedy: a packing may exist that it misses)."""
-    from compiler.disagg import LINK_UTIL
-    from compiler.topology import kv_link_loads
+    from compiler.topology import LINK_UTIL, kv_link_loads
 
     def over(pl):
         st = {k: [(s.node, 0) for s in v] for k, v in pl.items()}
@@ -344,3 +343,15 @@ def _kv_violations(deps, placed, kv, host_gib) -> list[str]:
             net[sp.node] = net.get(sp.node, 0.0) + (b - l) / d.pp
             off[sp.node] = off.get(sp.node, 0.0) + o / d.pp
     return sorted([n for n, v in net.items() if v > 1e-3] + [n for n, v in off.items() if v > host_gib.get(n, 0.0) + 1e-3])
+
+
+def placement_inputs(plan, ir):
+    """``place``'s ``groups`` (co-located pairs) and ``flows`` (cross-node pairs) of a plan."""
+    from compiler.disagg import is_local_pair, pair_flows
+
+    by = {d.name: d for d in plan.deployments}
+    groups = tuple(LocalGroup(d.name, d.colocated_with, d.group_replicas, by[d.colocated_with].group_replicas)
+                   for d in plan.deployments if d.role == "prefill" and d.colocated_with in by
+                   and is_local_pair(d, by[d.colocated_with]) and d.group_replicas > 0)
+    flows = tuple((p, d, f) for p, d, f, local in pair_flows(plan, ir) if not local)
+    return groups, flows

@@ -18,6 +18,8 @@ from compiler.errors import InputError, Problem
 from compiler.ir import ProblemIR
 from compiler.spec.schema import Spec
 
+LINK_UTIL = 0.5  # share of a NIC (or the inter-rack links) the KV hand-offs may use at the planned load
+
 if TYPE_CHECKING:  # networkx is imported where a graph is built: most commands never need one (start-up time)
     import networkx as nx
 

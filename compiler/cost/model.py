@@ -18,136 +18,27 @@ The equations, with their sources, are in docs/cost-model.md. Every number comes
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
-from functools import cache, cached_property
+from dataclasses import replace
+from functools import cached_property
 
+from compiler.cost.predictions import ReplicaPredictions
+from compiler.cost.queueing import (_Aitken, _bracket, _normal, _prefill_queue, _tail_decision, bisect_max,
+                                    gamma_q)
+from compiler.cost.records import (BYTES, GIB, UNSTABLE, BatchPrediction, BurstPrediction,
+                                   ClosedLoopPrediction, KvTier, MemoryFit, ReplicaState, TrafficClass)
+from compiler.cost.roles import ReplicaRoles
 from compiler.profiles import EngineProfile, GpuProfile, ModelProfile
 
-BYTES = {"bf16": 2.0, "fp8": 1.0}
-GIB = 1024**3
+# Re-exported: the records and the search are the cost model's vocabulary for its callers.
+__all__ = ["BYTES", "GIB", "UNSTABLE", "BatchPrediction", "BurstPrediction", "ClosedLoopPrediction", "KvTier",
+           "MemoryFit", "ReplicaModel", "ReplicaState", "TrafficClass", "bisect_max", "gamma_q"]
 
 
-@dataclass(frozen=True, slots=True)
-class TrafficClass:
-    """Requests of similar length offered to one replica (per-replica rate)."""
 
-    rate_rps: float
-    isl_mean: float
-    osl_mean: float
-    isl_tail: float | None = None  # input length whose TTFT is reported at the percentile
-    isl_cv2: float = 0.0  # squared coefficient of variation of input length
-    # Prefix reuse (docs/prefix-caching.md): mean input tokens per request served from the prefix cache (prefill
-    # computes only isl - cached, attending to the cached tokens as prior context; the decode context is the full
-    # isl), and the KV tokens the replica keeps for this workload's prefix cache (not available to requests).
-    cached_tokens: float = 0.0
-    prefix_reserved: float = 0.0
-
-    @property
-    def tail(self) -> float:
-        return self.isl_mean if self.isl_tail is None else self.isl_tail
-
-    @property
-    def tail_cached(self) -> float:
-        """Cached tokens of the tail-length request (the same share of its input as on average)."""
-        return self.tail * self.cached_tokens / self.isl_mean if self.cached_tokens else 0.0
-
-
-@dataclass(frozen=True, slots=True)
-class KvTier:
-    """KV capacity beyond HBM for one replica (docs/kv-tiers.md).
-
-    ``kind``: ``offload`` (host CPU memory over PCIe) or ``borrow`` (spare HBM of other instances on the same
-    node, over NVLink, or PCIe where the GPU has none). ``tokens``: KV tokens the tier holds for this replica.
-    ``gbps_per_gpu``: bandwidth from each GPU of the replica to the tier, GB/s (each GPU moves its own shard)."""
-
-    kind: str
-    tokens: int
-    gbps_per_gpu: float
-
-    def __post_init__(self):
-        if self.kind not in ("offload", "borrow"):
-            raise ValueError(f"KvTier.kind must be offload or borrow, got {self.kind!r}")
-        if self.tokens < 0 or not self.gbps_per_gpu > 0:
-            raise ValueError("KvTier needs tokens >= 0 and gbps_per_gpu > 0")
-
-
-@dataclass(frozen=True, slots=True)
-class MemoryFit:
-    weights_gib_per_gpu: float
-    activation_gib_per_gpu: float
-    reserve_gib_per_gpu: float
-    usable_gib_per_gpu: float
-    kv_gib_per_gpu: float
-    kv_bytes_per_token_per_gpu: float
-    kv_cache_tokens: int
-
-    @property
-    def fits(self) -> bool:
-        return self.kv_cache_tokens > 0
-
-
-@dataclass(frozen=True, slots=True)
-class ReplicaState:
-    """Steady state of one replica under an offered load (see ``ReplicaModel.evaluate``)."""
-
-    stable: bool
-    reason: str  # why not stable ("" when stable)
-    tpot_s: float  # per-request TPOT at the percentile (over all classes' requests); the mean at percentile 50
-    ttft_s: tuple[float, ...]  # per class: TTFT at the percentile (queueing + prefill of isl_tail)
-    ttft_mean_s: tuple[float, ...]  # per class: mean TTFT (mean wait + prefill of isl_mean)
-    utilization: float  # share of engine steps that carry prefill work (prefill server utilisation)
-    decode_batch: float  # mean number of requests decoding
-    kv_tokens_used: float
-    wait_p_s: float  # waiting time at the percentile
-    wait_mean_s: float
-    tpot_mean_s: float = float("nan")  # mean time between output tokens (1 / engine steps per second)
-
-
-@dataclass(frozen=True, slots=True)
-class ClosedLoopPrediction:
-    ttft_ms: float
-    tpot_ms: float
-    requests_per_s: float
-    output_tokens_per_s: float
-    output_tokens_per_s_per_gpu: float
-    concurrency: int
-    fits: bool
-    max_concurrency: int
-    kv_cache_tokens: int
-
-
-@dataclass(frozen=True, slots=True)
-class BatchPrediction:
-    """A static batch: ``batch`` prompts prefilled together, then decoded together (latency benchmarks)."""
-
-    ttft_ms: float  # prefill of the whole batch
-    tpot_ms: float  # mean decode step
-    e2e_ms: float  # prefill + (osl - 1) decode steps
-    output_tokens_per_s: float
-    output_tokens_per_s_per_gpu: float
-    batch: int
-    fits: bool
-
-
-@dataclass(frozen=True, slots=True)
-class BurstPrediction:
-    """A burst of queued requests served to the end (offline throughput runs, ``rate=inf`` benchmarks)."""
-
-    makespan_s: float
-    requests_per_s: float
-    output_tokens_per_s: float
-    output_tokens_per_s_per_gpu: float
-    total_tokens_per_s: float
-    ttft_ms: float  # mean, queueing included
-    tpot_ms: float  # mean over requests with more than one output token
-    requests: int
-
-
-_UNSTABLE = float("inf")
-
-
-class ReplicaModel:
-    """Analytic model of one serving replica: ``tp`` x ``pp`` GPUs running one copy of the model."""
+class ReplicaModel(ReplicaRoles, ReplicaPredictions):
+    """Analytic model of one serving replica: ``tp`` x ``pp`` GPUs running one copy of the model. The step time,
+    memory fit, steady state and capacity are here; the disaggregated roles (``compiler/cost/roles.py``) and the
+    benchmark-style predictions (``compiler/cost/predictions.py``) are mixed in."""
 
     def __init__(self, model: ModelProfile, gpu: GpuProfile, engine: EngineProfile, tp: int = 1, pp: int = 1,
                  dtype: str = "bf16", max_num_seqs: int | None = None, max_batched_tokens: int = 8192,
@@ -214,6 +105,11 @@ class ReplicaModel:
         self.mlp_active_expert = 3 * self.H * inter * self.topk if self.experts > 1 else 0.0
 
     # ------------------------------------------------------------------ memory
+    def plain(self, max_num_seqs: int) -> "ReplicaModel":
+        """A plain replica of this shape (no KV tier, no adapters) with another batch limit."""
+        return ReplicaModel(self.model, self.gpu, self.engine, self.tp, self.pp, self.dtype, max_num_seqs,
+                            self.max_batched_tokens, self.kv_dtype)
+
     @cached_property
     def memory(self) -> MemoryFit:
         """Per-GPU memory budget (vLLM's profile run: utilisation x HBM, minus weights, activations, reserve)."""
@@ -354,7 +250,7 @@ class ReplicaModel:
         the other ``isl - cached`` are computed, with the cached ones as prior context."""
         chunk = self.max_batched_tokens - decode_batch
         if chunk <= 0:
-            return _UNSTABLE
+            return UNSTABLE
         new = isl - cached
         n = max(1, math.ceil(new / chunk))
         last = new - (n - 1) * chunk
@@ -429,8 +325,8 @@ class ReplicaModel:
             return max((n_mean + z * math.sqrt(n_mean)) * ctx_dec, kv_floor)
 
         def unstable(reason: str) -> ReplicaState:
-            inf = (_UNSTABLE,) * n
-            return ReplicaState(False, reason, _UNSTABLE, inf, inf, 1.0, b, _UNSTABLE, _UNSTABLE, _UNSTABLE, _UNSTABLE)
+            inf = (UNSTABLE,) * n
+            return ReplicaState(False, reason, UNSTABLE, inf, inf, 1.0, b, UNSTABLE, UNSTABLE, UNSTABLE, UNSTABLE)
 
         # Decision mode (capacity bisection) accelerates the fixed point; plain iteration climbs to it from below,
         # so the stated predictions (assess, check) are not more pessimistic than the capacities assumed.
@@ -494,7 +390,7 @@ class ReplicaModel:
                 self._tpot_tail(classes, s, nsteps, t_d, tpot, percentile, slo_ms[1] * 1e-3)
             if tier and math.isfinite(tpot_p) and max(ttft) * 1e3 <= slo_ms[0]:
                 tpot_p = max(tpot_p, self._tier_decode_s(b, ctx_dec, kv_pre, kv_floor, z))
-                tpot_p = tpot_p if tpot_p <= slo_ms[1] * 1e-3 else _UNSTABLE
+                tpot_p = tpot_p if tpot_p <= slo_ms[1] * 1e-3 else UNSTABLE
             return ReplicaState(True, "", tpot_p, ttft, ttft, rho, b, kv_used, wait_p, wait_mean, tpot)
         ttft_mean = tuple(fe + wait_mean + self.prefill_s(c.isl_mean, b, ctx_dec, r, c.cached_tokens) for c in classes)
         tpot_p = self._tpot_tail(classes, s, nsteps, t_d, tpot, percentile)
@@ -545,15 +441,16 @@ class ReplicaModel:
         d = [max(si - k * t_d, 0.0) for si, k in zip(s, nsteps)]
         ed2 = sum(c.rate_rps * di ** 2 * (1 + c.isl_cv2) for c, di in zip(classes, d)) / lam
         ed3 = sum(c.rate_rps * di ** 3 * (1 + c.isl_cv2) ** 3 for c, di in zip(classes, d)) / lam
-        parts = []  # (weight, sd of TPOT, skewness) per class with more than one output token
+        parts = []  # (weight, sd of TPOT, skewness) per class and output length with more than one output token
         for c in classes:
-            k = c.osl_mean - 1
-            if k >= 1 and ed2 > 0:
-                m = lam * k * tpot  # prompts arriving during the request's decode
-                parts.append((c.rate_rps, math.sqrt(m * ed2) / k, ed3 / (math.sqrt(m) * ed2 ** 1.5)))
+            for o, share in c.osl_points or ((c.osl_mean, 1.0),):
+                k = o - 1
+                if k >= 1 and ed2 > 0:
+                    m = lam * k * tpot  # prompts arriving during the request's decode
+                    parts.append((c.rate_rps * share, math.sqrt(m * ed2) / k, ed3 / (math.sqrt(m) * ed2 ** 1.5)))
         if not parts:
             return tpot
-        wsum = sum(p[0] for p in parts)
+        wsum = lam  # requests with a single output token have no TPOT to miss
         q = 1 - percentile / 100.0
         nd = _normal()
 
@@ -571,7 +468,7 @@ class ReplicaModel:
         if bound_s is not None:
             decided = _tail_decision(miss, q, lo, hi, 1e-4 * tpot, bound_s)
             if decided is not None:
-                return tpot if decided else _UNSTABLE
+                return tpot if decided else UNSTABLE
         while hi - lo > 1e-4 * tpot:  # 0.01 % of the mean TPOT: far below any SLO's resolution
             mid = (lo + hi) / 2
             if miss(mid) > q:
@@ -606,8 +503,7 @@ class ReplicaModel:
         def ok(rate: float) -> bool:
             if rate <= known[0] or rate >= known[1]:
                 return rate <= known[0]  # implied by monotonicity
-            c = TrafficClass(rate, cls.isl_mean, cls.osl_mean, cls.isl_tail, cls.isl_cv2, cls.cached_tokens,
-                             cls.prefix_reserved)
+            c = replace(cls, rate_rps=rate)
             if slo is None:
                 st = self.evaluate([c], percentile)
             else:
@@ -633,456 +529,6 @@ class ReplicaModel:
         return bisect_max(ok, 0.0, hi, rel_tol)
 
     # ------------------------------------------------------------------ disaggregated roles (prefill / decode)
-    @property
-    def kv_bytes_per_token(self) -> float:
-        """KV bytes of one token of context for the whole model (all layers and KV heads): what a prefill
-        instance hands to a decode instance per input token."""
-        return 2 * self.L * self.kv_heads * self.head_dim * self.kvbytes
-
-    def evaluate_prefill(self, classes: list[TrafficClass] | tuple[TrafficClass, ...],
-                         percentile: float = 99.0) -> ReplicaState:
-        """Steady state of a prefill-only replica: every step carries prompt chunks and nothing decodes (the first
-        token comes out of the prefill, the rest on a decode replica). The same M/G/1 prefill server as
-        ``evaluate`` with a decode batch of 0: service of a prompt = isl / chunk steps of T(0, chunk), waiting time
-        at the percentile from the exponential tail. KV: only the prompts being prefilled (handed off after)."""
-        lam = sum(c.rate_rps for c in classes)
-        n = len(classes)
-        fe = self.request_overhead
-        if lam <= 0:
-            ttft = tuple(fe + self.prefill_s(c.tail, 0, 0) for c in classes)
-            mean = tuple(fe + self.prefill_s(c.isl_mean, 0, 0) for c in classes)
-            return ReplicaState(True, "", 0.0, ttft, mean, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0)
-        K = self.max_batched_tokens
-        rho, steps_total, s = 0.0, 0.0, []
-        for c in classes:
-            per_step = min(c.isl_mean, K)
-            steps = c.isl_mean / per_step
-            t = self.iteration_s(0, 0, per_step, (c.isl_mean - per_step) / 2)
-            s.append(steps * t)
-            rho += c.rate_rps * steps * t
-            steps_total += c.rate_rps * steps
-        if rho >= 1:
-            inf = (_UNSTABLE,) * n
-            return ReplicaState(False, f"prefill saturated (utilisation {rho:.2f})", 0.0, inf, inf, 1.0, 0.0,
-                                _UNSTABLE, _UNSTABLE, _UNSTABLE, 0.0)
-        wait_p, wait_mean, pre_tokens = _prefill_queue(classes, s, lam, rho, percentile)
-        kv_used = rho * pre_tokens / max(steps_total, 1e-12)
-        ttft = tuple(fe + wait_p + self.prefill_s(c.tail, 0, 0) for c in classes)
-        mean = tuple(fe + wait_mean + self.prefill_s(c.isl_mean, 0, 0) for c in classes)
-        return ReplicaState(True, "", 0.0, ttft, mean, rho, 0.0, kv_used, wait_p, wait_mean, 0.0)
-
-    def evaluate_decode(self, classes: list[TrafficClass] | tuple[TrafficClass, ...],
-                        percentile: float = 99.0, max_iter: int = 200) -> ReplicaState:
-        """Steady state of a decode-only replica: requests arrive with their prompt's KV (transferred) and
-        decode osl - 1 tokens; every step is decode-only, T_d = T(b, mean context). Little's law gives
-        b = (sum rate x (osl - 1)) x T_d; iterate to the fixed point. Without prompts interleaved the step time
-        does not jump, so TPOT at the percentile is the step time at the batch size the Poisson number of
-        requests in the system (M/G/inf) reaches at that percentile, b_p = b + z sqrt(b) (normal approximation;
-        the batch changes on the time scale of a request's own decode, so its steps do not average it out)."""
-        from statistics import NormalDist
-
-        n = len(classes)
-        D = sum(c.rate_rps * max(c.osl_mean - 1, 0.0) for c in classes)
-        if D <= 0:
-            t1 = self.iteration_s(1, max((c.tail for c in classes), default=0.0))
-            return ReplicaState(True, "", t1, (0.0,) * n, (0.0,) * n, 0.0, 0.0, 0.0, 0.0, 0.0, t1)
-        ctx = sum(c.rate_rps * max(c.osl_mean - 1, 0.0) * (c.isl_mean + c.osl_mean / 2) for c in classes) / D
-        b = 1.0
-        for _ in range(max_iter):
-            t_d = self.iteration_s(b, ctx)
-            b_new = D * t_d
-            if b_new > self.max_num_seqs:
-                inf = (_UNSTABLE,) * n
-                return ReplicaState(False, f"needs a decode batch of {b_new:.0f} > max_num_seqs {self.max_num_seqs}",
-                                    _UNSTABLE, inf, inf, 1.0, b_new, _UNSTABLE, 0.0, 0.0, _UNSTABLE)
-            if abs(b_new - b) <= 1e-4 * max(b_new, 1.0):
-                b = b_new
-                break
-            b = b_new
-        kv_used = b * ctx
-        if kv_used > self.memory.kv_cache_tokens:
-            inf = (_UNSTABLE,) * n
-            return ReplicaState(False, f"KV cache needs {kv_used:.0f} tokens > capacity {self.memory.kv_cache_tokens}",
-                                _UNSTABLE, inf, inf, 1.0, b, kv_used, 0.0, 0.0, _UNSTABLE)
-        tpot = self.iteration_s(max(b, 1.0), ctx)
-        tpot_p = tpot
-        if percentile > 50:
-            z = NormalDist().inv_cdf(percentile / 100.0)
-            tpot_p = self.iteration_s(max(b + z * math.sqrt(max(b, 1.0)), 1.0), ctx)
-        return ReplicaState(True, "", tpot_p, (0.0,) * n, (0.0,) * n, 0.0, b, kv_used, 0.0, 0.0, tpot)
-
-    def capacity_rps_role(self, role: str, cls: TrafficClass, ttft_ms: float, tpot_ms: float, percentile: float,
-                          transfer_s: float = 0.0, rel_tol: float = 0.005) -> float:
-        """``capacity_rps`` for a ``prefill`` replica (TTFT, the KV hand-off ``transfer_s`` included, within
-        ``ttft_ms``) or a ``decode`` replica (TPOT within ``tpot_ms``, prompt plus output in its KV cache)."""
-        if role == "prefill":
-            if self.memory.kv_cache_tokens < cls.tail:
-                return 0.0
-
-            def ok(rate: float) -> bool:
-                st = self.evaluate_prefill([TrafficClass(rate, cls.isl_mean, 1.0, cls.isl_tail, cls.isl_cv2)],
-                                           percentile)
-                return st.stable and (st.ttft_s[0] + transfer_s) * 1e3 <= ttft_ms
-
-            per_step = min(cls.isl_mean, self.max_batched_tokens)
-            hi = 1.01 / (cls.isl_mean / per_step * self.iteration_s(0, 0, per_step, 0))
-        else:
-            if self.memory.kv_cache_tokens < cls.tail + cls.osl_mean or cls.osl_mean <= 1:
-                return 0.0
-
-            def ok(rate: float) -> bool:
-                st = self.evaluate_decode([TrafficClass(rate, cls.isl_mean, cls.osl_mean, cls.isl_tail,
-                                                        cls.isl_cv2)], percentile)
-                return st.stable and st.tpot_s * 1e3 <= tpot_ms
-
-            hi = 1.01 * self.max_num_seqs / ((cls.osl_mean - 1) * self.iteration_s(1, cls.isl_mean))
-        if not ok(1e-9):
-            return 0.0
-        return bisect_max(ok, 0.0, hi, rel_tol)
-
-    def zero_load(self, cls: TrafficClass) -> tuple[float, float]:
-        """(TTFT ms, TPOT ms) of a lone request: the best this replica can ever do for ``cls``."""
-        if self.kv_tier is None:
-            ttft = self.request_overhead + self.prefill_s(cls.tail, 0, 0, 0.0, cls.tail_cached)
-            tpot = self.iteration_s(1, cls.tail + cls.osl_mean / 2)
-            return ttft * 1e3, tpot * 1e3
-        ctx = cls.tail + cls.osl_mean / 2
-        ttft = self.request_overhead + self.prefill_s(cls.tail, 0, 0, self.remote_share(cls.tail), cls.tail_cached)
-        tpot = self.iteration_s(1, ctx, 0.0, 0.0, 1.0, self.remote_share(ctx))
-        return ttft * 1e3, tpot * 1e3
-
     # ------------------------------------------------------------------ closed loop (predict)
-    def max_concurrency(self, isl: float, osl: float) -> int:
-        """Largest number of requests whose full context fits in the KV cache at once."""
-        return int(self.memory.kv_cache_tokens // (isl + osl))
-
-    def predict_closed_loop(self, isl: float, osl: float, concurrency: int,
-                            frontend: bool = True) -> ClosedLoopPrediction:
-        """Steady state with ``concurrency`` requests always in flight (a benchmark client's setting).
-
-        Finds the arrival rate at which Little's law gives ``concurrency`` requests in the system,
-        N = rate x (mean TTFT + (osl - 1) x TPOT), then reports mean TTFT, TPOT and throughputs.
-        ``frontend=False`` leaves the engine's per-request front-end time out of the loop: for a burst of
-        queued requests (offline throughput runs) it overlaps with GPU work instead of holding a slot.
-        """
-        mem = self.memory
-        maxc = self.max_concurrency(isl, osl)
-        fits = mem.kv_cache_tokens > 0 and concurrency <= maxc
-        wide = ReplicaModel(self.model, self.gpu, self.engine, self.tp, self.pp, self.dtype,
-                            max(self.max_num_seqs, concurrency), self.max_batched_tokens, self.kv_dtype)
-        # Let the KV check pass for an over-full request (predict reports fits=False instead of failing).
-        wide.__dict__["memory"] = MemoryFit(*[getattr(mem, f) for f in MemoryFit.__slots__[:-1]], 10**12)
-        if not frontend:
-            wide.request_overhead = 0.0
-
-        def in_system(rate: float) -> tuple[float, ReplicaState]:
-            st = wide.evaluate([TrafficClass(rate, isl, osl)], 50.0)
-            if not st.stable:
-                return _UNSTABLE, st
-            return rate * (st.ttft_mean_s[0] + max(osl - 1, 0) * st.tpot_mean_s), st
-
-        lo, hi = 0.0, 1.0
-        while in_system(hi)[0] < concurrency and hi < 1e6:
-            lo, hi = hi, hi * 2
-        for _ in range(60):
-            mid = (lo + hi) / 2
-            if in_system(mid)[0] < concurrency:
-                lo = mid
-            else:
-                hi = mid
-        rate = lo
-        st = in_system(rate)[1]
-        if not st.stable:  # concurrency beyond what the engine can batch: report saturation
-            rate, st = 0.0, wide.evaluate([TrafficClass(1e-9, isl, osl)], 50.0)
-        gpus = self.tp * self.pp
-        return ClosedLoopPrediction(
-            ttft_ms=st.ttft_mean_s[0] * 1e3, tpot_ms=st.tpot_mean_s * 1e3, requests_per_s=rate,
-            output_tokens_per_s=rate * osl, output_tokens_per_s_per_gpu=rate * osl / gpus,
-            concurrency=concurrency, fits=fits, max_concurrency=maxc, kv_cache_tokens=mem.kv_cache_tokens,
-        )
-
     # ------------------------------------------------------------------ static batch and open loop
-    def predict_static_batch(self, isl: float, osl: float, batch: int) -> BatchPrediction:
-        """``batch`` prompts of ``isl`` tokens prefilled together (in steps of at most ``max_batched_tokens``
-        tokens, whole prompts per step when they fit), then ``osl - 1`` decode steps of the whole batch with
-        the context growing from isl to isl + osl (mean isl + osl / 2). No front-end time: these are the
-        engines' offline latency benchmarks (gptSessionBenchmark, benchmark_latency)."""
-        per_step = max(1, int(self.max_batched_tokens // isl)) if isl <= self.max_batched_tokens else 0
-        t_pre = 0.0
-        if per_step:
-            full, rest = divmod(batch, per_step)
-            if full:
-                t_pre += full * self.iteration_s(0, 0, per_step * isl, 0, per_step)
-            if rest:
-                t_pre += self.iteration_s(0, 0, rest * isl, 0, rest)
-        else:
-            t_pre = batch * self.prefill_s(isl, 0, 0)
-        t_dec = self.iteration_s(batch, isl + osl / 2) if osl > 1 else 0.0
-        e2e = t_pre + max(osl - 1, 0) * t_dec
-        fits = self.memory.kv_cache_tokens >= batch * (isl + osl)
-        tput = batch * osl / e2e
-        return BatchPrediction(t_pre * 1e3, t_dec * 1e3, e2e * 1e3, tput, tput / (self.tp * self.pp), batch, fits)
-
-    def predict_open_loop(self, isl: float, osl: float, rate_rps: float) -> ClosedLoopPrediction:
-        """Poisson arrivals at ``rate_rps`` (a serving benchmark's request rate): mean TTFT and TPOT."""
-        st = self.evaluate([TrafficClass(rate_rps, isl, osl)], 50.0)
-        mem = self.memory
-        maxc = self.max_concurrency(isl, osl)
-        conc = rate_rps * (st.ttft_mean_s[0] + max(osl - 1, 0) * st.tpot_mean_s) if st.stable else _UNSTABLE
-        return ClosedLoopPrediction(
-            ttft_ms=st.ttft_mean_s[0] * 1e3, tpot_ms=st.tpot_mean_s * 1e3, requests_per_s=rate_rps if st.stable else 0.0,
-            output_tokens_per_s=rate_rps * osl if st.stable else 0.0,
-            output_tokens_per_s_per_gpu=rate_rps * osl / (self.tp * self.pp) if st.stable else 0.0,
-            concurrency=int(math.ceil(conc)) if math.isfinite(conc) else 0, fits=st.stable, max_concurrency=maxc,
-            kv_cache_tokens=mem.kv_cache_tokens)
-
     # ------------------------------------------------------------------ a burst of queued requests (offline runs)
-    def predict_burst(self, isl: list[float] | tuple[float, ...], osl: list[float] | tuple[float, ...],
-                      frontend: bool = False) -> "BurstPrediction":
-        """All requests (``isl[i]``, ``osl[i]``) queued at time 0 and served to the end, step by step, the way a
-        continuous-batching engine does: admit in order while a slot (max_num_seqs) and KV room are free; every
-        step decodes one token for each running request and fills the rest of the token budget with prompt
-        chunks, first come first served; a request leaves after its last token.
-        KV admission follows the engine profile's ``kv_admission``: ``reserve`` (room for prompt and output,
-        never evicts: TensorRT-LLM's guaranteed-no-evict) or ``on_demand`` (room for the prompt; when decode
-        growth overflows the cache the newest requests are preempted and recomputed later: vLLM, SGLang).
-        Deterministic; reports the makespan, throughputs, mean TTFT (queueing included) and mean TPOT.
-        This is the drain that steady-state formulas miss: as long requests finish last, the batch thins out."""
-        from collections import deque
-
-        n = len(isl)
-        if n == 0 or len(osl) != n:
-            raise ValueError("isl and osl must be non-empty and of equal length")
-        cap = self.memory.kv_cache_tokens
-        K = self.max_batched_tokens
-        reserve = (self.engine.kv_admission or "on_demand") == "reserve"
-        fe = self.request_overhead if frontend else 0.0
-        queue = deque((float(isl[i]), float(osl[i]), i) for i in range(n))
-        first = [-1.0] * n
-        tpot = [0.0] * n
-        kv_used = 0.0  # reserve: reserved tokens; on_demand: tokens held now
-        # running: [prompt tokens left, prompt length, tokens generated since admission, tokens still owed, index]
-        running: list[list[float]] = []
-        t = 0.0
-        done = 0
-        while done < n:
-            while queue and len(running) < self.max_num_seqs:
-                pi, oi, i = queue[0]
-                need = pi + oi if reserve else pi
-                if kv_used + need > cap and running:
-                    break
-                queue.popleft()
-                running.append([pi, pi, 0.0, oi, float(i)])
-                kv_used += need
-            dec = [r for r in running if r[0] <= 0]
-            b = len(dec)
-            ctx = sum(r[1] + r[2] for r in dec) / b if b else 0.0
-            budget = max(K - b, 0)
-            p_tok, p_ctx, seqs, chunks = 0.0, 0.0, 0, []
-            for r in running:
-                if r[0] > 0 and budget > 0:
-                    c = min(r[0], budget)
-                    chunks.append((r, c))
-                    p_ctx += (r[1] - r[0]) * c
-                    p_tok += c
-                    budget -= c
-                    seqs += 1
-            if b == 0 and p_tok == 0:
-                raise ValueError("no progress: a request needs more KV cache than the replica has")
-            t += self.iteration_s(b, ctx, p_tok, p_ctx / p_tok if p_tok else 0.0, max(seqs, 1))
-            for r in dec:
-                r[2] += 1
-            for r, c in chunks:
-                r[0] -= c
-                if r[0] <= 0:  # the step that finishes a prompt emits the next token
-                    r[2] += 1
-                    i = int(r[4])
-                    if first[i] < 0:
-                        first[i] = t
-            if not reserve:
-                kv_used += b
-            keep = []
-            for r in running:
-                if r[0] <= 0 and r[2] >= r[3]:
-                    i = int(r[4])
-                    o = float(osl[i])
-                    tpot[i] = (t - first[i]) / (o - 1) if o > 1 else 0.0
-                    kv_used -= (r[1] + r[3]) if reserve else (r[1] + r[2])
-                    done += 1
-                else:
-                    keep.append(r)
-            running = keep
-            while not reserve and kv_used > cap and len(running) > 1:
-                r = running.pop()  # preempt the newest: its KV is freed and recomputed on readmission
-                kv_used -= r[1] + r[2] if r[0] <= 0 else r[1]
-                queue.appendleft((r[1] + r[2], r[3] - r[2], int(r[4])))
-        out_tok = float(sum(osl))
-        in_tok = float(sum(isl))
-        gpus = self.tp * self.pp
-        multi = max(sum(1 for o in osl if o > 1), 1)
-        return BurstPrediction(makespan_s=t, requests_per_s=n / t, output_tokens_per_s=out_tok / t,
-                               output_tokens_per_s_per_gpu=out_tok / t / gpus, total_tokens_per_s=(in_tok + out_tok) / t,
-                               ttft_ms=1e3 * (sum(first) / n + fe), tpot_ms=1e3 * sum(tpot) / multi, requests=n)
-
-
-class _Aitken:
-    """Aitken's delta-squared extrapolation of ``evaluate``'s decode-batch fixed point b = f(b), with a safe
-    fallback. Plain iteration from 0 climbs to the fixed point from below (f grows with b), often slowly near
-    saturation; every third plain iterate is replaced by the extrapolation of the last three (Steffensen's
-    method), which lands on the fixed point in a few steps. Convergence is still judged on a plain step, to the
-    same tolerance. An extrapolation may overshoot the fixed point: if a state looks unstable once any has been
-    used, ``retreat`` goes back to the highest plain iterate known to lie below the fixed point (one with
-    f(b) >= b) and plain iteration continues from there, unaccelerated, so instability is only ever concluded
-    from plain iterates below the fixed point, as without acceleration."""
-
-    __slots__ = ("hist", "safe", "on", "cap", "used")
-
-    def __init__(self, cap: float, on: bool = True, start: float = 0.0):
-        self.hist: list[float] = [start]
-        self.safe = start
-        self.on = on
-        self.cap = cap  # extrapolations above this are not used
-        self.used = False
-
-    def step(self, b: float, b_new: float) -> float | None:
-        """A plain step b -> f(b) = ``b_new``; returns the batch to continue from instead of b_new, or None."""
-        if b_new >= b:
-            self.safe = max(self.safe, b_new)  # f(b) >= b: b and f(b) lie below the fixed point
-        if not self.on:
-            return None
-        h = self.hist
-        h.append(b_new)
-        if len(h) < 3:
-            return None
-        b0, b1, b2 = h
-        self.hist = [b2]
-        den = b2 - 2 * b1 + b0
-        if den == 0 or not (b1 - b0) * (b2 - b1) > 0:  # not a monotone run: leave it to plain iteration
-            return None
-        acc = b0 - (b1 - b0) ** 2 / den
-        if not (math.isfinite(acc) and 0.0 <= acc <= self.cap):
-            return None
-        self.used = True
-        self.hist = [acc]
-        return acc
-
-    def retreat(self) -> bool:
-        if not (self.on and self.used):
-            return False
-        self.on = False
-        return True
-
-
-def _bracket(ok, guess: float, bound: float, rel_tol: float) -> tuple[float, float]:
-    """(lo, hi) around the rate where the monotone ``ok`` turns false, searched outward from ``guess``: ok(lo)
-    holds (or lo is 0: not known), ok(hi) does not (or hi is ``bound``). Steps grow 4-fold from just under
-    rel_tol, so a guess right to the tolerance costs two evaluations."""
-    step = 0.999 * rel_tol
-    if ok(guess):
-        lo = guess
-        while True:
-            t = lo * (1 + step)
-            if t >= bound:
-                return lo, bound
-            if not ok(t):
-                return lo, t
-            lo, step = t, step * 4
-    hi = guess
-    while True:
-        t = hi / (1 + step)
-        if t < 1e-6 * guess:
-            return 0.0, hi
-        if ok(t):
-            return t, hi
-        hi, step = t, step * 4
-
-
-def _tail_decision(miss, q: float, lo: float, hi: float, width: float, bound: float) -> bool | None:
-    """Whether the percentile search of ``_tpot_tail`` (bisection of the decreasing ``miss`` on [lo, hi] to
-    ``width``) would end at or below ``bound``, from at most two evaluations of ``miss``; None when ``bound`` is
-    within ``width`` of the answer and only the search itself can tell."""
-    if bound < lo:
-        return False  # the search never returns less than lo (the mean TPOT)
-    if bound >= hi:
-        return True  # ... nor more than hi
-    if miss(bound) > q:
-        return False  # the answer lies above bound
-    if bound - width >= lo and miss(bound - width) <= q:
-        return True  # the answer lies at or below bound - width, and the search ends within width of it
-    return None
-
-
-def _prefill_queue(classes, s: list[float], lam: float, rho: float, percentile: float) -> tuple[float, float, float]:
-    """The M/G/1 prefill queue of ``evaluate`` and ``evaluate_prefill``: (waiting time at ``percentile``, mean
-    waiting time, prompt tokens offered per second). Service times ``s`` per class, utilisation ``rho`` < 1;
-    P(W > t) = rho exp(-t / theta), theta = E[S^2] / (2 E[S] (1 - rho)) (mean: Pollaczek-Khinchine)."""
-    es = es2 = pre_tokens = 0.0
-    for c, si in zip(classes, s):
-        es += c.rate_rps * si
-        es2 += c.rate_rps * si * si * (1 + c.isl_cv2)
-        pre_tokens += c.rate_rps * c.isl_mean
-    es /= lam
-    es2 /= lam
-    theta = es2 / (2 * es * (1 - rho))
-    q = 1 - percentile / 100.0
-    wait_p = theta * math.log(rho / q) if rho > q else 0.0
-    return wait_p, rho * theta, pre_tokens
-
-
-@cache
-def _normal():
-    """The standard normal distribution (made once: ``_tpot_tail`` runs hundreds of thousands of times)."""
-    from statistics import NormalDist
-
-    return NormalDist()
-
-
-def bisect_max(ok, lo: float, hi: float, rel_tol: float) -> float:
-    """Largest x in [lo, hi] with ok(x), to ``rel_tol``, for a predicate that holds below some point and fails
-    above it (``ok(lo)`` is assumed, ``ok(hi)`` is not)."""
-    while hi - lo > rel_tol * max(lo, 1e-6):
-        mid = (lo + hi) / 2
-        if ok(mid):
-            lo = mid
-        else:
-            hi = mid
-    return lo
-
-
-def gamma_q(a: float, x: float) -> float:
-    """Regularised upper incomplete gamma Q(a, x) = Gamma(a, x) / Gamma(a), for a > 0, x >= 0.
-
-    The power series of P(a, x) for x < a + 1 and Legendre's continued fraction (evaluated with the modified
-    Lentz method) otherwise, to 1e-12 relative; plain Python, because importing scipy.special would add most
-    of a second to every command's start-up."""
-    if x <= 0:
-        return 1.0
-    log_front = a * math.log(x) - x - math.lgamma(a)
-    if x < a + 1:
-        term = total = 1.0 / a
-        n = a
-        for _ in range(10_000):
-            n += 1
-            term *= x / n
-            total += term
-            if abs(term) < abs(total) * 1e-12:
-                break
-        return max(0.0, 1.0 - total * math.exp(log_front))
-    tiny = 1e-300
-    b = x + 1 - a
-    c = 1 / tiny
-    d = 1 / b
-    h = d
-    for i in range(1, 10_000):
-        an = -i * (i - a)
-        b += 2
-        d = an * d + b
-        d = tiny if abs(d) < tiny else d
-        c = b + an / c
-        c = tiny if abs(c) < tiny else c
-        d = 1 / d
-        delta = d * c
-        h *= delta
-        if abs(delta - 1) < 1e-12:
-            break
-    return min(1.0, math.exp(log_front) * h)

@@ -98,7 +98,7 @@ def fidelity(rm: ReplicaModel, isl: float = 0.0, osl: float = 0.0, batch: float 
 def fidelity_warnings(ir, deps) -> list[str]:
     """One warning per chosen GPU type whose deployments rest on spec-sheet or assumed efficiency numbers, and
     per deployment whose operating point extrapolates beyond the measured ranges (``deps``: (candidate, n))."""
-    from compiler.candidates import replica_model
+    from compiler.cost.factory import replica_model
 
     out: list[str] = []
     seen: set[str] = set()

@@ -83,7 +83,7 @@ def queue_threshold(plan, ir, dep) -> int:
 
 def prepare(plan, spec, allow_experimental: bool = False) -> Bundle:
     """Re-lower the spec, refuse what no engine runs, and compute each deployment's target numbers."""
-    from compiler.candidates import replica_model
+    from compiler.cost.factory import replica_model
     from compiler.check import plan_references
     from compiler.engines.realise import launches, realise
     from compiler.lower import lower

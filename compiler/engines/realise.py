@@ -3,7 +3,7 @@
 Entry points: ``realise(plan, ir) -> Plan`` (the last step of every planner, after placement, because a replica
 spanning nodes needs a multi-node launch) and ``deployment_facts(plan, ir)`` (the engine-neutral facts the
 emitters and ``trimtab emit`` read). The numbers come from the plan and the cost model's memory fit
-(``compiler.candidates.replica_model``); the emitters only spell them in their engine's names.
+(``compiler.cost.factory.replica_model``); the emitters only spell them in their engine's names.
 """
 from __future__ import annotations
 
@@ -39,7 +39,7 @@ def _nodes_per_replica(d) -> int:
 def deployment_facts(plan, ir) -> list[tuple[DeploymentFacts, list[str]]]:
     """Per deployment (plan order): its facts and the warnings they raise (a routed request longer than the
     engine will admit)."""
-    from compiler.candidates import replica_model
+    from compiler.cost.factory import replica_model
 
     ids = getattr(ir, "identities", None) or {}
     out = []

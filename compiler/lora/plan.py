@@ -27,19 +27,19 @@ the plan independently.
 from __future__ import annotations
 
 import math
-import time
 from dataclasses import dataclass, field, replace
 
-from compiler.assess import DeploymentSpecView, RouteView, assess
-from compiler.candidates import TOKEN_BUDGETS, Candidate, CandidateSet, _shapes, replica_model, traffic_class
+from compiler.assess import assess
+from compiler.cost.factory import replica_model, traffic_class
 from compiler.cost.lora import vllm_rank
 from compiler.cost.model import bisect_max
-from compiler.errors import InfeasibleError, InputError, NoSolutionError, Problem
+from compiler.deployment import TOKEN_BUDGETS, Candidate, CandidateSet, DeploymentSpecView, RouteView, shapes
+from compiler.errors import InfeasibleError, InputError, Problem
 from compiler.formulate import EPS_GPU, n_var
 from compiler.lora.model import lora_kwargs
 from compiler.lora.spec import NO_TENANT
-from compiler.plan.extract import finish_plan, plan_buckets, seconds_bound
-from compiler.plan.schema import (AdapterRoute, Deployment, Plan, Route, SolverInfo)
+from compiler.plan.extract import plan_buckets, seconds_bound
+from compiler.plan.schema import AdapterRoute, Deployment, Plan, Route, SolverInfo
 from solvers.base import SolveOptions, Status
 from solvers.model import Constraint, MilpModel
 
@@ -129,7 +129,7 @@ def build(ir) -> LoraProblem:
         label = {k: ("" if k == 0 else "-" + min(t for t, c in colors.items() if c == k)) for k in range(ncol)}
         longest = max(b.isl_max + b.osl_max for w in ws for b in w.buckets)
         for pool in ir.gpus:
-            for _cid, tp, pp, why in _shapes(ir, ws[0], pool):
+            for _cid, tp, pp, why in shapes(ir, ws[0], pool):
                 if why:
                     continue
                 for mbt in TOKEN_BUDGETS:
@@ -450,64 +450,40 @@ def build_plan(ir, prob: LoraProblem, chosen, flows, res, solve_s: float, rounds
     return plan, a
 
 
-def plan_lora(spec, ir, *, backend=None, time_limit_s=None, validate=True, seed=0, t0=None):
-    """``compiler.api.plan`` for specs with adapters or tenants (same rounds: assess, derate, simulate)."""
-    from compiler.api import PlanResult
-    from compiler.rounds import MAX_ROUNDS, SIM_ROUNDS, derate_analytic, simulate_and_derate
-    from compiler.sim import default_requests
-    from solvers import get_backend
+class LoraPlanner:
+    """``compiler.driver.Planner`` for specs with adapters or tenants: shared candidates per base model, the
+    adapter-placement MILP, adapter routes (the module docstring has the formulation)."""
 
-    t0 = t0 if t0 is not None else time.perf_counter()
-    if ir.objective != "min_cost":
-        raise InputError([Problem("objective", "max_goodput is not supported yet with adapters or tenants; use "
-                                  "min_cost")], "spec")
-    t1 = time.perf_counter()
-    prob = build(ir)
-    t2 = time.perf_counter()
-    be = get_backend(backend or spec.solver.backend)
-    opts = SolveOptions(time_limit_s=time_limit_s or spec.solver.time_limit_s)
-    derate: dict[str, float] = {}
-    solve_s = 0.0
-    sim_requests = default_requests([w.rate_rps for w in ir.workloads])
-    best = None
-    last_sim = None
-    warnings = list(ir.warnings)
-    sim_rounds = 0
-    for rnd in range(1, MAX_ROUNDS + (SIM_ROUNDS if validate else 0) + 1):
-        remaining = max(opts.time_limit_s - solve_s, 0.01)
-        res = solve(ir, prob, derate, be, SolveOptions(remaining, opts.mip_rel_gap, opts.threads))
-        solve_s += res.seconds
-        if not res.has_solution:
-            if best is not None:
-                break
-            if res.status.value == "infeasible":
-                raise InfeasibleError(["no deployment meets every SLO within the GPU counts and budget with the "
-                                       "adapters and tenant isolation of the spec"])
-            raise NoSolutionError([f"solver {be.name} stopped without a plan ({res.termination.value}) after "
-                                   f"{res.seconds:.1f} s; raise --time-limit"])
+    def candidates(self, ir) -> LoraProblem:
+        if ir.objective != "min_cost":
+            raise InputError([Problem("objective", "max_goodput is not supported yet with adapters or tenants; "
+                                      "use min_cost")], "spec")
+        return build(ir)
+
+    def precheck(self, ir, prob: LoraProblem) -> list[str]:
+        return []
+
+    def solve(self, ir, prob: LoraProblem, derate, backend, options):
+        return solve(ir, prob, derate, backend, options)
+
+    def build(self, ir, prob: LoraProblem, res, solve_s, rounds, warnings):
         chosen, flows = extract(ir, prob, res.values)
-        plan_, a = build_plan(ir, prob, chosen, flows, res, solve_s, rnd, warnings)
-        best = (plan_, a, res, rnd, chosen, flows)
-        last_sim = None
-        misses = a.misses()
-        if not misses:
-            if not validate:
-                break
-            last_sim = simulate_and_derate(plan_, spec, ir, seed, sim_requests, derate)
-            if last_sim.ok:
-                break
-            sim_rounds += 1
-            continue
-        derate_analytic(misses, derate)
-    plan_, a, res, rnd, chosen, flows = best
-    extra = [f"{p.workload}: could not be brought within its SLO after {rnd} rounds ({p.reason})" for p in a.misses()]
-    if not extra and last_sim is not None and not last_sim.ok:
-        extra = [f"{line.removeprefix('workload ')}; not brought within its SLO by simulation after {rnd} rounds"
-                 for line in last_sim.failures()]
-    if extra:
-        plan_, a = build_plan(ir, prob, chosen, flows, res, solve_s, rnd, warnings + extra)
-    plan_ = finish_plan(plan_, spec, ir, last_sim, seed, sim_requests, sim_rounds)
-    t3 = time.perf_counter()
-    cs = CandidateSet(tuple(c.cand for c in prob.cands), ())
-    return PlanResult(plan_, ir, cs, a, res, rnd, {"lower": t1 - t0, "candidates": t2 - t1, "solve": solve_s,
-                                                   "total": t3 - t0})
+        return build_plan(ir, prob, chosen, flows, res, solve_s, rounds, warnings)
+
+    def fill(self, prob: LoraProblem, res, derate) -> dict[str, float]:
+        """The left side of each bought candidate's ``capacity`` row over its replicas (as in ``formulate``)."""
+        out = {}
+        for c in prob.cands:
+            n = round(res.values.get(n_var(c.id), 0.0))
+            if n >= 1:
+                f = derate.get(c.id, 1.0)
+                out[c.id] = sum(res.values.get(x_name(u, c), 0.0) / (c.cap[u.workload] * f)
+                                for u in prob.units if _usable(u, c)) / n
+        return out
+
+    def infeasible(self, ir, prob, backend, options) -> list[str]:
+        return ["no deployment meets every SLO within the GPU counts and budget with the adapters and tenant "
+                "isolation of the spec"]
+
+    def candidate_set(self, prob: LoraProblem) -> CandidateSet:
+        return CandidateSet(tuple(c.cand for c in prob.cands), ())

@@ -4,14 +4,14 @@ from __future__ import annotations
 import math
 from dataclasses import replace
 
-from compiler.assess import Assessment, DeploymentSpecView, RouteView, assess
-from compiler.candidates import Candidate, CandidateSet
+from compiler.assess import Assessment, assess
+from compiler.cost.predict import fidelity_warnings
+from compiler.deployment import Candidate, CandidateSet, DeploymentSpecView, RouteView
 from compiler.formulate import n_var, x_var
 from compiler.ir import ProblemIR
 from compiler.kvtiers import allocate
-from compiler.plan.schema import (Bucket, Deployment, Goodput, KvTiers, Placement, Plan, Prediction, PrefixReuse,
-                                  Route, SolverInfo)
-from compiler.cost.predict import fidelity_warnings
+from compiler.plan.schema import (Bucket, Deployment, Goodput, KvTiers, Placement, Plan, Prediction,
+                                  PrefixReuse, Route, SolverInfo)
 from solvers.base import SolveResult
 
 ROUTE_TOL = 1e-7  # rps below which a route is solver noise
@@ -112,7 +112,7 @@ def build_plan(ir: ProblemIR, deps: list[tuple[Candidate, int]], routes: list[Ro
 def prefix_of(ir: ProblemIR, deps: list[tuple[Candidate, int]], a: Assessment) -> dict[str, PrefixReuse]:
     """Per workload with prefix reuse: the hit rate assumed (declared or measured) and what each deployment's
     prefix cache gets of it."""
-    from compiler.candidates import prefix_hit
+    from compiler.cost.factory import prefix_hit
 
     out = {}
     for w in ir.workloads:
@@ -167,15 +167,21 @@ def _prediction(a: Assessment, w: str) -> Prediction:
                       utilization=p.utilization)
 
 
-def finish_plan(plan: Plan, spec, ir: ProblemIR, last_sim, seed: int, sim_requests: int, sim_rounds: int) -> Plan:
+def finish_plan(plan: Plan, spec, ir: ProblemIR, last_sim, sim_requests: int, sim_rounds: int) -> Plan:
     """The last stage of every planner: place the replicas on nodes (CP-SAT when greedy packing fails) and
-    record the validating simulation run, so ``check`` can replay it."""
-    from compiler.disagg import placement_inputs
+    record the validating simulation runs (``compiler.sim.validate.SeedsResult``), so ``check`` knows which seeds
+    the plan was fitted on."""
+    from compiler.errors import InternalError
     from compiler.kvtiers import usable_host_gib
-    from compiler.placement import ToPlace, place_kv
+    from compiler.physics import breaches
+    from compiler.placement import ToPlace, place_kv, placement_inputs
     from compiler.plan.schema import Simulation
     from compiler.topology import build_topology
 
+    broken = breaches(plan, ir)
+    if broken:
+        raise InternalError(["internal error: the plan breaks the speed-of-light bound (a cost-model bug; "
+                             "please report it with the spec):"] + ["  " + b.line() for b in broken])
     topo = build_topology(spec, ir)
     groups, flows = placement_inputs(plan, ir)  # P/D: co-located groups, rack affinity of KV-heavy pairs
     kv = {d.name: (d.kv.borrowed_gib, d.kv.lent_gib, d.kv.offload_gib) for d in plan.deployments if d.kv is not None}
@@ -184,8 +190,9 @@ def finish_plan(plan: Plan, spec, ir: ProblemIR, last_sim, seed: int, sim_reques
                                           for d in plan.deployments], topo, kv, host, groups=groups, flows=flows))
     if last_sim is not None:
         plan = plan.model_copy(update={"simulation": Simulation(
-            seed=seed, requests=sim_requests, rounds=sim_rounds, passed=last_sim.ok,
-            attainment={k: round(w.attainment, 4) for k, w in sorted(last_sim.workloads.items())})})
+            seeds=list(last_sim.seeds), requests=sim_requests, rounds=sim_rounds, passed=last_sim.ok,
+            attainment={k: round(iv.mean, 4) for k, iv in sorted(last_sim.intervals.items())},
+            attainment_lower={k: round(iv.lower, 4) for k, iv in sorted(last_sim.intervals.items())})})
     from compiler.engines.realise import realise
 
     return realise(plan, ir)  # the engine's commands, after placement (multi-node replicas)

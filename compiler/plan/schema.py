@@ -134,13 +134,17 @@ class Bucket(_Strict):
 
 
 class Simulation(_Strict):
-    """How the plan was validated by simulation (``trimtab plan``), so ``check`` can replay the same run."""
+    """How the plan was validated by simulation (``trimtab plan``; docs/simulator.md, "Seeds and confidence"):
+    ``check`` defaults to other seeds."""
 
-    seed: int
-    requests: int = Field(description="simulated requests, all workloads together")
+    seeds: list[int] = Field(description="seeds of the validating runs (the last round's)")
+    requests: int = Field(description="simulated requests per run, all workloads together")
     rounds: int = Field(description="re-solves caused by a simulated SLO miss (included in solver.rounds)")
-    passed: bool = Field(description="every workload's simulated SLO attainment reached its percentile")
-    attainment: dict[str, float] = Field(description="per workload: share of requests meeting TTFT and TPOT")
+    passed: bool = Field(description="every workload's lower 95% bound on attainment reached its percentile")
+    attainment: dict[str, float] = Field(description="per workload: share of requests meeting TTFT and TPOT, "
+                                                     "pooled over the runs")
+    attainment_lower: dict[str, float] = Field(description="per workload: lower one-sided 95% bound of "
+                                                           "attainment (batch means over the runs)")
 
 
 class Goodput(_Strict):

@@ -27,14 +27,18 @@ from compiler.traces import Trace
 
 DEFAULT_REQUESTS = 20_000  # at least, in total ...
 MIN_PER_WORKLOAD = 1_000  # ... and enough that the slowest workload gets this many
+TAIL_SAMPLES = 20  # ... and this many requests expected beyond its SLO percentile
 MAX_DEFAULT_REQUESTS = 200_000
 DEFAULT_SEED = 0
 
 
-def default_requests(rates: list[float]) -> int:
-    """Requests a run simulates when neither a count nor a duration is given (what ``check`` uses)."""
-    total, low = sum(rates), min(rates)
-    return int(min(MAX_DEFAULT_REQUESTS, max(DEFAULT_REQUESTS, MIN_PER_WORKLOAD * total / low)))
+def default_requests(ir: ProblemIR) -> int:
+    """Requests a run simulates when neither a count nor a duration is given (what ``plan`` validates with and
+    ``check`` replays): every workload gets MIN_PER_WORKLOAD requests and TAIL_SAMPLES beyond its percentile."""
+    total = sum(w.rate_rps for w in ir.workloads)
+    need = max((max(MIN_PER_WORKLOAD, TAIL_SAMPLES / max(1 - w.slo.percentile / 100, 1e-6)) * total / w.rate_rps
+                for w in ir.workloads if w.rate_rps > 0), default=0.0)
+    return int(min(MAX_DEFAULT_REQUESTS, max(DEFAULT_REQUESTS, need)))
 
 
 def simulate(plan: Plan, spec: Spec, *, ir: ProblemIR | None = None, requests: int | None = None,
@@ -47,7 +51,7 @@ def simulate(plan: Plan, spec: Spec, *, ir: ProblemIR | None = None, requests: i
     t0 = time.perf_counter()
     ir = ir or lower(spec)
     if requests is None and duration_s is None:
-        requests = default_requests([w.rate_rps for w in ir.workloads])
+        requests = default_requests(ir)
     sc = build_scenario(plan, spec, ir, trace, trace_workloads, arrival_cv)
     cls = Simulation
     if sc.pairs:

@@ -32,8 +32,7 @@ def sim_report(plan: Plan, spec: Spec, out: Console, err: Console, fmt: str, see
 
     tr = _args(requests, duration, trace, trace_format)
     ir = lower(spec)
-    n = requests if requests is not None or duration is not None else default_requests(
-        [w.rate_rps for w in ir.workloads])
+    n = requests if requests is not None or duration is not None else default_requests(ir)
     with progress_bar(err, n if duration is None else None) as progress:
         res = simulate(plan, spec, ir=ir, requests=n if duration is None else None, duration_s=duration, seed=seed,
                        trace=tr, arrival_cv=arrival_cv, timeline=plot is not None, progress=progress)
@@ -54,34 +53,44 @@ def sim_report(plan: Plan, spec: Spec, out: Console, err: Console, fmt: str, see
         out.print(f"wrote {f}", markup=False)
 
 
-def sim_check(plan: Plan, spec: Spec, out: Console, err: Console, fmt: str, seed: int | None, requests: int | None,
-              duration: float | None, trace: Path | None, trace_format: str) -> bool:
+def sim_check(plan: Plan, spec: Spec, out: Console, err: Console, fmt: str, seed: int | None, seeds: int,
+              requests: int | None, duration: float | None, trace: Path | None, trace_format: str,
+              strict: bool) -> bool:
     from compiler.sim.check import check_simulated
     from compiler.sim.report import progress_bar
 
     tr = _args(requests, duration, trace, trace_format)
-    with progress_bar(err, requests if duration is None else None) as progress:
-        rep, res = check_simulated(plan, spec, seed=seed, requests=requests, duration_s=duration, trace=tr,
-                                   progress=progress)
+    runs = 1 if tr is not None else max(seeds, 1)
+    with progress_bar(err, requests * runs if requests is not None and duration is None else None) as progress:
+        rep, res = check_simulated(plan, spec, seed=seed, seeds=seeds, requests=requests, duration_s=duration,
+                                   trace=tr, strict=strict, progress=progress)
     if fmt == "json":
         data = {"ok": rep.ok, "violations": rep.violations, "notes": rep.notes, "mode": "simulation",
-                "seed": res.seed, "requests": res.requests,
-                "workloads": {k: {"attainment": round(w.attainment, 6), "target": w.target, "slo_met": w.passed,
-                                  "ttft_ms": _fin(w.ttft_at_target_ms), "tpot_ms": _fin(w.tpot_at_target_ms),
-                                  "percentile": w.target * 100, "worst_deployment": w.worst_deployment}
-                              for k, w in res.workloads.items()}}
+                "seeds": list(res.seeds), "requests": sum(r.requests for r in res.runs),
+                "workloads": {k: {"attainment": round(iv.mean, 6), "attainment_lower": round(iv.lower, 6),
+                                  "attainment_upper": round(iv.upper, 6), "target": res.targets[k],
+                                  "verdict": res.verdict(k), "slo_met": res.verdict(k) != "fail",
+                                  "ttft_ms": _fin(max(r.workloads[k].ttft_at_target_ms for r in res.runs)),
+                                  "tpot_ms": _fin(max(r.workloads[k].tpot_at_target_ms for r in res.runs)),
+                                  "percentile": res.targets[k] * 100, "worst_deployment": res.worst_deployment(k)}
+                              for k, iv in res.intervals.items()}}
         sys.stdout.write(json.dumps(data, indent=2) + "\n")
         return rep.ok
     for n in rep.notes:
         out.print(f"note: {n}", markup=False)
-    for w in res.workloads.values():
-        mark = "ok  " if w.passed else "FAIL"
-        pct = f"p{w.target * 100:g}"
-        out.print(f"{mark} {w.name}: simulated SLO attainment {w.attainment:.2%} (target {w.target:.0%}); "
-                  f"TTFT {pct} {_num(w.ttft_at_target_ms)} ms, TPOT {pct} {_num(w.tpot_at_target_ms)} ms", markup=False)
+    marks = {"pass": "ok  ", "inconclusive": "~   ", "fail": "FAIL"}
+    for k, iv in res.intervals.items():
+        ws = [r.workloads[k] for r in res.runs]
+        pct = f"p{res.targets[k] * 100:g}"
+        out.print(f"{marks[res.verdict(k)]} {k}: simulated SLO attainment {iv.mean:.2%} [{iv.lower:.2%}, "
+                  f"{iv.upper:.2%}] (target {res.targets[k]:.0%}); TTFT {pct} "
+                  f"{_num(max(w.ttft_at_target_ms for w in ws))} ms, TPOT {pct} "
+                  f"{_num(max(w.tpot_at_target_ms for w in ws))} ms (worst seed)", markup=False)
     for v in rep.violations:
         out.print(f"FAIL {v}", markup=False)
-    out.print(f"simulated {res.requests:,} requests (seed {res.seed}) in {res.wall_s:.1f} s", markup=False)
+    seeds_s = ", ".join(str(s) for s in res.seeds)
+    out.print(f"simulated {sum(r.requests for r in res.runs):,} requests (seed{'s' if len(res.seeds) > 1 else ''} "
+              f"{seeds_s}; 95% bounds in brackets) in {sum(r.wall_s for r in res.runs):.1f} s", markup=False)
     out.print("check passed" if rep.ok else f"check failed: {len(rep.violations)} violation(s)", markup=False)
     return rep.ok
 

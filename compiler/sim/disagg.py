@@ -10,7 +10,7 @@ its decode batch (no prompt to compute) while ``max_num_seqs`` and its KV cache 
 step; steps are decode-only (``ReplicaModel.iteration_s(batch, context)``).
 
 Simplifications (docs/simulator.md): transfers do not contend for the links (the planner keeps them under
-``compiler.disagg.LINK_UTIL`` of each NIC); a decode replica that must preempt re-admits the request later
+``compiler.topology.LINK_UTIL`` of each NIC); a decode replica that must preempt re-admits the request later
 without recomputing its KV. A co-located pair's request goes to the least-loaded decode replica of the prefill
 replica's own group (``PairTarget.group``). A request counts against the prefill deployment when it misses TTFT
 and against the decode deployment otherwise (``worst_deployment`` is then the side to derate).
@@ -20,7 +20,8 @@ from __future__ import annotations
 import math
 from heapq import heappop, heappush
 
-from compiler.sim.engine import Simulation, least_loaded as _least
+from compiler.sim.engine import REJECTED, Simulation
+from compiler.sim.engine import least_loaded as _least
 from compiler.sim.replica import Replica, Request
 
 
@@ -31,7 +32,7 @@ class DecodeReplica(Replica):
 
     def enqueue(self, r: Request) -> None:
         r.rep = self.index
-        self.work += r.osl - r.gen
+        self.work += r.eosl - r.gen  # expected, as in Replica.enqueue
         self.waiting.append(r)
 
     def start_step(self, t: float) -> float:
@@ -112,6 +113,7 @@ class DisaggSimulation(Simulation):
         a = self.arrivals
         sc = self.sc
         ts, ws, isls, osls, deps = a.t.tolist(), a.w.tolist(), a.isl.tolist(), a.osl.tolist(), a.dep.tolist()
+        eosls = a.eosl.tolist()
         n = len(ts)
         reqs = self.requests
         heap = self.events.heap
@@ -180,13 +182,13 @@ class DisaggSimulation(Simulation):
             t = t_arr
             d = deps[i]
             pi = d - nd if d >= nd else -1
-            r = Request(i, ws[i], pairs[pi][0] if pi >= 0 else d, t, isls[i], osls[i])
+            r = Request(i, ws[i], pairs[pi][0] if pi >= 0 else d, t, isls[i], osls[i], eosls[i])
             reqs.append(r)
             i += 1
             if progress is not None and i % tick == 0:
                 progress(i / n)
             if d < 0:
-                r.status = 2
+                r.status = 3 if d == REJECTED else 2
                 continue
             if pi >= 0:
                 pd, dd = pairs[pi]
@@ -224,32 +226,3 @@ class DisaggSimulation(Simulation):
         return self
 
 
-class PairTarget(tuple):
-    """(prefill, decode) deployment indices; ``group``: (kp, kd) replicas per group of a co-located pair (prefill
-    replica i hands off to a decode replica of group i // kp), else None."""
-
-    def __new__(cls, p: int, d: int, group: tuple[int, int] | None = None):
-        t = super().__new__(cls, (p, d))
-        t.group = group
-        return t
-
-
-def pair_targets(plan, ir, deps, dep_index):
-    """The plan's (prefill, decode) pairs as deployment indices, sorted by name, with the KV hand-off seconds
-    per input token of each (``compiler.disagg.transfer_s``)."""
-    from compiler.disagg import is_local_pair, transfer_s
-
-    names = sorted({(r.prefill, r.decode) for r in plan.routes
-                    if r.prefill in dep_index and r.decode in dep_index
-                    and deps[dep_index[r.prefill]].role == "prefill" and deps[dep_index[r.decode]].role == "decode"})
-    pairs, xfer, index = [], [], {}
-    by = {d.name: d for d in plan.deployments}
-    for p, d in names:
-        dp, dd = by[p], by[d]
-        index[(p, d)] = len(pairs)
-        local = is_local_pair(dp, dd) and dp.group_replicas > 0 and dd.group_replicas > 0
-        pairs.append(PairTarget(dep_index[p], dep_index[d],
-                                (dp.group_replicas, dd.group_replicas) if local else None))
-        xfer.append(transfer_s(ir, dp.model, dp.dtype, 1.0, dp.gpu, dp.tensor_parallel * dp.pipeline_parallel,
-                               dd.gpu, dd.tensor_parallel * dd.pipeline_parallel, local=is_local_pair(dp, dd)))
-    return pairs, xfer, index

@@ -16,13 +16,15 @@ from typing import Callable
 
 import numpy as np
 
-from compiler.sim import arrivals as arr
+import compiler.sim.arrivals as arr
 from compiler.sim.replica import Replica, Request
 from compiler.sim.scenario import Scenario, SimWorkload, attach_prefix_caches
 
 DRAIN_FACTOR = 1.0  # after the last arrival, run at most this many arrival spans (>= DRAIN_MIN_S) to drain
 DRAIN_MIN_S = 120.0
 TIMELINE_BINS = 200
+NO_ROUTE = -1  # Arrivals.dep of a request whose prompt-length range the plan does not route
+REJECTED = -2  # ... of a trace request whose prompt does not fit the context window (the engine refuses it)
 
 
 class EventQueue:
@@ -55,26 +57,29 @@ class Arrivals:
     w: np.ndarray  # workload index
     isl: np.ndarray
     osl: np.ndarray
-    dep: np.ndarray  # deployment index, -1 when the bucket has no route
+    dep: np.ndarray  # deployment index; NO_ROUTE when the bucket has none, REJECTED beyond the context window
+    eosl: np.ndarray  # output length the router expects (its range's mean): it never sees the true one
     row: np.ndarray | None = None  # trace row replayed (-1: drawn from distributions); prefix hashes
 
 
 def _workload_arrivals(rng: np.random.Generator, w: SimWorkload, n: int | None, duration_s: float | None):
+    """(times, prompt, output, bucket, trace row) of one workload's requests. A trace row whose prompt does not
+    fit the context window gets bucket -1: a real engine rejects it (longer than --max-model-len)."""
     if w.trace is not None:
         rate = w.trace_rate
         if rate is None:
             rate = w.trace.rate_rps * w.trace_scale if w.trace.rate_rps > 0 else w.rate_rps
         t, rows = arr.replay(w.trace.times_s, rate, n, duration_s, w.trace_offset)
-        isl = np.minimum(w.trace.input_tokens[rows], w.ctx - 1)
-        osl = np.maximum(1, np.minimum(w.trace.output_tokens[rows], w.ctx - isl))
-        bucket = w.bucket_of_values(isl, osl)
+        raw = w.trace.input_tokens[rows]
+        isl, osl = w.lengths(raw, w.trace.output_tokens[rows])
+        bucket = np.where(raw >= w.ctx, -1, w.bucket_of_values(isl))
         return t, isl.astype(np.int64), osl.astype(np.int64), bucket, rows.astype(np.int64)
     t = arr.gamma(rng, w.rate_rps, w.arrival_cv, n, duration_s)
     m = len(t)
     ii = rng.integers(0, len(w.isl_grid), m)
     oi = rng.integers(0, len(w.osl_grid), m)
-    bucket = w.bucket_of_indices(ii, oi)
-    return t, w.isl_grid[ii].astype(np.int64), w.osl_grid[oi].astype(np.int64), bucket, np.full(m, -1, np.int64)
+    isl, osl = w.lengths(w.isl_grid[ii], w.osl_grid[oi])
+    return t, isl.astype(np.int64), osl.astype(np.int64), w.bucket_of_indices(ii), np.full(m, -1, np.int64)
 
 
 def draw_arrivals(sc: Scenario, rng: np.random.Generator, requests: int | None, duration_s: float | None) -> Arrivals:
@@ -87,15 +92,16 @@ def draw_arrivals(sc: Scenario, rng: np.random.Generator, requests: int | None, 
             n = max(1, int(round(requests * w.rate_rps / total_rate)))
         t, isl, osl, bucket, row = _workload_arrivals(rng, w, n, duration_s)
         u = rng.random(len(t))
-        dep = np.full(len(t), -1, np.int64)
+        dep = np.where(bucket < 0, REJECTED, NO_ROUTE)
         for b, (idx, cum) in enumerate(w.routes):
             sel = bucket == b
             if len(idx) and sel.any():
                 dep[sel] = idx[np.minimum(np.searchsorted(cum, u[sel], side="right"), len(idx) - 1)]
-        parts.append((t, np.full(len(t), wi, np.int64), isl, osl, dep, row))
+        eosl = np.rint(w.expected_osl[np.maximum(bucket, 0)]).astype(np.int64)
+        parts.append((t, np.full(len(t), wi, np.int64), isl, osl, dep, eosl, row))
     t = np.concatenate([p[0] for p in parts])
     order = np.lexsort((np.concatenate([p[1] for p in parts]), t))  # by time, then workload
-    return Arrivals(t[order], *(np.concatenate([p[i] for p in parts])[order] for i in range(1, 6)))
+    return Arrivals(t[order], *(np.concatenate([p[i] for p in parts])[order] for i in range(1, 7)))
 
 
 def least_loaded(group: list) -> object:
@@ -137,6 +143,7 @@ class Simulation:
         """Advance until every request is done (or t_stop); ``progress(fraction of arrivals)`` now and then."""
         a = self.arrivals
         ts, ws, isls, osls, deps = a.t.tolist(), a.w.tolist(), a.isl.tolist(), a.osl.tolist(), a.dep.tolist()
+        eosls = a.eosl.tolist()
         rows = a.row.tolist() if a.row is not None and any(r.pfx is not None for g in self.replicas for r in g) else None
         n = len(ts)
         reqs = self.requests
@@ -165,7 +172,7 @@ class Simulation:
                 break
             t = t_arr
             d = deps[i]
-            r = Request(i, ws[i], d, t, isls[i], osls[i])
+            r = Request(i, ws[i], d, t, isls[i], osls[i], eosls[i])
             if rows is not None:
                 r.row = rows[i]
             reqs.append(r)
@@ -173,7 +180,7 @@ class Simulation:
             if progress is not None and i % tick == 0:
                 progress(i / n)
             if d < 0 or not replicas[d]:
-                r.status = 2
+                r.status = 3 if d == REJECTED else 2
                 continue
             if r.isl + r.osl > caps[d]:
                 r.status = 1

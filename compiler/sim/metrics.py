@@ -20,6 +20,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 WARMUP = 0.05
+BATCHES = 10  # consecutive batches per workload for the confidence interval (compiler.sim.validate)
 
 
 def _q(x: np.ndarray, p: float) -> float:
@@ -58,26 +59,39 @@ class WorkloadStats:
     by_deployment: dict[str, tuple[int, float]]  # deployment -> (requests, attainment)
     worst_deployment: str  # the deployment with the most misses
     below_target: list[str]  # deployments whose own attainment for this workload is below target
+    # (requests meeting the SLO, requests) per consecutive batch of measured requests, in arrival order: the
+    # batch means behind the confidence interval (compiler.sim.validate)
+    batches: list[tuple[int, int]] = field(default_factory=list)
 
     @property
     def passed(self) -> bool:
         return self.requests > 0 and self.attainment >= self.target - 1e-12
 
     def failure(self) -> str:
-        """One line: workload, metric at the percentile vs target, attainment, deployment at fault."""
+        """One line: the attainment against its target, then what misses: each metric over its SLO at the
+        percentile and by how much, or (a joint miss) the share of requests missing each metric."""
         pct = f"p{self.target * 100:g}"
-        at = f" (deployment {self.worst_deployment})" if self.worst_deployment else ""
-        att = f"SLO attainment {self.attainment:.1%} < {self.target:.0%}"
+        at = f"; deployment with most misses: {self.worst_deployment}" if self.worst_deployment else ""
+        att = f"SLO attainment {self.attainment:.2%} < {self.target:.0%}"
         if self.requests == 0:
             return f"workload {self.name}: no request measured (simulate longer)"
         if self.unserved and self.unserved >= (1 - self.attainment) * self.requests * 0.5:
-            return f"workload {self.name}: {self.unserved} of {self.requests} requests unserved (no route, or longer " \
-                   f"than the KV cache); {att}{at}"
-        if self.ttft_miss >= self.tpot_miss:
-            return (f"workload {self.name}: TTFT {pct} {_fmt(self.ttft_at_target_ms)} ms > SLO {self.ttft_slo_ms:g} ms, "
-                    f"{att} (simulated){at}")
-        return (f"workload {self.name}: TPOT {pct} {_fmt(self.tpot_at_target_ms)} ms > SLO {self.tpot_slo_ms:g} ms, "
-                f"{att} (simulated){at}")
+            return (f"workload {self.name}: {att}: {self.unserved} of {self.requests} requests unserved (no route, "
+                    f"longer than the KV cache or than the context window){at}")
+        over = [f"{m} {pct} {_fmt(v)} ms > SLO {slo:g} ms ({_excess(v, slo)})"
+                for m, v, slo in (("TTFT", self.ttft_at_target_ms, self.ttft_slo_ms),
+                                  ("TPOT", self.tpot_at_target_ms, self.tpot_slo_ms)) if v > slo]
+        if over:
+            what = " and ".join(over)
+        else:
+            what = (f"a joint miss: TTFT {pct} {_fmt(self.ttft_at_target_ms)} ms and TPOT {pct} "
+                    f"{_fmt(self.tpot_at_target_ms)} ms are each within SLO, but {self.ttft_miss:.2%} of requests "
+                    f"miss TTFT and {self.tpot_miss:.2%} miss TPOT")
+        return f"workload {self.name}: {att} (simulated): {what}{at}"
+
+
+def _excess(v: float, slo: float) -> str:
+    return "never finished" if not math.isfinite(v) else f"+{(v / slo - 1):.0%}"
 
 
 def _fmt(v: float) -> str:
@@ -195,6 +209,8 @@ def summarise(sim) -> SimResult:
         worst = max(sorted(misses), key=lambda d: misses[d]) if misses and max(misses.values()) > 0 else ""
         below = [d for d, (nd, a) in by_dep.items() if a < target and d in dep_names]
         tt, tp, ee = ttft[m], tpot[m], e2e[m]
+        okm = ok[m]  # in arrival order
+        batches = [(int(b.sum()), len(b)) for b in np.array_split(okm, min(BATCHES, max(len(okm), 1))) if len(b)]
         wstats[wl.name] = WorkloadStats(
             name=wl.name, requests=k, completed=int((m & done).sum()), unserved=int((m & (status > 0)).sum()),
             attainment=float(ok.sum()) / k if k else 0.0, target=target,
@@ -204,7 +220,8 @@ def summarise(sim) -> SimResult:
             ttft_miss=float((tt > wl.ttft_s).mean()) if k else 0.0,
             tpot_miss=float((tp > wl.tpot_s).mean()) if k else 0.0,
             goodput_rps=float(ok.sum()) / window, throughput_rps=k / window,
-            preemptions=int(preempted[m].sum()), by_deployment=by_dep, worst_deployment=worst, below_target=below)
+            preemptions=int(preempted[m].sum()), by_deployment=by_dep, worst_deployment=worst, below_target=below,
+            batches=batches)
         samples[wl.name] = (tt, tp, ee)
     span = max(sim.t_end, 1e-9)
     dstats: dict[str, DeploymentStats] = {}

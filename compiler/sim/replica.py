@@ -39,13 +39,14 @@ WATERMARK = 0.01  # share of KV blocks kept free at admission (vLLM's default wa
 class Request:
     """One request's state and timestamps (seconds; -1.0 until they happen)."""
 
-    __slots__ = ("rid", "w", "dep", "rep", "arrival", "isl", "osl", "prompt", "done", "gen", "start", "c",
+    __slots__ = ("rid", "w", "dep", "rep", "arrival", "isl", "osl", "eosl", "prompt", "done", "gen", "start", "c",
                  "epoch", "t_sched", "t_first", "t_done", "preempted", "status", "cached", "row")
 
-    def __init__(self, rid: int, w: int, dep: int, arrival: float, isl: int, osl: int):
+    def __init__(self, rid: int, w: int, dep: int, arrival: float, isl: int, osl: int, eosl: int | None = None):
         self.rid, self.w, self.dep, self.arrival = rid, w, dep, arrival
         self.rep = -1
         self.isl, self.osl = isl, osl
+        self.eosl = osl if eosl is None else eosl  # the output length the router expects (it cannot see osl)
         self.prompt = isl  # tokens to (re)compute before the next token comes out
         self.done = 0  # prompt tokens computed
         self.gen = 0  # output tokens emitted
@@ -54,7 +55,8 @@ class Request:
         self.epoch = 0
         self.t_sched = self.t_first = self.t_done = -1.0
         self.preempted = 0
-        self.status = 0  # 0 in flight or done, 1 too long for the KV cache, 2 no route
+        # 0 in flight or done, 1 too long for the KV cache, 2 no route, 3 prompt beyond the context window
+        self.status = 0
         self.cached = 0  # leading prompt tokens found in the replica's prefix cache
         self.row = -1  # trace row it replays (-1: drawn from the spec's distributions)
 
@@ -111,7 +113,9 @@ class Replica:
         self.n_dec = 0
         self.C = 0
         self.kv_pref = 0  # KV reserved by admitted prompts not yet complete
-        self.work = 0  # outstanding tokens (prompt left + output left) of every request assigned here
+        # What a router sees of the outstanding work: prompt tokens left plus *expected* output tokens left
+        # (Request.eosl) of every request assigned here; corrected to the truth when a request completes.
+        self.work = 0
         self.sched: list = []
         self.n_step = 0
         self.p_step = 0
@@ -138,7 +142,7 @@ class Replica:
         if self.pfx is not None:
             r.cached = self.pfx.cached(r)
             r.prompt = r.isl - r.cached
-        self.work += r.prompt + r.osl
+        self.work += r.prompt + r.eosl
         self.waiting.append(r)
 
     def _preempt(self) -> None:
@@ -287,6 +291,7 @@ class Replica:
                     r.t_done = t
                     del self.running[r.rid]
                     done.append(r)
+                    self.work -= r.eosl - r.osl
                 else:
                     r.start = s
                     r.c = r.prompt - s
@@ -307,5 +312,6 @@ class Replica:
             r.start = -1
             del self.running[r.rid]
             done.append(r)
+            self.work -= r.eosl - r.osl
         self.work -= self.n_step + self.p_step + first_tokens
         self.k = s + 1

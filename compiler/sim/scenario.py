@@ -17,13 +17,13 @@ from pathlib import Path
 
 import numpy as np
 
-from compiler.candidates import prefix_cache, replica_model
+from compiler.cost.factory import prefix_cache, replica_model
 from compiler.cost.model import ReplicaModel
 from compiler.ir import ProblemIR
-from compiler.lengths import INPUT_SPLITS, OUTPUT_SPLITS, _cuts
-from compiler.lora.verify import plan_lora
 from compiler.kvtiers import lend_model, plan_kv_tier
-from compiler.lower import length_grids, truncate_grids
+from compiler.lengths import bucket_name, cut_inputs, cut_outputs, input_ranges
+from compiler.lora.verify import plan_lora
+from compiler.lower import length_grids
 from compiler.plan.schema import Plan
 from compiler.spec.schema import Spec
 from compiler.traces import Trace, read_trace
@@ -50,10 +50,10 @@ class SimWorkload:
     percentile: float
     ctx: int  # the model's context window
     buckets: tuple[str, ...]
-    isl_grid: np.ndarray  # the planner's length grids (truncated to the context window)
-    osl_grid: np.ndarray
-    in_ranges: list[tuple[int, int]]  # grid index ranges of the input / output slices (bucket = i x n_out + o)
-    out_ranges: list[tuple[int, int]]
+    isl_grid: np.ndarray  # the planner's prompt-length grid (cut to the context window)
+    osl_grid: np.ndarray  # the planner's output-length grid (as requested; cut per request by cut_outputs)
+    in_ranges: list[tuple[int, int]]  # grid index ranges of the prompt-length ranges (one bucket each)
+    expected_osl: np.ndarray  # per bucket: the mean output the planner expects (the router's work estimate)
     arrival_cv: float = 1.0
     trace: Trace | None = None  # replay arrivals (and lengths) from this trace
     trace_rate: float | None = None  # rescale the trace to this mean rate (None: its own times x trace_scale)
@@ -63,20 +63,20 @@ class SimWorkload:
     # Per bucket: (deployment indices, cumulative shares within the bucket); empty when unrouted.
     routes: list[tuple[np.ndarray, np.ndarray]] = field(default_factory=list)
 
-    def bucket_of_values(self, isl: np.ndarray, osl: np.ndarray) -> np.ndarray:
-        """Bucket of each (input, output) length pair by value (trace requests)."""
-        in_edges = np.array([self.isl_grid[a] for a, _ in self.in_ranges[1:]])
-        out_edges = np.array([self.osl_grid[a] for a, _ in self.out_ranges[1:]])
-        i = np.searchsorted(in_edges, isl, side="right")
-        o = np.searchsorted(out_edges, osl, side="right")
-        return i * len(self.out_ranges) + o
+    def bucket_of_values(self, isl: np.ndarray) -> np.ndarray:
+        """Bucket of each prompt length by value (trace requests): what a router sees at admission."""
+        edges = np.array([self.isl_grid[a] for a, _ in self.in_ranges[1:]])
+        return np.searchsorted(edges, isl, side="right")
 
-    def bucket_of_indices(self, ii: np.ndarray, oi: np.ndarray) -> np.ndarray:
-        """Bucket of each pair of grid indices (requests drawn from the spec's distributions)."""
-        in_starts = np.array([a for a, _ in self.in_ranges[1:]], dtype=np.int64)
-        out_starts = np.array([a for a, _ in self.out_ranges[1:]], dtype=np.int64)
-        return np.searchsorted(in_starts, ii, side="right") * len(self.out_ranges) + np.searchsorted(
-            out_starts, oi, side="right")
+    def bucket_of_indices(self, ii: np.ndarray) -> np.ndarray:
+        """Bucket of each prompt drawn as a grid index (requests drawn from the spec's distributions)."""
+        starts = np.array([a for a, _ in self.in_ranges[1:]], dtype=np.int64)
+        return np.searchsorted(starts, ii, side="right")
+
+    def lengths(self, isl: np.ndarray, osl: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """(prompt, output) as served: prompts cut to the window, outputs where prompt + output exceeds it."""
+        isl_c = cut_inputs(isl, self.ctx)
+        return isl_c, cut_outputs(isl_c, osl, self.ctx)
 
 
 @dataclass
@@ -86,12 +86,6 @@ class Scenario:
     notes: list[str]
     pairs: list[tuple[int, int]] = field(default_factory=list)  # (prefill, decode) deployment indices
     pair_xfer_s_per_token: list[float] = field(default_factory=list)  # KV hand-off seconds per input token
-
-
-def _bucket_names(isl: np.ndarray, osl: np.ndarray, ins, outs) -> list[str]:
-    # The names compiler.lengths.make_buckets gives the same slices: a check that both agree.
-    return [f"in{int(isl[ia])}-{int(isl[ib - 1])}_out{int(osl[oa])}-{int(osl[ob - 1])}"
-            for ia, ib in ins for oa, ob in outs]
 
 
 def build_scenario(plan: Plan, spec: Spec, ir: ProblemIR, trace: Trace | None = None,
@@ -121,8 +115,6 @@ def build_scenario(plan: Plan, spec: Spec, ir: ProblemIR, trace: Trace | None = 
                     sd.prefix_reserved = max(sd.prefix_reserved, reserved)
                     sd.prefix_hits[wn] = hit
         deps.append(sd)
-    from compiler.sim.disagg import pair_targets
-
     pairs, xfer, pair_index = pair_targets(plan, ir, deps, dep_index)
     spec_w = {w.name: w for w in spec.workloads}
     workloads: list[SimWorkload] = []
@@ -131,14 +123,14 @@ def build_scenario(plan: Plan, spec: Spec, ir: ProblemIR, trace: Trace | None = 
         sw = spec_w[w.name]
         ctx = int(ir.models[w.model].max_context_tokens.value)
         isl_raw, osl_raw = length_grids(sw, spec.base_dir)
-        isl, osl, _ = truncate_grids(isl_raw, osl_raw, ctx)
-        ins, outs = _cuts(isl, INPUT_SPLITS), _cuts(osl, OUTPUT_SPLITS)
-        names = _bucket_names(isl, osl, ins, outs)
+        isl = cut_inputs(isl_raw, ctx)
+        ins = input_ranges(isl)
+        names = [bucket_name(isl, a, b) for a, b in ins]  # as compiler.lengths.make_buckets names them
         if names != [b.name for b in w.buckets]:
             raise RuntimeError(f"simulator and planner disagree on {w.name}'s buckets: {names} vs "
                                f"{[b.name for b in w.buckets]}")
         sim_w = SimWorkload(w.name, w.rate_rps, w.slo.ttft_ms / 1e3, w.slo.tpot_ms / 1e3, w.slo.percentile, ctx,
-                            tuple(names), isl, osl, ins, outs,
+                            tuple(names), isl, osl_raw, ins, np.array([b.osl_mean for b in w.buckets]),
                             arrival_cv=arrival_cv or sw.arrival_cv or 1.0)
         if trace is not None and w.name in shared:
             # One trace for several workloads: each replays it from a different row, at its own rate.
@@ -186,3 +178,34 @@ def attach_prefix_caches(sc: Scenario, replicas: list[list]) -> None:
                   if n in index and sc.workloads[index[n]].prefix_hashes is not None}
         for rep in reps:
             rep.set_prefix(d.prefix_reserved, PrefixCache(d.prefix_reserved, hits, hashes))
+
+
+class PairTarget(tuple):
+    """(prefill, decode) deployment indices; ``group``: (kp, kd) replicas per group of a co-located pair (prefill
+    replica i hands off to a decode replica of group i // kp), else None."""
+
+    def __new__(cls, p: int, d: int, group: tuple[int, int] | None = None):
+        t = super().__new__(cls, (p, d))
+        t.group = group
+        return t
+
+
+def pair_targets(plan, ir, deps, dep_index):
+    """The plan's (prefill, decode) pairs as deployment indices, sorted by name, with the KV hand-off seconds
+    per input token of each (``compiler.disagg.transfer_s``)."""
+    from compiler.disagg import is_local_pair, transfer_s
+
+    names = sorted({(r.prefill, r.decode) for r in plan.routes
+                    if r.prefill in dep_index and r.decode in dep_index
+                    and deps[dep_index[r.prefill]].role == "prefill" and deps[dep_index[r.decode]].role == "decode"})
+    pairs, xfer, index = [], [], {}
+    by = {d.name: d for d in plan.deployments}
+    for p, d in names:
+        dp, dd = by[p], by[d]
+        index[(p, d)] = len(pairs)
+        local = is_local_pair(dp, dd) and dp.group_replicas > 0 and dd.group_replicas > 0
+        pairs.append(PairTarget(dep_index[p], dep_index[d],
+                                (dp.group_replicas, dd.group_replicas) if local else None))
+        xfer.append(transfer_s(ir, dp.model, dp.dtype, 1.0, dp.gpu, dp.tensor_parallel * dp.pipeline_parallel,
+                               dd.gpu, dd.tensor_parallel * dd.pipeline_parallel, local=is_local_pair(dp, dd)))
+    return pairs, xfer, index

@@ -10,9 +10,10 @@ from __future__ import annotations
 import pytest
 
 from compiler.api import plan
-from compiler.candidates import Candidate, CandidateSet
 from compiler.check import check
-from compiler.formulate import formulate, n_var, solve_ir
+from compiler.deployment import Candidate, CandidateSet
+from compiler.formulate import formulate, n_var
+from compiler.solve import solve_ir
 from compiler.lower import lower
 from compiler.spec.load import load_spec
 from solvers import SolveOptions, Status, available_backends, get_backend

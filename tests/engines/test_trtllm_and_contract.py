@@ -55,7 +55,7 @@ def test_trtllm_commands_use_only_documented_flags(example_plans):
 def test_trtllm_memory_fraction_is_a_share_of_memory_free_after_weights(example_plans):
     """TensorRT-LLM's fraction applies to HBM left after weights and workspace, not to all of it: the fraction
     times that free memory is the planned KV (rounded down to 0.001), from the cost model's memory fit."""
-    from compiler.candidates import replica_model
+    from compiler.cost.factory import replica_model
 
     plan, ir = example_plans["quickstart"]
     plan, ir = for_engine(plan, ir, "trt-llm")

@@ -72,15 +72,26 @@ def test_every_example_command_parses_with_the_plan_values(example_plans):
     assert len(example_plans) == 6 and seen == sum(len(p.deployments) for p, _ in example_plans.values())
 
 
-def test_the_quickstart_tp2_deployment_no_longer_claims_the_full_context(example_plans):
-    """Issue #13: 26,179 KV tokens < Llama 3.1's 131,072-token window, and no --max-model-len: vLLM refused
-    to start. The context is now the largest routed request."""
-    plan, _ = example_plans["quickstart"]
-    d = next(d for d in plan.deployments if d.name == "chat-h100-sxm-tp2-t2k")
-    buckets = {b.name: b for b in plan.buckets["chat"]}
-    routed = [buckets[r.bucket] for r in plan.routes if r.deployment == d.name]
-    assert d.context_tokens == max(b.input_tokens_max + b.output_tokens_max for b in routed)
-    assert d.context_tokens <= d.kv_cache_tokens < 131072
+def test_context_is_the_largest_routed_request_capped_by_the_kv_cache(example_plans):
+    """Issue #13: vLLM refused to start deployments holding less KV than Llama 3.1's 131,072-token window when
+    the plan set no --max-model-len. The context is now the largest routed input + output, capped at the window
+    and at kv_cache_tokens; where routed requests are longer than the KV holds (the borrowing deployment of
+    long-context, whose borrowed KV no engine realises) the plan warns."""
+    capped = 0
+    for name, (plan, ir) in example_plans.items():
+        buckets = {(w, b.name): b for w, bs in plan.buckets.items() for b in bs}
+        for d in plan.deployments:
+            routed = max((buckets[(r.workload, r.bucket)].input_tokens_max
+                          + buckets[(r.workload, r.bucket)].output_tokens_max
+                          for r in plan.routes if d.name in (r.deployment, r.prefill, r.decode)), default=0)
+            window = int(ir.models[d.model].max_context_tokens.value)
+            assert d.context_tokens == min(routed or window, window, d.kv_cache_tokens), (name, d.name)
+            if routed > d.kv_cache_tokens:
+                capped += 1
+                assert any(w.startswith(f"{d.name}: the engine admits {d.kv_cache_tokens} tokens")
+                           for w in plan.warnings), (name, d.name)
+    kvb = next(d for d in example_plans["long-context"][0].deployments if d.name.endswith("-kvb"))
+    assert kvb.context_tokens == kvb.kv_cache_tokens < 131072 and capped >= 1
 
 
 def test_a_replica_spanning_two_nodes_gets_leader_and_headless_worker_commands():

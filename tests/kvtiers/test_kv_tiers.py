@@ -13,7 +13,8 @@ from pathlib import Path
 import pytest
 
 import compiler as tt
-from compiler.candidates import build_candidates, replica_model
+from compiler.candidates import build_candidates
+from compiler.cost.factory import replica_model
 from compiler.cost.model import KvTier, ReplicaModel, TrafficClass
 from compiler.formulate import formulate, n_var
 from compiler.lower import lower
@@ -255,9 +256,7 @@ def _two_nodes():
 
 
 def test_borrower_is_placed_with_its_lender():
-    from compiler.placement import ToPlace, place_kv
-
-    from compiler.placement import place
+    from compiler.placement import ToPlace, place, place_kv
 
     # first fit puts the lender and one big replica on n0, the other big one and the borrower on n1
     deps = [ToPlace("a-lend", "h100-sxm", 4, 1, 1), ToPlace("b-big", "h100-sxm", 4, 1, 2),

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from compiler.candidates import prefix_cache, prefix_hit, replica_model, traffic_class
+from compiler.cost.factory import prefix_cache, prefix_hit, replica_model, traffic_class
 from compiler.lower import lower
 from compiler.sim import simulate
 from compiler.sim.engine import Simulation

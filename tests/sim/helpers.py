@@ -5,10 +5,9 @@ from types import SimpleNamespace
 
 import numpy as np
 
-from compiler.candidates import replica_model
+from compiler.cost.factory import replica_model
 from compiler.lower import lower
-from compiler.plan.schema import Deployment, Plan, SolverInfo
-from compiler.plan.schema import Route
+from compiler.plan.schema import Deployment, Plan, Route, SolverInfo
 from compiler.sim.scenario import Scenario, SimDeployment, SimWorkload
 from compiler.spec.load import load_spec
 
@@ -74,6 +73,6 @@ def single_server(model, rate: float, isl_grid: np.ndarray, osl: int = 1, ttft_s
     """One workload, one deployment of one replica; input lengths drawn uniformly from ``isl_grid``."""
     g = np.sort(np.asarray(isl_grid, float))
     w = SimWorkload("w", rate, ttft_s, tpot_s, 99.0, 10**9, ("all",), g, np.array([float(osl)]),
-                    [(0, len(g))], [(0, 1)])
+                    [(0, len(g))], np.array([float(osl)]))
     w.routes.append((np.array([0]), np.array([1.0])))
     return Scenario([SimDeployment("d", ("w",), model, 1, 1)], [w], [])

@@ -35,7 +35,9 @@ def test_undersized_plan_fails_check_exit5(tmp_path):
     res = run("check", plan, "--spec", sp, "--requests", "1500")
     assert res.exit_code == ExitCode.CHECK_FAILED, res.output
     fails = [line for line in res.output.splitlines() if line.startswith("FAIL workload w:")]
-    assert len(fails) == 1 and "SLO attainment" in fails[0] and "(deployment d)" in fails[0]
+    assert len(fails) == 1 and "SLO attainment" in fails[0] and "most misses: d" in fails[0]
+    # the metric that misses, by how much, and the attainment's bounds
+    assert "TTFT p90" in fails[0] and "> SLO 1000 ms" in fails[0] and "95% bounds" in fails[0]
     assert "check failed" in res.output
 
 
@@ -81,11 +83,19 @@ def test_simulate_with_a_trace_and_bad_usage(tmp_path):
     assert res.exit_code == ExitCode.INVALID_INPUT and "--requests/--duration" in res.output
 
 
-def test_check_uses_the_plans_recorded_simulation(tmp_path):
+def test_check_judges_at_seeds_the_plan_did_not_use(tmp_path):
+    """Default seeds start at 1000, past every seed the plan was validated on; the request count is the plan's."""
     sp = write_spec(tmp_path, rate=2, isl="{fixed: 512}", osl="{fixed: 64}")
     data = yaml.safe_load(emit(one_deployment_plan(sp)))
-    data["simulation"] = {"seed": 9, "requests": 700, "rounds": 0, "passed": True, "attainment": {"w": 1.0}}
+    data["simulation"] = {"seeds": [999, 1000, 1001], "requests": 700, "rounds": 0, "passed": True,
+                          "attainment": {"w": 1.0}, "attainment_lower": {"w": 0.99}}
     p = tmp_path / "p.yaml"
     p.write_text(yaml.safe_dump(data))
     res = run("check", p, "--spec", sp)
-    assert res.exit_code == 0 and "simulated 700 requests (seed 9)" in res.output
+    assert res.exit_code == 0, res.output
+    assert "simulated 2,100 requests (seeds 1002, 1003, 1004;" in res.output
+    res = run("check", p, "--spec", sp, "--seed", "7", "--seeds", "2", "--format", "json")
+    d = json.loads(res.stdout)
+    assert d["seeds"] == [7, 8] and d["requests"] == 1400
+    w = d["workloads"]["w"]
+    assert w["attainment_lower"] <= w["attainment"] <= w["attainment_upper"] and w["verdict"] == "pass"

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import pytest
 
-from compiler.candidates import replica_model
+from compiler.cost.factory import replica_model
 from compiler.cost.model import TrafficClass
 from compiler.lower import lower
 from compiler.sim import simulate

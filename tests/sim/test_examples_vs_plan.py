@@ -18,7 +18,7 @@ PLAN_TOLERANCE = 0.30  # documented in docs/simulator.md
 def test_simulated_percentiles_match_the_plan(example):
     spec = load_spec(ROOT / "examples" / example)
     plan = tt.plan(spec).plan
-    sim = simulate(plan, spec, seed=plan.simulation.seed, requests=plan.simulation.requests, timeline=False)
+    sim = simulate(plan, spec, seed=plan.simulation.seeds[0], requests=plan.simulation.requests, timeline=False)
     for name, pred in plan.predictions.items():
         got = sim.workloads[name]
         assert pred.slo_met

@@ -1,8 +1,10 @@
 """Candidate generation, pruning reasons, and capacity at SLO."""
 from __future__ import annotations
 
-from compiler.assess import DeploymentSpecView, RouteView, assess
-from compiler.candidates import build_candidates, replica_model, traffic_class
+from compiler.assess import assess
+from compiler.candidates import build_candidates
+from compiler.cost.factory import replica_model, traffic_class
+from compiler.deployment import DeploymentSpecView, RouteView
 from compiler.lower import lower
 from compiler.spec.load import load_spec
 from tests.conftest import SMALL_SPEC

@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import pytest
 
-from compiler.candidates import Candidate, CandidateSet
+from compiler.deployment import Candidate, CandidateSet
 from compiler.formulate import formulate, n_var
 from compiler.lower import lower
 from compiler.spec.load import load_spec

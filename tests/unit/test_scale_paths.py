@@ -6,9 +6,11 @@ import pytest
 
 import compiler.decompose as decompose
 import compiler.fanout as fanout
-from compiler.candidates import build_candidates, replica_model, traffic_class
-from compiler.formulate import formulate, solve_ir
+from compiler.candidates import build_candidates
+from compiler.cost.factory import replica_model, traffic_class
+from compiler.formulate import formulate
 from compiler.lower import lower
+from compiler.solve import solve_ir
 from compiler.spec.load import load_spec
 from solvers import SolveOptions, get_backend
 from tests.conftest import QUICKSTART
@@ -25,17 +27,24 @@ def test_split_build_is_the_serial_build(ir, monkeypatch):
     assert build_candidates(ir, jobs=2) == build_candidates(ir, jobs=1)
 
 
+def _roomy(ir):
+    """The quickstart with inventories no workload mix can exhaust and no budget: the shared rows never bind."""
+    from dataclasses import replace
+
+    return replace(ir, budget_usd_per_hour=None, gpus=tuple(replace(p, count=4096) for p in ir.gpus))
+
+
 def test_decomposed_solve_matches_the_whole(ir, monkeypatch):
-    cands = build_candidates(ir, jobs=1)
+    roomy = _roomy(ir)
+    cands = build_candidates(roomy, jobs=1)
     be = get_backend("highs")
-    whole = be.solve(formulate(ir, cands), SolveOptions())
+    whole = be.solve(formulate(roomy, cands), SolveOptions())
     monkeypatch.setattr(decompose, "MIN_CANDIDATES", 0)
-    split = decompose.solve_split(ir, cands, be, SolveOptions())
-    if split is None:  # a shared row binds: the whole MILP is solved instead
-        assert solve_ir(ir, cands, be, SolveOptions()).objective == pytest.approx(whole.objective, rel=1e-9)
-        return
+    split = decompose.solve_split(roomy, cands, be, SolveOptions())
+    assert split is not None  # nothing couples the workloads here: the split must be taken
     assert split.status.value == "optimal"
     assert split.objective == pytest.approx(whole.objective, rel=1e-4)
+    assert solve_ir(roomy, cands, be, SolveOptions()).objective == pytest.approx(whole.objective, rel=1e-4)
 
 
 def test_decomposition_never_returns_a_plan_over_inventory(ir, monkeypatch):
@@ -51,9 +60,8 @@ def test_decomposition_never_returns_a_plan_over_inventory(ir, monkeypatch):
             out[c.gpu] = out.get(c.gpu, 0) + round(res.values.get(f"replicas[{c.id}]", 0.0)) * c.gpus
         return out
 
-    split = decompose.solve_split(ir, cands, be, SolveOptions())
-    if split is None:
-        return
+    split = decompose.solve_split(_roomy(ir), cands, be, SolveOptions())
+    assert split is not None
     u = used(split)
     g = max(u, key=u.get)
     # One GPU fewer of the busiest type than the workloads' own optima use together.

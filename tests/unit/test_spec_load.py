@@ -81,7 +81,8 @@ def test_lengths_beyond_context_window_is_error_naming_workload():
 def test_partial_truncation_warns():
     text = SMALL_SPEC.replace("input_tokens: {fixed: 512}", "input_tokens: {uniform: {min: 1000, max: 200000}}")
     ir = lower(load_spec("s.yaml", text=text))
-    assert any("short:" in w and "truncated" in w for w in ir.warnings)
+    assert any("short:" in w and "of requests" in w and "of their tokens" in w and "exceed" in w
+               for w in ir.warnings)
     assert max(b.isl_max for b in ir.workloads[0].buckets) < 131072
 
 

@@ -1,4 +1,4 @@
-"""Golden plan for the quickstart, byte stability, and the planner's headline promises.
+"""Golden plans for every example, byte stability, and the planner's headline promises.
 
 Regenerate after an intended change: ``UPDATE_GOLDEN=1 pytest tests/golden`` and review ``git diff``.
 """
@@ -9,19 +9,26 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 import compiler as tt
 from compiler.errors import TrimtabError
 from compiler.whatif import apply_overrides
 from tests.conftest import QUICKSTART, ROOT
 
 GOLDEN = Path(__file__).parent / "quickstart.plan.yaml"
+EXAMPLES = sorted(p.stem for p in (ROOT / "examples").glob("*.yaml"))
 
 
-def test_quickstart_matches_golden(update_golden):
-    text = tt.emit(tt.plan(tt.load_spec(QUICKSTART)).plan)
-    if update_golden or not GOLDEN.exists():
-        GOLDEN.write_text(text)
-    assert text == GOLDEN.read_text()
+@pytest.mark.parametrize("example", EXAMPLES)
+def test_example_matches_golden(example, update_golden):
+    """Every example plans to the bytes of its reviewed golden (tests/golden/EXAMPLE.plan.yaml)."""
+    golden = Path(__file__).parent / f"{example}.plan.yaml"
+    text = tt.emit(tt.plan(tt.load_spec(ROOT / "examples" / f"{example}.yaml")).plan)
+    if update_golden:
+        golden.write_text(text)
+    assert golden.exists(), f"{golden} is missing: UPDATE_GOLDEN=1 pytest tests/golden, then review it"
+    assert text == golden.read_text()
 
 
 def test_plan_bytes_stable_across_hash_seeds(tmp_path):

@@ -1,0 +1,114 @@
+"""Every ``ReplicaModel`` the planner, ``check`` and the simulator use is made here from IR names, with the
+traffic classes, prefix caches and KV tiers that go with it: the cost model's one entry point from the IR.
+"""
+from __future__ import annotations
+
+from compiler.cost.model import GIB, KvTier, ReplicaModel, TrafficClass
+from compiler.ir import ProblemIR, WorkloadIR
+from compiler.lengths import LengthBucket
+
+
+def replica_model(ir: ProblemIR, model: str, gpu: str, tp: int, pp: int, dtype: str, max_num_seqs: int,
+                  max_batched_tokens: int, lora: dict | None = None, kv_offload_gib: float = 0.0,
+                  kv_borrow_gib: float = 0.0) -> ReplicaModel:
+    """The one place a ``ReplicaModel`` is made from IR names (planner and check share it). ``lora``: keyword
+    arguments of ``compiler.cost.lora.LoraReplicaModel`` (slots, rank, modules, swap_wait_s) for a LoRA replica.
+    ``kv_offload_gib`` / ``kv_borrow_gib``: a KV tier of that many GiB per replica (``kv_tier``)."""
+    pool = ir.gpu(gpu)
+    if kv_offload_gib > 0 or kv_borrow_gib > 0:
+        rm = ReplicaModel(ir.models[model], pool.profile, ir.engine, tp, pp, dtype, max_num_seqs, max_batched_tokens)
+        return ReplicaModel(ir.models[model], pool.profile, ir.engine, tp, pp, dtype, max_num_seqs,
+                            max_batched_tokens, kv_tier=kv_tier(ir, gpu, rm, kv_offload_gib, kv_borrow_gib))
+    if lora:
+        from compiler.cost.lora import LoraReplicaModel
+        return LoraReplicaModel(ir.models[model], pool.profile, ir.engine, tp, pp, dtype, max_num_seqs,
+                                max_batched_tokens, **lora)
+    return ReplicaModel(ir.models[model], pool.profile, ir.engine, tp, pp, dtype, max_num_seqs, max_batched_tokens)
+
+
+def traffic_class(b: LengthBucket, rate_rps: float, w: WorkloadIR | None = None,
+                  rm: ReplicaModel | None = None) -> TrafficClass:
+    """The cost model's class for bucket ``b`` at a per-replica rate; with the workload ``w`` and the replica
+    ``rm``, its prefix reuse (``prefix_cache``): cached tokens per request and the replica's reserve."""
+    if w is None or rm is None or not w.prefix_hit_rate:
+        return TrafficClass(rate_rps, b.isl_mean, b.osl_mean, b.isl_tail, b.isl_cv2, osl_points=b.osl_points)
+    reserved, hit = prefix_cache(w, rm)
+    return TrafficClass(rate_rps, b.isl_mean, b.osl_mean, b.isl_tail, b.isl_cv2, hit * b.isl_mean, float(reserved),
+                        b.osl_points)
+
+
+PREFIX_RESERVE_SHARES = (1.0, 0.5, 0.25, 0.125)  # of min(working set, spare HBM KV) tried for the prefix cache
+
+
+def prefix_hit(w: WorkloadIR, tokens: float) -> float:
+    """Share of ``w``'s input tokens a prefix cache of ``tokens`` serves: the trace's measured LRU curve
+    (linear between its sizes, from 0 at an empty cache), else LRU under uniform popularity, the declared hit
+    rate x the share of the working set held (docs/prefix-caching.md)."""
+    if not w.prefix_hit_rate or tokens <= 0:
+        return 0.0
+    if tokens >= w.prefix_working_set:
+        return w.prefix_hit_rate
+    if not w.prefix_curve:
+        return w.prefix_hit_rate * tokens / w.prefix_working_set
+    x0, y0 = 0.0, 0.0
+    for x1, y1 in w.prefix_curve:
+        if tokens <= x1:
+            return y0 + (y1 - y0) * (tokens - x0) / (x1 - x0) if x1 > x0 else y1
+        x0, y0 = x1, y1
+    return w.prefix_hit_rate
+
+
+def prefix_cache(w: WorkloadIR, rm: ReplicaModel) -> tuple[int, float]:
+    """(KV tokens reserved for ``w``'s prefix cache on one replica of ``rm``, hit rate it gets). The cache can take
+    what the HBM KV spares after the workload's longest request, at most the working set; of the shares
+    ``PREFIX_RESERVE_SHARES`` of that, the one with the highest capacity for the workload's mean request at its
+    SLO (a bigger cache saves more prefill but leaves less KV for running requests). Once per replica model."""
+    memo = rm.__dict__.setdefault("_prefix_cache", {})
+    key = (w.name, w.prefix_hit_rate, w.prefix_working_set, w.prefix_curve, w.buckets, w.slo)
+    if key in memo:
+        return memo[key]
+    longest = max(b.isl_max + b.osl_max for b in w.buckets)
+    full = min(w.prefix_working_set, max(rm.memory.kv_cache_tokens - longest, 0))
+    best = (0, 0.0)
+    if full > 0:
+        isl = sum(b.prob * b.isl_mean for b in w.buckets)
+        osl = sum(b.prob * b.osl_mean for b in w.buckets)
+        best_cap = -1.0
+        for share in PREFIX_RESERVE_SHARES:
+            tokens = int(full * share)
+            hit = prefix_hit(w, tokens)
+            cap = rm.capacity_rps(TrafficClass(0.0, isl, osl, None, 0.0, hit * isl, float(tokens)),
+                                  w.slo.ttft_ms, w.slo.tpot_ms, w.slo.percentile)
+            if cap > best_cap * (1 + 1e-9):  # ties: the larger cache (tried first)
+                best, best_cap = (tokens, hit), cap
+    memo[key] = best
+    return best
+
+
+HOST_KV_SHARE = 0.5  # share of a node's CPU memory the KV offload tier may use (assumption, docs/kv-tiers.md)
+
+
+def kv_tier(ir: ProblemIR, gpu: str, rm: ReplicaModel, offload_gib: float, borrow_gib: float) -> KvTier:
+    """The ``KvTier`` of a replica of ``rm``'s shape with ``offload_gib`` of host memory or ``borrow_gib`` of
+    borrowed HBM (GiB per replica, one tier). Offload runs over each GPU's PCIe link (spec nodes[].pcie_gbps, else
+    the GPU profile's); borrowing over NVLink (the profile's link bandwidth), or PCIe where the GPU has none."""
+    if offload_gib > 0 and borrow_gib > 0:
+        raise ValueError("a replica has one KV tier: offload or borrow, not both")
+    pool = ir.gpu(gpu)
+    prof = pool.profile
+    gib = offload_gib or borrow_gib
+    per_gpu_bytes = rm.memory.kv_bytes_per_token_per_gpu
+    tokens = int(gib * GIB / (rm.tp * rm.pp) // per_gpu_bytes)
+    pcie = pool.pcie_gbps or (prof.pcie_gbps.value if prof.pcie_gbps is not None else 0.0)
+    if offload_gib > 0:
+        bw = pcie
+    else:
+        bw = prof.link_bandwidth_gbps.value if prof.interconnect != "pcie" else (pcie or prof.link_bandwidth_gbps.value)
+    if not bw > 0:
+        raise ValueError(f"{gpu}: no PCIe bandwidth known for a KV offload tier; give nodes[].pcie_gbps")
+    return KvTier("offload" if offload_gib > 0 else "borrow", tokens, float(bw))
+
+
+def tier_gib(rm: ReplicaModel, tokens: float) -> float:
+    """GiB per replica of ``tokens`` KV tokens of ``rm``'s shape (all its GPUs)."""
+    return tokens * rm.memory.kv_bytes_per_token_per_gpu * rm.tp * rm.pp / GIB

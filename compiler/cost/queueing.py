@@ -1,0 +1,171 @@
+"""Queueing and tail arithmetic of the cost model, and its one search: the M/G/1 prefill queue, the decision
+of a tail percentile against a bound, Aitken acceleration of the batch fixed point, the regularised upper
+incomplete gamma function, the bracketing and bisection every capacity search uses (``bisect_max``).
+"""
+from __future__ import annotations
+
+import math
+from functools import cache
+
+
+class _Aitken:
+    """Aitken's delta-squared extrapolation of ``evaluate``'s decode-batch fixed point b = f(b), with a safe
+    fallback. Plain iteration from 0 climbs to the fixed point from below (f grows with b), often slowly near
+    saturation; every third plain iterate is replaced by the extrapolation of the last three (Steffensen's
+    method), which lands on the fixed point in a few steps. Convergence is still judged on a plain step, to the
+    same tolerance. An extrapolation may overshoot the fixed point: if a state looks unstable once any has been
+    used, ``retreat`` goes back to the highest plain iterate known to lie below the fixed point (one with
+    f(b) >= b) and plain iteration continues from there, unaccelerated, so instability is only ever concluded
+    from plain iterates below the fixed point, as without acceleration."""
+
+    __slots__ = ("hist", "safe", "on", "cap", "used")
+
+    def __init__(self, cap: float, on: bool = True, start: float = 0.0):
+        self.hist: list[float] = [start]
+        self.safe = start
+        self.on = on
+        self.cap = cap  # extrapolations above this are not used
+        self.used = False
+
+    def step(self, b: float, b_new: float) -> float | None:
+        """A plain step b -> f(b) = ``b_new``; returns the batch to continue from instead of b_new, or None."""
+        if b_new >= b:
+            self.safe = max(self.safe, b_new)  # f(b) >= b: b and f(b) lie below the fixed point
+        if not self.on:
+            return None
+        h = self.hist
+        h.append(b_new)
+        if len(h) < 3:
+            return None
+        b0, b1, b2 = h
+        self.hist = [b2]
+        den = b2 - 2 * b1 + b0
+        if den == 0 or not (b1 - b0) * (b2 - b1) > 0:  # not a monotone run: leave it to plain iteration
+            return None
+        acc = b0 - (b1 - b0) ** 2 / den
+        if not (math.isfinite(acc) and 0.0 <= acc <= self.cap):
+            return None
+        self.used = True
+        self.hist = [acc]
+        return acc
+
+    def retreat(self) -> bool:
+        if not (self.on and self.used):
+            return False
+        self.on = False
+        return True
+
+
+def _bracket(ok, guess: float, bound: float, rel_tol: float) -> tuple[float, float]:
+    """(lo, hi) around the rate where the monotone ``ok`` turns false, searched outward from ``guess``: ok(lo)
+    holds (or lo is 0: not known), ok(hi) does not (or hi is ``bound``). Steps grow 4-fold from just under
+    rel_tol, so a guess right to the tolerance costs two evaluations."""
+    step = 0.999 * rel_tol
+    if ok(guess):
+        lo = guess
+        while True:
+            t = lo * (1 + step)
+            if t >= bound:
+                return lo, bound
+            if not ok(t):
+                return lo, t
+            lo, step = t, step * 4
+    hi = guess
+    while True:
+        t = hi / (1 + step)
+        if t < 1e-6 * guess:
+            return 0.0, hi
+        if ok(t):
+            return t, hi
+        hi, step = t, step * 4
+
+
+def _tail_decision(miss, q: float, lo: float, hi: float, width: float, bound: float) -> bool | None:
+    """Whether the percentile search of ``_tpot_tail`` (bisection of the decreasing ``miss`` on [lo, hi] to
+    ``width``) would end at or below ``bound``, from at most two evaluations of ``miss``; None when ``bound`` is
+    within ``width`` of the answer and only the search itself can tell."""
+    if bound < lo:
+        return False  # the search never returns less than lo (the mean TPOT)
+    if bound >= hi:
+        return True  # ... nor more than hi
+    if miss(bound) > q:
+        return False  # the answer lies above bound
+    if bound - width >= lo and miss(bound - width) <= q:
+        return True  # the answer lies at or below bound - width, and the search ends within width of it
+    return None
+
+
+def _prefill_queue(classes, s: list[float], lam: float, rho: float, percentile: float) -> tuple[float, float, float]:
+    """The M/G/1 prefill queue of ``evaluate`` and ``evaluate_prefill``: (waiting time at ``percentile``, mean
+    waiting time, prompt tokens offered per second). Service times ``s`` per class, utilisation ``rho`` < 1;
+    P(W > t) = rho exp(-t / theta), theta = E[S^2] / (2 E[S] (1 - rho)) (mean: Pollaczek-Khinchine)."""
+    es = es2 = pre_tokens = 0.0
+    for c, si in zip(classes, s):
+        es += c.rate_rps * si
+        es2 += c.rate_rps * si * si * (1 + c.isl_cv2)
+        pre_tokens += c.rate_rps * c.isl_mean
+    es /= lam
+    es2 /= lam
+    theta = es2 / (2 * es * (1 - rho))
+    q = 1 - percentile / 100.0
+    wait_p = theta * math.log(rho / q) if rho > q else 0.0
+    return wait_p, rho * theta, pre_tokens
+
+
+@cache
+def _normal():
+    """The standard normal distribution (made once: ``_tpot_tail`` runs hundreds of thousands of times)."""
+    from statistics import NormalDist
+
+    return NormalDist()
+
+
+def bisect_max(ok, lo: float, hi: float, rel_tol: float) -> float:
+    """Largest x in [lo, hi] with ok(x), to ``rel_tol``, for a predicate that holds below some point and fails
+    above it (``ok(lo)`` is assumed, ``ok(hi)`` is not)."""
+    while hi - lo > rel_tol * max(lo, 1e-6):
+        mid = (lo + hi) / 2
+        if ok(mid):
+            lo = mid
+        else:
+            hi = mid
+    return lo
+
+
+def gamma_q(a: float, x: float) -> float:
+    """Regularised upper incomplete gamma Q(a, x) = Gamma(a, x) / Gamma(a), for a > 0, x >= 0.
+
+    The power series of P(a, x) for x < a + 1 and Legendre's continued fraction (evaluated with the modified
+    Lentz method) otherwise, to 1e-12 relative; plain Python, because importing scipy.special would add most
+    of a second to every command's start-up."""
+    if x <= 0:
+        return 1.0
+    log_front = a * math.log(x) - x - math.lgamma(a)
+    if x < a + 1:
+        term = total = 1.0 / a
+        n = a
+        for _ in range(10_000):
+            n += 1
+            term *= x / n
+            total += term
+            if abs(term) < abs(total) * 1e-12:
+                break
+        return max(0.0, 1.0 - total * math.exp(log_front))
+    tiny = 1e-300
+    b = x + 1 - a
+    c = 1 / tiny
+    d = 1 / b
+    h = d
+    for i in range(1, 10_000):
+        an = -i * (i - a)
+        b += 2
+        d = an * d + b
+        d = tiny if abs(d) < tiny else d
+        c = b + an / c
+        c = tiny if abs(c) < tiny else c
+        d = 1 / d
+        delta = d * c
+        h *= delta
+        if abs(delta - 1) < 1e-12:
+            break
+    return min(1.0, math.exp(log_front) * h)

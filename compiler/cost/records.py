@@ -1,0 +1,133 @@
+"""The cost model's records: what a replica is offered (``TrafficClass``), where its KV may live beyond HBM
+(``KvTier``), what fits in its memory (``MemoryFit``) and what it predicts (``ReplicaState`` and the benchmark-
+style predictions). Plain frozen values, so every stage can hold them without importing the arithmetic.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+BYTES = {"bf16": 2.0, "fp8": 1.0}
+
+
+GIB = 1024**3
+UNSTABLE = float("inf")  # latency of a replica offered more than it can serve
+
+
+@dataclass(frozen=True, slots=True)
+class TrafficClass:
+    """Requests of similar length offered to one replica (per-replica rate)."""
+
+    rate_rps: float
+    isl_mean: float
+    osl_mean: float
+    isl_tail: float | None = None  # input length whose TTFT is reported at the percentile
+    isl_cv2: float = 0.0  # squared coefficient of variation of input length
+    # Prefix reuse (docs/prefix-caching.md): mean input tokens per request served from the prefix cache (prefill
+    # computes only isl - cached, attending to the cached tokens as prior context; the decode context is the full
+    # isl), and the KV tokens the replica keeps for this workload's prefix cache (not available to requests).
+    cached_tokens: float = 0.0
+    prefix_reserved: float = 0.0
+    # Output lengths in the class as ((length, probability), ...): a router cannot split requests by output
+    # length, so one class mixes short and long outputs, and a short one's TPOT is the noisier (its mean over
+    # fewer steps). Empty: every request has osl_mean.
+    osl_points: tuple[tuple[float, float], ...] = ()
+
+    @property
+    def tail(self) -> float:
+        return self.isl_mean if self.isl_tail is None else self.isl_tail
+
+    @property
+    def tail_cached(self) -> float:
+        """Cached tokens of the tail-length request (the same share of its input as on average)."""
+        return self.tail * self.cached_tokens / self.isl_mean if self.cached_tokens else 0.0
+
+
+@dataclass(frozen=True, slots=True)
+class KvTier:
+    """KV capacity beyond HBM for one replica (docs/kv-tiers.md).
+
+    ``kind``: ``offload`` (host CPU memory over PCIe) or ``borrow`` (spare HBM of other instances on the same
+    node, over NVLink, or PCIe where the GPU has none). ``tokens``: KV tokens the tier holds for this replica.
+    ``gbps_per_gpu``: bandwidth from each GPU of the replica to the tier, GB/s (each GPU moves its own shard)."""
+
+    kind: str
+    tokens: int
+    gbps_per_gpu: float
+
+    def __post_init__(self):
+        if self.kind not in ("offload", "borrow"):
+            raise ValueError(f"KvTier.kind must be offload or borrow, got {self.kind!r}")
+        if self.tokens < 0 or not self.gbps_per_gpu > 0:
+            raise ValueError("KvTier needs tokens >= 0 and gbps_per_gpu > 0")
+
+
+@dataclass(frozen=True, slots=True)
+class MemoryFit:
+    weights_gib_per_gpu: float
+    activation_gib_per_gpu: float
+    reserve_gib_per_gpu: float
+    usable_gib_per_gpu: float
+    kv_gib_per_gpu: float
+    kv_bytes_per_token_per_gpu: float
+    kv_cache_tokens: int
+
+    @property
+    def fits(self) -> bool:
+        return self.kv_cache_tokens > 0
+
+
+@dataclass(frozen=True, slots=True)
+class ReplicaState:
+    """Steady state of one replica under an offered load (see ``ReplicaModel.evaluate``)."""
+
+    stable: bool
+    reason: str  # why not stable ("" when stable)
+    tpot_s: float  # per-request TPOT at the percentile (over all classes' requests); the mean at percentile 50
+    ttft_s: tuple[float, ...]  # per class: TTFT at the percentile (queueing + prefill of isl_tail)
+    ttft_mean_s: tuple[float, ...]  # per class: mean TTFT (mean wait + prefill of isl_mean)
+    utilization: float  # share of engine steps that carry prefill work (prefill server utilisation)
+    decode_batch: float  # mean number of requests decoding
+    kv_tokens_used: float
+    wait_p_s: float  # waiting time at the percentile
+    wait_mean_s: float
+    tpot_mean_s: float = float("nan")  # mean time between output tokens (1 / engine steps per second)
+
+
+@dataclass(frozen=True, slots=True)
+class ClosedLoopPrediction:
+    ttft_ms: float
+    tpot_ms: float
+    requests_per_s: float
+    output_tokens_per_s: float
+    output_tokens_per_s_per_gpu: float
+    concurrency: int
+    fits: bool
+    max_concurrency: int
+    kv_cache_tokens: int
+
+
+@dataclass(frozen=True, slots=True)
+class BatchPrediction:
+    """A static batch: ``batch`` prompts prefilled together, then decoded together (latency benchmarks)."""
+
+    ttft_ms: float  # prefill of the whole batch
+    tpot_ms: float  # mean decode step
+    e2e_ms: float  # prefill + (osl - 1) decode steps
+    output_tokens_per_s: float
+    output_tokens_per_s_per_gpu: float
+    batch: int
+    fits: bool
+
+
+@dataclass(frozen=True, slots=True)
+class BurstPrediction:
+    """A burst of queued requests served to the end (offline throughput runs, ``rate=inf`` benchmarks)."""
+
+    makespan_s: float
+    requests_per_s: float
+    output_tokens_per_s: float
+    output_tokens_per_s_per_gpu: float
+    total_tokens_per_s: float
+    ttft_ms: float  # mean, queueing included
+    tpot_ms: float  # mean over requests with more than one output token
+    requests: int

@@ -1,0 +1,120 @@
+"""Disaggregated roles of one replica (docs/disaggregation.md): a prefill-only replica (an M/G/1 prefill
+server with no decode batch) and a decode-only one (steps of the decode batch alone), their steady states and
+capacities at SLO. Mixed into ``ReplicaModel``.
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import replace
+
+from compiler.cost.queueing import _prefill_queue, bisect_max
+from compiler.cost.records import UNSTABLE, ReplicaState, TrafficClass
+
+
+class ReplicaRoles:
+    @property
+    def kv_bytes_per_token(self) -> float:
+        """KV bytes of one token of context for the whole model (all layers and KV heads): what a prefill
+        instance hands to a decode instance per input token."""
+        return 2 * self.L * self.kv_heads * self.head_dim * self.kvbytes
+
+    def evaluate_prefill(self, classes: list[TrafficClass] | tuple[TrafficClass, ...],
+                         percentile: float = 99.0) -> ReplicaState:
+        """Steady state of a prefill-only replica: every step carries prompt chunks and nothing decodes (the first
+        token comes out of the prefill, the rest on a decode replica). The same M/G/1 prefill server as
+        ``evaluate`` with a decode batch of 0: service of a prompt = isl / chunk steps of T(0, chunk), waiting time
+        at the percentile from the exponential tail. KV: only the prompts being prefilled (handed off after)."""
+        lam = sum(c.rate_rps for c in classes)
+        n = len(classes)
+        fe = self.request_overhead
+        if lam <= 0:
+            ttft = tuple(fe + self.prefill_s(c.tail, 0, 0) for c in classes)
+            mean = tuple(fe + self.prefill_s(c.isl_mean, 0, 0) for c in classes)
+            return ReplicaState(True, "", 0.0, ttft, mean, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0)
+        K = self.max_batched_tokens
+        rho, steps_total, s = 0.0, 0.0, []
+        for c in classes:
+            per_step = min(c.isl_mean, K)
+            steps = c.isl_mean / per_step
+            t = self.iteration_s(0, 0, per_step, (c.isl_mean - per_step) / 2)
+            s.append(steps * t)
+            rho += c.rate_rps * steps * t
+            steps_total += c.rate_rps * steps
+        if rho >= 1:
+            inf = (UNSTABLE,) * n
+            return ReplicaState(False, f"prefill saturated (utilisation {rho:.2f})", 0.0, inf, inf, 1.0, 0.0,
+                                UNSTABLE, UNSTABLE, UNSTABLE, 0.0)
+        wait_p, wait_mean, pre_tokens = _prefill_queue(classes, s, lam, rho, percentile)
+        kv_used = rho * pre_tokens / max(steps_total, 1e-12)
+        ttft = tuple(fe + wait_p + self.prefill_s(c.tail, 0, 0) for c in classes)
+        mean = tuple(fe + wait_mean + self.prefill_s(c.isl_mean, 0, 0) for c in classes)
+        return ReplicaState(True, "", 0.0, ttft, mean, rho, 0.0, kv_used, wait_p, wait_mean, 0.0)
+
+    def evaluate_decode(self, classes: list[TrafficClass] | tuple[TrafficClass, ...],
+                        percentile: float = 99.0, max_iter: int = 200) -> ReplicaState:
+        """Steady state of a decode-only replica: requests arrive with their prompt's KV (transferred) and
+        decode osl - 1 tokens; every step is decode-only, T_d = T(b, mean context). Little's law gives
+        b = (sum rate x (osl - 1)) x T_d; iterate to the fixed point. Without prompts interleaved the step time
+        does not jump, so TPOT at the percentile is the step time at the batch size the Poisson number of
+        requests in the system (M/G/inf) reaches at that percentile, b_p = b + z sqrt(b) (normal approximation;
+        the batch changes on the time scale of a request's own decode, so its steps do not average it out)."""
+        from statistics import NormalDist
+
+        n = len(classes)
+        D = sum(c.rate_rps * max(c.osl_mean - 1, 0.0) for c in classes)
+        if D <= 0:
+            t1 = self.iteration_s(1, max((c.tail for c in classes), default=0.0))
+            return ReplicaState(True, "", t1, (0.0,) * n, (0.0,) * n, 0.0, 0.0, 0.0, 0.0, 0.0, t1)
+        ctx = sum(c.rate_rps * max(c.osl_mean - 1, 0.0) * (c.isl_mean + c.osl_mean / 2) for c in classes) / D
+        b = 1.0
+        for _ in range(max_iter):
+            t_d = self.iteration_s(b, ctx)
+            b_new = D * t_d
+            if b_new > self.max_num_seqs:
+                inf = (UNSTABLE,) * n
+                return ReplicaState(False, f"needs a decode batch of {b_new:.0f} > max_num_seqs {self.max_num_seqs}",
+                                    UNSTABLE, inf, inf, 1.0, b_new, UNSTABLE, 0.0, 0.0, UNSTABLE)
+            if abs(b_new - b) <= 1e-4 * max(b_new, 1.0):
+                b = b_new
+                break
+            b = b_new
+        kv_used = b * ctx
+        if kv_used > self.memory.kv_cache_tokens:
+            inf = (UNSTABLE,) * n
+            return ReplicaState(False, f"KV cache needs {kv_used:.0f} tokens > capacity {self.memory.kv_cache_tokens}",
+                                UNSTABLE, inf, inf, 1.0, b, kv_used, 0.0, 0.0, UNSTABLE)
+        tpot = self.iteration_s(max(b, 1.0), ctx)
+        tpot_p = tpot
+        if percentile > 50:
+            z = NormalDist().inv_cdf(percentile / 100.0)
+            tpot_p = self.iteration_s(max(b + z * math.sqrt(max(b, 1.0)), 1.0), ctx)
+        return ReplicaState(True, "", tpot_p, (0.0,) * n, (0.0,) * n, 0.0, b, kv_used, 0.0, 0.0, tpot)
+
+    def capacity_rps_role(self, role: str, cls: TrafficClass, ttft_ms: float, tpot_ms: float, percentile: float,
+                          transfer_s: float = 0.0, rel_tol: float = 0.005) -> float:
+        """``capacity_rps`` for a ``prefill`` replica (TTFT, the KV hand-off ``transfer_s`` included, within
+        ``ttft_ms``) or a ``decode`` replica (TPOT within ``tpot_ms``, prompt plus output in its KV cache)."""
+        if role == "prefill":
+            if self.memory.kv_cache_tokens < cls.tail:
+                return 0.0
+
+            def ok(rate: float) -> bool:
+                st = self.evaluate_prefill([TrafficClass(rate, cls.isl_mean, 1.0, cls.isl_tail, cls.isl_cv2)],
+                                           percentile)
+                return st.stable and (st.ttft_s[0] + transfer_s) * 1e3 <= ttft_ms
+
+            per_step = min(cls.isl_mean, self.max_batched_tokens)
+            hi = 1.01 / (cls.isl_mean / per_step * self.iteration_s(0, 0, per_step, 0))
+        else:
+            if self.memory.kv_cache_tokens < cls.tail + cls.osl_mean or cls.osl_mean <= 1:
+                return 0.0
+
+            def ok(rate: float) -> bool:
+                st = self.evaluate_decode([replace(cls, rate_rps=rate, cached_tokens=0.0, prefix_reserved=0.0)],
+                                          percentile)
+                return st.stable and st.tpot_s * 1e3 <= tpot_ms
+
+            hi = 1.01 * self.max_num_seqs / ((cls.osl_mean - 1) * self.iteration_s(1, cls.isl_mean))
+        if not ok(1e-9):
+            return 0.0
+        return bisect_max(ok, 0.0, hi, rel_tol)

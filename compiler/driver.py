@@ -1,0 +1,126 @@
+"""The one planning driver: every kind of spec goes through the same rounds.
+
+    candidates --precheck--> ( solve --build--> Plan + Assessment --assess--> derate )*  --simulate on seeds-->
+        ( derate --solve-- ... )*  --finish (placement, physics guard, simulation record)--> PlanResult
+
+A ``Planner`` supplies the stages that differ between unified serving (``compiler.planners.UnifiedPlanner``:
+unified, P/D and KV-tier candidates, the MILP of ``compiler/formulate.py``) and adapters
+(``compiler.lora.plan.LoraPlanner``: shared candidates and the adapter-placement MILP). The driver owns the
+loop and nothing else: each round is a function of the derates it is given, and the corrections
+(``compiler.rounds``) return new derates instead of editing them.
+"""
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+from compiler.assess import Assessment
+from compiler.errors import InfeasibleError, NoSolutionError
+from compiler.ir import ProblemIR
+from compiler.plan.schema import Plan
+from compiler.rounds import MAX_ROUNDS, SIM_ROUNDS, derate_analytic, simulate_and_derate
+from solvers import SolveOptions, SolveResult, get_backend
+
+
+@dataclass(frozen=True)
+class PlanResult:
+    plan: Plan
+    ir: ProblemIR
+    candidates: Any  # compiler.candidates.CandidateSet
+    assessment: Assessment
+    solve: SolveResult
+    rounds: int
+    seconds: dict[str, float] = field(default_factory=dict)  # per stage wall time
+
+
+class Planner(Protocol):
+    """The stages of one kind of planning problem (``C``: its candidate structure)."""
+
+    def candidates(self, ir: ProblemIR) -> Any: ...
+
+    def precheck(self, ir: ProblemIR, cands: Any) -> list[str]:
+        """Impossibilities found before solving (each a line for ``InfeasibleError``)."""
+
+    def solve(self, ir: ProblemIR, cands: Any, derate: dict[str, float], backend, options: SolveOptions
+              ) -> SolveResult: ...
+
+    def build(self, ir: ProblemIR, cands: Any, res: SolveResult, solve_s: float, rounds: int,
+              warnings: list[str]) -> tuple[Plan, Assessment]:
+        """The plan of a solution, with the predictions of its deployments under their real traffic."""
+
+    def fill(self, cands: Any, res: SolveResult, derate: dict[str, float]) -> dict[str, float]:
+        """Per deployment bought: the share of its (derated) capacity the solution uses."""
+
+    def infeasible(self, ir: ProblemIR, cands: Any, backend, options: SolveOptions) -> list[str]:
+        """Lines saying why no plan exists and what to relax."""
+
+    def candidate_set(self, cands: Any) -> Any:
+        """The ``CandidateSet`` a ``PlanResult`` carries."""
+
+
+def drive(planner: Planner, spec, ir: ProblemIR, *, backend: str | None = None, time_limit_s: float | None = None,
+          validate: bool = True, seed: int = 0, t0: float | None = None) -> PlanResult:
+    """Cheapest plan meeting every SLO. Raises InfeasibleError (exit 3) or NoSolutionError (exit 4).
+
+    Rounds: solve; where the cost model's assessment of the solved plan finds a miss, derate the deployment at
+    fault and re-solve (at most MAX_ROUNDS); once it finds none and ``validate``, simulate on PLAN_SEEDS seeds from
+    ``seed`` and derate while a workload's lower 95 % bound on attainment is below target (SIM_ROUNDS more)."""
+    from compiler.plan.extract import finish_plan
+    from compiler.sim import default_requests
+    from compiler.sim.validate import validation_seeds
+
+    t0 = time.perf_counter() if t0 is None else t0
+    t1 = time.perf_counter()
+    cands = planner.candidates(ir)
+    t2 = time.perf_counter()
+    problems = planner.precheck(ir, cands)
+    if problems:
+        raise InfeasibleError(problems)
+    be = get_backend(backend or spec.solver.backend)
+    opts = SolveOptions(time_limit_s=time_limit_s or spec.solver.time_limit_s)
+    derate: dict[str, float] = {}
+    solve_s = 0.0
+    sim_rounds = 0
+    sim_requests = default_requests(ir)
+    seeds = validation_seeds(seed)
+    last_sim = None
+    best = None
+    warnings = list(ir.warnings)
+    for rnd in range(1, MAX_ROUNDS + (SIM_ROUNDS if validate else 0) + 1):
+        left = SolveOptions(max(opts.time_limit_s - solve_s, 0.01), opts.mip_rel_gap, opts.threads)
+        res = planner.solve(ir, cands, derate, be, left)
+        solve_s += res.seconds
+        if not res.has_solution:
+            if best is not None:
+                break  # keep the last plan; its misses are stated below
+            if res.status.value == "infeasible":
+                raise InfeasibleError(planner.infeasible(ir, cands, be, opts))
+            raise NoSolutionError([f"solver {be.name} stopped without a plan ({res.termination.value}"
+                                   + (f": {res.message}" if res.message else "") + f") after {res.seconds:.1f} s;"
+                                   " raise --time-limit or try --solver cbc"])
+        plan_, a = planner.build(ir, cands, res, solve_s, rnd, warnings)
+        best = (plan_, a, res, rnd)
+        misses = a.misses()
+        last_sim = None
+        if misses:
+            derate = derate_analytic(misses, derate)
+            continue
+        if not validate or ir.objective == "max_goodput":
+            break  # (the simulator offers every workload's full rate; a goodput plan serves part of it)
+        last_sim, derate = simulate_and_derate(plan_, spec, ir, seeds, sim_requests, derate,
+                                               planner.fill(cands, res, derate))
+        if last_sim.ok:
+            break
+        sim_rounds += 1
+    plan_, a, res, rnd = best
+    extra = [f"{p.workload}: could not be brought within its SLO after {rnd} rounds ({p.reason})" for p in a.misses()]
+    if not extra and last_sim is not None and not last_sim.ok:
+        extra = [f"{line.removeprefix('workload ')}; not brought within its SLO by simulation after {rnd} rounds"
+                 for line in last_sim.failures()]
+    if extra:
+        plan_, a = planner.build(ir, cands, res, solve_s, rnd, warnings + extra)
+    plan_ = finish_plan(plan_, spec, ir, last_sim, sim_requests, sim_rounds)
+    t3 = time.perf_counter()
+    return PlanResult(plan_, ir, planner.candidate_set(cands), a, res, rnd,
+                      {"lower": t1 - t0, "candidates": t2 - t1, "solve": solve_s, "total": t3 - t0})

@@ -1,0 +1,38 @@
+"""The planner for specs without adapters: unified candidates, P/D pairs and KV-tier variants
+(``compiler.candidates``, ``compiler.disagg``), the MILP of ``compiler/formulate.py``, extraction to a plan
+(``compiler.plan.extract``). ``compiler.driver.drive`` runs its rounds; ``compiler.lora.plan.LoraPlanner`` is the
+planner for specs with adapters or tenants.
+"""
+from __future__ import annotations
+
+from compiler.candidates import build_candidates
+from compiler.deployment import CandidateSet
+from compiler.explain import precheck, relaxations
+from compiler.formulate import capacity_fill
+from compiler.solve import solve_ir
+from compiler.plan.extract import build_plan, chosen
+
+
+class UnifiedPlanner:
+    def candidates(self, ir) -> CandidateSet:
+        return build_candidates(ir)
+
+    def precheck(self, ir, cands: CandidateSet) -> list[str]:
+        return precheck(ir, cands)
+
+    def solve(self, ir, cands, derate, backend, options):
+        return solve_ir(ir, cands, backend, options, derate)
+
+    def build(self, ir, cands, res, solve_s, rounds, warnings):
+        deps, routes = chosen(ir, cands, res)
+        return build_plan(ir, deps, routes, res, solve_s, rounds, warnings)
+
+    def fill(self, cands, res, derate) -> dict[str, float]:
+        return capacity_fill(cands, res, derate)
+
+    def infeasible(self, ir, cands, backend, options) -> list[str]:
+        return (["no deployment meets every SLO within the GPU counts and budget:"]
+                + ["  " + r for r in relaxations(ir, cands, backend, options)])
+
+    def candidate_set(self, cands: CandidateSet) -> CandidateSet:
+        return cands

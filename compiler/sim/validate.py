@@ -1,0 +1,149 @@
+"""SLO attainment judged over several seeds, with a confidence interval (docs/simulator.md, "Seeds and
+confidence").
+
+One simulation is one random sample of the traffic: a plan tuned until seed 0 passes may fail at seed 1.
+So ``plan`` validates on ``PLAN_SEEDS`` seeds and keeps a plan only when every workload's attainment has a
+**lower** 95 % bound at or above its target; ``check`` replays seeds the planner did not use and fails a workload
+only when its **upper** bound is below the target (a miss the evidence shows); a point estimate under the target
+with the target inside the interval is reported as inconclusive (``--strict`` fails it too).
+
+The interval uses batch means: each run's measured requests of a workload, in arrival order, are cut into
+``BATCHES`` consecutive batches; the batch attainments over all seeds give the variance of the pooled mean
+(consecutive requests share queues, so requests are not independent; batches much longer than a busy period
+nearly are). The standard error is never below the binomial one with one extra miss and one extra success
+(so a run without a single miss still has an interval), and Student's t with (batches - 1) degrees of
+freedom gives the bound.
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+from compiler.sim.metrics import SimResult
+
+PLAN_SEEDS = 3  # plan validates on seeds seed .. seed + PLAN_SEEDS - 1
+CHECK_SEEDS = 3  # check's default number of seeds ...
+CHECK_SEED_BASE = 1000  # ... starting here (moved past any seed the plan records)
+CONFIDENCE = 0.95  # one-sided
+
+
+@dataclass(frozen=True)
+class Interval:
+    """Pooled attainment of one workload over one or more runs, with its one-sided CONFIDENCE bounds."""
+
+    mean: float
+    lower: float
+    upper: float
+    requests: int
+    batches: int
+
+
+def interval(batches: list[tuple[int, int]]) -> Interval:
+    """Batch-means interval of ``batches`` = [(requests meeting the SLO, requests), ...]."""
+    batches = [(ok, n) for ok, n in batches if n > 0]
+    n_tot = sum(n for _, n in batches)
+    if not n_tot:
+        return Interval(0.0, 0.0, 1.0, 0, 0)
+    ok_tot = sum(ok for ok, _ in batches)
+    mean = ok_tot / n_tot
+    m = len(batches)
+    p_adj = (ok_tot + 1) / (n_tot + 2)
+    se = math.sqrt(p_adj * (1 - p_adj) / n_tot)
+    if m >= 2:
+        a = [ok / n for ok, n in batches]
+        w = [n / n_tot for _, n in batches]
+        var_batch = sum(wi * (ai - mean) ** 2 for ai, wi in zip(a, w)) * m / (m - 1)
+        se = max(se, math.sqrt(var_batch / m))
+    from scipy.stats import t as student_t  # lazily: scipy costs start-up time on every command
+
+    q = float(student_t.ppf(CONFIDENCE, max(m - 1, 1)))
+    return Interval(mean, max(0.0, mean - q * se), min(1.0, mean + q * se), n_tot, m)
+
+
+@dataclass
+class SeedsResult:
+    """Several runs of one plan (one per seed) and each workload's pooled interval."""
+
+    seeds: tuple[int, ...]
+    runs: list[SimResult]
+    intervals: dict[str, Interval]
+    targets: dict[str, float]
+
+    def demonstrated(self, name: str) -> bool:
+        """The lower bound reaches the target: the runs show the SLO is met (what ``plan`` requires)."""
+        return self.intervals[name].lower >= self.targets[name] - 1e-12
+
+    def missed(self, name: str) -> bool:
+        """The upper bound is below the target: the runs show the SLO is missed (what fails ``check``)."""
+        return self.intervals[name].upper < self.targets[name] - 1e-12
+
+    def verdict(self, name: str) -> str:
+        """pass (pooled attainment at or above target), fail (a shown miss) or inconclusive (in between)."""
+        if self.missed(name):
+            return "fail"
+        return "pass" if self.intervals[name].mean >= self.targets[name] - 1e-12 else "inconclusive"
+
+    @property
+    def ok(self) -> bool:
+        """Every workload demonstrated (the planner's criterion)."""
+        return all(self.demonstrated(n) for n in self.intervals)
+
+    def worst_deployment(self, name: str) -> str:
+        """The deployment with the most misses of this workload over all runs."""
+        misses: dict[str, float] = {}
+        for r in self.runs:
+            for d, (n, a) in r.workloads[name].by_deployment.items():
+                misses[d] = misses.get(d, 0.0) + n * (1 - a)
+        live = {d: m for d, m in misses.items() if m > 0 and d != "(no route)"}
+        return max(sorted(live), key=lambda d: live[d]) if live else ""
+
+    def failures(self) -> list[str]:
+        """One line per workload the runs do not show meeting its SLO, with what misses in its worst run."""
+        out = []
+        for n in self.intervals:
+            if self.demonstrated(n):
+                continue
+            worst = min(self.runs, key=lambda r: r.workloads[n].attainment).workloads[n]
+            detail = worst.failure().split(": ", 1)[1] if not worst.passed else "every run at or above target"
+            out.append(f"workload {n}: {self.describe(n)}; worst seed: {detail}")
+        return out
+
+    def describe(self, name: str) -> str:
+        iv, t = self.intervals[name], self.targets[name]
+        return (f"attainment {iv.mean:.2%} (95% bounds {iv.lower:.2%}-{iv.upper:.2%}, {iv.requests:,} requests, "
+                f"{len(self.seeds)} seed(s)) vs target {t:.0%}")
+
+
+def combine(seeds: tuple[int, ...], runs: list[SimResult]) -> SeedsResult:
+    names = list(runs[0].workloads)
+    return SeedsResult(seeds, runs,
+                       {n: interval([b for r in runs for b in r.workloads[n].batches]) for n in names},
+                       {n: runs[0].workloads[n].target for n in names})
+
+
+def simulate_seeds(plan, spec, ir, seeds: tuple[int, ...], requests: int | None, *, fail_fast: bool = False,
+                   **kwargs) -> SeedsResult:
+    """Simulate ``plan`` once per seed. ``fail_fast``: stop after the first run when it already shows a miss
+    (the planner then re-solves without paying for the other seeds)."""
+    from compiler.sim import simulate
+
+    runs = []
+    for i, s in enumerate(seeds):
+        runs.append(simulate(plan, spec, ir=ir, seed=s, requests=requests, timeline=False, **kwargs))
+        if fail_fast and i == 0 and len(seeds) > 1:
+            first = combine(seeds[:1], runs)
+            if any(first.missed(n) for n in first.intervals):
+                return first
+    return combine(tuple(seeds[:len(runs)]), runs)
+
+
+def validation_seeds(first: int) -> tuple[int, ...]:
+    """The seeds ``plan`` validates on."""
+    return tuple(range(first, first + PLAN_SEEDS))
+
+
+def check_seeds(n: int, first: int | None, used: tuple[int, ...] = ()) -> tuple[int, ...]:
+    """``n`` seeds from ``first`` (default: CHECK_SEED_BASE, moved past the seeds the plan was validated on)."""
+    if first is None:
+        first = max([CHECK_SEED_BASE - 1, *used]) + 1
+    return tuple(range(first, first + max(n, 1)))
