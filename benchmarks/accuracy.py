@@ -1,12 +1,14 @@
 """Prediction error of the cost model against published measurements.
 
-usage: python benchmarks/accuracy.py [CSV] [-v] [--markdown]
+usage: python benchmarks/accuracy.py [CSV] [-v] [--markdown] [--fit] [--cv]
        (default CSV: ../shared/groundtruth/dev.csv, relative to the repository root)
 
 For every row of a table in the format of ``dev.csv`` (source, model, gpu, num_gpus, tp, pp, engine, isl, osl,
 concurrency_or_rate, metric, value, unit, notes) this runs the same prediction ``trimtab predict`` makes
 (``compiler.cost.predict.replica``), in the benchmark's mode, and prints per metric the median and p90
-absolute percentage error, and the worst rows with their setups. ``-v`` prints every row.
+absolute percentage error, and the worst rows with their setups. ``-v`` prints every row. ``--fit`` refits
+FIT_PARAMS on the table first (in-sample); ``--cv`` also refits them once per source with that source's rows left
+out and prints the held-out error next to the in-sample one (``cross_validate``).
 
 How a row becomes a prediction (the setup only; no per-row parameters):
   * engine family from the engine column: TensorRT-LLM and NeMo (which serves through TensorRT-LLM) ->
@@ -272,7 +274,7 @@ def _with(profiles, kind: str, name: str, fld: str, value: float):
     return ProfileSet(d["gpus"], d["models"], d["engines"])
 
 
-def fit(rows: list[Row], profiles, sweeps: int = 2):
+def fit(rows: list[Row], profiles, sweeps: int = 2, log=print):
     """Coordinate descent on FIT_PARAMS: each in turn minimises the summed |log(predicted / measured)| over
     the rows it affects (bounded, Brent). Few, physical parameters; the same values for every row."""
     from scipy.optimize import minimize_scalar
@@ -290,8 +292,56 @@ def fit(rows: list[Row], profiles, sweeps: int = 2):
 
             res = minimize_scalar(loss, bounds=(lo, hi), method="bounded", options={"xatol": (hi - lo) * 2e-3})
             profiles = _with(profiles, kind, name, fld, float(res.x))
-            print(f"  {kind}/{name}.{fld} = {res.x:.4g}  (rows {len(sel)}, sum |log err| {res.fun:.3f})")
+            log(f"  {kind}/{name}.{fld} = {res.x:.4g}  (rows {len(sel)}, sum |log err| {res.fun:.3f})")
     return profiles
+
+
+def source_of(row: Row) -> str:
+    """The publication a row comes from (the source column up to its first bracket): rows of one document share
+    its setup, so leaving one row out would still let its siblings inform the fit."""
+    return row.raw["source"].split("[")[0].strip()
+
+
+def cross_validate(rows: list[Row], profiles) -> tuple[dict[int, float], dict[str, list[str]]]:
+    """Leave one source out: for each source, fit FIT_PARAMS on the other sources' rows and predict this
+    source's rows. Returns (row number -> out-of-sample prediction, source -> parameters no other source informs).
+    A parameter only this source's rows inform keeps the profile's value, which was itself fitted with these rows
+    in: that leak is reported, not hidden."""
+    out: dict[int, float] = {}
+    leaks: dict[str, list[str]] = {}
+    for src in sorted({source_of(r) for r in rows}):
+        train = [r for r in rows if source_of(r) != src]
+        mine = [r for r in rows if source_of(r) == src]
+        leaks[src] = [f"{p[1]}.{p[2]}" for p in FIT_PARAMS
+                      if any(_affects(p, r) for r in mine) and not any(_affects(p, r) for r in train)]
+        ps = fit(train, profiles, log=lambda m: None)
+        for r in mine:
+            out[r.n] = predict_row(r, ps)
+    return out, leaks
+
+
+def cv_report(rows: list[Row], cv: dict[int, float], leaks: dict[str, list[str]]) -> None:
+    """In-sample (fitted on every row) next to leave-one-source-out error, per metric group and per source."""
+    def err(r, pred):
+        return abs(100.0 * (pred - r.value) / r.value)
+
+    print("\nleave-one-source-out (fit on the other sources) vs in-sample (fit on all rows), |% error|:")
+    print(f"{'group':28s} {'rows':>4s} {'in-sample med':>14s} {'p90':>6s} {'held-out med':>13s} {'p90':>6s}")
+    for g, metrics in list(GROUPS.items()) + [("all rows", None)]:
+        sel = [r for r in rows if metrics is None or r.metric in metrics]
+        if not sel:
+            continue
+        a = [err(r, r.predicted) for r in sel]
+        b = [err(r, cv[r.n]) for r in sel]
+        print(f"{g:28s} {len(sel):4d} {statistics.median(a):14.1f} {_pct(a, 0.9):6.1f} {statistics.median(b):13.1f} "
+              f"{_pct(b, 0.9):6.1f}")
+    print(f"\n{'source':60s} {'rows':>4s} {'in-sample med':>14s} {'held-out med':>13s}")
+    for src in sorted({source_of(r) for r in rows}):
+        sel = [r for r in rows if source_of(r) == src]
+        print(f"{src[:60]:60s} {len(sel):4d} {statistics.median(err(r, r.predicted) for r in sel):14.1f} "
+              f"{statistics.median(err(r, cv[r.n]) for r in sel):13.1f}"
+              + (f"  (only this source informs {', '.join(leaks[src])}: held out at its fitted value)"
+                 if leaks.get(src) else ""))
 
 
 def main(argv: list[str]) -> int:
@@ -302,13 +352,16 @@ def main(argv: list[str]) -> int:
         return 1
     profiles = load_profiles()
     rows = parse(path)
-    if "--fit" in argv:
+    base = profiles
+    if "--fit" in argv or "--cv" in argv:
         print("fitting engine and fp8 parameters (values to copy into profiles/ with this script as their source):")
         profiles = fit(rows, profiles)
     for r in rows:
         r.predicted = predict_row(r, profiles)
     print(f"{len(rows)} rows from {path}")
     report(rows, verbose="-v" in argv, markdown="--markdown" in argv)
+    if "--cv" in argv:
+        cv_report(rows, *cross_validate(rows, base))
     return 0
 
 

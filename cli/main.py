@@ -8,14 +8,14 @@ from __future__ import annotations
 import json
 import sys
 from enum import Enum
-from functools import wraps
 from pathlib import Path
 from typing import Annotated, Optional
 
 import typer
-from rich.console import Console
 
-from compiler.errors import ExitCode, InfeasibleError, InputError, Problem, TrimtabError
+from cli.common import Fmt, Solver, TableOrJson, TraceFormat, _expected_errors, err, out
+from cli.emit import emit_cmd
+from compiler.errors import ExitCode, InfeasibleError, InputError, Problem
 
 app = typer.Typer(add_completion=True, no_args_is_help=True, rich_markup_mode="rich",
                   context_settings={"help_option_names": ["-h", "--help"]},
@@ -23,50 +23,6 @@ app = typer.Typer(add_completion=True, no_args_is_help=True, rich_markup_mode="r
 profiles_app = typer.Typer(no_args_is_help=True, help="List and show GPU, model and engine profiles.")
 app.add_typer(profiles_app, name="profiles")
 
-# Wide enough for the plan tables when output goes to a file or a CI log (rich assumes 80 columns there).
-out = Console(highlight=False, soft_wrap=True, width=None if sys.stdout.isatty() else 160)
-err = Console(stderr=True, highlight=False, soft_wrap=True, width=None if sys.stderr.isatty() else 160)
-
-
-class Fmt(str, Enum):
-    yaml = "yaml"
-    json = "json"
-
-
-class TableOrJson(str, Enum):
-    table = "table"
-    json = "json"
-
-
-class TraceFormat(str, Enum):
-    azure = "azure"
-    mooncake = "mooncake"
-    csv = "csv"
-
-
-class Solver(str, Enum):
-    highs = "highs"
-    cbc = "cbc"
-    cpsat = "cpsat"
-
-
-def _expected_errors(fn):
-    """Print TrimtabError lines and exit with their code; anything else is a bug and keeps its traceback."""
-
-    @wraps(fn)
-    def wrapper(*args, **kwargs):
-        try:
-            return fn(*args, **kwargs)
-        except TrimtabError as exc:
-            label = {ExitCode.INVALID_INPUT: "invalid input", ExitCode.INFEASIBLE: "infeasible",
-                     ExitCode.NO_SOLUTION: "no solution", ExitCode.CHECK_FAILED: "check failed",
-                     ExitCode.INTERNAL: "internal"}[exc.exit_code]
-            err.print(f"[bold red]error[/] ({label}):", markup=True)
-            for line in exc.lines:
-                err.print(f"  {line}", markup=False)
-            raise typer.Exit(int(exc.exit_code)) from None
-
-    return wrapper
 
 
 def _version(value: bool) -> None:
@@ -289,6 +245,8 @@ def bench(
     output: Annotated[Path, typer.Option("-o", "--output", help="Folder for bench.csv and metadata.json.")] = Path("bench-out"),
     device: Annotated[BenchDevice, typer.Option(help="Where to run the microbenchmarks.")] = BenchDevice.cuda,
     quick: Annotated[bool, typer.Option("--quick", help="Tiny sizes and few repeats (seconds; for CI).")] = False,
+    dtype: Annotated[str, typer.Option(help="GEMM/attention precision: auto (bf16 on a GPU, fp32 on a CPU), bf16 "
+                                            "(what vLLM's CPU engine runs on AVX512-BF16 CPUs) or fp32.")] = "auto",
 ) -> None:
     """Microbenchmark GEMMs, attention, copies and all-reduce on this machine (needs trimtab[bench]).
 
@@ -296,7 +254,7 @@ def bench(
     """
     from compiler.bench import run_bench
 
-    path = run_bench(output, device.value, quick, log=lambda m: err.print(m, markup=False))
+    path = run_bench(output, device.value, quick, log=lambda m: err.print(m, markup=False), dtype=dtype)
     out.print(f"wrote {path} and {path.parent / 'metadata.json'}", markup=False)
 
 
@@ -320,6 +278,50 @@ def calibrate(
     out.print(f"profile written to {r.output}", markup=False)
 
 
+@app.command()
+@_expected_errors
+def loadtest(
+    plan_path: Annotated[Path, typer.Option("--plan", help="Plan file written by trimtab plan.")],
+    spec: Annotated[Path, typer.Option("--spec", help="Spec whose traffic to replay.")],
+    endpoint: Annotated[list[str], typer.Option(help="OpenAI-compatible server, http://HOST:PORT (every deployment), "
+                                                     "or DEPLOYMENT=http://HOST:PORT (repeatable). Only these "
+                                                     "addresses are contacted.")],
+    requests: Annotated[Optional[int], typer.Option(min=1, help="Requests to send, all workloads together "
+                                                                "(default 200).")] = None,
+    duration: Annotated[Optional[float], typer.Option(min=0.001, help="Seconds of arrivals to send instead.")] = None,
+    rate_scale: Annotated[float, typer.Option(min=1e-6, help="Multiply every workload's arrival rate.")] = 1.0,
+    seed: Annotated[int, typer.Option(help="Random seed (arrivals, lengths, routing, prompts).")] = 0,
+    timeout: Annotated[float, typer.Option(min=1.0, help="Wall-clock limit of the whole run in seconds; "
+                                                         "requests still running then count as failed.")] = 900.0,
+    fmt: Annotated[TableOrJson, typer.Option("--format", help="Report format.")] = TableOrJson.table,
+) -> None:
+    """Replay the spec's traffic against a running server; measured vs predicted vs simulated per workload;
+    exit 5 when a workload misses its SLO (docs/loadtest.md).
+
+    Example: trimtab loadtest --plan plan.yaml --spec spec.yaml --endpoint http://127.0.0.1:8000 --requests 100"""
+    from compiler.api import load_spec
+    from compiler.check import load_plan
+    from compiler.loadtest import run_loadtest
+    from cli.render import loadtest_table
+
+    if requests is not None and duration is not None:
+        raise InputError([Problem("--requests/--duration", "give one of them, not both")])
+    res = run_loadtest(load_plan(plan_path), load_spec(spec), endpoint, requests=requests, duration_s=duration,
+                       rate_scale=rate_scale, seed=seed, timeout_s=timeout)
+    if fmt is TableOrJson.json:
+        sys.stdout.write(json.dumps(res.to_dict(), indent=2) + "\n")
+    else:
+        out.print(loadtest_table(res))
+        for n in res.notes:
+            out.print(f"note: {n}", markup=False)
+        for f in res.failures():
+            out.print(f"FAIL {f}", markup=False)
+        out.print(f"sent {res.sent} requests in {res.wall_s:.1f} s; "
+                  + ("every workload met its SLO" if res.ok else "SLO missed"), markup=False)
+    if not res.ok:
+        raise typer.Exit(int(ExitCode.CHECK_FAILED))
+
+
 class SchemaName(str, Enum):
     spec = "spec"
     plan = "plan"
@@ -339,14 +341,10 @@ def explain(
 
     Example: trimtab explain examples/quickstart.yaml
     """
-    from compiler.api import load_spec
-    from compiler.explain import explain as do_explain
-    from compiler.lower import lower
-    from solvers import SolveOptions, get_backend
+    from compiler.api import explain as do_explain, load_spec
 
     s = load_spec(spec)
-    e = do_explain(lower(s), get_backend(solver.value if solver else s.solver.backend),
-                   SolveOptions(time_limit_s=time_limit or s.solver.time_limit_s))
+    e = do_explain(s, backend=solver.value if solver else None, time_limit_s=time_limit)
     if e.feasible and not analytic:  # the cost a user will get: trimtab plan's, validated by simulation
         from dataclasses import replace
 
@@ -429,53 +427,7 @@ def schema(which: Annotated[SchemaName, typer.Argument(help="spec or plan")]) ->
     sys.stdout.write(json.dumps(model.model_json_schema(), indent=2) + "\n")
 
 
-class EmitTarget(str, Enum):
-    k8s = "k8s"
-    compose = "compose"
-    dynamo = "dynamo"
-    llm_d = "llm-d"
-
-
-@app.command("emit")
-@_expected_errors
-def emit_cmd(
-    plan_path: Annotated[Path, typer.Argument(metavar="PLAN", help="Plan file written by trimtab plan.")],
-    spec: Annotated[Path, typer.Option("--spec", help="Spec the plan was made from (models, engine, SLOs).")],
-    to: Annotated[EmitTarget, typer.Option("--to", help="k8s (Deployments or LeaderWorkerSets, Services, KEDA "
-                                                        "ScaledObjects, Gateway API routes), compose (one file "
-                                                        "per node), dynamo (DynamoGraphDeployment, vLLM) or "
-                                                        "llm-d (modelservice Helm values, vLLM).")],
-    output: Annotated[Path, typer.Option("-o", "--output", help="Folder to write the files into; '-': every "
-                                         "document on stdout as one YAML stream (k8s, dynamo), for kubectl apply -f -.")],
-    fmt: Annotated[TableOrJson, typer.Option("--format", help="json: on stdout, {files: {name: text}, warnings} "
-                                                              "with -o -, else {written, warnings}.")] = TableOrJson.table,
-    allow_experimental: Annotated[bool, typer.Option("--allow-experimental", help="Emit a plan that borrows live "
-                                                     "KV from other instances, which no engine flag realises.")] = False,
-) -> None:
-    """Write what runs a plan: its engine commands in Kubernetes manifests or docker compose files
-    (docs/deploy.md).
-
-    Example: trimtab emit plan.yaml --spec examples/quickstart.yaml --to k8s -o deploy/ && kubectl apply -f deploy/
-    (or -o - | kubectl apply -f -)
-    """
-    from compiler.api import load_spec
-    from compiler.check import load_plan
-    from compiler.deploy import render, stream, write
-
-    files, warnings = render(load_plan(plan_path), load_spec(spec), to.value, allow_experimental)
-    for w in warnings:
-        err.print(f"warning: {w}", markup=False)
-    if str(output) == "-":
-        if fmt == TableOrJson.json:
-            sys.stdout.write(json.dumps({"files": files, "warnings": warnings}, indent=2) + "\n")
-        else:
-            sys.stdout.write(stream(files, to.value))
-        return
-    paths = write(files, output)
-    if fmt == TableOrJson.json:
-        sys.stdout.write(json.dumps({"written": [str(p) for p in paths], "warnings": warnings}, indent=2) + "\n")
-    else:
-        out.print(f"{len(paths)} file(s) written to {output} ({to.value})")
+app.command("emit")(_expected_errors(emit_cmd))
 
 
 @app.command("what-if")

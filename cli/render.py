@@ -62,3 +62,18 @@ def prediction_table(console: Console, title: str, pr: ClosedLoopPrediction) -> 
     for k, v in rows:
         t.add_row(k, v)
     console.print(t)
+
+
+def loadtest_table(res) -> Table:
+    """Measured vs predicted (cost model) vs simulated (same request stream) per workload, ``trimtab loadtest``."""
+    t = Table(title=f"load test (rates x {res.rate_scale:g}, seed {res.seed}): measured vs predicted vs simulated")
+    for col in ("workload", "reqs", "failed", "TTFT p50", "TTFT p90", "TTFT pSLO", "pred", "sim", "TPOT p50",
+                "TPOT p90", "TPOT pSLO", "pred ", "sim ", "attain", "sim att", "target", "met"):
+        t.add_column(col, justify="left" if col == "workload" else "right")
+    for w in res.workloads.values():
+        m, p, s = w.measured, w.predicted, w.simulated
+        t.add_row(w.name, str(w.requests), str(w.errors), _ms(m["ttft_p50"]), _ms(m["ttft_p90"]), _ms(m["ttft_pslo"]),
+                  _ms(p.get("ttft_pslo")), _ms(s.get("ttft_pslo")), _ms(m["tpot_p50"]), _ms(m["tpot_p90"]),
+                  _ms(m["tpot_pslo"]), _ms(p.get("tpot_pslo")), _ms(s.get("tpot_pslo")), f"{m['attainment']:.1%}",
+                  f"{s['attainment']:.1%}" if s else "-", f"{w.target:.0%}", "yes" if w.passed else "NO")
+    return t

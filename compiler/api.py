@@ -42,9 +42,26 @@ def plan(spec: Spec, *, backend: str | None = None, time_limit_s: float | None =
     return drive(P(), spec, ir, backend=backend, time_limit_s=time_limit_s, validate=validate, seed=seed, t0=t0)
 
 
+def explain(spec: Spec, *, backend: str | None = None, time_limit_s: float | None = None,
+            profiles: ProfileSet | None = None):
+    """Why ``spec`` is infeasible and what to relax, or what binds a feasible plan's cost (cost model only), for
+    the problem the spec poses: with adapters or tenants, the adapter-placement problem."""
+    from compiler.explain import explain as explain_unified
+    from solvers import SolveOptions, get_backend
+
+    ir = lower(spec, profiles or load_profiles())
+    be = get_backend(backend or spec.solver.backend)
+    opts = SolveOptions(time_limit_s=time_limit_s or spec.solver.time_limit_s)
+    if ir.lora is not None:
+        from compiler.lora.plan import LoraPlanner
+
+        return LoraPlanner().explain(ir, be, opts)
+    return explain_unified(ir, be, opts)
+
+
 def what_if(spec: Spec, overrides: dict[str, object], **kwargs) -> PlanResult:
     """Plan a copy of ``spec`` with dotted-path overrides, e.g. ``{"workloads.chat.rate_rps": 8}``."""
     return plan(apply_overrides(spec, overrides), **kwargs)
 
 
-__all__ = ["CheckReport", "PlanResult", "check", "diff_plans", "load_spec", "plan", "what_if"]
+__all__ = ["CheckReport", "PlanResult", "check", "diff_plans", "explain", "load_spec", "plan", "what_if"]

@@ -21,7 +21,9 @@ from compiler.candidates import build_candidates
 from compiler.deployment import CandidateSet
 from compiler.formulate import formulate, n_var, slack_var
 from compiler.ir import ProblemIR
+from compiler.spec.paths import SpecPath
 from solvers.base import Backend, SolveOptions, SolveResult
+from solvers.model import MilpModel
 
 
 def precheck(ir: ProblemIR, cands: CandidateSet) -> list[str]:
@@ -72,27 +74,40 @@ def precheck(ir: ProblemIR, cands: CandidateSet) -> list[str]:
     return out
 
 
+def elastic_changes(ir: ProblemIR, model: MilpModel, backend: Backend, options: SolveOptions) -> list[Change] | None:
+    """The smallest joint relaxation of ``model``'s relaxable rows (``MilpModel.elastic``; ``model`` built with the
+    bounds only those rows should limit loosened, e.g. ``formulate(..., elastic=True)``), each row's slack
+    turned into a change of the spec number its ``origin`` names (``SpecPath``). None: no relaxation of those
+    rows repairs the model; []: it needs none (numerically infeasible)."""
+    res = backend.solve(model.elastic(slack_var), options)
+    if not res.has_solution:
+        return None
+    changes = []
+    for con in model.constraints:
+        s = res.values.get(slack_var(con.name), 0.0) if con.relaxable else 0.0
+        path = SpecPath.from_origin(con.origin) if s > 1e-6 else None
+        if path is None:
+            continue
+        if con.family == "inventory" and s > 0.5:
+            changes.append(Change(path.whatif, path.where, int(con.rhs), int(con.rhs) + int(round(s)), "raise"))
+        elif con.family == "budget":
+            changes.append(Change(path.whatif, path.where, con.rhs, math.ceil((con.rhs + s) * 100) / 100,
+                                  "raise"))
+    return changes
+
+
 def relaxations(ir: ProblemIR, cands: CandidateSet, backend: Backend, options: SolveOptions,
                 derate: dict[str, float] | None = None) -> list[str]:
     """'raise X from A to at least B' lines, from the smallest relaxation of GPU counts and budget."""
-    model = formulate(ir, cands, derate, elastic=True)
-    res = backend.solve(model, options)
-    if not res.has_solution:
+    return relaxation_lines(elastic_changes(ir, formulate(ir, cands, derate, elastic=True), backend, options))
+
+
+def relaxation_lines(changes: list[Change] | None) -> list[str]:
+    if changes is None:
         return ["the spec is infeasible and no relaxation of GPU counts or budget repairs it"]
-    out = []
-    for pool in ir.gpus:
-        s = res.values.get(slack_var(f"inventory[{pool.type}]"), 0.0)
-        if s > 0.5:
-            out.append(f"raise gpus[{pool.index}] ({pool.type}).count from {pool.count} to at least "
-                       f"{pool.count + int(round(s))}")
-    if ir.budget_usd_per_hour is not None:
-        s = res.values.get(slack_var("budget"), 0.0)
-        if s > 1e-6:
-            need = math.ceil((ir.budget_usd_per_hour + s) * 100) / 100
-            out.append(f"raise budget_usd_per_hour from {ir.budget_usd_per_hour:g} to at least {need:.2f}")
-    if not out:
-        out.append("the solver reports infeasibility but the elastic model needs no relaxation (numerical issue)")
-    return out
+    if not changes:
+        return ["the solver reports infeasibility but the elastic model needs no relaxation (numerical issue)"]
+    return [c.render() for c in changes]
 
 
 # ---------------------------------------------------------------------------------------------- explain
@@ -266,20 +281,7 @@ def _dedupe(alts: list[list[Change]]) -> list[list[Change]]:
 
 
 def _elastic_changes(ir: ProblemIR, cands: CandidateSet, backend: Backend, options: SolveOptions) -> list[Change]:
-    res = backend.solve(formulate(ir, cands, elastic=True, objective="min_cost"), options)
-    if not res.has_solution:
-        return []
-    changes = []
-    for pool in ir.gpus:
-        s = res.values.get(slack_var(f"inventory[{pool.type}]"), 0.0)
-        if s > 0.5:
-            changes.append(Change(f"gpus.{pool.type}.count", f"gpus[{pool.index}] ({pool.type}).count", pool.count,
-                                  pool.count + int(round(s)), "raise"))
-    if ir.budget_usd_per_hour is not None:
-        s = res.values.get(slack_var("budget"), 0.0)
-        if s > 1e-6:
-            changes.append(Change("budget_usd_per_hour", "budget_usd_per_hour", ir.budget_usd_per_hour,
-                                  math.ceil((ir.budget_usd_per_hour + s) * 100 + 1e-6) / 100, "raise"))
+    changes = elastic_changes(ir, formulate(ir, cands, elastic=True, objective="min_cost"), backend, options)
     if not changes:
         return []
     # Verify the joint change before offering it.

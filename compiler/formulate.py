@@ -29,10 +29,11 @@ part), then
     2. min cost  s.t.  sum_{b,c} x[b,c] >= (1 - GOODPUT_TOL) x goodput of 1   (goodput[total])
 so among the plans that serve the most traffic under the budget and GPU counts, the cheapest.
 
-``elastic=True`` adds a slack to each relaxable constraint and minimises the slacks (scaled by their
-right-hand sides) instead: the explanation of an infeasible spec. Every variable has a finite upper
-bound (replicas: enough to carry all of the candidate's workload; slacks: the row's largest activity),
-which CP-SAT needs.
+``elastic=True`` bounds replicas by what carries all of the candidate's workload instead of by the inventory,
+so that ``MilpModel.elastic`` (a slack on each relaxable row, i.e. inventory and budget, minimised over their
+right-hand sides) finds the smallest relaxation: the explanation of an infeasible spec
+(``compiler.explain.elastic_changes`` reads each slack's row ``origin``). Every variable keeps a finite upper
+bound (slacks: the row's largest activity), which CP-SAT needs.
 """
 from __future__ import annotations
 
@@ -127,16 +128,16 @@ def formulate(ir: ProblemIR, cands: CandidateSet, derate: dict[str, float] | Non
 
         add_rows(m, ir, pd, derate, n_var, lambda c: f"workloads ({c.workload}).slo")
     allc = cands.candidates + pd
-    relax: list[tuple[Constraint, float]] = []
+    relax: list[Constraint] = []
     for pool in ir.gpus:
         cs = by_gpu.get(pool.type, [])
         con = Constraint(f"inventory[{pool.type}]", "inventory", tuple((n_var(c.id), float(c.gpus)) for c in cs),
                          "<=", float(pool.count), origin=f"gpus[{pool.index}] ({pool.type}).count", relaxable=True)
-        relax.append((con, max(pool.count, 1)))
+        relax.append(con)
     if ir.budget_usd_per_hour is not None:
         con = Constraint("budget", "budget", tuple((n_var(c.id), c.usd_per_hour) for c in allc),
                          "<=", ir.budget_usd_per_hour, origin="budget_usd_per_hour", relaxable=True)
-        relax.append((con, ir.budget_usd_per_hour))
+        relax.append(con)
     if goodput and goodput_floor is not None:
         m.add(Constraint("goodput[total]", "goodput", tuple(served), ">=", goodput_floor, origin="objective"))
     cost = [(n_var(c.id), c.usd_per_hour + EPS_GPU * c.gpus) for c in allc]
@@ -145,19 +146,8 @@ def formulate(ir: ProblemIR, cands: CandidateSet, derate: dict[str, float] | Non
         objective = list(served)
     else:
         objective = cost
-    if elastic:
-        objective = []
-        for con, scale in relax:
-            top = sum(a * m.variables[v].ub for v, a in con.expr if a > 0)
-            s = m.add_var(slack_var(con.name), "integer" if con.family == "inventory" else "continuous", 0.0,
-                          max(top - con.rhs, 0.0) + 1.0)
-            objective.append((s, 1.0 / scale))
-            m.add(Constraint(con.name, con.family, con.expr + ((s, -1.0),), con.sense, con.rhs, con.origin, True))
-        # Among equally small relaxations prefer the cheaper plan.
-        objective += [(n_var(c.id), 1e-9 * c.usd_per_hour) for c in allc]
-    else:
-        for con, _ in relax:
-            m.add(con)
+    for con in relax:
+        m.add(con)
     m.objective = tuple(objective)
     return m
 

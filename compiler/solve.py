@@ -71,13 +71,19 @@ def solve_ir(ir: ProblemIR, cands: CandidateSet, backend: Backend, options: Solv
         split = solve_split(ir, cands, backend, options, derate)
         res = split if split is not None else backend.solve(formulate(ir, cands, derate), options)
         return balance_routes(ir, cands, backend, options, res, derate)
-    first = backend.solve(formulate(ir, cands, derate, objective="max_goodput"), options)
+    return two_stage(lambda floor: formulate(ir, cands, derate, objective="max_goodput", goodput_floor=floor),
+                     backend, options)
+
+
+def two_stage(model, backend: Backend, options: SolveOptions) -> SolveResult:
+    """``max_goodput`` in two solves: ``model(None)`` maximises the served rate, ``model(floor)`` minimises cost
+    serving at least (1 - GOODPUT_TOL) of it. The result's ``seconds`` covers both; the time limit is shared."""
+    first = backend.solve(model(None), options)
     if not first.has_solution:
         return first
     left = max(options.time_limit_s - first.seconds, 0.01)
     floor = (first.objective or 0.0) * (1 - GOODPUT_TOL)
-    second = backend.solve(formulate(ir, cands, derate, objective="max_goodput", goodput_floor=floor),
-                           SolveOptions(left, options.mip_rel_gap, options.threads, options.verbose))
+    second = backend.solve(model(floor), SolveOptions(left, options.mip_rel_gap, options.threads, options.verbose))
     if not second.has_solution:  # keep stage 1's plan: it serves the most, maybe not at the lowest cost
         return replace(first, seconds=first.seconds + second.seconds)
     gaps = [g for g in (first.gap, second.gap) if g is not None]

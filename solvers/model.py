@@ -55,6 +55,26 @@ class MilpModel:
     def evaluate(self, expr: LinExpr, values: dict[str, float]) -> float:
         return sum(coef * values.get(v, 0.0) for v, coef in expr)
 
+    def elastic(self, slack_name, integer_families: tuple[str, ...] = ("inventory",)) -> "MilpModel":
+        """A copy in which every ``relaxable`` constraint takes a slack ``slack_name(constraint name)`` (integer for
+        ``integer_families``) and the objective minimises the slacks, each over its right-hand side, with the
+        original objective at 1e-9 as a tie-break: the smallest relaxation that makes the model feasible. Bounds
+        of variables are the caller's (loosen those that only the relaxed rows should limit)."""
+        m = MilpModel(self.name + ":elastic", dict(self.variables), [], (), "min")
+        objective = []
+        for c in self.constraints:
+            if not c.relaxable or c.sense == "==":
+                m.constraints.append(c)
+                continue
+            top = sum(abs(a) * (m.variables[v].ub or 0.0) for v, a in c.expr)
+            s = m.add_var(slack_name(c.name), "integer" if c.family in integer_families else "continuous", 0.0,
+                          max(top - c.rhs, 0.0) + 1.0)
+            objective.append((s, 1.0 / max(abs(c.rhs), 1.0)))
+            m.constraints.append(Constraint(c.name, c.family, c.expr + ((s, -1.0 if c.sense == "<=" else 1.0),),
+                                            c.sense, c.rhs, c.origin, True))
+        m.objective = tuple(objective) + tuple((v, 1e-9 * a) for v, a in self.objective)
+        return m
+
     def violations(self, values: dict[str, float], tol: float = 1e-6) -> list[str]:
         """Constraints the assignment breaks (a check independent of any solver)."""
         out = []

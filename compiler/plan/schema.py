@@ -158,7 +158,7 @@ class Goodput(_Strict):
 class EngineInfo(_Strict):
     """The serving engine the plan's commands are written for."""
 
-    name: Literal["vllm", "sglang", "trt-llm"]
+    name: Literal["vllm", "vllm-cpu", "sglang", "trt-llm"]
     version: str = Field(description="the version whose flags were emitted (profiles/engine_flags.yaml)")
 
 

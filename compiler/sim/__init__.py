@@ -59,9 +59,28 @@ def simulate(plan: Plan, spec: Spec, *, ir: ProblemIR | None = None, requests: i
     sim = cls(sc, seed, requests if duration_s is None else None, duration_s, timeline).run(progress)
     lora_notes = apply_adapters(sim, plan, ir, seed)  # multi-LoRA plans: adapter loads and evictions
     res = summarise(sim)
-    res.notes += lora_notes + prefix_notes(sim)
+    res.notes += lora_notes + prefix_notes(sim) + rejected_notes(sim)
     res.wall_s = time.perf_counter() - t0
     return res
+
+
+def rejected_notes(sim) -> list[str]:
+    """Per workload: trace requests whose prompt does not fit the model's context window. A real engine refuses
+    them (longer than --max-model-len); the simulator does the same and counts them as misses."""
+    n: dict[int, int] = {}
+    for r in sim.requests:
+        if r.status == 3:
+            n[r.w] = n.get(r.w, 0) + 1
+    tot: dict[int, int] = {}
+    for r in sim.requests:
+        tot[r.w] = tot.get(r.w, 0) + 1
+    out = []
+    for w, k in sorted(n.items()):
+        sw = sim.sc.workloads[w]
+        out.append(f"warning: {k} of {tot[w]} requests of {sw.name} ({k / tot[w]:.2%}) have prompts of at least the "
+                   f"model's {sw.ctx}-token context window: rejected, as an engine rejects a prompt longer than "
+                   "--max-model-len, and counted as misses")
+    return out
 
 
 def prefix_notes(sim) -> list[str]:

@@ -251,7 +251,7 @@ class Workload(_Strict):
 
 class Defaults(_Strict):
     dtype: Dtype = "bf16"
-    engine: Literal["vllm", "sglang", "trt-llm"] = Field(
+    engine: Literal["vllm", "vllm-cpu", "sglang", "trt-llm"] = Field(
         default="vllm", description="serving engine family whose profile (profiles/engines) the cost model uses")
     kv_tiers: Literal["off", "auto", "offload", "borrow"] = Field(
         default="off", description="KV cache beyond HBM (docs/kv-tiers.md): off; auto (the planner may add a CPU "

@@ -132,3 +132,24 @@ def test_spec_without_lengths_or_trace_is_rejected(tmp_path):
     with pytest.raises(InputError) as exc:
         load_spec(sp)
     assert "rate_rps" in " ".join(exc.value.lines)
+
+
+def test_trace_rows_beyond_the_context_window_are_rejected_and_counted(tmp_path):
+    """A real engine refuses a prompt longer than --max-model-len: the replay does the same, counts it as a miss
+    (unserved) and warns, instead of simulating a request of 99,999,999,999 tokens."""
+    from compiler.sim.check import check_simulated
+    from tests.sim.helpers import write_spec
+
+    rows = [(0.5 * k, 99_999_999_999 if k % 20 == 19 else 300 + k, 40) for k in range(200)]
+    (tmp_path / "t.csv").write_text("timestamp,input_tokens,output_tokens\n"
+                                    + "\n".join(f"{a},{i},{o}" for a, i, o in rows) + "\n")
+    sp = write_spec(tmp_path, rate=2.0, isl="{fixed: 512}", osl="{fixed: 40}", pct=99)
+    spec = load_spec(sp)
+    plan = one_deployment_plan(sp)
+    tr = read_trace(tmp_path / "t.csv", "csv")
+    res = simulate(plan, spec, requests=200, seed=0, trace=tr)
+    w = res.workloads["w"]
+    assert 8 <= w.unserved <= 10 and w.completed == w.requests - w.unserved
+    assert any("10 of 200 requests of w" in n and "--max-model-len" in n for n in res.notes), res.notes
+    rep, _ = check_simulated(plan, spec, requests=200, trace=tr)  # 5 % refused: a p99 SLO fails
+    assert not rep.ok and "unserved" in " ".join(rep.violations)

@@ -1,0 +1,322 @@
+"""Fidelity of trimtab's predictions against the real vLLM engine: plan, serve, load, compare.
+
+usage: python benchmarks/engine_fidelity.py [--device cpu|cuda] [--fit-engine] [--loads 0.3,0.55,0.8]
+                                            [--requests 80] [--port 8731] [--workdir DIR] [--json FILE]
+
+Steps (docs/fidelity.md):
+  1. a model folder: ``--device cpu`` a ~57 M-parameter Llama config (``compiler.engine_run.SMALL_LLAMA``) and a
+     local tokenizer; ``--device cuda`` the real-size config of ``--model`` (a trimtab model profile) with dummy
+     weights; the spec ``SPEC`` below plans one workload on the device (``cpu-xeon-2c`` with the ``vllm-cpu``
+     engine, or ``--gpu`` with ``vllm``);
+  2. ``trimtab plan`` on the spec, then the vLLM server started with the plan's deployment flags
+     (``compiler.engine_run.server_command``) on 127.0.0.1, stopped by its pid at the end whatever happens;
+  3. ``--fit-engine``: closed-loop runs on ``FIT_SHAPES`` fit the engine profile's step and request overheads and
+     kernel share (``compiler.enginefit``), ``HELD_SHAPES`` evaluate it; the profile is written to
+     profiles/engines/vllm-cpu.yaml (``--device cpu``; the plan is then made again with it) or, on a GPU, to
+     benchmarks/data/vllm-<gpu>-fit.yaml for review;
+  4. per load (a share of the cost model's capacity for the workload at its SLO): ``trimtab loadtest`` with
+     Poisson arrivals (``compiler.loadtest.run_loadtest``), which also simulates the same request stream; the cost
+     model's TTFT and TPOT at p50 and p90 (``predicted_at``); one table row per load.
+Timings on a shared CPU are noisy: the table states the machine and the date.
+"""
+from __future__ import annotations
+
+import argparse
+import datetime as _dt
+import json
+import math
+import os
+import platform
+import shutil
+import statistics
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+import yaml  # noqa: E402
+
+from compiler.enginefit import Shape  # noqa: E402
+
+SPEC = """\
+version: 1
+name: engine-fidelity
+objective: min_cost
+gpus:
+  - {{type: {gpu}, count: 1, usd_per_hour: 1.0}}
+models:
+  - {{name: {model}, config: model/config.json}}
+defaults: {{engine: {engine}}}
+workloads:
+  - name: chat
+    model: {model}
+    rate_rps: {rate}
+    input_tokens: {{fixed: {isl}}}
+    output_tokens: {{fixed: {osl}}}
+    slo: {{ttft_ms: {ttft}, tpot_ms: {tpot}, percentile: 90}}
+"""
+CPU = {"gpu": "cpu-xeon-2c", "engine": "vllm-cpu", "model": "tiny-llama", "isl": 256, "osl": 32, "ttft": 3000,
+       "tpot": 100}
+# Fit: lone requests over prompt lengths (prefill rate, front end, step overhead) and one batched shape; held out:
+# other lengths and concurrencies.
+FIT_SHAPES = [Shape(64, 32, 1), Shape(512, 16, 1), Shape(192, 24, 1), Shape(256, 32, 4)]
+HELD_SHAPES = [Shape(256, 32, 1), Shape(384, 16, 1), Shape(128, 32, 4), Shape(320, 24, 2)]
+GPU_SHAPES_SCALE = 8  # --device cuda: shapes x 8 (real-size models, prompts of 512-4096 tokens)
+
+
+def write_case(workdir: Path, device: str, model: str | None, gpu: str | None, rate: float) -> tuple[Path, dict]:
+    """Model folder + spec in ``workdir``; returns (spec path, case parameters)."""
+    from compiler.engine_run import build_model_dir
+
+    if device == "cpu":
+        case = dict(CPU)
+        build_model_dir(workdir / "model")
+    else:
+        from compiler.profiles import load_profiles
+
+        prof = load_profiles().models[model]
+        v = {k: int(getattr(prof, k).value) for k in ("num_layers", "hidden_size", "num_attention_heads",
+                                                       "num_kv_heads", "intermediate_size", "vocab_size")}
+        build_model_dir(workdir / "model", num_hidden_layers=v["num_layers"], hidden_size=v["hidden_size"],
+                        num_attention_heads=v["num_attention_heads"], num_key_value_heads=v["num_kv_heads"],
+                        intermediate_size=v["intermediate_size"], vocab_size=v["vocab_size"],
+                        max_position_embeddings=8192)
+        case = {"gpu": gpu, "engine": "vllm", "model": model, "isl": 2048, "osl": 256, "ttft": 2000, "tpot": 50}
+    spec = workdir / "spec.yaml"
+    spec.write_text(SPEC.format(rate=rate, **case), encoding="utf-8")
+    return spec, case
+
+
+def plan_spec(spec_path: Path):
+    from compiler.api import load_spec, plan
+    from compiler.plan.emit import emit
+
+    import compiler.profiles as profiles
+
+    profiles._BUNDLED = None  # re-read profiles (the engine fit may have just rewritten one)
+    s = load_spec(spec_path)
+    r = plan(s)
+    (spec_path.parent / "plan.yaml").write_text(emit(r.plan), encoding="utf-8")
+    return s, r.plan
+
+
+def capacity_rps(spec, plan) -> float:
+    """The cost model's capacity of the plan's (single) deployment for the workload at its SLO, requests/s."""
+    from compiler.candidates import replica_model
+    from compiler.cost.model import TrafficClass
+    from compiler.lower import lower
+
+    ir = lower(spec)
+    d = plan.deployments[0]
+    w = ir.workloads[0]
+    rm = replica_model(ir, d.model, d.gpu, d.tensor_parallel, d.pipeline_parallel, d.dtype, d.max_batch_size,
+                       d.max_num_batched_tokens)
+    b = w.buckets[0]
+    return rm.capacity_rps(TrafficClass(1.0, b.isl_mean, b.osl_mean, b.isl_tail, b.isl_cv2), w.slo.ttft_ms,
+                           w.slo.tpot_ms, w.slo.percentile) * d.replicas
+
+
+class Server:
+    """The plan's first deployment served by vLLM on 127.0.0.1; a context manager that always stops it."""
+
+    def __init__(self, plan, workdir: Path, port: int, device: str, python: str | None, start_timeout_s: float,
+                 min_context: int = 0):
+        from compiler.engine_run import server_command
+
+        self.argv, self.env = server_command(plan, plan.deployments[0], workdir / "model", port=port, device=device,
+                                             python=python, min_context=min_context)
+        self.url = f"http://127.0.0.1:{port}"
+        self.log = workdir / "server.log"
+        self.timeout = start_timeout_s
+        self.proc = None
+        self.ready_s = math.nan
+
+    def __enter__(self):
+        from compiler.engine_run import start_server, wait_ready
+
+        self.proc = start_server(self.argv, self.env, self.log)
+        try:
+            self.ready_s = wait_ready(self.proc, self.url, self.timeout, self.log)
+        except BaseException:
+            self.__exit__()
+            raise
+        return self
+
+    def __exit__(self, *exc):
+        from compiler.engine_run import stop_server
+
+        if self.proc is not None:
+            stop_server(self.proc)
+        return False
+
+
+def fit_engine(server: Server, spec, plan, case: dict, device: str, scale: int = 1) -> dict:
+    """Measure FIT_SHAPES and HELD_SHAPES, fit the engine profile on the first, evaluate on the second, write it."""
+    from compiler import enginefit
+    from compiler.lower import lower
+    from profiles import data_dir
+
+    ir = lower(spec)
+    d = plan.deployments[0]
+    mprof, gpu = ir.models[d.model], ir.gpu(d.gpu).profile
+    eng_name = case["engine"]
+    vocab = int(mprof.vocab_size.value)
+    fit_shapes = [Shape(s.isl * scale, s.osl * scale, s.concurrency) for s in FIT_SHAPES]
+    held_shapes = [Shape(s.isl * scale, s.osl * scale, s.concurrency) for s in HELD_SHAPES]
+    fit_rows = enginefit.measure(server.url, fit_shapes, vocab)
+    held_rows = enginefit.measure(server.url, held_shapes, vocab)
+    f = enginefit.fit_engine(fit_rows, mprof, gpu, ir.engine, d.max_num_batched_tokens)
+    held = enginefit.errors(held_rows, mprof, gpu, f.engine, d.max_num_batched_tokens)
+    base = yaml.safe_load((data_dir() / "engines" / f"{eng_name}.yaml").read_text(encoding="utf-8"))
+    # The CPU engine profile describes this machine's engine and is replaced; a GPU fit is written beside the data
+    # (the bundled vllm profile is fitted to published rows of many GPUs: adopting one GPU's fit is a choice).
+    path = (data_dir() / "engines" / f"{eng_name}.yaml" if device == "cpu"
+            else ROOT / "benchmarks" / "data" / f"{eng_name}-{d.gpu}-fit.yaml")
+    cmd = f"python benchmarks/engine_fidelity.py --device {device} --fit-engine"
+    prof = enginefit.engine_profile(base, f, fit_rows, held, held_rows, cmd, _machine())
+    header = (f"# Engine profile: {prof['description']}.\n# Step and request overheads and the kernel share fitted to "
+              f"the real server by {cmd} (docs/fidelity.md).\n")
+    path.write_text(header + yaml.safe_dump(prof, sort_keys=False, width=10**6), encoding="utf-8")
+    rows = []
+    for tag, rr, err in (("fit", fit_rows, f.fit_errors), ("held-out", held_rows, held)):
+        for r, p, et, ep in zip(rr, err["predicted"], err["ttft"], err["tpot"]):
+            rows.append({"set": tag, "isl": r.shape.isl, "osl": r.shape.osl, "concurrency": r.shape.concurrency,
+                         "ttft_ms": r.ttft_ms, "ttft_pred_ms": p[0], "ttft_err_pct": et, "tpot_ms": r.tpot_ms,
+                         "tpot_pred_ms": p[1], "tpot_err_pct": ep})
+    return {"params": f.params, "fit": {k: f.fit_errors[k] for k in ("ttft_median", "tpot_median")},
+            "held_out": {k: held[k] for k in ("ttft_median", "tpot_median")}, "rows": rows, "profile": str(path)}
+
+
+def fidelity_rows(server: Server, spec, plan, loads: list[float], requests: int, seed: int = 0,
+                  timeout_s: float = 900.0) -> list[dict]:
+    """One row per load: measured vs predicted (cost model) vs simulated (same request stream)."""
+    from compiler.loadtest import predicted_at, run_loadtest, scaled_spec
+
+    cap = capacity_rps(spec, plan)
+    base_rate = spec.workloads[0].rate_rps
+    rows = []
+    for load in loads:
+        scale = load * cap / base_rate
+        load_before = os.getloadavg()[0]
+        res = run_loadtest(plan, spec, [server.url], requests=requests, rate_scale=scale, seed=seed,
+                           timeout_s=timeout_s)
+        s = scaled_spec(spec, scale)
+        p50, p90 = predicted_at(plan, s, 50.0), predicted_at(plan, s, 90.0)
+        for name, w in res.workloads.items():
+            m, sim = w.measured, w.simulated
+            row = {"load": load, "rate_rps": base_rate * scale, "capacity_rps": cap, "requests": w.requests,
+                   "machine_load_avg": (load_before, os.getloadavg()[0]),  # other jobs on the shared CPU
+                   "failed": w.errors, "late_s_p99": res.late_s_p99,
+                   "ttft_p50": m["ttft_p50"], "ttft_p90": m["ttft_p90"], "tpot_p50": m["tpot_p50"],
+                   "tpot_p90": m["tpot_p90"], "pred_ttft_p50": p50[name][0], "pred_ttft_p90": p90[name][0],
+                   "pred_tpot_p50": p50[name][1], "pred_tpot_p90": p90[name][1],
+                   "sim_ttft_p50": sim["ttft_p50"], "sim_ttft_p90": sim["ttft_p90"], "sim_tpot_p50": sim["tpot_p50"],
+                   "sim_tpot_p90": sim["tpot_p90"], "attainment": m["attainment"], "sim_attainment": sim["attainment"]}
+            for k in ("ttft_p50", "ttft_p90", "tpot_p50", "tpot_p90"):
+                row[f"err_{k}"] = _err(row[f"pred_{k}"], row[k])
+                row[f"sim_err_{k}"] = _err(row[f"sim_{k}"], row[k])
+            rows.append(row)
+    return rows
+
+
+def _err(pred: float, meas: float) -> float:
+    if not (math.isfinite(pred) and math.isfinite(meas)) or meas <= 0:
+        return math.inf
+    return (pred - meas) / meas * 100
+
+
+def summary(rows: list[dict]) -> dict:
+    """The targets of issue #14 over the rows at <= 80 % of capacity."""
+    r = [x for x in rows if x["load"] <= 0.8 + 1e-9]
+    med = lambda k: statistics.median(abs(x[k]) for x in r) if r else math.nan  # noqa: E731
+    return {"median_abs_err_tpot_pct": statistics.median([abs(x["err_tpot_p50"]) for x in r]
+                                                         + [abs(x["err_tpot_p90"]) for x in r]) if r else math.nan,
+            "median_abs_err_ttft_p90_pct": med("err_ttft_p90"),
+            "max_attainment_gap_points": max((abs(x["attainment"] - x["sim_attainment"]) * 100 for x in r),
+                                             default=math.nan)}
+
+
+def _machine() -> str:
+    cpu = platform.processor() or platform.machine()
+    try:
+        cpu = next(line.split(":", 1)[1].strip() for line in open("/proc/cpuinfo", encoding="utf-8")
+                   if line.startswith("model name"))
+    except (OSError, StopIteration):
+        pass
+    return f"{cpu}, {os.cpu_count()} cores shared"
+
+
+def table(rows: list[dict]) -> str:
+    f = lambda v: "-" if not math.isfinite(v) else (f"{v:.0f}" if abs(v) >= 100 else f"{v:.1f}")  # noqa: E731
+    head = ("| load | rate rps | reqs | TTFT p50 meas / pred / sim (ms) | TTFT p90 meas / pred / sim | err p50 / p90 % "
+            "| TPOT p50 meas / pred / sim (ms) | TPOT p90 meas / pred / sim | err p50 / p90 % | attainment meas / sim |")
+    lines = [head, "|" + "---|" * 10]
+    for x in rows:
+        lines.append(
+            f"| {x['load']:.0%} | {x['rate_rps']:.2f} | {x['requests']} "
+            f"| {f(x['ttft_p50'])} / {f(x['pred_ttft_p50'])} / {f(x['sim_ttft_p50'])} "
+            f"| {f(x['ttft_p90'])} / {f(x['pred_ttft_p90'])} / {f(x['sim_ttft_p90'])} "
+            f"| {f(x['err_ttft_p50'])} / {f(x['err_ttft_p90'])} "
+            f"| {f(x['tpot_p50'])} / {f(x['pred_tpot_p50'])} / {f(x['sim_tpot_p50'])} "
+            f"| {f(x['tpot_p90'])} / {f(x['pred_tpot_p90'])} / {f(x['sim_tpot_p90'])} "
+            f"| {f(x['err_tpot_p50'])} / {f(x['err_tpot_p90'])} "
+            f"| {x['attainment']:.1%} / {x['sim_attainment']:.1%} |")
+    return "\n".join(lines)
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--device", choices=("cpu", "cuda"), default="cpu")
+    ap.add_argument("--model", default="llama-3.1-8b", help="--device cuda: trimtab model profile to serve")
+    ap.add_argument("--gpu", default="h200", help="--device cuda: trimtab GPU profile of the device")
+    ap.add_argument("--fit-engine", action="store_true", help="fit and write the engine profile first")
+    ap.add_argument("--loads", default="0.3,0.55,0.8", help="shares of the cost model's capacity")
+    ap.add_argument("--requests", type=int, default=80, help="requests per load")
+    ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--port", type=int, default=8731)
+    ap.add_argument("--workdir", type=Path, default=None, help="keep the model, spec, plan and server log here")
+    ap.add_argument("--python", default=None, help="interpreter with vLLM (default: this one)")
+    ap.add_argument("--start-timeout", type=float, default=600.0)
+    ap.add_argument("--json", type=Path, default=None, help="also write the rows here")
+    a = ap.parse_args(argv)
+    loads = [float(x) for x in a.loads.split(",")]
+    workdir = a.workdir or Path(tempfile.mkdtemp(prefix="trimtab-fidelity-"))
+    workdir.mkdir(parents=True, exist_ok=True)
+    t0 = time.monotonic()
+    spec_path, case = write_case(workdir, a.device, a.model, a.gpu, rate=0.5)
+    spec, plan = plan_spec(spec_path)
+    out = {"date": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"), "machine": _machine(),
+           "device": a.device, "case": case, "command": "python benchmarks/engine_fidelity.py " + " ".join(
+               argv if argv is not None else sys.argv[1:])}
+    scale = GPU_SHAPES_SCALE if a.device == "cuda" else 1
+    longest = max(s.isl + s.osl for s in FIT_SHAPES + HELD_SHAPES) * scale if a.fit_engine else 0
+    with Server(plan, workdir, a.port, a.device, a.python, a.start_timeout, longest) as srv:
+        print(f"server ready in {srv.ready_s:.0f} s: {' '.join(srv.argv[1:])}", flush=True)
+        if a.fit_engine:
+            out["engine_fit"] = fit_engine(srv, spec, plan, case, a.device, scale)
+            ef = out["engine_fit"]
+            print(f"engine fit {ef['params']}: in-sample median error TTFT {ef['fit']['ttft_median']:.1f} %, TPOT "
+                  f"{ef['fit']['tpot_median']:.1f} %; held out TTFT {ef['held_out']['ttft_median']:.1f} %, TPOT "
+                  f"{ef['held_out']['tpot_median']:.1f} %; wrote {ef['profile']}", flush=True)
+            spec, plan = plan_spec(spec_path)
+        rows = fidelity_rows(srv, spec, plan, loads, a.requests, a.seed)
+    out["rows"] = rows
+    out["summary"] = summary(rows)
+    out["wall_s"] = time.monotonic() - t0
+    print(table(rows))
+    s = out["summary"]
+    print(f"median |error| TPOT {s['median_abs_err_tpot_pct']:.1f} % (target 15), TTFT p90 "
+          f"{s['median_abs_err_ttft_p90_pct']:.1f} % (target 25); attainment gap sim vs measured up to "
+          f"{s['max_attainment_gap_points']:.1f} points (target 5); {out['wall_s']:.0f} s")
+    if a.json:
+        a.json.write_text(json.dumps(out, indent=2, default=lambda v: None) + "\n", encoding="utf-8")
+    if a.workdir is None:
+        shutil.rmtree(workdir, ignore_errors=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

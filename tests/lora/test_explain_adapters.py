@@ -1,0 +1,82 @@
+"""``explain`` explains the adapter problem of a spec with adapters (issue 12): the relaxation it offers comes
+from the adapter-placement MILP's own relaxable rows (read off their ``origin``) and repairs the spec when
+applied with what-if; a feasible spec's binding rows are named."""
+from __future__ import annotations
+
+import pytest
+from typer.testing import CliRunner
+
+import compiler as tt
+from cli.main import app
+from compiler.api import explain
+from compiler.errors import ExitCode, InfeasibleError
+from compiler.whatif import apply_overrides
+
+SPEC = """\
+version: 1
+name: lora-explain
+gpus:
+  - {type: l40s, count: COUNT, usd_per_hour: 1.80}
+models:
+  - name: llama-3.1-8b
+    adapters_from: {count: 20, rank: 16, traffic: {zipf: {s: 1.1}}}
+workloads:
+  - name: assistants
+    model: llama-3.1-8b
+    adapter: "*"
+    rate_rps: 30
+    input_tokens: {lognormal: {median: 700, p99: 4000}}
+    output_tokens: {lognormal: {median: 180, p99: 900}}
+    slo: {ttft_ms: 1500, tpot_ms: 60, percentile: 99}
+"""
+
+
+def _spec(tmp_path, count):
+    p = tmp_path / f"s{count}.yaml"
+    p.write_text(SPEC.replace("COUNT", str(count)))
+    return tt.load_spec(p)
+
+
+def test_infeasible_adapter_spec_gets_a_repair_that_works(tmp_path):
+    spec = _spec(tmp_path, 1)
+    try:
+        tt.plan(spec, validate=False)
+        raise AssertionError("one L40S cannot carry 30 rps of adapter traffic")
+    except InfeasibleError as exc:
+        assert any("raise gpus[0] (l40s).count from 1 to at least" in line for line in exc.lines), exc.lines
+    e = explain(spec)
+    assert not e.feasible and len(e.alternatives) == 1
+    (change,) = e.alternatives[0]
+    assert change.path == "gpus.l40s.count" and change.old == 1 and change.new > 1
+    fixed = apply_overrides(spec, {change.path: change.new})
+    assert tt.plan(fixed, validate=False).plan.gpus["l40s"] <= change.new  # the repair is enough
+    res = CliRunner().invoke(app, ["explain", str(tmp_path / "s1.yaml")])
+    assert res.exit_code == ExitCode.OK and "with the adapters" in res.output and "l40s" in res.output
+
+
+def test_feasible_adapter_spec_names_the_binding_inventory(tmp_path):
+    need = tt.plan(_spec(tmp_path, 16), validate=False).plan.gpus["l40s"]
+    e = explain(_spec(tmp_path, need))  # exactly enough GPUs: the inventory binds
+    assert e.feasible
+    assert any(b.startswith("gpus[0] (l40s).count:") and f"{need} of {need} used" in b for b in e.binding), e.binding
+
+
+def test_max_goodput_with_adapters(tmp_path):
+    """Under a budget that cannot carry all 30 rps, the adapter planner serves as much as it can: no more than
+    the same spec without adapters serves (adapters cost capacity), within the budget, and checked."""
+    text = SPEC.replace("COUNT", "16").replace("name: lora-explain", "name: lora-goodput\nobjective: max_goodput\n"
+                                                "budget_usd_per_hour: 3.6")
+    (tmp_path / "g.yaml").write_text(text)
+    spec = tt.load_spec(tmp_path / "g.yaml")
+    r = tt.plan(spec)
+    g = r.plan.goodput
+    assert g is not None and 0 < g.served_rps < g.offered_rps == 30
+    assert r.plan.cost_usd_per_hour <= 3.6 + 1e-9
+    assert sum(rt.share for rt in r.plan.routes) == pytest.approx(g.served_rps / 30, rel=1e-6)
+    assert r.plan.adapter_routes and all(d.max_loras > 0 for d in r.plan.deployments if d.replicas)
+    plain = text.replace('    adapter: "*"\n', "").replace(
+        "    adapters_from: {count: 20, rank: 16, traffic: {zipf: {s: 1.1}}}\n", "")
+    (tmp_path / "p.yaml").write_text(plain)
+    served_plain = tt.plan(tt.load_spec(tmp_path / "p.yaml")).plan.goodput.served_rps
+    assert g.served_rps <= served_plain * (1 + 1e-6)
+    assert tt.check(r.plan, spec).ok, tt.check(r.plan, spec).violations
