@@ -8,7 +8,7 @@ import pytest
 
 from compiler.engines import vllm as vllm_emitter
 from compiler.engines.base import ADAPTER_DIR, flag_table
-from tests.engines.conftest import _facts
+from tests.engines.conftest import EXAMPLES, _facts
 
 cli_args = pytest.importorskip("vllm.entrypoints.launchers.cli_args")
 argparse_utils = pytest.importorskip("vllm.utils.argparse_utils")
@@ -69,7 +69,7 @@ def test_every_example_command_parses_with_the_plan_values(example_plans):
                 w = parse(d.worker_command, {"LEADER_ADDRESS": "10.0.0.1", "NODE_RANK": "1"})
                 assert (w.nnodes, w.node_rank, w.headless) == (2, 1, True), where
             seen += 1
-    assert len(example_plans) == 6 and seen == sum(len(p.deployments) for p, _ in example_plans.values())
+    assert len(example_plans) == len(EXAMPLES) + 1 and seen == sum(len(p.deployments) for p, _ in example_plans.values())
 
 
 def test_context_is_the_largest_routed_request_capped_by_the_kv_cache(example_plans):
