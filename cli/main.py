@@ -8,65 +8,21 @@ from __future__ import annotations
 import json
 import sys
 from enum import Enum
-from functools import wraps
 from pathlib import Path
 from typing import Annotated, Optional
 
 import typer
-from rich.console import Console
 
-from compiler.errors import ExitCode, InfeasibleError, InputError, Problem, TrimtabError
+from cli.common import Fmt, Solver, TableOrJson, TraceFormat, _expected_errors, err, out
+from cli.emit import emit_cmd
+from compiler.errors import ExitCode, InfeasibleError, InputError, Problem
 
-app = typer.Typer(add_completion=False, no_args_is_help=True, rich_markup_mode="rich",
+app = typer.Typer(add_completion=True, no_args_is_help=True, rich_markup_mode="rich",
                   context_settings={"help_option_names": ["-h", "--help"]},
                   help="trimtab: plan the cheapest LLM inference deployment that meets every SLO.")
 profiles_app = typer.Typer(no_args_is_help=True, help="List and show GPU, model and engine profiles.")
 app.add_typer(profiles_app, name="profiles")
 
-# Wide enough for the plan tables when output goes to a file or a CI log (rich assumes 80 columns there).
-out = Console(highlight=False, soft_wrap=True, width=None if sys.stdout.isatty() else 160)
-err = Console(stderr=True, highlight=False, soft_wrap=True, width=None if sys.stderr.isatty() else 160)
-
-
-class Fmt(str, Enum):
-    yaml = "yaml"
-    json = "json"
-
-
-class TableOrJson(str, Enum):
-    table = "table"
-    json = "json"
-
-
-class TraceFormat(str, Enum):
-    azure = "azure"
-    mooncake = "mooncake"
-    csv = "csv"
-
-
-class Solver(str, Enum):
-    highs = "highs"
-    cbc = "cbc"
-    cpsat = "cpsat"
-
-
-def _expected_errors(fn):
-    """Print TrimtabError lines and exit with their code; anything else is a bug and keeps its traceback."""
-
-    @wraps(fn)
-    def wrapper(*args, **kwargs):
-        try:
-            return fn(*args, **kwargs)
-        except TrimtabError as exc:
-            label = {ExitCode.INVALID_INPUT: "invalid input", ExitCode.INFEASIBLE: "infeasible",
-                     ExitCode.NO_SOLUTION: "no solution", ExitCode.CHECK_FAILED: "check failed",
-                     ExitCode.INTERNAL: "internal"}[exc.exit_code]
-            err.print(f"[bold red]error[/] ({label}):", markup=True)
-            for line in exc.lines:
-                err.print(f"  {line}", markup=False)
-            raise typer.Exit(int(exc.exit_code)) from None
-
-    return wrapper
 
 
 def _version(value: bool) -> None:
@@ -87,13 +43,17 @@ def _root(version: Annotated[bool, typer.Option("--version", callback=_version, 
 @_expected_errors
 def plan(
     spec: Annotated[Path, typer.Argument(help="Spec YAML (see docs/spec-reference.md).")],
-    output: Annotated[Optional[Path], typer.Option("-o", "--output", help="Write the plan here (default: stdout).")] = None,
+    output: Annotated[Optional[Path], typer.Option("-o", "--output", help="Write the plan here; '-' (or none): the "
+                                                   "plan alone on stdout, the summary on stderr.")] = None,
     solver: Annotated[Optional[Solver], typer.Option(help="MILP backend; overrides the spec's solver.backend.")] = None,
     time_limit: Annotated[Optional[float], typer.Option(min=0.01, help="Solver time limit in seconds; overrides solver.time_limit_s.")] = None,
     fmt: Annotated[Fmt, typer.Option("--format", help="Plan file format.")] = Fmt.yaml,
     verbose: Annotated[bool, typer.Option("-v", "--verbose", help="Also list pruned candidates and why.")] = False,
 ) -> None:
-    """Plan the cheapest deployment that meets every SLO, and write it as YAML (or JSON)."""
+    """Plan the cheapest deployment that meets every SLO, and write it as YAML (or JSON).
+
+    Example: trimtab plan examples/quickstart.yaml -o plan.yaml
+    """
     from compiler.api import load_spec, plan as do_plan
     from compiler.plan.emit import emit
     from cli.render import plan_summary
@@ -101,7 +61,7 @@ def plan(
     s = load_spec(spec)
     r = do_plan(s, backend=solver.value if solver else None, time_limit_s=time_limit)
     text = emit(r.plan, fmt.value)
-    if output is None:
+    if output is None or str(output) == "-":
         plan_summary(err, r, verbose)
         sys.stdout.write(text)
     else:
@@ -132,7 +92,10 @@ def check(
     trace_format: Annotated[TraceFormat, typer.Option(help="Trace file format.")] = TraceFormat.azure,
 ) -> None:
     """Verify a plan against a spec: structure, and SLOs by simulation (or by the cost model with --analytic);
-    exit 5 on any violation (CI gate)."""
+    exit 5 on any violation (CI gate).
+
+    Example: trimtab check plan.yaml --spec examples/quickstart.yaml
+    """
     from compiler.api import load_spec
     from compiler.check import check as do_check, load_plan
 
@@ -188,7 +151,10 @@ def simulate(
     fmt: Annotated[TableOrJson, typer.Option("--format", help="Report format.")] = TableOrJson.table,
     plot: Annotated[Optional[Path], typer.Option(help="Write latency CDFs and a timeline as PNGs here.")] = None,
 ) -> None:
-    """Simulate a plan request by request (continuous batching, chunked prefill, queues, KV cache, routing)."""
+    """Simulate a plan request by request (continuous batching, chunked prefill, queues, KV cache, routing).
+
+    Example: trimtab simulate plan.yaml --spec examples/quickstart.yaml --plot plots/
+    """
     from compiler.api import load_spec
     from compiler.check import load_plan
     from compiler.sim.cli import sim_report
@@ -213,7 +179,10 @@ def predict(
     engine: Annotated[str, typer.Option(help="Engine profile: vllm, sglang or trt-llm (trimtab profiles list).")] = "vllm",
     kv_dtype: Annotated[Optional[str], typer.Option(help="KV cache precision, bf16 or fp8 (default: --dtype).")] = None,
 ) -> None:
-    """Predict TTFT, TPOT and throughput of one replica at a fixed concurrency."""
+    """Predict TTFT, TPOT and throughput of one replica at a fixed concurrency.
+
+    Example: trimtab predict --model llama-3.1-8b --gpu h100-sxm --isl 1000 --osl 200 --concurrency 16
+    """
     from compiler.cost.model import ReplicaModel
     from compiler.profiles import load_profiles, model_from_hf_config
     from cli.render import prediction_table
@@ -279,7 +248,10 @@ def bench(
     dtype: Annotated[str, typer.Option(help="GEMM/attention precision: auto (bf16 on a GPU, fp32 on a CPU), bf16 "
                                             "(what vLLM's CPU engine runs on AVX512-BF16 CPUs) or fp32.")] = "auto",
 ) -> None:
-    """Microbenchmark GEMMs, attention, copies and all-reduce on this machine (needs trimtab[bench])."""
+    """Microbenchmark GEMMs, attention, copies and all-reduce on this machine (needs trimtab[bench]).
+
+    Example: trimtab bench --device cuda -o bench-out/
+    """
     from compiler.bench import run_bench
 
     path = run_bench(output, device.value, quick, log=lambda m: err.print(m, markup=False), dtype=dtype)
@@ -294,7 +266,10 @@ def calibrate(
     base: Annotated[Optional[str], typer.Option(help="GPU profile (name or YAML path) whose spec-sheet peaks and other "
                                                      "fields the fit starts from.")] = None,
 ) -> None:
-    """Fit a GPU profile's efficiency parameters to measurements by least squares; print the fit error per op."""
+    """Fit a GPU profile's efficiency parameters to measurements by least squares; print the fit error per op.
+
+    Example: trimtab calibrate bench-out/ --base h100-sxm -o profiles/gpus/my-h100.yaml
+    """
     from compiler.calibrate import calibrate as do_calibrate, format_errors
 
     r = do_calibrate([str(f) for f in folders], output, base)
@@ -360,8 +335,12 @@ def explain(
     time_limit: Annotated[Optional[float], typer.Option(min=0.01, help="Time limit per solve, seconds.")] = None,
     analytic: Annotated[bool, typer.Option("--analytic", help="Skip planning with validation: only the cost "
                                                               "model's price (labelled analytic).")] = False,
+    fmt: Annotated[TableOrJson, typer.Option("--format", help="table, or json (the document alone on stdout).")] = TableOrJson.table,
 ) -> None:
-    """Why a spec is infeasible and what to relax (verified), or what limits a feasible plan's cost."""
+    """Why a spec is infeasible and what to relax (verified), or what limits a feasible plan's cost.
+
+    Example: trimtab explain examples/quickstart.yaml
+    """
     from compiler.api import explain as do_explain, load_spec
 
     s = load_spec(spec)
@@ -373,6 +352,11 @@ def explain(
 
         r = do_plan(s, backend=solver.value if solver else None, time_limit_s=time_limit)
         e = replace(e, validated_cost_usd_per_hour=r.plan.cost_usd_per_hour)
+    if fmt == TableOrJson.json:
+        from dataclasses import asdict
+
+        sys.stdout.write(json.dumps(asdict(e), indent=2) + "\n")
+        return
     for line in e.lines():
         out.print(line, markup=False)
 
@@ -389,9 +373,13 @@ def pareto(
     solver: Annotated[Optional[Solver], typer.Option(help="MILP backend; overrides the spec's solver.backend.")] = None,
     analytic: Annotated[bool, typer.Option("--analytic", help="Plan each point with the cost model only (fast; "
                                                               "points are not validated by simulation).")] = False,
+    fmt: Annotated[TableOrJson, typer.Option("--format", help="table, or json (the document alone on stdout).")] = TableOrJson.table,
 ) -> None:
     """Cost vs latency frontier: the cheapest plan at each tighter SLO (each point planned as trimtab plan
-    plans, validated by simulation, unless --analytic), non-dominated points only."""
+    plans, validated by simulation, unless --analytic), non-dominated points only.
+
+    Example: trimtab pareto examples/quickstart.yaml --metric ttft_p99 --plot frontier.png
+    """
     import yaml
 
     from compiler.api import load_spec
@@ -402,32 +390,44 @@ def pareto(
     pts = do_pareto(s, metric, workload or None, points, solver.value if solver else None, validate=not analytic)
     if not pts:
         raise InfeasibleError(["no point of the frontier is feasible (see trimtab explain)"])
-    out.print("analytic: cost model only; points are not validated by simulation (check them before use)"
+    log = err if fmt == TableOrJson.json else out
+    log.print("analytic: cost model only; points are not validated by simulation (check them before use)"
               if analytic else "each point is a plan as trimtab plan makes it (validated by simulation)",
               markup=False)
-    out.print(f"{'#':>3} {'SLO factor':>10} {'cost $/h':>10} {metric + ' ms':>14}", markup=False)
-    for i, p in enumerate(pts, 1):
-        out.print(f"{i:>3} {p.factor:>10.3f} {p.cost_usd_per_hour:>10.2f} {p.metric_ms:>14.1f}", markup=False)
+    if fmt == TableOrJson.json:
+        sys.stdout.write(json.dumps({"metric": metric, "validated": not analytic, "points": [
+            {"slo_factor": p.factor, "cost_usd_per_hour": p.cost_usd_per_hour, "metric_ms": p.metric_ms}
+            for p in pts]}, indent=2) + "\n")
+    else:
+        out.print(f"{'#':>3} {'SLO factor':>10} {'cost $/h':>10} {metric + ' ms':>14}", markup=False)
+        for i, p in enumerate(pts, 1):
+            out.print(f"{i:>3} {p.factor:>10.3f} {p.cost_usd_per_hour:>10.2f} {p.metric_ms:>14.1f}", markup=False)
     if output is not None:
         output.mkdir(parents=True, exist_ok=True)
         for i, p in enumerate(pts, 1):
             (output / f"point-{i:02d}.yaml").write_text(emit(p.plan), encoding="utf-8")
             (output / f"point-{i:02d}.spec.yaml").write_text(
                 yaml.safe_dump(p.spec.model_dump(mode="json", exclude_none=True), sort_keys=False), encoding="utf-8")
-        out.print(f"{len(pts)} plans written to {output}", markup=False)
+        log.print(f"{len(pts)} plans written to {output}", markup=False)
     if plot is not None:
         do_plot(pts, str(plot), metric, f"{s.name}: cost vs {metric}")
-        out.print(f"plot written to {plot}", markup=False)
+        log.print(f"plot written to {plot}", markup=False)
 
 
 @app.command()
 def schema(which: Annotated[SchemaName, typer.Argument(help="spec or plan")]) -> None:
-    """Print the JSON Schema of the spec or the plan."""
+    """Print the JSON Schema of the spec or the plan.
+
+    Example: trimtab schema spec > spec.schema.json
+    """
     from compiler.plan.schema import Plan
     from compiler.spec.schema import Spec
 
     model = Spec if which is SchemaName.spec else Plan
     sys.stdout.write(json.dumps(model.model_json_schema(), indent=2) + "\n")
+
+
+app.command("emit")(_expected_errors(emit_cmd))
 
 
 @app.command("what-if")
@@ -436,8 +436,12 @@ def what_if(
     spec: Annotated[Path, typer.Argument(help="Spec YAML.")],
     overrides: Annotated[list[str], typer.Option("--set", help="PATH=VALUE, e.g. workloads.chat.rate_rps=8 (repeatable).")],
     output: Annotated[Optional[Path], typer.Option("-o", "--output", help="Write the changed plan here.")] = None,
+    fmt: Annotated[TableOrJson, typer.Option("--format", help="table, or json (the document alone on stdout).")] = TableOrJson.table,
 ) -> None:
-    """Re-plan with changed inputs and show what changes against the base plan."""
+    """Re-plan with changed inputs and show what changes against the base plan.
+
+    Example: trimtab what-if examples/quickstart.yaml --set workloads.chat.rate_rps=8
+    """
     import yaml
 
     from compiler.api import diff_plans, load_spec, plan as do_plan, what_if as do_what_if
@@ -452,9 +456,15 @@ def what_if(
     s = load_spec(spec)
     base = do_plan(s)
     alt = do_what_if(s, parsed)
-    lines = diff_plans(base.plan, alt.plan) or ["no change"]
-    for line in lines:
-        out.print(line, markup=False)
+    lines = diff_plans(base.plan, alt.plan)
+    if fmt == TableOrJson.json:
+        from compiler.plan.emit import plan_to_data
+
+        sys.stdout.write(json.dumps({"changes": lines, "base_cost_usd_per_hour": base.plan.cost_usd_per_hour,
+                                     "plan": plan_to_data(alt.plan)}, indent=2) + "\n")
+    else:
+        for line in lines or ["no change"]:
+            out.print(line, markup=False)
     if output:
         output.write_text(emit(alt.plan), encoding="utf-8")
 
@@ -539,13 +549,25 @@ def sweep(
 
 
 @profiles_app.command("list")
-def profiles_list() -> None:
-    """List the bundled GPU, model and engine profiles."""
+def profiles_list(
+    fmt: Annotated[TableOrJson, typer.Option("--format", help="table, or json (the document alone on stdout).")] = TableOrJson.table,
+) -> None:
+    """List the bundled GPU, model and engine profiles.
+
+    Example: trimtab profiles list
+    """
     from rich.table import Table
 
     from compiler.profiles import load_profiles
 
     p = load_profiles()
+    if fmt == TableOrJson.json:
+        q = lambda prof: {f: v.value for f, v in prof if hasattr(v, "value")}  # noqa: E731
+        sys.stdout.write(json.dumps({"gpus": {n: q(g) for n, g in sorted(p.gpus.items())},
+                                     "models": {n: {**q(m), "hf": m.hf.model_dump() if m.hf else None}
+                                                for n, m in sorted(p.models.items())},
+                                     "engines": {n: q(e) for n, e in sorted(p.engines.items())}}, indent=2) + "\n")
+        return
     t = Table(title="GPUs")
     for c in ("name", "memory GiB", "HBM GB/s", "bf16 TFLOPS", "fp8 TFLOPS", "link", "per node", "$/h"):
         t.add_column(c, justify="left" if c in ("name", "link") else "right")
@@ -566,8 +588,14 @@ def profiles_list() -> None:
 
 @profiles_app.command("show")
 @_expected_errors
-def profiles_show(name: Annotated[str, typer.Argument(help="A GPU, model or engine profile name.")]) -> None:
-    """Show one profile with the source of every number."""
+def profiles_show(
+    name: Annotated[str, typer.Argument(help="A GPU, model or engine profile name.")],
+    fmt: Annotated[Fmt, typer.Option("--format", help="yaml or json.")] = Fmt.yaml,
+) -> None:
+    """Show one profile with the source of every number.
+
+    Example: trimtab profiles show llama-3.1-70b
+    """
     import yaml
 
     from compiler.profiles import load_profiles
@@ -582,9 +610,15 @@ def profiles_show(name: Annotated[str, typer.Argument(help="A GPU, model or engi
         if hasattr(val, "value"):
             src = prof.sources[val.source]
             rows[field] = {"value": val.value, "source": f"{src.kind}: {src.ref}"}
+        elif hasattr(val, "repo"):  # a model's Hugging Face repo (HfRepo)
+            src = prof.sources[val.source]
+            rows[field] = {"repo": val.repo, "revision": val.revision, "source": f"{src.kind}: {src.ref}"}
         elif field != "sources":
             rows[field] = val
-    sys.stdout.write(yaml.safe_dump(rows, sort_keys=False, width=120))
+    if fmt == Fmt.json:
+        sys.stdout.write(json.dumps(rows, indent=2) + "\n")
+    else:
+        sys.stdout.write(yaml.safe_dump(rows, sort_keys=False, width=120))
 
 
 def main() -> None:

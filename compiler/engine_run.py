@@ -87,6 +87,16 @@ def context_len(plan: Plan, deployment: Deployment, model_ctx: int) -> int:
     return min(longest or model_ctx, model_ctx)
 
 
+def _plan_args(dep: Deployment) -> list[str]:
+    """The plan's engine arguments less those this function sets itself for a local server (address, model
+    folder's dtype and name, the context it measures): the plan's command targets a cluster (docs/deploy.md)."""
+    from compiler.engines.base import engine_table
+
+    fl = engine_table("vllm")["flags"]
+    own = {fl[k] for k in ("host", "port", "dtype", "context", "served_name", "revision")}
+    return [a for a in dep.engine_args if a.split("=", 1)[0] not in own]
+
+
 def server_command(plan: Plan, deployment: Deployment | str, model_dir: str | Path, *, host: str = "127.0.0.1",
                    port: int = 8000, device: str = "cpu", python: str | None = None,
                    threads: int = 1, threads_bind: str = "nobind",
@@ -114,7 +124,7 @@ def server_command(plan: Plan, deployment: Deployment | str, model_dir: str | Pa
     argv = [python or sys.executable, "-m", "vllm.entrypoints.openai.api_server", "--model", str(md),
             "--load-format", "dummy", "--host", host, "--port", str(port),
             "--dtype", "bfloat16" if dep.dtype == "bf16" else "auto", f"--max-model-len={ctx}",
-            *dep.engine_args]
+            *_plan_args(dep)]
     if dep.prefix_cache_tokens == 0:
         argv.append("--no-enable-prefix-caching")  # the plan assumed no prefix reuse; random prompts get none
     env: dict[str, str] = {}

@@ -5,7 +5,7 @@ and ``check``. Frozen dataclasses with tuples, sorted by name, so every later st
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from compiler.lengths import LengthBucket
 from compiler.profiles import EngineProfile, GpuProfile, ModelProfile
@@ -74,6 +74,8 @@ class ProblemIR:
     inter_rack_gbps: float | None = None  # spec network.inter_rack_gbps (KV transfer between disaggregated sides)
     lora: object | None = None  # compiler.lora.spec.LoraIR: adapters and tenants; None when the spec has none
     kv_tiers: str = "off"  # spec defaults.kv_tiers: off | auto | offload | borrow (docs/kv-tiers.md)
+    # Per model: the weights engines load and the served name (compiler.engines.base.ModelIdentity)
+    identities: dict = field(default_factory=dict)
 
     def gpu(self, name: str) -> GpuPoolIR | None:
         return next((g for g in self.gpus if g.type == name), None)

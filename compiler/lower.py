@@ -16,6 +16,7 @@ import numpy as np
 
 from compiler.lora.spec import lora_ir, strip_unset
 from compiler.errors import InputError, Problem
+from compiler.engines.base import model_identities
 from compiler.ir import GpuPoolIR, ProblemIR, SloIR, WorkloadIR
 from compiler.lengths import LengthError, cut_inputs, grid_of, make_buckets, quantile_grid, truncation
 from compiler.profiles import ProfileSet, load_profiles, model_from_hf_config
@@ -168,5 +169,5 @@ def lower(spec: Spec, profiles: ProfileSet | None = None) -> ProblemIR:
         models=models, workloads=tuple(sorted(workloads, key=lambda w: w.name)),
         engine=profiles.engines[spec.defaults.engine], input_hash=spec_hash(spec, profiles),
         warnings=tuple(warnings), inter_rack_gbps=spec.network.inter_rack_gbps, lora=lora_ir(spec),
-        kv_tiers=spec.defaults.kv_tiers,
+        kv_tiers=spec.defaults.kv_tiers, identities=model_identities(spec, models),
     )

@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal
 
-from pydantic import BaseModel, ConfigDict, model_validator
+from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 import profiles as _bundled
 from compiler.errors import InputError, Problem
@@ -44,6 +44,9 @@ class _Profile(_Strict):
 
     @model_validator(mode="after")
     def _sources_declared(self):
+        hf = getattr(self, "hf", None)
+        if hf is not None and hf.source not in self.sources:
+            raise ValueError(f"hf: source {hf.source!r} is not declared under sources")
         for field, val in self:
             if isinstance(val, Q) and val.source not in self.sources:
                 raise ValueError(f"{field}: source {val.source!r} is not declared under sources")
@@ -103,7 +106,20 @@ class GpuProfile(_Profile):
         return self
 
 
+HF_REPO_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9_.-]*/[A-Za-z0-9][A-Za-z0-9_.-]*$"
+
+
+class HfRepo(_Strict):
+    """Which weights an engine loads: a Hugging Face repo id at a revision (branch, tag or commit), with the key
+    of the source that names it (the config.json the architecture numbers were read from)."""
+
+    repo: str = Field(pattern=HF_REPO_PATTERN)
+    revision: str = Field(default="main", min_length=1)
+    source: str
+
+
 class ModelProfile(_Profile):
+    hf: HfRepo | None = None  # None: a model built from a local config.json; the spec names its weights
     num_layers: Q
     hidden_size: Q
     num_attention_heads: Q

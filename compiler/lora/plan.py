@@ -38,7 +38,7 @@ from compiler.errors import InfeasibleError
 from compiler.formulate import EPS_GPU, n_var
 from compiler.lora.model import lora_kwargs
 from compiler.lora.spec import NO_TENANT
-from compiler.plan.extract import engine_args, goodput_of, plan_buckets, seconds_bound
+from compiler.plan.extract import goodput_of, plan_buckets, seconds_bound
 from compiler.plan.schema import AdapterRoute, Deployment, Plan, Route, SolverInfo
 from solvers.base import SolveOptions, Status
 from solvers.model import Constraint, MilpModel
@@ -403,16 +403,8 @@ def extract(ir, prob: LoraProblem, values: dict[str, float]):
     return chosen, flows
 
 
-def _lora_args(c: LoraCandidate, held: int) -> list[str]:
-    if not c.slots:
-        return []
-    return ["--enable-lora", f"--max-loras={c.slots}", f"--max-lora-rank={c.rank}",
-            f"--max-cpu-loras={max(c.slots, held)}"]
-
-
 def build_plan(ir, prob: LoraProblem, chosen, flows, res, solve_s: float, rounds: int, warnings: list[str]):
     lo = ir.lora
-    util = ir.engine.gpu_memory_utilization.value
     by_id = {c.id: (c, n) for c, n in chosen}
     held: dict[str, set[str]] = {c.id: set() for c, _ in chosen}
     tenants: dict[str, set[str]] = {c.id: set() for c, _ in chosen}
@@ -460,7 +452,7 @@ def build_plan(ir, prob: LoraProblem, chosen, flows, res, solve_s: float, rounds
             role="unified", dtype=k.dtype, max_batch_size=k.max_num_seqs, max_num_batched_tokens=k.max_batched_tokens,
             kv_cache_tokens=rm.memory.kv_cache_tokens, load_rps_per_replica=a.deployments[cid].rate_rps_per_replica,
             utilization=a.deployments[cid].utilization,
-            engine_args=engine_args(k, util) + _lora_args(c, len(held[cid])),
+            engine_args=[],  # compiler.engines.realise fills it (LoRA flags from max_loras etc.)
             adapters=sorted(held[cid]), max_loras=c.slots, max_lora_rank=c.rank,
             max_cpu_loras=max(c.slots, len(held[cid])) if c.slots else 0, tenants=sorted(tenants[cid])))
     from compiler.cost.predict import fidelity_warnings

@@ -30,8 +30,9 @@ def verify_lora(plan, ir) -> list[str]:
         if d.adapters and not d.max_loras:
             bad.append(f"deployment {d.name}: holds {len(d.adapters)} adapter(s) with max_loras 0 (LoRA disabled)")
         if d.max_loras:
-            if "--enable-lora" not in d.engine_args:
-                bad.append(f"deployment {d.name}: max_loras {d.max_loras} without --enable-lora in engine_args")
+            # vLLM and SGLang take --enable-lora; TensorRT-LLM a lora_config in its extra options file
+            if "--enable-lora" not in d.engine_args and not any("lora_config:" in t for t in d.engine_files.values()):
+                bad.append(f"deployment {d.name}: max_loras {d.max_loras} without LoRA enabled in engine_args")
             if d.max_cpu_loras < max(d.max_loras, len(d.adapters)):
                 bad.append(f"deployment {d.name}: max_cpu_loras {d.max_cpu_loras} is below max_loras {d.max_loras} "
                            f"or the {len(d.adapters)} adapters it holds")

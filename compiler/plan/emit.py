@@ -35,6 +35,9 @@ def plan_to_data(plan: Plan) -> dict:
     for d in data["deployments"]:
         if d.get("prefix_cache_tokens") == 0:
             del d["prefix_cache_tokens"]
+        for k in ("worker_command", "engine_files"):  # multi-node replicas / TensorRT-LLM only
+            if not d.get(k):
+                d.pop(k, None)
     return strip_lora_defaults(data)
 
 

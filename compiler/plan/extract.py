@@ -17,23 +17,6 @@ from solvers.base import SolveResult
 ROUTE_TOL = 1e-7  # rps below which a route is solver noise
 
 
-def engine_args(c: Candidate | Deployment, ir_engine_util: float) -> list[str]:
-    """vLLM flags that realise a deployment."""
-    tp = c.tp if isinstance(c, Candidate) else c.tensor_parallel
-    pp = c.pp if isinstance(c, Candidate) else c.pipeline_parallel
-    seqs = c.max_num_seqs if isinstance(c, Candidate) else c.max_batch_size
-    mbt = c.max_batched_tokens if isinstance(c, Candidate) else c.max_num_batched_tokens
-    args = [f"--tensor-parallel-size={tp}", f"--pipeline-parallel-size={pp}", f"--max-num-seqs={seqs}",
-            f"--max-num-batched-tokens={mbt}", "--enable-chunked-prefill", f"--gpu-memory-utilization={ir_engine_util:g}"]
-    if c.dtype == "fp8":
-        args += ["--quantization=fp8", "--kv-cache-dtype=fp8"]
-    kv = getattr(c, "kv", None)
-    off = c.kv_offload_gib if isinstance(c, Candidate) else (kv.offload_gib if kv is not None else 0.0)
-    if off > 0:  # vLLM's native CPU offloading connector; the size is the whole replica's host buffer
-        args += ["--kv-offloading-backend=native", f"--kv-offloading-size={off:g}"]
-    return args
-
-
 def plan_buckets(ir: ProblemIR) -> dict[str, list[Bucket]]:
     """The plan's ``buckets``: each workload's length ranges as the planner cut them."""
     return {w.name: [Bucket(name=b.name, share=b.prob, input_tokens_min=int(b.isl_min),
@@ -93,7 +76,6 @@ def build_plan(ir: ProblemIR, deps: list[tuple[Candidate, int]], routes: list[Ro
     from compiler.disagg import colocation
 
     a = assess(ir, views(deps), routes)
-    util = ir.engine.gpu_memory_utilization.value
     gpus: dict[str, int] = {}
     cost = 0.0
     for c, n in deps:
@@ -105,7 +87,7 @@ def build_plan(ir: ProblemIR, deps: list[tuple[Candidate, int]], routes: list[Ro
                    role=c.role, dtype=c.dtype, max_batch_size=c.max_num_seqs,
                    max_num_batched_tokens=c.max_batched_tokens, kv_cache_tokens=c.kv_cache_tokens,
                    load_rps_per_replica=a.deployments[c.id].rate_rps_per_replica,
-                   utilization=a.deployments[c.id].utilization, engine_args=engine_args(c, util),
+                   utilization=a.deployments[c.id].utilization, engine_args=[],  # compiler.engines.realise fills it
                    prefix_cache_tokens=a.deployments[c.id].prefix_cache_tokens, **colocation(c.id),
                    kv=_kv(ir, c, kv_alloc))
         for c, n in sorted(deps, key=lambda d: d[0].id)]
@@ -211,4 +193,6 @@ def finish_plan(plan: Plan, spec, ir: ProblemIR, last_sim, sim_requests: int, si
             seeds=list(last_sim.seeds), requests=sim_requests, rounds=sim_rounds, passed=last_sim.ok,
             attainment={k: round(iv.mean, 4) for k, iv in sorted(last_sim.intervals.items())},
             attainment_lower={k: round(iv.lower, 4) for k, iv in sorted(last_sim.intervals.items())})})
-    return plan
+    from compiler.engines.realise import realise
+
+    return realise(plan, ir)  # the engine's commands, after placement (multi-node replicas)

@@ -57,7 +57,15 @@ class Deployment(_Strict):
     kv_cache_tokens: int = Field(ge=0, description="KV cache capacity per replica, tokens")
     load_rps_per_replica: float
     utilization: float = Field(description="share of engine steps carrying prefill work, at the planned load")
-    engine_args: list[str]
+    engine_args: list[str] = Field(description="the engine's arguments that realise the deployment (after program "
+                                                "and model; names per engine in profiles/engine_flags.yaml)")
+    context_tokens: int = Field(default=0, ge=0, description="longest request (input + output) the engine admits: "
+                                "the largest routed bucket's, capped at the model's window and kv_cache_tokens")
+    command: list[str] = Field(default=[], description="the full launch command of one replica (its first node)")
+    worker_command: list[str] = Field(default=[], description="a replica spanning nodes: the command of its other "
+                                      "nodes ($NODE_RANK, $LEADER_ADDRESS); omitted otherwise")
+    engine_files: dict[str, str] = Field(default={}, description="files the command reads, name -> content (the "
+                                         "TensorRT-LLM extra options YAML); omitted when none")
     placement: list[Placement] = Field(default=[], description="one entry per replica and pipeline stage")
     adapters: list[str] = Field(default=[], description="LoRA adapters this deployment holds (omitted when none)")
     max_loras: int = Field(default=0, ge=0, description="vLLM --max-loras: adapter slots on the GPU (0: no LoRA)")
@@ -147,12 +155,20 @@ class Goodput(_Strict):
     workloads: dict[str, float] = Field(description="served rps per workload")
 
 
+class EngineInfo(_Strict):
+    """The serving engine the plan's commands are written for."""
+
+    name: Literal["vllm", "vllm-cpu", "sglang", "trt-llm"]
+    version: str = Field(description="the version whose flags were emitted (profiles/engine_flags.yaml)")
+
+
 class Plan(_Strict):
     plan_version: Literal[1] = PLAN_VERSION
     spec: str
     input_hash: str
     cost_usd_per_hour: float
     gpus: dict[str, int]
+    engine: EngineInfo | None = Field(default=None, description="engine and version of deployments[].command")
     solver: SolverInfo
     deployments: list[Deployment]
     routes: list[Route]

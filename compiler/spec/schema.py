@@ -152,6 +152,14 @@ class ModelRef(_Strict):
     config: str | None = Field(default=None, description="path to a local Hugging Face config.json (relative to the spec)")
     adapters: list[Adapter] | None = Field(default=None, description="LoRA adapters served on this base model")
     adapters_from: AdapterPopulation | None = Field(default=None, description="a generated adapter population")
+    hf_id: str | None = Field(default=None, max_length=200, pattern=r"^[A-Za-z0-9][A-Za-z0-9_.-]*/[A-Za-z0-9][A-Za-z0-9_.-]*$",
+                              description="Hugging Face repo id the engines load (e.g. a fine-tune or a quantised "
+                                          "copy); default: the profile's hf.repo")
+    hf_revision: str | None = Field(default=None, min_length=1, max_length=200,
+                                    description="branch, tag or commit of hf_id; default: the profile's, else main")
+    served_name: str | None = Field(default=None, min_length=1, max_length=200, pattern=r"^[A-Za-z0-9][A-Za-z0-9_./:-]*$",
+                                    description="the model name clients send in OpenAI requests; default: the "
+                                                "model's name in this spec")
 
 
 class Tenant(_Strict):

@@ -18,19 +18,22 @@ MAX_LINES = 600
 # Stages, lowest first; a module may import its own stage or lower ones. Prefix match, longest prefix wins.
 STAGES = [
     ("foundation", ["compiler.errors", "compiler.yamlio", "compiler.profiles", "compiler.spec", "compiler.lora.spec",
-                    "compiler.validation", "compiler.traces", "compiler.lengths", "compiler.ir", "solvers"]),
+                    "compiler.validation", "compiler.traces", "compiler.lengths", "compiler.ir", "solvers",
+                    "compiler.engines"]),
     ("lower", ["compiler.lower", "compiler.lora.spec", "compiler.topology", "compiler.whatif"]),
     ("cost model", ["compiler.cost", "compiler.lora.model", "compiler.physics"]),
     ("deployment", ["compiler.deployment", "compiler.kvtiers"]),
     ("candidates", ["compiler.candidates", "compiler.disagg", "compiler.fanout"]),
     ("formulate / solve", ["compiler.formulate", "compiler.decompose", "compiler.solve"]),
     ("assess", ["compiler.assess"]),
-    ("extract / place", ["compiler.plan", "compiler.placement", "compiler.lora.verify", "compiler.lora.emit"]),
+    ("extract / place", ["compiler.plan", "compiler.placement", "compiler.lora.verify", "compiler.lora.emit",
+                         "compiler.engines.realise"]),
     ("simulate", ["compiler.sim"]),
     ("check / explain", ["compiler.check", "compiler.sim.check", "compiler.sim.cli", "compiler.explain",
                          "compiler.diff", "compiler.rounds"]),
     ("planners / driver", ["compiler.planners", "compiler.lora.plan", "compiler.lora", "compiler.driver",
-                           "compiler.pareto", "compiler.api", "compiler.bench", "compiler.calibrate", "compiler"]),
+                           "compiler.pareto", "compiler.api", "compiler.bench", "compiler.calibrate", "compiler",
+                           "compiler.deploy"]),
     ("cli", ["cli"]),
 ]
 

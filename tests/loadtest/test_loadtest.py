@@ -247,7 +247,11 @@ def test_server_command_carries_the_plans_deployment(case):
     dep = plan.deployments[0]
     argv, env = server_command(plan, dep.name, d / "model", port=8123, python="py")
     assert argv[:3] == ["py", "-m", "vllm.entrypoints.openai.api_server"]
-    assert all(a in argv for a in dep.engine_args) and "--no-enable-prefix-caching" in argv
+    from compiler.engine_run import _plan_args
+
+    # the plan's arguments, less address, dtype, name and context, which a local server sets itself
+    assert all(a in argv for a in _plan_args(dep)) and "--no-enable-prefix-caching" in argv
+    assert sum(a.startswith("--max-model-len") for a in argv) == 1 and "--host=0.0.0.0" not in argv
     assert argv[argv.index("--port") + 1] == "8123" and argv[argv.index("--host") + 1] == "127.0.0.1"
     longest = max(b.input_tokens_max + b.output_tokens_max for b in plan.buckets["chat"])
     assert f"--max-model-len={longest}" in argv

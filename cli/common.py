@@ -1,0 +1,57 @@
+"""What every ``trimtab`` command shares: the consoles (tables on stdout, messages on stderr), the option enums,
+and the handler that turns expected errors into their exit code (docs/errors.md) without a traceback."""
+from __future__ import annotations
+
+import sys
+from enum import Enum
+from functools import wraps
+
+import typer
+from rich.console import Console
+
+from compiler.errors import ExitCode, TrimtabError
+
+# Wide enough for the plan tables when output goes to a file or a CI log (rich assumes 80 columns there).
+out = Console(highlight=False, soft_wrap=True, width=None if sys.stdout.isatty() else 160)
+err = Console(stderr=True, highlight=False, soft_wrap=True, width=None if sys.stderr.isatty() else 160)
+
+
+class Fmt(str, Enum):
+    yaml = "yaml"
+    json = "json"
+
+
+class TableOrJson(str, Enum):
+    table = "table"
+    json = "json"
+
+
+class TraceFormat(str, Enum):
+    azure = "azure"
+    mooncake = "mooncake"
+    csv = "csv"
+
+
+class Solver(str, Enum):
+    highs = "highs"
+    cbc = "cbc"
+    cpsat = "cpsat"
+
+
+def _expected_errors(fn):
+    """Print TrimtabError lines and exit with their code; anything else is a bug and keeps its traceback."""
+
+    @wraps(fn)
+    def wrapper(*args, **kwargs):
+        try:
+            return fn(*args, **kwargs)
+        except TrimtabError as exc:
+            label = {ExitCode.INVALID_INPUT: "invalid input", ExitCode.INFEASIBLE: "infeasible",
+                     ExitCode.NO_SOLUTION: "no solution", ExitCode.CHECK_FAILED: "check failed",
+                     ExitCode.INTERNAL: "internal"}[exc.exit_code]
+            err.print(f"[bold red]error[/] ({label}):", markup=True)
+            for line in exc.lines:
+                err.print(f"  {line}", markup=False)
+            raise typer.Exit(int(exc.exit_code)) from None
+
+    return wrapper

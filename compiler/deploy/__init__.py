@@ -1,0 +1,62 @@
+"""Deployable artefacts from a plan (``trimtab emit``): Kubernetes manifests, docker compose files, NVIDIA
+Dynamo graphs, llm-d Helm values.
+
+Entry points: ``render(plan, spec, target, allow_experimental=False) -> (files, warnings)`` with files
+{relative path: text}, byte-stable for the same plan and spec; ``write(files, out_dir)``. docs/deploy.md
+describes each target and what it needs on the cluster.
+"""
+from __future__ import annotations
+
+from pathlib import Path
+
+from compiler.deploy.common import prepare
+from compiler.yamlio import dump_canonical
+
+TARGETS = ("k8s", "compose", "dynamo", "llm-d")
+
+
+def _multi(objs: list[dict]) -> str:
+    return "---\n".join(dump_canonical(o) for o in objs)
+
+
+def render(plan, spec, target: str, allow_experimental: bool = False) -> tuple[dict[str, str], list[str]]:
+    from compiler.deploy import compose, k8s
+
+    b = prepare(plan, spec, allow_experimental)
+    if target == "k8s":
+        files = {name: _multi(objs) for name, objs in k8s.manifests(b).items()}
+    elif target == "compose":
+        files = {name: dump_canonical(doc) for name, doc in compose.compose_files(b).items()}
+        for t in b.targets:  # the TensorRT-LLM extra options files the compose services mount
+            files.update(t.launch.files)
+    elif target == "dynamo":
+        from compiler.deploy import dynamo
+
+        files = {name: _multi(objs) for name, objs in dynamo.manifests(b).items()}
+    elif target == "llm-d":
+        from compiler.deploy import llmd
+
+        files = {name: dump_canonical(doc) for name, doc in llmd.values(b).items()}
+    else:
+        raise ValueError(f"unknown target {target!r}; one of {', '.join(TARGETS)}")
+    return dict(sorted(files.items())), b.warnings
+
+
+def stream(files: dict[str, str], target: str) -> str:
+    """Every file as one YAML stream (``kubectl apply -f -``); compose files are separate projects per node."""
+    from compiler.errors import InputError, Problem
+
+    if target in ("compose", "llm-d"):
+        raise InputError([Problem("-o", f"{target} writes one file per node or release; give a folder, not '-'")])
+    return "---\n".join(t for name, t in files.items() if name.endswith(".yaml"))
+
+
+def write(files: dict[str, str], out_dir: str | Path) -> list[Path]:
+    out = Path(out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    paths = []
+    for name, text in files.items():
+        p = out / name
+        p.write_text(text, encoding="utf-8")
+        paths.append(p)
+    return paths

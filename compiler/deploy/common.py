@@ -1,0 +1,134 @@
+"""What every deployment target shares: the plan re-read against its spec, names, and the numbers the manifests
+carry (start-up budget, autoscaling threshold, replica ceiling), each computed once here with its provenance.
+
+Entry point: ``prepare(plan, spec, allow_experimental) -> Bundle`` (raises ``InputError`` for a plan that no engine
+can run as planned, or one made from another spec).
+"""
+from __future__ import annotations
+
+import hashlib
+import math
+import re
+from dataclasses import dataclass
+from pathlib import Path
+
+import profiles as _bundled
+from compiler.engines.base import DeploymentFacts, Launch, engine_table
+from compiler.errors import InputError, Problem
+from compiler.yamlio import read_yaml_file
+
+GIB = 1024 ** 3
+# Start-up budget (startupProbe): a fixed part for process start, CUDA graphs and torch.compile, plus reading the
+# weights. Assumptions, stated in docs/deploy.md: vLLM logs typically show 1-4 min of compile and graph capture
+# on H100; 0.5 GB/s is a cold read from a network volume or the Hugging Face hub per replica (a warm local cache
+# is several times faster, so the budget errs long, which only delays a restart of a hung pod).
+STARTUP_FIXED_S = 300
+LOAD_GBPS = 0.5
+PROBE_PERIOD_S = 10
+PORT = 8000
+SHM_GIB = 16  # /dev/shm for NCCL and the engine's shared-memory broadcast between TP workers (vLLM docs: >= 1 GiB)
+CACHE_CLAIM = "trimtab-model-cache"
+HF_SECRET = "hf-token"
+
+
+@dataclass(frozen=True)
+class Target:
+    """One plan deployment as every target sees it."""
+
+    name: str  # DNS-1035 label: Kubernetes object and compose service name
+    dep: object  # compiler.plan.schema.Deployment
+    facts: DeploymentFacts
+    launch: Launch
+    weight_bytes: int  # whole replica, from the cost model's memory fit
+    startup_budget_s: int
+    queue_threshold: int | None  # waiting requests per replica above which to add one (None: engine has no gauge)
+    max_replicas: int  # the GPU inventory of its type allows this many replicas
+    gpu_k8s: dict  # resource, label, value (profiles/k8s_gpus.yaml)
+
+
+@dataclass(frozen=True)
+class Bundle:
+    plan: object
+    ir: object
+    engine: dict  # profiles/engine_flags.yaml entry of the plan's engine
+    targets: list[Target]
+    warnings: list[str]
+
+
+def k8s_name(name: str) -> str:
+    """A DNS-1035 label (lowercase letters, digits, '-', at most 63, starting with a letter): plan deployment names
+    may carry dots (model names such as llama-3.1-8b); long names keep a hash suffix so they stay distinct."""
+    s = re.sub(r"[^a-z0-9-]+", "-", name.lower()).strip("-")
+    if not s or not s[0].isalpha():
+        s = "d-" + s
+    if len(s) > 63:
+        s = s[:54].rstrip("-") + "-" + hashlib.sha256(name.encode()).hexdigest()[:8]
+    return s
+
+
+def gpu_labels() -> dict:
+    data, _ = read_yaml_file(Path(_bundled.data_dir()) / "k8s_gpus.yaml")
+    return data["gpus"]
+
+
+def queue_threshold(plan, ir, dep) -> int:
+    """Waiting requests per replica worth another replica: the requests that arrive at the replica's planned rate
+    within the tightest TTFT SLO it serves. A queue that long means arrivals outpace what the plan sized the
+    replica for, and a new request would wait about one TTFT budget before its prefill starts."""
+    ttft_s = min((ir.workload(r.workload).slo.ttft_ms for r in plan.routes
+                  if dep.name in (r.deployment, r.prefill, r.decode) and ir.workload(r.workload) is not None),
+                 default=1000.0) / 1000
+    return max(1, math.floor(dep.load_rps_per_replica * ttft_s))
+
+
+def prepare(plan, spec, allow_experimental: bool = False) -> Bundle:
+    """Re-lower the spec, refuse what no engine runs, and compute each deployment's target numbers."""
+    from compiler.cost.factory import replica_model
+    from compiler.check import plan_references
+    from compiler.engines.realise import launches, realise
+    from compiler.lower import lower
+
+    ir = lower(spec)
+    foreign = plan_references(plan, ir)
+    if foreign:
+        raise InputError(foreign, "plan")
+    problems = []
+    for i, d in enumerate(plan.deployments):
+        if d.kv is not None and d.kv.borrowed_gib > 0 and not allow_experimental:
+            problems.append(Problem(f"deployments[{i}] ({d.name}).kv.borrowed_gib",
+                                    f"{d.kv.borrowed_gib:g} GiB of live KV borrowed from "
+                                    f"{', '.join(d.kv.borrowed_from)}: "
+                                    "no engine flag realises cross-instance KV borrowing (docs/kv-tiers.md); re-plan "
+                                    "with defaults.kv_tiers: offload or off, or pass --allow-experimental"))
+    if problems:
+        raise InputError(problems, "plan")
+    warnings = []
+    if plan.input_hash != ir.input_hash:
+        warnings.append(f"the plan's input_hash {plan.input_hash} differs from the spec's {ir.input_hash}: it was "
+                        "made from another version of the spec or profiles; commands are re-derived from the spec")
+    # Commands are re-derived from plan + spec, so a plan written before engines were recorded emits the same
+    # way, and a hand-edited command cannot drift from the deployment it claims to run.
+    plan = realise(plan, ir)
+    labels = gpu_labels()
+    used: dict[str, int] = {}
+    for d in plan.deployments:
+        used[d.gpu] = used.get(d.gpu, 0) + d.replicas * d.tensor_parallel * d.pipeline_parallel
+    eng = engine_table(ir.engine.name)
+    targets = []
+    for d, (f, ln, w) in zip(plan.deployments, launches(plan, ir)):
+        mem = replica_model(ir, d.model, d.gpu, d.tensor_parallel, d.pipeline_parallel, d.dtype, d.max_batch_size,
+                            d.max_num_batched_tokens).memory
+        gpus = d.tensor_parallel * d.pipeline_parallel
+        weight_bytes = int(mem.weights_gib_per_gpu * GIB * gpus)
+        startup = STARTUP_FIXED_S + math.ceil(weight_bytes / (LOAD_GBPS * 1e9))  # whole model read per replica
+        pool = ir.gpu(d.gpu)
+        spare = (pool.count - used.get(d.gpu, 0)) // gpus if pool is not None else 0
+        if d.gpu not in labels:
+            raise InputError([Problem(f"deployments ({d.name}).gpu", f"no Kubernetes resource/label for GPU "
+                                      f"{d.gpu!r} in profiles/k8s_gpus.yaml")], "plan")
+        targets.append(Target(
+            name=k8s_name(d.name), dep=d, facts=f, launch=ln, weight_bytes=weight_bytes, startup_budget_s=startup,
+            queue_threshold=queue_threshold(plan, ir, d) if eng.get("queue_metric") else None,
+            max_replicas=d.replicas + max(spare, 0), gpu_k8s=labels[d.gpu]))
+        warnings += [x for x in w if x not in warnings]
+    return Bundle(plan, ir, eng, targets, warnings)

@@ -1,0 +1,47 @@
+"""docker compose files for a plan, one per node of its placement: each replica a service pinned to the GPU
+indices the placement gave it, on its own host port.
+
+Entry point: ``compose_files(bundle) -> dict[file name, document]``. A replica spanning nodes has no single-host
+form: ``InputError`` naming it (emit ``--to k8s`` instead, which uses a LeaderWorkerSet).
+"""
+from __future__ import annotations
+
+from compiler.deploy.common import PORT, SHM_GIB, Bundle
+from compiler.errors import InputError, Problem
+
+CONFIG_DIR = "/etc/trimtab"
+
+
+def compose_files(b: Bundle) -> dict[str, dict]:
+    problems = [Problem(f"deployments ({t.dep.name})", f"a replica spans {t.facts.nodes_per_replica} nodes; docker "
+                        "compose runs one host: emit --to k8s (LeaderWorkerSet)")
+                for t in b.targets if t.facts.nodes_per_replica > 1]
+    if problems:
+        raise InputError(problems, "plan")
+    nodes: dict[str, dict] = {}
+    health = b.engine["health_path"]
+    for t in b.targets:
+        reps: dict[int, tuple[str, list[int]]] = {}
+        for p in t.dep.placement:
+            node, gpus = reps.get(p.replica, (p.node, []))
+            reps[p.replica] = (node, gpus + list(p.gpus))
+        for r, (node, gpus) in sorted(reps.items()):
+            svc = {"image": b.engine["image"]["ref"], "command": list(t.launch.command),
+                   "environment": {"HF_TOKEN": "${HF_TOKEN:-}", "HF_HOME": "/models/hf"},
+                   "shm_size": f"{SHM_GIB}gb", "ipc": "host",
+                   "volumes": ["model-cache:/models"],
+                   "healthcheck": {"test": ["CMD", "python3", "-c", "import urllib.request; urllib.request."
+                                            f"urlopen('http://localhost:{PORT}{health}')"],
+                                   "interval": "10s", "retries": 3, "start_period": f"{t.startup_budget_s}s"},
+                   "deploy": {"resources": {"reservations": {"devices": [
+                       {"driver": "nvidia", "device_ids": [str(g) for g in sorted(gpus)],
+                        "capabilities": ["gpu"]}]}}},
+                   "restart": "unless-stopped"}
+            if t.launch.files:
+                svc["working_dir"] = CONFIG_DIR
+                svc["volumes"] = svc["volumes"] + [f"./{f}:{CONFIG_DIR}/{f}:ro" for f in sorted(t.launch.files)]
+            doc = nodes.setdefault(node, {"services": {}, "volumes": {"model-cache": {}}})
+            port = PORT + len(doc["services"])
+            svc["ports"] = [f"{port}:{PORT}"]
+            doc["services"][f"{t.name}-r{r}"] = svc
+    return {f"compose-{node}.yaml": nodes[node] for node in sorted(nodes)}

@@ -1,0 +1,178 @@
+"""Kubernetes manifests for a plan: per deployment a Deployment (a LeaderWorkerSet when a replica spans nodes),
+a Service, and a KEDA ScaledObject on the engine's queue gauge; a model-cache claim; Gateway API HTTPRoutes and
+a routing table for the plan's routes.
+
+Entry point: ``manifests(bundle) -> dict[file name, list[object]]``. tests/deploy/ validate every object:
+built-in kinds with kubernetes-validate, the CRDs (LeaderWorkerSet, ScaledObject, HTTPRoute) against their
+published schemas. docs/deploy.md says what each object needs on the cluster.
+"""
+from __future__ import annotations
+
+import math
+
+from compiler.deploy.common import (CACHE_CLAIM, GIB, HF_SECRET, PORT, PROBE_PERIOD_S, SHM_GIB, Bundle, Target,
+                                    k8s_name)
+from compiler.engines.base import LEADER_ENV, RANK_ENV
+
+APP = "trimtab"
+CONFIG_DIR = "/etc/trimtab"  # the TensorRT-LLM extra options file, from a ConfigMap; the container's workdir
+PROMETHEUS = "http://prometheus-operated.monitoring.svc:9090"  # edit to your Prometheus (docs/deploy.md)
+WORKLOAD_HEADER = "x-trimtab-workload"  # which workload a request belongs to (the client or gateway sets it)
+ROUTER_WEIGHT_SCALE = 10_000  # route shares become integer HTTPRoute weights
+
+
+def _labels(t: Target) -> dict:
+    return {"app.kubernetes.io/name": APP, "app.kubernetes.io/instance": t.name,
+            "trimtab.dev/model": k8s_name(t.dep.model), "trimtab.dev/role": t.dep.role}
+
+
+def _k8s_vars(argv) -> list[str]:
+    """Shell-style ${LEADER_ADDRESS}/${NODE_RANK} as Kubernetes $(VAR) references to the variables LWS sets."""
+    return [a.replace("${" + LEADER_ENV + "}", "$(LWS_LEADER_ADDRESS)").replace("${" + RANK_ENV + "}",
+                                                                                  "$(LWS_WORKER_INDEX)")
+            for a in argv]
+
+
+def _container(b: Bundle, t: Target, argv, gpus: int, serving: bool) -> dict:
+    env = [{"name": "HF_TOKEN", "valueFrom": {"secretKeyRef": {"name": HF_SECRET, "key": "token", "optional": True}}},
+           {"name": "HF_HOME", "value": "/models/hf"}]
+    mounts = [{"name": "dshm", "mountPath": "/dev/shm"}, {"name": "model-cache", "mountPath": "/models"}]
+    c = {"name": "engine", "image": b.engine["image"]["ref"], "command": list(argv), "env": env,
+         "resources": {"limits": {t.gpu_k8s["resource"]: gpus}, "requests": {t.gpu_k8s["resource"]: gpus}},
+         "volumeMounts": mounts}
+    if t.launch.files:
+        mounts.append({"name": "engine-files", "mountPath": CONFIG_DIR, "readOnly": True})
+        c["workingDir"] = CONFIG_DIR
+    if serving:
+        health = {"httpGet": {"path": b.engine["health_path"], "port": PORT}}
+        c["ports"] = [{"name": "http", "containerPort": PORT}]
+        c["startupProbe"] = {**health, "periodSeconds": PROBE_PERIOD_S,
+                             "failureThreshold": math.ceil(t.startup_budget_s / PROBE_PERIOD_S)}
+        c["readinessProbe"] = {**health, "periodSeconds": 5, "failureThreshold": 3}
+        c["livenessProbe"] = {**health, "periodSeconds": 10, "failureThreshold": 6}
+    return c
+
+
+def _pod(b: Bundle, t: Target, argv, gpus: int, serving: bool) -> dict:
+    vols = [{"name": "dshm", "emptyDir": {"medium": "Memory", "sizeLimit": f"{SHM_GIB}Gi"}},
+            {"name": "model-cache", "persistentVolumeClaim": {"claimName": CACHE_CLAIM}}]
+    if t.launch.files:
+        vols.append({"name": "engine-files", "configMap": {"name": f"{t.name}-engine-files"}})
+    return {"nodeSelector": {t.gpu_k8s["label"]: t.gpu_k8s["value"]},
+            "containers": [_container(b, t, argv, gpus, serving)], "volumes": vols}
+
+
+def _workload_object(b: Bundle, t: Target) -> dict:
+    labels = _labels(t)
+    gpus = t.dep.tensor_parallel * t.dep.pipeline_parallel
+    meta = {"name": t.name, "labels": labels}
+    if t.facts.nodes_per_replica == 1:
+        return {"apiVersion": "apps/v1", "kind": "Deployment", "metadata": meta,
+                "spec": {"replicas": t.dep.replicas, "selector": {"matchLabels": labels},
+                         "template": {"metadata": {"labels": labels},
+                                      "spec": _pod(b, t, t.launch.command, gpus, True)}}}
+    per = t.facts.gpus_per_node
+    return {"apiVersion": "leaderworkerset.x-k8s.io/v1", "kind": "LeaderWorkerSet", "metadata": meta,
+            "spec": {"replicas": t.dep.replicas, "startupPolicy": "LeaderCreated",
+                     "leaderWorkerTemplate": {
+                         "size": t.facts.nodes_per_replica,
+                         "leaderTemplate": {"metadata": {"labels": {**labels, "trimtab.dev/node": "leader"}},
+                                            "spec": _pod(b, t, _k8s_vars(t.launch.command), per, True)},
+                         "workerTemplate": {"metadata": {"labels": labels},
+                                            "spec": _pod(b, t, _k8s_vars(t.launch.worker_command), per, False)}}}}
+
+
+def _service(t: Target) -> dict:
+    sel = dict(_labels(t))
+    if t.facts.nodes_per_replica > 1:
+        sel["trimtab.dev/node"] = "leader"
+    return {"apiVersion": "v1", "kind": "Service", "metadata": {"name": t.name, "labels": _labels(t)},
+            "spec": {"selector": sel, "ports": [{"name": "http", "port": PORT, "targetPort": PORT}]}}
+
+
+def _scaler(b: Bundle, t: Target, kind: str, api: str) -> dict:
+    metric = b.engine["queue_metric"]["name"]
+    return {"apiVersion": "keda.sh/v1alpha1", "kind": "ScaledObject",
+            "metadata": {"name": t.name, "labels": _labels(t)},
+            "spec": {"scaleTargetRef": {"apiVersion": api, "kind": kind, "name": t.name},
+                     # The plan's replica count meets the SLO at the planned load: never scale below it.
+                     "minReplicaCount": t.dep.replicas, "maxReplicaCount": t.max_replicas,
+                     "triggers": [{"type": "prometheus", "metadata": {
+                         "serverAddress": PROMETHEUS,
+                         "query": f'sum({metric}{{pod=~"{t.name}-.*"}})',
+                         "threshold": str(t.queue_threshold)}}]}}
+
+
+def _engine_files(t: Target) -> dict:
+    return {"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": f"{t.name}-engine-files",
+                                                                 "labels": _labels(t)},
+            "data": dict(sorted(t.launch.files.items()))}
+
+
+def _cache_claim(b: Bundle) -> dict:
+    """One ReadWriteMany claim for every replica's Hugging Face cache: each model's weights once, twice over
+    (download staging), from the cost model's weight bytes."""
+    per_model: dict[str, int] = {}
+    for t in b.targets:
+        per_model[t.dep.model] = max(per_model.get(t.dep.model, 0), t.weight_bytes)
+    gib = math.ceil(2 * sum(per_model.values()) / GIB) + 10
+    return {"apiVersion": "v1", "kind": "PersistentVolumeClaim", "metadata": {"name": CACHE_CLAIM},
+            "spec": {"accessModes": ["ReadWriteMany"], "resources": {"requests": {"storage": f"{gib}Gi"}}}}
+
+
+def route_table(b: Bundle) -> dict:
+    """The plan's routes as a router needs them: per workload and prompt-length range, the backends and weights."""
+    names = {t.dep.name: t.name for t in b.targets}
+    buckets = {(w, x.name): x for w, xs in b.plan.buckets.items() for x in xs}
+    out: dict = {}
+    for r in b.plan.routes:
+        x = buckets[(r.workload, r.bucket)]
+        rng = out.setdefault(r.workload, {}).setdefault(r.bucket, {
+            "input_tokens_min": x.input_tokens_min, "input_tokens_max": x.input_tokens_max, "backends": []})
+        be = {"service": names[r.deployment]} if r.deployment else {"prefill": names[r.prefill],
+                                                                    "decode": names[r.decode]}
+        rng["backends"].append({**be, "share": r.share})
+    return {w: [{"bucket": k, **v} for k, v in sorted(bs.items())] for w, bs in sorted(out.items())}
+
+
+def _http_routes(b: Bundle) -> list[dict]:
+    """Gateway API HTTPRoutes: per workload (matched on a header), weighted backends summing the plan's shares
+    over its length buckets. Gateway API cannot match on prompt length or split P/D pairs: routes.yaml holds the
+    full table for a router that can (docs/deploy.md)."""
+    out = []
+    for w, ranges in route_table(b).items():
+        weights: dict[str, float] = {}
+        for rng in ranges:
+            for be in rng["backends"]:
+                if "service" in be:
+                    weights[be["service"]] = weights.get(be["service"], 0.0) + be["share"]
+        if not weights:
+            continue
+        refs = [{"name": s, "port": PORT, "weight": max(1, round(v * ROUTER_WEIGHT_SCALE))}
+                for s, v in sorted(weights.items())]
+        out.append({"apiVersion": "gateway.networking.k8s.io/v1", "kind": "HTTPRoute",
+                    "metadata": {"name": k8s_name(f"{w}-route"), "labels": {"app.kubernetes.io/name": APP}},
+                    "spec": {"parentRefs": [{"name": "trimtab-gateway"}],
+                             "rules": [{"matches": [{"headers": [{"name": WORKLOAD_HEADER, "value": w}]}],
+                                        "backendRefs": refs}]}})
+    return out
+
+
+def manifests(b: Bundle) -> dict[str, list[dict]]:
+    """File name -> objects. One file per deployment, plus shared.yaml (cache claim) and router.yaml."""
+    from compiler.yamlio import dump_canonical
+
+    files: dict[str, list[dict]] = {"shared.yaml": [_cache_claim(b)]}
+    for t in b.targets:
+        objs = [_workload_object(b, t), _service(t)]
+        if t.launch.files:
+            objs.insert(0, _engine_files(t))
+        if t.queue_threshold is not None:
+            multi = t.facts.nodes_per_replica > 1
+            objs.append(_scaler(b, t, "LeaderWorkerSet" if multi else "Deployment",
+                                "leaderworkerset.x-k8s.io/v1" if multi else "apps/v1"))
+        files[f"{t.name}.yaml"] = objs
+    table = {"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "trimtab-routes"},
+             "data": {"routes.yaml": dump_canonical(route_table(b))}}
+    files["router.yaml"] = [table, *_http_routes(b)]
+    return files

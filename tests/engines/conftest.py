@@ -1,0 +1,52 @@
+"""Plans of every example, planned once per test session (the engine tests read their commands)."""
+from __future__ import annotations
+
+from dataclasses import replace
+from pathlib import Path
+
+import pytest
+
+EXAMPLES = sorted(Path(__file__).resolve().parents[2].joinpath("examples").glob("*.yaml"))
+MULTI_NODE = Path(__file__).resolve().parent / "big405b.yaml"  # a replica spanning two nodes (no example does)
+
+
+@pytest.fixture(scope="session")
+def example_plans():
+    """{name: (plan, ir)} for every examples/*.yaml and big405b.yaml, as `trimtab plan` makes them (vLLM)."""
+    import compiler as trimtab
+    from compiler.lower import lower
+
+    out = {}
+    for path in [*EXAMPLES, MULTI_NODE]:
+        spec = trimtab.load_spec(path)
+        out[path.stem] = (trimtab.plan(spec).plan, lower(spec))
+    return out
+
+
+@pytest.fixture(scope="session")
+def example_specs():
+    import compiler as trimtab
+
+    return {p.stem: trimtab.load_spec(p) for p in [*EXAMPLES, MULTI_NODE]}
+
+
+def for_engine(plan, ir, engine: str):
+    """The same plan realised for another engine family (same deployments, that engine's commands)."""
+    from compiler.engines.realise import realise
+    from compiler.profiles import load_profiles
+
+    ir2 = replace(ir, engine=load_profiles().engines[engine])
+    return realise(plan, ir2), ir2
+
+
+def _facts(**kw):
+    """A 405B fp8 TP8 x PP2 replica over two 8-GPU nodes (no example spans nodes)."""
+    from compiler.engines.base import DeploymentFacts, ModelIdentity
+
+    base = dict(name="big-h100-sxm-tp8-pp2-t2k", model=ModelIdentity("llama-3.1-405b",
+                "meta-llama/Llama-3.1-405B-Instruct", "main", "llama-405b"), role="unified", tp=8, pp=2,
+                dtype="fp8", max_batch=128, max_step_tokens=2048, context_tokens=8192, kv_cache_tokens=90000,
+                memory_fraction=0.9, kv_free_fraction=0.8, prefix_caching=False, offload_gib=0.0,
+                nodes_per_replica=2, gpus_per_node=8)
+    base.update(kw)
+    return DeploymentFacts(**base)
