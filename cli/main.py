@@ -15,6 +15,7 @@ import typer
 
 from cli.common import Fmt, Solver, TableOrJson, TraceFormat, _expected_errors, err, out
 from cli.emit import emit_cmd
+from cli.sweep import sweep_cmd
 from compiler.errors import ExitCode, InfeasibleError, InputError, Problem
 
 app = typer.Typer(add_completion=True, no_args_is_help=True, rich_markup_mode="rich",
@@ -428,6 +429,7 @@ def schema(which: Annotated[SchemaName, typer.Argument(help="spec or plan")]) ->
 
 
 app.command("emit")(_expected_errors(emit_cmd))
+app.command("sweep")(_expected_errors(sweep_cmd))
 
 
 @app.command("what-if")
@@ -467,85 +469,6 @@ def what_if(
             out.print(line, markup=False)
     if output:
         output.write_text(emit(alt.plan), encoding="utf-8")
-
-
-@app.command()
-@_expected_errors
-def sweep(
-    spec: Annotated[Path, typer.Argument(help="Spec YAML.")],
-    sets: Annotated[Optional[list[str]], typer.Option("--set", help="PATH=V1,V2,... over what-if paths, e.g. "
-                                                      "workloads.chat.rate_rps=2,4,8 (repeatable: a grid).")] = None,
-    scenarios: Annotated[Optional[int], typer.Option(min=1, help="Plan N sampled traffic scenarios instead of a "
-                                                                 "grid.")] = None,
-    rate_cv: Annotated[float, typer.Option(min=0, help="Scenarios: CV of each workload's rate (lognormal, "
-                                                       "mean 1).")] = 0.0,
-    length_cv: Annotated[float, typer.Option(min=0, help="Scenarios: CV of each workload's output lengths.")] = 0.0,
-    input_cv: Annotated[float, typer.Option(min=0, help="Scenarios: CV of each workload's prompt lengths "
-                                                        "(not with --robust).")] = 0.0,
-    seed: Annotated[int, typer.Option(help="Scenario sampling seed.")] = 0,
-    robust: Annotated[Optional[float], typer.Option(help="With --scenarios: the cheapest plan that passes check "
-                                                         "in at least this share of them (docs/scale.md).")] = None,
-    check: Annotated[bool, typer.Option("--check", help="Also check each point's plan by simulation.")] = False,
-    check_seeds: Annotated[int, typer.Option(min=1, help="Simulation seeds per check.")] = 1,
-    serial: Annotated[bool, typer.Option("--serial", help="Plan in this process, one point after another.")] = False,
-    address: Annotated[Optional[str], typer.Option(help="Ray cluster to join (default: a local Ray).")] = None,
-    workers: Annotated[Optional[int], typer.Option(min=1, help="Ray tasks in flight (default: the CPUs).")] = None,
-    csv_path: Annotated[Optional[Path], typer.Option("--csv", help="Write one row per point here.")] = None,
-    plot: Annotated[Optional[Path], typer.Option(help="Write cost per point as a PNG here.")] = None,
-    output: Annotated[Optional[Path], typer.Option("-o", "--output", help="--robust: write the plan here.")] = None,
-    solver: Annotated[Optional[Solver], typer.Option(help="MILP backend; overrides the spec's solver.backend.")] = None,
-    time_limit: Annotated[Optional[float], typer.Option(min=0.01, help="Solver time limit per plan, seconds.")] = None,
-    analytic: Annotated[bool, typer.Option("--analytic", help="Plan points with the cost model only (no "
-                                                              "validation by simulation).")] = False,
-) -> None:
-    """Plan a spec over a grid of overrides or sampled traffic scenarios (Ray tasks when Ray is installed), or
-    find a robust plan (--robust q --scenarios N)."""
-    from compiler.api import load_spec
-    from compiler import sweep as sw
-    from compiler.sweep_report import plot as do_plot, progress_bar, results_table, robust_lines, write_csv
-
-    if sets and scenarios:
-        raise InputError([Problem("--set/--scenarios", "give a grid (--set) or scenarios (--scenarios), not both")])
-    if robust is not None and not scenarios:
-        raise InputError([Problem("--robust", "needs --scenarios N (the scenarios the plan must hold in)")])
-    if robust is not None and (csv_path or plot or analytic or check):
-        raise InputError([Problem("--robust", "prints every candidate's cost and share and writes the plan with -o; "
-                                              "--csv, --plot, --analytic and --check do not apply")])
-    s = load_spec(spec)
-    if robust is None:  # build (and validate) every point before starting Ray
-        points = (sw.scenario_points(s, scenarios, rate_cv, length_cv, input_cv, seed) if scenarios
-                  else sw.grid_points(s, sw.parse_sets(sets or [])))
-    ex = sw.make_executor("serial" if serial else "auto", address, workers)
-    try:
-        with progress_bar(err, "planning") as progress:
-            if robust is not None:
-                r = sw.robust_plan(s, robust, scenarios, rate_cv=rate_cv, length_cv=length_cv, input_cv=input_cv,
-                                   seed=seed, check_seeds=check_seeds, executor=ex,
-                                   backend=solver.value if solver else None, time_limit_s=time_limit,
-                                   progress=lambda lab, d, t: progress(d, t, lab))
-            else:
-                res = sw.run_points(s, points, executor=ex, check=check, check_seeds=check_seeds,
-                                    backend=solver.value if solver else None, time_limit_s=time_limit,
-                                    validate=not analytic, progress=progress)
-    finally:
-        ex.close()
-    if robust is not None:
-        for line in robust_lines(r):
-            out.print(line, markup=False)
-        if output is not None:
-            from compiler.plan.emit import emit
-
-            output.parent.mkdir(parents=True, exist_ok=True)
-            output.write_text(emit(r.plan), encoding="utf-8")
-            out.print(f"plan written to {output}", markup=False)
-        return
-    out.print(results_table(res, f"sweep of {s.name} ({ex.name}, {len(points)} points)"))
-    if csv_path is not None:
-        write_csv(res, points, csv_path)
-        out.print(f"results written to {csv_path}", markup=False)
-    if plot is not None:
-        do_plot(res, points, plot, f"{s.name}: plan cost per point")
-        out.print(f"plot written to {plot}", markup=False)
 
 
 @profiles_app.command("list")
