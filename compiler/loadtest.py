@@ -31,7 +31,7 @@ import numpy as np
 
 from compiler.errors import InputError, Problem
 from compiler.plan.schema import Plan
-from compiler.sim.metrics import WARMUP, _q
+from compiler.sim.metrics import WARMUP, _q, clean
 from compiler.spec.schema import Spec
 
 DEFAULT_REQUESTS = 200
@@ -260,13 +260,6 @@ class LoadtestResult:
         return out
 
     def to_dict(self) -> dict:
-        def clean(v):
-            if isinstance(v, float):
-                return None if not math.isfinite(v) else round(v, 6)
-            if isinstance(v, dict):
-                return {k: clean(x) for k, x in v.items()}
-            return v
-
         return {"ok": self.ok, "seed": self.seed, "rate_scale": self.rate_scale, "sent": self.sent,
                 "wall_s": round(self.wall_s, 3), "late_s_p99": clean(self.late_s_p99), "notes": self.notes,
                 "workloads": {k: {"requests": w.requests, "completed": w.completed, "errors": w.errors,

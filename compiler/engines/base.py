@@ -99,6 +99,25 @@ class Launch:
     warnings: tuple[str, ...] = ()
 
 
+def address_and_shape(f: "DeploymentFacts", t: dict) -> list[str]:
+    """The arguments every server command starts with, in its engine's names: address, served name and revision,
+    TP and PP, and the context length the plan routes."""
+    fl = t["flags"]
+    return [kv(fl["host"], "0.0.0.0"), kv(fl["port"], t["port"]),
+            kv(fl["served_name"], f.model.served_name), kv(fl["revision"], f.model.revision),
+            kv(fl["tensor_parallel"], f.tp), kv(fl["pipeline_parallel"], f.pp),
+            kv(fl["context"], f.context_tokens)]
+
+
+def dtype_args(f: "DeploymentFacts", t: dict) -> list[str]:
+    """fp8 weights and KV, or the weights' dtype."""
+    fl, val = t["flags"], t["values"]
+    if f.dtype == "fp8":
+        fp8 = val["fp8"]
+        return [kv(fl["quantization"], fp8["quantization"]), kv(fl["kv_cache_dtype"], fp8["kv_cache_dtype"])]
+    return [kv(fl["dtype"], val["dtype"][f.dtype])]
+
+
 def kv(flag: str, value) -> str:
     """``--flag=value``: one token per argument, so a shell, Kubernetes args and argparse read it alike."""
     return f"{flag}={value}"

@@ -7,7 +7,8 @@ SGLang's ``ServerArgs.add_cli_args`` parser when the ``sglang`` package imports 
 """
 from __future__ import annotations
 
-from compiler.engines.base import ADAPTER_DIR, LEADER_ENV, RANK_ENV, DeploymentFacts, Launch, flag_table, kv, num
+from compiler.engines.base import (ADAPTER_DIR, LEADER_ENV, RANK_ENV, DeploymentFacts, Launch, address_and_shape,
+                                   dtype_args, flag_table, kv, num)
 
 ENGINE = "sglang"
 DIST_PORT = 20000  # --dist-init-addr port of a multi-node replica's leader (any free port; fixed for stable bytes)
@@ -16,20 +17,13 @@ DIST_PORT = 20000  # --dist-init-addr port of a multi-node replica's leader (any
 def launch(f: DeploymentFacts) -> Launch:
     t = flag_table()[ENGINE]
     fl, val = t["flags"], t["values"]
-    a = [kv(fl["host"], "0.0.0.0"), kv(fl["port"], t["port"]),
-         kv(fl["served_name"], f.model.served_name), kv(fl["revision"], f.model.revision),
-         kv(fl["tensor_parallel"], f.tp), kv(fl["pipeline_parallel"], f.pp),
-         kv(fl["context"], f.context_tokens),
+    a = address_and_shape(f, t) + [
          # SGLang sizes its KV pool from --mem-fraction-static; capping it at the planned tokens keeps the
          # admission the cost model assumed.
          kv(fl["kv_pool_tokens"], f.kv_cache_tokens),
          kv(fl["max_batch"], f.max_batch), kv(fl["max_step_tokens"], f.max_step_tokens),
          kv(fl["memory_fraction"], num(f.memory_fraction)), fl["metrics"]]
-    if f.dtype == "fp8":
-        fp8 = val["fp8"]
-        a += [kv(fl["quantization"], fp8["quantization"]), kv(fl["kv_cache_dtype"], fp8["kv_cache_dtype"])]
-    else:
-        a.append(kv(fl["dtype"], val["dtype"][f.dtype]))
+    a += dtype_args(f, t)
     # Prefix caching: SGLang's radix cache is on unless --disable-radix-cache; nothing to add.
     if f.offload_gib > 0:  # HiCache: host-memory tier of the radix (prefix) cache, GiB per rank
         a += [fl["hierarchical_cache"], kv(fl["hicache_size"], num(f.offload_gib / (f.tp * f.pp)))]

@@ -7,7 +7,8 @@ from __future__ import annotations
 
 import json
 
-from compiler.engines.base import ADAPTER_DIR, LEADER_ENV, RANK_ENV, DeploymentFacts, Launch, flag_table, kv, num
+from compiler.engines.base import (ADAPTER_DIR, LEADER_ENV, RANK_ENV, DeploymentFacts, Launch, address_and_shape,
+                                   dtype_args, flag_table, kv, num)
 
 ENGINE = "vllm"
 
@@ -15,17 +16,10 @@ ENGINE = "vllm"
 def launch(f: DeploymentFacts) -> Launch:
     t = flag_table()[ENGINE]
     fl, val = t["flags"], t["values"]
-    a = [kv(fl["host"], "0.0.0.0"), kv(fl["port"], t["port"]),
-         kv(fl["served_name"], f.model.served_name), kv(fl["revision"], f.model.revision),
-         kv(fl["tensor_parallel"], f.tp), kv(fl["pipeline_parallel"], f.pp),
-         kv(fl["context"], f.context_tokens),
+    a = address_and_shape(f, t) + [
          kv(fl["max_batch"], f.max_batch), kv(fl["max_step_tokens"], f.max_step_tokens),
          fl["chunked_prefill"], kv(fl["memory_fraction"], num(f.memory_fraction))]
-    if f.dtype == "fp8":
-        fp8 = val["fp8"]
-        a += [kv(fl["quantization"], fp8["quantization"]), kv(fl["kv_cache_dtype"], fp8["kv_cache_dtype"])]
-    else:
-        a.append(kv(fl["dtype"], val["dtype"][f.dtype]))
+    a += dtype_args(f, t)
     if f.prefix_caching:  # on by default in V1; explicit because the plan's prefix_cache_tokens rely on it
         a.append(fl["prefix_caching"])
     if f.offload_gib > 0:  # OffloadingConnector: evicted prefix blocks in host memory, the whole replica's buffer

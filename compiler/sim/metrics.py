@@ -142,15 +142,6 @@ class SimResult:
         return [w.failure() for w in self.workloads.values() if not w.passed]
 
     def to_dict(self) -> dict:
-        def clean(v):
-            if isinstance(v, float):
-                return None if not math.isfinite(v) else round(v, 6)
-            if isinstance(v, dict):
-                return {k: clean(x) for k, x in v.items()}
-            if isinstance(v, (list, tuple)):
-                return [clean(x) for x in v]
-            return v
-
         ws = {}
         for w in self.workloads.values():
             d = {k: getattr(w, k) for k in ("requests", "completed", "unserved", "attainment", "target", "ttft_ms",
@@ -165,6 +156,17 @@ class SimResult:
                       "measured_from_s": self.measured_from_s, "duration_s": self.duration_s, "end_s": self.end_s,
                       "stopped_early": self.stopped_early, "steps": self.steps, "wall_s": self.wall_s,
                       "failures": self.failures(), "notes": self.notes, "workloads": ws, "deployments": ds})
+
+
+def clean(v):
+    """JSON-ready: floats rounded to 6 digits, non-finite ones None, in nested dicts, lists and tuples."""
+    if isinstance(v, float):
+        return None if not math.isfinite(v) else round(v, 6)
+    if isinstance(v, dict):
+        return {k: clean(x) for k, x in v.items()}
+    if isinstance(v, (list, tuple)):
+        return [clean(x) for x in v]
+    return v
 
 
 def summarise(sim) -> SimResult:
