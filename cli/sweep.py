@@ -39,7 +39,10 @@ def sweep_cmd(
                                                               "validation by simulation).")] = False,
 ) -> None:
     """Plan a spec over a grid of overrides or sampled traffic scenarios (Ray tasks when Ray is installed), or
-    find a robust plan (--robust q --scenarios N)."""
+    find a robust plan (--robust q --scenarios N).
+
+    Example: trimtab sweep examples/robust.yaml --scenarios 50 --rate-cv 0.5 --robust 0.95 -o robust.plan.yaml
+    """
     from compiler.api import load_spec
     from compiler import sweep as sw
     from compiler.sweep_report import plot as do_plot, progress_bar, results_table, robust_lines, write_csv
