@@ -65,9 +65,14 @@ def test_server_runs_the_plans_deployment(served):
     wd, spec, plan, srv = served
     d = plan.deployments[0]
     assert d.gpu == "cpu-xeon-2c" and len(plan.deployments) == 1
-    for flag in d.engine_args:  # the plan's flags, every one, as the server was started with them
+    from compiler.engine_run import _plan_args
+
+    carried = _plan_args(d)  # the plan's flags less address, dtype, name and context, which a local server sets
+    assert len(carried) >= len(d.engine_args) - 7 and "--max-num-seqs=" + str(d.max_batch_size) in carried
+    for flag in carried:  # every one, as the server was started with them
         assert flag in srv.argv
     assert "--max-model-len=288" in srv.argv  # 256 input + 32 output tokens, the plan's only bucket
+    assert d.context_tokens == 288  # ... which is also the context the plan's own command gives vLLM
     kv_gib = d.kv_cache_tokens * 8192 / 2**30  # 8 layers x 4 KV heads x 64 x 2 (K, V) x 2 B per token
     assert srv.env["VLLM_CPU_KVCACHE_SPACE"] == str(max(1, int(kv_gib)))
     # vLLM's own account of its KV cache: the GiB the plan's KV room converts to, and never more tokens than the
