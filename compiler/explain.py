@@ -21,7 +21,6 @@ from compiler.candidates import build_candidates
 from compiler.deployment import CandidateSet
 from compiler.formulate import formulate, n_var, slack_var
 from compiler.ir import ProblemIR
-from compiler.spec.paths import SpecPath
 from solvers.base import Backend, SolveOptions, SolveResult
 from solvers.model import MilpModel
 
@@ -85,13 +84,13 @@ def elastic_changes(ir: ProblemIR, model: MilpModel, backend: Backend, options: 
     changes = []
     for con in model.constraints:
         s = res.values.get(slack_var(con.name), 0.0) if con.relaxable else 0.0
-        path = SpecPath.from_origin(con.origin) if s > 1e-6 else None
+        path = con.origin if s > 1e-6 and con.origin is not None and con.origin.whatif else None
         if path is None:
             continue
         if con.family == "inventory" and s > 0.5:
-            changes.append(Change(path.whatif, path.where, int(con.rhs), int(con.rhs) + int(round(s)), "raise"))
+            changes.append(Change(path.whatif, str(path), int(con.rhs), int(con.rhs) + int(round(s)), "raise"))
         elif con.family == "budget":
-            changes.append(Change(path.whatif, path.where, con.rhs, math.ceil((con.rhs + s) * 100) / 100,
+            changes.append(Change(path.whatif, str(path), con.rhs, math.ceil((con.rhs + s) * 100) / 100,
                                   "raise"))
     return changes
 

@@ -3,6 +3,8 @@ traffic classes, prefix caches and KV tiers that go with it: the cost model's on
 """
 from __future__ import annotations
 
+from dataclasses import replace
+
 from compiler.cost.model import GIB, KvTier, ReplicaModel, TrafficClass
 from compiler.ir import ProblemIR, WorkloadIR
 from compiler.lengths import LengthBucket
@@ -24,6 +26,18 @@ def replica_model(ir: ProblemIR, model: str, gpu: str, tp: int, pp: int, dtype: 
         return LoraReplicaModel(ir.models[model], pool.profile, ir.engine, tp, pp, dtype, max_num_seqs,
                                 max_batched_tokens, **lora)
     return ReplicaModel(ir.models[model], pool.profile, ir.engine, tp, pp, dtype, max_num_seqs, max_batched_tokens)
+
+
+def lend(rm: ReplicaModel, lent_gib: float) -> ReplicaModel:
+    """``rm`` with its HBM KV reduced by the ``lent_gib`` GiB per replica it lends to instances on its node
+    (docs/kv-tiers.md); ``rm`` itself when it lends none."""
+    if lent_gib <= 0:
+        return rm
+    mem = rm.memory
+    lent = int(lent_gib * GIB / (rm.tp * rm.pp) / mem.kv_bytes_per_token_per_gpu + 0.5)
+    rm.__dict__["memory"] = replace(mem, kv_cache_tokens=max(mem.kv_cache_tokens - lent, 0))
+    rm.__dict__.pop("kv_capacity_tokens", None)
+    return rm
 
 
 def traffic_class(b: LengthBucket, rate_rps: float, w: WorkloadIR | None = None,

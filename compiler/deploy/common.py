@@ -9,7 +9,7 @@ from __future__ import annotations
 import hashlib
 import math
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 import profiles as _bundled
@@ -83,7 +83,7 @@ def queue_threshold(plan, ir, dep) -> int:
 
 def prepare(plan, spec, allow_experimental: bool = False) -> Bundle:
     """Re-lower the spec, refuse what no engine runs, and compute each deployment's target numbers."""
-    from compiler.cost.factory import replica_model
+    from compiler.deployment import DeploymentSpecView, replica_model_of
     from compiler.check import plan_references
     from compiler.engines.realise import launches, realise
     from compiler.lower import lower
@@ -116,8 +116,7 @@ def prepare(plan, spec, allow_experimental: bool = False) -> Bundle:
     eng = engine_table(ir.engine.name)
     targets = []
     for d, (f, ln, w) in zip(plan.deployments, launches(plan, ir)):
-        mem = replica_model(ir, d.model, d.gpu, d.tensor_parallel, d.pipeline_parallel, d.dtype, d.max_batch_size,
-                            d.max_num_batched_tokens).memory
+        mem = replica_model_of(ir, replace(DeploymentSpecView.of_plan(d), kv_lent_gib=0.0)).memory
         gpus = d.tensor_parallel * d.pipeline_parallel
         weight_bytes = int(mem.weights_gib_per_gpu * GIB * gpus)
         startup = STARTUP_FIXED_S + math.ceil(weight_bytes / (LOAD_GBPS * 1e9))  # whole model read per replica

@@ -8,6 +8,7 @@ emitters and ``trimtab emit`` read). The numbers come from the plan and the cost
 from __future__ import annotations
 
 import math
+from dataclasses import replace
 
 from compiler.engines import sglang, trtllm, vllm
 from compiler.engines.base import DeploymentFacts, Launch, ModelIdentity, engine_table
@@ -39,7 +40,7 @@ def _nodes_per_replica(d) -> int:
 def deployment_facts(plan, ir) -> list[tuple[DeploymentFacts, list[str]]]:
     """Per deployment (plan order): its facts and the warnings they raise (a routed request longer than the
     engine will admit)."""
-    from compiler.cost.factory import replica_model
+    from compiler.deployment import DeploymentSpecView, replica_model_of
 
     ids = getattr(ir, "identities", None) or {}
     out = []
@@ -51,8 +52,7 @@ def deployment_facts(plan, ir) -> list[tuple[DeploymentFacts, list[str]]]:
         if routed > ctx:
             warns.append(f"{d.name}: the engine admits {ctx} tokens per request (its KV cache holds "
                          f"{d.kv_cache_tokens}); routed requests reach {routed}")
-        rm = replica_model(ir, d.model, d.gpu, d.tensor_parallel, d.pipeline_parallel, d.dtype, d.max_batch_size,
-                           d.max_num_batched_tokens)
+        rm = replica_model_of(ir, replace(DeploymentSpecView.of_plan(d), kv_lent_gib=0.0))
         mem = rm.memory
         free = (ir.gpu(d.gpu).profile.memory_gib.value - mem.weights_gib_per_gpu - mem.activation_gib_per_gpu
                 - mem.reserve_gib_per_gpu)  # HBM left after weights and workspace: what TensorRT-LLM's share is of

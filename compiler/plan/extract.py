@@ -65,9 +65,7 @@ def _normalise(routes: list[RouteView]) -> list[RouteView]:
 def views(deps: list[tuple[Candidate, int]]) -> list[DeploymentSpecView]:
     from compiler.disagg import colocation
 
-    return [DeploymentSpecView(c.id, c.model, c.gpu, c.tp, c.pp, c.dtype, c.max_num_seqs, c.max_batched_tokens, n,
-                               c.role, colocated_with=colocation(c.id).get("colocated_with") or "",
-                               kv_offload_gib=c.kv_offload_gib, kv_borrow_gib=c.kv_borrow_gib)
+    return [DeploymentSpecView.of_candidate(c, n, colocated_with=colocation(c.id).get("colocated_with") or "")
             for c, n in deps]
 
 
@@ -174,7 +172,7 @@ def finish_plan(plan: Plan, spec, ir: ProblemIR, last_sim, sim_requests: int, si
     from compiler.errors import InternalError
     from compiler.kvtiers import usable_host_gib
     from compiler.physics import breaches
-    from compiler.placement import ToPlace, place_kv, placement_inputs
+    from compiler.placement import place_kv, placement_inputs
     from compiler.plan.schema import Simulation
     from compiler.topology import build_topology
 
@@ -186,8 +184,7 @@ def finish_plan(plan: Plan, spec, ir: ProblemIR, last_sim, sim_requests: int, si
     groups, flows = placement_inputs(plan, ir)  # P/D: co-located groups, rack affinity of KV-heavy pairs
     kv = {d.name: (d.kv.borrowed_gib, d.kv.lent_gib, d.kv.offload_gib) for d in plan.deployments if d.kv is not None}
     host = {n.name: usable_host_gib(ir, n) for n in topo.nodes} if kv else {}
-    plan = with_placement(plan, place_kv([ToPlace(d.name, d.gpu, d.tensor_parallel, d.pipeline_parallel, d.replicas)
-                                          for d in plan.deployments], topo, kv, host, groups=groups, flows=flows))
+    plan = with_placement(plan, place_kv([DeploymentSpecView.of_plan(d) for d in plan.deployments], topo, kv, host, groups=groups, flows=flows))
     if last_sim is not None:
         plan = plan.model_copy(update={"simulation": Simulation(
             seeds=list(last_sim.seeds), requests=sim_requests, rounds=sim_rounds, passed=last_sim.ok,

@@ -245,12 +245,16 @@ class Replica:
             dt = self.it(n, (kv_dec + self.Csh) / n if n else 0.0, ptok, attn / ptok - ptok * 0.5 / m, m)
         else:
             dt = self.it(n, (kv_dec + self.Csh) / n if n else 0.0, ptok, attn / ptok - ptok * 0.5)
+        return self._begin(t, dt, n, ptok, kv_dec + self.kv_pref)
+
+    def _begin(self, t: float, dt: float, n: int, ptok: int, kv: int) -> float:
+        """Start a step of ``dt`` seconds at ``t`` with ``n`` requests decoding, ``ptok`` prompt tokens and ``kv``
+        KV tokens held: the step's state and the replica's statistics and timeline (every kind of replica)."""
         self.busy = True
         self.steps += 1
         self.n_step = n
         self.p_step = ptok
         self.t0 = t
-        kv = kv_dec + self.kv_pref
         self.busy_s += dt
         self.kv_area += kv * dt
         self.batch_area += n * dt

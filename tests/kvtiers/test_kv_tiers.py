@@ -23,7 +23,7 @@ from compiler.sim import simulate
 from compiler.spec.load import load_spec
 from compiler.whatif import apply_overrides
 from solvers import SolveOptions, get_backend
-from tests.conftest import ROOT, SMALL_SPEC
+from tests.conftest import ROOT, SMALL_SPEC, unit
 from tests.sim.helpers import one_deployment_plan, write_spec
 
 LONG = ROOT / "examples" / "long-context.yaml"
@@ -129,7 +129,7 @@ def test_kv_offload_row_binds(tmp_path):
     opts = SolveOptions(time_limit_s=30)
     m = formulate(ir, cands)
     row = next(c for c in m.constraints if c.name == "kv_offload[h100-sxm]")
-    assert row.family == "kv_offload" and "cpu_memory_gib" in row.origin
+    assert row.family == "kv_offload" and "cpu_memory_gib" in str(row.origin)
     res = be.solve(m, opts)
     assert sum(res.values.get(n_var(c.id), 0) for c in offl) >= 1
     small = replace(ir, gpus=tuple(replace(p, cpu_memory_gib=min(c.kv_offload_gib for c in offl)) for p in ir.gpus))
@@ -256,11 +256,11 @@ def _two_nodes():
 
 
 def test_borrower_is_placed_with_its_lender():
-    from compiler.placement import ToPlace, place, place_kv
+    from compiler.placement import place, place_kv
 
     # first fit puts the lender and one big replica on n0, the other big one and the borrower on n1
-    deps = [ToPlace("a-lend", "h100-sxm", 4, 1, 1), ToPlace("b-big", "h100-sxm", 4, 1, 2),
-            ToPlace("c-borrow", "h100-sxm", 2, 1, 1)]
+    deps = [unit("a-lend", "h100-sxm", 4, 1, 1), unit("b-big", "h100-sxm", 4, 1, 2),
+            unit("c-borrow", "h100-sxm", 2, 1, 1)]
     plain = place(deps, _two_nodes())
     assert {p.node for p in plain["c-borrow"]} != {p.node for p in plain["a-lend"]}
     kv = {"c-borrow": (10.0, 0.0, 0.0), "a-lend": (0.0, 12.0, 0.0)}
@@ -270,9 +270,9 @@ def test_borrower_is_placed_with_its_lender():
 
 def test_no_placement_for_borrowing_is_reported_plainly():
     from compiler.errors import InfeasibleError
-    from compiler.placement import ToPlace, place_kv
+    from compiler.placement import place_kv
 
-    deps = [ToPlace("b-borrow", "h100-sxm", 2, 1, 2), ToPlace("c-lend", "h100-sxm", 2, 1, 1)]
+    deps = [unit("b-borrow", "h100-sxm", 2, 1, 2), unit("c-lend", "h100-sxm", 2, 1, 1)]
     kv = {"b-borrow": (10.0, 0.0, 0.0), "c-lend": (0.0, 12.0, 0.0)}  # two borrowers, one lender: one is left out
     with pytest.raises(InfeasibleError, match="no placement exists that keeps every KV borrower"):
         place_kv(deps, _two_nodes(), kv, {"n0": 1000.0, "n1": 1000.0})
