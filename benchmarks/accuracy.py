@@ -133,13 +133,13 @@ def parse(path: Path, profiles=None) -> list[Row]:
 
 
 def _stated_limits(row: Row) -> tuple[int | None, int | None]:
-    """(max_num_seqs, max_batched_tokens) for the replica where the notes state them: TensorRT-LLM's
-    ``max_batch_size N per rank`` / ``max_num_tokens N`` (per attention-DP rank, so x dp for the replica),
-    vLLM's ``--max-num-batched-tokens N``."""
+    """(max_num_seqs, max_batched_tokens) where the notes state them: TensorRT-LLM's ``max_batch_size N`` /
+    ``max_num_tokens N``, vLLM's ``--max-num-batched-tokens N``. Per attention-DP rank, as the engines' flags
+    are and as ``replica(..., dp=)`` takes them."""
     low = row.raw["notes"].lower()
     seqs = re.search(r"max_batch_size (\d+)", low)
     mbt = re.search(r"(?:max_num_tokens|--max-num-batched-tokens) (\d+)", low)
-    return (int(seqs.group(1)) * row.dp if seqs else None), (int(mbt.group(1)) * row.dp if mbt else None)
+    return (int(seqs.group(1)) if seqs else None), (int(mbt.group(1)) if mbt else None)
 
 
 def _engine_limits(row: Row, eng) -> tuple[int, int]:
