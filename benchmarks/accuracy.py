@@ -23,8 +23,16 @@ How a row becomes a prediction (the setup only; no per-row parameters):
     compared per GPU (the A100 table's header omits /GPU; per GPU is the reading consistent with the H100 table of
     the same document and with the hardware's roofline: the total for the whole TP group would be 4x lower);
     serving rows (tp 1) are per replica;
-  * vLLM defaults by version: v0.11 ``vllm serve`` uses max_num_seqs 1024 / max_num_batched_tokens 8192 on GPUs
-    with 70 GiB or more except A100, 256 / 2048 otherwise (vllm/engine/arg_utils.py); the 2024 nightly used 256.
+  * vLLM defaults by version: v0.10 and v0.11 ``vllm serve`` use max_num_seqs 1024 / max_num_batched_tokens 8192
+    on GPUs with 70 GiB or more except A100, 256 / 2048 otherwise (vllm/engine/arg_utils.py; read for v0.11, and
+    the branch cites vLLM PR #17885 of May 2025, before v0.10); the 2024 nightly used 256;
+  * values the notes state win over defaults: TensorRT-LLM ``max_batch_size N`` / ``max_num_tokens N`` and vLLM
+    ``--max-num-batched-tokens N`` (per attention-DP rank, as the engines' flags and ``replica(dp=)`` take them);
+  * MoE table (benchmarks/data/moe_groundtruth.csv): optional ``dp``, ``ep``, ``dtype`` columns; ``dp``/``ep`` go
+    to ``replica`` when its signature has them (the MoE cost model); ``dtype`` wins over the notes; KV-cache dtype
+    from the notes (``benchmarks.groundtruth.precision``). Rows this checkout cannot predict (no model or GPU
+    profile, speculative decoding, dp/ep without the MoE API, a setup the profiles cannot run) are listed as
+    skipped with the reason and their line numbers.
 """
 from __future__ import annotations
 
@@ -146,7 +154,7 @@ def _engine_limits(row: Row, eng) -> tuple[int, int]:
     """(max_num_seqs, max_num_batched_tokens) the benchmark ran with (engine defaults of that version)."""
     text = row.raw["engine"].lower()
     if row.engine == "vllm":
-        if "v0.11" in text:
+        if (m := re.search(r"v0\.(\d+)", text)) and int(m.group(1)) >= 10:
             big = row.gpu in ("h100-sxm", "h200", "b200")
             seqs, mbt = (1024, 8192) if big else (256, 2048)
         else:
