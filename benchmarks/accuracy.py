@@ -60,7 +60,7 @@ GROUPS = {"throughput": ("output_throughput_per_gpu", "output_throughput", "requ
           "tpot": ("tpot_mean_ms", "itl_mean_ms"),
           "e2e latency": ("e2e_latency_mean_ms",)}
 TARGET = {"throughput": 15.0, "ttft": 20.0, "tpot": 20.0, "e2e latency": 20.0}
-# Parallelism keywords of compiler.cost.predict.replica this checkout has (dp, ep arrive with the MoE cost model).
+# Keyword parameters of compiler.cost.predict.replica in this checkout (dp and ep arrive with the MoE cost model).
 REPLICA_PARAMS = set(inspect.signature(replica).parameters)
 
 
@@ -90,10 +90,6 @@ class Row:
     @property
     def error_pct(self) -> float:
         return 100.0 * (self.predicted - self.value) / self.value
-
-    @property
-    def gpus(self) -> int:
-        return self.tp * self.pp * self.dp
 
     def setup(self) -> str:
         par = f"tp{self.tp}" + (f" pp{self.pp}" if self.pp > 1 else "") + (f" dp{self.dp}" if self.dp > 1 else "") \
