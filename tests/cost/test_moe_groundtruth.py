@@ -38,7 +38,7 @@ def test_every_row_is_well_formed():
         assert r["unit"] == METRIC_UNITS[r["metric"]] and float(r["value"]) > 0
         dp = int(r["dp"] or 1)
         assert int(r["tp"]) * int(r["pp"]) * dp == int(r["num_gpus"])
-        assert gpu_profile(r["gpu"]) in ("h100-sxm", "h200", "b200")
+        assert gpu_profile(r["gpu"]) in ("h100-sxm", "h200", "b200", "a100-80gb")
 
 
 def test_checker_names_each_defect(tmp_path):
