@@ -273,10 +273,14 @@ class Defaults(_Strict):
                                                      "dtype: bf16 or fp8 (fp8 weights and KV)")
     engine: Literal["vllm", "vllm-cpu", "sglang", "trt-llm"] = Field(
         default="vllm", description="serving engine family whose profile (profiles/engines) the cost model uses")
-    kv_tiers: Literal["off", "auto", "offload", "borrow"] = Field(
-        default="off", description="KV cache beyond HBM (docs/kv-tiers.md): off; auto (the planner may add a CPU "
-                                   "offload tier or borrow spare HBM KV of other instances on the node where it "
-                                   "pays); offload or borrow (only that tier)")
+    kv_tiers: Literal["off", "auto", "offload", "experimental-live"] = Field(
+        default="off", description="KV cache beyond HBM (docs/kv-tiers.md). off (default); auto or offload: a "
+                                   "host-memory tier of the prefix cache (evicted prefix blocks kept in CPU memory "
+                                   "and reloaded over PCIe on a hit: vLLM --kv-offloading-size, SGLang HiCache, "
+                                   "TensorRT-LLM host_cache_size) where its hits pay, for workloads with prefix "
+                                   "reuse; experimental-live: running requests' KV may spill to host memory or "
+                                   "borrow other instances' HBM, which no engine flag realises (trimtab emit "
+                                   "refuses such plans without --allow-experimental)")
 
 
 class SolverOptions(_Strict):
