@@ -33,10 +33,11 @@ def precheck(ir: ProblemIR, cands: CandidateSet) -> list[str]:
         if w.name not in served and not any(k[0] == w.name for k in best):
             reasons = sorted({p.reason.split(":")[0] for p in cands.pruned if p.id.startswith(w.name + "-")})
             gpus = ", ".join(f"{g.type} x{g.count}" for g in ir.gpus)
-            # KV beyond HBM is a way out only for memory, and only when the spec has not allowed it yet
+            # live KV beyond HBM is a way out only for memory, and only when the spec has not allowed it yet
             ways = ["Add larger or more GPUs", "use dtype fp8"]
-            if "memory" in reasons and getattr(ir, "kv_tiers", "off") == "off":
-                ways.append("allow KV beyond HBM with defaults.kv_tiers: auto (docs/kv-tiers.md)")
+            if "memory" in reasons and getattr(ir, "kv_tiers", "off") != "experimental-live":
+                ways.append("let live KV exceed HBM with defaults.kv_tiers: experimental-live (host memory or "
+                            "other instances' HBM; no engine flag realises it, docs/kv-tiers.md)")
             out.append(f"{w.name}: model {w.model} ({w.dtype}) fits no GPU in the spec at any tensor/pipeline "
                        f"parallelism ({gpus}); pruned for: {', '.join(reasons) or 'no candidates'}. "
                        f"{', '.join(ways[:-1])} or {ways[-1]}.")

@@ -1,5 +1,9 @@
 """KV tiers in plans: who offloads, who borrows, who lends (docs/kv-tiers.md).
 
+``offload_gib`` is the prefix cache's host-memory tier (``kv_tiers: auto`` / ``offload``, what engines realise)
+or, under ``kv_tiers: experimental-live``, live KV spilled to host memory; borrowing and lending exist only
+under experimental-live (deployments marked ``kv.live``).
+
 The cost model's side is ``compiler.cost.model.KvTier`` (a replica's KV capacity beyond HBM and the link to it);
 candidates with a tier and the MILP rows ``kv_offload[g]`` / ``kv_borrow[g]`` are in ``compiler.candidates`` and
 ``compiler.formulate``. This module turns a solved plan's tiers into plan fields and back:
@@ -72,6 +76,10 @@ def verify_kv(plan, ir, assessment, topo=None) -> list[str]:
         return bad
     if ir.kv_tiers == "off":
         return [f"deployment {d.name}: uses a KV tier but the spec has defaults.kv_tiers: off" for d in tiered]
+    if ir.kv_tiers != "experimental-live":  # the prefix cache's host tier only: no live KV beyond HBM
+        bad += [f"deployment {d.name}: holds live KV beyond HBM (live, borrowed or lent KV) but the spec has "
+                f"defaults.kv_tiers: {ir.kv_tiers}, whose tier is the prefix cache's host memory; live KV needs "
+                "experimental-live" for d in tiered if d.kv.live or d.kv.borrowed_gib > 0 or d.kv.lent_gib > 0]
     by = {d.name: d for d in plan.deployments}
     off_by_gpu: dict[str, float] = {}
     bor_by_gpu: dict[str, float] = {}

@@ -94,12 +94,14 @@ def prepare(plan, spec, allow_experimental: bool = False) -> Bundle:
         raise InputError(foreign, "plan")
     problems = []
     for i, d in enumerate(plan.deployments):
-        if d.kv is not None and d.kv.borrowed_gib > 0 and not allow_experimental:
-            problems.append(Problem(f"deployments[{i}] ({d.name}).kv.borrowed_gib",
-                                    f"{d.kv.borrowed_gib:g} GiB of live KV borrowed from "
-                                    f"{', '.join(d.kv.borrowed_from)}: "
-                                    "no engine flag realises cross-instance KV borrowing (docs/kv-tiers.md); re-plan "
-                                    "with defaults.kv_tiers: offload or off, or pass --allow-experimental"))
+        live = d.kv is not None and (d.kv.live or d.kv.borrowed_gib > 0 or d.kv.lent_gib > 0)
+        if live and not allow_experimental:
+            from compiler.engines.realise import live_kv_summary
+            problems.append(Problem(f"deployments[{i}] ({d.name}).kv",
+                                    f"experimental live KV tier ({live_kv_summary(d.kv)}): no engine flag realises "
+                                    "live-KV spill or cross-instance borrowing (docs/kv-tiers.md); re-plan with "
+                                    "defaults.kv_tiers: auto (the prefix cache's host tier) or off, or pass "
+                                    "--allow-experimental"))
     if problems:
         raise InputError(problems, "plan")
     warnings = []

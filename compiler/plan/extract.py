@@ -5,6 +5,7 @@ import math
 from dataclasses import replace
 
 from compiler.assess import Assessment, assess
+from compiler.cost.factory import live_tiers
 from compiler.cost.predict import fidelity_warnings
 from compiler.deployment import Candidate, CandidateSet, DeploymentSpecView, RouteView
 from compiler.formulate import n_var, x_var
@@ -109,14 +110,20 @@ def build_plan(ir: ProblemIR, deps: list[tuple[Candidate, int]], routes: list[Ro
 
 def prefix_of(ir: ProblemIR, deps: list[tuple[Candidate, int]], a: Assessment) -> dict[str, PrefixReuse]:
     """Per workload with prefix reuse: the hit rate assumed (declared or measured) and what each deployment's
-    prefix cache gets of it."""
-    from compiler.cost.factory import prefix_hit
+    prefix cache gets of it (with its host-memory tier, if any: the two levels hit as one LRU of the larger)."""
+    from compiler.cost.factory import host_tier_tokens, prefix_hit, replica_model
+
+    def host(c: Candidate) -> int:
+        if c.kv_offload_gib <= 0 or live_tiers(ir):
+            return 0
+        return host_tier_tokens(replica_model(ir, c.model, c.gpu, c.tp, c.pp, c.dtype, c.max_num_seqs,
+                                              c.max_batched_tokens, kv_offload_gib=c.kv_offload_gib))
 
     out = {}
     for w in ir.workloads:
         if not w.prefix_hit_rate:
             continue
-        planned = {c.id: round(prefix_hit(w, a.deployments[c.id].prefix_cache_tokens), 6)
+        planned = {c.id: round(prefix_hit(w, max(a.deployments[c.id].prefix_cache_tokens, host(c))), 6)
                    for c, _ in deps if c.workload == w.name and c.id in a.deployments}
         out[w.name] = PrefixReuse(source=w.prefix_source, hit_rate=w.prefix_hit_rate,
                                   working_set_tokens=w.prefix_working_set, hit_rate_planned=dict(sorted(planned.items())))
@@ -128,8 +135,9 @@ def _kv(ir: ProblemIR, c: Candidate, alloc: dict) -> KvTiers | None:
     if ir.kv_tiers == "off":
         return None
     lent, lenders = alloc.get(c.id, (0.0, ()))
+    live = live_tiers(ir) and (c.kv_offload_gib > 0 or c.kv_borrow_gib > 0 or lent > 0)
     return KvTiers(hbm_tokens=c.kv_cache_tokens, offload_gib=c.kv_offload_gib, borrowed_gib=c.kv_borrow_gib,
-                   borrowed_from=list(lenders), lent_gib=lent)
+                   borrowed_from=list(lenders), lent_gib=lent, live=live)
 
 
 def goodput_of(ir: ProblemIR, routes: list[RouteView]) -> Goodput:

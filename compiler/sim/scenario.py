@@ -17,7 +17,7 @@ from pathlib import Path
 
 import numpy as np
 
-from compiler.cost.factory import prefix_cache
+from compiler.cost.factory import host_tier_tokens, prefix_hits
 from compiler.cost.model import ReplicaModel
 from compiler.deployment import DeploymentSpecView, replica_model_of
 from compiler.ir import ProblemIR
@@ -37,6 +37,10 @@ class SimDeployment:
     model: ReplicaModel
     prefix_reserved: int = 0  # KV tokens per replica kept for the prefix cache
     prefix_hits: dict[str, float] = field(default_factory=dict)  # per workload served: planned hit rate
+    # The prefix cache's host-memory tier (docs/kv-tiers.md): its tokens per replica, and per workload served the
+    # planned share of input tokens found only there (reloaded over PCIe)
+    prefix_host_tokens: int = 0
+    prefix_host_hits: dict[str, float] = field(default_factory=dict)
 
 
 @dataclass
@@ -108,9 +112,11 @@ def build_scenario(plan: Plan, spec: Spec, ir: ProblemIR, trace: Trace | None = 
             for wn in served:
                 wi = ir.workload(wn)
                 if wi is not None and wi.prefix_hit_rate:
-                    reserved, hit = prefix_cache(wi, rm)
+                    reserved, hbm, hit = prefix_hits(wi, rm)
                     sd.prefix_reserved = max(sd.prefix_reserved, reserved)
                     sd.prefix_hits[wn] = hit
+                    sd.prefix_host_hits[wn] = hit - hbm
+                    sd.prefix_host_tokens = host_tier_tokens(rm)
         deps.append(sd)
     pairs, xfer, pair_index = pair_targets(plan, ir, deps, dep_index)
     spec_w = {w.name: w for w in spec.workloads}
@@ -173,8 +179,10 @@ def attach_prefix_caches(sc: Scenario, replicas: list[list]) -> None:
         hits = {index[n]: h for n, h in d.prefix_hits.items() if n in index}
         hashes = {index[n]: sc.workloads[index[n]].prefix_hashes for n in d.prefix_hits
                   if n in index and sc.workloads[index[n]].prefix_hashes is not None}
+        host = {index[n]: h for n, h in d.prefix_host_hits.items() if n in index}
         for rep in reps:
-            rep.set_prefix(d.prefix_reserved, PrefixCache(d.prefix_reserved, hits, hashes))
+            rep.set_prefix(d.prefix_reserved, PrefixCache(d.prefix_reserved, hits, hashes, host,
+                                                          d.prefix_host_tokens))
 
 
 class PairTarget(tuple):
