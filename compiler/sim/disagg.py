@@ -17,10 +17,9 @@ and against the decode deployment otherwise (``worst_deployment`` is then the si
 """
 from __future__ import annotations
 
-import math
-from heapq import heappop, heappush
+from heapq import heappush
 
-from compiler.sim.engine import REJECTED, Simulation
+from compiler.sim.engine import Simulation
 from compiler.sim.engine import least_loaded as _least
 from compiler.sim.replica import Replica, Request
 
@@ -89,120 +88,82 @@ class DisaggSimulation(Simulation):
                 self.replicas[di] = [DecodeReplica(di, i, d.model, r.tl, r.tl_dt)
                                      for i, r in enumerate(self.replicas[di])]
 
-    def run(self, progress=None) -> "DisaggSimulation":
-        a = self.arrivals
-        sc = self.sc
-        ts, ws, isls, osls, deps = a.t.tolist(), a.w.tolist(), a.isl.tolist(), a.osl.tolist(), a.dep.tolist()
-        eosls = a.eosl.tolist()
-        n = len(ts)
-        reqs = self.requests
-        heap = self.events.heap
-        seq = self.events.seq
-        replicas = self.replicas
-        nd = len(sc.deployments)
-        caps = [d.model.memory.kv_cache_tokens for d in sc.deployments]
-        pairs = sc.pairs
-        proxies: dict[int, tuple[Request, int]] = {}  # rid -> (real request, pair index)
-        pair_of: dict[int, int] = {}
-        seen_done = {id(r): 0 for reps in replicas for r in reps}
-        t_stop = self.t_stop
-        i = 0
-        t = 0.0
-        tick = max(1, n // 100)
+    def _prepare(self) -> None:
+        super()._prepare()
+        self._caps = [d.model.memory.kv_cache_tokens for d in self.sc.deployments]
+        self._proxies: dict[int, tuple[Request, int]] = {}  # rid -> (real request, pair index)
+        self._pair_of: dict[int, int] = {}
+        self._seen_done: dict[int, int] = {}
 
-        def kick(rep, now):
-            if not rep.busy:
-                t_next = rep.start_step(now)
-                if t_next >= 0:
-                    heappush(heap, (t_next, next(seq), rep))
-
-        while True:
-            t_arr = ts[i] if i < n else math.inf
-            if heap and heap[0][0] <= t_arr:
-                t, _, item = heappop(heap)
-                if t > t_stop:
-                    self.stopped_early = True
-                    break
-                if isinstance(item, tuple):  # KV landed on the decode side
-                    r, dd, lo, hi = item
-                    r.t_first = t
-                    r.gen = 1
-                    if r.osl <= 1:
-                        r.t_done = t
-                        continue
-                    rep = _least(replicas[dd][lo:hi] or replicas[dd])
-                    rep.enqueue(r)
-                    kick(rep, t)
-                    continue
-                rep = item
-                rep.finish_step(t)
-                done = rep.done
-                k0 = seen_done[id(rep)]
-                if len(done) > k0 and sc.deployments[rep.dep].view.role == "prefill":
-                    for p in done[k0:]:
-                        real, pi = proxies.pop(p.rid)
-                        real.t_sched = p.t_sched
-                        real.preempted += p.preempted
-                        dd = pairs[pi][1]
-                        grp = getattr(pairs[pi], "group", None)
-                        if grp:  # co-located: a decode replica of the prefill replica's own group
-                            g = rep.index // grp[0]
-                            lo, hi = g * grp[1], (g + 1) * grp[1]
-                        else:
-                            lo, hi = 0, len(replicas[dd])
-                        heappush(heap, (t + real.isl * sc.pair_xfer_s_per_token[pi], next(seq), (real, dd, lo, hi)))
-                    done.clear()  # proxies: the real requests are counted from reqs
-                seen_done[id(rep)] = len(done)
-                t_next = rep.start_step(t)
-                if t_next >= 0:
-                    heappush(heap, (t_next, next(seq), rep))
-                continue
-            if i >= n:
-                break
-            t = t_arr
-            d = deps[i]
-            pi = d - nd if d >= nd else -1
-            r = Request(i, ws[i], pairs[pi][0] if pi >= 0 else d, t, isls[i], osls[i], eosls[i])
-            reqs.append(r)
-            i += 1
-            if progress is not None and i % tick == 0:
-                progress(i / n)
-            if d < 0:
-                r.status = 3 if d == REJECTED else 2
-                continue
-            if pi >= 0:
-                pd, dd = pairs[pi]
-                if not replicas[pd] or not replicas[dd]:
-                    r.status = 2
-                    continue
-                if r.isl + 1 > caps[pd] or r.isl + r.osl > caps[dd]:
-                    r.status = 1
-                    continue
-                proxy = Request(r.rid, r.w, pd, t, r.isl, 1)
-                proxies[r.rid] = (r, pi)
-                pair_of[r.rid] = pi
-                rep = _least(replicas[pd])
-                rep.enqueue(proxy)
-                kick(rep, t)
-                continue
-            if not replicas[d]:
-                r.status = 2
-                continue
-            if r.isl + r.osl > caps[d]:
-                r.status = 1
-                continue
-            rep = _least(replicas[d])
+    def _on_event(self, t: float, item) -> None:
+        """A step end, or (a tuple) a request's KV landing on the decode side of its pair."""
+        sc, replicas = self.sc, self.replicas
+        if isinstance(item, tuple):  # KV landed on the decode side
+            r, dd, lo, hi = item
+            r.t_first = t
+            r.gen = 1
+            if r.osl <= 1:
+                r.t_done = t
+                return
+            rep = _least(replicas[dd][lo:hi] or replicas[dd])
             rep.enqueue(r)
-            kick(rep, t)
-        self.t_end = t
-        # Attribute each pair request to the side at fault: prefill when it missed TTFT, else decode.
-        ttft_slo = [w.ttft_s for w in sc.workloads]
-        for r in reqs:
-            pi = pair_of.get(r.rid, -1)
+            self._kick(rep, t)
+            return
+        rep = item
+        rep.finish_step(t)
+        done = rep.done
+        k0 = self._seen_done.get(id(rep), 0)
+        if len(done) > k0 and sc.deployments[rep.dep].view.role == "prefill":
+            pairs = sc.pairs
+            for p in done[k0:]:
+                real, pi = self._proxies.pop(p.rid)
+                real.t_sched = p.t_sched
+                real.preempted += p.preempted
+                dd = pairs[pi][1]
+                grp = getattr(pairs[pi], "group", None)
+                if grp:  # co-located: a decode replica of the prefill replica's own group
+                    g = rep.index // grp[0]
+                    lo, hi = g * grp[1], (g + 1) * grp[1]
+                else:
+                    lo, hi = 0, len(replicas[dd])
+                heappush(self.events.heap, (t + real.isl * sc.pair_xfer_s_per_token[pi], next(self.events.seq),
+                                            (real, dd, lo, hi)))
+            done.clear()  # proxies: the real requests are counted from reqs
+        self._seen_done[id(rep)] = len(done)
+        self._next_step(rep, t)
+
+    def _on_arrival(self, i: int, t: float) -> None:
+        """Arrival ``i``: targets past the deployments are pairs; a pair request is prefilled as a one-token proxy."""
+        sc, replicas, caps = self.sc, self.replicas, self._caps
+        d = self._dep[i]
+        nd = len(sc.deployments)
+        pi = d - nd if d >= nd else -1
+        r = Request(i, self._ws[i], sc.pairs[pi][0] if pi >= 0 else d, t, self._isl[i], self._osl[i],
+                    self._eosl[i])
+        self.requests.append(r)
+        if pi < 0:
+            self._admit(r, d, caps[d] if d >= 0 else 0, t)
+            return
+        pd, dd = sc.pairs[pi]
+        if not replicas[pd] or not replicas[dd]:
+            r.status = 2
+            return
+        if r.isl + 1 > caps[pd] or r.isl + r.osl > caps[dd]:
+            r.status = 1
+            return
+        self._proxies[r.rid] = (r, pi)
+        self._pair_of[r.rid] = pi
+        rep = _least(replicas[pd])
+        rep.enqueue(Request(r.rid, r.w, pd, t, r.isl, 1))
+        self._kick(rep, t)
+
+    def _after_run(self) -> None:
+        """Attribute each pair request to the side at fault: prefill when it missed TTFT, else decode."""
+        ttft_slo = [w.ttft_s for w in self.sc.workloads]
+        pairs = self.sc.pairs
+        for r in self.requests:
+            pi = self._pair_of.get(r.rid, -1)
             if pi >= 0 and r.t_first >= 0 and r.t_first - r.arrival <= ttft_slo[r.w]:
                 r.dep = pairs[pi][1]
-        if progress is not None:
-            progress(1.0)
-        return self
 
 

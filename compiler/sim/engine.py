@@ -138,60 +138,92 @@ class Simulation:
         self.events = EventQueue()
         self.t_end = 0.0
         self.stopped_early = False
+        self._prepare()
+
+    def _kick(self, rep: Replica, t: float) -> None:
+        """Start ``rep``'s next step at ``t`` when it is idle and has work; the step's end goes on the heap."""
+        if not rep.busy:
+            t_next = rep.start_step(t)
+            if t_next >= 0:
+                heappush(self.events.heap, (t_next, next(self.events.seq), rep))
+
+    def _next_step(self, rep: Replica, t: float) -> None:
+        """After a step of ``rep`` ended at ``t``: start its next one, if it has work, and put its end on the heap."""
+        t_next = rep.start_step(t)
+        if t_next >= 0:
+            heappush(self.events.heap, (t_next, next(self.events.seq), rep))
+
+    def _admit(self, r: Request, d: int, cap: int, t: float) -> None:
+        """An arrived request for deployment ``d`` (a negative ``d``: unrouted or refused): refused, unserved, too
+        long for the ``cap`` KV tokens of a replica, or queued on the least-loaded replica (the router)."""
+        if d < 0 or not self.replicas[d]:
+            r.status = 3 if d == REJECTED else 2
+            return
+        if r.isl + r.osl > cap:
+            r.status = 1
+            return
+        rep = least_loaded(self.replicas[d])
+        rep.enqueue(r)
+        self._kick(rep, t)
 
     def run(self, progress: Callable[[float], None] | None = None) -> "Simulation":
-        """Advance until every request is done (or t_stop); ``progress(fraction of arrivals)`` now and then."""
-        a = self.arrivals
-        ts, ws, isls, osls, deps = a.t.tolist(), a.w.tolist(), a.isl.tolist(), a.osl.tolist(), a.dep.tolist()
-        eosls = a.eosl.tolist()
-        rows = a.row.tolist() if a.row is not None and any(r.pfx is not None for g in self.replicas for r in g) else None
+        """Advance until every request is done (or t_stop); ``progress(fraction of arrivals)`` now and then. The
+        one event loop: the next step end (``_on_event``) or the next arrival (``_on_arrival``), arrivals second
+        on ties; subclasses (``compiler.sim.disagg``) change what an event or an arrival does, not the loop."""
+        ts = self.arrivals.t.tolist()
         n = len(ts)
-        reqs = self.requests
         heap = self.events.heap
-        seq = self.events.seq
-        replicas = self.replicas
-        caps = [getattr(d.model, "kv_capacity_tokens", d.model.memory.kv_cache_tokens)  # HBM plus a KV tier
-                for d in self.sc.deployments]
         t_stop = self.t_stop
+        on_event, on_arrival = self._on_event, self._on_arrival
         i = 0
         t = 0.0
         tick = max(1, n // 100)
         while True:
             t_arr = ts[i] if i < n else math.inf
             if heap and heap[0][0] <= t_arr:
-                t, _, rep = heappop(heap)
+                t, _, item = heappop(heap)
                 if t > t_stop:
                     self.stopped_early = True
                     break
-                rep.finish_step(t)
-                t_next = rep.start_step(t)
-                if t_next >= 0:
-                    heappush(heap, (t_next, next(seq), rep))
+                on_event(t, item)
                 continue
             if i >= n:
                 break
             t = t_arr
-            d = deps[i]
-            r = Request(i, ws[i], d, t, isls[i], osls[i], eosls[i])
-            if rows is not None:
-                r.row = rows[i]
-            reqs.append(r)
+            on_arrival(i, t)
             i += 1
             if progress is not None and i % tick == 0:
                 progress(i / n)
-            if d < 0 or not replicas[d]:
-                r.status = 3 if d == REJECTED else 2
-                continue
-            if r.isl + r.osl > caps[d]:
-                r.status = 1
-                continue
-            best = least_loaded(replicas[d])
-            best.enqueue(r)
-            if not best.busy:
-                t_next = best.start_step(t)
-                if t_next >= 0:
-                    heappush(heap, (t_next, next(seq), best))
         self.t_end = t
+        self._after_run()
         if progress is not None:
             progress(1.0)
         return self
+
+    def _prepare(self) -> None:
+        """Per-run lookups the hooks use: the arrivals as lists (scalar access), each deployment's KV capacity
+        (HBM plus a KV tier) and whether requests carry their trace row (prefix replay)."""
+        a = self.arrivals
+        self._ws, self._isl, self._osl, self._dep, self._eosl = (a.w.tolist(), a.isl.tolist(), a.osl.tolist(),
+                                                                 a.dep.tolist(), a.eosl.tolist())
+        self._rows = (a.row.tolist() if a.row is not None
+                      and any(r.pfx is not None for g in self.replicas for r in g) else None)
+        self._caps = [getattr(d.model, "kv_capacity_tokens", d.model.memory.kv_cache_tokens)
+                      for d in self.sc.deployments]
+
+    def _on_event(self, t: float, rep) -> None:
+        """A step of ``rep`` ended at ``t``: emit its tokens, start its next step."""
+        rep.finish_step(t)
+        self._next_step(rep, t)
+
+    def _on_arrival(self, i: int, t: float) -> None:
+        """Arrival ``i`` at ``t``: a request for its target deployment (``_admit``)."""
+        d = self._dep[i]
+        r = Request(i, self._ws[i], d, t, self._isl[i], self._osl[i], self._eosl[i])
+        if self._rows is not None:
+            r.row = self._rows[i]
+        self.requests.append(r)
+        self._admit(r, d, self._caps[d] if d >= 0 else 0, t)
+
+    def _after_run(self) -> None:
+        """Bookkeeping once the loop ends (the P/D simulation attributes pair requests)."""
