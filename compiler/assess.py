@@ -54,7 +54,8 @@ def assess(ir: ProblemIR, deployments: list[DeploymentSpecView], routes: list[Ro
     for name in sorted(deps):
         d = deps[name]
         rm = replica_model(ir, d.model, d.gpu, d.tp, d.pp, d.dtype, d.max_num_seqs, d.max_batched_tokens,
-                           lora=view_lora(ir, d), kv_offload_gib=d.kv_offload_gib, kv_borrow_gib=d.kv_borrow_gib)
+                           lora=view_lora(ir, d), kv_offload_gib=d.kv_offload_gib, kv_borrow_gib=d.kv_borrow_gib,
+                           dp=d.dp, ep=d.ep)
         items = per_dep[name]
         reps = max(d.replicas, 0)
         classes, keys = [], []

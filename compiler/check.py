@@ -75,18 +75,19 @@ def verify(plan: Plan, ir: ProblemIR, topo: Topology | None = None, slo: bool = 
         if d.model not in ir.models:
             bad.append(f"deployment {d.name}: model {d.model} is not in the spec")
             continue
-        n = d.replicas * d.tensor_parallel * d.pipeline_parallel
+        n = d.replicas * d.tensor_parallel * d.pipeline_parallel * d.data_parallel
         used[d.gpu] = used.get(d.gpu, 0) + n
         cost += n * pool.usd_per_hour
         try:
             rm = replica_model(ir, d.model, d.gpu, d.tensor_parallel, d.pipeline_parallel, d.dtype, d.max_batch_size,
-                               d.max_num_batched_tokens, lora=plan_lora(ir, d))
+                               d.max_num_batched_tokens, lora=plan_lora(ir, d), dp=d.data_parallel, ep=d.expert_parallel)
         except ValueError as exc:
             bad.append(f"deployment {d.name}: {exc}")
             continue
         mem = rm.memory
         if mem.kv_cache_tokens <= 0:
-            bad.append(f"deployment {d.name}: {d.model} does not fit {d.tensor_parallel * d.pipeline_parallel} x "
+            bad.append(f"deployment {d.name}: {d.model} does not fit "
+                       f"{d.tensor_parallel * d.pipeline_parallel * d.data_parallel} x "
                        f"{d.gpu} ({mem.weights_gib_per_gpu:.1f} GiB weights per GPU, {mem.usable_gib_per_gpu:.1f} usable)")
             continue
         if d.kv_cache_tokens > mem.kv_cache_tokens * 1.001:
@@ -94,7 +95,8 @@ def verify(plan: Plan, ir: ProblemIR, topo: Topology | None = None, slo: bool = 
         deps.append(DeploymentSpecView(d.name, d.model, d.gpu, d.tensor_parallel, d.pipeline_parallel, d.dtype,
                                        d.max_batch_size, d.max_num_batched_tokens, d.replicas, d.role,
                                        (d.max_loras, d.max_lora_rank, len(d.adapters)) if d.max_loras else (),
-                                       colocated_with=d.colocated_with or "", **_kv_view(d)))
+                                       colocated_with=d.colocated_with or "", **_kv_view(d), dp=d.data_parallel,
+                                       ep=d.expert_parallel))
     for g, n in sorted(used.items()):
         pool = ir.gpu(g)
         if n > pool.count:
@@ -228,8 +230,9 @@ def verify_placement(plan: Plan, topo: Topology) -> list[str]:
                 continue
             if n.gpu != d.gpu:
                 bad.append(f"placement {d.name}: node {p.node} has {n.gpu}, not {d.gpu}")
-            if len(p.gpus) != d.tensor_parallel or any(g < 0 or g >= n.gpus for g in p.gpus):
-                bad.append(f"placement {d.name} replica {p.replica}: GPUs {p.gpus} are not {d.tensor_parallel} "
+            stage_gpus = d.tensor_parallel * d.data_parallel  # one stage: its TP group x its DP ranks
+            if len(p.gpus) != stage_gpus or any(g < 0 or g >= n.gpus for g in p.gpus):
+                bad.append(f"placement {d.name} replica {p.replica}: GPUs {p.gpus} are not {stage_gpus} "
                            f"indices of {p.node} (0..{n.gpus - 1})")
                 continue
             if len({g // n.nvlink_domain for g in p.gpus}) > 1:

@@ -38,10 +38,13 @@ class Candidate:
     kv_offload_gib: float = 0.0
     kv_borrow_gib: float = 0.0
     kv_spare_gib: float = 0.0
+    # Mixture-of-experts layouts (compiler/layouts.py): attention data-parallel ranks, expert-parallel degree
+    dp: int = 1
+    ep: int = 1
 
     @property
     def gpus(self) -> int:
-        return self.tp * self.pp
+        return self.tp * self.pp * self.dp
 
     def capacity(self, bucket: str) -> float:
         return dict(self.capacity_rps).get(bucket, 0.0)
@@ -76,8 +79,9 @@ class CandidateSet:
         return {c.id: c for c in self.candidates}
 
 
-def candidate_id(workload: str, gpu: str, tp: int, pp: int, mbt: int) -> str:
-    return f"{workload}-{gpu}-tp{tp}" + (f"-pp{pp}" if pp > 1 else "") + f"-t{mbt // 1024}k"
+def candidate_id(workload: str, gpu: str, tp: int, pp: int, mbt: int, dp: int = 1, ep: int = 1) -> str:
+    return (f"{workload}-{gpu}-tp{tp}" + (f"-pp{pp}" if pp > 1 else "") + (f"-dp{dp}" if dp > 1 else "")
+            + (f"-ep{ep}" if ep > 1 else "") + f"-t{mbt // 1024}k")
 
 
 def shapes(ir: ProblemIR, w: WorkloadIR, pool: GpuPoolIR):
@@ -85,7 +89,7 @@ def shapes(ir: ProblemIR, w: WorkloadIR, pool: GpuPoolIR):
     heads, kv = int(arch.num_attention_heads.value), int(arch.num_kv_heads.value)
     per_node = int(pool.profile.gpus_per_node.value)
     layers = int(arch.num_layers.value)
-    weights_gib = arch.params_billion.value * 1e9 * (1 if w.dtype == "fp8" else 2) / 1024**3
+    weights_gib = arch.params_billion.value * 1e9 * {"fp8": 1.0, "fp4": 0.5625}.get(w.dtype, 2.0) / 1024**3
     fits_in_node = weights_gib < ir.engine.gpu_memory_utilization.value * pool.profile.memory_gib.value * per_node
     for tp in TP_OPTIONS:
         for pp in PP_OPTIONS:
@@ -124,6 +128,8 @@ class DeploymentSpecView:
     kv_offload_gib: float = 0.0  # KV tier per replica (docs/kv-tiers.md)
     kv_borrow_gib: float = 0.0
     colocated_with: str = ""  # co-located P/D pair: the other side (hand-off over NVLink, compiler.disagg)
+    dp: int = 1  # attention data-parallel ranks (MoE layouts)
+    ep: int = 1  # expert-parallel degree
 
 
 @dataclass(frozen=True, slots=True)

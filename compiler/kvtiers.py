@@ -127,7 +127,7 @@ def verify_kv(plan, ir, assessment, topo=None) -> list[str]:
         if kv.lent_gib > 0:
             lent_by_gpu[d.gpu] = lent_by_gpu.get(d.gpu, 0.0) + kv.lent_gib * d.replicas
             rm = replica_model(ir, d.model, d.gpu, d.tensor_parallel, d.pipeline_parallel, d.dtype, d.max_batch_size,
-                               d.max_num_batched_tokens)
+                               d.max_num_batched_tokens, dp=d.data_parallel, ep=d.expert_parallel)
             load = assessment.deployments.get(d.name) if assessment is not None else None
             used = load.kv_tokens_used if load is not None and load.stable else 0.0
             spare = max(rm.memory.kv_cache_tokens - used, 0.0)

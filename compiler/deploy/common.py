@@ -112,13 +112,13 @@ def prepare(plan, spec, allow_experimental: bool = False) -> Bundle:
     labels = gpu_labels()
     used: dict[str, int] = {}
     for d in plan.deployments:
-        used[d.gpu] = used.get(d.gpu, 0) + d.replicas * d.tensor_parallel * d.pipeline_parallel
+        used[d.gpu] = used.get(d.gpu, 0) + d.replicas * d.tensor_parallel * d.pipeline_parallel * d.data_parallel
     eng = engine_table(ir.engine.name)
     targets = []
     for d, (f, ln, w) in zip(plan.deployments, launches(plan, ir)):
         mem = replica_model(ir, d.model, d.gpu, d.tensor_parallel, d.pipeline_parallel, d.dtype, d.max_batch_size,
-                            d.max_num_batched_tokens).memory
-        gpus = d.tensor_parallel * d.pipeline_parallel
+                            d.max_num_batched_tokens, dp=d.data_parallel, ep=d.expert_parallel).memory
+        gpus = d.tensor_parallel * d.pipeline_parallel * d.data_parallel
         weight_bytes = int(mem.weights_gib_per_gpu * GIB * gpus)
         startup = STARTUP_FIXED_S + math.ceil(weight_bytes / (LOAD_GBPS * 1e9))  # whole model read per replica
         pool = ir.gpu(d.gpu)

@@ -52,7 +52,7 @@ def deployment_facts(plan, ir) -> list[tuple[DeploymentFacts, list[str]]]:
             warns.append(f"{d.name}: the engine admits {ctx} tokens per request (its KV cache holds "
                          f"{d.kv_cache_tokens}); routed requests reach {routed}")
         rm = replica_model(ir, d.model, d.gpu, d.tensor_parallel, d.pipeline_parallel, d.dtype, d.max_batch_size,
-                           d.max_num_batched_tokens)
+                           d.max_num_batched_tokens, dp=d.data_parallel, ep=d.expert_parallel)
         mem = rm.memory
         free = (ir.gpu(d.gpu).profile.memory_gib.value - mem.weights_gib_per_gpu - mem.activation_gib_per_gpu
                 - mem.reserve_gib_per_gpu)  # HBM left after weights and workspace: what TensorRT-LLM's share is of
@@ -67,7 +67,8 @@ def deployment_facts(plan, ir) -> list[tuple[DeploymentFacts, list[str]]]:
             prefix_caching=d.prefix_cache_tokens > 0, offload_gib=d.kv.offload_gib if d.kv is not None else 0.0,
             adapters=tuple(d.adapters), max_loras=d.max_loras, max_lora_rank=d.max_lora_rank,
             max_cpu_loras=d.max_cpu_loras, nodes_per_replica=nodes,
-            gpus_per_node=d.tensor_parallel * d.pipeline_parallel // nodes), warns))
+            gpus_per_node=d.tensor_parallel * d.pipeline_parallel * d.data_parallel // nodes,
+            dp=d.data_parallel, ep=d.expert_parallel), warns))
     return out
 
 

@@ -24,6 +24,10 @@ def launch(f: DeploymentFacts) -> Launch:
          kv(fl["max_batch"], f.max_batch), kv(fl["max_step_tokens"], f.max_step_tokens),
          kv(fl["memory_fraction"], num(f.memory_fraction)), fl["metrics"]]
     a += dtype_args(f, t)
+    if f.dp > 1:  # attention data parallelism: --tp-size counts all tp x dp GPUs (address_and_shape)
+        a += [kv(fl["data_parallel"], f.dp), fl["dp_attention"]]
+    if f.ep > 1:
+        a.append(kv(fl["expert_parallel_size"], f.ep))
     # Prefix caching: SGLang's radix cache is on unless --disable-radix-cache; nothing to add.
     if f.offload_gib > 0:  # HiCache: host-memory tier of the radix (prefix) cache, GiB per rank
         a += [fl["hierarchical_cache"], kv(fl["hicache_size"], num(f.offload_gib / (f.tp * f.pp)))]

@@ -67,7 +67,7 @@ def views(deps: list[tuple[Candidate, int]]) -> list[DeploymentSpecView]:
 
     return [DeploymentSpecView(c.id, c.model, c.gpu, c.tp, c.pp, c.dtype, c.max_num_seqs, c.max_batched_tokens, n,
                                c.role, colocated_with=colocation(c.id).get("colocated_with") or "",
-                               kv_offload_gib=c.kv_offload_gib, kv_borrow_gib=c.kv_borrow_gib)
+                               kv_offload_gib=c.kv_offload_gib, kv_borrow_gib=c.kv_borrow_gib, dp=c.dp, ep=c.ep)
             for c, n in deps]
 
 
@@ -84,6 +84,7 @@ def build_plan(ir: ProblemIR, deps: list[tuple[Candidate, int]], routes: list[Ro
     kv_alloc = allocate(deps) if ir.kv_tiers != "off" else {}
     deployments = [
         Deployment(name=c.id, model=c.model, gpu=c.gpu, tensor_parallel=c.tp, pipeline_parallel=c.pp, replicas=n,
+                   data_parallel=c.dp, expert_parallel=c.ep,
                    role=c.role, dtype=c.dtype, max_batch_size=c.max_num_seqs,
                    max_num_batched_tokens=c.max_batched_tokens, kv_cache_tokens=c.kv_cache_tokens,
                    load_rps_per_replica=a.deployments[c.id].rate_rps_per_replica,
@@ -186,7 +187,8 @@ def finish_plan(plan: Plan, spec, ir: ProblemIR, last_sim, sim_requests: int, si
     groups, flows = placement_inputs(plan, ir)  # P/D: co-located groups, rack affinity of KV-heavy pairs
     kv = {d.name: (d.kv.borrowed_gib, d.kv.lent_gib, d.kv.offload_gib) for d in plan.deployments if d.kv is not None}
     host = {n.name: usable_host_gib(ir, n) for n in topo.nodes} if kv else {}
-    plan = with_placement(plan, place_kv([ToPlace(d.name, d.gpu, d.tensor_parallel, d.pipeline_parallel, d.replicas)
+    plan = with_placement(plan, place_kv([ToPlace(d.name, d.gpu, d.tensor_parallel * d.data_parallel, d.pipeline_parallel,
+                                                        d.replicas)
                                           for d in plan.deployments], topo, kv, host, groups=groups, flows=flows))
     if last_sim is not None:
         plan = plan.model_copy(update={"simulation": Simulation(

@@ -98,7 +98,7 @@ def build_scenario(plan: Plan, spec: Spec, ir: ProblemIR, trace: Trace | None = 
             continue
         try:
             rm = replica_model(ir, d.model, d.gpu, d.tensor_parallel, d.pipeline_parallel, d.dtype, d.max_batch_size,
-                               d.max_num_batched_tokens, lora=plan_lora(ir, d), **plan_kv_tier(d))
+                               d.max_num_batched_tokens, lora=plan_lora(ir, d), **plan_kv_tier(d), dp=d.data_parallel, ep=d.expert_parallel)
         except ValueError:
             continue
         rm = lend_model(rm, d)  # a KV lender (docs/kv-tiers.md): its HBM KV shrinks by what it lends
@@ -106,7 +106,8 @@ def build_scenario(plan: Plan, spec: Spec, ir: ProblemIR, trace: Trace | None = 
             continue
         served = tuple(sorted({r.workload for r in plan.routes if d.name in (r.deployment, r.prefill, r.decode)}))
         dep_index[d.name] = len(deps)
-        sd = SimDeployment(d.name, served, rm, d.replicas, d.tensor_parallel * d.pipeline_parallel, d.role)
+        sd = SimDeployment(d.name, served, rm, d.replicas, d.tensor_parallel * d.pipeline_parallel * d.data_parallel,
+                           d.role)
         if d.role == "unified":
             for wn in served:
                 wi = ir.workload(wn)
