@@ -49,6 +49,8 @@ def test_every_example_command_parses_with_the_plan_values(example_plans):
             assert ns.gpu_memory_utilization == ir.engine.gpu_memory_utilization.value
             assert ns.enable_chunked_prefill is True
             assert (ns.quantization == "fp8") == (d.dtype == "fp8"), where
+            assert ns.data_parallel_size == d.data_parallel, where  # MoE layouts (examples/moe.yaml)
+            assert bool(ns.enable_expert_parallel) == (d.expert_parallel > 1), where
             assert d.command[3:] == d.engine_args, where
             if d.role in ("prefill", "decode"):
                 cfg = ns.kv_transfer_config
