@@ -144,8 +144,9 @@ def build_candidates(ir: ProblemIR, jobs: int | None = None) -> CandidateSet:
                     for b in w.buckets:
                         cls = traffic_class(b, 0.0, w, rm)
                         t0, d0 = rm.zero_load(cls)
-                        zero[b.name].append((t0, f"{pool.type} tp{tp}" + (f" pp{pp}" if pp > 1 else "")
-                                             + (f" dp{dp}" if dp > 1 else "") + (f" ep{ep}" if ep > 1 else ""), d0, cid))
+                        shape = (f"{pool.type} tp{tp}" + (f" pp{pp}" if pp > 1 else "") + (f" dp{dp}" if dp > 1 else "")
+                                 + (f" ep{ep}" if ep > 1 else ""))
+                        zero[b.name].append((t0, shape, d0, cid))
                         cap = rm.capacity_rps(cls, w.slo.ttft_ms, w.slo.tpot_ms, w.slo.percentile,
                                               guess=sibling.get(b.name))
                         if cap > 0:

@@ -80,7 +80,8 @@ def verify(plan: Plan, ir: ProblemIR, topo: Topology | None = None, slo: bool = 
         cost += n * pool.usd_per_hour
         try:
             rm = replica_model(ir, d.model, d.gpu, d.tensor_parallel, d.pipeline_parallel, d.dtype, d.max_batch_size,
-                               d.max_num_batched_tokens, lora=plan_lora(ir, d), dp=d.data_parallel, ep=d.expert_parallel)
+                               d.max_num_batched_tokens, lora=plan_lora(ir, d), dp=d.data_parallel,
+                               ep=d.expert_parallel)
         except ValueError as exc:
             bad.append(f"deployment {d.name}: {exc}")
             continue
@@ -307,7 +308,8 @@ def verify_kv_links(plan: Plan, ir: ProblemIR, topo: Topology) -> list[str]:
             continue
         for side in (dp, dd):
             if not side.placement and side.replicas and ir.gpu(side.gpu) is not None:
-                cap = nic_bytes_per_s(ir.gpu(side.gpu), side.tensor_parallel * side.pipeline_parallel)
+                cap = nic_bytes_per_s(ir.gpu(side.gpu),
+                                      side.tensor_parallel * side.pipeline_parallel * side.data_parallel)
                 if f / side.replicas > LINK_UTIL * cap * (1 + 1e-6):
                     bad.append(f"route {p} -> {d}: KV {f / side.replicas / 1e9:.2f} GB/s per replica of {side.name} "
                                f"over its NIC share, more than {LINK_UTIL:.0%} of {cap / 1e9:g} GB/s")

@@ -122,7 +122,8 @@ class ReplicaModel(ReplicaRoles, ReplicaPredictions):
     def plain(self, max_num_seqs: int) -> "ReplicaModel":
         """A plain replica of this shape (no KV tier, no adapters) with another batch limit."""
         return ReplicaModel(self.model, self.gpu, self.engine, self.tp, self.pp, self.dtype,
-                            -(-max_num_seqs // self.dp), self.rank_batched_tokens, self.kv_dtype, dp=self.dp, ep=self.ep)
+                            -(-max_num_seqs // self.dp), self.rank_batched_tokens, self.kv_dtype, dp=self.dp,
+                            ep=self.ep)
 
     @cached_property
     def memory(self) -> MemoryFit:

@@ -18,8 +18,8 @@ from dataclasses import dataclass
 
 from compiler.profiles import GpuProfile, ModelProfile, value_or, attention_params, expert_size, moe_layers
 
-__all__ = ["ACT_BYTES", "MoeLayer", "check_layout", "attention_flops_per_ctx", "attention_params", "expert_params", "expert_size",
-           "experts_touched", "is_mla", "kv_elements", "moe_layers"]
+__all__ = ["ACT_BYTES", "MoeLayer", "attention_flops_per_ctx", "attention_params", "check_layout", "expert_params",
+           "expert_size", "experts_touched", "is_mla", "kv_elements", "moe_layers"]
 
 ACT_BYTES = 2.0  # activations, router logits and the tokens dispatched to experts travel in bf16
 

@@ -187,8 +187,9 @@ def finish_plan(plan: Plan, spec, ir: ProblemIR, last_sim, sim_requests: int, si
     groups, flows = placement_inputs(plan, ir)  # P/D: co-located groups, rack affinity of KV-heavy pairs
     kv = {d.name: (d.kv.borrowed_gib, d.kv.lent_gib, d.kv.offload_gib) for d in plan.deployments if d.kv is not None}
     host = {n.name: usable_host_gib(ir, n) for n in topo.nodes} if kv else {}
-    plan = with_placement(plan, place_kv([ToPlace(d.name, d.gpu, d.tensor_parallel * d.data_parallel, d.pipeline_parallel,
-                                                        d.replicas)
+    # a stage's GPUs: its TP group times its attention DP ranks, placed in one NVLink domain
+    plan = with_placement(plan, place_kv([ToPlace(d.name, d.gpu, d.tensor_parallel * d.data_parallel,
+                                                  d.pipeline_parallel, d.replicas)
                                           for d in plan.deployments], topo, kv, host, groups=groups, flows=flows))
     if last_sim is not None:
         plan = plan.model_copy(update={"simulation": Simulation(

@@ -98,7 +98,8 @@ def build_scenario(plan: Plan, spec: Spec, ir: ProblemIR, trace: Trace | None = 
             continue
         try:
             rm = replica_model(ir, d.model, d.gpu, d.tensor_parallel, d.pipeline_parallel, d.dtype, d.max_batch_size,
-                               d.max_num_batched_tokens, lora=plan_lora(ir, d), **plan_kv_tier(d), dp=d.data_parallel, ep=d.expert_parallel)
+                               d.max_num_batched_tokens, lora=plan_lora(ir, d), **plan_kv_tier(d),
+                               dp=d.data_parallel, ep=d.expert_parallel)
         except ValueError:
             continue
         rm = lend_model(rm, d)  # a KV lender (docs/kv-tiers.md): its HBM KV shrinks by what it lends
@@ -207,6 +208,8 @@ def pair_targets(plan, ir, deps, dep_index):
         local = is_local_pair(dp, dd) and dp.group_replicas > 0 and dd.group_replicas > 0
         pairs.append(PairTarget(dep_index[p], dep_index[d],
                                 (dp.group_replicas, dd.group_replicas) if local else None))
-        xfer.append(transfer_s(ir, dp.model, dp.dtype, 1.0, dp.gpu, dp.tensor_parallel * dp.pipeline_parallel,
-                               dd.gpu, dd.tensor_parallel * dd.pipeline_parallel, local=is_local_pair(dp, dd)))
+        xfer.append(transfer_s(ir, dp.model, dp.dtype, 1.0, dp.gpu,
+                               dp.tensor_parallel * dp.pipeline_parallel * dp.data_parallel, dd.gpu,
+                               dd.tensor_parallel * dd.pipeline_parallel * dd.data_parallel,
+                               local=is_local_pair(dp, dd)))
     return pairs, xfer, index
