@@ -131,7 +131,7 @@ def build_candidates(ir: ProblemIR, jobs: int | None = None) -> CandidateSet:
                     cid = candidate_id(w.name, pool.type, tp, pp, mbt, dp, ep)
                     rm = replica_model(ir, w.model, pool.type, tp, pp, w.dtype, max_num_seqs, mbt, dp=dp, ep=ep)
                     mem = rm.memory
-                    if mem.kv_cache_tokens < longest:
+                    if mem.kv_cache_tokens // dp < longest:  # one request's KV stays on one attention DP rank
                         pruned.append(Pruned(cid, f"memory: {mem.weights_gib_per_gpu:.1f} GiB of weights per GPU leave "
                                                   f"KV room for {mem.kv_cache_tokens} tokens, the longest request needs "
                                                   f"{longest:.0f}"))

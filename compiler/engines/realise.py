@@ -47,16 +47,17 @@ def deployment_facts(plan, ir) -> list[tuple[DeploymentFacts, list[str]]]:
         warns: list[str] = []
         window = int(ir.models[d.model].max_context_tokens.value)
         routed = routed_context(plan, d.name)
-        ctx = min(routed or window, window, d.kv_cache_tokens)
+        rank_kv = d.kv_cache_tokens // d.data_parallel  # a request lives on one attention DP rank (MoE layouts)
+        ctx = min(routed or window, window, rank_kv)
         if routed > ctx:
             warns.append(f"{d.name}: the engine admits {ctx} tokens per request (its KV cache holds "
-                         f"{d.kv_cache_tokens}); routed requests reach {routed}")
+                         f"{rank_kv}); routed requests reach {routed}")
         rm = replica_model(ir, d.model, d.gpu, d.tensor_parallel, d.pipeline_parallel, d.dtype, d.max_batch_size,
                            d.max_num_batched_tokens, dp=d.data_parallel, ep=d.expert_parallel)
         mem = rm.memory
         free = (ir.gpu(d.gpu).profile.memory_gib.value - mem.weights_gib_per_gpu - mem.activation_gib_per_gpu
                 - mem.reserve_gib_per_gpu)  # HBM left after weights and workspace: what TensorRT-LLM's share is of
-        planned = d.kv_cache_tokens * mem.kv_bytes_per_token_per_gpu / GIB
+        planned = rank_kv * mem.kv_bytes_per_token_per_gpu / GIB  # each GPU holds its rank's tokens' KV
         frac = math.floor(1000 * planned / free) / 1000 if free > 0 else 0.0
         nodes = _nodes_per_replica(d)
         out.append((DeploymentFacts(

@@ -43,7 +43,7 @@ def test_every_example_command_parses_with_the_plan_values(example_plans):
             assert ns.served_model_name == [ir.identities[d.model].served_name], where
             assert (ns.tensor_parallel_size, ns.pipeline_parallel_size) == (d.tensor_parallel, d.pipeline_parallel)
             assert ns.max_model_len == d.context_tokens, where
-            assert 0 < ns.max_model_len <= d.kv_cache_tokens, where  # vLLM starts only if one request fits
+            assert 0 < ns.max_model_len <= d.kv_cache_tokens // d.data_parallel, where  # one request fits a rank
             assert ns.max_model_len <= ir.models[d.model].max_context_tokens.value, where
             assert (ns.max_num_seqs, ns.max_num_batched_tokens) == (d.max_batch_size, d.max_num_batched_tokens)
             assert ns.gpu_memory_utilization == ir.engine.gpu_memory_utilization.value
@@ -87,7 +87,8 @@ def test_context_is_the_largest_routed_request_capped_by_the_kv_cache(example_pl
                           + buckets[(r.workload, r.bucket)].output_tokens_max
                           for r in plan.routes if d.name in (r.deployment, r.prefill, r.decode)), default=0)
             window = int(ir.models[d.model].max_context_tokens.value)
-            assert d.context_tokens == min(routed or window, window, d.kv_cache_tokens), (name, d.name)
+            rank_kv = d.kv_cache_tokens // d.data_parallel  # one request lives on one attention DP rank
+            assert d.context_tokens == min(routed or window, window, rank_kv), (name, d.name)
             if routed > d.kv_cache_tokens:
                 capped += 1
                 assert any(w.startswith(f"{d.name}: the engine admits {d.kv_cache_tokens} tokens")
