@@ -118,10 +118,6 @@ def build_candidates(ir: ProblemIR, jobs: int | None = None) -> CandidateSet:
         longest = max(b.isl_max + b.osl_max for b in w.buckets)
         for pool in ir.gpus:
             fitted_once = False
-            if w.dtype == "fp4" and pool.profile.fp4_tflops is None:
-                pruned.append(Pruned(f"{w.name}-{pool.type}", f"{pool.type} has no FP4 tensor cores (no fp4_tflops in "
-                                                              f"its profile): dtype fp4 needs one that has them"))
-                continue
             for cid0, tp, pp, dp, ep, why in layouts(ir, w, pool):
                 if why:
                     pruned.append(Pruned(cid0, why))

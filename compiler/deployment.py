@@ -91,6 +91,10 @@ def shapes(ir: ProblemIR, w: WorkloadIR, pool: GpuPoolIR):
     layers = int(arch.num_layers.value)
     weights_gib = arch.params_billion.value * 1e9 * {"fp8": 1.0, "fp4": 0.5625}.get(w.dtype, 2.0) / 1024**3
     fits_in_node = weights_gib < ir.engine.gpu_memory_utilization.value * pool.profile.memory_gib.value * per_node
+    if w.dtype == "fp4" and pool.profile.fp4_tflops is None:  # docs/moe.md: FP4 weights need FP4 tensor cores
+        yield (candidate_id(w.name, pool.type, 1, 1, TOKEN_BUDGETS[0]), 1, 1,
+               f"{pool.type} has no FP4 tensor cores (no fp4_tflops in its profile): dtype fp4 needs a GPU with them")
+        return
     for tp in TP_OPTIONS:
         for pp in PP_OPTIONS:
             cid = candidate_id(w.name, pool.type, tp, pp, TOKEN_BUDGETS[0])

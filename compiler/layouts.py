@@ -26,7 +26,7 @@ def layouts(ir: ProblemIR, w: WorkloadIR, pool: GpuPoolIR):
     if experts <= 1:
         return
     if w.dtype == "fp4" and pool.profile.fp4_tflops is None:
-        return  # shapes' entries are pruned with the reason (compiler.candidates)
+        return  # shapes gave the reason
     heads, kv = int(arch.num_attention_heads.value), int(arch.num_kv_heads.value)
     for tp in TP_OPTIONS:
         if heads % tp or (kv % tp and tp % kv):

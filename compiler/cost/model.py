@@ -225,6 +225,11 @@ class ReplicaModel(ReplicaRoles, ReplicaPredictions):
         plus the LM head once per step; step = pp x stage + (pp - 1) x hand-off + engine overhead.
         The per-replica factors of these terms are folded once in ``_step``.
 
+        Mixture of experts (``compiler/cost/moe.py``, docs/cost-model.md): the routed experts the step's T tokens
+        touch, the router and the expert dispatch are added to the MLP term. With ``dp`` attention ranks the
+        attention-side terms take the busiest rank's tokens (b / dp decoding, a prompt's chunk on one rank),
+        the experts all ranks' tokens.
+
         KV tier (``kv_tier``; docs/kv-tiers.md): ``remote_share`` r of the context KV lives in the tier. Decode
         attention reads (1 - r) of its KV bytes from HBM (inside the roofline max) and r over the tier link at
         ``kv_tier.gbps_per_gpu``, added, not overlapped (conservative); so does the prior-context KV a prefill

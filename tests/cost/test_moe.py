@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import random
+from pathlib import Path
 
 import pytest
 
@@ -156,3 +157,33 @@ def test_layout_errors_name_the_cause():
         replica(P, "qwen3-30b-a3b", "h100-sxm", tp=2, ep=4)
     with pytest.raises(ValueError, match="no FP4"):
         replica(P, "gpt-oss-120b", "h100-sxm", dtype="fp4")
+
+
+def _cli(args):
+    from typer.testing import CliRunner
+
+    from cli.main import app
+
+    return CliRunner().invoke(app, args)
+
+
+def test_predict_cli_dp_ep_and_fp4():
+    r = _cli(["predict", "--model", "deepseek-v3", "--gpu", "b200", "--isl", "1000", "--osl", "500",
+              "--concurrency", "64", "--tp", "1", "--dp", "8", "--ep", "8", "--dtype", "fp4", "--format", "json"])
+    assert r.exit_code == 0, r.output
+    out = json.loads(r.output)
+    assert out["fits"] and out["output_tokens_per_s_per_gpu"] == pytest.approx(out["output_tokens_per_s"] / 8)
+    bad = _cli(["predict", "--model", "deepseek-v3", "--gpu", "h200", "--isl", "1000", "--osl", "500",
+                "--concurrency", "8", "--tp", "8", "--dtype", "fp4"])
+    assert bad.exit_code == 1 and "--dtype" in bad.output and "FP4" in bad.output
+    dense = _cli(["predict", "--model", "llama-3.1-8b", "--gpu", "h100-sxm", "--isl", "100", "--osl", "10",
+                  "--concurrency", "1", "--dp", "2"])
+    assert dense.exit_code == 1 and "--dp/--ep" in dense.output
+
+
+def test_fp4_on_gpus_without_fp4_is_infeasible_with_the_reason(tmp_path):
+    spec = (Path(__file__).resolve().parents[2] / "examples" / "moe.yaml").read_text().replace("dtype: fp8",
+                                                                                                "dtype: fp4")
+    (tmp_path / "s.yaml").write_text(spec)
+    r = _cli(["plan", str(tmp_path / "s.yaml"), "-o", str(tmp_path / "p.yaml")])
+    assert r.exit_code == 3 and "no FP4 tensor cores" in r.output
