@@ -15,7 +15,10 @@ output ``o`` of the requests routed to it and the batch ``B`` its KV cache holds
 
 A prefill deployment's prompt tokens/s are at most peak FLOP/s x GPUs / (2 x active params). Every term is a
 lower bound on time (all weights and all live KV read once per step at peak bandwidth; prefill at peak
-FLOP/s, attention FLOPs ignored), so the rates are upper bounds.
+FLOP/s, attention FLOPs ignored), so the rates are upper bounds. Mixture-of-experts models count their active
+parameters only (at a large batch more experts are read: still a lower bound on time); a replica's GPUs are
+tp x pp x dp; MLA models' KV is the latent (kv_lora_rank + qk_rope_head_dim per layer); fp4 counts 4 bits a
+weight (scales left out) at the GPU's fp4 peak.
 """
 from __future__ import annotations
 
