@@ -187,3 +187,13 @@ def test_fp4_on_gpus_without_fp4_is_infeasible_with_the_reason(tmp_path):
     (tmp_path / "s.yaml").write_text(spec)
     r = _cli(["plan", str(tmp_path / "s.yaml"), "-o", str(tmp_path / "p.yaml")])
     assert r.exit_code == 3 and "no FP4 tensor cores" in r.output
+
+
+def test_physics_guard_reads_the_mla_latent_and_fp4_peak():
+    """The speed-of-light guard (spec sheets only) uses MLA's latent KV and the B200's FP4 peak."""
+    from compiler.physics import _kv_bytes_per_token, prompt_bound
+
+    assert _kv_bytes_per_token(P.models["deepseek-v3"], "fp8") == 61 * (512 + 64)
+    m, g = P.models["gpt-oss-120b"], P.gpus["b200"]
+    assert prompt_bound(m, g, 1, "fp4") == pytest.approx(9000e12 / (2 * 5.1e9))
+    assert prompt_bound(m, g, 1, "fp4") == pytest.approx(2 * prompt_bound(m, g, 1, "fp8"))
