@@ -21,8 +21,8 @@ import math
 from dataclasses import replace
 from functools import cached_property
 
-from compiler.cost.moe import (MoeLayer, attention_flops_per_ctx, attention_params, check_layout, expert_params,
-                               is_mla, kv_elements, moe_layers)
+from compiler.cost.moe import (MoeLayer, attention_flops_per_ctx, attention_kernels, attention_params, check_layout,
+                               expert_params, is_mla, kv_elements, moe_layers)
 from compiler.cost.predictions import ReplicaPredictions
 from compiler.cost.queueing import (_Aitken, _bracket, _normal, _prefill_queue, _tail_decision, bisect_max,
                                     gamma_q)
@@ -114,6 +114,7 @@ class ReplicaModel(ReplicaRoles, ReplicaPredictions):
         # Per-layer weights (whole model, before sharding): attention projections from the architecture (GQA or
         # MLA); the LM head is vocab x hidden; the dense MLP is the rest of the parameter count, per layer.
         self.attn_params = attention_params(m)
+        self.attn_kernels_s = attention_kernels(m) * self.kernel_s  # MLA: more, smaller projections (moe.py)
         self.head_params = self.vocab * self.H
         embed = 2 * self.head_params if self.params > 2 * self.head_params + self.L * self.attn_params else self.head_params
         self.mlp_params = max((self.dense_params - embed) / self.L - self.attn_params, 0.0)  # dense MLP per layer
@@ -249,7 +250,7 @@ class ReplicaModel(ReplicaRoles, ReplicaPredictions):
         Ta = b + p  # tokens through attention on one rank
         # (rooflines as conditional expressions, not max(): the same values, a third faster in the hot path)
         x, y = a_w + Ta * a_act, Ta * a_fl
-        t_attn_proj = (x if x >= y else y) + k2
+        t_attn_proj = (x if x >= y else y) + (k2 if not self.mla else self.attn_kernels_s)
         x, y = m_w + Ta * m_act, Ta * m_fl  # the dense MLP (and shared experts), on the attention rank
         t_mlp = (x if x >= y else y) + k2
         if self.moe is not None:  # the routed experts some token goes to, the gate and the dispatch (moe.py)

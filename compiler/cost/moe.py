@@ -18,8 +18,8 @@ from dataclasses import dataclass
 
 from compiler.profiles import GpuProfile, ModelProfile, value_or, attention_params, expert_size, moe_layers
 
-__all__ = ["ACT_BYTES", "MoeLayer", "attention_flops_per_ctx", "attention_params", "check_layout", "expert_params",
-           "expert_size", "experts_touched", "is_mla", "kv_elements", "moe_layers"]
+__all__ = ["ACT_BYTES", "MoeLayer", "attention_flops_per_ctx", "attention_kernels", "attention_params", "check_layout",
+           "expert_params", "expert_size", "experts_touched", "is_mla", "kv_elements", "moe_layers"]
 
 ACT_BYTES = 2.0  # activations, router logits and the tokens dispatched to experts travel in bf16
 
@@ -65,6 +65,14 @@ def attention_flops_per_ctx(model: ModelProfile) -> tuple[float, float]:
     r_kv, rope = model.kv_lora_rank.value, value_or(model.qk_rope_head_dim)
     nope, v = value_or(model.qk_nope_head_dim, model.head_dim.value), value_or(model.v_head_dim, model.head_dim.value)
     return 2 * heads * (2 * r_kv + rope), 2 * heads * (nope + rope + v)
+
+
+def attention_kernels(model: ModelProfile) -> int:
+    """GEMM kernels of one layer's attention projections: fused QKV and O (GQA/MHA); MLA decode runs q down
+    (with a Q rank) and up, KV down, the two absorbed per-head products (W_UK, W_UV) and O."""
+    if not is_mla(model):
+        return 2
+    return 6 if model.q_lora_rank is not None else 5
 
 
 def expert_params(model: ModelProfile) -> float:
@@ -133,12 +141,13 @@ class MoeLayer:
     def compute_s(self, tokens: float) -> float:
         """Routed-expert GEMMs of ``tokens`` tokens (all dp ranks' tokens of the step) on one GPU:
         weights read = touched experts' bytes / G (balanced), FLOPs = 2 T k P_e / G, activations of the
-        T k / ep assignments a rank computes; two grouped-GEMM kernels (gate-up, down) per layer."""
+        T k / ep assignments a rank computes; four kernels per layer: the two grouped GEMMs (gate-up, down) and
+        the routing (top-k selection, sorting tokens by expert), as fused-MoE implementations run them."""
         touched = experts_touched(tokens, self.experts, self.topk)
         w = self.experts * touched * self.expert_params * self.wbytes / self.group
         act = tokens * self.topk / self.ep * (2 * self.hidden + 3 * self.inter * self.ep / self.group) * ACT_BYTES
         fl = 2 * tokens * self.topk * self.expert_params / self.group
-        return self.share * (max((w + act) / self.bw, fl / self.flops) + 2 * self.kernel_s)
+        return self.share * (max((w + act) / self.bw, fl / self.flops) + 4 * self.kernel_s)
 
     def router_s(self, rank_tokens: float) -> float:
         """The gate: hidden x experts logits per token on its attention rank (bf16 weights, replicated)."""
