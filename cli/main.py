@@ -174,11 +174,16 @@ def predict(
     concurrency: Annotated[str, typer.Option(help="Requests in flight, or 'max' for the most that fit in the KV cache.")],
     tp: Annotated[int, typer.Option(min=1, help="Tensor parallel size.")] = 1,
     pp: Annotated[int, typer.Option(min=1, help="Pipeline parallel size.")] = 1,
-    dtype: Annotated[str, typer.Option(help="bf16 or fp8 (weights and KV cache).")] = "bf16",
+    dtype: Annotated[str, typer.Option(help="bf16, fp8 or fp4 (weights; fp4 needs FP4 tensor cores: b200).")] = "bf16",
     max_num_batched_tokens: Annotated[int, typer.Option(min=1, help="Token budget per engine step.")] = 8192,
     fmt: Annotated[TableOrJson, typer.Option("--format", help="Output format.")] = TableOrJson.table,
     engine: Annotated[str, typer.Option(help="Engine profile: vllm, sglang or trt-llm (trimtab profiles list).")] = "vllm",
-    kv_dtype: Annotated[Optional[str], typer.Option(help="KV cache precision, bf16 or fp8 (default: --dtype).")] = None,
+    kv_dtype: Annotated[Optional[str], typer.Option(help="KV cache precision, bf16 or fp8 (default: --dtype; "
+                                                        "fp8 with fp4 weights).")] = None,
+    dp: Annotated[int, typer.Option(min=1, help="Attention data-parallel ranks (MoE models; the replica spans "
+                                                "tp x pp x dp GPUs).")] = 1,
+    ep: Annotated[int, typer.Option(min=1, help="Expert-parallel degree (MoE; 1: experts split by TP; tp x dp: "
+                                                "vLLM --enable-expert-parallel).")] = 1,
 ) -> None:
     """Predict TTFT, TPOT and throughput of one replica at a fixed concurrency.
 
@@ -199,8 +204,8 @@ def predict(
         problems.append(Problem("--model", f"unknown model {model!r}; known: {', '.join(sorted(profs.models))}"))
     if gpu not in profs.gpus:
         problems.append(Problem("--gpu", f"unknown GPU {gpu!r}; known: {', '.join(sorted(profs.gpus))}"))
-    if dtype not in ("bf16", "fp8"):
-        problems.append(Problem("--dtype", f"must be bf16 or fp8, got {dtype!r}"))
+    if dtype not in ("bf16", "fp8", "fp4"):
+        problems.append(Problem("--dtype", f"must be bf16, fp8 or fp4, got {dtype!r}"))
     if kv_dtype is not None and kv_dtype not in ("bf16", "fp8"):
         problems.append(Problem("--kv-dtype", f"must be bf16 or fp8, got {kv_dtype!r}"))
     if engine not in profs.engines:
@@ -210,13 +215,19 @@ def predict(
     if mprof is not None and (mprof.num_attention_heads.value % tp or mprof.num_layers.value % pp):
         problems.append(Problem("--tp/--pp", f"tp {tp} must divide {mprof.num_attention_heads.value:g} heads and "
                                              f"pp {pp} must divide {mprof.num_layers.value:g} layers"))
+    if not problems:
+        from compiler.cost.moe import check_layout
+        try:
+            check_layout(mprof, profs.gpus[gpu], tp, dp, ep, dtype)
+        except ValueError as exc:
+            problems.append(Problem("--dtype" if "fp4" in str(exc) else "--dp/--ep", str(exc)))
     if problems:
         raise InputError(problems)
     rm = ReplicaModel(mprof, profs.gpus[gpu], profs.engines[engine], tp, pp, dtype,
-                      max_batched_tokens=max_num_batched_tokens, kv_dtype=kv_dtype)
+                      max_batched_tokens=max_num_batched_tokens, kv_dtype=kv_dtype, dp=dp, ep=ep)
     conc = rm.max_concurrency(isl, osl) if concurrency == "max" else int(concurrency)
     if conc < 1:
-        raise InputError([Problem("--concurrency", f"{mprof.name} on {tp * pp} x {gpu} has KV room for "
+        raise InputError([Problem("--concurrency", f"{mprof.name} on {tp * pp * dp} x {gpu} has KV room for "
                                                    f"{rm.memory.kv_cache_tokens} tokens: not one request of "
                                                    f"{isl + osl} tokens fits")])
     pr = rm.predict_closed_loop(isl, osl, conc)
@@ -230,7 +241,8 @@ def predict(
         d["fidelity"] = fid.as_dict()
         sys.stdout.write(json.dumps(d, indent=2) + "\n")
     else:
-        prediction_table(out, f"{mprof.name} on {gpu} tp{tp} pp{pp} {dtype}, {engine}, isl {isl}, osl {osl}", pr)
+        shape = f"tp{tp} pp{pp}" + (f" dp{dp}" if dp > 1 else "") + (f" ep{ep}" if ep > 1 else "")
+        prediction_table(out, f"{mprof.name} on {gpu} {shape} {dtype}, {engine}, isl {isl}, osl {osl}", pr)
         out.print(f"fidelity: {fid.level}" + (f"; spec-sheet/assumed: {', '.join(fid.unfitted)}" if fid.unfitted else "")
                   + (f"; extrapolates: {'; '.join(fid.extrapolation)}" if fid.extrapolation else ""), markup=False)
 

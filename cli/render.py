@@ -18,12 +18,16 @@ def plan_summary(console: Console, r: PlanResult, verbose: bool = False) -> None
     p = r.plan
     t = Table(title=f"plan for {p.spec}: {p.cost_usd_per_hour:,.2f} $/h on "
                     + ", ".join(f"{n} x {g}" for g, n in p.gpus.items()))
-    for col in ("deployment", "gpu", "tp", "pp", "replicas", "$/h", "load rps/replica", "prefill util"):
+    moe = any(d.data_parallel > 1 or d.expert_parallel > 1 for d in p.deployments)  # MoE layouts: dp, ep columns
+    cols = ("deployment", "gpu", "tp", "pp") + (("dp", "ep") if moe else ()) + (
+        "replicas", "$/h", "load rps/replica", "prefill util")
+    for col in cols:
         t.add_column(col, justify="left" if col in ("deployment", "gpu") else "right")
     for d in p.deployments:
-        price = r.ir.gpu(d.gpu).usd_per_hour * d.tensor_parallel * d.pipeline_parallel * d.replicas
-        t.add_row(d.name, d.gpu, str(d.tensor_parallel), str(d.pipeline_parallel), str(d.replicas), f"{price:,.2f}",
-                  f"{d.load_rps_per_replica:.2f}", f"{d.utilization:.0%}")
+        price = r.ir.gpu(d.gpu).usd_per_hour * d.tensor_parallel * d.pipeline_parallel * d.data_parallel * d.replicas
+        layout = (str(d.data_parallel), str(d.expert_parallel)) if moe else ()
+        t.add_row(d.name, d.gpu, str(d.tensor_parallel), str(d.pipeline_parallel), *layout, str(d.replicas),
+                  f"{price:,.2f}", f"{d.load_rps_per_replica:.2f}", f"{d.utilization:.0%}")
     console.print(t)
     w = Table(title="workloads: predicted vs SLO")
     for col in ("workload", "rate rps", "TTFT ms", "SLO", "TPOT ms", "SLO ", "pct", "met"):

@@ -20,9 +20,9 @@ from dataclasses import replace
 
 from compiler.cost.factory import HOST_KV_SHARE, replica_model, tier_gib, traffic_class
 from compiler.cost.model import ReplicaModel
-from compiler.deployment import (TOKEN_BUDGETS, BucketBest, Candidate, CandidateSet, Pruned, candidate_id,
-                                 shapes)
+from compiler.deployment import TOKEN_BUDGETS, BucketBest, Candidate, CandidateSet, Pruned, candidate_id
 from compiler.ir import GpuPoolIR, ProblemIR, WorkloadIR
+from compiler.layouts import layouts
 
 KV_TIER_MODES = {"auto": ("prefix",), "offload": ("prefix",), "experimental-live": ("offload", "borrow"), "off": ()}
 KV_LIMITED = 0.95  # a bucket's capacity is KV-bound when the KV in use at it reaches this share of HBM KV
@@ -151,20 +151,20 @@ def build_candidates(ir: ProblemIR, jobs: int | None = None) -> CandidateSet:
         longest = max(b.isl_max + b.osl_max for b in w.buckets)
         for pool in ir.gpus:
             fitted_once = False
-            for cid0, tp, pp, why in shapes(ir, w, pool):
+            for cid0, tp, pp, dp, ep, why in layouts(ir, w, pool):
                 if why:
                     pruned.append(Pruned(cid0, why))
                     continue
                 sibling: dict[str, float] = {}  # capacity per bucket at the previous token budget: a search guess
                 for mbt in TOKEN_BUDGETS:
-                    cid = candidate_id(w.name, pool.type, tp, pp, mbt)
-                    rm = replica_model(ir, w.model, pool.type, tp, pp, w.dtype, max_num_seqs, mbt)
+                    cid = candidate_id(w.name, pool.type, tp, pp, mbt, dp, ep)
+                    rm = replica_model(ir, w.model, pool.type, tp, pp, w.dtype, max_num_seqs, mbt, dp=dp, ep=ep)
                     mem = rm.memory
-                    if mem.kv_cache_tokens < longest:
+                    if mem.kv_cache_tokens // dp < longest:  # one request's KV stays on one attention DP rank
                         pruned.append(Pruned(cid, f"memory: {mem.weights_gib_per_gpu:.1f} GiB of weights per GPU leave "
                                                   f"KV room for {mem.kv_cache_tokens} tokens, the longest request needs "
                                                   f"{longest:.0f}"))
-                        if tiers:
+                        if tiers and dp == 1:
                             cands += _tier_variants(ir, w, pool, tp, pp, mbt, cid, rm, {}, longest, zero, offload)
                             later.append((w, pool, tp, pp, mbt, cid, rm, {}, longest, zero))
                         continue
@@ -173,7 +173,9 @@ def build_candidates(ir: ProblemIR, jobs: int | None = None) -> CandidateSet:
                     for b in w.buckets:
                         cls = traffic_class(b, 0.0, w, rm)
                         t0, d0 = rm.zero_load(cls)
-                        zero[b.name].append((t0, f"{pool.type} tp{tp}" + (f" pp{pp}" if pp > 1 else ""), d0, cid))
+                        shape = (f"{pool.type} tp{tp}" + (f" pp{pp}" if pp > 1 else "") + (f" dp{dp}" if dp > 1 else "")
+                                 + (f" ep{ep}" if ep > 1 else ""))
+                        zero[b.name].append((t0, shape, d0, cid))
                         cap = rm.capacity_rps(cls, w.slo.ttft_ms, w.slo.tpot_ms, w.slo.percentile,
                                               guess=sibling.get(b.name))
                         if cap > 0:
@@ -183,9 +185,9 @@ def build_candidates(ir: ProblemIR, jobs: int | None = None) -> CandidateSet:
                         pruned.append(Pruned(cid, "meets the SLO for no length bucket even at low load"))
                         continue
                     spare = 0.0
-                    if host_prefix and w.prefix_hit_rate:
+                    if host_prefix and w.prefix_hit_rate and dp == 1:
                         cands += _prefix_tier_variant(ir, w, pool, tp, pp, mbt, cid, rm, dict(caps))
-                    if tiers:
+                    if tiers and dp == 1:
                         bound, worst = _kv_bound(rm, w, caps)
                         if "borrow" in modes and worst < (1 - MIN_LEND) * mem.kv_cache_tokens:
                             spare = round(tier_gib(rm, mem.kv_cache_tokens - worst), 3)
@@ -196,7 +198,8 @@ def build_candidates(ir: ProblemIR, jobs: int | None = None) -> CandidateSet:
                     cands.append(Candidate(
                         id=cid, workload=w.name, model=w.model, gpu=pool.type, tp=tp, pp=pp, dtype=w.dtype,
                         max_num_seqs=max_num_seqs, max_batched_tokens=mbt, kv_cache_tokens=mem.kv_cache_tokens,
-                        usd_per_hour=pool.usd_per_hour * tp * pp, capacity_rps=tuple(caps), kv_spare_gib=spare))
+                        usd_per_hour=pool.usd_per_hour * tp * pp * dp, capacity_rps=tuple(caps), kv_spare_gib=spare,
+                        dp=dp, ep=ep))
             del fitted_once
         for b in w.buckets:
             z = zero[b.name]

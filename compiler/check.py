@@ -74,7 +74,7 @@ def verify(plan: Plan, ir: ProblemIR, topo: Topology | None = None, slo: bool = 
         if d.model not in ir.models:
             bad.append(f"deployment {d.name}: model {d.model} is not in the spec")
             continue
-        n = d.replicas * d.tensor_parallel * d.pipeline_parallel
+        n = d.replicas * d.tensor_parallel * d.pipeline_parallel * d.data_parallel
         used[d.gpu] = used.get(d.gpu, 0) + n
         cost += n * pool.usd_per_hour
         view = DeploymentSpecView.of_plan(d)
@@ -85,7 +85,8 @@ def verify(plan: Plan, ir: ProblemIR, topo: Topology | None = None, slo: bool = 
             continue
         mem = rm.memory
         if mem.kv_cache_tokens <= 0:
-            bad.append(f"deployment {d.name}: {d.model} does not fit {d.tensor_parallel * d.pipeline_parallel} x "
+            bad.append(f"deployment {d.name}: {d.model} does not fit "
+                       f"{d.tensor_parallel * d.pipeline_parallel * d.data_parallel} x "
                        f"{d.gpu} ({mem.weights_gib_per_gpu:.1f} GiB weights per GPU, {mem.usable_gib_per_gpu:.1f} usable)")
             continue
         if d.kv_cache_tokens > mem.kv_cache_tokens * 1.001:
@@ -217,8 +218,9 @@ def verify_placement(plan: Plan, topo: Topology) -> list[str]:
                 continue
             if n.gpu != d.gpu:
                 bad.append(f"placement {d.name}: node {p.node} has {n.gpu}, not {d.gpu}")
-            if len(p.gpus) != d.tensor_parallel or any(g < 0 or g >= n.gpus for g in p.gpus):
-                bad.append(f"placement {d.name} replica {p.replica}: GPUs {p.gpus} are not {d.tensor_parallel} "
+            stage_gpus = d.tensor_parallel * d.data_parallel  # one stage: its TP group x its DP ranks
+            if len(p.gpus) != stage_gpus or any(g < 0 or g >= n.gpus for g in p.gpus):
+                bad.append(f"placement {d.name} replica {p.replica}: GPUs {p.gpus} are not {stage_gpus} "
                            f"indices of {p.node} (0..{n.gpus - 1})")
                 continue
             if len({g // n.nvlink_domain for g in p.gpus}) > 1:
@@ -294,7 +296,8 @@ def verify_kv_links(plan: Plan, ir: ProblemIR, topo: Topology) -> list[str]:
             continue
         for side in (dp, dd):
             if not side.placement and side.replicas and ir.gpu(side.gpu) is not None:
-                cap = nic_bytes_per_s(ir.gpu(side.gpu), side.tensor_parallel * side.pipeline_parallel)
+                cap = nic_bytes_per_s(ir.gpu(side.gpu),
+                                      side.tensor_parallel * side.pipeline_parallel * side.data_parallel)
                 if f / side.replicas > LINK_UTIL * cap * (1 + 1e-6):
                     bad.append(f"route {p} -> {d}: KV {f / side.replicas / 1e9:.2f} GB/s per replica of {side.name} "
                                f"over its NIC share, more than {LINK_UTIL:.0%} of {cap / 1e9:g} GB/s")

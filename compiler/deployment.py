@@ -57,10 +57,13 @@ class DeploymentShape:
     kv_lent_gib: float = 0.0
     lora: LoraSlots | None = None
     colocated_with: str = ""  # co-located P/D pair: the other side (hand-off over NVLink, compiler.disagg)
+    # Mixture-of-experts layouts (compiler/layouts.py): attention data-parallel ranks, expert-parallel degree
+    dp: int = 1
+    ep: int = 1
 
     @property
     def gpus(self) -> int:
-        return self.tp * self.pp
+        return self.tp * self.pp * self.dp
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -107,8 +110,9 @@ class CandidateSet:
         return {c.id: c for c in self.candidates}
 
 
-def candidate_id(workload: str, gpu: str, tp: int, pp: int, mbt: int) -> str:
-    return f"{workload}-{gpu}-tp{tp}" + (f"-pp{pp}" if pp > 1 else "") + f"-t{mbt // 1024}k"
+def candidate_id(workload: str, gpu: str, tp: int, pp: int, mbt: int, dp: int = 1, ep: int = 1) -> str:
+    return (f"{workload}-{gpu}-tp{tp}" + (f"-pp{pp}" if pp > 1 else "") + (f"-dp{dp}" if dp > 1 else "")
+            + (f"-ep{ep}" if ep > 1 else "") + f"-t{mbt // 1024}k")
 
 
 def shapes(ir: ProblemIR, w: WorkloadIR, pool: GpuPoolIR):
@@ -116,8 +120,12 @@ def shapes(ir: ProblemIR, w: WorkloadIR, pool: GpuPoolIR):
     heads, kv = int(arch.num_attention_heads.value), int(arch.num_kv_heads.value)
     per_node = int(pool.profile.gpus_per_node.value)
     layers = int(arch.num_layers.value)
-    weights_gib = arch.params_billion.value * 1e9 * (1 if w.dtype == "fp8" else 2) / 1024**3
+    weights_gib = arch.params_billion.value * 1e9 * {"fp8": 1.0, "fp4": 0.5625}.get(w.dtype, 2.0) / 1024**3
     fits_in_node = weights_gib < ir.engine.gpu_memory_utilization.value * pool.profile.memory_gib.value * per_node
+    if w.dtype == "fp4" and pool.profile.fp4_tflops is None:  # docs/moe.md: FP4 weights need FP4 tensor cores
+        yield (candidate_id(w.name, pool.type, 1, 1, TOKEN_BUDGETS[0]), 1, 1,
+               f"{pool.type} has no FP4 tensor cores (no fp4_tflops in its profile): dtype fp4 needs a GPU with them")
+        return
     for tp in TP_OPTIONS:
         for pp in PP_OPTIONS:
             cid = candidate_id(w.name, pool.type, tp, pp, TOKEN_BUDGETS[0])
@@ -159,7 +167,7 @@ class DeploymentSpecView(DeploymentShape):
                    kv_offload_gib=kv.offload_gib if kv else 0.0, kv_borrow_gib=kv.borrowed_gib if kv else 0.0,
                    kv_lent_gib=kv.lent_gib if kv else 0.0,
                    lora=LoraSlots(d.max_loras, d.max_lora_rank, len(d.adapters)) if d.max_loras else None,
-                   colocated_with=d.colocated_with or "")
+                   colocated_with=d.colocated_with or "", dp=d.data_parallel, ep=d.expert_parallel)
 
 
 def shape_fields(s: DeploymentShape) -> dict:
@@ -168,11 +176,11 @@ def shape_fields(s: DeploymentShape) -> dict:
 
 
 def replica_model_of(ir: ProblemIR, s: DeploymentShape) -> ReplicaModel:
-    """The cost model of one replica of shape ``s``: LoRA slots, KV tier and lent KV applied
+    """The cost model of one replica of shape ``s``: LoRA slots, KV tier, MoE layout and lent KV applied
     (``compiler.cost.factory.replica_model`` makes it)."""
     lora = lora_kwargs(ir, s.model, s.lora.max_loras, s.lora.max_lora_rank, s.lora.adapters) if s.lora else None
     rm = replica_model(ir, s.model, s.gpu, s.tp, s.pp, s.dtype, s.max_num_seqs, s.max_batched_tokens, lora=lora,
-                       kv_offload_gib=s.kv_offload_gib, kv_borrow_gib=s.kv_borrow_gib)
+                       kv_offload_gib=s.kv_offload_gib, kv_borrow_gib=s.kv_borrow_gib, dp=s.dp, ep=s.ep)
     return lend(rm, s.kv_lent_gib)
 
 

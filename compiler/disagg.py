@@ -44,8 +44,9 @@ from dataclasses import replace
 from compiler.cost.factory import replica_model, traffic_class
 from compiler.cost.transfer import (is_local_pair, kv_bytes_per_token, local_bytes_per_s, nic_bytes_per_s,
                                      transfer_s)
-from compiler.deployment import Candidate, shapes
+from compiler.deployment import Candidate
 from compiler.ir import ProblemIR, WorkloadIR
+from compiler.layouts import layouts
 from compiler.spec.paths import SpecPath
 from compiler.topology import LINK_UTIL
 
@@ -56,8 +57,9 @@ PD_TOKEN_BUDGET = 8192  # prefill side: whole prompts per step; decode side: sma
 DECODE_TOKEN_BUDGET = 2048
 
 
-def pd_id(workload: str, gpu: str, tp: int, pp: int, role: str) -> str:
-    return f"{workload}-{gpu}-tp{tp}" + (f"-pp{pp}" if pp > 1 else "") + f"-{role}"
+def pd_id(workload: str, gpu: str, tp: int, pp: int, role: str, dp: int = 1, ep: int = 1) -> str:
+    return (f"{workload}-{gpu}-tp{tp}" + (f"-pp{pp}" if pp > 1 else "") + (f"-dp{dp}" if dp > 1 else "")
+            + (f"-ep{ep}" if ep > 1 else "") + f"-{role}")
 
 
 def local_id(workload: str, gpu: str, tp_p: int, kp: int, tp_d: int, kd: int, role: str) -> str:
@@ -106,16 +108,17 @@ def _role_candidates(ir: ProblemIR, w: WorkloadIR, role: str, transfer_bw: float
     for pool in ir.gpus:
         if local_d is not None and pool.type not in local_d:
             continue
-        for _cid, tp, pp, why in shapes(ir, w, pool):
-            if why or (local_d is not None and pp > 1):
+        # MoE models: each phase over its own tp x dp x ep layouts (compiler/layouts.py); co-located pairs dense-style
+        for _cid, tp, pp, dp, ep, why in layouts(ir, w, pool):
+            if why or (local_d is not None and (pp > 1 or dp > 1 or ep > 1)):
                 continue
-            rm = replica_model(ir, w.model, pool.type, tp, pp, w.dtype, mns, mbt)
+            rm = replica_model(ir, w.model, pool.type, tp, pp, w.dtype, mns, mbt, dp=dp, ep=ep)
             if rm.memory.kv_cache_tokens <= 0:
                 continue
             if local_d is not None:
                 bw = local_bytes_per_s(pool, tp, local_d[pool.type])
             else:
-                bw = nic_bytes_per_s(pool, tp * pp)
+                bw = nic_bytes_per_s(pool, tp * pp * dp)
             if transfer_bw is not None:
                 bw = min(bw, transfer_bw)
             caps = []
@@ -129,10 +132,10 @@ def _role_candidates(ir: ProblemIR, w: WorkloadIR, role: str, transfer_bw: float
                 caps = _mix_capped(rm, w, caps, bw)
             if caps:
                 out.append(Candidate(
-                    id=pd_id(w.name, pool.type, tp, pp, role), workload=w.name, model=w.model, gpu=pool.type,
-                    tp=tp, pp=pp, dtype=w.dtype, max_num_seqs=mns, max_batched_tokens=mbt,
-                    kv_cache_tokens=rm.memory.kv_cache_tokens, usd_per_hour=pool.usd_per_hour * tp * pp,
-                    capacity_rps=tuple(caps), role=role))
+                    id=pd_id(w.name, pool.type, tp, pp, role, dp, ep), workload=w.name, model=w.model,
+                    gpu=pool.type, tp=tp, pp=pp, dtype=w.dtype, max_num_seqs=mns, max_batched_tokens=mbt,
+                    kv_cache_tokens=rm.memory.kv_cache_tokens, usd_per_hour=pool.usd_per_hour * tp * pp * dp,
+                    capacity_rps=tuple(caps), role=role, dp=dp, ep=ep))
     return out
 
 
@@ -151,12 +154,12 @@ def _may_pay(ir: ProblemIR, w: WorkloadIR, unified: tuple[Candidate, ...]) -> bo
     pre = {b.name: math.inf for b in w.buckets}
     dec = dict(pre)
     for pool in ir.gpus:
-        for _cid, tp, pp, why in shapes(ir, w, pool):
+        for _cid, tp, pp, dp, ep, why in layouts(ir, w, pool):
             if why:
                 continue
-            usd = pool.usd_per_hour * tp * pp
-            rp = replica_model(ir, w.model, pool.type, tp, pp, w.dtype, mns, PD_TOKEN_BUDGET)
-            rd = replica_model(ir, w.model, pool.type, tp, pp, w.dtype, mns, DECODE_TOKEN_BUDGET)
+            usd = pool.usd_per_hour * tp * pp * dp
+            rp = replica_model(ir, w.model, pool.type, tp, pp, w.dtype, mns, PD_TOKEN_BUDGET, dp=dp, ep=ep)
+            rd = replica_model(ir, w.model, pool.type, tp, pp, w.dtype, mns, DECODE_TOKEN_BUDGET, dp=dp, ep=ep)
             for b in w.buckets:
                 step = min(b.isl_mean, PD_TOKEN_BUDGET)
                 s = b.isl_mean / step * rp.iteration_s(0, 0, step, (b.isl_mean - step) / 2)
@@ -440,7 +443,8 @@ def assess_pairs(ir: ProblemIR, deps: dict, routes, loads: dict, ttft: dict, dep
     for role in ROLES:
         for name in sorted({getattr(r, role) for r in pairs}):
             d = deps[name]
-            rm = replica_model(ir, d.model, d.gpu, d.tp, d.pp, d.dtype, d.max_num_seqs, d.max_batched_tokens)
+            rm = replica_model(ir, d.model, d.gpu, d.tp, d.pp, d.dtype, d.max_num_seqs, d.max_batched_tokens,
+                               dp=d.dp, ep=d.ep)
             mine = [r for r in pairs if getattr(r, role) == name]
             reps = max(d.replicas, 0)
             classes, keys = [], []
@@ -469,7 +473,8 @@ def assess_pairs(ir: ProblemIR, deps: dict, routes, loads: dict, ttft: dict, dep
                 for r in keys:
                     dd = deps[r.decode]
                     b = ir.workload(r.workload).bucket(r.bucket)
-                    x = transfer_s(ir, d.model, d.dtype, b.isl_tail, d.gpu, d.tp * d.pp, dd.gpu, dd.tp * dd.pp,
+                    x = transfer_s(ir, d.model, d.dtype, b.isl_tail, d.gpu, d.tp * d.pp * d.dp, dd.gpu,
+                                   dd.tp * dd.pp * dd.dp,
                                    local=is_local_pair(d, dd))
                     t = (t_of[(r.workload, r.bucket)] + x) * 1e3
                     k = (r.workload, r.bucket, name)

@@ -15,13 +15,16 @@ output ``o`` of the requests routed to it and the batch ``B`` its KV cache holds
 
 A prefill deployment's prompt tokens/s are at most peak FLOP/s x GPUs / (2 x active params). Every term is a
 lower bound on time (all weights and all live KV read once per step at peak bandwidth; prefill at peak
-FLOP/s, attention FLOPs ignored), so the rates are upper bounds.
+FLOP/s, attention FLOPs ignored), so the rates are upper bounds. Mixture-of-experts models count their active
+parameters only (at a large batch more experts are read: still a lower bound on time); a replica's GPUs are
+tp x pp x dp; MLA models' KV is the latent (kv_lora_rank + qk_rope_head_dim per layer); fp4 counts 4 bits a
+weight (scales left out) at the GPU's fp4 peak.
 """
 from __future__ import annotations
 
 from dataclasses import dataclass
 
-from compiler.cost.records import BYTES  # bytes per value of a dtype: a fact, not a fitted number
+BYTES = {"bf16": 2.0, "fp8": 1.0, "fp4": 0.5}  # fp4: the 4-bit values alone (scales left out: a lower bound)
 
 
 @dataclass(frozen=True)
@@ -37,7 +40,15 @@ class Breach:
 
 
 def _kv_bytes_per_token(model, dtype: str) -> float:
+    if model.kv_lora_rank is not None:  # MLA: one latent of kv_lora_rank + qk_rope_head_dim per token and layer
+        rope = model.qk_rope_head_dim.value if model.qk_rope_head_dim is not None else 0.0
+        return model.num_layers.value * (model.kv_lora_rank.value + rope) * BYTES[dtype]
     return (2 * model.num_layers.value * model.num_kv_heads.value * model.head_dim.value * BYTES[dtype])
+
+
+def _peak_flops(gpu, dtype: str) -> float:
+    q = {"fp8": gpu.fp8_tflops, "fp4": gpu.fp4_tflops}.get(dtype) or gpu.bf16_tflops
+    return q.value * 1e12
 
 
 def decode_bound(model, gpu, gpus: int, dtype: str, batch: float, isl: float, osl: float,
@@ -46,13 +57,13 @@ def decode_bound(model, gpu, gpus: int, dtype: str, batch: float, isl: float, os
     params = model.active_params_billion.value * 1e9
     step = (params * BYTES[dtype] + batch * (isl + osl / 2) * _kv_bytes_per_token(model, dtype)) / (
         gpu.hbm_bandwidth_gbps.value * 1e9 * gpus)
-    flops = (gpu.fp8_tflops if dtype == "fp8" else gpu.bf16_tflops).value * 1e12 * gpus
+    flops = _peak_flops(gpu, dtype) * gpus
     per_request = osl * step / batch + (2 * params * isl / flops if prefill else 0.0)
     return osl / per_request
 
 
 def prompt_bound(model, gpu, gpus: int, dtype: str) -> float:
-    flops = (gpu.fp8_tflops if dtype == "fp8" else gpu.bf16_tflops).value * 1e12 * gpus
+    flops = _peak_flops(gpu, dtype) * gpus
     return flops / (2 * model.active_params_billion.value * 1e9)
 
 
@@ -81,7 +92,7 @@ def breaches(plan, ir) -> list[Breach]:
             continue
         rps, ptoks, otoks = load[d.name]
         model, gpu = ir.models[d.model], ir.gpu(d.gpu).profile
-        gpus = d.tensor_parallel * d.pipeline_parallel
+        gpus = d.tensor_parallel * d.pipeline_parallel * d.data_parallel
         if d.role == "prefill":
             bound = d.replicas * prompt_bound(model, gpu, gpus, d.dtype)
             if ptoks > bound:

@@ -58,6 +58,7 @@ def place(deployments: list[DeploymentSpecView], topo: Topology, time_limit_s: f
     """``groups``: co-located pairs, placed as one unit of kp x tp_p + kd x tp_d GPUs per group and domain.
     ``flows``: (prefill, decode, KV bytes/s) of the cross-node pairs; when the first placement loads an
     inter-rack link beyond LINK_UTIL, the pairs are kept in one rack each (``_rack_affine``), else refused."""
+    deployments = _stage_groups(deployments)
     if groups:
         return _place_groups(deployments, topo, time_limit_s, groups, flows)
     deps = sorted((d for d in deployments if d.replicas > 0), key=lambda d: d.name)
@@ -72,6 +73,12 @@ def place(deployments: list[DeploymentSpecView], topo: Topology, time_limit_s: f
     if flows and topo.inter_rack_gbps:
         out = _rack_affine(deps, bins, topo, out, flows)
     return out
+
+
+def _stage_groups(deployments: list[DeploymentSpecView]) -> list[DeploymentSpecView]:
+    """What placement packs per pipeline stage: its TP group times its attention data-parallel ranks (MoE
+    layouts), all in one NVLink domain; below, ``tp`` is that width (idempotent: ``dp`` becomes 1)."""
+    return [replace(d, tp=d.tp * d.dp, dp=1) if d.dp > 1 else d for d in deployments]
 
 
 def _place_groups(deployments: list[DeploymentSpecView], topo: Topology, time_limit_s: float, groups, flows):
@@ -294,6 +301,7 @@ def place_kv(deployments: list[DeploymentSpecView], topo: Topology, kv: dict[str
         sum_d offloaded[d] / pp[d] x stages of d on the node <= host_gib[node]
     The ordinary placement is kept when it satisfies both; else CP-SAT packs with them (in MiB, integers); when no
     packing exists the error says so plainly."""
+    deployments = _stage_groups(deployments)
     out = place(deployments, topo, time_limit_s, **kw)
     kv = {k: v for k, v in kv.items() if any(x > 0 for x in v)}
     if not kv:

@@ -82,6 +82,9 @@ class GpuProfile(_Profile):
     node_network_gbps: Q
     # Optional refinements (docs/cost-model.md); absent means "use compute/bandwidth efficiency" (assumption).
     fp8_compute_efficiency: Q | None = None  # achieved / peak fp8 FLOP/s of fp8 GEMMs
+    # FP4 tensor cores (Blackwell NVFP4/MXFP4), dense peak; absent: the GPU cannot serve dtype fp4. fp4 GEMMs
+    # run at fp8_compute_efficiency (or compute_efficiency) of this peak.
+    fp4_tflops: Q | None = None
     attention_efficiency: Q | None = None  # achieved / peak bf16 FLOP/s of prefill attention (flash kernels)
     kernel_latency_us: Q | None = None  # fixed time per GEMM kernel (launch, tail) on top of its roofline
     elementwise_passes: Q | None = None  # norm/rope/activation/residual traffic per layer, in token x hidden x 2 B
@@ -132,6 +135,18 @@ class ModelProfile(_Profile):
     max_context_tokens: Q
     num_experts: Q
     experts_per_token: Q
+    # Mixture of experts (docs/cost-model.md): absent means every layer is MoE (num_experts > 1), each routed
+    # expert of intermediate_size, no shared experts.
+    moe_intermediate_size: Q | None = None  # one routed expert's intermediate size
+    moe_layers: Q | None = None  # layers whose MLP is routed (DeepSeek's first_k_dense_replace, Llama 4's interleave)
+    shared_experts: Q | None = None  # always-active experts per MoE layer (counted in the dense parameters)
+    # Multi-head latent attention (DeepSeek-V2/V3): the KV cache holds kv_lora_rank + qk_rope_head_dim per token
+    # and layer. Absent: grouped-query attention with num_kv_heads x head_dim.
+    kv_lora_rank: Q | None = None
+    q_lora_rank: Q | None = None
+    qk_rope_head_dim: Q | None = None
+    qk_nope_head_dim: Q | None = None
+    v_head_dim: Q | None = None
 
 
 class EngineProfile(_Profile):
@@ -211,11 +226,80 @@ def load_profiles(extra_dirs: tuple[Path, ...] = ()) -> ProfileSet:
     return ProfileSet(merged["gpus"], merged["models"], merged["engines"])
 
 
+def value_or(q: Q | None, default: float = 0.0) -> float:
+    """A profile quantity's value, or ``default`` when the optional field is absent."""
+    return q.value if q is not None else default
+
+
+def attention_params(model: ModelProfile) -> float:
+    """Weights of one layer's attention projections (the cost model's and the config import's one formula).
+
+    GQA/MHA: Q and O are hidden x heads x head_dim, K and V hidden x kv_heads x head_dim.
+    MLA (DeepSeek-V2/V3): Q = hidden x q_lora_rank + q_lora_rank x heads x (nope + rope) (hidden x heads x
+    (nope + rope) without a Q rank); KV down = hidden x (kv_lora_rank + rope); KV up = kv_lora_rank x heads x
+    (nope + v); O = heads x v x hidden.
+    """
+    H, heads = model.hidden_size.value, model.num_attention_heads.value
+    if model.kv_lora_rank is None:
+        q_dim = heads * model.head_dim.value
+        return H * (q_dim + 2 * model.num_kv_heads.value * model.head_dim.value) + q_dim * H
+    r_kv, rope = model.kv_lora_rank.value, value_or(model.qk_rope_head_dim)
+    nope, v = value_or(model.qk_nope_head_dim, model.head_dim.value), value_or(model.v_head_dim, model.head_dim.value)
+    r_q = value_or(model.q_lora_rank)
+    q = (H * r_q + r_q * heads * (nope + rope)) if r_q else H * heads * (nope + rope)
+    return q + H * (r_kv + rope) + r_kv * heads * (nope + v) + heads * v * H
+
+
+def moe_layers(model: ModelProfile) -> float:
+    """Layers whose MLP is routed: 0 for a dense model, every layer unless the profile says."""
+    if model.num_experts.value <= 1:
+        return 0.0
+    return value_or(model.moe_layers, model.num_layers.value)
+
+
+def expert_size(model: ModelProfile) -> float:
+    """Parameters of one routed expert (gated MLP: gate, up, down = 3 x hidden x its intermediate size)."""
+    return 3 * model.hidden_size.value * value_or(model.moe_intermediate_size, model.intermediate_size.value)
+
+
+def architecture_params(model: ModelProfile, dense_inter: float, tied: bool) -> tuple[float, float]:
+    """(total, active) parameters from the architecture: embeddings (and LM head unless tied), attention and
+    two norms per layer, dense MLPs (3 x hidden x ``dense_inter``) in the non-MoE layers, and in MoE layers the
+    routed experts (all of them in the total, experts_per_token of them in the active count), the shared
+    experts and the router (hidden x experts)."""
+    L, H = model.num_layers.value, model.hidden_size.value
+    E, k = model.num_experts.value, model.experts_per_token.value
+    n_moe = moe_layers(model)
+    emb = model.vocab_size.value * H * (1 if tied else 2)
+    base = L * (attention_params(model) + 2 * H) + (L - n_moe) * 3 * H * dense_inter + emb
+    per_moe = value_or(model.shared_experts) * expert_size(model) + (H * E if E > 1 else 0.0)
+    total = base + n_moe * (per_moe + E * expert_size(model))
+    active = base + n_moe * (per_moe + min(k, E) * expert_size(model))
+    return total, active
+
+
+def _moe_layer_count(cfg: dict, layers: int, experts: int) -> int:
+    """MoE layers of a config: DeepSeek's first_k_dense_replace (and moe_layer_freq), Llama 4's
+    interleave_moe_layer_step (or moe_layers list), Qwen's mlp_only_layers / decoder_sparse_step."""
+    if experts <= 1:
+        return 0
+    if isinstance(cfg.get("moe_layers"), list):
+        return len(cfg["moe_layers"])
+    first = cfg.get("first_k_dense_replace") or 0
+    step = cfg.get("interleave_moe_layer_step") or cfg.get("moe_layer_freq") or cfg.get("decoder_sparse_step") or 1
+    only = set(cfg.get("mlp_only_layers") or [])
+    return sum(1 for i in range(first, layers) if (i + 1) % step == 0 and i not in only)
+
+
 def model_from_hf_config(path: str | Path, name: str) -> ModelProfile:
     """Build a model profile from a local Hugging Face ``config.json``.
 
-    The parameter count is computed from the architecture (embeddings, attention, MLP or experts, norms),
-    since config.json does not state it; its source says so.
+    The parameter count is computed from the architecture (``architecture_params``: embeddings, attention or
+    MLA, dense MLPs, routed and shared experts, router, norms), since config.json does not state it; its source
+    says so. Mixture-of-experts keys read: num_local_experts / num_experts / n_routed_experts,
+    num_experts_per_tok / experts_per_token, n_shared_experts, moe_intermediate_size, first_k_dense_replace,
+    interleave_moe_layer_step, mlp_only_layers; MLA: kv_lora_rank, q_lora_rank, qk_rope_head_dim,
+    qk_nope_head_dim, v_head_dim. A multimodal config's ``text_config`` is read for the language model.
     """
     p = Path(path)
     try:
@@ -224,6 +308,10 @@ def model_from_hf_config(path: str | Path, name: str) -> ModelProfile:
         raise InputError([Problem("config", "file not found", str(p))])
     except (json.JSONDecodeError, UnicodeDecodeError) as exc:
         raise InputError([Problem("config", f"not valid JSON: {exc}", str(p))])
+    if not isinstance(cfg, dict):
+        raise InputError([Problem("config", "config.json is not a JSON object", str(p))])
+    if isinstance(cfg.get("text_config"), dict):  # Llama 4 and other multimodal configs
+        cfg = {**cfg["text_config"], **{k: v for k, v in cfg.items() if k == "tie_word_embeddings"}}
     missing = [k for k in ("num_hidden_layers", "hidden_size", "num_attention_heads", "intermediate_size", "vocab_size")
                if not isinstance(cfg.get(k), int)]
     if missing:
@@ -233,23 +321,39 @@ def model_from_hf_config(path: str | Path, name: str) -> ModelProfile:
     kv = cfg.get("num_key_value_heads") or heads
     head_dim = cfg.get("head_dim") or hidden // heads
     inter, vocab = cfg["intermediate_size"], cfg["vocab_size"]
-    experts = cfg.get("num_local_experts") or cfg.get("num_experts") or 1
-    topk = cfg.get("num_experts_per_tok") or 1
+    experts = cfg.get("num_local_experts") or cfg.get("num_experts") or cfg.get("n_routed_experts") or 1
+    topk = min(cfg.get("num_experts_per_tok") or cfg.get("experts_per_token") or 1, experts)
     ctx = cfg.get("max_position_embeddings") or 4096
-    attn = hidden * heads * head_dim * 2 + hidden * kv * head_dim * 2
-    mlp = 3 * hidden * inter
-    emb = vocab * hidden * (1 if cfg.get("tie_word_embeddings") else 2)
-    total = layers * (attn + mlp * experts + 2 * hidden) + emb
-    active = layers * (attn + mlp * min(topk, experts) + 2 * hidden) + emb
+    for k in ("num_local_experts", "num_experts", "n_routed_experts", "num_experts_per_tok", "experts_per_token",
+              "n_shared_experts", "moe_intermediate_size", "kv_lora_rank", "q_lora_rank", "qk_rope_head_dim"):
+        if k in cfg and cfg[k] is not None and not (isinstance(cfg[k], int) and cfg[k] >= 0):
+            raise InputError([Problem(k, "not a non-negative integer in config.json", str(p))])
     src = {"config": Source(kind="spec_sheet", ref=f"local Hugging Face config.json: {p}"),
            "derived": Source(kind="fit", ref="parameter count computed from the config's architecture")}
 
     def q(v: float, s: str = "config") -> Q:
         return Q(value=float(v), source=s)
 
-    return ModelProfile(
+    extra: dict[str, Q] = {}
+    if experts > 1:
+        extra["moe_layers"] = q(_moe_layer_count(cfg, layers, experts))
+        extra["moe_intermediate_size"] = q(cfg.get("moe_intermediate_size") or inter)
+        if cfg.get("n_shared_experts"):
+            extra["shared_experts"] = q(cfg["n_shared_experts"])
+        elif cfg.get("interleave_moe_layer_step"):  # Llama 4: one shared expert per MoE layer
+            extra["shared_experts"] = q(1)
+    if cfg.get("kv_lora_rank"):
+        for k in ("kv_lora_rank", "q_lora_rank", "qk_rope_head_dim", "qk_nope_head_dim", "v_head_dim"):
+            if cfg.get(k):
+                extra[k] = q(cfg[k])
+    # Llama 4's dense layers use intermediate_size_mlp; others' dense layers use intermediate_size.
+    dense_inter = cfg.get("intermediate_size_mlp") or inter
+    prof = ModelProfile(
         name=name, sources=src, num_layers=q(layers), hidden_size=q(hidden), num_attention_heads=q(heads),
         num_kv_heads=q(kv), head_dim=q(head_dim), intermediate_size=q(inter), vocab_size=q(vocab),
-        params_billion=q(total / 1e9, "derived"), active_params_billion=q(active / 1e9, "derived"),
-        max_context_tokens=q(ctx), num_experts=q(experts), experts_per_token=q(min(topk, experts)),
+        params_billion=q(0, "derived"), active_params_billion=q(0, "derived"),
+        max_context_tokens=q(ctx), num_experts=q(experts), experts_per_token=q(topk), **extra,
     )
+    total, active = architecture_params(prof, dense_inter, bool(cfg.get("tie_word_embeddings")))
+    return prof.model_copy(update={"params_billion": q(total / 1e9, "derived"),
+                                   "active_params_billion": q(active / 1e9, "derived")})

@@ -21,10 +21,12 @@ import math
 from dataclasses import replace
 from functools import cached_property
 
+from compiler.cost.moe import (MoeLayer, attention_flops_per_ctx, attention_kernels, attention_params, check_layout,
+                               expert_params, is_mla, kv_elements, moe_layers)
 from compiler.cost.predictions import ReplicaPredictions
 from compiler.cost.queueing import (_Aitken, _bracket, _normal, _prefill_queue, _tail_decision, bisect_max,
                                     gamma_q)
-from compiler.cost.records import (BYTES, GIB, UNSTABLE, BatchPrediction, BurstPrediction,
+from compiler.cost.records import (BYTES, GIB, KV_DTYPES, UNSTABLE, BatchPrediction, BurstPrediction,
                                    ClosedLoopPrediction, KvTier, MemoryFit, ReplicaState, TrafficClass)
 from compiler.cost.roles import ReplicaRoles
 from compiler.profiles import EngineProfile, GpuProfile, ModelProfile
@@ -42,22 +44,31 @@ class ReplicaModel(ReplicaRoles, ReplicaPredictions):
 
     def __init__(self, model: ModelProfile, gpu: GpuProfile, engine: EngineProfile, tp: int = 1, pp: int = 1,
                  dtype: str = "bf16", max_num_seqs: int | None = None, max_batched_tokens: int = 8192,
-                 kv_dtype: str | None = None, kv_tier: KvTier | None = None, prefix_tier: KvTier | None = None):
-        if tp < 1 or pp < 1:
-            raise ValueError("tp and pp must be >= 1")
+                 kv_dtype: str | None = None, kv_tier: KvTier | None = None, prefix_tier: KvTier | None = None,
+                 dp: int = 1, ep: int = 1):
+        if tp < 1 or pp < 1 or dp < 1 or ep < 1:
+            raise ValueError("tp, pp, dp and ep must be >= 1")
         if dtype not in BYTES:
             raise ValueError(f"dtype must be one of {sorted(BYTES)}")
-        kv_dtype = kv_dtype or dtype
-        if kv_dtype not in BYTES:
-            raise ValueError(f"kv_dtype must be one of {sorted(BYTES)}")
+        kv_dtype = kv_dtype or ("fp8" if dtype == "fp4" else dtype)  # fp4 checkpoints serve an fp8 KV cache
+        if kv_dtype not in KV_DTYPES:
+            raise ValueError(f"kv_dtype must be one of {list(KV_DTYPES)}")
+        check_layout(model, gpu, tp, dp, ep, dtype)
+        if kv_tier is not None and dp > 1:
+            raise ValueError("a KV tier is not modelled with attention data parallelism (dp > 1)")
         self.model, self.gpu, self.engine = model, gpu, engine
         self.kv_tier = kv_tier  # live KV beyond HBM (kv_tiers: experimental-live only)
         if prefix_tier is not None and prefix_tier.kind != "prefix":
             raise ValueError("prefix_tier must be a KvTier of kind prefix")
         self.prefix_tier = prefix_tier  # host-memory tier of the prefix cache (docs/kv-tiers.md)
         self.tp, self.pp, self.dtype, self.kv_dtype = tp, pp, dtype, kv_dtype
-        self.max_num_seqs = int(max_num_seqs or engine.max_num_seqs.value)
-        self.max_batched_tokens = int(max_batched_tokens)
+        # Attention data parallelism: dp engine ranks, each with its own batch limit and token budget (vLLM's and
+        # SGLang's flags are per rank); the replica holds dp x as many requests and tokens per step.
+        self.dp, self.ep = dp, ep
+        self.gpus = tp * pp * dp
+        self.max_num_seqs = int(max_num_seqs or engine.max_num_seqs.value) * dp
+        self.rank_batched_tokens = int(max_batched_tokens)
+        self.max_batched_tokens = int(max_batched_tokens) * dp
         m = model
         self.L = m.num_layers.value
         self.H = m.hidden_size.value
@@ -67,6 +78,7 @@ class ReplicaModel(ReplicaRoles, ReplicaPredictions):
         self.vocab = m.vocab_size.value
         self.params = m.params_billion.value * 1e9
         self.active = m.active_params_billion.value * 1e9
+        self.mla = is_mla(m)
         self.experts = m.num_experts.value
         self.topk = m.experts_per_token.value
         self.wbytes = BYTES[dtype]
@@ -74,7 +86,10 @@ class ReplicaModel(ReplicaRoles, ReplicaPredictions):
         g = gpu
         keff = engine.kernel_efficiency.value if engine.kernel_efficiency is not None else 1.0
         eta_c = g.compute_efficiency.value * keff
-        if dtype == "fp8" and g.fp8_tflops.value > g.bf16_tflops.value:
+        if dtype == "fp4":  # FP4 tensor cores (check_layout: only GPUs whose profile has them), fp8's efficiency
+            eta8 = g.fp8_compute_efficiency.value if g.fp8_compute_efficiency is not None else g.compute_efficiency.value
+            self.flops_linear = g.fp4_tflops.value * 1e12 * eta8 * keff
+        elif dtype == "fp8" and g.fp8_tflops.value > g.bf16_tflops.value:
             # fp8 tensor cores: their own (usually lower) efficiency; without fp8 units the weights are
             # dequantised and the GEMM runs at the bf16 rate.
             eta8 = g.fp8_compute_efficiency.value if g.fp8_compute_efficiency is not None else g.compute_efficiency.value
@@ -94,40 +109,50 @@ class ReplicaModel(ReplicaRoles, ReplicaPredictions):
         self.overhead = engine.step_overhead_ms.value * 1e-3
         self.request_overhead = (engine.request_overhead_ms.value * 1e-3
                                  if engine.request_overhead_ms is not None else 0.0)
-        # Expert weights: the share of parameters in MoE experts, read only for experts the batch touches.
-        inter = m.intermediate_size.value
-        self.expert_params = 3 * self.H * inter * self.L * self.experts if self.experts > 1 else 0.0
+        # Expert weights: routed experts' parameters (compiler/cost/moe.py), read only for experts the step's
+        # tokens are routed to; everything else (attention, dense MLPs, shared experts, router) is dense.
+        self.expert_params = expert_params(m)
         self.dense_params = self.params - self.expert_params
-        # Per-layer weights (whole model, before sharding): attention projections from the architecture;
-        # the LM head is vocab x hidden; the MLP is the rest of the parameter count (gated or not, dense or MoE).
-        q_dim = self.heads * self.head_dim
-        self.attn_params = self.H * (q_dim + 2 * self.kv_heads * self.head_dim) + q_dim * self.H
+        self.moe = MoeLayer.of(m, g, tp, dp, ep, self.wbytes, self.bw, self.flops_linear, self.kernel_s) \
+            if self.expert_params else None
+        # Per-layer weights (whole model, before sharding): attention projections from the architecture (GQA or
+        # MLA); the LM head is vocab x hidden; the dense MLP is the rest of the parameter count, per layer.
+        self.attn_params = attention_params(m)
+        self.attn_kernels_s = attention_kernels(m) * self.kernel_s  # MLA: more, smaller projections (moe.py)
         self.head_params = self.vocab * self.H
         embed = 2 * self.head_params if self.params > 2 * self.head_params + self.L * self.attn_params else self.head_params
         self.mlp_params = max((self.dense_params - embed) / self.L - self.attn_params, 0.0)  # dense MLP per layer
-        self.mlp_active_expert = 3 * self.H * inter * self.topk if self.experts > 1 else 0.0
 
     # ------------------------------------------------------------------ memory
     def plain(self, max_num_seqs: int) -> "ReplicaModel":
         """A plain replica of this shape (no KV tier, no adapters) with another batch limit."""
-        return ReplicaModel(self.model, self.gpu, self.engine, self.tp, self.pp, self.dtype, max_num_seqs,
-                            self.max_batched_tokens, self.kv_dtype)
+        return ReplicaModel(self.model, self.gpu, self.engine, self.tp, self.pp, self.dtype,
+                            -(-max_num_seqs // self.dp), self.rank_batched_tokens, self.kv_dtype, dp=self.dp,
+                            ep=self.ep)
 
     @cached_property
     def memory(self) -> MemoryFit:
         """Per-GPU memory budget (vLLM's profile run: utilisation x HBM, minus weights, activations, reserve)."""
         gpus = self.tp * self.pp
-        weights = self.params * self.wbytes / gpus
+        if self.moe is None:
+            weights = self.params * self.wbytes / gpus
+        else:  # dense weights split by TP (replicated over dp ranks), routed experts over the tp x dp expert group
+            weights = (self.dense_params * self.wbytes / self.tp
+                       + moe_layers(self.model) * self.moe.weight_bytes_per_gpu()) / self.pp
         inter = self.model.intermediate_size.value
         # Peak activations of a full token budget: hidden states, QKV, MLP intermediate (per TP shard), 2 bytes each.
-        act = self.max_batched_tokens * (4 * self.H + (self.heads + 2 * self.kv_heads) * self.head_dim / self.tp
+        act = self.rank_batched_tokens * (4 * self.H + (self.heads + 2 * self.kv_heads) * self.head_dim / self.tp
                                          + 2 * inter / self.tp) * 2
         reserve = self.engine.runtime_reserve_gib.value * GIB
         usable = self.gpu.memory_gib.value * GIB * self.engine.gpu_memory_utilization.value
         kv = usable - weights - act - reserve
-        # KV heads are split across TP ranks, or replicated when TP exceeds the number of KV heads.
-        kv_per_tok = 2 * (self.L / self.pp) * max(self.kv_heads / self.tp, 1.0) * self.head_dim * self.kvbytes
-        tokens = int(kv // kv_per_tok) if kv > 0 else 0
+        # KV heads are split across TP ranks, or replicated when TP exceeds the number of KV heads; MLA's latent
+        # is held whole by every TP rank. Each of the dp ranks holds its own requests' KV.
+        if self.mla:
+            kv_per_tok = (self.L / self.pp) * kv_elements(self.model)[0] * self.kvbytes
+        else:
+            kv_per_tok = 2 * (self.L / self.pp) * max(self.kv_heads / self.tp, 1.0) * self.head_dim * self.kvbytes
+        tokens = int(kv // kv_per_tok) * self.dp if kv > 0 else 0
         return MemoryFit(weights / GIB, act / GIB, reserve / GIB, usable / GIB, max(kv, 0.0) / GIB, kv_per_tok, tokens)
 
     @cached_property
@@ -178,8 +203,13 @@ class ReplicaModel(ReplicaRoles, ReplicaPredictions):
         m_act = (2 * inter_tp + H + H + inter_tp) * 2 / bw
         m_fl = 2 * self.mlp_params / tp / fl
         # attention kernels: KV bytes per token of context, FLOPs per (token x context)
-        kv_s = 2 * max(self.kv_heads / tp, 1.0) * self.head_dim * self.kvbytes / bw
-        att_fl = 4 * q_dim / tp / fa
+        if self.mla:  # the compressed latent per token, whole on each rank; absorbed decode, expanded prefill
+            kv_s = kv_elements(self.model)[0] * self.kvbytes / bw
+            f_dec, f_pre = attention_flops_per_ctx(self.model)
+            att_fl, att_fl_p = f_dec / tp / fa, f_pre / tp / fa
+        else:
+            kv_s = 2 * max(self.kv_heads / tp, 1.0) * self.head_dim * self.kvbytes / bw
+            att_fl = att_fl_p = 4 * q_dim / tp / fa
         elem = self.elem_passes * H * 2 / bw
         ar0 = 2 * self.ar_lat if tp > 1 else 0.0
         ar1 = 2 * H * 2 * 2 * (tp - 1) / tp / self.ar_bw if tp > 1 else 0.0
@@ -192,7 +222,7 @@ class ReplicaModel(ReplicaRoles, ReplicaPredictions):
         # KV tier: the same KV bytes per token of context over the tier link (per GPU: each moves its own shard)
         kv_r = kv_s * bw / (self.kv_tier.gbps_per_gpu * 1e9) if self.kv_tier is not None else 0.0
         return (a_w, a_act, a_fl, m_w, m_act, m_fl, kv_s, att_fl, elem, ar0, ar1, h_w, h_act, h_fl,
-                hop0, hop1, 2 * ks, ks, self.L / pp, self.overhead + hop0, kv_r)
+                hop0, hop1, 2 * ks, ks, self.L / pp, self.overhead + hop0, kv_r, att_fl_p)
 
     def iteration_s(self, decode_batch: float, decode_ctx: float, prefill_tokens: float = 0.0,
                     prefill_ctx: float = 0.0, prefill_seqs: float = 1.0, remote_share: float = 0.0) -> float:
@@ -208,6 +238,11 @@ class ReplicaModel(ReplicaRoles, ReplicaPredictions):
         plus the LM head once per step; step = pp x stage + (pp - 1) x hand-off + engine overhead.
         The per-replica factors of these terms are folded once in ``_step``.
 
+        Mixture of experts (``compiler/cost/moe.py``, docs/cost-model.md): the routed experts the step's T tokens
+        touch, the router and the expert dispatch are added to the MLP term. With ``dp`` attention ranks the
+        attention-side terms take the busiest rank's tokens (b / dp decoding, a prompt's chunk on one rank),
+        the experts all ranks' tokens.
+
         KV tier (``kv_tier``; docs/kv-tiers.md): ``remote_share`` r of the context KV lives in the tier. Decode
         attention reads (1 - r) of its KV bytes from HBM (inside the roofline max) and r over the tier link at
         ``kv_tier.gbps_per_gpu``, added, not overlapped (conservative); so does the prior-context KV a prefill
@@ -215,32 +250,32 @@ class ReplicaModel(ReplicaRoles, ReplicaPredictions):
         prefill steps and so TTFT. With r = 0 every term is the HBM-only one.
         """
         (a_w, a_act, a_fl, m_w, m_act, m_fl, kv_s, att_fl, elem, ar0, ar1, h_w, h_act, h_fl,
-         _hop0, hop1, k2, ks, Ls, fixed, kv_r) = self._step
-        pp = self.pp
+         _hop0, hop1, k2, ks, Ls, fixed, kv_r, att_fl_p) = self._step
+        pp, dp = self.pp, self.dp
         b = decode_batch / pp
         p = prefill_tokens / pp
         seqs = (prefill_seqs if prefill_seqs > 1.0 else 1.0) / pp if p > 0 else 0.0
-        T = b + p
+        T = b + p  # tokens through the experts (all dp ranks')
+        if dp > 1:  # attention DP: the decode batch splits over the ranks, a prompt's chunk stays on one rank;
+            spread = min(float(dp), max(seqs, 1.0)) if p > 0 else 1.0  # ranks step in lockstep: the busiest
+            b, p, seqs = b / dp, p / spread, seqs / spread
+        Ta = b + p  # tokens through attention on one rank
         # (rooflines as conditional expressions, not max(): the same values, a third faster in the hot path)
-        x, y = a_w + T * a_act, T * a_fl
-        t_attn_proj = (x if x >= y else y) + k2
-        if self.expert_params:  # MLP: the experts some token is routed to
-            tp, wb = self.tp, self.wbytes
-            touched = 1.0 - (1.0 - self.topk / self.experts) ** max(T, 0.0)
-            w = (self.mlp_params + self.expert_params / self.L * touched) * wb / tp
-            fl = 2 * T * (self.mlp_params + self.mlp_active_expert) / tp
-            t_mlp = max(w / self.bw + T * m_act, fl / self.flops_linear) + 2 * max(1.0, self.experts * touched) * ks
-        else:
-            x, y = m_w + T * m_act, T * m_fl
-            t_mlp = (x if x >= y else y) + k2
-        layer = t_attn_proj + t_mlp + T * elem + (ar0 + T * ar1)
+        x, y = a_w + Ta * a_act, Ta * a_fl
+        t_attn_proj = (x if x >= y else y) + (k2 if not self.mla else self.attn_kernels_s)
+        x, y = m_w + Ta * m_act, Ta * m_fl  # the dense MLP (and shared experts), on the attention rank
+        t_mlp = (x if x >= y else y) + k2
+        if self.moe is not None:  # the routed experts some token goes to, the gate and the dispatch (moe.py)
+            moe = self.moe
+            t_mlp += moe.compute_s(T) + moe.router_s(Ta) + moe.comm_s(T)
+        layer = t_attn_proj + t_mlp + Ta * elem + (ar0 + Ta * ar1)
         if remote_share and kv_r:  # a KV tier in use (r > 0 only comes with one)
             r = remote_share
             if b > 0:
                 bc = b * decode_ctx
                 layer += max((1 - r) * bc * kv_s, bc * att_fl) + r * bc * kv_r
             if p > 0:
-                layer += (p * (prefill_ctx + p / seqs / 2) * att_fl + seqs * prefill_ctx * ((1 - r) * kv_s + r * kv_r)
+                layer += (p * (prefill_ctx + p / seqs / 2) * att_fl_p + seqs * prefill_ctx * ((1 - r) * kv_s + r * kv_r)
                           + r * p * kv_r)
         else:
             if b > 0:
@@ -248,11 +283,11 @@ class ReplicaModel(ReplicaRoles, ReplicaPredictions):
                 x, y = bc * kv_s, bc * att_fl
                 layer += x if x >= y else y
             if p > 0:
-                layer += p * (prefill_ctx + p / seqs / 2) * att_fl + seqs * prefill_ctx * kv_s
+                layer += p * (prefill_ctx + p / seqs / 2) * att_fl_p + seqs * prefill_ctx * kv_s
         head_tokens = b + seqs
         x, y = h_w + head_tokens * h_act, head_tokens * h_fl
         stage_head = (x if x >= y else y) + ks
-        return pp * Ls * layer + stage_head + T * hop1 + fixed
+        return pp * Ls * layer + stage_head + Ta * hop1 + fixed
 
     def prefill_s(self, isl: float, decode_batch: float, decode_ctx: float, remote_share: float = 0.0,
                   cached: float = 0.0) -> float:

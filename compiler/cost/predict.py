@@ -1,7 +1,7 @@
 """Building a ``ReplicaModel`` from profile names, and the fidelity of its numbers.
 
 Entry points:
-  * ``replica(profiles, model, gpu, engine, tp, pp, dtype, kv_dtype, max_num_seqs, max_batched_tokens)``
+  * ``replica(profiles, model, gpu, engine, tp, pp, dtype, kv_dtype, max_num_seqs, max_batched_tokens, dp, ep)``
   * ``fidelity(rm, isl, osl, batch)`` -> ``Fidelity``: which profile numbers the prediction rests on and what
     kind each is (measured, fitted, spec sheet, assumption), and whether the operating point lies outside the
     ranges the fitted numbers were measured over.
@@ -42,12 +42,16 @@ class Fidelity:
 
 def replica(profiles: ProfileSet, model: str, gpu: str, engine: str = "vllm", tp: int = 1, pp: int = 1,
             dtype: str = "bf16", kv_dtype: str | None = None, max_num_seqs: int | None = None,
-            max_batched_tokens: int | None = None) -> ReplicaModel:
+            max_batched_tokens: int | None = None, dp: int = 1, ep: int = 1) -> ReplicaModel:
+    """``dp``: attention data-parallel ranks (the replica spans tp x pp x dp GPUs; ``max_num_seqs`` and
+    ``max_batched_tokens`` are per rank, as the engines' flags are); ``ep``: expert-parallel degree (1: experts
+    split by tensor parallelism over the tp x dp GPUs of a stage; tp x dp: vLLM's --enable-expert-parallel).
+    ValueError for a layout or precision the model or GPU cannot take (compiler.cost.moe.check_layout)."""
     eng = profiles.engines[engine]
     if max_batched_tokens is None:
         max_batched_tokens = int(eng.max_num_batched_tokens.value) if eng.max_num_batched_tokens is not None else 8192
     return ReplicaModel(profiles.models[model], profiles.gpus[gpu], eng, tp, pp, dtype, max_num_seqs,
-                        max_batched_tokens, kv_dtype)
+                        max_batched_tokens, kv_dtype, dp=dp, ep=ep)
 
 
 def _kind(prof, name: str) -> str | None:
@@ -60,8 +64,8 @@ def _kind(prof, name: str) -> str | None:
 def fidelity(rm: ReplicaModel, isl: float = 0.0, osl: float = 0.0, batch: float = 1.0) -> Fidelity:
     """Provenance of the numbers behind ``rm``'s predictions at (isl, osl, batch)."""
     g: GpuProfile = rm.gpu
-    used = list(EFFICIENCY_FIELDS if rm.tp > 1 else EFFICIENCY_FIELDS[:2])
-    if rm.dtype == "fp8" and g.fp8_tflops.value > g.bf16_tflops.value:
+    used = list(EFFICIENCY_FIELDS if rm.tp * rm.dp > 1 else EFFICIENCY_FIELDS[:2])
+    if rm.dtype == "fp4" or (rm.dtype == "fp8" and g.fp8_tflops.value > g.bf16_tflops.value):
         used.append("fp8_compute_efficiency")
     used += [f for f in OPTIONAL_GPU_FIELDS if f != "fp8_compute_efficiency" and getattr(g, f) is not None]
     sources: dict[str, str] = {}
@@ -90,8 +94,8 @@ def fidelity(rm: ReplicaModel, isl: float = 0.0, osl: float = 0.0, batch: float 
                      f"{rng['allreduce_gpus'][0]:g}-{rng['allreduce_gpus'][1]:g}")
     if "attention_context" in rng and isl + osl > rng["attention_context"][1]:
         extra.append(f"context {isl + osl:.0f} beyond the measured attention range (<= {rng['attention_context'][1]:g})")
-    if rm.dtype == "fp8" and sources.get("gpu.fp8_compute_efficiency") in ("assumption", "spec_sheet"):
-        extra.append("fp8 GEMM efficiency not measured on this GPU")
+    if rm.dtype in ("fp8", "fp4") and sources.get("gpu.fp8_compute_efficiency") in ("assumption", "spec_sheet"):
+        extra.append(f"{rm.dtype} GEMM efficiency not measured on this GPU")
     return Fidelity(LEVEL[worst], sources, extra, unfitted)
 
 
@@ -103,7 +107,8 @@ def fidelity_warnings(ir, deps) -> list[str]:
     out: list[str] = []
     seen: set[str] = set()
     for c, _n in sorted(deps, key=lambda d: d[0].id):
-        rm = replica_model(ir, c.model, c.gpu, c.tp, c.pp, c.dtype, c.max_num_seqs, c.max_batched_tokens)
+        rm = replica_model(ir, c.model, c.gpu, c.tp, c.pp, c.dtype, c.max_num_seqs, c.max_batched_tokens, dp=c.dp,
+                           ep=c.ep)
         w = ir.workload(c.workload)
         isl = max((b.isl_mean for b in w.buckets), default=0.0) if w else 0.0
         osl = max((b.osl_mean for b in w.buckets), default=0.0) if w else 0.0

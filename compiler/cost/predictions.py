@@ -64,7 +64,7 @@ class ReplicaPredictions:
         st = in_system(rate)[1]
         if not st.stable:  # concurrency beyond what the engine can batch: report saturation
             rate, st = 0.0, wide.evaluate([TrafficClass(1e-9, isl, osl)], 50.0)
-        gpus = self.tp * self.pp
+        gpus = self.gpus
         return ClosedLoopPrediction(
             ttft_ms=st.ttft_mean_s[0] * 1e3, tpot_ms=st.tpot_mean_s * 1e3, requests_per_s=rate,
             output_tokens_per_s=rate * osl, output_tokens_per_s_per_gpu=rate * osl / gpus,
@@ -90,7 +90,7 @@ class ReplicaPredictions:
         e2e = t_pre + max(osl - 1, 0) * t_dec
         fits = self.memory.kv_cache_tokens >= batch * (isl + osl)
         tput = batch * osl / e2e
-        return BatchPrediction(t_pre * 1e3, t_dec * 1e3, e2e * 1e3, tput, tput / (self.tp * self.pp), batch, fits)
+        return BatchPrediction(t_pre * 1e3, t_dec * 1e3, e2e * 1e3, tput, tput / (self.gpus), batch, fits)
 
     def predict_open_loop(self, isl: float, osl: float, rate_rps: float) -> ClosedLoopPrediction:
         """Poisson arrivals at ``rate_rps`` (a serving benchmark's request rate): mean TTFT and TPOT."""
@@ -101,7 +101,7 @@ class ReplicaPredictions:
         return ClosedLoopPrediction(
             ttft_ms=st.ttft_mean_s[0] * 1e3, tpot_ms=st.tpot_mean_s * 1e3, requests_per_s=rate_rps if st.stable else 0.0,
             output_tokens_per_s=rate_rps * osl if st.stable else 0.0,
-            output_tokens_per_s_per_gpu=rate_rps * osl / (self.tp * self.pp) if st.stable else 0.0,
+            output_tokens_per_s_per_gpu=rate_rps * osl / (self.gpus) if st.stable else 0.0,
             concurrency=int(math.ceil(conc)) if math.isfinite(conc) else 0, fits=st.stable, max_concurrency=maxc,
             kv_cache_tokens=mem.kv_cache_tokens)
 
@@ -186,7 +186,7 @@ class ReplicaPredictions:
                 queue.appendleft((r[1] + r[2], r[3] - r[2], int(r[4])))
         out_tok = float(sum(osl))
         in_tok = float(sum(isl))
-        gpus = self.tp * self.pp
+        gpus = self.gpus
         multi = max(sum(1 for o in osl if o > 1), 1)
         return BurstPrediction(makespan_s=t, requests_per_s=n / t, output_tokens_per_s=out_tok / t,
                                output_tokens_per_s_per_gpu=out_tok / t / gpus, total_tokens_per_s=(in_tok + out_tok) / t,

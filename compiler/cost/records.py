@@ -6,7 +6,10 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-BYTES = {"bf16": 2.0, "fp8": 1.0}
+# Bytes per weight. fp4: NVFP4, 4-bit values plus one fp8 scale per 16 (4.5 bits; NVIDIA's NVFP4 format, as
+# TensorRT Model Optimizer writes it); MXFP4's one 8-bit scale per 32 (4.25 bits) is within 6 % of it.
+BYTES = {"bf16": 2.0, "fp8": 1.0, "fp4": 0.5625}
+KV_DTYPES = ("bf16", "fp8")  # KV cache precisions the engines serve (an FP4 KV cache is not modelled)
 
 
 GIB = 1024**3

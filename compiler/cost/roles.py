@@ -15,7 +15,10 @@ class ReplicaRoles:
     @property
     def kv_bytes_per_token(self) -> float:
         """KV bytes of one token of context for the whole model (all layers and KV heads): what a prefill
-        instance hands to a decode instance per input token."""
+        instance hands to a decode instance per input token (MLA: the compressed latent per layer)."""
+        if self.mla:
+            from compiler.cost.moe import kv_elements
+            return self.L * kv_elements(self.model)[0] * self.kvbytes
         return 2 * self.L * self.kv_heads * self.head_dim * self.kvbytes
 
     def evaluate_prefill(self, classes: list[TrafficClass] | tuple[TrafficClass, ...],

@@ -66,7 +66,7 @@ def _pod(b: Bundle, t: Target, argv, gpus: int, serving: bool) -> dict:
 
 def _workload_object(b: Bundle, t: Target) -> dict:
     labels = _labels(t)
-    gpus = t.dep.tensor_parallel * t.dep.pipeline_parallel
+    gpus = t.dep.tensor_parallel * t.dep.pipeline_parallel * t.dep.data_parallel
     meta = {"name": t.name, "labels": labels}
     if t.facts.nodes_per_replica == 1:
         return {"apiVersion": "apps/v1", "kind": "Deployment", "metadata": meta,

@@ -32,7 +32,9 @@ def _container(b: Bundle, t: Target, port: int) -> dict:
 
 def _section(b: Bundle, t: Target, port: int) -> dict:
     return {"create": True, "replicas": t.dep.replicas,
-            "parallelism": {"tensor": t.dep.tensor_parallel},
+            "parallelism": {"tensor": t.dep.tensor_parallel,  # MoE layouts: dp attention ranks, all on one node
+                            **({"data": t.dep.data_parallel, "dataLocal": t.dep.data_parallel}
+                               if t.dep.data_parallel > 1 else {})},
             "acceleratorTypes": {"labelKey": t.gpu_k8s["label"], "labelValues": [t.gpu_k8s["value"]]},
             "containers": [_container(b, t, port)]}
 

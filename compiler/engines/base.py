@@ -86,6 +86,8 @@ class DeploymentFacts:
     max_cpu_loras: int = 0
     nodes_per_replica: int = 1
     gpus_per_node: int = 0  # GPUs of the replica on each node when it spans nodes
+    dp: int = 1  # attention data-parallel ranks (MoE layouts, docs/moe.md)
+    ep: int = 1  # expert-parallel degree (1: experts split by TP)
 
 
 @dataclass(frozen=True, slots=True)
@@ -105,13 +107,16 @@ def address_and_shape(f: "DeploymentFacts", t: dict) -> list[str]:
     fl = t["flags"]
     return [kv(fl["host"], "0.0.0.0"), kv(fl["port"], t["port"]),
             kv(fl["served_name"], f.model.served_name), kv(fl["revision"], f.model.revision),
-            kv(fl["tensor_parallel"], f.tp), kv(fl["pipeline_parallel"], f.pp),
+            kv(fl["tensor_parallel"], f.tp * f.dp if t.get("tp_counts_dp_ranks") else f.tp),
+            kv(fl["pipeline_parallel"], f.pp),
             kv(fl["context"], f.context_tokens)]
 
 
 def dtype_args(f: "DeploymentFacts", t: dict) -> list[str]:
-    """fp8 weights and KV, or the weights' dtype."""
+    """fp8 weights and KV, fp4 weights' fp8 KV (the checkpoint names their quantization), or the weights' dtype."""
     fl, val = t["flags"], t["values"]
+    if f.dtype == "fp4":
+        return [kv(fl["kv_cache_dtype"], val["fp4"]["kv_cache_dtype"])]
     if f.dtype == "fp8":
         fp8 = val["fp8"]
         return [kv(fl["quantization"], fp8["quantization"]), kv(fl["kv_cache_dtype"], fp8["kv_cache_dtype"])]

@@ -55,7 +55,8 @@ def deployment_facts(plan, ir) -> list[tuple[DeploymentFacts, list[str]]]:
         warns: list[str] = []
         window = int(ir.models[d.model].max_context_tokens.value)
         routed = routed_context(plan, d.name)
-        ctx = min(routed or window, window, d.kv_cache_tokens)
+        rank_kv = d.kv_cache_tokens // d.data_parallel  # a request lives on one attention DP rank (MoE layouts)
+        ctx = min(routed or window, window, rank_kv)
         live = d.kv is not None and d.kv.live  # experimental live KV tier: no engine flag realises it
         if live:
             cut = (f"; routed requests reach {routed} tokens, its command admits {ctx} (the HBM KV)"
@@ -65,12 +66,12 @@ def deployment_facts(plan, ir) -> list[tuple[DeploymentFacts, list[str]]]:
                          "plan unless --allow-experimental")
         elif routed > ctx:
             warns.append(f"{d.name}: the engine admits {ctx} tokens per request (its KV cache holds "
-                         f"{d.kv_cache_tokens}); routed requests reach {routed}")
+                         f"{rank_kv}); routed requests reach {routed}")
         rm = replica_model_of(ir, replace(DeploymentSpecView.of_plan(d), kv_lent_gib=0.0))
         mem = rm.memory
         free = (ir.gpu(d.gpu).profile.memory_gib.value - mem.weights_gib_per_gpu - mem.activation_gib_per_gpu
                 - mem.reserve_gib_per_gpu)  # HBM left after weights and workspace: what TensorRT-LLM's share is of
-        planned = d.kv_cache_tokens * mem.kv_bytes_per_token_per_gpu / GIB
+        planned = rank_kv * mem.kv_bytes_per_token_per_gpu / GIB  # each GPU holds its rank's tokens' KV
         frac = math.floor(1000 * planned / free) / 1000 if free > 0 else 0.0
         nodes = _nodes_per_replica(d)
         out.append((DeploymentFacts(
@@ -82,7 +83,8 @@ def deployment_facts(plan, ir) -> list[tuple[DeploymentFacts, list[str]]]:
             offload_gib=d.kv.offload_gib if d.kv is not None and not live else 0.0,
             adapters=tuple(d.adapters), max_loras=d.max_loras, max_lora_rank=d.max_lora_rank,
             max_cpu_loras=d.max_cpu_loras, nodes_per_replica=nodes,
-            gpus_per_node=d.tensor_parallel * d.pipeline_parallel // nodes), warns))
+            gpus_per_node=d.tensor_parallel * d.pipeline_parallel * d.data_parallel // nodes,
+            dp=d.data_parallel, ep=d.expert_parallel), warns))
     return out
 
 

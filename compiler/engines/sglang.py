@@ -21,10 +21,16 @@ def launch(f: DeploymentFacts) -> Launch:
     a = address_and_shape(f, t) + [
          # SGLang sizes its KV pool from --mem-fraction-static; capping it at the planned tokens keeps the
          # admission the cost model assumed.
-         kv(fl["kv_pool_tokens"], f.kv_cache_tokens),
-         kv(fl["max_batch"], f.max_batch), kv(fl["max_step_tokens"], f.max_step_tokens),
+         # With DP attention each rank has its own pool (the plan's KV is the replica's: dp x a rank's), and SGLang
+         # divides --max-running-requests and --chunked-prefill-size among the dp ranks (the plan's are per rank).
+         kv(fl["kv_pool_tokens"], f.kv_cache_tokens // f.dp),
+         kv(fl["max_batch"], f.max_batch * f.dp), kv(fl["max_step_tokens"], f.max_step_tokens * f.dp),
          kv(fl["memory_fraction"], num(f.memory_fraction)), fl["metrics"]]
     a += dtype_args(f, t)
+    if f.dp > 1:  # attention data parallelism: --tp-size counts all tp x dp GPUs (address_and_shape)
+        a += [kv(fl["data_parallel"], f.dp), fl["dp_attention"]]
+    if f.ep > 1:
+        a.append(kv(fl["expert_parallel_size"], f.ep))
     # Prefix caching: SGLang's radix cache is on unless --disable-radix-cache; nothing to add.
     # HiCache: host-memory tier of the radix (prefix) cache. --hicache-size is an integer of GB (1e9 bytes) per
     # rank (sglang/srt/server_args.py: type=int; mem_cache/pool_host: host_size * 1e9 bytes): rounded down, so the

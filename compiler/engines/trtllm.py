@@ -24,7 +24,7 @@ def launch(f: DeploymentFacts) -> Launch:
     cache: dict = {}
     if f.prefix_caching:
         cache[ex["block_reuse"]] = True
-    if f.dtype == "fp8":
+    if f.dtype in ("fp8", "fp4"):  # fp4 weights serve an fp8 KV cache
         cache[ex["kv_dtype"]] = "fp8"
     if f.offload_gib > 0:  # host tier of the block-reuse (prefix) cache, bytes per rank
         cache[ex["host_cache_bytes"]] = int(f.offload_gib * GIB / (f.tp * f.pp))
@@ -34,17 +34,24 @@ def launch(f: DeploymentFacts) -> Launch:
         extra[ex["lora_config"]] = {"lora_dir": [f"{ADAPTER_DIR}/{n}" for n in f.adapters],
                                     "max_lora_rank": f.max_lora_rank, "max_loras": f.max_loras,
                                     "max_cpu_loras": f.max_cpu_loras}
+    if f.dp > 1:
+        extra[ex["attention_dp"]] = True
+    if f.ep > 1:
+        extra[ex["moe_ep"]] = f.ep
     if f.role in ("prefill", "decode"):
         extra[ex["cache_transceiver"]] = {"backend": "NIXL"}
     fname = options_file(f.name)
     a = [kv(fl["host"], "0.0.0.0"), kv(fl["port"], t["port"]), kv(fl["backend"], val["backend"]),
-         kv(fl["tensor_parallel"], f.tp), kv(fl["pipeline_parallel"], f.pp), kv(fl["context"], f.context_tokens),
+         kv(fl["tensor_parallel"], f.tp * f.dp), kv(fl["pipeline_parallel"], f.pp), kv(fl["context"], f.context_tokens),
          kv(fl["max_batch"], f.max_batch), kv(fl["max_step_tokens"], f.max_step_tokens),
          kv(fl["memory_fraction"], num(f.kv_free_fraction)), kv(fl["extra_options"], fname)]
     warnings = []
-    if f.dtype == "fp8":
-        warnings.append(f"{f.name}: TensorRT-LLM reads fp8 weights from an fp8 checkpoint (ModelOpt); set "
+    if f.dtype in ("fp8", "fp4"):
+        warnings.append(f"{f.name}: TensorRT-LLM reads {f.dtype} weights from an {f.dtype} checkpoint (ModelOpt); set "
                         f"models[].hf_id to one, {f.model.model_id} is served as published")
+    if f.dp > 1 and f.tp > 1:
+        warnings.append(f"{f.name}: TensorRT-LLM's attention data parallelism runs attention on one GPU per rank; "
+                        f"this plan's tp {f.tp} x dp {f.dp} layout is served as tp 1 x dp {f.tp * f.dp}")
     head = [*t["program"], f.model.model_id]
     # A replica spanning nodes runs under an MPI launcher (mpirun/srun) that starts this same command on every
     # node; trtllm-llmapi-launch joins the ranks. The command is identical on all nodes.

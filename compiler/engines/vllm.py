@@ -20,6 +20,10 @@ def launch(f: DeploymentFacts) -> Launch:
          kv(fl["max_batch"], f.max_batch), kv(fl["max_step_tokens"], f.max_step_tokens),
          fl["chunked_prefill"], kv(fl["memory_fraction"], num(f.memory_fraction))]
     a += dtype_args(f, t)
+    if f.dp > 1:  # attention data parallelism: dp engine ranks of tp GPUs
+        a.append(kv(fl["data_parallel"], f.dp))
+    if f.ep > 1:  # experts divided over the tp x dp GPUs (vLLM's EP degree is always tp x dp)
+        a.append(fl["expert_parallel"])
     if f.prefix_caching:  # on by default in V1; explicit because the plan's prefix_cache_tokens rely on it
         a.append(fl["prefix_caching"])
     if f.offload_gib > 0:  # OffloadingConnector: evicted prefix blocks in host memory, the whole replica's buffer

@@ -37,6 +37,9 @@ def plan_to_data(plan: Plan) -> dict:
     for d in data["deployments"]:
         if d.get("prefix_cache_tokens") == 0:
             del d["prefix_cache_tokens"]
+        for k in ("data_parallel", "expert_parallel"):  # MoE layouts only (docs/moe.md)
+            if d.get(k) == 1:
+                del d[k]
         for k in ("worker_command", "engine_files"):  # multi-node replicas / TensorRT-LLM only
             if not d.get(k):
                 d.pop(k, None)

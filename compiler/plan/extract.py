@@ -83,6 +83,7 @@ def build_plan(ir: ProblemIR, deps: list[tuple[Candidate, int]], routes: list[Ro
     kv_alloc = allocate(deps) if ir.kv_tiers != "off" else {}
     deployments = [
         Deployment(name=c.id, model=c.model, gpu=c.gpu, tensor_parallel=c.tp, pipeline_parallel=c.pp, replicas=n,
+                   data_parallel=c.dp, expert_parallel=c.ep,
                    role=c.role, dtype=c.dtype, max_batch_size=c.max_num_seqs,
                    max_num_batched_tokens=c.max_batched_tokens, kv_cache_tokens=c.kv_cache_tokens,
                    load_rps_per_replica=a.deployments[c.id].rate_rps_per_replica,

@@ -53,10 +53,14 @@ class Deployment(_Strict):
     gpu: str
     tensor_parallel: int = Field(ge=1)
     pipeline_parallel: int = Field(ge=1)
+    data_parallel: int = Field(default=1, ge=1, description="attention data-parallel ranks of a mixture-of-experts "
+                               "replica (it spans tensor x pipeline x data parallel GPUs; omitted when 1)")
+    expert_parallel: int = Field(default=1, ge=1, description="expert-parallel degree: the experts of a stage are "
+                                 "divided among this many of its GPUs (1: split by tensor parallelism; omitted when 1)")
     replicas: int = Field(ge=0)
     role: Literal["unified", "prefill", "decode"] = Field(
         description="unified: prefill and decode; prefill / decode: one side of a disaggregated pair")
-    dtype: Literal["bf16", "fp8"]
+    dtype: Literal["bf16", "fp8", "fp4"]
     max_batch_size: int = Field(ge=1, description="vLLM --max-num-seqs")
     max_num_batched_tokens: int = Field(ge=1, description="token budget per engine step (chunked prefill)")
     kv_cache_tokens: int = Field(ge=0, description="KV cache capacity per replica, tokens")

@@ -211,6 +211,8 @@ def pair_targets(plan, ir, deps, dep_index):
         local = is_local_pair(dp, dd) and dp.group_replicas > 0 and dd.group_replicas > 0
         pairs.append(PairTarget(dep_index[p], dep_index[d],
                                 (dp.group_replicas, dd.group_replicas) if local else None))
-        xfer.append(transfer_s(ir, dp.model, dp.dtype, 1.0, dp.gpu, dp.tensor_parallel * dp.pipeline_parallel,
-                               dd.gpu, dd.tensor_parallel * dd.pipeline_parallel, local=is_local_pair(dp, dd)))
+        xfer.append(transfer_s(ir, dp.model, dp.dtype, 1.0, dp.gpu,
+                               dp.tensor_parallel * dp.pipeline_parallel * dp.data_parallel, dd.gpu,
+                               dd.tensor_parallel * dd.pipeline_parallel * dd.data_parallel,
+                               local=is_local_pair(dp, dd)))
     return pairs, xfer, index

@@ -110,7 +110,7 @@ class TokenDist(_Strict):
         return next(k for k in ("fixed", "uniform", "lognormal", "histogram", "samples") if getattr(self, k) is not None)
 
 
-Dtype = Literal["bf16", "fp8"]
+Dtype = Literal["bf16", "fp8", "fp4"]
 
 
 class Slo(_Strict):

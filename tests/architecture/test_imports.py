@@ -22,7 +22,7 @@ STAGES = [
                     "compiler.engines"]),
     ("lower", ["compiler.lower", "compiler.lora.spec", "compiler.topology", "compiler.whatif"]),
     ("cost model", ["compiler.cost", "compiler.lora.model", "compiler.physics"]),
-    ("deployment", ["compiler.deployment", "compiler.kvtiers"]),
+    ("deployment", ["compiler.deployment", "compiler.kvtiers", "compiler.layouts"]),
     ("candidates", ["compiler.candidates", "compiler.disagg", "compiler.fanout"]),
     ("formulate / solve", ["compiler.formulate", "compiler.decompose", "compiler.solve"]),
     ("assess", ["compiler.assess"]),

@@ -101,7 +101,8 @@ def test_deployments_carry_the_plan(example_plans, bundles):
                 pod = w["spec"]["template"]["spec"]
                 c = pod["containers"][0]
                 assert c["command"] == d.command
-                assert c["resources"]["limits"]["nvidia.com/gpu"] == d.tensor_parallel * d.pipeline_parallel
+                gpus = d.tensor_parallel * d.pipeline_parallel * d.data_parallel
+                assert c["resources"]["limits"]["nvidia.com/gpu"] == gpus
             else:
                 pod = w["spec"]["leaderWorkerTemplate"]["leaderTemplate"]["spec"]
                 c = pod["containers"][0]

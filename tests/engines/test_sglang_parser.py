@@ -39,11 +39,15 @@ def test_every_example_command_parses_with_the_plan_values(example_plans):
             ns = parse(d.command)
             where = f"{name}/{d.name}"
             assert ns.model_path == ir.identities[d.model].model_id, where
-            assert (ns.tp_size, ns.pp_size) == (d.tensor_parallel, d.pipeline_parallel), where
-            assert ns.context_length == d.context_tokens <= d.kv_cache_tokens, where
-            assert ns.max_total_tokens == d.kv_cache_tokens, where
-            assert (ns.max_running_requests, ns.chunked_prefill_size) == (d.max_batch_size,
-                                                                          d.max_num_batched_tokens), where
+            # MoE layouts (docs/moe.md): with DP attention --tp-size counts every GPU of a stage, SGLang divides
+            # running requests and the chunk among the dp ranks, and each rank has its own KV pool
+            dp = d.data_parallel
+            assert (ns.tp_size, ns.pp_size) == (d.tensor_parallel * dp, d.pipeline_parallel), where
+            assert (ns.dp_size, bool(ns.enable_dp_attention)) == (dp, dp > 1), where
+            assert ns.context_length == d.context_tokens <= d.kv_cache_tokens // dp, where
+            assert ns.max_total_tokens == d.kv_cache_tokens // dp, where
+            assert (ns.max_running_requests, ns.chunked_prefill_size) == (d.max_batch_size * dp,
+                                                                          d.max_num_batched_tokens * dp), where
             assert ns.mem_fraction_static == ir.engine.gpu_memory_utilization.value, where
             assert ns.enable_metrics is True
             assert (ns.quantization == "fp8") == (d.dtype == "fp8"), where

@@ -14,7 +14,7 @@ ROOT = Path(__file__).resolve().parents[2]
 # LlmArgs fields the extra options YAML may carry (tensorrt_llm/llmapi/llm_args.py), with their own keys.
 LLM_ARGS = {"enable_chunked_prefill": None, "kv_cache_config": {"enable_block_reuse", "dtype", "host_cache_size"},
             "lora_config": {"lora_dir", "max_lora_rank", "max_loras", "max_cpu_loras"},
-            "cache_transceiver_config": {"backend"}}
+            "cache_transceiver_config": {"backend"}, "enable_attention_dp": None, "moe_expert_parallel_size": None}
 
 
 def _flag_names(args: list[str]) -> list[str]:
@@ -40,7 +40,9 @@ def test_trtllm_commands_use_only_documented_flags(example_plans):
             assert set(_flag_names(d.engine_args)) <= documented, f"{name}/{d.name}"
             args = dict(a.split("=", 1) for a in d.engine_args)
             assert int(args["--max_seq_len"]) == d.context_tokens <= d.kv_cache_tokens
-            assert int(args["--tp_size"]) == d.tensor_parallel and int(args["--max_batch_size"]) == d.max_batch_size
+            # attention DP (MoE layouts): --tp_size counts every GPU of a stage
+            assert int(args["--tp_size"]) == d.tensor_parallel * d.data_parallel
+            assert int(args["--max_batch_size"]) == d.max_batch_size
             assert 0 < float(args["--kv_cache_free_gpu_memory_fraction"]) <= 1
             (fname, text), = d.engine_files.items()
             assert args["--extra_llm_api_options"] == fname
@@ -51,6 +53,8 @@ def test_trtllm_commands_use_only_documented_flags(example_plans):
                     assert set(v) <= LLM_ARGS[k], (k, v)
             assert ("lora_config" in extra) == bool(d.max_loras)
             assert ("cache_transceiver_config" in extra) == (d.role != "unified")
+            assert extra.get("enable_attention_dp", False) == (d.data_parallel > 1), f"{name}/{d.name}"
+            assert extra.get("moe_expert_parallel_size", 1) == d.expert_parallel, f"{name}/{d.name}"
 
 
 def test_trtllm_memory_fraction_is_a_share_of_memory_free_after_weights(example_plans):

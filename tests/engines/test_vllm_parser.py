@@ -43,12 +43,14 @@ def test_every_example_command_parses_with_the_plan_values(example_plans):
             assert ns.served_model_name == [ir.identities[d.model].served_name], where
             assert (ns.tensor_parallel_size, ns.pipeline_parallel_size) == (d.tensor_parallel, d.pipeline_parallel)
             assert ns.max_model_len == d.context_tokens, where
-            assert 0 < ns.max_model_len <= d.kv_cache_tokens, where  # vLLM starts only if one request fits
+            assert 0 < ns.max_model_len <= d.kv_cache_tokens // d.data_parallel, where  # one request fits a rank
             assert ns.max_model_len <= ir.models[d.model].max_context_tokens.value, where
             assert (ns.max_num_seqs, ns.max_num_batched_tokens) == (d.max_batch_size, d.max_num_batched_tokens)
             assert ns.gpu_memory_utilization == ir.engine.gpu_memory_utilization.value
             assert ns.enable_chunked_prefill is True
             assert (ns.quantization == "fp8") == (d.dtype == "fp8"), where
+            assert ns.data_parallel_size == d.data_parallel, where  # MoE layouts (examples/moe.yaml)
+            assert bool(ns.enable_expert_parallel) == (d.expert_parallel > 1), where
             assert d.command[3:] == d.engine_args, where
             if d.role in ("prefill", "decode"):
                 cfg = ns.kv_transfer_config
@@ -88,8 +90,9 @@ def test_context_is_the_largest_routed_request_capped_by_the_kv_cache(example_pl
                           + buckets[(r.workload, r.bucket)].output_tokens_max
                           for r in plan.routes if d.name in (r.deployment, r.prefill, r.decode)), default=0)
             window = int(ir.models[d.model].max_context_tokens.value)
-            assert d.context_tokens == min(routed or window, window, d.kv_cache_tokens), (name, d.name)
-            capped += routed > d.kv_cache_tokens
+            rank_kv = d.kv_cache_tokens // d.data_parallel  # one request lives on one attention DP rank
+            assert d.context_tokens == min(routed or window, window, rank_kv), (name, d.name)
+            capped += routed > rank_kv
             assert d.kv is None or not d.kv.live, (name, d.name)
         assert not [w for w in plan.warnings if ": the engine admits" in w or w.startswith("experimental")], name
     assert capped == 0

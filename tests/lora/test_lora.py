@@ -219,9 +219,10 @@ def test_specs_without_adapters_keep_their_hash():
 
     ir = lower(load_spec(QUICKSTART))
     assert ir.lora is None
-    # Same value as tests/golden/quickstart.plan.yaml; it changes only when the quickstart's profiles change
-    # (last: model profiles gained their Hugging Face repo, hf).
-    assert ir.input_hash == "sha256:6a86eef1753d49cd"
+    # The LoRA machinery adds nothing to the hash of a spec without adapters: it is the hash the golden plan of
+    # the quickstart was made from (which changes only when the quickstart or its profiles change).
+    golden = (QUICKSTART.parent.parent / "tests" / "golden" / "quickstart.plan.yaml").read_text()
+    assert f"input_hash: {ir.input_hash}\n" in golden
 
 
 @pytest.mark.parametrize("seed", [1, 2, 3])

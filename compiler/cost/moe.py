@@ -1,0 +1,182 @@
+"""Mixture-of-experts and MLA arithmetic of the cost model (docs/cost-model.md, "Mixture of experts").
+
+``ReplicaModel`` (compiler/cost/model.py) calls these; nothing else computes an expert's bytes or a dispatch.
+
+Entry points:
+  * ``attention_params(model)`` (from compiler.profiles, shared with the config import): attention weights of
+    one layer (GQA/MHA projections, or MLA's low-rank ones)
+  * ``kv_elements(model)`` -> (elements per token per layer, split across TP?): GQA 2 x kv_heads x head_dim, split
+    over TP ranks; MLA kv_lora_rank + qk_rope_head_dim, one latent per token, replicated on every TP rank
+  * ``expert_params(model)``: routed experts' parameters (all MoE layers), 0 for a dense model
+  * ``experts_touched(tokens, experts, topk)``: expected share of a layer's experts some token is routed to
+  * ``MoeLayer``: the routed-expert block of one layer at a layout (tp, dp, ep, pp) as seconds of a step
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+from compiler.profiles import GpuProfile, ModelProfile, value_or, attention_params, expert_size, moe_layers
+
+__all__ = ["ACT_BYTES", "MoeLayer", "attention_flops_per_ctx", "attention_kernels", "attention_params", "check_layout",
+           "expert_params", "expert_size", "experts_touched", "is_mla", "kv_elements", "moe_layers"]
+
+ACT_BYTES = 2.0  # activations, router logits and the tokens dispatched to experts travel in bf16
+
+
+def check_layout(model: ModelProfile, gpu: GpuProfile, tp: int, dp: int, ep: int, dtype: str) -> None:
+    """ValueError unless the layout and precision are servable: attention data parallelism and expert
+    parallelism need a mixture-of-experts model, ep divides the tp x dp expert group and is at most the number
+    of experts, and fp4 weights need FP4 tensor cores (the GPU profile's fp4_tflops)."""
+    if (dp > 1 or ep > 1) and model.num_experts.value <= 1:
+        raise ValueError(f"{model.name} is dense: attention data parallelism (dp) and expert parallelism (ep) "
+                         f"apply to mixture-of-experts models")
+    if (tp * dp) % ep:
+        raise ValueError(f"ep {ep} must divide tp x dp = {tp * dp} (the GPUs of a stage's expert group)")
+    if ep > model.num_experts.value:
+        raise ValueError(f"ep {ep} exceeds {model.name}'s {model.num_experts.value:g} experts")
+    if dtype == "fp4" and gpu.fp4_tflops is None:
+        raise ValueError(f"{gpu.name} has no FP4 tensor cores (its profile has no fp4_tflops); dtype fp4 needs "
+                         f"a GPU that has them (b200)")
+
+
+def is_mla(model: ModelProfile) -> bool:
+    return model.kv_lora_rank is not None
+
+
+def kv_elements(model: ModelProfile) -> tuple[float, bool]:
+    """(KV elements per token per layer, whether TP ranks split them). MLA caches one compressed latent of
+    kv_lora_rank + qk_rope_head_dim per token and layer, which every TP rank holds whole (vLLM and SGLang
+    replicate it; attention data parallelism is what divides it)."""
+    if is_mla(model):
+        return model.kv_lora_rank.value + value_or(model.qk_rope_head_dim), False
+    return 2 * model.num_kv_heads.value * model.head_dim.value, True
+
+
+def attention_flops_per_ctx(model: ModelProfile) -> tuple[float, float]:
+    """FLOPs per (query token x context token) of attention, (decode, prefill), whole model width.
+    GQA/MHA: 4 heads head_dim both (QK^T and PV). MLA decode runs the absorbed form over the latent:
+    2 heads (kv_lora_rank + rope) + 2 heads kv_lora_rank; MLA prefill the expanded one: 2 heads (nope + rope)
+    + 2 heads v."""
+    heads = model.num_attention_heads.value
+    if not is_mla(model):
+        f = 4 * heads * model.head_dim.value
+        return f, f
+    r_kv, rope = model.kv_lora_rank.value, value_or(model.qk_rope_head_dim)
+    nope, v = value_or(model.qk_nope_head_dim, model.head_dim.value), value_or(model.v_head_dim, model.head_dim.value)
+    return 2 * heads * (2 * r_kv + rope), 2 * heads * (nope + rope + v)
+
+
+def attention_kernels(model: ModelProfile) -> int:
+    """GEMM kernels of one layer's attention projections: fused QKV and O (GQA/MHA); MLA decode runs q down
+    (with a Q rank) and up, KV down, the two absorbed per-head products (W_UK, W_UV) and O."""
+    if not is_mla(model):
+        return 2
+    return 6 if model.q_lora_rank is not None else 5
+
+
+def expert_params(model: ModelProfile) -> float:
+    """Routed experts' parameters over all MoE layers (shared experts are not routed: they count as dense)."""
+    return moe_layers(model) * model.num_experts.value * expert_size(model)
+
+
+def experts_touched(tokens: float, experts: float, topk: float) -> float:
+    """Expected share of a layer's experts that at least one of ``tokens`` tokens is routed to, each token
+    choosing ``topk`` of ``experts`` uniformly: 1 - (1 - k/E)^T (uniform routing; a balanced router's
+    load-balancing loss aims at it; real routing is skewed, which touches fewer experts: an upper bound on the
+    bytes read)."""
+    if experts <= 1:
+        return 1.0
+    return 1.0 - (1.0 - topk / experts) ** max(tokens, 0.0)
+
+
+@dataclass(frozen=True)
+class MoeLayer:
+    """The routed experts of one (average) layer on a layout, per GPU of the expert group.
+
+    The expert group of a pipeline stage is its G = tp x dp GPUs. ``ep`` = 1: every expert is split G ways by
+    tensor parallelism (vLLM without ``--enable-expert-parallel``); ``ep`` > 1: the experts are divided among
+    ``ep`` ranks, each expert split G / ep ways (vLLM's EP has ep = G). ``share`` = MoE layers / layers, so the
+    per-layer terms average over dense and MoE layers."""
+
+    experts: float
+    topk: float
+    expert_params: float  # one expert
+    share: float
+    hidden: float
+    inter: float
+    group: int  # G = tp x dp
+    ep: int
+    wbytes: float
+    bw: float  # HBM bytes/s achieved
+    flops: float  # linear-layer FLOP/s achieved
+    kernel_s: float
+    coll_lat_s: float  # latency of one collective (all-reduce fit; all-to-all assumed alike)
+    coll_bw: float  # collective bus bandwidth within a node, bytes/s
+    link_bw: float  # NVLink per GPU per direction, bytes/s
+    nic_bw: float  # network per GPU, bytes/s
+    gpus_per_node: int
+    tp: int
+    dp: int
+
+    @classmethod
+    def of(cls, model: ModelProfile, gpu: GpuProfile, tp: int, dp: int, ep: int, wbytes: float, bw: float,
+           flops: float, kernel_s: float) -> "MoeLayer":
+        g = gpu
+        return cls(model.num_experts.value, model.experts_per_token.value, expert_size(model),
+                   moe_layers(model) / model.num_layers.value, model.hidden_size.value,
+                   value_or(model.moe_intermediate_size, model.intermediate_size.value), tp * dp, ep, wbytes, bw, flops,
+                   kernel_s, g.allreduce_latency_us.value * 1e-6, g.allreduce_bus_gbps.value * 1e9,
+                   g.link_bandwidth_gbps.value * 1e9, g.node_network_gbps.value * 1e9 / g.gpus_per_node.value,
+                   int(g.gpus_per_node.value), tp, dp)
+
+    def experts_on_rank(self) -> float:
+        """Experts an EP rank holds (the busiest one when ep does not divide them)."""
+        return math.ceil(self.experts / self.ep)
+
+    def weight_bytes_per_gpu(self) -> float:
+        """Routed-expert weights one GPU holds, all MoE layers of one stage not divided by pp here."""
+        return self.experts_on_rank() * self.expert_params * self.wbytes / (self.group / self.ep)
+
+    def compute_s(self, tokens: float) -> float:
+        """Routed-expert GEMMs of ``tokens`` tokens (all dp ranks' tokens of the step) on one GPU:
+        weights read = touched experts' bytes / G (balanced), FLOPs = 2 T k P_e / G, activations of the
+        T k / ep assignments a rank computes; four kernels per layer: the two grouped GEMMs (gate-up, down) and
+        the routing (top-k selection, sorting tokens by expert), as fused-MoE implementations run them."""
+        touched = experts_touched(tokens, self.experts, self.topk)
+        w = self.experts * touched * self.expert_params * self.wbytes / self.group
+        act = tokens * self.topk / self.ep * (2 * self.hidden + 3 * self.inter * self.ep / self.group) * ACT_BYTES
+        fl = 2 * tokens * self.topk * self.expert_params / self.group
+        return self.share * (max((w + act) / self.bw, fl / self.flops) + 4 * self.kernel_s)
+
+    def router_s(self, rank_tokens: float) -> float:
+        """The gate: hidden x experts logits per token on its attention rank (bf16 weights, replicated)."""
+        w = self.hidden * self.experts
+        return self.share * (max((w + rank_tokens * (self.hidden + self.experts)) * ACT_BYTES / self.bw,
+                                 2 * rank_tokens * w / self.flops) + self.kernel_s)
+
+    def _spread_s(self, bytes_per_gpu: float, peers: int, on_node_bw: float) -> float:
+        """Moving ``bytes_per_gpu`` evenly to the other members of a group of ``peers`` GPUs: the share bound
+        for GPUs on other nodes crosses the NICs, the rest NVLink, in parallel."""
+        if peers <= 1:
+            return 0.0
+        node = min(self.gpus_per_node, peers)
+        off = bytes_per_gpu * (peers - node) / (peers - 1)
+        return max((bytes_per_gpu - off) / on_node_bw, off / self.nic_bw if off else 0.0)
+
+    def comm_s(self, tokens: float) -> float:
+        """Communication of the MoE block of one layer, ``tokens`` = all tokens of the step in the stage.
+
+        ep = 1, dp = 1: the TP all-reduce of the block's output (as a dense MLP; in ``iteration_s``), 0 here.
+        ep = 1, dp > 1: all-gather the dp ranks' tokens to the expert group, reduce-scatter the outputs:
+            2 latencies + T H 2 B x 2 (G-1)/G over the collective bus (over the NICs where G spans nodes).
+        ep > 1: all-to-all dispatch and combine: each GPU sends its T / G tokens' k copies, of which (ep-1)/ep
+            go to other ranks: 2 x (latency + T/G k H 2 B (ep-1)/ep over NVLink / NICs)."""
+        if self.ep == 1 and self.dp == 1:
+            return 0.0
+        if self.ep == 1:
+            G = self.group
+            bw = self.coll_bw if G <= self.gpus_per_node else min(self.coll_bw, self.nic_bw)
+            return self.share * (2 * self.coll_lat_s + tokens * self.hidden * ACT_BYTES * 2 * (G - 1) / G / bw)
+        sent = tokens / self.group * self.topk * self.hidden * ACT_BYTES * (self.ep - 1) / self.ep
+        return self.share * 2 * (self.coll_lat_s + self._spread_s(sent, self.group, self.link_bw))

@@ -1,0 +1,47 @@
+"""Layouts of a mixture-of-experts model on a GPU pool: tensor x attention-data x expert parallelism (and the
+pipeline shapes of ``compiler.deployment.shapes``) as the candidates stage enumerates them (docs/moe.md).
+
+Entry point: ``layouts(ir, w, pool)`` yields ``(candidate id, tp, pp, dp, ep, why not)`` (``why`` empty for a
+shape worth sizing): every ``shapes`` entry with dp = ep = 1 (TP shards the experts, as for a dense model),
+and for an MoE model also
+  * tp x 1 x ep=tp: the experts divided among the TP ranks (vLLM --enable-expert-parallel with DP 1);
+  * tp x dp x ep=tp x dp, dp > 1: attention data parallelism with the experts divided among all GPUs of the
+    replica (vLLM --data-parallel-size with --enable-expert-parallel; SGLang --enable-dp-attention --ep-size).
+An expert group stays inside one NVLink domain (``pool.tp_limit``): an all-to-all per MoE layer over the
+network would cost more than it saves at the scales the planner sees; ``predict`` models such layouts.
+"""
+from __future__ import annotations
+
+from compiler.deployment import TP_OPTIONS, candidate_id, shapes
+from compiler.ir import GpuPoolIR, ProblemIR, WorkloadIR
+
+DP_OPTIONS = (2, 4, 8)
+
+
+def layouts(ir: ProblemIR, w: WorkloadIR, pool: GpuPoolIR):
+    for cid, tp, pp, why in shapes(ir, w, pool):
+        yield cid, tp, pp, 1, 1, why
+    arch = ir.models[w.model]
+    experts = int(arch.num_experts.value)
+    if experts <= 1:
+        return
+    if w.dtype == "fp4" and pool.profile.fp4_tflops is None:
+        return  # shapes gave the reason
+    heads, kv = int(arch.num_attention_heads.value), int(arch.num_kv_heads.value)
+    for tp in TP_OPTIONS:
+        if heads % tp or (kv % tp and tp % kv):
+            continue  # reported by shapes
+        for dp in (1,) + DP_OPTIONS:
+            g = tp * dp
+            if g == 1:
+                continue
+            cid = candidate_id(w.name, pool.type, tp, 1, 2048, dp, g)
+            if g > pool.tp_limit:
+                continue  # the expert group stays inside one NVLink domain
+            if g > experts:
+                yield cid, tp, 1, dp, g, f"ep{g} exceeds {experts} experts"
+                continue
+            if g > pool.count:
+                yield cid, tp, 1, dp, g, f"needs {g} GPUs, the spec has {pool.count} {pool.type}"
+                continue
+            yield cid, tp, 1, dp, g, ""

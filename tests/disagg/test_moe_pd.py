@@ -1,0 +1,59 @@
+"""P/D with a different mixture-of-experts layout per phase (docs/moe.md): prefill and decode candidates each
+range over tp x dp x ep; a long-prompt, tight-TPOT Qwen3-235B workload splits into a TP prefill side and an
+attention-DP + expert-parallel decode side, and the plan passes check."""
+from __future__ import annotations
+
+import pytest
+
+from compiler.api import check, load_spec, plan
+from compiler.disagg import build_pd_candidates, pd_id
+from compiler.lower import lower
+
+SPEC = """version: 1
+name: pdmoe
+objective: min_cost
+gpus:
+  - {type: h100-sxm, count: 32, usd_per_hour: 3.90}
+  - {type: h200, count: 32, usd_per_hour: 4.50}
+models:
+  - name: qwen3-235b-a22b
+workloads:
+  - name: rag
+    model: qwen3-235b-a22b
+    dtype: fp8
+    rate_rps: 30
+    input_tokens: {lognormal: {median: 6000, p99: 16000}}
+    output_tokens: {lognormal: {median: 400, p99: 1200}}
+    slo: {ttft_ms: 5000, tpot_ms: 40, percentile: 99}
+"""
+
+
+@pytest.fixture(scope="module")
+def spec_path(tmp_path_factory):
+    p = tmp_path_factory.mktemp("pdmoe") / "pdmoe.yaml"
+    p.write_text(SPEC)
+    return p
+
+
+def test_each_phase_ranges_over_moe_layouts(spec_path):
+    pd = build_pd_candidates(lower(load_spec(spec_path)))
+    # decode keeps attention-DP + EP layouts (each rank its own batch); prefill ones may be dominated by TP
+    assert any(c.dp > 1 and c.ep == c.tp * c.dp for c in pd if c.role == "decode")
+    for role in ("prefill", "decode"):
+        for c in (c for c in pd if c.role == role):
+            assert c.id == pd_id(c.workload, c.gpu, c.tp, c.pp, role, c.dp, c.ep)
+            assert c.gpus == c.tp * c.pp * c.dp
+
+
+def test_pd_plan_with_per_phase_layouts_passes_check(spec_path):
+    r = plan(load_spec(spec_path), validate=False)
+    deps = {d.role: d for d in r.plan.deployments if d.replicas}
+    assert set(deps) == {"prefill", "decode"}
+    p, d = deps["prefill"], deps["decode"]
+    assert (p.tensor_parallel, p.data_parallel, p.expert_parallel) != (d.tensor_parallel, d.data_parallel,
+                                                                      d.expert_parallel)
+    assert d.data_parallel > 1 and d.expert_parallel == d.tensor_parallel * d.data_parallel
+    for dep in (p, d):  # one placement per replica, a stage's tp x dp GPUs
+        assert all(len(pl.gpus) == dep.tensor_parallel * dep.data_parallel for pl in dep.placement)
+    rep = check(r.plan, load_spec(spec_path))
+    assert rep.ok, rep.violations
