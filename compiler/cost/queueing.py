@@ -1,6 +1,6 @@
 """Queueing and tail arithmetic of the cost model, and its one search: the M/G/1 prefill queue, the decision
 of a tail percentile against a bound, Aitken acceleration of the batch fixed point, the regularised upper
-incomplete gamma function, the bracketing and bisection every capacity search uses (``bisect_max``).
+incomplete gamma function. (The searches are in ``compiler/cost/search.py``.)
 """
 from __future__ import annotations
 
@@ -56,30 +56,6 @@ class _Aitken:
         return True
 
 
-def _bracket(ok, guess: float, bound: float, rel_tol: float) -> tuple[float, float]:
-    """(lo, hi) around the rate where the monotone ``ok`` turns false, searched outward from ``guess``: ok(lo)
-    holds (or lo is 0: not known), ok(hi) does not (or hi is ``bound``). Steps grow 4-fold from just under
-    rel_tol, so a guess right to the tolerance costs two evaluations."""
-    step = 0.999 * rel_tol
-    if ok(guess):
-        lo = guess
-        while True:
-            t = lo * (1 + step)
-            if t >= bound:
-                return lo, bound
-            if not ok(t):
-                return lo, t
-            lo, step = t, step * 4
-    hi = guess
-    while True:
-        t = hi / (1 + step)
-        if t < 1e-6 * guess:
-            return 0.0, hi
-        if ok(t):
-            return t, hi
-        hi, step = t, step * 4
-
-
 def _tail_decision(miss, q: float, lo: float, hi: float, width: float, bound: float) -> bool | None:
     """Whether the percentile search of ``_tpot_tail`` (bisection of the decreasing ``miss`` on [lo, hi] to
     ``width``) would end at or below ``bound``, from at most two evaluations of ``miss``; None when ``bound`` is
@@ -118,18 +94,6 @@ def _normal():
     from statistics import NormalDist
 
     return NormalDist()
-
-
-def bisect_max(ok, lo: float, hi: float, rel_tol: float) -> float:
-    """Largest x in [lo, hi] with ok(x), to ``rel_tol``, for a predicate that holds below some point and fails
-    above it (``ok(lo)`` is assumed, ``ok(hi)`` is not)."""
-    while hi - lo > rel_tol * max(lo, 1e-6):
-        mid = (lo + hi) / 2
-        if ok(mid):
-            lo = mid
-        else:
-            hi = mid
-    return lo
 
 
 def gamma_q(a: float, x: float) -> float:
