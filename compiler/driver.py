@@ -19,7 +19,7 @@ from compiler.assess import Assessment
 from compiler.errors import InfeasibleError, NoSolutionError
 from compiler.ir import ProblemIR
 from compiler.plan.schema import Plan
-from compiler.rounds import MAX_ROUNDS, SIM_ROUNDS, derate_analytic, simulate_and_derate
+from compiler.rounds import MAX_ROUNDS, SIM_ROUNDS, derate_analytic, prior_derates, simulate_and_derate
 from solvers import SolveOptions, SolveResult, get_backend
 
 
@@ -58,14 +58,19 @@ class Planner(Protocol):
     def candidate_set(self, cands: Any) -> Any:
         """The ``CandidateSet`` a ``PlanResult`` carries."""
 
+    def peers(self, cands: Any) -> dict[str, tuple[str, ...]]:
+        """workload -> ids of the candidates that serve only it ({}: none such; see ``compiler.rounds``)."""
+
 
 def drive(planner: Planner, spec, ir: ProblemIR, *, backend: str | None = None, time_limit_s: float | None = None,
           validate: bool = True, seed: int = 0, t0: float | None = None) -> PlanResult:
     """Cheapest plan meeting every SLO. Raises InfeasibleError (exit 3) or NoSolutionError (exit 4).
 
-    Rounds: solve; where the cost model's assessment of the solved plan finds a miss, derate the deployment at
+    Rounds: when the plan will be validated, start from the capacity prior fitted against the simulator
+    (``compiler.rounds.prior_derates``; dropped if no plan meets it); solve; where the cost model's assessment of the solved plan finds a miss, derate the deployment at
     fault and re-solve (at most MAX_ROUNDS); once it finds none and ``validate``, simulate on PLAN_SEEDS seeds from
-    ``seed`` and derate while a workload's lower 95 % bound on attainment is below target (SIM_ROUNDS more)."""
+    ``seed`` and derate (every candidate of the workload) while a workload's lower 95 % bound on attainment is
+    below target (SIM_ROUNDS more)."""
     from compiler.plan.extract import finish_plan
     from compiler.sim import default_requests
     from compiler.sim.validate import validation_seeds
@@ -79,8 +84,13 @@ def drive(planner: Planner, spec, ir: ProblemIR, *, backend: str | None = None, 
         raise InfeasibleError(problems)
     be = get_backend(backend or spec.solver.backend)
     opts = SolveOptions(time_limit_s=time_limit_s or spec.solver.time_limit_s)
-    derate: dict[str, float] = {}
+    simulated = validate and ir.objective != "max_goodput"
+    peers = planner.peers(cands) if simulated else {}
+    # Where the simulation will judge the plan, start from the capacities it confirms (compiler.rounds).
+    prior = prior_derates(ir, peers)
+    derate: dict[str, float] = prior
     solve_s = 0.0
+    sim_s = 0.0
     sim_rounds = 0
     sim_requests = default_requests(ir)
     seeds = validation_seeds(seed)
@@ -92,6 +102,9 @@ def drive(planner: Planner, spec, ir: ProblemIR, *, backend: str | None = None, 
         res = planner.solve(ir, cands, derate, be, left)
         solve_s += res.seconds
         if not res.has_solution:
+            if best is None and derate and derate == prior:
+                derate = {}  # the prior asks for more GPUs or budget than the spec has: the rounds decide alone
+                continue
             if best is not None:
                 break  # keep the last plan; its misses are stated below
             if res.status.value == "infeasible":
@@ -106,10 +119,12 @@ def drive(planner: Planner, spec, ir: ProblemIR, *, backend: str | None = None, 
         if misses:
             derate = derate_analytic(misses, derate)
             continue
-        if not validate or ir.objective == "max_goodput":
+        if not simulated:
             break  # (the simulator offers every workload's full rate; a goodput plan serves part of it)
+        ts = time.perf_counter()
         last_sim, derate = simulate_and_derate(plan_, spec, ir, seeds, sim_requests, derate,
-                                               planner.fill(cands, res, derate))
+                                               planner.fill(cands, res, derate), peers)
+        sim_s += time.perf_counter() - ts
         if last_sim.ok:
             break
         sim_rounds += 1
@@ -123,4 +138,4 @@ def drive(planner: Planner, spec, ir: ProblemIR, *, backend: str | None = None, 
     plan_ = finish_plan(plan_, spec, ir, last_sim, sim_requests, sim_rounds)
     t3 = time.perf_counter()
     return PlanResult(plan_, ir, planner.candidate_set(cands), a, res, rnd,
-                      {"lower": t1 - t0, "candidates": t2 - t1, "solve": solve_s, "total": t3 - t0})
+                      {"lower": t1 - t0, "candidates": t2 - t1, "solve": solve_s, "simulate": sim_s, "total": t3 - t0})

@@ -36,3 +36,10 @@ class UnifiedPlanner:
 
     def candidate_set(self, cands: CandidateSet) -> CandidateSet:
         return cands
+
+    def peers(self, cands: CandidateSet) -> dict[str, tuple[str, ...]]:
+        """workload -> the ids of its candidates (unified, prefill and decode), for ``compiler.rounds``."""
+        out: dict[str, list[str]] = {}
+        for c in (*cands.candidates, *cands.disagg):
+            out.setdefault(c.workload, []).append(c.id)
+        return {w: tuple(ids) for w, ids in out.items()}
