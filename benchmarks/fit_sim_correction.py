@@ -1,7 +1,9 @@
 """Fit the capacity prior of the correction rounds against the simulator (issue 16 item 1).
 
-    python benchmarks/fit_sim_correction.py --size small --n 16 --seed 100 --csv obs.csv --out profiles/sim_capacity.yaml
-    python benchmarks/fit_sim_correction.py --from-csv a.csv b.csv --describe "..." --out profiles/sim_capacity.yaml
+    python benchmarks/fit_sim_correction.py --size small --n 40 --seed 100 --csv obs.csv \
+        --out profiles/sim_capacity.yaml
+    python benchmarks/fit_sim_correction.py --from-csv benchmarks/data/sim_fit_small.csv --describe "..." \
+        --out profiles/sim_capacity.yaml                     # refit from recorded observations
 
 What it measures. Specs of a ``benchmarks/specgen.py`` family are planned with ``compiler.api.plan`` as
 ``trimtab plan`` does, **without** the prior (the rounds start from the cost model's own capacities). Every
@@ -13,8 +15,8 @@ then censored: a pass at x says x* >= x, a miss says x* < x.
 
 The fit, per regime: the largest factor f among the observed x (and 1.0) such that, among the observations
 that decide f (misses at x <= f: x* < f for sure; passes at x >= f: x* >= f for sure), at most ``MISS_SHARE``
-(10 %) are misses: a censored estimate of the 10th percentile of x*. A regime with fewer than ``MIN_MISSES`` (3) misses or ``MIN_OBS`` (3) deciding observations is left out
-and takes the ``default`` entry, the same fit over every observation. The output is
+(10 %) are misses: a censored estimate of the 10th percentile of x*. A regime with fewer than ``MIN_MISSES``
+(3) misses or ``MIN_OBS`` (3) deciding observations is left out and takes the ``default`` entry, the same fit over every observation. The output is
 ``profiles/sim_capacity.yaml``: each regime's ``{value, source}`` and a ``sources`` block naming this command,
 the family, the seeds and the observation counts.
 

@@ -168,6 +168,8 @@ def main() -> None:
                     "(counted as a timeout, its total a lower bound)")
     ap.add_argument("--analytic", action="store_true", help="plan with validate=False (no simulation, no "
                     "simulation-driven rounds): what the cost model and the solver alone take")
+    ap.add_argument("--no-prior", action="store_true", help="start the rounds without the capacity prior "
+                    "(compiler/rounds.py::prior_derates), to measure what it changes")
     ap.add_argument("--summarise", type=Path, nargs="*", default=None, help="print the table of these --csv "
                     "files instead of planning")
     args = ap.parse_args()
@@ -177,6 +179,10 @@ def main() -> None:
             for size_name, rows in read_rows(path).items():
                 print_row(size_name, rows)
         return
+    if args.no_prior:
+        import compiler.driver
+
+        compiler.driver.prior_derates = lambda ir, peers: {}
     writer = None
     if args.csv:
         fh = args.csv.open("w", newline="")

@@ -58,8 +58,9 @@ class Planner(Protocol):
     def candidate_set(self, cands: Any) -> Any:
         """The ``CandidateSet`` a ``PlanResult`` carries."""
 
-    def peers(self, cands: Any) -> dict[str, tuple[str, ...]]:
-        """workload -> ids of the candidates that serve only it ({}: none such; see ``compiler.rounds``)."""
+    def peers(self, cands: Any, fitted: bool = False) -> dict[str, tuple[str, ...]]:
+        """workload -> ids of the candidates that serve only it ({}: none such; see ``compiler.rounds``);
+        ``fitted``: only those of a kind ``profiles/sim_capacity.yaml`` was fitted on."""
 
 
 def drive(planner: Planner, spec, ir: ProblemIR, *, backend: str | None = None, time_limit_s: float | None = None,
@@ -67,8 +68,8 @@ def drive(planner: Planner, spec, ir: ProblemIR, *, backend: str | None = None, 
     """Cheapest plan meeting every SLO. Raises InfeasibleError (exit 3) or NoSolutionError (exit 4).
 
     Rounds: when the plan will be validated, start from the capacity prior fitted against the simulator
-    (``compiler.rounds.prior_derates``; dropped if no plan meets it); solve; where the cost model's assessment of the solved plan finds a miss, derate the deployment at
-    fault and re-solve (at most MAX_ROUNDS); once it finds none and ``validate``, simulate on PLAN_SEEDS seeds from
+    (``compiler.rounds.prior_derates``; dropped if no plan meets it); solve; where the cost model's assessment
+    of the solved plan finds a miss, derate the deployment at fault and re-solve (at most MAX_ROUNDS); once it finds none and ``validate``, simulate on PLAN_SEEDS seeds from
     ``seed`` and derate (every candidate of the workload) while a workload's lower 95 % bound on attainment is
     below target (SIM_ROUNDS more)."""
     from compiler.plan.extract import finish_plan
@@ -87,7 +88,7 @@ def drive(planner: Planner, spec, ir: ProblemIR, *, backend: str | None = None, 
     simulated = validate and ir.objective != "max_goodput"
     peers = planner.peers(cands) if simulated else {}
     # Where the simulation will judge the plan, start from the capacities it confirms (compiler.rounds).
-    prior = prior_derates(ir, peers)
+    prior = prior_derates(ir, planner.peers(cands, fitted=True) if simulated else {})
     derate: dict[str, float] = prior
     solve_s = 0.0
     sim_s = 0.0

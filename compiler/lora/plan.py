@@ -553,7 +553,7 @@ class LoraPlanner:
     def candidate_set(self, prob: LoraProblem) -> CandidateSet:
         return CandidateSet(tuple(c.cand for c in prob.cands), ())
 
-    def peers(self, prob: LoraProblem) -> dict[str, tuple[str, ...]]:
+    def peers(self, prob: LoraProblem, fitted: bool = False) -> dict[str, tuple[str, ...]]:
         """None: an adapter candidate serves several workloads, so a workload's correction is not its own (the
         regime prior and the workload-wide correction of ``compiler.rounds`` are for unified planning only)."""
         return {}

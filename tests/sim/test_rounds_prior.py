@@ -79,3 +79,31 @@ def test_the_quickstart_validates_within_two_rounds():
     assert r.plan.simulation is not None and r.plan.simulation.passed
     assert r.rounds <= 2
     assert {"lower", "candidates", "solve", "simulate", "total"} <= set(r.seconds)
+
+
+def test_fit_is_a_censored_lower_quantile_of_the_confirmed_load():
+    from benchmarks.fit_sim_correction import fit
+
+    rows = [{"regime": "p99-mixed", "x": x, "passed": True} for x in (0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.7, 0.8)]
+    rows += [{"regime": "p99-mixed", "x": x, "passed": False} for x in (0.85, 0.9, 0.95)]
+    rows += [{"regime": "p90-mixed", "x": x, "passed": True} for x in (0.5, 0.9, 0.97)]
+    rows += [{"regime": "p90-mixed", "x": 0.99, "passed": False}]
+    table = fit(rows)
+    # p99: no miss at or below 0.6, and 0.6 is the largest f with 3 passes at or above it (0.6, 0.7, 0.8)
+    assert table["p99-mixed"]["value"] == 0.6
+    assert "p90-mixed" not in table  # one miss: too little evidence for a regime of its own
+    # default, over all 12: at 0.85 one of the 3 deciding observations is a miss (0.85; passes 0.9, 0.97);
+    # at 0.8 none is (passes 0.8, 0.9, 0.97)
+    assert table["default"]["value"] == 0.8
+
+
+def test_the_prior_leaves_prefill_and_decode_pools_alone():
+    ir = lower(load_spec(ROOT / "examples" / "disaggregated.yaml"))
+    planner = UnifiedPlanner()
+    cands = planner.candidates(ir)
+    assert cands.disagg, "the example is expected to have P/D candidates"
+    pd_ids = {c.id for c in cands.disagg}
+    every = {c for ids in planner.peers(cands).values() for c in ids}
+    fitted = {c for ids in planner.peers(cands, fitted=True).values() for c in ids}
+    assert pd_ids <= every and not pd_ids & fitted
+    assert not pd_ids & set(prior_derates(ir, planner.peers(cands, fitted=True)))
