@@ -93,9 +93,9 @@ def simulate_and_derate(plan, spec, ir, seeds: tuple[int, ...], requests: int, d
         worst = "" if res.demonstrated(name) else res.worst_deployment(name)
         if worst:
             used = min(1.0, (fill or {}).get(worst, 1.0))
-            factor = sim_derate(res, name) * used
+            f = sim_derate(res, name)
             for cid in {worst, *(peers or {}).get(name, ())}:
-                out[cid] = out.get(cid, 1.0) * factor
+                out[cid] = out.get(cid, 1.0) * f * used  # (old * f) * used, as before: the same floats
     return res, out
 
 
