@@ -23,12 +23,21 @@ How a row becomes a prediction (the setup only; no per-row parameters):
     compared per GPU (the A100 table's header omits /GPU; per GPU is the reading consistent with the H100 table of
     the same document and with the hardware's roofline: the total for the whole TP group would be 4x lower);
     serving rows (tp 1) are per replica;
-  * vLLM defaults by version: v0.11 ``vllm serve`` uses max_num_seqs 1024 / max_num_batched_tokens 8192 on GPUs
-    with 70 GiB or more except A100, 256 / 2048 otherwise (vllm/engine/arg_utils.py); the 2024 nightly used 256.
+  * vLLM defaults by version: v0.10 and v0.11 ``vllm serve`` use max_num_seqs 1024 / max_num_batched_tokens 8192
+    on GPUs with 70 GiB or more except A100, 256 / 2048 otherwise (vllm/engine/arg_utils.py; read for v0.11, and
+    the branch cites vLLM PR #17885 of May 2025, before v0.10); the 2024 nightly used 256;
+  * values the notes state win over defaults: TensorRT-LLM ``max_batch_size N`` / ``max_num_tokens N`` and vLLM
+    ``--max-num-batched-tokens N`` (per attention-DP rank, as the engines' flags and ``replica(dp=)`` take them);
+  * MoE table (benchmarks/data/moe_groundtruth.csv): optional ``dp``, ``ep``, ``dtype`` columns; ``dp``/``ep`` go
+    to ``replica`` when its signature has them (the MoE cost model); ``dtype`` wins over the notes; KV-cache dtype
+    from the notes (``benchmarks.groundtruth.precision``). Rows this checkout cannot predict (no model or GPU
+    profile, speculative decoding, dp/ep without the MoE API, a setup the profiles cannot run) are listed as
+    skipped with the reason and their line numbers.
 """
 from __future__ import annotations
 
 import csv
+import inspect
 import math
 import re
 import statistics
@@ -39,12 +48,11 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
+from benchmarks.groundtruth import check_file, engine_family, gpu_profile, model_profile, precision  # noqa: E402
+from benchmarks.groundtruth import mode as parse_mode  # noqa: E402
 from compiler.cost.predict import replica  # noqa: E402
 from compiler.profiles import load_profiles  # noqa: E402
 
-MODELS = {"llama-2-7b": "llama-2-7b", "llama-2-70b": "llama-2-70b", "gpt-j-6b": "gpt-j-6b",
-          "llama-3.1-8b": "llama-3.1-8b", "llama-3-70b": "llama-3-70b", "qwen3-8b": "qwen3-8b",
-          "qwen3-14b": "qwen3-14b", "qwen3-32b": "qwen3-32b"}
 SHAREGPT = (217, 201)
 GROUPS = {"throughput": ("output_throughput_per_gpu", "output_throughput", "request_throughput",
                          "total_token_throughput"),
@@ -52,6 +60,8 @@ GROUPS = {"throughput": ("output_throughput_per_gpu", "output_throughput", "requ
           "tpot": ("tpot_mean_ms", "itl_mean_ms"),
           "e2e latency": ("e2e_latency_mean_ms",)}
 TARGET = {"throughput": 15.0, "ttft": 20.0, "tpot": 20.0, "e2e latency": 20.0}
+# Keyword parameters of compiler.cost.predict.replica in this checkout (dp and ep arrive with the MoE cost model).
+REPLICA_PARAMS = set(inspect.signature(replica).parameters)
 
 
 @dataclass
@@ -73,78 +83,83 @@ class Row:
     value: float
     sharegpt: bool = False
     predicted: float = float("nan")
+    dp: int = 1
+    ep: int = 1
+    skip: str = ""  # why this row is not predicted ("" = predicted)
 
     @property
     def error_pct(self) -> float:
         return 100.0 * (self.predicted - self.value) / self.value
 
     def setup(self) -> str:
-        return (f"{self.raw['model']} {self.raw['gpu']} tp{self.tp} {self.engine} {self.dtype}"
+        par = f"tp{self.tp}" + (f" pp{self.pp}" if self.pp > 1 else "") + (f" dp{self.dp}" if self.dp > 1 else "") \
+            + (f" ep{self.ep}" if self.ep > 1 else "")
+        return (f"{self.raw['model']} {self.raw['gpu']} {par} {self.engine} {self.dtype}"
                 + (f"/kv {self.kv_dtype}" if self.kv_dtype != self.dtype else "")
                 + f" isl {self.isl} osl {self.osl} {self.mode} {self.amount:g}")
 
 
-def _gpu(name: str) -> str:
-    n = name.lower()
-    for prefix, prof in (("h100", "h100-sxm"), ("h200", "h200"), ("a100", "a100-80gb"), ("l40s", "l40s")):
-        if n.startswith(prefix):
-            return prof
-    raise ValueError(f"no GPU profile for {name!r}")
+def _skip_reason(r: dict, model: str | None, gpu: str | None, dp: int, ep: int, profiles) -> str:
+    """Why a row cannot be predicted by this checkout (empty when it can)."""
+    if model is None:
+        return f"no model mapping for {r['model']!r}"
+    if profiles is not None and model not in profiles.models:
+        return f"no model profile {model!r} yet"
+    if gpu is None or (profiles is not None and gpu not in profiles.gpus):
+        return f"no GPU profile for {r['gpu']!r}"
+    if re.search(r"speculative|\bmtp\b|eagle", r["notes"].lower()):
+        return "speculative decoding (MTP/EAGLE) is not modelled"
+    for name, v in (("dp", dp), ("ep", ep)):
+        if v > 1 and name not in REPLICA_PARAMS:
+            return f"{name}={v} needs the MoE predict API (replica(..., {name}=)), not in this checkout"
+    return ""
 
 
-def _engine(text: str) -> str:
-    t = text.lower()
-    if "tensorrt" in t or "nemo" in t:
-        return "trt-llm"
-    if "sglang" in t:
-        return "sglang"
-    if "vllm" in t:
-        return "vllm"
-    raise ValueError(f"unknown engine {text!r}")
-
-
-def _mode(text: str) -> tuple[str, float]:
-    t = text.lower()
-    if m := re.match(r"batch=(\d+)", t):
-        return "static", float(m.group(1))
-    if m := re.match(r"max concurrency=(\d+)", t):
-        return "closed", float(m.group(1))
-    if m := re.match(r"([\d.]+) qps poisson", t):
-        return "open", float(m.group(1))
-    if m := re.search(r"(\d+) [a-z ]*prompts", t):
-        return "saturated", float(m.group(1))
-    raise ValueError(f"cannot read the benchmark mode from {text!r}")
-
-
-def parse(path: Path) -> list[Row]:
+def parse(path: Path, profiles=None) -> list[Row]:
+    """Every row of the table; rows this checkout cannot predict carry ``skip`` (the reason)."""
     rows = []
     with open(path, newline="", encoding="utf-8") as fh:
         for i, r in enumerate(csv.DictReader(fh), start=2):
             notes = r["notes"]
-            engine = _engine(r["engine"])
-            fp8 = "fp8" in notes.lower()
-            weights_only = "fp8 weights" in notes.lower()
-            dtype = "fp8" if fp8 else "bf16"
-            kv = "fp8" if fp8 and engine == "trt-llm" and not weights_only else "bf16"
-            mode, amount = _mode(r["concurrency_or_rate"])
+            engine = engine_family(r["engine"])
+            dtype, kv = precision(notes, engine, r.get("dtype") or "")
+            mode, amount = parse_mode(r["concurrency_or_rate"])
             isl = int(r["isl"]) if r["isl"].strip() else SHAREGPT[0]
             osl = int(r["osl"]) if r["osl"].strip() else SHAREGPT[1]
             sharegpt = "sharegpt" in (r["concurrency_or_rate"] + notes).lower()
-            rows.append(Row(i, r, MODELS[r["model"].lower()], _gpu(r["gpu"]), engine, int(r["tp"]), int(r["pp"]),
-                            dtype, kv, isl, osl, mode, amount, r["metric"], float(r["value"]), sharegpt))
+            dp = int(r.get("dp") or 1)
+            ep = int(r.get("ep") or 1)
+            model, gpu = model_profile(r["model"]), gpu_profile(r["gpu"])
+            rows.append(Row(i, r, model or r["model"], gpu or r["gpu"], engine, int(r["tp"]), int(r["pp"]), dtype,
+                            kv, isl, osl, mode, amount, r["metric"], float(r["value"]), sharegpt, dp=dp, ep=ep,
+                            skip=_skip_reason(r, model, gpu, dp, ep, profiles)))
     return rows
+
+
+def _stated_limits(row: Row) -> tuple[int | None, int | None]:
+    """(max_num_seqs, max_batched_tokens) where the notes state them: TensorRT-LLM's ``max_batch_size N`` /
+    ``max_num_tokens N``, vLLM's ``--max-num-batched-tokens N``. Per attention-DP rank, as the engines' flags
+    are and as ``replica(..., dp=)`` takes them."""
+    low = row.raw["notes"].lower()
+    seqs = re.search(r"max_batch_size (\d+)", low)
+    mbt = re.search(r"(?:max_num_tokens|--max-num-batched-tokens) (\d+)", low)
+    return (int(seqs.group(1)) if seqs else None), (int(mbt.group(1)) if mbt else None)
 
 
 def _engine_limits(row: Row, eng) -> tuple[int, int]:
     """(max_num_seqs, max_num_batched_tokens) the benchmark ran with (engine defaults of that version)."""
     text = row.raw["engine"].lower()
     if row.engine == "vllm":
-        if "v0.11" in text:
-            big = row.gpu in ("h100-sxm", "h200")
-            return (1024, 8192) if big else (256, 2048)
-        return 256, 8192
+        if (m := re.search(r"v0\.(\d+)", text)) and int(m.group(1)) >= 10:
+            big = row.gpu in ("h100-sxm", "h200", "b200")
+            seqs, mbt = (1024, 8192) if big else (256, 2048)
+        else:
+            seqs, mbt = 256, 8192
+        stated = _stated_limits(row)
+        return stated[0] or seqs, stated[1] or mbt
     seqs = int(eng.max_num_seqs.value)
     mbt = int(eng.max_num_batched_tokens.value) if eng.max_num_batched_tokens is not None else 8192
+    seqs, mbt = _stated_limits(row)[0] or seqs, _stated_limits(row)[1] or mbt
     if row.engine == "trt-llm" and row.mode == "static":
         mbt = max(mbt, int(row.amount) * row.isl)  # gptSessionBenchmark runs the whole context batch at once
     return seqs, mbt
@@ -153,10 +168,10 @@ def _engine_limits(row: Row, eng) -> tuple[int, int]:
 def predict_row(row: Row, profiles) -> float:
     eng = profiles.engines[row.engine]
     seqs, mbt = _engine_limits(row, eng)
+    par = {k: v for k, v in (("dp", row.dp), ("ep", row.ep)) if k in REPLICA_PARAMS}
     rm = replica(profiles, row.model, row.gpu, row.engine, row.tp, row.pp, row.dtype, row.kv_dtype,
                  max_num_seqs=max(seqs, int(row.amount) if row.mode == "static" else 0),
-                 max_batched_tokens=mbt)
-    gpus = row.tp * row.pp
+                 max_batched_tokens=mbt, **par)
     if row.mode == "static":
         p = rm.predict_static_batch(row.isl, row.osl, int(row.amount))
         return {"output_throughput_per_gpu": p.output_tokens_per_s_per_gpu,
@@ -175,7 +190,6 @@ def predict_row(row: Row, profiles) -> float:
         b = rm.predict_burst(isl, osl)
         return {"tpot_mean_ms": b.tpot_ms, "itl_mean_ms": b.tpot_ms, "output_throughput": b.output_tokens_per_s,
                 "request_throughput": b.requests_per_s, "total_token_throughput": b.total_tokens_per_s}[row.metric]
-    del gpus
     return {"ttft_mean_ms": p.ttft_ms, "ttft_ms": p.ttft_ms, "tpot_mean_ms": p.tpot_ms, "itl_mean_ms": p.tpot_ms,
             "output_throughput": p.output_tokens_per_s, "request_throughput": p.requests_per_s,
             "total_token_throughput": p.requests_per_s * (row.isl + row.osl)}[row.metric]
@@ -344,22 +358,72 @@ def cv_report(rows: list[Row], cv: dict[int, float], leaks: dict[str, list[str]]
                  if leaks.get(src) else ""))
 
 
+def by_model(rows: list[Row], markdown: bool = False) -> None:
+    """Median |error| per model and metric group (the MoE table of docs/fidelity.md)."""
+    models = sorted({r.raw["model"] for r in rows})
+    head = ["model", "rows"] + list(GROUPS)
+    print("\nper model, median |% error| (rows):")
+    if markdown:
+        print("| " + " | ".join(head) + " |\n|---|---:|" + "---:|" * len(GROUPS))
+    for m in models:
+        sel = [r for r in rows if r.raw["model"] == m]
+        cells = []
+        for metrics in GROUPS.values():
+            e = [abs(r.error_pct) for r in sel if r.metric in metrics]
+            cells.append(f"{statistics.median(e):.1f} ({len(e)})" if e else "-")
+        print(("| " + " | ".join([m, str(len(sel))] + cells) + " |") if markdown else
+              f"  {m:20s} {len(sel):4d}  " + "  ".join(f"{g} {c}" for g, c in zip(GROUPS, cells)))
+
+
+def report_skipped(skipped: list[Row]) -> None:
+    """Rows not predicted, grouped by reason, with their line numbers: nothing is dropped silently."""
+    if not skipped:
+        return
+    print(f"\nskipped {len(skipped)} rows (not predicted by this checkout):")
+    reasons: dict[str, list[int]] = {}
+    for r in skipped:
+        reasons.setdefault(r.skip, []).append(r.n)
+    for why, lines in sorted(reasons.items(), key=lambda kv: (-len(kv[1]), kv[0])):
+        shown = ", ".join(map(str, lines[:12])) + (", ..." if len(lines) > 12 else "")
+        print(f"  {len(lines):4d}  {why}  (lines {shown})")
+
+
 def main(argv: list[str]) -> int:
+    """Exit codes: 0 report printed; 1 no such file; 2 malformed table (each problem named with file:line)."""
     args = [a for a in argv if not a.startswith("-")]
     path = Path(args[0]) if args else ROOT.parent / "shared" / "groundtruth" / "dev.csv"
     if not path.is_file():
         print(f"error: no such file {path}", file=sys.stderr)
         return 1
+    problems = check_file(path)
+    if problems:
+        print("error: malformed ground-truth table:\n  " + "\n  ".join(problems), file=sys.stderr)
+        return 2
     profiles = load_profiles()
-    rows = parse(path)
+    every = parse(path, profiles)
+    for r in every:  # a setup the profiles cannot run (weights do not fit, unknown dtype) is a skip, not a crash
+        if not r.skip:
+            try:
+                r.predicted = predict_row(r, profiles)
+            except (ValueError, KeyError, ZeroDivisionError) as e:
+                r.skip = f"prediction failed: {type(e).__name__}: {e}"
+    rows = [r for r in every if not r.skip]
+    skipped = [r for r in every if r.skip]
+    if not rows:
+        print(f"0 rows of {len(every)} from {path} can be predicted by this checkout")
+        report_skipped(skipped)
+        return 0
     base = profiles
     if "--fit" in argv or "--cv" in argv:
         print("fitting engine and fp8 parameters (values to copy into profiles/ with this script as their source):")
         profiles = fit(rows, profiles)
-    for r in rows:
-        r.predicted = predict_row(r, profiles)
-    print(f"{len(rows)} rows from {path}")
+        for r in rows:
+            r.predicted = predict_row(r, profiles)
+    print(f"{len(rows)} rows from {path}" + (f" ({len(skipped)} more skipped, listed below)" if skipped else ""))
     report(rows, verbose="-v" in argv, markdown="--markdown" in argv)
+    if len({r.raw["model"] for r in rows}) > 1 or "--by-model" in argv:
+        by_model(rows, markdown="--markdown" in argv)
+    report_skipped(skipped)
     if "--cv" in argv:
         cv_report(rows, *cross_validate(rows, base))
     return 0

@@ -29,6 +29,7 @@ VARIANTS = [
     ("disaggregated", "unified only", {}, False),
     ("long-context", "kv_tiers: auto", {}, True),
     ("long-context", "kv_tiers: off", {"defaults.kv_tiers": "off"}, True),
+    ("long-context", "experimental-live", {"defaults.kv_tiers": "experimental-live"}, True),
     ("shared-prefix", "with prefix", {}, True),
     ("multi-lora", "as given", {}, True),
 ]

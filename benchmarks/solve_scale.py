@@ -109,7 +109,7 @@ def main() -> None:
     ap.add_argument("--repeat", type=int, default=3, help="runs per size; the median time is reported")
     ap.add_argument("--sweep", action="store_true", help="also vary one dimension at a time around the target")
     ap.add_argument("--sizes", default="", help="semicolon-separated m,w,g,n tuples instead of the ladder")
-    ap.add_argument("--kv-tiers", default="off", choices=["off", "auto", "offload", "borrow"],
+    ap.add_argument("--kv-tiers", default="off", choices=["off", "auto", "offload", "experimental-live"],
                     help="defaults.kv_tiers of the generated specs (docs/kv-tiers.md)")
     args = ap.parse_args()
     sizes = [tuple(int(x) for x in s.split(",")) for s in args.sizes.split(";") if s] or LADDER

@@ -31,8 +31,9 @@ def emit_cmd(
                                          "document on stdout as one YAML stream (k8s, dynamo), for kubectl apply -f -.")],
     fmt: Annotated[TableOrJson, typer.Option("--format", help="json: on stdout, {files: {name: text}, warnings} "
                                                               "with -o -, else {written, warnings}.")] = TableOrJson.table,
-    allow_experimental: Annotated[bool, typer.Option("--allow-experimental", help="Emit a plan that borrows live "
-                                                     "KV from other instances, which no engine flag realises.")] = False,
+    allow_experimental: Annotated[bool, typer.Option("--allow-experimental", help="Emit a plan with an experimental "
+                                                     "live KV tier (kv_tiers: experimental-live: live-KV spill or "
+                                                     "borrowing), which no engine flag realises.")] = False,
 ) -> None:
     """Write what runs a plan: its engine commands in Kubernetes manifests or docker compose files
     (docs/deploy.md).

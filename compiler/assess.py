@@ -9,10 +9,9 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-from compiler.cost.factory import replica_model, traffic_class
-from compiler.deployment import DeploymentLoad, DeploymentSpecView, RouteView
+from compiler.cost.factory import traffic_class
+from compiler.deployment import DeploymentLoad, DeploymentSpecView, RouteView, replica_model_of
 from compiler.ir import ProblemIR
-from compiler.lora.model import view_lora
 
 NO_ROUTE = "no route serves this workload"
 
@@ -53,8 +52,7 @@ def assess(ir: ProblemIR, deployments: list[DeploymentSpecView], routes: list[Ro
     dep_tpot: dict[str, float] = {}
     for name in sorted(deps):
         d = deps[name]
-        rm = replica_model(ir, d.model, d.gpu, d.tp, d.pp, d.dtype, d.max_num_seqs, d.max_batched_tokens,
-                           lora=view_lora(ir, d), kv_offload_gib=d.kv_offload_gib, kv_borrow_gib=d.kv_borrow_gib)
+        rm = replica_model_of(ir, d)
         items = per_dep[name]
         reps = max(d.replicas, 0)
         classes, keys = [], []

@@ -7,9 +7,12 @@ dtype, role ``unified``. Its capacity for each of the workload's length buckets 
 request rate at which the bucket still meets the workload's TTFT and TPOT SLOs at its percentile, including
 queueing (``ReplicaModel.capacity_rps``). Candidates that cannot serve any bucket are pruned with a reason.
 
-KV tiers (``defaults.kv_tiers``, docs/kv-tiers.md): where a shape does not fit the longest request or its
-capacity is bound by HBM KV, variants with a CPU offload tier (``-off``) or borrowed HBM (``-kvb``) are added
-when they raise some bucket's capacity; HBM-only shapes record the spare HBM KV they can lend (``kv_spare_gib``).
+KV tiers (``defaults.kv_tiers``, docs/kv-tiers.md): ``auto`` / ``offload`` add, for a workload with prefix reuse,
+a variant of each shape whose prefix cache has a host-memory tier (``-off``: what vLLM's KV offloading, LMCache and
+SGLang's HiCache do) where it raises some bucket's capacity. ``experimental-live`` instead lets live KV exceed
+HBM: where a shape does not fit the longest request or its capacity is bound by HBM KV, variants with a CPU
+offload tier (``-off``) or borrowed HBM (``-kvb``) are added when they raise some bucket's capacity; HBM-only
+shapes record the spare HBM KV they can lend (``kv_spare_gib``). No engine flag realises those.
 """
 from __future__ import annotations
 
@@ -21,7 +24,7 @@ from compiler.deployment import (TOKEN_BUDGETS, BucketBest, Candidate, Candidate
                                  shapes)
 from compiler.ir import GpuPoolIR, ProblemIR, WorkloadIR
 
-KV_TIER_MODES = {"auto": ("offload", "borrow"), "offload": ("offload",), "borrow": ("borrow",), "off": ()}
+KV_TIER_MODES = {"auto": ("prefix",), "offload": ("prefix",), "experimental-live": ("offload", "borrow"), "off": ()}
 KV_LIMITED = 0.95  # a bucket's capacity is KV-bound when the KV in use at it reaches this share of HBM KV
 TIER_REQUESTS = 4  # a KV tier holds this many of the workload's longest requests (docs/kv-tiers.md)
 MIN_LEND = 0.05  # a shape lends spare HBM KV only when at least this share of it is spare
@@ -97,6 +100,35 @@ def _tier_variants(ir: ProblemIR, w: WorkloadIR, pool: GpuPoolIR, tp: int, pp: i
     return out
 
 
+def _prefix_tier_variant(ir: ProblemIR, w: WorkloadIR, pool: GpuPoolIR, tp: int, pp: int, mbt: int, cid: str,
+                         base: ReplicaModel, base_caps: dict[str, float]) -> list[Candidate]:
+    """A copy of an HBM-fitting shape whose prefix cache keeps evicted blocks in host memory (``-off``): room for
+    the workload's working set, at most the replica's share (its GPUs of the node's) of ``HOST_KV_SHARE`` of a
+    node's host memory, so that any packing of replicas onto nodes holds their tiers. Kept only where the larger
+    hit rate raises some bucket's capacity by more than 1 %; requests still fit HBM, as the engine needs."""
+    pcie = pool.pcie_gbps or (pool.profile.pcie_gbps.value if pool.profile.pcie_gbps is not None else 0.0)
+    per_node = int(pool.profile.gpus_per_node.value)
+    room = pool.cpu_memory_gib_per_node * HOST_KV_SHARE * min(tp * pp / per_node, 1.0)
+    gib = round(min(tier_gib(base, w.prefix_working_set), room), 3)
+    if not pcie > 0 or gib <= 0:
+        return []
+    rm = replica_model(ir, w.model, pool.type, tp, pp, w.dtype, base.max_num_seqs, mbt, kv_offload_gib=gib)
+    if rm.prefix_tier.tokens <= min(w.prefix_working_set, base.memory.kv_cache_tokens):
+        return []  # no larger than what the HBM prefix cache can hold
+    caps = []
+    for b in w.buckets:
+        cap = rm.capacity_rps(traffic_class(b, 0.0, w, rm), w.slo.ttft_ms, w.slo.tpot_ms, w.slo.percentile,
+                              guess=base_caps.get(b.name))
+        if cap > 0:
+            caps.append((b.name, cap))
+    if not any(cap > base_caps.get(name, 0.0) * 1.01 for name, cap in caps):
+        return []  # the host tier's hits do not pay on any bucket
+    return [Candidate(id=cid + "-off", workload=w.name, model=w.model, gpu=pool.type, tp=tp, pp=pp, dtype=w.dtype,
+                      max_num_seqs=base.max_num_seqs, max_batched_tokens=mbt,
+                      kv_cache_tokens=base.memory.kv_cache_tokens, usd_per_hour=pool.usd_per_hour * tp * pp,
+                      capacity_rps=tuple(caps), kv_offload_gib=gib)]
+
+
 def build_candidates(ir: ProblemIR, jobs: int | None = None) -> CandidateSet:
     """``jobs``: processes (default ``TRIMTAB_JOBS`` or the CPUs; large specs only, see ``compiler.fanout``);
     the result is the same for any number."""
@@ -110,7 +142,8 @@ def build_candidates(ir: ProblemIR, jobs: int | None = None) -> CandidateSet:
     best: list[BucketBest] = []
     max_num_seqs = int(ir.engine.max_num_seqs.value)
     modes = KV_TIER_MODES.get(ir.kv_tiers, ())
-    tiers = bool(modes) and ir.lora is None
+    tiers = bool(modes) and ir.lora is None and "prefix" not in modes  # live KV beyond HBM (experimental)
+    host_prefix = "prefix" in modes and ir.lora is None  # the prefix cache's host tier
     offload = tuple(k for k in modes if k == "offload")
     later: list[tuple] = []  # shapes that may borrow KV: sized once every lender's spare is known
     for w in ir.workloads:
@@ -150,6 +183,8 @@ def build_candidates(ir: ProblemIR, jobs: int | None = None) -> CandidateSet:
                         pruned.append(Pruned(cid, "meets the SLO for no length bucket even at low load"))
                         continue
                     spare = 0.0
+                    if host_prefix and w.prefix_hit_rate:
+                        cands += _prefix_tier_variant(ir, w, pool, tp, pp, mbt, cid, rm, dict(caps))
                     if tiers:
                         bound, worst = _kv_bound(rm, w, caps)
                         if "borrow" in modes and worst < (1 - MIN_LEND) * mem.kv_cache_tokens:

@@ -7,16 +7,15 @@ violation on one line naming the workload or deployment at fault.
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from compiler.assess import NO_ROUTE, Assessment, assess
-from compiler.cost.factory import replica_model
-from compiler.deployment import DeploymentSpecView, RouteView
+from compiler.deployment import DeploymentSpecView, RouteView, replica_model_of
 from compiler.errors import InputError, Problem
 from compiler.ir import ProblemIR
 from compiler.kvtiers import verify_kv
-from compiler.lora.verify import plan_lora, verify_lora
+from compiler.lora.verify import verify_lora
 from compiler.lower import lower
 from compiler.plan.schema import Plan
 from compiler.profiles import ProfileSet
@@ -78,9 +77,9 @@ def verify(plan: Plan, ir: ProblemIR, topo: Topology | None = None, slo: bool = 
         n = d.replicas * d.tensor_parallel * d.pipeline_parallel
         used[d.gpu] = used.get(d.gpu, 0) + n
         cost += n * pool.usd_per_hour
+        view = DeploymentSpecView.of_plan(d)
         try:
-            rm = replica_model(ir, d.model, d.gpu, d.tensor_parallel, d.pipeline_parallel, d.dtype, d.max_batch_size,
-                               d.max_num_batched_tokens, lora=plan_lora(ir, d))
+            rm = replica_model_of(ir, replace(view, kv_lent_gib=0.0))  # the HBM the plan claims, before lending
         except ValueError as exc:
             bad.append(f"deployment {d.name}: {exc}")
             continue
@@ -91,10 +90,7 @@ def verify(plan: Plan, ir: ProblemIR, topo: Topology | None = None, slo: bool = 
             continue
         if d.kv_cache_tokens > mem.kv_cache_tokens * 1.001:
             bad.append(f"deployment {d.name}: claims {d.kv_cache_tokens} KV tokens, only {mem.kv_cache_tokens} fit")
-        deps.append(DeploymentSpecView(d.name, d.model, d.gpu, d.tensor_parallel, d.pipeline_parallel, d.dtype,
-                                       d.max_batch_size, d.max_num_batched_tokens, d.replicas, d.role,
-                                       (d.max_loras, d.max_lora_rank, len(d.adapters)) if d.max_loras else (),
-                                       colocated_with=d.colocated_with or "", **_kv_view(d)))
+        deps.append(view)
     for g, n in sorted(used.items()):
         pool = ir.gpu(g)
         if n > pool.count:
@@ -200,13 +196,6 @@ def plan_references(plan: Plan, ir: ProblemIR) -> list[Problem]:
     return out
 
 
-def _kv_view(d) -> dict:
-    """``DeploymentSpecView`` KV-tier fields of a plan deployment."""
-    if d.kv is None:
-        return {}
-    return {"kv_offload_gib": d.kv.offload_gib, "kv_borrow_gib": d.kv.borrowed_gib}
-
-
 def verify_placement(plan: Plan, topo: Topology) -> list[str]:
     """Every replica stage on an existing node of the right GPU type, its TP group inside one NVLink domain,
     no GPU used twice. Plans without placements (written by hand) are only checked for counts above."""
@@ -251,7 +240,8 @@ def verify_kv_links(plan: Plan, ir: ProblemIR, topo: Topology) -> list[str]:
     inter-rack link it crosses (``compiler.topology.kv_link_loads``). Deployments without placement (plans
     written by hand) are checked against their NIC share instead. One line per fault: route, link, load vs
     capacity."""
-    from compiler.disagg import is_local_pair, local_bytes_per_s, nic_bytes_per_s, pair_flows
+    from compiler.cost.transfer import is_local_pair, local_bytes_per_s, nic_bytes_per_s
+    from compiler.disagg import pair_flows
     from compiler.topology import LINK_UTIL, kv_link_loads
 
     bad: list[str] = []

@@ -5,9 +5,13 @@ them imports another to get a record.
 """
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
+from typing import Literal
 
+from compiler.cost.factory import lend, replica_model
+from compiler.cost.model import ReplicaModel
 from compiler.ir import GpuPoolIR, ProblemIR, WorkloadIR
+from compiler.lora.model import lora_kwargs
 
 TP_OPTIONS = (1, 2, 4, 8)
 
@@ -18,10 +22,26 @@ PP_OPTIONS = (1, 2, 4)
 TOKEN_BUDGETS = (2048, 8192)  # max_num_batched_tokens: smaller keeps TPOT flat, larger shortens long prefills
 
 
+Role = Literal["unified", "prefill", "decode"]  # unified serves both phases; the others one side of a P/D pair
+
+
 @dataclass(frozen=True, slots=True)
-class Candidate:
-    id: str  # also the deployment name if chosen
-    workload: str
+class LoraSlots:
+    """A LoRA deployment's adapter slots (vLLM --max-loras, --max-lora-rank) and how many adapters it holds."""
+
+    max_loras: int
+    max_lora_rank: int
+    adapters: int
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class DeploymentShape:
+    """How one replica runs, the one record every stage shares: what the engine command and the cost model need,
+    nothing about load. A candidate is a shape with a price and capacities; a deployment view a shape with a name
+    and replicas; a plan deployment converts to a view with ``DeploymentSpecView.of_plan``; the simulator and
+    placement take views. Field names are the cost model's (``tp``, ``max_num_seqs``); the plan file spells
+    them as the engines do (``tensor_parallel``, ``max_batch_size``)."""
+
     model: str
     gpu: str
     tp: int
@@ -29,19 +49,30 @@ class Candidate:
     dtype: str
     max_num_seqs: int
     max_batched_tokens: int
-    kv_cache_tokens: int
-    usd_per_hour: float  # per replica
-    capacity_rps: tuple[tuple[str, float], ...]  # (bucket name, per-replica rate at SLO), only > 0
-    role: str = "unified"  # or "prefill" / "decode" (compiler.disagg)
+    role: Role = "unified"
     # KV tiers (docs/kv-tiers.md), GiB per replica: host memory it offloads KV to, spare HBM KV it borrows from
-    # other instances on its node, and spare HBM KV it can lend at its planned operating point (HBM-only shapes)
+    # other instances on its node, HBM KV it lends to them
     kv_offload_gib: float = 0.0
     kv_borrow_gib: float = 0.0
-    kv_spare_gib: float = 0.0
+    kv_lent_gib: float = 0.0
+    lora: LoraSlots | None = None
+    colocated_with: str = ""  # co-located P/D pair: the other side (hand-off over NVLink, compiler.disagg)
 
     @property
     def gpus(self) -> int:
         return self.tp * self.pp
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Candidate(DeploymentShape):
+    """A shape the solver may buy for one workload: its price and per-replica capacity per length range."""
+
+    id: str  # also the deployment name if chosen
+    workload: str
+    kv_cache_tokens: int
+    usd_per_hour: float  # per replica
+    capacity_rps: tuple[tuple[str, float], ...]  # (bucket name, per-replica rate at SLO), only > 0
+    kv_spare_gib: float = 0.0  # spare HBM KV it can lend at its planned operating point (HBM-only shapes)
 
     def capacity(self, bucket: str) -> float:
         return dict(self.capacity_rps).get(bucket, 0.0)
@@ -106,24 +137,43 @@ def shapes(ir: ProblemIR, w: WorkloadIR, pool: GpuPoolIR):
             yield cid, tp, pp, ""
 
 
-@dataclass(frozen=True, slots=True)
-class DeploymentSpecView:
-    """What assessment needs of a deployment (from a candidate or from a plan file)."""
+@dataclass(frozen=True, slots=True, kw_only=True)
+class DeploymentSpecView(DeploymentShape):
+    """A named deployment of ``replicas`` replicas of a shape: what assessment, placement and the simulator take
+    (from a chosen candidate, ``of_candidate``, or from a plan file, ``of_plan``)."""
 
     name: str
-    model: str
-    gpu: str
-    tp: int
-    pp: int
-    dtype: str
-    max_num_seqs: int
-    max_batched_tokens: int
     replicas: int
-    role: str = "unified"
-    lora: tuple = ()  # (max_loras, max_lora_rank, adapters held) of a LoRA deployment (compiler.lora.model)
-    kv_offload_gib: float = 0.0  # KV tier per replica (docs/kv-tiers.md)
-    kv_borrow_gib: float = 0.0
-    colocated_with: str = ""  # co-located P/D pair: the other side (hand-off over NVLink, compiler.disagg)
+
+    @classmethod
+    def of_candidate(cls, c: Candidate, replicas: int, **changes) -> DeploymentSpecView:
+        return cls(**{"name": c.id, "replicas": replicas, **shape_fields(c), **changes})
+
+    @classmethod
+    def of_plan(cls, d) -> DeploymentSpecView:
+        """The view of a plan file's deployment (``compiler.plan.schema.Deployment``)."""
+        kv = d.kv
+        return cls(name=d.name, replicas=d.replicas, model=d.model, gpu=d.gpu, tp=d.tensor_parallel,
+                   pp=d.pipeline_parallel, dtype=d.dtype, max_num_seqs=d.max_batch_size,
+                   max_batched_tokens=d.max_num_batched_tokens, role=d.role,
+                   kv_offload_gib=kv.offload_gib if kv else 0.0, kv_borrow_gib=kv.borrowed_gib if kv else 0.0,
+                   kv_lent_gib=kv.lent_gib if kv else 0.0,
+                   lora=LoraSlots(d.max_loras, d.max_lora_rank, len(d.adapters)) if d.max_loras else None,
+                   colocated_with=d.colocated_with or "")
+
+
+def shape_fields(s: DeploymentShape) -> dict:
+    """The ``DeploymentShape`` fields of ``s`` (a candidate, a view) as keyword arguments."""
+    return {f.name: getattr(s, f.name) for f in fields(DeploymentShape)}
+
+
+def replica_model_of(ir: ProblemIR, s: DeploymentShape) -> ReplicaModel:
+    """The cost model of one replica of shape ``s``: LoRA slots, KV tier and lent KV applied
+    (``compiler.cost.factory.replica_model`` makes it)."""
+    lora = lora_kwargs(ir, s.model, s.lora.max_loras, s.lora.max_lora_rank, s.lora.adapters) if s.lora else None
+    rm = replica_model(ir, s.model, s.gpu, s.tp, s.pp, s.dtype, s.max_num_seqs, s.max_batched_tokens, lora=lora,
+                       kv_offload_gib=s.kv_offload_gib, kv_borrow_gib=s.kv_borrow_gib)
+    return lend(rm, s.kv_lent_gib)
 
 
 @dataclass(frozen=True, slots=True)

@@ -42,8 +42,11 @@ import re
 from dataclasses import replace
 
 from compiler.cost.factory import replica_model, traffic_class
+from compiler.cost.transfer import (is_local_pair, kv_bytes_per_token, local_bytes_per_s, nic_bytes_per_s,
+                                     transfer_s)
 from compiler.deployment import Candidate, shapes
-from compiler.ir import GpuPoolIR, ProblemIR, WorkloadIR
+from compiler.ir import ProblemIR, WorkloadIR
+from compiler.spec.paths import SpecPath
 from compiler.topology import LINK_UTIL
 
 ROLES = ("prefill", "decode")
@@ -89,34 +92,8 @@ def group_var(cid: str) -> str:
     return f"groups[{m['stem']}]"
 
 
-def local_bytes_per_s(pool: GpuPoolIR, p_gpus: int, d_gpus: int) -> float:
-    """Hand-off bandwidth inside one NVLink domain (bytes/s): each GPU of the narrower side moves its KV shard
-    over its own link (``link_bandwidth_gbps``: NVLink, xGMI, or PCIe where the GPU has no NVLink)."""
-    return min(p_gpus, d_gpus) * pool.profile.link_bandwidth_gbps.value * 1e9
-
-
 def xp_var(workload: str, bucket: str, cid: str) -> str:
     return f"route[{workload}/{bucket},{cid}]"
-
-
-def nic_bytes_per_s(pool: GpuPoolIR, gpus: int) -> float:
-    """Share of its node's NIC a replica of ``gpus`` GPUs of ``pool`` has (bytes/s)."""
-    per_node = pool.nic_gbps or pool.profile.node_network_gbps.value
-    return per_node * 1e9 * gpus / pool.profile.gpus_per_node.value
-
-
-def transfer_s(ir: ProblemIR, model: str, dtype: str, tokens: float, p_gpu: str, p_gpus: int, d_gpu: str,
-               d_gpus: int, local: bool = False) -> float:
-    """Seconds to move ``tokens`` tokens of KV from a prefill replica to a decode replica over the network
-    (the narrower of the two NIC shares, and the inter-rack bandwidth when the two GPU types differ), or, for a
-    co-located pair (``local``), over the GPUs' links inside the node (``local_bytes_per_s``)."""
-    rm = replica_model(ir, model, p_gpu, 1, 1, dtype, 1, DECODE_TOKEN_BUDGET)
-    if local:
-        return tokens * rm.kv_bytes_per_token / local_bytes_per_s(ir.gpu(p_gpu), p_gpus, d_gpus)
-    bw = min(nic_bytes_per_s(ir.gpu(p_gpu), p_gpus), nic_bytes_per_s(ir.gpu(d_gpu), d_gpus))
-    if ir.inter_rack_gbps and p_gpu != d_gpu:
-        bw = min(bw, ir.inter_rack_gbps * 1e9)
-    return tokens * rm.kv_bytes_per_token / bw
 
 
 def _role_candidates(ir: ProblemIR, w: WorkloadIR, role: str, transfer_bw: float | None,
@@ -316,10 +293,10 @@ def _drop_dominated_role(cands: list[Candidate]) -> list[Candidate]:
 
 
 def kv_bytes(ir: ProblemIR, c: Candidate) -> float:
-    return replica_model(ir, c.model, c.gpu, 1, 1, c.dtype, 1, DECODE_TOKEN_BUDGET).kv_bytes_per_token
+    return kv_bytes_per_token(ir, c.model, c.gpu, c.dtype)
 
 
-def add_rows(m, ir: ProblemIR, pd: tuple[Candidate, ...], derate: dict[str, float], n_var, cname_origin) -> None:
+def add_rows(m, ir: ProblemIR, pd: tuple[Candidate, ...], derate: dict[str, float], n_var) -> None:
     """The P/D rows (balance, capacity, links) of ``formulate``; demand terms are added there."""
     from solvers.model import Constraint
 
@@ -332,14 +309,14 @@ def add_rows(m, ir: ProblemIR, pd: tuple[Candidate, ...], derate: dict[str, floa
                     terms.append((xp_var(w.name, b.name, c.id), 1.0 if c.role == "prefill" else -1.0))
             if terms and {a > 0 for _, a in terms} == {True, False}:
                 m.add(Constraint(f"pd_balance[{w.name}/{b.name}]", "pd_balance", tuple(terms), "==", 0.0,
-                                 origin=f"workloads[{w.index}] ({w.name})"))
+                                 origin=SpecPath.workload(w)))
     ids = {c.id: c for c in pd}
     for c in pd:
         f = derate.get(c.id, 1.0)
         w = ir.workload(c.workload)
         expr = [(xp_var(c.workload, b, c.id), 1.0 / (cap * f)) for b, cap in c.capacity_rps]
         expr.append((n_var(c.id), -1.0))
-        m.add(Constraint(f"capacity[{c.id}]", "capacity", tuple(expr), "<=", 0.0, origin=cname_origin(c)))
+        m.add(Constraint(f"capacity[{c.id}]", "capacity", tuple(expr), "<=", 0.0, origin=SpecPath.workload(w, "slo")))
         kvb = kv_bytes(ir, c)
         link = [(xp_var(c.workload, b, c.id), w.bucket(b).isl_mean * kvb / 1e9) for b, _ in c.capacity_rps]
         grp = local_group(c.id)
@@ -348,7 +325,7 @@ def add_rows(m, ir: ProblemIR, pd: tuple[Candidate, ...], derate: dict[str, floa
                 _add_group_rows(m, ir, c, ids[grp[0]], grp, link, n_var)
             continue
         link.append((n_var(c.id), -LINK_UTIL * nic_bytes_per_s(ir.gpu(c.gpu), c.gpus) / 1e9))
-        m.add(Constraint(f"kv_link[{c.id}]", "kv_link", tuple(link), "<=", 0.0, origin=f"gpus ({c.gpu}) network"))
+        m.add(Constraint(f"kv_link[{c.id}]", "kv_link", tuple(link), "<=", 0.0, origin=SpecPath.gpu(ir.gpu(c.gpu), note="NIC bandwidth (nodes[].nic_gbps)")))
         inter.append((c, link[:-1]))
     if ir.inter_rack_gbps and inter:
         _add_inter_rack_rows(m, ir, inter)
@@ -364,7 +341,7 @@ def _add_group_rows(m, ir: ProblemIR, p: Candidate, d: Candidate, grp: tuple[str
     g = group_var(p.id)
     ub = min(m.variables[n_var(p.id)].ub // kp, m.variables[n_var(d.id)].ub // kd)
     m.add_var(g, "integer", 0, ub)
-    origin = f"gpus ({p.gpu}) nodes (co-located pair)"
+    origin = SpecPath.gpu(ir.gpu(p.gpu), note="one NVLink domain per co-located group")
     for c, k in ((p, kp), (d, kd)):
         m.add(Constraint(f"colocate[{c.id}]", "colocate", ((n_var(c.id), 1.0), (g, -float(k))), "==", 0.0,
                          origin=origin))
@@ -373,13 +350,13 @@ def _add_group_rows(m, ir: ProblemIR, p: Candidate, d: Candidate, grp: tuple[str
         if d.capacity(b) > 0:
             m.add(Constraint(f"pd_local[{p.id}/{b}]", "pd_balance", ((xp_var(w.name, b, p.id), 1.0),
                                                                      (xp_var(w.name, b, d.id), -1.0)), "==", 0.0,
-                             origin=f"workloads[{w.index}] ({w.name})"))
+                             origin=SpecPath.workload(w)))
         else:
             m.add(Constraint(f"pd_local[{p.id}/{b}]", "pd_balance", ((xp_var(w.name, b, p.id), 1.0),), "==", 0.0,
-                             origin=f"workloads[{w.index}] ({w.name})"))
+                             origin=SpecPath.workload(w)))
     nvl = local_bytes_per_s(ir.gpu(p.gpu), kp * p.gpus, kd * d.gpus)
     m.add(Constraint(f"kv_link[{p.id}]", "kv_link", tuple(link) + ((g, -LINK_UTIL * nvl / 1e9),), "<=", 0.0,
-                     origin=f"gpus ({p.gpu}) link_bandwidth_gbps"))
+                     origin=SpecPath.gpu(ir.gpu(p.gpu), note="NVLink bandwidth (GPU profile)")))
 
 
 def _add_inter_rack_rows(m, ir: ProblemIR, inter: list) -> None:
@@ -399,12 +376,12 @@ def _add_inter_rack_rows(m, ir: ProblemIR, inter: list) -> None:
         bk = w.bucket(b)
         e = m.add_var(f"kv_cross[{wn}/{b}/{g}]", "continuous", 0.0, w.rate_rps * bk.prob)
         m.add(Constraint(f"kv_cross[{wn}/{b}/{g}]", "kv_link", tuple(terms) + ((e, -1.0),), "<=", 0.0,
-                         origin="network.inter_rack_gbps"))
+                         origin=SpecPath("network", field="inter_rack_gbps")))
         kvb = kv_bytes(ir, next(c for c, _ in inter if c.workload == wn))
         total.append((e, bk.isl_mean * kvb / 1e9))
     if total:
         m.add(Constraint("kv_link[inter-rack]", "kv_link", tuple(total), "<=", LINK_UTIL * ir.inter_rack_gbps,
-                         origin="network.inter_rack_gbps"))
+                         origin=SpecPath("network", field="inter_rack_gbps")))
 
 
 def pair_routes(ir: ProblemIR, flows: dict[tuple[str, str], tuple[list, list]]):
@@ -509,14 +486,6 @@ def assess_pairs(ir: ProblemIR, deps: dict, routes, loads: dict, ttft: dict, dep
                                          st.reason)
 
 
-def is_local_pair(p, d) -> bool:
-    """A prefill and a decode deployment (plan ``Deployment`` or ``DeploymentSpecView``) that name each other as
-    co-located partners, of one GPU type: their hand-off runs over the GPUs' links (``check`` verifies the
-    placement keeps them in shared NVLink domains, ``verify_kv_links``)."""
-    return (bool(getattr(p, "colocated_with", None)) and p.colocated_with == d.name
-            and getattr(d, "colocated_with", None) == p.name and p.gpu == d.gpu)
-
-
 def verify_pair_route(r, names: dict, w) -> str:
     """``check``: a route naming a prefill/decode pair is well formed (one line when it is not, else "")."""
     at = f"route {r.workload}/{r.bucket}"
@@ -548,7 +517,7 @@ def pair_flows(plan, ir: ProblemIR) -> list[tuple[str, str, float, bool]]:
         p = by[r.prefill]
         if b is None or ir.gpu(p.gpu) is None:
             continue
-        kvb = replica_model(ir, p.model, p.gpu, 1, 1, p.dtype, 1, DECODE_TOKEN_BUDGET).kv_bytes_per_token
+        kvb = kv_bytes_per_token(ir, p.model, p.gpu, p.dtype)
         acc[(r.prefill, r.decode)] = acc.get((r.prefill, r.decode), 0.0) + r.share * w.rate_rps * b.isl_mean * kvb
     return [(p, d, f, is_local_pair(by[p], by[d])) for (p, d), f in sorted(acc.items())]
 

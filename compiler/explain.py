@@ -22,7 +22,6 @@ from compiler.cost.search import smallest_true
 from compiler.deployment import CandidateSet
 from compiler.formulate import formulate, n_var, slack_var
 from compiler.ir import ProblemIR
-from compiler.spec.paths import SpecPath
 from solvers.base import Backend, SolveOptions, SolveResult
 from solvers.model import MilpModel
 
@@ -35,10 +34,11 @@ def precheck(ir: ProblemIR, cands: CandidateSet) -> list[str]:
         if w.name not in served and not any(k[0] == w.name for k in best):
             reasons = sorted({p.reason.split(":")[0] for p in cands.pruned if p.id.startswith(w.name + "-")})
             gpus = ", ".join(f"{g.type} x{g.count}" for g in ir.gpus)
-            # KV beyond HBM is a way out only for memory, and only when the spec has not allowed it yet
+            # live KV beyond HBM is a way out only for memory, and only when the spec has not allowed it yet
             ways = ["Add larger or more GPUs", "use dtype fp8"]
-            if "memory" in reasons and getattr(ir, "kv_tiers", "off") == "off":
-                ways.append("allow KV beyond HBM with defaults.kv_tiers: auto (docs/kv-tiers.md)")
+            if "memory" in reasons and getattr(ir, "kv_tiers", "off") != "experimental-live":
+                ways.append("let live KV exceed HBM with defaults.kv_tiers: experimental-live (host memory or "
+                            "other instances' HBM; no engine flag realises it, docs/kv-tiers.md)")
             out.append(f"{w.name}: model {w.model} ({w.dtype}) fits no GPU in the spec at any tensor/pipeline "
                        f"parallelism ({gpus}); pruned for: {', '.join(reasons) or 'no candidates'}. "
                        f"{', '.join(ways[:-1])} or {ways[-1]}.")
@@ -86,13 +86,13 @@ def elastic_changes(ir: ProblemIR, model: MilpModel, backend: Backend, options: 
     changes = []
     for con in model.constraints:
         s = res.values.get(slack_var(con.name), 0.0) if con.relaxable else 0.0
-        path = SpecPath.from_origin(con.origin) if s > 1e-6 else None
+        path = con.origin if s > 1e-6 and con.origin is not None and con.origin.whatif else None
         if path is None:
             continue
         if con.family == "inventory" and s > 0.5:
-            changes.append(Change(path.whatif, path.where, int(con.rhs), int(con.rhs) + int(round(s)), "raise"))
+            changes.append(Change(path.whatif, str(path), int(con.rhs), int(con.rhs) + int(round(s)), "raise"))
         elif con.family == "budget":
-            changes.append(Change(path.whatif, path.where, con.rhs, math.ceil((con.rhs + s) * 100) / 100,
+            changes.append(Change(path.whatif, str(path), con.rhs, math.ceil((con.rhs + s) * 100) / 100,
                                   "raise"))
     return changes
 

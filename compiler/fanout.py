@@ -12,7 +12,7 @@ Processes are forked (the IR is inherited, not pickled); only specs with enough 
 (``MIN_WORK`` workload x GPU-type pairs), so small specs and the test suite stay in one process.
 ``TRIMTAB_JOBS`` sets the number of processes (default: the CPUs this process may use; 1 turns it off).
 Specs with LoRA tenants (shared adapters across workloads) are built serially, and so are specs that may borrow
-KV (``defaults.kv_tiers`` auto or borrow: a borrower's size depends on the spare HBM of other workloads' shapes).
+KV (``defaults.kv_tiers: experimental-live``: a borrower's size depends on the spare HBM of other workloads' shapes).
 """
 from __future__ import annotations
 
@@ -50,7 +50,7 @@ def build_split(ir: ProblemIR, build, jobs: int | None = None):
     jobs = jobs_default() if jobs is None else jobs
     n = len(ir.workloads)
     if (jobs <= 1 or n < 2 or n * len(ir.gpus) < MIN_WORK or getattr(ir, "lora", None) is not None
-            or getattr(ir, "kv_tiers", "off") in ("auto", "borrow")  # KV borrowing: lenders of any workload
+            or getattr(ir, "kv_tiers", "off") == "experimental-live"  # KV borrowing: lenders of any workload
             or "fork" not in multiprocessing.get_all_start_methods() or not _mergeable()):
         return None
     _IR, _BUILD = ir, build

@@ -41,6 +41,7 @@ import math
 
 from compiler.deployment import CandidateSet
 from compiler.ir import ProblemIR
+from compiler.spec.paths import SpecPath
 from solvers.base import SolveResult
 from solvers.model import Constraint, MilpModel
 
@@ -115,31 +116,31 @@ def formulate(ir: ProblemIR, cands: CandidateSet, derate: dict[str, float] | Non
                         terms.append((v, 1.0))
             served += terms
             m.add(Constraint(f"demand[{w.name}/{b.name}]", "demand", tuple(terms), "<=" if goodput else "==",
-                             w.rate_rps * b.prob, origin=f"workloads[{w.index}] ({w.name}).rate_rps"))
+                             w.rate_rps * b.prob, origin=SpecPath.workload(w, "rate_rps")))
     for c in cands.candidates:
         f = derate.get(c.id, 1.0)
         expr = [(x_var(c.workload, b, c.id), 1.0 / (cap * f)) for b, cap in c.capacity_rps]
         expr.append((n_var(c.id), -1.0))
         m.add(Constraint(f"capacity[{c.id}]", "capacity", tuple(expr), "<=", 0.0,
-                         origin=f"workloads ({c.workload}).slo"))
+                         origin=SpecPath.workload(ir.workload(c.workload), "slo")))
     add_kv_tier_rows(m, ir, cands)
     if pd:
         from compiler.disagg import add_rows
 
-        add_rows(m, ir, pd, derate, n_var, lambda c: f"workloads ({c.workload}).slo")
+        add_rows(m, ir, pd, derate, n_var)
     allc = cands.candidates + pd
     relax: list[Constraint] = []
     for pool in ir.gpus:
         cs = by_gpu.get(pool.type, [])
         con = Constraint(f"inventory[{pool.type}]", "inventory", tuple((n_var(c.id), float(c.gpus)) for c in cs),
-                         "<=", float(pool.count), origin=f"gpus[{pool.index}] ({pool.type}).count", relaxable=True)
+                         "<=", float(pool.count), origin=SpecPath.gpu(pool, "count"), relaxable=True)
         relax.append(con)
     if ir.budget_usd_per_hour is not None:
         con = Constraint("budget", "budget", tuple((n_var(c.id), c.usd_per_hour) for c in allc),
-                         "<=", ir.budget_usd_per_hour, origin="budget_usd_per_hour", relaxable=True)
+                         "<=", ir.budget_usd_per_hour, origin=SpecPath("budget_usd_per_hour"), relaxable=True)
         relax.append(con)
     if goodput and goodput_floor is not None:
-        m.add(Constraint("goodput[total]", "goodput", tuple(served), ">=", goodput_floor, origin="objective"))
+        m.add(Constraint("goodput[total]", "goodput", tuple(served), ">=", goodput_floor, origin=SpecPath("objective")))
     cost = [(n_var(c.id), c.usd_per_hour + EPS_GPU * c.gpus) for c in allc]
     if goodput and goodput_floor is None and not elastic:
         m.sense = "max"
@@ -167,12 +168,12 @@ def add_kv_tier_rows(m: MilpModel, ir: ProblemIR, cands: CandidateSet) -> None:
         if off:
             m.add(Constraint(f"kv_offload[{pool.type}]", "kv_offload", off, "<=",
                              round(pool.cpu_memory_gib * HOST_KV_SHARE, 6),
-                             origin=f"gpus[{pool.index}] ({pool.type}): nodes[].cpu_memory_gib"))
+                             origin=SpecPath.gpu(pool, note="nodes[].cpu_memory_gib")))
         bor = tuple((n_var(c.id), c.kv_borrow_gib) for c in cs if c.kv_borrow_gib > 0)
         if bor:
             lend = tuple((n_var(c.id), -c.kv_spare_gib) for c in cs if c.kv_spare_gib > 0)
             m.add(Constraint(f"kv_borrow[{pool.type}]", "kv_borrow", bor + lend, "<=", 0.0,
-                             origin=f"gpus[{pool.index}] ({pool.type}): spare HBM KV of lenders"))
+                             origin=SpecPath.gpu(pool, note="spare HBM KV of lenders")))
             # Each borrower replica pairs with a lender replica that can spare its GiB alone and fits beside it on a
             # node (borrowing runs over the node's NVLink; compiler.placement.place_kv places them together).
             per_node = int(pool.profile.gpus_per_node.value)
@@ -181,6 +182,6 @@ def add_kv_tier_rows(m: MilpModel, ir: ProblemIR, cands: CandidateSet) -> None:
                     ok = tuple((n_var(l.id), -1.0) for l in cs if l.kv_spare_gib >= c.kv_borrow_gib - 1e-9
                                and l.gpus + c.gpus <= per_node)
                     m.add(Constraint(f"kv_borrow_pair[{c.id}]", "kv_borrow", ((n_var(c.id), 1.0),) + ok, "<=", 0.0,
-                                     origin=f"gpus[{pool.index}] ({pool.type}): lenders on the node"))
+                                     origin=SpecPath.gpu(pool, note="lenders on the node")))
 
 

@@ -1,5 +1,9 @@
 """KV tiers in plans: who offloads, who borrows, who lends (docs/kv-tiers.md).
 
+``offload_gib`` is the prefix cache's host-memory tier (``kv_tiers: auto`` / ``offload``, what engines realise)
+or, under ``kv_tiers: experimental-live``, live KV spilled to host memory; borrowing and lending exist only
+under experimental-live (deployments marked ``kv.live``).
+
 The cost model's side is ``compiler.cost.model.KvTier`` (a replica's KV capacity beyond HBM and the link to it);
 candidates with a tier and the MILP rows ``kv_offload[g]`` / ``kv_borrow[g]`` are in ``compiler.candidates`` and
 ``compiler.formulate``. This module turns a solved plan's tiers into plan fields and back:
@@ -7,8 +11,8 @@ candidates with a tier and the MILP rows ``kv_offload[g]`` / ``kv_borrow[g]`` ar
   * ``allocate`` (plan extraction): per GPU type, the borrowers' GiB are served by the HBM-only deployments with
     spare KV, in name order, each lending all its spare until the borrowing is covered (the slack lets placement
     pair borrowers with lenders node by node); every borrower lists the lenders of its type.
-  * ``plan_kv_tier`` / ``lend_model``: a plan deployment's ``replica_model`` arguments and, for a lender, the
-    model with its HBM KV less what it lends (simulator, ``check``).
+  * a plan deployment's tier and lent GiB are fields of its ``DeploymentSpecView`` (``of_plan``); its cost model
+    (``compiler.deployment.replica_model_of``) has the tier and, for a lender, its HBM KV less what it lends.
   * ``verify_kv`` (``check``): re-derives the limits from the spec and the cost model, independently of the
     solver: offload within the host memory of the type's nodes and of each node, borrowed within lent per GPU
     type and per node, each lender's lent GiB within its spare HBM KV at the load the plan routes to it.
@@ -20,30 +24,6 @@ from dataclasses import replace
 from compiler.cost.model import GIB
 
 TOL_GIB = 1e-3  # rounding of GiB figures in plans
-
-
-def plan_kv_tier(d) -> dict:
-    """``replica_model`` keyword arguments for a plan deployment's KV tier ({} when it has none)."""
-    kv = getattr(d, "kv", None)
-    if kv is None or (kv.offload_gib <= 0 and kv.borrowed_gib <= 0):
-        return {}
-    return {"kv_offload_gib": kv.offload_gib, "kv_borrow_gib": kv.borrowed_gib}
-
-
-def lent_tokens(rm, lent_gib: float) -> int:
-    """KV tokens of ``rm``'s shape in ``lent_gib`` GiB per replica."""
-    return int(lent_gib * GIB / (rm.tp * rm.pp) / rm.memory.kv_bytes_per_token_per_gpu + 0.5)
-
-
-def lend_model(rm, d):
-    """``rm`` with its HBM KV reduced by what plan deployment ``d`` lends per replica (``rm`` when it lends none)."""
-    kv = getattr(d, "kv", None)
-    if kv is None or kv.lent_gib <= 0:
-        return rm
-    mem = rm.memory
-    rm.__dict__["memory"] = replace(mem, kv_cache_tokens=max(mem.kv_cache_tokens - lent_tokens(rm, kv.lent_gib), 0))
-    rm.__dict__.pop("kv_capacity_tokens", None)
-    return rm
 
 
 def allocate(deps) -> dict[str, tuple[float, tuple[str, ...]]]:
@@ -86,7 +66,8 @@ def usable_host_gib(ir, node) -> float:
 
 def verify_kv(plan, ir, assessment, topo=None) -> list[str]:
     """Violations of the KV-tier limits (module docstring), one line each naming the deployment and the limit."""
-    from compiler.cost.factory import HOST_KV_SHARE, replica_model
+    from compiler.cost.factory import HOST_KV_SHARE
+    from compiler.deployment import DeploymentSpecView, replica_model_of
 
     bad: list[str] = []
     deps = [d for d in plan.deployments if d.kv is not None]
@@ -95,6 +76,10 @@ def verify_kv(plan, ir, assessment, topo=None) -> list[str]:
         return bad
     if ir.kv_tiers == "off":
         return [f"deployment {d.name}: uses a KV tier but the spec has defaults.kv_tiers: off" for d in tiered]
+    if ir.kv_tiers != "experimental-live":  # the prefix cache's host tier only: no live KV beyond HBM
+        bad += [f"deployment {d.name}: holds live KV beyond HBM (live, borrowed or lent KV) but the spec has "
+                f"defaults.kv_tiers: {ir.kv_tiers}, whose tier is the prefix cache's host memory; live KV needs "
+                "experimental-live" for d in tiered if d.kv.live or d.kv.borrowed_gib > 0 or d.kv.lent_gib > 0]
     by = {d.name: d for d in plan.deployments}
     off_by_gpu: dict[str, float] = {}
     bor_by_gpu: dict[str, float] = {}
@@ -126,8 +111,7 @@ def verify_kv(plan, ir, assessment, topo=None) -> list[str]:
                 bad.append(f"deployment {d.name}: borrows {kv.borrowed_gib:g} GiB of KV per replica from no lender")
         if kv.lent_gib > 0:
             lent_by_gpu[d.gpu] = lent_by_gpu.get(d.gpu, 0.0) + kv.lent_gib * d.replicas
-            rm = replica_model(ir, d.model, d.gpu, d.tensor_parallel, d.pipeline_parallel, d.dtype, d.max_batch_size,
-                               d.max_num_batched_tokens)
+            rm = replica_model_of(ir, replace(DeploymentSpecView.of_plan(d), kv_lent_gib=0.0))  # before lending
             load = assessment.deployments.get(d.name) if assessment is not None else None
             used = load.kv_tokens_used if load is not None and load.stable else 0.0
             spare = max(rm.memory.kv_cache_tokens - used, 0.0)

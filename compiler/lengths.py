@@ -14,7 +14,7 @@ from pathlib import Path
 import numpy as np
 from statistics import NormalDist
 
-from compiler.spec.schema import TokenDist
+from compiler.spec.schema import TokenDist, Workload
 
 GRID = 2000
 _NORMAL = NormalDist()
@@ -204,3 +204,16 @@ def make_buckets(isl: np.ndarray, osl: np.ndarray, percentile: float, ctx: int |
             osl_points=tuple(points),
         ))
     return tuple(out)
+
+
+def length_grids(w: Workload, base_dir: str = ".") -> tuple[np.ndarray, np.ndarray]:
+    """A workload's input and output length grids: from its distributions, or from its trace's lengths.
+    Raises LengthError, or InputError for a malformed trace."""
+    tr = None
+    if w.trace is not None and (w.input_tokens is None or w.output_tokens is None):
+        from compiler.traces import read_trace
+
+        tr = read_trace(Path(base_dir) / w.trace.path, w.trace.format)
+    isl = quantile_grid(w.input_tokens, base_dir) if w.input_tokens is not None else grid_of(tr.input_tokens)
+    osl = quantile_grid(w.output_tokens, base_dir) if w.output_tokens is not None else grid_of(tr.output_tokens)
+    return isl, osl

@@ -382,7 +382,7 @@ def run_loadtest(plan: Plan, spec: Spec, endpoint_values: list[str], *, requests
     sc = build_scenario(plan, s, ir)
     sim = Simulation(sc, seed, requests, duration_s, timeline=False)
     arrivals = sim.arrivals
-    dep_names = [d.name for d in sc.deployments]
+    dep_names = [d.view.name for d in sc.deployments]
     vocab = {d.name: int(ir.models[d.model].vocab_size.value) for d in plan.deployments if d.model in ir.models}
     models = dict(model_names or {})
     notes: list[str] = []

@@ -12,13 +12,12 @@ import hashlib
 import json
 from pathlib import Path
 
-import numpy as np
 
 from compiler.lora.spec import lora_ir, strip_unset
 from compiler.errors import InputError, Problem
 from compiler.engines.base import model_identities
 from compiler.ir import GpuPoolIR, ProblemIR, SloIR, WorkloadIR
-from compiler.lengths import LengthError, cut_inputs, grid_of, make_buckets, quantile_grid, truncation
+from compiler.lengths import LengthError, cut_inputs, length_grids, make_buckets, truncation
 from compiler.profiles import ProfileSet, load_profiles, model_from_hf_config
 from compiler.spec.schema import Spec, Workload
 
@@ -44,19 +43,6 @@ def spec_hash(spec: Spec, profiles: ProfileSet) -> str:
                                                      "sources": {"host", "pcie"}}
         h.update(prof.model_dump_json(exclude=host).encode() if prof is not None else b"-")
     return "sha256:" + h.hexdigest()[:16]
-
-
-def length_grids(w: Workload, base_dir: str = ".") -> tuple[np.ndarray, np.ndarray]:
-    """A workload's input and output length grids: from its distributions, or from its trace's lengths.
-    Raises LengthError, or InputError for a malformed trace."""
-    tr = None
-    if w.trace is not None and (w.input_tokens is None or w.output_tokens is None):
-        from compiler.traces import read_trace
-
-        tr = read_trace(Path(base_dir) / w.trace.path, w.trace.format)
-    isl = quantile_grid(w.input_tokens, base_dir) if w.input_tokens is not None else grid_of(tr.input_tokens)
-    osl = quantile_grid(w.output_tokens, base_dir) if w.output_tokens is not None else grid_of(tr.output_tokens)
-    return isl, osl
 
 
 def workload_rate(w: Workload, base_dir: str = ".") -> float:

@@ -25,23 +25,17 @@ affinity) or the plan is refused naming the link and by how much it is over.
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
+from compiler.deployment import DeploymentSpecView
 from compiler.errors import InfeasibleError
 from compiler.topology import Topology
 
 
 @dataclass(frozen=True, slots=True)
-class ToPlace:
-    name: str
-    gpu: str
-    tp: int
-    pp: int
-    replicas: int
-
-
-@dataclass(frozen=True, slots=True)
 class StagePlacement:
+    """Where one pipeline stage of one replica runs: a node and the GPU indices of its tensor-parallel group."""
+
     replica: int
     stage: int
     node: str
@@ -58,7 +52,7 @@ class LocalGroup:
     kd: int
 
 
-def place(deployments: list[ToPlace], topo: Topology, time_limit_s: float = 20.0,
+def place(deployments: list[DeploymentSpecView], topo: Topology, time_limit_s: float = 20.0,
           groups: tuple[LocalGroup, ...] = (), flows: tuple[tuple[str, str, float], ...] = ()
           ) -> dict[str, tuple[StagePlacement, ...]]:
     """``groups``: co-located pairs, placed as one unit of kp x tp_p + kd x tp_d GPUs per group and domain.
@@ -80,7 +74,7 @@ def place(deployments: list[ToPlace], topo: Topology, time_limit_s: float = 20.0
     return out
 
 
-def _place_groups(deployments: list[ToPlace], topo: Topology, time_limit_s: float, groups, flows):
+def _place_groups(deployments: list[DeploymentSpecView], topo: Topology, time_limit_s: float, groups, flows):
     """Each co-located group becomes one unit (a pseudo deployment of kp tp_p + kd tp_d GPUs, pp 1) for the
     packing; its GPUs are then split: the first kp x tp_p to the prefill replicas, the rest to the decode ones."""
     by = {d.name: d for d in deployments if d.replicas > 0}
@@ -99,7 +93,7 @@ def _place_groups(deployments: list[ToPlace], topo: Topology, time_limit_s: floa
                                    f"in one NVLink domain; the largest domain in the nodes has "
                                    f"{topo.max_domain(p.gpu)}"])
         name = f"{p.name}+{d.name}"
-        units.append(ToPlace(name, p.gpu, size, 1, n))
+        units.append(replace(p, name=name, tp=size, pp=1, replicas=n))  # one group: a replica of kp + kd
         split[name] = (g, p, d)
     placed = place(list(by.values()) + units, topo, time_limit_s, (), flows)
     out = {k: v for k, v in placed.items() if k not in split}
@@ -117,7 +111,7 @@ def _place_groups(deployments: list[ToPlace], topo: Topology, time_limit_s: floa
     return out
 
 
-def _rack_affine(deps: list[ToPlace], bins: list, topo: Topology, placed: dict, flows) -> dict:
+def _rack_affine(deps: list[DeploymentSpecView], bins: list, topo: Topology, placed: dict, flows) -> dict:
     """Keep P/D pairs in one rack when the placement found loads an inter-rack link beyond LINK_UTIL: pairs
     joined by a route form a component; components (most GPUs first) go first-fit into the first rack that holds
     them all, then the other deployments first-fit. Refuses, naming the link and by how much it is over, when
@@ -186,7 +180,7 @@ def _rack_affine(deps: list[ToPlace], bins: list, topo: Topology, placed: dict, 
                            "one rack each; add GPUs to a rack or raise network.inter_rack_gbps"])
 
 
-def _first_fit_decreasing(deps: list[ToPlace], bins: list) -> dict[tuple[int, int], int] | None:
+def _first_fit_decreasing(deps: list[DeploymentSpecView], bins: list) -> dict[tuple[int, int], int] | None:
     """Largest groups first, each into the first bin with room. With power-of-two group sizes and domain sizes
     this packing is tight (no bin is left with room a later group could have used), so it uses the fewest
     domains and CP-SAT is needed only when it fails (odd domain sizes, fragmentation)."""
@@ -203,7 +197,7 @@ def _first_fit_decreasing(deps: list[ToPlace], bins: list) -> dict[tuple[int, in
     return counts
 
 
-def _solve_cpsat(deps: list[ToPlace], bins: list, time_limit_s: float, extra=None) -> dict[tuple[int, int], int]:
+def _solve_cpsat(deps: list[DeploymentSpecView], bins: list, time_limit_s: float, extra=None) -> dict[tuple[int, int], int]:
     """``extra(m, cnt)``: adds further constraints over the stage counts (KV tiers: ``place_kv``)."""
     from ortools.sat.python import cp_model
 
@@ -248,7 +242,7 @@ def _solve_cpsat(deps: list[ToPlace], bins: list, time_limit_s: float, extra=Non
     return {key: int(solver.value(v)) for key, v in cnt.items() if solver.value(v)}
 
 
-def _expand(deps: list[ToPlace], bins: list, counts: dict[tuple[int, int], int]
+def _expand(deps: list[DeploymentSpecView], bins: list, counts: dict[tuple[int, int], int]
             ) -> dict[str, tuple[StagePlacement, ...]]:
     """Stage counts per bin -> concrete GPU indices, contiguous inside each domain, largest groups first."""
     out: dict[str, list[StagePlacement]] = {d.name: [] for d in deps}
@@ -275,7 +269,7 @@ def _expand(deps: list[ToPlace], bins: list, counts: dict[tuple[int, int], int]
     return {name: tuple(v) for name, v in out.items()}
 
 
-def _obvious_impossibility(deps: list[ToPlace], topo: Topology) -> list[str]:
+def _obvious_impossibility(deps: list[DeploymentSpecView], topo: Topology) -> list[str]:
     out = []
     need: dict[str, int] = {}
     for d in deps:
@@ -291,7 +285,7 @@ def _obvious_impossibility(deps: list[ToPlace], topo: Topology) -> list[str]:
     return out
 
 
-def place_kv(deployments: list[ToPlace], topo: Topology, kv: dict[str, tuple[float, float, float]],
+def place_kv(deployments: list[DeploymentSpecView], topo: Topology, kv: dict[str, tuple[float, float, float]],
              host_gib: dict[str, float], time_limit_s: float = 20.0, **kw) -> dict[str, tuple[StagePlacement, ...]]:
     """``place`` for plans with KV tiers (docs/kv-tiers.md). ``kv``: deployment -> (borrowed, lent, offloaded) GiB
     per replica; ``host_gib``: node -> host memory the offload tier may use. Borrowing runs over the node's NVLink,
@@ -347,7 +341,8 @@ def _kv_violations(deps, placed, kv, host_gib) -> list[str]:
 
 def placement_inputs(plan, ir):
     """``place``'s ``groups`` (co-located pairs) and ``flows`` (cross-node pairs) of a plan."""
-    from compiler.disagg import is_local_pair, pair_flows
+    from compiler.cost.transfer import is_local_pair
+    from compiler.disagg import pair_flows
 
     by = {d.name: d for d in plan.deployments}
     groups = tuple(LocalGroup(d.name, d.colocated_with, d.group_replicas, by[d.colocated_with].group_replicas)

@@ -6,7 +6,7 @@ gives the same model (and, with a deterministic solver, the same plan).
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Literal
+from typing import Literal, Protocol
 
 
 @dataclass(frozen=True, slots=True)
@@ -20,6 +20,13 @@ class Var:
 LinExpr = tuple[tuple[str, float], ...]  # ((var name, coefficient), ...)
 
 
+class Origin(Protocol):
+    """Provenance of a row, kept solver-neutral (nothing here reads a spec)."""
+
+    @property
+    def whatif(self) -> str | None: ...
+
+
 @dataclass(frozen=True, slots=True)
 class Constraint:
     name: str  # "<family>[<key>]"
@@ -27,7 +34,9 @@ class Constraint:
     expr: LinExpr
     sense: Literal["<=", ">=", "=="]
     rhs: float
-    origin: str = ""  # spec path the constraint comes from, e.g. "gpus[0] (h100-sxm).count"
+    # What of the problem's source the row comes from: any object whose str() names it and whose ``whatif`` is the
+    # override path of the one number it names, or None (trimtab: compiler.spec.paths.SpecPath)
+    origin: Origin | None = None
     relaxable: bool = False  # may receive an elastic slack when explaining infeasibility
 
 

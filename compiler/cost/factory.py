@@ -3,6 +3,8 @@ traffic classes, prefix caches and KV tiers that go with it: the cost model's on
 """
 from __future__ import annotations
 
+from dataclasses import replace
+
 from compiler.cost.model import GIB, KvTier, ReplicaModel, TrafficClass
 from compiler.ir import ProblemIR, WorkloadIR
 from compiler.lengths import LengthBucket
@@ -13,8 +15,14 @@ def replica_model(ir: ProblemIR, model: str, gpu: str, tp: int, pp: int, dtype: 
                   kv_borrow_gib: float = 0.0) -> ReplicaModel:
     """The one place a ``ReplicaModel`` is made from IR names (planner and check share it). ``lora``: keyword
     arguments of ``compiler.cost.lora.LoraReplicaModel`` (slots, rank, modules, swap_wait_s) for a LoRA replica.
-    ``kv_offload_gib`` / ``kv_borrow_gib``: a KV tier of that many GiB per replica (``kv_tier``)."""
+    ``kv_offload_gib`` / ``kv_borrow_gib``: a KV tier of that many GiB per replica (``kv_tier``): host memory
+    for the prefix cache's evicted blocks (``prefix_tier``), or, with ``kv_tiers: experimental-live``, live KV
+    beyond HBM (offload or borrowing; docs/kv-tiers.md)."""
     pool = ir.gpu(gpu)
+    if kv_offload_gib > 0 and not live_tiers(ir):
+        rm = ReplicaModel(ir.models[model], pool.profile, ir.engine, tp, pp, dtype, max_num_seqs, max_batched_tokens)
+        return ReplicaModel(ir.models[model], pool.profile, ir.engine, tp, pp, dtype, max_num_seqs,
+                            max_batched_tokens, prefix_tier=kv_tier(ir, gpu, rm, kv_offload_gib, 0.0, "prefix"))
     if kv_offload_gib > 0 or kv_borrow_gib > 0:
         rm = ReplicaModel(ir.models[model], pool.profile, ir.engine, tp, pp, dtype, max_num_seqs, max_batched_tokens)
         return ReplicaModel(ir.models[model], pool.profile, ir.engine, tp, pp, dtype, max_num_seqs,
@@ -26,15 +34,34 @@ def replica_model(ir: ProblemIR, model: str, gpu: str, tp: int, pp: int, dtype: 
     return ReplicaModel(ir.models[model], pool.profile, ir.engine, tp, pp, dtype, max_num_seqs, max_batched_tokens)
 
 
+def lend(rm: ReplicaModel, lent_gib: float) -> ReplicaModel:
+    """``rm`` with its HBM KV reduced by the ``lent_gib`` GiB per replica it lends to instances on its node
+    (docs/kv-tiers.md); ``rm`` itself when it lends none."""
+    if lent_gib <= 0:
+        return rm
+    mem = rm.memory
+    lent = int(lent_gib * GIB / (rm.tp * rm.pp) / mem.kv_bytes_per_token_per_gpu + 0.5)
+    rm.__dict__["memory"] = replace(mem, kv_cache_tokens=max(mem.kv_cache_tokens - lent, 0))
+    rm.__dict__.pop("kv_capacity_tokens", None)
+    return rm
+
+
+def live_tiers(ir: ProblemIR) -> bool:
+    """Whether the spec's KV tiers hold live KV (``kv_tiers: experimental-live``: offload and borrowing of running
+    requests' KV, realised by no engine flag) rather than the prefix cache's host tier (docs/kv-tiers.md)."""
+    return getattr(ir, "kv_tiers", "off") == "experimental-live"
+
+
 def traffic_class(b: LengthBucket, rate_rps: float, w: WorkloadIR | None = None,
                   rm: ReplicaModel | None = None) -> TrafficClass:
     """The cost model's class for bucket ``b`` at a per-replica rate; with the workload ``w`` and the replica
-    ``rm``, its prefix reuse (``prefix_cache``): cached tokens per request and the replica's reserve."""
+    ``rm``, its prefix reuse (``prefix_hits``): cached tokens per request (of which from the host tier) and the
+    replica's reserve."""
     if w is None or rm is None or not w.prefix_hit_rate:
         return TrafficClass(rate_rps, b.isl_mean, b.osl_mean, b.isl_tail, b.isl_cv2, osl_points=b.osl_points)
-    reserved, hit = prefix_cache(w, rm)
+    reserved, hbm, hit = prefix_hits(w, rm)
     return TrafficClass(rate_rps, b.isl_mean, b.osl_mean, b.isl_tail, b.isl_cv2, hit * b.isl_mean, float(reserved),
-                        b.osl_points)
+                        b.osl_points, (hit - hbm) * b.isl_mean)
 
 
 PREFIX_RESERVE_SHARES = (1.0, 0.5, 0.25, 0.125)  # of min(working set, spare HBM KV) tried for the prefix cache
@@ -59,28 +86,47 @@ def prefix_hit(w: WorkloadIR, tokens: float) -> float:
 
 
 def prefix_cache(w: WorkloadIR, rm: ReplicaModel) -> tuple[int, float]:
-    """(KV tokens reserved for ``w``'s prefix cache on one replica of ``rm``, hit rate it gets). The cache can take
-    what the HBM KV spares after the workload's longest request, at most the working set; of the shares
-    ``PREFIX_RESERVE_SHARES`` of that, the one with the highest capacity for the workload's mean request at its
-    SLO (a bigger cache saves more prefill but leaves less KV for running requests). Once per replica model."""
+    """(KV tokens reserved for ``w``'s prefix cache on one replica of ``rm``, hit rate it gets, HBM and host tier
+    together): ``prefix_hits`` without the split."""
+    reserved, _, hit = prefix_hits(w, rm)
+    return reserved, hit
+
+
+def host_tier_tokens(rm: ReplicaModel) -> int:
+    """KV tokens the replica's host-memory prefix tier holds (0 without one)."""
+    tier = getattr(rm, "prefix_tier", None)
+    return tier.tokens if tier is not None else 0
+
+
+def prefix_hits(w: WorkloadIR, rm: ReplicaModel) -> tuple[int, float, float]:
+    """(KV tokens reserved for ``w``'s prefix cache on one replica of ``rm``, hit rate of that HBM cache, hit rate
+    with the host tier). The cache can take what the HBM KV spares after the workload's longest request, at most
+    the working set; of the shares ``PREFIX_RESERVE_SHARES`` of that, the one with the highest capacity for the
+    workload's mean request at its SLO (a bigger cache saves more prefill but leaves less KV for running
+    requests). Host tier (``rm.prefix_tier``, docs/kv-tiers.md): every computed block is also stored in host
+    memory (vLLM's offloading connector writes through), so the two levels hit like one LRU of
+    max(reserve, host tokens); the hits beyond the HBM cache's are reloaded over PCIe. Once per replica model."""
     memo = rm.__dict__.setdefault("_prefix_cache", {})
     key = (w.name, w.prefix_hit_rate, w.prefix_working_set, w.prefix_curve, w.buckets, w.slo)
     if key in memo:
         return memo[key]
     longest = max(b.isl_max + b.osl_max for b in w.buckets)
     full = min(w.prefix_working_set, max(rm.memory.kv_cache_tokens - longest, 0))
-    best = (0, 0.0)
+    host = host_tier_tokens(rm)
+    best = (0, 0.0, 0.0)
     if full > 0:
         isl = sum(b.prob * b.isl_mean for b in w.buckets)
         osl = sum(b.prob * b.osl_mean for b in w.buckets)
         best_cap = -1.0
         for share in PREFIX_RESERVE_SHARES:
             tokens = int(full * share)
-            hit = prefix_hit(w, tokens)
-            cap = rm.capacity_rps(TrafficClass(0.0, isl, osl, None, 0.0, hit * isl, float(tokens)),
+            hbm = prefix_hit(w, tokens)
+            hit = prefix_hit(w, max(tokens, host)) if host else hbm
+            cap = rm.capacity_rps(TrafficClass(0.0, isl, osl, None, 0.0, hit * isl, float(tokens), (),
+                                               (hit - hbm) * isl),
                                   w.slo.ttft_ms, w.slo.tpot_ms, w.slo.percentile)
             if cap > best_cap * (1 + 1e-9):  # ties: the larger cache (tried first)
-                best, best_cap = (tokens, hit), cap
+                best, best_cap = (tokens, hbm, hit), cap
     memo[key] = best
     return best
 
@@ -88,10 +134,12 @@ def prefix_cache(w: WorkloadIR, rm: ReplicaModel) -> tuple[int, float]:
 HOST_KV_SHARE = 0.5  # share of a node's CPU memory the KV offload tier may use (assumption, docs/kv-tiers.md)
 
 
-def kv_tier(ir: ProblemIR, gpu: str, rm: ReplicaModel, offload_gib: float, borrow_gib: float) -> KvTier:
+def kv_tier(ir: ProblemIR, gpu: str, rm: ReplicaModel, offload_gib: float, borrow_gib: float,
+            kind: str | None = None) -> KvTier:
     """The ``KvTier`` of a replica of ``rm``'s shape with ``offload_gib`` of host memory or ``borrow_gib`` of
     borrowed HBM (GiB per replica, one tier). Offload runs over each GPU's PCIe link (spec nodes[].pcie_gbps, else
-    the GPU profile's); borrowing over NVLink (the profile's link bandwidth), or PCIe where the GPU has none."""
+    the GPU profile's); borrowing over NVLink (the profile's link bandwidth), or PCIe where the GPU has none.
+    ``kind``: ``prefix`` for the prefix cache's host tier; default live ``offload`` / ``borrow``."""
     if offload_gib > 0 and borrow_gib > 0:
         raise ValueError("a replica has one KV tier: offload or borrow, not both")
     pool = ir.gpu(gpu)
@@ -106,7 +154,7 @@ def kv_tier(ir: ProblemIR, gpu: str, rm: ReplicaModel, offload_gib: float, borro
         bw = prof.link_bandwidth_gbps.value if prof.interconnect != "pcie" else (pcie or prof.link_bandwidth_gbps.value)
     if not bw > 0:
         raise ValueError(f"{gpu}: no PCIe bandwidth known for a KV offload tier; give nodes[].pcie_gbps")
-    return KvTier("offload" if offload_gib > 0 else "borrow", tokens, float(bw))
+    return KvTier(kind or ("offload" if offload_gib > 0 else "borrow"), tokens, float(bw))
 
 
 def tier_gib(rm: ReplicaModel, tokens: float) -> float:

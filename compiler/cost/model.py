@@ -42,7 +42,7 @@ class ReplicaModel(ReplicaRoles, ReplicaPredictions):
 
     def __init__(self, model: ModelProfile, gpu: GpuProfile, engine: EngineProfile, tp: int = 1, pp: int = 1,
                  dtype: str = "bf16", max_num_seqs: int | None = None, max_batched_tokens: int = 8192,
-                 kv_dtype: str | None = None, kv_tier: KvTier | None = None):
+                 kv_dtype: str | None = None, kv_tier: KvTier | None = None, prefix_tier: KvTier | None = None):
         if tp < 1 or pp < 1:
             raise ValueError("tp and pp must be >= 1")
         if dtype not in BYTES:
@@ -51,7 +51,10 @@ class ReplicaModel(ReplicaRoles, ReplicaPredictions):
         if kv_dtype not in BYTES:
             raise ValueError(f"kv_dtype must be one of {sorted(BYTES)}")
         self.model, self.gpu, self.engine = model, gpu, engine
-        self.kv_tier = kv_tier
+        self.kv_tier = kv_tier  # live KV beyond HBM (kv_tiers: experimental-live only)
+        if prefix_tier is not None and prefix_tier.kind != "prefix":
+            raise ValueError("prefix_tier must be a KvTier of kind prefix")
+        self.prefix_tier = prefix_tier  # host-memory tier of the prefix cache (docs/kv-tiers.md)
         self.tp, self.pp, self.dtype, self.kv_dtype = tp, pp, dtype, kv_dtype
         self.max_num_seqs = int(max_num_seqs or engine.max_num_seqs.value)
         self.max_batched_tokens = int(max_batched_tokens)
@@ -132,6 +135,14 @@ class ReplicaModel(ReplicaRoles, ReplicaPredictions):
         """KV tokens the replica may hold: HBM (``memory.kv_cache_tokens``) plus its tier's, if any."""
         hbm = self.memory.kv_cache_tokens
         return hbm + self.kv_tier.tokens if self.kv_tier is not None and hbm > 0 else hbm
+
+    def reload_s(self, tokens: float) -> float:
+        """Seconds to reload ``tokens`` prefix-cache tokens from the host tier into HBM: each GPU copies its KV
+        shard over its own PCIe link (``prefix_tier.gbps_per_gpu``). Counted as engine time before the request's
+        first prefill chunk, not overlapped (conservative: vLLM's connector loads asynchronously)."""
+        if not tokens or self.prefix_tier is None:
+            return 0.0
+        return tokens * self.memory.kv_bytes_per_token_per_gpu / (self.prefix_tier.gbps_per_gpu * 1e9)
 
     def remote_share(self, kv_tokens_used: float) -> float:
         """Share of the KV in use that lives in the tier: max(0, used - HBM) / used (0 without a tier)."""
@@ -290,9 +301,10 @@ class ReplicaModel(ReplicaRoles, ReplicaPredictions):
         lam = sum(c.rate_rps for c in classes)
         n = len(classes)
         if lam <= 0:
-            ttft = tuple(self.request_overhead + self.prefill_s(c.tail, 0, 0, 0.0, c.tail_cached) for c in classes)
+            ttft = tuple(self.request_overhead + self.prefill_s(c.tail, 0, 0, 0.0, c.tail_cached)
+                         + self.reload_s(c.tail_host_cached) for c in classes)
             mean = tuple(self.request_overhead + self.prefill_s(c.isl_mean, 0, 0, 0.0, c.cached_tokens)
-                         for c in classes)
+                         + self.reload_s(c.host_cached_tokens) for c in classes)
             t1 = self.iteration_s(1, 0)
             return ReplicaState(True, "", t1, ttft, mean, 0.0, 0.0, 0.0, 0.0, 0.0, t1)
         D = sum(c.rate_rps * c.osl_mean for c in classes)
@@ -348,9 +360,10 @@ class ReplicaModel(ReplicaRoles, ReplicaPredictions):
                 steps = new / per_step
                 t = self.iteration_s(b, ctx_dec, per_step, c.cached_tokens + (new - per_step) / 2, 1.0, r) if tier \
                     else self.iteration_s(b, ctx_dec, per_step, c.cached_tokens + (new - per_step) / 2)
-                s.append(steps * t)
+                t_c = steps * t + self.reload_s(c.host_cached_tokens)  # host-tier hits: reload, then prefill
+                s.append(t_c)
                 nsteps.append(steps)
-                rho += c.rate_rps * steps * t
+                rho += c.rate_rps * t_c
                 prefill_steps += c.rate_rps * steps
             if tier and rho < 1:
                 kv_pre = rho * sum(c.rate_rps * c.isl_mean for c in classes) / max(prefill_steps, 1e-12)
@@ -384,7 +397,8 @@ class ReplicaModel(ReplicaRoles, ReplicaPredictions):
         if tier:
             r = self.remote_share(kv_at_p(kv_used))
         fe = self.request_overhead
-        ttft = tuple(fe + wait_p + self.prefill_s(c.tail, b, ctx_dec, r, c.tail_cached) for c in classes)
+        ttft = tuple(fe + wait_p + self.prefill_s(c.tail, b, ctx_dec, r, c.tail_cached)
+                     + self.reload_s(c.tail_host_cached) for c in classes)
         if slo_ms is not None:  # decision mode (see the docstring)
             tpot_p = tpot if max(ttft) * 1e3 > slo_ms[0] else \
                 self._tpot_tail(classes, s, nsteps, t_d, tpot, percentile, slo_ms[1] * 1e-3)
@@ -392,7 +406,8 @@ class ReplicaModel(ReplicaRoles, ReplicaPredictions):
                 tpot_p = max(tpot_p, self._tier_decode_s(b, ctx_dec, kv_pre, kv_floor, z))
                 tpot_p = tpot_p if tpot_p <= slo_ms[1] * 1e-3 else UNSTABLE
             return ReplicaState(True, "", tpot_p, ttft, ttft, rho, b, kv_used, wait_p, wait_mean, tpot)
-        ttft_mean = tuple(fe + wait_mean + self.prefill_s(c.isl_mean, b, ctx_dec, r, c.cached_tokens) for c in classes)
+        ttft_mean = tuple(fe + wait_mean + self.prefill_s(c.isl_mean, b, ctx_dec, r, c.cached_tokens)
+                          + self.reload_s(c.host_cached_tokens) for c in classes)
         tpot_p = self._tpot_tail(classes, s, nsteps, t_d, tpot, percentile)
         if tier:
             tpot_p = max(tpot_p, self._tier_decode_s(b, ctx_dec, kv_pre, kv_floor, z))

@@ -15,7 +15,8 @@ class ReplicaPredictions:
     def zero_load(self, cls: TrafficClass) -> tuple[float, float]:
         """(TTFT ms, TPOT ms) of a lone request: the best this replica can ever do for ``cls``."""
         if self.kv_tier is None:
-            ttft = self.request_overhead + self.prefill_s(cls.tail, 0, 0, 0.0, cls.tail_cached)
+            ttft = (self.request_overhead + self.prefill_s(cls.tail, 0, 0, 0.0, cls.tail_cached)
+                    + self.reload_s(cls.tail_host_cached))  # host-tier prefix hits: reloaded first
             tpot = self.iteration_s(1, cls.tail + cls.osl_mean / 2)
             return ttft * 1e3, tpot * 1e3
         ctx = cls.tail + cls.osl_mean / 2

@@ -31,6 +31,9 @@ class TrafficClass:
     # length, so one class mixes short and long outputs, and a short one's TPOT is the noisier (its mean over
     # fewer steps). Empty: every request has osl_mean.
     osl_points: tuple[tuple[float, float], ...] = ()
+    # Of ``cached_tokens``, those found only in the replica's host-memory prefix tier (docs/kv-tiers.md): reloaded
+    # over PCIe into the GPU prefix cache before the request's prefill (``ReplicaModel.reload_s``).
+    host_cached_tokens: float = 0.0
 
     @property
     def tail(self) -> float:
@@ -41,13 +44,20 @@ class TrafficClass:
         """Cached tokens of the tail-length request (the same share of its input as on average)."""
         return self.tail * self.cached_tokens / self.isl_mean if self.cached_tokens else 0.0
 
+    @property
+    def tail_host_cached(self) -> float:
+        """Host-tier cached tokens of the tail-length request (the same share of its input as on average)."""
+        return self.tail * self.host_cached_tokens / self.isl_mean if self.host_cached_tokens else 0.0
+
 
 @dataclass(frozen=True, slots=True)
 class KvTier:
     """KV capacity beyond HBM for one replica (docs/kv-tiers.md).
 
-    ``kind``: ``offload`` (host CPU memory over PCIe) or ``borrow`` (spare HBM of other instances on the same
-    node, over NVLink, or PCIe where the GPU has none). ``tokens``: KV tokens the tier holds for this replica.
+    ``kind``: ``prefix`` (host CPU memory over PCIe holding evicted prefix-cache blocks, reloaded on a hit: what
+    vLLM's KV offloading, LMCache and SGLang's HiCache do), or, under ``kv_tiers: experimental-live`` only, live KV
+    of running requests: ``offload`` (host CPU memory over PCIe) or ``borrow`` (spare HBM of other instances on the
+    same node, over NVLink, or PCIe where the GPU has none). ``tokens``: KV tokens the tier holds for this replica.
     ``gbps_per_gpu``: bandwidth from each GPU of the replica to the tier, GB/s (each GPU moves its own shard)."""
 
     kind: str
@@ -55,8 +65,8 @@ class KvTier:
     gbps_per_gpu: float
 
     def __post_init__(self):
-        if self.kind not in ("offload", "borrow"):
-            raise ValueError(f"KvTier.kind must be offload or borrow, got {self.kind!r}")
+        if self.kind not in ("prefix", "offload", "borrow"):
+            raise ValueError(f"KvTier.kind must be prefix, offload or borrow, got {self.kind!r}")
         if self.tokens < 0 or not self.gbps_per_gpu > 0:
             raise ValueError("KvTier needs tokens >= 0 and gbps_per_gpu > 0")
 

@@ -9,7 +9,7 @@ from __future__ import annotations
 import hashlib
 import math
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 import profiles as _bundled
@@ -83,7 +83,7 @@ def queue_threshold(plan, ir, dep) -> int:
 
 def prepare(plan, spec, allow_experimental: bool = False) -> Bundle:
     """Re-lower the spec, refuse what no engine runs, and compute each deployment's target numbers."""
-    from compiler.cost.factory import replica_model
+    from compiler.deployment import DeploymentSpecView, replica_model_of
     from compiler.check import plan_references
     from compiler.engines.realise import launches, realise
     from compiler.lower import lower
@@ -94,12 +94,14 @@ def prepare(plan, spec, allow_experimental: bool = False) -> Bundle:
         raise InputError(foreign, "plan")
     problems = []
     for i, d in enumerate(plan.deployments):
-        if d.kv is not None and d.kv.borrowed_gib > 0 and not allow_experimental:
-            problems.append(Problem(f"deployments[{i}] ({d.name}).kv.borrowed_gib",
-                                    f"{d.kv.borrowed_gib:g} GiB of live KV borrowed from "
-                                    f"{', '.join(d.kv.borrowed_from)}: "
-                                    "no engine flag realises cross-instance KV borrowing (docs/kv-tiers.md); re-plan "
-                                    "with defaults.kv_tiers: offload or off, or pass --allow-experimental"))
+        live = d.kv is not None and (d.kv.live or d.kv.borrowed_gib > 0 or d.kv.lent_gib > 0)
+        if live and not allow_experimental:
+            from compiler.engines.realise import live_kv_summary
+            problems.append(Problem(f"deployments[{i}] ({d.name}).kv",
+                                    f"experimental live KV tier ({live_kv_summary(d.kv)}): no engine flag realises "
+                                    "live-KV spill or cross-instance borrowing (docs/kv-tiers.md); re-plan with "
+                                    "defaults.kv_tiers: auto (the prefix cache's host tier) or off, or pass "
+                                    "--allow-experimental"))
     if problems:
         raise InputError(problems, "plan")
     warnings = []
@@ -116,8 +118,7 @@ def prepare(plan, spec, allow_experimental: bool = False) -> Bundle:
     eng = engine_table(ir.engine.name)
     targets = []
     for d, (f, ln, w) in zip(plan.deployments, launches(plan, ir)):
-        mem = replica_model(ir, d.model, d.gpu, d.tensor_parallel, d.pipeline_parallel, d.dtype, d.max_batch_size,
-                            d.max_num_batched_tokens).memory
+        mem = replica_model_of(ir, replace(DeploymentSpecView.of_plan(d), kv_lent_gib=0.0)).memory
         gpus = d.tensor_parallel * d.pipeline_parallel
         weight_bytes = int(mem.weights_gib_per_gpu * GIB * gpus)
         startup = STARTUP_FIXED_S + math.ceil(weight_bytes / (LOAD_GBPS * 1e9))  # whole model read per replica

@@ -40,6 +40,8 @@ def _container(b: Bundle, t: Target, argv, gpus: int, serving: bool) -> dict:
     c = {"name": "engine", "image": b.engine["image"]["ref"], "command": list(argv), "env": env,
          "resources": {"limits": {t.gpu_k8s["resource"]: gpus}, "requests": {t.gpu_k8s["resource"]: gpus}},
          "volumeMounts": mounts}
+    if t.facts.offload_gib > 0:  # the prefix cache's host tier: pinned host memory the scheduler must find
+        c["resources"]["requests"]["memory"] = f"{math.ceil(t.facts.offload_gib / t.facts.nodes_per_replica)}Gi"
     if t.launch.files:
         mounts.append({"name": "engine-files", "mountPath": CONFIG_DIR, "readOnly": True})
         c["workingDir"] = CONFIG_DIR

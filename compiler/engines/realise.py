@@ -8,6 +8,7 @@ emitters and ``trimtab emit`` read). The numbers come from the plan and the cost
 from __future__ import annotations
 
 import math
+from dataclasses import replace
 
 from compiler.engines import sglang, trtllm, vllm
 from compiler.engines.base import DeploymentFacts, Launch, ModelIdentity, engine_table
@@ -36,10 +37,17 @@ def _nodes_per_replica(d) -> int:
     return max((len(v) for v in nodes.values()), default=1)
 
 
+def live_kv_summary(kv) -> str:
+    parts = [f"{kv.offload_gib:g} GiB of running requests' KV in host memory" if kv.offload_gib > 0 else "",
+             f"{kv.borrowed_gib:g} GiB borrowed from {', '.join(kv.borrowed_from)}" if kv.borrowed_gib > 0 else "",
+             f"lends {kv.lent_gib:g} GiB of its HBM KV" if kv.lent_gib > 0 else ""]
+    return "; ".join(p for p in parts if p)
+
+
 def deployment_facts(plan, ir) -> list[tuple[DeploymentFacts, list[str]]]:
     """Per deployment (plan order): its facts and the warnings they raise (a routed request longer than the
     engine will admit)."""
-    from compiler.cost.factory import replica_model
+    from compiler.deployment import DeploymentSpecView, replica_model_of
 
     ids = getattr(ir, "identities", None) or {}
     out = []
@@ -48,11 +56,17 @@ def deployment_facts(plan, ir) -> list[tuple[DeploymentFacts, list[str]]]:
         window = int(ir.models[d.model].max_context_tokens.value)
         routed = routed_context(plan, d.name)
         ctx = min(routed or window, window, d.kv_cache_tokens)
-        if routed > ctx:
+        live = d.kv is not None and d.kv.live  # experimental live KV tier: no engine flag realises it
+        if live:
+            cut = (f"; routed requests reach {routed} tokens, its command admits {ctx} (the HBM KV)"
+                   if routed > ctx else "")
+            warns.append(f"experimental: {d.name} plans live KV beyond HBM (defaults.kv_tiers: experimental-live: "
+                         f"{live_kv_summary(d.kv)}), which no engine flag realises{cut}; trimtab emit refuses the "
+                         "plan unless --allow-experimental")
+        elif routed > ctx:
             warns.append(f"{d.name}: the engine admits {ctx} tokens per request (its KV cache holds "
                          f"{d.kv_cache_tokens}); routed requests reach {routed}")
-        rm = replica_model(ir, d.model, d.gpu, d.tensor_parallel, d.pipeline_parallel, d.dtype, d.max_batch_size,
-                           d.max_num_batched_tokens)
+        rm = replica_model_of(ir, replace(DeploymentSpecView.of_plan(d), kv_lent_gib=0.0))
         mem = rm.memory
         free = (ir.gpu(d.gpu).profile.memory_gib.value - mem.weights_gib_per_gpu - mem.activation_gib_per_gpu
                 - mem.reserve_gib_per_gpu)  # HBM left after weights and workspace: what TensorRT-LLM's share is of
@@ -64,7 +78,8 @@ def deployment_facts(plan, ir) -> list[tuple[DeploymentFacts, list[str]]]:
             tp=d.tensor_parallel, pp=d.pipeline_parallel, dtype=d.dtype, max_batch=d.max_batch_size,
             max_step_tokens=d.max_num_batched_tokens, context_tokens=ctx, kv_cache_tokens=d.kv_cache_tokens,
             memory_fraction=ir.engine.gpu_memory_utilization.value, kv_free_fraction=min(frac, 1.0),
-            prefix_caching=d.prefix_cache_tokens > 0, offload_gib=d.kv.offload_gib if d.kv is not None else 0.0,
+            prefix_caching=d.prefix_cache_tokens > 0,
+            offload_gib=d.kv.offload_gib if d.kv is not None and not live else 0.0,
             adapters=tuple(d.adapters), max_loras=d.max_loras, max_lora_rank=d.max_lora_rank,
             max_cpu_loras=d.max_cpu_loras, nodes_per_replica=nodes,
             gpus_per_node=d.tensor_parallel * d.pipeline_parallel // nodes), warns))

@@ -11,6 +11,7 @@ from compiler.engines.base import (ADAPTER_DIR, LEADER_ENV, RANK_ENV, Deployment
                                    dtype_args, flag_table, kv, num)
 
 ENGINE = "sglang"
+GIB = 1024 ** 3
 DIST_PORT = 20000  # --dist-init-addr port of a multi-node replica's leader (any free port; fixed for stable bytes)
 
 
@@ -25,8 +26,12 @@ def launch(f: DeploymentFacts) -> Launch:
          kv(fl["memory_fraction"], num(f.memory_fraction)), fl["metrics"]]
     a += dtype_args(f, t)
     # Prefix caching: SGLang's radix cache is on unless --disable-radix-cache; nothing to add.
-    if f.offload_gib > 0:  # HiCache: host-memory tier of the radix (prefix) cache, GiB per rank
-        a += [fl["hierarchical_cache"], kv(fl["hicache_size"], num(f.offload_gib / (f.tp * f.pp)))]
+    # HiCache: host-memory tier of the radix (prefix) cache. --hicache-size is an integer of GB (1e9 bytes) per
+    # rank (sglang/srt/server_args.py: type=int; mem_cache/pool_host: host_size * 1e9 bytes): rounded down, so the
+    # node's host memory holds what the plan counted; under 1 GB per rank there is no tier to enable.
+    host_gb = int(f.offload_gib * GIB / 1e9 / (f.tp * f.pp)) if f.offload_gib > 0 else 0
+    if host_gb >= 1:
+        a += [fl["hierarchical_cache"], kv(fl["hicache_size"], host_gb)]
     if f.max_loras:
         a += [fl["enable_lora"], kv(fl["max_loras"], f.max_loras), kv(fl["max_lora_rank"], f.max_lora_rank),
               kv(fl["max_cpu_loras"], f.max_cpu_loras)]

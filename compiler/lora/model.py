@@ -26,9 +26,3 @@ def lora_kwargs(ir, model: str, max_loras: int, max_lora_rank: int, n_adapters: 
     mods = modules_of(ir, model)
     wait = swap_s(ir.models[model], max_lora_rank, mods) if n_adapters > max_loras else 0.0
     return {"slots": max_loras, "rank": max_lora_rank, "modules": mods, "swap_wait_s": wait}
-
-
-def view_lora(ir, view) -> dict | None:
-    """``lora_kwargs`` of a ``DeploymentSpecView`` (its ``lora`` field: (max_loras, max_lora_rank, adapters))."""
-    lo = getattr(view, "lora", ())
-    return lora_kwargs(ir, view.model, *lo) if lo else None

@@ -33,11 +33,13 @@ from compiler.assess import assess
 from compiler.cost.factory import replica_model, traffic_class
 from compiler.cost.lora import vllm_rank
 from compiler.cost.search import bisect_max
-from compiler.deployment import TOKEN_BUDGETS, Candidate, CandidateSet, DeploymentSpecView, RouteView, shapes
+from compiler.deployment import (TOKEN_BUDGETS, Candidate, CandidateSet, DeploymentSpecView, LoraSlots, RouteView,
+                                 replica_model_of, shapes)
 from compiler.errors import InfeasibleError
 from compiler.formulate import EPS_GPU, n_var
 from compiler.lora.model import lora_kwargs
 from compiler.lora.spec import NO_TENANT
+from compiler.spec.paths import SpecPath
 from compiler.plan.extract import goodput_of, plan_buckets, seconds_bound
 from compiler.plan.schema import AdapterRoute, Deployment, Plan, Route, SolverInfo
 from solvers.base import SolveOptions, Status
@@ -294,38 +296,38 @@ def formulate(ir, prob: LoraProblem, derate: dict[str, float], group: str | None
                     holds[c.id].append((y, 1.0))
                     hold_cost.append((y, EPS_HOLD))
                 m.add(Constraint(f"lora_hold[{u.id},{c.id}]", "lora_hold", ((x, 1.0), (y, -u.rate)), "<=", 0.0,
-                                 origin=f"workloads ({u.workload}).adapter"))
+                                 origin=SpecPath.workload(ir.workload(u.workload), "adapter")))
             elif u.kind == "class":
                 z = m.add_var(f"hold[{u.id},{c.id}]", "integer", 0, min(len(u.members), max(c.cpu_slots, 1)))
                 holds[c.id].append((z, 1.0))
                 hold_cost.append((z, EPS_HOLD))
                 cover.append((z, 1.0))
                 m.add(Constraint(f"lora_class[{u.id},{c.id}]", "lora_class", ((x, 1.0), (z, -u.rmax)), "<=", 0.0,
-                                 origin=f"workloads ({u.workload}).adapter"))
+                                 origin=SpecPath.workload(ir.workload(u.workload), "adapter")))
         if not terms:
             raise InfeasibleError([f"{u.workload}: no deployment of {u.group} meets its SLO with LoRA enabled "
                                    f"({u.id})"])
         m.add(Constraint(f"demand[{u.id}]", "demand", tuple(terms), "<=" if goodput else "==", u.rate,
-                         origin=f"workloads ({u.workload}).rate_rps"))
+                         origin=SpecPath.workload(ir.workload(u.workload), "rate_rps")))
         served += terms
         if u.kind == "class":
             m.add(Constraint(f"lora_cover[{u.id}]", "lora_cover", tuple(cover), ">=", float(len(u.members)),
-                             origin=f"workloads ({u.workload}).adapter"))
+                             origin=SpecPath.workload(ir.workload(u.workload), "adapter")))
     for c in prob.cands:
         m.add(Constraint(f"capacity[{c.id}]", "capacity", tuple(cap_terms[c.id]) + ((n_var(c.id), -1.0),), "<=",
-                         0.0, origin="workloads slo"))
+                         0.0, origin=SpecPath("workloads", field="slo")))
         if holds[c.id]:
             m.add(Constraint(f"lora_slots[{c.id}]", "lora_slots", tuple(holds[c.id]), "<=", float(c.cpu_slots),
-                             origin="max_cpu_loras"))
+                             origin=SpecPath("adapters", note="max_cpu_loras")))
     for pool in ir.gpus:
         cs = [c for c in prob.cands if c.cand.gpu == pool.type]
         m.add(Constraint(f"inventory[{pool.type}]", "inventory", tuple((n_var(c.id), float(c.cand.gpus)) for c in cs),
-                         "<=", float(pool.count), origin=f"gpus[{pool.index}] ({pool.type}).count", relaxable=True))
+                         "<=", float(pool.count), origin=SpecPath.gpu(pool, "count"), relaxable=True))
     if ir.budget_usd_per_hour is not None:
         m.add(Constraint("budget", "budget", tuple((n_var(c.id), c.cand.usd_per_hour) for c in prob.cands), "<=",
-                         ir.budget_usd_per_hour, origin="budget_usd_per_hour", relaxable=True))
+                         ir.budget_usd_per_hour, origin=SpecPath("budget_usd_per_hour"), relaxable=True))
     if goodput and goodput_floor is not None:
-        m.add(Constraint("goodput[total]", "goodput", tuple(served), ">=", goodput_floor, origin="objective"))
+        m.add(Constraint("goodput[total]", "goodput", tuple(served), ">=", goodput_floor, origin=SpecPath("objective")))
     m.objective = tuple([(n_var(c.id), c.cand.usd_per_hour + EPS_GPU * c.cand.gpus) for c in prob.cands]
                         + hold_cost)
     if goodput and goodput_floor is None and not elastic:
@@ -431,11 +433,10 @@ def build_plan(ir, prob: LoraProblem, chosen, flows, res, solve_s: float, rounds
             s = min(b.prob * r / (ir.workload(w).rate_rps if goodput else wtot[w]), 1.0)
             if s > 1e-12:
                 routes.append(RouteView(w, b.name, d, s))
-    views = [DeploymentSpecView(c.id, c.cand.model, c.cand.gpu, c.cand.tp, c.cand.pp, c.cand.dtype,
-                                c.cand.max_num_seqs, c.cand.max_batched_tokens, n, "unified",
-                                (c.slots, c.rank, len(held[c.id])) if c.slots else ())
-             for c, n in chosen]
-    a = assess(ir, views, routes)
+    views = {c.id: DeploymentSpecView.of_candidate(c.cand, n, name=c.id,
+                                                   lora=LoraSlots(c.slots, c.rank, len(held[c.id])) if c.slots else None)
+             for c, n in chosen}
+    a = assess(ir, list(views.values()), routes)
     gpus: dict[str, int] = {}
     cost = 0.0
     for c, n in chosen:
@@ -445,8 +446,7 @@ def build_plan(ir, prob: LoraProblem, chosen, flows, res, solve_s: float, rounds
     for cid in sorted(by_id):
         c, n = by_id[cid]
         k = c.cand
-        rm = replica_model(ir, k.model, k.gpu, k.tp, k.pp, k.dtype, k.max_num_seqs, k.max_batched_tokens,
-                           lora=lora_kwargs(ir, k.model, c.slots, c.rank, len(held[cid])) if c.slots else None)
+        rm = replica_model_of(ir, views[cid])
         deployments.append(Deployment(
             name=cid, model=k.model, gpu=k.gpu, tensor_parallel=k.tp, pipeline_parallel=k.pp, replicas=n,
             role="unified", dtype=k.dtype, max_batch_size=k.max_num_seqs, max_num_batched_tokens=k.max_batched_tokens,
@@ -514,8 +514,6 @@ class LoraPlanner:
         (GPU counts, budget; read off each row's ``origin``), verified by re-solving; feasible, each relaxable row
         that binds and what relaxing it would save."""
         from compiler.explain import Explanation, elastic_changes
-        from compiler.spec.paths import SpecPath
-
         prob = self.candidates(ir)
         res = solve(ir, prob, {}, backend, options)
         problem = ("no deployment meets every SLO within the GPU counts and budget with the adapters and tenant "
@@ -535,7 +533,7 @@ class LoraPlanner:
             if con.rhs - used >= step:
                 continue
             more = {"inventory": max(2 * con.rhs, con.rhs + 8), "budget": None}[con.family]
-            key = SpecPath.from_origin(con.origin).whatif
+            key = con.origin.whatif
             alt = self._cost(_relaxed(ir, {key: more if more is None else int(more)}), backend, options)
             what = "no cheaper plan" if alt is None or alt >= base - 0.005 else \
                 f"the plan would cost {alt:.2f} $/h ({alt - base:+.2f})"

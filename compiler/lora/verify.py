@@ -8,17 +8,9 @@ dedicated tenant shares with nobody, tenant-less traffic included).
 """
 from __future__ import annotations
 
-from compiler.lora.model import lora_kwargs
 from compiler.lora.spec import NO_TENANT
 
 TOL = 1e-3
-
-
-def plan_lora(ir, d) -> dict | None:
-    """``replica_model`` LoRA arguments of a plan deployment."""
-    if not getattr(d, "max_loras", 0):
-        return None
-    return lora_kwargs(ir, d.model, d.max_loras, d.max_lora_rank, len(d.adapters))
 
 
 def verify_lora(plan, ir) -> list[str]:

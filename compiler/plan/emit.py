@@ -29,6 +29,8 @@ def plan_to_data(plan: Plan) -> dict:
     for d in data["deployments"]:  # KV tiers: only in plans of specs that enable them
         if d.get("kv", 0) is None:
             del d["kv"]
+        elif not d["kv"].get("live"):  # experimental-live plans only (docs/kv-tiers.md)
+            d["kv"].pop("live", None)
     # Prefix reuse (docs/prefix-caching.md): left out when there is none, so such plans keep their bytes.
     if not data.get("prefix"):
         data.pop("prefix", None)

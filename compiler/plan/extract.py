@@ -5,6 +5,7 @@ import math
 from dataclasses import replace
 
 from compiler.assess import Assessment, assess
+from compiler.cost.factory import live_tiers
 from compiler.cost.predict import fidelity_warnings
 from compiler.deployment import Candidate, CandidateSet, DeploymentSpecView, RouteView
 from compiler.formulate import n_var, x_var
@@ -65,9 +66,7 @@ def _normalise(routes: list[RouteView]) -> list[RouteView]:
 def views(deps: list[tuple[Candidate, int]]) -> list[DeploymentSpecView]:
     from compiler.disagg import colocation
 
-    return [DeploymentSpecView(c.id, c.model, c.gpu, c.tp, c.pp, c.dtype, c.max_num_seqs, c.max_batched_tokens, n,
-                               c.role, colocated_with=colocation(c.id).get("colocated_with") or "",
-                               kv_offload_gib=c.kv_offload_gib, kv_borrow_gib=c.kv_borrow_gib)
+    return [DeploymentSpecView.of_candidate(c, n, colocated_with=colocation(c.id).get("colocated_with") or "")
             for c, n in deps]
 
 
@@ -111,14 +110,20 @@ def build_plan(ir: ProblemIR, deps: list[tuple[Candidate, int]], routes: list[Ro
 
 def prefix_of(ir: ProblemIR, deps: list[tuple[Candidate, int]], a: Assessment) -> dict[str, PrefixReuse]:
     """Per workload with prefix reuse: the hit rate assumed (declared or measured) and what each deployment's
-    prefix cache gets of it."""
-    from compiler.cost.factory import prefix_hit
+    prefix cache gets of it (with its host-memory tier, if any: the two levels hit as one LRU of the larger)."""
+    from compiler.cost.factory import host_tier_tokens, prefix_hit, replica_model
+
+    def host(c: Candidate) -> int:
+        if c.kv_offload_gib <= 0 or live_tiers(ir):
+            return 0
+        return host_tier_tokens(replica_model(ir, c.model, c.gpu, c.tp, c.pp, c.dtype, c.max_num_seqs,
+                                              c.max_batched_tokens, kv_offload_gib=c.kv_offload_gib))
 
     out = {}
     for w in ir.workloads:
         if not w.prefix_hit_rate:
             continue
-        planned = {c.id: round(prefix_hit(w, a.deployments[c.id].prefix_cache_tokens), 6)
+        planned = {c.id: round(prefix_hit(w, max(a.deployments[c.id].prefix_cache_tokens, host(c))), 6)
                    for c, _ in deps if c.workload == w.name and c.id in a.deployments}
         out[w.name] = PrefixReuse(source=w.prefix_source, hit_rate=w.prefix_hit_rate,
                                   working_set_tokens=w.prefix_working_set, hit_rate_planned=dict(sorted(planned.items())))
@@ -130,8 +135,9 @@ def _kv(ir: ProblemIR, c: Candidate, alloc: dict) -> KvTiers | None:
     if ir.kv_tiers == "off":
         return None
     lent, lenders = alloc.get(c.id, (0.0, ()))
+    live = live_tiers(ir) and (c.kv_offload_gib > 0 or c.kv_borrow_gib > 0 or lent > 0)
     return KvTiers(hbm_tokens=c.kv_cache_tokens, offload_gib=c.kv_offload_gib, borrowed_gib=c.kv_borrow_gib,
-                   borrowed_from=list(lenders), lent_gib=lent)
+                   borrowed_from=list(lenders), lent_gib=lent, live=live)
 
 
 def goodput_of(ir: ProblemIR, routes: list[RouteView]) -> Goodput:
@@ -174,7 +180,7 @@ def finish_plan(plan: Plan, spec, ir: ProblemIR, last_sim, sim_requests: int, si
     from compiler.errors import InternalError
     from compiler.kvtiers import usable_host_gib
     from compiler.physics import breaches
-    from compiler.placement import ToPlace, place_kv, placement_inputs
+    from compiler.placement import place_kv, placement_inputs
     from compiler.plan.schema import Simulation
     from compiler.topology import build_topology
 
@@ -186,8 +192,7 @@ def finish_plan(plan: Plan, spec, ir: ProblemIR, last_sim, sim_requests: int, si
     groups, flows = placement_inputs(plan, ir)  # P/D: co-located groups, rack affinity of KV-heavy pairs
     kv = {d.name: (d.kv.borrowed_gib, d.kv.lent_gib, d.kv.offload_gib) for d in plan.deployments if d.kv is not None}
     host = {n.name: usable_host_gib(ir, n) for n in topo.nodes} if kv else {}
-    plan = with_placement(plan, place_kv([ToPlace(d.name, d.gpu, d.tensor_parallel, d.pipeline_parallel, d.replicas)
-                                          for d in plan.deployments], topo, kv, host, groups=groups, flows=flows))
+    plan = with_placement(plan, place_kv([DeploymentSpecView.of_plan(d) for d in plan.deployments], topo, kv, host, groups=groups, flows=flows))
     if last_sim is not None:
         plan = plan.model_copy(update={"simulation": Simulation(
             seeds=list(last_sim.seeds), requests=sim_requests, rounds=sim_rounds, passed=last_sim.ok,

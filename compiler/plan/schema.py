@@ -36,10 +36,15 @@ class KvTiers(_Strict):
     """Where a deployment's KV cache lives (docs/kv-tiers.md); per replica. Present when the spec enables KV tiers."""
 
     hbm_tokens: int = Field(ge=0, description="KV capacity in GPU memory, tokens")
-    offload_gib: float = Field(default=0.0, ge=0, description="host (CPU) memory for KV over PCIe, GiB")
+    offload_gib: float = Field(default=0.0, ge=0, description="host (CPU) memory for KV over PCIe, GiB: the prefix "
+                               "cache's host tier (engine flags in engine_args), or live KV when live")
     borrowed_gib: float = Field(default=0.0, ge=0, description="spare HBM of other instances on the node, GiB")
     borrowed_from: list[str] = Field(default=[], description="lender deployments (same GPU type, same node)")
     lent_gib: float = Field(default=0.0, ge=0, description="HBM KV this deployment lends to borrowers, GiB")
+    live: bool = Field(default=False, description="experimental (defaults.kv_tiers: experimental-live): the tier "
+                       "holds running requests' KV (spill to host memory, borrowing, lending); no engine flag "
+                       "realises it, and trimtab emit refuses the plan without --allow-experimental (omitted "
+                       "when false)")
 
 
 class Deployment(_Strict):

@@ -3,7 +3,7 @@
 A request routed to a (prefill, decode) pair is prefilled on the prefill deployment's least-loaded replica (an
 ordinary ``Replica`` serving a one-token proxy of it: the prompt and the first token), then its KV moves to the
 decode deployment for ``tokens x kv_bytes_per_token / bandwidth`` seconds (the narrower NIC share of the two
-replicas, ``compiler.disagg.transfer_s``; for a co-located pair the GPUs' links inside the node); its first
+replicas, ``compiler.cost.transfer.transfer_s``; for a co-located pair the GPUs' links inside the node); its first
 token is delivered when the KV lands, so the hand-off counts
 in TTFT as the planner counts it. The decode deployment's least-loaded ``DecodeReplica`` admits it straight into
 its decode batch (no prompt to compute) while ``max_num_seqs`` and its KV cache allow, and emits one token per
@@ -63,27 +63,7 @@ class DecodeReplica(Replica):
         if ab is None:
             ab = self.lin[n] = self._linear(n)
         dt = ab[0] + ab[1] * (kv / n) if ab else self.it(n, kv / n, 0.0, 0.0)
-        self.busy = True
-        self.steps += 1
-        self.n_step = n
-        self.p_step = 0
-        self.t0 = t
-        self.busy_s += dt
-        self.kv_area += kv * dt
-        self.batch_area += n * dt
-        if kv > self.kv_max:
-            self.kv_max = kv
-        tl = self.tl
-        if tl is not None:
-            b = int(t / self.tl_dt)
-            if b < len(tl):
-                row = tl[b]
-                row[0] += dt
-                if len(waiting) > row[1]:
-                    row[1] = len(waiting)
-                if kv > row[2]:
-                    row[2] = kv
-        return t + dt
+        return self._begin(t, dt, n, 0, kv)
 
     def _preempt(self) -> None:
         """Free the newest request's KV; it waits at the head of the queue (its KV is not recomputed)."""
@@ -105,7 +85,7 @@ class DisaggSimulation(Simulation):
     def __init__(self, scenario, seed=0, requests=None, duration_s=None, timeline=True):
         super().__init__(scenario, seed, requests, duration_s, timeline)
         for di, d in enumerate(scenario.deployments):
-            if d.role == "decode":
+            if d.view.role == "decode":
                 self.replicas[di] = [DecodeReplica(di, i, d.model, r.tl, r.tl_dt)
                                      for i, r in enumerate(self.replicas[di])]
 
@@ -158,7 +138,7 @@ class DisaggSimulation(Simulation):
                 rep.finish_step(t)
                 done = rep.done
                 k0 = seen_done[id(rep)]
-                if len(done) > k0 and sc.deployments[rep.dep].role == "prefill":
+                if len(done) > k0 and sc.deployments[rep.dep].view.role == "prefill":
                     for p in done[k0:]:
                         real, pi = proxies.pop(p.rid)
                         real.t_sched = p.t_sched

@@ -129,7 +129,7 @@ class Simulation:
         self.replicas: list[list[Replica]] = []
         for di, d in enumerate(scenario.deployments):
             reps = []
-            for i in range(d.replicas):
+            for i in range(d.view.replicas):
                 tl = [[0.0, 0, 0] for _ in range(TIMELINE_BINS)] if self.timeline_dt else None
                 reps.append(Replica(di, i, d.model, tl, self.timeline_dt))
             self.replicas.append(reps)

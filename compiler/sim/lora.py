@@ -27,7 +27,7 @@ def apply_adapters(sim, plan, ir, seed: int) -> list[str]:
     if lo is None or not plan.adapter_routes:
         return []
     deps = sim.sc.deployments
-    names = [d.name for d in deps]
+    names = [d.view.name for d in deps]
     pdeps = {d.name: d for d in plan.deployments}
     wnames = [w.name for w in sim.sc.workloads]
     # p(adapter | workload, deployment) from the adapter routes

@@ -192,7 +192,7 @@ def summarise(sim) -> SimResult:
     t0 = WARMUP * sim.t_last_arrival
     measured = arrival >= t0
     window = max(sim.t_last_arrival - t0, 1e-9)
-    dep_names = [d.name for d in sc.deployments]
+    dep_names = [d.view.name for d in sc.deployments]
     wstats: dict[str, WorkloadStats] = {}
     samples: dict[str, tuple[np.ndarray, np.ndarray, np.ndarray]] = {}
     for wi, wl in enumerate(sc.workloads):
@@ -238,8 +238,8 @@ def summarise(sim) -> SimResult:
         R = max(len(reps), 1)
         cap = getattr(d.model, "kv_capacity_tokens", d.model.memory.kv_cache_tokens)
         busy = sum(r.busy_s for r in reps)
-        dstats[d.name] = DeploymentStats(
-            name=d.name, replicas=len(reps), requests=nd, attainment=float(okd.sum()) / nd if nd else math.nan,
+        dstats[d.view.name] = DeploymentStats(
+            name=d.view.name, replicas=len(reps), requests=nd, attainment=float(okd.sum()) / nd if nd else math.nan,
             utilization=busy / (R * span), prefill_utilization=sum(r.prefill_s for r in reps) / (R * span),
             decode_batch=sum(r.batch_area for r in reps) / busy if busy else 0.0,
             kv_mean=sum(r.kv_area for r in reps) / (R * span * cap), kv_max=max((r.kv_max for r in reps), default=0) / cap,
@@ -247,7 +247,7 @@ def summarise(sim) -> SimResult:
             queue_ms_mean=_stats_ms(queue[md])["mean"])
         if sim.timeline_dt and reps:
             tl = np.array([r.tl for r in reps], float)  # (replicas, bins, 3)
-            timeline[d.name] = np.stack([tl[:, :, 0].mean(0) / sim.timeline_dt, tl[:, :, 1].sum(0),
+            timeline[d.view.name] = np.stack([tl[:, :, 0].mean(0) / sim.timeline_dt, tl[:, :, 1].sum(0),
                                          tl[:, :, 2].mean(0) / cap], axis=1)
     res = SimResult(seed=sim.seed, requests=n, measured_from_s=t0, duration_s=sim.t_last_arrival, end_s=sim.t_end,
                     workloads=wstats, deployments=dstats, notes=list(sc.notes),

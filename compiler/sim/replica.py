@@ -19,7 +19,9 @@ Prefix reuse (docs/prefix-caching.md): a replica with a prefix cache (``set_pref
 out of what requests may use; a request routed to it finds ``cached`` leading prompt tokens there (replayed
 through the replica's LRU of the trace's block hashes, or the planned hit rate x its input length), computes
 only the rest (with the cached tokens as prior context), holds KV only for what it computes and generates, and
-decodes with its full context.
+decodes with its full context. With a host-memory tier (docs/kv-tiers.md) the cache has a second level: a hit
+beyond the HBM LRU found in the host LRU (every block is written through to it) is reloaded over PCIe before the
+request's first chunk, which lengthens the step that admits it by ``ReplicaModel.reload_s`` of those tokens.
 
 Decoding requests are kept as aggregates so a step costs O(1) in the batch size: request i that started decoding
 after step s_i has context c_i + k at step k (c_i = prompt - s_i), so the batch's total context is
@@ -40,7 +42,7 @@ class Request:
     """One request's state and timestamps (seconds; -1.0 until they happen)."""
 
     __slots__ = ("rid", "w", "dep", "rep", "arrival", "isl", "osl", "eosl", "prompt", "done", "gen", "start", "c",
-                 "epoch", "t_sched", "t_first", "t_done", "preempted", "status", "cached", "row")
+                 "epoch", "t_sched", "t_first", "t_done", "preempted", "status", "cached", "row", "host")
 
     def __init__(self, rid: int, w: int, dep: int, arrival: float, isl: int, osl: int, eosl: int | None = None):
         self.rid, self.w, self.dep, self.arrival = rid, w, dep, arrival
@@ -58,36 +60,52 @@ class Request:
         # 0 in flight or done, 1 too long for the KV cache, 2 no route, 3 prompt beyond the context window
         self.status = 0
         self.cached = 0  # leading prompt tokens found in the replica's prefix cache
+        self.host = 0  # of them, found only in its host-memory tier (reloaded at admission)
         self.row = -1  # trace row it replays (-1: drawn from the spec's distributions)
 
 
 class PrefixCache:
     """A replica's prefix cache in simulation: ``hits`` per workload index (share of input tokens, used when
     ``hashes`` has no trace for the workload) and an LRU of the trace's block hashes (``compiler.traces.BlockLRU``
-    of the reserved size) replaying real hits."""
+    of the reserved size) replaying real hits. A host tier (``host_tokens`` > 0): ``host`` per workload is the
+    share of input tokens found only there; replayed hashes go through a second LRU of ``host_tokens``."""
 
-    __slots__ = ("hits", "hashes", "lru")
+    __slots__ = ("hits", "hashes", "lru", "host", "host_lru")
 
-    def __init__(self, reserved_tokens: int, hits: dict[int, float], hashes: dict[int, tuple] | None = None):
+    def __init__(self, reserved_tokens: int, hits: dict[int, float], hashes: dict[int, tuple] | None = None,
+                 host: dict[int, float] | None = None, host_tokens: int = 0):
         from compiler.traces import BlockLRU
 
         self.hits = hits
         self.hashes = hashes or {}
         self.lru = BlockLRU(reserved_tokens)
+        self.host = host or {}
+        self.host_lru = BlockLRU(host_tokens) if host_tokens > 0 else None
 
     def cached(self, r: Request) -> int:
+        """Leading tokens of ``r`` found in the cache (HBM or host); sets ``r.host`` to those found only in the
+        host tier."""
         hs = self.hashes.get(r.w)
         if hs is not None and r.row >= 0:
-            return self.lru.serve(hs[r.row], r.isl)
+            hbm = self.lru.serve(hs[r.row], r.isl)
+            if self.host_lru is None:
+                return hbm
+            both = max(self.host_lru.serve(hs[r.row], r.isl), hbm)
+            r.host = both - hbm
+            return both
         h = self.hits.get(r.w, 0.0)
-        return min(int(h * r.isl + 0.5), r.isl - 1) if h > 0 else 0
+        both = min(int(h * r.isl + 0.5), r.isl - 1) if h > 0 else 0
+        hh = self.host.get(r.w, 0.0)
+        if hh > 0:
+            r.host = min(int(hh * r.isl + 0.5), both)
+        return both
 
 
 class Replica:
     __slots__ = ("dep", "index", "it", "cap", "admit_cap", "mns", "mbt", "k", "busy", "waiting", "prefilling",
                  "running", "dheap", "n_dec", "C", "kv_pref", "work", "sched", "n_step", "p_step", "t0",
                  "busy_s", "prefill_s", "kv_area", "kv_max", "batch_area", "preemptions", "steps", "done",
-                 "tl", "tl_dt", "seqs_arg", "lin", "pfx", "Csh", "hbm", "tier")
+                 "tl", "tl_dt", "seqs_arg", "lin", "pfx", "Csh", "hbm", "tier", "reload")
 
     def __init__(self, dep: int, index: int, model: ReplicaModel, timeline: list | None = None,
                  timeline_dt: float = 0.0):
@@ -100,6 +118,8 @@ class Replica:
         # its KV in use beyond HBM (``remote_share``), as the cost model's ``evaluate`` does at its steady state.
         self.hbm = model.memory.kv_cache_tokens
         self.tier = getattr(model, "kv_tier", None) is not None  # (stand-in models in tests have none)
+        # the prefix cache's host tier: seconds to reload one token's KV over PCIe (0 without one)
+        self.reload = model.reload_s(1.0) if getattr(model, "prefix_tier", None) is not None else 0.0
         self.cap = getattr(model, "kv_capacity_tokens", self.hbm)
         self.admit_cap = self.cap * (1.0 - WATERMARK)
         self.mns = model.max_num_seqs
@@ -194,6 +214,7 @@ class Replica:
         sched.clear()
         ptok = 0
         attn = 0.0
+        reload = 0  # host-tier tokens of the requests admitted this step, reloaded before their first chunk
         if budget > 0:
             for r in self.prefilling:
                 c = r.prompt - r.done
@@ -217,6 +238,7 @@ class Replica:
                 self.kv_pref += r.prompt
                 if r.t_sched < 0:
                     r.t_sched = t
+                reload += r.host
                 c = r.prompt if r.prompt < budget else budget
                 sched.append((r, c))
                 attn += c * (r.cached + c * 0.5)
@@ -245,12 +267,18 @@ class Replica:
             dt = self.it(n, (kv_dec + self.Csh) / n if n else 0.0, ptok, attn / ptok - ptok * 0.5 / m, m)
         else:
             dt = self.it(n, (kv_dec + self.Csh) / n if n else 0.0, ptok, attn / ptok - ptok * 0.5)
+        if reload:
+            dt += reload * self.reload
+        return self._begin(t, dt, n, ptok, kv_dec + self.kv_pref)
+
+    def _begin(self, t: float, dt: float, n: int, ptok: int, kv: int) -> float:
+        """Start a step of ``dt`` seconds at ``t`` with ``n`` requests decoding, ``ptok`` prompt tokens and ``kv``
+        KV tokens held: the step's state and the replica's statistics and timeline (every kind of replica)."""
         self.busy = True
         self.steps += 1
         self.n_step = n
         self.p_step = ptok
         self.t0 = t
-        kv = kv_dec + self.kv_pref
         self.busy_s += dt
         self.kv_area += kv * dt
         self.batch_area += n * dt

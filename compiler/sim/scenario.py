@@ -17,13 +17,11 @@ from pathlib import Path
 
 import numpy as np
 
-from compiler.cost.factory import prefix_cache, replica_model
+from compiler.cost.factory import host_tier_tokens, prefix_hits
 from compiler.cost.model import ReplicaModel
+from compiler.deployment import DeploymentSpecView, replica_model_of
 from compiler.ir import ProblemIR
-from compiler.kvtiers import lend_model, plan_kv_tier
-from compiler.lengths import bucket_name, cut_inputs, cut_outputs, input_ranges
-from compiler.lora.verify import plan_lora
-from compiler.lower import length_grids
+from compiler.lengths import bucket_name, cut_inputs, cut_outputs, input_ranges, length_grids
 from compiler.plan.schema import Plan
 from compiler.spec.schema import Spec
 from compiler.traces import Trace, read_trace
@@ -31,14 +29,18 @@ from compiler.traces import Trace, read_trace
 
 @dataclass
 class SimDeployment:
-    name: str
+    """A plan deployment as the event loop runs it: its view (shape, name, replicas), the workloads routed to it,
+    its cost model and, for prefix reuse, the cache the planner gave it."""
+
+    view: DeploymentSpecView
     workloads: tuple[str, ...]
     model: ReplicaModel
-    replicas: int
-    gpus_per_replica: int
-    role: str = "unified"
     prefix_reserved: int = 0  # KV tokens per replica kept for the prefix cache
     prefix_hits: dict[str, float] = field(default_factory=dict)  # per workload served: planned hit rate
+    # The prefix cache's host-memory tier (docs/kv-tiers.md): its tokens per replica, and per workload served the
+    # planned share of input tokens found only there (reloaded over PCIe)
+    prefix_host_tokens: int = 0
+    prefix_host_hits: dict[str, float] = field(default_factory=dict)
 
 
 @dataclass
@@ -96,24 +98,25 @@ def build_scenario(plan: Plan, spec: Spec, ir: ProblemIR, trace: Trace | None = 
     for d in plan.deployments:
         if ir.gpu(d.gpu) is None or d.model not in ir.models or d.name in dep_index:
             continue
+        view = DeploymentSpecView.of_plan(d)
         try:
-            rm = replica_model(ir, d.model, d.gpu, d.tensor_parallel, d.pipeline_parallel, d.dtype, d.max_batch_size,
-                               d.max_num_batched_tokens, lora=plan_lora(ir, d), **plan_kv_tier(d))
+            rm = replica_model_of(ir, view)  # a KV lender (docs/kv-tiers.md): its HBM KV less what it lends
         except ValueError:
             continue
-        rm = lend_model(rm, d)  # a KV lender (docs/kv-tiers.md): its HBM KV shrinks by what it lends
         if rm.memory.kv_cache_tokens <= 0:
             continue
         served = tuple(sorted({r.workload for r in plan.routes if d.name in (r.deployment, r.prefill, r.decode)}))
         dep_index[d.name] = len(deps)
-        sd = SimDeployment(d.name, served, rm, d.replicas, d.tensor_parallel * d.pipeline_parallel, d.role)
+        sd = SimDeployment(view, served, rm)
         if d.role == "unified":
             for wn in served:
                 wi = ir.workload(wn)
                 if wi is not None and wi.prefix_hit_rate:
-                    reserved, hit = prefix_cache(wi, rm)
+                    reserved, hbm, hit = prefix_hits(wi, rm)
                     sd.prefix_reserved = max(sd.prefix_reserved, reserved)
                     sd.prefix_hits[wn] = hit
+                    sd.prefix_host_hits[wn] = hit - hbm
+                    sd.prefix_host_tokens = host_tier_tokens(rm)
         deps.append(sd)
     pairs, xfer, pair_index = pair_targets(plan, ir, deps, dep_index)
     spec_w = {w.name: w for w in spec.workloads}
@@ -160,8 +163,8 @@ def build_scenario(plan: Plan, spec: Spec, ir: ProblemIR, trace: Trace | None = 
             sim_w.routes.append((idx, cum))
         workloads.append(sim_w)
     for d in deps:
-        if d.replicas == 0 and d.workloads:
-            notes.append(f"deployment {d.name} has 0 replicas but routes send it traffic")
+        if d.view.replicas == 0 and d.workloads:
+            notes.append(f"deployment {d.view.name} has 0 replicas but routes send it traffic")
     return Scenario(deps, workloads, notes, pairs, xfer)
 
 
@@ -176,8 +179,10 @@ def attach_prefix_caches(sc: Scenario, replicas: list[list]) -> None:
         hits = {index[n]: h for n, h in d.prefix_hits.items() if n in index}
         hashes = {index[n]: sc.workloads[index[n]].prefix_hashes for n in d.prefix_hits
                   if n in index and sc.workloads[index[n]].prefix_hashes is not None}
+        host = {index[n]: h for n, h in d.prefix_host_hits.items() if n in index}
         for rep in reps:
-            rep.set_prefix(d.prefix_reserved, PrefixCache(d.prefix_reserved, hits, hashes))
+            rep.set_prefix(d.prefix_reserved, PrefixCache(d.prefix_reserved, hits, hashes, host,
+                                                          d.prefix_host_tokens))
 
 
 class PairTarget(tuple):
@@ -192,12 +197,12 @@ class PairTarget(tuple):
 
 def pair_targets(plan, ir, deps, dep_index):
     """The plan's (prefill, decode) pairs as deployment indices, sorted by name, with the KV hand-off seconds
-    per input token of each (``compiler.disagg.transfer_s``)."""
-    from compiler.disagg import is_local_pair, transfer_s
+    per input token of each (``compiler.cost.transfer.transfer_s``)."""
+    from compiler.cost.transfer import is_local_pair, transfer_s
 
     names = sorted({(r.prefill, r.decode) for r in plan.routes
                     if r.prefill in dep_index and r.decode in dep_index
-                    and deps[dep_index[r.prefill]].role == "prefill" and deps[dep_index[r.decode]].role == "decode"})
+                    and deps[dep_index[r.prefill]].view.role == "prefill" and deps[dep_index[r.decode]].view.role == "decode"})
     pairs, xfer, index = [], [], {}
     by = {d.name: d for d in plan.deployments}
     for p, d in names:

@@ -1,46 +1,59 @@
-"""Spec paths, both ways: the display form a constraint's ``origin`` carries (``gpus[0] (h100-sxm).count``, as
-errors name fields) and the dotted what-if form (``gpus.h100-sxm.count``, ``compiler.whatif.apply_overrides``).
+"""Spec paths: what a MILP row's ``origin`` is (solvers.model.Constraint), typed, converting both ways.
 
-``explain`` reads a relaxable constraint's origin to say which number of the spec to change and offers it as a
-what-if path, so the model's rows, not retyped strings, decide what is named.
+A ``SpecPath`` names the part of the spec a row comes from: a top-level number (``budget_usd_per_hour``), a field of
+a list item (``gpus[0] (h100-sxm).count``), or a block plus a note (``gpus[0] (h100-sxm): nodes[].cpu_memory_gib``).
+``str(path)`` is its display form, as errors name fields; ``path.whatif`` its dotted what-if form
+(``gpus.h100-sxm.count``, ``compiler.whatif.apply_overrides``), None when it names no single number;
+``SpecPath.from_whatif`` goes back. ``explain`` reads a relaxable row's origin to say which number of the spec to
+change and offers it as a what-if path, so the model's rows, not retyped strings, decide what is named.
 """
 from __future__ import annotations
 
-import re
 from dataclasses import dataclass
 
-_ITEM = re.compile(r"^(gpus|workloads)\[(\d+)\] \(([^)]+)\)\.(.+)$")
+ITEM_SECTIONS = ("gpus", "workloads")  # list sections whose items what-if paths name by type / name
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class SpecPath:
-    where: str  # display form, e.g. "gpus[0] (h100-sxm).count"
-    whatif: str  # dotted form, e.g. "gpus.h100-sxm.count"
+    section: str  # top-level key: "gpus", "workloads", "budget_usd_per_hour", "network", "objective", ...
+    key: str = ""  # a list item's type or name ("h100-sxm", "chat"); "" for the section itself
+    field: str = ""  # the item's (or section's) field, dotted ("count", "slo", "rate_rps")
+    index: int | None = None  # the item's position in the spec's list, when known
+    note: str = ""  # what of the item, when no single field says it ("nodes[].cpu_memory_gib")
 
     @classmethod
-    def from_origin(cls, origin: str) -> "SpecPath | None":
-        """The path of a constraint origin; None when it names no single number of the spec."""
-        m = _ITEM.match(origin)
-        if m:
-            return cls(origin, f"{m.group(1)}.{m.group(3)}.{m.group(4)}")
-        if re.fullmatch(r"[a-z_]+", origin):
-            return cls(origin, origin)
-        return None
+    def gpu(cls, pool, field: str = "", note: str = "") -> SpecPath:
+        """A field of a GPU pool (``compiler.ir.GpuPoolIR``: its ``type`` and ``index`` in the spec)."""
+        return cls("gpus", pool.type, field, pool.index, note)
 
     @classmethod
-    def from_whatif(cls, path: str, spec) -> "SpecPath":
-        """The display form of a what-if path against ``spec`` (its list indices)."""
+    def workload(cls, w, field: str = "", note: str = "") -> SpecPath:
+        """A field of a workload (``compiler.ir.WorkloadIR``: its ``name`` and ``index`` in the spec)."""
+        return cls("workloads", w.name, field, w.index, note)
+
+    def __str__(self) -> str:
+        s = self.section + (f"[{self.index}]" if self.index is not None else "") + (f" ({self.key})" if self.key else "")
+        return s + (f".{self.field}" if self.field else "") + (f": {self.note}" if self.note else "")
+
+    @property
+    def whatif(self) -> str | None:
+        """The dotted what-if path of the one number this names; None for a block or a note."""
+        if self.note:
+            return None
+        if self.section in ITEM_SECTIONS:
+            return f"{self.section}.{self.key}.{self.field}" if self.key and self.field else None
+        return ".".join(p for p in (self.section, self.field) if p)
+
+    @classmethod
+    def from_whatif(cls, path: str, spec) -> SpecPath:
+        """The path of a what-if override against ``spec`` (which gives list items their index)."""
         head, _, rest = path.partition(".")
-        if head in ("gpus", "workloads"):
+        if head in ITEM_SECTIONS:
             key, _, field = rest.partition(".")
             items = spec.gpus if head == "gpus" else spec.workloads
             for i, it in enumerate(items):
                 if (it.type if head == "gpus" else it.name) == key:
-                    return cls(f"{head}[{i}] ({key}).{field}", path)
+                    return cls(head, key, field, i)
             raise KeyError(f"{path}: no {head[:-1]} named {key!r}")
-        return cls(path, path)
-
-    @staticmethod
-    def origin(kind: str, index: int, key: str, field: str) -> str:
-        """The origin string of a list item's field: what formulations write."""
-        return f"{kind}[{index}] ({key}).{field}"
+        return cls(head, field=rest)

@@ -11,6 +11,10 @@ from typing import Literal
 from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, model_validator
 
 SPEC_VERSION = 1
+# The JSON Schema's identifier (``trimtab schema spec``): a URN, since the project publishes no schema URL; editors
+# bind the schema to files by path (docs/spec-reference.md), the $id names it and its version.
+SPEC_SCHEMA_ID = f"urn:trimtab:schema:spec:v{SPEC_VERSION}"
+JSON_SCHEMA_DIALECT = "https://json-schema.org/draft/2020-12/schema"
 
 
 class _Strict(BaseModel):
@@ -18,8 +22,8 @@ class _Strict(BaseModel):
 
 
 class UniformDist(_Strict):
-    min: int = Field(ge=1, le=10_000_000)
-    max: int = Field(ge=1, le=10_000_000)
+    min: int = Field(ge=1, le=10_000_000, description="shortest length, tokens (inclusive)")
+    max: int = Field(ge=1, le=10_000_000, description="longest length, tokens (inclusive; at least min)")
 
     @model_validator(mode="after")
     def _order(self):
@@ -31,10 +35,13 @@ class UniformDist(_Strict):
 class LognormalDist(_Strict):
     """Either ``median`` + ``p99`` (tokens) or ``mu`` + ``sigma`` of ln(tokens)."""
 
-    median: float | None = Field(default=None, gt=0, le=10_000_000)
-    p99: float | None = Field(default=None, gt=0, le=10_000_000)
-    mu: float | None = Field(default=None, ge=-50, le=50)
-    sigma: float | None = Field(default=None, gt=0, le=10)
+    median: float | None = Field(default=None, gt=0, le=10_000_000,
+                                 description="median length, tokens (with p99; not with mu and sigma)")
+    p99: float | None = Field(default=None, gt=0, le=10_000_000,
+                              description="99th-percentile length, tokens; must exceed median")
+    mu: float | None = Field(default=None, ge=-50, le=50,
+                             description="mean of ln(tokens) (with sigma; not with median and p99)")
+    sigma: float | None = Field(default=None, gt=0, le=10, description="standard deviation of ln(tokens)")
 
     @model_validator(mode="after")
     def _one_form(self):
@@ -54,8 +61,10 @@ class LognormalDist(_Strict):
 class HistogramDist(_Strict):
     """Piecewise uniform: ``weights[i]`` of the requests fall in ``[edges[i], edges[i+1])``."""
 
-    edges: list[int] = Field(min_length=2, max_length=1000)
-    weights: list[float] = Field(min_length=1, max_length=999)
+    edges: list[int] = Field(min_length=2, max_length=1000,
+                             description="bin edges, tokens, strictly increasing and >= 0; one more than weights")
+    weights: list[float] = Field(min_length=1, max_length=999,
+                                 description="relative share of requests per bin (>= 0, not all 0; normalised)")
 
     @model_validator(mode="after")
     def _shape(self):
@@ -73,18 +82,20 @@ class HistogramDist(_Strict):
 class SamplesDist(_Strict):
     """Token counts read from one column of a CSV file (path relative to the spec file)."""
 
-    path: str
-    column: str
+    path: str = Field(description="CSV file with a header row, relative to the spec file")
+    column: str = Field(description="header of the column holding token counts (positive integers)")
 
 
 class TokenDist(_Strict):
     """Exactly one of the forms below."""
 
-    fixed: int | None = Field(default=None, ge=1, le=10_000_000)
-    uniform: UniformDist | None = None
-    lognormal: LognormalDist | None = None
-    histogram: HistogramDist | None = None
-    samples: SamplesDist | None = None
+    fixed: int | None = Field(default=None, ge=1, le=10_000_000, description="every request has this many tokens")
+    uniform: UniformDist | None = Field(default=None, description="uniform between min and max tokens")
+    lognormal: LognormalDist | None = Field(default=None, description="lognormal: median and p99, or mu and sigma "
+                                                                      "of ln(tokens)")
+    histogram: HistogramDist | None = Field(default=None, description="piecewise uniform over bins (edges, "
+                                                                      "weights)")
+    samples: SamplesDist | None = Field(default=None, description="empirical: token counts from a CSV column")
 
     @model_validator(mode="after")
     def _exactly_one(self):
@@ -110,8 +121,9 @@ class Slo(_Strict):
 
 class GpuPool(_Strict):
     type: str = Field(description="GPU profile name (trimtab profiles list)")
-    count: int = Field(ge=0, le=1_000_000)
-    usd_per_hour: float | None = Field(default=None, ge=0, le=10_000, description="per GPU; default: the profile's price")
+    count: int = Field(ge=0, le=1_000_000, description="GPUs of this type available to the plan (an upper bound; "
+                                                        "the plan may use fewer)")
+    usd_per_hour: float | None = Field(default=None, ge=0, le=10_000, description="price per GPU-hour, USD; default: the profile's price")
 
 
 LoraModule = Literal["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"]
@@ -120,10 +132,13 @@ LoraModule = Literal["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_pr
 class Adapter(_Strict):
     """A LoRA adapter of the model (docs/multi-lora.md)."""
 
-    name: str = Field(min_length=1, max_length=100, pattern=r"^[A-Za-z0-9][A-Za-z0-9_.-]*$")
-    rank: int = Field(ge=1, le=1024)
+    name: str = Field(min_length=1, max_length=100, pattern=r"^[A-Za-z0-9][A-Za-z0-9_.-]*$",
+                      description="adapter name, unique per model; requests select it by this name (vLLM "
+                                  "--lora-modules); the engine loads it from <adapter dir>/<name>")
+    rank: int = Field(ge=1, le=1024, description="LoRA rank r: sets the adapter's memory and its compute per token")
     target_modules: list[LoraModule] | None = Field(default=None, min_length=1,
-                                                    description="default: q_proj, k_proj, v_proj, o_proj")
+                                                    description="projections the adapter modifies; default: q_proj, "
+                                                                "k_proj, v_proj, o_proj")
     weight: float = Field(default=1.0, gt=0, le=1e9, description="relative share of a workload with adapter '*'")
 
 
@@ -132,15 +147,17 @@ class ZipfTraffic(_Strict):
 
 
 class AdapterTraffic(_Strict):
-    zipf: ZipfTraffic
+    zipf: ZipfTraffic = Field(description="Zipf popularity over the adapters in name order (the first is hottest)")
 
 
 class AdapterPopulation(_Strict):
     """``count`` adapters named ``{prefix}{i}`` (i from 1, zero-padded), all of one rank."""
 
-    count: int = Field(ge=1, le=100_000)
-    rank: int = Field(ge=1, le=1024)
-    target_modules: list[LoraModule] | None = Field(default=None, min_length=1)
+    count: int = Field(ge=1, le=100_000, description="number of adapters generated")
+    rank: int = Field(ge=1, le=1024, description="LoRA rank of every generated adapter")
+    target_modules: list[LoraModule] | None = Field(default=None, min_length=1,
+                                                    description="projections every adapter modifies; default: "
+                                                                "q_proj, k_proj, v_proj, o_proj")
     traffic: AdapterTraffic | None = Field(default=None, description="split of a workload with adapter '*'; "
                                                                      "default: uniform")
     prefix: str | None = Field(default=None, pattern=r"^[A-Za-z0-9][A-Za-z0-9_.-]*$",
@@ -148,7 +165,7 @@ class AdapterPopulation(_Strict):
 
 
 class ModelRef(_Strict):
-    name: str
+    name: str = Field(description="model profile name (trimtab profiles list), or any name with config")
     config: str | None = Field(default=None, description="path to a local Hugging Face config.json (relative to the spec)")
     adapters: list[Adapter] | None = Field(default=None, description="LoRA adapters served on this base model")
     adapters_from: AdapterPopulation | None = Field(default=None, description="a generated adapter population")
@@ -165,7 +182,8 @@ class ModelRef(_Strict):
 class Tenant(_Strict):
     """Isolation rules for the workloads carrying ``tenant: <name>``."""
 
-    name: str = Field(min_length=1, max_length=100, pattern=r"^[A-Za-z0-9][A-Za-z0-9_.-]*$")
+    name: str = Field(min_length=1, max_length=100, pattern=r"^[A-Za-z0-9][A-Za-z0-9_.-]*$",
+                      description="the tenant, as workloads[].tenant names it")
     dedicated: bool = Field(default=False, description="its replicas serve no other tenant")
     not_shared_with: list[str] = Field(default=[], description="tenants it must never share GPUs with")
 
@@ -173,7 +191,7 @@ class Tenant(_Strict):
 class TraceRef(_Strict):
     """A request trace (arrival times and token lengths); path relative to the spec file."""
 
-    path: str
+    path: str = Field(description="trace file, relative to the spec file")
     format: Literal["azure", "mooncake", "csv"] = Field(
         description="azure: TIMESTAMP, ContextTokens, GeneratedTokens CSV; mooncake: JSONL with timestamp (ms), "
                     "input_length, output_length; csv: columns timestamp (s), input_tokens, output_tokens")
@@ -210,14 +228,15 @@ class Prefix(_Strict):
 
 
 class Workload(_Strict):
-    name: str = Field(min_length=1, max_length=100, pattern=r"^[A-Za-z0-9][A-Za-z0-9_.-]*$")
-    model: str
+    name: str = Field(min_length=1, max_length=100, pattern=r"^[A-Za-z0-9][A-Za-z0-9_.-]*$",
+                      description="unique workload name (plan routes, predictions and check name it)")
+    model: str = Field(description="name of a models[] entry that serves it")
     rate_rps: float | None = Field(default=None, gt=0, le=1_000_000,
                                    description="mean arrival rate, requests per second (with trace: optional; "
                                                "the trace's arrivals are rescaled to it)")
     input_tokens: TokenDist | None = Field(default=None, description="required unless trace is given")
     output_tokens: TokenDist | None = Field(default=None, description="required unless trace is given")
-    slo: Slo
+    slo: Slo = Field(description="latency objectives every plan must meet at the percentile")
     dtype: Dtype | None = Field(default=None, description="weights and KV cache precision; default: defaults.dtype")
     trace: TraceRef | None = Field(default=None, description="replay this trace: its arrivals for simulation, and "
                                                              "its lengths (where input/output_tokens are not given) "
@@ -250,24 +269,33 @@ class Workload(_Strict):
 
 
 class Defaults(_Strict):
-    dtype: Dtype = "bf16"
+    dtype: Dtype = Field(default="bf16", description="weights and KV cache precision of workloads that do not set "
+                                                     "dtype: bf16 or fp8 (fp8 weights and KV)")
     engine: Literal["vllm", "vllm-cpu", "sglang", "trt-llm"] = Field(
         default="vllm", description="serving engine family whose profile (profiles/engines) the cost model uses")
-    kv_tiers: Literal["off", "auto", "offload", "borrow"] = Field(
-        default="off", description="KV cache beyond HBM (docs/kv-tiers.md): off; auto (the planner may add a CPU "
-                                   "offload tier or borrow spare HBM KV of other instances on the node where it "
-                                   "pays); offload or borrow (only that tier)")
+    kv_tiers: Literal["off", "auto", "offload", "experimental-live"] = Field(
+        default="off", description="KV cache beyond HBM (docs/kv-tiers.md). off (default); auto or offload: a "
+                                   "host-memory tier of the prefix cache (evicted prefix blocks kept in CPU memory "
+                                   "and reloaded over PCIe on a hit: vLLM --kv-offloading-size, SGLang HiCache, "
+                                   "TensorRT-LLM host_cache_size) where its hits pay, for workloads with prefix "
+                                   "reuse; experimental-live: running requests' KV may spill to host memory or "
+                                   "borrow other instances' HBM, which no engine flag realises (trimtab emit "
+                                   "refuses such plans without --allow-experimental)")
 
 
 class SolverOptions(_Strict):
-    backend: Literal["highs", "cbc", "cpsat"] = "highs"
-    time_limit_s: float = Field(default=60, gt=0, le=86_400)
+    backend: Literal["highs", "cbc", "cpsat"] = Field(default="highs", description="MILP solver (docs/solvers.md): "
+                                                                                  "highs (default), cbc or cpsat")
+    time_limit_s: float = Field(default=60, gt=0, le=86_400, description="wall-clock limit per solve, seconds "
+                                                                          "(default 60); the best plan found by then "
+                                                                          "is kept with its gap")
 
 
 class NodeGroup(_Strict):
     """Identical servers: ``count`` nodes with ``gpus_per_node`` GPUs of type ``gpu`` each."""
 
-    name: str = Field(min_length=1, max_length=100, pattern=r"^[A-Za-z0-9][A-Za-z0-9_.-]*$")
+    name: str = Field(min_length=1, max_length=100, pattern=r"^[A-Za-z0-9][A-Za-z0-9_.-]*$",
+                      description="group name; nodes are named <name>-0, <name>-1, ... in placements")
     gpu: str = Field(description="GPU profile name; must also be listed under gpus")
     count: int = Field(default=1, ge=1, le=100_000, description="number of such nodes")
     gpus_per_node: int | None = Field(default=None, ge=1, le=1024, description="default: the GPU profile's")
@@ -275,8 +303,12 @@ class NodeGroup(_Strict):
                                       description="GPUs per NVLink/xGMI domain inside the node (TP groups stay in "
                                                   "one); default: the whole node")
     nic_gbps: float | None = Field(default=None, gt=0, le=100_000, description="node network bandwidth, GB/s")
-    cpu_memory_gib: float | None = Field(default=None, gt=0, le=1_000_000)
-    pcie_gbps: float | None = Field(default=None, gt=0, le=10_000)
+    cpu_memory_gib: float | None = Field(default=None, gt=0, le=1_000_000,
+                                         description="host memory per node, GiB (the KV offload tier may use half); "
+                                                     "default: the GPU profile's host_memory_gib_per_node")
+    pcie_gbps: float | None = Field(default=None, gt=0, le=10_000,
+                                    description="host-to-GPU bandwidth per GPU, GB/s per direction (KV offload "
+                                                "reloads); default: the GPU profile's pcie_gbps")
     rack: str | None = Field(default=None, description="nodes in the same rack share a switch")
 
 
@@ -289,20 +321,28 @@ class Network(_Strict):
 class Spec(_Strict):
     """A deployment problem: traffic, models, SLOs, the GPUs one may rent, and a budget."""
 
-    version: Literal[1]
-    name: str = Field(min_length=1, max_length=100)
+    model_config = ConfigDict(extra="forbid", frozen=True, strict=True,
+                              json_schema_extra={"$schema": JSON_SCHEMA_DIALECT, "$id": SPEC_SCHEMA_ID})
+    version: Literal[1] = Field(description="spec format version; 1")
+    name: str = Field(min_length=1, max_length=100, description="name of the deployment problem; plans carry it")
     objective: Literal["min_cost", "max_goodput"] = Field(
         default="min_cost", description="min_cost: cheapest plan serving all traffic; max_goodput: serve the most "
                                         "requests/s within the budget and GPU counts, then cheapest (docs/solvers.md)")
-    budget_usd_per_hour: float | None = Field(default=None, gt=0, le=1e9)
-    defaults: Defaults = Defaults()
-    solver: SolverOptions = SolverOptions()
-    gpus: list[GpuPool] = Field(min_length=1)
-    models: list[ModelRef] = Field(min_length=1)
-    workloads: list[Workload] = Field(min_length=1)
+    budget_usd_per_hour: float | None = Field(default=None, gt=0, le=1e9,
+                                              description="most the plan may cost, USD per hour; default: no limit "
+                                                          "(required in effect by max_goodput)")
+    defaults: Defaults = Field(default=Defaults(), description="settings shared by all workloads: dtype, engine, "
+                                                               "KV tiers")
+    solver: SolverOptions = Field(default=SolverOptions(), description="MILP backend and time limit")
+    gpus: list[GpuPool] = Field(min_length=1, description="GPU types one may rent, with counts and prices")
+    models: list[ModelRef] = Field(min_length=1, description="models to serve (profiles or local config.json), "
+                                                             "with LoRA adapters")
+    workloads: list[Workload] = Field(min_length=1, description="traffic: per workload its model, arrivals, token "
+                                                                "lengths and SLO")
     nodes: list[NodeGroup] | None = Field(default=None, description="the fleet as servers; default: derived from "
                                                                     "gpus[] and each profile's GPUs per node")
-    network: Network = Network()
+    network: Network = Field(default=Network(), description="links between racks (within a node and to its NIC, "
+                                                             "the profiles' figures apply)")
     tenants: list[Tenant] | None = Field(default=None, description="isolation rules (docs/multi-lora.md)")
     # Folder the spec file lives in: relative paths (samples, config.json) resolve against it.
     _base_dir: str = PrivateAttr(default=".")

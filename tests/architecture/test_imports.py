@@ -98,3 +98,18 @@ def test_the_checks_can_fail():
     assert g.has_edge("compiler.api", "compiler.driver")
     assert stage("compiler.sim.engine") > stage("compiler.cost.model")
     assert g.number_of_edges() > 100
+
+
+SIM_CORE = ("compiler.sim.scenario", "compiler.sim.engine", "compiler.sim.replica", "compiler.sim.disagg",
+            "compiler.sim.arrivals", "compiler.sim.metrics", "compiler.sim.lora")
+PLANNER_STAGES = ("lower", "candidates", "formulate / solve", "assess", "planners / driver")
+
+
+def test_the_simulator_reads_plan_and_cost_model_only():
+    """The simulator's scenario and event loop depend on the plan, the spec, the IR, records and the cost model,
+    never on how the planner got the plan (issue 12): no lowering, candidates, formulation, assessment, planner,
+    KV-tier allocation (``compiler.kvtiers``) or LoRA verification."""
+    g = import_graph()
+    bad = [f"{a} imports {b}" for a in SIM_CORE if a in g for b in g.successors(a)
+           if STAGES[stage(b)][0] in PLANNER_STAGES or b in ("compiler.kvtiers", "compiler.lora.verify")]
+    assert bad == []

@@ -39,7 +39,9 @@ def ir_of(**kw):
 
 
 def cand(cid: str, gpu: str, gpus: int, usd: float, cap: float, bucket: str) -> Candidate:
-    return Candidate(cid, "short", "llama-3.1-8b", gpu, gpus, 1, "bf16", 256, 2048, 10**6, usd, ((bucket, cap),))
+    return Candidate(id=cid, workload="short", model="llama-3.1-8b", gpu=gpu, tp=gpus, pp=1, dtype="bf16",
+                     max_num_seqs=256, max_batched_tokens=2048, kv_cache_tokens=10**6, usd_per_hour=usd,
+                     capacity_rps=((bucket, cap),))
 
 
 # (name, spec kwargs, candidates as (id, gpu, gpus, usd, cap), hand optimum, replicas at the optimum)
@@ -100,26 +102,61 @@ def test_max_goodput_hand_optimum(backend):
 
 
 # ------------------------------------------------------------------ real specs, full pipeline
+ADAPTERS = SMALL_SPEC.replace("  - name: llama-3.1-8b\n", """  - name: llama-3.1-8b
+    adapters_from: {count: 12, rank: 16, traffic: {zipf: {s: 1.1}}}
+""", 1).replace("    model: llama-3.1-8b\n", "    model: llama-3.1-8b\n    adapter: \"*\"\n", 1)
+PD = """\
+version: 1
+name: heavy-kv
+gpus:
+  - {type: h100-sxm, count: 32, usd_per_hour: 3.90}
+models:
+  - name: llama-3.1-8b
+workloads:
+  - name: rag
+    model: llama-3.1-8b
+    rate_rps: 20
+    input_tokens: {lognormal: {median: 8000, p99: 20000}}
+    output_tokens: {lognormal: {median: 300, p99: 1000}}
+    slo: {ttft_ms: 3000, tpot_ms: 15, percentile: 99}
+"""
 REAL = {
     "small": spec_text(),
     "small_tight_inventory": spec_text(h100=1, l4=3, rate=12),
     "small_no_budget": spec_text(budget=None, rate=20),
     "goodput": spec_text(budget=5.0, rate=40, objective="max_goodput"),
+    "adapters": ADAPTERS,  # the adapter planner (compiler.lora.plan.LoraPlanner)
+    "pd": PD,  # prefill/decode pairs (compiler.disagg) inside the unified planner
 }
+# What each special case must exercise, whatever the backend: otherwise it would pass without testing its path.
+SHAPE = {"adapters": lambda p: bool(p.adapter_routes),
+         "pd": lambda p: {"prefill", "decode"} <= {d.role for d in p.deployments if d.replicas}}
 
 
 @pytest.mark.parametrize("name", sorted(REAL))
 def test_backends_agree_and_verify(name):
     spec = load_spec(f"{name}.yaml", text=REAL[name])
     costs = {}
-    for b in BACKENDS:
+    for b in [b for b in BACKENDS if not (name == "adapters" and b == "cpsat")]:  # see test_cpsat_on_adapters
         r = plan(spec, backend=b, validate=False)
         rep = check(r.plan, spec)
         structural = [v for v in rep.violations if not v.startswith("workload ")]
         assert structural == [], (b, rep.violations)
         if not any("could not be brought" in w for w in r.plan.warnings):
             assert rep.ok, (b, rep.violations)
+        assert SHAPE.get(name, lambda p: True)(r.plan), (b, name)
         costs[b] = r.plan.cost_usd_per_hour
         if r.plan.goodput is not None:
             costs[b] = (r.plan.cost_usd_per_hour, round(r.plan.goodput.served_rps, 2))
     assert len(set(costs.values())) == 1, costs
+
+
+@pytest.mark.skipif("cpsat" not in BACKENDS, reason="ortools not installed")
+@pytest.mark.xfail(strict=True, reason=(
+    "CP-SAT stops at 2.40 $/h on the adapter MILP where HiGHS and CBC find 1.60 $/h, and reports optimal: with "
+    "HiGHS's integers fixed, the scaled model is infeasible (demand, capacity and lora_hold rows together). Found "
+    "by test_backends_agree_and_verify[adapters]; not fixed yet. Strict: this fails once CP-SAT agrees."))
+def test_cpsat_on_adapters():
+    spec = load_spec("adapters.yaml", text=ADAPTERS)
+    costs = {b: plan(spec, backend=b, validate=False).plan.cost_usd_per_hour for b in ("highs", "cpsat")}
+    assert costs["cpsat"] == costs["highs"], costs

@@ -11,6 +11,7 @@ from compiler.lower import lower
 from compiler.plan.emit import plan_to_data
 from compiler.plan.schema import Plan
 from compiler.topology import build_topology
+from tests.conftest import unit
 
 HEAVY = """\
 version: 1
@@ -177,11 +178,11 @@ def _two_racks():
 def test_rack_affinity_keeps_heavy_pair_in_one_rack():
     """First-fit puts the decode replica in rack a and the prefill replicas in rack b: 1 GB/s of KV over a 1 GB/s
     inter-rack link (over 50 %); the placement re-packs the pair into one rack."""
-    from compiler.placement import ToPlace, place
+    from compiler.placement import place
     from compiler.topology import kv_link_loads
 
     topo = _two_racks()
-    deps = [ToPlace("d", "h100-sxm", 4, 1, 1), ToPlace("u", "h100-sxm", 4, 1, 1), ToPlace("p", "h100-sxm", 2, 1, 2)]
+    deps = [unit("d", "h100-sxm", 4, 1, 1), unit("u", "h100-sxm", 4, 1, 1), unit("p", "h100-sxm", 2, 1, 2)]
     flows = (("p", "d", 1e9),)
     plain = place(deps, topo)
     assert {s.node for s in plain["p"]} != {s.node for s in plain["d"]}
@@ -193,9 +194,9 @@ def test_rack_affinity_keeps_heavy_pair_in_one_rack():
 
 def test_rack_affinity_refuses_when_no_rack_holds_the_pair():
     from compiler.errors import InfeasibleError
-    from compiler.placement import ToPlace, place
+    from compiler.placement import place
 
-    deps = [ToPlace("d", "h100-sxm", 4, 1, 1), ToPlace("u", "h100-sxm", 4, 1, 1), ToPlace("p", "h100-sxm", 2, 1, 4)]
+    deps = [unit("d", "h100-sxm", 4, 1, 1), unit("u", "h100-sxm", 4, 1, 1), unit("p", "h100-sxm", 2, 1, 4)]
     with pytest.raises(InfeasibleError) as e:
         place(deps, _two_racks(), flows=(("p", "d", 1e9),))
     msg = str(e.value)

@@ -51,9 +51,11 @@ def test_compose_refuses_a_replica_spanning_nodes(tmp_path):
     assert r.exit_code == 1 and "spans 2 nodes" in r.output and "Traceback" not in r.output
 
 
-def test_emit_refuses_borrowed_kv_unless_experimental(example_plans, example_specs, tmp_path):
+def test_emit_takes_a_prefix_tier_plan_without_experimental(example_plans, tmp_path):
+    """The long-context example's host-memory prefix tier is what engines do: emitted as is (the refusal of an
+    experimental live tier is tested in tests/kvtiers/test_kv_tiers.py)."""
     plan, _ = example_plans["long-context"]
-    assert any(d.kv is not None and d.kv.borrowed_gib > 0 for d in plan.deployments)
+    assert any(d.kv is not None and d.kv.offload_gib > 0 and not d.kv.live for d in plan.deployments)
     path = tmp_path / "plan.yaml"
     from compiler.plan.emit import emit
 
@@ -61,10 +63,8 @@ def test_emit_refuses_borrowed_kv_unless_experimental(example_plans, example_spe
     args = ["emit", str(path), "--spec", str(ROOT / "examples/long-context.yaml"), "--to", "k8s", "-o",
             str(tmp_path / "out")]
     r = CliRunner().invoke(app, args)
-    assert r.exit_code == 1 and "kv.borrowed_gib" in r.output and "--allow-experimental" in r.output
-    r = CliRunner().invoke(app, args + ["--allow-experimental"])
     assert r.exit_code == 0, r.output
-    assert (tmp_path / "out" / "router.yaml").exists()
+    assert "--kv-offloading-size=" in "".join(p.read_text() for p in (tmp_path / "out").glob("*.yaml"))
 
 
 def test_emit_of_a_plan_from_another_spec_names_the_field(example_plans, tmp_path):

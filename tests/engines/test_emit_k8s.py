@@ -5,6 +5,7 @@ declare would be dropped silently: here it fails)."""
 from __future__ import annotations
 
 import json
+import math
 from pathlib import Path
 
 import pytest
@@ -89,6 +90,7 @@ def _objs(files: dict[str, str]) -> list[dict]:
 
 
 def test_deployments_carry_the_plan(example_plans, bundles):
+    tiered = 0
     for name, (plan, _) in example_plans.items():
         objs = _objs(bundles[name][0])
         for d in plan.deployments:
@@ -111,6 +113,11 @@ def test_deployments_carry_the_plan(example_plans, bundles):
             assert "nvidia.com/gpu.product" in pod["nodeSelector"]
             assert {v["name"] for v in pod["volumes"]} >= {"dshm", "model-cache"}
             assert c["startupProbe"]["httpGet"]["path"] == "/health"
+            # the prefix cache's host tier: the pod requests the pinned host memory it holds (long-context's RAG)
+            host = d.kv.offload_gib if d.kv is not None and not d.kv.live else 0.0
+            assert c["resources"]["requests"].get("memory") == (f"{math.ceil(host)}Gi" if host else None), name
+            tiered += host > 0
+    assert tiered >= 1
 
 
 def test_startup_budget_grows_with_the_weights(bundles):

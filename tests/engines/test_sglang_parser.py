@@ -31,7 +31,7 @@ def test_parser_rejects_an_unknown_flag():
 
 
 def test_every_example_command_parses_with_the_plan_values(example_plans):
-    seen = 0
+    seen = offloading = 0
     for name, (plan0, ir0) in example_plans.items():
         plan, ir = for_engine(plan0, ir0, "sglang")
         assert plan.engine.name == "sglang" and plan.engine.version == flag_table()["sglang"]["version"]
@@ -52,10 +52,15 @@ def test_every_example_command_parses_with_the_plan_values(example_plans):
                 assert ns.enable_lora and ns.max_loras_per_batch == d.max_loras, where
                 paths = [p if isinstance(p, str) else f"{p['lora_name']}={p['lora_path']}" for p in ns.lora_paths]
                 assert sorted(paths) == sorted(f"{a}={ADAPTER_DIR}/{a}" for a in d.adapters), where
-            if d.kv is not None and d.kv.offload_gib > 0:
+            if d.kv is not None and d.kv.offload_gib > 0 and not d.kv.live:  # the prefix cache's host tier
                 assert ns.enable_hierarchical_cache, where
+                per_rank_bytes = ns.hicache_size * 1e9  # SGLang: integer GB per rank
+                gpus = d.tensor_parallel * d.pipeline_parallel
+                assert 0 < d.kv.offload_gib * 1024**3 - per_rank_bytes * gpus < 1e9 * gpus, where  # rounded down
+                offloading += 1
             seen += 1
     assert seen == sum(len(p.deployments) for p, _ in example_plans.values())
+    assert offloading >= 1  # long-context's RAG deployment
 
 
 def test_multi_node_leader_and_worker_parse():

@@ -1,9 +1,10 @@
-"""KV tiers (docs/kv-tiers.md): CPU offload and KV borrowing, end to end.
+"""Experimental live KV tiers (``kv_tiers: experimental-live``, docs/kv-tiers.md): live-KV spill to host memory
+and KV borrowing, end to end. (The tier engines realise, the prefix cache's host memory, is in test_prefix_tier.)
 
-Both directions: a tier is chosen where it pays (the long-context example borrows and is cheaper than with tiers
-off; a low-rate 70B RAG spec with loose TPOT offloads) and not where it does not (short prompts get no tier
-candidates). The MILP rows bind, ``check`` rejects plans edited beyond the limits, the simulator agrees with the
-cost model on a tiered replica, and without a tier the cost model is unchanged.
+Both directions: a tier is chosen where it pays (the long-context traffic without prefix reuse, ``LONG_LIVE``,
+borrows and is cheaper than with tiers off; a low-rate 70B RAG spec with loose TPOT offloads) and not where it does
+not (short prompts get no tier candidates). The MILP rows bind, ``check`` rejects plans edited beyond the limits,
+the simulator agrees with the cost model on a tiered replica, and without a tier the cost model is unchanged.
 """
 from __future__ import annotations
 
@@ -23,15 +24,37 @@ from compiler.sim import simulate
 from compiler.spec.load import load_spec
 from compiler.whatif import apply_overrides
 from solvers import SolveOptions, get_backend
-from tests.conftest import ROOT, SMALL_SPEC
+from tests.conftest import SMALL_SPEC, unit
 from tests.sim.helpers import one_deployment_plan, write_spec
 
-LONG = ROOT / "examples" / "long-context.yaml"
+# The long-context example as it was before prefix reuse: chat beside low-rate RAG without reuse, live tiers on.
+LONG_LIVE = """\
+version: 1
+name: long-context-live
+defaults: {kv_tiers: experimental-live}
+gpus:
+  - {type: h100-sxm, count: 16}
+models:
+  - name: llama-3.1-70b
+workloads:
+  - name: chat
+    model: llama-3.1-70b
+    rate_rps: 6
+    input_tokens: {lognormal: {median: 800, p99: 4000}}
+    output_tokens: {fixed: 200}
+    slo: {ttft_ms: 2000, tpot_ms: 60, percentile: 90}
+  - name: rag
+    model: llama-3.1-70b
+    rate_rps: 0.015
+    input_tokens: {uniform: {min: 16000, max: 60000}}
+    output_tokens: {fixed: 512}
+    slo: {ttft_ms: 20000, tpot_ms: 100, percentile: 90}
+"""
 
 RAG_ONLY = """\
 version: 1
 name: rag-offload
-defaults: {kv_tiers: auto}
+defaults: {kv_tiers: experimental-live}
 gpus:
   - {type: h100-sxm, count: 8}
 models:
@@ -57,8 +80,8 @@ def _tiers(plan) -> dict[str, KvTiers]:
 
 
 # ---------------------------------------------------------------------------------------------- cost model
-def test_no_tier_is_the_hbm_only_model():
-    ir = lower(load_spec(LONG))
+def test_no_tier_is_the_hbm_only_model(tmp_path):
+    ir = lower(_spec(tmp_path, LONG_LIVE))
     base = replica_model(ir, "llama-3.1-70b", "h100-sxm", 2, 1, "bf16", 256, 2048)
     tiered = replica_model(ir, "llama-3.1-70b", "h100-sxm", 2, 1, "bf16", 256, 2048, kv_borrow_gib=20.0)
     assert base.kv_tier is None and base.kv_capacity_tokens == base.memory.kv_cache_tokens
@@ -73,8 +96,8 @@ def test_no_tier_is_the_hbm_only_model():
     assert tiered.remote_share(2 * base.memory.kv_cache_tokens) == pytest.approx(0.5)
 
 
-def test_offload_link_is_slower_than_nvlink_borrowing():
-    ir = lower(load_spec(LONG))
+def test_offload_link_is_slower_than_nvlink_borrowing(tmp_path):
+    ir = lower(_spec(tmp_path, LONG_LIVE))
     off = replica_model(ir, "llama-3.1-70b", "h100-sxm", 2, 1, "bf16", 256, 2048, kv_offload_gib=20.0)
     bor = replica_model(ir, "llama-3.1-70b", "h100-sxm", 2, 1, "bf16", 256, 2048, kv_borrow_gib=20.0)
     assert off.kv_tier.gbps_per_gpu == 64 and bor.kv_tier.gbps_per_gpu == 450  # PCIe Gen5 x16, NVLink 4
@@ -82,7 +105,7 @@ def test_offload_link_is_slower_than_nvlink_borrowing():
 
 
 def test_kv_tier_rejects_nonsense():
-    with pytest.raises(ValueError, match="offload or borrow"):
+    with pytest.raises(ValueError, match="prefix, offload or borrow"):
         KvTier("disk", 10, 1.0)
     with pytest.raises(ValueError):
         KvTier("offload", 10, 0.0)
@@ -90,18 +113,18 @@ def test_kv_tier_rejects_nonsense():
 
 # ---------------------------------------------------------------------------------------------- candidates
 def test_short_prompts_get_no_tier_candidates(tmp_path):
-    spec = _spec(tmp_path, SMALL_SPEC.replace("name: small\n", "name: small\ndefaults: {kv_tiers: auto}\n"))
+    spec = _spec(tmp_path, SMALL_SPEC.replace("name: small\n", "name: small\ndefaults: {kv_tiers: experimental-live}\n"))
     cs = build_candidates(lower(spec), jobs=1)
     assert cs.candidates
     assert not [c.id for c in cs.candidates if c.kv_offload_gib or c.kv_borrow_gib]
 
 
 def test_tiers_off_by_default_and_hash_unchanged(tmp_path):
-    spec = _spec(tmp_path, RAG_ONLY.replace("defaults: {kv_tiers: auto}\n", ""))
+    spec = _spec(tmp_path, RAG_ONLY.replace("defaults: {kv_tiers: experimental-live}\n", ""))
     ir = lower(spec)
     assert ir.kv_tiers == "off"
     assert not [c for c in build_candidates(ir, jobs=1).candidates if c.kv_offload_gib or c.kv_borrow_gib]
-    explicit = _spec(tmp_path, RAG_ONLY.replace("{kv_tiers: auto}", '{kv_tiers: "off"}'), "b.yaml")
+    explicit = _spec(tmp_path, RAG_ONLY.replace("{kv_tiers: experimental-live}", '{kv_tiers: "off"}'), "b.yaml")
     assert lower(explicit).input_hash == ir.input_hash  # an explicit "off" is the default
     assert lower(_spec(tmp_path, RAG_ONLY, "c.yaml")).input_hash != ir.input_hash
 
@@ -114,8 +137,13 @@ def test_offload_chosen_where_it_pays(tmp_path):
     kv = _tiers(tiered)
     assert any(k.offload_gib > 0 for k in kv.values()), kv
     assert tiered.cost_usd_per_hour < off.cost_usd_per_hour  # 2 GPUs with host memory instead of 4
-    assert any("--kv-offloading-size" in a for d in tiered.deployments for a in d.engine_args)
+    # live KV in host memory is no engine's offload: marked experimental, the command carries no offload flags
+    assert all(k.live for k in kv.values() if k.offload_gib > 0)
+    assert not any("--kv-offloading-size" in a for d in tiered.deployments for a in d.engine_args)
+    assert any(w.startswith("experimental: ") for w in tiered.warnings)
     assert tt.check(tiered, spec).ok
+    auto = tt.plan(apply_overrides(spec, {"defaults.kv_tiers": "auto"}), validate=False).plan
+    assert auto.cost_usd_per_hour == off.cost_usd_per_hour  # no prefix reuse: the host tier has nothing to hold
 
 
 def test_kv_offload_row_binds(tmp_path):
@@ -129,7 +157,7 @@ def test_kv_offload_row_binds(tmp_path):
     opts = SolveOptions(time_limit_s=30)
     m = formulate(ir, cands)
     row = next(c for c in m.constraints if c.name == "kv_offload[h100-sxm]")
-    assert row.family == "kv_offload" and "cpu_memory_gib" in row.origin
+    assert row.family == "kv_offload" and "cpu_memory_gib" in str(row.origin)
     res = be.solve(m, opts)
     assert sum(res.values.get(n_var(c.id), 0) for c in offl) >= 1
     small = replace(ir, gpus=tuple(replace(p, cpu_memory_gib=min(c.kv_offload_gib for c in offl)) for p in ir.gpus))
@@ -144,8 +172,8 @@ def test_too_little_cpu_memory_cannot_offload(tmp_path):
     assert not any(k.offload_gib > 0 for k in _tiers(plan).values())
 
 
-def test_borrowing_chosen_in_the_long_context_example():
-    spec = load_spec(LONG)
+def test_borrowing_chosen_for_long_context_traffic(tmp_path):
+    spec = _spec(tmp_path, LONG_LIVE)
     res = tt.plan(spec)
     plan = res.plan
     kv = _tiers(plan)
@@ -160,20 +188,30 @@ def test_borrowing_chosen_in_the_long_context_example():
     rep = tt.check(plan, spec)
     assert rep.ok, rep.violations
     off = tt.plan(apply_overrides(spec, {"defaults.kv_tiers": "off"}), validate=False).plan
-    assert plan.cost_usd_per_hour < off.cost_usd_per_hour
+    assert plan.cost_usd_per_hour < off.cost_usd_per_hour  # 23.4 vs 31.2 $/h (docs/kv-tiers.md)
     assert not any(d.kv for d in off.deployments)
+    # marked experimental: borrowers and lenders are live, the plan says no engine flag realises them
+    for name, k in kv.items():
+        assert k.live == (k.borrowed_gib > 0 or k.lent_gib > 0 or k.offload_gib > 0), name
+        if k.live:
+            assert any(w.startswith(f"experimental: {name} plans live KV beyond HBM") and "no engine flag" in w
+                       for w in plan.warnings), plan.warnings
+    assert not any(": the engine admits" in w for w in plan.warnings)
+    # the realisable tier on the same traffic: nothing to gain without prefix reuse, the HBM-only cost
+    auto = tt.plan(apply_overrides(spec, {"defaults.kv_tiers": "auto"}), validate=False).plan
+    assert auto.cost_usd_per_hour == off.cost_usd_per_hour
 
 
 def test_borrowing_needs_a_lender(tmp_path):
     """The same RAG traffic alone: nothing on the GPUs has spare HBM KV to lend, so nothing borrows."""
-    plan = tt.plan(_spec(tmp_path, RAG_ONLY.replace("kv_tiers: auto", "kv_tiers: borrow")), validate=False).plan
+    plan = tt.plan(_spec(tmp_path, RAG_ONLY), validate=False).plan
     assert not any(k.borrowed_gib > 0 for k in _tiers(plan).values())
 
 
 # ---------------------------------------------------------------------------------------------- check
 @pytest.fixture(scope="module")
-def long_plan():
-    spec = load_spec(LONG)
+def long_plan(tmp_path_factory):
+    spec = _spec(tmp_path_factory.mktemp("live"), LONG_LIVE)
     return tt.plan(spec, validate=False).plan, spec
 
 
@@ -207,12 +245,15 @@ def test_check_rejects_tiers_when_spec_has_them_off(long_plan):
     plan, spec = long_plan
     bad = tt.check(plan, apply_overrides(spec, {"defaults.kv_tiers": "off"}))
     assert any("defaults.kv_tiers: off" in v for v in bad.violations)
+    # a live plan checked against a spec whose tier is the prefix cache's host memory: live KV is named
+    bad = tt.check(plan, apply_overrides(spec, {"defaults.kv_tiers": "auto"}))
+    assert any("holds live KV beyond HBM" in v and "experimental-live" in v for v in bad.violations), bad.violations
 
 
 # ---------------------------------------------------------------------------------------------- simulator
 def _tiered_replica_plan(tmp_path, rate):
     sp = write_spec(tmp_path, rate=rate, isl="{fixed: 40000}", osl="{fixed: 256}", ttft=60000, tpot=500,
-                    gpu="l4", extra="defaults: {kv_tiers: auto}\n")
+                    gpu="l4", extra="defaults: {kv_tiers: experimental-live}\n")
     plan = one_deployment_plan(sp, gpu="l4", mbt=2048)
     d = plan.deployments[0]
     d = d.model_copy(update={"kv": KvTiers(hbm_tokens=d.kv_cache_tokens, borrowed_gib=20.0, borrowed_from=["x"])})
@@ -256,11 +297,11 @@ def _two_nodes():
 
 
 def test_borrower_is_placed_with_its_lender():
-    from compiler.placement import ToPlace, place, place_kv
+    from compiler.placement import place, place_kv
 
     # first fit puts the lender and one big replica on n0, the other big one and the borrower on n1
-    deps = [ToPlace("a-lend", "h100-sxm", 4, 1, 1), ToPlace("b-big", "h100-sxm", 4, 1, 2),
-            ToPlace("c-borrow", "h100-sxm", 2, 1, 1)]
+    deps = [unit("a-lend", "h100-sxm", 4, 1, 1), unit("b-big", "h100-sxm", 4, 1, 2),
+            unit("c-borrow", "h100-sxm", 2, 1, 1)]
     plain = place(deps, _two_nodes())
     assert {p.node for p in plain["c-borrow"]} != {p.node for p in plain["a-lend"]}
     kv = {"c-borrow": (10.0, 0.0, 0.0), "a-lend": (0.0, 12.0, 0.0)}
@@ -270,9 +311,9 @@ def test_borrower_is_placed_with_its_lender():
 
 def test_no_placement_for_borrowing_is_reported_plainly():
     from compiler.errors import InfeasibleError
-    from compiler.placement import ToPlace, place_kv
+    from compiler.placement import place_kv
 
-    deps = [ToPlace("b-borrow", "h100-sxm", 2, 1, 2), ToPlace("c-lend", "h100-sxm", 2, 1, 1)]
+    deps = [unit("b-borrow", "h100-sxm", 2, 1, 2), unit("c-lend", "h100-sxm", 2, 1, 1)]
     kv = {"b-borrow": (10.0, 0.0, 0.0), "c-lend": (0.0, 12.0, 0.0)}  # two borrowers, one lender: one is left out
     with pytest.raises(InfeasibleError, match="no placement exists that keeps every KV borrower"):
         place_kv(deps, _two_nodes(), kv, {"n0": 1000.0, "n1": 1000.0})
@@ -282,15 +323,14 @@ def test_bad_kv_tiers_value_names_the_field(tmp_path):
     from compiler.errors import InputError
 
     p = tmp_path / "bad.yaml"
-    p.write_text(RAG_ONLY.replace("kv_tiers: auto", "kv_tiers: sometimes"))
+    p.write_text(RAG_ONLY.replace("kv_tiers: experimental-live", "kv_tiers: borrow"))  # a value of old
     with pytest.raises(InputError) as e:
         load_spec(p)
     assert "defaults.kv_tiers" in str(e.value)
 
 
-def test_check_rejects_a_borrower_placed_away_from_its_lenders():
-    spec = load_spec(LONG)
-    plan = tt.plan(spec, validate=False).plan
+def test_check_rejects_a_borrower_placed_away_from_its_lenders(long_plan):
+    plan, spec = long_plan
     borrower = next(d for d in plan.deployments if d.kv.borrowed_gib > 0)
     lender_nodes = {p.node for d in plan.deployments if d.name in borrower.kv.borrowed_from for p in d.placement}
     other = next(n for n in ("h100-sxm-0", "h100-sxm-1") if n not in lender_nodes)
@@ -302,13 +342,35 @@ def test_check_rejects_a_borrower_placed_away_from_its_lenders():
 
 def test_memory_infeasibility_points_at_kv_tiers(tmp_path):
     """RAG prompts that no 2-GPU shape holds in HBM: with tiers off the explanation names the way out, and taking
-    it (``kv_tiers: auto``) gives a plan that offloads."""
+    it (``kv_tiers: experimental-live``) gives a plan that offloads live KV."""
     from compiler.errors import InfeasibleError
 
     two = RAG_ONLY.replace("count: 8", "count: 2")
     with pytest.raises(InfeasibleError) as exc:
-        tt.plan(_spec(tmp_path, two.replace("kv_tiers: auto", 'kv_tiers: "off"')), validate=False)
+        tt.plan(_spec(tmp_path, two.replace("kv_tiers: experimental-live", 'kv_tiers: "off"')), validate=False)
     text = "\n".join(exc.value.lines)
-    assert "pruned for: memory" in text and "defaults.kv_tiers: auto" in text
+    assert "pruned for: memory" in text and "defaults.kv_tiers: experimental-live" in text
     plan = tt.plan(_spec(tmp_path, two, "auto.yaml"), validate=False).plan
     assert any(k.offload_gib > 0 for k in _tiers(plan).values())
+
+
+def test_emit_refuses_a_live_tier_unless_experimental(long_plan, tmp_path):
+    """No engine flag realises live-KV spill or borrowing: ``trimtab emit`` names the field and exits 1, and
+    with --allow-experimental the live deployments run with their HBM KV only (no offload flags)."""
+    from typer.testing import CliRunner
+
+    from cli.main import app
+
+    plan, spec = long_plan
+    assert any(d.kv.live for d in plan.deployments)
+    path, spec_path = tmp_path / "plan.yaml", tmp_path / "spec.yaml"
+    path.write_text(tt.emit(plan))
+    spec_path.write_text(LONG_LIVE)
+    args = ["emit", str(path), "--spec", str(spec_path), "--to", "k8s", "-o", str(tmp_path / "out")]
+    r = CliRunner().invoke(app, args)
+    assert r.exit_code == 1 and "Traceback" not in r.output, r.output
+    assert ").kv" in r.output and "experimental" in r.output and "--allow-experimental" in r.output
+    r = CliRunner().invoke(app, args + ["--allow-experimental"])
+    assert r.exit_code == 0, r.output
+    text = "".join(p.read_text() for p in (tmp_path / "out").glob("*.yaml"))
+    assert "--kv-offloading" not in text

@@ -7,10 +7,10 @@ import yaml
 import compiler as tt
 from compiler.errors import InfeasibleError, InputError
 from compiler.lower import lower
-from compiler.placement import ToPlace, place
+from compiler.placement import place
 from compiler.spec.load import load_spec
 from compiler.topology import build_topology
-from tests.conftest import SMALL_SPEC
+from tests.conftest import SMALL_SPEC, unit
 
 NODES = """\
 nodes:
@@ -52,7 +52,7 @@ def test_nodes_must_hold_the_listed_gpus():
 def test_tp_group_stays_in_one_domain():
     s, ir = spec_and_ir(SMALL_SPEC + NODES)
     topo = build_topology(s, ir)
-    pl = place([ToPlace("a", "h100-sxm", 4, 1, 3), ToPlace("b", "h100-sxm", 2, 1, 2)], topo)
+    pl = place([unit("a", "h100-sxm", 4, 1, 3), unit("b", "h100-sxm", 2, 1, 2)], topo)
     used = set()
     for name, stages in pl.items():
         for st in stages:
@@ -67,7 +67,7 @@ def test_tp_group_stays_in_one_domain():
 def test_tp_larger_than_domain_is_reported():
     s, ir = spec_and_ir(SMALL_SPEC + NODES)
     with pytest.raises(InfeasibleError) as exc:
-        place([ToPlace("big", "h100-sxm", 8, 1, 1)], build_topology(s, ir))
+        place([unit("big", "h100-sxm", 8, 1, 1)], build_topology(s, ir))
     assert "largest domain in the nodes has 4" in exc.value.lines[0]
 
 
@@ -78,7 +78,7 @@ def test_fragmentation_is_reported():
         "  - {name: l, gpu: l4, count: 1}\n"
     s, ir = spec_and_ir(text)
     with pytest.raises(InfeasibleError) as exc:
-        place([ToPlace("a", "h100-sxm", 4, 1, 3)], build_topology(s, ir))
+        place([unit("a", "h100-sxm", 4, 1, 3)], build_topology(s, ir))
     assert "fragmentation" in exc.value.lines[0]
 
 
@@ -104,7 +104,7 @@ def test_cpsat_model_agrees_with_greedy_packing():
 
     s, ir = spec_and_ir(SMALL_SPEC + NODES)
     topo = build_topology(s, ir)
-    deps = [ToPlace("a", "h100-sxm", 4, 1, 2), ToPlace("b", "h100-sxm", 2, 1, 3), ToPlace("c", "h100-sxm", 1, 1, 2)]
+    deps = [unit("a", "h100-sxm", 4, 1, 2), unit("b", "h100-sxm", 2, 1, 3), unit("c", "h100-sxm", 1, 1, 2)]
     bins = [(n, j) for n in topo.nodes for j in range(n.domains)]
     greedy, exact = _first_fit_decreasing(deps, bins), _solve_cpsat(deps, bins, 10)
     used = lambda counts: len({k for (_, k) in counts})  # noqa: E731

@@ -8,6 +8,7 @@ import numpy as np
 from compiler.cost.factory import replica_model
 from compiler.lower import lower
 from compiler.plan.schema import Deployment, Plan, Route, SolverInfo
+from compiler.deployment import DeploymentSpecView
 from compiler.sim.scenario import Scenario, SimDeployment, SimWorkload
 from compiler.spec.load import load_spec
 
@@ -75,4 +76,6 @@ def single_server(model, rate: float, isl_grid: np.ndarray, osl: int = 1, ttft_s
     w = SimWorkload("w", rate, ttft_s, tpot_s, 99.0, 10**9, ("all",), g, np.array([float(osl)]),
                     [(0, len(g))], np.array([float(osl)]))
     w.routes.append((np.array([0]), np.array([1.0])))
-    return Scenario([SimDeployment("d", ("w",), model, 1, 1)], [w], [])
+    view = DeploymentSpecView(name="d", replicas=1, model="fake", gpu="fake", tp=1, pp=1, dtype="bf16",
+                              max_num_seqs=model.max_num_seqs, max_batched_tokens=model.max_batched_tokens)
+    return Scenario([SimDeployment(view, ("w",), model)], [w], [])

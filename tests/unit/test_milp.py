@@ -25,7 +25,9 @@ def ir_with(count_h100: int = 8, count_l4: int = 8, budget: float | None = 100.0
 
 
 def cand(cid: str, gpu: str, gpus: int, usd: float, cap: float, bucket: str) -> Candidate:
-    return Candidate(cid, "short", "llama-3.1-8b", gpu, gpus, 1, "bf16", 256, 2048, 10**6, usd, ((bucket, cap),))
+    return Candidate(id=cid, workload="short", model="llama-3.1-8b", gpu=gpu, tp=gpus, pp=1, dtype="bf16",
+                     max_num_seqs=256, max_batched_tokens=2048, kv_cache_tokens=10**6, usd_per_hour=usd,
+                     capacity_rps=((bucket, cap),))
 
 
 def solve(ir, cands, backend):
