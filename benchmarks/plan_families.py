@@ -6,7 +6,8 @@
 
 Per size: median / p90 / max of the total seconds of ``compiler.api.plan`` (validation by simulation
 included, as ``trimtab plan`` runs it), of each stage in ``PlanResult.seconds`` (``other``: the total less the
-named stages, i.e. simulation, derating and placement between the solve rounds), of the rounds, and the share
+named stages: building plans, placement and derating between the rounds; ``simulate`` is the validating
+simulation runs), of the rounds, and the share
 of plans validated by simulation within 2 rounds (``plan.simulation.passed`` and ``rounds <= 2``).
 Infeasible or unsolved specs are counted and timed, not dropped. ``quickstart`` plans
 ``examples/quickstart.yaml`` n times (the same spec: the spread is this machine's noise).
@@ -34,7 +35,8 @@ from compiler.errors import TrimtabError  # noqa: E402
 from compiler.spec.load import load_spec  # noqa: E402
 
 NOT_STAGES = ("spec", "size", "status", "error", "total", "cpu", "rounds", "validated", "cost", "workloads")
-CSV_FIELDS = ("size", "spec", "status", "total", "cpu", "lower", "candidates", "solve", "other", "rounds", "validated",
+CSV_FIELDS = ("size", "spec", "status", "total", "cpu", "lower", "candidates", "solve", "simulate", "other", "rounds",
+              "validated",
               "cost", "workloads", "error")
 TARGETS = {"target": "median <= 10 s, p90 <= 20 s", "lora": "<= 30 s", "quickstart": "<= 2 s"}
 
@@ -144,7 +146,7 @@ def read_rows(path: Path) -> dict[str, list[dict]]:
     with path.open() as f:
         for r in csv.DictReader(f):
             row = {k: v for k, v in r.items() if v != ""}
-            for k in ("total", "cpu", "lower", "candidates", "solve", "other", "cost"):
+            for k in ("total", "cpu", "lower", "candidates", "solve", "simulate", "other", "cost"):
                 if k in row:
                     row[k] = float(row[k])
             if "rounds" in row:
@@ -166,6 +168,8 @@ def main() -> None:
                     "(counted as a timeout, its total a lower bound)")
     ap.add_argument("--analytic", action="store_true", help="plan with validate=False (no simulation, no "
                     "simulation-driven rounds): what the cost model and the solver alone take")
+    ap.add_argument("--no-prior", action="store_true", help="start the rounds without the capacity prior "
+                    "(compiler/rounds.py::prior_derates), to measure what it changes")
     ap.add_argument("--summarise", type=Path, nargs="*", default=None, help="print the table of these --csv "
                     "files instead of planning")
     args = ap.parse_args()
@@ -175,6 +179,10 @@ def main() -> None:
             for size_name, rows in read_rows(path).items():
                 print_row(size_name, rows)
         return
+    if args.no_prior:
+        import compiler.driver
+
+        compiler.driver.prior_derates = lambda ir, peers: {}
     writer = None
     if args.csv:
         fh = args.csv.open("w", newline="")

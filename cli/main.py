@@ -49,7 +49,7 @@ def plan(
     solver: Annotated[Optional[Solver], typer.Option(help="MILP backend; overrides the spec's solver.backend.")] = None,
     time_limit: Annotated[Optional[float], typer.Option(min=0.01, help="Solver time limit in seconds; overrides solver.time_limit_s.")] = None,
     fmt: Annotated[Fmt, typer.Option("--format", help="Plan file format.")] = Fmt.yaml,
-    verbose: Annotated[bool, typer.Option("-v", "--verbose", help="Also list pruned candidates and why.")] = False,
+    verbose: Annotated[bool, typer.Option("-v", "--verbose", help="Also print the rounds and seconds per stage, and list pruned candidates and why.")] = False,
 ) -> None:
     """Plan the cheapest deployment that meets every SLO, and write it as YAML (or JSON).
 

@@ -45,6 +45,10 @@ def plan_summary(console: Console, r: PlanResult, verbose: bool = False) -> None
     for msg in p.warnings:
         console.print(f"[yellow]warning:[/] {msg}")
     if verbose:
+        named = {k: v for k, v in r.seconds.items() if k != "total"}
+        other = max(0.0, r.seconds.get("total", 0.0) - sum(named.values()))
+        console.print(f"rounds: {r.rounds} ({p.simulation.rounds if p.simulation else 0} after a simulated miss); "
+                      "seconds: " + ", ".join(f"{k} {v:.2f}" for k, v in {**named, "other": other}.items()))
         pt = Table(title="pruned candidates")
         pt.add_column("candidate")
         pt.add_column("reason")

@@ -177,7 +177,8 @@ def _mix_capped(rm, w: WorkloadIR, caps: list, bw: float) -> list:
     wait): the highest utilisation rho_mix at which the workload's own mix of these buckets still meets TTFT
     (hand-off included) for every bucket; a bucket's capacity is then at most rho_mix / its service time, so the
     capacity row sum_b x[b] / cap[b] <= n keeps the utilisation of any mix under rho_mix."""
-    from compiler.cost.model import TrafficClass, bisect_max
+    from compiler.cost.model import TrafficClass
+    from compiler.cost.search import bisect_max
 
     bs = [w.bucket(n) for n, _ in caps]
     tot = sum(b.prob for b in bs)

@@ -19,7 +19,7 @@ from compiler.assess import Assessment
 from compiler.errors import InfeasibleError, NoSolutionError
 from compiler.ir import ProblemIR
 from compiler.plan.schema import Plan
-from compiler.rounds import MAX_ROUNDS, SIM_ROUNDS, derate_analytic, simulate_and_derate
+from compiler.rounds import MAX_ROUNDS, SIM_ROUNDS, derate_analytic, prior_derates, simulate_and_derate
 from solvers import SolveOptions, SolveResult, get_backend
 
 
@@ -58,14 +58,22 @@ class Planner(Protocol):
     def candidate_set(self, cands: Any) -> Any:
         """The ``CandidateSet`` a ``PlanResult`` carries."""
 
+    def peers(self, cands: Any, fitted: bool = False) -> dict[str, tuple[str, ...]]:
+        """workload -> ids of the candidates that serve only it ({}: none such; see ``compiler.rounds``);
+        ``fitted``: only those of a kind ``profiles/sim_capacity.yaml`` was fitted on."""
+
 
 def drive(planner: Planner, spec, ir: ProblemIR, *, backend: str | None = None, time_limit_s: float | None = None,
           validate: bool = True, seed: int = 0, t0: float | None = None) -> PlanResult:
     """Cheapest plan meeting every SLO. Raises InfeasibleError (exit 3) or NoSolutionError (exit 4).
 
-    Rounds: solve; where the cost model's assessment of the solved plan finds a miss, derate the deployment at
-    fault and re-solve (at most MAX_ROUNDS); once it finds none and ``validate``, simulate on PLAN_SEEDS seeds from
-    ``seed`` and derate while a workload's lower 95 % bound on attainment is below target (SIM_ROUNDS more)."""
+    Rounds: solve on the cost model's capacities; where the cost model's assessment
+    of the solved plan finds a miss, derate the deployment at fault and re-solve (at most MAX_ROUNDS); once it finds none and ``validate``, simulate on PLAN_SEEDS seeds from
+    ``seed`` and derate (every candidate of the workload) while a workload's lower 95 % bound on attainment is
+    below target (SIM_ROUNDS more). After the first simulated miss every candidate the prior was fitted on is
+    also held to the capacity prior fitted against the simulator (``compiler.rounds.prior_derates``; dropped if
+    no plan meets it): a plan the simulation confirms on the model's capacities keeps their lower cost, the
+    others reach a confirmed plan in about one more round."""
     from compiler.plan.extract import finish_plan
     from compiler.sim import default_requests
     from compiler.sim.validate import validation_seeds
@@ -79,8 +87,16 @@ def drive(planner: Planner, spec, ir: ProblemIR, *, backend: str | None = None, 
         raise InfeasibleError(problems)
     be = get_backend(backend or spec.solver.backend)
     opts = SolveOptions(time_limit_s=time_limit_s or spec.solver.time_limit_s)
+    simulated = validate and ir.objective != "max_goodput"
+    peers = planner.peers(cands) if simulated else {}
+    # Where the simulation will judge the plan and a first plan on the cost model's own capacities misses, go
+    # straight to the capacities it confirms (compiler.rounds): the cheap plan is tried first, the prior bounds the
+    # rounds after a miss.
+    prior = prior_derates(ir, planner.peers(cands, fitted=True) if simulated else {})
     derate: dict[str, float] = {}
+    with_prior: tuple | None = None  # (derates with the prior, derates without it) once added; None: not yet
     solve_s = 0.0
+    sim_s = 0.0
     sim_rounds = 0
     sim_requests = default_requests(ir)
     seeds = validation_seeds(seed)
@@ -92,6 +108,10 @@ def drive(planner: Planner, spec, ir: ProblemIR, *, backend: str | None = None, 
         res = planner.solve(ir, cands, derate, be, left)
         solve_s += res.seconds
         if not res.has_solution:
+            if with_prior is not None and derate == with_prior[0]:
+                derate = with_prior[1]  # the prior asks for more GPUs or budget than the spec has: rounds decide alone
+                with_prior = (None, None)  # tried once
+                continue
             if best is not None:
                 break  # keep the last plan; its misses are stated below
             if res.status.value == "infeasible":
@@ -106,13 +126,19 @@ def drive(planner: Planner, spec, ir: ProblemIR, *, backend: str | None = None, 
         if misses:
             derate = derate_analytic(misses, derate)
             continue
-        if not validate or ir.objective == "max_goodput":
+        if not simulated:
             break  # (the simulator offers every workload's full rate; a goodput plan serves part of it)
+        ts = time.perf_counter()
         last_sim, derate = simulate_and_derate(plan_, spec, ir, seeds, sim_requests, derate,
-                                               planner.fill(cands, res, derate))
+                                               planner.fill(cands, res, derate), peers)
+        sim_s += time.perf_counter() - ts
         if last_sim.ok:
             break
         sim_rounds += 1
+        if with_prior is None and prior:  # the first simulated miss: every fitted candidate at most at its prior
+            alone = derate
+            derate = {k: min(derate.get(k, 1.0), prior.get(k, 1.0)) for k in sorted(set(derate) | set(prior))}
+            with_prior = (derate, alone)
     plan_, a, res, rnd = best
     extra = [f"{p.workload}: could not be brought within its SLO after {rnd} rounds ({p.reason})" for p in a.misses()]
     if not extra and last_sim is not None and not last_sim.ok:
@@ -123,4 +149,4 @@ def drive(planner: Planner, spec, ir: ProblemIR, *, backend: str | None = None, 
     plan_ = finish_plan(plan_, spec, ir, last_sim, sim_requests, sim_rounds)
     t3 = time.perf_counter()
     return PlanResult(plan_, ir, planner.candidate_set(cands), a, res, rnd,
-                      {"lower": t1 - t0, "candidates": t2 - t1, "solve": solve_s, "total": t3 - t0})
+                      {"lower": t1 - t0, "candidates": t2 - t1, "solve": solve_s, "simulate": sim_s, "total": t3 - t0})

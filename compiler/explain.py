@@ -18,6 +18,7 @@ import math
 from dataclasses import dataclass, field, replace
 
 from compiler.candidates import build_candidates
+from compiler.cost.search import smallest_true
 from compiler.deployment import CandidateSet
 from compiler.formulate import formulate, n_var, slack_var
 from compiler.ir import ProblemIR
@@ -188,28 +189,6 @@ def _with_count(ir: ProblemIR, gpu: str, count: int) -> tuple[ProblemIR, Candida
     return ir2, build_candidates(ir2)
 
 
-def _bisect(ok, lo: float, hi: float, integer: bool, rel: float = 0.02) -> float | None:
-    """Smallest value in (lo, hi] with ok(value), assuming ok is monotone; grows hi geometrically from lo."""
-    x = lo
-    top = None
-    while True:
-        x = max(x * 2, x + 1) if integer else x * 2
-        x = min(x, hi)
-        if ok(x):
-            top = x
-            break
-        if x >= hi:
-            return None
-        lo = x
-    while (top - lo > 1) if integer else (top - lo > rel * top):
-        mid = (lo + top) // 2 if integer else (lo + top) / 2
-        if ok(mid):
-            top = mid
-        else:
-            lo = mid
-    return top
-
-
 SLO_MAX = {"ttft_ms": 3_600_000.0, "tpot_ms": 60_000.0}  # the spec's upper limits
 
 
@@ -238,7 +217,7 @@ def explain(ir: ProblemIR, backend: Backend, options: SolveOptions, cands: Candi
     for pool in ir.gpus:
         def ok(n, pool=pool):
             return _min_cost(*_with_count(ir, pool.type, int(n)), backend, options) is not None
-        top = _bisect(ok, float(pool.count), float(max(pool.count * 64, 4096)), integer=True)
+        top = smallest_true(ok, float(pool.count), float(max(pool.count * 64, 4096)), integer=True)
         if top is not None:
             alts.append([Change(f"gpus.{pool.type}.count", f"gpus[{pool.index}] ({pool.type}).count", pool.count,
                                 int(top), "raise")])
@@ -260,7 +239,7 @@ def explain(ir: ProblemIR, backend: Backend, options: SolveOptions, cands: Candi
             def ok_s(v, w=w, key=key):
                 w2 = replace(w, slo=replace(w.slo, **{key: v}))
                 return _min_cost(*_with_workload(ir, cands, w2), backend, options) is not None
-            top = _bisect(ok_s, cur, SLO_MAX[key], integer=False)
+            top = smallest_true(ok_s, cur, SLO_MAX[key], integer=False)
             if top is not None:
                 need = float(math.ceil(top))
                 if not ok_s(need):  # rounding up keeps feasibility (monotone); guard against numerics anyway

@@ -36,3 +36,12 @@ class UnifiedPlanner:
 
     def candidate_set(self, cands: CandidateSet) -> CandidateSet:
         return cands
+
+    def peers(self, cands: CandidateSet, fitted: bool = False) -> dict[str, tuple[str, ...]]:
+        """workload -> the ids of its candidates (unified, prefill and decode), for ``compiler.rounds``;
+        ``fitted``: only those of the kind the capacity prior was fitted on (unified serving)."""
+        out: dict[str, list[str]] = {}
+        for c in (*cands.candidates, *cands.disagg):
+            if not fitted or c.role == "unified":
+                out.setdefault(c.workload, []).append(c.id)
+        return {w: tuple(ids) for w, ids in out.items()}

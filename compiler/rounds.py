@@ -3,8 +3,21 @@ workload misses, lower the capacity of the deployment at fault (``derate``) so t
 
 Used by the one driver (``compiler.driver.drive``) for every kind of spec. Each function returns new derates; the
 ones it is given are left as they were.
+
+Two corrections make the first simulated round pass more often (issue 16 item 1, docs/simulator.md "Capacities
+the simulation confirms"):
+
+* ``prior_derates``: before the first solve, each workload's candidates start at the capacity factor of its
+  *regime* (SLO percentile band x one or several prompt-length ranges), fitted against the simulator by
+  ``benchmarks/fit_sim_correction.py`` on specgen families and committed with its provenance in
+  ``profiles/sim_capacity.yaml``;
+* in ``simulate_and_derate``, a workload the simulation does not confirm has the same factor applied to every
+  candidate of that workload (``peers``), not only to the deployment at fault: the model's error is the
+  workload's regime, so the next solve does not move the traffic to a sibling shape that misses the same way.
 """
 from __future__ import annotations
+
+from functools import cache
 
 MAX_ROUNDS = 8
 DERATE = 0.85  # capacity factor applied to a deployment at fault per analytic miss
@@ -22,14 +35,54 @@ def derate_analytic(misses, derate: dict[str, float]) -> dict[str, float]:
     return out
 
 
+def regime(w) -> str:
+    """The regime of a workload (``WorkloadIR``) for the capacity prior: its SLO percentile band (p90 and below,
+    p95 and below, above) and whether its prompts fall in one length range or several (ranges mixed on one
+    deployment lengthen the short prompts' wait behind the long ones)."""
+    p = w.slo.percentile
+    band = "p90" if p <= 90 else "p95" if p <= 95 else "p99"
+    return f"{band}-{'mixed' if len(w.buckets) > 1 else 'single'}"
+
+
+@cache
+def capacity_prior_table() -> dict[str, float]:
+    """regime -> capacity factor, from ``profiles/sim_capacity.yaml`` (each value with its source)."""
+    from importlib.resources import files
+
+    import yaml
+
+    data = yaml.safe_load((files("profiles") / "sim_capacity.yaml").read_text())
+    sources = data["sources"]
+    out = {}
+    for key, entry in data["regimes"].items():
+        if entry["source"] not in sources:
+            raise ValueError(f"profiles/sim_capacity.yaml: regimes.{key}.source {entry['source']!r} is not in sources")
+        out[key] = float(entry["value"])
+    return out
+
+
+def prior_derates(ir, peers: dict[str, tuple[str, ...]]) -> dict[str, float]:
+    """Initial derates: every candidate of a workload (``peers``: workload -> candidate ids) at its regime's
+    fitted capacity factor (the table's ``default`` for a regime it does not hold; 1.0 without one)."""
+    table = capacity_prior_table()
+    out = {}
+    for w in ir.workloads:
+        f = table.get(regime(w), table.get("default", 1.0))
+        if f < 1.0:
+            for cid in peers.get(w.name, ()):
+                out[cid] = f
+    return out
+
+
 def simulate_and_derate(plan, spec, ir, seeds: tuple[int, ...], requests: int, derate: dict[str, float],
-                        fill: dict[str, float] | None = None):
+                        fill: dict[str, float] | None = None, peers: dict[str, tuple[str, ...]] | None = None):
     """Simulate ``plan`` exactly as it will be written (rounded floats, so ``check`` replays these runs) on
     ``seeds`` (``compiler.sim.validate``: stop after the first seed when it already shows a miss) and, for each
     workload whose lower confidence bound is below target, derate its worst deployment to ``sim_derate`` x the
     load it carries now: ``fill`` gives each deployment's share of its (derated) capacity in use, so a deployment
     that misses below its capacity gets a capacity the next solve must respect (a derate above the fill would
-    change nothing). Returns (the ``SeedsResult``, the new derates)."""
+    change nothing); the same factor goes to every other candidate of that workload (``peers``: workload ->
+    candidate ids; see the module docstring). Returns (the ``SeedsResult``, the new derates)."""
     from compiler.plan.emit import plan_to_data
     from compiler.plan.schema import Plan
     from compiler.sim.validate import simulate_seeds
@@ -40,7 +93,9 @@ def simulate_and_derate(plan, spec, ir, seeds: tuple[int, ...], requests: int, d
         worst = "" if res.demonstrated(name) else res.worst_deployment(name)
         if worst:
             used = min(1.0, (fill or {}).get(worst, 1.0))
-            out[worst] = out.get(worst, 1.0) * sim_derate(res, name) * used
+            f = sim_derate(res, name)
+            for cid in {worst, *(peers or {}).get(name, ())}:
+                out[cid] = out.get(cid, 1.0) * f * used  # (old * f) * used, as before: the same floats
     return res, out
 
 

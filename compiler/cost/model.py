@@ -24,11 +24,11 @@ from functools import cached_property
 from compiler.cost.moe import (MoeLayer, attention_flops_per_ctx, attention_kernels, attention_params, check_layout,
                                expert_params, is_mla, kv_elements, moe_layers)
 from compiler.cost.predictions import ReplicaPredictions
-from compiler.cost.queueing import (_Aitken, _bracket, _normal, _prefill_queue, _tail_decision, bisect_max,
-                                    gamma_q)
+from compiler.cost.queueing import _Aitken, _normal, _prefill_queue, _tail_decision, gamma_q
 from compiler.cost.records import (BYTES, GIB, KV_DTYPES, UNSTABLE, BatchPrediction, BurstPrediction,
                                    ClosedLoopPrediction, KvTier, MemoryFit, ReplicaState, TrafficClass)
 from compiler.cost.roles import ReplicaRoles
+from compiler.cost.search import bisect_max, bisect_width, bracket
 from compiler.profiles import EngineProfile, GpuProfile, ModelProfile
 
 # Re-exported: the records and the search are the cost model's vocabulary for its callers.
@@ -519,13 +519,8 @@ class ReplicaModel(ReplicaRoles, ReplicaPredictions):
             decided = _tail_decision(miss, q, lo, hi, 1e-4 * tpot, bound_s)
             if decided is not None:
                 return tpot if decided else UNSTABLE
-        while hi - lo > 1e-4 * tpot:  # 0.01 % of the mean TPOT: far below any SLO's resolution
-            mid = (lo + hi) / 2
-            if miss(mid) > q:
-                lo = mid
-            else:
-                hi = mid
-        return hi
+        # to 0.01 % of the mean TPOT: far below any SLO's resolution
+        return bisect_width(lambda t: miss(t) > q, lo, hi, 1e-4 * tpot)
 
     def meets(self, state: ReplicaState, ttft_ms: float, tpot_ms: float) -> bool:
         return state.stable and max(state.ttft_s) * 1e3 <= ttft_ms and state.tpot_s * 1e3 <= tpot_ms
@@ -573,7 +568,7 @@ class ReplicaModel(ReplicaRoles, ReplicaPredictions):
         prefill_t = new / per_step * self.iteration_s(0, 0, per_step, cls.cached_tokens)
         hi = min(1.0 / prefill_t, self.max_num_seqs / (cls.osl_mean * self.iteration_s(1, cls.isl_mean))) * 1.01
         if guess is not None and 0.0 < guess < hi:
-            _bracket(ok, guess, hi, rel_tol)  # fills ``known``
+            bracket(ok, guess, hi, rel_tol)  # fills ``known``
         if not ok(1e-9):
             return 0.0
         return bisect_max(ok, 0.0, hi, rel_tol)

@@ -8,6 +8,7 @@ import math
 
 from compiler.cost.records import (UNSTABLE, BatchPrediction, BurstPrediction, ClosedLoopPrediction,
                                    MemoryFit, ReplicaState, TrafficClass)
+from compiler.cost.search import bisect_steps, grow
 
 
 class ReplicaPredictions:
@@ -51,16 +52,10 @@ class ReplicaPredictions:
                 return UNSTABLE, st
             return rate * (st.ttft_mean_s[0] + max(osl - 1, 0) * st.tpot_mean_s), st
 
-        lo, hi = 0.0, 1.0
-        while in_system(hi)[0] < concurrency and hi < 1e6:
-            lo, hi = hi, hi * 2
-        for _ in range(60):
-            mid = (lo + hi) / 2
-            if in_system(mid)[0] < concurrency:
-                lo = mid
-            else:
-                hi = mid
-        rate = lo
+        def below(rate: float) -> bool:
+            return in_system(rate)[0] < concurrency
+
+        rate = bisect_steps(below, *grow(below, 0.0, 1.0, 1e6), 60)
         st = in_system(rate)[1]
         if not st.stable:  # concurrency beyond what the engine can batch: report saturation
             rate, st = 0.0, wide.evaluate([TrafficClass(1e-9, isl, osl)], 50.0)

@@ -7,7 +7,8 @@ from __future__ import annotations
 import math
 from dataclasses import replace
 
-from compiler.cost.queueing import _prefill_queue, bisect_max
+from compiler.cost.queueing import _prefill_queue
+from compiler.cost.search import bisect_max
 from compiler.cost.records import UNSTABLE, ReplicaState, TrafficClass
 
 

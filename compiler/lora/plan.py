@@ -32,7 +32,7 @@ from dataclasses import dataclass, field, replace
 from compiler.assess import assess
 from compiler.cost.factory import replica_model, traffic_class
 from compiler.cost.lora import vllm_rank
-from compiler.cost.model import bisect_max
+from compiler.cost.search import bisect_max
 from compiler.deployment import (TOKEN_BUDGETS, Candidate, CandidateSet, DeploymentSpecView, LoraSlots, RouteView,
                                  replica_model_of, shapes)
 from compiler.errors import InfeasibleError
@@ -550,6 +550,11 @@ class LoraPlanner:
 
     def candidate_set(self, prob: LoraProblem) -> CandidateSet:
         return CandidateSet(tuple(c.cand for c in prob.cands), ())
+
+    def peers(self, prob: LoraProblem, fitted: bool = False) -> dict[str, tuple[str, ...]]:
+        """None: an adapter candidate serves several workloads, so a workload's correction is not its own (the
+        regime prior and the workload-wide correction of ``compiler.rounds`` are for unified planning only)."""
+        return {}
 
 
 def _relaxed(ir, changes: dict):

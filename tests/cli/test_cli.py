@@ -38,6 +38,16 @@ def test_plan_writes_plan_and_summary(quickstart_plan):
         "autocomplete": True, "chat": True, "summarize": True}
 
 
+def test_plan_verbose_reports_rounds_and_stage_seconds(tmp_path, small_spec_path):
+    res = run("plan", small_spec_path, "-o", tmp_path / "p.yaml", "-v")
+    assert res.exit_code == 0, res.output
+    line = next(ln for ln in res.output.splitlines() if ln.startswith("rounds: "))
+    rounds = int(line.split()[1])
+    assert rounds == yaml.safe_load((tmp_path / "p.yaml").read_text())["solver"]["rounds"]
+    for stage in ("lower", "candidates", "solve", "simulate", "other"):
+        assert f"{stage} " in line
+
+
 def test_plan_json_format(tmp_path):
     out = tmp_path / "p.json"
     assert run("plan", QUICKSTART, "-o", out, "--format", "json").exit_code == 0

@@ -1,4 +1,4 @@
-"""The incomplete gamma function behind the TPOT tail (pure Python, no scipy at start-up)."""
+"""The incomplete gamma function behind the TPOT tail (scipy.special.gammaincc, imported on first use)."""
 from __future__ import annotations
 
 import math
