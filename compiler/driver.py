@@ -58,6 +58,9 @@ class Planner(Protocol):
     def candidate_set(self, cands: Any) -> Any:
         """The ``CandidateSet`` a ``PlanResult`` carries."""
 
+    # Optional: ``simulate(plan, spec, ir, seeds, requests, derate, fill) -> (SeedsResult, derate)`` replaces
+    # ``compiler.rounds.simulate_and_derate`` (the schedule planner simulates its fullest windows).
+
 
 def drive(planner: Planner, spec, ir: ProblemIR, *, backend: str | None = None, time_limit_s: float | None = None,
           validate: bool = True, seed: int = 0, t0: float | None = None) -> PlanResult:
@@ -108,8 +111,9 @@ def drive(planner: Planner, spec, ir: ProblemIR, *, backend: str | None = None, 
             continue
         if not validate or ir.objective == "max_goodput":
             break  # (the simulator offers every workload's full rate; a goodput plan serves part of it)
-        last_sim, derate = simulate_and_derate(plan_, spec, ir, seeds, sim_requests, derate,
-                                               planner.fill(cands, res, derate))
+        validate_plan = getattr(planner, "simulate", simulate_and_derate)  # a schedule simulates its windows
+        last_sim, derate = validate_plan(plan_, spec, ir, seeds, sim_requests, derate,
+                                         planner.fill(cands, res, derate))
         if last_sim.ok:
             break
         sim_rounds += 1

@@ -60,9 +60,13 @@ def length_grids(w: Workload, base_dir: str = ".") -> tuple[np.ndarray, np.ndarr
 
 
 def workload_rate(w: Workload, base_dir: str = ".") -> float:
-    """rate_rps, or the trace's mean arrival rate x rate_scale."""
+    """rate_rps, or the peak of the rate profile (a schedule's static sizing; docs/online.md), or the trace's mean
+    arrival rate x rate_scale."""
     if w.rate_rps is not None:
         return float(w.rate_rps)
+    if w.rate_profile is not None:
+        p = w.rate_profile
+        return float(max(p.rps)) if p.rps is not None else float(p.peak_rps)
     from compiler.traces import read_trace
 
     tr = read_trace(Path(base_dir) / w.trace.path, w.trace.format)
