@@ -108,6 +108,12 @@ def check(
     foreign = plan_references(p, lower(s))
     if foreign:  # a plan from another spec: invalid input (exit 1), not a failed check
         raise InputError([Problem(f.where, f.message, str(plan_path)) for f in foreign], "plan")
+    if not analytic and p.schedule is not None and s.schedule is not None and trace is None and duration is None:
+        from compiler.sim.cli import schedule_check  # every window of the schedule (docs/online.md)
+
+        if not schedule_check(p, s, out, fmt.value, seed, seeds, requests, strict):
+            raise typer.Exit(int(ExitCode.CHECK_FAILED))
+        return
     if not analytic:
         from compiler.sim.cli import sim_check
 

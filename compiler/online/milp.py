@@ -143,3 +143,38 @@ def switching(res: SolveResult, cands: CandidateSet, T: int) -> list[tuple[int, 
     allc = cands.candidates + cands.disagg
     return [(round(sum(res.values.get(up_var(t, c.id), 0.0) for c in allc)),
              round(sum(res.values.get(down_var(t, c.id), 0.0) for c in allc))) for t in range(T)]
+
+
+def move_var(kind: str, cid: str) -> str:
+    return f"{kind}[{cid}]"
+
+
+def add_move_rows(m: MilpModel, cands: CandidateSet, current: dict[str, int], start_usd: dict[str, float],
+                  horizon_h: float, stop_usd: float = 0.0, max_moves: int | None = None, fixed_moves: int = 0) -> None:
+    """Re-planning from a running deployment (``trimtab replan``; docs/online.md, "Re-planning"), on a
+    ``compiler.formulate`` model:
+        start[c] >= n[c] - cur[c];  stop[c] >= cur[c] - n[c]                      (move[c])
+        sum_c start[c] + stop[c] <= max_moves - fixed_moves                        (moves, relaxable)
+        min  horizon_h x (the model's $/h objective) + sum_c (su[c] + EPS_SWITCH) start[c]
+                                                     + (stop_usd + EPS_SWITCH) stop[c]
+    cur[c]: replicas of c running now (after failures); su[c]: a start's cost (compiler.online.startup);
+    ``fixed_moves``: replicas that stop whatever the plan (deployments no candidate of the new spec matches)."""
+    m.objective = tuple((n, a * horizon_h) for n, a in m.objective)
+    obj = list(m.objective)
+    moves = []
+    for c in cands.candidates + cands.disagg:
+        ub = float(m.variables[n_var(c.id)].ub or 0.0)
+        cur = float(current.get(c.id, 0))
+        up, down = move_var("start", c.id), move_var("stop", c.id)
+        m.add_var(up, "continuous", 0.0, max(ub, 0.0))
+        m.add_var(down, "continuous", 0.0, max(cur, 0.0))
+        m.add(Constraint(f"move_start[{c.id}]", "move", ((n_var(c.id), 1.0), (up, -1.0)), "<=", cur,
+                         origin="--current"))
+        m.add(Constraint(f"move_stop[{c.id}]", "move", ((n_var(c.id), -1.0), (down, -1.0)), "<=", -cur,
+                         origin="--current"))
+        obj += [(up, start_usd.get(c.id, 0.0) + EPS_SWITCH), (down, stop_usd + EPS_SWITCH)]
+        moves += [(up, 1.0), (down, 1.0)]
+    if max_moves is not None:
+        m.add(Constraint("moves", "moves", tuple(moves), "<=", float(max_moves - fixed_moves), origin="--max-moves",
+                         relaxable=True))
+    m.objective = tuple(obj)

@@ -12,7 +12,7 @@ from dataclasses import replace
 
 from compiler.formulate import capacity_fill, n_var
 from compiler.online.milp import formulate_schedule, held_var, switching, window_ir, window_result
-from compiler.online.profile import WindowRates, window_rates
+from compiler.online.profile import window_rates, window_spec
 from compiler.online.startup import candidate_startup_s, startup_for
 from compiler.plan.extract import build_plan, chosen
 from compiler.plan.schema import PlanSchedule, Route, ScheduleWindow
@@ -22,18 +22,6 @@ from compiler.solve import balance_routes, solve_ir
 from solvers.base import SolveOptions
 
 SCHEDULE_GAP = 0.02  # relative MIP gap the schedule MILP stops at (windows x candidates: proving 1e-4 takes minutes)
-
-
-def window_spec(spec, wr: WindowRates, t: int):
-    """``spec`` as a static spec of window ``t``: each workload at its rate (and burstiness) there."""
-    ws = []
-    for w in spec.workloads:
-        cv = wr.cv[w.name][t]
-        ws.append(w.model_copy(update={"rate_rps": wr.rates[w.name][t], "rate_profile": None,
-                                       "arrival_cv": cv if cv is not None else w.arrival_cv}))
-    out = spec.model_copy(update={"workloads": ws, "schedule": None})
-    out._base_dir = spec.base_dir
-    return out
 
 
 class SchedulePlanner(UnifiedPlanner):
@@ -150,12 +138,20 @@ class SchedulePlanner(UnifiedPlanner):
         return out
 
     def fullest(self, cands, derate, k: int) -> list[int]:
-        """The ``k`` windows whose busiest deployment is the fullest (then the busiest traffic, then earliest)."""
+        """The ``k`` windows whose busiest deployment is the fullest (then the busiest traffic, then earliest),
+        and for each distinct burstiness (rate_profile.cv) other than the default the fullest window with it:
+        burstier arrivals miss at a lower fill."""
         score = []
         for t, (_, r_t) in enumerate(self.windows):
             f = capacity_fill(cands, r_t, derate)
             score.append((-(max(f.values()) if f else 0.0), -sum(self.wr.at(t).values()), t))
-        return sorted(t for *_, t in sorted(score)[:k])
+        pick = {t for *_, t in sorted(score)[:k]}
+        bursty: dict[tuple, tuple] = {}
+        for sc in sorted(score):
+            cv = tuple(self.wr.cv[w][sc[2]] for w in sorted(self.wr.cv))
+            if any(c is not None and c > 1 for c in cv):
+                bursty.setdefault(cv, sc)
+        return sorted(pick | {sc[2] for sc in bursty.values()})
 
     def window_plan(self, ir, cands, t: int, rounds: int = 1):
         ir_t, r_t = self.windows[t]

@@ -149,3 +149,15 @@ def profile_problems(spec) -> list[tuple[tuple, str, str]]:
         out.append((("workloads", i, "trace"), f"workloads[{i}].trace", "a schedule plans from rate profiles; "
                     "a trace's own arrivals are not split into windows (give rate_profile instead)"))
     return out
+
+
+def window_spec(spec, wr: WindowRates, t: int):
+    """``spec`` as a static spec of window ``t``: each workload at its rate (and burstiness) there."""
+    ws = []
+    for w in spec.workloads:
+        cv = wr.cv[w.name][t]
+        ws.append(w.model_copy(update={"rate_rps": wr.rates[w.name][t], "rate_profile": None,
+                                       "arrival_cv": cv if cv is not None else w.arrival_cv}))
+    out = spec.model_copy(update={"workloads": ws, "schedule": None})
+    out._base_dir = spec.base_dir
+    return out
