@@ -15,6 +15,7 @@ import typer
 
 from cli.common import Fmt, Solver, TableOrJson, TraceFormat, _expected_errors, err, out
 from cli.emit import emit_cmd
+from cli.replan import replan_cmd
 from cli.sweep import sweep_cmd
 from compiler.errors import ExitCode, InfeasibleError, InputError, Problem
 
@@ -436,6 +437,7 @@ def schema(which: Annotated[SchemaName, typer.Argument(help="spec or plan")]) ->
 
 app.command("emit")(_expected_errors(emit_cmd))
 app.command("sweep")(_expected_errors(sweep_cmd))
+app.command("replan")(_expected_errors(replan_cmd))
 
 
 @app.command("what-if")
