@@ -8,7 +8,8 @@ Notation (besides compiler/formulate.py's, which each window t uses with its own
     su[c] = usd[c] x startup_s[c] / 3600: what starting one replica costs (it holds its GPUs, serving nothing,
             for startup_s before its window: compiler.online.startup)
 Constraints:
-    window t's demand, capacity, KV-tier and P/D rows of compiler.formulate       (w<t>:<family>[...])
+    window t's demand, capacity, KV-tier and P/D rows of compiler.formulate, with window t's derates
+    (``window_derate``)                                                        (w<t>:<family>[...])
     n[t,c] <= held[c]                                                          (held[t,c])
     sum_{c on g} gpus[c] held[c] <= count[g]                                   (inventory[g], relaxable)
     up[t,c] >= n[t,c] - n[t-1,c];  down[t,c] >= n[t-1,c] - n[t,c]              (switch[t,c])
@@ -69,7 +70,7 @@ def formulate_schedule(ir: ProblemIR, cands: CandidateSet, rates: list[dict[str,
     T = len(rates)
     objective: list[tuple[str, float]] = []
     for t, r in enumerate(rates):
-        mt = formulate(window_ir(ir, r), cands, derate)
+        mt = formulate(window_ir(ir, r), cands, window_derate(derate, t))
         for v in mt.variables.values():
             m.add_var(wvar(t, v.name), v.kind, v.lb, v.ub)
         for con in mt.constraints:
@@ -129,6 +130,19 @@ def formulate_schedule(ir: ProblemIR, cands: CandidateSet, rates: list[dict[str,
                              float(max_changes), origin="schedule.max_changes_per_window", relaxable=True))
     m.objective = tuple(objective)
     return m
+
+
+def window_derate(derate: dict[str, float] | None, t: int) -> dict[str, float]:
+    """Window ``t``'s capacity factors: a candidate's own (``cid``, every window) times its window's
+    (``w<t>:cid``, from a simulated miss in a window at least as full; compiler.online.planner)."""
+    derate = derate or {}
+    pre = wvar(t, "")
+    out = {k: v for k, v in derate.items() if ":" not in k}
+    for k, v in derate.items():
+        if k.startswith(pre):
+            cid = k[len(pre):]
+            out[cid] = out.get(cid, 1.0) * v
+    return out
 
 
 def window_result(res: SolveResult, t: int) -> SolveResult:

@@ -11,7 +11,8 @@ from __future__ import annotations
 from dataclasses import replace
 
 from compiler.formulate import capacity_fill, n_var
-from compiler.online.milp import formulate_schedule, held_var, switching, window_ir, window_result
+from compiler.online.milp import (formulate_schedule, held_var, switching, window_derate, window_ir, window_result,
+                                 wvar)
 from compiler.online.profile import window_rates, window_spec
 from compiler.online.startup import candidate_startup_s, startup_for
 from compiler.plan.extract import build_plan, chosen
@@ -45,9 +46,9 @@ class SchedulePlanner(UnifiedPlanner):
         distinct rate vectors once): the schedule MILP chooses among these. Returns them and the seconds spent."""
         keep: set[str] = set()
         spent = 0.0
-        for r in dict.fromkeys(tuple(sorted(x.items())) for x in self.rates()):
+        for t, r in enumerate(self.rates()):
             left = SolveOptions(max(options.time_limit_s / 4 - spent, 1.0), options.mip_rel_gap, options.threads)
-            res = solve_ir(window_ir(ir, dict(r)), cands, backend, left, derate)
+            res = solve_ir(window_ir(ir, r), cands, backend, left, window_derate(derate, t))
             spent += res.seconds
             keep |= {c.id for c in cands.candidates + cands.disagg if res.values.get(n_var(c.id), 0.0) > 0.5}
         if not keep:
@@ -69,7 +70,7 @@ class SchedulePlanner(UnifiedPlanner):
             for t, r in enumerate(self.rates()):
                 ir_t = window_ir(ir, r)
                 left = SolveOptions(max(options.time_limit_s - spent, 1.0), options.mip_rel_gap, options.threads)
-                bal = balance_routes(ir_t, small, backend, left, window_result(res, t), derate)
+                bal = balance_routes(ir_t, small, backend, left, window_result(res, t), window_derate(derate, t))
                 spent += max(bal.seconds - res.seconds, 0.0)
                 windows.append((ir_t, bal))
         res = replace(res, seconds=spent)
@@ -132,18 +133,19 @@ class SchedulePlanner(UnifiedPlanner):
         """Per deployment: the largest share of its capacity any window uses."""
         self.use(res)
         out: dict[str, float] = {}
-        for _, r_t in self.windows:
-            for k, v in capacity_fill(cands, r_t, derate).items():
+        for t, (_, r_t) in enumerate(self.windows):
+            for k, v in capacity_fill(cands, r_t, window_derate(derate, t)).items():
                 out[k] = max(out.get(k, 0.0), v)
         return out
 
     def fullest(self, cands, derate, k: int) -> list[int]:
         """The ``k`` windows whose busiest deployment is the fullest (then the busiest traffic, then earliest),
-        and for each distinct burstiness (rate_profile.cv) other than the default the fullest window with it:
-        burstier arrivals miss at a lower fill."""
+        each workload's peak window (the held plan's routes come from it), and for each distinct burstiness
+        (rate_profile.cv) other than the default the fullest window with it: burstier arrivals miss at a lower
+        fill."""
         score = []
         for t, (_, r_t) in enumerate(self.windows):
-            f = capacity_fill(cands, r_t, derate)
+            f = capacity_fill(cands, r_t, window_derate(derate, t))
             score.append((-(max(f.values()) if f else 0.0), -sum(self.wr.at(t).values()), t))
         pick = {t for *_, t in sorted(score)[:k]}
         bursty: dict[tuple, tuple] = {}
@@ -151,7 +153,8 @@ class SchedulePlanner(UnifiedPlanner):
             cv = tuple(self.wr.cv[w][sc[2]] for w in sorted(self.wr.cv))
             if any(c is not None and c > 1 for c in cv):
                 bursty.setdefault(cv, sc)
-        return sorted(pick | {sc[2] for sc in bursty.values()})
+        peaks = {self.peak_window(w) for w in self.wr.rates}
+        return sorted(pick | peaks | {sc[2] for sc in bursty.values()})
 
     def window_plan(self, ir, cands, t: int, rounds: int = 1):
         ir_t, r_t = self.windows[t]
@@ -160,23 +163,33 @@ class SchedulePlanner(UnifiedPlanner):
         return ir_t, plan
 
     def simulate(self, plan, spec, ir, seeds, requests, derate, fill):
-        """Validation of a schedule: the fullest ``schedule.validate_windows`` windows, each simulated as a static
-        plan (its replicas and routes) under its own rates and burstiness on ``seeds``; a miss derates the
-        deployment at fault (``compiler.rounds.simulate_and_derate``) in every window. Returns the worst window's
-        result (the first that misses, else the one with the lowest margin) and the derates."""
+        """Validation of a schedule: the windows ``fullest`` picks, each simulated as a static plan (its replicas
+        and routes) under its own rates and burstiness on ``seeds``. A miss derates the deployment at fault
+        (``compiler.rounds.simulate_and_derate``: to the fill it missed at) in that window and in every window
+        where it runs at least as full with at least as bursty traffic (keys ``w<t>:cid``). Returns the worst
+        window's result (the lowest margin of the lower bound over target) and the derates."""
         from compiler.rounds import simulate_and_derate
 
         cands = self._cands
         self.sims = {}
         out = dict(derate)
+        fills = [capacity_fill(cands, r_t, window_derate(derate, t)) for t, (_, r_t) in enumerate(self.windows)]
+        burst = [max((c or 1.0) for w in self.wr.cv for c in (self.wr.cv[w][t],)) for t in range(self.wr.n)]
         worst, worst_margin = None, None
         for t in self.fullest(cands, derate, self.sched.validate_windows):
             ir_t, plan_t = self.window_plan(ir, cands, t)
-            res_t, new = simulate_and_derate(plan_t, window_spec(spec, self.wr, t), ir_t, seeds, requests, derate,
-                                             capacity_fill(cands, self.windows[t][1], derate))
+            d_t = window_derate(derate, t)
+            res_t, new = simulate_and_derate(plan_t, window_spec(spec, self.wr, t), ir_t, seeds, requests, d_t,
+                                             fills[t])
             self.sims[t] = res_t
-            for k, v in new.items():
-                out[k] = min(out.get(k, 1.0), v)
+            for cid, v in new.items():
+                if v >= d_t.get(cid, 1.0) - 1e-12:
+                    continue
+                factor = v / d_t.get(cid, 1.0)
+                for t2 in range(self.wr.n):
+                    if fills[t2].get(cid, 0.0) >= fills[t].get(cid, 0.0) - 1e-9 and burst[t2] >= burst[t] - 1e-9:
+                        key = wvar(t2, cid)
+                        out[key] = min(out.get(key, 1.0), derate.get(key, 1.0) * factor)
             margin = min(res_t.intervals[n].lower - res_t.targets[n] for n in res_t.intervals)
             if worst is None or margin < worst_margin:
                 worst, worst_margin = res_t, margin

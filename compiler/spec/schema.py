@@ -344,8 +344,10 @@ class Schedule(_Strict):
                                                description="replicas started plus stopped at one window boundary")
     cyclic: bool = Field(default=True, description="the period repeats: window 0 follows the last")
     startup: Startup = Startup()
-    validate_windows: int = Field(default=3, ge=1, le=10_000, description="windows simulated by plan (the "
-                                                                          "fullest); check simulates every window")
+    validate_windows: int = Field(default=3, ge=1, le=10_000,
+                                  description="plan simulates this many of the fullest windows, besides each "
+                                              "workload's peak window and the fullest bursty one; check "
+                                              "simulates every window")
 
 
 class Spec(_Strict):
