@@ -39,7 +39,7 @@ def plan(spec: Spec, *, backend: str | None = None, time_limit_s: float | None =
     if spec.schedule is not None:  # plans per window (docs/online.md)
         from compiler.online.planner import SchedulePlanner
 
-        sp = SchedulePlanner(spec)
+        sp = SchedulePlanner(spec, time_limit_s)
         res = drive(sp, spec, ir, backend=backend, time_limit_s=time_limit_s, validate=validate, seed=seed, t0=t0)
         return replace(res, plan=sp.with_windows_validated(res.plan))
     if ir.lora is not None:

@@ -26,8 +26,9 @@ SCHEDULE_GAP = 0.02  # relative MIP gap the schedule MILP stops at (windows x ca
 
 
 class SchedulePlanner(UnifiedPlanner):
-    def __init__(self, spec):
+    def __init__(self, spec, time_limit_s: float | None = None):
         self.spec = spec
+        self.time_limit_s = time_limit_s or spec.solver.time_limit_s
         self.sched = spec.schedule
         self.wr = window_rates(spec)
         self.startup = startup_for(self.sched.startup)
@@ -57,7 +58,11 @@ class SchedulePlanner(UnifiedPlanner):
                        disagg=tuple(c for c in cands.disagg if c.id in keep)), spent
 
     def solve(self, ir, cands, derate, backend, options):
+        """Screening and the schedule MILP, each round with the spec's whole time limit (not what earlier rounds
+        left, as for a static plan: a schedule's MILP stopped early keeps a poor incumbent, costly and churning)."""
         s = self.sched
+        options = SolveOptions(max(options.time_limit_s, self.time_limit_s or 0.0), options.mip_rel_gap,
+                               options.threads)
         small, spent = self.screen(ir, cands, derate, backend, options)
         m = formulate_schedule(ir, small, self.rates(), s.window_s, self.startup_s(ir, small), derate,
                                cyclic=s.cyclic, min_lifetime=s.min_lifetime_windows,
