@@ -29,7 +29,11 @@ def spec_hash(spec: Spec, profiles: ProfileSet) -> str:
     h = hashlib.sha256()
     data = strip_unset(spec.model_dump(mode="json"))
     # Specs without prefix reuse keep the hash they had before ``prefix`` existed.
-    data["workloads"] = [{k: v for k, v in w.items() if not (k == "prefix" and v is None)} for w in data["workloads"]]
+    # Likewise without a schedule (docs/online.md): rate profiles and the schedule block left at None.
+    data["workloads"] = [{k: v for k, v in w.items() if not (k in ("prefix", "rate_profile") and v is None)}
+                         for w in data["workloads"]]
+    if data.get("schedule", 0) is None:
+        del data["schedule"]
     tiers = spec.defaults.kv_tiers != "off"
     if not tiers:  # specs without KV tiers keep the hash they had before the switch existed
         data["defaults"] = {k: v for k, v in data["defaults"].items() if k != "kv_tiers"}

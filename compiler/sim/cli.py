@@ -129,11 +129,13 @@ def schedule_check(plan: Plan, spec: Spec, out: Console, fmt: str, seed: int | N
         return ok
     for c in checks:
         att = ", ".join(f"{k} {iv.mean:.2%} [{iv.lower:.2%}]" for k, iv in c.result.intervals.items())
-        out.print(f"{'ok  ' if c.report.ok else 'FAIL'} window {c.window} (t={c.start_s} s): {att}", markup=False)
+        unsure = any(c.result.verdict(k) == "inconclusive" for k in c.result.intervals)
+        mark = "FAIL" if not c.report.ok else ("~   " if unsure else "ok  ")
+        out.print(f"{mark} window {c.window} (t={c.start_s} s): {att}", markup=False)
         for v in c.report.violations:
             out.print(f"FAIL window {c.window}: {v}", markup=False)
     out.print(f"worst window: {worst.window} (t={worst.start_s} s), lowest margin of the lower 95% bound over "
-              f"target {worst.margin:+.2%}", markup=False)
+              f"target {worst.margin:+.2%}; '~': below target within noise (more --seeds to decide)", markup=False)
     bad = sum(not c.report.ok for c in checks)
     out.print("check passed" if ok else f"check failed: {bad} of {len(checks)} window(s)", markup=False)
     return ok
