@@ -48,8 +48,9 @@ class SchedulePlanner(UnifiedPlanner):
         keep: set[str] = set()
         spent = 0.0
         for t, r in enumerate(self.rates()):
-            left = SolveOptions(max(options.time_limit_s / 4 - spent, 1.0), options.mip_rel_gap, options.threads)
-            res = solve_ir(window_ir(ir, r), cands, backend, left, window_derate(derate, t))
+            # each window's static solve gets the whole limit: one that stops early on a busy machine would make
+            # the candidate set, hence the plan, depend on the machine's load (plans are byte-stable)
+            res = solve_ir(window_ir(ir, r), cands, backend, options, window_derate(derate, t))
             spent += res.seconds
             keep |= {c.id for c in cands.candidates + cands.disagg if res.values.get(n_var(c.id), 0.0) > 0.5}
         if not keep:
@@ -67,15 +68,14 @@ class SchedulePlanner(UnifiedPlanner):
         m = formulate_schedule(ir, small, self.rates(), s.window_s, self.startup_s(ir, small), derate,
                                cyclic=s.cyclic, min_lifetime=s.min_lifetime_windows,
                                max_changes=s.max_changes_per_window)
-        res = backend.solve(m, SolveOptions(max(options.time_limit_s - spent, 1.0),
-                                            max(options.mip_rel_gap, SCHEDULE_GAP), options.threads))
+        res = backend.solve(m, SolveOptions(options.time_limit_s, max(options.mip_rel_gap, SCHEDULE_GAP),
+                                            options.threads))
         spent += res.seconds
         windows = []
         if res.has_solution:
             for t, r in enumerate(self.rates()):
                 ir_t = window_ir(ir, r)
-                left = SolveOptions(max(options.time_limit_s - spent, 1.0), options.mip_rel_gap, options.threads)
-                bal = balance_routes(ir_t, small, backend, left, window_result(res, t), window_derate(derate, t))
+                bal = balance_routes(ir_t, small, backend, options, window_result(res, t), window_derate(derate, t))
                 spent += max(bal.seconds - res.seconds, 0.0)
                 windows.append((ir_t, bal))
         res = replace(res, seconds=spent)
