@@ -15,6 +15,7 @@ import typer
 
 from cli.common import Fmt, Solver, TableOrJson, TraceFormat, _expected_errors, err, out
 from cli.emit import emit_cmd
+from cli.replan import replan_cmd
 from cli.sweep import sweep_cmd
 from compiler.errors import ExitCode, InfeasibleError, InputError, Problem
 
@@ -108,6 +109,12 @@ def check(
     foreign = plan_references(p, lower(s))
     if foreign:  # a plan from another spec: invalid input (exit 1), not a failed check
         raise InputError([Problem(f.where, f.message, str(plan_path)) for f in foreign], "plan")
+    if not analytic and p.schedule is not None and s.schedule is not None and trace is None and duration is None:
+        from compiler.sim.cli import schedule_check  # every window of the schedule (docs/online.md)
+
+        if not schedule_check(p, s, out, fmt.value, seed, seeds, requests, strict):
+            raise typer.Exit(int(ExitCode.CHECK_FAILED))
+        return
     if not analytic:
         from compiler.sim.cli import sim_check
 
@@ -442,6 +449,7 @@ def schema(which: Annotated[SchemaName, typer.Argument(help="spec or plan")]) ->
 
 app.command("emit")(_expected_errors(emit_cmd))
 app.command("sweep")(_expected_errors(sweep_cmd))
+app.command("replan")(_expected_errors(replan_cmd))
 
 
 @app.command("what-if")

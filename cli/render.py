@@ -42,6 +42,12 @@ def plan_summary(console: Console, r: PlanResult, verbose: bool = False) -> None
     console.print(f"solver: {s.backend} {s.status}{gap}, {r.rounds} round(s); "
                   f"{len(r.candidates.candidates)} candidates, {len(r.candidates.pruned)} pruned; "
                   f"planned in {r.seconds.get('total', 0):.2f} s")
+    if p.schedule is not None:  # docs/online.md
+        sc = p.schedule
+        console.print(f"schedule: {len(sc.windows)} windows of {sc.window_s} s, {sc.cost_usd_per_hour_mean:,.2f} $/h "
+                      f"over the period (start-ups {sc.startup_usd_per_period:,.2f} $ per period, "
+                      f"{sum(w.started for w in sc.windows)} replicas started); the table shows the fleet held "
+                      f"(the most each deployment runs at once)")
     for msg in p.warnings:
         console.print(f"[yellow]warning:[/] {msg}")
     if verbose:

@@ -13,6 +13,7 @@ formulate -> backend.solve -> extract -> assess -> simulate on seeds -> place (C
 from __future__ import annotations
 
 import time
+from dataclasses import replace
 
 from compiler.check import CheckReport, check
 from compiler.diff import diff_plans
@@ -35,6 +36,12 @@ def plan(spec: Spec, *, backend: str | None = None, time_limit_s: float | None =
     (``compiler.driver.drive``) for every spec; adapters and tenants get the LoRA planner."""
     t0 = time.perf_counter()
     ir = lower(spec, profiles or load_profiles())
+    if spec.schedule is not None:  # plans per window (docs/online.md)
+        from compiler.online.planner import SchedulePlanner
+
+        sp = SchedulePlanner(spec, time_limit_s)
+        res = drive(sp, spec, ir, backend=backend, time_limit_s=time_limit_s, validate=validate, seed=seed, t0=t0)
+        return replace(res, plan=sp.with_windows_validated(res.plan))
     if ir.lora is not None:
         from compiler.lora.plan import LoraPlanner as P
     else:

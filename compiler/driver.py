@@ -62,6 +62,9 @@ class Planner(Protocol):
         """workload -> ids of the candidates that serve only it ({}: none such; see ``compiler.rounds``);
         ``fitted``: only those of a kind ``profiles/sim_capacity.yaml`` was fitted on."""
 
+    # Optional: ``simulate(plan, spec, ir, seeds, requests, derate, fill) -> (SeedsResult, derate)`` replaces
+    # ``compiler.rounds.simulate_and_derate`` (the schedule planner simulates its fullest windows).
+
 
 def drive(planner: Planner, spec, ir: ProblemIR, *, backend: str | None = None, time_limit_s: float | None = None,
           validate: bool = True, seed: int = 0, t0: float | None = None) -> PlanResult:
@@ -129,13 +132,17 @@ def drive(planner: Planner, spec, ir: ProblemIR, *, backend: str | None = None, 
         if not simulated:
             break  # (the simulator offers every workload's full rate; a goodput plan serves part of it)
         ts = time.perf_counter()
-        last_sim, derate = simulate_and_derate(plan_, spec, ir, seeds, sim_requests, derate,
-                                               planner.fill(cands, res, derate), peers)
+        own = getattr(planner, "simulate", None)  # a schedule simulates its fullest windows, derates per window
+        if own is not None:
+            last_sim, derate = own(plan_, spec, ir, seeds, sim_requests, derate, planner.fill(cands, res, derate))
+        else:
+            last_sim, derate = simulate_and_derate(plan_, spec, ir, seeds, sim_requests, derate,
+                                                   planner.fill(cands, res, derate), peers)
         sim_s += time.perf_counter() - ts
         if last_sim.ok:
             break
         sim_rounds += 1
-        if with_prior is None and prior:  # the first simulated miss: every fitted candidate at most at its prior
+        if with_prior is None and prior and own is None:  # first simulated miss: fitted candidates at most at prior
             alone = derate
             derate = {k: min(derate.get(k, 1.0), prior.get(k, 1.0)) for k in sorted(set(derate) | set(prior))}
             with_prior = (derate, alone)

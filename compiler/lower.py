@@ -28,7 +28,11 @@ def spec_hash(spec: Spec, profiles: ProfileSet) -> str:
     h = hashlib.sha256()
     data = strip_unset(spec.model_dump(mode="json"))
     # Specs without prefix reuse keep the hash they had before ``prefix`` existed.
-    data["workloads"] = [{k: v for k, v in w.items() if not (k == "prefix" and v is None)} for w in data["workloads"]]
+    # Likewise without a schedule (docs/online.md): rate profiles and the schedule block left at None.
+    data["workloads"] = [{k: v for k, v in w.items() if not (k in ("prefix", "rate_profile") and v is None)}
+                         for w in data["workloads"]]
+    if data.get("schedule", 0) is None:
+        del data["schedule"]
     tiers = spec.defaults.kv_tiers != "off"
     if not tiers:  # specs without KV tiers keep the hash they had before the switch existed
         data["defaults"] = {k: v for k, v in data["defaults"].items() if k != "kv_tiers"}
@@ -46,9 +50,13 @@ def spec_hash(spec: Spec, profiles: ProfileSet) -> str:
 
 
 def workload_rate(w: Workload, base_dir: str = ".") -> float:
-    """rate_rps, or the trace's mean arrival rate x rate_scale."""
+    """rate_rps, or the peak of the rate profile (a schedule's static sizing; docs/online.md), or the trace's mean
+    arrival rate x rate_scale."""
     if w.rate_rps is not None:
         return float(w.rate_rps)
+    if w.rate_profile is not None:
+        p = w.rate_profile
+        return float(max(p.rps)) if p.rps is not None else float(p.peak_rps)
     from compiler.traces import read_trace
 
     tr = read_trace(Path(base_dir) / w.trace.path, w.trace.format)

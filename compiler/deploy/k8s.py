@@ -13,6 +13,7 @@ import math
 from compiler.deploy.common import (CACHE_CLAIM, GIB, HF_SECRET, PORT, PROBE_PERIOD_S, SHM_GIB, Bundle, Target,
                                     k8s_name)
 from compiler.engines.base import LEADER_ENV, RANK_ENV
+from compiler.online.autoscale import cron_triggers, min_replicas
 
 APP = "trimtab"
 CONFIG_DIR = "/etc/trimtab"  # the TensorRT-LLM extra options file, from a ConfigMap; the container's workdir
@@ -94,7 +95,9 @@ def _service(t: Target) -> dict:
 
 def _scaler(b: Bundle, t: Target, kind: str, api: str) -> dict:
     metric = b.engine["queue_metric"]["name"]
-    return {"apiVersion": "keda.sh/v1alpha1", "kind": "ScaledObject",
+    sched = getattr(b.plan, "schedule", None)
+    crons = cron_triggers(sched, t.dep.name) if sched is not None else None
+    obj = {"apiVersion": "keda.sh/v1alpha1", "kind": "ScaledObject",
             "metadata": {"name": t.name, "labels": _labels(t)},
             "spec": {"scaleTargetRef": {"apiVersion": api, "kind": kind, "name": t.name},
                      # The plan's replica count meets the SLO at the planned load: never scale below it.
@@ -103,6 +106,10 @@ def _scaler(b: Bundle, t: Target, kind: str, api: str) -> dict:
                          "serverAddress": PROMETHEUS,
                          "query": f'sum({metric}{{pod=~"{t.name}-.*"}})',
                          "threshold": str(t.queue_threshold)}}]}}
+    if crons is not None:  # a schedule (docs/online.md): the windows' replicas, started ahead by the start-up time
+        obj["spec"]["minReplicaCount"] = min_replicas(sched, t.dep.name)
+        obj["spec"]["triggers"] = crons + obj["spec"]["triggers"]
+    return obj
 
 
 def _engine_files(t: Target) -> dict:

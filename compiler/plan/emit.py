@@ -43,6 +43,13 @@ def plan_to_data(plan: Plan) -> dict:
         for k in ("worker_command", "engine_files"):  # multi-node replicas / TensorRT-LLM only
             if not d.get(k):
                 d.pop(k, None)
+    if data.get("schedule") is None:  # schedules (docs/online.md) only in plans of specs that have one
+        data.pop("schedule", None)
+    else:
+        for w in data["schedule"]["windows"]:
+            w["routes"] = [{k: v for k, v in r.items() if v is not None or k == "share"} for r in w["routes"]]
+            if not w.get("attainment_lower"):
+                w.pop("attainment_lower", None)
     return strip_lora_defaults(data)
 
 

@@ -171,6 +171,37 @@ class EngineInfo(_Strict):
     version: str = Field(description="the version whose flags were emitted (profiles/engine_flags.yaml)")
 
 
+class ScheduleWindow(_Strict):
+    """One window of a schedule: its traffic, replicas and routes (docs/online.md)."""
+
+    start_s: int = Field(ge=0, description="seconds from the start of the period")
+    rates: dict[str, float] = Field(description="per workload: planned arrival rate in this window, rps")
+    replicas: dict[str, int] = Field(description="per deployment: replicas serving in this window (0: stopped)")
+    started: int = Field(ge=0, description="replicas started for this window (ahead of it by their start-up time)")
+    stopped: int = Field(ge=0, description="replicas stopped at its start")
+    cost_usd_per_hour: float = Field(description="the replicas serving in this window")
+    routes: list[Route] = Field(description="shares in this window (as the plan's routes)")
+    attainment_lower: dict[str, float] = Field(default={}, description="per workload: lower 95% bound of "
+                                               "simulated attainment, for the windows plan simulated (else omitted)")
+
+
+class PlanSchedule(_Strict):
+    """Replicas per deployment per window of a period (spec ``schedule``; docs/online.md). The plan's
+    ``deployments[].replicas`` are the most each deployment holds at once (what is placed); each window runs
+    its ``replicas``."""
+
+    window_s: int
+    cyclic: bool
+    min_lifetime_windows: int
+    max_changes_per_window: int | None
+    startup_s: dict[str, float] = Field(description="per deployment: seconds a started replica holds its GPUs "
+                                                    "before serving (weights / load bandwidth + warm-up)")
+    startup_source: str = Field(description="where the load bandwidth and warm-up come from")
+    cost_usd_per_hour_mean: float = Field(description="serving cost averaged over the period, plus start-ups")
+    startup_usd_per_period: float = Field(description="cost of replicas starting (holding GPUs, not serving)")
+    windows: list[ScheduleWindow]
+
+
 class Plan(_Strict):
     plan_version: Literal[1] = PLAN_VERSION
     spec: str
@@ -191,3 +222,5 @@ class Plan(_Strict):
                                                                    "none)")
     goodput: Goodput | None = Field(default=None, description="objective max_goodput only: traffic served; routes "
                                                                "then carry shares of at most 1 per workload")
+    schedule: PlanSchedule | None = Field(default=None, description="spec schedule only: replicas per window "
+                                                                    "(docs/online.md; omitted otherwise)")

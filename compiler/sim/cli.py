@@ -107,3 +107,35 @@ def _num(v: float) -> str:
     if not math.isfinite(v):
         return "inf"
     return f"{v:.0f}" if v >= 100 else f"{v:.1f}"
+
+
+def schedule_check(plan: Plan, spec: Spec, out: Console, fmt: str, seed: int | None, seeds: int,
+                   requests: int | None, strict: bool) -> bool:
+    """``check`` of a plan with a schedule: every window simulated (compiler.online.check), one line per window
+    and the worst window named."""
+    from compiler.online.check import check_windows, worst_window
+
+    checks = check_windows(plan, spec, seed=seed, seeds=seeds, requests=requests, strict=strict)
+    worst = worst_window(checks)
+    ok = all(c.report.ok for c in checks)
+    if fmt == "json":
+        data = {"ok": ok, "mode": "simulation", "worst_window": worst.window,
+                "windows": [{"window": c.window, "start_s": c.start_s, "ok": c.report.ok,
+                             "violations": c.report.violations,
+                             "attainment": {k: round(iv.mean, 6) for k, iv in c.result.intervals.items()},
+                             "attainment_lower": {k: round(iv.lower, 6) for k, iv in c.result.intervals.items()}}
+                            for c in checks]}
+        sys.stdout.write(json.dumps(data, indent=2) + "\n")
+        return ok
+    for c in checks:
+        att = ", ".join(f"{k} {iv.mean:.2%} [{iv.lower:.2%}]" for k, iv in c.result.intervals.items())
+        unsure = any(c.result.verdict(k) == "inconclusive" for k in c.result.intervals)
+        mark = "FAIL" if not c.report.ok else ("~   " if unsure else "ok  ")
+        out.print(f"{mark} window {c.window} (t={c.start_s} s): {att}", markup=False)
+        for v in c.report.violations:
+            out.print(f"FAIL window {c.window}: {v}", markup=False)
+    out.print(f"worst window: {worst.window} (t={worst.start_s} s), lowest margin of the lower 95% bound over "
+              f"target {worst.margin:+.2%}; '~': below target within noise (more --seeds to decide)", markup=False)
+    bad = sum(not c.report.ok for c in checks)
+    out.print("check passed" if ok else f"check failed: {bad} of {len(checks)} window(s)", markup=False)
+    return ok

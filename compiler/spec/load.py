@@ -68,6 +68,10 @@ def cross_check(spec: Spec, lines: LineMap, source: str, profiles: ProfileSet) -
             bad(("workloads", i, "model"), f"workloads[{i}] ({w.name}).model",
                 f"model {w.model!r} is not listed under models ({', '.join(sorted(names))})")
     lora_cross_check(spec, bad)
+    from compiler.online.profile import profile_problems
+
+    for loc, where, msg in profile_problems(spec):
+        bad(loc, where, msg)
     if spec.budget_usd_per_hour is not None and all(g.count == 0 for g in spec.gpus):
         bad(("gpus",), "gpus", "every GPU pool has count 0")
     return out

@@ -227,6 +227,41 @@ class Prefix(_Strict):
         return self
 
 
+class RateProfile(_Strict):
+    """A workload's arrival rate over the schedule's period, one value per window (docs/online.md): declared
+    (``rps``), or the shape of a ServeGen per-10-minute rate file scaled so its busiest window is ``peak_rps``."""
+
+    rps: list[float] | None = Field(default=None, min_length=1, max_length=10_000,
+                                    description="requests per second in each window, in order")
+    servegen: str | None = Field(default=None, description="ServeGen rate CSV (window_start_s, rate, ...; path "
+                                                           "relative to the spec): its 10-minute rates averaged "
+                                                           "into the schedule's windows")
+    peak_rps: float | None = Field(default=None, gt=0, le=1_000_000,
+                                   description="servegen: scale the shape so its busiest window has this rate")
+    fold: Literal["day", "none"] = Field(default="day", description="servegen: day = one day of windows, each the "
+                                                                    "busiest of that time of day over all days; "
+                                                                    "none = the whole file")
+    cv: list[float] | None = Field(default=None, min_length=1, max_length=10_000,
+                                   description="burstiness per window: coefficient of variation of inter-arrival "
+                                               "gaps in simulation (default: the workload's arrival_cv)")
+
+    @model_validator(mode="after")
+    def _one_form(self):
+        if (self.rps is None) == (self.servegen is None):
+            raise ValueError("give either rps (one rate per window) or servegen (a ServeGen rate file)")
+        if self.servegen is not None and self.peak_rps is None:
+            raise ValueError("servegen needs peak_rps (ServeGen rates are a shape, not volumes)")
+        if self.rps is not None and self.peak_rps is not None:
+            raise ValueError("peak_rps scales a servegen shape; with rps give the rates themselves")
+        if self.rps is not None and any(not 0 < r <= 1_000_000 for r in self.rps):
+            raise ValueError("every rate in rps must be in (0, 1000000]")
+        if self.cv is not None and any(not 0 < c <= 20 for c in self.cv):
+            raise ValueError("every cv must be in (0, 20]")
+        if self.cv is not None and self.rps is not None and len(self.cv) != len(self.rps):
+            raise ValueError(f"cv has {len(self.cv)} values for {len(self.rps)} windows of rps")
+        return self
+
+
 class Workload(_Strict):
     name: str = Field(min_length=1, max_length=100, pattern=r"^[A-Za-z0-9][A-Za-z0-9_.-]*$",
                       description="unique workload name (plan routes, predictions and check name it)")
@@ -250,11 +285,16 @@ class Workload(_Strict):
     tenant: str | None = Field(default=None, min_length=1, max_length=100, description="owner, for isolation")
     prefix: Prefix | None = Field(default=None, description="prefix reuse: hits cut prefill work and need cache "
                                                             "capacity (docs/prefix-caching.md)")
+    rate_profile: RateProfile | None = Field(default=None, description="arrival rate per window of the schedule "
+                                                                       "(docs/online.md); needs schedule")
 
     @model_validator(mode="after")
     def _traffic(self):
+        if self.rate_profile is not None and (self.rate_rps is not None or self.trace is not None):
+            raise ValueError("give rate_profile or rate_rps / trace, not both (rate_profile's peak is the rate)")
         if self.trace is None:
-            missing = [k for k in ("rate_rps", "input_tokens", "output_tokens") if getattr(self, k) is None]
+            need = ("input_tokens", "output_tokens") + (("rate_rps",) if self.rate_profile is None else ())
+            missing = [k for k in need if getattr(self, k) is None]
             if missing:
                 raise ValueError(f"give {', '.join(missing)} (or a trace to take them from)")
         elif self.rate_rps is not None and self.trace.rate_scale is not None:
@@ -318,6 +358,30 @@ class Network(_Strict):
                                                       "(only the nodes' NICs)")
 
 
+class Startup(_Strict):
+    """What starting a replica takes (defaults: profiles/online.yaml, with sources)."""
+
+    load_gbps: float | None = Field(default=None, gt=0, le=10_000, description="weights read per node, GB/s")
+    warmup_s: float | None = Field(default=None, ge=0, le=86_400, description="engine warm-up after loading, s")
+
+
+class Schedule(_Strict):
+    """Plan per window of a period (docs/online.md): replicas per deployment per window, cheapest over the period
+    including the cost of starting replicas."""
+
+    window_s: int = Field(default=3600, ge=60, le=86_400 * 7, description="length of a window, seconds")
+    min_lifetime_windows: int = Field(default=1, ge=1, le=1000, description="a started replica runs at least this "
+                                                                            "many windows")
+    max_changes_per_window: int | None = Field(default=None, ge=0, le=100_000,
+                                               description="replicas started plus stopped at one window boundary")
+    cyclic: bool = Field(default=True, description="the period repeats: window 0 follows the last")
+    startup: Startup = Startup()
+    validate_windows: int = Field(default=3, ge=1, le=10_000,
+                                  description="plan simulates this many of the fullest windows, besides each "
+                                              "workload's peak window and the fullest bursty one; check "
+                                              "simulates every window")
+
+
 class Spec(_Strict):
     """A deployment problem: traffic, models, SLOs, the GPUs one may rent, and a budget."""
 
@@ -344,6 +408,8 @@ class Spec(_Strict):
     network: Network = Field(default=Network(), description="links between racks (within a node and to its NIC, "
                                                              "the profiles' figures apply)")
     tenants: list[Tenant] | None = Field(default=None, description="isolation rules (docs/multi-lora.md)")
+    schedule: Schedule | None = Field(default=None, description="plan per window of a period with switching "
+                                                                "costs (docs/online.md); workloads give rate_profile")
     # Folder the spec file lives in: relative paths (samples, config.json) resolve against it.
     _base_dir: str = PrivateAttr(default=".")
 

@@ -1,0 +1,70 @@
+"""``trimtab replan``: re-plan a running deployment after drift or failures, keeping as much of it as pays
+(logic in ``compiler.online.replan``; docs/online.md)."""
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+from typing import Annotated, Optional
+
+import typer
+
+from cli.common import Solver, TableOrJson, err, out
+
+
+def replan_cmd(
+    current: Annotated[Path, typer.Option("--current", help="The running plan (written by trimtab plan).")],
+    spec: Annotated[Path, typer.Option("--spec", help="The spec as it is now (rates, lengths, prices, GPUs).")],
+    max_moves: Annotated[Optional[int], typer.Option("--max-moves", min=0, help="At most this many replicas "
+                                                     "started plus stopped.")] = None,
+    fail: Annotated[Optional[list[str]], typer.Option("--fail", help="node=NAME (a node of the running plan's "
+                                                      "placement) or gpus.TYPE=-N (N GPUs lost); repeatable.")] = None,
+    horizon: Annotated[float, typer.Option(min=0.01, help="Hours the re-plan runs: a cheaper plan must pay back "
+                                                          "its start-ups within them.")] = 24.0,
+    stop_usd: Annotated[float, typer.Option(min=0, help="Cost charged per replica stopped, $.")] = 0.0,
+    output: Annotated[Optional[Path], typer.Option("-o", "--output", help="Write the re-plan here.")] = None,
+    fmt: Annotated[TableOrJson, typer.Option("--format", help="Report format.")] = TableOrJson.table,
+    solver: Annotated[Optional[Solver], typer.Option(help="MILP backend; overrides the spec's solver.backend.")] = None,
+    time_limit: Annotated[Optional[float], typer.Option(min=0.01, help="Solver time limit, seconds.")] = None,
+    analytic: Annotated[bool, typer.Option("--analytic", help="Cost model only (no validation by "
+                                                              "simulation).")] = False,
+) -> None:
+    """Re-plan a running plan for the spec as it is now, with the fewest replica moves that pay; reports the
+    moves and start-up cost next to a from-scratch plan's.
+
+    Example: trimtab replan --current plan.yaml --spec examples/quickstart.yaml --fail node=h100-sxm-0
+    """
+    from compiler.api import load_spec
+    from compiler.check import load_plan
+    from compiler.online.replan import count_moves, replan
+    from compiler.plan.emit import emit
+
+    cur = load_plan(current)
+    s = load_spec(spec)
+    r = replan(cur, s, max_moves=max_moves, fail=list(fail or []), horizon_h=horizon, stop_usd=stop_usd,
+               backend=solver.value if solver else None, time_limit_s=time_limit, validate=not analytic)
+    if output is not None:
+        output.write_text(emit(r.plan))
+    rows = {"replan": (r.plan, r.moves, r.transition_usd), "from scratch": (r.fresh, r.fresh_moves,
+                                                                            r.fresh_transition_usd)}
+    if fmt is TableOrJson.json:
+        sys.stdout.write(json.dumps({
+            "failure": {"lost_gpus": r.failure.lost_gpus, "lost_replicas": r.failure.lost_replicas,
+                        "nodes": list(r.failure.nodes)},
+            **{k.replace(" ", "_"): {"cost_usd_per_hour": p.cost_usd_per_hour, "moves": count_moves(mv),
+                                     "transition_usd": usd,
+                                     "diff": {d: {"started": a, "stopped": b} for d, (a, b) in mv.items()}}
+               for k, (p, mv, usd) in rows.items()}}, indent=2) + "\n")
+        return
+    if r.failure.lost_replicas or r.failure.lost_gpus:
+        out.print(f"failure: lost {', '.join(f'{n} x {g}' for g, n in r.failure.lost_gpus.items())} GPUs; replicas "
+                  f"gone: {', '.join(f'{d} x{n}' for d, n in r.failure.lost_replicas.items()) or 'none'}",
+                  markup=False)
+    for k, (p, mv, usd) in rows.items():
+        out.print(f"{k}: {p.cost_usd_per_hour:.2f} $/h, {count_moves(mv)} replica move(s), start-ups {usd:.2f} $",
+                  markup=False)
+        for d, (a, b) in mv.items():
+            out.print(f"  {d}: " + ", ".join(x for x in (f"+{a} started" if a else "", f"-{b} stopped" if b else "")
+                                            if x), markup=False)
+    if output is not None:
+        err.print(f"re-plan written to {output}", markup=False)

@@ -1,0 +1,185 @@
+"""Re-planning a running deployment (``trimtab replan``; docs/online.md, "Re-planning"): after drift (rates,
+lengths, prices, GPU counts in the spec) or failures, the cheapest plan for the new spec that keeps as much of the
+running plan as it can, next to a from-scratch plan.
+
+    r = replan(current_plan, spec, max_moves=4, fail=["node=h100-sxm-1"])
+    r.plan, r.moves (deployment -> (started, stopped)), r.fresh, r.fresh_moves, r.transition_usd
+
+The solve is ``compiler.formulate``'s MILP plus the move rows of ``compiler.online.milp.add_move_rows``: each
+replica started costs its start-up (``compiler.online.startup``: price x start-up time, it serves nothing
+meanwhile) plus ``stop_usd`` per replica stopped, against ``horizon_h`` hours of the new plan's $/h; so among
+plans of equal cost the one with the fewest moves wins, and a cheaper plan wins only when it pays back its moves
+within the horizon. A deployment is matched by name (the candidate id, e.g. ``chat-h100-sxm-tp4-t8k``): a
+replica on another GPU type or shape is a stop plus a start. Rounds, validation by simulation and placement are
+the one driver's (``compiler.driver.drive``) with this planner.
+
+Failures: ``node=NAME`` removes a node of the plan's placement (its GPUs leave the spec's counts, the replicas
+with a stage on it are gone); ``gpus.TYPE=-N`` removes N GPUs of a type, taken from the last nodes of that type
+(the replicas placed on them are gone).
+"""
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+
+from compiler.errors import InputError, Problem
+from compiler.formulate import formulate
+from compiler.online.milp import add_move_rows
+from compiler.online.startup import candidate_startup_s, startup_for
+from compiler.plan.schema import Plan
+from compiler.planners import UnifiedPlanner
+from compiler.solve import balance_routes
+
+HORIZON_H = 24.0  # hours a re-plan is expected to run: a cheaper plan must pay back its moves within it
+
+
+@dataclass(frozen=True)
+class Failure:
+    lost_gpus: dict[str, int]  # GPU type -> GPUs gone
+    lost_replicas: dict[str, int]  # deployment -> replicas gone
+    nodes: tuple[str, ...]  # nodes gone (by name)
+
+
+def parse_failures(plan: Plan, spec, items: list[str]) -> Failure:
+    """``node=NAME`` / ``gpus.TYPE=-N`` against the running plan's placement."""
+    from compiler.lower import lower
+    from compiler.topology import build_topology
+
+    topo = build_topology(spec, lower(spec))
+    by_name = {n.name: n for n in topo.nodes}
+    gone_gpus: dict[str, set] = {}  # node -> GPU indices gone
+    lost: dict[str, int] = {}
+    problems = []
+    for it in items:
+        key, _, val = it.partition("=")
+        if key == "node":
+            if val not in by_name:
+                problems.append(Problem(f"--fail {it}", f"no node {val!r}; nodes: {', '.join(sorted(by_name))}"))
+                continue
+            gone_gpus[val] = set(range(by_name[val].gpus))
+        elif key.startswith("gpus.") and val.lstrip("-").isdigit() and int(val) < 0:
+            gpu, k = key[5:], -int(val)
+            nodes = sorted((n for n in topo.nodes if n.gpu == gpu), key=lambda n: n.name, reverse=True)
+            if not nodes:
+                problems.append(Problem(f"--fail {it}", f"no GPUs of type {gpu!r} in the spec"))
+                continue
+            for n in nodes:
+                if k <= 0:
+                    break
+                take = min(k, n.gpus - len(gone_gpus.get(n.name, ())))
+                have = gone_gpus.setdefault(n.name, set())
+                have |= set(range(n.gpus - len(have) - take, n.gpus - len(have)))
+                k -= take
+        else:
+            problems.append(Problem(f"--fail {it}", "give node=NAME or gpus.TYPE=-N (N GPUs lost)"))
+    if problems:
+        raise InputError(problems, "arguments")
+    for d in plan.deployments:
+        hit = {p.replica for p in d.placement if set(p.gpus) & gone_gpus.get(p.node, set())}
+        if hit:
+            lost[d.name] = len(hit)
+    lost_gpus: dict[str, int] = {}
+    for node, idx in gone_gpus.items():
+        lost_gpus[by_name[node].gpu] = lost_gpus.get(by_name[node].gpu, 0) + len(idx)
+    whole = tuple(sorted(n for n, idx in gone_gpus.items() if len(idx) == by_name[n].gpus))
+    return Failure(lost_gpus, lost, whole)
+
+
+def spec_after(spec, f: Failure):
+    """``spec`` with the failed GPUs removed from ``gpus[].count`` (and whole failed nodes from ``nodes``)."""
+    gpus = [g.model_copy(update={"count": max(0, g.count - f.lost_gpus.get(g.type, 0))}) for g in spec.gpus]
+    upd: dict = {"gpus": gpus}
+    if spec.nodes is not None:
+        groups = []
+        for grp in spec.nodes:
+            names = [f"{grp.name}-{i}" if grp.count > 1 else grp.name for i in range(grp.count)]
+            left = grp.count - sum(n in f.nodes for n in names)
+            if left > 0:
+                groups.append(grp.model_copy(update={"count": left}))
+        upd["nodes"] = groups
+    out = spec.model_copy(update=upd)
+    out._base_dir = spec.base_dir
+    return out
+
+
+class ReplanPlanner(UnifiedPlanner):
+    """The unified planner whose solve also pays for moving away from ``current`` (module docstring)."""
+
+    def __init__(self, current: dict[str, int], max_moves: int | None, horizon_h: float, stop_usd: float,
+                 startup, fixed_moves: int):
+        self.current, self.max_moves, self.horizon_h = current, max_moves, horizon_h
+        self.stop_usd, self.startup, self.fixed_moves = stop_usd, startup, fixed_moves
+
+    def solve(self, ir, cands, derate, backend, options):
+        m = formulate(ir, cands, derate)
+        su = {c.id: c.usd_per_hour * candidate_startup_s(self.startup, ir, c) / 3600.0
+              for c in cands.candidates + cands.disagg}
+        add_move_rows(m, cands, self.current, su, self.horizon_h, self.stop_usd, self.max_moves, self.fixed_moves)
+        return balance_routes(ir, cands, backend, options, backend.solve(m, options), derate)
+
+    def infeasible(self, ir, cands, backend, options) -> list[str]:
+        lines = super().infeasible(ir, cands, backend, options)
+        if self.max_moves is not None:
+            lines.append(f"  or allow more than --max-moves {self.max_moves} replica starts and stops")
+        return lines
+
+
+@dataclass(frozen=True)
+class ReplanResult:
+    plan: Plan
+    fresh: Plan
+    moves: dict[str, tuple[int, int]]  # deployment -> (started, stopped) going from the current plan
+    fresh_moves: dict[str, tuple[int, int]]
+    transition_usd: float  # start-ups of the re-plan's started replicas
+    fresh_transition_usd: float
+    failure: Failure
+    seconds: float
+
+
+def diff_moves(current: dict[str, int], new: Plan) -> dict[str, tuple[int, int]]:
+    """Per deployment: (replicas started, replicas stopped) from ``current`` to ``new``."""
+    after = {d.name: d.replicas for d in new.deployments}
+    out = {}
+    for name in sorted(set(current) | set(after)):
+        a, b = current.get(name, 0), after.get(name, 0)
+        if a != b:
+            out[name] = (max(0, b - a), max(0, a - b))
+    return out
+
+
+def count_moves(moves: dict[str, tuple[int, int]]) -> int:
+    return sum(a + b for a, b in moves.values())
+
+
+def replan(current: Plan, spec, *, max_moves: int | None = None, fail: list[str] = (), horizon_h: float = HORIZON_H,
+           stop_usd: float = 0.0, backend: str | None = None, time_limit_s: float | None = None,
+           validate: bool = True, seed: int = 0) -> ReplanResult:
+    """The re-plan and a from-scratch plan of the (failed) spec, with the moves each makes from ``current``."""
+    from compiler.api import plan as fresh_plan
+    from compiler.driver import drive
+    from compiler.lower import lower
+
+    t0 = time.perf_counter()
+    f = parse_failures(current, spec, list(fail))
+    new_spec = spec_after(spec, f)
+    running = {d.name: d.replicas - f.lost_replicas.get(d.name, 0) for d in current.deployments}
+    running = {k: v for k, v in running.items() if v > 0}
+    ir = lower(new_spec)
+    st = startup_for(spec.schedule.startup if spec.schedule else None)
+    planner = ReplanPlanner(running, max_moves, horizon_h, stop_usd, st, 0)
+    cands = planner.candidates(ir)
+    known = {c.id for c in cands.candidates + cands.disagg}
+    planner.fixed_moves = sum(n for d, n in running.items() if d not in known)
+    planner.candidates = lambda _ir: cands  # the driver asks again; same set
+    res = drive(planner, new_spec, ir, backend=backend, time_limit_s=time_limit_s, validate=validate, seed=seed)
+    fresh = fresh_plan(new_spec, backend=backend, time_limit_s=time_limit_s, validate=validate, seed=seed).plan
+    moves, fmoves = diff_moves(running, res.plan), diff_moves(running, fresh)
+
+    def start_usd(p: Plan, mv) -> float:
+        per = {d.name: d for d in p.deployments}
+        cs = {c.id: c for c in cands.candidates + cands.disagg}
+        return round(sum(a * cs[n].usd_per_hour * candidate_startup_s(st, ir, cs[n]) / 3600.0
+                         for n, (a, _) in mv.items() if a and n in per and n in cs), 4)
+
+    return ReplanResult(res.plan, fresh, moves, fmoves, start_usd(res.plan, moves), start_usd(fresh, fmoves), f,
+                        time.perf_counter() - t0)
