@@ -375,7 +375,7 @@ class Schedule(_Strict):
     max_changes_per_window: int | None = Field(default=None, ge=0, le=100_000,
                                                description="replicas started plus stopped at one window boundary")
     cyclic: bool = Field(default=True, description="the period repeats: window 0 follows the last")
-    startup: Startup = Startup()
+    startup: Startup = Field(default=Startup(), description="what starting a replica takes: weight loading bandwidth and engine warm-up (defaults: profiles/online.yaml); a started replica serves nothing until then")
     validate_windows: int = Field(default=3, ge=1, le=10_000,
                                   description="plan simulates this many of the fullest windows, besides each "
                                               "workload's peak window and the fullest bursty one; check "
