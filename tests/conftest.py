@@ -28,6 +28,24 @@ workloads:
 """
 
 
+# 8B RAG at 20 rps with 8k-20k-token prompts: heavy KV per request, where prefill/decode pairs pay (tests/disagg)
+HEAVY_KV_SPEC = """\
+version: 1
+name: heavy-kv
+gpus:
+  - {type: h100-sxm, count: 32, usd_per_hour: 3.90}
+models:
+  - name: llama-3.1-8b
+workloads:
+  - name: rag
+    model: llama-3.1-8b
+    rate_rps: 20
+    input_tokens: {lognormal: {median: 8000, p99: 20000}}
+    output_tokens: {lognormal: {median: 300, p99: 1000}}
+    slo: {ttft_ms: 3000, tpot_ms: 15, percentile: 99}
+"""
+
+
 @pytest.fixture
 def update_golden() -> bool:
     return os.environ.get("UPDATE_GOLDEN") == "1"

@@ -17,39 +17,35 @@ and which end of the final interval they return:
 from __future__ import annotations
 
 
-def bisect_max(ok, lo: float, hi: float, rel_tol: float) -> float:
-    """Largest x in [lo, hi] with ok(x), to ``rel_tol``, for a predicate that holds below some point and fails
-    above it (``ok(lo)`` is assumed, ``ok(hi)`` is not)."""
-    while hi - lo > rel_tol * max(lo, 1e-6):
+def _halve(pred, lo: float, hi: float, narrow_enough) -> tuple[float, float]:
+    """The one bisection: halve [lo, hi], keeping ``pred(lo)`` true and ``pred(hi)`` false (both assumed), until
+    ``narrow_enough(lo, hi, halvings done)``; returns the final (lo, hi)."""
+    k = 0
+    while not narrow_enough(lo, hi, k):
         mid = (lo + hi) / 2
-        if ok(mid):
+        if pred(mid):
             lo = mid
         else:
             hi = mid
-    return lo
+        k += 1
+    return lo, hi
+
+
+def bisect_max(ok, lo: float, hi: float, rel_tol: float) -> float:
+    """Largest x in [lo, hi] with ok(x), to ``rel_tol``, for a predicate that holds below some point and fails
+    above it (``ok(lo)`` is assumed, ``ok(hi)`` is not)."""
+    return _halve(ok, lo, hi, lambda a, b, _k: b - a <= rel_tol * max(a, 1e-6))[0]
 
 
 def bisect_width(pred, lo: float, hi: float, width: float) -> float:
     """The first point known false: [lo, hi] halved until narrower than ``width`` (``pred(lo)`` assumed true,
     ``pred(hi)`` false); returns hi, an upper end within ``width`` of the turning point."""
-    while hi - lo > width:
-        mid = (lo + hi) / 2
-        if pred(mid):
-            lo = mid
-        else:
-            hi = mid
-    return hi
+    return _halve(pred, lo, hi, lambda a, b, _k: b - a <= width)[1]
 
 
 def bisect_steps(pred, lo: float, hi: float, steps: int) -> float:
     """``steps`` halvings of [lo, hi]; returns the last point known true (lo)."""
-    for _ in range(steps):
-        mid = (lo + hi) / 2
-        if pred(mid):
-            lo = mid
-        else:
-            hi = mid
-    return lo
+    return _halve(pred, lo, hi, lambda _a, _b, k: k >= steps)[0]
 
 
 def grow(pred, lo: float, hi: float, limit: float) -> tuple[float, float]:

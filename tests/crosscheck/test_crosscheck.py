@@ -17,7 +17,7 @@ from compiler.solve import solve_ir
 from compiler.lower import lower
 from compiler.spec.load import load_spec
 from solvers import SolveOptions, Status, available_backends, get_backend
-from tests.conftest import SMALL_SPEC
+from tests.conftest import HEAVY_KV_SPEC, SMALL_SPEC
 
 BACKENDS = available_backends()
 OPTS = SolveOptions(time_limit_s=30)
@@ -105,28 +105,13 @@ def test_max_goodput_hand_optimum(backend):
 ADAPTERS = SMALL_SPEC.replace("  - name: llama-3.1-8b\n", """  - name: llama-3.1-8b
     adapters_from: {count: 12, rank: 16, traffic: {zipf: {s: 1.1}}}
 """, 1).replace("    model: llama-3.1-8b\n", "    model: llama-3.1-8b\n    adapter: \"*\"\n", 1)
-PD = """\
-version: 1
-name: heavy-kv
-gpus:
-  - {type: h100-sxm, count: 32, usd_per_hour: 3.90}
-models:
-  - name: llama-3.1-8b
-workloads:
-  - name: rag
-    model: llama-3.1-8b
-    rate_rps: 20
-    input_tokens: {lognormal: {median: 8000, p99: 20000}}
-    output_tokens: {lognormal: {median: 300, p99: 1000}}
-    slo: {ttft_ms: 3000, tpot_ms: 15, percentile: 99}
-"""
 REAL = {
     "small": spec_text(),
     "small_tight_inventory": spec_text(h100=1, l4=3, rate=12),
     "small_no_budget": spec_text(budget=None, rate=20),
     "goodput": spec_text(budget=5.0, rate=40, objective="max_goodput"),
     "adapters": ADAPTERS,  # the adapter planner (compiler.lora.plan.LoraPlanner)
-    "pd": PD,  # prefill/decode pairs (compiler.disagg) inside the unified planner
+    "pd": HEAVY_KV_SPEC,  # prefill/decode pairs (compiler.disagg) inside the unified planner
 }
 # What each special case must exercise, whatever the backend: otherwise it would pass without testing its path.
 SHAPE = {"adapters": lambda p: bool(p.adapter_routes),

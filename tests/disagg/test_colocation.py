@@ -11,23 +11,9 @@ from compiler.lower import lower
 from compiler.plan.emit import plan_to_data
 from compiler.plan.schema import Plan
 from compiler.topology import build_topology
+from tests.conftest import HEAVY_KV_SPEC as HEAVY
 from tests.conftest import unit
 
-HEAVY = """\
-version: 1
-name: heavy-kv
-gpus:
-  - {type: h100-sxm, count: 32, usd_per_hour: 3.90}
-models:
-  - name: llama-3.1-8b
-workloads:
-  - name: rag
-    model: llama-3.1-8b
-    rate_rps: 20
-    input_tokens: {lognormal: {median: 8000, p99: 20000}}
-    output_tokens: {lognormal: {median: 300, p99: 1000}}
-    slo: {ttft_ms: 3000, tpot_ms: 15, percentile: 99}
-"""
 
 
 def spec_at(tmp_path, name: str, nodes: str = ""):
