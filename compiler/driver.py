@@ -70,13 +70,14 @@ def drive(planner: Planner, spec, ir: ProblemIR, *, backend: str | None = None, 
           validate: bool = True, seed: int = 0, t0: float | None = None) -> PlanResult:
     """Cheapest plan meeting every SLO. Raises InfeasibleError (exit 3) or NoSolutionError (exit 4).
 
-    Rounds: solve on the cost model's capacities; where the cost model's assessment
-    of the solved plan finds a miss, derate the deployment at fault and re-solve (at most MAX_ROUNDS); once it finds none and ``validate``, simulate on PLAN_SEEDS seeds from
-    ``seed`` and derate (every candidate of the workload) while a workload's lower 95 % bound on attainment is
-    below target (SIM_ROUNDS more). After the first simulated miss every candidate the prior was fitted on is
-    also held to the capacity prior fitted against the simulator (``compiler.rounds.prior_derates``; dropped if
-    no plan meets it): a plan the simulation confirms on the model's capacities keeps their lower cost, the
-    others reach a confirmed plan in about one more round."""
+    Rounds: solve on the cost model's capacities; where the cost model's assessment of the solved plan finds a
+    miss, derate the deployment at fault and re-solve (at most MAX_ROUNDS); once it finds none and ``validate``,
+    simulate on PLAN_SEEDS seeds from ``seed`` and derate (every candidate of the workload) while a workload's lower
+    95 % bound on attainment is below target (SIM_ROUNDS more). After the first simulated miss every candidate the
+    prior was fitted on is also held to the capacity prior fitted against the simulator
+    (``compiler.rounds.prior_derates``; dropped if no plan meets it): a plan the simulation confirms on the model's
+    capacities keeps their lower cost, the others reach a confirmed plan in about one more round. A planner with
+    its own ``simulate`` (schedules: derates per window) gets no prior."""
     from compiler.plan.extract import finish_plan
     from compiler.sim import default_requests
     from compiler.sim.validate import validation_seeds
