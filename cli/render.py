@@ -14,6 +14,13 @@ def _ms(v: float | None) -> str:
     return "-" if v is None or not math.isfinite(v) else f"{v:,.0f}" if v >= 100 else f"{v:.1f}"
 
 
+def _ms_ci(v: float, ci) -> str:
+    """A measured percentile with its 95 % interval; an open end (too few requests to bound it) reads 'inf'."""
+    lo, hi = ci
+    end = lambda x: "inf" if x is None or math.isinf(x) else _ms(x)  # noqa: E731
+    return f"{_ms(v)} [{end(lo)}-{end(hi)}]"
+
+
 def plan_summary(console: Console, r: PlanResult, verbose: bool = False) -> None:
     p = r.plan
     t = Table(title=f"plan for {p.spec}: {p.cost_usd_per_hour:,.2f} $/h on "
@@ -86,8 +93,8 @@ def loadtest_table(res) -> Table:
         t.add_column(col, justify="left" if col == "workload" else "right")
     for w in res.workloads.values():
         m, p, s = w.measured, w.predicted, w.simulated
-        t.add_row(w.name, str(w.requests), str(w.errors), _ms(m["ttft_p50"]), _ms(m["ttft_p90"]), _ms(m["ttft_pslo"]),
+        t.add_row(w.name, str(w.requests), str(w.errors), _ms(m["ttft_p50"]), _ms(m["ttft_p90"]), _ms_ci(m["ttft_pslo"], m["ttft_pslo_ci"]),
                   _ms(p.get("ttft_pslo")), _ms(s.get("ttft_pslo")), _ms(m["tpot_p50"]), _ms(m["tpot_p90"]),
-                  _ms(m["tpot_pslo"]), _ms(p.get("tpot_pslo")), _ms(s.get("tpot_pslo")), f"{m['attainment']:.1%}",
+                  _ms_ci(m["tpot_pslo"], m["tpot_pslo_ci"]), _ms(p.get("tpot_pslo")), _ms(s.get("tpot_pslo")), f"{m['attainment']:.1%}",
                   f"{s['attainment']:.1%}" if s else "-", f"{w.target:.0%}", "yes" if w.passed else "NO")
     return t

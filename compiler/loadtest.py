@@ -31,7 +31,7 @@ import numpy as np
 
 from compiler.errors import InputError, Problem
 from compiler.plan.schema import Plan
-from compiler.sim.metrics import WARMUP, _q, clean
+from compiler.sim.metrics import WARMUP, _q, clean, quantile_ci
 from compiler.spec.schema import Spec
 
 DEFAULT_REQUESTS = 200
@@ -224,7 +224,7 @@ class WorkloadResult:
     target: float  # percentile / 100
     ttft_slo_ms: float
     tpot_slo_ms: float
-    measured: dict  # ttft_p50/p90/pSLO, tpot_..., attainment (ms; share)
+    measured: dict  # ttft_p50/p90/pSLO (+ _ci: 95 % interval), tpot_..., attainment (ms; share)
     predicted: dict  # plan's cost-model prediction at the SLO percentile (scaled rate: recomputed)
     simulated: dict  # the simulator on the same request stream
     length_mismatches: int  # requests whose reported prompt or completion tokens differ from the drawn lengths
@@ -346,7 +346,12 @@ async def _drive(arrivals, dep_names: list[str], eps: dict[str, Endpoint], model
 
 
 def _quantiles(x: np.ndarray, pct: float) -> dict:
-    return {"p50": _q(x, 50) * 1e3, "p90": _q(x, 90) * 1e3, "pslo": _q(x, pct) * 1e3}
+    """p50, p90 and the SLO's percentile (ms), each with its 95 % order-statistic interval (``<key>_ci``)."""
+    out = {}
+    for k, p in (("p50", 50.0), ("p90", 90.0), ("pslo", pct)):
+        out[k] = _q(x, p) * 1e3
+        out[k + "_ci"] = [v * 1e3 for v in quantile_ci(x, p)]
+    return out
 
 
 def run_loadtest(plan: Plan, spec: Spec, endpoint_values: list[str], *, requests: int | None = None,

