@@ -80,6 +80,7 @@ def drive(planner: Planner, spec, ir: ProblemIR, *, backend: str | None = None, 
     its own ``simulate`` (schedules: derates per window) gets no prior."""
     from compiler.plan.extract import finish_plan
     from compiler.sim import default_requests
+    from compiler.sim.reuse import RunCache
     from compiler.sim.validate import validation_seeds
 
     t0 = time.perf_counter() if t0 is None else t0
@@ -104,6 +105,7 @@ def drive(planner: Planner, spec, ir: ProblemIR, *, backend: str | None = None, 
     sim_rounds = 0
     sim_requests = default_requests(ir)
     seeds = validation_seeds(seed)
+    runs = RunCache()  # deployment runs a round's simulation can take from the last one (compiler.sim.reuse)
     last_sim = None
     best = None
     warnings = list(ir.warnings)
@@ -138,7 +140,7 @@ def drive(planner: Planner, spec, ir: ProblemIR, *, backend: str | None = None, 
             last_sim, derate = own(plan_, spec, ir, seeds, sim_requests, derate, planner.fill(cands, res, derate))
         else:
             last_sim, derate = simulate_and_derate(plan_, spec, ir, seeds, sim_requests, derate,
-                                                   planner.fill(cands, res, derate), peers)
+                                                   planner.fill(cands, res, derate), peers, runs)
         sim_s += time.perf_counter() - ts
         if last_sim.ok:
             break

@@ -75,19 +75,23 @@ def prior_derates(ir, peers: dict[str, tuple[str, ...]]) -> dict[str, float]:
 
 
 def simulate_and_derate(plan, spec, ir, seeds: tuple[int, ...], requests: int, derate: dict[str, float],
-                        fill: dict[str, float] | None = None, peers: dict[str, tuple[str, ...]] | None = None):
+                        fill: dict[str, float] | None = None, peers: dict[str, tuple[str, ...]] | None = None,
+                        cache=None):
     """Simulate ``plan`` exactly as it will be written (rounded floats, so ``check`` replays these runs) on
     ``seeds`` (``compiler.sim.validate``: stop after the first seed when it already shows a miss) and, for each
     workload whose lower confidence bound is below target, derate its worst deployment to ``sim_derate`` x the
     load it carries now: ``fill`` gives each deployment's share of its (derated) capacity in use, so a deployment
     that misses below its capacity gets a capacity the next solve must respect (a derate above the fill would
     change nothing); the same factor goes to every other candidate of that workload (``peers``: workload ->
-    candidate ids; see the module docstring). Returns (the ``SeedsResult``, the new derates)."""
+    candidate ids; see the module docstring). ``cache`` (``compiler.sim.reuse.RunCache``): deployments whose
+    shape, replicas and routed requests a former round's simulation of the same seed already ran keep that run
+    (the same result as running them again). Returns (the ``SeedsResult``, the new derates)."""
     from compiler.plan.emit import plan_to_data
     from compiler.plan.schema import Plan
     from compiler.sim.validate import simulate_seeds
 
-    res = simulate_seeds(Plan.model_validate(plan_to_data(plan)), spec, ir, seeds, requests, fail_fast=True)
+    res = simulate_seeds(Plan.model_validate(plan_to_data(plan)), spec, ir, seeds, requests, fail_fast=True,
+                         cache=cache)
     out = dict(derate)
     for name in res.intervals:
         worst = "" if res.demonstrated(name) else res.worst_deployment(name)

@@ -21,6 +21,7 @@ from compiler.plan.schema import Plan
 from compiler.sim.engine import Simulation
 from compiler.sim.lora import apply_adapters
 from compiler.sim.metrics import SimResult, summarise
+from compiler.sim.reuse import RunCache
 from compiler.sim.scenario import build_scenario
 from compiler.spec.schema import Spec
 from compiler.traces import Trace
@@ -44,10 +45,13 @@ def default_requests(ir: ProblemIR) -> int:
 def simulate(plan: Plan, spec: Spec, *, ir: ProblemIR | None = None, requests: int | None = None,
              duration_s: float | None = None, seed: int = DEFAULT_SEED, trace: Trace | None = None,
              trace_workloads: tuple[str, ...] | None = None, arrival_cv: float | None = None,
-             timeline: bool = True, progress: Callable[[float], None] | None = None) -> SimResult:
+             timeline: bool = True, progress: Callable[[float], None] | None = None,
+             cache: RunCache | None = None) -> SimResult:
     """Simulate ``plan`` under ``spec``'s traffic. ``requests`` (total, split by rate) or ``duration_s``
     (seconds of arrivals); neither: ``default_requests``. ``trace`` replays one trace's arrivals and lengths for
-    every workload (or those in ``trace_workloads``), each rescaled to its own rate."""
+    every workload (or those in ``trace_workloads``), each rescaled to its own rate. ``cache``
+    (``compiler.sim.reuse.RunCache``, the planner's rounds): reuse the deployment runs of the last simulation
+    of this seed whose inputs are unchanged; the result is the same as without it."""
     t0 = time.perf_counter()
     ir = ir or lower(spec)
     if requests is None and duration_s is None:
@@ -56,7 +60,10 @@ def simulate(plan: Plan, spec: Spec, *, ir: ProblemIR | None = None, requests: i
     cls = Simulation
     if sc.pairs:
         from compiler.sim.disagg import DisaggSimulation as cls
-    sim = cls(sc, seed, requests if duration_s is None else None, duration_s, timeline).run(progress)
+    if cls is Simulation:
+        sim = cls(sc, seed, requests if duration_s is None else None, duration_s, timeline, cache=cache).run(progress)
+    else:
+        sim = cls(sc, seed, requests if duration_s is None else None, duration_s, timeline).run(progress)
     lora_notes = apply_adapters(sim, plan, ir, seed)  # multi-LoRA plans: adapter loads and evictions
     res = summarise(sim)
     res.notes += lora_notes + prefix_notes(sim) + rejected_notes(sim)

@@ -12,13 +12,16 @@ import itertools
 import math
 from dataclasses import dataclass
 from heapq import heappop, heappush
-from typing import Callable
+from typing import TYPE_CHECKING, Callable
 
 import numpy as np
 
 import compiler.sim.arrivals as arr
 from compiler.sim.replica import Replica, Request
 from compiler.sim.scenario import Scenario, SimWorkload, attach_prefix_caches
+
+if TYPE_CHECKING:
+    from compiler.sim.reuse import RunCache
 
 DRAIN_FACTOR = 1.0  # after the last arrival, run at most this many arrival spans (>= DRAIN_MIN_S) to drain
 DRAIN_MIN_S = 120.0
@@ -115,11 +118,15 @@ def least_loaded(group: list) -> object:
 
 class Simulation:
     def __init__(self, scenario: Scenario, seed: int = 0, requests: int | None = None,
-                 duration_s: float | None = None, timeline: bool = True):
+                 duration_s: float | None = None, timeline: bool = True, cache: RunCache | None = None):
         if (requests is None) == (duration_s is None):
             raise ValueError("give exactly one of requests and duration_s")
         self.sc = scenario
         self.seed = seed
+        # Deployment runs reused across the planner's rounds (compiler.sim.reuse); P/D pairs (a subclass) interact
+        # across deployments and always run whole.
+        self.cache = cache if type(self) is Simulation else None
+        self._cache_slot = (seed, requests, duration_s)
         self.rng = np.random.default_rng(seed)
         self.arrivals = draw_arrivals(scenario, self.rng, requests, duration_s)
         a = self.arrivals
@@ -167,43 +174,107 @@ class Simulation:
         self._kick(rep, t)
 
     def run(self, progress: Callable[[float], None] | None = None) -> "Simulation":
-        """Advance until every request is done (or t_stop); ``progress(fraction of arrivals)`` now and then. The
-        one event loop: the next step end (``_on_event``) or the next arrival (``_on_arrival``), arrivals second
-        on ties; subclasses (``compiler.sim.disagg``) change what an event or an arrival does, not the loop."""
-        ts = self.arrivals.t.tolist()
-        n = len(ts)
-        heap = self.events.heap
-        t_stop = self.t_stop
-        on_event, on_arrival = self._on_event, self._on_arrival
-        i = 0
-        t = 0.0
-        tick = max(1, n // 100)
-        while True:
-            t_arr = ts[i] if i < n else math.inf
-            if heap and heap[0][0] <= t_arr:
-                t, _, item = heappop(heap)
-                if t > t_stop:
-                    self.stopped_early = True
-                    break
-                on_event(t, item)
-                continue
-            if i >= n:
-                break
-            t = t_arr
-            on_arrival(i, t)
-            i += 1
-            if progress is not None and i % tick == 0:
-                progress(i / n)
-        self.t_end = t
+        """Advance until every request is done (or t_stop); ``progress(fraction of arrivals)`` now and then. With a
+        ``cache`` (the planner's validation), one event loop per deployment (``_run_split``); otherwise one over
+        all arrivals. Both give the same requests, replicas and end (compiler.sim.reuse)."""
+        if self.cache is not None:
+            self._run_split()
+        else:
+            self.t_end, self.stopped_early = self._loop(range(len(self.arrivals.t)), progress)
         self._after_run()
         if progress is not None:
             progress(1.0)
         return self
 
+    def _loop(self, order, progress: Callable[[float], None] | None = None) -> tuple[float, bool]:
+        """The one event loop over the arrivals ``order`` (indices, ascending): the next step end (``_on_event``)
+        or the next arrival (``_on_arrival``), arrivals second on ties; subclasses (``compiler.sim.disagg``)
+        change what an event or an arrival does, not the loop. Returns (time of the last event or arrival,
+        whether it stopped at t_stop with events left)."""
+        ts = self._ts
+        n = len(order)
+        heap = self.events.heap
+        t_stop = self.t_stop
+        on_event, on_arrival = self._on_event, self._on_arrival
+        j = 0
+        t = 0.0
+        tick = max(1, n // 100)
+        i = order[0] if n else -1
+        t_arr = ts[i] if n else math.inf
+        while True:
+            if heap and heap[0][0] <= t_arr:
+                t, _, item = heappop(heap)
+                if t > t_stop:
+                    return t, True
+                on_event(t, item)
+                continue
+            if j >= n:
+                return t, False
+            t = t_arr
+            on_arrival(i, t)
+            j += 1
+            if j < n:
+                i = order[j]
+                t_arr = ts[i]
+            else:
+                t_arr = math.inf
+            if progress is not None and j % tick == 0:
+                progress(j / n)
+
+    def _run_split(self) -> None:
+        """One event loop per deployment over the arrivals routed to it, each taken from ``cache`` when the last
+        simulation of this seed ran it with the same inputs (``compiler.sim.reuse.dep_key``); then the requests
+        no replica serves (unrouted, refused, too long, a deployment of 0 replicas)."""
+        from compiler.sim.reuse import DepRun, clone, dep_key, join_ends
+
+        cache = self.cache
+        kept, used = cache.begin(self._cache_slot)
+        dep = self.arrivals.dep
+        n = len(dep)
+        out: list = [None] * n
+        ends = []
+        by_dep = np.argsort(dep, kind="stable")  # arrival indices grouped by deployment, ascending in each
+        cuts = np.searchsorted(dep[by_dep], np.arange(len(self.replicas) + 1))
+        for d in range(len(self.replicas)):
+            idx = by_dep[cuts[d]:cuts[d + 1]]
+            if not len(idx) or not self.replicas[d]:
+                continue
+            key = dep_key(self, d, idx)
+            run = kept.get(key)
+            if run is None:
+                self.requests = []
+                self.events = EventQueue()
+                t, stopped = self._loop(idx.tolist())
+                live = self.requests
+                run = DepRun([clone(r) for r in live], self.replicas[d], t, stopped)
+                cache.misses += 1
+            else:
+                live = [clone(r) for r in run.requests]
+                for r in live:
+                    r.dep = d
+                self.replicas[d] = run.replicas
+                cache.hits += 1
+            used[key] = run
+            for r in live:
+                out[r.rid] = r
+            ends.append((run.t_last, run.stopped))
+        self.requests = []
+        ts = self._ts
+        for i in range(n):
+            if out[i] is None:
+                self._on_arrival(i, ts[i])  # no replica: a status, no event
+        for r in self.requests:
+            out[r.rid] = r
+        self.requests = out
+        self.events = EventQueue()
+        self.t_end, self.stopped_early = join_ends(self.t_last_arrival, ends)
+        cache.end(self._cache_slot, used)
+
     def _prepare(self) -> None:
         """Per-run lookups the hooks use: the arrivals as lists (scalar access), each deployment's KV capacity
         (HBM plus a KV tier) and whether requests carry their trace row (prefix replay)."""
         a = self.arrivals
+        self._ts = a.t.tolist()
         self._ws, self._isl, self._osl, self._dep, self._eosl = (a.w.tolist(), a.isl.tolist(), a.osl.tolist(),
                                                                  a.dep.tolist(), a.eosl.tolist())
         self._rows = (a.row.tolist() if a.row is not None

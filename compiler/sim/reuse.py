@@ -1,0 +1,97 @@
+"""Simulate only what a planning round changed (issue 16): per-deployment runs and their reuse across rounds.
+
+In a plan without prefill/decode pairs the deployments of a simulation do not interact. A request's deployment
+is fixed when the arrivals are drawn (``engine.draw_arrivals``: its route's share against a uniform draw), the
+router then only picks among that deployment's replicas, and a step of a replica touches nothing but that
+replica. So one simulation is exactly the union of one event loop per deployment over the arrivals routed to it:
+the same events in the same order per replica (a deployment's own events keep their (time, sequence) order when
+other deployments' events are taken out of the heap), the same floats, the same ``Request`` timestamps. The one
+global quantity, the end of the run (``Simulation.t_end``), is recovered from the per-deployment ends
+(``join_ends``).
+
+The arrivals of a seed do not depend on the plan (the random draws are the same whatever the routes), so when the
+planner re-solves and a deployment comes back with the same shape, the same replicas, the same prefix cache and
+the same requests routed to it, its run is the one already done: ``RunCache`` keeps each deployment run of the
+last simulation per seed under a key of all of that (``dep_key``), and the next round's simulation takes it
+instead of running it again. Equivalence is exact, not approximate: the key holds every input of the
+deployment's event loop (the replica model is a function of the shape and the spec's IR, fixed within one
+``plan``), and ``tests/sim/test_reuse.py`` compares reused runs with full ones field by field.
+"""
+from __future__ import annotations
+
+import hashlib
+from dataclasses import dataclass
+
+import numpy as np
+
+from compiler.sim.replica import Request
+
+
+@dataclass
+class DepRun:
+    """One deployment's finished event loop: its requests (pristine copies, in arrival order), its replicas,
+    the time of its last event and whether it stopped at the drain limit (then that event's time)."""
+
+    requests: list[Request]
+    replicas: list
+    t_last: float
+    stopped: bool
+
+
+class RunCache:
+    """Deployment runs of the last simulation of each seed (``Simulation(cache=...)``), reused by the next one
+    with the same seed. Only what the last simulation of a seed used is kept, so memory stays at one plan's runs
+    per seed. Counts ``hits`` and ``misses`` (deployment runs reused and run)."""
+
+    def __init__(self) -> None:
+        self.by_seed: dict[object, dict[str, DepRun]] = {}
+        self.hits = 0
+        self.misses = 0
+
+    def begin(self, seed) -> tuple[dict[str, DepRun], dict[str, DepRun]]:
+        """(the runs kept for ``seed``, an empty dict the new simulation fills); ``end`` swaps them."""
+        return self.by_seed.get(seed, {}), {}
+
+    def end(self, seed, used: dict[str, DepRun]) -> None:
+        self.by_seed[seed] = used
+
+
+def clone(r: Request) -> Request:
+    """A copy of ``r`` sharing nothing mutable (a request's fields are numbers)."""
+    c = Request.__new__(Request)
+    for s in Request.__slots__:
+        setattr(c, s, getattr(r, s))
+    return c
+
+
+def dep_key(sim, d: int, idx: np.ndarray) -> str:
+    """Everything deployment ``d``'s event loop depends on: its shape and replicas (the replica model is a
+    function of them within one spec), its prefix cache, the arrivals routed to it (indices, times, lengths,
+    the router's expected outputs, trace rows), the end of arrivals and the drain limit, and whether a timeline
+    is kept. Its name is left out: a deployment renamed between rounds runs the same."""
+    from dataclasses import fields
+
+    sd = sim.sc.deployments[d]
+    v = sd.view
+    shape = tuple((f.name, getattr(v, f.name)) for f in fields(v) if f.name != "name")
+    pfx = (sd.prefix_reserved, sorted(sd.prefix_hits.items()), sd.prefix_host_tokens,
+           sorted(sd.prefix_host_hits.items()))
+    a = sim.arrivals
+    h = hashlib.blake2b(digest_size=20)
+    h.update(repr((type(sim).__name__, shape, pfx, sim.t_last_arrival, sim.t_stop, sim.timeline_dt,
+                   sd.workloads)).encode())
+    for arr in (idx, a.t[idx], a.w[idx], a.isl[idx], a.osl[idx], a.eosl[idx],
+                a.row[idx] if a.row is not None else np.zeros(0)):
+        h.update(np.ascontiguousarray(arr).tobytes())
+    return h.hexdigest()
+
+
+def join_ends(t_last_arrival: float, runs: list[tuple[float, bool]]) -> tuple[float, bool]:
+    """The end of the whole run (``Simulation.t_end``, ``stopped_early``) from each deployment run's (time of
+    its last event, stopped at the drain limit): the one event loop stops at the first event beyond the limit,
+    which is the earliest of the stopped runs' last events (every event before it, of every deployment, was
+    processed); otherwise it ends at its last event or arrival, the latest of all."""
+    stopped = [t for t, s in runs if s]
+    if stopped:
+        return min(stopped), True
+    return max([t_last_arrival, *(t for t, _ in runs)]), False
