@@ -34,10 +34,11 @@ from compiler.api import plan  # noqa: E402
 from compiler.errors import TrimtabError  # noqa: E402
 from compiler.spec.load import load_spec  # noqa: E402
 
-NOT_STAGES = ("spec", "size", "status", "error", "total", "cpu", "rounds", "validated", "cost", "workloads")
+NOT_STAGES = ("spec", "size", "status", "error", "total", "cpu", "rounds", "validated", "cost", "workloads",
+              "runs_reused", "runs_simulated")
 CSV_FIELDS = ("size", "spec", "status", "total", "cpu", "lower", "candidates", "solve", "simulate", "other", "rounds",
               "validated",
-              "cost", "workloads", "error")
+              "cost", "workloads", "runs_reused", "runs_simulated", "error")
 TARGETS = {"target": "median <= 10 s, p90 <= 20 s", "lora": "<= 30 s", "quickstart": "<= 2 s"}
 
 
@@ -76,7 +77,8 @@ def run_one(name: str, text: str, time_limit: float | None, validate: bool = Tru
     wall = time.perf_counter() - t0
     row = {"spec": name, "status": "ok", "total": wall, "cpu": cpu_s() - c0, "rounds": r.rounds,
            "validated": bool(r.plan.simulation and r.plan.simulation.passed),
-           "cost": r.plan.cost_usd_per_hour, "workloads": len(spec.workloads)}
+           "cost": r.plan.cost_usd_per_hour, "workloads": len(spec.workloads),
+           "runs_reused": r.sim_runs[0], "runs_simulated": r.sim_runs[1]}
     named = 0.0
     for k, v in r.seconds.items():
         if k != "total":
@@ -118,6 +120,8 @@ def summarise(rows: list[dict]) -> dict:
         out[k] = (statistics.median(xs), p90(xs), max(xs)) if xs else None
     out["rounds"] = (statistics.median([r["rounds"] for r in ok]), p90([r["rounds"] for r in ok]),
                      max(r["rounds"] for r in ok)) if ok else None
+    reused = sum(r.get("runs_reused", 0) for r in ok)
+    out["reused"] = reused / max(reused + sum(r.get("runs_simulated", 0) for r in ok), 1)
     out["within2"] = sum(1 for r in ok if r["validated"] and r["rounds"] <= 2) / len(ok) if ok else float("nan")
     out["stages"] = stages
     return out
@@ -129,15 +133,16 @@ def fmt3(t: tuple | None, d: int = 2) -> str:
 
 def print_header() -> None:
     print("| size | n | ok / failed | total s (median / p90 / max) | CPU s | stages s (median / p90 / max) "
-          "| rounds (median / p90 / max) | validated within 2 rounds | target |")
-    print("|---|---:|---:|---:|---:|---|---:|---:|---|")
+          "| rounds (median / p90 / max) | validated within 2 rounds | deployment runs reused | target |")
+    print("|---|---:|---:|---:|---:|---|---:|---:|---:|---|")
 
 
 def print_row(size_name: str, rows: list[dict]) -> None:
     s = summarise(rows)
     stages = "; ".join(f"{k} {fmt3(s[k])}" for k in s["stages"])
     print(f"| {size_name} | {s['n']} | {s['ok']} / {s['failed']} | {fmt3(s['total'])} | {fmt3(s['cpu'])} | "
-          f"{stages} | {fmt3(s['rounds'], 0)} | {s['within2']:.0%} | {TARGETS.get(size_name, '')} |", flush=True)
+          f"{stages} | {fmt3(s['rounds'], 0)} | {s['within2']:.0%} | {s['reused']:.0%} | {TARGETS.get(size_name, '')} |",
+          flush=True)
 
 
 def read_rows(path: Path) -> dict[str, list[dict]]:
@@ -149,8 +154,9 @@ def read_rows(path: Path) -> dict[str, list[dict]]:
             for k in ("total", "cpu", "lower", "candidates", "solve", "simulate", "other", "cost"):
                 if k in row:
                     row[k] = float(row[k])
-            if "rounds" in row:
-                row["rounds"] = int(row["rounds"])
+            for k in ("rounds", "runs_reused", "runs_simulated"):
+                if k in row:
+                    row[k] = int(row[k])
             row["validated"] = row.get("validated") == "True"
             by.setdefault(row["size"], []).append(row)
     return by

@@ -62,6 +62,9 @@ def plan_summary(console: Console, r: PlanResult, verbose: bool = False) -> None
         other = max(0.0, r.seconds.get("total", 0.0) - sum(named.values()))
         console.print(f"rounds: {r.rounds} ({p.simulation.rounds if p.simulation else 0} after a simulated miss); "
                       "seconds: " + ", ".join(f"{k} {v:.2f}" for k, v in {**named, "other": other}.items()))
+        if any(r.sim_runs):
+            console.print(f"simulation: {r.sim_runs[1]} deployment runs simulated, {r.sim_runs[0]} taken unchanged "
+                          "from a former round")
         pt = Table(title="pruned candidates")
         pt.add_column("candidate")
         pt.add_column("reason")

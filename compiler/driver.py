@@ -32,6 +32,9 @@ class PlanResult:
     solve: SolveResult
     rounds: int
     seconds: dict[str, float] = field(default_factory=dict)  # per stage wall time
+    # validating simulation: (deployment runs taken from a former round, deployment runs simulated); see
+    # compiler.sim.reuse
+    sim_runs: tuple[int, int] = (0, 0)
 
 
 class Planner(Protocol):
@@ -159,4 +162,5 @@ def drive(planner: Planner, spec, ir: ProblemIR, *, backend: str | None = None, 
     plan_ = finish_plan(plan_, spec, ir, last_sim, sim_requests, sim_rounds)
     t3 = time.perf_counter()
     return PlanResult(plan_, ir, planner.candidate_set(cands), a, res, rnd,
-                      {"lower": t1 - t0, "candidates": t2 - t1, "solve": solve_s, "simulate": sim_s, "total": t3 - t0})
+                      {"lower": t1 - t0, "candidates": t2 - t1, "solve": solve_s, "simulate": sim_s, "total": t3 - t0},
+                      (runs.hits, runs.misses))

@@ -216,12 +216,15 @@ def summarise(sim) -> SimResult:
     measured = arrival >= t0
     window = max(sim.t_last_arrival - t0, 1e-9)
     dep_names = [d.view.name for d in sc.deployments]
+    slo_ttft = np.array([wl.ttft_s for wl in sc.workloads], float)
+    slo_tpot = np.array([wl.tpot_s for wl in sc.workloads], float)
+    meets = (ttft <= slo_ttft[w]) & (tpot <= slo_tpot[w])  # each request against its own workload's SLO
     wstats: dict[str, WorkloadStats] = {}
     samples: dict[str, tuple[np.ndarray, np.ndarray, np.ndarray]] = {}
     for wi, wl in enumerate(sc.workloads):
         m = measured & (w == wi)
         k = int(m.sum())
-        ok = m & (ttft <= wl.ttft_s) & (tpot <= wl.tpot_s)
+        ok = m & meets
         target = wl.percentile / 100.0
         by_dep: dict[str, tuple[int, float]] = {}
         misses: dict[str, int] = {}
@@ -255,9 +258,7 @@ def summarise(sim) -> SimResult:
         reps = sim.replicas[di]
         md = measured & (dep == di)
         nd = int(md.sum())
-        okd = np.zeros(n, bool)
-        for wi, wl in enumerate(sc.workloads):
-            okd |= md & (w == wi) & (ttft <= wl.ttft_s) & (tpot <= wl.tpot_s)
+        okd = md & meets
         R = max(len(reps), 1)
         cap = getattr(d.model, "kv_capacity_tokens", d.model.memory.kv_cache_tokens)
         busy = sum(r.busy_s for r in reps)

@@ -208,6 +208,20 @@ class Replica:
         while self.n_dec and self.C + self.n_dec * (k + 1) + self.kv_pref > self.cap:
             self._preempt()
         n = self.n_dec
+        if not self.waiting and not self.prefilling and not self.tier:
+            # A decode-only step (most steps): what the general path below computes when nothing is waiting or
+            # prefilling, the same operations in the same order, without its loops.
+            if n == 0:
+                self.busy = False
+                return -1.0
+            self.sched.clear()
+            kv_dec = self.C + n * k
+            ab = self.lin.get(n)
+            if ab is None:
+                ab = self.lin[n] = self._linear(n)
+            ctx = kv_dec + self.Csh
+            dt = ab[0] + ab[1] * (ctx / n) if ab else self.it(n, ctx / n, 0.0, 0.0)
+            return self._begin(t, dt, n, 0, kv_dec + self.kv_pref)
         kv_dec = self.C + n * k
         budget = self.mbt - n
         sched = self.sched
