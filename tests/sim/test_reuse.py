@@ -1,0 +1,102 @@
+"""Per-deployment event loops and their reuse across planning rounds (compiler/sim/reuse.py) give exactly the
+result of the one event loop over all arrivals, on the real cost model and simulator."""
+from __future__ import annotations
+
+from pathlib import Path
+
+from compiler.api import plan
+from compiler.sim import simulate
+from compiler.sim.reuse import RunCache, join_ends
+from compiler.spec.load import load_spec
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def _d(res) -> dict:
+    d = res.to_dict()
+    d.pop("wall_s")
+    return d
+
+
+def _whole(p, spec, **kw):
+    """The one event loop over all arrivals (a ``progress`` callback keeps the run whole)."""
+    return simulate(p, spec, progress=lambda f: None, **kw)
+
+
+def _quickstart():
+    spec = load_spec(ROOT / "examples" / "quickstart.yaml")
+    return plan(spec, validate=False).plan, spec
+
+
+def test_split_run_equals_the_whole_run_field_by_field():
+    p, spec = _quickstart()
+    assert len(p.deployments) >= 3
+    for seed in (0, 7):
+        whole = _whole(p, spec, seed=seed, requests=4000)
+        split = simulate(p, spec, seed=seed, requests=4000)
+        assert _d(split) == _d(whole)
+        assert whole.steps > 4000  # a real run, not an empty one
+
+
+def test_split_run_equals_the_whole_run_when_the_drain_limit_stops_it():
+    """An overloaded plan (one replica per deployment at 8x the rate) still has work at the drain limit: the end
+    of the run is the first step end beyond it, recovered from the per-deployment runs."""
+    p, spec = _quickstart()
+    spec = spec.model_copy(update={"workloads": [w.model_copy(update={"rate_rps": w.rate_rps * 8})
+                                                 for w in spec.workloads]})
+    small = p.model_copy(update={"deployments": [d.model_copy(update={"replicas": 1}) for d in p.deployments]})
+    whole = _whole(small, spec, seed=1, requests=6000)
+    split = simulate(small, spec, seed=1, requests=6000)
+    assert whole.stopped_early
+    assert _d(split) == _d(whole)
+
+
+def test_reused_runs_give_the_fresh_result_and_only_changed_deployments_run_again():
+    p, spec = _quickstart()
+    cache = RunCache()
+    first = simulate(p, spec, seed=2, requests=3000, timeline=False, cache=cache)
+    n = cache.misses
+    assert n >= 3 and cache.hits == 0
+    again = simulate(p, spec, seed=2, requests=3000, timeline=False, cache=cache)
+    assert (cache.hits, cache.misses) == (n, n)
+    assert _d(again) == _d(first)
+    # one more replica on one deployment: that deployment runs again, the others are taken as they were
+    deps = list(p.deployments)
+    k = max(range(len(deps)), key=lambda i: deps[i].replicas)
+    deps[k] = deps[k].model_copy(update={"replicas": deps[k].replicas + 1})
+    changed = p.model_copy(update={"deployments": deps})
+    hits0 = cache.hits
+    reused = simulate(changed, spec, seed=2, requests=3000, timeline=False, cache=cache)
+    assert cache.misses == n + 1 and cache.hits == hits0 + n - 1
+    fresh = _whole(changed, spec, seed=2, requests=3000, timeline=False)
+    assert _d(reused) == _d(fresh)
+    assert _d(reused) != _d(first)
+    # another seed shares nothing with seed 2's runs
+    simulate(p, spec, seed=3, requests=3000, timeline=False, cache=cache)
+    assert cache.misses == 2 * n + 1
+
+
+def test_reuse_survives_adapter_delays():
+    """Adapter loads (compiler.sim.lora) shift request timestamps after the run: a reused run must start from
+    the run's own timestamps, not the shifted ones."""
+    spec = load_spec(ROOT / "examples" / "multi-lora.yaml")
+    p = plan(spec, validate=False).plan
+    cache = RunCache()
+    a = simulate(p, spec, seed=4, requests=3000, timeline=False, cache=cache)
+    b = simulate(p, spec, seed=4, requests=3000, timeline=False, cache=cache)
+    assert cache.hits == cache.misses > 0
+    assert any("adapters:" in note for note in a.notes)
+    assert _d(a) == _d(b) == _d(_whole(p, spec, seed=4, requests=3000, timeline=False))
+
+
+def test_join_ends():
+    assert join_ends(10.0, [(12.0, False), (15.0, False)]) == (15.0, False)
+    assert join_ends(10.0, [(3.0, False)]) == (10.0, False)
+    assert join_ends(10.0, [(300.0, True), (250.0, True), (400.0, False)]) == (250.0, True)
+
+
+def test_the_planner_reports_its_runs():
+    spec = load_spec(ROOT / "examples" / "quickstart.yaml")
+    r = plan(spec)
+    reused, simulated = r.sim_runs
+    assert simulated >= len(r.plan.deployments) and reused >= 0
