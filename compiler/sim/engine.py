@@ -229,7 +229,7 @@ class Simulation:
         """One event loop per deployment over the arrivals routed to it, each taken from ``cache`` when the last
         simulation of this seed ran it with the same inputs (``compiler.sim.reuse.dep_key``); then the requests
         no replica serves (unrouted, refused, too long, a deployment of 0 replicas)."""
-        from compiler.sim.reuse import DepRun, clone, dep_key, join_ends
+        from compiler.sim.reuse import DepRun, dep_key, join_ends
 
         cache = self.cache
         kept, used = cache.begin(self._cache_slot) if cache is not None else ({}, {})
@@ -250,12 +250,12 @@ class Simulation:
                 self.events = EventQueue()
                 t, stopped = self._loop(idx.tolist())
                 live = self.requests
-                run = DepRun([clone(r) for r in live] if cache is not None else [], self.replicas[d], t, stopped)
+                run = DepRun(live, self.replicas[d], t, stopped)
                 if cache is not None:
                     cache.misses += 1
                     used[key] = run
             else:
-                live = [clone(r) for r in run.requests]
+                live = run.requests  # shared: nothing changes a request after its run (compiler.sim.reuse)
                 for r in live:
                     r.dep = d
                 self.replicas[d] = run.replicas

@@ -17,6 +17,7 @@ import numpy as np
 
 from compiler.cost.lora import swap_s
 from compiler.lora.model import modules_of
+from compiler.sim.reuse import own
 
 SEED_SALT = 0x10A
 
@@ -77,6 +78,7 @@ def apply_adapters(sim, plan, ir, seed: int) -> list[str]:
             dt = cost[a]
             loads += 1
             load_s += dt
+            r = own(sim.requests, r)  # a run the planner reuses keeps its own timestamps (compiler.sim.reuse)
             if r.t_first >= 0:
                 r.t_first += dt
             if r.t_done >= 0:

@@ -16,6 +16,10 @@ last simulation per seed under a key of all of that (``dep_key``), and the next 
 instead of running it again. Equivalence is exact, not approximate: the key holds every input of the
 deployment's event loop (the replica model is a function of the shape and the spec's IR, fixed within one
 ``plan``), and ``tests/sim/test_reuse.py`` compares reused runs with full ones field by field.
+
+A reused run hands out its ``Request`` objects again (only their deployment index is set anew), so nothing may
+change a request once its run is over: what comes after the event loop replaces a request by a copy
+(``clone``) before changing it (``compiler.sim.lora.apply_adapters``: adapter loads delay a request's tokens).
 """
 from __future__ import annotations
 
@@ -29,7 +33,7 @@ from compiler.sim.replica import Request
 
 @dataclass
 class DepRun:
-    """One deployment's finished event loop: its requests (pristine copies, in arrival order), its replicas,
+    """One deployment's finished event loop: its requests (in arrival order; never changed after), its replicas,
     the time of its last event and whether it stopped at the drain limit (then that event's time)."""
 
     requests: list[Request]
@@ -62,6 +66,13 @@ def clone(r: Request) -> Request:
     for s in Request.__slots__:
         setattr(c, s, getattr(r, s))
     return c
+
+
+def own(requests: list[Request], r: Request) -> Request:
+    """``r`` replaced in ``requests`` (a simulation's, indexed by request id) by a copy the caller may change."""
+    if r.rid < len(requests) and requests[r.rid] is r:
+        r = requests[r.rid] = clone(r)
+    return r
 
 
 def dep_key(sim, d: int, idx: np.ndarray) -> str:
