@@ -9,6 +9,7 @@ from __future__ import annotations
 import csv
 import math
 from dataclasses import dataclass
+from functools import cache
 from pathlib import Path
 
 import numpy as np
@@ -24,6 +25,16 @@ OUTPUT_SLICES = (0.0, 0.02, 0.05, 0.1, 0.2, 0.35, 0.5, 0.75, 1.0)  # quantiles b
 
 class LengthError(ValueError):
     """A distribution that cannot be turned into lengths (bad samples file, empty column...)."""
+
+
+@cache
+def _normal_grid() -> np.ndarray:
+    """The standard normal quantiles of the grid's points, computed once (every simulation and lowering of a
+    lognormal length needs them; read-only)."""
+    u = (np.arange(GRID) + 0.5) / GRID
+    z = np.array([_NORMAL.inv_cdf(p) for p in u])
+    z.setflags(write=False)
+    return z
 
 
 def quantile_grid(dist: TokenDist, base_dir: str = ".") -> np.ndarray:
@@ -44,7 +55,7 @@ def quantile_grid(dist: TokenDist, base_dir: str = ".") -> np.ndarray:
             mu, sigma = d.mu, d.sigma
         # Lognormal quantiles: exp(mu + sigma z_u), with z_u the standard normal quantile (stdlib: importing
         # scipy.stats would cost a second of start-up on every command).
-        x = np.exp(mu + sigma * np.array([_NORMAL.inv_cdf(p) for p in u]))
+        x = np.exp(mu + sigma * _normal_grid())
     elif kind == "histogram":
         d = dist.histogram
         w = np.asarray(d.weights, float) / sum(d.weights)
