@@ -114,6 +114,7 @@ def drive(planner: Planner, spec, ir: ProblemIR, *, backend: str | None = None, 
     warnings = list(ir.warnings)
     for rnd in range(1, MAX_ROUNDS + (SIM_ROUNDS if validate else 0) + 1):
         left = SolveOptions(max(opts.time_limit_s - solve_s, 0.01), opts.mip_rel_gap, opts.threads)
+        solved_with = derate
         res = planner.solve(ir, cands, derate, be, left)
         solve_s += res.seconds
         if not res.has_solution:
@@ -152,6 +153,11 @@ def drive(planner: Planner, spec, ir: ProblemIR, *, backend: str | None = None, 
             alone = derate
             derate = {k: min(derate.get(k, 1.0), prior.get(k, 1.0)) for k in sorted(set(derate) | set(prior))}
             with_prior = (derate, alone)
+        if derate == solved_with:
+            # Nothing to correct: every workload the runs do not confirm has no miss to derate (e.g. too few of its
+            # requests in the run for its bound to reach the target at 100 % attainment). The next solve would get
+            # the same derates, return this plan and the same seeds the same verdict: stop, with its misses stated.
+            break
     plan_, a, res, rnd = best
     extra = [f"{p.workload}: could not be brought within its SLO after {rnd} rounds ({p.reason})" for p in a.misses()]
     if not extra and last_sim is not None and not last_sim.ok:

@@ -100,3 +100,43 @@ def test_the_planner_reports_its_runs():
     r = plan(spec)
     reused, simulated = r.sim_runs
     assert simulated >= len(r.plan.deployments) and reused >= 0
+
+
+UNDERSAMPLED = """\
+version: 1
+name: undersampled
+gpus:
+  - {type: h100-sxm, count: 8, usd_per_hour: 3.90}
+models:
+  - name: llama-3.1-8b
+workloads:
+  - name: busy
+    model: llama-3.1-8b
+    rate_rps: 20
+    input_tokens: {fixed: 256}
+    output_tokens: {fixed: 16}
+    slo: {ttft_ms: 2000, tpot_ms: 200, percentile: 90}
+  - name: rare
+    model: llama-3.1-8b
+    rate_rps: 0.02
+    input_tokens: {fixed: 256}
+    output_tokens: {fixed: 16}
+    slo: {ttft_ms: 2000, tpot_ms: 200, percentile: 99}
+"""
+
+
+def test_rounds_stop_when_no_workload_has_a_miss_to_correct(tmp_path, monkeypatch):
+    """A p99 workload with too few requests in the run (the total is capped) cannot show its bound at 99 % even
+    at 100 % attainment; no deployment misses, so no derate changes and another solve would return the same plan
+    and the same verdict. The planner stops (after adding the prior on the first miss) instead of running its
+    14 rounds on one plan, and says which workload it could not confirm."""
+    import compiler.sim
+
+    monkeypatch.setattr(compiler.sim, "MAX_DEFAULT_REQUESTS", 3000)  # rare: ~3 requests
+    p = tmp_path / "u.yaml"
+    p.write_text(UNDERSAMPLED)
+    r = plan(load_spec(p))
+    assert not r.plan.simulation.passed
+    assert r.rounds <= 2
+    assert any(w.startswith("rare:") and "not brought within its SLO" in w for w in r.plan.warnings)
+    assert not any(w.startswith("busy:") for w in r.plan.warnings)
