@@ -60,10 +60,7 @@ def simulate(plan: Plan, spec: Spec, *, ir: ProblemIR | None = None, requests: i
     cls = Simulation
     if sc.pairs:
         from compiler.sim.disagg import DisaggSimulation as cls
-    if cls is Simulation:
-        sim = cls(sc, seed, requests if duration_s is None else None, duration_s, timeline, cache=cache).run(progress)
-    else:
-        sim = cls(sc, seed, requests if duration_s is None else None, duration_s, timeline).run(progress)
+    sim = cls(sc, seed, requests if duration_s is None else None, duration_s, timeline, cache=cache).run(progress)
     lora_notes = apply_adapters(sim, plan, ir, seed)  # multi-LoRA plans: adapter loads and evictions
     res = summarise(sim)
     res.notes += lora_notes + prefix_notes(sim) + rejected_notes(sim)

@@ -123,9 +123,9 @@ class Simulation:
             raise ValueError("give exactly one of requests and duration_s")
         self.sc = scenario
         self.seed = seed
-        # Deployment runs reused across the planner's rounds (compiler.sim.reuse); P/D pairs (a subclass) interact
-        # across deployments and always run whole.
-        self.cache = cache if type(self) is Simulation else None
+        # Deployment runs reused across the planner's rounds (compiler.sim.reuse); the deployments of P/D pairs
+        # (a subclass) interact and run together, never reused.
+        self.cache = cache
         self._cache_slot = (seed, requests, duration_s)
         self.rng = np.random.default_rng(seed)
         self.arrivals = draw_arrivals(scenario, self.rng, requests, duration_s)
@@ -177,10 +177,10 @@ class Simulation:
 
     def run(self, progress: Callable[[float], None] | None = None) -> "Simulation":
         """Advance until every request is done (or t_stop); ``progress(fraction of arrivals)`` now and then.
-        Without P/D pairs and without ``progress``, one event loop per deployment (``_run_split``, reusing runs
-        from ``cache`` when given); otherwise one over all arrivals. Both give the same requests, replicas and
-        end (compiler.sim.reuse)."""
-        if type(self) is Simulation and (self.cache is not None or progress is None):
+        With a ``cache`` (the planner), or without P/D pairs and ``progress``, one event loop per deployment
+        (``_run_split``, reusing runs from ``cache`` when given); otherwise one over all arrivals. Both give the
+        same requests, replicas and end (compiler.sim.reuse)."""
+        if self.cache is not None or (type(self) is Simulation and progress is None):
             self._run_split()
         else:
             self.t_end, self.stopped_early = self._loop(range(len(self.arrivals.t)), progress)
@@ -228,7 +228,9 @@ class Simulation:
     def _run_split(self) -> None:
         """One event loop per deployment over the arrivals routed to it, each taken from ``cache`` when the last
         simulation of this seed ran it with the same inputs (``compiler.sim.reuse.dep_key``); then the requests
-        no replica serves (unrouted, refused, too long, a deployment of 0 replicas)."""
+        no replica serves (unrouted, refused, too long, a deployment of 0 replicas). The deployments of P/D pairs
+        (``Scenario.pairs``, route targets past the deployments) hand requests to each other: their arrivals run
+        in one loop together, never reused."""
         from compiler.sim.reuse import DepRun, dep_key, join_ends
 
         cache = self.cache
@@ -239,9 +241,11 @@ class Simulation:
         ends = []
         by_dep = np.argsort(dep, kind="stable")  # arrival indices grouped by deployment, ascending in each
         cuts = np.searchsorted(dep[by_dep], np.arange(len(self.replicas) + 1))
-        for d in range(len(self.replicas)):
+        nd = len(self.replicas)
+        paired = sorted({d for pair in self.sc.pairs for d in pair})
+        for d in range(nd):
             idx = by_dep[cuts[d]:cuts[d + 1]]
-            if not len(idx) or not self.replicas[d]:
+            if not len(idx) or not self.replicas[d] or d in paired:
                 continue
             key = dep_key(self, d, idx) if cache is not None else None
             run = kept.get(key)
@@ -264,6 +268,16 @@ class Simulation:
             for r in live:
                 out[r.rid] = r
             ends.append((run.t_last, run.stopped))
+        if self.sc.pairs:
+            idx = np.flatnonzero((dep >= nd) | np.isin(dep, paired))
+            if len(idx):
+                self.requests = []
+                self.events = EventQueue()
+                ends.append(self._loop(idx.tolist()))
+                for r in self.requests:
+                    out[r.rid] = r
+                if cache is not None:
+                    cache.misses += 1
         self.requests = []
         ts = self._ts
         for i in range(n):

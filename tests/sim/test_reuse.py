@@ -140,3 +140,30 @@ def test_rounds_stop_when_no_workload_has_a_miss_to_correct(tmp_path, monkeypatc
     assert r.rounds <= 2
     assert any(w.startswith("rare:") and "not brought within its SLO" in w for w in r.plan.warnings)
     assert not any(w.startswith("busy:") for w in r.plan.warnings)
+
+
+def test_pd_plans_run_their_pairs_together_and_reuse_the_other_deployments():
+    """A plan with P/D pairs and unified deployments: the pairs' deployments hand requests to each other and run
+    in one loop; the unified ones run alone and are reused. Same result as the one loop over all arrivals."""
+    text = (ROOT / "examples" / "disaggregated.yaml").read_text().replace("models:\n  - name: llama-3.1-70b\n",
+                                                                         "models:\n  - name: llama-3.1-70b\n"
+                                                                         "  - name: llama-3.1-8b\n")
+    text += """  - name: chat
+    model: llama-3.1-8b
+    rate_rps: 8
+    input_tokens: {lognormal: {median: 600, p99: 4000}}
+    output_tokens: {lognormal: {median: 150, p99: 800}}
+    slo: {ttft_ms: 1500, tpot_ms: 60, percentile: 95}
+"""
+    spec = load_spec("pd.yaml", text=text)
+    p = plan(spec, validate=False).plan
+    roles = {d.role for d in p.deployments}
+    assert {"prefill", "decode", "unified"} <= roles
+    whole = simulate(p, spec, seed=6, requests=3000, timeline=False)  # no cache: P/D plans run whole
+    cache = RunCache()
+    a = simulate(p, spec, seed=6, requests=3000, timeline=False, cache=cache)
+    solo = sum(1 for d in p.deployments if d.role == "unified" and d.replicas)
+    assert (cache.hits, cache.misses) == (0, solo + 1)  # each unified deployment, and the pairs together
+    b = simulate(p, spec, seed=6, requests=3000, timeline=False, cache=cache)
+    assert (cache.hits, cache.misses) == (solo, solo + 2)  # the pairs run again
+    assert _d(a) == _d(b) == _d(whole)
