@@ -80,7 +80,10 @@ def drive(planner: Planner, spec, ir: ProblemIR, *, backend: str | None = None, 
     prior was fitted on is also held to the capacity prior fitted against the simulator
     (``compiler.rounds.prior_derates``; dropped if no plan meets it): a plan the simulation confirms on the model's
     capacities keeps their lower cost, the others reach a confirmed plan in about one more round. A planner with
-    its own ``simulate`` (schedules: derates per window) gets no prior."""
+    its own ``simulate`` (schedules: derates per window) gets no prior. A simulated miss that leaves the derates
+    unchanged ends the rounds (the next solve would repeat this plan and its verdict). Each round's simulation
+    takes the runs of deployments the last one already simulated with the same inputs (``compiler.sim.reuse``;
+    the same result as simulating them again)."""
     from compiler.plan.extract import finish_plan
     from compiler.sim import default_requests
     from compiler.sim.reuse import RunCache
