@@ -167,3 +167,23 @@ def test_pd_plans_run_their_pairs_together_and_reuse_the_other_deployments():
     b = simulate(p, spec, seed=6, requests=3000, timeline=False, cache=cache)
     assert (cache.hits, cache.misses) == (solo, solo + 2)  # the pairs run again
     assert _d(a) == _d(b) == _d(whole)
+
+
+def test_plans_with_reuse_are_the_plans_of_full_simulations(monkeypatch):
+    """A generated spec whose second round keeps some deployments: planned with reuse and with every round
+    simulated in full (a cache that never hands a run back), the plan files are the same bytes."""
+    import json
+
+    import compiler.sim
+    from benchmarks.specgen import family, parse_size
+    from compiler.plan.emit import plan_to_data
+
+    monkeypatch.setattr(compiler.sim, "MAX_DEFAULT_REQUESTS", 20_000)  # keeps the test to seconds
+    name, text = family(parse_size("small"), 6, 0)[5]
+    spec = load_spec(f"{name}.yaml", text=text)
+    reused = plan(spec)
+    assert reused.rounds >= 2 and reused.sim_runs[0] > 0
+    monkeypatch.setattr(RunCache, "begin", lambda self, seed: ({}, {}))
+    full = plan(spec)
+    assert full.sim_runs[0] == 0
+    assert json.dumps(plan_to_data(reused.plan), sort_keys=True) == json.dumps(plan_to_data(full.plan), sort_keys=True)
