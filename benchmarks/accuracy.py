@@ -187,7 +187,8 @@ def predict_row(row: Row, profiles) -> float:
             isl, osl = [float(row.isl)] * n, exponential_lengths(n, row.osl)
         else:
             isl, osl = [float(row.isl)] * n, [float(row.osl)] * n
-        b = rm.predict_burst(isl, osl)
+        # served bursts stream every token over HTTP (vllm bench serve); offline ones (trtllm-bench) do not
+        b = rm.predict_burst(isl, osl, streaming="offline" not in row.raw["concurrency_or_rate"].lower())
         return {"tpot_mean_ms": b.tpot_ms, "itl_mean_ms": b.tpot_ms, "output_throughput": b.output_tokens_per_s,
                 "request_throughput": b.requests_per_s, "total_token_throughput": b.total_tokens_per_s}[row.metric]
     return {"ttft_mean_ms": p.ttft_ms, "ttft_ms": p.ttft_ms, "tpot_mean_ms": p.tpot_ms, "itl_mean_ms": p.tpot_ms,

@@ -113,8 +113,9 @@ class ReplicaModel(ReplicaRoles, ReplicaPredictions):
         # tokens are routed to; everything else (attention, dense MLPs, shared experts, router) is dense.
         self.expert_params = expert_params(m)
         self.dense_params = self.params - self.expert_params
-        self.moe = MoeLayer.of(m, g, tp, dp, ep, self.wbytes, self.bw, self.flops_linear, self.kernel_s) \
-            if self.expert_params else None
+        moe_eff = engine.moe_gemm_efficiency.value if engine.moe_gemm_efficiency is not None else 1.0
+        self.moe = MoeLayer.of(m, g, tp, dp, ep, self.wbytes, self.bw, self.flops_linear, self.kernel_s,
+                               moe_eff) if self.expert_params else None
         # Per-layer weights (whole model, before sharding): attention projections from the architecture (GQA or
         # MLA); the LM head is vocab x hidden; the dense MLP is the rest of the parameter count, per layer.
         self.attn_params = attention_params(m)
