@@ -31,7 +31,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from benchmarks.accuracy import GROUPS, _with, parse, predict_row, source_of  # noqa: E402
-from compiler.profiles import load_profiles  # noqa: E402
+from compiler.profiles import ProfileSet, load_profiles  # noqa: E402
 
 GRID = (1.0, 0.6, 0.4, 0.3, 0.22, 0.16, 0.12)  # moe_gemm_efficiency
 # stream_tokens_per_s (0 = no limit); no lower value: the GPUStack front ends did stream 9,788 tokens/s at their peak
@@ -65,8 +65,14 @@ def pick(rows, table) -> tuple[float, float]:
 
 
 def with_point(profiles, eng: str, point: tuple[float, float]):
+    """``profiles`` with the engine's efficiency and stream rate at ``point`` (rate 0: no limit, whatever the
+    profile says)."""
     ps = _with(profiles, "engines", eng, FIELD, point[0])
-    return _with(ps, "engines", eng, "stream_tokens_per_s", point[1]) if point[1] else ps
+    if point[1]:
+        return _with(ps, "engines", eng, "stream_tokens_per_s", point[1])
+    d = dict(ps.engines)
+    d[eng] = d[eng].model_copy(update={"stream_tokens_per_s": None})
+    return ProfileSet(ps.gpus, ps.models, d)
 
 
 def show(point: tuple[float, float]) -> str:

@@ -66,11 +66,12 @@ def test_expert_parallel_flops_follow_the_busiest_rank():
     assert layer.compute_s(T) == pytest.approx(want, rel=1e-12)
 
 
-def _with_stream(rate: float) -> ProfileSet:
+def _with_stream(rate: float | None) -> ProfileSet:
     eng = P.engines["vllm"]
     src = dict(eng.sources)
     src["test"] = Source(kind="assumption", ref="test")
-    new = eng.model_copy(update={"stream_tokens_per_s": Q(value=rate, source="test"), "sources": src})
+    q = Q(value=rate, source="test") if rate is not None else None
+    new = eng.model_copy(update={"stream_tokens_per_s": q, "sources": src})
     return ProfileSet(P.gpus, P.models, {**P.engines, "vllm": new})
 
 
@@ -83,7 +84,7 @@ def test_streamed_burst_is_delivered_no_faster_than_the_front_end():
     assert b.makespan_s == pytest.approx(50.0, rel=1e-9)
     assert b.tpot_ms == pytest.approx(1000.0, rel=1e-9)
     offline = slow.predict_burst([10.0] * 100, [50.0] * 100)
-    plain = replica(P, "llama-3.1-8b", "h100-sxm", "vllm", dtype="bf16", max_num_seqs=256)
+    plain = replica(_with_stream(None), "llama-3.1-8b", "h100-sxm", "vllm", dtype="bf16", max_num_seqs=256)
     assert offline.makespan_s == plain.predict_burst([10.0] * 100, [50.0] * 100, streaming=True).makespan_s
     assert offline.makespan_s < 5.0
 
