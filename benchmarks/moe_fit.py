@@ -142,14 +142,16 @@ def main(argv: list[str]) -> int:
                 held[r.n] = table[eng][v][r.n]
             if test:
                 print(f"  leave out {src[:70]!r}: {eng} fitted on {len(train)} other rows -> {show(v)}")
-    print(f"\n{'metric group':16s} {'rows':>4s} {'unfitted':>9s} {'in-sample':>10s} {'held-out':>9s}   (median |% error|)")
+    print(f"\n{'metric group':16s} {'rows':>4s} {'unfitted':>9s} {'in-sample':>10s} {'held-out':>9s}"
+          "   (median |% error|)")
     for g in list(GROUPS) + ["all"]:
         sel = [r for r in rows if g == "all" or group_of(r.metric) == g]
         if sel:
             med = [statistics.median(abs(err(r, p[r.n])) for r in sel) for p in (base, ins, held)]
             print(f"{g:16s} {len(sel):4d} {med[0]:9.1f} {med[1]:10.1f} {med[2]:9.1f}")
     if "-v" in argv:
-        print(f"\n  {'row':>4s} {'metric':22s} {'measured':>9s} {'unfitted':>9s} {'in-sample':>9s} {'held-out':>9s}  setup")
+        print(f"\n  {'row':>4s} {'metric':22s} {'measured':>9s} {'unfitted':>9s} {'in-sample':>9s} {'held-out':>9s}"
+              "  setup")
         for r in rows:
             print(f"  {r.n:4d} {r.metric:22s} {r.value:9.4g} {base[r.n]:9.4g} {ins[r.n]:9.4g} {held[r.n]:9.4g}  "
                   f"{r.setup()}")

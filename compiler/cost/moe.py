@@ -20,8 +20,9 @@ from functools import lru_cache
 
 from compiler.profiles import GpuProfile, ModelProfile, value_or, attention_params, expert_size, moe_layers
 
-__all__ = ["ACT_BYTES", "MoeLayer", "attention_flops_per_ctx", "busiest_rank_factor", "expected_max_normal", "attention_kernels", "attention_params", "check_layout",
-           "expert_params", "expert_size", "experts_touched", "is_mla", "kv_elements", "moe_layers"]
+__all__ = ["ACT_BYTES", "MoeLayer", "attention_flops_per_ctx", "attention_kernels", "attention_params",
+           "busiest_rank_factor", "check_layout", "expected_max_normal", "expert_params", "expert_size",
+           "experts_touched", "is_mla", "kv_elements", "moe_layers"]
 
 ACT_BYTES = 2.0  # activations, router logits and the tokens dispatched to experts travel in bf16
 
