@@ -95,3 +95,20 @@ def test_engine_profile_rejects_unphysical_fit_values():
         type(eng).model_validate({**eng.model_dump(), "moe_gemm_efficiency": {"value": 1.5, "source": "defaults"}})
     with pytest.raises(ValueError, match="stream_tokens_per_s"):
         type(eng).model_validate({**eng.model_dump(), "stream_tokens_per_s": {"value": 0, "source": "defaults"}})
+
+
+def test_fit_picks_the_least_log_error_point_and_can_lift_the_stream_limit():
+    """benchmarks/moe_fit.py: the grid point with the least summed |log(predicted / measured)| wins (1.1x beats
+    0.9x: |ln 1.1| < |ln 0.9|); a stream rate of 0 removes the profile's limit instead of keeping it."""
+    from types import SimpleNamespace
+
+    from benchmarks.moe_fit import pick, with_point
+
+    rows = [SimpleNamespace(n=1, value=100.0)]
+    table = {(1.0, 0.0): {1: 200.0}, (0.5, 0.0): {1: 110.0}, (0.3, 1e4): {1: 90.0}}
+    assert pick(rows, table) == (0.5, 0.0)
+    assert pick([], table) == (1.0, 0.0)
+    ps = with_point(P, "vllm", (0.5, 0.0))
+    assert ps.engines["vllm"].stream_tokens_per_s is None
+    assert ps.engines["vllm"].moe_gemm_efficiency.value == 0.5
+    assert with_point(P, "vllm", (0.3, 12000.0)).engines["vllm"].stream_tokens_per_s.value == 12000.0
