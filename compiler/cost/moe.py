@@ -30,7 +30,9 @@ ACT_BYTES = 2.0  # activations, router logits and the tokens dispatched to exper
 def check_layout(model: ModelProfile, gpu: GpuProfile, tp: int, dp: int, ep: int, dtype: str) -> None:
     """ValueError unless the layout and precision are servable: attention data parallelism and expert
     parallelism need a mixture-of-experts model, ep divides the tp x dp expert group and is at most the number
-    of experts, and fp4 weights need FP4 tensor cores (the GPU profile's fp4_tflops)."""
+    of experts. fp4 weights on a GPU without FP4 tensor cores (no fp4_tflops: Hopper, Ampere) run weight-only:
+    4-bit weights dequantised in the GEMM at the bf16 rate (``ReplicaModel``), as the engines' MXFP4 / NVFP4
+    weight-only kernels do on Hopper (gpt-oss-120b on H100)."""
     if (dp > 1 or ep > 1) and model.num_experts.value <= 1:
         raise ValueError(f"{model.name} is dense: attention data parallelism (dp) and expert parallelism (ep) "
                          f"apply to mixture-of-experts models")
@@ -38,9 +40,6 @@ def check_layout(model: ModelProfile, gpu: GpuProfile, tp: int, dp: int, ep: int
         raise ValueError(f"ep {ep} must divide tp x dp = {tp * dp} (the GPUs of a stage's expert group)")
     if ep > model.num_experts.value:
         raise ValueError(f"ep {ep} exceeds {model.name}'s {model.num_experts.value:g} experts")
-    if dtype == "fp4" and gpu.fp4_tflops is None:
-        raise ValueError(f"{gpu.name} has no FP4 tensor cores (its profile has no fp4_tflops); dtype fp4 needs "
-                         f"a GPU that has them (b200)")
 
 
 def is_mla(model: ModelProfile) -> bool:
