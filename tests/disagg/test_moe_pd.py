@@ -21,7 +21,7 @@ workloads:
   - name: rag
     model: qwen3-235b-a22b
     dtype: fp8
-    rate_rps: 12
+    rate_rps: 30
     input_tokens: {lognormal: {median: 6000, p99: 16000}}
     output_tokens: {lognormal: {median: 400, p99: 1200}}
     slo: {ttft_ms: 5000, tpot_ms: 40, percentile: 99}
