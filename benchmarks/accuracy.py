@@ -17,7 +17,9 @@ How a row becomes a prediction (the setup only; no per-row parameters):
     TRT-LLM performance docs' FP8 setting), "FP8 weights" rows keep a bf16 KV cache;
   * mode from concurrency_or_rate: ``batch=B`` -> static batch (gptSessionBenchmark, vLLM benchmark_latency,
     NeMo), ``max concurrency=C`` -> closed loop, ``R qps Poisson`` -> open loop, ``N prompts at once`` or
-    ``offline (N prompts)`` -> saturated closed loop at min(N, max_num_seqs, what fits in the KV cache);
+    ``offline (N prompts)`` -> saturated closed loop at min(N, max_num_seqs, what fits in the KV cache); a burst
+    served over HTTP (``N ... prompts at once``, not ``offline``) streams its tokens through the engine's front end
+    (``predict_burst(streaming=True)``: the engine profile's ``stream_tokens_per_s``, docs/cost-model.md);
   * ShareGPT rows without lengths use 217 in / 201 out tokens (the ShareGPT means reported in the same table);
   * per-GPU throughput: ``output_throughput_per_gpu`` rows and the TensorRT-LLM A100 ``out tok/s`` table are
     compared per GPU (the A100 table's header omits /GPU; per GPU is the reading consistent with the H100 table of
@@ -187,7 +189,8 @@ def predict_row(row: Row, profiles) -> float:
             isl, osl = [float(row.isl)] * n, exponential_lengths(n, row.osl)
         else:
             isl, osl = [float(row.isl)] * n, [float(row.osl)] * n
-        b = rm.predict_burst(isl, osl)
+        # served bursts stream every token over HTTP (vllm bench serve); offline ones (trtllm-bench) do not
+        b = rm.predict_burst(isl, osl, streaming="offline" not in row.raw["concurrency_or_rate"].lower())
         return {"tpot_mean_ms": b.tpot_ms, "itl_mean_ms": b.tpot_ms, "output_throughput": b.output_tokens_per_s,
                 "request_throughput": b.requests_per_s, "total_token_throughput": b.total_tokens_per_s}[row.metric]
     return {"ttft_mean_ms": p.ttft_ms, "ttft_ms": p.ttft_ms, "tpot_mean_ms": p.tpot_ms, "itl_mean_ms": p.tpot_ms,

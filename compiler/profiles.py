@@ -159,6 +159,12 @@ class EngineProfile(_Profile):
     # scheduling, detokenisation), and the share of the GPU's GEMM efficiency the engine's kernels reach.
     request_overhead_ms: Q | None = None
     kernel_efficiency: Q | None = None
+    # Share of the linear-layer FLOP rate the engine's fused-MoE grouped GEMMs reach (compiler/cost/moe.py;
+    # fitted by benchmarks/moe_fit.py); absent = 1, the dense GEMMs' rate.
+    moe_gemm_efficiency: Q | None = None
+    # Output tokens per second the serving front end streams (API server detokenising and sending one event per
+    # token per request; docs/cost-model.md): a burst of streamed requests delivers no faster. Absent = no limit.
+    stream_tokens_per_s: Q | None = None
     max_num_batched_tokens: Q | None = None
     # reserve: admit a request only with KV room for prompt and output (never evicts); on_demand: room for the
     # prompt, preempt and recompute the newest requests when decoding overflows the cache.
@@ -168,6 +174,10 @@ class EngineProfile(_Profile):
     def _engine_physical(self):
         if self.kernel_efficiency is not None and not 0 < self.kernel_efficiency.value <= 1:
             raise ValueError(f"kernel_efficiency must be in (0, 1], got {self.kernel_efficiency.value}")
+        if self.moe_gemm_efficiency is not None and not 0 < self.moe_gemm_efficiency.value <= 1:
+            raise ValueError(f"moe_gemm_efficiency must be in (0, 1], got {self.moe_gemm_efficiency.value}")
+        if self.stream_tokens_per_s is not None and not self.stream_tokens_per_s.value > 0:
+            raise ValueError(f"stream_tokens_per_s must be > 0, got {self.stream_tokens_per_s.value}")
         return self
 
 

@@ -86,7 +86,8 @@ class ReplicaModel(ReplicaRoles, ReplicaPredictions):
         g = gpu
         keff = engine.kernel_efficiency.value if engine.kernel_efficiency is not None else 1.0
         eta_c = g.compute_efficiency.value * keff
-        if dtype == "fp4":  # FP4 tensor cores (check_layout: only GPUs whose profile has them), fp8's efficiency
+        if dtype == "fp4" and g.fp4_tflops is not None:  # FP4 tensor cores at fp8's efficiency; without them
+            # (Hopper) fp4 is weight-only: 4-bit weights read, the GEMM at the bf16 rate (the else branch)
             eta8 = g.fp8_compute_efficiency.value if g.fp8_compute_efficiency is not None else g.compute_efficiency.value
             self.flops_linear = g.fp4_tflops.value * 1e12 * eta8 * keff
         elif dtype == "fp8" and g.fp8_tflops.value > g.bf16_tflops.value:
@@ -113,8 +114,9 @@ class ReplicaModel(ReplicaRoles, ReplicaPredictions):
         # tokens are routed to; everything else (attention, dense MLPs, shared experts, router) is dense.
         self.expert_params = expert_params(m)
         self.dense_params = self.params - self.expert_params
-        self.moe = MoeLayer.of(m, g, tp, dp, ep, self.wbytes, self.bw, self.flops_linear, self.kernel_s) \
-            if self.expert_params else None
+        moe_eff = engine.moe_gemm_efficiency.value if engine.moe_gemm_efficiency is not None else 1.0
+        self.moe = MoeLayer.of(m, g, tp, dp, ep, self.wbytes, self.bw, self.flops_linear, self.kernel_s,
+                               moe_eff) if self.expert_params else None
         # Per-layer weights (whole model, before sharding): attention projections from the architecture (GQA or
         # MLA); the LM head is vocab x hidden; the dense MLP is the rest of the parameter count, per layer.
         self.attn_params = attention_params(m)

@@ -9,17 +9,20 @@ Entry points:
     over TP ranks; MLA kv_lora_rank + qk_rope_head_dim, one latent per token, replicated on every TP rank
   * ``expert_params(model)``: routed experts' parameters (all MoE layers), 0 for a dense model
   * ``experts_touched(tokens, experts, topk)``: expected share of a layer's experts some token is routed to
+  * ``busiest_rank_factor(tokens, experts, topk, ep)``: the busiest EP rank's expert assignments over the mean
   * ``MoeLayer``: the routed-expert block of one layer at a layout (tp, dp, ep, pp) as seconds of a step
 """
 from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from functools import lru_cache
 
 from compiler.profiles import GpuProfile, ModelProfile, value_or, attention_params, expert_size, moe_layers
 
-__all__ = ["ACT_BYTES", "MoeLayer", "attention_flops_per_ctx", "attention_kernels", "attention_params", "check_layout",
-           "expert_params", "expert_size", "experts_touched", "is_mla", "kv_elements", "moe_layers"]
+__all__ = ["ACT_BYTES", "MoeLayer", "attention_flops_per_ctx", "attention_kernels", "attention_params",
+           "busiest_rank_factor", "check_layout", "expected_max_normal", "expert_params", "expert_size",
+           "experts_touched", "is_mla", "kv_elements", "moe_layers"]
 
 ACT_BYTES = 2.0  # activations, router logits and the tokens dispatched to experts travel in bf16
 
@@ -27,7 +30,9 @@ ACT_BYTES = 2.0  # activations, router logits and the tokens dispatched to exper
 def check_layout(model: ModelProfile, gpu: GpuProfile, tp: int, dp: int, ep: int, dtype: str) -> None:
     """ValueError unless the layout and precision are servable: attention data parallelism and expert
     parallelism need a mixture-of-experts model, ep divides the tp x dp expert group and is at most the number
-    of experts, and fp4 weights need FP4 tensor cores (the GPU profile's fp4_tflops)."""
+    of experts. fp4 weights on a GPU without FP4 tensor cores (no fp4_tflops: Hopper, Ampere) run weight-only:
+    4-bit weights dequantised in the GEMM at the bf16 rate (``ReplicaModel``), as the engines' MXFP4 / NVFP4
+    weight-only kernels do on Hopper (gpt-oss-120b on H100)."""
     if (dp > 1 or ep > 1) and model.num_experts.value <= 1:
         raise ValueError(f"{model.name} is dense: attention data parallelism (dp) and expert parallelism (ep) "
                          f"apply to mixture-of-experts models")
@@ -35,9 +40,6 @@ def check_layout(model: ModelProfile, gpu: GpuProfile, tp: int, dp: int, ep: int
         raise ValueError(f"ep {ep} must divide tp x dp = {tp * dp} (the GPUs of a stage's expert group)")
     if ep > model.num_experts.value:
         raise ValueError(f"ep {ep} exceeds {model.name}'s {model.num_experts.value:g} experts")
-    if dtype == "fp4" and gpu.fp4_tflops is None:
-        raise ValueError(f"{gpu.name} has no FP4 tensor cores (its profile has no fp4_tflops); dtype fp4 needs "
-                         f"a GPU that has them (b200)")
 
 
 def is_mla(model: ModelProfile) -> bool:
@@ -90,6 +92,38 @@ def experts_touched(tokens: float, experts: float, topk: float) -> float:
     return 1.0 - (1.0 - topk / experts) ** max(tokens, 0.0)
 
 
+@lru_cache(maxsize=None)
+def expected_max_normal(n: int) -> float:
+    """E[max of n independent standard normals] = integral of x n phi(x) Phi(x)^(n-1) dx (the expected largest
+    order statistic; David and Nagaraja, Order Statistics, 3rd ed., sec. 3.1), by the trapezoid rule on [-10, 10]
+    in steps of 1e-3 (exact to ~1e-6). 0 for n = 1; 1/sqrt(pi) = 0.5642 for n = 2."""
+    if n <= 1:
+        return 0.0
+    h, total = 1e-3, 0.0
+    for i in range(-10000, 10001):
+        x = i * h
+        phi = math.exp(-0.5 * x * x) / math.sqrt(2 * math.pi)
+        cdf = 0.5 * math.erfc(-x / math.sqrt(2))
+        total += x * n * phi * cdf ** (n - 1)
+    return total * h
+
+
+def busiest_rank_factor(tokens: float, experts: float, topk: float, ep: int) -> float:
+    """E[assignments on the busiest of ``ep`` expert-parallel ranks] / mean, for ``tokens`` tokens each routed to
+    ``topk`` distinct experts of ``experts`` uniformly, the experts split evenly over the ranks. A token's
+    assignments to one rank are hypergeometric (k draws from E, E/ep of them on the rank): mean k/ep, variance
+    k (1/ep)(1 - 1/ep)(E - k)/(E - 1); over T independent tokens the rank's load is close to normal, so the busiest
+    rank carries mean + sd x E[max of ep standard normals] (``expected_max_normal``). The grouped GEMMs of a step
+    end when the busiest rank's do: its FLOPs and activations set the time. 1 for ep = 1; uniform routing is the
+    balanced router's aim, so real (skewed) routing is at least this imbalanced."""
+    if ep <= 1 or tokens <= 0 or experts <= topk:
+        return 1.0
+    q = 1.0 / ep
+    mean = tokens * topk * q
+    var = tokens * topk * q * (1 - q) * (experts - topk) / (experts - 1)
+    return min(1.0 + math.sqrt(var) * expected_max_normal(ep) / mean, float(ep))
+
+
 @dataclass(frozen=True)
 class MoeLayer:
     """The routed experts of one (average) layer on a layout, per GPU of the expert group.
@@ -118,17 +152,18 @@ class MoeLayer:
     gpus_per_node: int
     tp: int
     dp: int
+    moe_eff: float = 1.0  # share of ``flops`` the fused-MoE grouped GEMMs reach (engine moe_gemm_efficiency)
 
     @classmethod
     def of(cls, model: ModelProfile, gpu: GpuProfile, tp: int, dp: int, ep: int, wbytes: float, bw: float,
-           flops: float, kernel_s: float) -> "MoeLayer":
+           flops: float, kernel_s: float, moe_eff: float = 1.0) -> "MoeLayer":
         g = gpu
         return cls(model.num_experts.value, model.experts_per_token.value, expert_size(model),
                    moe_layers(model) / model.num_layers.value, model.hidden_size.value,
                    value_or(model.moe_intermediate_size, model.intermediate_size.value), tp * dp, ep, wbytes, bw, flops,
                    kernel_s, g.allreduce_latency_us.value * 1e-6, g.allreduce_bus_gbps.value * 1e9,
                    g.link_bandwidth_gbps.value * 1e9, g.node_network_gbps.value * 1e9 / g.gpus_per_node.value,
-                   int(g.gpus_per_node.value), tp, dp)
+                   int(g.gpus_per_node.value), tp, dp, moe_eff)
 
     def experts_on_rank(self) -> float:
         """Experts an EP rank holds (the busiest one when ep does not divide them)."""
@@ -140,14 +175,17 @@ class MoeLayer:
 
     def compute_s(self, tokens: float) -> float:
         """Routed-expert GEMMs of ``tokens`` tokens (all dp ranks' tokens of the step) on one GPU:
-        weights read = touched experts' bytes / G (balanced), FLOPs = 2 T k P_e / G, activations of the
-        T k / ep assignments a rank computes; four kernels per layer: the two grouped GEMMs (gate-up, down) and
-        the routing (top-k selection, sorting tokens by expert), as fused-MoE implementations run them."""
+        weights read = touched experts' bytes / G (balanced), FLOPs = 2 T k P_e / G x imbalance at the fused-MoE
+        rate (``moe_eff`` x the linear-layer rate), activations of the T k / ep assignments a rank computes
+        x imbalance (``busiest_rank_factor``: the busiest EP rank sets the step); four kernels per layer: the two
+        grouped GEMMs (gate-up, down) and the routing (top-k selection, sorting tokens by expert), as fused-MoE
+        implementations run them."""
         touched = experts_touched(tokens, self.experts, self.topk)
+        imb = busiest_rank_factor(tokens, self.experts, self.topk, self.ep)
         w = self.experts * touched * self.expert_params * self.wbytes / self.group
-        act = tokens * self.topk / self.ep * (2 * self.hidden + 3 * self.inter * self.ep / self.group) * ACT_BYTES
-        fl = 2 * tokens * self.topk * self.expert_params / self.group
-        return self.share * (max((w + act) / self.bw, fl / self.flops) + 4 * self.kernel_s)
+        act = imb * tokens * self.topk / self.ep * (2 * self.hidden + 3 * self.inter * self.ep / self.group) * ACT_BYTES
+        fl = imb * 2 * tokens * self.topk * self.expert_params / self.group
+        return self.share * (max((w + act) / self.bw, fl / (self.flops * self.moe_eff)) + 4 * self.kernel_s)
 
     def router_s(self, rank_tokens: float) -> float:
         """The gate: hidden x experts logits per token on its attention rank (bf16 weights, replicated)."""

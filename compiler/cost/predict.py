@@ -65,7 +65,7 @@ def fidelity(rm: ReplicaModel, isl: float = 0.0, osl: float = 0.0, batch: float 
     """Provenance of the numbers behind ``rm``'s predictions at (isl, osl, batch)."""
     g: GpuProfile = rm.gpu
     used = list(EFFICIENCY_FIELDS if rm.tp * rm.dp > 1 else EFFICIENCY_FIELDS[:2])
-    if rm.dtype == "fp4" or (rm.dtype == "fp8" and g.fp8_tflops.value > g.bf16_tflops.value):
+    if (rm.dtype == "fp4" and g.fp4_tflops is not None) or (rm.dtype == "fp8" and g.fp8_tflops.value > g.bf16_tflops.value):
         used.append("fp8_compute_efficiency")
     used += [f for f in OPTIONAL_GPU_FIELDS if f != "fp8_compute_efficiency" and getattr(g, f) is not None]
     sources: dict[str, str] = {}

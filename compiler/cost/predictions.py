@@ -101,7 +101,7 @@ class ReplicaPredictions:
             kv_cache_tokens=mem.kv_cache_tokens)
 
     def predict_burst(self, isl: list[float] | tuple[float, ...], osl: list[float] | tuple[float, ...],
-                      frontend: bool = False) -> "BurstPrediction":
+                      frontend: bool = False, streaming: bool = False) -> "BurstPrediction":
         """All requests (``isl[i]``, ``osl[i]``) queued at time 0 and served to the end, step by step, the way a
         continuous-batching engine does: admit in order while a slot (max_num_seqs) and KV room are free; every
         step decodes one token for each running request and fills the rest of the token budget with prompt
@@ -109,6 +109,10 @@ class ReplicaPredictions:
         KV admission follows the engine profile's ``kv_admission``: ``reserve`` (room for prompt and output,
         never evicts: TensorRT-LLM's guaranteed-no-evict) or ``on_demand`` (room for the prompt; when decode
         growth overflows the cache the newest requests are preempted and recomputed later: vLLM, SGLang).
+        ``streaming``: the requests are served over the engine's HTTP front end, one streamed event per output
+        token; with the engine profile's ``stream_tokens_per_s`` S a step that emits n tokens (one per decoding
+        request, one per finished prompt) is delivered in no less than n / S (the front end is one serial server
+        per replica: API server and detokeniser; docs/cost-model.md). Offline benchmarks (trtllm-bench) stream nothing.
         Deterministic; reports the makespan, throughputs, mean TTFT (queueing included) and mean TPOT.
         This is the drain that steady-state formulas miss: as long requests finish last, the batch thins out."""
         from collections import deque
@@ -120,6 +124,8 @@ class ReplicaPredictions:
         K = self.max_batched_tokens
         reserve = (self.engine.kv_admission or "on_demand") == "reserve"
         fe = self.request_overhead if frontend else 0.0
+        s_rate = self.engine.stream_tokens_per_s
+        per_token = 1.0 / s_rate.value if streaming and s_rate is not None else 0.0
         queue = deque((float(isl[i]), float(osl[i]), i) for i in range(n))
         first = [-1.0] * n
         tpot = [0.0] * n
@@ -152,7 +158,11 @@ class ReplicaPredictions:
                     seqs += 1
             if b == 0 and p_tok == 0:
                 raise ValueError("no progress: a request needs more KV cache than the replica has")
-            t += self.iteration_s(b, ctx, p_tok, p_ctx / p_tok if p_tok else 0.0, max(seqs, 1))
+            step = self.iteration_s(b, ctx, p_tok, p_ctx / p_tok if p_tok else 0.0, max(seqs, 1))
+            if per_token:
+                emitted = b + sum(1 for r, c in chunks if r[0] <= c)
+                step = max(step, emitted * per_token)
+            t += step
             for r in dec:
                 r[2] += 1
             for r, c in chunks:
