@@ -152,10 +152,44 @@ class RedundantPlanner(UnifiedPlanner):
     (``compiler.plan.extract.finish_plan`` picks it from ``ir.redundancy``)."""
 
     def __init__(self, topo):
-        self.pools = pools_of(topo)
+        self.topo, self.pools = topo, pools_of(topo)
+        self._peers: dict[str, tuple[str, ...]] = {}
 
     def candidates(self, ir) -> CandidateSet:
-        return redundant_candidates(super().candidates(ir), self.pools)
+        cands = redundant_candidates(super().candidates(ir), self.pools)
+        self._peers = self.peers(cands)
+        return cands
+
+    def simulate(self, plan_, spec, ir, seeds, requests, derate, fill):
+        """The plan as ``compiler.rounds.simulate_and_derate`` validates any plan, then, placed as it will be, with
+        each kind of node loss (``compiler.nodeloss``): the survivors run fuller than the cost model's capacity
+        may allow, and a miss there derates the deployment at fault at the survivors' fill, so the next solve
+        buys it more spare. Returns the first failing runs (or the whole plan's) and the derates."""
+        from compiler.deployment import DeploymentSpecView
+        from compiler.nodeloss import losses_by_node, without_node
+        from compiler.plan.extract import with_placement
+        from compiler.rounds import simulate_and_derate
+        from compiler.spread import place_spread
+
+        res, out = simulate_and_derate(plan_, spec, ir, seeds, requests, derate, fill, self._peers)
+        if not res.ok:
+            return res, out
+        placed = with_placement(plan_, place_spread([DeploymentSpecView.of_plan(d) for d in plan_.deployments],
+                                                    self.topo))
+        kinds: dict[tuple, str] = {}
+        for node, lost in losses_by_node(placed).items():
+            kinds.setdefault(tuple(lost.items()), node)
+        reps = {d.name: d.replicas for d in placed.deployments}
+        for sig, node in sorted(kinds.items(), key=lambda kv: kv[1]):
+            reduced, unserved = without_node(placed, node, ir)
+            if unserved:  # the rows make this impossible; check reports it if it happens
+                continue
+            left = {k: reps[k] - n for k, n in sig}  # > 0: survive[c] keeps a replica of every deployment
+            f = {k: v * reps[k] / left[k] if left.get(k, 0) > 0 else v for k, v in (fill or {}).items()}
+            lost, out = simulate_and_derate(reduced, spec, ir, seeds, requests, out, f, self._peers)
+            if not lost.ok:
+                return lost, out
+        return res, out
 
     def solve(self, ir, cands, derate, backend, options):
         return solve_redundant(ir, cands, self.pools, backend, options, derate)
