@@ -186,3 +186,12 @@ def test_cli_fail_each_node(plans, tmp_path):
     r = CliRunner().invoke(app, ["check", str(f1), "--spec", str(s1), "--analytic"])  # automatic with n+1
     assert r.exit_code == 0, r.output
     assert "check passed (every node loss)" in r.output
+
+
+def test_replan_of_an_n_plus_1_spec_is_refused(plans):
+    from compiler.online.replan import replan
+
+    _, _, spec, p = plans
+    with pytest.raises(InputError) as e:
+        replan(p, spec, validate=False)
+    assert "redundancy" in str(e.value)
