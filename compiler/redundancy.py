@@ -195,6 +195,10 @@ class RedundantPlanner(UnifiedPlanner):
         return solve_redundant(ir, cands, self.pools, backend, options, derate)
 
     def infeasible(self, ir, cands, backend, options) -> list[str]:
+        pools = ", ".join(f"{g} {n} node{'s' if n > 1 else ''} of {k} GPUs" for g, (n, k) in sorted(self.pools.items()))
+        rest = [x for x in super().infeasible(ir, cands, backend, options)[1:] if "needs no relaxation" not in x]
         return (["no deployment keeps every SLO after the loss of any one node (redundancy: n+1) within the GPU "
-                 "counts, the nodes and the budget; more nodes per GPU type, a larger budget, or redundancy: none"]
-                + super().infeasible(ir, cands, backend, options)[1:])
+                 "counts, the nodes and the budget; more nodes per GPU type, a larger budget, or redundancy: none",
+                 f"  nodes: {pools}; a node lost takes ceil(replicas / nodes) replicas of each deployment, so a "
+                 "pool of one node carries nothing"]
+                + (["  without n+1 the spec would also need:"] + rest if rest else []))

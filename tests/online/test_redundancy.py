@@ -195,3 +195,12 @@ def test_replan_of_an_n_plus_1_spec_is_refused(plans):
     with pytest.raises(InputError) as e:
         replan(p, spec, validate=False)
     assert "redundancy" in str(e.value)
+
+
+def test_one_node_spec_is_infeasible_with_the_reason():
+    from compiler.errors import InfeasibleError
+
+    text = BIG.replace("count: 40", "count: 8").replace("name: big\n", "name: big\nredundancy: n+1\n")
+    with pytest.raises(InfeasibleError) as e:
+        plan(load_spec("one.yaml", text=text), validate=False)
+    assert "loss of any one node" in str(e.value) and "h100-sxm 1 node of 8 GPUs" in str(e.value)
