@@ -117,10 +117,11 @@ def check(
         if not schedule_check(p, s, out, fmt.value, seed, seeds, requests, strict):
             raise typer.Exit(int(ExitCode.CHECK_FAILED))
         return
-    if fail_each_node or s.redundancy == "n+1":  # docs/online.md, "Redundancy"
+    replay = trace is not None or duration is not None
+    if fail_each_node or (s.redundancy == "n+1" and not replay):  # docs/online.md, "Redundancy"
         from compiler.sim.cli import node_loss_check
 
-        if p.schedule is not None or trace is not None or duration is not None:
+        if p.schedule is not None or replay:
             raise InputError([Problem("--fail-each-node", "checks a static plan at the spec's rates: not with a "
                                       "schedule, --trace or --duration")])
         if not node_loss_check(p, s, out, err, fmt.value, analytic, seed, seeds, requests, strict):

@@ -204,3 +204,15 @@ def test_one_node_spec_is_infeasible_with_the_reason():
     with pytest.raises(InfeasibleError) as e:
         plan(load_spec("one.yaml", text=text), validate=False)
     assert "loss of any one node" in str(e.value) and "h100-sxm 1 node of 8 GPUs" in str(e.value)
+
+
+def test_node_losses_simulated(plans):
+    """The simulated path: one run per kind of node loss, each workload's attainment with its bounds, the worst
+    kind the one with the lowest margin."""
+    _, _, spec, p = plans
+    losses = check_each_node(p, spec, seeds=1, requests=1500)
+    assert losses and all(x.result is not None for x in losses)
+    for x in losses:
+        assert set(x.result.intervals) == {"a", "b"}
+        assert -1.0 <= x.margin <= 1.0
+    assert worst_loss(losses).margin == min(x.margin for x in losses) or not all(x.report.ok for x in losses)
