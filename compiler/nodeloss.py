@@ -19,7 +19,7 @@ from dataclasses import dataclass
 from compiler.check import CheckReport, verify
 from compiler.ir import ProblemIR
 from compiler.lower import lower
-from compiler.plan.schema import Placement, Plan, Route
+from compiler.plan.schema import Placement, Plan
 from compiler.topology import build_topology
 
 
@@ -29,7 +29,6 @@ class NodeLoss:
     lost: dict[str, int]  # deployment -> replicas lost
     report: CheckReport
     result: object | None = None  # compiler.sim.validate.SeedsResult; None when analytic or not simulated
-
     slo: dict[str, tuple[float, float]] | None = None  # analytic: workload -> (TTFT, TPOT) SLO, ms
 
     @property
