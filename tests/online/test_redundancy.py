@@ -216,3 +216,27 @@ def test_node_losses_simulated(plans):
         assert set(x.result.intervals) == {"a", "b"}
         assert -1.0 <= x.margin <= 1.0
     assert worst_loss(losses).margin == min(x.margin for x in losses) or not all(x.report.ok for x in losses)
+
+
+def test_spread_placement_caps_and_domains():
+    """Five h100 nodes of 8 GPUs in two NVLink domains of 4: 4 + 7 + 5 replicas of 4, 1 and 2 GPUs (each node has
+    room for ceil(n / 5) of every deployment, node_room: 4 x 1 + 1 x 2 + 2 x 1 <= 8). At most that many per node, each replica whole
+    on one node, TP groups inside one domain, no GPU twice."""
+    from compiler.spread import node_cap, place_spread
+    from compiler.topology import Node, Topology
+    from tests.conftest import unit
+
+    topo = Topology(tuple(Node(f"n{i}", "h100-sxm", 8, 4, 50.0, 450.0, "r") for i in range(5)))
+    deps = [unit("a", "h100-sxm", 4, 1, 4), unit("b", "h100-sxm", 1, 1, 7), unit("c", "h100-sxm", 2, 1, 5)]
+    out = place_spread(deps, topo)
+    used = set()
+    for d in deps:
+        st = out[d.name]
+        assert sorted(s.replica for s in st) == list(range(d.replicas))
+        per: dict[str, int] = {}
+        for s in st:
+            per[s.node] = per.get(s.node, 0) + 1
+            assert len(s.gpus) == d.tp and len({g // 4 for g in s.gpus}) == 1
+            assert not ({(s.node, g) for g in s.gpus} & used)
+            used |= {(s.node, g) for g in s.gpus}
+        assert max(per.values()) <= node_cap(d.replicas, 5)
