@@ -92,9 +92,11 @@ def check(
     trace: Annotated[Optional[Path], typer.Option(help="Replay this trace's arrivals and lengths, rescaled to each "
                                                        "workload's rate.")] = None,
     trace_format: Annotated[TraceFormat, typer.Option(help="Trace file format.")] = TraceFormat.azure,
+    fail_each_node: Annotated[bool, typer.Option("--fail-each-node", help="Also check the plan with each node "
+                                                 "removed (automatic when the spec says redundancy: n+1).")] = False,
 ) -> None:
     """Verify a plan against a spec: structure, and SLOs by simulation (or by the cost model with --analytic);
-    exit 5 on any violation (CI gate).
+    exit 5 on any violation (CI gate). With redundancy n+1 (or --fail-each-node) also with each node removed.
 
     Example: trimtab check plan.yaml --spec examples/quickstart.yaml
     """
@@ -113,6 +115,16 @@ def check(
         from compiler.sim.cli import schedule_check  # every window of the schedule (docs/online.md)
 
         if not schedule_check(p, s, out, fmt.value, seed, seeds, requests, strict):
+            raise typer.Exit(int(ExitCode.CHECK_FAILED))
+        return
+    replay = trace is not None or duration is not None
+    if fail_each_node or (s.redundancy == "n+1" and not replay):  # docs/online.md, "Redundancy"
+        from compiler.sim.cli import node_loss_check
+
+        if p.schedule is not None or replay:
+            raise InputError([Problem("--fail-each-node", "checks a static plan at the spec's rates: not with a "
+                                      "schedule, --trace or --duration")])
+        if not node_loss_check(p, s, out, err, fmt.value, analytic, seed, seeds, requests, strict):
             raise typer.Exit(int(ExitCode.CHECK_FAILED))
         return
     if not analytic:

@@ -42,6 +42,12 @@ def plan(spec: Spec, *, backend: str | None = None, time_limit_s: float | None =
         sp = SchedulePlanner(spec, time_limit_s)
         res = drive(sp, spec, ir, backend=backend, time_limit_s=time_limit_s, validate=validate, seed=seed, t0=t0)
         return replace(res, plan=sp.with_windows_validated(res.plan))
+    if ir.redundancy == "n+1":  # losing any one node keeps every SLO (compiler/redundancy.py)
+        from compiler.redundancy import RedundantPlanner
+        from compiler.topology import build_topology
+
+        return drive(RedundantPlanner(build_topology(spec, ir)), spec, ir, backend=backend,
+                     time_limit_s=time_limit_s, validate=validate, seed=seed, t0=t0)
     if ir.lora is not None:
         from compiler.lora.plan import LoraPlanner as P
     else:

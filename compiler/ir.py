@@ -74,6 +74,7 @@ class ProblemIR:
     inter_rack_gbps: float | None = None  # spec network.inter_rack_gbps (KV transfer between disaggregated sides)
     lora: object | None = None  # compiler.lora.spec.LoraIR: adapters and tenants; None when the spec has none
     kv_tiers: str = "off"  # spec defaults.kv_tiers: off | auto | offload | experimental-live (docs/kv-tiers.md)
+    redundancy: str = "none"  # spec redundancy: none | n+1 (compiler/redundancy.py)
     # Per model: the weights engines load and the served name (compiler.engines.base.ModelIdentity)
     identities: dict = field(default_factory=dict)
 

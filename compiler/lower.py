@@ -33,6 +33,8 @@ def spec_hash(spec: Spec, profiles: ProfileSet) -> str:
                          for w in data["workloads"]]
     if data.get("schedule", 0) is None:
         del data["schedule"]
+    if data.get("redundancy") == "none":  # specs without redundancy keep the hash they had before it existed
+        del data["redundancy"]
     tiers = spec.defaults.kv_tiers != "off"
     if not tiers:  # specs without KV tiers keep the hash they had before the switch existed
         data["defaults"] = {k: v for k, v in data["defaults"].items() if k != "kv_tiers"}
@@ -156,6 +158,10 @@ def lower(spec: Spec, profiles: ProfileSet | None = None) -> ProblemIR:
             truncated_share=cut.requests, index=i, prefix_hit_rate=hit, prefix_working_set=working_set,
             prefix_curve=curve, prefix_source=source,
         ))
+    if spec.redundancy == "n+1" and (spec.schedule is not None or lora_ir(spec) is not None):
+        what = "a schedule" if spec.schedule is not None else "adapters or tenants"
+        problems.append(Problem("redundancy", f"n+1 is not supported with {what} yet (docs/online.md, "
+                                              "\"Redundancy\"); plan without it"))
     if problems:
         raise InputError(problems, "spec")
     return ProblemIR(
@@ -163,5 +169,5 @@ def lower(spec: Spec, profiles: ProfileSet | None = None) -> ProblemIR:
         models=models, workloads=tuple(sorted(workloads, key=lambda w: w.name)),
         engine=profiles.engines[spec.defaults.engine], input_hash=spec_hash(spec, profiles),
         warnings=tuple(warnings), inter_rack_gbps=spec.network.inter_rack_gbps, lora=lora_ir(spec),
-        kv_tiers=spec.defaults.kv_tiers, identities=model_identities(spec, models),
+        kv_tiers=spec.defaults.kv_tiers, identities=model_identities(spec, models), redundancy=spec.redundancy,
     )

@@ -160,6 +160,9 @@ def replan(current: Plan, spec, *, max_moves: int | None = None, fail: list[str]
     from compiler.lower import lower
 
     t0 = time.perf_counter()
+    if spec.redundancy == "n+1":  # the move rows are not combined with the n+1 rows (compiler/redundancy.py) yet
+        raise InputError([Problem("redundancy", "replan does not keep n+1 yet (docs/online.md, \"Redundancy\"): "
+                                                "re-plan with redundancy: none, or plan the spec afresh")], "spec")
     f = parse_failures(current, spec, list(fail))
     new_spec = spec_after(spec, f)
     running = {d.name: d.replicas - f.lost_replicas.get(d.name, 0) for d in current.deployments}

@@ -193,7 +193,13 @@ def finish_plan(plan: Plan, spec, ir: ProblemIR, last_sim, sim_requests: int, si
     groups, flows = placement_inputs(plan, ir)  # P/D: co-located groups, rack affinity of KV-heavy pairs
     kv = {d.name: (d.kv.borrowed_gib, d.kv.lent_gib, d.kv.offload_gib) for d in plan.deployments if d.kv is not None}
     host = {n.name: usable_host_gib(ir, n) for n in topo.nodes} if kv else {}
-    plan = with_placement(plan, place_kv([DeploymentSpecView.of_plan(d) for d in plan.deployments], topo, kv, host, groups=groups, flows=flows))
+    views_ = [DeploymentSpecView.of_plan(d) for d in plan.deployments]
+    if ir.redundancy == "n+1":  # each deployment spread over its nodes (compiler.spread; docs/online.md)
+        from compiler.spread import place_spread
+
+        plan = with_placement(plan, place_spread(views_, topo)).model_copy(update={"redundancy": "n+1"})
+    else:
+        plan = with_placement(plan, place_kv(views_, topo, kv, host, groups=groups, flows=flows))
     if last_sim is not None:
         plan = plan.model_copy(update={"simulation": Simulation(
             seeds=list(last_sim.seeds), requests=sim_requests, rounds=sim_rounds, passed=last_sim.ok,

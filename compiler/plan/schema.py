@@ -222,5 +222,8 @@ class Plan(_Strict):
                                                                    "none)")
     goodput: Goodput | None = Field(default=None, description="objective max_goodput only: traffic served; routes "
                                                                "then carry shares of at most 1 per workload")
+    redundancy: Literal["n+1"] | None = Field(default=None, description="spec redundancy n+1: planned so that "
+                                              "losing any one node keeps every SLO; check then removes each node "
+                                              "(docs/online.md; omitted otherwise)")
     schedule: PlanSchedule | None = Field(default=None, description="spec schedule only: replicas per window "
                                                                     "(docs/online.md; omitted otherwise)")

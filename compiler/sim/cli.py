@@ -139,3 +139,58 @@ def schedule_check(plan: Plan, spec: Spec, out: Console, fmt: str, seed: int | N
     bad = sum(not c.report.ok for c in checks)
     out.print("check passed" if ok else f"check failed: {bad} of {len(checks)} window(s)", markup=False)
     return ok
+
+
+def node_loss_check(plan: Plan, spec: Spec, out: Console, err: Console, fmt: str, analytic: bool, seed: int | None,
+                    seeds: int, requests: int | None, strict: bool) -> bool:
+    """``check`` with each node removed (``compiler.nodeloss``; docs/online.md, "Redundancy"): the plan itself,
+    then one line per kind of node loss with each workload's attainment (or predicted latency), and the worst
+    node named."""
+    from compiler.check import check as analytic_check
+    from compiler.nodeloss import check_each_node, worst_loss
+    from compiler.sim.check import check_simulated
+
+    if analytic:
+        whole = analytic_check(plan, spec)
+    else:
+        whole, _ = check_simulated(plan, spec, seed=seed, seeds=seeds, requests=requests, strict=strict)
+    losses = check_each_node(plan, spec, analytic=analytic, seed=seed, seeds=seeds, requests=requests, strict=strict)
+    worst = worst_loss(losses)
+    ok = whole.ok and all(x.report.ok for x in losses)
+    if fmt == "json":
+        data = {"ok": ok, "mode": "analytic" if analytic else "simulation", "violations": whole.violations,
+                "redundancy": plan.redundancy or "none", "worst_node": worst.nodes[0] if worst else None,
+                "node_loss": [{"nodes": list(x.nodes), "lost": x.lost, "ok": x.report.ok,
+                               "violations": x.report.violations, "margin": _fin(x.margin),
+                               "attainment": {k: round(iv.mean, 6) for k, iv in x.result.intervals.items()}
+                               if x.result is not None else {},
+                               "attainment_lower": {k: round(iv.lower, 6) for k, iv in x.result.intervals.items()}
+                               if x.result is not None else {}} for x in losses]}
+        sys.stdout.write(json.dumps(data, indent=2) + "\n")
+        return ok
+    for v in whole.violations:
+        out.print(f"FAIL plan: {v}", markup=False)
+    out.print(f"{'ok  ' if whole.ok else 'FAIL'} plan with every node", markup=False)
+    for x in losses:
+        lost = ", ".join(f"{k} -{n}" for k, n in x.lost.items())
+        nodes = x.nodes[0] + (f" (and {len(x.nodes) - 1} like it: {', '.join(x.nodes[1:])})" if len(x.nodes) > 1
+                              else "")
+        if x.result is not None:
+            what = ", ".join(f"{k} {iv.mean:.2%} [{iv.lower:.2%}]" for k, iv in x.result.intervals.items())
+        elif x.report.assessment is not None:
+            what = ", ".join(f"{k} TTFT {_num(p.ttft_ms)} ms, TPOT {_num(p.tpot_ms)} ms"
+                             for k, p in x.report.assessment.workloads.items())
+        else:
+            what = "unserved"
+        out.print(f"{'ok  ' if x.report.ok else 'FAIL'} without {nodes} ({lost}): {what}", markup=False)
+        for v in x.report.violations:
+            out.print(f"FAIL without {x.nodes[0]}: {v}", markup=False)
+    if worst is not None:
+        out.print(f"worst node: {worst.nodes[0]}, margin {_fin(worst.margin)} ("
+                  + ("lowest lower 95% bound minus target" if not analytic else "lowest share of an SLO left")
+                  + ")", markup=False)
+    bad = sum(not x.report.ok for x in losses)
+    out.print("check passed (every node loss)" if ok else
+              f"check failed: {bad} of {len(losses)} kind(s) of node loss" + ("" if whole.ok else ", and the plan"),
+              markup=False)
+    return ok

@@ -410,6 +410,10 @@ class Spec(_Strict):
     tenants: list[Tenant] | None = Field(default=None, description="isolation rules (docs/multi-lora.md)")
     schedule: Schedule | None = Field(default=None, description="plan per window of a period with switching "
                                                                 "costs (docs/online.md); workloads give rate_profile")
+    redundancy: Literal["none", "n+1"] = Field(
+        default="none", description="n+1: plan so that losing any one node keeps every SLO (each deployment spread "
+                                    "over its pool's nodes, the survivors carry its traffic); none: no spare "
+                                    "(docs/online.md, \"Redundancy\")")
     # Folder the spec file lives in: relative paths (samples, config.json) resolve against it.
     _base_dir: str = PrivateAttr(default=".")
 

@@ -1,0 +1,242 @@
+"""``redundancy: n+1`` (docs/online.md, "Redundancy"): the MILP rows of ``compiler.redundancy``, the spread
+placement of ``compiler.spread`` and the node-loss check of ``compiler.nodeloss``.
+
+Oracles: a hand-computed case (a workload needing 3 replicas of 8 GPUs on 8-GPU nodes needs 4 with n+1, +33 %),
+the same optimum on every solver backend, a pool of one node that can carry nothing, and the node-loss check
+both ways: a plan made without n+1 on a spec where one node holds every replica a workload has fails it, the n+1
+plan of the same spec passes it. Plans are analytic (cost model only), so each test is a few solves.
+"""
+from __future__ import annotations
+
+import dataclasses
+
+import pytest
+from typer.testing import CliRunner
+
+from cli.main import app
+from compiler.api import plan
+from compiler.deployment import CandidateSet
+from compiler.errors import InputError
+from compiler.formulate import formulate, n_var
+from compiler.lower import lower
+from compiler.nodeloss import check_each_node, losses_by_node, without_node, worst_loss
+from compiler.plan.emit import emit
+from compiler.redundancy import add_redundancy_rows, pools_of, redundant_model, spread_var
+from compiler.spec.load import load_spec
+from compiler.topology import build_topology
+from solvers import SolveOptions, available_backends, get_backend
+
+OPTS = SolveOptions(time_limit_s=30)
+
+BIG = """version: 1
+name: big
+gpus:
+  - {type: h100-sxm, count: 40, usd_per_hour: 4.0}
+models:
+  - name: llama-3.1-70b
+workloads:
+  - name: chat
+    model: llama-3.1-70b
+    rate_rps: 5
+    input_tokens: {fixed: 1000}
+    output_tokens: {fixed: 200}
+    slo: {ttft_ms: 3000, tpot_ms: 100, percentile: 90}
+"""
+
+SMALL = """version: 1
+name: small
+{extra}gpus:
+  - {{type: h100-sxm, count: 16, usd_per_hour: 3.90}}
+  - {{type: l40s, count: 16, usd_per_hour: 1.80}}
+models:
+  - name: llama-3.1-8b
+workloads:
+  - name: a
+    model: llama-3.1-8b
+    rate_rps: 20
+    input_tokens: {{uniform: {{min: 500, max: 3000}}}}
+    output_tokens: {{fixed: 150}}
+    slo: {{ttft_ms: 2000, tpot_ms: 80, percentile: 90}}
+  - name: b
+    model: llama-3.1-8b
+    rate_rps: 8
+    input_tokens: {{fixed: 1000}}
+    output_tokens: {{fixed: 300}}
+    slo: {{ttft_ms: 3000, tpot_ms: 100, percentile: 90}}
+"""
+
+
+def hand_case(count: int = 40):
+    """One workload and one candidate of 8 H100 whose replica carries 1/2.5 of the traffic: 3 replicas without
+    n+1 (2.5 rounded up); with n+1 on 8-GPU nodes a node holds 1 replica (node_room), so 3 must survive: 4."""
+    spec = load_spec("big.yaml", text=BIG.replace("count: 40", f"count: {count}"))
+    ir = lower(spec)
+    w = ir.workloads[0]
+    from compiler.candidates import build_candidates
+
+    c8 = next(c for c in build_candidates(ir).candidates if c.tp == 8 and c.pp == 1)
+    c8 = dataclasses.replace(c8, capacity_rps=tuple((b.name, w.rate_rps / 2.5) for b in w.buckets))
+    return ir, CandidateSet((c8,), ()), pools_of(build_topology(spec, ir)), c8
+
+
+def test_hand_case_three_replicas_become_four():
+    ir, cands, pools, c = hand_case()
+    assert pools == {"h100-sxm": (5, 8)}
+    be = get_backend("highs")
+    none = be.solve(formulate(ir, cands), OPTS)
+    n1 = be.solve(redundant_model(ir, cands, pools), OPTS)
+    assert round(none.values[n_var(c.id)]) == 3 and round(n1.values[n_var(c.id)]) == 4
+    assert round(n1.values[spread_var(c.id)]) == 1  # one replica per node: a node loss takes one
+    assert n1.objective / none.objective == pytest.approx(4 / 3, rel=1e-4)  # +33 %
+
+
+@pytest.mark.parametrize("backend", available_backends())
+def test_rows_on_every_backend(backend):
+    ir, cands, pools, c = hand_case()
+    m = redundant_model(ir, cands, pools)
+    assert {"spread", "survive", "node_room"} <= {k.family for k in m.constraints}
+    assert all(str(k.origin) == "redundancy" for k in m.constraints if k.family in ("spread", "survive", "node_room"))
+    res = get_backend(backend).solve(m, OPTS)
+    assert res.has_solution and round(res.values[n_var(c.id)]) == 4
+    assert res.objective == pytest.approx(4 * c.usd_per_hour, rel=1e-3)
+    assert m.violations(res.values, tol=1e-3) == []
+
+
+def test_one_node_pool_carries_nothing():
+    """8 H100 are one node: its loss takes every replica, so no n+1 plan exists on it."""
+    ir, cands, pools, c = hand_case(count=8)
+    m = formulate(ir, cands)
+    add_redundancy_rows(m, cands, pools)
+    assert get_backend("highs").solve(m, OPTS).status.value == "infeasible"
+
+
+def test_bad_value_is_an_input_error_naming_the_field():
+    with pytest.raises(InputError) as e:
+        load_spec("s.yaml", text=SMALL.format(extra="redundancy: n+2\n"))
+    text = str(e.value)
+    assert "redundancy" in text and "s.yaml:3" in text
+
+
+def test_schedule_with_n_plus_1_is_refused():
+    text = SMALL.format(extra="redundancy: n+1\nschedule: {window_s: 3600}\n").replace(
+        "rate_rps: 20", "rate_profile: {rps: [10, 20]}").replace("rate_rps: 8", "rate_profile: {rps: [4, 8]}")
+    with pytest.raises(InputError) as e:
+        lower(load_spec("s.yaml", text=text))
+    assert "redundancy" in str(e.value) and "schedule" in str(e.value)
+
+
+@pytest.fixture(scope="module")
+def plans():
+    none = load_spec("small.yaml", text=SMALL.format(extra=""))
+    n1 = load_spec("small.yaml", text=SMALL.format(extra="redundancy: n+1\n"))
+    return none, plan(none, validate=False).plan, n1, plan(n1, validate=False).plan
+
+
+def test_plan_without_n_plus_1_fails_the_node_check(plans):
+    spec, p, _, _ = plans
+    per = losses_by_node(p)
+    # the cheapest plan packs: some node holds every replica of a deployment that serves a bucket alone
+    losses = check_each_node(p, spec, analytic=True)
+    assert not all(x.report.ok for x in losses)
+    worst = worst_loss(losses)
+    assert not worst.report.ok and worst.nodes[0] in per
+
+
+def test_n_plus_1_plan_passes_every_node_loss(plans):
+    _, p0, spec, p = plans
+    assert p.redundancy == "n+1" and p0.redundancy is None
+    assert p.cost_usd_per_hour > p0.cost_usd_per_hour  # a spare costs something
+    topo = build_topology(spec, lower(spec))
+    nodes = {g: sum(n.gpu == g for n in topo.nodes) for g in ("h100-sxm", "l40s")}
+    for d in p.deployments:  # spread: at most ceil(n / nodes) replicas of a deployment on one node, each whole
+        per: dict[str, set] = {}
+        for s in d.placement:
+            per.setdefault(s.node, set()).add(s.replica)
+        assert max(len(v) for v in per.values()) <= -(-d.replicas // nodes[d.gpu])
+    losses = check_each_node(p, spec, analytic=True)
+    assert losses and all(x.report.ok for x in losses), [x.report.violations for x in losses]
+    assert {n for x in losses for n in x.nodes} == set(losses_by_node(p))  # every node that holds a replica
+
+
+def test_without_node_respreads_a_lost_deployment(plans):
+    """A deployment left with no replica gives its shares to the other deployments of the same bucket."""
+    spec, p, _, _ = plans
+    ir = lower(spec)
+    for node, lost in losses_by_node(p).items():
+        reduced, unserved = without_node(p, node, ir)
+        for d in p.deployments:
+            left = {x.name: x.replicas for x in reduced.deployments}
+            assert left.get(d.name, 0) == d.replicas - lost.get(d.name, 0)
+        for key in {(r.workload, r.bucket) for r in reduced.routes}:
+            total = sum(r.share for r in reduced.routes if (r.workload, r.bucket) == key)
+            assert total == pytest.approx(sum(r.share for r in p.routes if (r.workload, r.bucket) == key))
+
+
+def test_cli_fail_each_node(plans, tmp_path):
+    spec, p, n1spec, p1 = plans
+    s0, f0 = tmp_path / "none.yaml", tmp_path / "none.plan.yaml"
+    s0.write_text(SMALL.format(extra=""))
+    f0.write_text(emit(p))
+    r = CliRunner().invoke(app, ["check", str(f0), "--spec", str(s0), "--analytic", "--fail-each-node"])
+    assert r.exit_code == 5, r.output
+    assert "worst node:" in r.output and "FAIL without" in r.output
+    s1, f1 = tmp_path / "n1.yaml", tmp_path / "n1.plan.yaml"
+    s1.write_text(SMALL.format(extra="redundancy: n+1\n"))
+    f1.write_text(emit(p1))
+    r = CliRunner().invoke(app, ["check", str(f1), "--spec", str(s1), "--analytic"])  # automatic with n+1
+    assert r.exit_code == 0, r.output
+    assert "check passed (every node loss)" in r.output
+
+
+def test_replan_of_an_n_plus_1_spec_is_refused(plans):
+    from compiler.online.replan import replan
+
+    _, _, spec, p = plans
+    with pytest.raises(InputError) as e:
+        replan(p, spec, validate=False)
+    assert "redundancy" in str(e.value)
+
+
+def test_one_node_spec_is_infeasible_with_the_reason():
+    from compiler.errors import InfeasibleError
+
+    text = BIG.replace("count: 40", "count: 8").replace("name: big\n", "name: big\nredundancy: n+1\n")
+    with pytest.raises(InfeasibleError) as e:
+        plan(load_spec("one.yaml", text=text), validate=False)
+    assert "loss of any one node" in str(e.value) and "h100-sxm 1 node of 8 GPUs" in str(e.value)
+
+
+def test_node_losses_simulated(plans):
+    """The simulated path: one run per kind of node loss, each workload's attainment with its bounds, the worst
+    kind the one with the lowest margin."""
+    _, _, spec, p = plans
+    losses = check_each_node(p, spec, seeds=1, requests=1500)
+    assert losses and all(x.result is not None for x in losses)
+    for x in losses:
+        assert set(x.result.intervals) == {"a", "b"}
+        assert -1.0 <= x.margin <= 1.0
+    assert worst_loss(losses).margin == min(x.margin for x in losses) or not all(x.report.ok for x in losses)
+
+
+def test_spread_placement_caps_and_domains():
+    """Five h100 nodes of 8 GPUs in two NVLink domains of 4: 4 + 7 + 5 replicas of 4, 1 and 2 GPUs (each node has
+    room for ceil(n / 5) of every deployment, node_room: 4 x 1 + 1 x 2 + 2 x 1 <= 8). At most that many per node, each replica whole
+    on one node, TP groups inside one domain, no GPU twice."""
+    from compiler.spread import node_cap, place_spread
+    from compiler.topology import Node, Topology
+    from tests.conftest import unit
+
+    topo = Topology(tuple(Node(f"n{i}", "h100-sxm", 8, 4, 50.0, 450.0, "r") for i in range(5)))
+    deps = [unit("a", "h100-sxm", 4, 1, 4), unit("b", "h100-sxm", 1, 1, 7), unit("c", "h100-sxm", 2, 1, 5)]
+    out = place_spread(deps, topo)
+    used = set()
+    for d in deps:
+        st = out[d.name]
+        assert sorted(s.replica for s in st) == list(range(d.replicas))
+        per: dict[str, int] = {}
+        for s in st:
+            per[s.node] = per.get(s.node, 0) + 1
+            assert len(s.gpus) == d.tp and len({g // 4 for g in s.gpus}) == 1
+            assert not ({(s.node, g) for g in s.gpus} & used)
+            used |= {(s.node, g) for g in s.gpus}
+        assert max(per.values()) <= node_cap(d.replicas, 5)
