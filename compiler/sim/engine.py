@@ -121,7 +121,7 @@ class Simulation:
         self.sc = scenario
         self.seed = seed
         self.rng = np.random.default_rng(seed)
-        self.arrivals = draw_arrivals(scenario, self.rng, requests, duration_s)
+        self.arrivals = self._draw_arrivals(requests, duration_s)
         a = self.arrivals
         self.t_last_arrival = float(a.t[-1]) if len(a.t) else 0.0
         self.t_stop = self.t_last_arrival + max(DRAIN_MIN_S, DRAIN_FACTOR * self.t_last_arrival)
@@ -139,6 +139,10 @@ class Simulation:
         self.t_end = 0.0
         self.stopped_early = False
         self._prepare()
+
+    def _draw_arrivals(self, requests: int | None, duration_s: float | None) -> Arrivals:
+        """Every request of the run (a hook: ``compiler.sim.schedule`` draws one segment per window)."""
+        return draw_arrivals(self.sc, self.rng, requests, duration_s)
 
     def _kick(self, rep: Replica, t: float) -> None:
         """Start ``rep``'s next step at ``t`` when it is idle and has work; the step's end goes on the heap."""
