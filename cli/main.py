@@ -92,6 +92,12 @@ def check(
     trace: Annotated[Optional[Path], typer.Option(help="Replay this trace's arrivals and lengths, rescaled to each "
                                                        "workload's rate.")] = None,
     trace_format: Annotated[TraceFormat, typer.Option(help="Trace file format.")] = TraceFormat.azure,
+    transitions: Annotated[bool, typer.Option(help="Schedules: also simulate each boundary where replicas are "
+                                                   "added over time (start-up, drain, rate change).")] = True,
+    start_lead: Annotated[Optional[float], typer.Option(min=0, help="Schedules: seconds before a boundary a "
+                                                                    "replica's start is issued (default: its "
+                                                                    "start-up time, as planned; 0: at the "
+                                                                    "boundary).")] = None,
 ) -> None:
     """Verify a plan against a spec: structure, and SLOs by simulation (or by the cost model with --analytic);
     exit 5 on any violation (CI gate).
@@ -112,7 +118,7 @@ def check(
     if not analytic and p.schedule is not None and s.schedule is not None and trace is None and duration is None:
         from compiler.sim.cli import schedule_check  # every window of the schedule (docs/online.md)
 
-        if not schedule_check(p, s, out, fmt.value, seed, seeds, requests, strict):
+        if not schedule_check(p, s, out, fmt.value, seed, seeds, requests, strict, transitions, start_lead):
             raise typer.Exit(int(ExitCode.CHECK_FAILED))
         return
     if not analytic:
