@@ -2,9 +2,9 @@
 runs (its replicas, routes and placement) under its own rates and burstiness, on seeds the planner did not use;
 the report gives each window's attainment and names the worst window.
 
-The windows are simulated in steady state: replicas a window needs are started ahead of it by their start-up
-time (``schedule.startup_s``) and those it drops stop at its start, so at each boundary the fleet serving is the
-larger of the two windows' (the transition is covered by the window on either side).
+Each window is simulated in steady state (``check_windows``); the boundaries where replicas are added are
+simulated over time (``check_transitions``: the end of one window and the start of the next as one run of
+``compiler.sim.schedule``, added replicas serving only after their start-up, removed ones draining).
 """
 from __future__ import annotations
 

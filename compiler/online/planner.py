@@ -1,6 +1,6 @@
 """The schedule planner (spec ``schedule``; docs/online.md): a ``compiler.driver.Planner`` whose solve is the
 schedule MILP of ``compiler.online.milp`` over the unified planner's candidates, and whose validation simulates
-the fullest windows. The one driver (``compiler.driver.drive``) runs its rounds.
+every window. The one driver (``compiler.driver.drive``) runs its rounds.
 
     ir (lowered at each workload's peak rate) --candidates (UnifiedPlanner)--> schedule MILP
         --per window: balance LP, extraction--> window plans; the plan = the fleet held (max per deployment)
