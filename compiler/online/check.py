@@ -78,6 +78,10 @@ AFTER_S = 900.0  # ... and of the window after it
 HEAD_S = 300.0  # the boundary minutes: reported on their own
 
 
+class TransitionsUnsupported(ValueError):
+    """A schedule whose boundaries ``check_transitions`` cannot simulate (P/D pairs)."""
+
+
 @dataclass
 class TransitionCheck:
     """One boundary simulated as one run (``compiler.sim.schedule``): window ``window - 1``'s last BEFORE_S
@@ -145,6 +149,9 @@ def check_transitions(plan: Plan, spec, *, windows: list[int] | None = None, see
         pair = [(t - 1) % wr.n, t]
         scs = [build_scenario(held.model_copy(update={"routes": list(sched.windows[w].routes)}),
                               window_spec(spec, wr, w), lower(window_spec(spec, wr, w), profiles)) for w in pair]
+        if any(sc.pairs for sc in scs):
+            raise TransitionsUnsupported("the schedule routes to prefill/decode pairs: their boundaries are not "
+                                         "simulated over time (each window is, in steady state)")
         names = [d.view.name for d in scs[0].deployments]
         counts = [[sched.windows[w].replicas.get(n, 0) for n in names] for w in pair]
         st = [float(sched.startup_s.get(n, 0.0)) for n in names]

@@ -116,12 +116,17 @@ def schedule_check(plan: Plan, spec: Spec, out: Console, fmt: str, seed: int | N
     and the worst window named; then (``transitions``) each boundary where replicas are added simulated over
     time (``check_transitions``; ``start_lead``: seconds ahead of the boundary a start is issued, default the
     plan's start-up time), one line per boundary."""
-    from compiler.online.check import AFTER_S, HEAD_S, check_transitions, check_windows, worst_window
+    from compiler.online.check import (AFTER_S, HEAD_S, TransitionsUnsupported, check_transitions, check_windows,
+                                       worst_window)
 
     checks = check_windows(plan, spec, seed=seed, seeds=seeds, requests=requests, strict=strict)
     worst = worst_window(checks)
-    trans = check_transitions(plan, spec, seed=seed, seeds=seeds, lead_s=start_lead, strict=strict) \
-        if transitions else []
+    trans, skipped = [], ""
+    if transitions:
+        try:
+            trans = check_transitions(plan, spec, seed=seed, seeds=seeds, lead_s=start_lead, strict=strict)
+        except TransitionsUnsupported as e:
+            skipped = f"transitions not simulated: {e}"
     ok = all(c.report.ok for c in checks) and all(c.ok for c in trans)
     if fmt == "json":
         data = {"ok": ok, "mode": "simulation", "worst_window": worst.window,
@@ -134,7 +139,8 @@ def schedule_check(plan: Plan, spec: Spec, out: Console, fmt: str, seed: int | N
                                  "started": c.started, "stopped": c.stopped, "ready_s": c.ready_s,
                                  **{part: {k: {"attainment": round(iv.mean, 6), "attainment_lower": round(iv.lower, 6)}
                                            for k, iv in getattr(c, part).intervals.items()}
-                                    for part in ("before", "head", "after")}} for c in trans]}
+                                    for part in ("before", "head", "after")}} for c in trans],
+                "notes": [skipped] if skipped else []}
         sys.stdout.write(json.dumps(data, indent=2) + "\n")
         return ok
     for c in checks:
@@ -146,6 +152,8 @@ def schedule_check(plan: Plan, spec: Spec, out: Console, fmt: str, seed: int | N
             out.print(f"FAIL window {c.window}: {v}", markup=False)
     out.print(f"worst window: {worst.window} (t={worst.start_s} s), lowest margin of the lower 95% bound over "
               f"target {worst.margin:+.2%}; '~': below target within noise (more --seeds to decide)", markup=False)
+    if skipped:
+        out.print(f"note: {skipped}", markup=False)
     for c in trans:
         adds = ", ".join(f"+{n} {d} (serving {c.ready_s[d]:+.0f} s)" for d, n in c.started.items())
         head = ", ".join(f"{k} {iv.mean:.2%} [{iv.lower:.2%}]" for k, iv in c.head.intervals.items())
