@@ -146,6 +146,8 @@ def check_transitions(plan: Plan, spec, *, windows: list[int] | None = None, see
     run_seeds = check_seeds(seeds, seed, tuple(plan.simulation.seeds) if plan.simulation else ())
     out = []
     for t in (windows if windows is not None else rising(plan)):
+        if t == 0 and not sched.cyclic:
+            continue  # the period starts from nothing: no window before it
         pair = [(t - 1) % wr.n, t]
         scs = [build_scenario(held.model_copy(update={"routes": list(sched.windows[w].routes)}),
                               window_spec(spec, wr, w), lower(window_spec(spec, wr, w), profiles)) for w in pair]
