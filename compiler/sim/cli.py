@@ -137,7 +137,8 @@ def schedule_check(plan: Plan, spec: Spec, out: Console, fmt: str, seed: int | N
                             for c in checks],
                 "transitions": [{"window": c.window, "start_s": c.start_s, "ok": c.ok, "violations": c.violations,
                                  "started": c.started, "stopped": c.stopped, "ready_s": c.ready_s,
-                                 **{part: {k: {"attainment": round(iv.mean, 6), "attainment_lower": round(iv.lower, 6)}
+                                 **{part: {k: {"attainment": round(iv.mean, 6),
+                                               "attainment_lower": round(iv.lower, 6)}
                                            for k, iv in getattr(c, part).intervals.items()}
                                     for part in ("before", "head", "after")}} for c in trans],
                 "notes": [skipped] if skipped else []}
