@@ -17,7 +17,9 @@ hours, each scaled so its busiest window is the peak. Three policies on the same
 
 Every window of each policy is simulated as a static plan (``compiler.online.check``) with ``--requests``
 requests on one seed not used by the planner; a window passes when no workload's upper 95 % bound is below
-its target (``check``'s criterion).
+its target (``check``'s criterion). The schedule's boundaries where replicas are added are also simulated over
+time (``check_transitions``, one seed: 5 minutes before, 15 after), with starts issued ahead by the start-up
+time as planned and, for comparison, at the boundary.
 """
 from __future__ import annotations
 
@@ -31,7 +33,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from compiler.api import plan  # noqa: E402
-from compiler.online.check import check_windows  # noqa: E402
+from compiler.online.check import check_transitions, check_windows  # noqa: E402
 from compiler.online.profile import window_rates, window_spec  # noqa: E402
 from compiler.online.replan import count_moves, replan  # noqa: E402
 from compiler.plan.schema import PlanSchedule, ScheduleWindow  # noqa: E402
@@ -97,6 +99,16 @@ def per_window(p, spec, requests: int) -> dict:
                                for k in cs[0].result.intervals}}
 
 
+def transitions(p, spec, lead_s: float | None) -> dict:
+    """Every boundary where the schedule adds replicas simulated over time (one seed): starts issued ahead by the
+    start-up time (``lead_s`` None, as planned) or at the boundary (0)."""
+    cs = check_transitions(p, spec, seeds=1, lead_s=lead_s)
+    return {"passed": sum(c.ok for c in cs), "boundaries": len(cs), "failed": [c.window for c in cs if not c.ok],
+            "worst_margin": round(min((c.margin for c in cs), default=0.0), 4),
+            "head_attainment_min": {k: round(min(c.head.intervals[k].mean for c in cs), 4)
+                                    for k in (cs[0].head.intervals if cs else {})}}
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--days", type=int, default=14)
@@ -106,6 +118,7 @@ def main() -> None:
     ap.add_argument("--time-limit", type=float, default=120)
     ap.add_argument("--skip-replan", action="store_true")
     ap.add_argument("--out", type=Path)
+    ap.add_argument("--plan-out", type=Path, help="write the schedule plan here")
     args = ap.parse_args()
     window_s = int(args.window_h * 3600)
     text = SPEC.format(window_s=window_s, validate=args.validate, limit=args.time_limit,
@@ -124,6 +137,12 @@ def main() -> None:
                        "held_usd_per_hour": sched.cost_usd_per_hour,
                        "replicas_started": sum(w.started for w in sched.schedule.windows),
                        **per_window(sched, spec, args.requests)}
+    out["schedule"]["transitions_planned"] = transitions(sched, spec, None)
+    out["schedule"]["transitions_started_at_boundary"] = transitions(sched, spec, 0.0)
+    if args.plan_out:
+        from compiler.plan.emit import emit
+
+        args.plan_out.write_text(emit(sched))
     print(json.dumps(out, indent=1), flush=True)
     peak_t = max(range(wr.n), key=lambda t: sum(wr.at(t)[w] / wr.peak(w) for w in wr.rates))
     peak_spec = window_spec(spec, wr, 0).model_copy(update={"workloads": [

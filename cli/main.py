@@ -94,6 +94,12 @@ def check(
     trace_format: Annotated[TraceFormat, typer.Option(help="Trace file format.")] = TraceFormat.azure,
     fail_each_node: Annotated[bool, typer.Option("--fail-each-node", help="Also check the plan with each node "
                                                  "removed (automatic when the spec says redundancy: n+1).")] = False,
+    transitions: Annotated[bool, typer.Option(help="Schedules: also simulate each boundary where replicas are "
+                                                   "added over time (start-up, drain, rate change).")] = True,
+    start_lead: Annotated[Optional[float], typer.Option(min=0, help="Schedules: seconds before a boundary a "
+                                                                    "replica's start is issued (default: its "
+                                                                    "start-up time, as planned; 0: at the "
+                                                                    "boundary).")] = None,
 ) -> None:
     """Verify a plan against a spec: structure, and SLOs by simulation (or by the cost model with --analytic);
     exit 5 on any violation (CI gate). With redundancy n+1 (or --fail-each-node) also with each node removed.
@@ -114,7 +120,7 @@ def check(
     if not analytic and p.schedule is not None and s.schedule is not None and trace is None and duration is None:
         from compiler.sim.cli import schedule_check  # every window of the schedule (docs/online.md)
 
-        if not schedule_check(p, s, out, fmt.value, seed, seeds, requests, strict):
+        if not schedule_check(p, s, out, fmt.value, seed, seeds, requests, strict, transitions, start_lead):
             raise typer.Exit(int(ExitCode.CHECK_FAILED))
         return
     replay = trace is not None or duration is not None

@@ -66,7 +66,7 @@ class Planner(Protocol):
         ``fitted``: only those of a kind ``profiles/sim_capacity.yaml`` was fitted on."""
 
     # Optional: ``simulate(plan, spec, ir, seeds, requests, derate, fill) -> (SeedsResult, derate)`` replaces
-    # ``compiler.rounds.simulate_and_derate`` (the schedule planner simulates its fullest windows).
+    # ``compiler.rounds.simulate_and_derate`` (the schedule planner simulates every window).
 
 
 def drive(planner: Planner, spec, ir: ProblemIR, *, backend: str | None = None, time_limit_s: float | None = None,
@@ -142,7 +142,7 @@ def drive(planner: Planner, spec, ir: ProblemIR, *, backend: str | None = None, 
         if not simulated:
             break  # (the simulator offers every workload's full rate; a goodput plan serves part of it)
         ts = time.perf_counter()
-        own = getattr(planner, "simulate", None)  # a schedule simulates its fullest windows, derates per window
+        own = getattr(planner, "simulate", None)  # a schedule simulates every window, derates per window
         if own is not None:
             last_sim, derate = own(plan_, spec, ir, seeds, sim_requests, derate, planner.fill(cands, res, derate))
         else:

@@ -1,6 +1,6 @@
 """The schedule planner (spec ``schedule``; docs/online.md): a ``compiler.driver.Planner`` whose solve is the
 schedule MILP of ``compiler.online.milp`` over the unified planner's candidates, and whose validation simulates
-the fullest windows. The one driver (``compiler.driver.drive``) runs its rounds.
+every window. The one driver (``compiler.driver.drive``) runs its rounds.
 
     ir (lowered at each workload's peak rate) --candidates (UnifiedPlanner)--> schedule MILP
         --per window: balance LP, extraction--> window plans; the plan = the fleet held (max per deployment)
@@ -23,6 +23,8 @@ from compiler.solve import balance_routes, solve_ir
 from solvers.base import SolveOptions
 
 SCHEDULE_GAP = 0.02  # relative MIP gap the schedule MILP stops at (windows x candidates: proving 1e-4 takes minutes)
+SCREEN_SHARE = 0.25  # share of the validation requests a window outside the fullest is first screened with ...
+SCREEN_MIN = 2_000  # ... and at least this many
 
 
 class SchedulePlanner(UnifiedPlanner):
@@ -35,6 +37,7 @@ class SchedulePlanner(UnifiedPlanner):
         self.windows: list = []  # per window: (ir_t, balanced SolveResult) of the solve being built
         self._solved: dict[int, tuple] = {}  # id(schedule result) -> (result, its windows): build reads its own
         self.sims: dict[int, object] = {}  # window -> SeedsResult of the last validation
+        self._passed: dict[tuple, object] = {}  # (window plan, rates, burstiness, seeds, requests) -> passing result
 
     def rates(self) -> list[dict[str, float]]:
         return [self.wr.at(t) for t in range(self.wr.n)]
@@ -168,37 +171,73 @@ class SchedulePlanner(UnifiedPlanner):
         return ir_t, plan
 
     def simulate(self, plan, spec, ir, seeds, requests, derate, fill):
-        """Validation of a schedule: the windows ``fullest`` picks, each simulated as a static plan (its replicas
-        and routes) under its own rates and burstiness on ``seeds``. A miss derates the deployment at fault
+        """Validation of a schedule: **every window**, each simulated as a static plan (its replicas and routes)
+        under its own rates and burstiness (``validate_window``). A miss derates the deployment at fault
         (``compiler.rounds.simulate_and_derate``: to the fill it missed at) in that window and in every window
-        where it runs at least as full with at least as bursty traffic (keys ``w<t>:cid``). Returns the worst
-        window's result (the lowest margin of the lower bound over target) and the derates."""
-        from compiler.rounds import simulate_and_derate
-
+        where it runs at least as full with at least as bursty traffic and on no more replicas (keys
+        ``w<t>:cid``). Returns the worst window's result (the lowest margin of the lower bound over target) and
+        the derates."""
         cands = self._cands
         self.sims = {}
         out = dict(derate)
         fills = [capacity_fill(cands, r_t, window_derate(derate, t)) for t, (_, r_t) in enumerate(self.windows)]
+        reps = [{c.id: r_t.values.get(n_var(c.id), 0.0) for c in cands.candidates + cands.disagg}
+                for _, r_t in self.windows]
         burst = [max((c or 1.0) for w in self.wr.cv for c in (self.wr.cv[w][t],)) for t in range(self.wr.n)]
+        full = set(self.fullest(cands, derate, self.sched.validate_windows))
         worst, worst_margin = None, None
-        for t in self.fullest(cands, derate, self.sched.validate_windows):
-            ir_t, plan_t = self.window_plan(ir, cands, t)
-            d_t = window_derate(derate, t)
-            res_t, new = simulate_and_derate(plan_t, window_spec(spec, self.wr, t), ir_t, seeds, requests, d_t,
-                                             fills[t])
+        for t in range(self.wr.n):
+            res_t, new = self.validate_window(ir, spec, t, seeds, requests, window_derate(derate, t), fills[t],
+                                              t in full)
             self.sims[t] = res_t
+            d_t = window_derate(derate, t)
             for cid, v in new.items():
                 if v >= d_t.get(cid, 1.0) - 1e-12:
                     continue
                 factor = v / d_t.get(cid, 1.0)
+                n_t = reps[t].get(cid, 0.0)
                 for t2 in range(self.wr.n):
-                    if fills[t2].get(cid, 0.0) >= fills[t].get(cid, 0.0) - 1e-9 and burst[t2] >= burst[t] - 1e-9:
+                    if (fills[t2].get(cid, 0.0) >= fills[t].get(cid, 0.0) - 1e-9 and burst[t2] >= burst[t] - 1e-9
+                            and reps[t2].get(cid, 0.0) <= n_t + 1e-9):
                         key = wvar(t2, cid)
                         out[key] = min(out.get(key, 1.0), derate.get(key, 1.0) * factor)
             margin = min(res_t.intervals[n].lower - res_t.targets[n] for n in res_t.intervals)
             if worst is None or margin < worst_margin:
                 worst, worst_margin = res_t, margin
         return worst, out
+
+    def validate_window(self, ir, spec, t, seeds, requests, d_t, fill_t, full: bool):
+        """Window ``t``'s validation: the fullest windows (``full``: ``fullest``) on ``seeds`` with ``requests``
+        each; every other window first screened on one seed with SCREEN_SHARE of the requests, and validated in
+        full only when the screen neither shows a miss (its derates are taken) nor a clear pass
+        (``compiler.sim.validate.clear_pass``). A window whose plan and traffic a previous round already
+        validated as passing is not simulated again. Returns (SeedsResult, derates) as
+        ``compiler.rounds.simulate_and_derate``."""
+        from compiler.rounds import simulate_and_derate
+        from compiler.sim.validate import clear_pass
+
+        cands = self._cands
+        ir_t, plan_t = self.window_plan(ir, cands, t)
+        spec_t = window_spec(spec, self.wr, t)
+        key = (tuple((d.name, d.replicas) for d in plan_t.deployments),
+               tuple((r.workload, r.bucket, r.deployment, r.prefill, r.decode, round(r.share, 6))
+                     for r in plan_t.routes),
+               tuple(sorted(self.wr.at(t).items())), tuple(self.wr.cv[w][t] for w in sorted(self.wr.cv)),
+               tuple(seeds), requests)
+        if key in self._passed:
+            return self._passed[key], dict(d_t)
+        if not full:
+            screen = max(SCREEN_MIN, int(requests * SCREEN_SHARE))
+            res, new = simulate_and_derate(plan_t, spec_t, ir_t, seeds[:1], screen, d_t, fill_t)
+            if any(res.missed(n) for n in res.intervals):
+                return res, new
+            if clear_pass(res):
+                self._passed[key] = res
+                return res, dict(d_t)
+        res, new = simulate_and_derate(plan_t, spec_t, ir_t, seeds, requests, d_t, fill_t)
+        if res.ok:
+            self._passed[key] = res
+        return res, new
 
     def candidates(self, ir):
         self._cands = super().candidates(ir)

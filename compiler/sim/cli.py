@@ -110,21 +110,38 @@ def _num(v: float) -> str:
 
 
 def schedule_check(plan: Plan, spec: Spec, out: Console, fmt: str, seed: int | None, seeds: int,
-                   requests: int | None, strict: bool) -> bool:
+                   requests: int | None, strict: bool, transitions: bool = True,
+                   start_lead: float | None = None) -> bool:
     """``check`` of a plan with a schedule: every window simulated (compiler.online.check), one line per window
-    and the worst window named."""
-    from compiler.online.check import check_windows, worst_window
+    and the worst window named; then (``transitions``) each boundary where replicas are added simulated over
+    time (``check_transitions``; ``start_lead``: seconds ahead of the boundary a start is issued, default the
+    plan's start-up time), one line per boundary."""
+    from compiler.online.check import (AFTER_S, HEAD_S, TransitionsUnsupported, check_transitions, check_windows,
+                                       worst_window)
 
     checks = check_windows(plan, spec, seed=seed, seeds=seeds, requests=requests, strict=strict)
     worst = worst_window(checks)
-    ok = all(c.report.ok for c in checks)
+    trans, skipped = [], ""
+    if transitions:
+        try:
+            trans = check_transitions(plan, spec, seed=seed, seeds=seeds, lead_s=start_lead, strict=strict)
+        except TransitionsUnsupported as e:
+            skipped = f"transitions not simulated: {e}"
+    ok = all(c.report.ok for c in checks) and all(c.ok for c in trans)
     if fmt == "json":
         data = {"ok": ok, "mode": "simulation", "worst_window": worst.window,
                 "windows": [{"window": c.window, "start_s": c.start_s, "ok": c.report.ok,
                              "violations": c.report.violations,
                              "attainment": {k: round(iv.mean, 6) for k, iv in c.result.intervals.items()},
                              "attainment_lower": {k: round(iv.lower, 6) for k, iv in c.result.intervals.items()}}
-                            for c in checks]}
+                            for c in checks],
+                "transitions": [{"window": c.window, "start_s": c.start_s, "ok": c.ok, "violations": c.violations,
+                                 "started": c.started, "stopped": c.stopped, "ready_s": c.ready_s,
+                                 **{part: {k: {"attainment": round(iv.mean, 6),
+                                               "attainment_lower": round(iv.lower, 6)}
+                                           for k, iv in getattr(c, part).intervals.items()}
+                                    for part in ("before", "head", "after")}} for c in trans],
+                "notes": [skipped] if skipped else []}
         sys.stdout.write(json.dumps(data, indent=2) + "\n")
         return ok
     for c in checks:
@@ -136,8 +153,20 @@ def schedule_check(plan: Plan, spec: Spec, out: Console, fmt: str, seed: int | N
             out.print(f"FAIL window {c.window}: {v}", markup=False)
     out.print(f"worst window: {worst.window} (t={worst.start_s} s), lowest margin of the lower 95% bound over "
               f"target {worst.margin:+.2%}; '~': below target within noise (more --seeds to decide)", markup=False)
+    if skipped:
+        out.print(f"note: {skipped}", markup=False)
+    for c in trans:
+        adds = ", ".join(f"+{n} {d} (serving {c.ready_s[d]:+.0f} s)" for d, n in c.started.items())
+        head = ", ".join(f"{k} {iv.mean:.2%} [{iv.lower:.2%}]" for k, iv in c.head.intervals.items())
+        whole = ", ".join(f"{k} {iv.mean:.2%}" for k, iv in c.after.intervals.items())
+        out.print(f"{'ok  ' if c.ok else 'FAIL'} into window {c.window}: {adds}; first {HEAD_S:g} s {head}; "
+                  f"first {AFTER_S:g} s {whole}", markup=False)
+        for v in c.violations:
+            out.print(f"FAIL {v}", markup=False)
     bad = sum(not c.report.ok for c in checks)
-    out.print("check passed" if ok else f"check failed: {bad} of {len(checks)} window(s)", markup=False)
+    bad_t = sum(not c.ok for c in trans)
+    out.print("check passed" if ok else f"check failed: {bad} of {len(checks)} window(s), {bad_t} of {len(trans)} "
+              "transition(s)", markup=False)
     return ok
 
 

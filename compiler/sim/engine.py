@@ -128,7 +128,7 @@ class Simulation:
         self.cache = cache
         self._cache_slot = (seed, requests, duration_s)
         self.rng = np.random.default_rng(seed)
-        self.arrivals = draw_arrivals(scenario, self.rng, requests, duration_s)
+        self.arrivals = self._draw_arrivals(requests, duration_s)
         a = self.arrivals
         self.t_last_arrival = float(a.t[-1]) if len(a.t) else 0.0
         self.t_stop = self.t_last_arrival + max(DRAIN_MIN_S, DRAIN_FACTOR * self.t_last_arrival)
@@ -148,6 +148,10 @@ class Simulation:
         self._horizon = math.inf  # the next arrival's time, while ``_loop`` runs (``_on_event``)
         self._t_seen = 0.0  # the latest step end ``_on_event`` took without the heap
         self._prepare()
+
+    def _draw_arrivals(self, requests: int | None, duration_s: float | None) -> Arrivals:
+        """Every request of the run (a hook: ``compiler.sim.schedule`` draws one segment per window)."""
+        return draw_arrivals(self.sc, self.rng, requests, duration_s)
 
     def _kick(self, rep: Replica, t: float) -> None:
         """Start ``rep``'s next step at ``t`` when it is idle and has work; the step's end goes on the heap."""

@@ -192,7 +192,10 @@ def clean(v):
     return v
 
 
-def summarise(sim) -> SimResult:
+def summarise(sim, span: tuple[float, float] | None = None) -> SimResult:
+    """Per workload and deployment statistics of a finished run. ``span`` = (from, to): measure only the
+    requests arriving in [from, to) (a window of a schedule simulation, ``compiler.sim.schedule``) instead of
+    those after the first WARMUP share of the run."""
     sc = sim.sc
     reqs = sim.requests
     n = len(reqs)
@@ -212,9 +215,9 @@ def summarise(sim) -> SimResult:
     e2e = np.where(done, t_done - arrival + over, np.inf)
     tpot = np.where(done, np.where(osl > 1, (t_done - t_first) / np.maximum(osl - 1, 1), 0.0), np.inf)
     queue = np.where(t_sched >= 0, t_sched - arrival, np.inf)
-    t0 = WARMUP * sim.t_last_arrival
-    measured = arrival >= t0
-    window = max(sim.t_last_arrival - t0, 1e-9)
+    t0, t1 = span if span is not None else (WARMUP * sim.t_last_arrival, math.inf)
+    measured = (arrival >= t0) & (arrival < t1)
+    window = max(min(sim.t_last_arrival, t1) - t0, 1e-9)
     dep_names = [d.view.name for d in sc.deployments]
     slo_ttft = np.array([wl.ttft_s for wl in sc.workloads], float)
     slo_tpot = np.array([wl.tpot_s for wl in sc.workloads], float)

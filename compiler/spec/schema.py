@@ -377,9 +377,10 @@ class Schedule(_Strict):
     cyclic: bool = Field(default=True, description="the period repeats: window 0 follows the last")
     startup: Startup = Field(default=Startup(), description="what starting a replica takes: weight loading bandwidth and engine warm-up (defaults: profiles/online.yaml); a started replica serves nothing until then")
     validate_windows: int = Field(default=3, ge=1, le=10_000,
-                                  description="plan simulates this many of the fullest windows, besides each "
-                                              "workload's peak window and the fullest bursty one; check "
-                                              "simulates every window")
+                                  description="plan validates this many of the fullest windows on all its seeds "
+                                              "from the start, besides each workload's peak window and the "
+                                              "fullest bursty one; every other window is screened on one seed "
+                                              "first (docs/online.md)")
 
 
 class Spec(_Strict):

@@ -101,7 +101,7 @@ def test_the_checks_can_fail():
 
 
 SIM_CORE = ("compiler.sim.scenario", "compiler.sim.engine", "compiler.sim.replica", "compiler.sim.disagg",
-            "compiler.sim.arrivals", "compiler.sim.metrics", "compiler.sim.lora")
+            "compiler.sim.arrivals", "compiler.sim.metrics", "compiler.sim.lora", "compiler.sim.schedule")
 PLANNER_STAGES = ("lower", "candidates", "formulate / solve", "assess", "planners / driver")
 
 
