@@ -48,7 +48,7 @@ class Planner(Protocol):
     def solve(self, ir: ProblemIR, cands: Any, derate: dict[str, float], backend, options: SolveOptions
               ) -> SolveResult: ...
 
-    def build(self, ir: ProblemIR, cands: Any, res: SolveResult, solve_s: float, rounds: int,
+    def build(self, ir: ProblemIR, cands: Any, res: SolveResult, rounds: int,
               warnings: list[str]) -> tuple[Plan, Assessment]:
         """The plan of a solution, with the predictions of its deployments under their real traffic."""
 
@@ -132,7 +132,7 @@ def drive(planner: Planner, spec, ir: ProblemIR, *, backend: str | None = None, 
             raise NoSolutionError([f"solver {be.name} stopped without a plan ({res.termination.value}"
                                    + (f": {res.message}" if res.message else "") + f") after {res.seconds:.1f} s;"
                                    " raise --time-limit or try --solver cbc"])
-        plan_, a = planner.build(ir, cands, res, solve_s, rnd, warnings)
+        plan_, a = planner.build(ir, cands, res, rnd, warnings)
         best = (plan_, a, res, rnd)
         misses = a.misses()
         last_sim = None
@@ -167,7 +167,7 @@ def drive(planner: Planner, spec, ir: ProblemIR, *, backend: str | None = None, 
         extra = [f"{line.removeprefix('workload ')}; not brought within its SLO by simulation after {rnd} rounds"
                  for line in last_sim.failures()]
     if extra:
-        plan_, a = planner.build(ir, cands, res, solve_s, rnd, warnings + extra)
+        plan_, a = planner.build(ir, cands, res, rnd, warnings + extra)
     plan_ = finish_plan(plan_, spec, ir, last_sim, sim_requests, sim_rounds)
     t3 = time.perf_counter()
     return PlanResult(plan_, ir, planner.candidate_set(cands), a, res, rnd,

@@ -23,9 +23,9 @@ class UnifiedPlanner:
     def solve(self, ir, cands, derate, backend, options):
         return solve_ir(ir, cands, backend, options, derate)
 
-    def build(self, ir, cands, res, solve_s, rounds, warnings):
+    def build(self, ir, cands, res, rounds, warnings):
         deps, routes = chosen(ir, cands, res)
-        return build_plan(ir, deps, routes, res, solve_s, rounds, warnings)
+        return build_plan(ir, deps, routes, res, rounds, warnings)
 
     def fill(self, cands, res, derate) -> dict[str, float]:
         return capacity_fill(cands, res, derate)

@@ -40,7 +40,7 @@ from compiler.formulate import EPS_GPU, n_var
 from compiler.lora.model import lora_kwargs
 from compiler.lora.spec import NO_TENANT
 from compiler.spec.paths import SpecPath
-from compiler.plan.extract import goodput_of, plan_buckets, seconds_bound
+from compiler.plan.extract import goodput_of, plan_buckets
 from compiler.plan.schema import AdapterRoute, Deployment, Plan, Route, SolverInfo
 from solvers.base import SolveOptions, Status
 from solvers.model import Constraint, MilpModel
@@ -405,7 +405,7 @@ def extract(ir, prob: LoraProblem, values: dict[str, float]):
     return chosen, flows
 
 
-def build_plan(ir, prob: LoraProblem, chosen, flows, res, solve_s: float, rounds: int, warnings: list[str]):
+def build_plan(ir, prob: LoraProblem, chosen, flows, res, rounds: int, warnings: list[str]):
     lo = ir.lora
     by_id = {c.id: (c, n) for c, n in chosen}
     held: dict[str, set[str]] = {c.id: set() for c, _ in chosen}
@@ -460,8 +460,7 @@ def build_plan(ir, prob: LoraProblem, chosen, flows, res, solve_s: float, rounds
 
     plan = Plan(
         spec=ir.name, input_hash=ir.input_hash, cost_usd_per_hour=round(cost, 4), gpus=dict(sorted(gpus.items())),
-        solver=SolverInfo(backend=res.backend, status=res.status.value, gap=res.gap, seconds=seconds_bound(solve_s),
-                          rounds=rounds),
+        solver=SolverInfo(backend=res.backend, status=res.status.value, gap=res.gap, rounds=rounds),
         deployments=deployments,
         routes=[Route(workload=r.workload, bucket=r.bucket, deployment=r.deployment, share=r.share)
                 for r in sorted(routes, key=lambda r: (r.workload, r.bucket, r.deployment))],
@@ -487,9 +486,9 @@ class LoraPlanner:
     def solve(self, ir, prob: LoraProblem, derate, backend, options):
         return solve(ir, prob, derate, backend, options)
 
-    def build(self, ir, prob: LoraProblem, res, solve_s, rounds, warnings):
+    def build(self, ir, prob: LoraProblem, res, rounds, warnings):
         chosen, flows = extract(ir, prob, res.values)
-        return build_plan(ir, prob, chosen, flows, res, solve_s, rounds, warnings)
+        return build_plan(ir, prob, chosen, flows, res, rounds, warnings)
 
     def fill(self, prob: LoraProblem, res, derate) -> dict[str, float]:
         """The left side of each bought candidate's ``capacity`` row over its replicas (as in ``formulate``)."""

@@ -93,7 +93,7 @@ class SchedulePlanner(UnifiedPlanner):
         r = self.wr.rates[workload]
         return max(range(len(r)), key=lambda t: (r[t], -t))
 
-    def build(self, ir, cands, res, solve_s, rounds, warnings):
+    def build(self, ir, cands, res, rounds, warnings):
         """The fleet held (max replicas per deployment over the windows) with each workload's routes of its peak
         window, assessed at the peak rates; ``schedule`` gives every window."""
         self.use(res)
@@ -101,7 +101,7 @@ class SchedulePlanner(UnifiedPlanner):
         per_window = [chosen(ir_t, cands, r_t) for ir_t, r_t in self.windows]
         deps = [(c, n) for c in cands.candidates + cands.disagg if (n := held[c.id]) > 0]
         routes = [r for w in ir.workloads for r in per_window[self.peak_window(w.name)][1] if r.workload == w.name]
-        plan, a = build_plan(ir, deps, routes, res, solve_s, rounds, warnings)
+        plan, a = build_plan(ir, deps, routes, res, rounds, warnings)
         return plan.model_copy(update={"schedule": self.schedule_block(ir, cands, res, deps, per_window)}), a
 
     def schedule_block(self, ir, cands, res, deps, per_window) -> PlanSchedule:
@@ -167,7 +167,7 @@ class SchedulePlanner(UnifiedPlanner):
     def window_plan(self, ir, cands, t: int, rounds: int = 1):
         ir_t, r_t = self.windows[t]
         deps, routes = chosen(ir_t, cands, r_t)
-        plan, _ = build_plan(ir_t, deps, routes, r_t, 0.0, rounds, [])
+        plan, _ = build_plan(ir_t, deps, routes, r_t, rounds, [])
         return ir_t, plan
 
     def simulate(self, plan, spec, ir, seeds, requests, derate, fill):

@@ -71,7 +71,7 @@ def views(deps: list[tuple[Candidate, int]]) -> list[DeploymentSpecView]:
 
 
 def build_plan(ir: ProblemIR, deps: list[tuple[Candidate, int]], routes: list[RouteView], res: SolveResult,
-               seconds: float, rounds: int, warnings: list[str]) -> tuple[Plan, Assessment]:
+               rounds: int, warnings: list[str]) -> tuple[Plan, Assessment]:
     from compiler.disagg import colocation
 
     a = assess(ir, views(deps), routes)
@@ -94,8 +94,7 @@ def build_plan(ir: ProblemIR, deps: list[tuple[Candidate, int]], routes: list[Ro
     plan = Plan(
         spec=ir.name, input_hash=ir.input_hash, cost_usd_per_hour=round(cost, 4),
         gpus=dict(sorted(gpus.items())),
-        solver=SolverInfo(backend=res.backend, status=res.status.value, gap=res.gap,
-                          seconds=seconds_bound(seconds), rounds=rounds),
+        solver=SolverInfo(backend=res.backend, status=res.status.value, gap=res.gap, rounds=rounds),
         deployments=deployments,
         routes=[Route(workload=r.workload, bucket=r.bucket, deployment=r.deployment or None,
                       prefill=r.prefill or None, decode=r.decode or None, share=r.share)
@@ -156,15 +155,6 @@ def with_placement(plan: Plan, placements: dict) -> Plan:
         Placement(replica=p.replica, stage=p.stage, node=p.node, gpus=list(p.gpus))
         for p in placements.get(d.name, ())]}) for d in plan.deployments]
     return plan.model_copy(update={"deployments": deps})
-
-
-SECONDS_LADDER = (10.0, 60.0, 600.0, 3600.0, 86400.0)  # coarse: a busy machine must not change bytes
-
-
-def seconds_bound(seconds: float) -> float:
-    """Solver wall time as the first rung of a coarse ladder at or above it: plans stay byte-stable while
-    still saying whether solving took seconds, a minute or an hour (the CLI prints the exact time)."""
-    return next((s for s in SECONDS_LADDER if seconds <= s), math.ceil(seconds))
 
 
 def _prediction(a: Assessment, w: str) -> Prediction:

@@ -19,7 +19,7 @@ class SolverInfo(_Strict):
     backend: str
     status: Literal["optimal", "feasible"]
     gap: float | None = Field(description="relative MIP gap; 0 when proven optimal, null when unknown")
-    seconds: float = Field(description="upper bound on the solver wall time: the first of 10, 60, 600, 3600, 86400 s at or above it (keeps plans byte-stable)")
+    seconds: float | None = Field(None, description="not written: wall time is not reproducible, so it stays out of the plan (`plan -v` prints each stage's seconds); read and ignored in plans written before 2026-12-03, which recorded a 10/60/600 s ladder that a busy machine could still tip")
     rounds: int = Field(description="solve rounds: 1, plus one per re-solve after the assessment found a miss")
 
 
