@@ -30,7 +30,7 @@ from compiler.deployment import CandidateSet, Pruned
 from compiler.formulate import formulate, n_var, x_var
 from compiler.ir import ProblemIR
 from compiler.planners import UnifiedPlanner
-from compiler.solve import two_stage, util_var
+from compiler.solve import solve_balance, two_stage, util_var
 from compiler.spec.paths import SpecPath
 from compiler.spread import node_cap
 from solvers.base import Backend, SolveOptions, SolveResult
@@ -135,16 +135,7 @@ def balance_survivors(ir: ProblemIR, cands: CandidateSet, pools, backend: Backen
             expr = tuple(t for t in con.expr if t[0].startswith("route[")) + ((u, -float(left)),)
             con = replace(con, expr=expr)
         rows.append(con)
-    m.constraints = rows
-    m.objective = tuple((u, 1.0) for u in sorted(util.values()))
-    m.sense = "min"
-    left_s = max(options.time_limit_s - res.seconds, 1.0)
-    bal = backend.solve(m, SolveOptions(left_s, options.mip_rel_gap, options.threads, options.verbose))
-    if not bal.has_solution:
-        return replace(res, seconds=res.seconds + bal.seconds)
-    values = dict(res.values)
-    values.update({k: v for k, v in bal.values.items() if k.startswith("route[")})
-    return replace(res, values=values, seconds=res.seconds + bal.seconds)
+    return solve_balance(m, rows, util, backend, options, res)
 
 
 class RedundantPlanner(UnifiedPlanner):

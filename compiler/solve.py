@@ -49,6 +49,15 @@ def balance_routes(ir: ProblemIR, cands: CandidateSet, backend: Backend, options
         rows.append(con)
     if not util:
         return res
+    return solve_balance(m, rows, util, backend, options, res)
+
+
+def solve_balance(m, rows, util: dict[str, str], backend: Backend, options: SolveOptions,
+                  res: SolveResult) -> SolveResult:
+    """Solve a balance LP (``m`` with its constraints replaced by ``rows``) minimising the sum of the per-workload
+    utilisation variables ``util``, in the time ``res`` left; ``res`` with its route values replaced by the LP's
+    (the other values, status and gap are the MILP's), or unchanged but for the seconds when the LP has none.
+    Shared by ``balance_routes`` and ``compiler.redundancy.balance_survivors``."""
     m.constraints = rows
     m.objective = tuple((u, 1.0) for u in sorted(util.values()))
     m.sense = "min"
@@ -57,9 +66,7 @@ def balance_routes(ir: ProblemIR, cands: CandidateSet, backend: Backend, options
     if not bal.has_solution:
         return replace(res, seconds=res.seconds + bal.seconds)
     values = dict(res.values)
-    for name, val in bal.values.items():
-        if name.startswith("route["):
-            values[name] = val
+    values.update({k: v for k, v in bal.values.items() if k.startswith("route[")})
     return replace(res, values=values, seconds=res.seconds + bal.seconds)
 
 

@@ -166,14 +166,21 @@ class Simulation:
         if t_next >= 0:
             heappush(self.events.heap, (t_next, next(self.events.seq), rep))
 
-    def _admit(self, r: Request, d: int, cap: int, t: float) -> None:
-        """An arrived request for deployment ``d`` (a negative ``d``: unrouted or refused): refused, unserved, too
-        long for the ``cap`` KV tokens of a replica, or queued on the least-loaded replica (the router)."""
+    def _turned_away(self, r: Request, d: int, cap: int) -> bool:
+        """Marks and returns True for a request deployment ``d`` cannot take (a negative ``d``: unrouted or
+        refused; no replicas: unserved; longer than the ``cap`` KV tokens of a replica)."""
         if d < 0 or not self.replicas[d]:
             r.status = 3 if d == REJECTED else 2
-            return
+            return True
         if r.isl + r.osl > cap:
             r.status = 1
+            return True
+        return False
+
+    def _admit(self, r: Request, d: int, cap: int, t: float) -> None:
+        """An arrived request for deployment ``d``: turned away (``_turned_away``) or queued on the least-loaded
+        replica (the router)."""
+        if self._turned_away(r, d, cap):
             return
         rep = least_loaded(self.replicas[d])
         rep.enqueue(r)

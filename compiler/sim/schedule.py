@@ -25,7 +25,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from compiler.sim.engine import REJECTED, Arrivals, Simulation, draw_arrivals, least_loaded
+from compiler.sim.engine import Arrivals, Simulation, draw_arrivals, least_loaded
 from compiler.sim.replica import Request
 from compiler.sim.scenario import Scenario
 
@@ -122,11 +122,7 @@ class ScheduleSimulation(Simulation):
 
     def _admit(self, r: Request, d: int, cap: int, t: float) -> None:
         """As ``Simulation._admit``, among the replicas serving now; with none serving, wait at the router."""
-        if d < 0 or not self.replicas[d]:
-            r.status = 3 if d == REJECTED else 2
-            return
-        if r.isl + r.osl > cap:
-            r.status = 1
+        if self._turned_away(r, d, cap):
             return
         if not self.serving[d]:
             self.pending[d].append(r)

@@ -20,11 +20,15 @@ then move together, so batch means understate the variance (the diurnal example'
 0.91 over seeds 0-2, attainment 0.83 over seeds 1000-1002, 0.65 at seed 1000). Two tests catch it:
 
 * consecutive batches of a run that are correlated (lag-1 autocorrelation of the batch attainments, pooled
-  over runs, above its one-sided 95 % null bound z / sqrt(pairs)): the batch variance is scaled by the AR(1)
-  factor (1 + r) / (1 - r), the variance of a mean of correlated batches (r capped at R_MAX);
+  over runs, above its one-sided 95 % null bound z / sqrt(pairs));
 * runs whose own attainments spread more than their batches predict (F test at 95 %, (runs - 1,
-  batches - 1) degrees of freedom): the standard error is the runs' one (independent replications, weighted
-  by requests) and Student's t has (runs - 1) degrees of freedom.
+  batches - 1) degrees of freedom).
+
+Either way, with two or more runs the runs are the independent samples: the standard error is the runs' one
+(independent replications, weighted by requests) and Student's t has (runs - 1) degrees of freedom. That also
+holds for a transient (the first minutes after a boundary, where every seed misses early and meets later: its
+batches are correlated, its runs agree). A single run has only the AR(1) correction: its batch variance scaled
+by (1 + r) / (1 - r), the variance of a mean of correlated batches (r capped at R_MAX).
 """
 from __future__ import annotations
 
@@ -54,8 +58,8 @@ class Interval:
 
 def interval(runs: list[list[tuple[int, int]]]) -> Interval:
     """Pooled interval of ``runs``: one list per run (seed) of its batches, [(requests meeting the SLO,
-    requests), ...] in arrival order. Batch means, or independent replications when the runs disagree more
-    than their batches allow (module docstring)."""
+    requests), ...] in arrival order. Batch means, or independent replications when batches are correlated or
+    the runs disagree more than their batches allow (module docstring)."""
     runs = [[(ok, n) for ok, n in r if n > 0] for r in runs]
     runs = [r for r in runs if r]
     batches = [b for r in runs for b in r]
@@ -79,10 +83,13 @@ def interval(runs: list[list[tuple[int, int]]]) -> Interval:
                                              mean, n_tot) / k)
             ratio = (se_rep / se_batch) ** 2 if se_batch > 0 else (math.inf if se_rep > 0 else 0.0)
             replications = ratio > float(fisher_f.ppf(CONFIDENCE, k - 1, m - 1))
-        if replications:
+        # Correlated batches: with several runs the runs themselves are the independent samples (valid for a
+        # transient too, such as a start-up at a boundary); one run has only the AR(1) correction.
+        ar1 = _ar1_factor(runs, mean, norm)
+        if replications or (ar1 > 1.0 and k >= 2 and m > k):
             se, dof = max(se, se_rep), k - 1
         else:
-            se = max(se, se_batch * math.sqrt(_ar1_factor(runs, mean, norm)))
+            se = max(se, se_batch * math.sqrt(ar1))
     q = float(student_t.ppf(CONFIDENCE, dof))
     return Interval(mean, max(0.0, mean - q * se), min(1.0, mean + q * se), n_tot, m)
 
