@@ -90,6 +90,24 @@ def write_case(workdir: Path, device: str, model: str | None, gpu: str | None, r
     return spec, case
 
 
+def calibrate_device(workdir: Path) -> Path:
+    """Measure the CPU this runs on (``trimtab bench --device cpu --dtype bf16``, one thread as ``server_command``
+    runs vLLM) and fit its device profile (``trimtab calibrate``) under the bundled name ``CPU["gpu"]`` in
+    ``workdir/profiles/gpus``; returns ``workdir/profiles``, for ``compiler.profiles.use_profile_dirs``. The
+    bundled profile describes the CPU it was measured on; another CPU (CI machines vary: an AMD EPYC measured
+    2.6x the bundled Xeon's bf16 GEMM rate and 2x its copy bandwidth) serves at another speed. About 5 s."""
+    import subprocess
+
+    run = lambda *args: subprocess.run([sys.executable, "-m", "cli.main", *args], cwd=ROOT, check=True,  # noqa: E731
+                                       env={**os.environ, "OMP_NUM_THREADS": "1"}, capture_output=True, text=True)
+    bench = workdir / "cpu-bench"
+    out = workdir / "profiles"
+    (out / "gpus").mkdir(parents=True, exist_ok=True)
+    run("bench", "--device", "cpu", "--dtype", "bf16", "-o", str(bench))
+    run("calibrate", str(bench), "-o", str(out / "gpus" / f"{CPU['gpu']}.yaml"))
+    return out
+
+
 def plan_spec(spec_path: Path):
     from compiler.api import load_spec, plan
     from compiler.plan.emit import emit
@@ -293,6 +311,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--model", default="llama-3.1-8b", help="--device cuda: trimtab model profile to serve")
     ap.add_argument("--gpu", default="h200", help="--device cuda: trimtab GPU profile of the device")
     ap.add_argument("--fit-engine", action="store_true", help="fit and write the engine profile first")
+    ap.add_argument("--calibrate-device", action="store_true",
+                    help="--device cpu: measure this CPU and plan with its profile instead of the bundled one")
     ap.add_argument("--loads", default="0.3,0.55,0.8", help="shares of the cost model's capacity")
     ap.add_argument("--requests", type=int, default=80, help="requests per load")
     ap.add_argument("--seed", type=int, default=0)
@@ -306,6 +326,10 @@ def main(argv: list[str] | None = None) -> int:
     workdir = a.workdir or Path(tempfile.mkdtemp(prefix="trimtab-fidelity-"))
     workdir.mkdir(parents=True, exist_ok=True)
     t0 = time.monotonic()
+    if a.calibrate_device and a.device == "cpu":
+        from compiler.profiles import use_profile_dirs
+
+        use_profile_dirs((calibrate_device(workdir),))
     spec_path, case = write_case(workdir, a.device, a.model, a.gpu, rate=0.5)
     spec, plan = plan_spec(spec_path)
     out = {"date": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"), "machine": _machine(),

@@ -219,13 +219,28 @@ def _load_dir(root: Path) -> dict[str, dict]:
 
 
 _BUNDLED: ProfileSet | None = None
+_OVERRIDES: tuple[Path, ...] = ()  # use_profile_dirs
+
+
+def use_profile_dirs(dirs: tuple[Path, ...]) -> None:
+    """For the rest of this process, profiles in ``dirs`` (``gpus/``, ``models/``, ``engines/`` inside, in order)
+    replace the bundled ones of the same name wherever the bundled set is read; ``()`` restores the bundle. For a
+    machine's own measurements in tests and benchmarks (the end-to-end test calibrates the CPU it runs on), where
+    rewriting the bundled files would change the checkout."""
+    global _BUNDLED, _OVERRIDES
+    _OVERRIDES = tuple(Path(d) for d in dirs)
+    _BUNDLED = None
 
 
 def load_profiles(extra_dirs: tuple[Path, ...] = ()) -> ProfileSet:
-    """Bundled profiles, overridden by files of the same name in ``extra_dirs`` (in order)."""
+    """Bundled profiles (with ``use_profile_dirs``' overrides), overridden by files of the same name in
+    ``extra_dirs`` (in order)."""
     global _BUNDLED
     if _BUNDLED is None:
         b = _load_dir(_bundled.data_dir())
+        for d in _OVERRIDES:
+            for k, v in _load_dir(d).items():
+                b[k].update(v)
         _BUNDLED = ProfileSet(b["gpus"], b["models"], b["engines"])
     if not extra_dirs:
         return _BUNDLED

