@@ -98,8 +98,12 @@ def calibrate_device(workdir: Path) -> Path:
     2.6x the bundled Xeon's bf16 GEMM rate and 2x its copy bandwidth) serves at another speed. About 5 s."""
     import subprocess
 
-    run = lambda *args: subprocess.run([sys.executable, "-m", "cli.main", *args], cwd=ROOT, check=True,  # noqa: E731
-                                       env={**os.environ, "OMP_NUM_THREADS": "1"}, capture_output=True, text=True)
+    def run(*args: str) -> None:
+        p = subprocess.run([sys.executable, "-m", "cli.main", *args], cwd=ROOT, capture_output=True, text=True,
+                           env={**os.environ, "OMP_NUM_THREADS": "1"})
+        if p.returncode:
+            raise RuntimeError(f"trimtab {' '.join(args)} exited {p.returncode}: {(p.stderr or p.stdout)[-2000:]}")
+
     bench = workdir / "cpu-bench"
     out = workdir / "profiles"
     (out / "gpus").mkdir(parents=True, exist_ok=True)

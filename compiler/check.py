@@ -74,7 +74,7 @@ def verify(plan: Plan, ir: ProblemIR, topo: Topology | None = None, slo: bool = 
         if d.model not in ir.models:
             bad.append(f"deployment {d.name}: model {d.model} is not in the spec")
             continue
-        n = d.replicas * d.tensor_parallel * d.pipeline_parallel * d.data_parallel
+        n = d.replicas * d.gpus_per_replica
         used[d.gpu] = used.get(d.gpu, 0) + n
         cost += n * pool.usd_per_hour
         view = DeploymentSpecView.of_plan(d)
@@ -86,7 +86,7 @@ def verify(plan: Plan, ir: ProblemIR, topo: Topology | None = None, slo: bool = 
         mem = rm.memory
         if mem.kv_cache_tokens <= 0:
             bad.append(f"deployment {d.name}: {d.model} does not fit "
-                       f"{d.tensor_parallel * d.pipeline_parallel * d.data_parallel} x "
+                       f"{d.gpus_per_replica} x "
                        f"{d.gpu} ({mem.weights_gib_per_gpu:.1f} GiB weights per GPU, {mem.usable_gib_per_gpu:.1f} usable)")
             continue
         if d.kv_cache_tokens > mem.kv_cache_tokens * 1.001:

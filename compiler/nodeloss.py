@@ -84,7 +84,7 @@ def without_node(plan: Plan, node: str, ir: ProblemIR) -> tuple[Plan, list[str]]
     gpus: dict[str, int] = {}
     cost = 0.0
     for d in deps:
-        n = d.replicas * d.tensor_parallel * d.pipeline_parallel * d.data_parallel
+        n = d.replicas * d.gpus_per_replica
         gpus[d.gpu] = gpus.get(d.gpu, 0) + n
         pool = ir.gpu(d.gpu)
         cost += n * (pool.usd_per_hour if pool is not None else 0.0)

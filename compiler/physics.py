@@ -92,7 +92,7 @@ def breaches(plan, ir) -> list[Breach]:
             continue
         rps, ptoks, otoks = load[d.name]
         model, gpu = ir.models[d.model], ir.gpu(d.gpu).profile
-        gpus = d.tensor_parallel * d.pipeline_parallel * d.data_parallel
+        gpus = d.gpus_per_replica
         if d.role == "prefill":
             bound = d.replicas * prompt_bound(model, gpu, gpus, d.dtype)
             if ptoks > bound:

@@ -114,12 +114,12 @@ def prepare(plan, spec, allow_experimental: bool = False) -> Bundle:
     labels = gpu_labels()
     used: dict[str, int] = {}
     for d in plan.deployments:
-        used[d.gpu] = used.get(d.gpu, 0) + d.replicas * d.tensor_parallel * d.pipeline_parallel * d.data_parallel
+        used[d.gpu] = used.get(d.gpu, 0) + d.replicas * d.gpus_per_replica
     eng = engine_table(ir.engine.name)
     targets = []
     for d, (f, ln, w) in zip(plan.deployments, launches(plan, ir)):
         mem = replica_model_of(ir, replace(DeploymentSpecView.of_plan(d), kv_lent_gib=0.0)).memory
-        gpus = d.tensor_parallel * d.pipeline_parallel * d.data_parallel
+        gpus = d.gpus_per_replica
         weight_bytes = int(mem.weights_gib_per_gpu * GIB * gpus)
         startup = STARTUP_FIXED_S + math.ceil(weight_bytes / (LOAD_GBPS * 1e9))  # whole model read per replica
         pool = ir.gpu(d.gpu)

@@ -83,7 +83,7 @@ def deployment_facts(plan, ir) -> list[tuple[DeploymentFacts, list[str]]]:
             offload_gib=d.kv.offload_gib if d.kv is not None and not live else 0.0,
             adapters=tuple(d.adapters), max_loras=d.max_loras, max_lora_rank=d.max_lora_rank,
             max_cpu_loras=d.max_cpu_loras, nodes_per_replica=nodes,
-            gpus_per_node=d.tensor_parallel * d.pipeline_parallel * d.data_parallel // nodes,
+            gpus_per_node=d.gpus_per_replica // nodes,
             dp=d.data_parallel, ep=d.expert_parallel), warns))
     return out
 

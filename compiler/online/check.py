@@ -42,7 +42,7 @@ def window_plan(plan: Plan, t: int) -> Plan:
         if n <= 0:
             continue
         deps.append(d.model_copy(update={"replicas": n, "placement": [p for p in d.placement if p.replica < n]}))
-        gpus[d.gpu] = gpus.get(d.gpu, 0) + n * d.tensor_parallel * d.pipeline_parallel
+        gpus[d.gpu] = gpus.get(d.gpu, 0) + n * d.gpus_per_replica
     return plan.model_copy(update={"deployments": deps, "routes": list(w.routes), "gpus": dict(sorted(gpus.items())),
                                    "cost_usd_per_hour": w.cost_usd_per_hour, "schedule": None, "simulation": None})
 

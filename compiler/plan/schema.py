@@ -91,6 +91,11 @@ class Deployment(_Strict):
     prefix_cache_tokens: int = Field(default=0, ge=0, description="KV tokens per replica kept for prefix reuse, "
                                                                  "out of kv_cache_tokens (omitted when 0)")
 
+    @property
+    def gpus_per_replica(self) -> int:
+        """GPUs one replica spans: tensor x pipeline x data parallel."""
+        return self.tensor_parallel * self.pipeline_parallel * self.data_parallel
+
 
 class Route(_Strict):
     workload: str

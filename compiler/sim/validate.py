@@ -76,27 +76,27 @@ def interval(runs: list[list[tuple[int, int]]]) -> Interval:
     dof = max(m - 1, 1)
     if m >= 2:
         se_batch = math.sqrt(_weighted_var(batches, mean, n_tot) / m)
+        ar1 = _ar1_factor(runs, mean, float(norm.ppf(CONFIDENCE)))
         k = len(runs)
-        replications = False
         if k >= 2 and m > k:
+            # Several runs: when batches are correlated or the runs disagree more than their batches allow, the
+            # runs themselves are the independent samples (right for a transient every seed shares too).
             se_rep = math.sqrt(_weighted_var([(sum(o for o, _ in r), sum(n for _, n in r)) for r in runs],
                                              mean, n_tot) / k)
             ratio = (se_rep / se_batch) ** 2 if se_batch > 0 else (math.inf if se_rep > 0 else 0.0)
-            replications = ratio > float(fisher_f.ppf(CONFIDENCE, k - 1, m - 1))
-        # Correlated batches: with several runs the runs themselves are the independent samples (valid for a
-        # transient too, such as a start-up at a boundary); one run has only the AR(1) correction.
-        ar1 = _ar1_factor(runs, mean, norm)
-        if replications or (ar1 > 1.0 and k >= 2 and m > k):
-            se, dof = max(se, se_rep), k - 1
-        else:
+            if ar1 > 1.0 or ratio > float(fisher_f.ppf(CONFIDENCE, k - 1, m - 1)):
+                se, dof = max(se, se_rep), k - 1
+            else:
+                se = max(se, se_batch)
+        else:  # one run: only the AR(1) correction
             se = max(se, se_batch * math.sqrt(ar1))
     q = float(student_t.ppf(CONFIDENCE, dof))
     return Interval(mean, max(0.0, mean - q * se), min(1.0, mean + q * se), n_tot, m)
 
 
-def _ar1_factor(runs: list[list[tuple[int, int]]], mean: float, norm) -> float:
+def _ar1_factor(runs: list[list[tuple[int, int]]], mean: float, z: float) -> float:
     """(1 + r) / (1 - r) for the pooled lag-1 autocorrelation r of consecutive batch attainments within runs
-    when r is above its one-sided null bound (module docstring), else 1."""
+    when r is above its one-sided null bound z / sqrt(pairs) (module docstring), else 1."""
     num = den = 0.0
     pairs = 0
     for r in runs:
@@ -107,7 +107,7 @@ def _ar1_factor(runs: list[list[tuple[int, int]]], mean: float, norm) -> float:
     if pairs < 2 or den <= 0:
         return 1.0
     rho = num / den
-    if rho <= float(norm.ppf(CONFIDENCE)) / math.sqrt(pairs):
+    if rho <= z / math.sqrt(pairs):
         return 1.0
     rho = min(rho, R_MAX)
     return (1 + rho) / (1 - rho)

@@ -57,16 +57,18 @@ def served(tmp_path_factory):
     # p90 predicted 958 ms, measured 681; an AMD EPYC served TTFT p50 in 179 ms where the bundled Xeon profile
     # predicts 420). So the plan and the predictions use this machine's own bench + calibrate.
     use_profile_dirs((calibrate_device(wd),))
-    spec_path, case = write_case(wd, "cpu", None, None, rate=0.5)
-    spec, plan = plan_spec(spec_path)
-    srv = Server(plan, wd, _free_port(), "cpu", sys.executable, START_TIMEOUT_S)
     try:
-        srv.__enter__()
-        yield wd, spec, plan, srv
+        spec_path, case = write_case(wd, "cpu", None, None, rate=0.5)
+        spec, plan = plan_spec(spec_path)
+        srv = Server(plan, wd, _free_port(), "cpu", sys.executable, START_TIMEOUT_S)
+        try:
+            srv.__enter__()
+            yield wd, spec, plan, srv
+        finally:
+            srv.__exit__()
+            assert srv.proc is None or srv.proc.poll() is not None, "the server outlived its test"
     finally:
-        srv.__exit__()
         use_profile_dirs(())
-        assert srv.proc is None or srv.proc.poll() is not None, "the server outlived its test"
 
 
 def test_server_runs_the_plans_deployment(served):

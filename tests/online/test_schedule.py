@@ -183,3 +183,23 @@ def test_profiles_of_different_lengths_are_an_error():
 """
     with pytest.raises(InputError, match=r"workloads\[0\] \(w\)\.rate_profile.*4 windows.*has 2"):
         load_spec("bad.yaml", text=text)
+
+
+def test_window_plan_counts_every_gpu_of_a_data_parallel_replica():
+    # A window's static plan states its GPUs: tensor x pipeline x data parallel per replica (the MoE golden's
+    # deployment spans tp x dp GPUs; counting tp x pp alone under-stated it by the dp factor).
+    import yaml
+
+    from compiler.online.check import window_plan
+    from compiler.plan.schema import Plan, PlanSchedule, ScheduleWindow
+
+    p = Plan.model_validate(yaml.safe_load(open("tests/golden/moe.plan.yaml")))
+    d = p.deployments[0]
+    assert d.data_parallel > 1
+    w = ScheduleWindow(start_s=0, rates={}, replicas={d.name: 1}, started=0, stopped=0, cost_usd_per_hour=0.0,
+                       routes=list(p.routes))
+    sched = PlanSchedule(window_s=3600, cyclic=False, min_lifetime_windows=1, max_changes_per_window=None,
+                         startup_s={}, startup_source="test", cost_usd_per_hour_mean=0.0, startup_usd_per_period=0.0,
+                         windows=[w])
+    wp = window_plan(p.model_copy(update={"schedule": sched}), 0)
+    assert wp.gpus == {d.gpu: d.tensor_parallel * d.pipeline_parallel * d.data_parallel}
