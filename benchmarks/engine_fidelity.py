@@ -1,6 +1,7 @@
 """Fidelity of trimtab's predictions against the real vLLM engine: plan, serve, load, compare.
 
-usage: python benchmarks/engine_fidelity.py [--device cpu|cuda] [--fit-engine] [--loads 0.3,0.55,0.8]
+usage: python benchmarks/engine_fidelity.py [--device cpu|cuda] [--fit-engine] [--calibrate-device]
+                                            [--loads 0.3,0.55,0.8]
                                             [--requests 80] [--port 8731] [--workdir DIR] [--json FILE]
 
 Steps (docs/fidelity.md):
@@ -17,6 +18,8 @@ Steps (docs/fidelity.md):
   4. per load (a share of the cost model's capacity for the workload at its SLO): ``trimtab loadtest`` with
      Poisson arrivals (``compiler.loadtest.run_loadtest``), which also simulates the same request stream; the cost
      model's TTFT and TPOT at p50 and p90 (``predicted_at``); one table row per load.
+``--calibrate-device`` (``--device cpu``): first measure this CPU and plan with its profile (``calibrate_device``)
+instead of the bundled ``cpu-xeon-2c``, as the end-to-end test does.
 Timings on a shared CPU are noisy: the table states the machine and the date.
 """
 from __future__ import annotations
