@@ -57,6 +57,11 @@ def plan_summary(console: Console, r: PlanResult, verbose: bool = False) -> None
                       f"(the most each deployment runs at once)")
     for msg in p.warnings:
         console.print(f"[yellow]warning:[/] {msg}")
+    if p.simulation is not None and p.simulation.undersampled:  # compiler.sim.validate.SeedsResult.too_few
+        names = p.simulation.undersampled
+        console.print(f"note: {len(names)} workload(s) had too few simulated requests for a lower bound to reach "
+                      f"their percentile; accepted on attainment at or above target: {', '.join(names)} "
+                      "(`trimtab check --seeds N` with more seeds gathers more)", markup=False)
     if verbose:
         named = {k: v for k, v in r.seconds.items() if k != "total"}
         other = max(0.0, r.seconds.get("total", 0.0) - sum(named.values()))

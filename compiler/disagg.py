@@ -147,9 +147,8 @@ def _usd_per_rps(cands, workload: str, bucket: str, role: str) -> float:
 def _may_pay(ir: ProblemIR, w: WorkloadIR, unified: tuple[Candidate, ...]) -> bool:
     """A cheap bound before any bisection: per bucket, the prefill side costs at least usd x (prompt service
     time at full utilisation) and the decode side at least usd x (osl - 1) x T_d(n) / n per request/s, n the
-    largest batch max_num_seqs and the KV cache allow; P/D can only pay where their sum is PD_MARGIN below the best unified cost."""
-    if not unified:
-        return True
+    largest batch max_num_seqs and the KV cache allow; P/D can only pay where their sum is PD_MARGIN below the best
+    unified cost (``unified``: this workload's unified candidates)."""
     mns = int(ir.engine.max_num_seqs.value)
     pre = {b.name: math.inf for b in w.buckets}
     dec = dict(pre)
@@ -209,8 +208,12 @@ def build_pd_candidates(ir: ProblemIR, unified: tuple[Candidate, ...] = ()) -> t
     local: list[Candidate] = []
     if not ENABLED:
         return ()
+    by_workload: dict[str, list[Candidate]] = {}
+    for c in unified:
+        by_workload.setdefault(c.workload, []).append(c)
     for w in ir.workloads:
-        if not _may_pay(ir, w, unified):
+        mine = tuple(by_workload.get(w.name, ()))  # the comparisons below are per workload: scan its own only
+        if unified and not _may_pay(ir, w, mine):  # (no unified candidate at all: nothing to beat)
             continue
         dec = _role_candidates(ir, w, "decode", None)
         if not dec:
@@ -223,13 +226,13 @@ def build_pd_candidates(ir: ProblemIR, unified: tuple[Candidate, ...] = ()) -> t
         dec_b = {b for c in dec for b, _ in c.capacity_rps}
         both = {b for b in pre_b & dec_b
                 if _usd_per_rps(pre, w.name, b, "prefill") + _usd_per_rps(dec, w.name, b, "decode")
-                < (1 - PD_MARGIN) * _usd_per_rps(unified, w.name, b, "unified")}
+                < (1 - PD_MARGIN) * _usd_per_rps(mine, w.name, b, "unified")}
         for c in pre + dec:
             caps = tuple((b, v) for b, v in c.capacity_rps if b in both)
             if caps:
                 out.append(replace(c, capacity_rps=caps))
         if _heavy_kv(ir, w, pre, dec, narrow):
-            local += _local_candidates(ir, w, dec, unified)
+            local += _local_candidates(ir, w, dec, mine)
     out.sort(key=lambda c: c.id)
     local.sort(key=lambda c: c.id)
     return tuple(sorted(_drop_dominated_role(out) + local, key=lambda c: c.id))

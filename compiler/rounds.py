@@ -79,13 +79,17 @@ def simulate_and_derate(plan, spec, ir, seeds: tuple[int, ...], requests: int, d
                         cache=None):
     """Simulate ``plan`` exactly as it will be written (rounded floats, so ``check`` replays these runs) on
     ``seeds`` (``compiler.sim.validate``: stop after the first seed when it already shows a miss) and, for each
-    workload whose lower confidence bound is below target, derate its worst deployment to ``sim_derate`` x the
-    load it carries now: ``fill`` gives each deployment's share of its (derated) capacity in use, so a deployment
-    that misses below its capacity gets a capacity the next solve must respect (a derate above the fill would
-    change nothing); the same factor goes to every other candidate of that workload (``peers``: workload ->
-    candidate ids; see the module docstring). ``cache`` (``compiler.sim.reuse.RunCache``): deployments whose
-    shape, replicas and routed requests a former round's simulation of the same seed already ran keep that run
-    (the same result as running them again). Returns (the ``SeedsResult``, the new derates)."""
+    workload the runs do not accept (``SeedsResult.accepted``: its lower confidence bound below target, unless
+    it is too rare to demonstrate and meets it on the point estimate), derate its worst deployment to
+    ``sim_derate`` x the load it carries now: ``fill`` gives each deployment's share of its (derated) capacity in
+    use, so a deployment that misses below its capacity gets a capacity the next solve must respect (a derate
+    above the fill would change nothing); the same factor goes to every other candidate of that workload
+    (``peers``: workload -> candidate ids; see the module docstring). ``cache`` (``compiler.sim.reuse.RunCache``):
+    deployments whose shape, replicas and routed requests a former round's simulation of the same seed already
+    ran keep that run (the same result as running them again). When the runs stopped after the first seed
+    (another workload's miss shown there), a workload at or above its target on that seed is not derated: one
+    seed's bound is wide, and its verdict waits for the runs on every seed (derating it cost rounds and GPUs for
+    misses no run showed). Returns (the ``SeedsResult``, the new derates)."""
     from compiler.plan.emit import plan_to_data
     from compiler.plan.schema import Plan
     from compiler.sim.validate import simulate_seeds
@@ -93,14 +97,23 @@ def simulate_and_derate(plan, spec, ir, seeds: tuple[int, ...], requests: int, d
     res = simulate_seeds(Plan.model_validate(plan_to_data(plan)), spec, ir, seeds, requests, fail_fast=True,
                          cache=cache)
     out = dict(derate)
-    for name in res.intervals:
-        worst = "" if res.demonstrated(name) else res.worst_deployment(name)
+    for name in to_derate(res, len(seeds)):
+        worst = res.worst_deployment(name)
         if worst:
             used = min(1.0, (fill or {}).get(worst, 1.0))
             f = sim_derate(res, name)
             for cid in {worst, *(peers or {}).get(name, ())}:
                 out[cid] = out.get(cid, 1.0) * f * used  # (old * f) * used, as before: the same floats
     return res, out
+
+
+def to_derate(res, n_seeds: int) -> list[str]:
+    """The workloads of ``res`` (a ``SeedsResult`` of a run on ``n_seeds`` seeds, possibly stopped after the first)
+    whose deployments a simulated round derates: those not accepted, less, when the runs stopped early, those at or
+    above target in the runs there are (their verdict waits for every seed)."""
+    screened = len(res.runs) < n_seeds
+    return [n for n in res.intervals if not res.accepted(n)
+            and not (screened and res.intervals[n].mean >= res.targets[n] - 1e-12)]
 
 
 def sim_derate(res, name: str) -> float:

@@ -44,6 +44,8 @@ def plan_to_data(plan: Plan) -> dict:
             if not d.get(k):
                 d.pop(k, None)
     data["solver"].pop("seconds", None)  # wall time: not reproducible, never written (plan/schema.SolverInfo)
+    if data.get("simulation") and not data["simulation"].get("undersampled"):  # rare workloads only
+        data["simulation"].pop("undersampled", None)
     if data.get("redundancy") is None:  # spec redundancy n+1 only
         data.pop("redundancy", None)
     if data.get("schedule") is None:  # schedules (docs/online.md) only in plans of specs that have one

@@ -194,7 +194,8 @@ def finish_plan(plan: Plan, spec, ir: ProblemIR, last_sim, sim_requests: int, si
         plan = plan.model_copy(update={"simulation": Simulation(
             seeds=list(last_sim.seeds), requests=sim_requests, rounds=sim_rounds, passed=last_sim.ok,
             attainment={k: round(iv.mean, 4) for k, iv in sorted(last_sim.intervals.items())},
-            attainment_lower={k: round(iv.lower, 4) for k, iv in sorted(last_sim.intervals.items())})})
+            attainment_lower={k: round(iv.lower, 4) for k, iv in sorted(last_sim.intervals.items())},
+            undersampled=last_sim.undersampled())})
     from compiler.engines.realise import realise
 
     return realise(plan, ir)  # the engine's commands, after placement (multi-node replicas)

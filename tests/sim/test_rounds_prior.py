@@ -107,3 +107,65 @@ def test_the_prior_leaves_prefill_and_decode_pools_alone():
     fitted = {c for ids in planner.peers(cands, fitted=True).values() for c in ids}
     assert pd_ids <= every and not pd_ids & fitted
     assert not pd_ids & set(prior_derates(ir, planner.peers(cands, fitted=True)))
+
+
+def _seeds(per_run: list[list[tuple[int, int]]], target: float) -> SeedsResult:
+    """A SeedsResult over runs whose only workload ``w`` had these batches [(met, requests), ...] per run (the
+    batch records a simulation run hands the interval; nothing else of a run is read here)."""
+    from types import SimpleNamespace
+
+    from compiler.sim.validate import interval
+
+    runs = [SimpleNamespace(workloads={"w": SimpleNamespace(batches=b, attainment=sum(o for o, _ in b) / sum(
+        n for _, n in b))}) for b in per_run]
+    return SeedsResult(tuple(range(len(runs))), runs, {"w": interval(per_run)}, {"w": target})
+
+
+def _even(total: int, met: int, batches: int = 10) -> list[tuple[int, int]]:
+    sizes = [total // batches + (i < total % batches) for i in range(batches)]
+    out, left = [], total - met
+    for n in sizes:
+        miss = min(left, n)
+        out.append((n - miss, n))
+        left -= miss
+    return out
+
+
+def test_too_few_requests_to_demonstrate_a_p99_are_accepted_on_attainment():
+    # 72 requests over 3 runs (the target family's rare workload), all meeting the SLO: the lower bound is
+    # 1 - t(0.95, 29) x sqrt(p (1 - p) / 72), p = 73/74 (the binomial floor): 1 - 1.699 x 0.01361 = 0.9769 < 0.99
+    res = _seeds([_even(24, 24), _even(24, 24), _even(24, 24)], 0.99)
+    assert abs(res.intervals["w"].lower - 0.9769) < 5e-4
+    assert not res.demonstrated("w") and res.too_few("w") and res.accepted("w") and res.ok
+    assert res.undersampled() == ["w"] and res.failures() == []
+    # one miss among them: 98.6 % < 99 %, not accepted however few the requests
+    miss = _seeds([_even(24, 23), _even(24, 24), _even(24, 24)], 0.99)
+    assert miss.too_few("w") and not miss.accepted("w") and not miss.ok
+    # 600 requests: perfect attainment would demonstrate 99 %, so the bound decides (not too few)
+    many = _seeds([_even(200, 200), _even(200, 199), _even(200, 200)], 0.99)
+    assert not many.too_few("w") and many.accepted("w") == many.demonstrated("w")
+
+
+def test_a_one_seed_screen_derates_only_workloads_below_target():
+    from compiler.rounds import to_derate
+
+    # stopped after the first of 3 seeds: a workload above target on it (298 of 300, 99.3 %; bound 98.3 %) waits
+    at_target = _seeds([_even(300, 298)], 0.99)
+    assert not at_target.accepted("w") and not at_target.too_few("w") and to_derate(at_target, 3) == []
+    below = _seeds([_even(300, 290)], 0.99)
+    assert to_derate(below, 3) == ["w"]
+    # every seed run: a bound below target is derated, whatever the point estimate
+    assert to_derate(at_target, 1) == ["w"]
+
+
+def test_undersampled_workloads_are_written_only_when_there_are_some():
+    from compiler.plan.emit import plan_to_data
+    from compiler.plan.schema import Plan
+
+    p = Plan.model_validate(yaml.safe_load((ROOT / "tests" / "golden" / "quickstart.plan.yaml").read_text()))
+    assert p.simulation is not None and p.simulation.undersampled == []
+    assert "undersampled" not in plan_to_data(p)["simulation"]  # the goldens' bytes stay as they were
+    rare = p.model_copy(update={"simulation": p.simulation.model_copy(update={"undersampled": ["chat"]})})
+    data = plan_to_data(rare)
+    assert data["simulation"]["undersampled"] == ["chat"]
+    assert Plan.model_validate(data).simulation.undersampled == ["chat"]  # the strict schema reads it back
