@@ -63,9 +63,11 @@ def slack_var(cname: str) -> str:
 
 
 def capacity_fill(cands: CandidateSet, res: SolveResult, derate: dict[str, float]) -> dict[str, float]:
-    """Per unified deployment bought: the left side of its ``capacity`` row over its replicas (1: full)."""
+    """Per deployment bought (unified, prefill and decode pools): the left side of its ``capacity`` row over its
+    replicas (1: full). P/D pools too, so that a simulated miss on one derates it below the load it carries (a
+    derate above it leaves the plan as it was: one round per 3-5 % step before)."""
     out = {}
-    for c in cands.candidates:
+    for c in (*cands.candidates, *cands.disagg):
         n = res.values.get(n_var(c.id), 0.0)
         if n >= 0.5:
             f = derate.get(c.id, 1.0)

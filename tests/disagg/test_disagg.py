@@ -127,3 +127,23 @@ def test_other_backends_solve_pd(backend):
     r = plan(spec, backend=backend, validate=False)
     assert {"prefill", "decode"} <= roles(r.plan)
     assert check(r.plan, spec).ok
+
+
+def test_fill_covers_prefill_and_decode_pools():
+    """The share of derated capacity each bought deployment uses (``capacity_fill``, which a simulated miss
+    multiplies into the derate) covers P/D pools too, recomputed here from the plan's routes: each pool's
+    routed rps over (capacity x replicas), per length range."""
+    from compiler.formulate import capacity_fill
+
+    r = plan(load_spec(EXAMPLE), validate=False)
+    fill = capacity_fill(r.candidates, r.solve, {})
+    pools = [d for d in r.plan.deployments if d.role in ("prefill", "decode")]
+    assert pools and all(d.name in fill for d in pools)
+    cands = {c.id: c for c in r.candidates.disagg}
+    rate = {w.name: w.rate_rps for w in r.ir.workloads}
+    for d in pools:
+        side = "prefill" if d.role == "prefill" else "decode"
+        load = sum(rt.share * rate[rt.workload] / cands[d.name].capacity(rt.bucket)
+                   for rt in r.plan.routes if getattr(rt, side) == d.name)
+        assert 0 < fill[d.name] <= 1 + 1e-6
+        assert abs(fill[d.name] - load / d.replicas) < 1e-3
