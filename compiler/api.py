@@ -69,7 +69,40 @@ def explain(spec: Spec, *, backend: str | None = None, time_limit_s: float | Non
         from compiler.lora.plan import LoraPlanner
 
         return LoraPlanner().explain(ir, be, opts)
+    if ir.redundancy == "n+1":
+        return _explain_redundant(spec, ir, be, opts)
     return explain_unified(ir, be, opts)
+
+
+def _explain_redundant(spec: Spec, ir, be, opts):
+    """``explain`` of an n+1 spec (docs/online.md, "Redundancy"): feasibility and cost of the problem with its n+1
+    rows (``compiler.redundancy.RedundantPlanner``: its candidates, solve and infeasibility lines); the binding
+    analysis is that of the same spec without n+1, said so in a note, with that problem's cost."""
+    from dataclasses import replace
+
+    from compiler.explain import Explanation, explain as explain_unified
+    from compiler.formulate import n_var
+    from compiler.redundancy import RedundantPlanner
+    from compiler.topology import build_topology
+
+    planner = RedundantPlanner(build_topology(spec, ir))
+    cands = planner.candidates(ir)
+    problems = planner.precheck(ir, cands)
+    res = None if problems else planner.solve(ir, cands, {}, be, opts)
+    if res is None or not res.has_solution:
+        if res is not None and res.status.value != "infeasible":
+            return Explanation(False, [f"solver {be.name} stopped without an answer ({res.termination.value}); "
+                                       "raise --time-limit to explain"])
+        return Explanation(False, problems or planner.infeasible(ir, cands, be, opts),
+                           notes=["redundancy: n+1: every SLO must hold with any one node lost; the lines above "
+                                  "name what to relax for that, and what the spec would need without n+1"])
+    cost = sum(round(res.values.get(n_var(c.id), 0.0)) * c.usd_per_hour for c in (*cands.candidates, *cands.disagg))
+    base = explain_unified(replace(ir, redundancy="none"), be, opts)
+    note = ("redundancy: n+1: the cost is that of the cheapest plan that keeps every SLO with any one node lost; "
+            "the binding analysis is of the same spec without n+1")
+    if base.feasible:
+        note += f" (whose cheapest plan costs {base.cost_usd_per_hour:.2f} $/h)"
+    return Explanation(True, binding=base.binding, cost_usd_per_hour=cost, notes=[note])
 
 
 def what_if(spec: Spec, overrides: dict[str, object], **kwargs) -> PlanResult:

@@ -134,6 +134,7 @@ class Explanation:
     binding: list[str] = field(default_factory=list)  # feasible specs: what limits the plan's cost
     cost_usd_per_hour: float | None = None  # the cost model's cheapest plan (analytic)
     validated_cost_usd_per_hour: float | None = None  # ``trimtab plan``'s (validated by simulation), when known
+    notes: list[str] = field(default_factory=list)  # what the analysis covers and what it does not
 
     def lines(self) -> list[str]:
         out = []
@@ -148,7 +149,7 @@ class Explanation:
                            f"costs {self.cost_usd_per_hour:.2f} $/h")
             out += ["binding: " + b for b in self.binding] or ["binding: nothing (no GPU count, budget or SLO "
                                                                "limits the plan)"]
-            return out
+            return out + ["note: " + n for n in self.notes]
         out.append("infeasible:")
         out += ["  " + p for p in self.problems]
         if self.alternatives:
@@ -157,7 +158,7 @@ class Explanation:
                 out.append("  " + " and ".join(c.render() for c in alt))
         else:
             out.append("no single change of GPU counts, budget or SLOs repairs the spec")
-        return out
+        return out + ["note: " + n for n in self.notes]
 
 
 def _num(x: float) -> str:

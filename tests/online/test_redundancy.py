@@ -240,3 +240,22 @@ def test_spread_placement_caps_and_domains():
             assert not ({(s.node, g) for g in s.gpus} & used)
             used |= {(s.node, g) for g in s.gpus}
         assert max(per.values()) <= node_cap(d.replicas, 5)
+
+
+def test_explain_of_an_n_plus_1_spec_explains_the_n_plus_1_problem(plans):
+    """``explain`` on an n+1 spec: the cost is the n+1 plan's (the analytic plan ``plan`` builds from the same rows),
+    not the cheaper plan without n+1, and a note says which problem the binding analysis is of; a one-node spec
+    is infeasible with n+1's own reason (before, explain ignored redundancy and called both feasible)."""
+    from compiler.api import explain
+
+    none, p0, n1, p1 = plans
+    e = explain(n1)
+    assert e.feasible and abs(e.cost_usd_per_hour - p1.cost_usd_per_hour) < 0.01
+    assert e.cost_usd_per_hour > p0.cost_usd_per_hour + 0.01  # n+1 costs more here: the spare replicas
+    assert any("n+1" in n and f"{p0.cost_usd_per_hour:.2f}" in n for n in e.notes)
+    assert any(line.startswith("note: redundancy: n+1") for line in e.lines())
+    assert not explain(none).notes
+    one = BIG.replace("count: 40", "count: 8").replace("name: big\n", "name: big\nredundancy: n+1\n")
+    bad = explain(load_spec("one.yaml", text=one))
+    assert not bad.feasible and any("loss of any one node" in x for x in bad.problems)
+    assert explain(load_spec("one.yaml", text=BIG.replace("count: 40", "count: 8"))).feasible
