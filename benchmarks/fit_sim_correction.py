@@ -116,7 +116,16 @@ def fit(rows: list[dict]) -> dict[str, dict]:
     return out
 
 
-def write_yaml(path: Path, table: dict[str, dict], family_desc: str, n_rows: int) -> None:
+def first_round(rows: list[dict]) -> dict[str, int]:
+    """Observations of the first simulated round (the plan on the cost model's own capacities): how many, and how
+    many of them the simulation confirmed. Their ratio q is a workload's chance to pass on the model's capacities;
+    a first plan of W workloads then passes with about q ** W (``compiler.rounds.first_try_worth``)."""
+    first = [r for r in rows if int(r["round"]) == 1]
+    return {"passes": sum(1 for r in first if r["passed"] in (True, "True")), "observations": len(first)}
+
+
+def write_yaml(path: Path, table: dict[str, dict], family_desc: str, n_rows: int,
+               first: dict[str, int] | None = None) -> None:
     lines = [
         "# Capacity prior of the correction rounds (compiler/rounds.py::prior_derates): per regime (SLO percentile",
         "# band x one or several prompt-length ranges), the factor on the cost model's per-replica capacity at",
@@ -130,6 +139,10 @@ def write_yaml(path: Path, table: dict[str, dict], family_desc: str, n_rows: int
     ]
     for reg, e in table.items():
         lines.append(f"  {reg}: {{value: {e['value']}, source: fit, passes: {e['n_pass']}, misses: {e['n_miss']}}}")
+    if first:
+        lines += ["# first simulated round (plans on the cost model's own capacities): workloads the simulation",
+                  "# confirmed, of those observed (compiler/rounds.py::first_try_worth)",
+                  f"first_round: {{passes: {first['passes']}, observations: {first['observations']}, source: fit}}"]
     path.write_text("\n".join(lines) + "\n")
 
 
@@ -154,8 +167,10 @@ def main() -> None:
     table = fit(rows)
     for reg, e in table.items():
         print(f"{reg}: {e['value']} ({e['n_pass']} passes, {e['n_miss']} misses)")
+    first = first_round(rows)
+    print(f"first round: {first['passes']} of {first['observations']} workloads confirmed")
     if args.out:
-        write_yaml(args.out, table, desc, len(rows))
+        write_yaml(args.out, table, desc, len(rows), first)
 
 
 if __name__ == "__main__":

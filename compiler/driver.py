@@ -19,7 +19,8 @@ from compiler.assess import Assessment
 from compiler.errors import InfeasibleError, NoSolutionError
 from compiler.ir import ProblemIR
 from compiler.plan.schema import Plan
-from compiler.rounds import MAX_ROUNDS, SIM_ROUNDS, derate_analytic, prior_derates, simulate_and_derate
+from compiler.rounds import (MAX_ROUNDS, SIM_ROUNDS, derate_analytic, first_try_worth, prior_derates,
+                             simulate_and_derate)
 from solvers import SolveOptions, SolveResult, get_backend
 
 
@@ -80,7 +81,9 @@ def drive(planner: Planner, spec, ir: ProblemIR, *, backend: str | None = None, 
     prior was fitted on is also held to the capacity prior fitted against the simulator
     (``compiler.rounds.prior_derates``; dropped if no plan meets it): a plan the simulation confirms on the model's
     capacities keeps their lower cost, the others reach a confirmed plan in about one more round. A planner with
-    its own ``simulate`` (schedules: derates per window) gets no prior. A simulated miss that leaves the derates
+    its own ``simulate`` (schedules: derates per window) gets no prior. A spec of so many workloads that a first
+    plan on the model's capacities would almost surely miss (``compiler.rounds.first_try_worth``) starts at the
+    prior instead (dropped, as above, if no plan meets it). A simulated miss that leaves the derates
     unchanged ends the rounds (the next solve would repeat this plan and its verdict). Each round's simulation
     takes the runs of deployments the last one already simulated with the same inputs (``compiler.sim.reuse``;
     the same result as simulating them again)."""
@@ -106,6 +109,8 @@ def drive(planner: Planner, spec, ir: ProblemIR, *, backend: str | None = None, 
     prior = prior_derates(ir, planner.peers(cands, fitted=True) if simulated else {})
     derate: dict[str, float] = {}
     with_prior: tuple | None = None  # (derates with the prior, derates without it) once added; None: not yet
+    if prior and getattr(planner, "simulate", None) is None and not first_try_worth(ir):
+        derate, with_prior = dict(prior), (dict(prior), {})  # many workloads: the cheap first plan would miss
     solve_s = 0.0
     sim_s = 0.0
     sim_rounds = 0

@@ -24,6 +24,7 @@ DERATE = 0.85  # capacity factor applied to a deployment at fault per analytic m
 SIM_DERATE_RANGE = (0.85, 0.97)  # capacity factor for a deployment at fault in simulation (see sim_derate)
 MARGIN_DERATE = 0.95
 SIM_ROUNDS = 6  # extra rounds allowed for re-solves after a simulated miss
+FIRST_TRY_MIN = 0.5  # first solve on the model's own capacities only while it passes with this chance or more
 
 
 def derate_analytic(misses, derate: dict[str, float]) -> dict[str, float]:
@@ -59,6 +60,33 @@ def capacity_prior_table() -> dict[str, float]:
             raise ValueError(f"profiles/sim_capacity.yaml: regimes.{key}.source {entry['source']!r} is not in sources")
         out[key] = float(entry["value"])
     return out
+
+
+@cache
+def first_round_share() -> float | None:
+    """The share of workloads the first simulated round confirmed on the cost model's own capacities, from
+    ``profiles/sim_capacity.yaml``'s ``first_round`` (None without one)."""
+    from importlib.resources import files
+
+    import yaml
+
+    data = yaml.safe_load((files("profiles") / "sim_capacity.yaml").read_text())
+    entry = data.get("first_round")
+    if not entry:
+        return None
+    if entry["source"] not in data["sources"]:
+        raise ValueError(f"profiles/sim_capacity.yaml: first_round.source {entry['source']!r} is not in sources")
+    return entry["passes"] / entry["observations"]
+
+
+def first_try_worth(ir) -> bool:
+    """Whether the first solve should use the cost model's own capacities (the cheap plan, kept when the simulation
+    confirms it) rather than start at the capacity prior: only while a first plan of this many workloads passes
+    with a chance of FIRST_TRY_MIN or more, q ** W (q = ``first_round_share``, W the workloads; each workload's
+    verdict taken as independent). Past it (8 workloads at q = 0.905) the first round almost surely misses and
+    costs a solve and a simulation for nothing: a spec of 100 workloads has a chance of 5e-5."""
+    q = first_round_share()
+    return q is None or q ** len(ir.workloads) >= FIRST_TRY_MIN
 
 
 def prior_derates(ir, peers: dict[str, tuple[str, ...]]) -> dict[str, float]:

@@ -169,3 +169,32 @@ def test_undersampled_workloads_are_written_only_when_there_are_some():
     data = plan_to_data(rare)
     assert data["simulation"]["undersampled"] == ["chat"]
     assert Plan.model_validate(data).simulation.undersampled == ["chat"]  # the strict schema reads it back
+
+
+def test_first_try_on_model_capacities_only_while_it_has_an_even_chance():
+    """q ** W >= 1/2 (q: the first round's confirmed share in profiles/sim_capacity.yaml, with its source): a spec of
+    W workloads tries the cost model's own capacities first only while a first plan passes about half the time."""
+    import math
+    from types import SimpleNamespace
+
+    from compiler.rounds import FIRST_TRY_MIN, first_round_share, first_try_worth
+
+    data = yaml.safe_load((ROOT / "profiles" / "sim_capacity.yaml").read_text())
+    e = data["first_round"]
+    assert e["source"] in data["sources"] and 0 < e["passes"] <= e["observations"]
+    q = first_round_share()
+    assert q == e["passes"] / e["observations"]
+    last = math.floor(math.log(FIRST_TRY_MIN) / math.log(q))  # the most workloads still worth the first try
+    assert first_try_worth(SimpleNamespace(workloads=[None] * last))
+    assert not first_try_worth(SimpleNamespace(workloads=[None] * (last + 1)))
+    assert not first_try_worth(SimpleNamespace(workloads=[None] * 100))
+    # every bundled example (at most 4 workloads) keeps the cheap first try
+    assert last >= 4
+
+
+def test_fit_script_counts_the_first_round():
+    from benchmarks.fit_sim_correction import first_round
+
+    rows = [{"round": "1", "passed": "True"}, {"round": "1", "passed": "False"}, {"round": "2", "passed": "False"},
+            {"round": 1, "passed": True}]
+    assert first_round(rows) == {"passes": 2, "observations": 3}
