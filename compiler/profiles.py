@@ -169,6 +169,11 @@ class EngineProfile(_Profile):
     # reserve: admit a request only with KV room for prompt and output (never evicts); on_demand: room for the
     # prompt, preempt and recompute the newest requests when decoding overflows the cache.
     kv_admission: Literal["reserve", "on_demand"] | None = None
+    # How a step's batch is formed while prompts are being prefilled (docs/cost-model.md, "Burst"): mixed = each
+    # step decodes every running request and fills the rest of the token budget with prompt chunks (vLLM's and
+    # TensorRT-LLM's chunked prefill); prefill_first = a step that has prompt tokens to prefill runs them alone and
+    # the running requests decode only in steps with no prefill (SGLang's default scheduler). Absent = mixed.
+    prefill_schedule: Literal["mixed", "prefill_first"] | None = None
 
     @model_validator(mode="after")
     def _engine_physical(self):

@@ -103,9 +103,16 @@ class ReplicaPredictions:
     def predict_burst(self, isl: list[float] | tuple[float, ...], osl: list[float] | tuple[float, ...],
                       frontend: bool = False, streaming: bool = False) -> "BurstPrediction":
         """All requests (``isl[i]``, ``osl[i]``) queued at time 0 and served to the end, step by step, the way a
-        continuous-batching engine does: admit in order while a slot (max_num_seqs) and KV room are free; every
-        step decodes one token for each running request and fills the rest of the token budget with prompt
-        chunks, first come first served; a request leaves after its last token.
+        continuous-batching engine does: admit in order while a slot (max_num_seqs) and KV room are free; a step
+        carries prompt chunks (the token budget left, first come first served) only while admitted prompts have
+        tokens left to prefill, so once they are all prefilled the steps are pure decode; a request leaves after
+        its last token. Whether the running requests decode in a step that carries chunks follows the engine
+        profile's ``prefill_schedule`` (docs/cost-model.md, "Bursts"): ``mixed`` (absent too) decodes them in
+        the same step, the budget less one token each (vLLM V1's scheduler, vllm/v1/core/sched/scheduler.py;
+        TensorRT-LLM's in-flight batching with chunked context); ``prefill_first`` runs the chunks alone, with
+        the whole budget, and the running requests wait for the next step without prompt work (SGLang's
+        Scheduler.get_next_batch_to_run runs a prefill batch first whenever one can be formed, and
+        --enable-mixed-chunk is off by default, python/sglang/srt/server_args.py).
         KV admission follows the engine profile's ``kv_admission``: ``reserve`` (room for prompt and output,
         never evicts: TensorRT-LLM's guaranteed-no-evict) or ``on_demand`` (room for the prompt; when decode
         growth overflows the cache the newest requests are preempted and recomputed later: vLLM, SGLang).
@@ -113,7 +120,10 @@ class ReplicaPredictions:
         token; with the engine profile's ``stream_tokens_per_s`` S a step that emits n tokens (one per decoding
         request, one per finished prompt) is delivered in no less than n / S (the front end is one serial server
         per replica: API server and detokeniser; docs/cost-model.md). Offline benchmarks (trtllm-bench) stream nothing.
-        Deterministic; reports the makespan, throughputs, mean TTFT (queueing included) and mean TPOT.
+        Deterministic; reports the makespan, throughputs, mean TTFT (queueing included) and mean TPOT, the
+        statistic ``vllm bench serve`` prints (vllm/benchmarks/serve.py, calculate_metrics): the mean over the
+        requests with more than one output token of (e2e - TTFT) / (output tokens - 1), TTFT the end of the step
+        that finishes the prompt (a preempted request keeps its first) and e2e the end of its last token's step.
         This is the drain that steady-state formulas miss: as long requests finish last, the batch thins out."""
         from collections import deque
 
@@ -123,6 +133,7 @@ class ReplicaPredictions:
         cap = self.memory.kv_cache_tokens
         K = self.max_batched_tokens
         reserve = (self.engine.kv_admission or "on_demand") == "reserve"
+        apart = self.engine.prefill_schedule == "prefill_first"
         fe = self.request_overhead if frontend else 0.0
         s_rate = self.engine.stream_tokens_per_s
         per_token = 1.0 / s_rate.value if streaming and s_rate is not None else 0.0
@@ -144,6 +155,8 @@ class ReplicaPredictions:
                 running.append([pi, pi, 0.0, oi, float(i)])
                 kv_used += need
             dec = [r for r in running if r[0] <= 0]
+            if apart and len(dec) < len(running):  # prefill_first: prompt work pending, a prefill-only step
+                dec = []
             b = len(dec)
             ctx = sum(r[1] + r[2] for r in dec) / b if b else 0.0
             budget = max(K - b, 0)
