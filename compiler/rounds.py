@@ -149,7 +149,7 @@ def sim_derate(res, name: str) -> float:
     TPOT at the percentile exceeds the SLO (latency grows at least linearly with load near capacity, so
     1 / (1 + excess) is enough or more), between SIM_DERATE_RANGE; MARGIN_DERATE when no metric exceeds on its
     own (a joint miss, or only the confidence margin missing)."""
-    w = min(res.runs, key=lambda r: r.workloads[name].attainment).workloads[name]
+    w = min(res.runs_of(name), key=lambda r: r.workloads[name].attainment).workloads[name]
     excess = max(w.ttft_at_target_ms / w.ttft_slo_ms, w.tpot_at_target_ms / w.tpot_slo_ms) - 1
     if not excess > 0:
         return MARGIN_DERATE

@@ -46,12 +46,17 @@ def simulate(plan: Plan, spec: Spec, *, ir: ProblemIR | None = None, requests: i
              duration_s: float | None = None, seed: int = DEFAULT_SEED, trace: Trace | None = None,
              trace_workloads: tuple[str, ...] | None = None, arrival_cv: float | None = None,
              timeline: bool = True, progress: Callable[[float], None] | None = None,
-             cache: RunCache | None = None) -> SimResult:
+             cache: RunCache | None = None, only_workloads: frozenset[str] | None = None) -> SimResult:
     """Simulate ``plan`` under ``spec``'s traffic. ``requests`` (total, split by rate) or ``duration_s``
     (seconds of arrivals); neither: ``default_requests``. ``trace`` replays one trace's arrivals and lengths for
     every workload (or those in ``trace_workloads``), each rescaled to its own rate. ``cache``
     (``compiler.sim.reuse.RunCache``, the planner's rounds): reuse the deployment runs of the last simulation
-    of this seed whose inputs are unchanged; the result is the same as without it."""
+    of this seed whose inputs are unchanged; the result is the same as without it. ``only_workloads``: run only
+    the deployments these workloads are routed to (``closure``: with every workload those serve, and so on) and
+    report those workloads and deployments alone: the workloads exactly as the whole run reports them (the
+    deployments' event loops are independent; the arrivals are drawn for every workload, the same random
+    streams), unless a deployment left out would have stopped the run at its drain limit (``reuse.join_ends``);
+    the deployments' time shares (utilisation, KV) are over this run's end, which can come earlier."""
     t0 = time.perf_counter()
     ir = ir or lower(spec)
     if requests is None and duration_s is None:
@@ -60,12 +65,37 @@ def simulate(plan: Plan, spec: Spec, *, ir: ProblemIR | None = None, requests: i
     cls = Simulation
     if sc.pairs:
         from compiler.sim.disagg import DisaggSimulation as cls
-    sim = cls(sc, seed, requests if duration_s is None else None, duration_s, timeline, cache=cache).run(progress)
+    keep = deps = None
+    if only_workloads is not None:
+        keep, deps = closure(plan, only_workloads)
+    sim = cls(sc, seed, requests if duration_s is None else None, duration_s, timeline, cache=cache,
+              only=deps).run(progress)
     lora_notes = apply_adapters(sim, plan, ir, seed)  # multi-LoRA plans: adapter loads and evictions
     res = summarise(sim)
+    if keep is not None:
+        res.workloads = {k: v for k, v in res.workloads.items() if k in keep}
+        res.deployments = {k: v for k, v in res.deployments.items() if k in deps}
+        res.samples = {k: v for k, v in res.samples.items() if k in keep}
     res.notes += lora_notes + prefix_notes(sim) + rejected_notes(sim)
     res.wall_s = time.perf_counter() - t0
     return res
+
+
+def closure(plan: Plan, workloads) -> tuple[frozenset[str], frozenset[str]]:
+    """(workloads, deployments): the deployments ``workloads`` are routed to (a P/D route: both sides), every
+    workload routed to one of those, their deployments, and so on until nothing is added: a run of these
+    deployments serves every request of these workloads."""
+    by_w: dict[str, set[str]] = {}
+    for r in plan.routes:
+        if r.share > 0:
+            by_w.setdefault(r.workload, set()).update(x for x in (r.deployment, r.prefill, r.decode) if x)
+    ws, ds = set(workloads), set()
+    while True:
+        new_d = set().union(*(by_w.get(w, set()) for w in ws)) - ds
+        if not new_d:
+            return frozenset(ws), frozenset(ds)
+        ds |= new_d
+        ws |= {w for w, d in by_w.items() if d & new_d}
 
 
 def rejected_notes(sim) -> list[str]:

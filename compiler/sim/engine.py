@@ -118,7 +118,8 @@ def least_loaded(group: list) -> object:
 
 class Simulation:
     def __init__(self, scenario: Scenario, seed: int = 0, requests: int | None = None,
-                 duration_s: float | None = None, timeline: bool = True, cache: RunCache | None = None):
+                 duration_s: float | None = None, timeline: bool = True, cache: RunCache | None = None,
+                 only: frozenset[str] | None = None):
         if (requests is None) == (duration_s is None):
             raise ValueError("give exactly one of requests and duration_s")
         self.sc = scenario
@@ -127,6 +128,10 @@ class Simulation:
         # (a subclass) interact and run together, never reused.
         self.cache = cache
         self._cache_slot = (seed, requests, duration_s)
+        # Deployments to run (by name; None: all): the others' requests are drawn (the same random streams) and
+        # left unserved and unmeasured (``compiler.sim.simulate(only_workloads=...)`` reports only workloads
+        # served entirely by the deployments run). Runs one event loop per deployment.
+        self.only = only
         self.rng = np.random.default_rng(seed)
         self.arrivals = self._draw_arrivals(requests, duration_s)
         a = self.arrivals
@@ -191,7 +196,7 @@ class Simulation:
         With a ``cache`` (the planner), or without P/D pairs and ``progress``, one event loop per deployment
         (``_run_split``, reusing runs from ``cache`` when given); otherwise one over all arrivals. Both give the
         same requests, replicas and end (compiler.sim.reuse)."""
-        if self.cache is not None or (type(self) is Simulation and progress is None):
+        if self.cache is not None or self.only is not None or (type(self) is Simulation and progress is None):
             self._run_split()
         else:
             self.t_end, self.stopped_early = self._loop(range(len(self.arrivals.t)), progress)
@@ -241,7 +246,8 @@ class Simulation:
         simulation of this seed ran it with the same inputs (``compiler.sim.reuse.dep_key``); then the requests
         no replica serves (unrouted, refused, too long, a deployment of 0 replicas). The deployments of P/D pairs
         (``Scenario.pairs``, route targets past the deployments) hand requests to each other: their arrivals run
-        in one loop together, never reused."""
+        in one loop together, never reused. Deployments ``only`` leaves out do not run (a skipped pair: none of
+        its deployments named); their requests stay as drawn."""
         from compiler.sim.reuse import DepRun, dep_key, join_ends
 
         cache = self.cache
@@ -254,9 +260,19 @@ class Simulation:
         cuts = np.searchsorted(dep[by_dep], np.arange(len(self.replicas) + 1))
         nd = len(self.replicas)
         paired = sorted({d for pair in self.sc.pairs for d in pair})
+        names = [sd.view.name for sd in self.sc.deployments]
+        skipped: list[int] = []  # deployments ``only`` leaves out
+        pairs_skipped = False
         for d in range(nd):
             idx = by_dep[cuts[d]:cuts[d + 1]]
             if not len(idx) or not self.replicas[d] or d in paired:
+                continue
+            if self.only is not None and names[d] not in self.only:
+                skipped.append(d)
+                if cache is not None:  # keep its last run for a later round that needs it
+                    key = dep_key(self, d, idx)
+                    if key in kept:
+                        used[key] = kept[key]
                 continue
             key = dep_key(self, d, idx) if cache is not None else None
             run = kept.get(key)
@@ -281,7 +297,10 @@ class Simulation:
             ends.append((run.t_last, run.stopped))
         if self.sc.pairs:
             idx = np.flatnonzero((dep >= nd) | np.isin(dep, paired))
-            if len(idx):
+            pairs_skipped = self.only is not None and not any(names[d] in self.only for d in paired)
+            if pairs_skipped:
+                skipped += paired
+            elif len(idx):
                 self.requests = []
                 self.events = EventQueue()
                 ends.append(self._loop(idx.tolist()))
@@ -291,6 +310,14 @@ class Simulation:
                     cache.misses += 1
         self.requests = []
         ts = self._ts
+        if skipped:  # their requests: drawn, never run (unmeasured: their workloads are not reported)
+            gone = np.isin(dep, skipped)
+            if self.sc.pairs and pairs_skipped:
+                gone |= dep >= nd  # pair targets (past the deployments)
+            for i in np.flatnonzero(gone).tolist():
+                d = self._dep[i]
+                out[i] = Request(i, self._ws[i], d if d < nd else -1, ts[i], self._isl[i], self._osl[i],
+                                 self._eosl[i])
         for i in range(n):
             if out[i] is None:
                 self._on_arrival(i, ts[i])  # no replica: a status, no event

@@ -129,6 +129,11 @@ class SeedsResult:
     intervals: dict[str, Interval]
     targets: dict[str, float]
 
+    def runs_of(self, name: str) -> list[SimResult]:
+        """The runs that report workload ``name`` (every run but the ones a planner's selective seeds left it out
+        of: ``simulate_seeds``)."""
+        return [r for r in self.runs if name in r.workloads]
+
     def demonstrated(self, name: str) -> bool:
         """The lower bound reaches the target: the runs show the SLO is met (what ``plan`` requires)."""
         return self.intervals[name].lower >= self.targets[name] - 1e-12
@@ -137,7 +142,7 @@ class SeedsResult:
         """Too few requests of this workload in the runs for any outcome to demonstrate its target: even every
         request meeting the SLO would give a lower bound below it (a rare workload, p99 of ~100 requests; module
         docstring, "Too few to demonstrate")."""
-        perfect = [[(n, n) for _, n in r.workloads[name].batches] for r in self.runs]
+        perfect = [[(n, n) for _, n in r.workloads[name].batches] for r in self.runs_of(name)]
         return interval(perfect).lower < self.targets[name] - 1e-12
 
     def accepted(self, name: str) -> bool:
@@ -171,7 +176,7 @@ class SeedsResult:
     def worst_deployment(self, name: str) -> str:
         """The deployment with the most misses of this workload over all runs."""
         misses: dict[str, float] = {}
-        for r in self.runs:
+        for r in self.runs_of(name):
             for d, (n, a) in r.workloads[name].by_deployment.items():
                 misses[d] = misses.get(d, 0.0) + n * (1 - a)
         live = {d: m for d, m in misses.items() if m > 0 and d != "(no route)"}
@@ -183,7 +188,7 @@ class SeedsResult:
         for n in self.intervals:
             if self.accepted(n):
                 continue
-            worst = min(self.runs, key=lambda r: r.workloads[n].attainment).workloads[n]
+            worst = min(self.runs_of(n), key=lambda r: r.workloads[n].attainment).workloads[n]
             detail = worst.failure().split(": ", 1)[1] if not worst.passed else "every run at or above target"
             out.append(f"workload {n}: {self.describe(n)}; worst seed: {detail}")
         return out
@@ -191,20 +196,27 @@ class SeedsResult:
     def describe(self, name: str) -> str:
         iv, t = self.intervals[name], self.targets[name]
         return (f"attainment {iv.mean:.2%} (95% bounds {iv.lower:.2%}-{iv.upper:.2%}, {iv.requests:,} requests, "
-                f"{len(self.seeds)} seed(s)) vs target {t:.0%}")
+                f"{len(self.runs_of(name))} seed(s)) vs target {t:.0%}")
 
 
 def combine(seeds: tuple[int, ...], runs: list[SimResult]) -> SeedsResult:
+    """The runs of ``seeds`` pooled per workload (the first run reports every workload; later ones may report
+    fewer: ``simulate_seeds``)."""
     names = list(runs[0].workloads)
     return SeedsResult(seeds, runs,
-                       {n: interval([r.workloads[n].batches for r in runs]) for n in names},
+                       {n: interval([r.workloads[n].batches for r in runs if n in r.workloads]) for n in names},
                        {n: runs[0].workloads[n].target for n in names})
 
 
-def clear_pass(res: SeedsResult) -> bool:
-    """Every workload's lower bound leaves at most EARLY_ACCEPT of its allowed misses: 1 - lower <=
+def clearly(res: SeedsResult, name: str) -> bool:
+    """Workload ``name``'s lower bound leaves at most EARLY_ACCEPT of its allowed misses: 1 - lower <=
     EARLY_ACCEPT x (1 - target). Stricter than ``demonstrated`` (which allows all of them)."""
-    return all(1 - iv.lower <= EARLY_ACCEPT * (1 - res.targets[n]) + 1e-12 for n, iv in res.intervals.items())
+    return 1 - res.intervals[name].lower <= EARLY_ACCEPT * (1 - res.targets[name]) + 1e-12
+
+
+def clear_pass(res: SeedsResult) -> bool:
+    """Every workload passes ``clearly``."""
+    return all(clearly(res, n) for n in res.intervals)
 
 
 def simulate_seeds(plan, spec, ir, seeds: tuple[int, ...], requests: int | None, *, fail_fast: bool = False,
@@ -212,16 +224,23 @@ def simulate_seeds(plan, spec, ir, seeds: tuple[int, ...], requests: int | None,
     """Simulate ``plan`` once per seed. ``fail_fast`` (the planner): stop after the first run when it already
     shows a miss (the planner then re-solves without paying for the other seeds), or when it already shows a
     clear pass (``clear_pass``: the one-run lower 95 % bound, over fewer batches and so wider, is far enough
-    above every target that the other seeds could not be needed to demonstrate it)."""
+    above every target that the other seeds could not be needed to demonstrate it). Otherwise the other seeds
+    run only the workloads the first did not show ``clearly`` (with the deployments they share: ``closure``):
+    the same criterion, per workload; those that passed clearly keep their one-run interval (docs/simulator.md,
+    "Seeds and confidence")."""
     from compiler.sim import simulate
 
+    only = None
     runs = []
     for i, s in enumerate(seeds):
-        runs.append(simulate(plan, spec, ir=ir, seed=s, requests=requests, timeline=False, **kwargs))
+        runs.append(simulate(plan, spec, ir=ir, seed=s, requests=requests, timeline=False, only_workloads=only,
+                             **kwargs))
         if fail_fast and i == 0 and len(seeds) > 1:
             first = combine(seeds[:1], runs)
             if any(first.missed(n) for n in first.intervals) or clear_pass(first):
                 return first
+            if not plan.adapter_routes:  # (adapter plans: every run whole)
+                only = frozenset(n for n in first.intervals if not clearly(first, n))
     return combine(tuple(seeds[:len(runs)]), runs)
 
 
