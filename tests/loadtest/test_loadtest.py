@@ -141,7 +141,10 @@ def test_measured_ttft_and_tpot_are_the_servers_delays(server, case):
     # The server's delays, plus loopback and thread scheduling (a loaded CI machine: a generous upper margin).
     assert 80 <= m["ttft_p50"] <= 80 + 60, m
     assert 30 <= m["tpot_p50"] <= 30 + 10, m
-    assert m["tpot_p90"] <= 30 + 20 and m["attainment"] == 1.0 and res.ok
+    # The p90 of 24 short requests' TPOT moves by tens of ms with one stall of a client or server thread on 2 shared
+    # cores (65.5 ms in one clean CI run with nothing else of ours running): the same margin as TTFT's; the p50
+    # above pins the measurement itself.
+    assert m["tpot_p90"] <= 30 + 60 and m["attainment"] == 1.0 and res.ok
     # Every request as the planner's length grids and the simulator's draw make it, and what vLLM needs.
     assert len(srv.bodies) == res.sent == 24
     for b in srv.bodies:
