@@ -55,8 +55,8 @@ def observe(size_name: str, n: int, seed: int, time_limit: float | None, csv_pat
     rows: list[dict] = []
     current: dict = {}
 
-    def recording(plan_, spec, ir, seeds, requests, derate, fill=None, peers=None):
-        res, out = simulate_and_derate(plan_, spec, ir, seeds, requests, derate, fill, peers)
+    def recording(plan_, spec, ir, seeds, requests, derate, fill=None, peers=None, cache=None):
+        res, out = simulate_and_derate(plan_, spec, ir, seeds, requests, derate, fill, peers, cache)
         current["round"] += 1
         by_name = {w.name: w for w in ir.workloads}
         for name in res.intervals:

@@ -140,8 +140,8 @@ class SeedsResult:
 
     def too_few(self, name: str) -> bool:
         """Too few requests of this workload in the runs for any outcome to demonstrate its target: even every
-        request meeting the SLO would give a lower bound below it (a rare workload, p99 of ~100 requests; module
-        docstring, "Too few to demonstrate")."""
+        request meeting the SLO would give a lower bound below it (a rare workload, p99 of ~100 requests;
+        docs/simulator.md, "Seeds and confidence")."""
         perfect = [[(n, n) for _, n in r.workloads[name].batches] for r in self.runs_of(name)]
         return interval(perfect).lower < self.targets[name] - 1e-12
 
