@@ -80,8 +80,7 @@ def _explain_redundant(spec: Spec, ir, be, opts):
     analysis is that of the same spec without n+1, said so in a note, with that problem's cost."""
     from dataclasses import replace
 
-    from compiler.explain import Explanation, explain as explain_unified
-    from compiler.formulate import n_var
+    from compiler.explain import Explanation, explain as explain_unified, stopped
     from compiler.redundancy import RedundantPlanner
     from compiler.topology import build_topology
 
@@ -91,12 +90,11 @@ def _explain_redundant(spec: Spec, ir, be, opts):
     res = None if problems else planner.solve(ir, cands, {}, be, opts)
     if res is None or not res.has_solution:
         if res is not None and res.status.value != "infeasible":
-            return Explanation(False, [f"solver {be.name} stopped without an answer ({res.termination.value}); "
-                                       "raise --time-limit to explain"])
+            return stopped(be, res)
         return Explanation(False, problems or planner.infeasible(ir, cands, be, opts),
                            notes=["redundancy: n+1: every SLO must hold with any one node lost; the lines above "
                                   "name what to relax for that, and what the spec would need without n+1"])
-    cost = sum(round(res.values.get(n_var(c.id), 0.0)) * c.usd_per_hour for c in (*cands.candidates, *cands.disagg))
+    cost = planner.build(ir, cands, res, 1, [])[0].cost_usd_per_hour  # the plan this solve gives, as plan builds it
     base = explain_unified(replace(ir, redundancy="none"), be, opts)
     note = ("redundancy: n+1: the cost is that of the cheapest plan that keeps every SLO with any one node lost; "
             "the binding analysis is of the same spec without n+1")

@@ -193,6 +193,12 @@ def _with_count(ir: ProblemIR, gpu: str, count: int) -> tuple[ProblemIR, Candida
 SLO_MAX = {"ttft_ms": 3_600_000.0, "tpot_ms": 60_000.0}  # the spec's upper limits
 
 
+def stopped(backend: Backend, res: SolveResult) -> Explanation:
+    """The explanation when the solver stops without proving feasibility either way."""
+    return Explanation(False, [f"solver {backend.name} stopped without an answer ({res.termination.value}); "
+                               "raise --time-limit to explain"])
+
+
 def explain(ir: ProblemIR, backend: Backend, options: SolveOptions, cands: CandidateSet | None = None,
             slo_relax: float = 1.25) -> Explanation:
     """Infeasible: alternatives that repair the spec. Feasible: binding constraints (``slo_relax``: the SLO
@@ -203,9 +209,7 @@ def explain(ir: ProblemIR, backend: Backend, options: SolveOptions, cands: Candi
     if res is not None and res.has_solution:
         return _explain_feasible(ir, cands, backend, options, res, slo_relax)
     if res is not None and res.status.value != "infeasible":
-        problems = [f"solver {backend.name} stopped without an answer ({res.termination.value}); "
-                    "raise --time-limit to explain"]
-        return Explanation(False, problems)
+        return stopped(backend, res)
     if not problems:
         problems = ["no deployment meets every SLO within the GPU counts and budget"]
     alts: list[list[Change]] = []

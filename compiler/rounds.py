@@ -46,37 +46,32 @@ def regime(w) -> str:
 
 
 @cache
-def capacity_prior_table() -> dict[str, float]:
-    """regime -> capacity factor, from ``profiles/sim_capacity.yaml`` (each value with its source)."""
+def _sim_capacity() -> dict:
+    """``profiles/sim_capacity.yaml``, read once, every entry's source checked against its ``sources``."""
     from importlib.resources import files
 
     import yaml
 
     data = yaml.safe_load((files("profiles") / "sim_capacity.yaml").read_text())
-    sources = data["sources"]
-    out = {}
-    for key, entry in data["regimes"].items():
-        if entry["source"] not in sources:
-            raise ValueError(f"profiles/sim_capacity.yaml: regimes.{key}.source {entry['source']!r} is not in sources")
-        out[key] = float(entry["value"])
-    return out
+    named = [(f"regimes.{k}", e) for k, e in data["regimes"].items()]
+    if data.get("first_round"):
+        named.append(("first_round", data["first_round"]))
+    for where, entry in named:
+        if entry["source"] not in data["sources"]:
+            raise ValueError(f"profiles/sim_capacity.yaml: {where}.source {entry['source']!r} is not in sources")
+    return data
 
 
-@cache
+def capacity_prior_table() -> dict[str, float]:
+    """regime -> capacity factor, from ``profiles/sim_capacity.yaml`` (each value with its source)."""
+    return {key: float(entry["value"]) for key, entry in _sim_capacity()["regimes"].items()}
+
+
 def first_round_share() -> float | None:
     """The share of workloads the first simulated round confirmed on the cost model's own capacities, from
     ``profiles/sim_capacity.yaml``'s ``first_round`` (None without one)."""
-    from importlib.resources import files
-
-    import yaml
-
-    data = yaml.safe_load((files("profiles") / "sim_capacity.yaml").read_text())
-    entry = data.get("first_round")
-    if not entry:
-        return None
-    if entry["source"] not in data["sources"]:
-        raise ValueError(f"profiles/sim_capacity.yaml: first_round.source {entry['source']!r} is not in sources")
-    return entry["passes"] / entry["observations"]
+    entry = _sim_capacity().get("first_round")
+    return entry["passes"] / entry["observations"] if entry else None
 
 
 def first_try_worth(ir) -> bool:
