@@ -348,16 +348,21 @@ class Simulation:
         while True:
             rep.finish_step(t)
             t_next = rep.start_step(t)  # (``_next_step``, inlined: the loop's most frequent path)
-            if t_next < 0:
-                return
-            if t_next <= limit and (not heap or t_next < heap[0][0]):
-                # The loop would pop this end next (before any other event, and before or with the next arrival,
-                # arrivals second on ties): take it now, without the heap. Pushes keep their relative order, so
-                # ties elsewhere break as before.
-                t = self._t_seen = t_next
-                continue
-            heappush(heap, (t_next, next(self.events.seq), rep))
-            return
+            while True:
+                if t_next < 0:
+                    return
+                top = heap[0][0] if heap else math.inf
+                if t_next > limit or t_next >= top:
+                    heappush(heap, (t_next, next(self.events.seq), rep))
+                    return
+                # The loop would pop this end next (before any other event, and before or with the next
+                # arrival, arrivals second on ties): take it now, without the heap, and the decode-only steps
+                # after it that change nothing but the clock (``Replica.coast``). Pushes keep their relative
+                # order, so ties elsewhere break as before.
+                t, t_next = rep.coast(t_next, limit, top)
+                self._t_seen = t
+                if t_next is None:  # the step ending at t needs the general path
+                    break
 
     def _on_arrival(self, i: int, t: float) -> None:
         """Arrival ``i`` at ``t``: a request for its target deployment (``_admit``)."""

@@ -285,6 +285,97 @@ class Replica:
             dt += reload * self.reload
         return self._begin(t, dt, n, ptok, kv_dec + self.kv_pref)
 
+    def coast(self, t: float, limit: float, top: float) -> tuple[float, float | None]:
+        """Run decode-only steps back to back from the step in flight, which ends at ``t``, while nothing waits
+        or prefills (no arrival comes before ``limit``) and no preemption is due: what ``finish_step`` then
+        ``start_step`` and ``_begin`` compute for such steps (completions included), the same float operations
+        in the same order (the same times and statistics to the last bit), without their calls and branches
+        and without the event heap. Most steps of a run are such stretches (docs/simulator.md).
+
+        A step whose end is at most ``limit`` (the next arrival, the drain limit) and before ``top`` (the next
+        event of another replica) is taken at once, as the event loop would take it next. Returns (end of the
+        last step taken, end of the step now in flight or -1.0 when the replica went idle), or (``t``, None)
+        when the step ending at ``t`` needs the general path (``finish_step``). A step in flight at the end
+        that was not taken is for the caller to queue."""
+        n = self.n_dec
+        if self.sched or self.p_step or self.waiting or self.prefilling or self.tier or not n:
+            return t, None
+        lin = self.lin
+        ab = lin.get(n)
+        if not ab:
+            return t, None
+        a, slope = ab
+        heap = self.dheap
+        running, done = self.running, self.done
+        k = self.k
+        C, csh, kv_pref, cap = self.C, self.Csh, self.kv_pref, self.cap
+        busy, kv_area, batch_area, kv_max, steps, work = (self.busy_s, self.kv_area, self.batch_area, self.kv_max,
+                                                           self.steps, self.work)
+        tl, tl_dt = self.tl, self.tl_dt
+        nbins = len(tl) if tl is not None else 0
+        t_next: float | None = None
+        t0 = self.t0
+        while True:
+            # finish_step of the decode-only step k, ending at t
+            work -= n
+            while heap and heap[0][0] <= k:
+                _, _, epoch, r = heappop(heap)
+                if epoch != r.epoch:
+                    continue
+                r.gen = r.osl
+                r.t_done = t
+                n -= 1
+                C -= r.c
+                csh -= r.cached
+                r.start = -1
+                del running[r.rid]
+                done.append(r)
+                work -= r.eosl - r.osl
+            k += 1
+            if not n:
+                t_next = -1.0
+                break
+            if C + n * (k + 1) + kv_pref > cap:  # start_step would preempt: its general path does
+                break
+            ab = lin.get(n)
+            if ab is None:
+                ab = lin[n] = self._linear(n)
+            if not ab:
+                break
+            a, slope = ab
+            kv_dec = C + n * k
+            dt = a + slope * ((kv_dec + csh) / n)
+            kv = kv_dec + kv_pref
+            steps += 1
+            busy += dt
+            kv_area += kv * dt
+            batch_area += n * dt
+            if kv > kv_max:
+                kv_max = kv
+            if nbins:
+                b = int(t / tl_dt)
+                if b < nbins:
+                    row = tl[b]
+                    row[0] += dt
+                    if kv > row[2]:
+                        row[2] = kv
+            t0, t_end = t, t + dt
+            if t_end > limit or t_end >= top:
+                t_next = t_end  # in flight: the caller queues it
+                break
+            t = t_end
+        self.k, self.work, self.n_dec, self.C, self.Csh = k, work, n, C, csh
+        self.busy_s, self.kv_area, self.batch_area, self.kv_max, self.steps = busy, kv_area, batch_area, kv_max, steps
+        if t_next is None:  # finished through ``t``; the next step needs start_step's general path
+            return t, self.start_step(t)
+        self.t0 = t0
+        if t_next < 0:
+            self.busy = False
+            self.sched.clear()
+        else:
+            self.n_step = n
+        return t, t_next
+
     def _begin(self, t: float, dt: float, n: int, ptok: int, kv: int) -> float:
         """Start a step of ``dt`` seconds at ``t`` with ``n`` requests decoding, ``ptok`` prompt tokens and ``kv``
         KV tokens held: the step's state and the replica's statistics and timeline (every kind of replica)."""
