@@ -310,20 +310,20 @@ class Simulation:
                     cache.misses += 1
         self.requests = []
         ts = self._ts
-        if skipped:  # their requests: drawn, never run (unmeasured: their workloads are not reported)
+        gone = None
+        if skipped:  # their requests: drawn, never run, left out (unmeasured: their workloads are not reported)
             gone = np.isin(dep, skipped)
             if self.sc.pairs and pairs_skipped:
                 gone |= dep >= nd  # pair targets (past the deployments)
-            for i in np.flatnonzero(gone).tolist():
-                d = self._dep[i]
-                out[i] = Request(i, self._ws[i], d if d < nd else -1, ts[i], self._isl[i], self._osl[i],
-                                 self._eosl[i])
+            gone = gone.tolist()
         for i in range(n):
-            if out[i] is None:
+            if out[i] is None and not (gone and gone[i]):
                 self._on_arrival(i, ts[i])  # no replica: a status, no event
         for r in self.requests:
             out[r.rid] = r
-        self.requests = out
+        # In arrival order; indexed by request id unless deployments were skipped (then only what ran, and the
+        # requests no deployment serves)
+        self.requests = [r for r in out if r is not None] if gone else out
         self.events = EventQueue()
         self.t_end, self.stopped_early = join_ends(self.t_last_arrival, ends)
         if cache is not None:
