@@ -42,6 +42,8 @@ CHECK_SEEDS = 3  # check's default number of seeds ...
 CHECK_SEED_BASE = 1000  # ... starting here (moved past any seed the plan records)
 CONFIDENCE = 0.95  # one-sided
 EARLY_ACCEPT = 0.5  # plan stops after one seed when every lower bound leaves at most this share of allowed misses
+EXTRA_SEEDS = 3  # plan runs at most this many more seeds, on the workloads the PLAN_SEEDS leave undecided ...
+SEQUENTIAL_CONFIDENCE = 0.99  # ... whose bounds are then at this confidence (repeated looks; docs/simulator.md)
 R_MAX = 0.9  # cap on the lag-1 batch autocorrelation used to widen the interval (factor 19 on the variance)
 
 
@@ -56,7 +58,7 @@ class Interval:
     batches: int
 
 
-def interval(runs: list[list[tuple[int, int]]]) -> Interval:
+def interval(runs: list[list[tuple[int, int]]], confidence: float = CONFIDENCE) -> Interval:
     """Pooled interval of ``runs``: one list per run (seed) of its batches, [(requests meeting the SLO,
     requests), ...] in arrival order. Batch means, or independent replications when batches are correlated or
     the runs disagree more than their batches allow (module docstring)."""
@@ -90,7 +92,7 @@ def interval(runs: list[list[tuple[int, int]]]) -> Interval:
                 se = max(se, se_batch)
         else:  # one run: only the AR(1) correction
             se = max(se, se_batch * math.sqrt(ar1))
-    q = float(student_t.ppf(CONFIDENCE, dof))
+    q = float(student_t.ppf(confidence, dof))
     return Interval(mean, max(0.0, mean - q * se), min(1.0, mean + q * se), n_tot, m)
 
 
@@ -199,12 +201,14 @@ class SeedsResult:
                 f"{len(self.runs_of(name))} seed(s)) vs target {t:.0%}")
 
 
-def combine(seeds: tuple[int, ...], runs: list[SimResult]) -> SeedsResult:
+def combine(seeds: tuple[int, ...], runs: list[SimResult], looked: frozenset[str] = frozenset()) -> SeedsResult:
     """The runs of ``seeds`` pooled per workload (the first run reports every workload; later ones may report
-    fewer: ``simulate_seeds``)."""
+    fewer: ``simulate_seeds``). ``looked``: workloads given extra seeds after an undecided verdict, whose bounds
+    are at SEQUENTIAL_CONFIDENCE."""
     names = list(runs[0].workloads)
     return SeedsResult(seeds, runs,
-                       {n: interval([r.workloads[n].batches for r in runs if n in r.workloads]) for n in names},
+                       {n: interval([r.workloads[n].batches for r in runs if n in r.workloads],
+                                    SEQUENTIAL_CONFIDENCE if n in looked else CONFIDENCE) for n in names},
                        {n: runs[0].workloads[n].target for n in names})
 
 
@@ -241,7 +245,32 @@ def simulate_seeds(plan, spec, ir, seeds: tuple[int, ...], requests: int | None,
                 return first
             if not plan.adapter_routes:  # (adapter plans: every run whole)
                 only = frozenset(n for n in first.intervals if not clearly(first, n))
-    return combine(tuple(seeds[:len(runs)]), runs)
+    res = combine(tuple(seeds[:len(runs)]), runs)
+    if not fail_fast or len(runs) < 2 or plan.adapter_routes:
+        return res
+    seeds = tuple(seeds[:len(runs)])
+    looked: frozenset[str] = frozenset()
+    for s in range(seeds[-1] + 1, seeds[-1] + 1 + EXTRA_SEEDS):
+        pending = undecided(res)
+        if not pending:
+            break
+        runs.append(simulate(plan, spec, ir=ir, seed=s, requests=requests, timeline=False,
+                             only_workloads=pending, **kwargs))
+        seeds += (s,)
+        looked |= pending
+        res = combine(seeds, runs, looked)
+    return res
+
+
+def undecided(res: SeedsResult) -> frozenset[str]:
+    """Workloads at or above target on their pooled attainment whose runs do not yet accept it (the lower bound
+    below target): the planner runs more seeds on these alone (``simulate_seeds``, at most EXTRA_SEEDS) instead
+    of derating deployments no run showed missing. Each further seed is another look at the same question, and
+    the chance that noise alone lifts a bound over the target grows with the looks (at a true attainment equal
+    to the target: 4 % with the three seeds, 9-10 % with up to three more at 95 %); so the bounds of the
+    workloads looked at again are at SEQUENTIAL_CONFIDENCE, which keeps it at 4-5 % (tests/sim/test_interval.py)."""
+    return frozenset(n for n in res.intervals
+                     if not res.accepted(n) and res.intervals[n].mean >= res.targets[n] - 1e-12)
 
 
 def validation_seeds(first: int) -> tuple[int, ...]:
