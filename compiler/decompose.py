@@ -26,7 +26,12 @@ MIN_CANDIDATES = 300  # below this the whole MILP solves in well under a second
 
 
 def solve_split(ir: ProblemIR, cands: CandidateSet, backend: Backend, options: SolveOptions,
-                derate: dict[str, float] | None = None) -> SolveResult | None:
+                derate: dict[str, float] | None = None, memo: dict | None = None) -> SolveResult | None:
+    """``memo`` (one per planning run, across its rounds): each workload's MILP solved to optimality is kept under
+    the derates of its own candidates; a later round whose derates leave them unchanged takes that solution
+    instead of solving the same MILP again (the backend is deterministic: the same answer). Rounds change the
+    derates of a few workloads, so from the second round on most of the 100 MILPs of a large spec are not
+    re-solved."""
     pd = tuple(getattr(cands, "disagg", ()))
     if (ir.objective != "min_cost" or len(ir.workloads) < 2 or len(cands.candidates) < MIN_CANDIDATES
             or (pd and getattr(ir, "inter_rack_gbps", None))
@@ -42,14 +47,23 @@ def solve_split(ir: ProblemIR, cands: CandidateSet, backend: Backend, options: S
     values: dict[str, float] = {}
     objective, seconds, gaps = 0.0, 0.0, []
     statuses, terms = set(), set()
+    derate = derate or {}
     for w in ir.workloads:
-        sub = replace(cands, candidates=tuple(mine[w.name]), pruned=(), best=())
-        if pd:
-            sub = replace(sub, disagg=tuple(mine_pd[w.name]))
-        left = max(options.time_limit_s - seconds, 0.01)
-        r = backend.solve(formulate(replace(ir, workloads=(w,)), sub, derate),
-                          SolveOptions(left, options.mip_rel_gap, options.threads, options.verbose))
-        seconds += r.seconds
+        key = (id(ir), id(cands), backend.name, options.mip_rel_gap, options.threads, w.name,
+               tuple(derate.get(c.id, 1.0) for c in (*mine[w.name], *mine_pd[w.name])))
+        hit = memo.get(key) if memo is not None else None
+        if hit is not None and hit[0] is ir and hit[1] is cands:  # (the objects themselves: ids can be reused)
+            r = hit[2]
+        else:
+            sub = replace(cands, candidates=tuple(mine[w.name]), pruned=(), best=())
+            if pd:
+                sub = replace(sub, disagg=tuple(mine_pd[w.name]))
+            left = max(options.time_limit_s - seconds, 0.01)
+            r = backend.solve(formulate(replace(ir, workloads=(w,)), sub, derate),
+                              SolveOptions(left, options.mip_rel_gap, options.threads, options.verbose))
+            seconds += r.seconds
+            if memo is not None and r.status == Status.OPTIMAL and r.termination == Termination.CONVERGED:
+                memo[key] = (ir, cands, r)
         if not r.has_solution or r.objective is None:
             return None  # infeasible or out of time: the whole solve says why
         values.update(r.values)

@@ -21,7 +21,9 @@ class UnifiedPlanner:
         return precheck(ir, cands)
 
     def solve(self, ir, cands, derate, backend, options):
-        return solve_ir(ir, cands, backend, options, derate)
+        # workload MILPs solved in earlier rounds of this planning run (compiler.decompose.solve_split)
+        memo = self.__dict__.setdefault("_split_memo", {})
+        return solve_ir(ir, cands, backend, options, derate, memo)
 
     def build(self, ir, cands, res, rounds, warnings):
         deps, routes = chosen(ir, cands, res)

@@ -71,11 +71,11 @@ def solve_balance(m, rows, util: dict[str, str], backend: Backend, options: Solv
 
 
 def solve_ir(ir: ProblemIR, cands: CandidateSet, backend: Backend, options: SolveOptions,
-             derate: dict[str, float] | None = None) -> SolveResult:
+             derate: dict[str, float] | None = None, memo: dict | None = None) -> SolveResult:
     """Solve for the spec's objective: one solve for ``min_cost``, two for ``max_goodput`` (max served
     rate, then min cost keeping it). The result's ``seconds`` covers both; the time limit is shared."""
     if ir.objective != "max_goodput":
-        split = solve_split(ir, cands, backend, options, derate)
+        split = solve_split(ir, cands, backend, options, derate, memo)
         res = split if split is not None else backend.solve(formulate(ir, cands, derate), options)
         return balance_routes(ir, cands, backend, options, res, derate)
     return two_stage(lambda floor: formulate(ir, cands, derate, objective="max_goodput", goodput_floor=floor),

@@ -47,6 +47,40 @@ def test_decomposed_solve_matches_the_whole(ir, monkeypatch):
     assert solve_ir(roomy, cands, be, SolveOptions()).objective == pytest.approx(whole.objective, rel=1e-4)
 
 
+def test_split_memo_resolves_only_the_workloads_whose_derates_changed(ir, monkeypatch):
+    # The planner's rounds keep each workload's MILP solution; a round that derates one workload's candidate
+    # solves that workload again and takes the others' from the memo, and the result is a fresh solve's.
+    roomy = _roomy(ir)
+    cands = build_candidates(roomy, jobs=1)
+    monkeypatch.setattr(decompose, "MIN_CANDIDATES", 0)
+    solved: list[tuple[str, ...]] = []
+    real = get_backend("highs")
+
+    class Counting:  # the real backend, counting which workloads it is asked to solve
+        name = real.name
+
+        def solve(self, model, options):
+            solved.append(tuple(sorted({v.split("[", 1)[1].split("/", 1)[0] for v in model.variables
+                                        if v.startswith("route[")})))
+            return real.solve(model, options)
+
+    be = Counting()
+    memo: dict = {}
+    first = decompose.solve_split(roomy, cands, be, SolveOptions(), {}, memo)
+    assert first is not None and len(solved) == len(roomy.workloads)
+    solved.clear()
+    again = decompose.solve_split(roomy, cands, be, SolveOptions(), {}, memo)
+    assert solved == [] and again.values == first.values
+    w0 = roomy.workloads[0].name
+    bought = next(c for c in cands.candidates if c.workload == w0 and round(first.values.get(f"replicas[{c.id}]", 0)))
+    derate = {bought.id: 0.5}
+    third = decompose.solve_split(roomy, cands, be, SolveOptions(), derate, memo)
+    assert solved == [(w0,)]
+    fresh = decompose.solve_split(roomy, cands, real, SolveOptions(), derate)
+    assert third.values == fresh.values and third.objective == pytest.approx(fresh.objective, rel=1e-12)
+    assert third.objective > first.objective  # the derate took effect: more replicas for w0
+
+
 def test_decomposition_never_returns_a_plan_over_inventory(ir, monkeypatch):
     from dataclasses import replace
 
