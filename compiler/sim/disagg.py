@@ -110,6 +110,10 @@ class DisaggSimulation(Simulation):
             self._kick(rep, t)
             return
         rep = item
+        if sc.deployments[rep.dep].view.role != "prefill":
+            # a unified or decode replica: nothing to hand over, the base event (with its fast paths) is the same
+            super()._on_event(t, rep)
+            return
         rep.finish_step(t)
         done = rep.done
         k0 = self._seen_done.get(id(rep), 0)
