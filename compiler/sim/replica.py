@@ -306,7 +306,6 @@ class Replica:
             return t, None
         a, slope = ab
         heap = self.dheap
-        running, done = self.running, self.done
         k = self.k
         C, csh, kv_pref, cap = self.C, self.Csh, self.kv_pref, self.cap
         busy, kv_area, batch_area, kv_max, steps, work = (self.busy_s, self.kv_area, self.batch_area, self.kv_max,
@@ -318,19 +317,10 @@ class Replica:
         while True:
             # finish_step of the decode-only step k, ending at t
             work -= n
-            while heap and heap[0][0] <= k:
-                _, _, epoch, r = heappop(heap)
-                if epoch != r.epoch:
-                    continue
-                r.gen = r.osl
-                r.t_done = t
-                n -= 1
-                C -= r.c
-                csh -= r.cached
-                r.start = -1
-                del running[r.rid]
-                done.append(r)
-                work -= r.eosl - r.osl
+            if heap and heap[0][0] <= k:  # completions: finish_step's own loop, on the state written back
+                self.n_dec, self.C, self.Csh, self.work = n, C, csh, work
+                self._retire(k, t)
+                n, C, csh, work = self.n_dec, self.C, self.Csh, self.work
             k += 1
             if not n:
                 t_next = -1.0
@@ -432,7 +422,14 @@ class Replica:
                     self.C += r.c
                     self.Csh += r.cached
                     heappush(self.dheap, (s + r.osl - r.gen, r.rid, r.epoch, r))
+        self._retire(s, t)
+        self.work -= self.n_step + self.p_step + first_tokens
+        self.k = s + 1
+
+    def _retire(self, s: int, t: float) -> None:
+        """The decoding requests whose last token comes out in step ``s`` (ended at ``t``) are done."""
         heap = self.dheap
+        done = self.done
         while heap and heap[0][0] <= s:
             _, _, epoch, r = heappop(heap)
             if epoch != r.epoch:
@@ -446,5 +443,3 @@ class Replica:
             del self.running[r.rid]
             done.append(r)
             self.work -= r.eosl - r.osl
-        self.work -= self.n_step + self.p_step + first_tokens
-        self.k = s + 1
