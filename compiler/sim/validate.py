@@ -266,10 +266,10 @@ def undecided(res: SeedsResult) -> frozenset[str]:
     """Workloads at or above target on their pooled attainment whose runs do not yet accept it (the lower bound
     below target): the planner runs more seeds on these alone (``simulate_seeds``, at most EXTRA_SEEDS, and only
     when no other workload is below target: then the round re-solves anyway) instead of derating deployments no
-    run showed missing. Each further seed is another look at the same question, and
-    the chance that noise alone lifts a bound over the target grows with the looks (at a true attainment equal
-    to the target: 4 % with the three seeds, 9-10 % with up to three more at 95 %); so the bounds of the
-    workloads looked at again are at SEQUENTIAL_CONFIDENCE, which keeps it at 4-5 % (tests/sim/test_interval.py)."""
+    run showed missing. Each further seed is another look at the same question, and the chance that noise alone
+    lifts a bound over the target grows with the looks (at a true attainment equal to the target: 4 % with the
+    three seeds, 9-12 % with up to three more at 95 %); so the bounds of the workloads looked at again are at
+    SEQUENTIAL_CONFIDENCE, which keeps it at 4-6 % (tests/sim/test_interval.py)."""
     return frozenset(n for n in res.intervals
                      if not res.accepted(n) and res.intervals[n].mean >= res.targets[n] - 1e-12)
 
