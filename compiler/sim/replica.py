@@ -359,9 +359,8 @@ class Replica:
         if t_next is None:  # finished through ``t``; the next step needs start_step's general path
             return t, self.start_step(t)
         self.t0 = t0
-        if t_next < 0:
+        if t_next < 0:  # idle, as start_step leaves it with nothing to do (its ``sched`` is empty here already)
             self.busy = False
-            self.sched.clear()
         else:
             self.n_step = n
         return t, t_next

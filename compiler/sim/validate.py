@@ -245,10 +245,10 @@ def simulate_seeds(plan, spec, ir, seeds: tuple[int, ...], requests: int | None,
                 return first
             if not plan.adapter_routes:  # (adapter plans: every run whole)
                 only = frozenset(n for n in first.intervals if not clearly(first, n))
-    res = combine(tuple(seeds[:len(runs)]), runs)
+    seeds = tuple(seeds[:len(runs)])
+    res = combine(seeds, runs)
     if not fail_fast or len(runs) < 2 or plan.adapter_routes:
         return res
-    seeds = tuple(seeds[:len(runs)])
     looked: frozenset[str] = frozenset()
     for s in range(seeds[-1] + 1, seeds[-1] + 1 + EXTRA_SEEDS):
         pending = undecided(res)
