@@ -112,3 +112,36 @@ def assess(ir: ProblemIR, deployments: list[DeploymentSpecView], routes: list[Ro
             worst = worst_t_dep
         preds[w.name] = WorkloadPrediction(w.name, t, tpot, w.slo.percentile, met, util, worst, reason)
     return Assessment(loads, preds)
+
+
+def load_factor_to_meet(ir: ProblemIR, plan, deployment: str, workload: str, steps: int = 8) -> float | None:
+    """Largest share f of its routed traffic at which ``deployment`` of ``plan`` (``compiler.plan.schema.Plan``)
+    meets ``workload``'s SLO in the cost model (this module's ``assess`` of that deployment alone, every route to it
+    scaled by f; bisection to 2**-steps), 0.0 when even the lightest load tried misses (a prompt mix whose tail the
+    deployment cannot serve at any load), None where this does not apply (a deployment of a prefill/decode pair,
+    whose latency is set together with its partner's). What the analytic rounds derate a deployment at fault by
+    (``compiler.rounds.derate_analytic``), instead of a fixed step per round: a tail that barely responds to load
+    needs a large step, and repeated small ones cost a solve each."""
+    d = next((x for x in plan.deployments if x.name == deployment), None)
+    if d is None or d.role != "unified":
+        return None
+    mine = [r for r in plan.routes if r.deployment == deployment and r.share > 0]
+    if not mine:
+        return None
+    view = DeploymentSpecView.of_plan(d)
+
+    def meets(f: float) -> bool:
+        routes = [RouteView(r.workload, r.bucket, deployment, r.share * f) for r in mine]
+        p = assess(ir, [view], routes).workloads[workload]
+        return p.reason != NO_ROUTE and p.slo_met
+
+    if meets(1.0):
+        return 1.0
+    lo, hi = 0.0, 1.0
+    for _ in range(steps):
+        mid = (lo + hi) / 2
+        if meets(mid):
+            lo = mid
+        else:
+            hi = mid
+    return lo

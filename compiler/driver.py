@@ -142,7 +142,8 @@ def drive(planner: Planner, spec, ir: ProblemIR, *, backend: str | None = None, 
         misses = a.misses()
         last_sim = None
         if misses:
-            derate = derate_analytic(misses, derate)
+            derate = derate_analytic(misses, derate, _needed(ir, plan_, misses, planner.fill(cands, res, derate)),
+                                     planner.peers(cands))
             continue
         if not simulated:
             break  # (the simulator offers every workload's full rate; a goodput plan serves part of it)
@@ -178,3 +179,18 @@ def drive(planner: Planner, spec, ir: ProblemIR, *, backend: str | None = None, 
     return PlanResult(plan_, ir, planner.candidate_set(cands), a, res, rnd,
                       {"lower": t1 - t0, "candidates": t2 - t1, "solve": solve_s, "simulate": sim_s, "total": t3 - t0},
                       (runs.hits, runs.misses))
+
+
+def _needed(ir: ProblemIR, plan_: Plan, misses, fill: dict[str, float]) -> dict[str, float]:
+    """Per deployment at fault in an analytic miss: the capacity factor at which the cost model has it meet the
+    SLO (``compiler.assess.load_factor_to_meet`` x its ``fill``; for ``compiler.rounds.derate_analytic``)."""
+    from compiler.assess import load_factor_to_meet
+
+    out: dict[str, float] = {}
+    for p in misses:
+        d = p.worst_deployment
+        if d and d in fill:
+            f = load_factor_to_meet(ir, plan_, d, p.workload)
+            if f is not None:
+                out[d] = min(out.get(d, 1.0), f * min(1.0, fill[d]))
+    return out
