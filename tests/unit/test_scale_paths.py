@@ -125,3 +125,36 @@ def test_decision_mode_decides_like_a_full_evaluation(ir):
                 full = rm.evaluate([traffic_class(b, rate)], w.slo.percentile)
                 fast = rm.evaluate([traffic_class(b, rate)], w.slo.percentile, slo_ms=(w.slo.ttft_ms, w.slo.tpot_ms))
                 assert rm.meets(fast, w.slo.ttft_ms, w.slo.tpot_ms) == rm.meets(full, w.slo.ttft_ms, w.slo.tpot_ms)
+
+
+def test_an_inventory_row_that_binds_is_priced_out_to_the_whole_milps_optimum(ir, monkeypatch):
+    """When the workloads' own optima together buy more of one GPU type than the spec has, the decomposition prices
+    that type up (a Lagrangian relaxation of its inventory row) until they fit, and returns the union only when it
+    is certified optimal to the MIP gap. The oracle is the whole MILP solved by HiGHS."""
+    from dataclasses import replace
+
+    monkeypatch.setattr(decompose, "MIN_CANDIDATES", 0)
+    roomy = _roomy(ir)
+    cands = build_candidates(roomy, jobs=1)
+    be = get_backend("highs")
+    base = decompose.solve_split(roomy, cands, be, SolveOptions())
+    used = {}
+    for c in cands.candidates + cands.disagg:
+        used[c.gpu] = used.get(c.gpu, 0) + round(base.values.get(f"replicas[{c.id}]", 0.0)) * c.gpus
+    g = max(used, key=used.get)
+    priced = 0
+    for less in (1, 2, 4, 8):
+        tight = replace(roomy, gpus=tuple(replace(p, count=used[g] - less) if p.type == g else p for p in roomy.gpus))
+        whole = be.solve(formulate(tight, cands), SolveOptions())
+        split = decompose.solve_split(tight, cands, be, SolveOptions())
+        if split is None:
+            continue  # not certified: the whole MILP decides (solve_ir)
+        assert "priced out" in split.message
+        priced += 1
+        got = sum(round(split.values.get(f"replicas[{c.id}]", 0.0)) * c.gpus for c in cands.candidates + cands.disagg
+                  if c.gpu == g)
+        assert got <= used[g] - less
+        assert split.status.value == "optimal" and split.gap <= SolveOptions().mip_rel_gap
+        assert split.objective == pytest.approx(whole.objective, rel=2e-4)
+        assert split.objective > base.objective  # the row binds: the fit costs more than the unconstrained parts
+    assert priced, "no tightened inventory took the price-out path"
