@@ -113,9 +113,10 @@ class ReplicaRoles:
             if self.memory.kv_cache_tokens < cls.tail + cls.osl_mean or cls.osl_mean <= 1:
                 return 0.0
 
+            at_rate = replace(cls, cached_tokens=0.0, prefix_reserved=0.0).at_rates()  # replace(cls, rate_rps=rate, ...)
+
             def ok(rate: float) -> bool:
-                st = self.evaluate_decode([replace(cls, rate_rps=rate, cached_tokens=0.0, prefix_reserved=0.0)],
-                                          percentile)
+                st = self.evaluate_decode([at_rate(rate)], percentile)
                 return st.stable and st.tpot_s * 1e3 <= tpot_ms
 
             hi = 1.01 * self.max_num_seqs / ((cls.osl_mean - 1) * self.iteration_s(1, cls.isl_mean))
