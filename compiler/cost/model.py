@@ -311,7 +311,8 @@ class ReplicaModel(ReplicaRoles, ReplicaPredictions):
         if chunk <= 0:
             return UNSTABLE
         new = isl - cached
-        n = max(1, math.ceil(new / chunk))
+        n = math.ceil(new / chunk)
+        n = 1 if 1 > n else n  # max(1, n)
         last = new - (n - 1) * chunk
         t = 0.0
         if remote_share:
@@ -507,12 +508,13 @@ class ReplicaModel(ReplicaRoles, ReplicaPredictions):
         ed2 = sum(c.rate_rps * di ** 2 * (1 + c.isl_cv2) for c, di in zip(classes, d)) / lam
         ed3 = sum(c.rate_rps * di ** 3 * (1 + c.isl_cv2) ** 3 for c, di in zip(classes, d)) / lam
         parts = []  # (weight, sd of TPOT, skewness) per class and output length with more than one output token
+        ed2_15 = ed2 ** 1.5 if ed2 > 0 else 0.0  # (used only where ed2 > 0)
         for c in classes:
             for o, share in c.osl_points or ((c.osl_mean, 1.0),):
                 k = o - 1
                 if k >= 1 and ed2 > 0:
                     m = lam * k * tpot  # prompts arriving during the request's decode
-                    parts.append((c.rate_rps * share, math.sqrt(m * ed2) / k, ed3 / (math.sqrt(m) * ed2 ** 1.5)))
+                    parts.append((c.rate_rps * share, math.sqrt(m * ed2) / k, ed3 / (math.sqrt(m) * ed2_15)))
         if not parts:
             return tpot
         wsum = lam  # requests with a single output token have no TPOT to miss
