@@ -141,7 +141,8 @@ def _role_candidates(ir: ProblemIR, w: WorkloadIR, role: str, transfer_bw: float
 
 def _usd_per_rps(cands, workload: str, bucket: str, role: str) -> float:
     return min((c.usd_per_hour / cap for c in cands
-                if c.workload == workload and c.role == role and (cap := c.capacity(bucket)) > 0), default=math.inf)
+                if c.workload == workload and c.role == role and (cap := c.capacity(bucket)) > 0),
+               default=math.inf)
 
 
 def _may_pay(ir: ProblemIR, w: WorkloadIR, unified: tuple[Candidate, ...]) -> bool:

@@ -187,8 +187,9 @@ class ReplicaModel(ReplicaRoles, ReplicaPredictions):
     def _step(self) -> tuple[float, ...]:
         """``iteration_s``'s equations with everything that does not depend on the step's batch folded into
         per-token and fixed seconds, once per replica (the planner calls ``iteration_s`` millions of times).
-        Same terms as the docstring there; each ``x / bandwidth`` or ``flops / rate`` becomes ``x * (1 / rate)``.
-        The layout (pp, dp), the attention kernels' time and the MoE block's methods are read from here too."""
+        Same terms as the docstring there; each ``x / bandwidth`` or ``flops / rate`` becomes
+        ``x * (1 / rate)``. The layout (pp, dp), the attention kernels' time and the MoE block's methods are
+        read from here too."""
         tp, pp = self.tp, self.pp
         bw, fl, fa = self.bw, self.flops_linear, self.flops_attn
         wb, H = self.wbytes, self.H
@@ -226,7 +227,8 @@ class ReplicaModel(ReplicaRoles, ReplicaPredictions):
         Ls = self.L / pp  # layers per stage
         a_k = 2 * ks if not self.mla else self.attn_kernels_s  # attention projections' kernels
         moe = self.moe
-        # MoE: the block's three terms as bound methods; comm_s is 0.0 with ep = dp = 1 (adding it changes nothing)
+        # MoE: the block's three terms as bound methods; comm_s is 0.0 with ep = dp = 1 (adding it changes
+        # nothing: left out)
         moe_terms = (None, None, None) if moe is None else \
             (moe.compute_s, moe.router_s, moe.comm_s if moe.ep > 1 or moe.dp > 1 else None)
         return (a_w, a_act, a_fl, m_w, m_act, m_fl, kv_s, att_fl, elem, ar0, ar1, h_w, h_act, h_fl,
@@ -257,14 +259,14 @@ class ReplicaModel(ReplicaRoles, ReplicaPredictions):
         chunk reads. A share r of the KV a prefill chunk writes goes to the tier too (swap-out), which lengthens
         prefill steps and so TTFT. With r = 0 every term is the HBM-only one.
         """
-        (a_w, a_act, a_fl, m_w, m_act, m_fl, kv_s, att_fl, elem, ar0, ar1, h_w, h_act, h_fl,
-         hop1, k2, ks, a_k, pLs, fixed, kv_r, att_fl_p, pp, dp, moe_compute, moe_router, moe_comm) = self._step
+        (a_w, a_act, a_fl, m_w, m_act, m_fl, kv_s, att_fl, elem, ar0, ar1, h_w, h_act, h_fl, hop1, k2, ks, a_k,
+         pLs, fixed, kv_r, att_fl_p, pp, dp, moe_compute, moe_router, moe_comm) = self._step
         b = decode_batch / pp
         p = prefill_tokens / pp
         seqs = (prefill_seqs if prefill_seqs > 1.0 else 1.0) / pp if p > 0 else 0.0
         T = b + p  # tokens through the experts (all dp ranks')
         if dp > 1:  # attention DP: the decode batch splits over the ranks, a prompt's chunk stays on one rank;
-            # ranks step in lockstep: the busiest. spread = min(float(dp), max(seqs, 1.0)), without the builtins
+            # ranks step in lockstep: the busiest. spread = min(float(dp), max(seqs, 1.0)) without builtins
             spread = 1.0
             if p > 0:
                 spread = 1.0 if 1.0 > seqs else seqs
@@ -276,7 +278,7 @@ class ReplicaModel(ReplicaRoles, ReplicaPredictions):
         t_attn_proj = (x if x >= y else y) + a_k
         x, y = m_w + Ta * m_act, Ta * m_fl  # the dense MLP (and shared experts), on the attention rank
         t_mlp = (x if x >= y else y) + k2
-        if moe_compute is not None:  # the routed experts some token goes to, the gate and the dispatch (moe.py)
+        if moe_compute is not None:  # the routed experts some token goes to, the gate, the dispatch (moe.py)
             if moe_comm is None:  # ep = dp = 1: no dispatch (comm_s is 0.0)
                 t_mlp += moe_compute(T) + moe_router(Ta)
             else:
@@ -410,8 +412,9 @@ class ReplicaModel(ReplicaRoles, ReplicaPredictions):
                 steps = new / per_step
                 t = step_s(b, ctx_dec, per_step, c.cached_tokens + (new - per_step) / 2, 1.0, r) if tier \
                     else step_s(b, ctx_dec, per_step, c.cached_tokens + (new - per_step) / 2)
-                host = c.host_cached_tokens  # host-tier hits: reload, then prefill (reload_s is 0.0 without any)
-                t_c = steps * t + self.reload_s(host) if host else steps * t + 0.0  # (+ 0.0: reload_s's value)
+                # host-tier hits: reload, then prefill (without any, reload_s is 0.0: the call is skipped)
+                host = c.host_cached_tokens
+                t_c = steps * t + self.reload_s(host) if host else steps * t + 0.0
                 s.append(t_c)
                 nsteps.append(steps)
                 rho += c.rate_rps * t_c

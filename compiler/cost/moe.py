@@ -91,8 +91,8 @@ def experts_touched(tokens: float, experts: float, topk: float) -> float:
 
 
 def _touched_share(experts: float, topk: float):
-    """``experts_touched`` as a function of the tokens alone, ``experts`` and ``topk`` folded in once (``MoeLayer``
-    keeps one per layer: the planner evaluates it ~10^6 times)."""
+    """``experts_touched`` as a function of the tokens alone, ``experts`` and ``topk`` folded in once
+    (``MoeLayer`` keeps one per layer: the planner evaluates it ~10^6 times)."""
     if experts <= 1:
         return lambda tokens: 1.0
     miss = 1.0 - topk / experts  # a token does not choose a given expert
@@ -131,11 +131,12 @@ def busiest_rank_factor(tokens: float, experts: float, topk: float, ep: int) -> 
 
 
 def _busiest_rank(experts: float, topk: float, ep: int):
-    """``busiest_rank_factor`` as a function of the tokens alone, everything else folded in once (``MoeLayer``)."""
+    """``busiest_rank_factor`` as a function of the tokens alone, everything else folded in once
+    (``MoeLayer``)."""
     if ep <= 1 or experts <= topk:
         return lambda tokens: 1.0
     q = 1.0 / ep
-    # var = tokens k q (1 - q) (E - k) / (E - 1), evaluated left to right as mean x (1 - q) x (E - k) / (E - 1)
+    # var = tokens k q (1 - q) (E - k) / (E - 1): left to right, mean x (1 - q) x (E - k) / (E - 1)
     one_q, spare, e1 = 1 - q, experts - topk, experts - 1
     emax, cap, sqrt = expected_max_normal(ep), float(ep), math.sqrt
 
@@ -191,13 +192,14 @@ class MoeLayer:
                    int(g.gpus_per_node.value), tp, dp, moe_eff)
 
     # The per-layout factors of compute_s, router_s and comm_s, read once (each runs at every step of an MoE
-    # replica, ~10^6 times in the planner). Only whole sub-expressions are folded, so every value is the same to
-    # the bit as evaluating the formula in the method.
+    # replica, ~10^6 times in the planner). Only whole sub-expressions are folded, so every value is the same
+    # to the bit as evaluating the formula in the method.
     @cached_property
     def _compute_fold(self) -> tuple:
-        return (self.experts, self.topk, self.expert_params, self.wbytes, self.group, self.ep, self.bw, self.share,
-                2 * self.hidden + 3 * self.inter * self.ep / self.group, self.flops * self.moe_eff, 4 * self.kernel_s,
-                _touched_share(self.experts, self.topk), _busiest_rank(self.experts, self.topk, self.ep))
+        return (self.experts, self.topk, self.expert_params, self.wbytes, self.group, self.ep, self.bw,
+                self.share, 2 * self.hidden + 3 * self.inter * self.ep / self.group, self.flops * self.moe_eff,
+                4 * self.kernel_s, _touched_share(self.experts, self.topk),
+                _busiest_rank(self.experts, self.topk, self.ep))
 
     @cached_property
     def _router_fold(self) -> tuple:
@@ -208,8 +210,13 @@ class MoeLayer:
         G = self.group
         mode = 0 if self.ep == 1 and self.dp == 1 else 1 if self.ep == 1 else 2
         bus = self.coll_bw if G <= self.gpus_per_node else min(self.coll_bw, self.nic_bw)
-        return (mode, G, self.hidden, self.topk, self.ep, self.share, self.coll_lat_s, 2 * self.coll_lat_s, bus, G - 1,
-                self.ep - 1, G - min(self.gpus_per_node, G), self.link_bw, self.nic_bw)
+        return (mode, G, self.hidden, self.topk, self.ep, self.share, self.coll_lat_s, 2 * self.coll_lat_s, bus,
+                G - 1, self.ep - 1, self.link_bw)
+
+    @cached_property
+    def _spread_fold(self) -> tuple:
+        G = self.group
+        return G - 1, G - min(self.gpus_per_node, G)  # peers, of them on other nodes
 
     def experts_on_rank(self) -> float:
         """Experts an EP rank holds (the busiest one when ep does not divide them)."""
@@ -243,11 +250,11 @@ class MoeLayer:
     def _spread_s(self, bytes_per_gpu: float, on_node_bw: float) -> float:
         """Moving ``bytes_per_gpu`` evenly to the other members of the expert group (G GPUs): the share bound
         for GPUs on other nodes crosses the NICs, the rest NVLink, in parallel."""
-        f = self._comm_fold
-        if f[1] <= 1:  # G
+        if self.group <= 1:
             return 0.0
-        off = bytes_per_gpu * f[11] / f[9]  # x (G - min(gpus_per_node, G)) / (G - 1): the share on other nodes
-        x, y = (bytes_per_gpu - off) / on_node_bw, off / f[13] if off else 0.0  # f[13]: NIC bytes/s per GPU
+        peers, far = self._spread_fold  # G - 1, G - min(gpus_per_node, G)
+        off = bytes_per_gpu * far / peers
+        x, y = (bytes_per_gpu - off) / on_node_bw, off / self.nic_bw if off else 0.0
         return y if y > x else x  # max(x, y)
 
     def comm_s(self, tokens: float) -> float:
@@ -258,7 +265,7 @@ class MoeLayer:
             2 latencies + T H 2 B x 2 (G-1)/G over the collective bus (over the NICs where G spans nodes).
         ep > 1: all-to-all dispatch and combine: each GPU sends its T / G tokens' k copies, of which (ep-1)/ep
             go to other ranks: 2 x (latency + T/G k H 2 B (ep-1)/ep over NVLink / NICs)."""
-        mode, G, H, k, ep, share, lat, lat2, bus, g1, ep1, _, link, _ = self._comm_fold
+        mode, G, H, k, ep, share, lat, lat2, bus, g1, ep1, link = self._comm_fold
         if mode == 0:  # ep = dp = 1
             return 0.0
         if mode == 1:  # ep = 1, dp > 1 (bus: the collective bus, or the NICs where G spans nodes; g1: G - 1)

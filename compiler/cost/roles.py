@@ -114,7 +114,8 @@ class ReplicaRoles:
             if self.memory.kv_cache_tokens < cls.tail + cls.osl_mean or cls.osl_mean <= 1:
                 return 0.0
 
-            at_rate = replace(cls, cached_tokens=0.0, prefix_reserved=0.0).at_rates()  # replace(cls, rate_rps=rate, ...)
+            # replace(cls, rate_rps=rate, cached_tokens=0.0, prefix_reserved=0.0)
+            at_rate = replace(cls, cached_tokens=0.0, prefix_reserved=0.0).at_rates()
 
             def ok(rate: float) -> bool:
                 st = self.evaluate_decode([at_rate(rate)], percentile)
