@@ -268,6 +268,8 @@ def _local_candidates(ir: ProblemIR, w: WorkloadIR, dec: list[Candidate], unifie
     for c in dec:
         dmin[c.gpu] = min(dmin.get(c.gpu, c.gpus), c.gpus)
     out = []
+    # the best unified cost per bucket, once per bucket, not per (pair, kp, kd): each is a scan of ``unified``
+    unified_usd = {b.name: _usd_per_rps(unified, w.name, b.name, "unified") for b in w.buckets}
     for p in _role_candidates(ir, w, "prefill", None, dmin):
         dom = ir.gpu(p.gpu).tp_limit
         for d in (c for c in dec if c.gpu == p.gpu):
@@ -276,7 +278,7 @@ def _local_candidates(ir: ProblemIR, w: WorkloadIR, dec: list[Candidate], unifie
                 for kd in range(1, (dom - kp * p.tp) // d.tp + 1):
                     usd = kp * p.usd_per_hour + kd * d.usd_per_hour
                     keep = tuple(b for b in common if usd / min(kp * p.capacity(b), kd * d.capacity(b))
-                                 < (1 - PD_MARGIN) * _usd_per_rps(unified, w.name, b, "unified"))
+                                 < (1 - PD_MARGIN) * unified_usd[b])
                     if not keep:
                         continue
                     for c, role in ((p, "prefill"), (d, "decode")):
