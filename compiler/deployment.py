@@ -80,7 +80,12 @@ class Candidate(DeploymentShape):
     kv_spare_gib: float = 0.0  # spare HBM KV it can lend at its planned operating point (HBM-only shapes)
 
     def capacity(self, bucket: str) -> float:
-        return dict(self.capacity_rps).get(bucket, 0.0)
+        # dict(self.capacity_rps).get(bucket, 0.0) without building the dict (a bucket appears once; the last
+        # pair wins as in the dict, hence reversed)
+        for b, v in reversed(self.capacity_rps):
+            if b == bucket:
+                return v
+        return 0.0
 
 
 @dataclass(frozen=True, slots=True)

@@ -140,8 +140,9 @@ def _role_candidates(ir: ProblemIR, w: WorkloadIR, role: str, transfer_bw: float
 
 
 def _usd_per_rps(cands, workload: str, bucket: str, role: str) -> float:
-    return min((c.usd_per_hour / c.capacity(bucket) for c in cands
-                if c.workload == workload and c.role == role and c.capacity(bucket) > 0), default=math.inf)
+    return min((c.usd_per_hour / cap for c in cands
+                if c.workload == workload and c.role == role and (cap := c.capacity(bucket)) > 0),
+               default=math.inf)
 
 
 def _may_pay(ir: ProblemIR, w: WorkloadIR, unified: tuple[Candidate, ...]) -> bool:
@@ -267,6 +268,8 @@ def _local_candidates(ir: ProblemIR, w: WorkloadIR, dec: list[Candidate], unifie
     for c in dec:
         dmin[c.gpu] = min(dmin.get(c.gpu, c.gpus), c.gpus)
     out = []
+    # the best unified cost per bucket, once per bucket, not per (pair, kp, kd): each is a scan of ``unified``
+    unified_usd = {b.name: _usd_per_rps(unified, w.name, b.name, "unified") for b in w.buckets}
     for p in _role_candidates(ir, w, "prefill", None, dmin):
         dom = ir.gpu(p.gpu).tp_limit
         for d in (c for c in dec if c.gpu == p.gpu):
@@ -275,7 +278,7 @@ def _local_candidates(ir: ProblemIR, w: WorkloadIR, dec: list[Candidate], unifie
                 for kd in range(1, (dom - kp * p.tp) // d.tp + 1):
                     usd = kp * p.usd_per_hour + kd * d.usd_per_hour
                     keep = tuple(b for b in common if usd / min(kp * p.capacity(b), kd * d.capacity(b))
-                                 < (1 - PD_MARGIN) * _usd_per_rps(unified, w.name, b, "unified"))
+                                 < (1 - PD_MARGIN) * unified_usd[b])
                     if not keep:
                         continue
                     for c, role in ((p, "prefill"), (d, "decode")):

@@ -18,7 +18,6 @@ The equations, with their sources, are in docs/cost-model.md. Every number comes
 from __future__ import annotations
 
 import math
-from dataclasses import replace
 from functools import cached_property
 
 from compiler.cost.moe import (MoeLayer, attention_flops_per_ctx, attention_kernels, attention_params, check_layout,
@@ -188,7 +187,9 @@ class ReplicaModel(ReplicaRoles, ReplicaPredictions):
     def _step(self) -> tuple[float, ...]:
         """``iteration_s``'s equations with everything that does not depend on the step's batch folded into
         per-token and fixed seconds, once per replica (the planner calls ``iteration_s`` millions of times).
-        Same terms as the docstring there; each ``x / bandwidth`` or ``flops / rate`` becomes ``x * (1 / rate)``."""
+        Same terms as the docstring there; each ``x / bandwidth`` or ``flops / rate`` becomes
+        ``x * (1 / rate)``. The layout (pp, dp), the attention kernels' time and the MoE block's methods are
+        read from here too."""
         tp, pp = self.tp, self.pp
         bw, fl, fa = self.bw, self.flops_linear, self.flops_attn
         wb, H = self.wbytes, self.H
@@ -223,8 +224,15 @@ class ReplicaModel(ReplicaRoles, ReplicaPredictions):
         hop1 = (pp - 1) * H * 2 / (self.nic_bw_per_gpu * tp) if pp > 1 else 0.0
         # KV tier: the same KV bytes per token of context over the tier link (per GPU: each moves its own shard)
         kv_r = kv_s * bw / (self.kv_tier.gbps_per_gpu * 1e9) if self.kv_tier is not None else 0.0
+        Ls = self.L / pp  # layers per stage
+        a_k = 2 * ks if not self.mla else self.attn_kernels_s  # attention projections' kernels
+        moe = self.moe
+        # MoE: the block's three terms as bound methods; comm_s is 0.0 with ep = dp = 1 (adding it changes
+        # nothing: left out)
+        moe_terms = (None, None, None) if moe is None else \
+            (moe.compute_s, moe.router_s, moe.comm_s if moe.ep > 1 or moe.dp > 1 else None)
         return (a_w, a_act, a_fl, m_w, m_act, m_fl, kv_s, att_fl, elem, ar0, ar1, h_w, h_act, h_fl,
-                hop0, hop1, 2 * ks, ks, self.L / pp, self.overhead + hop0, kv_r, att_fl_p)
+                hop1, 2 * ks, ks, a_k, pp * Ls, self.overhead + hop0, kv_r, att_fl_p, pp, self.dp) + moe_terms
 
     def iteration_s(self, decode_batch: float, decode_ctx: float, prefill_tokens: float = 0.0,
                     prefill_ctx: float = 0.0, prefill_seqs: float = 1.0, remote_share: float = 0.0) -> float:
@@ -251,25 +259,30 @@ class ReplicaModel(ReplicaRoles, ReplicaPredictions):
         chunk reads. A share r of the KV a prefill chunk writes goes to the tier too (swap-out), which lengthens
         prefill steps and so TTFT. With r = 0 every term is the HBM-only one.
         """
-        (a_w, a_act, a_fl, m_w, m_act, m_fl, kv_s, att_fl, elem, ar0, ar1, h_w, h_act, h_fl,
-         _hop0, hop1, k2, ks, Ls, fixed, kv_r, att_fl_p) = self._step
-        pp, dp = self.pp, self.dp
+        (a_w, a_act, a_fl, m_w, m_act, m_fl, kv_s, att_fl, elem, ar0, ar1, h_w, h_act, h_fl, hop1, k2, ks, a_k,
+         pLs, fixed, kv_r, att_fl_p, pp, dp, moe_compute, moe_router, moe_comm) = self._step
         b = decode_batch / pp
         p = prefill_tokens / pp
         seqs = (prefill_seqs if prefill_seqs > 1.0 else 1.0) / pp if p > 0 else 0.0
         T = b + p  # tokens through the experts (all dp ranks')
         if dp > 1:  # attention DP: the decode batch splits over the ranks, a prompt's chunk stays on one rank;
-            spread = min(float(dp), max(seqs, 1.0)) if p > 0 else 1.0  # ranks step in lockstep: the busiest
+            # ranks step in lockstep: the busiest. spread = min(float(dp), max(seqs, 1.0)) without builtins
+            spread = 1.0
+            if p > 0:
+                spread = 1.0 if 1.0 > seqs else seqs
+                spread = spread if spread < dp else float(dp)
             b, p, seqs = b / dp, p / spread, seqs / spread
         Ta = b + p  # tokens through attention on one rank
         # (rooflines as conditional expressions, not max(): the same values, a third faster in the hot path)
         x, y = a_w + Ta * a_act, Ta * a_fl
-        t_attn_proj = (x if x >= y else y) + (k2 if not self.mla else self.attn_kernels_s)
+        t_attn_proj = (x if x >= y else y) + a_k
         x, y = m_w + Ta * m_act, Ta * m_fl  # the dense MLP (and shared experts), on the attention rank
         t_mlp = (x if x >= y else y) + k2
-        if self.moe is not None:  # the routed experts some token goes to, the gate and the dispatch (moe.py)
-            moe = self.moe
-            t_mlp += moe.compute_s(T) + moe.router_s(Ta) + moe.comm_s(T)
+        if moe_compute is not None:  # the routed experts some token goes to, the gate, the dispatch (moe.py)
+            if moe_comm is None:  # ep = dp = 1: no dispatch (comm_s is 0.0)
+                t_mlp += moe_compute(T) + moe_router(Ta)
+            else:
+                t_mlp += moe_compute(T) + moe_router(Ta) + moe_comm(T)
         layer = t_attn_proj + t_mlp + Ta * elem + (ar0 + Ta * ar1)
         if remote_share and kv_r:  # a KV tier in use (r > 0 only comes with one)
             r = remote_share
@@ -289,7 +302,7 @@ class ReplicaModel(ReplicaRoles, ReplicaPredictions):
         head_tokens = b + seqs
         x, y = h_w + head_tokens * h_act, head_tokens * h_fl
         stage_head = (x if x >= y else y) + ks
-        return pp * Ls * layer + stage_head + Ta * hop1 + fixed
+        return pLs * layer + stage_head + Ta * hop1 + fixed  # pLs: pp x layers per stage
 
     def prefill_s(self, isl: float, decode_batch: float, decode_ctx: float, remote_share: float = 0.0,
                   cached: float = 0.0) -> float:
@@ -300,7 +313,8 @@ class ReplicaModel(ReplicaRoles, ReplicaPredictions):
         if chunk <= 0:
             return UNSTABLE
         new = isl - cached
-        n = max(1, math.ceil(new / chunk))
+        n = math.ceil(new / chunk)
+        n = 1 if 1 > n else n  # max(1, n)
         last = new - (n - 1) * chunk
         t = 0.0
         if remote_share:
@@ -380,6 +394,7 @@ class ReplicaModel(ReplicaRoles, ReplicaPredictions):
         # Decision mode (capacity bisection) accelerates the fixed point; plain iteration climbs to it from below,
         # so the stated predictions (assess, check) are not more pessimistic than the capacities assumed.
         accel = _Aitken(min(self.max_num_seqs, K - 1), on=slo_ms is not None, start=b)
+        step_s = self.iteration_s  # (the loop's hot path: a local, and min/max as conditional expressions)
         for _ in range(max_iter):
             chunk = K - b
             if chunk < 1:
@@ -389,15 +404,17 @@ class ReplicaModel(ReplicaRoles, ReplicaPredictions):
                 return unstable(f"decode batch {b:.0f} leaves no room in max_num_batched_tokens {K}")
             if tier:  # the share of the KV in use beyond HBM, at the current batch (previous prefill load)
                 r = self.remote_share(kv_at_p(b * ctx_dec + kv_pre))
-            t_d = self.iteration_s(b, ctx_dec) if not tier else self._tier_decode_s(b, ctx_dec, kv_pre, kv_floor)
+            t_d = step_s(b, ctx_dec) if not tier else self._tier_decode_s(b, ctx_dec, kv_pre, kv_floor)
             rho, prefill_steps, s, nsteps = 0.0, 0.0, [], []
             for c in classes:
                 new = c.isl_mean - c.cached_tokens  # prefix hits: only the uncached tokens are computed
-                per_step = min(new, chunk)
+                per_step = chunk if chunk < new else new  # min(new, chunk)
                 steps = new / per_step
-                t = self.iteration_s(b, ctx_dec, per_step, c.cached_tokens + (new - per_step) / 2, 1.0, r) if tier \
-                    else self.iteration_s(b, ctx_dec, per_step, c.cached_tokens + (new - per_step) / 2)
-                t_c = steps * t + self.reload_s(c.host_cached_tokens)  # host-tier hits: reload, then prefill
+                t = step_s(b, ctx_dec, per_step, c.cached_tokens + (new - per_step) / 2, 1.0, r) if tier \
+                    else step_s(b, ctx_dec, per_step, c.cached_tokens + (new - per_step) / 2)
+                # host-tier hits: reload, then prefill (without any, reload_s is 0.0: the call is skipped)
+                host = c.host_cached_tokens
+                t_c = steps * t + self.reload_s(host) if host else steps * t + 0.0
                 s.append(t_c)
                 nsteps.append(steps)
                 rho += c.rate_rps * t_c
@@ -416,7 +433,7 @@ class ReplicaModel(ReplicaRoles, ReplicaPredictions):
                 continue
             if b_new > self.max_num_seqs:
                 return unstable(f"needs a decode batch of {b_new:.0f} > max_num_seqs {self.max_num_seqs}")
-            if abs(b_new - b) <= 1e-4 * max(b_new, 1.0):
+            if abs(b_new - b) <= 1e-4 * (1.0 if 1.0 > b_new else b_new):  # max(b_new, 1.0)
                 b = b_new
                 break
             b_acc = accel.step(b, b_new)
@@ -494,27 +511,31 @@ class ReplicaModel(ReplicaRoles, ReplicaPredictions):
         ed2 = sum(c.rate_rps * di ** 2 * (1 + c.isl_cv2) for c, di in zip(classes, d)) / lam
         ed3 = sum(c.rate_rps * di ** 3 * (1 + c.isl_cv2) ** 3 for c, di in zip(classes, d)) / lam
         parts = []  # (weight, sd of TPOT, skewness) per class and output length with more than one output token
+        ed2_15 = ed2 ** 1.5 if ed2 > 0 else 0.0  # (used only where ed2 > 0)
         for c in classes:
             for o, share in c.osl_points or ((c.osl_mean, 1.0),):
                 k = o - 1
                 if k >= 1 and ed2 > 0:
                     m = lam * k * tpot  # prompts arriving during the request's decode
-                    parts.append((c.rate_rps * share, math.sqrt(m * ed2) / k, ed3 / (math.sqrt(m) * ed2 ** 1.5)))
+                    parts.append((c.rate_rps * share, math.sqrt(m * ed2) / k, ed3 / (math.sqrt(m) * ed2_15)))
         if not parts:
             return tpot
         wsum = lam  # requests with a single output token have no TPOT to miss
         q = 1 - percentile / 100.0
         nd = _normal()
+        # per part: the gamma's shape a = 4 / g^2 and sqrt(a) (None: no skew), once, not at every ``miss``
+        shapes = [(w, sd, None, 0.0) if g <= 1e-6 else (w, sd, 4.0 / (g * g), math.sqrt(4.0 / (g * g)))
+                  for w, sd, g in parts]
 
-        def tail(x: float, g: float) -> float:
+        def tail(x: float, a: float | None, sqrt_a: float) -> float:
             # P(Z > x) for a standardised variable with skewness g: a shifted gamma with the same three moments
-            if g <= 1e-6:
+            if a is None:
                 return 1 - nd.cdf(x)
-            a = 4.0 / (g * g)
-            return gamma_q(a, max(a + x * math.sqrt(a), 0.0))
+            v = a + x * sqrt_a
+            return gamma_q(a, 0.0 if 0.0 > v else v)  # max(v, 0.0)
 
         def miss(t: float) -> float:
-            return sum(w * tail((t - tpot) / sd, g) for w, sd, g in parts) / wsum
+            return sum([w * tail((t - tpot) / sd, a, sqrt_a) for w, sd, a, sqrt_a in shapes]) / wsum
 
         lo, hi = tpot, tpot + 20 * max(p[1] for p in parts)
         if bound_s is not None:
@@ -547,10 +568,12 @@ class ReplicaModel(ReplicaRoles, ReplicaPredictions):
         known = [0.0, math.inf]  # highest rate known to meet the SLOs, lowest known to miss
         below = [0.0]  # decode batch at known[0]: a start below the fixed point of any higher rate
 
+        at_rate = cls.at_rates()  # replace(cls, rate_rps=rate)
+
         def ok(rate: float) -> bool:
             if rate <= known[0] or rate >= known[1]:
                 return rate <= known[0]  # implied by monotonicity
-            c = replace(cls, rate_rps=rate)
+            c = at_rate(rate)
             if slo is None:
                 st = self.evaluate([c], percentile)
             else:

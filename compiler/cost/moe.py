@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from functools import lru_cache
+from functools import cached_property, lru_cache
 
 from compiler.profiles import GpuProfile, ModelProfile, value_or, attention_params, expert_size, moe_layers
 
@@ -87,9 +87,20 @@ def experts_touched(tokens: float, experts: float, topk: float) -> float:
     choosing ``topk`` of ``experts`` uniformly: 1 - (1 - k/E)^T (uniform routing; a balanced router's
     load-balancing loss aims at it; real routing is skewed, which touches fewer experts: an upper bound on the
     bytes read)."""
+    return _touched_share(experts, topk)(tokens)
+
+
+def _touched_share(experts: float, topk: float):
+    """``experts_touched`` as a function of the tokens alone, ``experts`` and ``topk`` folded in once
+    (``MoeLayer`` keeps one per layer: the planner evaluates it ~10^6 times)."""
     if experts <= 1:
-        return 1.0
-    return 1.0 - (1.0 - topk / experts) ** max(tokens, 0.0)
+        return lambda tokens: 1.0
+    miss = 1.0 - topk / experts  # a token does not choose a given expert
+
+    def share(tokens: float) -> float:
+        return 1.0 - miss ** (0.0 if 0.0 > tokens else tokens)  # max(tokens, 0.0), without the builtin's call
+
+    return share
 
 
 @lru_cache(maxsize=None)
@@ -116,12 +127,27 @@ def busiest_rank_factor(tokens: float, experts: float, topk: float, ep: int) -> 
     rank carries mean + sd x E[max of ep standard normals] (``expected_max_normal``). The grouped GEMMs of a step
     end when the busiest rank's do: its FLOPs and activations set the time. 1 for ep = 1; uniform routing is the
     balanced router's aim, so real (skewed) routing is at least this imbalanced."""
-    if ep <= 1 or tokens <= 0 or experts <= topk:
-        return 1.0
+    return _busiest_rank(experts, topk, ep)(tokens)
+
+
+def _busiest_rank(experts: float, topk: float, ep: int):
+    """``busiest_rank_factor`` as a function of the tokens alone, everything else folded in once
+    (``MoeLayer``)."""
+    if ep <= 1 or experts <= topk:
+        return lambda tokens: 1.0
     q = 1.0 / ep
-    mean = tokens * topk * q
-    var = tokens * topk * q * (1 - q) * (experts - topk) / (experts - 1)
-    return min(1.0 + math.sqrt(var) * expected_max_normal(ep) / mean, float(ep))
+    # var = tokens k q (1 - q) (E - k) / (E - 1): left to right, mean x (1 - q) x (E - k) / (E - 1)
+    one_q, spare, e1 = 1 - q, experts - topk, experts - 1
+    emax, cap, sqrt = expected_max_normal(ep), float(ep), math.sqrt
+
+    def factor(tokens: float) -> float:
+        if tokens <= 0:
+            return 1.0
+        mean = tokens * topk * q
+        f = 1.0 + sqrt(mean * one_q * spare / e1) * emax / mean
+        return cap if cap < f else f  # min(f, cap), without the builtin's call
+
+    return factor
 
 
 @dataclass(frozen=True)
@@ -165,6 +191,33 @@ class MoeLayer:
                    g.link_bandwidth_gbps.value * 1e9, g.node_network_gbps.value * 1e9 / g.gpus_per_node.value,
                    int(g.gpus_per_node.value), tp, dp, moe_eff)
 
+    # The per-layout factors of compute_s, router_s and comm_s, read once (each runs at every step of an MoE
+    # replica, ~10^6 times in the planner). Only whole sub-expressions are folded, so every value is the same
+    # to the bit as evaluating the formula in the method.
+    @cached_property
+    def _compute_fold(self) -> tuple:
+        return (self.experts, self.topk, self.expert_params, self.wbytes, self.group, self.ep, self.bw,
+                self.share, 2 * self.hidden + 3 * self.inter * self.ep / self.group, self.flops * self.moe_eff,
+                4 * self.kernel_s, _touched_share(self.experts, self.topk),
+                _busiest_rank(self.experts, self.topk, self.ep))
+
+    @cached_property
+    def _router_fold(self) -> tuple:
+        return self.hidden * self.experts, self.hidden + self.experts
+
+    @cached_property
+    def _comm_fold(self) -> tuple:
+        G = self.group
+        mode = 0 if self.ep == 1 and self.dp == 1 else 1 if self.ep == 1 else 2
+        bus = self.coll_bw if G <= self.gpus_per_node else min(self.coll_bw, self.nic_bw)
+        return (mode, G, self.hidden, self.topk, self.ep, self.share, self.coll_lat_s, 2 * self.coll_lat_s, bus,
+                G - 1, self.ep - 1, self.link_bw)
+
+    @cached_property
+    def _spread_fold(self) -> tuple:
+        G = self.group
+        return G - 1, G - min(self.gpus_per_node, G)  # peers, of them on other nodes
+
     def experts_on_rank(self) -> float:
         """Experts an EP rank holds (the busiest one when ep does not divide them)."""
         return math.ceil(self.experts / self.ep)
@@ -180,27 +233,29 @@ class MoeLayer:
         x imbalance (``busiest_rank_factor``: the busiest EP rank sets the step); four kernels per layer: the two
         grouped GEMMs (gate-up, down) and the routing (top-k selection, sorting tokens by expert), as fused-MoE
         implementations run them."""
-        touched = experts_touched(tokens, self.experts, self.topk)
-        imb = busiest_rank_factor(tokens, self.experts, self.topk, self.ep)
-        w = self.experts * touched * self.expert_params * self.wbytes / self.group
-        act = imb * tokens * self.topk / self.ep * (2 * self.hidden + 3 * self.inter * self.ep / self.group) * ACT_BYTES
-        fl = imb * 2 * tokens * self.topk * self.expert_params / self.group
-        return self.share * (max((w + act) / self.bw, fl / (self.flops * self.moe_eff)) + 4 * self.kernel_s)
+        E, k, Pe, wb, G, ep, bw, share, act_per, rate, k4, touched, busiest = self._compute_fold
+        imb = busiest(tokens)  # busiest_rank_factor(tokens, E, k, ep)
+        w = E * touched(tokens) * Pe * wb / G  # touched(tokens): experts_touched(tokens, E, k)
+        act = imb * tokens * k / ep * act_per * ACT_BYTES  # act_per: 2 hidden + 3 inter ep / G
+        fl = imb * 2 * tokens * k * Pe / G
+        x, y = (w + act) / bw, fl / rate  # roofline: max(x, y) as a conditional expression (a hot path)
+        return share * ((y if y > x else x) + k4)
 
     def router_s(self, rank_tokens: float) -> float:
         """The gate: hidden x experts logits per token on its attention rank (bf16 weights, replicated)."""
-        w = self.hidden * self.experts
-        return self.share * (max((w + rank_tokens * (self.hidden + self.experts)) * ACT_BYTES / self.bw,
-                                 2 * rank_tokens * w / self.flops) + self.kernel_s)
+        w, h_e = self._router_fold  # hidden x experts, hidden + experts
+        x, y = (w + rank_tokens * h_e) * ACT_BYTES / self.bw, 2 * rank_tokens * w / self.flops
+        return self.share * ((y if y > x else x) + self.kernel_s)  # max(x, y)
 
-    def _spread_s(self, bytes_per_gpu: float, peers: int, on_node_bw: float) -> float:
-        """Moving ``bytes_per_gpu`` evenly to the other members of a group of ``peers`` GPUs: the share bound
+    def _spread_s(self, bytes_per_gpu: float, on_node_bw: float) -> float:
+        """Moving ``bytes_per_gpu`` evenly to the other members of the expert group (G GPUs): the share bound
         for GPUs on other nodes crosses the NICs, the rest NVLink, in parallel."""
-        if peers <= 1:
+        if self.group <= 1:
             return 0.0
-        node = min(self.gpus_per_node, peers)
-        off = bytes_per_gpu * (peers - node) / (peers - 1)
-        return max((bytes_per_gpu - off) / on_node_bw, off / self.nic_bw if off else 0.0)
+        peers, far = self._spread_fold  # G - 1, G - min(gpus_per_node, G)
+        off = bytes_per_gpu * far / peers
+        x, y = (bytes_per_gpu - off) / on_node_bw, off / self.nic_bw if off else 0.0
+        return y if y > x else x  # max(x, y)
 
     def comm_s(self, tokens: float) -> float:
         """Communication of the MoE block of one layer, ``tokens`` = all tokens of the step in the stage.
@@ -210,11 +265,10 @@ class MoeLayer:
             2 latencies + T H 2 B x 2 (G-1)/G over the collective bus (over the NICs where G spans nodes).
         ep > 1: all-to-all dispatch and combine: each GPU sends its T / G tokens' k copies, of which (ep-1)/ep
             go to other ranks: 2 x (latency + T/G k H 2 B (ep-1)/ep over NVLink / NICs)."""
-        if self.ep == 1 and self.dp == 1:
+        mode, G, H, k, ep, share, lat, lat2, bus, g1, ep1, link = self._comm_fold
+        if mode == 0:  # ep = dp = 1
             return 0.0
-        if self.ep == 1:
-            G = self.group
-            bw = self.coll_bw if G <= self.gpus_per_node else min(self.coll_bw, self.nic_bw)
-            return self.share * (2 * self.coll_lat_s + tokens * self.hidden * ACT_BYTES * 2 * (G - 1) / G / bw)
-        sent = tokens / self.group * self.topk * self.hidden * ACT_BYTES * (self.ep - 1) / self.ep
-        return self.share * 2 * (self.coll_lat_s + self._spread_s(sent, self.group, self.link_bw))
+        if mode == 1:  # ep = 1, dp > 1 (bus: the collective bus, or the NICs where G spans nodes; g1: G - 1)
+            return share * (lat2 + tokens * H * ACT_BYTES * 2 * g1 / G / bus)
+        sent = tokens / G * k * H * ACT_BYTES * ep1 / ep  # ep1: ep - 1
+        return share * 2 * (lat + self._spread_s(sent, link))

@@ -29,8 +29,8 @@ class _Aitken:
 
     def step(self, b: float, b_new: float) -> float | None:
         """A plain step b -> f(b) = ``b_new``; returns the batch to continue from instead of b_new, or None."""
-        if b_new >= b:
-            self.safe = max(self.safe, b_new)  # f(b) >= b: b and f(b) lie below the fixed point
+        if b_new >= b and b_new > self.safe:  # f(b) >= b: b and f(b) lie below the fixed point
+            self.safe = b_new  # (max(self.safe, b_new) without the builtin's call)
         if not self.on:
             return None
         h = self.hist
@@ -98,8 +98,10 @@ def _normal():
 
 @cache
 def _gammaincc():
-    """scipy's regularised upper incomplete gamma ufunc, imported on first use (not at every command's start)."""
-    from scipy.special import gammaincc
+    """scipy's regularised upper incomplete gamma, imported on first use (not at every command's start): the
+    scalar ``cython_special`` entry point (the same routine as the ``scipy.special.gammaincc`` ufunc's float64
+    loop, same values, ~0.2 us a call against ~1.2 us through the ufunc machinery)."""
+    from scipy.special.cython_special import gammaincc
 
     return gammaincc
 

@@ -71,14 +71,15 @@ class ReplicaRoles:
             return ReplicaState(True, "", t1, (0.0,) * n, (0.0,) * n, 0.0, 0.0, 0.0, 0.0, 0.0, t1)
         ctx = sum(c.rate_rps * max(c.osl_mean - 1, 0.0) * (c.isl_mean + c.osl_mean / 2) for c in classes) / D
         b = 1.0
+        step_s = self.iteration_s  # (the loop's hot path: a local, and max() as a conditional expression)
         for _ in range(max_iter):
-            t_d = self.iteration_s(b, ctx)
+            t_d = step_s(b, ctx)
             b_new = D * t_d
             if b_new > self.max_num_seqs:
                 inf = (UNSTABLE,) * n
                 return ReplicaState(False, f"needs a decode batch of {b_new:.0f} > max_num_seqs {self.max_num_seqs}",
                                     UNSTABLE, inf, inf, 1.0, b_new, UNSTABLE, 0.0, 0.0, UNSTABLE)
-            if abs(b_new - b) <= 1e-4 * max(b_new, 1.0):
+            if abs(b_new - b) <= 1e-4 * (1.0 if 1.0 > b_new else b_new):  # max(b_new, 1.0)
                 b = b_new
                 break
             b = b_new
@@ -113,9 +114,11 @@ class ReplicaRoles:
             if self.memory.kv_cache_tokens < cls.tail + cls.osl_mean or cls.osl_mean <= 1:
                 return 0.0
 
+            # replace(cls, rate_rps=rate, cached_tokens=0.0, prefix_reserved=0.0)
+            at_rate = replace(cls, cached_tokens=0.0, prefix_reserved=0.0).at_rates()
+
             def ok(rate: float) -> bool:
-                st = self.evaluate_decode([replace(cls, rate_rps=rate, cached_tokens=0.0, prefix_reserved=0.0)],
-                                          percentile)
+                st = self.evaluate_decode([at_rate(rate)], percentile)
                 return st.stable and st.tpot_s * 1e3 <= tpot_ms
 
             hi = 1.01 * self.max_num_seqs / ((cls.osl_mean - 1) * self.iteration_s(1, cls.isl_mean))

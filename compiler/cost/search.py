@@ -34,7 +34,8 @@ def _halve(pred, lo: float, hi: float, narrow_enough) -> tuple[float, float]:
 def bisect_max(ok, lo: float, hi: float, rel_tol: float) -> float:
     """Largest x in [lo, hi] with ok(x), to ``rel_tol``, for a predicate that holds below some point and fails
     above it (``ok(lo)`` is assumed, ``ok(hi)`` is not)."""
-    return _halve(ok, lo, hi, lambda a, b, _k: b - a <= rel_tol * max(a, 1e-6))[0]
+    # (1e-6 if 1e-6 > a else a): max(a, 1e-6) without the builtin's call
+    return _halve(ok, lo, hi, lambda a, b, _k: b - a <= rel_tol * (1e-6 if 1e-6 > a else a))[0]
 
 
 def bisect_width(pred, lo: float, hi: float, width: float) -> float:
