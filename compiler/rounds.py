@@ -147,12 +147,11 @@ def simulate_and_derate(plan, spec, ir, seeds: tuple[int, ...], requests: int, d
 
 
 def to_derate(res, n_seeds: int) -> list[str]:
-    """The workloads of ``res`` (a ``SeedsResult`` of a run on ``n_seeds`` seeds, possibly stopped after the first)
-    whose deployments a simulated round derates: those not accepted, less, when the runs stopped early, those at or
-    above target in the runs there are (their verdict waits for every seed)."""
-    screened = len(res.runs) < n_seeds
+    """The workloads of ``res`` (a ``SeedsResult`` of a run on ``n_seeds`` seeds, possibly stopped after the first,
+    or continued for some workloads only) whose deployments a simulated round derates: those not accepted, less
+    those at or above target in fewer than ``n_seeds`` runs (their verdict waits for every seed)."""
     return [n for n in res.intervals if not res.accepted(n)
-            and not (screened and res.intervals[n].mean >= res.targets[n] - 1e-12)]
+            and not (len(res.runs_of(n)) < n_seeds and res.intervals[n].mean >= res.targets[n] - 1e-12)]
 
 
 def sim_derate(res, name: str) -> float:

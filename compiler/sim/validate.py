@@ -225,13 +225,16 @@ def clear_pass(res: SeedsResult) -> bool:
 
 def simulate_seeds(plan, spec, ir, seeds: tuple[int, ...], requests: int | None, *, fail_fast: bool = False,
                    **kwargs) -> SeedsResult:
-    """Simulate ``plan`` once per seed. ``fail_fast`` (the planner): stop after the first run when it already
-    shows a miss (the planner then re-solves without paying for the other seeds), or when it already shows a
-    clear pass (``clear_pass``: the one-run lower 95 % bound, over fewer batches and so wider, is far enough
-    above every target that the other seeds could not be needed to demonstrate it). Otherwise the other seeds
-    run only the workloads the first did not show ``clearly`` (with the deployments they share: ``closure``):
-    the same criterion, per workload; those that passed clearly keep their one-run interval (docs/simulator.md,
-    "Seeds and confidence")."""
+    """Simulate ``plan`` once per seed. ``fail_fast`` (the planner): after the first run, the other seeds run only
+    the workloads it did not show ``clearly`` (with the deployments they share: ``closure``), and nothing more
+    when it already shows a clear pass (``clear_pass``: the one-run lower 95 % bound, over fewer batches and so
+    wider, far enough above every target that the other seeds could not be needed to demonstrate it); those that
+    passed clearly keep their one-run interval. Where the first run shows a miss (``missed``: the upper bound below
+    the target), the other seeds run only those of them at or above target that share no deployment with one below
+    it (``apart``), and none when there are none: the planner re-solves anyway, and those workloads' verdict, on
+    deployments the re-solve has no reason to change, is then known in this round instead of the next
+    (docs/simulator.md, "Seeds and confidence"). Workloads the seeds leave ``undecided`` get up to EXTRA_SEEDS more, those ``apart``
+    from any below target (before: none while any was below target)."""
     from compiler.sim import simulate
 
     only = None
@@ -241,19 +244,23 @@ def simulate_seeds(plan, spec, ir, seeds: tuple[int, ...], requests: int | None,
                              **kwargs))
         if fail_fast and i == 0 and len(seeds) > 1:
             first = combine(seeds[:1], runs)
-            if any(first.missed(n) for n in first.intervals) or clear_pass(first):
+            if clear_pass(first):
                 return first
+            shown = any(first.missed(n) for n in first.intervals)  # a miss this run already shows
             if not plan.adapter_routes:  # (adapter plans: every run whole)
                 only = frozenset(n for n in first.intervals if not clearly(first, n))
+                only = apart(plan, first, only) if shown else only
+            if shown and (plan.adapter_routes or not only):
+                return first
     seeds = tuple(seeds[:len(runs)])
     res = combine(seeds, runs)
     if not fail_fast or len(runs) < 2 or plan.adapter_routes:
         return res
     looked: frozenset[str] = frozenset()
     for s in range(seeds[-1] + 1, seeds[-1] + 1 + EXTRA_SEEDS):
-        pending = undecided(res)
-        if not pending or any(not res.accepted(n) and n not in pending for n in res.intervals):
-            break  # a workload below target: the planner re-solves anyway; more seeds could not save this plan
+        pending = apart(plan, res, undecided(res))
+        if not pending:
+            break
         runs.append(simulate(plan, spec, ir=ir, seed=s, requests=requests, timeline=False,
                              only_workloads=pending, **kwargs))
         seeds += (s,)
@@ -262,11 +269,23 @@ def simulate_seeds(plan, spec, ir, seeds: tuple[int, ...], requests: int | None,
     return res
 
 
+def apart(plan, res: SeedsResult, names: frozenset[str]) -> frozenset[str]:
+    """Of ``names``, those at or above their target in ``res`` that share no deployment (``closure``) with a
+    workload below it: their verdict does not wait on a re-solve of the others."""
+    from compiler.sim import closure
+
+    below = frozenset(n for n in res.intervals if res.intervals[n].mean < res.targets[n] - 1e-12)
+    if not below:
+        return names
+    blocked = closure(plan, below)[1]
+    return frozenset(n for n in names - below if not closure(plan, (n,))[1] & blocked)
+
+
 def undecided(res: SeedsResult) -> frozenset[str]:
     """Workloads at or above target on their pooled attainment whose runs do not yet accept it (the lower bound
-    below target): the planner runs more seeds on these alone (``simulate_seeds``, at most EXTRA_SEEDS, and only
-    when no other workload is below target: then the round re-solves anyway) instead of derating deployments no
-    run showed missing. Each further seed is another look at the same question, and the chance that noise alone
+    below target): the planner runs more seeds on these alone (``simulate_seeds``, at most EXTRA_SEEDS, on those
+    that share no deployment with a workload below target: ``apart``) instead of derating deployments no run showed
+    missing. Each further seed is another look at the same question, and the chance that noise alone
     lifts a bound over the target grows with the looks (at a true attainment equal to the target: 4 % with the
     three seeds, 9-12 % with up to three more at 95 %); so the bounds of the workloads looked at again are at
     SEQUENTIAL_CONFIDENCE, which keeps it at 4-6 % (tests/sim/test_interval.py)."""
