@@ -114,25 +114,17 @@ def assess(ir: ProblemIR, deployments: list[DeploymentSpecView], routes: list[Ro
     return Assessment(loads, preds)
 
 
-def load_factor_to_meet(ir: ProblemIR, plan, deployment: str, workload: str, steps: int = 8) -> float | None:
-    """Largest share f of its routed traffic at which ``deployment`` of ``plan`` (``compiler.plan.schema.Plan``)
-    meets ``workload``'s SLO in the cost model (this module's ``assess`` of that deployment alone, every route to it
-    scaled by f; bisection to 2**-steps), 0.0 when even the lightest load tried misses (a prompt mix whose tail the
-    deployment cannot serve at any load), None where this does not apply (a deployment of a prefill/decode pair,
-    whose latency is set together with its partner's). What the analytic rounds derate a deployment at fault by
+def load_factor_to_meet(ir: ProblemIR, view: DeploymentSpecView, routes: list[RouteView], workload: str,
+                        steps: int = 8) -> float:
+    """Largest share f of ``routes`` (each to ``view``, a unified deployment) at which the cost model has ``view``
+    meet ``workload``'s SLO (this module's ``assess`` of that deployment alone, every route's share scaled by f;
+    bisection to 2**-steps); 1.0 when it already does, 0.0 when even the lightest load tried misses (a prompt mix
+    whose tail the deployment cannot serve at any load). What the analytic rounds derate by
     (``compiler.rounds.derate_analytic``), instead of a fixed step per round: a tail that barely responds to load
     needs a large step, and repeated small ones cost a solve each."""
-    d = next((x for x in plan.deployments if x.name == deployment), None)
-    if d is None or d.role != "unified":
-        return None
-    mine = [r for r in plan.routes if r.deployment == deployment and r.share > 0]
-    if not mine:
-        return None
-    view = DeploymentSpecView.of_plan(d)
-
     def meets(f: float) -> bool:
-        routes = [RouteView(r.workload, r.bucket, deployment, r.share * f) for r in mine]
-        p = assess(ir, [view], routes).workloads[workload]
+        scaled = [RouteView(r.workload, r.bucket, view.name, r.share * f) for r in routes]
+        p = assess(ir, [view], scaled).workloads[workload]
         return p.reason != NO_ROUTE and p.slo_met
 
     if meets(1.0):
@@ -145,3 +137,44 @@ def load_factor_to_meet(ir: ProblemIR, plan, deployment: str, workload: str, ste
         else:
             hi = mid
     return lo
+
+
+def analytic_needs(ir: ProblemIR, plan, deployment: str, workload: str, fill: float, peers=(),
+                   derate: dict[str, float] | None = None) -> dict[str, float]:
+    """Capacity factors (candidate id -> factor < 1) at which the cost model has ``workload``'s traffic mix on
+    ``deployment`` of ``plan`` meet its SLO: for that deployment, ``load_factor_to_meet`` of its routes x its
+    ``fill`` (its share of its derated capacity in use); for each candidate of ``peers`` (``Candidate`` records of
+    the same workload, unified), the same mix of the workload's buckets (their shares on ``deployment``) at the
+    per-replica rate that fills the candidate's derated capacity. The solver can only see capacities per bucket;
+    a mix of prompt-length ranges on one replica has a longer tail than each alone, and a shape that misses with
+    it hands it to a sibling shape that misses the same way in the next round unless every shape's factor is
+    known at once (the target family's seed 16: 5 analytic rounds hopping over GPU types for one workload). Empty
+    where this does not apply (a deployment of a prefill/decode pair, whose latency is set with its partner's)."""
+    d = next((x for x in plan.deployments if x.name == deployment), None)
+    if d is None or d.role != "unified":
+        return {}
+    mine = [r for r in plan.routes if r.deployment == deployment and r.share > 0]
+    if not mine:
+        return {}
+    out: dict[str, float] = {}
+    f = load_factor_to_meet(ir, DeploymentSpecView.of_plan(d), [RouteView(r.workload, r.bucket, deployment, r.share)
+                                                                for r in mine], workload)
+    if f < 1.0:
+        out[deployment] = f * min(1.0, fill)
+    w = ir.workload(workload)
+    mix = [(r.bucket, r.share) for r in mine if r.workload == workload]
+    total = sum(sh for _, sh in mix)
+    if w is None or not total or w.rate_rps <= 0:
+        return out
+    for c in peers:
+        if c.id == deployment or c.role != "unified":
+            continue
+        caps = [(b, sh / total, c.capacity(b) * (derate or {}).get(c.id, 1.0)) for b, sh in mix]
+        if any(cap <= 0 for _, _, cap in caps):
+            continue  # the candidate cannot take this mix at all: nothing to derate it for
+        rate = 1.0 / sum(p / cap for _, p, cap in caps)  # per replica, at its full derated capacity
+        routes = [RouteView(workload, b, c.id, p * rate / w.rate_rps) for b, p, _ in caps]
+        g = load_factor_to_meet(ir, DeploymentSpecView.of_candidate(c, 1), routes, workload)
+        if g < 1.0:
+            out[c.id] = g
+    return out

@@ -5,8 +5,6 @@ them imports another to get a record.
 """
 from __future__ import annotations
 
-import re
-
 from dataclasses import dataclass, field, fields
 from typing import Literal
 
@@ -120,12 +118,6 @@ class CandidateSet:
 def candidate_id(workload: str, gpu: str, tp: int, pp: int, mbt: int, dp: int = 1, ep: int = 1) -> str:
     return (f"{workload}-{gpu}-tp{tp}" + (f"-pp{pp}" if pp > 1 else "") + (f"-dp{dp}" if dp > 1 else "")
             + (f"-ep{ep}" if ep > 1 else "") + f"-t{mbt // 1024}k")
-
-
-def budget_family(cid: str) -> str:
-    """``candidate_id`` less its token budget (the ``-tNk`` suffix): the id shared by the shapes that differ only
-    in max_num_batched_tokens."""
-    return re.sub(r"-t\d+k$", "", cid)
 
 
 def shapes(ir: ProblemIR, w: WorkloadIR, pool: GpuPoolIR):

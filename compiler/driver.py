@@ -142,8 +142,8 @@ def drive(planner: Planner, spec, ir: ProblemIR, *, backend: str | None = None, 
         misses = a.misses()
         last_sim = None
         if misses:
-            derate = derate_analytic(misses, derate, _needed(ir, plan_, misses, planner.fill(cands, res, derate)),
-                                     planner.peers(cands))
+            derate = derate_analytic(misses, derate, _needed(ir, plan_, misses, planner.fill(cands, res, derate),
+                                                             planner, cands, derate))
             continue
         if not simulated:
             break  # (the simulator offers every workload's full rate; a goodput plan serves part of it)
@@ -181,16 +181,22 @@ def drive(planner: Planner, spec, ir: ProblemIR, *, backend: str | None = None, 
                       (runs.hits, runs.misses))
 
 
-def _needed(ir: ProblemIR, plan_: Plan, misses, fill: dict[str, float]) -> dict[str, float]:
-    """Per deployment at fault in an analytic miss: the capacity factor at which the cost model has it meet the
-    SLO (``compiler.assess.load_factor_to_meet`` x its ``fill``; for ``compiler.rounds.derate_analytic``)."""
-    from compiler.assess import load_factor_to_meet
+def _needed(ir: ProblemIR, plan_: Plan, misses, fill: dict[str, float], planner, cands,
+            derate: dict[str, float]) -> dict[str, float]:
+    """Candidate id -> the capacity factor at which the cost model has it meet the SLO of an analytic miss, for the
+    deployment at fault and the other unified candidates of its workload given the same traffic mix
+    (``compiler.assess.analytic_needs``; for ``compiler.rounds.derate_analytic``). The lowest factor where two
+    misses name the same candidate."""
+    from compiler.assess import analytic_needs
 
+    cset = planner.candidate_set(cands)
+    by_id = {c.id: c for c in getattr(cset, "candidates", ())}
+    peers = planner.peers(cands)
     out: dict[str, float] = {}
     for p in misses:
         d = p.worst_deployment
         if d and d in fill:
-            f = load_factor_to_meet(ir, plan_, d, p.workload)
-            if f is not None:
-                out[d] = min(out.get(d, 1.0), f * min(1.0, fill[d]))
+            mine = [by_id[c] for c in peers.get(p.workload, ()) if c in by_id]
+            for cid, f in analytic_needs(ir, plan_, d, p.workload, fill[d], mine, derate).items():
+                out[cid] = min(out.get(cid, 1.0), f)
     return out

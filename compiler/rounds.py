@@ -21,34 +21,27 @@ from functools import cache
 
 MAX_ROUNDS = 8
 DERATE = 0.85  # capacity factor applied to a deployment at fault per analytic miss, at least ...
-ANALYTIC_FLOOR = 0.5  # ... and at most this much further where the cost model asks for more (derate_analytic)
+ANALYTIC_FLOOR = 0.1  # ... and at most this much further where the cost model asks for more (derate_analytic)
 SIM_DERATE_RANGE = (0.85, 0.97)  # capacity factor for a deployment at fault in simulation (see sim_derate)
 MARGIN_DERATE = 0.95
 SIM_ROUNDS = 6  # extra rounds allowed for re-solves after a simulated miss
 FIRST_TRY_MIN = 0.5  # first solve on the model's own capacities only while it passes with this chance or more
 
 
-def derate_analytic(misses, derate: dict[str, float], needed: dict[str, float] | None = None,
-                    peers: dict[str, tuple[str, ...]] | None = None) -> dict[str, float]:
+def derate_analytic(misses, derate: dict[str, float], needed: dict[str, float] | None = None) -> dict[str, float]:
     """``derate`` with the capacity of each missing workload's worst deployment lowered by DERATE, or by more where
-    ``needed`` (deployment -> the capacity factor at which the cost model has it meet the SLO: the share of its
-    load it may keep, ``compiler.assess.load_factor_to_meet``, times its fill) asks for more, down to
-    ANALYTIC_FLOOR per round. A tail that barely responds to load (prompt-length ranges mixed on one deployment)
-    took a solve per 15 % step before: 5-8 rounds on specgen's target family. The same factor goes to the
-    deployment's token-budget siblings among ``peers`` (workload -> candidate ids; ``budget_family``): they
-    differ only in max_num_batched_tokens, miss the same way, and the next solve would otherwise move the traffic
-    to the sibling and miss again."""
-    from compiler.deployment import budget_family
-
+    ``needed`` (candidate id -> the capacity factor at which the cost model has it meet the SLO with the traffic
+    mix it missed with: ``compiler.assess.analytic_needs``) asks for more, down to ANALYTIC_FLOOR per round; the
+    other candidates in ``needed`` (the workload's other shapes, given the same mix) by what they need, down to
+    the same floor. A tail that barely responds to load (prompt-length ranges mixed on one deployment) took a
+    solve per 15 % step and per shape before: 5-10 rounds on some specs of specgen's target family."""
     out = dict(derate)
-    for p in misses:
-        d = p.worst_deployment
-        if not d:
-            continue
-        f = min(DERATE, max(ANALYTIC_FLOOR, (needed or {}).get(d, DERATE)))
-        fam = budget_family(d)
-        for cid in {d, *(c for c in (peers or {}).get(p.workload, ()) if c != d and budget_family(c) == fam)}:
-            out[cid] = out.get(cid, 1.0) * f
+    needed = needed or {}
+    worst = {p.worst_deployment for p in misses if p.worst_deployment}
+    for d in sorted(worst):
+        out[d] = out.get(d, 1.0) * min(DERATE, max(ANALYTIC_FLOOR, needed.get(d, DERATE)))
+    for cid in sorted(set(needed) - worst):
+        out[cid] = out.get(cid, 1.0) * max(ANALYTIC_FLOOR, needed[cid])
     return out
 
 
