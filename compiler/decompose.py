@@ -91,6 +91,9 @@ def solve_split(ir: ProblemIR, cands: CandidateSet, backend: Backend, options: S
         if priced is None:
             return None
         parts, gap_bound, lam = priced
+        used = _used(ir, cands.candidates + pd, parts)  # the parts moved off the priced type: the other rows again
+        if any(used.get(p.type, 0) > p.count for p in ir.gpus):
+            return None
         note += f", {over[0].type} priced out at +{lam:g} $/GPU-h (Lagrangian; certified gap {gap_bound:.2e})"
     values: dict[str, float] = {}
     gaps, statuses, terms = [], set(), set()

@@ -158,3 +158,14 @@ def test_an_inventory_row_that_binds_is_priced_out_to_the_whole_milps_optimum(ir
         assert split.objective == pytest.approx(whole.objective, rel=2e-4)
         assert split.objective > base.objective  # the row binds: the fit costs more than the unconstrained parts
     assert priced, "no tightened inventory took the price-out path"
+    # Every other type held to what the parts bought at the spec's prices: moving off the priced type must not
+    # break another row (the union is checked again; None sends the whole MILP to decide).
+    snug = replace(roomy, gpus=tuple(replace(p, count=used[g] - 1 if p.type == g else used.get(p.type, 0))
+                                     for p in roomy.gpus))
+    split = decompose.solve_split(snug, cands, be, SolveOptions())
+    whole = be.solve(formulate(snug, cands), SolveOptions())
+    if split is not None:
+        for p in snug.gpus:
+            assert sum(round(split.values.get(f"replicas[{c.id}]", 0.0)) * c.gpus
+                       for c in cands.candidates + cands.disagg if c.gpu == p.type) <= p.count
+        assert split.objective == pytest.approx(whole.objective, rel=2e-4)
