@@ -227,8 +227,7 @@ class ReplicaModel(ReplicaRoles, ReplicaPredictions):
         Ls = self.L / pp  # layers per stage
         a_k = 2 * ks if not self.mla else self.attn_kernels_s  # attention projections' kernels
         moe = self.moe
-        # MoE: the block's three terms as bound methods; comm_s is 0.0 with ep = dp = 1 (adding it changes
-        # nothing: left out)
+        # MoE: the block's three terms as bound methods; comm_s is 0.0 with ep = dp = 1 (left out: changes nothing)
         moe_terms = (None, None, None) if moe is None else \
             (moe.compute_s, moe.router_s, moe.comm_s if moe.ep > 1 or moe.dp > 1 else None)
         return (a_w, a_act, a_fl, m_w, m_act, m_fl, kv_s, att_fl, elem, ar0, ar1, h_w, h_act, h_fl,
@@ -266,11 +265,8 @@ class ReplicaModel(ReplicaRoles, ReplicaPredictions):
         seqs = (prefill_seqs if prefill_seqs > 1.0 else 1.0) / pp if p > 0 else 0.0
         T = b + p  # tokens through the experts (all dp ranks')
         if dp > 1:  # attention DP: the decode batch splits over the ranks, a prompt's chunk stays on one rank;
-            # ranks step in lockstep: the busiest. spread = min(float(dp), max(seqs, 1.0)) without builtins
-            spread = 1.0
-            if p > 0:
-                spread = 1.0 if 1.0 > seqs else seqs
-                spread = spread if spread < dp else float(dp)
+            spread = (1.0 if 1.0 > seqs else seqs) if p > 0 else 1.0  # ranks step in lockstep: the busiest;
+            spread = spread if spread < dp else float(dp)  # min(float(dp), max(seqs, 1.0)) without builtins
             b, p, seqs = b / dp, p / spread, seqs / spread
         Ta = b + p  # tokens through attention on one rank
         # (rooflines as conditional expressions, not max(): the same values, a third faster in the hot path)
