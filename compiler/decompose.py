@@ -1,4 +1,4 @@
-"""Decomposition of the ``min_cost`` MILP by workload, when the shared rows do not bind.
+"""Decomposition of the ``min_cost`` MILP by workload, when the shared rows do not bind (or one is priced out).
 
 Entry point: ``solve_split(ir, cands, backend, options, derate) -> SolveResult | None`` (None: solve whole).
 
@@ -7,8 +7,10 @@ inventory rows (per GPU type) and the budget row couple workloads. Solving each 
 those rows kept (each alone is a relaxation of the shared row), gives per-workload optima whose sum is a lower
 bound on the whole problem's optimum. When the union of the per-workload solutions also satisfies the shared
 rows, it is feasible for the whole problem and so optimal, to the largest per-workload gap (the sum of the
-parts' gaps, each relative to its part, is at most the largest of them relative to the whole). Otherwise the
-caller solves the whole MILP as before.
+parts' gaps, each relative to its part, is at most the largest of them relative to the whole). When exactly one
+GPU type's row is broken (and there is no budget row), ``_price_out`` prices that type up until the parts fit and
+keeps the union when its Lagrangian bound certifies it optimal to the MIP gap. Otherwise the caller solves the
+whole MILP as before.
 
 Used only where it pays and is sound: ``min_cost``, at least two workloads, at least ``MIN_CANDIDATES``
 candidates, and no inter-rack KV-link row (shared by every workload's P/D candidates).
