@@ -118,10 +118,11 @@ def simulate_and_derate(plan, spec, ir, seeds: tuple[int, ...], requests: int, d
     above the fill would change nothing); the same factor goes to every other candidate of that workload
     (``peers``: workload -> candidate ids; see the module docstring). ``cache`` (``compiler.sim.reuse.RunCache``):
     deployments whose shape, replicas and routed requests a former round's simulation of the same seed already
-    ran keep that run (the same result as running them again). When the runs stopped after the first seed
-    (another workload's miss shown there), a workload at or above its target on that seed is not derated: one
-    seed's bound is wide, and its verdict waits for the runs on every seed (derating it cost rounds and GPUs for
-    misses no run showed). Returns (the ``SeedsResult``, the new derates)."""
+    ran keep that run (the same result as running them again). A workload at or above its target on fewer seeds
+    than ``seeds`` (the first seed showed another workload's miss, and it shares a deployment with a workload below
+    target: ``compiler.sim.validate.apart``) is not derated: its bound is wide, and its verdict waits for the runs
+    on every seed (derating it cost rounds and GPUs for misses no run showed; ``to_derate``). Returns (the
+    ``SeedsResult``, the new derates)."""
     from compiler.plan.emit import plan_to_data
     from compiler.plan.schema import Plan
     from compiler.sim.validate import simulate_seeds
