@@ -48,10 +48,11 @@ def solve_split(ir: ProblemIR, cands: CandidateSet, backend: Backend, options: S
             group[c.workload].append(c)
     derate = derate or {}
     parts: dict[str, SolveResult] = {}
-    spent = [0.0]
+    spent = 0.0
 
     def part(w, price: float = 0.0, gpu: str = "") -> SolveResult | None:
         """Workload ``w``'s MILP, the candidates on ``gpu`` at ``price`` more per GPU-hour (``_price_out``)."""
+        nonlocal spent
         own = (*mine[w.name], *mine_pd[w.name])
         key = (id(ir), id(cands), backend.name, options.mip_rel_gap, options.threads, w.name,
                tuple(derate.get(c.id, 1.0) for c in own), (gpu, price) if price else ())
@@ -64,10 +65,10 @@ def solve_split(ir: ProblemIR, cands: CandidateSet, backend: Backend, options: S
         sub = replace(cands, candidates=cs, pruned=(), best=())
         if pd:
             sub = replace(sub, disagg=pds)
-        left = max(options.time_limit_s - spent[0], 0.01)
+        left = max(options.time_limit_s - spent, 0.01)
         r = backend.solve(formulate(replace(ir, workloads=(w,)), sub, derate),
                           SolveOptions(left, options.mip_rel_gap, options.threads, options.verbose))
-        spent[0] += r.seconds
+        spent += r.seconds
         if memo is not None and r.status == Status.OPTIMAL and r.termination == Termination.CONVERGED:
             memo[key] = (ir, cands, r)
         return r if r.has_solution and r.objective is not None else None  # None: the whole solve says why
@@ -77,11 +78,10 @@ def solve_split(ir: ProblemIR, cands: CandidateSet, backend: Backend, options: S
         if r is None:
             return None
         parts[w.name] = r
-    used = _used(ir, cands.candidates + pd, parts)
+    used = _used(cands.candidates + pd, parts)
     over = [p for p in ir.gpus if used.get(p.type, 0) > p.count]
     if ir.budget_usd_per_hour is not None:
-        usd = sum(round(r.values.get(n_var(c.id), 0.0)) * c.usd_per_hour
-                  for c in cands.candidates + pd for r in (parts[c.workload],))
+        usd = sum(round(parts[c.workload].values.get(n_var(c.id), 0.0)) * c.usd_per_hour for c in cands.candidates + pd)
         if usd > ir.budget_usd_per_hour * (1 + 1e-9):
             return None
     note = f"decomposed into {len(ir.workloads)} workload MILPs"
@@ -93,7 +93,7 @@ def solve_split(ir: ProblemIR, cands: CandidateSet, backend: Backend, options: S
         if priced is None:
             return None
         parts, gap_bound, lam = priced
-        used = _used(ir, cands.candidates + pd, parts)  # the parts moved off the priced type: the other rows again
+        used = _used(cands.candidates + pd, parts)  # the parts moved off the priced type: the other rows again
         if any(used.get(p.type, 0) > p.count for p in ir.gpus):
             return None
         note += f", {over[0].type} priced out at +{lam:g} $/GPU-h (Lagrangian; certified gap {gap_bound:.2e})"
@@ -111,7 +111,7 @@ def solve_split(ir: ProblemIR, cands: CandidateSet, backend: Backend, options: S
     if gap is not None and gap_bound is not None:
         gap = max(gap, gap_bound)
     term = Termination.TIME_LIMIT if Termination.TIME_LIMIT in terms else Termination.CONVERGED
-    return SolveResult(status, term, values, objective, gap, spent[0], backend.name, note)
+    return SolveResult(status, term, values, objective, gap, spent, backend.name, note)
 
 
 def _priced(cs: tuple, gpu: str, price: float) -> tuple:
@@ -119,7 +119,7 @@ def _priced(cs: tuple, gpu: str, price: float) -> tuple:
     return tuple(replace(c, usd_per_hour=c.usd_per_hour + price * c.gpus) if c.gpu == gpu else c for c in cs)
 
 
-def _used(ir: ProblemIR, cands: tuple, parts: dict[str, SolveResult]) -> dict[str, int]:
+def _used(cands: tuple, parts: dict[str, SolveResult]) -> dict[str, int]:
     """GPUs per type the parts' solutions buy."""
     used: dict[str, int] = {}
     for c in cands:
@@ -141,8 +141,7 @@ def _price_out(ir: ProblemIR, pool, cands: tuple, parts: dict[str, SolveResult],
     whole MILP decides, as before. A part that buys none of the type at some lam buys none at any higher lam (its
     plan's cost is unchanged and every other plan's only rose), so only the others are re-solved going up."""
     gpu, count = pool.type, pool.count
-    names = [w.name for w in ir.workloads]
-    by_w: dict[str, list] = {n: [] for n in names}
+    by_w: dict[str, list] = {w.name: [] for w in ir.workloads}
     for c in cands:
         by_w[c.workload].append(c)
 
@@ -192,7 +191,5 @@ def _price_out(ir: ProblemIR, pool, cands: tuple, parts: dict[str, SolveResult],
     gap = max(cost - best_lb, 0.0) / max(abs(cost), 1e-12)
     if gap > rel_gap:
         return None
-    fixed = {}
-    for n, r in hi_sol.items():  # the parts' own objectives at the spec's prices
-        fixed[n] = r if r.objective is None else replace(r, objective=r.objective - hi * buys(r, n))
-    return fixed, gap, hi
+    # the parts' own objectives at the spec's prices
+    return {n: replace(r, objective=r.objective - hi * buys(r, n)) for n, r in hi_sol.items()}, gap, hi

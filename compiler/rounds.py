@@ -145,7 +145,7 @@ def to_derate(res, n_seeds: int) -> list[str]:
     or continued for some workloads only) whose deployments a simulated round derates: those not accepted, less
     those at or above target in fewer than ``n_seeds`` runs (their verdict waits for every seed)."""
     return [n for n in res.intervals if not res.accepted(n)
-            and not (len(res.runs_of(n)) < n_seeds and res.intervals[n].mean >= res.targets[n] - 1e-12)]
+            and not (len(res.runs_of(n)) < n_seeds and res.at_target(n))]
 
 
 def sim_derate(res, name: str) -> float:

@@ -136,6 +136,10 @@ class SeedsResult:
         of: ``simulate_seeds``)."""
         return [r for r in self.runs if name in r.workloads]
 
+    def at_target(self, name: str) -> bool:
+        """The pooled attainment (point estimate) is at or above the target."""
+        return self.intervals[name].mean >= self.targets[name] - 1e-12
+
     def demonstrated(self, name: str) -> bool:
         """The lower bound reaches the target: the runs show the SLO is met (what ``plan`` requires)."""
         return self.intervals[name].lower >= self.targets[name] - 1e-12
@@ -153,7 +157,7 @@ class SeedsResult:
         ``check`` calls a pass)."""
         if self.demonstrated(name):
             return True
-        return self.intervals[name].mean >= self.targets[name] - 1e-12 and self.too_few(name)
+        return self.at_target(name) and self.too_few(name)
 
     def undersampled(self) -> list[str]:
         """Workloads accepted on their point estimate only (``accepted`` but not ``demonstrated``), sorted."""
@@ -167,7 +171,7 @@ class SeedsResult:
         """pass (pooled attainment at or above target), fail (a shown miss) or inconclusive (in between)."""
         if self.missed(name):
             return "fail"
-        return "pass" if self.intervals[name].mean >= self.targets[name] - 1e-12 else "inconclusive"
+        return "pass" if self.at_target(name) else "inconclusive"
 
     @property
     def ok(self) -> bool:
@@ -233,8 +237,8 @@ def simulate_seeds(plan, spec, ir, seeds: tuple[int, ...], requests: int | None,
     the target), the other seeds run only those of them at or above target that share no deployment with one below
     it (``apart``), and none when there are none: the planner re-solves anyway, and those workloads' verdict, on
     deployments the re-solve has no reason to change, is then known in this round instead of the next
-    (docs/simulator.md, "Seeds and confidence"). Workloads the seeds leave ``undecided`` get up to EXTRA_SEEDS more, those ``apart``
-    from any below target (before: none while any was below target)."""
+    (docs/simulator.md, "Seeds and confidence"). Workloads the seeds leave ``undecided`` get up to EXTRA_SEEDS
+    more, those ``apart`` from any below target (before: none while any was below target)."""
     from compiler.sim import simulate
 
     only = None
@@ -274,7 +278,7 @@ def apart(plan, res: SeedsResult, names: frozenset[str]) -> frozenset[str]:
     workload below it: their verdict does not wait on a re-solve of the others."""
     from compiler.sim import closure
 
-    below = frozenset(n for n in res.intervals if res.intervals[n].mean < res.targets[n] - 1e-12)
+    below = frozenset(n for n in res.intervals if not res.at_target(n))
     if not below:
         return names
     blocked = closure(plan, below)[1]
@@ -289,8 +293,7 @@ def undecided(res: SeedsResult) -> frozenset[str]:
     lifts a bound over the target grows with the looks (at a true attainment equal to the target: 4 % with the
     three seeds, 9-12 % with up to three more at 95 %); so the bounds of the workloads looked at again are at
     SEQUENTIAL_CONFIDENCE, which keeps it at 4-6 % (tests/sim/test_interval.py)."""
-    return frozenset(n for n in res.intervals
-                     if not res.accepted(n) and res.intervals[n].mean >= res.targets[n] - 1e-12)
+    return frozenset(n for n in res.intervals if not res.accepted(n) and res.at_target(n))
 
 
 def validation_seeds(first: int) -> tuple[int, ...]:
