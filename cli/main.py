@@ -203,8 +203,8 @@ def predict(
     max_num_batched_tokens: Annotated[int, typer.Option(min=1, help="Token budget per engine step.")] = 8192,
     fmt: Annotated[TableOrJson, typer.Option("--format", help="Output format.")] = TableOrJson.table,
     engine: Annotated[str, typer.Option(help="Engine profile: vllm, sglang or trt-llm (trimtab profiles list).")] = "vllm",
-    kv_dtype: Annotated[Optional[str], typer.Option(help="KV cache precision, bf16 or fp8 (default: --dtype; "
-                                                        "fp8 with fp4 weights).")] = None,
+    kv_dtype: Annotated[Optional[str], typer.Option(help="KV cache precision, bf16, fp8 or fp4 (NVFP4: FP4 tensor "
+                                                        "cores, b200; default: --dtype; fp8 with fp4 weights).")] = None,
     dp: Annotated[int, typer.Option(min=1, help="Attention data-parallel ranks (MoE models; the replica spans "
                                                 "tp x pp x dp GPUs).")] = 1,
     ep: Annotated[int, typer.Option(min=1, help="Expert-parallel degree (MoE; 1: experts split by TP; tp x dp: "
@@ -231,8 +231,8 @@ def predict(
         problems.append(Problem("--gpu", f"unknown GPU {gpu!r}; known: {', '.join(sorted(profs.gpus))}"))
     if dtype not in ("bf16", "fp8", "fp4"):
         problems.append(Problem("--dtype", f"must be bf16, fp8 or fp4, got {dtype!r}"))
-    if kv_dtype is not None and kv_dtype not in ("bf16", "fp8"):
-        problems.append(Problem("--kv-dtype", f"must be bf16 or fp8, got {kv_dtype!r}"))
+    if kv_dtype is not None and kv_dtype not in ("bf16", "fp8", "fp4"):
+        problems.append(Problem("--kv-dtype", f"must be bf16, fp8 or fp4, got {kv_dtype!r}"))
     if engine not in profs.engines:
         problems.append(Problem("--engine", f"unknown engine {engine!r}; known: {', '.join(sorted(profs.engines))}"))
     if concurrency != "max" and not (concurrency.isdigit() and int(concurrency) >= 1):
@@ -241,11 +241,16 @@ def predict(
         problems.append(Problem("--tp/--pp", f"tp {tp} must divide {mprof.num_attention_heads.value:g} heads and "
                                              f"pp {pp} must divide {mprof.num_layers.value:g} layers"))
     if not problems:
-        from compiler.cost.moe import check_layout
+        from compiler.cost.moe import check_kv_dtype, check_layout
         try:
             check_layout(mprof, profs.gpus[gpu], tp, dp, ep, dtype)
         except ValueError as exc:
             problems.append(Problem("--dtype" if "fp4" in str(exc) else "--dp/--ep", str(exc)))
+        if kv_dtype is not None:
+            try:
+                check_kv_dtype(mprof, profs.gpus[gpu], kv_dtype)
+            except ValueError as exc:
+                problems.append(Problem("--kv-dtype", str(exc)))
     if problems:
         raise InputError(problems)
     rm = ReplicaModel(mprof, profs.gpus[gpu], profs.engines[engine], tp, pp, dtype,

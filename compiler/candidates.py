@@ -78,7 +78,7 @@ def _tier_variants(ir: ProblemIR, w: WorkloadIR, pool: GpuPoolIR, tp: int, pp: i
             off, suffix = 0.0, "-kvb"
         off, bor = round(off, 3), round(bor, 3)  # as the plan states them: assess, check and the simulator agree
         rm = replica_model(ir, w.model, pool.type, tp, pp, w.dtype, base.max_num_seqs, mbt, kv_offload_gib=off,
-                           kv_borrow_gib=bor)
+                           kv_borrow_gib=bor, kv_dtype=w.kv_dtype)
         caps = []
         for b in w.buckets:
             cls = traffic_class(b, 0.0, w, rm)
@@ -96,7 +96,7 @@ def _tier_variants(ir: ProblemIR, w: WorkloadIR, pool: GpuPoolIR, tp: int, pp: i
             id=cid + suffix, workload=w.name, model=w.model, gpu=pool.type, tp=tp, pp=pp, dtype=w.dtype,
             max_num_seqs=base.max_num_seqs, max_batched_tokens=mbt, kv_cache_tokens=hbm,
             usd_per_hour=pool.usd_per_hour * tp * pp, capacity_rps=tuple(caps), kv_offload_gib=off,
-            kv_borrow_gib=bor))
+            kv_borrow_gib=bor, kv_dtype=w.kv_dtype))
     return out
 
 
@@ -112,7 +112,7 @@ def _prefix_tier_variant(ir: ProblemIR, w: WorkloadIR, pool: GpuPoolIR, tp: int,
     gib = round(min(tier_gib(base, w.prefix_working_set), room), 3)
     if not pcie > 0 or gib <= 0:
         return []
-    rm = replica_model(ir, w.model, pool.type, tp, pp, w.dtype, base.max_num_seqs, mbt, kv_offload_gib=gib)
+    rm = replica_model(ir, w.model, pool.type, tp, pp, w.dtype, base.max_num_seqs, mbt, kv_offload_gib=gib, kv_dtype=w.kv_dtype)
     if rm.prefix_tier.tokens <= min(w.prefix_working_set, base.memory.kv_cache_tokens):
         return []  # no larger than what the HBM prefix cache can hold
     caps = []
@@ -126,7 +126,7 @@ def _prefix_tier_variant(ir: ProblemIR, w: WorkloadIR, pool: GpuPoolIR, tp: int,
     return [Candidate(id=cid + "-off", workload=w.name, model=w.model, gpu=pool.type, tp=tp, pp=pp, dtype=w.dtype,
                       max_num_seqs=base.max_num_seqs, max_batched_tokens=mbt,
                       kv_cache_tokens=base.memory.kv_cache_tokens, usd_per_hour=pool.usd_per_hour * tp * pp,
-                      capacity_rps=tuple(caps), kv_offload_gib=gib)]
+                      capacity_rps=tuple(caps), kv_offload_gib=gib, kv_dtype=w.kv_dtype)]
 
 
 def build_candidates(ir: ProblemIR, jobs: int | None = None) -> CandidateSet:
@@ -158,7 +158,7 @@ def build_candidates(ir: ProblemIR, jobs: int | None = None) -> CandidateSet:
                 sibling: dict[str, float] = {}  # capacity per bucket at the previous token budget: a search guess
                 for mbt in TOKEN_BUDGETS:
                     cid = candidate_id(w.name, pool.type, tp, pp, mbt, dp, ep)
-                    rm = replica_model(ir, w.model, pool.type, tp, pp, w.dtype, max_num_seqs, mbt, dp=dp, ep=ep)
+                    rm = replica_model(ir, w.model, pool.type, tp, pp, w.dtype, max_num_seqs, mbt, dp=dp, ep=ep, kv_dtype=w.kv_dtype)
                     mem = rm.memory
                     if mem.kv_cache_tokens // dp < longest:  # one request's KV stays on one attention DP rank
                         pruned.append(Pruned(cid, f"memory: {mem.weights_gib_per_gpu:.1f} GiB of weights per GPU leave "
@@ -199,7 +199,7 @@ def build_candidates(ir: ProblemIR, jobs: int | None = None) -> CandidateSet:
                         id=cid, workload=w.name, model=w.model, gpu=pool.type, tp=tp, pp=pp, dtype=w.dtype,
                         max_num_seqs=max_num_seqs, max_batched_tokens=mbt, kv_cache_tokens=mem.kv_cache_tokens,
                         usd_per_hour=pool.usd_per_hour * tp * pp * dp, capacity_rps=tuple(caps), kv_spare_gib=spare,
-                        dp=dp, ep=ep))
+                        dp=dp, ep=ep, kv_dtype=w.kv_dtype))
             del fitted_once
         for b in w.buckets:
             z = zero[b.name]

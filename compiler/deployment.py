@@ -60,6 +60,7 @@ class DeploymentShape:
     # Mixture-of-experts layouts (compiler/layouts.py): attention data-parallel ranks, expert-parallel degree
     dp: int = 1
     ep: int = 1
+    kv_dtype: str | None = None  # KV cache precision set apart from dtype's (an fp4 KV cache); None: dtype's
 
     @property
     def gpus(self) -> int:
@@ -131,6 +132,11 @@ def shapes(ir: ProblemIR, w: WorkloadIR, pool: GpuPoolIR):
         yield (candidate_id(w.name, pool.type, 1, 1, TOKEN_BUDGETS[0]), 1, 1,
                f"{pool.type} has no FP4 tensor cores (no fp4_tflops in its profile): dtype fp4 needs a GPU with them")
         return
+    if w.kv_dtype == "fp4" and pool.profile.fp4_tflops is None:  # an NVFP4 KV cache, likewise (docs/moe.md)
+        yield (candidate_id(w.name, pool.type, 1, 1, TOKEN_BUDGETS[0]), 1, 1,
+               f"{pool.type} has no FP4 tensor cores (no fp4_tflops in its profile): kv_dtype fp4 needs a GPU "
+               f"with them")
+        return
     for tp in TP_OPTIONS:
         for pp in PP_OPTIONS:
             cid = candidate_id(w.name, pool.type, tp, pp, TOKEN_BUDGETS[0])
@@ -172,7 +178,8 @@ class DeploymentSpecView(DeploymentShape):
                    kv_offload_gib=kv.offload_gib if kv else 0.0, kv_borrow_gib=kv.borrowed_gib if kv else 0.0,
                    kv_lent_gib=kv.lent_gib if kv else 0.0,
                    lora=LoraSlots(d.max_loras, d.max_lora_rank, len(d.adapters)) if d.max_loras else None,
-                   colocated_with=d.colocated_with or "", dp=d.data_parallel, ep=d.expert_parallel)
+                   colocated_with=d.colocated_with or "", dp=d.data_parallel, ep=d.expert_parallel,
+                   kv_dtype=d.kv_dtype)
 
 
 def shape_fields(s: DeploymentShape) -> dict:
@@ -185,7 +192,7 @@ def replica_model_of(ir: ProblemIR, s: DeploymentShape) -> ReplicaModel:
     (``compiler.cost.factory.replica_model`` makes it)."""
     lora = lora_kwargs(ir, s.model, s.lora.max_loras, s.lora.max_lora_rank, s.lora.adapters) if s.lora else None
     rm = replica_model(ir, s.model, s.gpu, s.tp, s.pp, s.dtype, s.max_num_seqs, s.max_batched_tokens, lora=lora,
-                       kv_offload_gib=s.kv_offload_gib, kv_borrow_gib=s.kv_borrow_gib, dp=s.dp, ep=s.ep)
+                       kv_offload_gib=s.kv_offload_gib, kv_borrow_gib=s.kv_borrow_gib, dp=s.dp, ep=s.ep, kv_dtype=s.kv_dtype)
     return lend(rm, s.kv_lent_gib)
 
 

@@ -112,7 +112,7 @@ def _role_candidates(ir: ProblemIR, w: WorkloadIR, role: str, transfer_bw: float
         for _cid, tp, pp, dp, ep, why in layouts(ir, w, pool):
             if why or (local_d is not None and (pp > 1 or dp > 1 or ep > 1)):
                 continue
-            rm = replica_model(ir, w.model, pool.type, tp, pp, w.dtype, mns, mbt, dp=dp, ep=ep)
+            rm = replica_model(ir, w.model, pool.type, tp, pp, w.dtype, mns, mbt, dp=dp, ep=ep, kv_dtype=w.kv_dtype)
             if rm.memory.kv_cache_tokens <= 0:
                 continue
             if local_d is not None:
@@ -135,7 +135,7 @@ def _role_candidates(ir: ProblemIR, w: WorkloadIR, role: str, transfer_bw: float
                     id=pd_id(w.name, pool.type, tp, pp, role, dp, ep), workload=w.name, model=w.model,
                     gpu=pool.type, tp=tp, pp=pp, dtype=w.dtype, max_num_seqs=mns, max_batched_tokens=mbt,
                     kv_cache_tokens=rm.memory.kv_cache_tokens, usd_per_hour=pool.usd_per_hour * tp * pp * dp,
-                    capacity_rps=tuple(caps), role=role, dp=dp, ep=ep))
+                    capacity_rps=tuple(caps), role=role, dp=dp, ep=ep, kv_dtype=w.kv_dtype))
     return out
 
 
@@ -158,8 +158,8 @@ def _may_pay(ir: ProblemIR, w: WorkloadIR, unified: tuple[Candidate, ...]) -> bo
             if why:
                 continue
             usd = pool.usd_per_hour * tp * pp * dp
-            rp = replica_model(ir, w.model, pool.type, tp, pp, w.dtype, mns, PD_TOKEN_BUDGET, dp=dp, ep=ep)
-            rd = replica_model(ir, w.model, pool.type, tp, pp, w.dtype, mns, DECODE_TOKEN_BUDGET, dp=dp, ep=ep)
+            rp = replica_model(ir, w.model, pool.type, tp, pp, w.dtype, mns, PD_TOKEN_BUDGET, dp=dp, ep=ep, kv_dtype=w.kv_dtype)
+            rd = replica_model(ir, w.model, pool.type, tp, pp, w.dtype, mns, DECODE_TOKEN_BUDGET, dp=dp, ep=ep, kv_dtype=w.kv_dtype)
             for b in w.buckets:
                 step = min(b.isl_mean, PD_TOKEN_BUDGET)
                 s = b.isl_mean / step * rp.iteration_s(0, 0, step, (b.isl_mean - step) / 2)
@@ -302,7 +302,7 @@ def _drop_dominated_role(cands: list[Candidate]) -> list[Candidate]:
 
 
 def kv_bytes(ir: ProblemIR, c: Candidate) -> float:
-    return kv_bytes_per_token(ir, c.model, c.gpu, c.dtype)
+    return kv_bytes_per_token(ir, c.model, c.gpu, c.dtype, c.kv_dtype)
 
 
 def add_rows(m, ir: ProblemIR, pd: tuple[Candidate, ...], derate: dict[str, float], n_var) -> None:
@@ -451,7 +451,7 @@ def assess_pairs(ir: ProblemIR, deps: dict, routes, loads: dict, ttft: dict, dep
         for name in sorted({getattr(r, role) for r in pairs}):
             d = deps[name]
             rm = replica_model(ir, d.model, d.gpu, d.tp, d.pp, d.dtype, d.max_num_seqs, d.max_batched_tokens,
-                               dp=d.dp, ep=d.ep)
+                               dp=d.dp, ep=d.ep, kv_dtype=d.kv_dtype)
             mine = [r for r in pairs if getattr(r, role) == name]
             reps = max(d.replicas, 0)
             classes, keys = [], []
@@ -482,7 +482,7 @@ def assess_pairs(ir: ProblemIR, deps: dict, routes, loads: dict, ttft: dict, dep
                     b = ir.workload(r.workload).bucket(r.bucket)
                     x = transfer_s(ir, d.model, d.dtype, b.isl_tail, d.gpu, d.tp * d.pp * d.dp, dd.gpu,
                                    dd.tp * dd.pp * dd.dp,
-                                   local=is_local_pair(d, dd))
+                                   local=is_local_pair(d, dd), kv_dtype=d.kv_dtype)
                     t = (t_of[(r.workload, r.bucket)] + x) * 1e3
                     k = (r.workload, r.bucket, name)
                     ttft[k] = max(ttft.get(k, 0.0), t)
@@ -528,7 +528,7 @@ def pair_flows(plan, ir: ProblemIR) -> list[tuple[str, str, float, bool]]:
         p = by[r.prefill]
         if b is None or ir.gpu(p.gpu) is None:
             continue
-        kvb = kv_bytes_per_token(ir, p.model, p.gpu, p.dtype)
+        kvb = kv_bytes_per_token(ir, p.model, p.gpu, p.dtype, p.kv_dtype)
         acc[(r.prefill, r.decode)] = acc.get((r.prefill, r.decode), 0.0) + r.share * w.rate_rps * b.isl_mean * kvb
     return [(p, d, f, is_local_pair(by[p], by[d])) for (p, d), f in sorted(acc.items())]
 

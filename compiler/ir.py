@@ -35,6 +35,7 @@ class WorkloadIR:
     prefix_working_set: int = 0
     prefix_curve: tuple[tuple[int, float], ...] = ()
     prefix_source: str = ""  # "declared", "trace" or "" (no prefix reuse)
+    kv_dtype: str | None = None  # KV cache precision; None: the one dtype implies (compiler.cost.model)
 
     def bucket(self, name: str) -> LengthBucket | None:
         return next((b for b in self.buckets if b.name == name), None)

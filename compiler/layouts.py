@@ -25,7 +25,7 @@ def layouts(ir: ProblemIR, w: WorkloadIR, pool: GpuPoolIR):
     experts = int(arch.num_experts.value)
     if experts <= 1:
         return
-    if w.dtype == "fp4" and pool.profile.fp4_tflops is None:
+    if "fp4" in (w.dtype, w.kv_dtype) and pool.profile.fp4_tflops is None:
         return  # shapes gave the reason
     heads, kv = int(arch.num_attention_heads.value), int(arch.num_kv_heads.value)
     for tp in TP_OPTIONS:

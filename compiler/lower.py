@@ -29,7 +29,8 @@ def spec_hash(spec: Spec, profiles: ProfileSet) -> str:
     data = strip_unset(spec.model_dump(mode="json"))
     # Specs without prefix reuse keep the hash they had before ``prefix`` existed.
     # Likewise without a schedule (docs/online.md): rate profiles and the schedule block left at None.
-    data["workloads"] = [{k: v for k, v in w.items() if not (k in ("prefix", "rate_profile") and v is None)}
+    # And without a KV precision set apart (workloads[].kv_dtype, docs/moe.md).
+    data["workloads"] = [{k: v for k, v in w.items() if not (k in ("prefix", "rate_profile", "kv_dtype") and v is None)}
                          for w in data["workloads"]]
     if data.get("schedule", 0) is None:
         del data["schedule"]
@@ -156,7 +157,7 @@ def lower(spec: Spec, profiles: ProfileSet | None = None) -> ProblemIR:
             slo=SloIR(w.slo.ttft_ms, w.slo.tpot_ms, w.slo.percentile),
             dtype=w.dtype or spec.defaults.dtype, buckets=make_buckets(cut_inputs(isl, ctx), osl, w.slo.percentile, ctx),
             truncated_share=cut.requests, index=i, prefix_hit_rate=hit, prefix_working_set=working_set,
-            prefix_curve=curve, prefix_source=source,
+            prefix_curve=curve, prefix_source=source, kv_dtype=w.kv_dtype,
         ))
     if spec.redundancy == "n+1" and (spec.schedule is not None or lora_ir(spec) is not None):
         what = "a schedule" if spec.schedule is not None else "adapters or tenants"

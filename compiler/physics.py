@@ -52,10 +52,11 @@ def _peak_flops(gpu, dtype: str) -> float:
 
 
 def decode_bound(model, gpu, gpus: int, dtype: str, batch: float, isl: float, osl: float,
-                 prefill: bool) -> float:
-    """Output tokens/s one replica can deliver at most (see the module docstring)."""
+                 prefill: bool, kv_dtype: str | None = None) -> float:
+    """Output tokens/s one replica can deliver at most (see the module docstring); ``kv_dtype``: the KV cache's
+    precision where the plan sets it apart from ``dtype``."""
     params = model.active_params_billion.value * 1e9
-    step = (params * BYTES[dtype] + batch * (isl + osl / 2) * _kv_bytes_per_token(model, dtype)) / (
+    step = (params * BYTES[dtype] + batch * (isl + osl / 2) * _kv_bytes_per_token(model, kv_dtype or dtype)) / (
         gpu.hbm_bandwidth_gbps.value * 1e9 * gpus)
     flops = _peak_flops(gpu, dtype) * gpus
     per_request = osl * step / batch + (2 * params * isl / flops if prefill else 0.0)
@@ -103,10 +104,10 @@ def breaches(plan, ir) -> list[Breach]:
         isl, osl = ptoks / rps, otoks / rps
         kv = d.kv_cache_tokens
         if d.kv is not None:  # KV beyond HBM holds more requests (read here at HBM speed: still an upper bound)
-            kv += (d.kv.offload_gib + d.kv.borrowed_gib) * 2**30 / _kv_bytes_per_token(model, d.dtype)
+            kv += (d.kv.offload_gib + d.kv.borrowed_gib) * 2**30 / _kv_bytes_per_token(model, d.kv_dtype or d.dtype)
         batch = max(1.0, min(float(d.max_batch_size), kv / (isl + osl)))
         bound = d.replicas * decode_bound(model, gpu, gpus, d.dtype, batch, isl, osl,
-                                          prefill=d.role == "unified" and d.name not in prefix)
+                                          prefill=d.role == "unified" and d.name not in prefix, kv_dtype=d.kv_dtype)
         if otoks > bound:
             out.append(Breach(d.name, otoks, bound, "output"))
     return out

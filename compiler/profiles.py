@@ -261,6 +261,21 @@ def value_or(q: Q | None, default: float = 0.0) -> float:
     return q.value if q is not None else default
 
 
+def fp4_kv_problem(model: ModelProfile, gpu: GpuProfile) -> str | None:
+    """Why ``model`` on ``gpu`` cannot hold an FP4 (NVFP4) KV cache, or None. It needs FP4 tensor cores
+    (fp4_tflops: Blackwell; vLLM, SGLang and TensorRT-LLM all serve it there; vLLM 0.32 also has an FA2 path on
+    Ampere and Hopper, not modelled: its dequantising attention is unmeasured) and grouped-query attention with
+    head_dim a multiple of 16 (one fp8 scale per 16 values): MLA's latent cache has its own NVFP4 layout in vLLM
+    (nvfp4_ds_mla, DeepSeek's sparse attention). The spec's cross-check and the cost model both ask this."""
+    if gpu.fp4_tflops is None:
+        return (f"an fp4 KV cache needs FP4 tensor cores; {gpu.name} has none (no fp4_tflops in its profile): use "
+                f"kv_dtype fp8 there")
+    if model.kv_lora_rank is not None or model.head_dim.value % 16:
+        return (f"an fp4 KV cache is modelled for grouped-query attention with head_dim a multiple of 16; "
+                f"{model.name} has " + ("MLA" if model.kv_lora_rank is not None else f"head_dim {model.head_dim.value:g}"))
+    return None
+
+
 def attention_params(model: ModelProfile) -> float:
     """Weights of one layer's attention projections (the cost model's and the config import's one formula).
 

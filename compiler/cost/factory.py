@@ -12,30 +12,34 @@ from compiler.lengths import LengthBucket
 
 def replica_model(ir: ProblemIR, model: str, gpu: str, tp: int, pp: int, dtype: str, max_num_seqs: int,
                   max_batched_tokens: int, lora: dict | None = None, kv_offload_gib: float = 0.0,
-                  kv_borrow_gib: float = 0.0, dp: int = 1, ep: int = 1) -> ReplicaModel:
+                  kv_borrow_gib: float = 0.0, dp: int = 1, ep: int = 1, kv_dtype: str | None = None) -> ReplicaModel:
     """The one place a ``ReplicaModel`` is made from IR names (planner and check share it). ``lora``: keyword
     arguments of ``compiler.cost.lora.LoraReplicaModel`` (slots, rank, modules, swap_wait_s) for a LoRA replica.
     ``kv_offload_gib`` / ``kv_borrow_gib``: a KV tier of that many GiB per replica (``kv_tier``): host memory
     for the prefix cache's evicted blocks (``prefix_tier``), or, with ``kv_tiers: experimental-live``, live KV
     beyond HBM (offload or borrowing; docs/kv-tiers.md). ``dp`` / ``ep``: a mixture-of-experts layout (attention
-    data-parallel ranks, expert-parallel degree; docs/moe.md), without tiers or LoRA."""
+    data-parallel ranks, expert-parallel degree; docs/moe.md), without tiers or LoRA. ``kv_dtype``: the KV cache
+    precision when it is not the one ``dtype`` implies (an fp4 KV cache, ``WorkloadIR.kv_dtype``)."""
     pool = ir.gpu(gpu)
     if dp > 1 or ep > 1:
         return ReplicaModel(ir.models[model], pool.profile, ir.engine, tp, pp, dtype, max_num_seqs,
-                            max_batched_tokens, dp=dp, ep=ep)
+                            max_batched_tokens, kv_dtype, dp=dp, ep=ep)
     if kv_offload_gib > 0 and not live_tiers(ir):
-        rm = ReplicaModel(ir.models[model], pool.profile, ir.engine, tp, pp, dtype, max_num_seqs, max_batched_tokens)
+        rm = ReplicaModel(ir.models[model], pool.profile, ir.engine, tp, pp, dtype, max_num_seqs, max_batched_tokens,
+                          kv_dtype)
         return ReplicaModel(ir.models[model], pool.profile, ir.engine, tp, pp, dtype, max_num_seqs,
-                            max_batched_tokens, prefix_tier=kv_tier(ir, gpu, rm, kv_offload_gib, 0.0, "prefix"))
+                            max_batched_tokens, kv_dtype, prefix_tier=kv_tier(ir, gpu, rm, kv_offload_gib, 0.0, "prefix"))
     if kv_offload_gib > 0 or kv_borrow_gib > 0:
-        rm = ReplicaModel(ir.models[model], pool.profile, ir.engine, tp, pp, dtype, max_num_seqs, max_batched_tokens)
+        rm = ReplicaModel(ir.models[model], pool.profile, ir.engine, tp, pp, dtype, max_num_seqs, max_batched_tokens,
+                          kv_dtype)
         return ReplicaModel(ir.models[model], pool.profile, ir.engine, tp, pp, dtype, max_num_seqs,
-                            max_batched_tokens, kv_tier=kv_tier(ir, gpu, rm, kv_offload_gib, kv_borrow_gib))
+                            max_batched_tokens, kv_dtype, kv_tier=kv_tier(ir, gpu, rm, kv_offload_gib, kv_borrow_gib))
     if lora:
         from compiler.cost.lora import LoraReplicaModel
         return LoraReplicaModel(ir.models[model], pool.profile, ir.engine, tp, pp, dtype, max_num_seqs,
-                                max_batched_tokens, **lora)
-    return ReplicaModel(ir.models[model], pool.profile, ir.engine, tp, pp, dtype, max_num_seqs, max_batched_tokens)
+                                max_batched_tokens, kv_dtype, **lora)
+    return ReplicaModel(ir.models[model], pool.profile, ir.engine, tp, pp, dtype, max_num_seqs, max_batched_tokens,
+                        kv_dtype)
 
 
 def lend(rm: ReplicaModel, lent_gib: float) -> ReplicaModel:

@@ -20,11 +20,11 @@ from __future__ import annotations
 import math
 from functools import cached_property
 
-from compiler.cost.moe import (MoeLayer, attention_flops_per_ctx, attention_kernels, attention_params, check_layout,
-                               expert_params, is_mla, kv_elements, moe_layers)
+from compiler.cost.moe import (MoeLayer, attention_flops_per_ctx, attention_kernels, attention_params, check_kv_dtype,
+                               check_layout, expert_params, is_mla, kv_elements, moe_layers)
 from compiler.cost.predictions import ReplicaPredictions
 from compiler.cost.queueing import _Aitken, _normal, _prefill_queue, _tail_decision, gamma_q
-from compiler.cost.records import (BYTES, GIB, KV_DTYPES, UNSTABLE, BatchPrediction, BurstPrediction,
+from compiler.cost.records import (BYTES, GIB, UNSTABLE, BatchPrediction, BurstPrediction,
                                    ClosedLoopPrediction, KvTier, MemoryFit, ReplicaState, TrafficClass)
 from compiler.cost.roles import ReplicaRoles
 from compiler.cost.search import bisect_max, bisect_width, bracket
@@ -50,8 +50,7 @@ class ReplicaModel(ReplicaRoles, ReplicaPredictions):
         if dtype not in BYTES:
             raise ValueError(f"dtype must be one of {sorted(BYTES)}")
         kv_dtype = kv_dtype or ("fp8" if dtype == "fp4" else dtype)  # fp4 checkpoints serve an fp8 KV cache
-        if kv_dtype not in KV_DTYPES:
-            raise ValueError(f"kv_dtype must be one of {list(KV_DTYPES)}")
+        check_kv_dtype(model, gpu, kv_dtype)
         check_layout(model, gpu, tp, dp, ep, dtype)
         if kv_tier is not None and dp > 1:
             raise ValueError("a KV tier is not modelled with attention data parallelism (dp > 1)")

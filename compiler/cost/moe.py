@@ -18,10 +18,11 @@ import math
 from dataclasses import dataclass
 from functools import cached_property, lru_cache
 
-from compiler.profiles import GpuProfile, ModelProfile, value_or, attention_params, expert_size, moe_layers
+from compiler.profiles import (GpuProfile, ModelProfile, attention_params, expert_size, fp4_kv_problem, moe_layers,
+                               value_or)
 
 __all__ = ["ACT_BYTES", "MoeLayer", "attention_flops_per_ctx", "attention_kernels", "attention_params",
-           "busiest_rank_factor", "check_layout", "expected_max_normal", "expert_params", "expert_size",
+           "busiest_rank_factor", "check_kv_dtype", "check_layout", "expected_max_normal", "expert_params", "expert_size",
            "experts_touched", "is_mla", "kv_elements", "moe_layers"]
 
 ACT_BYTES = 2.0  # activations, router logits and the tokens dispatched to experts travel in bf16
@@ -40,6 +41,18 @@ def check_layout(model: ModelProfile, gpu: GpuProfile, tp: int, dp: int, ep: int
         raise ValueError(f"ep {ep} must divide tp x dp = {tp * dp} (the GPUs of a stage's expert group)")
     if ep > model.num_experts.value:
         raise ValueError(f"ep {ep} exceeds {model.name}'s {model.num_experts.value:g} experts")
+
+
+def check_kv_dtype(model: ModelProfile, gpu: GpuProfile, kv_dtype: str) -> None:
+    """ValueError unless the KV cache precision is one the engines serve (``records.KV_DTYPES``) and, for fp4
+    (NVFP4), this GPU and model can hold it (``compiler.profiles.fp4_kv_problem``)."""
+    from compiler.cost.records import KV_DTYPES
+
+    if kv_dtype not in KV_DTYPES:
+        raise ValueError(f"kv_dtype must be one of {list(KV_DTYPES)}")
+    why = fp4_kv_problem(model, gpu) if kv_dtype == "fp4" else None
+    if why:
+        raise ValueError(why)
 
 
 def is_mla(model: ModelProfile) -> bool:

@@ -108,7 +108,7 @@ def fidelity_warnings(ir, deps) -> list[str]:
     seen: set[str] = set()
     for c, _n in sorted(deps, key=lambda d: d[0].id):
         rm = replica_model(ir, c.model, c.gpu, c.tp, c.pp, c.dtype, c.max_num_seqs, c.max_batched_tokens, dp=c.dp,
-                           ep=c.ep)
+                           ep=c.ep, kv_dtype=c.kv_dtype)
         w = ir.workload(c.workload)
         isl = max((b.isl_mean for b in w.buckets), default=0.0) if w else 0.0
         osl = max((b.osl_mean for b in w.buckets), default=0.0) if w else 0.0

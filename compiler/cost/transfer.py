@@ -11,9 +11,10 @@ from compiler.cost.factory import replica_model
 from compiler.ir import GpuPoolIR, ProblemIR
 
 
-def kv_bytes_per_token(ir: ProblemIR, model: str, gpu: str, dtype: str) -> float:
-    """KV bytes one token of ``model`` takes in ``dtype`` on ``gpu`` (all layers, all KV heads: what moves)."""
-    return replica_model(ir, model, gpu, 1, 1, dtype, 1, 2048).kv_bytes_per_token
+def kv_bytes_per_token(ir: ProblemIR, model: str, gpu: str, dtype: str, kv_dtype: str | None = None) -> float:
+    """KV bytes one token of ``model`` takes in ``dtype`` (``kv_dtype`` when set apart) on ``gpu`` (all layers,
+    all KV heads: what moves)."""
+    return replica_model(ir, model, gpu, 1, 1, dtype, 1, 2048, kv_dtype=kv_dtype).kv_bytes_per_token
 
 
 def local_bytes_per_s(pool: GpuPoolIR, p_gpus: int, d_gpus: int) -> float:
@@ -29,11 +30,11 @@ def nic_bytes_per_s(pool: GpuPoolIR, gpus: int) -> float:
 
 
 def transfer_s(ir: ProblemIR, model: str, dtype: str, tokens: float, p_gpu: str, p_gpus: int, d_gpu: str,
-               d_gpus: int, local: bool = False) -> float:
+               d_gpus: int, local: bool = False, kv_dtype: str | None = None) -> float:
     """Seconds to move ``tokens`` tokens of KV from a prefill replica to a decode replica over the network
     (the narrower of the two NIC shares, and the inter-rack bandwidth when the two GPU types differ), or, for a
     co-located pair (``local``), over the GPUs' links inside the node (``local_bytes_per_s``)."""
-    per_token = kv_bytes_per_token(ir, model, p_gpu, dtype)
+    per_token = kv_bytes_per_token(ir, model, p_gpu, dtype, kv_dtype)
     if local:
         return tokens * per_token / local_bytes_per_s(ir.gpu(p_gpu), p_gpus, d_gpus)
     bw = min(nic_bytes_per_s(ir.gpu(p_gpu), p_gpus), nic_bytes_per_s(ir.gpu(d_gpu), d_gpus))

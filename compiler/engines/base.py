@@ -71,7 +71,7 @@ class DeploymentFacts:
     role: str  # unified | prefill | decode
     tp: int
     pp: int
-    dtype: str  # bf16 | fp8
+    dtype: str  # bf16 | fp8 | fp4
     max_batch: int
     max_step_tokens: int
     context_tokens: int  # largest input + output routed, capped at the model's window and the KV capacity
@@ -88,6 +88,7 @@ class DeploymentFacts:
     gpus_per_node: int = 0  # GPUs of the replica on each node when it spans nodes
     dp: int = 1  # attention data-parallel ranks (MoE layouts, docs/moe.md)
     ep: int = 1  # expert-parallel degree (1: experts split by TP)
+    kv_dtype: str | None = None  # KV precision set apart from dtype's (an fp4 KV cache); None: dtype's
 
 
 @dataclass(frozen=True, slots=True)
@@ -113,14 +114,16 @@ def address_and_shape(f: "DeploymentFacts", t: dict) -> list[str]:
 
 
 def dtype_args(f: "DeploymentFacts", t: dict) -> list[str]:
-    """fp8 weights and KV, fp4 weights' fp8 KV (the checkpoint names their quantization), or the weights' dtype."""
+    """fp8 weights and KV, fp4 weights' fp8 KV (the checkpoint names their quantization), or the weights' dtype;
+    a KV precision set apart (``kv_dtype``: an fp4 KV cache) replaces the KV cache's."""
     fl, val = t["flags"], t["values"]
+    cache = val["kv_cache"][f.kv_dtype] if f.kv_dtype else None
     if f.dtype == "fp4":
-        return [kv(fl["kv_cache_dtype"], val["fp4"]["kv_cache_dtype"])]
+        return [kv(fl["kv_cache_dtype"], cache or val["fp4"]["kv_cache_dtype"])]
     if f.dtype == "fp8":
         fp8 = val["fp8"]
-        return [kv(fl["quantization"], fp8["quantization"]), kv(fl["kv_cache_dtype"], fp8["kv_cache_dtype"])]
-    return [kv(fl["dtype"], val["dtype"][f.dtype])]
+        return [kv(fl["quantization"], fp8["quantization"]), kv(fl["kv_cache_dtype"], cache or fp8["kv_cache_dtype"])]
+    return [kv(fl["dtype"], val["dtype"][f.dtype])] + ([kv(fl["kv_cache_dtype"], cache)] if cache else [])
 
 
 def kv(flag: str, value) -> str:

@@ -84,7 +84,7 @@ def deployment_facts(plan, ir) -> list[tuple[DeploymentFacts, list[str]]]:
             adapters=tuple(d.adapters), max_loras=d.max_loras, max_lora_rank=d.max_lora_rank,
             max_cpu_loras=d.max_cpu_loras, nodes_per_replica=nodes,
             gpus_per_node=d.gpus_per_replica // nodes,
-            dp=d.data_parallel, ep=d.expert_parallel), warns))
+            dp=d.data_parallel, ep=d.expert_parallel, kv_dtype=d.kv_dtype), warns))
     return out
 
 

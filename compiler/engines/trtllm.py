@@ -24,7 +24,9 @@ def launch(f: DeploymentFacts) -> Launch:
     cache: dict = {}
     if f.prefix_caching:
         cache[ex["block_reuse"]] = True
-    if f.dtype in ("fp8", "fp4"):  # fp4 weights serve an fp8 KV cache
+    if f.kv_dtype:  # a KV precision set apart from dtype's (an NVFP4 KV cache)
+        cache[ex["kv_dtype"]] = val["kv_cache"][f.kv_dtype]
+    elif f.dtype in ("fp8", "fp4"):  # fp4 weights serve an fp8 KV cache
         cache[ex["kv_dtype"]] = "fp8"
     if f.offload_gib > 0:  # host tier of the block-reuse (prefix) cache, bytes per rank
         cache[ex["host_cache_bytes"]] = int(f.offload_gib * GIB / (f.tp * f.pp))

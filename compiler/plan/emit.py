@@ -40,6 +40,8 @@ def plan_to_data(plan: Plan) -> dict:
         for k in ("data_parallel", "expert_parallel"):  # MoE layouts only (docs/moe.md)
             if d.get(k) == 1:
                 del d[k]
+        if d.get("kv_dtype") is None:  # a KV precision set apart from dtype's only (docs/moe.md, FP4)
+            d.pop("kv_dtype", None)
         for k in ("worker_command", "engine_files"):  # multi-node replicas / TensorRT-LLM only
             if not d.get(k):
                 d.pop(k, None)

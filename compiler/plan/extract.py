@@ -84,7 +84,7 @@ def build_plan(ir: ProblemIR, deps: list[tuple[Candidate, int]], routes: list[Ro
     deployments = [
         Deployment(name=c.id, model=c.model, gpu=c.gpu, tensor_parallel=c.tp, pipeline_parallel=c.pp, replicas=n,
                    data_parallel=c.dp, expert_parallel=c.ep,
-                   role=c.role, dtype=c.dtype, max_batch_size=c.max_num_seqs,
+                   role=c.role, dtype=c.dtype, kv_dtype=c.kv_dtype, max_batch_size=c.max_num_seqs,
                    max_num_batched_tokens=c.max_batched_tokens, kv_cache_tokens=c.kv_cache_tokens,
                    load_rps_per_replica=a.deployments[c.id].rate_rps_per_replica,
                    utilization=a.deployments[c.id].utilization, engine_args=[],  # compiler.engines.realise fills it
@@ -117,7 +117,7 @@ def prefix_of(ir: ProblemIR, deps: list[tuple[Candidate, int]], a: Assessment) -
         if c.kv_offload_gib <= 0 or live_tiers(ir):
             return 0
         return host_tier_tokens(replica_model(ir, c.model, c.gpu, c.tp, c.pp, c.dtype, c.max_num_seqs,
-                                              c.max_batched_tokens, kv_offload_gib=c.kv_offload_gib))
+                                              c.max_batched_tokens, kv_offload_gib=c.kv_offload_gib, kv_dtype=c.kv_dtype))
 
     out = {}
     for w in ir.workloads:

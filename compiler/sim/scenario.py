@@ -214,5 +214,5 @@ def pair_targets(plan, ir, deps, dep_index):
         xfer.append(transfer_s(ir, dp.model, dp.dtype, 1.0, dp.gpu,
                                dp.tensor_parallel * dp.pipeline_parallel * dp.data_parallel, dd.gpu,
                                dd.tensor_parallel * dd.pipeline_parallel * dd.data_parallel,
-                               local=is_local_pair(dp, dd)))
+                               local=is_local_pair(dp, dd), kv_dtype=dp.kv_dtype))
     return pairs, xfer, index

@@ -67,6 +67,7 @@ def cross_check(spec: Spec, lines: LineMap, source: str, profiles: ProfileSet) -
         if w.model not in names:
             bad(("workloads", i, "model"), f"workloads[{i}] ({w.name}).model",
                 f"model {w.model!r} is not listed under models ({', '.join(sorted(names))})")
+    kv_dtype_check(spec, profiles, bad)
     lora_cross_check(spec, bad)
     from compiler.online.profile import profile_problems
 
@@ -75,3 +76,34 @@ def cross_check(spec: Spec, lines: LineMap, source: str, profiles: ProfileSet) -
     if spec.budget_usd_per_hour is not None and all(g.count == 0 for g in spec.gpus):
         bad(("gpus",), "gpus", "every GPU pool has count 0")
     return out
+
+
+def kv_dtype_check(spec: Spec, profiles: ProfileSet, bad) -> None:
+    """``workloads[].kv_dtype: fp4`` (an NVFP4 KV cache): a GPU of the spec and the workload's model must be able
+    to hold it (``compiler.profiles.fp4_kv_problem``); with LoRA adapters on the model it is not supported yet."""
+    from compiler.profiles import fp4_kv_problem, model_from_hf_config
+
+    gpus = [profiles.gpus[g.type] for g in spec.gpus if g.type in profiles.gpus]
+    models = {m.name: m for m in spec.models}
+    for i, w in enumerate(spec.workloads):
+        m = models.get(w.model)
+        if w.kv_dtype is None or m is None:
+            continue
+        why = None
+        if m.adapters or m.adapters_from:
+            why = (f"kv_dtype is not supported with LoRA adapters yet ({w.model} has adapters): leave it out (the KV "
+                   f"cache then follows dtype)")
+        elif w.kv_dtype == "fp4":
+            fp4 = [g for g in gpus if g.fp4_tflops is not None]
+            try:
+                prof = (model_from_hf_config(Path(spec.base_dir) / m.config, m.name) if m.config is not None
+                        else profiles.models.get(m.name))
+            except (ValueError, OSError):
+                prof = None  # the model's own check reports it
+            if not fp4:
+                why = (f"an fp4 KV cache needs FP4 tensor cores (fp4_tflops: B200); none of the spec's gpus "
+                       f"({', '.join(g.type for g in spec.gpus)}) has them")
+            elif prof is not None:
+                why = fp4_kv_problem(prof, fp4[0])
+        if why:
+            bad(("workloads", i, "kv_dtype"), f"workloads[{i}] ({w.name}).kv_dtype", why)

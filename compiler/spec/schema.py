@@ -273,6 +273,9 @@ class Workload(_Strict):
     output_tokens: TokenDist | None = Field(default=None, description="required unless trace is given")
     slo: Slo = Field(description="latency objectives every plan must meet at the percentile")
     dtype: Dtype | None = Field(default=None, description="weights and KV cache precision; default: defaults.dtype")
+    kv_dtype: Dtype | None = Field(default=None, description="KV cache precision when it differs from dtype's (fp8 "
+                                   "for fp4 weights, else dtype): fp4 is an NVFP4 KV cache, on GPUs with FP4 tensor "
+                                   "cores (B200) and grouped-query attention only (docs/moe.md, FP4)")
     trace: TraceRef | None = Field(default=None, description="replay this trace: its arrivals for simulation, and "
                                                              "its lengths (where input/output_tokens are not given) "
                                                              "and mean rate (where rate_rps is not) for planning")
