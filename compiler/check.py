@@ -11,7 +11,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from compiler.assess import NO_ROUTE, Assessment, assess
-from compiler.deployment import DeploymentSpecView, RouteView, replica_model_of
+from compiler.deployment import DeploymentSpecView, RouteView, replica_model_of, stage_parts
 from compiler.errors import InputError, Problem
 from compiler.ir import ProblemIR
 from compiler.kvtiers import verify_kv
@@ -206,11 +206,15 @@ def verify_placement(plan: Plan, topo: Topology) -> list[str]:
     for d in plan.deployments:
         if not d.placement:
             continue
-        want = {(r, s) for r in range(d.replicas) for s in range(d.pipeline_parallel)}
+        # one stage: its TP group x its DP ranks in one NVLink domain, or whole domains of an expert group
+        # spanning nodes (``stage_parts``: each part a placement entry of its own)
+        parts, stage_gpus = stage_parts(d.tensor_parallel, d.data_parallel, topo.max_domain(d.gpu))
+        want = {(r, s) for r in range(d.replicas) for s in range(d.pipeline_parallel * parts)}
         got = [(p.replica, p.stage) for p in d.placement]
         if sorted(got) != sorted(want):
+            what = f"{d.pipeline_parallel} stages" + (f" x {parts} NVLink domains" if parts > 1 else "")
             bad.append(f"placement {d.name}: places {len(got)} stage(s), needs {len(want)} "
-                       f"({d.replicas} replicas x {d.pipeline_parallel} stages, each exactly once)")
+                       f"({d.replicas} replicas x {what}, each exactly once)")
         for p in d.placement:
             n = nodes.get(p.node)
             if n is None:
@@ -218,7 +222,6 @@ def verify_placement(plan: Plan, topo: Topology) -> list[str]:
                 continue
             if n.gpu != d.gpu:
                 bad.append(f"placement {d.name}: node {p.node} has {n.gpu}, not {d.gpu}")
-            stage_gpus = d.tensor_parallel * d.data_parallel  # one stage: its TP group x its DP ranks
             if len(p.gpus) != stage_gpus or any(g < 0 or g >= n.gpus for g in p.gpus):
                 bad.append(f"placement {d.name} replica {p.replica}: GPUs {p.gpus} are not {stage_gpus} "
                            f"indices of {p.node} (0..{n.gpus - 1})")

@@ -116,9 +116,30 @@ class CandidateSet:
         return {c.id: c for c in self.candidates}
 
 
+def stage_parts(tp: int, dp: int, domain: int) -> tuple[int, int]:
+    """(parts, GPUs per part) of one pipeline stage's tp x dp GPUs as placement packs and check verifies them:
+    one part inside an NVLink domain of ``domain`` GPUs, or, for an expert group wider than a domain (attention
+    data parallelism across nodes, ``compiler.layouts``), k = tp x dp / domain parts of ``domain`` GPUs each, every
+    part holding dp / k whole data-parallel ranks (the engines' ranks per node: vLLM infers
+    --data-parallel-size-local from --nnodes, SGLang from --nnodes)."""
+    g = tp * dp
+    if domain <= 0 or g <= domain or g % domain or domain % tp:
+        return 1, g
+    return g // domain, domain
+
+
 def candidate_id(workload: str, gpu: str, tp: int, pp: int, mbt: int, dp: int = 1, ep: int = 1) -> str:
     return (f"{workload}-{gpu}-tp{tp}" + (f"-pp{pp}" if pp > 1 else "") + (f"-dp{dp}" if dp > 1 else "")
             + (f"-ep{ep}" if ep > 1 else "") + f"-t{mbt // 1024}k")
+
+
+def fits_one_node(ir: ProblemIR, w: WorkloadIR, pool: GpuPoolIR) -> bool:
+    """Whether one node of ``pool`` holds the workload's model weights within the engine's memory share: when it
+    does not, replicas span nodes (pipeline stages, ``shapes``; expert groups, ``compiler.layouts``)."""
+    arch = ir.models[w.model]
+    weights_gib = arch.params_billion.value * 1e9 * {"fp8": 1.0, "fp4": 0.5625}.get(w.dtype, 2.0) / 1024**3
+    per_node = int(pool.profile.gpus_per_node.value)
+    return weights_gib < ir.engine.gpu_memory_utilization.value * pool.profile.memory_gib.value * per_node
 
 
 def shapes(ir: ProblemIR, w: WorkloadIR, pool: GpuPoolIR):
@@ -126,8 +147,7 @@ def shapes(ir: ProblemIR, w: WorkloadIR, pool: GpuPoolIR):
     heads, kv = int(arch.num_attention_heads.value), int(arch.num_kv_heads.value)
     per_node = int(pool.profile.gpus_per_node.value)
     layers = int(arch.num_layers.value)
-    weights_gib = arch.params_billion.value * 1e9 * {"fp8": 1.0, "fp4": 0.5625}.get(w.dtype, 2.0) / 1024**3
-    fits_in_node = weights_gib < ir.engine.gpu_memory_utilization.value * pool.profile.memory_gib.value * per_node
+    fits_in_node = fits_one_node(ir, w, pool)
     if w.dtype == "fp4" and pool.profile.fp4_tflops is None:  # docs/moe.md: FP4 weights need FP4 tensor cores
         yield (candidate_id(w.name, pool.type, 1, 1, TOKEN_BUDGETS[0]), 1, 1,
                f"{pool.type} has no FP4 tensor cores (no fp4_tflops in its profile): dtype fp4 needs a GPU with them")

@@ -27,7 +27,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, replace
 
-from compiler.deployment import DeploymentSpecView
+from compiler.deployment import DeploymentSpecView, stage_parts
 from compiler.errors import InfeasibleError
 from compiler.topology import Topology
 
@@ -58,7 +58,7 @@ def place(deployments: list[DeploymentSpecView], topo: Topology, time_limit_s: f
     """``groups``: co-located pairs, placed as one unit of kp x tp_p + kd x tp_d GPUs per group and domain.
     ``flows``: (prefill, decode, KV bytes/s) of the cross-node pairs; when the first placement loads an
     inter-rack link beyond LINK_UTIL, the pairs are kept in one rack each (``_rack_affine``), else refused."""
-    deployments = _stage_groups(deployments)
+    deployments = _stage_groups(deployments, topo)
     if groups:
         return _place_groups(deployments, topo, time_limit_s, groups, flows)
     deps = sorted((d for d in deployments if d.replicas > 0), key=lambda d: d.name)
@@ -75,10 +75,18 @@ def place(deployments: list[DeploymentSpecView], topo: Topology, time_limit_s: f
     return out
 
 
-def _stage_groups(deployments: list[DeploymentSpecView]) -> list[DeploymentSpecView]:
+def _stage_groups(deployments: list[DeploymentSpecView], topo: Topology) -> list[DeploymentSpecView]:
     """What placement packs per pipeline stage: its TP group times its attention data-parallel ranks (MoE
-    layouts), all in one NVLink domain; below, ``tp`` is that width (idempotent: ``dp`` becomes 1)."""
-    return [replace(d, tp=d.tp * d.dp, dp=1) if d.dp > 1 else d for d in deployments]
+    layouts), all in one NVLink domain; an expert group wider than the GPU type's domain is that many whole
+    domains, each its share of the ranks (``compiler.deployment.stage_parts``), placed as consecutive "stages".
+    Below, ``tp`` is a part's width and ``pp`` the parts of a replica (idempotent: ``dp`` becomes 1)."""
+    out = []
+    for d in deployments:
+        if d.dp > 1:
+            parts, width = stage_parts(d.tp, d.dp, topo.max_domain(d.gpu))
+            d = replace(d, tp=width, pp=d.pp * parts, dp=1)
+        out.append(d)
+    return out
 
 
 def _place_groups(deployments: list[DeploymentSpecView], topo: Topology, time_limit_s: float, groups, flows):
@@ -301,7 +309,7 @@ def place_kv(deployments: list[DeploymentSpecView], topo: Topology, kv: dict[str
         sum_d offloaded[d] / pp[d] x stages of d on the node <= host_gib[node]
     The ordinary placement is kept when it satisfies both; else CP-SAT packs with them (in MiB, integers); when no
     packing exists the error says so plainly."""
-    deployments = _stage_groups(deployments)
+    deployments = _stage_groups(deployments, topo)
     out = place(deployments, topo, time_limit_s, **kw)
     kv = {k: v for k, v in kv.items() if any(x > 0 for x in v)}
     if not kv:

@@ -29,7 +29,7 @@ def node_cap(replicas: int, nodes: int) -> int:
 
 def place_spread(deployments: list[DeploymentSpecView], topo: Topology) -> dict[str, tuple[StagePlacement, ...]]:
     """Replicas onto nodes and GPU indices, at most ``node_cap`` of a deployment per node (module docstring)."""
-    deps = sorted((d for d in _stage_groups(deployments) if d.replicas > 0), key=lambda d: (-d.tp * d.pp, d.name))
+    deps = sorted((d for d in _stage_groups(deployments, topo) if d.replicas > 0), key=lambda d: (-d.tp * d.pp, d.name))
     # free[node][domain]: next free GPU offset inside the domain (groups are allocated contiguously)
     free = {n.name: [0] * n.domains for n in topo.nodes}
     out: dict[str, tuple[StagePlacement, ...]] = {}
