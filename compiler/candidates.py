@@ -112,7 +112,8 @@ def _prefix_tier_variant(ir: ProblemIR, w: WorkloadIR, pool: GpuPoolIR, tp: int,
     gib = round(min(tier_gib(base, w.prefix_working_set), room), 3)
     if not pcie > 0 or gib <= 0:
         return []
-    rm = replica_model(ir, w.model, pool.type, tp, pp, w.dtype, base.max_num_seqs, mbt, kv_offload_gib=gib, kv_dtype=w.kv_dtype)
+    rm = replica_model(ir, w.model, pool.type, tp, pp, w.dtype, base.max_num_seqs, mbt, kv_offload_gib=gib,
+                       kv_dtype=w.kv_dtype)
     if rm.prefix_tier.tokens <= min(w.prefix_working_set, base.memory.kv_cache_tokens):
         return []  # no larger than what the HBM prefix cache can hold
     caps = []
@@ -158,7 +159,8 @@ def build_candidates(ir: ProblemIR, jobs: int | None = None) -> CandidateSet:
                 sibling: dict[str, float] = {}  # capacity per bucket at the previous token budget: a search guess
                 for mbt in TOKEN_BUDGETS:
                     cid = candidate_id(w.name, pool.type, tp, pp, mbt, dp, ep)
-                    rm = replica_model(ir, w.model, pool.type, tp, pp, w.dtype, max_num_seqs, mbt, dp=dp, ep=ep, kv_dtype=w.kv_dtype)
+                    rm = replica_model(ir, w.model, pool.type, tp, pp, w.dtype, max_num_seqs, mbt, dp=dp, ep=ep,
+                                       kv_dtype=w.kv_dtype)
                     mem = rm.memory
                     if mem.kv_cache_tokens // dp < longest:  # one request's KV stays on one attention DP rank
                         pruned.append(Pruned(cid, f"memory: {mem.weights_gib_per_gpu:.1f} GiB of weights per GPU leave "

@@ -212,7 +212,8 @@ def replica_model_of(ir: ProblemIR, s: DeploymentShape) -> ReplicaModel:
     (``compiler.cost.factory.replica_model`` makes it)."""
     lora = lora_kwargs(ir, s.model, s.lora.max_loras, s.lora.max_lora_rank, s.lora.adapters) if s.lora else None
     rm = replica_model(ir, s.model, s.gpu, s.tp, s.pp, s.dtype, s.max_num_seqs, s.max_batched_tokens, lora=lora,
-                       kv_offload_gib=s.kv_offload_gib, kv_borrow_gib=s.kv_borrow_gib, dp=s.dp, ep=s.ep, kv_dtype=s.kv_dtype)
+                       kv_offload_gib=s.kv_offload_gib, kv_borrow_gib=s.kv_borrow_gib, dp=s.dp, ep=s.ep,
+                       kv_dtype=s.kv_dtype)
     return lend(rm, s.kv_lent_gib)
 
 

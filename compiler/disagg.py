@@ -158,8 +158,10 @@ def _may_pay(ir: ProblemIR, w: WorkloadIR, unified: tuple[Candidate, ...]) -> bo
             if why:
                 continue
             usd = pool.usd_per_hour * tp * pp * dp
-            rp = replica_model(ir, w.model, pool.type, tp, pp, w.dtype, mns, PD_TOKEN_BUDGET, dp=dp, ep=ep, kv_dtype=w.kv_dtype)
-            rd = replica_model(ir, w.model, pool.type, tp, pp, w.dtype, mns, DECODE_TOKEN_BUDGET, dp=dp, ep=ep, kv_dtype=w.kv_dtype)
+            rp = replica_model(ir, w.model, pool.type, tp, pp, w.dtype, mns, PD_TOKEN_BUDGET, dp=dp, ep=ep,
+                               kv_dtype=w.kv_dtype)
+            rd = replica_model(ir, w.model, pool.type, tp, pp, w.dtype, mns, DECODE_TOKEN_BUDGET, dp=dp, ep=ep,
+                               kv_dtype=w.kv_dtype)
             for b in w.buckets:
                 step = min(b.isl_mean, PD_TOKEN_BUDGET)
                 s = b.isl_mean / step * rp.iteration_s(0, 0, step, (b.isl_mean - step) / 2)

@@ -272,7 +272,8 @@ def fp4_kv_problem(model: ModelProfile, gpu: GpuProfile) -> str | None:
                 f"kv_dtype fp8 there")
     if model.kv_lora_rank is not None or model.head_dim.value % 16:
         return (f"an fp4 KV cache is modelled for grouped-query attention with head_dim a multiple of 16; "
-                f"{model.name} has " + ("MLA" if model.kv_lora_rank is not None else f"head_dim {model.head_dim.value:g}"))
+                f"{model.name} has "
+                + ("MLA" if model.kv_lora_rank is not None else f"head_dim {model.head_dim.value:g}"))
     return None
 
 

@@ -28,7 +28,8 @@ def replica_model(ir: ProblemIR, model: str, gpu: str, tp: int, pp: int, dtype: 
         rm = ReplicaModel(ir.models[model], pool.profile, ir.engine, tp, pp, dtype, max_num_seqs, max_batched_tokens,
                           kv_dtype)
         return ReplicaModel(ir.models[model], pool.profile, ir.engine, tp, pp, dtype, max_num_seqs,
-                            max_batched_tokens, kv_dtype, prefix_tier=kv_tier(ir, gpu, rm, kv_offload_gib, 0.0, "prefix"))
+                            max_batched_tokens, kv_dtype,
+                            prefix_tier=kv_tier(ir, gpu, rm, kv_offload_gib, 0.0, "prefix"))
     if kv_offload_gib > 0 or kv_borrow_gib > 0:
         rm = ReplicaModel(ir.models[model], pool.profile, ir.engine, tp, pp, dtype, max_num_seqs, max_batched_tokens,
                           kv_dtype)

@@ -117,7 +117,8 @@ def prefix_of(ir: ProblemIR, deps: list[tuple[Candidate, int]], a: Assessment) -
         if c.kv_offload_gib <= 0 or live_tiers(ir):
             return 0
         return host_tier_tokens(replica_model(ir, c.model, c.gpu, c.tp, c.pp, c.dtype, c.max_num_seqs,
-                                              c.max_batched_tokens, kv_offload_gib=c.kv_offload_gib, kv_dtype=c.kv_dtype))
+                                              c.max_batched_tokens, kv_offload_gib=c.kv_offload_gib,
+                                              kv_dtype=c.kv_dtype))
 
     out = {}
     for w in ir.workloads:

@@ -39,7 +39,8 @@ def test_vllm_names_nvfp4_and_its_parser_reads_it(dtype, args):
 
 def test_without_kv_dtype_the_kv_cache_follows_dtype():
     assert "--kv-cache-dtype=fp8" in vllm_emitter.launch(facts(kv_dtype=None)).engine_args
-    assert not any(x.startswith("--kv-cache-dtype") for x in vllm_emitter.launch(facts(dtype="bf16", kv_dtype=None)).engine_args)
+    bf16 = vllm_emitter.launch(facts(dtype="bf16", kv_dtype=None)).engine_args
+    assert not any(x.startswith("--kv-cache-dtype") for x in bf16)
 
 
 def test_sglang_and_trtllm_names():

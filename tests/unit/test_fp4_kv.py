@@ -99,7 +99,8 @@ def test_h100s_are_left_out_with_the_reason(tmp_path):
     """A GPU without FP4 tensor cores gets no candidate for the workload, and says why (``plan -v``'s table)."""
     from compiler.candidates import build_candidates
 
-    text = SPEC.replace("  - {type: b200, count: 32}\n", "  - {type: b200, count: 32}\n  - {type: h100-sxm, count: 32}\n")
+    text = SPEC.replace("  - {type: b200, count: 32}\n",
+                        "  - {type: b200, count: 32}\n  - {type: h100-sxm, count: 32}\n")
     ir = lower(load_spec("s.yaml", text=text))
     cs = build_candidates(ir)
     assert cs.candidates and all(c.gpu == "b200" and c.kv_dtype == "fp4" for c in cs.candidates)
