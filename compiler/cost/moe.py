@@ -23,8 +23,7 @@ from compiler.profiles import (GpuProfile, ModelProfile, attention_params, exper
 
 __all__ = ["ACT_BYTES", "MoeLayer", "attention_flops_per_ctx", "attention_kernels", "attention_params",
            "busiest_rank_factor", "check_kv_dtype", "check_layout", "expected_max_normal", "expert_params",
-           "expert_size",
-           "experts_touched", "is_mla", "kv_elements", "moe_layers"]
+           "expert_size", "experts_touched", "is_mla", "kv_elements", "moe_layers"]
 
 ACT_BYTES = 2.0  # activations, router logits and the tokens dispatched to experts travel in bf16
 
