@@ -148,14 +148,11 @@ def shapes(ir: ProblemIR, w: WorkloadIR, pool: GpuPoolIR):
     per_node = int(pool.profile.gpus_per_node.value)
     layers = int(arch.num_layers.value)
     fits_in_node = fits_one_node(ir, w, pool)
-    if w.dtype == "fp4" and pool.profile.fp4_tflops is None:  # docs/moe.md: FP4 weights need FP4 tensor cores
+    # docs/moe.md: FP4 weights and an NVFP4 KV cache need FP4 tensor cores
+    fp4 = "dtype" if w.dtype == "fp4" else "kv_dtype" if w.kv_dtype == "fp4" else ""
+    if fp4 and pool.profile.fp4_tflops is None:
         yield (candidate_id(w.name, pool.type, 1, 1, TOKEN_BUDGETS[0]), 1, 1,
-               f"{pool.type} has no FP4 tensor cores (no fp4_tflops in its profile): dtype fp4 needs a GPU with them")
-        return
-    if w.kv_dtype == "fp4" and pool.profile.fp4_tflops is None:  # an NVFP4 KV cache, likewise (docs/moe.md)
-        yield (candidate_id(w.name, pool.type, 1, 1, TOKEN_BUDGETS[0]), 1, 1,
-               f"{pool.type} has no FP4 tensor cores (no fp4_tflops in its profile): kv_dtype fp4 needs a GPU "
-               f"with them")
+               f"{pool.type} has no FP4 tensor cores (no fp4_tflops in its profile): {fp4} fp4 needs a GPU with them")
         return
     for tp in TP_OPTIONS:
         for pp in PP_OPTIONS:
