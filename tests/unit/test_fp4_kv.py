@@ -123,3 +123,22 @@ def test_what_cannot_serve_it_is_an_error_naming_the_field_and_line(change, fiel
     assert "workloads[0] (agent).kv_dtype:" in line and field_msg in line
     kv_line = text.splitlines().index("    kv_dtype: fp4") + 1
     assert line.startswith(f"s.yaml:{kv_line}: ")
+
+
+def test_predict_cli_takes_kv_dtype_fp4_on_b200_and_names_the_option_elsewhere():
+    import json
+
+    from typer.testing import CliRunner
+
+    from cli.main import app
+    from compiler.errors import ExitCode
+
+    args = ["predict", "--model", "llama-3.1-70b", "--dtype", "fp8", "--kv-dtype", "fp4", "--isl", "8000",
+            "--osl", "500", "--concurrency", "4", "--format", "json"]
+    ok = CliRunner().invoke(app, [*args, "--gpu", "b200"])
+    assert ok.exit_code == 0, ok.output
+    fp8 = replica(load_profiles(), "llama-3.1-70b", "b200", dtype="fp8")
+    assert json.loads(ok.output)["kv_cache_tokens"] == pytest.approx(fp8.memory.kv_cache_tokens * 16 / 9, abs=1)
+    bad = CliRunner().invoke(app, [*args, "--gpu", "h100-sxm", "--tp", "2"])
+    assert bad.exit_code == ExitCode.INVALID_INPUT
+    assert "--kv-dtype: an fp4 KV cache needs FP4 tensor cores" in bad.output
