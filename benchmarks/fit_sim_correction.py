@@ -49,7 +49,7 @@ def observe(size_name: str, n: int, seed: int, time_limit: float | None, csv_pat
     from benchmarks.specgen import family, parse_size
     from compiler.api import plan
     from compiler.errors import TrimtabError
-    from compiler.rounds import regime, simulate_and_derate
+    from compiler.rounds import family_of, regime, simulate_and_derate
     from compiler.spec.load import load_spec
 
     rows: list[dict] = []
@@ -65,7 +65,7 @@ def observe(size_name: str, n: int, seed: int, time_limit: float | None, csv_pat
                 continue
             x = max(fill[c] * derate.get(c, 1.0) for c in ids)
             rows.append({"spec": current["spec"], "round": current["round"], "workload": name,
-                         "regime": regime(by_name[name]), "x": round(x, 6), "passed": res.demonstrated(name),
+                         "regime": regime(by_name[name], bool(family_of(ir))), "x": round(x, 6), "passed": res.demonstrated(name),
                          "seeds": len(res.runs_of(name)), "attainment": round(res.intervals[name].mean, 6),
                          "target": res.targets[name]})
         return res, out
@@ -93,15 +93,25 @@ def observe(size_name: str, n: int, seed: int, time_limit: float | None, csv_pat
     return rows
 
 
+def family(reg: str) -> str:
+    """The family prefix of a regime: ``lora-`` (``compiler.rounds.LORA_PREFIX``) or '' (unified)."""
+    from compiler.rounds import LORA_PREFIX
+
+    return LORA_PREFIX if reg.startswith(LORA_PREFIX) else ""
+
+
 def fit(rows: list[dict]) -> dict[str, dict]:
-    """regime -> {value, n_pass, n_miss} (see the module docstring), and ``default`` fitted on every row (for
-    the regimes with too few observations of their own)."""
+    """regime -> {value, n_pass, n_miss} (see the module docstring), and per family (unified, ``lora-``) a
+    ``default`` fitted on every row of that family (for its regimes with too few observations of their own)."""
     out = {}
-    for reg in sorted({r["regime"] for r in rows}) + ["default"]:
-        obs = [(float(r["x"]), r["passed"] in (True, "True")) for r in rows if reg in ("default", r["regime"])]
+    fams = sorted({family(r["regime"]) for r in rows})
+    for reg in sorted({r["regime"] for r in rows}) + [f + "default" for f in fams]:
+        default = reg.endswith("default")
+        obs = [(float(r["x"]), r["passed"] in (True, "True")) for r in rows
+               if (family(r["regime"]) == family(reg) if default else r["regime"] == reg)]
         misses = [x for x, p in obs if not p]
         passes = [x for x, p in obs if p]
-        if reg != "default" and len(misses) < MIN_MISSES:
+        if not default and len(misses) < MIN_MISSES:
             continue  # too little evidence on where this regime misses: the default entry
         best = None
         for f in sorted({x for x, _ in obs if x <= 1.0} | {1.0}, reverse=True):
@@ -116,16 +126,20 @@ def fit(rows: list[dict]) -> dict[str, dict]:
     return out
 
 
-def first_round(rows: list[dict]) -> dict[str, int]:
-    """Observations of the first simulated round (the plan on the cost model's own capacities): how many, and how
-    many of them the simulation confirmed. Their ratio q is a workload's chance to pass on the model's capacities;
-    a first plan of W workloads then passes with about q ** W (``compiler.rounds.first_try_worth``)."""
-    first = [r for r in rows if int(r["round"]) == 1]
-    return {"passes": sum(1 for r in first if r["passed"] in (True, "True")), "observations": len(first)}
+def first_round(rows: list[dict]) -> dict[str, dict[str, int]]:
+    """Per family (its prefix): observations of the first simulated round (the plan on the cost model's own
+    capacities), how many, and how many of them the simulation confirmed. Their ratio q is a workload's chance to
+    pass on the model's capacities; a first plan of W workloads then passes with about q ** W
+    (``compiler.rounds.first_try_worth``)."""
+    out = {}
+    for fam in sorted({family(r["regime"]) for r in rows}):
+        first = [r for r in rows if int(r["round"]) == 1 and family(r["regime"]) == fam]
+        out[fam] = {"passes": sum(1 for r in first if r["passed"] in (True, "True")), "observations": len(first)}
+    return out
 
 
 def write_yaml(path: Path, table: dict[str, dict], family_desc: str, n_rows: int,
-               first: dict[str, int] | None = None) -> None:
+               first: dict[str, dict[str, int]] | None = None) -> None:
     lines = [
         "# Capacity prior of the correction rounds (compiler/rounds.py::prior_derates): per regime (SLO percentile",
         "# band x one or several prompt-length ranges), the factor on the cost model's per-replica capacity at",
@@ -140,9 +154,11 @@ def write_yaml(path: Path, table: dict[str, dict], family_desc: str, n_rows: int
     for reg, e in table.items():
         lines.append(f"  {reg}: {{value: {e['value']}, source: fit, passes: {e['n_pass']}, misses: {e['n_miss']}}}")
     if first:
-        lines += ["# first simulated round (plans on the cost model's own capacities): workloads the simulation",
-                  "# confirmed, of those observed (compiler/rounds.py::first_try_worth)",
-                  f"first_round: {{passes: {first['passes']}, observations: {first['observations']}, source: fit}}"]
+        lines += ["# first simulated round (plans on the cost model's own capacities), per family: workloads the",
+                  "# simulation confirmed, of those observed (compiler/rounds.py::first_try_worth)"]
+        for fam, e in first.items():
+            lines.append(f"{fam}first_round: {{passes: {e['passes']}, observations: {e['observations']}, "
+                         "source: fit}")
     path.write_text("\n".join(lines) + "\n")
 
 
@@ -168,7 +184,8 @@ def main() -> None:
     for reg, e in table.items():
         print(f"{reg}: {e['value']} ({e['n_pass']} passes, {e['n_miss']} misses)")
     first = first_round(rows)
-    print(f"first round: {first['passes']} of {first['observations']} workloads confirmed")
+    for fam, e in first.items():
+        print(f"{fam or 'unified '}first round: {e['passes']} of {e['observations']} workloads confirmed")
     if args.out:
         write_yaml(args.out, table, desc, len(rows), first)
 

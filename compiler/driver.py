@@ -19,8 +19,8 @@ from compiler.assess import Assessment
 from compiler.errors import InfeasibleError, NoSolutionError
 from compiler.ir import ProblemIR
 from compiler.plan.schema import Plan
-from compiler.rounds import (MAX_ROUNDS, SIM_ROUNDS, derate_analytic, first_try_worth, prior_derates,
-                             simulate_and_derate)
+from compiler.rounds import (LORA_PREFIX, MAX_ROUNDS, SIM_ROUNDS, derate_analytic, family_of, first_try_worth,
+                             prior_derates, prior_on_miss, simulate_and_derate)
 from solvers import SolveOptions, SolveResult, get_backend
 
 
@@ -109,7 +109,8 @@ def drive(planner: Planner, spec, ir: ProblemIR, *, backend: str | None = None, 
     prior = prior_derates(ir, planner.peers(cands, fitted=True) if simulated else {})
     derate: dict[str, float] = {}
     with_prior: tuple | None = None  # (derates with the prior, derates without it) once added; None: not yet
-    if prior and getattr(planner, "simulate", None) is None and not first_try_worth(ir):
+    per_workload = family_of(ir) == LORA_PREFIX  # the prior goes to the workloads a round shows missing only
+    if prior and getattr(planner, "simulate", None) is None and not per_workload and not first_try_worth(ir):
         derate, with_prior = dict(prior), (dict(prior), {})  # many workloads: the cheap first plan would miss
     solve_s = 0.0
     sim_s = 0.0
@@ -158,7 +159,11 @@ def drive(planner: Planner, spec, ir: ProblemIR, *, backend: str | None = None, 
         if last_sim.ok:
             break
         sim_rounds += 1
-        if with_prior is None and prior and own is None:  # first simulated miss: fitted candidates at most at prior
+        if per_workload and prior and own is None and with_prior != (None, None):
+            alone = derate  # the candidates of the workloads this round did not confirm at most at the prior
+            derate = prior_on_miss(ir, last_sim, len(seeds), derate, prior, peers)
+            with_prior = (derate, alone)
+        elif with_prior is None and prior and own is None:  # first simulated miss: fitted candidates at most at prior
             alone = derate
             derate = {k: min(derate.get(k, 1.0), prior.get(k, 1.0)) for k in sorted(set(derate) | set(prior))}
             with_prior = (derate, alone)

@@ -551,9 +551,15 @@ class LoraPlanner:
         return CandidateSet(tuple(c.cand for c in prob.cands), ())
 
     def peers(self, prob: LoraProblem, fitted: bool = False) -> dict[str, tuple[str, ...]]:
-        """None: an adapter candidate serves several workloads, so a workload's correction is not its own (the
-        regime prior and the workload-wide correction of ``compiler.rounds`` are for unified planning only)."""
-        return {}
+        """workload -> the ids of the shared candidates it may use (its group and tenant colour), for
+        ``compiler.rounds``: the capacity prior of the ``lora-`` regimes and the workload-wide correction after a
+        simulated miss. A candidate shared by several workloads is listed under each (the prior takes the lowest
+        factor; a correction derates it for all of them). Every candidate is of the kind the ``lora-`` regimes
+        were fitted on, so ``fitted`` changes nothing."""
+        out: dict[str, set[str]] = {}
+        for u in prob.units:
+            out.setdefault(u.workload, set()).update(c.id for c in prob.cands if _usable(u, c))
+        return {w: tuple(sorted(ids)) for w, ids in sorted(out.items())}
 
 
 def _relaxed(ir, changes: dict):

@@ -73,12 +73,14 @@ def interval(runs: list[list[tuple[int, int]]], confidence: float = CONFIDENCE) 
     m = len(batches)
     p_adj = (ok_tot + 1) / (n_tot + 2)
     se = math.sqrt(p_adj * (1 - p_adj) / n_tot)
-    from scipy.stats import f as fisher_f, norm, t as student_t  # lazily: scipy costs start-up time
+    # scipy.special's inverse CDFs, the functions scipy.stats' norm/t/f .ppf call (the same values): importing
+    # scipy.stats costs ~1 s of a fresh process's first plan, scipy.special a fraction of it
+    from scipy.special import fdtri, ndtri, stdtrit
 
     dof = max(m - 1, 1)
     if m >= 2:
         se_batch = math.sqrt(_weighted_var(batches, mean, n_tot) / m)
-        ar1 = _ar1_factor(runs, mean, float(norm.ppf(CONFIDENCE)))
+        ar1 = _ar1_factor(runs, mean, float(ndtri(CONFIDENCE)))
         k = len(runs)
         if k >= 2 and m > k:
             # Several runs: when batches are correlated or the runs disagree more than their batches allow, the
@@ -86,13 +88,13 @@ def interval(runs: list[list[tuple[int, int]]], confidence: float = CONFIDENCE) 
             se_rep = math.sqrt(_weighted_var([(sum(o for o, _ in r), sum(n for _, n in r)) for r in runs],
                                              mean, n_tot) / k)
             ratio = (se_rep / se_batch) ** 2 if se_batch > 0 else (math.inf if se_rep > 0 else 0.0)
-            if ar1 > 1.0 or ratio > float(fisher_f.ppf(CONFIDENCE, k - 1, m - 1)):
+            if ar1 > 1.0 or ratio > float(fdtri(k - 1, m - 1, CONFIDENCE)):
                 se, dof = max(se, se_rep), k - 1
             else:
                 se = max(se, se_batch)
         else:  # one run: only the AR(1) correction
             se = max(se, se_batch * math.sqrt(ar1))
-    q = float(student_t.ppf(confidence, dof))
+    q = float(stdtrit(dof, confidence))
     return Interval(mean, max(0.0, mean - q * se), min(1.0, mean + q * se), n_tot, m)
 
 

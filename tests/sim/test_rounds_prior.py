@@ -197,4 +197,24 @@ def test_fit_script_counts_the_first_round():
 
     rows = [{"round": "1", "passed": "True"}, {"round": "1", "passed": "False"}, {"round": "2", "passed": "False"},
             {"round": 1, "passed": True}]
-    assert first_round(rows) == {"passes": 2, "observations": 3}
+    rows = [dict(r, regime="p99-mixed") for r in rows] + [
+        {"round": "1", "passed": "False", "regime": "lora-p95-mixed"},
+        {"round": "2", "passed": "True", "regime": "lora-p95-mixed"}]
+    # per family (its regimes' prefix): the unified rows and the adapter rows counted apart
+    assert first_round(rows) == {"": {"passes": 2, "observations": 3}, "lora-": {"passes": 0, "observations": 1}}
+
+
+def test_fit_keeps_a_default_per_family():
+    from benchmarks.fit_sim_correction import fit
+
+    rows = ([{"regime": "p90-mixed", "x": x, "passed": "True"} for x in (0.5, 0.6, 0.7, 0.8, 0.9)]
+            + [{"regime": "p90-mixed", "x": 0.95, "passed": "False"}]
+            + [{"regime": "lora-p95-mixed", "x": x, "passed": "True"} for x in (0.3, 0.4, 0.5)]
+            + [{"regime": "lora-p95-mixed", "x": x, "passed": "False"} for x in (0.6, 0.7, 0.8, 0.9)])
+    table = fit(rows)
+    # by hand (MIN_OBS = 3 deciding observations, at most 10 % of them misses): unified, the largest f with three
+    # passes at or above it and no miss at or below it is 0.7; adapters, 0.3. One default over both families
+    # would be 0.5 (six passes at or above it, no miss below): each is fitted on its own family's rows only
+    assert table["default"]["value"] == 0.7 and table["default"]["n_miss"] == 1
+    assert table["lora-default"]["value"] == 0.3 and table["lora-default"]["n_pass"] == 3
+    assert table["lora-p95-mixed"]["value"] == 0.3 and "p90-mixed" not in table  # (one miss: too few)
