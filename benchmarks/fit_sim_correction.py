@@ -65,7 +65,8 @@ def observe(size_name: str, n: int, seed: int, time_limit: float | None, csv_pat
                 continue
             x = max(fill[c] * derate.get(c, 1.0) for c in ids)
             rows.append({"spec": current["spec"], "round": current["round"], "workload": name,
-                         "regime": regime(by_name[name], bool(family_of(ir))), "x": round(x, 6), "passed": res.demonstrated(name),
+                         "regime": regime(by_name[name], bool(family_of(ir))), "x": round(x, 6),
+                         "passed": res.demonstrated(name),
                          "seeds": len(res.runs_of(name)), "attainment": round(res.intervals[name].mean, 6),
                          "target": res.targets[name]})
         return res, out
