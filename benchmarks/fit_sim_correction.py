@@ -2,8 +2,13 @@
 
     python benchmarks/fit_sim_correction.py --size small --n 40 --seed 100 --csv obs.csv \
         --out profiles/sim_capacity.yaml
-    python benchmarks/fit_sim_correction.py --from-csv benchmarks/data/sim_fit_small.csv --describe "..." \
-        --out profiles/sim_capacity.yaml                     # refit from recorded observations
+    python benchmarks/fit_sim_correction.py --size lora --n 12 --seed 100 --csv benchmarks/data/sim_fit_lora.csv
+    python benchmarks/fit_sim_correction.py --from-csv benchmarks/data/sim_fit_small.csv \
+        benchmarks/data/sim_fit_lora.csv --describe "..." --out profiles/sim_capacity.yaml   # refit, both families
+
+Specs with adapters (the ``lora`` family) are observed under regimes of their own (``lora-p95-mixed``, ...:
+``compiler.rounds.regime(w, lora=True)``), with their own ``lora-default`` and ``lora-first_round``; the driver
+applies them per workload shown missing (``compiler.rounds.prior_on_miss``).
 
 What it measures. Specs of a ``benchmarks/specgen.py`` family are planned with ``compiler.api.plan`` as
 ``trimtab plan`` does, **without** the prior (the rounds start from the cost model's own capacities). Every

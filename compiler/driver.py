@@ -20,7 +20,7 @@ from compiler.errors import InfeasibleError, NoSolutionError
 from compiler.ir import ProblemIR
 from compiler.plan.schema import Plan
 from compiler.rounds import (LORA_PREFIX, MAX_ROUNDS, SIM_ROUNDS, derate_analytic, family_of, first_try_worth,
-                             prior_derates, prior_on_miss, simulate_and_derate)
+                             misses_of, prior_derates, prior_on_miss, simulate_and_derate, stuck)
 from solvers import SolveOptions, SolveResult, get_backend
 
 
@@ -83,7 +83,10 @@ def drive(planner: Planner, spec, ir: ProblemIR, *, backend: str | None = None, 
     capacities keeps their lower cost, the others reach a confirmed plan in about one more round. A planner with
     its own ``simulate`` (schedules: derates per window) gets no prior. A spec of so many workloads that a first
     plan on the model's capacities would almost surely miss (``compiler.rounds.first_try_worth``) starts at the
-    prior instead (dropped, as above, if no plan meets it). A simulated miss that leaves the derates
+    prior instead (dropped, as above, if no plan meets it). Adapter specs (``compiler.rounds.family_of``) take the
+    prior per workload a round shows missing instead (``compiler.rounds.prior_on_miss``). A workload that misses
+    again on the same shape after it was derated, no better than before, has that shape alone cut further
+    (``compiler.rounds.stuck``: its tail is not set by load). A simulated miss that leaves the derates
     unchanged ends the rounds (the next solve would repeat this plan and its verdict). Each round's simulation
     takes the runs of deployments the last one already simulated with the same inputs (``compiler.sim.reuse``;
     the same result as simulating them again)."""
@@ -119,6 +122,7 @@ def drive(planner: Planner, spec, ir: ProblemIR, *, backend: str | None = None, 
     seeds = validation_seeds(seed)
     runs = RunCache()  # deployment runs a round's simulation can take from the last one (compiler.sim.reuse)
     last_sim = None
+    missed: dict[str, tuple[str, float, float]] = {}  # workload -> its last simulated miss (compiler.rounds.stuck)
     best = None
     warnings = list(ir.warnings)
     for rnd in range(1, MAX_ROUNDS + (SIM_ROUNDS if validate else 0) + 1):
@@ -155,6 +159,9 @@ def drive(planner: Planner, spec, ir: ProblemIR, *, backend: str | None = None, 
         else:
             last_sim, derate = simulate_and_derate(plan_, spec, ir, seeds, sim_requests, derate,
                                                    planner.fill(cands, res, derate), peers, runs)
+            now = misses_of(last_sim, len(seeds), solved_with)
+            derate = stuck(derate, now, missed)
+            missed = {**missed, **now}
         sim_s += time.perf_counter() - ts
         if last_sim.ok:
             break

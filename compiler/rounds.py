@@ -26,6 +26,7 @@ SIM_DERATE_RANGE = (0.85, 0.97)  # capacity factor for a deployment at fault in 
 MARGIN_DERATE = 0.95
 SIM_ROUNDS = 6  # extra rounds allowed for re-solves after a simulated miss
 LORA_PREFIX = "lora-"  # regimes (and the first-round entry) of specs the adapter planner plans
+STUCK_FACTOR = 0.5  # extra capacity factor for a shape whose attainment did not rise when its load fell (stuck)
 FIRST_TRY_MIN = 0.5  # first solve on the model's own capacities only while it passes with this chance or more
 
 
@@ -169,6 +170,35 @@ def simulate_and_derate(plan, spec, ir, seeds: tuple[int, ...], requests: int, d
             for cid in {worst, *(peers or {}).get(name, ())}:
                 out[cid] = out.get(cid, 1.0) * f * used  # (old * f) * used, as before: the same floats
     return res, out
+
+
+def misses_of(res, n_seeds: int, solved_with: dict[str, float]) -> dict[str, tuple[str, float, float]]:
+    """workload -> (its worst deployment, that deployment's derate in the solve ``res`` judged, the workload's
+    pooled attainment) for each workload the round corrects (``to_derate``); the record ``stuck`` compares."""
+    out = {}
+    for name in to_derate(res, n_seeds):
+        worst = res.worst_deployment(name)
+        if worst:
+            out[name] = (worst, solved_with.get(worst, 1.0), res.intervals[name].mean)
+    return out
+
+
+def stuck(derate: dict[str, float], now: dict[str, tuple[str, float, float]],
+          before: dict[str, tuple[str, float, float]]) -> dict[str, float]:
+    """``derate`` with the shape at fault of each workload that is stuck cut by STUCK_FACTOR more. A workload is
+    stuck when the same deployment is at fault as at its last simulated miss (``misses_of``), its capacity was
+    derated since, and the attainment did not rise. Its tail is then not set by load: queues behind long prompts,
+    a TTFT that the prompt lengths set, or a TPOT that the prefill chunks set. More replicas of that shape do not
+    fix it. The workload-wide correction derates every shape of the workload alike, so the cheapest shape stays
+    the same, and the rounds would buy more of it until they run out (the lora family's seed 15: Mistral 7B on
+    one MI300X at 86-95 % against 95 % while its capacity fell from 0.55 to 0.35 of the model's, 14 rounds). The
+    extra cut on that shape alone makes the next solve try another one."""
+    out = dict(derate)
+    for name, (dep, f_now, att_now) in now.items():
+        prev = before.get(name)
+        if prev and prev[0] == dep and f_now < prev[1] and att_now <= prev[2]:
+            out[dep] = out.get(dep, 1.0) * STUCK_FACTOR
+    return out
 
 
 def to_derate(res, n_seeds: int) -> list[str]:

@@ -218,3 +218,20 @@ def test_fit_keeps_a_default_per_family():
     assert table["default"]["value"] == 0.7 and table["default"]["n_miss"] == 1
     assert table["lora-default"]["value"] == 0.3 and table["lora-default"]["n_pass"] == 3
     assert table["lora-p95-mixed"]["value"] == 0.3 and "p90-mixed" not in table  # (one miss: too few)
+
+
+def test_a_shape_stuck_below_target_is_cut_alone():
+    from compiler.rounds import STUCK_FACTOR, stuck
+
+    derate = {"a-h100": 0.5, "a-l40s": 0.5, "b-h100": 0.8}
+    before = {"a": ("a-h100", 0.7, 0.93), "b": ("b-h100", 0.9, 0.95)}
+    # a: the same shape at fault, derated since (0.7 -> 0.6 when solved) and no better (0.93 -> 0.92): stuck.
+    # b: derated since, but its attainment rose (0.95 -> 0.97): load-limited, corrected as usual.
+    now = {"a": ("a-h100", 0.6, 0.92), "b": ("b-h100", 0.85, 0.97)}
+    out = stuck(derate, now, before)
+    assert out == {"a-h100": 0.5 * STUCK_FACTOR, "a-l40s": 0.5, "b-h100": 0.8}
+    assert derate["a-h100"] == 0.5  # (the derates given are left as they were)
+    # another shape at fault, or the same one at the same capacity, or a first miss: not stuck
+    assert stuck(derate, {"a": ("a-l40s", 0.6, 0.92)}, before) == derate
+    assert stuck(derate, {"a": ("a-h100", 0.7, 0.92)}, before) == derate
+    assert stuck(derate, {"c": ("c-h100", 0.6, 0.5)}, before) == derate
