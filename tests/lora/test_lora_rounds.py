@@ -6,14 +6,12 @@ from __future__ import annotations
 from pathlib import Path
 from types import SimpleNamespace
 
-from compiler.api import plan
 from compiler.lora.plan import LoraPlanner, _usable
 from compiler.lower import lower
 from compiler.rounds import (FIRST_TRY_MIN, LORA_PREFIX, capacity_prior_table, family_of, first_round_share,
-                             first_try_worth, prior_derates, regime, simulate_and_derate)
-from compiler.sim import default_requests
-from compiler.sim.validate import validation_seeds
+                             first_try_worth, prior_derates, regime)
 from compiler.spec.load import load_spec
+from tests.sim.test_rounds_prior import first_simulated_round
 
 ROOT = Path(__file__).resolve().parents[2]
 MULTI_LORA = ROOT / "examples" / "multi-lora.yaml"
@@ -66,14 +64,8 @@ def test_first_try_uses_the_adapter_familys_first_round_share():
 
 
 def test_a_simulated_miss_derates_every_shared_candidate_the_workload_may_use():
-    spec = load_spec(MULTI_LORA)
-    r = plan(spec, validate=False)  # the LoRA cost model's own capacities, no prior
-    planner = LoraPlanner()
-    prob = planner.candidates(r.ir)
-    peers = planner.peers(prob)
-    fill = planner.fill(prob, r.solve, {})
-    res, derate = simulate_and_derate(r.plan, spec, r.ir, validation_seeds(0), default_requests(r.ir), {},
-                                      fill, peers)
+    # the LoRA cost model's own capacities, no prior, then one simulated round
+    res, derate, peers = first_simulated_round(load_spec(MULTI_LORA), LoraPlanner())
     missed = [n for n in res.intervals if not res.accepted(n)]
     assert missed, "the analytic multi-lora plan is expected to miss in simulation"
     for n in missed:

@@ -55,14 +55,20 @@ def test_clear_pass_needs_half_the_allowed_misses():
     assert not clear_pass(_res(0.94, 0.9))
 
 
-def test_a_simulated_miss_corrects_every_candidate_of_the_workload():
-    spec = load_spec(QUICKSTART)
-    r = plan(spec, validate=False)  # the cost model's own capacities, no prior: the simulation finds a miss
-    planner = UnifiedPlanner()
-    peers = planner.peers(r.candidates)
-    fill = planner.fill(r.candidates, r.solve, {})
+def first_simulated_round(spec, planner):
+    """The plan on the cost model's own capacities (no prior, no simulation), then the planner's first simulated
+    round on it with ``planner``'s peers: (``SeedsResult``, the new derates, the peers). Shared with
+    tests/lora/test_lora_rounds.py."""
+    r = plan(spec, validate=False)
+    cands = planner.candidates(r.ir)
+    peers = planner.peers(cands)
     res, derate = simulate_and_derate(r.plan, spec, r.ir, validation_seeds(0), default_requests(r.ir), {},
-                                      fill, peers)
+                                      planner.fill(cands, r.solve, {}), peers)
+    return res, derate, peers
+
+
+def test_a_simulated_miss_corrects_every_candidate_of_the_workload():
+    res, derate, peers = first_simulated_round(load_spec(QUICKSTART), UnifiedPlanner())
     missed = [n for n in res.intervals if not res.demonstrated(n)]
     assert missed, "the analytic quickstart plan is expected to miss in simulation"
     for n in missed:
