@@ -32,7 +32,7 @@ def _solve(ir, prob, keep):
     if not res.has_solution:
         return None, res.status.value
     chosen, flows = extract(ir, sub, res.values)
-    p, a = build_plan(ir, sub, chosen, flows, res, res.seconds, 1, [])
+    p, a = build_plan(ir, sub, chosen, flows, res, 1, [])
     return p, "" if not a.misses() else "misses: " + ", ".join(m.workload for m in a.misses())
 
 
