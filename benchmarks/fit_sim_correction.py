@@ -151,6 +151,8 @@ def write_yaml(path: Path, table: dict[str, dict], family_desc: str, n_rows: int
         "# band x one or several prompt-length ranges), the factor on the cost model's per-replica capacity at",
         "# which the validating simulation confirms the SLO in about 90 % of cases. Written by",
         "# benchmarks/fit_sim_correction.py; do not edit by hand (refit instead). Regimes not listed: default.",
+        "# lora-*: specs with adapters (compiler.lora.plan.LoraPlanner), applied per workload a round shows missing",
+        "# (compiler/rounds.py::prior_on_miss); regimes of that family not listed: lora-default.",
         "sources:",
         "  fit: {kind: fit, ref: \"benchmarks/fit_sim_correction.py against the simulator (compiler.sim) on "
         f"{family_desc}: {n_rows} observations (workload x simulated round), censored 10th percentile of the "
