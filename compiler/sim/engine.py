@@ -117,6 +117,10 @@ def least_loaded(group: list) -> object:
 
 
 class Simulation:
+    # Whether ``_run_split``'s deployment runs may go to forked processes (``compiler.sim.parallel``): each is a
+    # loop of its own over its arrivals (P/D pairs, which interact, run apart from them, in this process).
+    FORKABLE = True
+
     def __init__(self, scenario: Scenario, seed: int = 0, requests: int | None = None,
                  duration_s: float | None = None, timeline: bool = True, cache: RunCache | None = None,
                  only: frozenset[str] | None = None):
@@ -263,6 +267,7 @@ class Simulation:
         names = [sd.view.name for sd in self.sc.deployments]
         skipped: list[int] = []  # deployments ``only`` leaves out
         pairs_skipped = False
+        todo: list[tuple[int, str | None, DepRun | None]] = []  # (d, cache key, its reused run or None: to run)
         for d in range(nd):
             idx = by_dep[cuts[d]:cuts[d + 1]]
             if not len(idx) or not self.replicas[d] or d in paired:
@@ -275,12 +280,12 @@ class Simulation:
                         used[key] = kept[key]
                 continue
             key = dep_key(self, d, idx) if cache is not None else None
-            run = kept.get(key)
+            todo.append((d, key, kept.get(key)))
+        orders = {d: by_dep[cuts[d]:cuts[d + 1]].tolist() for d, _, run in todo if run is None}
+        fresh = self._run_all(orders)
+        for d, key, run in todo:
             if run is None:
-                self.requests = []
-                self.events = EventQueue()
-                t, stopped = self._loop(idx.tolist())
-                live = self.requests
+                live, t, stopped = fresh[d]
                 run = DepRun(live, self.replicas[d], t, stopped)
                 if cache is not None:
                     cache.misses += 1
@@ -328,6 +333,25 @@ class Simulation:
         self.t_end, self.stopped_early = join_ends(self.t_last_arrival, ends)
         if cache is not None:
             cache.end(self._cache_slot, used)
+
+    def _run_one(self, order: list[int]) -> tuple[list[Request], float, bool]:
+        """One deployment's event loop over its arrivals ``order``, from a fresh event queue: (its requests in
+        arrival order, the time of its last event, whether it stopped at the drain limit)."""
+        self.requests = []
+        self.events = EventQueue()
+        t, stopped = self._loop(order)
+        return self.requests, t, stopped
+
+    def _run_all(self, orders: dict[int, list[int]]) -> dict[int, tuple[list[Request], float, bool]]:
+        """``_run_one`` for each deployment of ``orders`` (d -> arrival indices), in forked processes where the
+        run is large enough (``compiler.sim.parallel``: the same floats, the same requests); here otherwise."""
+        from compiler.fanout import jobs_default
+        from compiler.sim import parallel
+
+        jobs = jobs_default()
+        if self.FORKABLE and parallel.worth_it(self, sum(map(len, orders.values())), len(orders), jobs):
+            return parallel.run_deployments(self, orders, jobs)
+        return {d: self._run_one(o) for d, o in orders.items()}
 
     def _prepare(self) -> None:
         """Per-run lookups the hooks use: the arrivals as lists (scalar access), each deployment's KV capacity

@@ -240,25 +240,32 @@ def simulate_seeds(plan, spec, ir, seeds: tuple[int, ...], requests: int | None,
     it (``apart``), and none when there are none: the planner re-solves anyway, and those workloads' verdict, on
     deployments the re-solve has no reason to change, is then known in this round instead of the next
     (docs/simulator.md, "Seeds and confidence"). Workloads the seeds leave ``undecided`` get up to EXTRA_SEEDS
-    more, those ``apart`` from any below target (before: none while any was below target)."""
-    from compiler.sim import simulate
+    more, those ``apart`` from any below target (before: none while any was below target). The seeds after the
+    first run side by side in forked processes where each run is large enough (``compiler.sim.parallel``); the
+    result is the same."""
+    from compiler.sim import default_requests, parallel, simulate
 
     only = None
-    runs = []
-    for i, s in enumerate(seeds):
-        runs.append(simulate(plan, spec, ir=ir, seed=s, requests=requests, timeline=False, only_workloads=only,
-                             **kwargs))
-        if fail_fast and i == 0 and len(seeds) > 1:
-            first = combine(seeds[:1], runs)
-            if clear_pass(first):
-                return first
-            shown = any(first.missed(n) for n in first.intervals)  # a miss this run already shows
-            if not plan.adapter_routes:  # (adapter plans: every run whole)
-                only = frozenset(n for n in first.intervals if not clearly(first, n))
-                only = apart(plan, first, only) if shown else only
-            if shown and (plan.adapter_routes or not only):
-                return first
-    seeds = tuple(seeds[:len(runs)])
+
+    def one(s: int):
+        return simulate(plan, spec, ir=ir, seed=s, requests=requests, timeline=False, only_workloads=only, **kwargs)
+
+    runs = [one(seeds[0])]
+    if fail_fast and len(seeds) > 1:
+        first = combine(seeds[:1], runs)
+        if clear_pass(first):
+            return first
+        shown = any(first.missed(n) for n in first.intervals)  # a miss this run already shows
+        if not plan.adapter_routes:  # (adapter plans: every run whole)
+            only = frozenset(n for n in first.intervals if not clearly(first, n))
+            only = apart(plan, first, only) if shown else only
+        if shown and (plan.adapter_routes or not only):
+            return first
+    if kwargs.get("progress") is None:  # the other seeds side by side where worth it (compiler.sim.parallel)
+        size = requests if requests is not None else default_requests(ir) if kwargs.get("duration_s") is None else 0
+        runs += parallel.seeds_in_processes(one, list(seeds[1:]), kwargs.get("cache"), size)
+    else:
+        runs += [one(s) for s in seeds[1:]]
     res = combine(seeds, runs)
     if not fail_fast or len(runs) < 2 or plan.adapter_routes:
         return res

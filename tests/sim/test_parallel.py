@@ -1,0 +1,129 @@
+"""One simulation's deployment runs in forked processes (compiler/sim/parallel.py) give exactly the result of
+running them all in this process: every field of the result, on the real cost model and simulator."""
+from __future__ import annotations
+
+import pickle
+from pathlib import Path
+
+import pytest
+
+import compiler.sim.parallel as par
+from compiler.api import plan
+from compiler.sim import simulate
+from compiler.sim.replica import Replica, Request
+from compiler.sim.reuse import RunCache
+from compiler.spec.load import load_spec
+
+ROOT = Path(__file__).resolve().parents[2]
+pytestmark = pytest.mark.skipif("fork" not in __import__("multiprocessing").get_all_start_methods(),
+                                reason="needs fork")
+
+
+def _bytes(res) -> bytes:
+    """Everything a simulation reports but its wall seconds."""
+    res.wall_s = 0.0
+    return pickle.dumps(res)
+
+
+def _both(monkeypatch, p, spec, cached: bool = False, **kw) -> tuple[bytes, bytes, list]:
+    """(the run in one process, the run with 2 processes, what the parallel path ran); ``cached``: each with a
+    new ``RunCache``, as the planner runs them."""
+    monkeypatch.setenv("TRIMTAB_JOBS", "1")
+    one = _bytes(simulate(p, spec, cache=RunCache() if cached else None, **kw))
+    monkeypatch.setenv("TRIMTAB_JOBS", "2")
+    monkeypatch.setattr(par, "MIN_ARRIVALS", 0)
+    calls = []
+    real = par.run_deployments
+    monkeypatch.setattr(par, "run_deployments", lambda sim, orders, jobs: calls.append(sorted(orders))
+                        or real(sim, orders, jobs))
+    two = _bytes(simulate(p, spec, cache=RunCache() if cached else None, **kw))
+    return one, two, calls
+
+
+@pytest.fixture(scope="module")
+def quickstart():
+    spec = load_spec(ROOT / "examples" / "quickstart.yaml")
+    return plan(spec, validate=False).plan, spec
+
+
+def test_request_fields_travel_whole():
+    """Every field of a request is sent and set back (a new field would otherwise be dropped silently)."""
+    r = Request(0, 0, 0, 0.0, 0, 0)
+    for i, s in enumerate(Request.__slots__):
+        setattr(r, s, i + 0.5 if s in ("arrival", "t_sched", "t_first", "t_done") else i + 1)
+    back = par.unpack_request(par._REQ(r))
+    assert [getattr(back, s) for s in Request.__slots__] == [getattr(r, s) for s in Request.__slots__]
+    # every replica field is sent, kept by the parent (the cost model, the prefix cache) or checked empty
+    assert set(par.REPLICA_FIELDS) | {"it", "pfx", "done"} | set(par._QUEUES) == set(Replica.__slots__)
+
+
+def test_forked_runs_equal_one_process(monkeypatch, quickstart):
+    p, spec = quickstart
+    one, two, calls = _both(monkeypatch, p, spec, seed=3, requests=5000)
+    assert calls and len(calls[0]) >= 3  # the parallel path ran, over several deployments
+    assert two == one
+
+
+def test_forked_runs_equal_one_process_with_reuse(monkeypatch, quickstart):
+    """Runs adopted from a child go into the planner's cache and are reused as they are by the next round."""
+    p, spec = quickstart
+    monkeypatch.setenv("TRIMTAB_JOBS", "2")
+    monkeypatch.setattr(par, "MIN_ARRIVALS", 0)
+    cache = RunCache()
+    first = _bytes(simulate(p, spec, seed=4, requests=4000, timeline=False, cache=cache))
+    again = _bytes(simulate(p, spec, seed=4, requests=4000, timeline=False, cache=cache))
+    assert cache.hits == cache.misses >= 3
+    monkeypatch.setenv("TRIMTAB_JOBS", "1")
+    assert first == again == _bytes(simulate(p, spec, seed=4, requests=4000, timeline=False))
+
+
+def test_runs_stopped_at_the_drain_limit_are_run_by_the_parent(monkeypatch, quickstart):
+    """An overloaded plan's deployments still hold requests at the drain limit: they are not sent back, the
+    parent runs them, and the result is the one-process one."""
+    p, spec = quickstart
+    spec = spec.model_copy(update={"workloads": [w.model_copy(update={"rate_rps": w.rate_rps * 8})
+                                                 for w in spec.workloads]})
+    small = p.model_copy(update={"deployments": [d.model_copy(update={"replicas": 1}) for d in p.deployments]})
+    one, two, calls = _both(monkeypatch, small, spec, seed=1, requests=6000)
+    assert calls
+    assert pickle.loads(one).stopped_early
+    assert two == one
+
+
+def test_a_failing_child_leaves_its_work_to_the_parent(monkeypatch, quickstart):
+    p, spec = quickstart
+
+    def broken(sim, queue, orders, counter, conn):
+        par._take(queue, counter)  # takes a deployment, then fails
+        raise RuntimeError("child failed")
+
+    monkeypatch.setattr(par, "_child", broken)
+    one, two, calls = _both(monkeypatch, p, spec, seed=5, requests=4000)
+    assert calls and two == one
+
+
+def test_pd_pairs_run_here_and_the_other_deployments_in_children(monkeypatch):
+    """A plan with P/D pairs and unified deployments (a generated spec of 20 workloads; the planner's runs, with a
+    cache): the pairs run together in this process, the unified deployments in children; the same result."""
+    from benchmarks.specgen import family, parse_size
+
+    name, text = family(parse_size("20/4/256"), 5, 0)[4]
+    spec = load_spec(f"{name}.yaml", text=text)
+    p = plan(spec, validate=False).plan
+    roles = [d.role for d in p.deployments]
+    assert "decode" in roles and roles.count("unified") >= 2
+    one, two, calls = _both(monkeypatch, p, spec, seed=2, requests=6000, cached=True)
+    assert calls and len(calls[0]) == roles.count("unified")
+    assert two == one
+
+
+def test_small_runs_and_one_job_stay_in_this_process(monkeypatch, quickstart):
+    p, spec = quickstart
+    calls = []
+    monkeypatch.setattr(par, "run_deployments", lambda *a: calls.append(a))
+    monkeypatch.setenv("TRIMTAB_JOBS", "2")
+    simulate(p, spec, seed=0, requests=2000)  # below MIN_ARRIVALS
+    monkeypatch.setenv("TRIMTAB_JOBS", "1")
+    monkeypatch.setattr(par, "MIN_ARRIVALS", 0)
+    simulate(p, spec, seed=0, requests=2000)
+    assert calls == []
