@@ -105,6 +105,8 @@ def rejected_notes(sim) -> list[str]:
     for r in sim.requests:
         if r.status == 3:
             n[r.w] = n.get(r.w, 0) + 1
+    if not n:
+        return []  # (the usual case: no second pass over the run's requests)
     tot: dict[int, int] = {}
     for r in sim.requests:
         tot[r.w] = tot.get(r.w, 0) + 1

@@ -16,6 +16,8 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
+from itertools import chain
+from operator import attrgetter
 
 import numpy as np
 
@@ -192,6 +194,20 @@ def clean(v):
     return v
 
 
+_NAMES = ("arrival", "w", "dep", "osl", "t_first", "t_done", "t_sched", "preempted", "status")  # what summarise reads
+_FIELDS = attrgetter(*_NAMES)
+
+
+def _groups(key: np.ndarray, keep: np.ndarray, k: int) -> list[np.ndarray]:
+    """For each value 0..k-1 of ``key``, the indices (ascending) where ``key`` has it and ``keep`` holds: what
+    ``np.flatnonzero(keep & (key == v))`` gives, in one stable sort instead of k passes over the run."""
+    idx = np.flatnonzero(keep)
+    sub = key[idx]
+    order = np.argsort(sub, kind="stable")
+    cuts = np.searchsorted(sub[order], np.arange(k + 1))
+    return [idx[order[cuts[v]:cuts[v + 1]]] for v in range(k)]
+
+
 def summarise(sim, span: tuple[float, float] | None = None) -> SimResult:
     """Per workload and deployment statistics of a finished run. ``span`` = (from, to): measure only the
     requests arriving in [from, to) (a window of a schedule simulation, ``compiler.sim.schedule``) instead of
@@ -199,15 +215,10 @@ def summarise(sim, span: tuple[float, float] | None = None) -> SimResult:
     sc = sim.sc
     reqs = sim.requests
     n = len(reqs)
-    arrival = np.fromiter((r.arrival for r in reqs), float, n)
-    w = np.fromiter((r.w for r in reqs), np.int64, n)
-    dep = np.fromiter((r.dep for r in reqs), np.int64, n)
-    osl = np.fromiter((r.osl for r in reqs), float, n)
-    t_first = np.fromiter((r.t_first for r in reqs), float, n)
-    t_done = np.fromiter((r.t_done for r in reqs), float, n)
-    t_sched = np.fromiter((r.t_sched for r in reqs), float, n)
-    preempted = np.fromiter((r.preempted for r in reqs), np.int64, n)
-    status = np.fromiter((r.status for r in reqs), np.int64, n)
+    # One pass over the requests (every field a float64: the integers are far below 2**53, so exact)
+    cols = np.fromiter(chain.from_iterable(map(_FIELDS, reqs)), float, n * len(_NAMES)).reshape(n, len(_NAMES)).T
+    arrival, osl, t_first, t_done, t_sched = cols[0], cols[3], cols[4], cols[5], cols[6]
+    w, dep, preempted, status = (cols[i].astype(np.int64) for i in (1, 2, 7, 8))
     fe = np.array([getattr(d.model, "request_overhead", 0.0) for d in sc.deployments] + [0.0])
     over = fe[dep]  # dep -1 picks the trailing 0
     done = t_done >= 0
@@ -224,44 +235,48 @@ def summarise(sim, span: tuple[float, float] | None = None) -> SimResult:
     meets = (ttft <= slo_ttft[w]) & (tpot <= slo_tpot[w])  # each request against its own workload's SLO
     wstats: dict[str, WorkloadStats] = {}
     samples: dict[str, tuple[np.ndarray, np.ndarray, np.ndarray]] = {}
+    by_w = _groups(w, measured, len(sc.workloads))  # each workload's measured requests, in arrival order
     for wi, wl in enumerate(sc.workloads):
-        m = measured & (w == wi)
-        k = int(m.sum())
-        ok = m & meets
+        m = by_w[wi]  # indices (ascending): the same elements, in the same order, as a boolean mask would pick
+        k = len(m)
+        okm = meets[m]  # in arrival order
+        n_ok = int(okm.sum())
         target = wl.percentile / 100.0
         by_dep: dict[str, tuple[int, float]] = {}
         misses: dict[str, int] = {}
-        for di in sorted(set(dep[m].tolist())):
-            md = m & (dep == di)
+        dm = dep[m]
+        for di in sorted(set(dm.tolist())):
+            md = dm == di
             nd = int(md.sum())
             name = dep_names[di] if di >= 0 else "(no route)"
-            by_dep[name] = (nd, float((ok & md).sum()) / nd)
-            misses[name] = nd - int((ok & md).sum())
+            ok_d = int((okm & md).sum())
+            by_dep[name] = (nd, float(ok_d) / nd)
+            misses[name] = nd - ok_d
         worst = max(sorted(misses), key=lambda d: misses[d]) if misses and max(misses.values()) > 0 else ""
         below = [d for d, (nd, a) in by_dep.items() if a < target and d in dep_names]
         tt, tp, ee = ttft[m], tpot[m], e2e[m]
-        okm = ok[m]  # in arrival order
         batches = [(int(b.sum()), len(b)) for b in np.array_split(okm, min(BATCHES, max(len(okm), 1))) if len(b)]
         wstats[wl.name] = WorkloadStats(
-            name=wl.name, requests=k, completed=int((m & done).sum()), unserved=int((m & (status > 0)).sum()),
-            attainment=float(ok.sum()) / k if k else 0.0, target=target,
+            name=wl.name, requests=k, completed=int(done[m].sum()), unserved=int((status[m] > 0).sum()),
+            attainment=float(n_ok) / k if k else 0.0, target=target,
             ttft_slo_ms=wl.ttft_s * 1e3, tpot_slo_ms=wl.tpot_s * 1e3,
             ttft_ms=_stats_ms(tt), tpot_ms=_stats_ms(tp), e2e_ms=_stats_ms(ee), queue_ms=_stats_ms(queue[m]),
             ttft_at_target_ms=_q(tt, wl.percentile) * 1e3, tpot_at_target_ms=_q(tp, wl.percentile) * 1e3,
             ttft_miss=float((tt > wl.ttft_s).mean()) if k else 0.0,
             tpot_miss=float((tp > wl.tpot_s).mean()) if k else 0.0,
-            goodput_rps=float(ok.sum()) / window, throughput_rps=k / window,
+            goodput_rps=float(n_ok) / window, throughput_rps=k / window,
             preemptions=int(preempted[m].sum()), by_deployment=by_dep, worst_deployment=worst, below_target=below,
             batches=batches)
         samples[wl.name] = (tt, tp, ee)
     span = max(sim.t_end, 1e-9)
     dstats: dict[str, DeploymentStats] = {}
     timeline: dict[str, np.ndarray] = {}
+    by_d = _groups(dep, measured, len(sc.deployments))
     for di, d in enumerate(sc.deployments):
         reps = sim.replicas[di]
-        md = measured & (dep == di)
-        nd = int(md.sum())
-        okd = md & meets
+        md = by_d[di]
+        nd = len(md)
+        okd = meets[md]
         R = max(len(reps), 1)
         cap = getattr(d.model, "kv_capacity_tokens", d.model.memory.kv_cache_tokens)
         busy = sum(r.busy_s for r in reps)

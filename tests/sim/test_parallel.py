@@ -127,3 +127,42 @@ def test_small_runs_and_one_job_stay_in_this_process(monkeypatch, quickstart):
     monkeypatch.setattr(par, "MIN_ARRIVALS", 0)
     simulate(p, spec, seed=0, requests=2000)
     assert calls == []
+
+
+def _seeds(p, spec, cache=None, fail_fast=False):
+    from compiler.sim.validate import simulate_seeds
+
+    res = simulate_seeds(p, spec, None, (0, 1, 2), 5000, fail_fast=fail_fast, cache=cache)
+    return [_bytes(r) for r in res.runs], res
+
+
+def test_seeds_side_by_side_equal_one_after_another(monkeypatch, quickstart):
+    """The seeds after the first in forked children (``run_seeds``): the same runs in seed order, and the children's
+    deployment runs land in the cache, where the next round reuses them with the same result."""
+    p, spec = quickstart
+    monkeypatch.setenv("TRIMTAB_JOBS", "1")
+    serial, _ = _seeds(p, spec)
+    monkeypatch.setenv("TRIMTAB_JOBS", "2")
+    monkeypatch.setattr(par, "MIN_ARRIVALS", 0)
+    batches = []
+    real = par.run_seeds
+    monkeypatch.setattr(par, "run_seeds", lambda run_one, seeds, cache, jobs: batches.append(list(seeds))
+                        or real(run_one, seeds, cache, jobs))
+    cache = RunCache()
+    side, _ = _seeds(p, spec, cache)
+    assert batches == [[1, 2]] and side == serial
+    assert {slot[0] for slot in cache.by_seed} == {0, 1, 2}  # seed 2 ran in a child: its runs came back
+    n = cache.misses
+    again, _ = _seeds(p, spec, cache)  # every deployment run of every seed reused, seed 2's from the child
+    assert again == serial and cache.misses == n and cache.hits == n
+
+
+def test_a_failing_seed_child_leaves_its_seed_to_the_parent(monkeypatch, quickstart):
+    p, spec = quickstart
+    monkeypatch.setenv("TRIMTAB_JOBS", "1")
+    serial, _ = _seeds(p, spec)
+    monkeypatch.setenv("TRIMTAB_JOBS", "2")
+    monkeypatch.setattr(par, "MIN_ARRIVALS", 0)
+    monkeypatch.setattr(par, "_seed_child", lambda *a: (_ for _ in ()).throw(RuntimeError("child failed")))
+    side, _ = _seeds(p, spec, RunCache())
+    assert side == serial
