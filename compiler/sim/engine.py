@@ -348,7 +348,7 @@ class Simulation:
         from compiler.fanout import jobs_default
         from compiler.sim import parallel
 
-        jobs = jobs_default()
+        jobs = parallel.jobs_here(jobs_default())
         if self.FORKABLE and parallel.worth_it(self, sum(map(len, orders.values())), len(orders), jobs):
             return parallel.run_deployments(self, orders, jobs)
         return {d: self._run_one(o) for d, o in orders.items()}

@@ -126,16 +126,22 @@ def run_deployments(sim, orders: dict[int, list[int]], jobs: int) -> dict[int, t
     return {d: out[d] for d in orders}
 
 
+def jobs_here(jobs: int) -> int:
+    """Processes a simulation may use: ``jobs``, or inside a seed ``run_seeds`` runs beside others, its share of
+    them (on 2 CPUs and 2 seeds: 1, no further forking)."""
+    return min(jobs, _SEED_JOBS[0]) if _SEED_JOBS[0] else jobs
+
+
 def worth_it(sim, arrivals: int, deployments: int, jobs: int) -> bool:
-    """Whether to use children for a run of ``arrivals`` arrivals over ``deployments`` deployments (not inside a
-    run that ``run_seeds`` already spreads over the processes)."""
-    return (jobs > 1 and deployments > 1 and arrivals >= MIN_ARRIVALS and not _IN_SEEDS[0]
+    """Whether to use children (``jobs``: ``jobs_here``'s) for a run of ``arrivals`` arrivals over
+    ``deployments`` deployments."""
+    return (jobs > 1 and deployments > 1 and arrivals >= MIN_ARRIVALS
             and "fork" in multiprocessing.get_all_start_methods()
             and not any(r.pfx is not None for g in sim.replicas for r in g))
 
 
 # --------------------------------------------------------------------------------------------- seeds in parallel
-_IN_SEEDS = [False]  # set while ``run_seeds`` runs its seeds: no further forking inside them
+_SEED_JOBS = [0]  # while ``run_seeds`` runs seeds side by side: each one's share of the processes (0: not)
 
 
 def _pack_cache(cache, slot) -> list:
@@ -173,9 +179,9 @@ def _unpack_cache(packed: list) -> dict:
     return used
 
 
-def _seed_child(run_one, seed, cache, conn) -> None:
+def _seed_child(run_one, seed, cache, share, conn) -> None:
     try:
-        _IN_SEEDS[0] = True
+        _SEED_JOBS[0] = share
         h, m = (cache.hits, cache.misses) if cache is not None else (0, 0)
         res = run_one(seed)
         packed = None
@@ -200,18 +206,19 @@ def run_seeds(run_one, seeds: list, cache, jobs: int) -> list:
     pending = list(seeds)
     while pending:
         batch, pending = pending[:jobs], pending[jobs:]
+        share = max(1, jobs // len(batch))  # each seed's processes for its deployment runs
         kids = []
         for s in batch[1:]:
             recv, send = ctx.Pipe(duplex=False)
-            p = ctx.Process(target=_seed_child, args=(run_one, s, cache, send), daemon=True)
+            p = ctx.Process(target=_seed_child, args=(run_one, s, cache, share, send), daemon=True)
             p.start()
             send.close()
             kids.append((s, p, recv))
-        _IN_SEEDS[0] = True
+        _SEED_JOBS[0] = share
         try:
             results[batch[0]] = run_one(batch[0])
         finally:
-            _IN_SEEDS[0] = False
+            _SEED_JOBS[0] = 0
         for s, p, recv in kids:
             try:
                 status, res, packed = pickle.loads(recv.recv_bytes())
@@ -238,7 +245,7 @@ def seeds_in_processes(run_one, seeds: list, cache, requests: int) -> list:
     from compiler.fanout import jobs_default
 
     jobs = jobs_default()
-    if (len(seeds) < 2 or jobs < 2 or requests < MIN_ARRIVALS or _IN_SEEDS[0]
+    if (len(seeds) < 2 or jobs < 2 or requests < MIN_ARRIVALS or _SEED_JOBS[0]
             or "fork" not in multiprocessing.get_all_start_methods()):
         return [run_one(s) for s in seeds]
     return run_seeds(run_one, seeds, cache, jobs)

@@ -166,3 +166,21 @@ def test_a_failing_seed_child_leaves_its_seed_to_the_parent(monkeypatch, quickst
     monkeypatch.setattr(par, "_seed_child", lambda *a: (_ for _ in ()).throw(RuntimeError("child failed")))
     side, _ = _seeds(p, spec, RunCache())
     assert side == serial
+
+
+def test_seeds_side_by_side_share_the_processes(monkeypatch, quickstart):
+    """With 4 processes and 2 seeds side by side, each seed's deployment runs use its share (2): forks inside the
+    seed's own child too; the same runs."""
+    p, spec = quickstart
+    monkeypatch.setenv("TRIMTAB_JOBS", "1")
+    serial, _ = _seeds(p, spec)
+    monkeypatch.setenv("TRIMTAB_JOBS", "4")
+    monkeypatch.setattr(par, "MIN_ARRIVALS", 0)
+    shares = []
+    real = par.run_deployments
+    monkeypatch.setattr(par, "run_deployments", lambda sim, orders, jobs: shares.append(jobs)
+                        or real(sim, orders, jobs))
+    side, _ = _seeds(p, spec, RunCache())
+    assert side == serial
+    assert shares and set(shares) <= {2, 4} and 2 in shares  # seed 0 alone: 4; seed 1 here beside seed 2: 2
+    assert par.jobs_here(4) == 4  # the share is given back after the seeds
