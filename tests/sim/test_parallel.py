@@ -25,6 +25,19 @@ def _bytes(res) -> bytes:
     return pickle.dumps(res)
 
 
+def _spy(monkeypatch, name: str, what) -> list:
+    """``par.<name>`` replaced by itself recording ``what(*args)`` of each call (in this process); the records."""
+    seen = []
+    real = getattr(par, name)
+
+    def spy(*a):
+        seen.append(what(*a))
+        return real(*a)
+
+    monkeypatch.setattr(par, name, spy)
+    return seen
+
+
 def _both(monkeypatch, p, spec, cached: bool = False, **kw) -> tuple[bytes, bytes, list]:
     """(the run in one process, the run with 2 processes, what the parallel path ran); ``cached``: each with a
     new ``RunCache``, as the planner runs them."""
@@ -32,10 +45,7 @@ def _both(monkeypatch, p, spec, cached: bool = False, **kw) -> tuple[bytes, byte
     one = _bytes(simulate(p, spec, cache=RunCache() if cached else None, **kw))
     monkeypatch.setenv("TRIMTAB_JOBS", "2")
     monkeypatch.setattr(par, "MIN_ARRIVALS", 0)
-    calls = []
-    real = par.run_deployments
-    monkeypatch.setattr(par, "run_deployments", lambda sim, orders, jobs: calls.append(sorted(orders))
-                        or real(sim, orders, jobs))
+    calls = _spy(monkeypatch, "run_deployments", lambda sim, orders, jobs: sorted(orders))
     two = _bytes(simulate(p, spec, cache=RunCache() if cached else None, **kw))
     return one, two, calls
 
@@ -129,58 +139,50 @@ def test_small_runs_and_one_job_stay_in_this_process(monkeypatch, quickstart):
     assert calls == []
 
 
-def _seeds(p, spec, cache=None, fail_fast=False):
+def _seeds(p, spec, cache=None) -> list[bytes]:
+    """Every run of seeds 0-2 of ``p`` (5,000 requests each)."""
     from compiler.sim.validate import simulate_seeds
 
-    res = simulate_seeds(p, spec, None, (0, 1, 2), 5000, fail_fast=fail_fast, cache=cache)
-    return [_bytes(r) for r in res.runs], res
+    return [_bytes(r) for r in simulate_seeds(p, spec, None, (0, 1, 2), 5000, cache=cache).runs]
+
+
+def _serial_then(monkeypatch, p, spec, jobs: str) -> list[bytes]:
+    """The seeds' runs in one process; then ``jobs`` processes for every run after it, however small."""
+    monkeypatch.setenv("TRIMTAB_JOBS", "1")
+    serial = _seeds(p, spec)
+    monkeypatch.setenv("TRIMTAB_JOBS", jobs)
+    monkeypatch.setattr(par, "MIN_ARRIVALS", 0)
+    return serial
 
 
 def test_seeds_side_by_side_equal_one_after_another(monkeypatch, quickstart):
     """The seeds after the first in forked children (``run_seeds``): the same runs in seed order, and the children's
     deployment runs land in the cache, where the next round reuses them with the same result."""
     p, spec = quickstart
-    monkeypatch.setenv("TRIMTAB_JOBS", "1")
-    serial, _ = _seeds(p, spec)
-    monkeypatch.setenv("TRIMTAB_JOBS", "2")
-    monkeypatch.setattr(par, "MIN_ARRIVALS", 0)
-    batches = []
-    real = par.run_seeds
-    monkeypatch.setattr(par, "run_seeds", lambda run_one, seeds, cache, jobs: batches.append(list(seeds))
-                        or real(run_one, seeds, cache, jobs))
+    serial = _serial_then(monkeypatch, p, spec, "2")
+    batches = _spy(monkeypatch, "run_seeds", lambda run_one, seeds, cache, jobs: list(seeds))
     cache = RunCache()
-    side, _ = _seeds(p, spec, cache)
+    side = _seeds(p, spec, cache)
     assert batches == [[1, 2]] and side == serial
     assert {slot[0] for slot in cache.by_seed} == {0, 1, 2}  # seed 2 ran in a child: its runs came back
     n = cache.misses
-    again, _ = _seeds(p, spec, cache)  # every deployment run of every seed reused, seed 2's from the child
+    again = _seeds(p, spec, cache)  # every deployment run of every seed reused, seed 2's from the child
     assert again == serial and cache.misses == n and cache.hits == n
 
 
 def test_a_failing_seed_child_leaves_its_seed_to_the_parent(monkeypatch, quickstart):
     p, spec = quickstart
-    monkeypatch.setenv("TRIMTAB_JOBS", "1")
-    serial, _ = _seeds(p, spec)
-    monkeypatch.setenv("TRIMTAB_JOBS", "2")
-    monkeypatch.setattr(par, "MIN_ARRIVALS", 0)
+    serial = _serial_then(monkeypatch, p, spec, "2")
     monkeypatch.setattr(par, "_seed_child", lambda *a: (_ for _ in ()).throw(RuntimeError("child failed")))
-    side, _ = _seeds(p, spec, RunCache())
-    assert side == serial
+    assert _seeds(p, spec, RunCache()) == serial
 
 
 def test_seeds_side_by_side_share_the_processes(monkeypatch, quickstart):
     """With 4 processes and 2 seeds side by side, each seed's deployment runs use its share (2): forks inside the
     seed's own child too; the same runs."""
     p, spec = quickstart
-    monkeypatch.setenv("TRIMTAB_JOBS", "1")
-    serial, _ = _seeds(p, spec)
-    monkeypatch.setenv("TRIMTAB_JOBS", "4")
-    monkeypatch.setattr(par, "MIN_ARRIVALS", 0)
-    shares = []
-    real = par.run_deployments
-    monkeypatch.setattr(par, "run_deployments", lambda sim, orders, jobs: shares.append(jobs)
-                        or real(sim, orders, jobs))
-    side, _ = _seeds(p, spec, RunCache())
-    assert side == serial
+    serial = _serial_then(monkeypatch, p, spec, "4")
+    shares = _spy(monkeypatch, "run_deployments", lambda sim, orders, jobs: jobs)
+    assert _seeds(p, spec, RunCache()) == serial
     assert shares and set(shares) <= {2, 4} and 2 in shares  # seed 0 alone: 4; seed 1 here beside seed 2: 2
     assert par.jobs_here(4) == 4  # the share is given back after the seeds
