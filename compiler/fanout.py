@@ -17,25 +17,15 @@ KV (``defaults.kv_tiers: experimental-live``: a borrower's size depends on the s
 from __future__ import annotations
 
 import multiprocessing
-import os
 from dataclasses import replace
 
 from compiler.ir import ProblemIR
+from compiler.jobs import jobs_default
 
 MIN_WORK = 40  # workload x GPU-type pairs below which forking costs more than it saves
 
 _IR: ProblemIR | None = None  # the IR the forked workers inherit
 _BUILD = None
-
-
-def jobs_default() -> int:
-    env = os.environ.get("TRIMTAB_JOBS", "").strip()
-    if env.isdigit() and int(env) > 0:
-        return int(env)
-    try:
-        return len(os.sched_getaffinity(0))
-    except (AttributeError, OSError):  # pragma: no cover - not Linux
-        return os.cpu_count() or 1
 
 
 def _one(i: int):

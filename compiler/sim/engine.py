@@ -345,7 +345,7 @@ class Simulation:
     def _run_all(self, orders: dict[int, list[int]]) -> dict[int, tuple[list[Request], float, bool]]:
         """``_run_one`` for each deployment of ``orders`` (d -> arrival indices), in forked processes where the
         run is large enough (``compiler.sim.parallel``: the same floats, the same requests); here otherwise."""
-        from compiler.fanout import jobs_default
+        from compiler.jobs import jobs_default
         from compiler.sim import parallel
 
         jobs = parallel.jobs_here(jobs_default())

@@ -242,7 +242,7 @@ def run_seeds(run_one, seeds: list, cache, jobs: int) -> list:
 def seeds_in_processes(run_one, seeds: list, cache, requests: int) -> list:
     """``run_one`` over ``seeds``: spread over the processes (``run_seeds``) when there are two or more and each
     run draws at least ``MIN_ARRIVALS`` requests, one after another here otherwise."""
-    from compiler.fanout import jobs_default
+    from compiler.jobs import jobs_default
 
     jobs = jobs_default()
     if (len(seeds) < 2 or jobs < 2 or requests < MIN_ARRIVALS or _SEED_JOBS[0]

@@ -19,7 +19,7 @@ MAX_LINES = 600
 STAGES = [
     ("foundation", ["compiler.errors", "compiler.yamlio", "compiler.profiles", "compiler.spec", "compiler.lora.spec",
                     "compiler.validation", "compiler.traces", "compiler.lengths", "compiler.ir", "solvers",
-                    "compiler.engines", "compiler.online.profile"]),
+                    "compiler.engines", "compiler.online.profile", "compiler.jobs"]),
     ("lower", ["compiler.lower", "compiler.lora.spec", "compiler.topology", "compiler.whatif"]),
     ("cost model", ["compiler.cost", "compiler.lora.model", "compiler.physics", "compiler.online.startup"]),
     ("deployment", ["compiler.deployment", "compiler.kvtiers", "compiler.layouts"]),
