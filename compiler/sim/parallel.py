@@ -144,25 +144,35 @@ def worth_it(sim, arrivals: int, deployments: int, jobs: int) -> bool:
 _SEED_JOBS = [0]  # while ``run_seeds`` runs seeds side by side: each one's share of the processes (0: not)
 
 
-def _pack_cache(cache, slot) -> list:
-    """The deployment runs ``cache`` holds for ``slot``, as numbers (``DepRun``s whose replicas still hold requests
-    or have a prefix cache are left out: the next round runs them again, with the same result)."""
+def _pack_cache(cache, slot, before: dict) -> list:
+    """The deployment runs ``cache`` holds for ``slot``, as numbers; a run the parent already had for it (``before``:
+    the slot's runs at the fork, the same objects) as its key alone. Runs whose replicas still hold requests or have
+    a prefix cache are left out: the next round runs them again, with the same result."""
     out = []
     for key, run in cache.by_seed.get(slot, {}).items():
+        if before.get(key) is run:
+            out.append((key, None))  # the parent's own (reused here, unchanged)
+            continue
         reps = [None if r.pfx is not None else pack_replica(r) for r in run.replicas]
         if run.stopped or any(x is None for x in reps):
             continue
-        out.append((key, [_REQ(r) for r in run.requests], reps, run.t_last, run.stopped))
+        out.append((key, ([_REQ(r) for r in run.requests], reps, run.t_last, run.stopped)))
     return out
 
 
-def _unpack_cache(packed: list) -> dict:
+def _unpack_cache(packed: list, before: dict) -> dict:
+    """``_pack_cache``'s runs as ``DepRun``s again (``before``: the parent's runs of the slot, for the keys sent
+    alone)."""
     from collections import deque
 
     from compiler.sim.reuse import DepRun
 
     used = {}
-    for key, rows, reps, t_last, stopped in packed:
+    for key, run in packed:
+        if run is None:
+            used[key] = before[key]
+            continue
+        rows, reps, t_last, stopped = run
         requests = [unpack_request(x) for x in rows]
         by_rid = {r.rid: r for r in requests}
         replicas = []
@@ -183,11 +193,12 @@ def _seed_child(run_one, seed, cache, share, conn) -> None:
     try:
         _SEED_JOBS[0] = share
         h, m = (cache.hits, cache.misses) if cache is not None else (0, 0)
+        before = {s: dict(r) for s, r in cache.by_seed.items()} if cache is not None else {}
         res = run_one(seed)
         packed = None
         if cache is not None:  # the slots of this seed (``Simulation._cache_slot``: (seed, requests, duration))
-            packed = ({slot: _pack_cache(cache, slot) for slot in cache.by_seed if slot[0] == seed},
-                      cache.hits - h, cache.misses - m)
+            packed = ({slot: _pack_cache(cache, slot, before.get(slot, {})) for slot in cache.by_seed
+                       if slot[0] == seed}, cache.hits - h, cache.misses - m)
         conn.send_bytes(pickle.dumps(("ok", res, packed), protocol=pickle.HIGHEST_PROTOCOL))
     except BaseException:  # noqa: BLE001 - the parent runs the seed itself
         conn.send_bytes(pickle.dumps(("error", traceback.format_exc(), None)))
@@ -232,7 +243,7 @@ def run_seeds(run_one, seeds: list, cache, jobs: int) -> list:
             elif packed is not None:
                 slots, hits, misses = packed
                 for slot, runs in slots.items():
-                    cache.by_seed[slot] = _unpack_cache(runs)
+                    cache.by_seed[slot] = _unpack_cache(runs, cache.by_seed.get(slot, {}))
                 cache.hits += hits
                 cache.misses += misses
             results[s] = res

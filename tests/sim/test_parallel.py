@@ -166,8 +166,11 @@ def test_seeds_side_by_side_equal_one_after_another(monkeypatch, quickstart):
     assert batches == [[1, 2]] and side == serial
     assert {slot[0] for slot in cache.by_seed} == {0, 1, 2}  # seed 2 ran in a child: its runs came back
     n = cache.misses
-    again = _seeds(p, spec, cache)  # every deployment run of every seed reused, seed 2's from the child
+    # every deployment run of every seed reused; seed 2's child names the runs the parent already has by key alone
+    by_key = _spy(monkeypatch, "_unpack_cache", lambda packed, before: sum(run is None for _, run in packed))
+    again = _seeds(p, spec, cache)
     assert again == serial and cache.misses == n and cache.hits == n
+    assert by_key and by_key[0] >= 3
 
 
 def test_a_failing_seed_child_leaves_its_seed_to_the_parent(monkeypatch, quickstart):
