@@ -6,17 +6,20 @@ deployment's run from the first (what a planning round pays for deployments it d
 
 The plan is the analytic one (``validate=False``) of ``benchmarks/specgen.py``'s spec (size, seed). The three
 results must be identical (checked: the script fails otherwise); the table gives CPU seconds (this process
-only), engine steps and the speed-up.
+only), engine steps and the speed-up. Runs in one process (``TRIMTAB_JOBS=1``): forked deployment runs
+(``compiler.sim.parallel``) would move CPU seconds to children this count does not see.
 """
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
+os.environ["TRIMTAB_JOBS"] = "1"  # (module docstring)
 
 from benchmarks.specgen import family, parse_size  # noqa: E402
 from compiler.api import plan  # noqa: E402
