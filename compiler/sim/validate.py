@@ -262,7 +262,9 @@ def simulate_seeds(plan, spec, ir, seeds: tuple[int, ...], requests: int | None,
         if shown and (plan.adapter_routes or not only):
             return first
     if kwargs.get("progress") is None:  # the other seeds side by side where worth it (compiler.sim.parallel)
-        size = requests if requests is not None else default_requests(ir) if kwargs.get("duration_s") is None else 0
+        # the requests each run draws (0, unknown: by duration, or no IR to size them from; then one after another)
+        size = (requests if requests is not None
+                else default_requests(ir) if ir is not None and kwargs.get("duration_s") is None else 0)
         runs += parallel.seeds_in_processes(one, list(seeds[1:]), kwargs.get("cache"), size)
     else:
         runs += [one(s) for s in seeds[1:]]
