@@ -117,10 +117,6 @@ def least_loaded(group: list) -> object:
 
 
 class Simulation:
-    # Whether ``_run_split``'s deployment runs may go to forked processes (``compiler.sim.parallel``): each is a
-    # loop of its own over its arrivals (P/D pairs, which interact, run apart from them, in this process).
-    FORKABLE = True
-
     def __init__(self, scenario: Scenario, seed: int = 0, requests: int | None = None,
                  duration_s: float | None = None, timeline: bool = True, cache: RunCache | None = None,
                  only: frozenset[str] | None = None):
@@ -349,7 +345,7 @@ class Simulation:
         from compiler.sim import parallel
 
         jobs = parallel.jobs_here(jobs_default())
-        if self.FORKABLE and parallel.worth_it(self, sum(map(len, orders.values())), len(orders), jobs):
+        if parallel.worth_it(self, sum(map(len, orders.values())), len(orders), jobs):
             return parallel.run_deployments(self, orders, jobs)
         return {d: self._run_one(o) for d, o in orders.items()}
 

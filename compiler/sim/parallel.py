@@ -1,21 +1,25 @@
-"""One simulation's deployment runs across processes (issue 16: the planner's validating runs on 2+ cores).
+"""One simulation's deployment runs, and a plan's validating seeds, across processes (issue 16: the planner's
+validating runs on 2+ cores).
 
-Entry point: ``run_deployments(sim, todo, jobs) -> {d: (requests, t_last, stopped)}``, called by
-``Simulation._run_split`` for the deployments it has to run (not reused from a former round).
+Entry points: ``run_deployments(sim, orders, jobs) -> {d: (requests, t_last, stopped)}``, called by
+``Simulation._run_all`` for the deployments it has to run (not reused from a former round); ``seeds_in_processes``,
+called by ``compiler.sim.validate.simulate_seeds`` for the seeds after the first.
 
-Why this is exact: in a plan without P/D pairs the deployments' event loops are independent
-(``compiler.sim.reuse``): each starts from a fresh event queue and touches only its own replicas and the requests
-routed to it. So a deployment's loop run in a forked child (which inherits the drawn arrivals, the replicas and
-their cost models) computes the same floats in the same order as in the parent. The child sends back each
-request's fields and each replica's counters (``pack_replica``); the parent rebuilds the ``Request`` objects and
-sets the counters on its own replica objects (which the child's run never touched here). Only numbers travel.
+Why this is exact: the deployments' event loops are independent (``compiler.sim.reuse``; P/D pairs, which
+interact, run apart, in the parent): each starts from a fresh event queue and touches only its own replicas and
+the requests routed to it. So a deployment's loop run in a forked child (which inherits the drawn arrivals, the
+replicas and their cost models) computes the same floats in the same order as in the parent. The child sends
+back each request's fields and each replica's counters (``pack_run``); the parent rebuilds the ``Request``
+objects and sets the counters on its own replica objects (which the child's run never touched). Only numbers
+travel. A seed's simulation is a function of its seed and the plan alone, so seeds run side by side the same way,
+their deployment runs sent back into the planner's ``RunCache``.
 
 The parent and the children take deployments from one queue (the most arrivals first, a shared counter), so a
-process that drew short runs takes more of them. A deployment whose run ends with requests still queued or in flight (stopped
-at the drain limit) or that has a prefix cache (an LRU of trace block hashes, too large to send) is not sent: the
-parent runs it. What a child that fails (or is killed) took, the parent runs. Only simulations of at least
-``MIN_ARRIVALS`` arrivals to run use children (forking and sending costs ~0.1 s; the test suite's small runs stay
-in one process); ``TRIMTAB_JOBS=1`` turns it off, as for the candidate fan-out (``compiler.fanout``).
+process that drew short runs takes more of them. A run that ends with requests still queued or in flight
+(stopped at the drain limit) or on a replica with a prefix cache (an LRU of trace block hashes, too large to send)
+is not sent: the parent runs it. What a child that fails (or is killed) took, the parent runs. Only runs of at
+least ``MIN_ARRIVALS`` requests use children (forking and sending costs ~0.1 s; the test suite's small runs stay in
+one process); ``TRIMTAB_JOBS=1`` turns it off, as for the candidate fan-out (``compiler.fanout``).
 """
 from __future__ import annotations
 
@@ -47,10 +51,74 @@ def unpack_request(t: tuple) -> Request:
 
 
 def pack_replica(rep: Replica) -> tuple | None:
-    """(``REPLICA_FIELDS`` values, ids of the requests done in order); None when it still holds requests."""
-    if any(getattr(rep, q) for q in _QUEUES):
+    """(``REPLICA_FIELDS`` values, ids of the requests done in order); None when it still holds requests or has a
+    prefix cache."""
+    if rep.pfx is not None or any(getattr(rep, q) for q in _QUEUES):
         return None
     return _REP(rep), [r.rid for r in rep.done]
+
+
+def pack_run(requests: list[Request], replicas: list[Replica], t_last: float, stopped: bool) -> tuple | None:
+    """A finished deployment run as numbers; None when it cannot travel (stopped at the drain limit, or a replica
+    that ``pack_replica`` cannot send)."""
+    reps = [pack_replica(r) for r in replicas]
+    if stopped or any(x is None for x in reps):
+        return None
+    return [_REQ(r) for r in requests], reps, t_last, stopped
+
+
+def unpack_run(packed: tuple, replicas: list[Replica]) -> tuple[list[Request], float, bool]:
+    """``pack_run``'s run again: its requests rebuilt, the counters set on ``replicas`` (the parent's own, or blank
+    ones); (requests, time of the last event, stopped)."""
+    rows, reps, t_last, stopped = packed
+    requests = [unpack_request(x) for x in rows]
+    by_rid = {r.rid: r for r in requests}
+    for rep, (vals, done) in zip(replicas, reps):
+        for name, v in zip(REPLICA_FIELDS, vals):
+            setattr(rep, name, v)
+        rep.done = [by_rid[i] for i in done]
+    return requests, t_last, stopped
+
+
+def _blank_replica() -> Replica:
+    """A replica to hold a finished run's counters: read, never stepped again (no cost model, empty queues)."""
+    from collections import deque
+
+    rep = Replica.__new__(Replica)
+    rep.it, rep.pfx = None, None
+    rep.waiting, rep.prefilling, rep.running, rep.dheap, rep.sched = deque(), deque(), {}, [], []
+    return rep
+
+
+def _fork(ctx, target, *args):
+    """``target(*args, conn)`` in a forked child; (the process, the end its one reply comes on)."""
+    recv, send = ctx.Pipe(duplex=False)
+    p = ctx.Process(target=target, args=(*args, send), daemon=True)
+    p.start()
+    send.close()
+    return p, recv
+
+
+def _reply(conn, work) -> None:
+    """In a child: send ``("ok", work())``, or ``("error", traceback)`` when it raises; then close."""
+    try:
+        conn.send_bytes(pickle.dumps(("ok", work()), protocol=pickle.HIGHEST_PROTOCOL))
+    except BaseException:  # noqa: BLE001 - reported to the parent, which does the work itself
+        conn.send_bytes(pickle.dumps(("error", traceback.format_exc())))
+    finally:
+        conn.close()
+
+
+def _collect(p, recv):
+    """A child's reply (None when it failed, or ended without one); the child joined."""
+    try:
+        status, got = pickle.loads(recv.recv_bytes())
+    except (EOFError, OSError):
+        status, got = "error", None
+    finally:
+        recv.close()
+        p.join()
+    return got if status == "ok" else None
 
 
 def _take(queue: list[int], counter):
@@ -62,32 +130,15 @@ def _take(queue: list[int], counter):
 
 
 def _child(sim, queue: list[int], orders: dict[int, list[int]], counter, conn) -> None:
-    try:
+    """Run the deployments this child takes; replies (d, ``pack_run`` of its run, or None: the parent runs it)."""
+    def work() -> list:
         out = []
         while (d := _take(queue, counter)) is not None:
             requests, t, stopped = sim._run_one(orders[d])
-            reps = [pack_replica(r) for r in sim.replicas[d]]
-            if stopped or any(p is None for p in reps):
-                out.append((d, None))  # the parent runs it
-            else:
-                out.append((d, ([_REQ(r) for r in requests], reps, t, stopped)))
-        conn.send_bytes(pickle.dumps(("ok", out), protocol=pickle.HIGHEST_PROTOCOL))
-    except BaseException:  # noqa: BLE001 - reported to the parent, which runs what it took
-        conn.send_bytes(pickle.dumps(("error", traceback.format_exc())))
-    finally:
-        conn.close()
+            out.append((d, pack_run(requests, sim.replicas[d], t, stopped)))
+        return out
 
-
-def _adopt(sim, d: int, packed) -> tuple[list[Request], float, bool]:
-    """A child's run of deployment ``d`` made the parent's: requests rebuilt, counters set on its replicas."""
-    rows, reps, t, stopped = packed
-    requests = [unpack_request(x) for x in rows]
-    by_rid = {r.rid: r for r in requests}
-    for rep, (vals, done) in zip(sim.replicas[d], reps):
-        for name, v in zip(REPLICA_FIELDS, vals):
-            setattr(rep, name, v)
-        rep.done = [by_rid[i] for i in done]
-    return requests, t, stopped
+    _reply(conn, work)
 
 
 def run_deployments(sim, orders: dict[int, list[int]], jobs: int) -> dict[int, tuple[list[Request], float, bool]]:
@@ -98,27 +149,13 @@ def run_deployments(sim, orders: dict[int, list[int]], jobs: int) -> dict[int, t
     ctx = multiprocessing.get_context("fork")
     queue = sorted(orders, key=lambda d: (-len(orders[d]), d))
     counter = ctx.Value("l", 0)
-    kids = []
-    for _ in range(min(jobs, len(queue)) - 1):
-        recv, send = ctx.Pipe(duplex=False)
-        p = ctx.Process(target=_child, args=(sim, queue, orders, counter, send), daemon=True)
-        p.start()
-        send.close()
-        kids.append((p, recv))
+    kids = [_fork(ctx, _child, sim, queue, orders, counter) for _ in range(min(jobs, len(queue)) - 1)]
     out = {}
     while (d := _take(queue, counter)) is not None:
         out[d] = sim._run_one(orders[d])
     for p, recv in kids:
-        try:
-            status, got = pickle.loads(recv.recv_bytes())
-        except (EOFError, OSError):
-            status, got = "error", "child ended without a result"
-        finally:
-            recv.close()
-            p.join()
-        if status == "ok":
-            for d, packed in got:
-                out[d] = sim._run_one(orders[d]) if packed is None else _adopt(sim, d, packed)
+        for d, packed in _collect(p, recv) or ():
+            out[d] = sim._run_one(orders[d]) if packed is None else unpack_run(packed, sim.replicas[d])
     # What a failed child took and never sent: run here (every deployment is in ``queue`` once)
     for d in queue:
         if d not in out:
@@ -145,26 +182,21 @@ _SEED_JOBS = [0]  # while ``run_seeds`` runs seeds side by side: each one's shar
 
 
 def _pack_cache(cache, slot, before: dict) -> list:
-    """The deployment runs ``cache`` holds for ``slot``, as numbers; a run the parent already had for it (``before``:
-    the slot's runs at the fork, the same objects) as its key alone. Runs whose replicas still hold requests or have
-    a prefix cache are left out: the next round runs them again, with the same result."""
+    """The deployment runs ``cache`` holds for ``slot``: (key, ``pack_run``); a run the parent already had for it
+    (``before``: the slot's runs at the fork, the same objects) as (key, None). Runs that cannot travel are left
+    out: the next round runs them again, with the same result."""
     out = []
     for key, run in cache.by_seed.get(slot, {}).items():
         if before.get(key) is run:
             out.append((key, None))  # the parent's own (reused here, unchanged)
-            continue
-        reps = [None if r.pfx is not None else pack_replica(r) for r in run.replicas]
-        if run.stopped or any(x is None for x in reps):
-            continue
-        out.append((key, ([_REQ(r) for r in run.requests], reps, run.t_last, run.stopped)))
+        elif (packed := pack_run(run.requests, run.replicas, run.t_last, run.stopped)) is not None:
+            out.append((key, packed))
     return out
 
 
 def _unpack_cache(packed: list, before: dict) -> dict:
     """``_pack_cache``'s runs as ``DepRun``s again (``before``: the parent's runs of the slot, for the keys sent
     alone)."""
-    from collections import deque
-
     from compiler.sim.reuse import DepRun
 
     used = {}
@@ -172,38 +204,26 @@ def _unpack_cache(packed: list, before: dict) -> dict:
         if run is None:
             used[key] = before[key]
             continue
-        rows, reps, t_last, stopped = run
-        requests = [unpack_request(x) for x in rows]
-        by_rid = {r.rid: r for r in requests}
-        replicas = []
-        for vals, done in reps:
-            rep = Replica.__new__(Replica)
-            for name, v in zip(REPLICA_FIELDS, vals):
-                setattr(rep, name, v)
-            rep.it = None  # a finished run's replica is read, never stepped again
-            rep.pfx = None
-            rep.waiting, rep.prefilling, rep.running, rep.dheap, rep.sched = deque(), deque(), {}, [], []
-            rep.done = [by_rid[i] for i in done]
-            replicas.append(rep)
+        replicas = [_blank_replica() for _ in run[1]]
+        requests, t_last, stopped = unpack_run(run, replicas)
         used[key] = DepRun(requests, replicas, t_last, stopped)
     return used
 
 
 def _seed_child(run_one, seed, cache, share, conn) -> None:
-    try:
+    """Run ``seed``; replies (its ``SimResult``, (this seed's slots packed, hits, misses) or None without a cache)."""
+    def work():
         _SEED_JOBS[0] = share
         h, m = (cache.hits, cache.misses) if cache is not None else (0, 0)
         before = {s: dict(r) for s, r in cache.by_seed.items()} if cache is not None else {}
         res = run_one(seed)
-        packed = None
-        if cache is not None:  # the slots of this seed (``Simulation._cache_slot``: (seed, requests, duration))
-            packed = ({slot: _pack_cache(cache, slot, before.get(slot, {})) for slot in cache.by_seed
-                       if slot[0] == seed}, cache.hits - h, cache.misses - m)
-        conn.send_bytes(pickle.dumps(("ok", res, packed), protocol=pickle.HIGHEST_PROTOCOL))
-    except BaseException:  # noqa: BLE001 - the parent runs the seed itself
-        conn.send_bytes(pickle.dumps(("error", traceback.format_exc(), None)))
-    finally:
-        conn.close()
+        if cache is None:
+            return res, None
+        # the slots of this seed (``Simulation._cache_slot``: (seed, requests, duration))
+        return res, ({slot: _pack_cache(cache, slot, before.get(slot, {})) for slot in cache.by_seed
+                      if slot[0] == seed}, cache.hits - h, cache.misses - m)
+
+    _reply(conn, work)
 
 
 def run_seeds(run_one, seeds: list, cache, jobs: int) -> list:
@@ -218,34 +238,24 @@ def run_seeds(run_one, seeds: list, cache, jobs: int) -> list:
     while pending:
         batch, pending = pending[:jobs], pending[jobs:]
         share = max(1, jobs // len(batch))  # each seed's processes for its deployment runs
-        kids = []
-        for s in batch[1:]:
-            recv, send = ctx.Pipe(duplex=False)
-            p = ctx.Process(target=_seed_child, args=(run_one, s, cache, share, send), daemon=True)
-            p.start()
-            send.close()
-            kids.append((s, p, recv))
+        kids = [(s, *_fork(ctx, _seed_child, run_one, s, cache, share)) for s in batch[1:]]
         _SEED_JOBS[0] = share
         try:
             results[batch[0]] = run_one(batch[0])
         finally:
             _SEED_JOBS[0] = 0
         for s, p, recv in kids:
-            try:
-                status, res, packed = pickle.loads(recv.recv_bytes())
-            except (EOFError, OSError):
-                status, res, packed = "error", None, None
-            finally:
-                recv.close()
-                p.join()
-            if status != "ok":
+            got = _collect(p, recv)
+            if got is None:
                 res = run_one(s)
-            elif packed is not None:
-                slots, hits, misses = packed
-                for slot, runs in slots.items():
-                    cache.by_seed[slot] = _unpack_cache(runs, cache.by_seed.get(slot, {}))
-                cache.hits += hits
-                cache.misses += misses
+            else:
+                res, packed = got
+                if packed is not None:
+                    slots, hits, misses = packed
+                    for slot, runs in slots.items():
+                        cache.by_seed[slot] = _unpack_cache(runs, cache.by_seed.get(slot, {}))
+                    cache.hits += hits
+                    cache.misses += misses
             results[s] = res
     return [results[s] for s in seeds]
 

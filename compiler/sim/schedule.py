@@ -75,8 +75,6 @@ class ScheduleSimulation(Simulation):
     the most at once); ``segments``: the windows' arrivals; ``serving``: per deployment, the replica indices
     serving at time 0; ``events``: what changes after (``scale_events``)."""
 
-    FORKABLE = False  # scale events and the requests waiting at the router span deployments in one heap
-
     def __init__(self, held: Scenario, segments: list[Segment], serving: list[list[int]],
                  events: list[ScaleEvent], seed: int = 0, timeline: bool = False):
         self.segments = segments

@@ -261,13 +261,11 @@ def simulate_seeds(plan, spec, ir, seeds: tuple[int, ...], requests: int | None,
             only = apart(plan, first, only) if shown else only
         if shown and (plan.adapter_routes or not only):
             return first
-    if kwargs.get("progress") is None:  # the other seeds side by side where worth it (compiler.sim.parallel)
-        # the requests each run draws (0, unknown: by duration, or no IR to size them from; then one after another)
-        size = (requests if requests is not None
-                else default_requests(ir) if ir is not None and kwargs.get("duration_s") is None else 0)
-        runs += parallel.seeds_in_processes(one, list(seeds[1:]), kwargs.get("cache"), size)
-    else:
-        runs += [one(s) for s in seeds[1:]]
+    # The other seeds side by side where worth it (compiler.sim.parallel), sized by the requests each run draws;
+    # 0 (one after another): a progress bar to drive, a run by duration, or no IR to size it from.
+    size = (0 if kwargs.get("progress") is not None else requests if requests is not None
+            else default_requests(ir) if ir is not None and kwargs.get("duration_s") is None else 0)
+    runs += parallel.seeds_in_processes(one, list(seeds[1:]), kwargs.get("cache"), size)
     res = combine(seeds, runs)
     if not fail_fast or len(runs) < 2 or plan.adapter_routes:
         return res
