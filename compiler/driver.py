@@ -20,7 +20,8 @@ from compiler.errors import InfeasibleError, NoSolutionError
 from compiler.ir import ProblemIR
 from compiler.plan.schema import Plan
 from compiler.rounds import (LORA_PREFIX, MAX_ROUNDS, SIM_ROUNDS, derate_analytic, family_of, first_try_worth,
-                             misses_of, prior_derates, prior_on_miss, simulate_and_derate, stuck)
+                             lowest, misses_of, prior_derates, prior_on_miss, simulate_and_derate,
+                             simulate_past_misses, stuck)
 from solvers import SolveOptions, SolveResult, get_backend
 
 
@@ -87,7 +88,10 @@ def drive(planner: Planner, spec, ir: ProblemIR, *, backend: str | None = None, 
     prior per workload a round shows missing instead (``compiler.rounds.prior_on_miss``). A workload that misses
     again on the same shape after it was derated, no better than before, has that shape alone cut further
     (``compiler.rounds.stuck``: its tail is not set by load). A simulated miss that leaves the derates
-    unchanged ends the rounds (the next solve would repeat this plan and its verdict). Each round's simulation
+    unchanged ends the rounds (the next solve would repeat this plan and its verdict). Where a first plan would almost
+    surely miss in simulation as well (``compiler.rounds.simulate_past_misses``: many workloads, or adapters), a
+    plan with an analytic miss is simulated in the same round and the next solve takes both corrections (each
+    candidate at the lower factor): the simulated ones no longer wait a round behind the analytic ones. Each round's simulation
     takes the runs of deployments the last one already simulated with the same inputs (``compiler.sim.reuse``;
     the same result as simulating them again)."""
     from compiler.plan.extract import finish_plan
@@ -113,6 +117,7 @@ def drive(planner: Planner, spec, ir: ProblemIR, *, backend: str | None = None, 
     derate: dict[str, float] = {}
     with_prior: tuple | None = None  # (derates with the prior, derates without it) once added; None: not yet
     per_workload = family_of(ir) == LORA_PREFIX  # the prior goes to the workloads a round shows missing only
+    past_misses = simulate_past_misses(ir)  # an analytic miss is simulated in the same round, not re-solved first
     if prior and getattr(planner, "simulate", None) is None and not per_workload and not first_try_worth(ir):
         derate, with_prior = dict(prior), (dict(prior), {})  # many workloads: the cheap first plan would miss
     solve_s = 0.0
@@ -146,14 +151,18 @@ def drive(planner: Planner, spec, ir: ProblemIR, *, backend: str | None = None, 
         best = (plan_, a, res, rnd)
         misses = a.misses()
         last_sim = None
+        own = getattr(planner, "simulate", None)  # a schedule simulates every window, derates per window
+        analytic = None  # the analytic corrections of this round's misses
         if misses:
-            derate = derate_analytic(misses, derate, _needed(ir, plan_, misses, planner.fill(cands, res, derate),
-                                                             planner, cands, derate))
-            continue
+            analytic = derate_analytic(misses, derate, _needed(ir, plan_, misses, planner.fill(cands, res, derate),
+                                                               planner, cands, derate))
+            if not (simulated and own is None and past_misses):
+                derate = analytic
+                continue
+            # many workloads: the simulation would miss too; take its corrections in this round (simulate_past_misses)
         if not simulated:
             break  # (the simulator offers every workload's full rate; a goodput plan serves part of it)
         ts = time.perf_counter()
-        own = getattr(planner, "simulate", None)  # a schedule simulates every window, derates per window
         if own is not None:
             last_sim, derate = own(plan_, spec, ir, seeds, sim_requests, derate, planner.fill(cands, res, derate))
         else:
@@ -163,7 +172,11 @@ def drive(planner: Planner, spec, ir: ProblemIR, *, backend: str | None = None, 
             derate = stuck(derate, now, missed)
             missed = {**missed, **now}
         sim_s += time.perf_counter() - ts
-        if last_sim.ok:
+        if analytic is not None:
+            derate = lowest(derate, analytic)
+            if last_sim.ok:
+                continue  # the assessment's misses alone: re-solve on its corrections
+        elif last_sim.ok:
             break
         sim_rounds += 1
         if per_workload and prior and own is None and with_prior != (None, None):
@@ -172,7 +185,7 @@ def drive(planner: Planner, spec, ir: ProblemIR, *, backend: str | None = None, 
             with_prior = (derate, alone)
         elif with_prior is None and prior and own is None:  # first simulated miss: fitted candidates at most at prior
             alone = derate
-            derate = {k: min(derate.get(k, 1.0), prior.get(k, 1.0)) for k in sorted(set(derate) | set(prior))}
+            derate = lowest(derate, prior)
             with_prior = (derate, alone)
         if derate == solved_with:
             # Nothing to correct: every workload the runs do not confirm has no miss to derate (e.g. too few of its

@@ -241,3 +241,60 @@ def test_a_shape_stuck_below_target_is_cut_alone():
     assert stuck(derate, {"a": ("a-l40s", 0.6, 0.92)}, before) == derate
     assert stuck(derate, {"a": ("a-h100", 0.7, 0.92)}, before) == derate
     assert stuck(derate, {"c": ("c-h100", 0.6, 0.5)}, before) == derate
+
+
+def test_lowest_takes_each_candidates_lower_factor():
+    from compiler.rounds import lowest
+
+    assert lowest({"a": 0.5, "b": 0.9}, {"b": 0.7, "c": 0.8}) == {"a": 0.5, "b": 0.7, "c": 0.8}
+    assert lowest({"a": 0.5}) == {"a": 0.5} and lowest() == {}
+
+
+def test_an_analytic_miss_of_a_large_spec_is_simulated_in_the_same_round(monkeypatch):
+    """A spec of 30 generated workloads (a first plan would miss in simulation: ``simulate_past_misses``) whose
+    first plan the assessment finds missing: that plan is simulated in the same round, and the next solve is held
+    to both corrections, each candidate at the lower factor. The plan kept has no analytic miss and passed its
+    simulation; it took two solves, where the analytic miss alone used to cost one of its own before the first
+    simulation."""
+    import compiler.driver as drv
+    from benchmarks.specgen import family, parse_size
+    from compiler.rounds import simulate_past_misses
+
+    name, text = family(parse_size("30/4/1024"), 7, 0)[6]
+    spec = load_spec(f"{name}.yaml", text=text)
+    events: list[tuple] = []
+    real_an, real_sim = drv.derate_analytic, drv.simulate_and_derate
+
+    def analytic(misses, derate, needed=None):
+        out = real_an(misses, derate, needed)
+        events.append(("analytic", out))
+        return out
+
+    def simulated(*args, **kwargs):
+        res, out = real_sim(*args, **kwargs)
+        events.append(("simulated", out, res.ok))
+        return res, out
+
+    solved = []
+    real_planner_solve = UnifiedPlanner.solve
+
+    def solve(self, ir, cands, derate, *a, **k):
+        solved.append(dict(derate))
+        return real_planner_solve(self, ir, cands, derate, *a, **k)
+
+    monkeypatch.setattr(drv, "derate_analytic", analytic)
+    monkeypatch.setattr(drv, "simulate_and_derate", simulated)
+    monkeypatch.setattr(UnifiedPlanner, "solve", solve)
+    r = plan(spec)
+    assert simulate_past_misses(r.ir)
+    kinds = [e[0] for e in events]
+    assert kinds[:2] == ["analytic", "simulated"], kinds  # round 1: both, on the same plan
+    assert not events[1][2]  # ... and the simulation missed too (the round the old order spent re-solving)
+    an, sim = events[0][1], events[1][1]
+    second = solved[1]
+    for cid in set(an) | set(sim):
+        assert second.get(cid, 1.0) <= min(an.get(cid, 1.0), sim.get(cid, 1.0)) + 1e-12
+    assert any(an.get(c, 1.0) < sim.get(c, 1.0) for c in an)  # the analytic correction is not lost
+    assert r.rounds == len(solved) == 2
+    assert not r.assessment.misses() and r.plan.simulation is not None
+    assert r.plan.simulation.rounds == 1
