@@ -9,8 +9,8 @@ included, as ``trimtab plan`` runs it), of each stage in ``PlanResult.seconds`` 
 named stages: building plans, placement and derating between the rounds; ``simulate`` is the validating
 simulation runs), of the rounds, and the share
 of plans validated by simulation within 2 rounds (``plan.simulation.passed`` and ``rounds <= 2``), and within 2
-validating simulations (``plan.simulation.rounds <= 1``: a round the cost model's own assessment rejects costs a
-solve, not a simulation).
+validating simulations (``PlanResult.simulations <= 2``: a round the cost model's own assessment rejects costs a
+solve, and a simulation only on specs of many workloads, ``compiler.rounds.simulate_past_misses``).
 Infeasible or unsolved specs are counted and timed, not dropped. ``quickstart`` plans
 ``examples/quickstart.yaml`` n times (the same spec: the spread is this machine's noise).
 
@@ -83,8 +83,8 @@ def run_one(name: str, text: str, time_limit: float | None, validate: bool = Tru
            "validated": bool(r.plan.simulation and r.plan.simulation.passed),
            "cost": r.plan.cost_usd_per_hour, "workloads": len(spec.workloads),
            "runs_reused": r.sim_runs[0], "runs_simulated": r.sim_runs[1],
-           # validating simulations: one per re-solve a simulated miss caused, and the last one
-           "simulations": r.plan.simulation.rounds + 1 if r.plan.simulation else 0}
+           # validating simulations run (PlanResult.simulations: one per round that simulated)
+           "simulations": r.simulations}
     named = 0.0
     for k, v in r.seconds.items():
         if k != "total":
@@ -129,8 +129,9 @@ def summarise(rows: list[dict]) -> dict:
     reused = sum(r.get("runs_reused", 0) for r in ok)
     out["reused"] = reused / max(reused + sum(r.get("runs_simulated", 0) for r in ok), 1)
     out["within2"] = sum(1 for r in ok if r["validated"] and r["rounds"] <= 2) / len(ok) if ok else float("nan")
-    # the same within 2 simulations (a round the cost model's own assessment rejects costs a solve, not a
-    # simulation); rows of older CSVs without the column are left out
+    # the same within 2 simulations (a round the cost model's own assessment rejects costs a solve, and a
+    # simulation only on specs of many workloads: compiler.rounds.simulate_past_misses); rows of older CSVs
+    # without the column are left out
     sims = [r for r in ok if "simulations" in r]
     out["within2sim"] = (sum(1 for r in sims if r["validated"] and r["simulations"] <= 2) / len(sims)
                          if sims else float("nan"))

@@ -65,7 +65,8 @@ def plan_summary(console: Console, r: PlanResult, verbose: bool = False) -> None
     if verbose:
         named = {k: v for k, v in r.seconds.items() if k != "total"}
         other = max(0.0, r.seconds.get("total", 0.0) - sum(named.values()))
-        console.print(f"rounds: {r.rounds} ({p.simulation.rounds if p.simulation else 0} after a simulated miss); "
+        console.print(f"rounds: {r.rounds} ({p.simulation.rounds if p.simulation else 0} after a simulated miss, "
+                      f"{r.simulations} simulated); "
                       "seconds: " + ", ".join(f"{k} {v:.2f}" for k, v in {**named, "other": other}.items()))
         if any(r.sim_runs):
             console.print(f"simulation: {r.sim_runs[1]} deployment runs simulated, {r.sim_runs[0]} taken unchanged "

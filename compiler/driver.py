@@ -37,6 +37,7 @@ class PlanResult:
     # validating simulation: (deployment runs taken from a former round, deployment runs simulated); see
     # compiler.sim.reuse
     sim_runs: tuple[int, int] = (0, 0)
+    simulations: int = 0  # validating simulations run, one per round that simulated
 
 
 class Planner(Protocol):
@@ -123,6 +124,7 @@ def drive(planner: Planner, spec, ir: ProblemIR, *, backend: str | None = None, 
     solve_s = 0.0
     sim_s = 0.0
     sim_rounds = 0
+    simulations = 0
     sim_requests = default_requests(ir)
     seeds = validation_seeds(seed)
     runs = RunCache()  # deployment runs a round's simulation can take from the last one (compiler.sim.reuse)
@@ -172,6 +174,7 @@ def drive(planner: Planner, spec, ir: ProblemIR, *, backend: str | None = None, 
             derate = stuck(derate, now, missed)
             missed = {**missed, **now}
         sim_s += time.perf_counter() - ts
+        simulations += 1
         if analytic is not None:
             derate = lowest(derate, analytic)
             if last_sim.ok:
@@ -203,7 +206,7 @@ def drive(planner: Planner, spec, ir: ProblemIR, *, backend: str | None = None, 
     t3 = time.perf_counter()
     return PlanResult(plan_, ir, planner.candidate_set(cands), a, res, rnd,
                       {"lower": t1 - t0, "candidates": t2 - t1, "solve": solve_s, "simulate": sim_s, "total": t3 - t0},
-                      (runs.hits, runs.misses))
+                      (runs.hits, runs.misses), simulations)
 
 
 def _needed(ir: ProblemIR, plan_: Plan, misses, fill: dict[str, float], planner, cands,

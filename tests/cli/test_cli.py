@@ -46,6 +46,9 @@ def test_plan_verbose_reports_rounds_and_stage_seconds(tmp_path, small_spec_path
     assert rounds == yaml.safe_load((tmp_path / "p.yaml").read_text())["solver"]["rounds"]
     for stage in ("lower", "candidates", "solve", "simulate", "other"):
         assert f"{stage} " in line
+    # a small spec simulates only plans its assessment accepts: one simulation per simulated miss, and the last
+    after_miss = int(line.split("(")[1].split()[0])
+    assert f"{after_miss} after a simulated miss, {after_miss + 1} simulated)" in line
     sim = next(ln for ln in res.output.splitlines() if ln.startswith("simulation: "))
     simulated, reused = int(sim.split()[1]), int(sim.split(", ")[1].split()[0])
     assert simulated >= 1 and reused >= 0  # deployment runs (compiler.sim.reuse)
