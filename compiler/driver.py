@@ -19,8 +19,8 @@ from compiler.assess import Assessment
 from compiler.errors import InfeasibleError, NoSolutionError
 from compiler.ir import ProblemIR
 from compiler.plan.schema import Plan
-from compiler.rounds import (LORA_PREFIX, MAX_ROUNDS, SIM_ROUNDS, derate_analytic, family_of, first_try_worth,
-                             lowest, misses_of, prior_derates, prior_on_miss, simulate_and_derate,
+from compiler.rounds import (LORA_PREFIX, MAX_ROUNDS, SIM_ROUNDS, derate_analytic, derate_breaches, family_of,
+                             first_try_worth, lowest, misses_of, prior_derates, prior_on_miss, simulate_and_derate,
                              simulate_past_misses, stuck)
 from solvers import SolveOptions, SolveResult, get_backend
 
@@ -76,7 +76,9 @@ def drive(planner: Planner, spec, ir: ProblemIR, *, backend: str | None = None, 
           validate: bool = True, seed: int = 0, t0: float | None = None) -> PlanResult:
     """Cheapest plan meeting every SLO. Raises InfeasibleError (exit 3) or NoSolutionError (exit 4).
 
-    Rounds: solve on the cost model's capacities; where the cost model's assessment of the solved plan finds a
+    Rounds: solve on the cost model's capacities; a plan over the speed-of-light bound (``compiler.physics``) is
+    re-solved with those deployments held within it (``compiler.rounds.derate_breaches``) before anything else;
+    where the cost model's assessment of the solved plan finds a
     miss, derate the deployment at fault and re-solve (at most MAX_ROUNDS); once it finds none and ``validate``,
     simulate on PLAN_SEEDS seeds from ``seed`` and derate (every candidate of the workload) while a workload's lower
     95 % bound on attainment is below target (SIM_ROUNDS more). After the first simulated miss every candidate the
@@ -95,6 +97,7 @@ def drive(planner: Planner, spec, ir: ProblemIR, *, backend: str | None = None, 
     candidate at the lower factor): the simulated ones no longer wait a round behind the analytic ones. Each round's simulation
     takes the runs of deployments the last one already simulated with the same inputs (``compiler.sim.reuse``;
     the same result as simulating them again)."""
+    from compiler.physics import breaches
     from compiler.plan.extract import finish_plan
     from compiler.sim import default_requests
     from compiler.sim.reuse import RunCache
@@ -151,6 +154,11 @@ def drive(planner: Planner, spec, ir: ProblemIR, *, backend: str | None = None, 
                                    " raise --time-limit or try --solver cbc"])
         plan_, a = planner.build(ir, cands, res, rnd, warnings)
         best = (plan_, a, res, rnd)
+        broken = breaches(plan_, ir)
+        if broken:  # over the speed-of-light bound: re-solve within it before judging SLOs (derate_breaches)
+            last_sim = None
+            derate = derate_breaches(broken, derate, planner.fill(cands, res, derate))
+            continue
         misses = a.misses()
         last_sim = None
         own = getattr(planner, "simulate", None)  # a schedule simulates every window, derates per window

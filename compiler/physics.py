@@ -2,7 +2,8 @@
 
 The cost model is fitted and can be wrong; this bound uses nothing of it, only spec-sheet numbers (the GPU's
 peak HBM bandwidth and peak dense FLOP/s, the model's parameter count and KV geometry), so a plan that breaks
-it is a bug in trimtab, not a property of the traffic (``plan`` raises ``InternalError``; ``check`` fails).
+it is a bug in trimtab, not a property of the traffic (``check`` fails; ``plan`` re-solves a plan over it within it,
+``compiler.rounds.derate_breaches``, and raises ``InternalError`` for one still over it when its rounds run out).
 
 Per replica of a deployment that decodes (unified or decode role), with the load-weighted mean prompt ``i`` and
 output ``o`` of the requests routed to it and the batch ``B`` its KV cache holds

@@ -27,6 +27,7 @@ MARGIN_DERATE = 0.95
 SIM_ROUNDS = 6  # extra rounds allowed for re-solves after a simulated miss
 LORA_PREFIX = "lora-"  # regimes (and the first-round entry) of specs the adapter planner plans
 STUCK_FACTOR = 0.5  # extra capacity factor for a shape whose attainment did not rise when its load fell (stuck)
+LIGHT_MARGIN = 0.01  # a deployment over its speed-of-light bound is re-solved this far below it (derate_breaches)
 FIRST_TRY_MIN = 0.5  # first solve on the model's own capacities only while it passes with this chance or more
 
 
@@ -44,6 +45,23 @@ def derate_analytic(misses, derate: dict[str, float], needed: dict[str, float] |
         out[d] = out.get(d, 1.0) * min(DERATE, max(ANALYTIC_FLOOR, needed.get(d, DERATE)))
     for cid in sorted(set(needed) - worst):
         out[cid] = out.get(cid, 1.0) * max(ANALYTIC_FLOOR, needed[cid])
+    return out
+
+
+def derate_breaches(broken, derate: dict[str, float], fill: dict[str, float]) -> dict[str, float]:
+    """``derate`` with each deployment whose routed tokens/s break its speed-of-light bound (``broken``:
+    ``compiler.physics.breaches`` of a solved plan) held to the share of its present load that the bound allows:
+    its capacity factor times its fill (the share of its derated capacity in use) times bound / promised, less
+    LIGHT_MARGIN. Why the cost model can promise more than the bound: the bound's batch is the KV cache over a
+    request's whole context (prompt + output), the cost model's KV check counts a decoding request's mean context
+    (prompt + half its output), so a deployment whose batch its KV cache limits (a small GPU, long outputs) gets
+    a capacity the bound does not grant. The bound is the one ``check`` and the trust acceptance apply, so the
+    plan is re-solved within it instead of failing at the end (specgen's target family, ``plan --analytic``: 2 of
+    20 specs stopped with an internal error)."""
+    out = dict(derate)
+    for b in broken:
+        f = fill.get(b.deployment, 1.0) * b.bound / b.promised * (1 - LIGHT_MARGIN)
+        out[b.deployment] = out.get(b.deployment, 1.0) * min(f, 1 - LIGHT_MARGIN)
     return out
 
 

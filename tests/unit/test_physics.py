@@ -75,3 +75,52 @@ def test_check_and_plan_refuse_a_plan_beyond_physics(tmp_path):
     with pytest.raises(InternalError, match="speed-of-light"):
         finish_plan(Plan.model_validate(data), hot_spec, lower(hot_spec), None, 1000, 0)
     assert InternalError.exit_code == ExitCode.INTERNAL == 6
+
+
+MISTRAL_L4 = """\
+version: 1
+name: mistral-l4
+gpus:
+  - {type: l4, count: 64, usd_per_hour: 0.80}
+models:
+  - name: mistral-7b
+workloads:
+  - name: chat
+    model: mistral-7b
+    rate_rps: 7.3
+    input_tokens: {lognormal: {median: 600, p99: 4989}}
+    output_tokens: {lognormal: {median: 400, p99: 1945}}
+    slo: {ttft_ms: 4000, tpot_ms: 100, percentile: 99}
+"""
+
+
+def test_derate_breaches_holds_each_deployment_to_what_the_bound_allows():
+    from compiler.physics import Breach
+    from compiler.rounds import LIGHT_MARGIN, derate_breaches
+
+    out = derate_breaches([Breach("a", 1000.0, 800.0, "output"), Breach("b", 500.0, 499.0, "prompt")],
+                          {"a": 0.5, "c": 0.7}, {"a": 0.9})
+    # a: 0.5 x fill 0.9 x 800 / 1000 x 0.99; b (no fill known: full): 1.0 x 499 / 500 x 0.99; c untouched
+    assert out == pytest.approx({"a": 0.5 * 0.9 * 0.8 * (1 - LIGHT_MARGIN), "b": 0.998 * (1 - LIGHT_MARGIN), "c": 0.7})
+    # never a factor above 1 - LIGHT_MARGIN, however lightly loaded the deployment was found
+    assert derate_breaches([Breach("a", 1000.0, 999.0, "output")], {}, {"a": 1.2})["a"] == 1 - LIGHT_MARGIN
+
+
+def test_a_plan_over_the_bound_is_re_solved_within_it(tmp_path, monkeypatch):
+    """Mistral 7B on L4s, whose batch the KV cache limits: the cost model's first plan (``plan`` without
+    validation) loads one L4 past the speed-of-light bound (its batch counts a request's whole context, the cost
+    model a decoding request's mean context). That plan used to stop with an internal error (exit 6; specgen's
+    target family: 2 of 20 specs); the driver now re-solves it within the bound, and ``check`` passes the plan."""
+    import compiler.physics as phys
+    from compiler.check import check
+
+    (tmp_path / "s.yaml").write_text(MISTRAL_L4)
+    spec = tt.load_spec(tmp_path / "s.yaml")
+    seen = []
+    real = phys.breaches
+    monkeypatch.setattr(phys, "breaches", lambda plan_, ir: seen.append(real(plan_, ir)) or seen[-1])
+    r = tt.plan(spec, validate=False)
+    assert seen[0] and seen[0][0].unit == "output"  # the first solve was over the bound ...
+    assert r.rounds == 2 and real(r.plan, lower(spec)) == []  # ... the second within it
+    rep = check(r.plan, spec)
+    assert rep.ok, rep.violations
