@@ -91,12 +91,12 @@ def drive(planner: Planner, spec, ir: ProblemIR, *, backend: str | None = None, 
     prior per workload a round shows missing instead (``compiler.rounds.prior_on_miss``). A workload that misses
     again on the same shape after it was derated, no better than before, has that shape alone cut further
     (``compiler.rounds.stuck``: its tail is not set by load). A simulated miss that leaves the derates
-    unchanged ends the rounds (the next solve would repeat this plan and its verdict). Where a first plan would almost
-    surely miss in simulation as well (``compiler.rounds.simulate_past_misses``: many workloads, or adapters), a
-    plan with an analytic miss is simulated in the same round and the next solve takes both corrections (each
-    candidate at the lower factor): the simulated ones no longer wait a round behind the analytic ones. Each round's simulation
-    takes the runs of deployments the last one already simulated with the same inputs (``compiler.sim.reuse``;
-    the same result as simulating them again)."""
+    unchanged ends the rounds (the next solve would repeat this plan and its verdict). Where a first plan would
+    almost surely miss in simulation as well (``compiler.rounds.simulate_past_misses``: many workloads, or
+    adapters), a plan with an analytic miss is simulated in the same round and the next solve takes both
+    corrections (each candidate at the lower factor): the simulated ones no longer wait a round behind the
+    analytic ones. Each round's simulation takes the runs of deployments the last one already simulated with the
+    same inputs (``compiler.sim.reuse``; the same result as simulating them again)."""
     from compiler.physics import breaches
     from compiler.plan.extract import finish_plan
     from compiler.sim import default_requests
