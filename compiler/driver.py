@@ -154,18 +154,17 @@ def drive(planner: Planner, spec, ir: ProblemIR, *, backend: str | None = None, 
                                    " raise --time-limit or try --solver cbc"])
         plan_, a = planner.build(ir, cands, res, rnd, warnings)
         best = (plan_, a, res, rnd)
+        last_sim = None
+        fill = planner.fill(cands, res, derate)  # (of the derates this plan was solved with)
         broken = breaches(plan_, ir)
         if broken:  # over the speed-of-light bound: re-solve within it before judging SLOs (derate_breaches)
-            last_sim = None
-            derate = derate_breaches(broken, derate, planner.fill(cands, res, derate))
+            derate = derate_breaches(broken, derate, fill)
             continue
         misses = a.misses()
-        last_sim = None
         own = getattr(planner, "simulate", None)  # a schedule simulates every window, derates per window
         analytic = None  # the analytic corrections of this round's misses
         if misses:
-            analytic = derate_analytic(misses, derate, _needed(ir, plan_, misses, planner.fill(cands, res, derate),
-                                                               planner, cands, derate))
+            analytic = derate_analytic(misses, derate, _needed(ir, plan_, misses, fill, planner, cands, derate))
             if not (simulated and own is None and past_misses):
                 derate = analytic
                 continue
@@ -174,10 +173,9 @@ def drive(planner: Planner, spec, ir: ProblemIR, *, backend: str | None = None, 
             break  # (the simulator offers every workload's full rate; a goodput plan serves part of it)
         ts = time.perf_counter()
         if own is not None:
-            last_sim, derate = own(plan_, spec, ir, seeds, sim_requests, derate, planner.fill(cands, res, derate))
+            last_sim, derate = own(plan_, spec, ir, seeds, sim_requests, derate, fill)
         else:
-            last_sim, derate = simulate_and_derate(plan_, spec, ir, seeds, sim_requests, derate,
-                                                   planner.fill(cands, res, derate), peers, runs)
+            last_sim, derate = simulate_and_derate(plan_, spec, ir, seeds, sim_requests, derate, fill, peers, runs)
             now = misses_of(last_sim, len(seeds), solved_with)
             derate = stuck(derate, now, missed)
             missed = {**missed, **now}
