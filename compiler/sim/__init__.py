@@ -12,6 +12,7 @@ from disk simulates on its own.
 """
 from __future__ import annotations
 
+import math
 import time
 from typing import Callable
 
@@ -33,20 +34,60 @@ MAX_DEFAULT_REQUESTS = 200_000
 DEFAULT_SEED = 0
 
 
+def aim(w) -> float:
+    """Requests of workload ``w`` (an IR workload) a run aims at: MIN_PER_WORKLOAD, and TAIL_SAMPLES beyond its
+    percentile."""
+    return max(MIN_PER_WORKLOAD, TAIL_SAMPLES / max(1 - w.slo.percentile / 100, 1e-6))
+
+
 def default_requests(ir: ProblemIR) -> int:
     """Requests a run simulates when neither a count nor a duration is given (what ``plan`` validates with and
-    ``check`` replays): every workload gets MIN_PER_WORKLOAD requests and TAIL_SAMPLES beyond its percentile."""
+    ``check`` replays): every workload gets its ``aim``, up to MAX_DEFAULT_REQUESTS in all (past it, the
+    workloads of the lowest rates get fewer: ``aim_counts``)."""
     total = sum(w.rate_rps for w in ir.workloads)
-    need = max((max(MIN_PER_WORKLOAD, TAIL_SAMPLES / max(1 - w.slo.percentile / 100, 1e-6)) * total / w.rate_rps
-                for w in ir.workloads if w.rate_rps > 0), default=0.0)
+    need = max((aim(w) * total / w.rate_rps for w in ir.workloads if w.rate_rps > 0), default=0.0)
     return int(min(MAX_DEFAULT_REQUESTS, max(DEFAULT_REQUESTS, need)))
+
+
+AIM_SHORT = 0.5  # a workload gets a run of its own length (aim_counts) when a run gives it under this share of its aim
+
+
+def aim_counts(plan: Plan, ir: ProblemIR, requests: int, names, runs: int = 1) -> dict[str, int]:
+    """Requests per workload for ``runs`` runs that together give each workload of ``names`` that a run of
+    ``requests`` (split by rate) leaves under AIM_SHORT of its ``aim`` (MAX_DEFAULT_REQUESTS caps the runs of
+    specs of many workloads; a p99 workload of a low rate then gets ~100 requests, too few to show its target)
+    that aim, with every workload it shares a deployment with (``closure``) over the same span of time: per
+    closure, the span in which its slowest workload reaches its aim / ``runs``, each workload's rate x that span
+    (never shorter than a run of ``requests``). The counts of all of them add up to MAX_DEFAULT_REQUESTS at most
+    (scaled down past it). {}: no workload of ``names`` is short. For ``simulate(counts=...)``: the planner's
+    validating seeds after the first (``compiler.sim.validate``)."""
+    by_name = {w.name: w for w in ir.workloads}
+    total = sum(w.rate_rps for w in ir.workloads)
+    if total <= 0:
+        return {}
+    short = sorted(n for n in names if n in by_name and by_name[n].rate_rps > 0
+                   and requests * by_name[n].rate_rps / total < AIM_SHORT * aim(by_name[n]))
+    span: dict[str, float] = {}  # workload -> seconds of arrivals its closure needs
+    done: set[str] = set()
+    for n in short:
+        if n in done:
+            continue
+        group = sorted(w for w in closure(plan, (n,))[0] if w in by_name and by_name[w].rate_rps > 0)
+        s = max(max(aim(by_name[w]) / runs / by_name[w].rate_rps for w in group), requests / total)
+        for w in group:
+            span[w] = max(span.get(w, 0.0), s)
+        done.update(group)
+    counts = {w: s * by_name[w].rate_rps for w, s in span.items()}
+    scale = min(1.0, MAX_DEFAULT_REQUESTS / max(sum(counts.values()), 1.0))
+    return {w: max(1, int(math.ceil(c * scale))) for w, c in sorted(counts.items())}
 
 
 def simulate(plan: Plan, spec: Spec, *, ir: ProblemIR | None = None, requests: int | None = None,
              duration_s: float | None = None, seed: int = DEFAULT_SEED, trace: Trace | None = None,
              trace_workloads: tuple[str, ...] | None = None, arrival_cv: float | None = None,
              timeline: bool = True, progress: Callable[[float], None] | None = None,
-             cache: RunCache | None = None, only_workloads: frozenset[str] | None = None) -> SimResult:
+             cache: RunCache | None = None, only_workloads: frozenset[str] | None = None,
+             counts: dict[str, int] | None = None) -> SimResult:
     """Simulate ``plan`` under ``spec``'s traffic. ``requests`` (total, split by rate) or ``duration_s``
     (seconds of arrivals); neither: ``default_requests``. ``trace`` replays one trace's arrivals and lengths for
     every workload (or those in ``trace_workloads``), each rescaled to its own rate. ``cache``
@@ -56,12 +97,23 @@ def simulate(plan: Plan, spec: Spec, *, ir: ProblemIR | None = None, requests: i
     report those workloads and deployments alone: the workloads exactly as the whole run reports them (the
     deployments' event loops are independent; the arrivals are drawn for every workload, the same random
     streams), unless a deployment left out would have stopped the run at its drain limit (``reuse.join_ends``);
-    the deployments' time shares (utilisation, KV) are over this run's end, which can come earlier."""
+    the deployments' time shares (utilisation, KV) are over this run's end, which can come earlier. ``counts``
+    (workload -> requests; instead of ``requests`` or ``duration_s``, and as ``only_workloads`` its workloads):
+    those workloads alone, each from a random stream of its own (``compiler.sim.engine.draw_counts``) and
+    measured after the first WARMUP share of its own arrivals (``aim_counts``: runs as long as rare workloads
+    need); ``only_workloads`` then runs only those of them (and their closure)."""
     t0 = time.perf_counter()
     ir = ir or lower(spec)
-    if requests is None and duration_s is None:
+    if requests is None and duration_s is None and counts is None:
         requests = default_requests(ir)
     sc = build_scenario(plan, spec, ir, trace, trace_workloads, arrival_cv)
+    index = None
+    if counts is not None:
+        if requests is not None or duration_s is not None or trace is not None:
+            raise ValueError("counts is a run of its own: no requests, duration_s or trace with it")
+        only_workloads = frozenset(counts) if only_workloads is None else only_workloads & frozenset(counts)
+        index = {w.name: i for i, w in enumerate(sc.workloads)}
+        index = {index[n]: c for n, c in counts.items()}
     cls = Simulation
     if sc.pairs:
         from compiler.sim.disagg import DisaggSimulation as cls
@@ -69,7 +121,7 @@ def simulate(plan: Plan, spec: Spec, *, ir: ProblemIR | None = None, requests: i
     if only_workloads is not None:
         keep, deps = closure(plan, only_workloads)
     sim = cls(sc, seed, requests if duration_s is None else None, duration_s, timeline, cache=cache,
-              only=deps).run(progress)
+              only=deps, counts=index).run(progress)
     lora_notes = apply_adapters(sim, plan, ir, seed)  # multi-LoRA plans: adapter loads and evictions
     res = summarise(sim)
     if keep is not None:

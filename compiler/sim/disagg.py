@@ -81,8 +81,11 @@ class DecodeReplica(Replica):
 class DisaggSimulation(Simulation):
     """``Simulation`` with P/D pairs: route targets >= len(deployments) are pairs (``Scenario.pairs``)."""
 
-    def __init__(self, scenario, seed=0, requests=None, duration_s=None, timeline=True, cache=None, only=None):
-        super().__init__(scenario, seed, requests, duration_s, timeline, cache, only)
+    replicas_apart = False  # a prefill replica's step end hands KV to a decode replica
+
+    def __init__(self, scenario, seed=0, requests=None, duration_s=None, timeline=True, cache=None, only=None,
+                 counts=None):
+        super().__init__(scenario, seed, requests, duration_s, timeline, cache, only, counts)
         for di, d in enumerate(scenario.deployments):
             if d.view.role == "decode":
                 self.replicas[di] = [DecodeReplica(di, i, d.model, r.tl, r.tl_dt)

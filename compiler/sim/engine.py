@@ -85,6 +85,29 @@ def _workload_arrivals(rng: np.random.Generator, w: SimWorkload, n: int | None, 
     return t, isl.astype(np.int64), osl.astype(np.int64), w.bucket_of_indices(ii), np.full(m, -1, np.int64)
 
 
+def _workload_part(rng: np.random.Generator, w: SimWorkload, wi: int, n: int | None, duration_s: float | None):
+    """One workload's arrivals as the columns of ``Arrivals`` (unsorted): times, workload index, prompt, output,
+    routed deployment, the router's expected output, trace row."""
+    t, isl, osl, bucket, row = _workload_arrivals(rng, w, n, duration_s)
+    u = rng.random(len(t))
+    dep = np.where(bucket < 0, REJECTED, NO_ROUTE)
+    for b, (idx, cum) in enumerate(w.routes):
+        sel = bucket == b
+        if len(idx) and sel.any():
+            dep[sel] = idx[np.minimum(np.searchsorted(cum, u[sel], side="right"), len(idx) - 1)]
+    eosl = np.rint(w.expected_osl[np.maximum(bucket, 0)]).astype(np.int64)
+    return t, np.full(len(t), wi, np.int64), isl, osl, dep, eosl, row
+
+
+def _merge(parts: list) -> Arrivals:
+    t = np.concatenate([p[0] for p in parts]) if parts else np.zeros(0)
+    if not parts:
+        z = np.zeros(0, np.int64)
+        return Arrivals(t, z, z, z, z, z, z)
+    order = np.lexsort((np.concatenate([p[1] for p in parts]), t))  # by time, then workload
+    return Arrivals(t[order], *(np.concatenate([p[i] for p in parts])[order] for i in range(1, 7)))
+
+
 def draw_arrivals(sc: Scenario, rng: np.random.Generator, requests: int | None, duration_s: float | None) -> Arrivals:
     """``requests`` in total, split across workloads by rate; or every arrival within ``duration_s``."""
     total_rate = sum(w.rate_rps for w in sc.workloads)
@@ -93,18 +116,29 @@ def draw_arrivals(sc: Scenario, rng: np.random.Generator, requests: int | None, 
         n = None
         if requests is not None:
             n = max(1, int(round(requests * w.rate_rps / total_rate)))
-        t, isl, osl, bucket, row = _workload_arrivals(rng, w, n, duration_s)
-        u = rng.random(len(t))
-        dep = np.where(bucket < 0, REJECTED, NO_ROUTE)
-        for b, (idx, cum) in enumerate(w.routes):
-            sel = bucket == b
-            if len(idx) and sel.any():
-                dep[sel] = idx[np.minimum(np.searchsorted(cum, u[sel], side="right"), len(idx) - 1)]
-        eosl = np.rint(w.expected_osl[np.maximum(bucket, 0)]).astype(np.int64)
-        parts.append((t, np.full(len(t), wi, np.int64), isl, osl, dep, eosl, row))
-    t = np.concatenate([p[0] for p in parts])
-    order = np.lexsort((np.concatenate([p[1] for p in parts]), t))  # by time, then workload
-    return Arrivals(t[order], *(np.concatenate([p[i] for p in parts])[order] for i in range(1, 7)))
+        parts.append(_workload_part(rng, w, wi, n, duration_s))
+    return _merge(parts)
+
+
+COUNTS_STREAM = 7919  # the random streams of ``draw_counts`` (apart from every ``Simulation(seed)``'s own)
+
+
+def draw_counts(sc: Scenario, seed: int, counts: dict[int, int]) -> Arrivals:
+    """``counts[wi]`` requests of workload ``wi`` for each workload in ``counts`` (the others: none), each from a
+    random stream of its own (seeded by (``seed``, COUNTS_STREAM, wi)): a workload's requests do not depend on
+    which others are drawn or how many (``compiler.sim.aim_counts``: the planner's longer runs of rare
+    workloads)."""
+    return _merge([_workload_part(np.random.default_rng((seed, COUNTS_STREAM, wi)), sc.workloads[wi], wi, n, None)
+                   for wi, n in sorted(counts.items())])
+
+
+def _warmup_from(a: Arrivals, n_workloads: int) -> np.ndarray:
+    """Per workload index: WARMUP x the time of its last arrival (infinity for a workload not drawn)."""
+    from compiler.sim.metrics import WARMUP
+
+    last = np.full(n_workloads, -np.inf)
+    np.maximum.at(last, a.w, a.t)
+    return np.where(np.isfinite(last), WARMUP * last, np.inf)
 
 
 def least_loaded(group: list) -> object:
@@ -117,25 +151,39 @@ def least_loaded(group: list) -> object:
 
 
 class Simulation:
+    # Replicas interact only at arrivals (the router reads every replica's outstanding work then): between two
+    # arrivals each one's steps depend on its own state alone, so ``_on_event`` runs a replica's steps up to the
+    # next arrival without interleaving them with the other replicas' events in time order (the same floats, the
+    # same request times: tests/sim/test_rare_runs.py). False where events of one replica act on another (P/D
+    # hand-offs, a schedule's scale events that dispatch waiting requests).
+    replicas_apart = True
+
     def __init__(self, scenario: Scenario, seed: int = 0, requests: int | None = None,
                  duration_s: float | None = None, timeline: bool = True, cache: RunCache | None = None,
-                 only: frozenset[str] | None = None):
-        if (requests is None) == (duration_s is None):
-            raise ValueError("give exactly one of requests and duration_s")
+                 only: frozenset[str] | None = None, counts: dict[int, int] | None = None):
+        if (requests is not None) + (duration_s is not None) + (counts is not None) != 1:
+            raise ValueError("give exactly one of requests, duration_s and counts")
         self.sc = scenario
         self.seed = seed
+        # ``counts`` (workload index -> requests; ``draw_counts``): only those workloads, each from its own random
+        # stream, and each measured after the first WARMUP share of its own arrivals (``warmup_from``)
+        self.counts = counts
         # Deployment runs reused across the planner's rounds (compiler.sim.reuse); the deployments of P/D pairs
         # (a subclass) interact and run together, never reused.
         self.cache = cache
-        self._cache_slot = (seed, requests, duration_s)
+        self._cache_slot = (seed, requests, duration_s) if counts is None else (seed, "counts", None)
         # Deployments to run (by name; None: all): the others' requests are drawn (the same random streams) and
         # left unserved and unmeasured (``compiler.sim.simulate(only_workloads=...)`` reports only workloads
         # served entirely by the deployments run). Runs one event loop per deployment.
         self.only = only
         self.rng = np.random.default_rng(seed)
-        self.arrivals = self._draw_arrivals(requests, duration_s)
+        self.arrivals = self._draw_arrivals(requests, duration_s) if counts is None else \
+            draw_counts(scenario, seed, counts)
         a = self.arrivals
         self.t_last_arrival = float(a.t[-1]) if len(a.t) else 0.0
+        # per workload index: the arrival time from which its requests are measured (None: the first WARMUP share
+        # of the whole run, compiler.sim.metrics)
+        self.warmup_from = None if counts is None else _warmup_from(a, len(scenario.workloads))
         self.t_stop = self.t_last_arrival + max(DRAIN_MIN_S, DRAIN_FACTOR * self.t_last_arrival)
         self.timeline_dt = self.t_stop / TIMELINE_BINS if timeline and self.t_stop > 0 else 0.0
         self.replicas: list[list[Replica]] = []
@@ -365,22 +413,25 @@ class Simulation:
         """A step of ``rep`` ended at ``t``: emit its tokens, start its next step."""
         heap = self.events.heap
         limit = min(self._horizon, self.t_stop)
+        apart = self.replicas_apart
         while True:
             rep.finish_step(t)
             t_next = rep.start_step(t)  # (``_next_step``, inlined: the loop's most frequent path)
             while True:
                 if t_next < 0:
                     return
-                top = heap[0][0] if heap else math.inf
+                top = heap[0][0] if heap and not apart else math.inf
                 if t_next > limit or t_next >= top:
                     heappush(heap, (t_next, next(self.events.seq), rep))
                     return
                 # The loop would pop this end next (before any other event, and before or with the next
                 # arrival, arrivals second on ties): take it now, without the heap, and the decode-only steps
                 # after it that change nothing but the clock (``Replica.coast``). Pushes keep their relative
-                # order, so ties elsewhere break as before.
+                # order, so ties elsewhere break as before. With ``replicas_apart`` the other replicas' events
+                # do not stop it: only the next arrival does.
                 t, t_next = rep.coast(t_next, limit, top)
-                self._t_seen = t
+                if t > self._t_seen:  # (with replicas apart, another replica's steps may have run further)
+                    self._t_seen = t
                 if t_next is None:  # the step ending at t needs the general path
                     break
 

@@ -7,7 +7,8 @@ cost model has one) is added to TTFT and E2E, as the analytic model adds it to T
 
 A request meets the SLO when both its TTFT and its TPOT are within the workload's targets; SLO attainment is
 the share of measured requests that do, and the workload passes when attainment >= percentile / 100.
-Requests arriving in the first WARMUP share of the run (an empty system) are not measured; requests not
+Requests arriving in the first WARMUP share of the run (an empty system; in a run of per-workload counts, of
+their workload's own arrivals: ``Simulation.warmup_from``) are not measured; requests not
 finished when the run stops, too long for the KV cache, or without a route count as misses.
 Goodput = requests meeting the SLO per second of the measured window. Percentiles use the inverted CDF
 (an observed value, never an interpolation); unfinished requests count as infinitely slow.
@@ -227,7 +228,12 @@ def summarise(sim, span: tuple[float, float] | None = None) -> SimResult:
     tpot = np.where(done, np.where(osl > 1, (t_done - t_first) / np.maximum(osl - 1, 1), 0.0), np.inf)
     queue = np.where(t_sched >= 0, t_sched - arrival, np.inf)
     t0, t1 = span if span is not None else (WARMUP * sim.t_last_arrival, math.inf)
-    measured = (arrival >= t0) & (arrival < t1)
+    warm = getattr(sim, "warmup_from", None)
+    if span is None and warm is not None:  # workloads of their own lengths (``Simulation(counts=...)``)
+        measured = arrival >= warm[w]
+        t0 = float(warm.min()) if len(warm) else 0.0
+    else:
+        measured = (arrival >= t0) & (arrival < t1)
     window = max(min(sim.t_last_arrival, t1) - t0, 1e-9)
     dep_names = [d.view.name for d in sc.deployments]
     slo_ttft = np.array([wl.ttft_s for wl in sc.workloads], float)

@@ -30,8 +30,11 @@ sum(c_i) + n x k; completions sit in a heap keyed by the step in which the last 
 from __future__ import annotations
 
 import inspect
+import math
 from collections import deque
 from heapq import heappop, heappush
+
+import numpy as np
 
 from compiler.cost.model import ReplicaModel
 
@@ -99,6 +102,32 @@ class PrefixCache:
         if hh > 0:
             r.host = min(int(hh * r.isl + 0.5), both)
         return both
+
+
+BULK_MIN = 24  # decode-only steps in a row from which ``Replica.coast`` takes them with numpy (``_bulk``) ...
+BULK_MAX = 4096  # ... at most this many at a time
+
+
+def _bulk(a: float, slope: float, C: int, n: int, csh: int, kv_pref: int, k: int, m: int, t: float, limit: float,
+          top: float, busy: float, kv_area: float, batch_area: float):
+    """Decode-only steps k .. k + m - 1 of ``n`` requests (``Replica.coast``) from ``t``, up to the first whose end
+    is past ``limit`` or at or past ``top`` (taken: it is in flight): the same floats as one step at a time. Each
+    step's time is a + slope x ((C + n j + csh) / n) (integers below 2**53, so numpy's float64 division rounds as
+    Python's does), and the clock and the statistics are running sums, which ``np.add.accumulate`` adds left to
+    right as the loop does. Returns (i: the index of the last step taken, its start, its end, busy, KV area,
+    batch area, its KV tokens)."""
+    j = np.arange(k, k + m, dtype=np.int64)
+    kv_dec = C + n * j
+    dt = a + slope * ((kv_dec + csh) / n)
+    ends = np.add.accumulate(np.concatenate(((t,), dt)))
+    past = (ends[1:] > limit) | (ends[1:] >= top)
+    i = int(past.argmax()) if past.any() else m - 1
+    dt = dt[:i + 1]
+    kv = kv_dec[:i + 1] + kv_pref
+    busy = float(np.add.accumulate(np.concatenate(((busy,), dt)))[-1])
+    kv_area = float(np.add.accumulate(np.concatenate(((kv_area,), kv * dt)))[-1])
+    batch_area = float(np.add.accumulate(np.concatenate(((batch_area,), n * dt)))[-1])
+    return i, float(ends[i]), float(ends[i + 1]), busy, kv_area, batch_area, int(kv[-1])
 
 
 class Replica:
@@ -333,6 +362,33 @@ class Replica:
             if not ab:
                 break
             a, slope = ab
+            if not nbins:
+                # The steps from k on that nothing but the clock separates: before the next completion (heap)
+                # and the next preemption; worth numpy when there are BULK_MIN or more (``_bulk``)
+                last = (cap - C - kv_pref) // n - 1  # the last step start_step would not preempt before
+                if heap and heap[0][0] < last:
+                    last = heap[0][0]
+                if last - k + 1 >= BULK_MIN:
+                    dt0 = a + slope * ((C + n * k + csh) / n)
+                    room = min(limit, top) - t
+                    m = last - k + 1
+                    if room < math.inf and dt0 > 0:  # (step times grow with j: the clock passes room by then)
+                        m = min(m, int(room / dt0) + 2)
+                    if m >= BULK_MIN:
+                        m = min(m, BULK_MAX)
+                        i, t, t_end, busy, kv_area, batch_area, kv = _bulk(a, slope, C, n, csh, kv_pref, k, m, t,
+                                                                           limit, top, busy, kv_area, batch_area)
+                        steps += i + 1
+                        if kv > kv_max:
+                            kv_max = kv
+                        work -= n * i
+                        k += i
+                        if t_end > limit or t_end >= top:
+                            t0 = t
+                            t_next = t_end  # in flight: the caller queues it
+                            break
+                        t0, t = t, t_end
+                        continue
             kv_dec = C + n * k
             dt = a + slope * ((kv_dec + csh) / n)
             kv = kv_dec + kv_pref

@@ -75,6 +75,8 @@ class ScheduleSimulation(Simulation):
     the most at once); ``segments``: the windows' arrivals; ``serving``: per deployment, the replica indices
     serving at time 0; ``events``: what changes after (``scale_events``)."""
 
+    replicas_apart = False  # a scale event dispatches waiting requests by every replica's outstanding work
+
     def __init__(self, held: Scenario, segments: list[Segment], serving: list[list[int]],
                  events: list[ScaleEvent], seed: int = 0, timeline: bool = False):
         self.segments = segments

@@ -243,14 +243,37 @@ def simulate_seeds(plan, spec, ir, seeds: tuple[int, ...], requests: int | None,
     more, those ``apart`` from any below target (before: none while any was below target). The seeds after the
     first run side by side in forked processes where each run is large enough (``compiler.sim.parallel``); the
     result is the same."""
-    from compiler.sim import default_requests, parallel, simulate
+    from compiler.sim import aim_counts, default_requests, parallel, simulate
 
     only = None
+    # The planner's later seeds: workloads a run of ``requests`` gives too few requests run on their own, as long
+    # as they need (``compiler.sim.aim_counts``)
+    own_length = (fail_fast and ir is not None and requests is not None and not plan.adapter_routes
+                  and not set(kwargs) - {"cache"})
 
-    def one(s: int):
-        return simulate(plan, spec, ir=ir, seed=s, requests=requests, timeline=False, only_workloads=only, **kwargs)
+    # Every rare workload's count (the same draws whichever of them a seed runs, so a later round takes the runs
+    # of deployments it did not change from the run cache: compiler.sim.reuse)
+    # (their aim over the seeds after the first together: the first run's few requests of them rarely decide)
+    rare = aim_counts(plan, ir, requests, frozenset(w.name for w in ir.workloads), max(len(seeds) - 1, 1)) \
+        if own_length else {}
 
-    runs = [one(seeds[0])]
+    def some(s: int, names: frozenset[str]) -> list:
+        """Seed ``s``'s runs of ``names``: at ``requests`` (with their closure) and, for rare ones, of their own
+        length; one run or two."""
+        rest = names - set(rare)
+        out = [] if not rest else [simulate(plan, spec, ir=ir, seed=s, requests=requests, timeline=False,
+                                            only_workloads=rest, **kwargs)]
+        if names & set(rare):
+            out.append(simulate(plan, spec, ir=ir, seed=s, counts=rare, only_workloads=names & set(rare),
+                                timeline=False, **kwargs))
+        return out
+
+    def one(s: int) -> list:
+        if only is None:
+            return [simulate(plan, spec, ir=ir, seed=s, requests=requests, timeline=False, **kwargs)]
+        return some(s, only)
+
+    runs = one(seeds[0])
     if fail_fast and len(seeds) > 1:
         first = combine(seeds[:1], runs)
         if clear_pass(first):
@@ -265,7 +288,8 @@ def simulate_seeds(plan, spec, ir, seeds: tuple[int, ...], requests: int | None,
     # 0 (one after another): a progress bar to drive, a run by duration, or no IR to size it from.
     size = (0 if kwargs.get("progress") is not None else requests if requests is not None
             else default_requests(ir) if ir is not None and kwargs.get("duration_s") is None else 0)
-    runs += parallel.seeds_in_processes(one, list(seeds[1:]), kwargs.get("cache"), size)
+    for got in parallel.seeds_in_processes(one, list(seeds[1:]), kwargs.get("cache"), size):
+        runs += got
     res = combine(seeds, runs)
     if not fail_fast or len(runs) < 2 or plan.adapter_routes:
         return res
@@ -274,8 +298,8 @@ def simulate_seeds(plan, spec, ir, seeds: tuple[int, ...], requests: int | None,
         pending = apart(plan, res, undecided(res))
         if not pending:
             break
-        runs.append(simulate(plan, spec, ir=ir, seed=s, requests=requests, timeline=False,
-                             only_workloads=pending, **kwargs))
+        got = some(s, pending)
+        runs += got
         seeds += (s,)
         looked |= pending
         res = combine(seeds, runs, looked)
