@@ -19,9 +19,9 @@ from compiler.assess import Assessment
 from compiler.errors import InfeasibleError, NoSolutionError
 from compiler.ir import ProblemIR
 from compiler.plan.schema import Plan
-from compiler.rounds import (LORA_PREFIX, MAX_ROUNDS, NO_RISE, SIM_ROUNDS, derate_analytic, derate_breaches,
-                             family_of, first_try_worth, lowest, misses_of, no_rise, prior_derates, prior_on_miss,
-                             simulate_and_derate, simulate_past_misses, stuck)
+from compiler.rounds import (LORA_PREFIX, MAX_ROUNDS, SIM_ROUNDS, derate_analytic, derate_breaches, family_of,
+                             first_try_worth, lowest, misses_of, prior_derates, prior_on_miss, simulate_and_derate,
+                             simulate_past_misses, stuck)
 from solvers import SolveOptions, SolveResult, get_backend
 
 
@@ -90,9 +90,7 @@ def drive(planner: Planner, spec, ir: ProblemIR, *, backend: str | None = None, 
     prior instead (dropped, as above, if no plan meets it). Adapter specs (``compiler.rounds.family_of``) take the
     prior per workload a round shows missing instead (``compiler.rounds.prior_on_miss``). A workload that misses
     again on the same shape after it was derated, no better than before, has that shape alone cut further
-    (``compiler.rounds.stuck``: its tail is not set by load); when every workload still missing has missed
-    NO_RISE times with no rise in attainment as its capacity was cut (``compiler.rounds.no_rise``), the rounds
-    stop, its warning saying why. A simulated miss that leaves the derates
+    (``compiler.rounds.stuck``: its tail is not set by load). A simulated miss that leaves the derates
     unchanged ends the rounds (the next solve would repeat this plan and its verdict). Where a first plan would
     almost surely miss in simulation as well (``compiler.rounds.simulate_past_misses``: many workloads, or
     adapters), a plan with an analytic miss is simulated in the same round and the next solve takes both
@@ -135,7 +133,6 @@ def drive(planner: Planner, spec, ir: ProblemIR, *, backend: str | None = None, 
     runs = RunCache()  # deployment runs a round's simulation can take from the last one (compiler.sim.reuse)
     last_sim = None
     missed: dict[str, tuple[str, float, float]] = {}  # workload -> its last simulated miss (compiler.rounds.stuck)
-    rising: dict[str, tuple[int, float]] = {}  # workload -> misses without a rise in attainment (compiler.rounds.no_rise)
     best = None
     warnings = list(ir.warnings)
     for rnd in range(1, MAX_ROUNDS + (SIM_ROUNDS if validate else 0) + 1):
@@ -165,7 +162,6 @@ def drive(planner: Planner, spec, ir: ProblemIR, *, backend: str | None = None, 
             continue
         misses = a.misses()
         own = getattr(planner, "simulate", None)  # a schedule simulates every window, derates per window
-        now: dict[str, tuple[str, float, float]] = {}  # this round's simulated misses (compiler.rounds.misses_of)
         analytic = None  # the analytic corrections of this round's misses
         if misses:
             analytic = derate_analytic(misses, derate, _needed(ir, plan_, misses, fill, planner, cands, derate))
@@ -183,7 +179,6 @@ def drive(planner: Planner, spec, ir: ProblemIR, *, backend: str | None = None, 
             now = misses_of(last_sim, len(seeds), solved_with)
             derate = stuck(derate, now, missed)
             missed = {**missed, **now}
-            rising = no_rise(now, rising)
         sim_s += time.perf_counter() - ts
         simulations += 1
         if analytic is not None:
@@ -201,8 +196,6 @@ def drive(planner: Planner, spec, ir: ProblemIR, *, backend: str | None = None, 
             alone = derate
             derate = lowest(derate, prior)
             with_prior = (derate, alone)
-        if analytic is None and now and all(rising[n][0] >= NO_RISE for n in now):
-            break  # every workload still missing is not limited by load (no_rise): more GPUs would not bring it in
         if derate == solved_with:
             # Nothing to correct: every workload the runs do not confirm has no miss to derate (e.g. too few of its
             # requests in the run for its bound to reach the target at 100 % attainment). The next solve would get
@@ -211,10 +204,7 @@ def drive(planner: Planner, spec, ir: ProblemIR, *, backend: str | None = None, 
     plan_, a, res, rnd = best
     extra = [f"{p.workload}: could not be brought within its SLO after {rnd} rounds ({p.reason})" for p in a.misses()]
     if not extra and last_sim is not None and not last_sim.ok:
-        flat = {n for n, (k, _) in rising.items() if k >= NO_RISE}
         extra = [f"{line.removeprefix('workload ')}; not brought within its SLO by simulation after {rnd} rounds"
-                 + ("; its attainment did not rise as its capacity was cut twice (not limited by load: more replicas "
-                    "do not help; a faster shape or a looser SLO may)" if line.removeprefix("workload ").split(":")[0] in flat else "")
                  for line in last_sim.failures()]
     if extra:
         plan_, a = planner.build(ir, cands, res, rnd, warnings + extra)

@@ -28,7 +28,6 @@ SIM_ROUNDS = 6  # extra rounds allowed for re-solves after a simulated miss
 LORA_PREFIX = "lora-"  # regimes (and the first-round entry) of specs the adapter planner plans
 STUCK_FACTOR = 0.5  # extra capacity factor for a shape whose attainment did not rise when its load fell (stuck)
 LIGHT_MARGIN = 0.01  # a deployment over its speed-of-light bound is re-solved this far below it (derate_breaches)
-NO_RISE = 2  # simulated misses in a row without a rise in attainment after which a workload's rounds stop (no_rise)
 FIRST_TRY_MIN = 0.5  # first solve on the model's own capacities only while it passes with this chance or more
 
 
@@ -235,20 +234,6 @@ def stuck(derate: dict[str, float], now: dict[str, tuple[str, float, float]],
         prev = before.get(name)
         if prev and prev[0] == dep and f_now < prev[1] and att_now <= prev[2]:
             out[dep] = out.get(dep, 1.0) * STUCK_FACTOR
-    return out
-
-
-def no_rise(now: dict[str, tuple[str, float, float]],
-            before: dict[str, tuple[int, float]]) -> dict[str, tuple[int, float]]:
-    """workload -> (simulated misses in a row since its pooled attainment was last at its best, that best), for
-    each workload the round corrects (``misses_of``); a workload the round does not correct starts over. A
-    workload at NO_RISE or more is not limited by load: two capacity cuts in a row (every shape of it derated, and
-    ``stuck``'s extra cut) left its attainment no higher (the target family's seed 5: a p99 workload at 98.9 %
-    whichever of 8 rounds' capacities, 0.72 down to 0.09 of the model's, its tail set by its longest prompts)."""
-    out = {}
-    for name, (_, _, att) in now.items():
-        n, best = before.get(name, (-1, -1.0))
-        out[name] = (n + 1, best) if n >= 0 and att <= best else (0, att)
     return out
 
 
