@@ -343,6 +343,7 @@ class Replica:
         nbins = len(tl) if tl is not None else 0
         t_next: float | None = None
         t0 = self.t0
+        lim = limit if limit < top else top
         while True:
             # finish_step of the decode-only step k, ending at t
             work -= n
@@ -362,7 +363,7 @@ class Replica:
             if not ab:
                 break
             a, slope = ab
-            if not nbins:
+            if not nbins and lim - t >= BULK_MIN * a:  # (each step takes a or more: room for BULK_MIN of them)
                 # The steps from k on that nothing but the clock separates: before the next completion (heap)
                 # and the next preemption; worth numpy when there are BULK_MIN or more (``_bulk``)
                 last = (cap - C - kv_pref) // n - 1  # the last step start_step would not preempt before
@@ -370,7 +371,7 @@ class Replica:
                     last = heap[0][0]
                 if last - k + 1 >= BULK_MIN:
                     dt0 = a + slope * ((C + n * k + csh) / n)
-                    room = min(limit, top) - t
+                    room = lim - t
                     m = last - k + 1
                     if room < math.inf and dt0 > 0:  # (step times grow with j: the clock passes room by then)
                         m = min(m, int(room / dt0) + 2)
