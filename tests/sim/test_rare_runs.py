@@ -15,28 +15,10 @@ from compiler.sim import aim, aim_counts, closure, default_requests, simulate
 from compiler.sim.validate import simulate_seeds
 from compiler.spec.load import load_spec
 from tests.sim.helpers import one_deployment_plan, write_spec
+from tests.sim.test_reuse import UNDERSAMPLED
 
-TWO = """\
-version: 1
-name: rare
-gpus:
-  - {type: h100-sxm, count: 16, usd_per_hour: 3.90}
-models:
-  - name: llama-3.1-8b
-workloads:
-  - name: busy
-    model: llama-3.1-8b
-    rate_rps: 20
-    input_tokens: {fixed: 256}
-    output_tokens: {fixed: 16}
-    slo: {ttft_ms: 2000, tpot_ms: 200, percentile: 90}
-  - name: rare
-    model: llama-3.1-8b
-    rate_rps: 0.2
-    input_tokens: {fixed: 256}
-    output_tokens: {fixed: 16}
-    slo: {ttft_ms: 2000, tpot_ms: 200, percentile: 99}
-"""
+# The busy / rare spec of tests/sim/test_reuse.py with rare at 0.2 rps (busy: 20 rps p90, rare: p99)
+TWO = UNDERSAMPLED.replace("name: undersampled", "name: rare").replace("rate_rps: 0.02", "rate_rps: 0.2")
 
 
 def _two(tmp_path):
@@ -59,8 +41,10 @@ def test_aim_counts_by_hand(tmp_path, monkeypatch):
     assert closure(p, ["rare"])[0] == {"rare"}  # (separate deployments)
     assert aim_counts(p, ir, 5000, ["busy", "rare"]) == {"rare": 2000}
     assert aim_counts(p, ir, 5000, ["busy"]) == {}
-    # Uncapped, every workload gets its aim: nothing to lengthen
-    assert aim_counts(p, ir, default_requests(ir), ["busy", "rare"]) == {} or default_requests(ir) == 5000
+    # Uncapped, a run of 2,000 x 20.2 / 0.2 = 202,000 gives every workload its aim: nothing to lengthen
+    monkeypatch.setattr(compiler.sim, "MAX_DEFAULT_REQUESTS", 10 ** 7)
+    n = default_requests(ir)
+    assert abs(n - 202_000) <= 1 and aim_counts(p, ir, n, ["busy", "rare"]) == {}
     monkeypatch.setattr(compiler.sim, "MAX_DEFAULT_REQUESTS", 1000)  # the runs of their own length are capped too
     assert aim_counts(p, ir, 1000, ["rare"]) == {"rare": 1000}
 
