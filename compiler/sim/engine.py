@@ -100,10 +100,11 @@ def _workload_part(rng: np.random.Generator, w: SimWorkload, wi: int, n: int | N
 
 
 def _merge(parts: list) -> Arrivals:
-    t = np.concatenate([p[0] for p in parts]) if parts else np.zeros(0)
+    """The workloads' parts (``_workload_part``) as one ``Arrivals``, by time, then workload."""
     if not parts:
         z = np.zeros(0, np.int64)
-        return Arrivals(t, z, z, z, z, z, z)
+        return Arrivals(np.zeros(0), z, z, z, z, z, z)
+    t = np.concatenate([p[0] for p in parts])
     order = np.lexsort((np.concatenate([p[1] for p in parts]), t))  # by time, then workload
     return Arrivals(t[order], *(np.concatenate([p[i] for p in parts])[order] for i in range(1, 7)))
 
