@@ -53,14 +53,14 @@ AIM_SHORT = 0.5  # a workload gets a run of its own length (aim_counts) when a r
 
 
 def aim_counts(plan: Plan, ir: ProblemIR, requests: int, names, runs: int = 1) -> dict[str, int]:
-    """Requests per workload for ``runs`` runs that together give each workload of ``names`` that a run of
-    ``requests`` (split by rate) leaves under AIM_SHORT of its ``aim`` (MAX_DEFAULT_REQUESTS caps the runs of
-    specs of many workloads; a p99 workload of a low rate then gets ~100 requests, too few to show its target)
-    that aim, with every workload it shares a deployment with (``closure``) over the same span of time: per
-    closure, the span in which its slowest workload reaches its aim / ``runs``, each workload's rate x that span
-    (never shorter than a run of ``requests``). The counts of all of them add up to MAX_DEFAULT_REQUESTS at most
-    (scaled down past it). {}: no workload of ``names`` is short. For ``simulate(counts=...)``: the planner's
-    validating seeds after the first (``compiler.sim.validate``)."""
+    """Requests per workload, per run, for the workloads of ``names`` that a run of ``requests`` (split by rate)
+    leaves *short*: under AIM_SHORT of their ``aim`` (MAX_DEFAULT_REQUESTS caps the runs of specs of many
+    workloads; a low-rate p99 workload then gets ~100 requests, too few to show its target). ``runs`` such runs
+    together give each short workload its aim, and every workload it shares a deployment with (``closure``) the
+    same span of arrivals: per closure, the span in which its slowest workload gets aim / ``runs`` requests
+    (never shorter than a run of ``requests``), each workload's rate x that span. All the counts add up to
+    MAX_DEFAULT_REQUESTS at most (scaled down past it). {}: no workload of ``names`` is short. For
+    ``simulate(counts=...)`` in the planner's validating seeds after the first (``compiler.sim.validate``)."""
     by_name = {w.name: w for w in ir.workloads}
     total = sum(w.rate_rps for w in ir.workloads)
     if total <= 0:
@@ -113,6 +113,9 @@ def simulate(plan: Plan, spec: Spec, *, ir: ProblemIR | None = None, requests: i
             raise ValueError("counts is a run of its own: no requests, duration_s or trace with it")
         only_workloads = frozenset(counts) if only_workloads is None else only_workloads & frozenset(counts)
         index = {w.name: i for i, w in enumerate(sc.workloads)}
+        unknown = sorted(set(counts) - set(index))
+        if unknown:
+            raise ValueError(f"counts names workloads the spec does not have: {', '.join(unknown)}")
         index = {index[n]: c for n, c in counts.items()}
     cls = Simulation
     if sc.pairs:

@@ -240,9 +240,11 @@ def simulate_seeds(plan, spec, ir, seeds: tuple[int, ...], requests: int | None,
     it (``apart``), and none when there are none: the planner re-solves anyway, and those workloads' verdict, on
     deployments the re-solve has no reason to change, is then known in this round instead of the next
     (docs/simulator.md, "Seeds and confidence"). Workloads the seeds leave ``undecided`` get up to EXTRA_SEEDS
-    more, those ``apart`` from any below target (before: none while any was below target). The seeds after the
-    first run side by side in forked processes where each run is large enough (``compiler.sim.parallel``); the
-    result is the same."""
+    more, those ``apart`` from any below target (before: none while any was below target). In the planner's
+    seeds after the first, a workload the run gives too few requests (``compiler.sim.aim_counts``) runs on its own
+    (with its closure) for as long as it needs, in a run of its own at that seed (docs/simulator.md, "Runs of their
+    own length"). The seeds after the first run side by side in forked processes where each run is large enough
+    (``compiler.sim.parallel``); the result is the same."""
     from compiler.sim import aim_counts, default_requests, parallel, simulate
 
     only = None

@@ -75,6 +75,8 @@ def test_a_counts_run_draws_those_workloads_alone_each_measured_after_its_own_wa
     assert again.workloads["rare"].ttft_ms != w.ttft_ms  # another seed, other requests
     with pytest.raises(ValueError, match="counts"):
         simulate(p, spec, ir=ir, seed=4, counts={"rare": 10}, requests=100)
+    with pytest.raises(ValueError, match="nosuch"):
+        simulate(p, spec, ir=ir, seed=4, counts={"nosuch": 10})
 
 
 def test_the_planner_seeds_give_a_rare_workload_its_aim(tmp_path, monkeypatch):
