@@ -290,6 +290,9 @@ def bench(
     quick: Annotated[bool, typer.Option("--quick", help="Tiny sizes and few repeats (seconds; for CI).")] = False,
     dtype: Annotated[str, typer.Option(help="GEMM/attention precision: auto (bf16 on a GPU, fp32 on a CPU), bf16 "
                                             "(what vLLM's CPU engine runs on AVX512-BF16 CPUs) or fp32.")] = "auto",
+    eager: Annotated[bool, typer.Option("--eager", help="On a GPU, time every call eagerly (host launch overhead "
+                                                         "included) instead of short calls inside a CUDA graph.")]
+    = False,
 ) -> None:
     """Microbenchmark GEMMs, attention, copies and all-reduce on this machine (needs trimtab[bench]).
 
@@ -297,7 +300,8 @@ def bench(
     """
     from compiler.bench import run_bench
 
-    path = run_bench(output, device.value, quick, log=lambda m: err.print(m, markup=False), dtype=dtype)
+    path = run_bench(output, device.value, quick, log=lambda m: err.print(m, markup=False), dtype=dtype,
+                     graph=not eager)
     out.print(f"wrote {path} and {path.parent / 'metadata.json'}", markup=False)
 
 

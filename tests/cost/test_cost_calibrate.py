@@ -92,11 +92,15 @@ def test_bench_format_cli(tmp_path):
                         "time_ms": (T_K + fl / (PEAK_F * 0.5)) * 1e3})
         w.writerow({"op": "copy_d2d", "dtype": "u8", "bytes": 1 << 30, "bytes_moved": 2 << 30,
                     "time_ms": (2 << 30) / (PEAK_B * 0.9) * 1e3})
+        # a copy that fits in the L2 cache reads faster than HBM: not the device's copy bandwidth
+        w.writerow({"op": "copy_d2d", "dtype": "u8", "bytes": 1 << 24, "bytes_moved": 2 << 24,
+                    "time_ms": (2 << 24) / (PEAK_B * 1.6) * 1e3})
     (d / "metadata.json").write_text('{"device_name": "NVIDIA H100 80GB HBM3", "date": "2026-01-01"}')
     out = tmp_path / "h100-bench.yaml"
     res = runner.invoke(app, ["calibrate", str(d), "-o", str(out)])  # base guessed from the device name
     assert res.exit_code == 0, res.output
     assert "gemm" in res.output and "median" in res.output  # the fit error table
+    assert "copy_bandwidth_efficiency = 0.9\n" in res.output  # from the largest copy
     prof = GpuProfile.model_validate(yaml.safe_load(out.read_text()))
     assert prof.compute_efficiency.value == pytest.approx(ETA_C, rel=0.03)
     assert prof.attention_efficiency.value == pytest.approx(0.5, rel=0.05)
