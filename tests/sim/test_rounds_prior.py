@@ -299,3 +299,27 @@ def test_an_analytic_miss_of_a_large_spec_is_simulated_in_the_same_round(monkeyp
     assert not r.assessment.misses() and r.plan.simulation is not None
     assert r.plan.simulation.rounds == 1
 
+
+
+def test_a_far_miss_may_be_derated_past_the_usual_floor():
+    """sim_derate: 1 / (1 + excess) of the worst run's latency at the percentile over the SLO, between 0.85 and
+    0.97; a workload missing 3x the misses its target allows or more (here 93 % against 99 %: 7x) may go down to
+    0.7. Hand-computed: TTFT at 2x its SLO asks for 0.5, TTFT at 1.25x for 0.8."""
+    from types import SimpleNamespace
+
+    from compiler.rounds import FAR_FLOOR, SIM_DERATE_RANGE, sim_derate
+
+    def res(mean: float, ttft_at: float):
+        w = SimpleNamespace(attainment=mean, ttft_at_target_ms=ttft_at, ttft_slo_ms=1000.0, tpot_at_target_ms=10.0,
+                            tpot_slo_ms=50.0)
+        return SimpleNamespace(runs_of=lambda _n: [SimpleNamespace(workloads={"w": w})],
+                               intervals={"w": SimpleNamespace(mean=mean)}, targets={"w": 0.99})
+
+    assert SIM_DERATE_RANGE[0] == 0.85 and FAR_FLOOR == 0.7
+    assert sim_derate(res(0.98, 2000.0), "w") == 0.85  # 2x the allowed misses: the usual floor
+    assert sim_derate(res(0.93, 2000.0), "w") == 0.7  # 7x: the far floor
+    assert sim_derate(res(0.97, 2000.0), "w") == 0.7  # 3x (the boundary)
+    assert abs(sim_derate(res(0.93, 1250.0), "w") - 0.8) < 1e-12  # within the floor: the formula's own factor
+    assert sim_derate(res(0.98, 1250.0), "w") == 0.85
+    assert sim_derate(res(0.93, 900.0), "w") == 0.95  # no metric over its SLO on its own: MARGIN_DERATE
+    assert sim_derate(res(0.93, 2000.0), "w", far=False) == 0.85  # adapter plans: the usual floor
