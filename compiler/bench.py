@@ -273,8 +273,9 @@ def run_bench(out_dir: str | Path, device: str = "cuda", quick: bool = False, lo
     md["quick"] = quick
     md["dtype"] = name16
     if gpu:
-        md["timing"] = (f"CUDA graph of {tm.GRAPH_CALLS} calls for {tm.graphed} of {len(rows)} rows (GEMMs and "
-                        f"attention under {tm.GRAPH_BELOW_MS} ms eager); CUDA events" if graph else "eager, CUDA events")
+        md["timing"] = ("eager, CUDA events" if not graph else
+                        f"CUDA graph of {tm.GRAPH_CALLS} calls for {tm.graphed} of {len(rows)} rows (GEMMs and "
+                        f"attention under {tm.GRAPH_BELOW_MS} ms eager); CUDA events")
     (out / "metadata.json").write_text(json.dumps(md, indent=2, sort_keys=True) + "\n", encoding="utf-8")
     return path
 
