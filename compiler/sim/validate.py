@@ -249,13 +249,11 @@ def simulate_seeds(plan, spec, ir, seeds: tuple[int, ...], requests: int | None,
 
     only = None
     # The planner's later seeds: workloads a run of ``requests`` gives too few requests run on their own, as long
-    # as they need (``compiler.sim.aim_counts``)
+    # as they need (``compiler.sim.aim_counts``): every rare workload's count, their aim over the seeds after the
+    # first together (the first run's few requests of them rarely decide), the same draws whichever of them a seed
+    # runs, so a later round takes the runs of deployments it did not change from the run cache (compiler.sim.reuse)
     own_length = (fail_fast and ir is not None and requests is not None and not plan.adapter_routes
                   and not set(kwargs) - {"cache"})
-
-    # Every rare workload's count (the same draws whichever of them a seed runs, so a later round takes the runs
-    # of deployments it did not change from the run cache: compiler.sim.reuse)
-    # (their aim over the seeds after the first together: the first run's few requests of them rarely decide)
     rare = aim_counts(plan, ir, requests, frozenset(w.name for w in ir.workloads), max(len(seeds) - 1, 1)) \
         if own_length else {}
 
@@ -300,8 +298,7 @@ def simulate_seeds(plan, spec, ir, seeds: tuple[int, ...], requests: int | None,
         pending = apart(plan, res, undecided(res))
         if not pending:
             break
-        got = some(s, pending)
-        runs += got
+        runs += some(s, pending)
         seeds += (s,)
         looked |= pending
         res = combine(seeds, runs, looked)
