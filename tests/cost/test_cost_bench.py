@@ -37,3 +37,44 @@ def test_bench_cpu_quick_then_calibrate(tmp_path):
 
     profs = load_profiles((tmp_path,))
     assert "cpu-ci" in profs.gpus
+
+
+def test_bench_eager_option_runs(tmp_path):
+    """``--eager`` is accepted (on a CPU it changes nothing: the graph timing is for GPUs)."""
+    res = runner.invoke(app, ["bench", "--device", "cpu", "--quick", "--eager", "-o", str(tmp_path / "b")])
+    assert res.exit_code == 0, res.output
+    assert "timing" not in json.loads((tmp_path / "b" / "metadata.json").read_text())  # (a GPU's field)
+
+
+def test_gpu_timer_regraphs_short_calls_only(monkeypatch):
+    """The GPU path of ``_Timer`` without a GPU (CI has none; benchmarks/data/h200-bench is the run on one): CUDA
+    events that read a fixed eager time; calls under GRAPH_BELOW_MS are timed again in a graph (``_graph_ms``),
+    longer ones, copies (``graph=False``) and a timer made with ``graph=False`` keep the eager median."""
+    from types import SimpleNamespace
+
+    from compiler.bench import _Timer
+
+    eager = {"ms": 0.02}
+
+    class Event:
+        def __init__(self, enable_timing=True):
+            pass
+
+        def record(self):
+            pass
+
+        def synchronize(self):
+            pass
+
+        def elapsed_time(self, _other):
+            return eager["ms"]
+
+    fake = SimpleNamespace(cuda=SimpleNamespace(Event=Event, synchronize=lambda: None))
+    monkeypatch.setattr(_Timer, "_graph_ms", lambda self, fn: 0.008)
+    tm = _Timer(fake, "cuda", warmup=1, reps=3)
+    assert tm.median_ms(lambda: None) == 0.008 and tm.graphed == 1
+    assert tm.median_ms(lambda: None, graph=False) == 0.02 and tm.graphed == 1  # a copy
+    eager["ms"] = 2.0
+    assert tm.median_ms(lambda: None) == 2.0 and tm.graphed == 1  # long enough: eager
+    eager["ms"] = 0.02
+    assert _Timer(fake, "cuda", 1, 3, graph=False).median_ms(lambda: None) == 0.02
