@@ -27,9 +27,15 @@ BATCHES = 10  # consecutive batches per workload for the confidence interval (co
 
 
 def _q(x: np.ndarray, p: float) -> float:
+    """``x`` at percentile ``p`` (0-100)."""
+    return _at(x, p / 100.0)
+
+
+def _at(x: np.ndarray, share: float) -> float:
+    """``x`` at quantile ``share`` (0-1; 1: the largest), an observed value (``inverted_cdf``); nan when empty."""
     if len(x) == 0:
         return math.nan
-    return float(np.quantile(x, p / 100.0, method="inverted_cdf"))
+    return float(np.quantile(x, share, method="inverted_cdf"))
 
 
 def quantile_ci(x: np.ndarray, p: float, confidence: float = 0.95) -> tuple[float, float]:
@@ -166,6 +172,14 @@ class SimResult:
 
     def failures(self) -> list[str]:
         return [w.failure() for w in self.workloads.values() if not w.passed]
+
+    def latency_at_ms(self, name: str, share: float) -> tuple[float, float] | None:
+        """Workload ``name``'s measured (TTFT, TPOT) in ms at quantile ``share`` (0-1; 1: the worst request), from
+        ``samples``; None when this run did not keep them."""
+        got = self.samples.get(name)
+        if got is None or not len(got[0]):
+            return None
+        return _at(got[0], share) * 1e3, _at(got[1], share) * 1e3
 
     def to_dict(self) -> dict:
         ws = {}

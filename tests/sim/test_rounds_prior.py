@@ -313,8 +313,9 @@ def test_a_far_miss_may_be_derated_past_the_usual_floor():
     def res(mean: float, ttft_at: float):
         w = SimpleNamespace(attainment=mean, ttft_at_target_ms=ttft_at, ttft_slo_ms=1000.0, tpot_at_target_ms=10.0,
                             tpot_slo_ms=50.0)
-        return SimpleNamespace(runs_of=lambda _n: [SimpleNamespace(workloads={"w": w})],
-                               intervals={"w": SimpleNamespace(mean=mean)}, targets={"w": 0.99})
+        run = SimpleNamespace(workloads={"w": w}, latency_at_ms=lambda _n, _q: None)  # no samples: at target
+        return SimpleNamespace(runs_of=lambda _n: [run], intervals={"w": SimpleNamespace(mean=mean, lower=mean)},
+                               targets={"w": 0.99})
 
     assert SIM_DERATE_RANGE[0] == 0.85 and FAR_FLOOR == 0.7
     assert sim_derate(res(0.98, 2000.0), "w") == 0.85  # 2x the allowed misses: the usual floor
@@ -324,3 +325,40 @@ def test_a_far_miss_may_be_derated_past_the_usual_floor():
     assert sim_derate(res(0.98, 1250.0), "w") == 0.85
     assert sim_derate(res(0.93, 900.0), "w") == 0.95  # no metric over its SLO on its own: MARGIN_DERATE
     assert sim_derate(res(0.93, 2000.0), "w", far=False) == 0.85  # adapter plans: the usual floor
+
+
+def test_a_correction_aims_at_the_attainment_the_bound_needs():
+    """sim_derate reads the worst run's latency at the target plus the bound's width (``demonstrable``), not at
+    the target: a plan is kept only once the lower bound reaches the target. Hand-computed on 1,000 requests
+    whose TTFT is 1 ms ... 1000 ms (inverted CDF: quantile q is the ceil(1000 q)-th smallest, ceil(1000 q) ms),
+    SLO 900 ms, target 0.95: a bound of no width reads 950 ms (factor 900 / 950); one 0.02 wide reads 0.97, 970 ms
+    (900 / 970); one wider than every allowed miss (0.05) reads the worst request, 1000 ms (900 / 1000). A far miss
+    (3x the allowed misses or more) is read at the target."""
+    import numpy as np
+
+    from compiler.rounds import demonstrable, sim_derate
+    from compiler.sim.metrics import SimResult, WorkloadStats
+
+    ttft = np.arange(1, 1001, dtype=float) / 1e3  # seconds, in arrival order (shuffling changes no quantile)
+    stats = WorkloadStats(name="w", requests=1000, completed=1000, unserved=0, attainment=0.9, target=0.95,
+                          ttft_slo_ms=900.0, tpot_slo_ms=50.0, ttft_ms={}, tpot_ms={}, e2e_ms={}, queue_ms={},
+                          ttft_at_target_ms=950.0, tpot_at_target_ms=10.0, ttft_miss=0.1, tpot_miss=0.0,
+                          goodput_rps=1.0, throughput_rps=1.0, preemptions=0, by_deployment={}, worst_deployment="d",
+                          below_target=[])
+    run = SimResult(seed=0, requests=1000, measured_from_s=0.0, duration_s=1.0, end_s=1.0, workloads={"w": stats},
+                    deployments={}, notes=[], samples={"w": (ttft, np.full(1000, 0.010), ttft)})
+    assert run.latency_at_ms("w", 0.95) == (950.0, 10.0)
+    assert run.latency_at_ms("w", 1.0) == (1000.0, 10.0)
+    assert run.latency_at_ms("other", 0.95) is None
+
+    def res(lower: float) -> SeedsResult:  # pooled mean 0.94: under target, not a far miss (3 x 5 % allowed)
+        return SeedsResult((0,), [run], {"w": Interval(0.94, lower, 1.0, 1000, 10)}, {"w": 0.95})
+
+    assert demonstrable(res(0.94), "w") == 0.95
+    assert abs(sim_derate(res(0.94), "w") - 900 / 950) < 1e-12
+    assert abs(demonstrable(res(0.92), "w") - 0.97) < 1e-12
+    assert abs(sim_derate(res(0.92), "w") - 900 / 970) < 1e-12
+    assert demonstrable(res(0.80), "w") == 1.0
+    assert abs(sim_derate(res(0.80), "w") - 900 / 1000) < 1e-12
+    far = SeedsResult((0,), [run], {"w": Interval(0.80, 0.70, 0.9, 1000, 10)}, {"w": 0.95})  # 4x the allowed misses
+    assert abs(sim_derate(far, "w") - 900 / 950) < 1e-12  # a far miss: read at the target
