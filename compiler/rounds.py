@@ -276,8 +276,8 @@ def sim_derate(res, name: str, far: bool = True) -> float:
     run = min(res.runs_of(name), key=lambda r: r.workloads[name].attainment)
     w = run.workloads[name]
     far_miss = 1 - res.intervals[name].mean >= FAR_MISS * (1 - res.targets[name])
-    ttft, tpot = (None if far_miss else run.latency_at_ms(name, demonstrable(res, name))) or \
-        (w.ttft_at_target_ms, w.tpot_at_target_ms)
+    near = None if far_miss else run.latency_at_ms(name, demonstrable(res, name))  # None: no samples kept
+    ttft, tpot = near or (w.ttft_at_target_ms, w.tpot_at_target_ms)
     excess = max(ttft / w.ttft_slo_ms, tpot / w.tpot_slo_ms) - 1
     if not excess > 0:
         return MARGIN_DERATE
