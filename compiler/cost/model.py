@@ -23,7 +23,7 @@ from functools import cached_property
 from compiler.cost.moe import (MoeLayer, attention_flops_per_ctx, attention_kernels, attention_params, check_kv_dtype,
                                check_layout, expert_params, is_mla, kv_elements, moe_layers)
 from compiler.cost.predictions import ReplicaPredictions
-from compiler.cost.queueing import _Aitken, _normal, _prefill_queue, _tail_decision, gamma_q
+from compiler.cost.queueing import _Aitken, _normal, _prefill_queue, _tail_decision, ctx_sq, gamma_q, over_caps
 from compiler.cost.records import (BYTES, GIB, UNSTABLE, BatchPrediction, BurstPrediction,
                                    ClosedLoopPrediction, KvTier, MemoryFit, ReplicaState, TrafficClass)
 from compiler.cost.roles import ReplicaRoles
@@ -343,6 +343,8 @@ class ReplicaModel(ReplicaRoles, ReplicaPredictions):
         Every step emits one token per decoding request, so mean TPOT = 1 / (steps per second), counting
         the prefill-carrying steps and the decode-only ones (T_d) that fill the remaining 1 - rho of time.
         The decode batch follows by Little's law, b = (sum rate x osl) x TPOT; iterate b to its fixed point.
+        The replica is stable only if its seats and KV cache hold the batch and its KV at the percentile, not only
+        at the mean (``compiler.cost.queueing.over_caps``; without a KV tier).
         """
         lam = sum(c.rate_rps for c in classes)
         n = len(classes)
@@ -443,6 +445,10 @@ class ReplicaModel(ReplicaRoles, ReplicaPredictions):
                         + rho * sum(c.rate_rps * c.cached_tokens for c in classes) / max(prefill_steps, 1e-12))
         if kv_used > kv_cap:
             return unstable(f"KV cache needs {kv_used:.0f} tokens > capacity {kv_cap}")
+        if not tier:  # seats and KV at the percentile, not only at the mean (a tier holds the KV beyond HBM)
+            why = over_caps(b, kv_used, ctx_sq(classes), percentile, self.max_num_seqs, kv_cap)
+            if why:
+                return unstable(why)
         if tier:
             r = self.remote_share(kv_at_p(kv_used))
         fe = self.request_overhead

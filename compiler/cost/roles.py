@@ -7,7 +7,7 @@ from __future__ import annotations
 import math
 from dataclasses import replace
 
-from compiler.cost.queueing import _prefill_queue
+from compiler.cost.queueing import _prefill_queue, ctx_sq, over_caps
 from compiler.cost.search import bisect_max
 from compiler.cost.records import UNSTABLE, ReplicaState, TrafficClass
 
@@ -84,10 +84,12 @@ class ReplicaRoles:
                 break
             b = b_new
         kv_used = b * ctx
-        if kv_used > self.memory.kv_cache_tokens:
+        why = f"KV cache needs {kv_used:.0f} tokens > capacity {self.memory.kv_cache_tokens}" \
+            if kv_used > self.memory.kv_cache_tokens else \
+            over_caps(b, kv_used, ctx_sq(classes), percentile, self.max_num_seqs, self.memory.kv_cache_tokens)
+        if why:  # (seats and KV at the percentile too: compiler.cost.queueing.over_caps)
             inf = (UNSTABLE,) * n
-            return ReplicaState(False, f"KV cache needs {kv_used:.0f} tokens > capacity {self.memory.kv_cache_tokens}",
-                                UNSTABLE, inf, inf, 1.0, b, kv_used, 0.0, 0.0, UNSTABLE)
+            return ReplicaState(False, why, UNSTABLE, inf, inf, 1.0, b, kv_used, 0.0, 0.0, UNSTABLE)
         tpot = self.iteration_s(max(b, 1.0), ctx)
         tpot_p = tpot
         if percentile > 50:
