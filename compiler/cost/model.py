@@ -343,9 +343,7 @@ class ReplicaModel(ReplicaRoles, ReplicaPredictions):
         Every step emits one token per decoding request, so mean TPOT = 1 / (steps per second), counting
         the prefill-carrying steps and the decode-only ones (T_d) that fill the remaining 1 - rho of time.
         The decode batch follows by Little's law, b = (sum rate x osl) x TPOT; iterate b to its fixed point.
-        The replica is stable only if its seats and KV cache hold the batch and its KV at the percentile, not only
-        at the mean (``compiler.cost.queueing.over_caps``; without a KV tier).
-        """
+        Seats and KV are checked at the percentile too (``compiler.cost.queueing.over_caps``)."""
         lam = sum(c.rate_rps for c in classes)
         n = len(classes)
         if lam <= 0:
@@ -445,12 +443,10 @@ class ReplicaModel(ReplicaRoles, ReplicaPredictions):
                         + rho * sum(c.rate_rps * c.cached_tokens for c in classes) / max(prefill_steps, 1e-12))
         if kv_used > kv_cap:
             return unstable(f"KV cache needs {kv_used:.0f} tokens > capacity {kv_cap}")
-        if not tier:  # seats and KV at the percentile, not only at the mean (a tier holds the KV beyond HBM)
-            why = over_caps(b, kv_used, ctx_sq(classes), percentile, self.max_num_seqs, kv_cap)
-            if why:
-                return unstable(why)
-        if tier:
+        if tier:  # (a tier holds the KV beyond HBM: its remote share is taken at the percentile)
             r = self.remote_share(kv_at_p(kv_used))
+        elif why := over_caps(b, kv_used, ctx_sq(classes), percentile, self.max_num_seqs, kv_cap):
+            return unstable(why)
         fe = self.request_overhead
         ttft = tuple(fe + wait_p + self.prefill_s(c.tail, b, ctx_dec, r, c.tail_cached)
                      + self.reload_s(c.tail_host_cached) for c in classes)
@@ -599,7 +595,4 @@ class ReplicaModel(ReplicaRoles, ReplicaPredictions):
             return 0.0
         return bisect_max(ok, 0.0, hi, rel_tol)
 
-    # ------------------------------------------------------------------ disaggregated roles (prefill / decode)
-    # ------------------------------------------------------------------ closed loop (predict)
-    # ------------------------------------------------------------------ static batch and open loop
-    # ------------------------------------------------------------------ a burst of queued requests (offline runs)
+    # ------------------ P/D roles: ReplicaRoles; predict, static batch, open loop, burst: ReplicaPredictions
