@@ -145,7 +145,8 @@ def test_long_context_example_plans_the_host_tier_where_it_pays(long_plans):
     k = rag[0].kv
     assert k.offload_gib > 0 and not k.live and k.borrowed_gib == 0 and k.lent_gib == 0
     assert plan.prefix["rag"].hit_rate_planned[rag[0].name] == pytest.approx(0.8)
-    assert off.prefix["rag"].hit_rate_planned["rag-h100-sxm-tp4-t2k"] < 0.15  # what HBM alone holds
+    off_rag = [d.name for d in off.deployments if d.name.startswith("rag-")]  # HBM only: two replicas
+    assert off_rag and all(off.prefix["rag"].hit_rate_planned[n] < 0.15 for n in off_rag)  # what HBM alone holds
     args = rag[0].engine_args
     assert "--kv-offloading-backend=native" in args and f"--kv-offloading-size={k.offload_gib:g}" in args
     assert "--enable-prefix-caching" in args

@@ -114,7 +114,9 @@ def test_a_plan_over_the_bound_is_re_solved_within_it(tmp_path, monkeypatch):
     import compiler.physics as phys
     from compiler.check import check
 
-    (tmp_path / "s.yaml").write_text(MISTRAL_L4)
+    # at p99 the cost model's KV check at the percentile (compiler.cost.queueing.over_caps) already keeps this
+    # batch within the bound; at p60 its margin is small enough that the mean-context count still passes it
+    (tmp_path / "s.yaml").write_text(MISTRAL_L4.replace("percentile: 99", "percentile: 60"))
     spec = tt.load_spec(tmp_path / "s.yaml")
     seen = []
     real = phys.breaches
