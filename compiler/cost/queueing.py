@@ -103,35 +103,35 @@ def _z(percentile: float) -> float:
 
 
 def ctx_sq(classes) -> float:
-    """E[X^2] of the context X of a decoding request over ``classes``: a request of prompt length I (mean, cv^2
-    ``isl_cv2``) and output O is seen at context I + U O, U uniform on [0, 1], so E[X^2] = E[I^2] + E[I] O + O^2 / 3
-    per class, weighted by each class's share of decoding requests (rate x output length)."""
+    """E[X^2] of the context X of a decoding request over ``classes``: a request of prompt length I (mean,
+    cv^2 ``isl_cv2``) and output O is seen at context I + U O, U uniform on [0, 1], so
+    E[X^2] = E[I^2] + E[I] O + O^2 / 3 per class, weighted by its share of decoding requests (rate x output)."""
     num = den = 0.0
     for c in classes:
-        w = c.rate_rps * c.osl_mean
-        num += w * (c.isl_mean * c.isl_mean * (1 + c.isl_cv2) + c.isl_mean * c.osl_mean + c.osl_mean * c.osl_mean / 3)
+        w, i, o = c.rate_rps * c.osl_mean, c.isl_mean, c.osl_mean
+        num += w * (i * i * (1 + c.isl_cv2) + i * o + o * o / 3)
         den += w
     return num / den if den > 0 else 0.0
 
 
-def over_caps(b: float, kv_used: float, ctx_sq: float, percentile: float, max_seqs: int, kv_cap: float) -> str:
+def over_caps(b: float, kv_used: float, x_sq: float, percentile: float, max_seqs: int, kv_cap: float) -> str:
     """Why a request at ``percentile`` waits for a seat or for KV room although the means fit ('' if it does not).
 
     The requests running on a replica are an M/G/inf population: their number is Poisson around its mean b (any
     output-length distribution), so at percentile p it is b + z sqrt(b) (normal approximation, z the standard
     normal quantile). Their KV in use is a compound Poisson sum of their contexts X: mean ``kv_used``, variance
-    b E[X^2] (``ctx_sq``), so at p it is kv_used + z sqrt(b E[X^2]). An engine admits a request only while a seat
-    (``max_num_seqs``) and its KV fit; near either cap the batch reaches it often, arrivals queue for a seat, and the
-    queue drains only by the little headroom the mean leaves. A mean-only check let plans run a batch of 240-251 of
-    256 seats (the simulator's queue then grew for the whole run: 8-29 % attainment) or 59-66 % of the KV cache
-    (41-89 %); docs/cost-model.md, "Under load"."""
+    b E[X^2] (``x_sq``, from ``ctx_sq``), so at p it is kv_used + z sqrt(b E[X^2]). An engine admits a request
+    only while a seat (``max_num_seqs``) and its KV fit; near either cap the batch reaches it often, arrivals
+    queue for a seat, and the queue drains only by the little headroom the mean leaves. A mean-only check let
+    plans run a batch of 240-251 of 256 seats (the simulator's queue then grew for the whole run: 8-29 %
+    attainment) or 59-66 % of the KV cache (41-89 %); docs/cost-model.md, "Under load"."""
     if percentile <= 50 or b <= 0:
         return ""
     z = _z(percentile)
     seats = b + z * math.sqrt(b)
     if seats > max_seqs:
         return f"a decode batch of {seats:.0f} at p{percentile:g} > max_num_seqs {max_seqs}"
-    kv = kv_used + z * math.sqrt(b * ctx_sq)
+    kv = kv_used + z * math.sqrt(b * x_sq)
     if kv > kv_cap:
         return f"KV cache at p{percentile:g} needs {kv:.0f} tokens > capacity {kv_cap:.0f}"
     return ""

@@ -47,7 +47,7 @@ def test_context_second_moment_by_hand():
 
 
 def test_a_mean_batch_under_the_seats_is_not_enough_at_p99():
-    m = rm(mbt=2048, max_num_seqs=64)  # the unit GPU of test_cost_roofline, 64 seats, a 250,392-token KV cache
+    m = rm(mbt=2048, max_num_seqs=64)  # the unit GPU of test_cost_roofline (1 GiB), 64 seats
     cls = lambda rate: TrafficClass(rate, 100, 400)  # noqa: E731
 
     def batch(rate):  # the mean decode batch (the fixed point does not depend on the percentile); inf: unstable
