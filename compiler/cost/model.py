@@ -23,7 +23,7 @@ from functools import cached_property
 from compiler.cost.moe import (MoeLayer, attention_flops_per_ctx, attention_kernels, attention_params, check_kv_dtype,
                                check_layout, expert_params, is_mla, kv_elements, moe_layers)
 from compiler.cost.predictions import ReplicaPredictions
-from compiler.cost.queueing import _Aitken, _normal, _prefill_queue, _tail_decision, ctx_sq, gamma_q, over_caps
+from compiler.cost.queueing import _Aitken, _normal, _prefill_queue, _tail_decision, _z, ctx_sq, gamma_q, over_caps
 from compiler.cost.records import (BYTES, GIB, UNSTABLE, BatchPrediction, BurstPrediction,
                                    ClosedLoopPrediction, KvTier, MemoryFit, ReplicaState, TrafficClass)
 from compiler.cost.roles import ReplicaRoles
@@ -373,10 +373,7 @@ class ReplicaModel(ReplicaRoles, ReplicaPredictions):
         # ... and the KV in use is taken at the percentile of the number of requests holding it (Poisson around
         # the mean, normal approximation, as in ``evaluate_decode``): a tier slows every step more the more KV is
         # out of HBM, so a burst feeds on itself; the mean alone would miss that (docs/kv-tiers.md).
-        z = 0.0
-        if tier and percentile > 50:
-            from statistics import NormalDist
-            z = NormalDist().inv_cdf(percentile / 100.0)
+        z = _z(percentile) if tier and percentile > 50 else 0.0
 
         def kv_at_p(kv_mean: float) -> float:
             n_mean = kv_mean / max(ctx_dec, 1.0)

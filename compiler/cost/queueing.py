@@ -98,7 +98,7 @@ def _normal():
 
 @cache
 def _z(percentile: float) -> float:
-    """The standard normal quantile at ``percentile`` (0-100)."""
+    """The standard normal quantile at ``percentile`` (0-100), made once per percentile (every evaluate asks)."""
     return _normal().inv_cdf(percentile / 100.0)
 
 

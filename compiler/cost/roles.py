@@ -7,7 +7,7 @@ from __future__ import annotations
 import math
 from dataclasses import replace
 
-from compiler.cost.queueing import _prefill_queue, ctx_sq, over_caps
+from compiler.cost.queueing import _prefill_queue, _z, ctx_sq, over_caps
 from compiler.cost.search import bisect_max
 from compiler.cost.records import UNSTABLE, ReplicaState, TrafficClass
 
@@ -62,8 +62,6 @@ class ReplicaRoles:
         does not jump, so TPOT at the percentile is the step time at the batch size the Poisson number of
         requests in the system (M/G/inf) reaches at that percentile, b_p = b + z sqrt(b) (normal approximation;
         the batch changes on the time scale of a request's own decode, so its steps do not average it out)."""
-        from statistics import NormalDist
-
         n = len(classes)
         D = sum(c.rate_rps * max(c.osl_mean - 1, 0.0) for c in classes)
         if D <= 0:
@@ -93,7 +91,7 @@ class ReplicaRoles:
         tpot = self.iteration_s(max(b, 1.0), ctx)
         tpot_p = tpot
         if percentile > 50:
-            z = NormalDist().inv_cdf(percentile / 100.0)
+            z = _z(percentile)
             tpot_p = self.iteration_s(max(b + z * math.sqrt(max(b, 1.0)), 1.0), ctx)
         return ReplicaState(True, "", tpot_p, (0.0,) * n, (0.0,) * n, 0.0, b, kv_used, 0.0, 0.0, tpot)
 
