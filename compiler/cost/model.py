@@ -23,11 +23,11 @@ from functools import cached_property
 from compiler.cost.moe import (MoeLayer, attention_flops_per_ctx, attention_kernels, attention_params, check_kv_dtype,
                                check_layout, expert_params, is_mla, kv_elements, moe_layers)
 from compiler.cost.predictions import ReplicaPredictions
-from compiler.cost.queueing import _Aitken, _normal, _prefill_queue, _tail_decision, _z, ctx_sq, gamma_q, over_caps
+from compiler.cost.queueing import _Aitken, _prefill_queue, _z, ctx_sq, gamma_q, over_caps, tpot_tail
 from compiler.cost.records import (BYTES, GIB, UNSTABLE, BatchPrediction, BurstPrediction,
                                    ClosedLoopPrediction, KvTier, MemoryFit, ReplicaState, TrafficClass)
 from compiler.cost.roles import ReplicaRoles
-from compiler.cost.search import bisect_max, bisect_width, bracket
+from compiler.cost.search import bisect_max, bracket
 from compiler.profiles import EngineProfile, GpuProfile, ModelProfile
 
 # Re-exported: the records and the search are the cost model's vocabulary for its callers.
@@ -449,14 +449,14 @@ class ReplicaModel(ReplicaRoles, ReplicaPredictions):
                      + self.reload_s(c.tail_host_cached) for c in classes)
         if slo_ms is not None:  # decision mode (see the docstring)
             tpot_p = tpot if max(ttft) * 1e3 > slo_ms[0] else \
-                self._tpot_tail(classes, s, nsteps, t_d, tpot, percentile, slo_ms[1] * 1e-3)
+                tpot_tail(classes, s, nsteps, t_d, tpot, percentile, slo_ms[1] * 1e-3)
             if tier and math.isfinite(tpot_p) and max(ttft) * 1e3 <= slo_ms[0]:
                 tpot_p = max(tpot_p, self._tier_decode_s(b, ctx_dec, kv_pre, kv_floor, z))
                 tpot_p = tpot_p if tpot_p <= slo_ms[1] * 1e-3 else UNSTABLE
             return ReplicaState(True, "", tpot_p, ttft, ttft, rho, b, kv_used, wait_p, wait_mean, tpot)
         ttft_mean = tuple(fe + wait_mean + self.prefill_s(c.isl_mean, b, ctx_dec, r, c.cached_tokens)
                           + self.reload_s(c.host_cached_tokens) for c in classes)
-        tpot_p = self._tpot_tail(classes, s, nsteps, t_d, tpot, percentile)
+        tpot_p = tpot_tail(classes, s, nsteps, t_d, tpot, percentile)
         if tier:
             tpot_p = max(tpot_p, self._tier_decode_s(b, ctx_dec, kv_pre, kv_floor, z))
         return ReplicaState(True, "", tpot_p, ttft, ttft_mean, rho, b, kv_used, wait_p, wait_mean, tpot)
@@ -488,56 +488,6 @@ class ReplicaModel(ReplicaRoles, ReplicaPredictions):
             n += 1
             pmf *= b / n
         return total / max(cum, 1e-12)
-
-    def _tpot_tail(self, classes, s: list[float], nsteps: list[float], t_d: float, tpot: float,
-                   percentile: float, bound_s: float | None = None) -> float:
-        """Per-request TPOT at ``percentile``. A request decoding k = osl - 1 tokens is slowed by the prompts
-        that arrive while it decodes: each adds D = (its prefill time) - (its chunk steps x t_d), the excess of its
-        prefill-carrying steps over decode-only steps. Over the request's window (k x mean TPOT) the prompts
-        form a compound Poisson process, so its TPOT is t_d + Y / k with E[Y] = lambda k TPOT E[D] and
-        Var[Y] = lambda k TPOT E[D^2] (length variation within a class included), skewness from E[D^3]. The
-        rate-weighted mixture over classes, each a shifted gamma with those three moments, is solved for the
-        percentile (long prompts are rare and large: the tail is skewed); the mean is the mean TPOT."""
-        lam = sum(c.rate_rps for c in classes)
-        if lam <= 0 or percentile <= 50:
-            return tpot
-        d = [max(si - k * t_d, 0.0) for si, k in zip(s, nsteps)]
-        ed2 = sum(c.rate_rps * di ** 2 * (1 + c.isl_cv2) for c, di in zip(classes, d)) / lam
-        ed3 = sum(c.rate_rps * di ** 3 * (1 + c.isl_cv2) ** 3 for c, di in zip(classes, d)) / lam
-        parts = []  # (weight, sd of TPOT, skewness) per class and output length with more than one output token
-        ed2_15 = ed2 ** 1.5 if ed2 > 0 else 0.0  # (used only where ed2 > 0)
-        for c in classes:
-            for o, share in c.osl_points or ((c.osl_mean, 1.0),):
-                k = o - 1
-                if k >= 1 and ed2 > 0:
-                    m = lam * k * tpot  # prompts arriving during the request's decode
-                    parts.append((c.rate_rps * share, math.sqrt(m * ed2) / k, ed3 / (math.sqrt(m) * ed2_15)))
-        if not parts:
-            return tpot
-        wsum = lam  # requests with a single output token have no TPOT to miss
-        q = 1 - percentile / 100.0
-        nd = _normal()
-        # per part: the gamma's shape a = 4 / g^2 and sqrt(a) (None: no skew), once, not at every ``miss``
-        shapes = [(w, sd, None, 0.0) if g <= 1e-6 else (w, sd, 4.0 / (g * g), math.sqrt(4.0 / (g * g)))
-                  for w, sd, g in parts]
-
-        def tail(x: float, a: float | None, sqrt_a: float) -> float:
-            # P(Z > x) for a standardised variable with skewness g: a shifted gamma with the same three moments
-            if a is None:
-                return 1 - nd.cdf(x)
-            v = a + x * sqrt_a
-            return gamma_q(a, 0.0 if 0.0 > v else v)  # max(v, 0.0)
-
-        def miss(t: float) -> float:
-            return sum([w * tail((t - tpot) / sd, a, sqrt_a) for w, sd, a, sqrt_a in shapes]) / wsum
-
-        lo, hi = tpot, tpot + 20 * max(p[1] for p in parts)
-        if bound_s is not None:
-            decided = _tail_decision(miss, q, lo, hi, 1e-4 * tpot, bound_s)
-            if decided is not None:
-                return tpot if decided else UNSTABLE
-        # to 0.01 % of the mean TPOT: far below any SLO's resolution
-        return bisect_width(lambda t: miss(t) > q, lo, hi, 1e-4 * tpot)
 
     def meets(self, state: ReplicaState, ttft_ms: float, tpot_ms: float) -> bool:
         return state.stable and max(state.ttft_s) * 1e3 <= ttft_ms and state.tpot_s * 1e3 <= tpot_ms

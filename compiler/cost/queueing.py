@@ -1,11 +1,15 @@
-"""Queueing and tail arithmetic of the cost model, and its one search: the M/G/1 prefill queue, the decision
-of a tail percentile against a bound, Aitken acceleration of the batch fixed point, the regularised upper
-incomplete gamma function. (The searches are in ``compiler/cost/search.py``.)
+"""Queueing and tail arithmetic of the cost model: the M/G/1 prefill queue, the TPOT tail of a request slowed by
+the prompts that arrive while it decodes and the decision of that tail against a bound, Aitken acceleration of the
+batch fixed point, seats and KV at the percentile, the regularised upper incomplete gamma function. (The searches
+are in ``compiler/cost/search.py``.)
 """
 from __future__ import annotations
 
 import math
 from functools import cache
+
+from compiler.cost.records import UNSTABLE
+from compiler.cost.search import bisect_width
 
 
 class _Aitken:
@@ -57,7 +61,7 @@ class _Aitken:
 
 
 def _tail_decision(miss, q: float, lo: float, hi: float, width: float, bound: float) -> bool | None:
-    """Whether the percentile search of ``_tpot_tail`` (bisection of the decreasing ``miss`` on [lo, hi] to
+    """Whether the percentile search of ``tpot_tail`` (bisection of the decreasing ``miss`` on [lo, hi] to
     ``width``) would end at or below ``bound``, from at most two evaluations of ``miss``; None when ``bound`` is
     within ``width`` of the answer and only the search itself can tell."""
     if bound < lo:
@@ -90,7 +94,7 @@ def _prefill_queue(classes, s: list[float], lam: float, rho: float, percentile: 
 
 @cache
 def _normal():
-    """The standard normal distribution (made once: ``_tpot_tail`` runs hundreds of thousands of times)."""
+    """The standard normal distribution (made once: ``tpot_tail`` runs hundreds of thousands of times)."""
     from statistics import NormalDist
 
     return NormalDist()
@@ -135,6 +139,57 @@ def over_caps(b: float, kv_used: float, x_sq: float, percentile: float, max_seqs
     if kv > kv_cap:
         return f"KV cache at p{percentile:g} needs {kv:.0f} tokens > capacity {kv_cap:.0f}"
     return ""
+
+
+def tpot_tail(classes, s: list[float], nsteps: list[float], t_d: float, tpot: float, percentile: float,
+              bound_s: float | None = None) -> float:
+    """Per-request TPOT at ``percentile``. A request decoding k = osl - 1 tokens is slowed by the prompts
+    that arrive while it decodes: each adds D = (its prefill time) - (its chunk steps x t_d), the excess of its
+    prefill-carrying steps over decode-only steps. Over the request's window (k x mean TPOT) the prompts
+    form a compound Poisson process, so its TPOT is t_d + Y / k with E[Y] = lambda k TPOT E[D] and
+    Var[Y] = lambda k TPOT E[D^2] (length variation within a class included), skewness from E[D^3]. The
+    rate-weighted mixture over classes, each a shifted gamma with those three moments, is solved for the
+    percentile (long prompts are rare and large: the tail is skewed); the mean is the mean TPOT."""
+    lam = sum(c.rate_rps for c in classes)
+    if lam <= 0 or percentile <= 50:
+        return tpot
+    d = [max(si - k * t_d, 0.0) for si, k in zip(s, nsteps)]
+    ed2 = sum(c.rate_rps * di ** 2 * (1 + c.isl_cv2) for c, di in zip(classes, d)) / lam
+    ed3 = sum(c.rate_rps * di ** 3 * (1 + c.isl_cv2) ** 3 for c, di in zip(classes, d)) / lam
+    parts = []  # (weight, sd of TPOT, skewness) per class and output length with more than one output token
+    ed2_15 = ed2 ** 1.5 if ed2 > 0 else 0.0  # (used only where ed2 > 0)
+    for c in classes:
+        for o, share in c.osl_points or ((c.osl_mean, 1.0),):
+            k = o - 1
+            if k >= 1 and ed2 > 0:
+                m = lam * k * tpot  # prompts arriving during the request's decode
+                parts.append((c.rate_rps * share, math.sqrt(m * ed2) / k, ed3 / (math.sqrt(m) * ed2_15)))
+    if not parts:
+        return tpot
+    wsum = lam  # requests with a single output token have no TPOT to miss
+    q = 1 - percentile / 100.0
+    nd = _normal()
+    # per part: the gamma's shape a = 4 / g^2 and sqrt(a) (None: no skew), once, not at every ``miss``
+    shapes = [(w, sd, None, 0.0) if g <= 1e-6 else (w, sd, 4.0 / (g * g), math.sqrt(4.0 / (g * g)))
+              for w, sd, g in parts]
+
+    def tail(x: float, a: float | None, sqrt_a: float) -> float:
+        # P(Z > x) for a standardised variable with skewness g: a shifted gamma with the same three moments
+        if a is None:
+            return 1 - nd.cdf(x)
+        v = a + x * sqrt_a
+        return gamma_q(a, 0.0 if 0.0 > v else v)  # max(v, 0.0)
+
+    def miss(t: float) -> float:
+        return sum([w * tail((t - tpot) / sd, a, sqrt_a) for w, sd, a, sqrt_a in shapes]) / wsum
+
+    lo, hi = tpot, tpot + 20 * max(p[1] for p in parts)
+    if bound_s is not None:
+        decided = _tail_decision(miss, q, lo, hi, 1e-4 * tpot, bound_s)
+        if decided is not None:
+            return tpot if decided else UNSTABLE
+    # to 0.01 % of the mean TPOT: far below any SLO's resolution
+    return bisect_width(lambda t: miss(t) > q, lo, hi, 1e-4 * tpot)
 
 
 @cache
