@@ -383,20 +383,9 @@ class ReplicaModel(ReplicaRoles, ReplicaPredictions):
             inf = (UNSTABLE,) * n
             return ReplicaState(False, reason, UNSTABLE, inf, inf, 1.0, b, UNSTABLE, UNSTABLE, UNSTABLE, UNSTABLE)
 
-        # Decision mode (capacity bisection) accelerates the fixed point; plain iteration climbs to it from below,
-        # so the stated predictions (assess, check) are not more pessimistic than the capacities assumed.
-        accel = _Aitken(min(self.max_num_seqs, K - 1), on=slo_ms is not None, start=b)
-        step_s = self.iteration_s  # (the loop's hot path: a local, and min/max as conditional expressions)
-        for _ in range(max_iter):
-            chunk = K - b
-            if chunk < 1:
-                if accel.retreat():  # an extrapolated batch overshot: back to the last plain iterate
-                    b = accel.safe
-                    continue
-                return unstable(f"decode batch {b:.0f} leaves no room in max_num_batched_tokens {K}")
-            if tier:  # the share of the KV in use beyond HBM, at the current batch (previous prefill load)
-                r = self.remote_share(kv_at_p(b * ctx_dec + kv_pre))
-            t_d = step_s(b, ctx_dec) if not tier else self._tier_decode_s(b, ctx_dec, kv_pre, kv_floor)
+        def load(b: float, chunk: float, r: float) -> tuple[float, float, list[float], list[float]]:
+            # at decode batch b, ``chunk`` tokens a step left for prompts: (prefill utilisation rho, prefill-carrying
+            # steps a second, per class the seconds and the steps of one prompt's prefill)
             rho, prefill_steps, s, nsteps = 0.0, 0.0, [], []
             for c in classes:
                 new = c.isl_mean - c.cached_tokens  # prefix hits: only the uncached tokens are computed
@@ -411,6 +400,23 @@ class ReplicaModel(ReplicaRoles, ReplicaPredictions):
                 nsteps.append(steps)
                 rho += c.rate_rps * t_c
                 prefill_steps += c.rate_rps * steps
+            return rho, prefill_steps, s, nsteps
+
+        # Decision mode (capacity bisection) accelerates the fixed point; plain iteration climbs to it from below,
+        # so the stated predictions (assess, check) are not more pessimistic than the capacities assumed.
+        accel = _Aitken(min(self.max_num_seqs, K - 1), on=slo_ms is not None, start=b)
+        step_s = self.iteration_s  # (the loop's hot path: a local, and min/max as conditional expressions)
+        for _ in range(max_iter):
+            chunk = K - b
+            if chunk < 1:
+                if accel.retreat():  # an extrapolated batch overshot: back to the last plain iterate
+                    b = accel.safe
+                    continue
+                return unstable(f"decode batch {b:.0f} leaves no room in max_num_batched_tokens {K}")
+            if tier:  # the share of the KV in use beyond HBM, at the current batch (previous prefill load)
+                r = self.remote_share(kv_at_p(b * ctx_dec + kv_pre))
+            t_d = step_s(b, ctx_dec) if not tier else self._tier_decode_s(b, ctx_dec, kv_pre, kv_floor)
+            rho, prefill_steps, s, nsteps = load(b, chunk, r)
             if tier and rho < 1:
                 kv_pre = rho * sum(c.rate_rps * c.isl_mean for c in classes) / max(prefill_steps, 1e-12)
             if rho >= 1 and accel.retreat():
@@ -426,7 +432,7 @@ class ReplicaModel(ReplicaRoles, ReplicaPredictions):
             if b_new > self.max_num_seqs:
                 return unstable(f"needs a decode batch of {b_new:.0f} > max_num_seqs {self.max_num_seqs}")
             if abs(b_new - b) <= 1e-4 * (1.0 if 1.0 > b_new else b_new):  # max(b_new, 1.0)
-                b = b_new
+                b_in, b = b, b_new  # b = f(b_in), the batch map's last step
                 break
             b_acc = accel.step(b, b_new)
             b = b_new if b_acc is None else b_acc
@@ -442,11 +448,17 @@ class ReplicaModel(ReplicaRoles, ReplicaPredictions):
             return unstable(f"KV cache needs {kv_used:.0f} tokens > capacity {kv_cap}")
         if tier:  # (a tier holds the KV beyond HBM: its remote share is taken at the percentile)
             r = self.remote_share(kv_at_p(kv_used))
-        elif why := over_caps(b, kv_used, ctx_sq(classes), percentile, self.max_num_seqs, kv_cap):
-            return unstable(why)
         fe = self.request_overhead
         ttft = tuple(fe + wait_p + self.prefill_s(c.tail, b, ctx_dec, r, c.tail_cached)
                      + self.reload_s(c.tail_host_cached) for c in classes)
+        # Seats and KV at the percentile, the batch's own feedback included (decision mode: not where the TTFT
+        # already misses, which decides the same)
+        if not tier and percentile > 50 and b > 0 and (slo_ms is None or max(ttft) * 1e3 <= slo_ms[0]):
+            b2 = b + 0.01 * (b if b > 1.0 else 1.0)  # the slope of f(b) = D x TPOT(b): secant from b_in to b2
+            rho2, steps2, _, _ = load(b2, K - b2, 0.0) if K - b2 >= 1 else (1.0, 0.0, None, None)
+            slope = (D / (steps2 + (1 - rho2) / step_s(b2, ctx_dec)) - b) / (b2 - b_in) if rho2 < 1 else 1.0
+            if why := over_caps(b, kv_used, ctx_dec, ctx_sq(classes), percentile, self.max_num_seqs, kv_cap, slope):
+                return unstable(why)
         if slo_ms is not None:  # decision mode (see the docstring)
             tpot_p = tpot if max(ttft) * 1e3 > slo_ms[0] else \
                 tpot_tail(classes, s, nsteps, t_d, tpot, percentile, slo_ms[1] * 1e-3)

@@ -118,24 +118,47 @@ def ctx_sq(classes) -> float:
     return num / den if den > 0 else 0.0
 
 
-def over_caps(b: float, kv_used: float, x_sq: float, percentile: float, max_seqs: int, kv_cap: float) -> str:
+def batch_var(b: float, slope: float) -> float:
+    """Variance of the number of requests decoding on a replica, mean ``b``, where ``slope`` is f'(b) of the batch
+    map f(b) = (output tokens a second) x TPOT(b) at its fixed point.
+
+    With a fixed step time the requests in the system form an M/G/inf population, Poisson: variance b. But a
+    step takes longer the more requests it carries, so a burst slows every request in it and keeps them longer:
+    the batch feeds on itself. With a step time a + c n at batch n (the decode roofline: weights once, KV per
+    request), n requests decode at n / (a + c n) tokens a second shared equally: a symmetric (processor-sharing)
+    queue, whose number in system does not depend on the output-length distribution (Kelly, "Reversibility and
+    Stochastic Networks", 1979, ch. 3). Its balance equations give p(n) ~ prod_k (D a / k + D c), D the output
+    tokens offered a second: a negative binomial with mean b = D a / (1 - D c) and variance b / (1 - D c). The
+    slope of f(b) = D (a + c b) is D c: so variance b / (1 - slope), which is b (Poisson) when steps do not slow
+    with the batch and grows without bound as the batch map's slope reaches 1 (saturation). ``slope`` >= 1: inf."""
+    s = slope if slope > 0.0 else 0.0
+    return b / (1.0 - s) if s < 1.0 else math.inf
+
+
+def over_caps(b: float, kv_used: float, x_mean: float, x_sq: float, percentile: float, max_seqs: int,
+              kv_cap: float, slope: float = 0.0) -> str:
     """Why a request at ``percentile`` waits for a seat or for KV room although the means fit ('' if it does not).
 
-    The requests running on a replica are an M/G/inf population: their number is Poisson around its mean b (any
-    output-length distribution), so at percentile p it is b + z sqrt(b) (normal approximation, z the standard
-    normal quantile). Their KV in use is a compound Poisson sum of their contexts X: mean ``kv_used``, variance
-    b E[X^2] (``x_sq``, from ``ctx_sq``), so at p it is kv_used + z sqrt(b E[X^2]). An engine admits a request
-    only while a seat (``max_num_seqs``) and its KV fit; near either cap the batch reaches it often, arrivals
-    queue for a seat, and the queue drains only by the little headroom the mean leaves. A mean-only check let
-    plans run a batch of 240-251 of 256 seats (the simulator's queue then grew for the whole run: 8-29 %
-    attainment) or 59-66 % of the KV cache (41-89 %); docs/cost-model.md, "Under load"."""
+    The number N of requests running on a replica has mean b and variance ``batch_var(b, slope)`` (Poisson when
+    the step time does not grow with the batch, more when it does), so at percentile p it is b + z sd(N) (normal
+    approximation, z the standard normal quantile). Their KV in use is a sum of N contexts X (mean ``x_mean``,
+    E[X^2] ``x_sq`` from ``ctx_sq``): mean ``kv_used``, variance b Var(X) + Var(N) E[X]^2 =
+    b E[X^2] + (Var(N) - b) E[X]^2, so at p it is kv_used + z sqrt of that. An engine admits a request only while
+    a seat (``max_num_seqs``) and its KV fit; near either cap the batch reaches it often, arrivals queue for a
+    seat, and the queue drains only by the little headroom the mean leaves. A mean-only check let plans run a
+    batch of 240-251 of 256 seats (the simulator's queue then grew for the whole run: 8-29 % attainment) or 59-66 %
+    of the KV cache (41-89 %); a Poisson-only one a batch of 225 on a replica whose steps slow with the batch (10 %);
+    docs/cost-model.md, "Under load"."""
     if percentile <= 50 or b <= 0:
         return ""
+    var = batch_var(b, slope)
+    if not math.isfinite(var):
+        return f"no steady state: the decode batch feeds on itself (slope {slope:.2f} of the batch map at {b:.0f})"
     z = _z(percentile)
-    seats = b + z * math.sqrt(b)
+    seats = b + z * math.sqrt(var)
     if seats > max_seqs:
         return f"a decode batch of {seats:.0f} at p{percentile:g} > max_num_seqs {max_seqs}"
-    kv = kv_used + z * math.sqrt(b * x_sq)
+    kv = kv_used + z * math.sqrt(b * x_sq + (var - b) * x_mean * x_mean)
     if kv > kv_cap:
         return f"KV cache at p{percentile:g} needs {kv:.0f} tokens > capacity {kv_cap:.0f}"
     return ""

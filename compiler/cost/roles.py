@@ -7,7 +7,7 @@ from __future__ import annotations
 import math
 from dataclasses import replace
 
-from compiler.cost.queueing import _prefill_queue, _z, ctx_sq, over_caps
+from compiler.cost.queueing import _prefill_queue, _z, batch_var, ctx_sq, over_caps
 from compiler.cost.search import bisect_max
 from compiler.cost.records import UNSTABLE, ReplicaState, TrafficClass
 
@@ -60,8 +60,9 @@ class ReplicaRoles:
         decode osl - 1 tokens; every step is decode-only, T_d = T(b, mean context). Little's law gives
         b = (sum rate x (osl - 1)) x T_d; iterate to the fixed point. Without prompts interleaved the step time
         does not jump, so TPOT at the percentile is the step time at the batch size the Poisson number of
-        requests in the system (M/G/inf) reaches at that percentile, b_p = b + z sqrt(b) (normal approximation;
-        the batch changes on the time scale of a request's own decode, so its steps do not average it out)."""
+        requests in the system reaches at that percentile, b_p = b + z sd (normal approximation; variance
+        ``batch_var``: Poisson, widened by the batch's feedback on its own step time; the batch changes on the time
+        scale of a request's own decode, so its steps do not average it out)."""
         n = len(classes)
         D = sum(c.rate_rps * max(c.osl_mean - 1, 0.0) for c in classes)
         if D <= 0:
@@ -78,13 +79,16 @@ class ReplicaRoles:
                 return ReplicaState(False, f"needs a decode batch of {b_new:.0f} > max_num_seqs {self.max_num_seqs}",
                                     UNSTABLE, inf, inf, 1.0, b_new, UNSTABLE, 0.0, 0.0, UNSTABLE)
             if abs(b_new - b) <= 1e-4 * (1.0 if 1.0 > b_new else b_new):  # max(b_new, 1.0)
-                b = b_new
+                b_in, b = b, b_new
                 break
-            b = b_new
+            b_in, b = b, b_new  # b = f(b_in): the batch map's last step
         kv_used = b * ctx
+        b2 = b + 0.01 * max(b, 1.0)  # the slope of f(b) = D x T_d(b) at the fixed point: secant from b_in to b2
+        slope = (D * step_s(b2, ctx) - b) / (b2 - b_in) if percentile > 50 else 0.0
         why = f"KV cache needs {kv_used:.0f} tokens > capacity {self.memory.kv_cache_tokens}" \
             if kv_used > self.memory.kv_cache_tokens else \
-            over_caps(b, kv_used, ctx_sq(classes), percentile, self.max_num_seqs, self.memory.kv_cache_tokens)
+            over_caps(b, kv_used, ctx, ctx_sq(classes), percentile, self.max_num_seqs, self.memory.kv_cache_tokens,
+                      slope)
         if why:  # (seats and KV at the percentile too: compiler.cost.queueing.over_caps)
             inf = (UNSTABLE,) * n
             return ReplicaState(False, why, UNSTABLE, inf, inf, 1.0, b, kv_used, 0.0, 0.0, UNSTABLE)
@@ -92,7 +96,7 @@ class ReplicaRoles:
         tpot_p = tpot
         if percentile > 50:
             z = _z(percentile)
-            tpot_p = self.iteration_s(max(b + z * math.sqrt(max(b, 1.0)), 1.0), ctx)
+            tpot_p = self.iteration_s(max(b + z * math.sqrt(batch_var(max(b, 1.0), slope)), 1.0), ctx)
         return ReplicaState(True, "", tpot_p, (0.0,) * n, (0.0,) * n, 0.0, b, kv_used, 0.0, 0.0, tpot)
 
     def capacity_rps_role(self, role: str, cls: TrafficClass, ttft_ms: float, tpot_ms: float, percentile: float,
