@@ -128,9 +128,11 @@ def batch_var(b: float, slope: float) -> float:
     request), n requests decode at n / (a + c n) tokens a second shared equally: a symmetric (processor-sharing)
     queue, whose number in system does not depend on the output-length distribution (Kelly, "Reversibility and
     Stochastic Networks", 1979, ch. 3). Its balance equations give p(n) ~ prod_k (D a / k + D c), D the output
-    tokens offered a second: a negative binomial with mean b = D a / (1 - D c) and variance b / (1 - D c). The
-    slope of f(b) = D (a + c b) is D c: so variance b / (1 - slope), which is b (Poisson) when steps do not slow
-    with the batch and grows without bound as the batch map's slope reaches 1 (saturation). ``slope`` >= 1: inf."""
+    tokens offered a second: a negative binomial with mean m = D (a + c) / (1 - D c) and variance m / (1 - D c).
+    The slope of f(b) = D (a + c b) is D c, and its fixed point D a / (1 - D c) lies s / (1 - s) under m (a
+    request's own seat slows its steps too: a few requests); so variance b / (1 - slope), which is b (Poisson)
+    when steps do not slow with the batch and grows without bound as the slope reaches 1 (saturation).
+    ``slope`` >= 1: inf. (tests/cost/test_occupancy.py checks both against the chain solved numerically.)"""
     s = slope if slope > 0.0 else 0.0
     return b / (1.0 - s) if s < 1.0 else math.inf
 
