@@ -59,7 +59,7 @@ class ReplicaRoles:
         """Steady state of a decode-only replica: requests arrive with their prompt's KV (transferred) and
         decode osl - 1 tokens; every step is decode-only, T_d = T(b, mean context). Little's law gives
         b = (sum rate x (osl - 1)) x T_d; iterate to the fixed point. Without prompts interleaved the step time
-        does not jump, so TPOT at the percentile is the step time at the batch size the Poisson number of
+        does not jump, so TPOT at the percentile is the step time at the batch size the number of
         requests in the system reaches at that percentile, b_p = b + z sd (normal approximation; variance
         ``batch_var``: Poisson, widened by the batch's feedback on its own step time; the batch changes on the time
         scale of a request's own decode, so its steps do not average it out)."""
