@@ -23,7 +23,7 @@ from functools import cached_property
 from compiler.cost.moe import (MoeLayer, attention_flops_per_ctx, attention_kernels, attention_params, check_kv_dtype,
                                check_layout, expert_params, is_mla, kv_elements, moe_layers)
 from compiler.cost.predictions import ReplicaPredictions
-from compiler.cost.queueing import _Aitken, _prefill_queue, _z, ctx_sq, gamma_q, over_caps, tpot_tail
+from compiler.cost.queueing import _Aitken, _prefill_queue, _z, ctx_sq, gamma_q, map_slope, over_caps, tpot_tail
 from compiler.cost.records import (BYTES, GIB, UNSTABLE, BatchPrediction, BurstPrediction,
                                    ClosedLoopPrediction, KvTier, MemoryFit, ReplicaState, TrafficClass)
 from compiler.cost.roles import ReplicaRoles
@@ -454,9 +454,13 @@ class ReplicaModel(ReplicaRoles, ReplicaPredictions):
         # Seats and KV at the percentile, the batch's own feedback included (decision mode: not where the TTFT
         # already misses, which decides the same)
         if not tier and percentile > 50 and b > 0 and (slo_ms is None or max(ttft) * 1e3 <= slo_ms[0]):
-            b2 = b + 0.01 * (b if b > 1.0 else 1.0)  # the slope of f(b) = D x TPOT(b): secant from b_in to b2
-            rho2, steps2, _, _ = load(b2, K - b2, 0.0) if K - b2 >= 1 else (1.0, 0.0, None, None)
-            slope = (D / (steps2 + (1 - rho2) / step_s(b2, ctx_dec)) - b) / (b2 - b_in) if rho2 < 1 else 1.0
+            def batch_map(x: float) -> float | None:  # f(x) = D x TPOT(x), as one pass of the loop above
+                if K - x < 1:
+                    return None
+                rho2, steps2, _, _ = load(x, K - x, 0.0)
+                return D / (steps2 + (1 - rho2) / step_s(x, ctx_dec)) if rho2 < 1 else None
+
+            slope = map_slope(batch_map, b_in, b)
             if why := over_caps(b, kv_used, ctx_dec, ctx_sq(classes), percentile, self.max_num_seqs, kv_cap, slope):
                 return unstable(why)
         if slo_ms is not None:  # decision mode (see the docstring)

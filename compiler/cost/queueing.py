@@ -137,6 +137,15 @@ def batch_var(b: float, slope: float) -> float:
     return b / (1.0 - s) if s < 1.0 else math.inf
 
 
+def map_slope(f, b_in: float, b: float) -> float:
+    """The slope of the batch map ``f`` at its fixed point, where the iteration's last step was b = f(b_in): the
+    secant from b_in to 1 % above b (for ``batch_var``). ``f`` returns None where the map has no value there (no
+    token budget left for prompts, prefill saturated): slope 1, no steady state."""
+    b2 = b + 0.01 * (b if b > 1.0 else 1.0)  # max(b, 1.0)
+    f2 = f(b2)
+    return 1.0 if f2 is None else (f2 - b) / (b2 - b_in)
+
+
 def over_caps(b: float, kv_used: float, x_mean: float, x_sq: float, percentile: float, max_seqs: int,
               kv_cap: float, slope: float = 0.0) -> str:
     """Why a request at ``percentile`` waits for a seat or for KV room although the means fit ('' if it does not).

@@ -7,7 +7,7 @@ from __future__ import annotations
 import math
 from dataclasses import replace
 
-from compiler.cost.queueing import _prefill_queue, _z, batch_var, ctx_sq, over_caps
+from compiler.cost.queueing import _prefill_queue, _z, batch_var, ctx_sq, map_slope, over_caps
 from compiler.cost.search import bisect_max
 from compiler.cost.records import UNSTABLE, ReplicaState, TrafficClass
 
@@ -82,13 +82,13 @@ class ReplicaRoles:
                 b_in, b = b, b_new
                 break
             b_in, b = b, b_new  # b = f(b_in): the batch map's last step
-        kv_used = b * ctx
-        b2 = b + 0.01 * max(b, 1.0)  # the slope of f(b) = D x T_d(b) at the fixed point: secant from b_in to b2
-        slope = (D * step_s(b2, ctx) - b) / (b2 - b_in) if percentile > 50 else 0.0
-        why = f"KV cache needs {kv_used:.0f} tokens > capacity {self.memory.kv_cache_tokens}" \
-            if kv_used > self.memory.kv_cache_tokens else \
-            over_caps(b, kv_used, ctx, ctx_sq(classes), percentile, self.max_num_seqs, self.memory.kv_cache_tokens,
-                      slope)
+        kv_used, kv_cap = b * ctx, self.memory.kv_cache_tokens
+        slope = 0.0
+        if kv_used > kv_cap:
+            why = f"KV cache needs {kv_used:.0f} tokens > capacity {kv_cap}"
+        else:  # the batch map f(b) = D x T_d(b)'s slope at the fixed point widens the batch's spread
+            slope = map_slope(lambda x: D * step_s(x, ctx), b_in, b) if percentile > 50 else 0.0
+            why = over_caps(b, kv_used, ctx, ctx_sq(classes), percentile, self.max_num_seqs, kv_cap, slope)
         if why:  # (seats and KV at the percentile too: compiler.cost.queueing.over_caps)
             inf = (UNSTABLE,) * n
             return ReplicaState(False, why, UNSTABLE, inf, inf, 1.0, b, kv_used, 0.0, 0.0, UNSTABLE)
