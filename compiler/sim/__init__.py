@@ -6,7 +6,7 @@ queues, a filling KV cache, routing across replicas. See docs/simulator.md.
 
 Layout: ``engine`` (event loop, arrivals drawn up front), ``arrivals`` (Poisson, Gamma, trace replay),
 ``replica`` (one engine's scheduler; step times from ``compiler.cost.model.ReplicaModel.iteration_s``),
-``router`` inside ``engine`` (plan shares to a deployment, least outstanding work to a replica), ``scenario``
+``router`` inside ``engine`` (plan shares to a deployment, least request of two sampled replicas to a replica), ``scenario``
 (plan + spec resolved to arrays), ``metrics`` (per workload and per deployment). No solver imports: a plan read
 from disk simulates on its own.
 """

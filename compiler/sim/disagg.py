@@ -1,13 +1,13 @@
 """Simulating prefill/decode pairs: a prefill queue, the KV hand-off, a decode queue.
 
-A request routed to a (prefill, decode) pair is prefilled on the prefill deployment's least-loaded replica (an
+A request routed to a (prefill, decode) pair is prefilled on a replica of the prefill deployment (``least_request``; an
 ordinary ``Replica`` serving a one-token proxy of it: the prompt and the first token), then its KV moves to the
 decode deployment for ``tokens x kv_bytes_per_token / bandwidth`` seconds (the narrower NIC share of the two
 replicas, ``compiler.cost.transfer.transfer_s``; for a co-located pair the GPUs' links inside the node); its first
-token is delivered when the KV lands, so the hand-off counts
-in TTFT as the planner counts it. The decode deployment's least-loaded ``DecodeReplica`` admits it straight into
-its decode batch (no prompt to compute) while ``max_num_seqs`` and its KV cache allow, and emits one token per
-step; steps are decode-only (``ReplicaModel.iteration_s(batch, context)``).
+token is delivered when the KV lands, so the hand-off counts in TTFT as the planner counts it. A
+``DecodeReplica`` of the decode deployment (``least_request``, drawn apart) admits it straight into its decode
+batch (no prompt to compute) while ``max_num_seqs`` and its KV cache allow, and emits one token per step;
+steps are decode-only (``ReplicaModel.iteration_s(batch, context)``).
 
 Simplifications (docs/simulator.md): transfers do not contend for the links (the planner keeps them under
 ``compiler.topology.LINK_UTIL`` of each NIC); a decode replica that must preempt re-admits the request later
@@ -20,7 +20,7 @@ from __future__ import annotations
 from heapq import heappush
 
 from compiler.sim.engine import Simulation
-from compiler.sim.engine import least_loaded as _least
+from compiler.sim.engine import least_request, route_base
 from compiler.sim.replica import Replica, Request
 
 
@@ -31,7 +31,6 @@ class DecodeReplica(Replica):
 
     def enqueue(self, r: Request) -> None:
         r.rep = self.index
-        self.work += r.eosl - r.gen  # expected, as in Replica.enqueue
         self.waiting.append(r)
 
     def start_step(self, t: float) -> float:
@@ -97,6 +96,7 @@ class DisaggSimulation(Simulation):
         self._proxies: dict[int, tuple[Request, int]] = {}  # rid -> (real request, pair index)
         self._pair_of: dict[int, int] = {}
         self._seen_done: dict[int, int] = {}
+        self._route_decode = route_base(self.seed, 1)  # the decode side's router draws apart from prefill's
 
     def _on_event(self, t: float, item) -> None:
         """A step end, or (a tuple) a request's KV landing on the decode side of its pair."""
@@ -108,7 +108,7 @@ class DisaggSimulation(Simulation):
             if r.osl <= 1:
                 r.t_done = t
                 return
-            rep = _least(replicas[dd][lo:hi] or replicas[dd])
+            rep = least_request(replicas[dd][lo:hi] or replicas[dd], self._route_decode + r.rid)
             rep.enqueue(r)
             self._kick(rep, t)
             return
@@ -145,8 +145,7 @@ class DisaggSimulation(Simulation):
         d = self._dep[i]
         nd = len(sc.deployments)
         pi = d - nd if d >= nd else -1
-        r = Request(i, self._ws[i], sc.pairs[pi][0] if pi >= 0 else d, t, self._isl[i], self._osl[i],
-                    self._eosl[i])
+        r = Request(i, self._ws[i], sc.pairs[pi][0] if pi >= 0 else d, t, self._isl[i], self._osl[i])
         self.requests.append(r)
         if pi < 0:
             self._admit(r, d, caps[d] if d >= 0 else 0, t)
@@ -160,7 +159,7 @@ class DisaggSimulation(Simulation):
             return
         self._proxies[r.rid] = (r, pi)
         self._pair_of[r.rid] = pi
-        rep = _least(replicas[pd])
+        rep = least_request(replicas[pd], self._route + r.rid)
         rep.enqueue(Request(r.rid, r.w, pd, t, r.isl, 1))
         self._kick(rep, t)
 

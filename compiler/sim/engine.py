@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import itertools
 import math
+import zlib
 from dataclasses import dataclass
 from heapq import heappop, heappush
 from typing import TYPE_CHECKING, Callable
@@ -61,7 +62,6 @@ class Arrivals:
     isl: np.ndarray
     osl: np.ndarray
     dep: np.ndarray  # deployment index; NO_ROUTE when the bucket has none, REJECTED beyond the context window
-    eosl: np.ndarray  # output length the router expects (its range's mean): it never sees the true one
     row: np.ndarray | None = None  # trace row replayed (-1: drawn from distributions); prefix hashes
 
 
@@ -87,7 +87,7 @@ def _workload_arrivals(rng: np.random.Generator, w: SimWorkload, n: int | None, 
 
 def _workload_part(rng: np.random.Generator, w: SimWorkload, wi: int, n: int | None, duration_s: float | None):
     """One workload's arrivals as the columns of ``Arrivals`` (unsorted): times, workload index, prompt, output,
-    routed deployment, the router's expected output, trace row."""
+    routed deployment, trace row."""
     t, isl, osl, bucket, row = _workload_arrivals(rng, w, n, duration_s)
     u = rng.random(len(t))
     dep = np.where(bucket < 0, REJECTED, NO_ROUTE)
@@ -95,18 +95,17 @@ def _workload_part(rng: np.random.Generator, w: SimWorkload, wi: int, n: int | N
         sel = bucket == b
         if len(idx) and sel.any():
             dep[sel] = idx[np.minimum(np.searchsorted(cum, u[sel], side="right"), len(idx) - 1)]
-    eosl = np.rint(w.expected_osl[np.maximum(bucket, 0)]).astype(np.int64)
-    return t, np.full(len(t), wi, np.int64), isl, osl, dep, eosl, row
+    return t, np.full(len(t), wi, np.int64), isl, osl, dep, row
 
 
 def _merge(parts: list) -> Arrivals:
     """The workloads' parts (``_workload_part``) as one ``Arrivals``, by time, then workload."""
     if not parts:
         z = np.zeros(0, np.int64)
-        return Arrivals(np.zeros(0), z, z, z, z, z, z)
+        return Arrivals(np.zeros(0), z, z, z, z, z)
     t = np.concatenate([p[0] for p in parts])
     order = np.lexsort((np.concatenate([p[1] for p in parts]), t))  # by time, then workload
-    return Arrivals(t[order], *(np.concatenate([p[i] for p in parts])[order] for i in range(1, 7)))
+    return Arrivals(t[order], *(np.concatenate([p[i] for p in parts])[order] for i in range(1, 6)))
 
 
 def draw_arrivals(sc: Scenario, rng: np.random.Generator, requests: int | None, duration_s: float | None) -> Arrivals:
@@ -142,17 +141,45 @@ def _warmup_from(a: Arrivals, n_workloads: int) -> np.ndarray:
     return np.where(np.isfinite(last), WARMUP * last, np.inf)
 
 
-def least_loaded(group: list) -> object:
-    """The replica with the least outstanding work (earliest in the list on ties): the router's choice."""
-    best = group[0]
-    for x in group[1:]:
-        if x.work < best.work:
-            best = x
-    return best
+ROUTER_CHOICES = 2  # replicas the router samples per request (Envoy's least-request ``choice_count`` default)
+_M64 = (1 << 64) - 1
+
+
+def _mix64(x: int) -> int:
+    """SplitMix64's output function (Steele, Lea and Flood 2014): a 64-bit integer hash, cheap in Python, so a
+    request's sampled replicas follow from its key alone (not from a shared random stream, which would tie the
+    runs of the deployments, run apart and reused, together)."""
+    x = (x + 0x9E3779B97F4A7C15) & _M64
+    x = ((x ^ (x >> 30)) * 0xBF58476D1CE4E5B9) & _M64
+    x = ((x ^ (x >> 27)) * 0x94D049BB133111EB) & _M64
+    return x ^ (x >> 31)
+
+
+def route_base(seed, side: int = 0) -> int:
+    """The router's key offset for one simulation's ``seed`` (``side`` 1: the decode side of a P/D pair, drawn
+    apart from its prefill side); a request's key is this plus its id (``least_request``)."""
+    return _mix64(zlib.crc32(repr((seed, side)).encode()))
+
+
+def least_request(group: list, key: int) -> object:
+    """The router's replica for one request: of ``ROUTER_CHOICES`` = 2 replicas sampled from ``group`` (distinct,
+    uniformly, from the hash of ``key``), the one with fewer active requests, running or waiting; the first
+    sampled on a tie. This is the power of two choices (Mitzenmacher 2001), Envoy's least-request load balancer
+    with its defaults (Envoy Gateway's default for the plan's ``HTTPRoute`` backends, docs/routing.md): it counts
+    the requests a replica has taken and not finished, never their lengths, which no router knows."""
+    n = len(group)
+    if n == 1:
+        return group[0]
+    h = _mix64(key)
+    i = h % n
+    j = (h >> 32) % (n - 1)
+    j += j >= i
+    a, b = group[i], group[j]
+    return b if len(b.running) + len(b.waiting) < len(a.running) + len(a.waiting) else a
 
 
 class Simulation:
-    # Replicas interact only at arrivals (the router reads every replica's outstanding work then): between two
+    # Replicas interact only at arrivals (the router reads its sampled replicas' active requests then): between two
     # arrivals each one's steps depend on its own state alone, so ``_on_event`` runs a replica's steps up to the
     # next arrival without interleaving them with the other replicas' events in time order (the same floats, the
     # same request times: tests/sim/test_rare_runs.py). False where events of one replica act on another (P/D
@@ -166,6 +193,7 @@ class Simulation:
             raise ValueError("give exactly one of requests, duration_s and counts")
         self.sc = scenario
         self.seed = seed
+        self._route = route_base(seed)  # the router's key offset (``least_request``)
         # ``counts`` (workload index -> requests; ``draw_counts``): only those workloads, each from its own random
         # stream, and each measured after the first WARMUP share of its own arrivals (``warmup_from``)
         self.counts = counts
@@ -232,11 +260,11 @@ class Simulation:
         return False
 
     def _admit(self, r: Request, d: int, cap: int, t: float) -> None:
-        """An arrived request for deployment ``d``: turned away (``_turned_away``) or queued on the least-loaded
-        replica (the router)."""
+        """An arrived request for deployment ``d``: turned away (``_turned_away``) or queued on the replica the
+        router picks (``least_request``)."""
         if self._turned_away(r, d, cap):
             return
-        rep = least_loaded(self.replicas[d])
+        rep = least_request(self.replicas[d], self._route + r.rid)
         rep.enqueue(r)
         self._kick(rep, t)
 
@@ -403,8 +431,7 @@ class Simulation:
         (HBM plus a KV tier) and whether requests carry their trace row (prefix replay)."""
         a = self.arrivals
         self._ts = a.t.tolist()
-        self._ws, self._isl, self._osl, self._dep, self._eosl = (a.w.tolist(), a.isl.tolist(), a.osl.tolist(),
-                                                                 a.dep.tolist(), a.eosl.tolist())
+        self._ws, self._isl, self._osl, self._dep = a.w.tolist(), a.isl.tolist(), a.osl.tolist(), a.dep.tolist()
         self._rows = (a.row.tolist() if a.row is not None
                       and any(r.pfx is not None for g in self.replicas for r in g) else None)
         self._caps = [getattr(d.model, "kv_capacity_tokens", d.model.memory.kv_cache_tokens)
@@ -439,7 +466,7 @@ class Simulation:
     def _on_arrival(self, i: int, t: float) -> None:
         """Arrival ``i`` at ``t``: a request for its target deployment (``_admit``)."""
         d = self._dep[i]
-        r = Request(i, self._ws[i], d, t, self._isl[i], self._osl[i], self._eosl[i])
+        r = Request(i, self._ws[i], d, t, self._isl[i], self._osl[i])
         if self._rows is not None:
             r.row = self._rows[i]
         self.requests.append(r)

@@ -45,7 +45,7 @@ _REP = attrgetter(*REPLICA_FIELDS)
 def unpack_request(t: tuple) -> Request:
     """A ``Request`` from its fields in ``__slots__`` order (``_REQ``)."""
     r = Request.__new__(Request)
-    (r.rid, r.w, r.dep, r.rep, r.arrival, r.isl, r.osl, r.eosl, r.prompt, r.done, r.gen, r.start, r.c, r.epoch,
+    (r.rid, r.w, r.dep, r.rep, r.arrival, r.isl, r.osl, r.prompt, r.done, r.gen, r.start, r.c, r.epoch,
      r.t_sched, r.t_first, r.t_done, r.preempted, r.status, r.cached, r.row, r.host) = t
     return r
 

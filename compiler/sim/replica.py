@@ -44,14 +44,13 @@ WATERMARK = 0.01  # share of KV blocks kept free at admission (vLLM's default wa
 class Request:
     """One request's state and timestamps (seconds; -1.0 until they happen)."""
 
-    __slots__ = ("rid", "w", "dep", "rep", "arrival", "isl", "osl", "eosl", "prompt", "done", "gen", "start", "c",
+    __slots__ = ("rid", "w", "dep", "rep", "arrival", "isl", "osl", "prompt", "done", "gen", "start", "c",
                  "epoch", "t_sched", "t_first", "t_done", "preempted", "status", "cached", "row", "host")
 
-    def __init__(self, rid: int, w: int, dep: int, arrival: float, isl: int, osl: int, eosl: int | None = None):
+    def __init__(self, rid: int, w: int, dep: int, arrival: float, isl: int, osl: int):
         self.rid, self.w, self.dep, self.arrival = rid, w, dep, arrival
         self.rep = -1
         self.isl, self.osl = isl, osl
-        self.eosl = osl if eosl is None else eosl  # the output length the router expects (it cannot see osl)
         self.prompt = isl  # tokens to (re)compute before the next token comes out
         self.done = 0  # prompt tokens computed
         self.gen = 0  # output tokens emitted
@@ -132,7 +131,7 @@ def _bulk(a: float, slope: float, C: int, n: int, csh: int, kv_pref: int, k: int
 
 class Replica:
     __slots__ = ("dep", "index", "it", "cap", "admit_cap", "mns", "mbt", "k", "busy", "waiting", "prefilling",
-                 "running", "dheap", "n_dec", "C", "kv_pref", "work", "sched", "n_step", "p_step", "t0",
+                 "running", "dheap", "n_dec", "C", "kv_pref", "sched", "n_step", "p_step", "t0",
                  "busy_s", "prefill_s", "kv_area", "kv_max", "batch_area", "preemptions", "steps", "done",
                  "tl", "tl_dt", "seqs_arg", "lin", "pfx", "Csh", "hbm", "tier", "reload")
 
@@ -162,9 +161,6 @@ class Replica:
         self.n_dec = 0
         self.C = 0
         self.kv_pref = 0  # KV reserved by admitted prompts not yet complete
-        # What a router sees of the outstanding work: prompt tokens left plus *expected* output tokens left
-        # (Request.eosl) of every request assigned here; corrected to the truth when a request completes.
-        self.work = 0
         self.sched: list = []
         self.n_step = 0
         self.p_step = 0
@@ -191,7 +187,6 @@ class Replica:
         if self.pfx is not None:
             r.cached = self.pfx.cached(r)
             r.prompt = r.isl - r.cached
-        self.work += r.prompt + r.eosl
         self.waiting.append(r)
 
     def _preempt(self) -> None:
@@ -205,14 +200,11 @@ class Replica:
             r.epoch += 1  # its completion entry in the heap is now stale
             r.start = -1
             r.gen = gen
-            old_left = 0
         else:
             self.prefilling.remove(r)
             self.kv_pref -= r.prompt
-            old_left = r.prompt - r.done
         r.prompt = r.isl - r.cached + r.gen
         r.done = 0
-        self.work += r.prompt - old_left
         r.preempted += 1
         self.preemptions += 1
         self.waiting.appendleft(r)
@@ -337,8 +329,7 @@ class Replica:
         heap = self.dheap
         k = self.k
         C, csh, kv_pref, cap = self.C, self.Csh, self.kv_pref, self.cap
-        busy, kv_area, batch_area, kv_max, steps, work = (self.busy_s, self.kv_area, self.batch_area, self.kv_max,
-                                                           self.steps, self.work)
+        busy, kv_area, batch_area, kv_max, steps = self.busy_s, self.kv_area, self.batch_area, self.kv_max, self.steps
         tl, tl_dt = self.tl, self.tl_dt
         nbins = len(tl) if tl is not None else 0
         t_next: float | None = None
@@ -346,11 +337,10 @@ class Replica:
         lim = limit if limit < top else top
         while True:
             # finish_step of the decode-only step k, ending at t
-            work -= n
             if heap and heap[0][0] <= k:  # completions: finish_step's own loop, on the state written back
-                self.n_dec, self.C, self.Csh, self.work = n, C, csh, work
+                self.n_dec, self.C, self.Csh = n, C, csh
                 self._retire(k, t)
-                n, C, csh, work = self.n_dec, self.C, self.Csh, self.work
+                n, C, csh = self.n_dec, self.C, self.Csh
             k += 1
             if not n:
                 t_next = -1.0
@@ -382,7 +372,6 @@ class Replica:
                         steps += i + 1
                         if kv > kv_max:
                             kv_max = kv
-                        work -= n * i
                         k += i
                         if t_end > limit or t_end >= top:
                             t0 = t
@@ -411,7 +400,7 @@ class Replica:
                 t_next = t_end  # in flight: the caller queues it
                 break
             t = t_end
-        self.k, self.work, self.n_dec, self.C, self.Csh = k, work, n, C, csh
+        self.k, self.n_dec, self.C, self.Csh = k, n, C, csh
         self.busy_s, self.kv_area, self.batch_area, self.kv_max, self.steps = busy, kv_area, batch_area, kv_max, steps
         if t_next is None:  # finished through ``t``; the next step needs start_step's general path
             return t, self.start_step(t)
@@ -470,7 +459,6 @@ class Replica:
                     r.t_done = t
                     del self.running[r.rid]
                     done.append(r)
-                    self.work -= r.eosl - r.osl
                 else:
                     r.start = s
                     r.c = r.prompt - s
@@ -479,7 +467,6 @@ class Replica:
                     self.Csh += r.cached
                     heappush(self.dheap, (s + r.osl - r.gen, r.rid, r.epoch, r))
         self._retire(s, t)
-        self.work -= self.n_step + self.p_step + first_tokens
         self.k = s + 1
 
     def _retire(self, s: int, t: float) -> None:
@@ -498,4 +485,3 @@ class Replica:
             r.start = -1
             del self.running[r.rid]
             done.append(r)
-            self.work -= r.eosl - r.osl

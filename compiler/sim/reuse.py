@@ -78,7 +78,7 @@ def own(requests: list[Request], r: Request) -> Request:
 def dep_key(sim, d: int, idx: np.ndarray) -> str:
     """Everything deployment ``d``'s event loop depends on: its shape and replicas (the replica model is a
     function of them within one spec), its prefix cache, the arrivals routed to it (indices, times, lengths,
-    the router's expected outputs, trace rows), the end of arrivals and the drain limit, and whether a timeline
+    trace rows), the end of arrivals and the drain limit, and whether a timeline
     is kept. Its name is left out: a deployment renamed between rounds runs the same."""
     from dataclasses import fields
 
@@ -91,7 +91,7 @@ def dep_key(sim, d: int, idx: np.ndarray) -> str:
     h = hashlib.blake2b(digest_size=20)
     h.update(repr((type(sim).__name__, shape, pfx, sim.t_last_arrival, sim.t_stop, sim.timeline_dt,
                    sd.workloads)).encode())
-    for arr in (idx, a.t[idx], a.w[idx], a.isl[idx], a.osl[idx], a.eosl[idx],
+    for arr in (idx, a.t[idx], a.w[idx], a.isl[idx], a.osl[idx],
                 a.row[idx] if a.row is not None else np.zeros(0)):
         h.update(np.ascontiguousarray(arr).tobytes())
     return h.hexdigest()

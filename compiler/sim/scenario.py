@@ -55,7 +55,6 @@ class SimWorkload:
     isl_grid: np.ndarray  # the planner's prompt-length grid (cut to the context window)
     osl_grid: np.ndarray  # the planner's output-length grid (as requested; cut per request by cut_outputs)
     in_ranges: list[tuple[int, int]]  # grid index ranges of the prompt-length ranges (one bucket each)
-    expected_osl: np.ndarray  # per bucket: the mean output the planner expects (the router's work estimate)
     arrival_cv: float = 1.0
     trace: Trace | None = None  # replay arrivals (and lengths) from this trace
     trace_rate: float | None = None  # rescale the trace to this mean rate (None: its own times x trace_scale)
@@ -133,7 +132,7 @@ def build_scenario(plan: Plan, spec: Spec, ir: ProblemIR, trace: Trace | None = 
             raise RuntimeError(f"simulator and planner disagree on {w.name}'s buckets: {names} vs "
                                f"{[b.name for b in w.buckets]}")
         sim_w = SimWorkload(w.name, w.rate_rps, w.slo.ttft_ms / 1e3, w.slo.tpot_ms / 1e3, w.slo.percentile, ctx,
-                            tuple(names), isl, osl_raw, ins, np.array([b.osl_mean for b in w.buckets]),
+                            tuple(names), isl, osl_raw, ins,
                             arrival_cv=arrival_cv or sw.arrival_cv or 1.0)
         if trace is not None and w.name in shared:
             # One trace for several workloads: each replays it from a different row, at its own rate.

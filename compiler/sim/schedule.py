@@ -12,7 +12,7 @@ schedule.
   the schedule (``ScaleEvent``). A replica added for a window becomes available when its start-up ends (a start
   issued ``lead_s`` before the boundary and taking ``startup_s``); a replica removed at a boundary takes no new
   request from then on and drains the ones it holds (queued and running).
-* **Routing**: a request goes to the least-loaded serving replica of the deployment its window routes it to; with
+* **Routing**: a request goes to a serving replica (``least_request``) of the deployment its window routes it to; with
   none serving (the deployment's first replica is still starting) it waits at the router and is dispatched, in
   arrival order, to the first replica that comes up. Nothing is migrated between replicas.
 
@@ -25,7 +25,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from compiler.sim.engine import Arrivals, Simulation, draw_arrivals, least_loaded
+from compiler.sim.engine import Arrivals, Simulation, draw_arrivals, least_request
 from compiler.sim.replica import Request
 from compiler.sim.scenario import Scenario
 
@@ -75,7 +75,7 @@ class ScheduleSimulation(Simulation):
     the most at once); ``segments``: the windows' arrivals; ``serving``: per deployment, the replica indices
     serving at time 0; ``events``: what changes after (``scale_events``)."""
 
-    replicas_apart = False  # a scale event dispatches waiting requests by every replica's outstanding work
+    replicas_apart = False  # a scale event dispatches waiting requests by the replicas' active requests
 
     def __init__(self, held: Scenario, segments: list[Segment], serving: list[list[int]],
                  events: list[ScaleEvent], seed: int = 0, timeline: bool = False):
@@ -95,8 +95,8 @@ class ScheduleSimulation(Simulation):
             a = draw_arrivals(s.scenario, self.rng, None, s.end_s - s.start_s)
             keep = a.t < s.end_s - s.start_s
             parts.append(Arrivals(a.t[keep] + s.start_s, a.w[keep], a.isl[keep], a.osl[keep], a.dep[keep],
-                                  a.eosl[keep], a.row[keep] if a.row is not None else None))
-        cat = [np.concatenate([getattr(p, f) for p in parts]) for f in ("t", "w", "isl", "osl", "dep", "eosl")]
+                                  a.row[keep] if a.row is not None else None))
+        cat = [np.concatenate([getattr(p, f) for p in parts]) for f in ("t", "w", "isl", "osl", "dep")]
         rows = np.concatenate([p.row for p in parts]) if all(p.row is not None for p in parts) else None
         return Arrivals(*cat, rows)
 
@@ -132,6 +132,6 @@ class ScheduleSimulation(Simulation):
         self._dispatch(r, d, t)
 
     def _dispatch(self, r: Request, d: int, t: float) -> None:
-        rep = least_loaded(self.serving[d])
+        rep = least_request(self.serving[d], self._route + r.rid)
         rep.enqueue(r)
         self._kick(rep, t)

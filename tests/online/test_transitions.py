@@ -72,7 +72,7 @@ def test_a_late_replica_serves_only_after_its_startup_and_ttft_rises_only_meanwh
     head = ttft_p90(sim, B, up)
     assert head > 2000
     # ... while after the start-up, once replica 0's backlog is served (it gets no new request while it has more
-    # outstanding work than replica 1), the window runs at its steady-state TTFT, within the SLO
+    # active requests than replica 1), the window runs at its steady-state TTFT, within the SLO
     tail = ttft_p90(sim, B + 600, B + 900)
     assert tail < 1000 and head > 3 * tail
     # with the start issued ahead by its start-up time (the plan's schedule), the same boundary shows no rise

@@ -74,7 +74,7 @@ def single_server(model, rate: float, isl_grid: np.ndarray, osl: int = 1, ttft_s
     """One workload, one deployment of one replica; input lengths drawn uniformly from ``isl_grid``."""
     g = np.sort(np.asarray(isl_grid, float))
     w = SimWorkload("w", rate, ttft_s, tpot_s, 99.0, 10**9, ("all",), g, np.array([float(osl)]),
-                    [(0, len(g))], np.array([float(osl)]))
+                    [(0, len(g))])
     w.routes.append((np.array([0]), np.array([1.0])))
     view = DeploymentSpecView(name="d", replicas=1, model="fake", gpu="fake", tp=1, pp=1, dtype="bf16",
                               max_num_seqs=model.max_num_seqs, max_batched_tokens=model.max_batched_tokens)

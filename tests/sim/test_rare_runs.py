@@ -111,7 +111,7 @@ def test_bulk_decode_steps_are_the_step_by_step_floats(tmp_path, monkeypatch, ra
 
         sim = Simulation(build_scenario(p, spec, lower(spec)), seed=3, requests=1500, timeline=False).run()
         reqs = [(r.rid, r.t_sched, r.t_first, r.t_done, r.preempted, r.status) for r in sim.requests]
-        reps = [(r.busy_s, r.prefill_s, r.kv_area, r.kv_max, r.batch_area, r.steps, r.k, r.work)
+        reps = [(r.busy_s, r.prefill_s, r.kv_area, r.kv_max, r.batch_area, r.steps, r.k)
                 for g in sim.replicas for r in g]
         return reqs, reps, sim.t_end
 
