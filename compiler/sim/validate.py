@@ -33,7 +33,7 @@ by (1 + r) / (1 - r), the variance of a mean of correlated batches (r capped at 
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from compiler.sim.metrics import SimResult
 
@@ -42,8 +42,8 @@ CHECK_SEEDS = 3  # check's default number of seeds ...
 CHECK_SEED_BASE = 1000  # ... starting here (moved past any seed the plan records)
 CONFIDENCE = 0.95  # one-sided
 EARLY_ACCEPT = 0.5  # plan stops after one seed when every lower bound leaves at most this share of allowed misses
-EXTRA_SEEDS = 3  # plan runs at most this many more seeds, on the workloads the PLAN_SEEDS leave undecided ...
-SEQUENTIAL_CONFIDENCE = 0.99  # ... whose bounds are then at this confidence (repeated looks; docs/simulator.md)
+EXTRA_SEEDS = 6  # plan runs at most this many more seeds, on the workloads the PLAN_SEEDS leave undecided ...
+SEQUENTIAL_CONFIDENCE = 0.995  # ... whose bounds are then at this confidence (repeated looks; docs/simulator.md)
 R_MAX = 0.9  # cap on the lag-1 batch autocorrelation used to widen the interval (factor 19 on the variance)
 
 
@@ -259,7 +259,11 @@ def simulate_seeds(plan, spec, ir, seeds: tuple[int, ...], requests: int | None,
 
     def some(s: int, names: frozenset[str]) -> list:
         """Seed ``s``'s runs of ``names``: at ``requests`` (with their closure) and, for rare ones, of their own
-        length; one run or two."""
+        length; one run or two. An adapter plan's run is whole (adapter loads tie its workloads' replicas
+        together), reporting only ``names``."""
+        if plan.adapter_routes:
+            run = simulate(plan, spec, ir=ir, seed=s, requests=requests, timeline=False, **kwargs)
+            return [replace(run, workloads={n: w for n, w in run.workloads.items() if n in names})]
         rest = names - set(rare)
         out = [] if not rest else [simulate(plan, spec, ir=ir, seed=s, requests=requests, timeline=False,
                                             only_workloads=rest, **kwargs)]
@@ -291,7 +295,7 @@ def simulate_seeds(plan, spec, ir, seeds: tuple[int, ...], requests: int | None,
     for got in parallel.seeds_in_processes(one, list(seeds[1:]), kwargs.get("cache"), size):
         runs += got
     res = combine(seeds, runs)
-    if not fail_fast or len(runs) < 2 or plan.adapter_routes:
+    if not fail_fast or len(runs) < 2:
         return res
     looked: frozenset[str] = frozenset()
     for s in range(seeds[-1] + 1, seeds[-1] + 1 + EXTRA_SEEDS):
@@ -323,8 +327,9 @@ def undecided(res: SeedsResult) -> frozenset[str]:
     that share no deployment with a workload below target: ``apart``) instead of derating deployments no run showed
     missing. Each further seed is another look at the same question, and the chance that noise alone
     lifts a bound over the target grows with the looks (at a true attainment equal to the target: 4 % with the
-    three seeds, 9-12 % with up to three more at 95 %); so the bounds of the workloads looked at again are at
-    SEQUENTIAL_CONFIDENCE, which keeps it at 4-6 % (tests/sim/test_interval.py)."""
+    three seeds, 13 % with up to six more at 95 %); so the bounds of the workloads looked at again are at
+    SEQUENTIAL_CONFIDENCE, which keeps it at 5-6 % (tests/sim/test_interval.py). An adapter plan's further seeds
+    are whole runs (``simulate_seeds``)."""
     return frozenset(n for n in res.intervals if not res.accepted(n) and res.at_target(n))
 
 

@@ -139,8 +139,8 @@ def _sequential_accepts(rng, truth, target, confidence_of_looks=None):
 
 def test_extra_seeds_keep_the_false_acceptance_at_the_three_seed_level():
     # A workload exactly at its target (95 %): the three-seed rule accepts it in ~4 % of draws. Looking again up
-    # to three times while the point estimate is at or above target would accept it about twice as often at
-    # 95 % bounds; the planner's looks use SEQUENTIAL_CONFIDENCE and stay near 5 %.
+    # to EXTRA_SEEDS (6) times while the point estimate is at or above target would accept it about three times
+    # as often at 95 % bounds; the planner's looks use SEQUENTIAL_CONFIDENCE and stay near 5 %.
     rng = np.random.default_rng(3)
     seq = sum(_sequential_accepts(rng, 0.95, 0.95) for _ in range(DRAWS)) / DRAWS
     rng = np.random.default_rng(3)
