@@ -6,9 +6,9 @@ queues, a filling KV cache, routing across replicas. See docs/simulator.md.
 
 Layout: ``engine`` (event loop, arrivals drawn up front), ``arrivals`` (Poisson, Gamma, trace replay),
 ``replica`` (one engine's scheduler; step times from ``compiler.cost.model.ReplicaModel.iteration_s``),
-``router`` inside ``engine`` (plan shares to a deployment, least request of two sampled replicas to a replica), ``scenario``
-(plan + spec resolved to arrays), ``metrics`` (per workload and per deployment). No solver imports: a plan read
-from disk simulates on its own.
+``router`` inside ``engine`` (plan shares to a deployment, least request of two sampled replicas to a
+replica), ``scenario`` (plan + spec resolved to arrays), ``metrics`` (per workload and per deployment). No
+solver imports: a plan read from disk simulates on its own.
 """
 from __future__ import annotations
 

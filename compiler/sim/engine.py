@@ -141,7 +141,6 @@ def _warmup_from(a: Arrivals, n_workloads: int) -> np.ndarray:
     return np.where(np.isfinite(last), WARMUP * last, np.inf)
 
 
-ROUTER_CHOICES = 2  # replicas the router samples per request (Envoy's least-request ``choice_count`` default)
 _M64 = (1 << 64) - 1
 
 
@@ -157,16 +156,19 @@ def _mix64(x: int) -> int:
 
 def route_base(seed, side: int = 0) -> int:
     """The router's key offset for one simulation's ``seed`` (``side`` 1: the decode side of a P/D pair, drawn
-    apart from its prefill side); a request's key is this plus its id (``least_request``)."""
+    apart from its prefill side); a request's key is this plus its id (``least_request``). A numpy integer seed
+    keys as the same Python int."""
+    seed = tuple(int(x) for x in seed) if isinstance(seed, (tuple, list)) else int(seed)
     return _mix64(zlib.crc32(repr((seed, side)).encode()))
 
 
 def least_request(group: list, key: int) -> object:
-    """The router's replica for one request: of ``ROUTER_CHOICES`` = 2 replicas sampled from ``group`` (distinct,
-    uniformly, from the hash of ``key``), the one with fewer active requests, running or waiting; the first
-    sampled on a tie. This is the power of two choices (Mitzenmacher 2001), Envoy's least-request load balancer
-    with its defaults (Envoy Gateway's default for the plan's ``HTTPRoute`` backends, docs/routing.md): it counts
-    the requests a replica has taken and not finished, never their lengths, which no router knows."""
+    """The router's replica for one request: of two replicas sampled from ``group`` (distinct, uniformly, from
+    the hash of ``key``: Envoy's ``choice_count`` default), the one with fewer active requests, running or
+    waiting; the first sampled on a tie. This is the power of two choices (Mitzenmacher 2001), Envoy's
+    least-request load balancer with its defaults (Envoy Gateway's default for the plan's ``HTTPRoute``
+    backends, docs/routing.md): it counts the requests a replica has taken and not finished, never their
+    lengths, which no router knows."""
     n = len(group)
     if n == 1:
         return group[0]
