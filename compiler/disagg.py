@@ -264,8 +264,10 @@ def _heavy_kv(ir: ProblemIR, w: WorkloadIR, pre: list[Candidate], dec: list[Cand
 
 def _local_candidates(ir: ProblemIR, w: WorkloadIR, dec: list[Candidate], unified) -> list[Candidate]:
     """Both sides of every co-located group (kp x prefill tp_p + kd x decode tp_d in one NVLink domain, one GPU
-    type, pp = 1) that beats the best unified candidate by PD_MARGIN on some bucket, with those buckets."""
-    dec = [c for c in dec if c.pp == 1]
+    type, pp = 1) that beats the best unified candidate by PD_MARGIN on some bucket, with those buckets. Dense-style
+    on both sides, as ``_role_candidates`` makes the prefill side: a mixture-of-experts decode layout with
+    attention-DP or expert parallelism is left out (its id, ``local_id``, would not tell it from the plain one)."""
+    dec = [c for c in dec if c.pp == 1 and c.dp == 1 and c.ep == 1]
     dmin: dict[str, int] = {}
     for c in dec:
         dmin[c.gpu] = min(dmin.get(c.gpu, c.gpus), c.gpus)

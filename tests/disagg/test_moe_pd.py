@@ -57,3 +57,19 @@ def test_pd_plan_with_per_phase_layouts_passes_check(spec_path):
         assert all(len(pl.gpus) == dep.tensor_parallel * dep.data_parallel for pl in dep.placement)
     rep = check(r.plan, load_spec(spec_path))
     assert rep.ok, rep.violations
+
+
+def test_co_located_pairs_are_dense_style_with_one_id_each(spec_path):
+    """Co-located P/D groups (docs/disaggregation.md) pair dense-style layouts only: before, every decode layout
+    with attention DP or expert parallelism made a second candidate under the same id (208 candidates, 68 ids
+    for this spec, with no unified candidate to beat), and the MILP refused the duplicate variable."""
+    from compiler import disagg as dg
+
+    ir = lower(load_spec(spec_path))
+    w = ir.workloads[0]
+    dec = dg._role_candidates(ir, w, "decode", 50e9)
+    assert any(c.dp > 1 or c.ep > 1 for c in dec)  # the input has MoE decode layouts to leave out
+    local = dg._local_candidates(ir, w, dec, ())
+    ids = [c.id for c in local]
+    assert local and len(ids) == len(set(ids))
+    assert all(c.pp == 1 and c.dp == 1 and c.ep == 1 for c in local)
