@@ -109,7 +109,18 @@ def run_bounded(name: str, text: str, time_limit: float | None, timeout: float |
 
     ctx = mp.get_context("fork")
     recv, send = ctx.Pipe(duplex=False)
-    proc = ctx.Process(target=lambda: send.send(run_one(name, text, time_limit, validate)), daemon=False)
+
+    def child() -> None:
+        # a crash is a row too (status: the exception's type), not a silent child the parent waits out
+        t_start = time.perf_counter()
+        try:
+            row = run_one(name, text, time_limit, validate)
+        except Exception as exc:  # noqa: BLE001 (any defect of the planner: reported, the family goes on)
+            row = {"spec": name, "status": type(exc).__name__, "total": time.perf_counter() - t_start,
+                   "error": str(exc).splitlines()[0] if str(exc) else ""}
+        send.send(row)
+
+    proc = ctx.Process(target=child, daemon=False)
     t0 = time.perf_counter()
     proc.start()
     if recv.poll(timeout):
