@@ -151,3 +151,41 @@ def test_a_shown_miss_elsewhere_does_not_hold_back_the_verdict_of_workloads_apar
     res = simulate_seeds(shared, spec2, ir2, base, REQUESTS, fail_fast=True)
     assert len(res.runs) == 1 and res.missed("bad")
     assert to_derate(res, len(base)) == ["bad"]  # tight, at or above target on its one seed, waits
+
+
+def test_an_adapter_plans_extra_look_is_a_whole_run_counting_the_undecided_workload_only(monkeypatch):
+    """Adapter loads tie an adapter plan's workloads' replicas together, so it never simulates part of one: an
+    undecided workload's further seed is a whole run of the plan, which reports that workload only and is pooled
+    into its interval; the other workloads keep their intervals. (Which workload is undecided is forced here;
+    the loop and the pooling are the real ones.)"""
+    from pathlib import Path
+
+    import compiler as tt
+    import compiler.sim.validate as v
+
+    from compiler.check import load_plan
+
+    root = Path(__file__).resolve().parents[2]
+    spec = tt.load_spec(root / "examples" / "multi-lora.yaml")
+    plan = load_plan(root / "tests" / "golden" / "multi-lora.plan.yaml")  # validated: no miss on the first seed
+    ir = lower(spec)
+    assert plan.adapter_routes
+    names = [w.name for w in ir.workloads]
+    pick = names[0]
+    looks = iter([frozenset({pick})])
+    monkeypatch.setattr(v, "undecided", lambda res: next(looks, frozenset()))
+    monkeypatch.setattr(v, "apart", lambda plan, res, names: names)
+    monkeypatch.setattr(v, "clear_pass", lambda res: False)
+    base = validation_seeds(0)
+    res = v.simulate_seeds(plan, spec, ir, base, REQUESTS, fail_fast=True)
+    assert res.seeds == base + (base[-1] + 1,)
+    last = res.runs[-1]
+    assert set(last.workloads) == {pick}
+    whole = simulate(plan, spec, ir=ir, seed=base[-1] + 1, requests=REQUESTS, timeline=False)
+    assert set(whole.workloads) == set(names)  # the run itself was the whole plan
+    assert last.workloads[pick].batches == whole.workloads[pick].batches
+    three = res.runs[:len(base)]
+    assert res.intervals[pick] == interval([r.workloads[pick].batches for r in three + [whole]],
+                                           SEQUENTIAL_CONFIDENCE)
+    for n in names[1:]:
+        assert res.intervals[n] == interval([r.workloads[n].batches for r in three])
