@@ -42,8 +42,9 @@ CHECK_SEEDS = 3  # check's default number of seeds ...
 CHECK_SEED_BASE = 1000  # ... starting here (moved past any seed the plan records)
 CONFIDENCE = 0.95  # one-sided
 EARLY_ACCEPT = 0.5  # plan stops after one seed when every lower bound leaves at most this share of allowed misses
-EXTRA_SEEDS = 6  # plan runs at most this many more seeds, on the workloads the PLAN_SEEDS leave undecided ...
-SEQUENTIAL_CONFIDENCE = 0.995  # ... whose bounds are then at this confidence (repeated looks; docs/simulator.md)
+EXTRA_SEEDS = 12  # plan runs at most this many more seeds, on the workloads the PLAN_SEEDS leave undecided ...
+SEQUENTIAL_CONFIDENCE = 0.9975  # ... whose bounds are then at this confidence (repeated looks; docs/simulator.md),
+LOOK_SEEDS = 2  # ... this many seeds a look, run side by side (compiler.sim.parallel)
 R_MAX = 0.9  # cap on the lag-1 batch autocorrelation used to widen the interval (factor 19 on the variance)
 
 
@@ -239,8 +240,12 @@ def simulate_seeds(plan, spec, ir, seeds: tuple[int, ...], requests: int | None,
     the target), the other seeds run only those of them at or above target that share no deployment with one below
     it (``apart``), and none when there are none: the planner re-solves anyway, and those workloads' verdict, on
     deployments the re-solve has no reason to change, is then known in this round instead of the next
-    (docs/simulator.md, "Seeds and confidence"). Workloads the seeds leave ``undecided`` get up to EXTRA_SEEDS
-    more, those ``apart`` from any below target (before: none while any was below target). In the planner's
+    (docs/simulator.md, "Seeds and confidence"). An adapter plan's runs are whole (adapter loads tie its workloads'
+    replicas together), so every seed runs whatever the first showed: a workload at target on the first seed and
+    below it on another is then derated in this round, not found in the next (the adapter family, seeds 0-19: 4 of
+    the 8 specs that took a third round had such a workload in their second). Workloads the seeds leave
+    ``undecided`` get up to EXTRA_SEEDS more, LOOK_SEEDS at a time side by side, those ``apart`` from any below
+    target (before: none while any was below target). In the planner's
     seeds after the first, a workload the run gives too few requests (``compiler.sim.aim_counts``) runs on its own
     (with its closure) for as long as it needs, in a run of its own at that seed (docs/simulator.md, "Runs of their
     own length"). The seeds after the first run side by side in forked processes where each run is large enough
@@ -286,7 +291,7 @@ def simulate_seeds(plan, spec, ir, seeds: tuple[int, ...], requests: int | None,
         if not plan.adapter_routes:  # (adapter plans: every run whole)
             only = frozenset(n for n in first.intervals if not clearly(first, n))
             only = apart(plan, first, only) if shown else only
-        if shown and (plan.adapter_routes or not only):
+        if shown and not plan.adapter_routes and not only:
             return first
     # The other seeds side by side where worth it (compiler.sim.parallel), sized by the requests each run draws;
     # 0 (one after another): a progress bar to drive, a run by duration, or no IR to size it from.
@@ -298,12 +303,15 @@ def simulate_seeds(plan, spec, ir, seeds: tuple[int, ...], requests: int | None,
     if not fail_fast or len(runs) < 2:
         return res
     looked: frozenset[str] = frozenset()
-    for s in range(seeds[-1] + 1, seeds[-1] + 1 + EXTRA_SEEDS):
+    end = seeds[-1] + 1 + EXTRA_SEEDS
+    while seeds[-1] + 1 < end:
         pending = apart(plan, res, undecided(res))
         if not pending:
             break
-        runs += some(s, pending)
-        seeds += (s,)
+        batch = list(range(seeds[-1] + 1, min(seeds[-1] + 1 + LOOK_SEEDS, end)))
+        for got in parallel.seeds_in_processes(lambda s: some(s, pending), batch, kwargs.get("cache"), size):
+            runs += got
+        seeds += tuple(batch)
         looked |= pending
         res = combine(seeds, runs, looked)
     return res
@@ -325,11 +333,11 @@ def undecided(res: SeedsResult) -> frozenset[str]:
     """Workloads at or above target on their pooled attainment whose runs do not yet accept it (the lower bound
     below target): the planner runs more seeds on these alone (``simulate_seeds``, at most EXTRA_SEEDS, on those
     that share no deployment with a workload below target: ``apart``) instead of derating deployments no run showed
-    missing. Each further seed is another look at the same question, and the chance that noise alone
-    lifts a bound over the target grows with the looks (at a true attainment equal to the target: 4 % with the
-    three seeds, 13 % with up to six more at 95 %); so the bounds of the workloads looked at again are at
-    SEQUENTIAL_CONFIDENCE, which keeps it at 5-6 % (tests/sim/test_interval.py). An adapter plan's further seeds
-    are whole runs (``simulate_seeds``)."""
+    missing. Each look at further seeds (LOOK_SEEDS of them) is another look at the same question, and the chance
+    that noise alone lifts a bound over the target grows with the looks (at a true attainment equal to the target:
+    4 % with the three seeds, 13.5 % with up to EXTRA_SEEDS more at 95 %); so the bounds of the workloads looked
+    at again are at SEQUENTIAL_CONFIDENCE, which keeps it near 5 % (tests/sim/test_interval.py). An adapter plan's
+    further seeds are whole runs (``simulate_seeds``)."""
     return frozenset(n for n in res.intervals if not res.accepted(n) and res.at_target(n))
 
 

@@ -14,8 +14,8 @@ from compiler.cost.factory import replica_model
 from compiler.lower import lower
 from compiler.plan.schema import Deployment, Plan, Route, SolverInfo
 from compiler.sim import simulate
-from compiler.sim.validate import (EXTRA_SEEDS, SEQUENTIAL_CONFIDENCE, combine, interval, simulate_seeds, undecided,
-                                   validation_seeds)
+from compiler.sim.validate import (EXTRA_SEEDS, LOOK_SEEDS, SEQUENTIAL_CONFIDENCE, combine, interval, simulate_seeds,
+                                   undecided, validation_seeds)
 from compiler.spec.load import load_spec
 
 REQUESTS = 3000
@@ -113,9 +113,10 @@ def test_an_undecided_workload_gets_extra_seeds_alone_and_is_pooled_at_sequentia
     assert res.intervals["tight"] == interval([r.workloads["tight"].batches for r in full], SEQUENTIAL_CONFIDENCE)
     assert res.intervals["easy"] == interval([runs[0].workloads["easy"].batches])
     assert res.intervals["tight"].lower < interval([r.workloads["tight"].batches for r in full]).lower
-    # It stops as soon as nothing is undecided, else after EXTRA_SEEDS.
+    # It stops as soon as nothing is undecided, else after EXTRA_SEEDS; a look adds LOOK_SEEDS seeds.
     assert not undecided(res) or len(extra) == EXTRA_SEEDS
-    for k in range(1, len(extra)):  # ... and not before: every earlier look left tight undecided
+    assert len(extra) % LOOK_SEEDS == 0 or len(extra) == EXTRA_SEEDS
+    for k in range(LOOK_SEEDS, len(extra), LOOK_SEEDS):  # ... and not before: every earlier look left it undecided
         assert undecided(combine(res.seeds[:len(base) + k], full[:len(base) + k], frozenset({"tight"}))) == {"tight"}
 
 
@@ -137,8 +138,8 @@ def test_a_shown_miss_elsewhere_does_not_hold_back_the_verdict_of_workloads_apar
 
     base = validation_seeds(0)
     plan, spec, ir, _ = _tight_undecided(tmp_path, "b")
-    full = [simulate(plan, spec, ir=ir, seed=s, requests=REQUESTS, timeline=False) for s in range(6)]
     res = simulate_seeds(plan, spec, ir, base, REQUESTS, fail_fast=True)
+    full = [simulate(plan, spec, ir=ir, seed=s, requests=REQUESTS, timeline=False) for s in res.seeds]
     assert res.missed("bad") and len(res.runs_of("bad")) == 1
     assert len(res.seeds) > len(base)  # the other seeds, and extra ones
     for r in res.runs[1:]:
@@ -178,14 +179,55 @@ def test_an_adapter_plans_extra_look_is_a_whole_run_counting_the_undecided_workl
     monkeypatch.setattr(v, "clear_pass", lambda res: False)
     base = validation_seeds(0)
     res = v.simulate_seeds(plan, spec, ir, base, REQUESTS, fail_fast=True)
-    assert res.seeds == base + (base[-1] + 1,)
-    last = res.runs[-1]
-    assert set(last.workloads) == {pick}
-    whole = simulate(plan, spec, ir=ir, seed=base[-1] + 1, requests=REQUESTS, timeline=False)
-    assert set(whole.workloads) == set(names)  # the run itself was the whole plan
-    assert last.workloads[pick].batches == whole.workloads[pick].batches
+    look = tuple(range(base[-1] + 1, base[-1] + 1 + LOOK_SEEDS))  # one look: LOOK_SEEDS seeds
+    assert res.seeds == base + look
+    wholes = []
+    for s, last in zip(look, res.runs[len(base):], strict=True):
+        assert set(last.workloads) == {pick}
+        whole = simulate(plan, spec, ir=ir, seed=s, requests=REQUESTS, timeline=False)
+        assert set(whole.workloads) == set(names)  # the run itself was the whole plan
+        assert last.workloads[pick].batches == whole.workloads[pick].batches
+        wholes.append(whole)
     three = res.runs[:len(base)]
-    assert res.intervals[pick] == interval([r.workloads[pick].batches for r in three + [whole]],
+    assert res.intervals[pick] == interval([r.workloads[pick].batches for r in three + wholes],
                                            SEQUENTIAL_CONFIDENCE)
     for n in names[1:]:
         assert res.intervals[n] == interval([r.workloads[n].batches for r in three])
+
+
+def test_an_adapter_plan_runs_every_seed_when_the_first_shows_a_miss(tmp_path):
+    """An adapter plan's runs are whole, so a miss on the first seed does not stop the round: the other seeds run
+    too, and a workload at target on the first seed is judged on all of them in this round (derated now if they
+    show it missing) instead of waiting for the next. Here ``qwen-base`` gets a TTFT SLO of 1 ms, which every
+    request misses: the result still holds PLAN_SEEDS whole runs, each reporting every workload, and each the
+    very run ``simulate`` gives for that seed."""
+    from pathlib import Path
+
+    import compiler as tt
+    import compiler.sim.validate as v
+    from compiler.check import load_plan
+    from compiler.rounds import to_derate
+
+    root = Path(__file__).resolve().parents[2]
+    text = (root / "examples" / "multi-lora.yaml").read_text()
+    old = "slo: {ttft_ms: 2000, tpot_ms: 60, percentile: 99}"
+    assert text.count(old) == 1
+    p = tmp_path / "multi-lora.yaml"
+    p.write_text(text.replace(old, "slo: {ttft_ms: 1, tpot_ms: 60, percentile: 99}"))
+    spec = tt.load_spec(p)
+    plan = load_plan(root / "tests" / "golden" / "multi-lora.plan.yaml")
+    ir = lower(spec)
+    assert plan.adapter_routes
+    base = validation_seeds(0)
+    first = simulate(plan, spec, ir=ir, seed=base[0], requests=REQUESTS, timeline=False)
+    assert combine(base[:1], [first]).missed("qwen-base")  # the first seed shows the miss
+    res = v.simulate_seeds(plan, spec, ir, base, REQUESTS, fail_fast=True)
+    assert res.seeds[:len(base)] == base and len(res.runs) >= len(base)
+    names = {w.name for w in ir.workloads}
+    for s, r in zip(base, res.runs):
+        assert set(r.workloads) == names
+        whole = simulate(plan, spec, ir=ir, seed=s, requests=REQUESTS, timeline=False)
+        assert {n: w.batches for n, w in r.workloads.items()} == {n: w.batches for n, w in whole.workloads.items()}
+    for n in names:  # every workload judged on the three seeds: none waits for the next round
+        assert len(res.runs_of(n)) >= len(base)
+    assert "qwen-base" in to_derate(res, len(base))

@@ -124,23 +124,27 @@ def _sequential_accepts(rng, truth, target, confidence_of_looks=None):
     runs = [_Run([(int(rng.binomial(50, truth)), 50) for _ in range(BATCHES)], target) for _ in range(3)]
     res = v.combine((0, 1, 2), runs)
     looked = frozenset()
-    for s in range(3, 3 + v.EXTRA_SEEDS):
+    n, end = 3, 3 + v.EXTRA_SEEDS
+    while n < end:
         pending = v.undecided(res)
         if not pending:
             break
-        runs.append(_Run([(int(rng.binomial(50, truth)), 50) for _ in range(BATCHES)], target))
+        step = min(v.LOOK_SEEDS, end - n)  # a look adds LOOK_SEEDS seeds
+        runs += [_Run([(int(rng.binomial(50, truth)), 50) for _ in range(BATCHES)], target) for _ in range(step)]
+        n += step
         looked |= pending
         if confidence_of_looks is None:
-            res = v.combine(tuple(range(s + 1)), runs, looked)
+            res = v.combine(tuple(range(n)), runs, looked)
         else:
-            res = v.combine(tuple(range(s + 1)), runs)
+            res = v.combine(tuple(range(n)), runs)
     return res.accepted("w")
 
 
 def test_extra_seeds_keep_the_false_acceptance_at_the_three_seed_level():
-    # A workload exactly at its target (95 %): the three-seed rule accepts it in ~4 % of draws. Looking again up
-    # to EXTRA_SEEDS (6) times while the point estimate is at or above target would accept it about three times
-    # as often at 95 % bounds; the planner's looks use SEQUENTIAL_CONFIDENCE and stay near 5 %.
+    # A workload exactly at its target (95 %): the three-seed rule accepts it in ~4 % of draws. Looking again (up
+    # to EXTRA_SEEDS (12) more seeds, LOOK_SEEDS (2) a look) while the point estimate is at or above target would
+    # accept it about three times as often at 95 % bounds; the planner's looks use SEQUENTIAL_CONFIDENCE and stay
+    # near 5 %.
     rng = np.random.default_rng(3)
     seq = sum(_sequential_accepts(rng, 0.95, 0.95) for _ in range(DRAWS)) / DRAWS
     rng = np.random.default_rng(3)
@@ -155,3 +159,9 @@ def test_extra_seeds_keep_the_false_acceptance_at_the_three_seed_level():
     three = sum(v.combine((0, 1, 2), [_Run([(int(rng.binomial(50, 0.965)), 50) for _ in range(BATCHES)], 0.95)
                                       for _ in range(3)]).accepted("w") for _ in range(DRAWS)) / DRAWS
     assert power > three + 0.05, (power, three)
+    # ... and at a true 96 %, one point over the target, they accept most plans (three seeds alone: 57 %; up to six
+    # one-seed looks at 99.5 %, sessions 14 and before: 81 % over 4,000 draws): what a re-solve that lands a plan
+    # just over its target needs, instead of another round
+    rng = np.random.default_rng(5)
+    near = sum(_sequential_accepts(rng, 0.96, 0.95) for _ in range(DRAWS)) / DRAWS
+    assert near >= 0.88, near
