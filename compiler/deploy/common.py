@@ -75,7 +75,9 @@ def queue_threshold(plan, ir, dep) -> int:
     """Waiting requests per replica worth another replica: the requests that arrive at the replica's planned rate
     within the tightest TTFT SLO it serves. A queue that long means arrivals outpace what the plan sized the
     replica for, and a new request would wait about one TTFT budget before its prefill starts."""
-    ttft_s = min((ir.workload(r.workload).slo.ttft_ms for r in plan.routes
+    from compiler.engines.realise import plan_routes
+
+    ttft_s = min((ir.workload(r.workload).slo.ttft_ms for r in plan_routes(plan)
                   if dep.name in (r.deployment, r.prefill, r.decode) and ir.workload(r.workload) is not None),
                  default=1000.0) / 1000
     return max(1, math.floor(dep.load_rps_per_replica * ttft_s))

@@ -18,11 +18,19 @@ EMITTERS = {"vllm": vllm.launch, "vllm-cpu": vllm.launch, "sglang": sglang.launc
 GIB = 1024 ** 3
 
 
+def plan_routes(plan) -> list:
+    """Every route of ``plan``: its own and, with a schedule (docs/online.md), each window's. A deployment of a
+    schedule may serve only in some windows, routed there and nowhere in the plan's own routes."""
+    sched = getattr(plan, "schedule", None)
+    return list(plan.routes) + [r for w in (sched.windows if sched is not None else ()) for r in w.routes]
+
+
 def routed_context(plan, name: str) -> int:
-    """Largest input_tokens_max + output_tokens_max over the buckets routed to deployment ``name`` (0: none)."""
+    """Largest input_tokens_max + output_tokens_max over the buckets routed to deployment ``name`` in any route
+    of the plan (``plan_routes``; 0: none)."""
     buckets = {(w, b.name): b for w, bs in plan.buckets.items() for b in bs}
     best = 0
-    for r in plan.routes:
+    for r in plan_routes(plan):
         if name in (r.deployment, r.prefill, r.decode):
             b = buckets.get((r.workload, r.bucket))
             if b is not None:

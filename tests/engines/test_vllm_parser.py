@@ -86,10 +86,12 @@ def test_context_is_the_largest_routed_request_capped_by_the_kv_cache(example_pl
     capped = 0
     for name, (plan, ir) in example_plans.items():
         buckets = {(w, b.name): b for w, bs in plan.buckets.items() for b in bs}
+        # a schedule's deployment may serve only in some windows: its windows' routes count (diurnal example)
+        routes = list(plan.routes) + [r for w in (plan.schedule.windows if plan.schedule else ()) for r in w.routes]
         for d in plan.deployments:
             routed = max((buckets[(r.workload, r.bucket)].input_tokens_max
                           + buckets[(r.workload, r.bucket)].output_tokens_max
-                          for r in plan.routes if d.name in (r.deployment, r.prefill, r.decode)), default=0)
+                          for r in routes if d.name in (r.deployment, r.prefill, r.decode)), default=0)
             window = int(ir.models[d.model].max_context_tokens.value)
             rank_kv = d.kv_cache_tokens // d.data_parallel  # one request lives on one attention DP rank
             assert d.context_tokens == min(routed or window, window, rank_kv), (name, d.name)
@@ -97,6 +99,11 @@ def test_context_is_the_largest_routed_request_capped_by_the_kv_cache(example_pl
             assert d.kv is None or not d.kv.live, (name, d.name)
         assert not [w for w in plan.warnings if ": the engine admits" in w or w.startswith("experimental")], name
     assert capped == 0
+    plan, ir = example_plans["diurnal"]  # deployments that serve only in some windows: their windows' routes
+    static = {n for r in plan.routes for n in (r.deployment, r.prefill, r.decode)}
+    windowed = [d for d in plan.deployments if d.name not in static]
+    assert windowed and all(0 < d.context_tokens < int(ir.models[d.model].max_context_tokens.value)
+                            for d in windowed), [(d.name, d.context_tokens) for d in windowed]
     rag = next(d for d in example_plans["long-context"][0].deployments if d.name.startswith("rag-"))
     assert rag.context_tokens == 60501 <= rag.kv_cache_tokens  # the longest RAG request, whole in HBM
 
