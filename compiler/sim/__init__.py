@@ -23,7 +23,7 @@ from compiler.sim.engine import Simulation
 from compiler.sim.lora import apply_adapters
 from compiler.sim.metrics import SimResult, summarise
 from compiler.sim.reuse import RunCache
-from compiler.sim.scenario import build_scenario
+from compiler.sim.scenario import Scenario, build_scenario
 from compiler.spec.schema import Spec
 from compiler.traces import Trace
 
@@ -87,7 +87,7 @@ def simulate(plan: Plan, spec: Spec, *, ir: ProblemIR | None = None, requests: i
              trace_workloads: tuple[str, ...] | None = None, arrival_cv: float | None = None,
              timeline: bool = True, progress: Callable[[float], None] | None = None,
              cache: RunCache | None = None, only_workloads: frozenset[str] | None = None,
-             counts: dict[str, int] | None = None) -> SimResult:
+             counts: dict[str, int] | None = None, scenario: Scenario | None = None) -> SimResult:
     """Simulate ``plan`` under ``spec``'s traffic. ``requests`` (total, split by rate) or ``duration_s``
     (seconds of arrivals); neither: ``default_requests``. ``trace`` replays one trace's arrivals and lengths for
     every workload (or those in ``trace_workloads``), each rescaled to its own rate. ``cache``
@@ -101,12 +101,15 @@ def simulate(plan: Plan, spec: Spec, *, ir: ProblemIR | None = None, requests: i
     (workload -> requests; instead of ``requests`` or ``duration_s``, and as ``only_workloads`` its workloads):
     those workloads alone, each from a random stream of its own (``compiler.sim.engine.draw_counts``) and
     measured after the first WARMUP share of its own arrivals (``aim_counts``: runs as long as rare workloads
-    need); ``only_workloads`` then runs only those of them (and their closure)."""
+    need); ``only_workloads`` then runs only those of them (and their closure). ``scenario``: what
+    ``build_scenario(plan, spec, ir, trace, trace_workloads, arrival_cv)`` returns for these arguments, built once by
+    a caller that simulates the same plan at several seeds (``compiler.sim.validate.simulate_seeds``): a run never
+    changes its scenario, so the result is the same."""
     t0 = time.perf_counter()
     ir = ir or lower(spec)
     if requests is None and duration_s is None and counts is None:
         requests = default_requests(ir)
-    sc = build_scenario(plan, spec, ir, trace, trace_workloads, arrival_cv)
+    sc = scenario if scenario is not None else build_scenario(plan, spec, ir, trace, trace_workloads, arrival_cv)
     index = None
     if counts is not None:
         if requests is not None or duration_s is not None or trace is not None:
@@ -126,11 +129,7 @@ def simulate(plan: Plan, spec: Spec, *, ir: ProblemIR | None = None, requests: i
     sim = cls(sc, seed, requests if duration_s is None else None, duration_s, timeline, cache=cache,
               only=deps, counts=index).run(progress)
     lora_notes = apply_adapters(sim, plan, ir, seed)  # multi-LoRA plans: adapter loads and evictions
-    res = summarise(sim)
-    if keep is not None:
-        res.workloads = {k: v for k, v in res.workloads.items() if k in keep}
-        res.deployments = {k: v for k, v in res.deployments.items() if k in deps}
-        res.samples = {k: v for k, v in res.samples.items() if k in keep}
+    res = summarise(sim, workloads=keep, deployments=deps)  # (None, None: all)
     res.notes += lora_notes + prefix_notes(sim) + rejected_notes(sim)
     res.wall_s = time.perf_counter() - t0
     return res

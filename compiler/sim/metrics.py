@@ -223,10 +223,13 @@ def _groups(key: np.ndarray, keep: np.ndarray, k: int) -> list[np.ndarray]:
     return [idx[order[cuts[v]:cuts[v + 1]]] for v in range(k)]
 
 
-def summarise(sim, span: tuple[float, float] | None = None) -> SimResult:
+def summarise(sim, span: tuple[float, float] | None = None, workloads: frozenset[str] | None = None,
+              deployments: frozenset[str] | None = None) -> SimResult:
     """Per workload and deployment statistics of a finished run. ``span`` = (from, to): measure only the
     requests arriving in [from, to) (a window of a schedule simulation, ``compiler.sim.schedule``) instead of
-    those after the first WARMUP share of the run."""
+    those after the first WARMUP share of the run. ``workloads`` / ``deployments`` (None: all): report only these
+    (a run of some workloads, ``compiler.sim.simulate(only_workloads=...)``; the others' statistics are not
+    computed)."""
     sc = sim.sc
     reqs = sim.requests
     n = len(reqs)
@@ -257,6 +260,8 @@ def summarise(sim, span: tuple[float, float] | None = None) -> SimResult:
     samples: dict[str, tuple[np.ndarray, np.ndarray, np.ndarray]] = {}
     by_w = _groups(w, measured, len(sc.workloads))  # each workload's measured requests, in arrival order
     for wi, wl in enumerate(sc.workloads):
+        if workloads is not None and wl.name not in workloads:
+            continue
         m = by_w[wi]  # indices (ascending): the same elements, in the same order, as a boolean mask would pick
         k = len(m)
         okm = meets[m]  # in arrival order
@@ -294,11 +299,17 @@ def summarise(sim, span: tuple[float, float] | None = None) -> SimResult:
     by_d = _groups(dep, measured, len(sc.deployments))
     for di, d in enumerate(sc.deployments):
         reps = sim.replicas[di]
+        cap = getattr(d.model, "kv_capacity_tokens", d.model.memory.kv_cache_tokens)
+        if sim.timeline_dt and reps:
+            tl = np.array([r.tl for r in reps], float)  # (replicas, bins, 3)
+            timeline[d.view.name] = np.stack([tl[:, :, 0].mean(0) / sim.timeline_dt, tl[:, :, 1].sum(0),
+                                         tl[:, :, 2].mean(0) / cap], axis=1)
+        if deployments is not None and d.view.name not in deployments:
+            continue
         md = by_d[di]
         nd = len(md)
         okd = meets[md]
         R = max(len(reps), 1)
-        cap = getattr(d.model, "kv_capacity_tokens", d.model.memory.kv_cache_tokens)
         busy = sum(r.busy_s for r in reps)
         dstats[d.view.name] = DeploymentStats(
             name=d.view.name, replicas=len(reps), requests=nd, attainment=float(okd.sum()) / nd if nd else math.nan,
@@ -307,10 +318,6 @@ def summarise(sim, span: tuple[float, float] | None = None) -> SimResult:
             kv_mean=sum(r.kv_area for r in reps) / (R * span * cap), kv_max=max((r.kv_max for r in reps), default=0) / cap,
             preemptions=sum(r.preemptions for r in reps), steps=sum(r.steps for r in reps),
             queue_ms_mean=_stats_ms(queue[md])["mean"])
-        if sim.timeline_dt and reps:
-            tl = np.array([r.tl for r in reps], float)  # (replicas, bins, 3)
-            timeline[d.view.name] = np.stack([tl[:, :, 0].mean(0) / sim.timeline_dt, tl[:, :, 1].sum(0),
-                                         tl[:, :, 2].mean(0) / cap], axis=1)
     res = SimResult(seed=sim.seed, requests=n, measured_from_s=t0, duration_s=sim.t_last_arrival, end_s=sim.t_end,
                     workloads=wstats, deployments=dstats, notes=list(sc.notes),
                     steps=sum(r.steps for reps in sim.replicas for r in reps), stopped_early=sim.stopped_early,

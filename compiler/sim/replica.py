@@ -31,6 +31,7 @@ from __future__ import annotations
 
 import inspect
 import math
+import weakref
 from collections import deque
 from heapq import heappop, heappush
 
@@ -103,6 +104,33 @@ class PrefixCache:
         return both
 
 
+_SEQS_ARG: dict[type, bool] = {}  # cost model class -> whether its iteration_s takes ``prefill_seqs``
+_LIN: "weakref.WeakKeyDictionary" = weakref.WeakKeyDictionary()  # cost model -> its ``Replica._linear`` table
+
+
+def _takes_seqs(cls: type, step) -> bool:
+    """Whether ``step`` (the ``iteration_s`` of a cost model of class ``cls``) takes ``prefill_seqs``: once per
+    class (``inspect.signature`` costs more than the rest of a replica's set-up)."""
+    got = _SEQS_ARG.get(cls)
+    if got is None:
+        got = _SEQS_ARG[cls] = "prefill_seqs" in inspect.signature(step).parameters
+    return got
+
+
+def _linear_table(model) -> dict:
+    """The decode-step table ``Replica._linear`` fills (decode batch -> (T(n, 0), slope) or False), one per cost
+    model: every replica of a deployment, and every simulation of the plan (its scenarios take the IR's cost
+    models), shares it, so a batch's line is computed once (a function of the cost model alone). A model that
+    cannot be weakly referenced gets a table of its own."""
+    try:
+        table = _LIN.get(model)
+        if table is None:
+            table = _LIN[model] = {}
+        return table
+    except TypeError:
+        return {}
+
+
 BULK_MIN = 24  # decode-only steps in a row from which ``Replica.coast`` takes them with numpy (``_bulk``) ...
 BULK_MAX = 4096  # ... at most this many at a time
 
@@ -140,8 +168,8 @@ class Replica:
         self.dep, self.index = dep, index
         self.it = model.iteration_s
         # A cost model whose step time takes the number of prompts in the step (``prefill_seqs``) gets it.
-        self.seqs_arg = "prefill_seqs" in inspect.signature(model.iteration_s).parameters
-        self.lin: dict[int, tuple[float, float] | bool] = {}  # decode batch -> linear step time (see _linear)
+        self.seqs_arg = _takes_seqs(type(model), model.iteration_s)
+        self.lin: dict[int, tuple[float, float] | bool] = _linear_table(model)  # decode batch -> linear step time
         # KV tier (docs/kv-tiers.md): the replica holds HBM plus tier tokens; each step's time takes the share of
         # its KV in use beyond HBM (``remote_share``), as the cost model's ``evaluate`` does at its steady state.
         self.hbm = model.memory.kv_cache_tokens

@@ -94,6 +94,15 @@ def build_scenario(plan: Plan, spec: Spec, ir: ProblemIR, trace: Trace | None = 
     notes: list[str] = []
     deps: list[SimDeployment] = []
     dep_index: dict[str, int] = {}
+    # The routes by deployment and by (workload, bucket), in plan order, and the workloads by name (the first of a
+    # name, as ``ProblemIR.workload``): one pass each, not one per deployment and bucket
+    served_by: dict[str, set[str]] = {}
+    routes_of: dict[tuple[str, str], list] = {}
+    for r in plan.routes:
+        for name in {r.deployment, r.prefill, r.decode}:
+            served_by.setdefault(name, set()).add(r.workload)
+        routes_of.setdefault((r.workload, r.bucket), []).append(r)
+    ir_w = {w.name: w for w in reversed(ir.workloads)}
     for d in plan.deployments:
         if ir.gpu(d.gpu) is None or d.model not in ir.models or d.name in dep_index:
             continue
@@ -104,12 +113,12 @@ def build_scenario(plan: Plan, spec: Spec, ir: ProblemIR, trace: Trace | None = 
             continue
         if rm.memory.kv_cache_tokens <= 0:
             continue
-        served = tuple(sorted({r.workload for r in plan.routes if d.name in (r.deployment, r.prefill, r.decode)}))
+        served = tuple(sorted(served_by.get(d.name, ())))
         dep_index[d.name] = len(deps)
         sd = SimDeployment(view, served, rm)
         if d.role == "unified":
             for wn in served:
-                wi = ir.workload(wn)
+                wi = ir_w.get(wn)
                 if wi is not None and wi.prefix_hit_rate:
                     reserved, hbm, hit = prefix_hits(wi, rm)
                     sd.prefix_reserved = max(sd.prefix_reserved, reserved)
@@ -145,11 +154,12 @@ def build_scenario(plan: Plan, spec: Spec, ir: ProblemIR, trace: Trace | None = 
         if w.prefix_source == "trace" and sim_w.trace is not None and sim_w.trace.hash_ids is not None:
             sim_w.prefix_hashes = sim_w.trace.hash_ids
         for b in names:
-            rs = [r for r in plan.routes if r.workload == w.name and r.bucket == b and r.deployment in dep_index]
+            mine = routes_of.get((w.name, b), ())
+            rs = [r for r in mine if r.deployment in dep_index]
             rs.sort(key=lambda r: r.deployment)
             idx = [dep_index[r.deployment] for r in rs]
-            for r in plan.routes:  # P/D pairs: targets after the deployments
-                if r.workload == w.name and r.bucket == b and (r.prefill, r.decode) in pair_index:
+            for r in mine:  # P/D pairs: targets after the deployments
+                if (r.prefill, r.decode) in pair_index:
                     rs.append(r)
                     idx.append(len(deps) + pair_index[(r.prefill, r.decode)])
             total = sum(r.share for r in rs)

@@ -251,14 +251,18 @@ def simulate_seeds(plan, spec, ir, seeds: tuple[int, ...], requests: int | None,
     own length"). The seeds after the first run side by side in forked processes where each run is large enough
     (``compiler.sim.parallel``); the result is the same."""
     from compiler.sim import aim_counts, default_requests, parallel, simulate
+    from compiler.sim.scenario import build_scenario
 
     only = None
+    # One scenario for every run of this plan (every seed; a run never changes it): built once, not per run
+    if ir is not None and not set(kwargs) & {"trace", "trace_workloads", "arrival_cv", "scenario"}:
+        kwargs = {**kwargs, "scenario": build_scenario(plan, spec, ir)}
     # The planner's later seeds: workloads a run of ``requests`` gives too few requests run on their own, as long
     # as they need (``compiler.sim.aim_counts``): every rare workload's count, their aim over the seeds after the
     # first together (the first run's few requests of them rarely decide), the same draws whichever of them a seed
     # runs, so a later round takes the runs of deployments it did not change from the run cache (compiler.sim.reuse)
     own_length = (fail_fast and ir is not None and requests is not None and not plan.adapter_routes
-                  and not set(kwargs) - {"cache"})
+                  and not set(kwargs) - {"cache", "scenario"})
     rare = aim_counts(plan, ir, requests, frozenset(w.name for w in ir.workloads), max(len(seeds) - 1, 1)) \
         if own_length else {}
 
