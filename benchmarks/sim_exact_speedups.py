@@ -26,11 +26,17 @@ sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "benchmarks"))
 
 
+ON_BULK_MIN = None  # compiler.sim.replica.BULK_MIN as the code sets it (read at the first toggle)
+
+
 def _toggle(on: bool) -> None:
     import compiler.sim.replica as replica
     from compiler.sim.engine import Simulation
 
-    replica.BULK_MIN = 24 if on else 10 ** 9
+    global ON_BULK_MIN
+    if ON_BULK_MIN is None:
+        ON_BULK_MIN = replica.BULK_MIN
+    replica.BULK_MIN = ON_BULK_MIN if on else 10 ** 9
     Simulation.replicas_apart = on
 
 

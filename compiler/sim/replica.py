@@ -131,7 +131,7 @@ def _linear_table(model) -> dict:
         return {}
 
 
-BULK_MIN = 24  # decode-only steps in a row from which ``Replica.coast`` takes them with numpy (``_bulk``) ...
+BULK_MIN = 48  # decode-only steps in a row from which ``Replica.coast`` takes them with numpy (``_bulk``) ...
 BULK_MAX = 4096  # ... at most this many at a time
 
 
