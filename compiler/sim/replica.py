@@ -363,50 +363,62 @@ class Replica:
         t_next: float | None = None
         t0 = self.t0
         lim = limit if limit < top else top
+        # The batch's line (a, slope) and whether to try numpy change only when a completion changes the batch:
+        # ``fresh`` then. A try that fails keeps failing until then (the clock only gets later, the next completion
+        # and preemption stay where they are), so it is not repeated every step; either path gives the same floats.
+        fresh = True
+        try_bulk = False
         while True:
             # finish_step of the decode-only step k, ending at t
             if heap and heap[0][0] <= k:  # completions: finish_step's own loop, on the state written back
                 self.n_dec, self.C, self.Csh = n, C, csh
                 self._retire(k, t)
                 n, C, csh = self.n_dec, self.C, self.Csh
+                fresh = True
             k += 1
             if not n:
                 t_next = -1.0
                 break
             if C + n * (k + 1) + kv_pref > cap:  # start_step would preempt: its general path does
                 break
-            ab = lin.get(n)
-            if ab is None:
-                ab = lin[n] = self._linear(n)
-            if not ab:
-                break
-            a, slope = ab
-            if not nbins and lim - t >= BULK_MIN * a:  # (each step takes a or more: room for BULK_MIN of them)
+            if fresh:
+                ab = lin.get(n)
+                if ab is None:
+                    ab = lin[n] = self._linear(n)
+                if not ab:
+                    break
+                a, slope = ab
+                try_bulk = not nbins
+                fresh = False
+            if try_bulk:
                 # The steps from k on that nothing but the clock separates: before the next completion (heap)
                 # and the next preemption; worth numpy when there are BULK_MIN or more (``_bulk``)
-                last = (cap - C - kv_pref) // n - 1  # the last step start_step would not preempt before
-                if heap and heap[0][0] < last:
-                    last = heap[0][0]
-                if last - k + 1 >= BULK_MIN:
-                    dt0 = a + slope * ((C + n * k + csh) / n)
-                    room = lim - t
+                if lim - t >= BULK_MIN * a:  # (each step takes a or more: room for BULK_MIN of them)
+                    last = (cap - C - kv_pref) // n - 1  # the last step start_step would not preempt before
+                    if heap and heap[0][0] < last:
+                        last = heap[0][0]
                     m = last - k + 1
-                    if room < math.inf and dt0 > 0:  # (step times grow with j: the clock passes room by then)
-                        m = min(m, int(room / dt0) + 2)
                     if m >= BULK_MIN:
-                        m = min(m, BULK_MAX)
-                        i, t, t_end, busy, kv_area, batch_area, kv = _bulk(a, slope, C, n, csh, kv_pref, k, m, t,
-                                                                           limit, top, busy, kv_area, batch_area)
-                        steps += i + 1
-                        if kv > kv_max:
-                            kv_max = kv
-                        k += i
-                        if t_end > limit or t_end >= top:
-                            t0 = t
-                            t_next = t_end  # in flight: the caller queues it
-                            break
-                        t0, t = t, t_end
-                        continue
+                        dt0 = a + slope * ((C + n * k + csh) / n)
+                        room = lim - t
+                        if room < math.inf and dt0 > 0:  # (step times grow with j: the clock passes room by then)
+                            m = min(m, int(room / dt0) + 2)
+                        if m >= BULK_MIN:
+                            m = min(m, BULK_MAX)
+                            i, t, t_end, busy, kv_area, batch_area, kv = _bulk(a, slope, C, n, csh, kv_pref, k, m,
+                                                                               t, limit, top, busy, kv_area,
+                                                                               batch_area)
+                            steps += i + 1
+                            if kv > kv_max:
+                                kv_max = kv
+                            k += i
+                            if t_end > limit or t_end >= top:
+                                t0 = t
+                                t_next = t_end  # in flight: the caller queues it
+                                break
+                            t0, t = t, t_end
+                            continue
+                try_bulk = False
             kv_dec = C + n * k
             dt = a + slope * ((kv_dec + csh) / n)
             kv = kv_dec + kv_pref
