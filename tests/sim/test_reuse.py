@@ -285,3 +285,38 @@ def test_planner_seeds_after_the_first_run_only_what_it_did_not_show_clearly(mon
         assert res.intervals[w] == whole.intervals[w]
     for w in set(res.intervals) - keep:
         assert res.intervals[w] == first.intervals[w] and res.demonstrated(w)
+
+
+def test_a_plans_seeds_share_one_scenario_and_give_what_a_scenario_per_run_gives(monkeypatch):
+    """``simulate_seeds`` builds the scenario once for every run of the plan (``simulate(scenario=...)``): one build
+    for three seeds, and each seed's result is the one ``simulate`` gives building its own."""
+    import compiler.sim.scenario as scenario_mod
+    from compiler.lower import lower
+    from compiler.sim.validate import simulate_seeds
+
+    p, spec = _quickstart()
+    ir = lower(spec)
+    builds = []
+    real = scenario_mod.build_scenario
+    monkeypatch.setattr(scenario_mod, "build_scenario", lambda *a, **k: builds.append(1) or real(*a, **k))
+    monkeypatch.setenv("TRIMTAB_JOBS", "1")
+    res = simulate_seeds(p, spec, ir, (0, 1, 2), 3000)
+    assert len(builds) == 1 and len(res.runs) == 3
+    for seed, run in zip((0, 1, 2), res.runs):
+        assert _d(run) == _d(simulate(p, spec, ir=ir, seed=seed, requests=3000, timeline=False))
+
+
+def test_replicas_of_one_cost_model_share_its_decode_step_table():
+    """The decode-step lines (``Replica._linear``) are a function of the cost model alone: its replicas share one
+    table, filled once; another model gets its own."""
+    from compiler.cost.factory import replica_model
+    from compiler.lower import lower
+    from compiler.sim.replica import Replica
+
+    ir = lower(_quickstart()[1])
+    m = replica_model(ir, "llama-3.1-8b", "h100-sxm", 1, 1, "bf16", 256, 8192)
+    other = replica_model(ir, "llama-3.1-8b", "h100-sxm", 1, 1, "bf16", 256, 8192)
+    a, b, c = Replica(0, 0, m), Replica(0, 1, m), Replica(1, 0, other)
+    assert a.lin is b.lin and a.lin is not c.lin
+    a.lin[4] = a._linear(4)
+    assert b.lin[4] == c._linear(4)  # the same line, computed once for both replicas of m
