@@ -18,6 +18,7 @@ from typing import Any, Protocol
 from compiler.assess import Assessment
 from compiler.errors import InfeasibleError, NoSolutionError
 from compiler.ir import ProblemIR
+from compiler.jobs import gc_paused
 from compiler.plan.schema import Plan
 from compiler.rounds import (LORA_PREFIX, MAX_ROUNDS, SIM_ROUNDS, derate_analytic, derate_breaches, family_of,
                              first_try_worth, lowest, misses_of, prior_derates, prior_on_miss, simulate_and_derate,
@@ -72,6 +73,7 @@ class Planner(Protocol):
     # ``compiler.rounds.simulate_and_derate`` (the schedule planner simulates every window).
 
 
+@gc_paused()
 def drive(planner: Planner, spec, ir: ProblemIR, *, backend: str | None = None, time_limit_s: float | None = None,
           validate: bool = True, seed: int = 0, t0: float | None = None) -> PlanResult:
     """Cheapest plan meeting every SLO. Raises InfeasibleError (exit 3) or NoSolutionError (exit 4).
@@ -96,7 +98,8 @@ def drive(planner: Planner, spec, ir: ProblemIR, *, backend: str | None = None, 
     adapters), a plan with an analytic miss is simulated in the same round and the next solve takes both
     corrections (each candidate at the lower factor): the simulated ones no longer wait a round behind the
     analytic ones. Each round's simulation takes the runs of deployments the last one already simulated with the
-    same inputs (``compiler.sim.reuse``; the same result as simulating them again)."""
+    same inputs (``compiler.sim.reuse``; the same result as simulating them again). The whole drive runs with the
+    garbage collector paused (``compiler.jobs.gc_paused``)."""
     from compiler.physics import breaches
     from compiler.plan.extract import finish_plan
     from compiler.sim import default_requests

@@ -17,6 +17,7 @@ import time
 from typing import Callable
 
 from compiler.ir import ProblemIR
+from compiler.jobs import gc_paused
 from compiler.lower import lower
 from compiler.plan.schema import Plan
 from compiler.sim.engine import Simulation
@@ -82,6 +83,7 @@ def aim_counts(plan: Plan, ir: ProblemIR, requests: int, names, runs: int = 1) -
     return {w: max(1, int(math.ceil(c * scale))) for w, c in sorted(counts.items())}
 
 
+@gc_paused()
 def simulate(plan: Plan, spec: Spec, *, ir: ProblemIR | None = None, requests: int | None = None,
              duration_s: float | None = None, seed: int = DEFAULT_SEED, trace: Trace | None = None,
              trace_workloads: tuple[str, ...] | None = None, arrival_cv: float | None = None,
@@ -104,7 +106,8 @@ def simulate(plan: Plan, spec: Spec, *, ir: ProblemIR | None = None, requests: i
     need); ``only_workloads`` then runs only those of them (and their closure). ``scenario``: what
     ``build_scenario(plan, spec, ir, trace, trace_workloads, arrival_cv)`` returns for these arguments, built once by
     a caller that simulates the same plan at several seeds (``compiler.sim.validate.simulate_seeds``): a run never
-    changes its scenario, so the result is the same."""
+    changes its scenario, so the result is the same. Runs with the garbage collector paused
+    (``compiler.jobs.gc_paused``)."""
     t0 = time.perf_counter()
     ir = ir or lower(spec)
     if requests is None and duration_s is None and counts is None:
