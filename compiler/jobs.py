@@ -29,7 +29,7 @@ def gc_paused():
     of thousands alive; each collection of the oldest generation walks every live object, and the number of
     allocations sets them off again and again, while what they find is next to nothing (887 objects left in
     cycles after the whole plan of specgen's target spec 0). Reference counting still frees everything else at
-    once. Measured (docs/solvers.md "The garbage collector paused"): 11-17 % of a plan's wall time, the same
+    once. Measured (docs/solvers.md "The garbage collector paused"): 6-13 % of a plan's wall time, the same
     peak memory; no float changes (the collector never touches values). Nested uses keep it off until the
     outermost ends; forked children (``compiler.sim.parallel``, ``compiler.fanout``) inherit it."""
     was = gc.isenabled()
