@@ -34,8 +34,6 @@ from compiler.profiles import EngineProfile, GpuProfile, ModelProfile
 __all__ = ["BYTES", "GIB", "UNSTABLE", "BatchPrediction", "BurstPrediction", "ClosedLoopPrediction", "KvTier",
            "MemoryFit", "ReplicaModel", "ReplicaState", "TrafficClass", "bisect_max", "gamma_q"]
 
-
-
 FIRST_HALVINGS = 2  # bisection points tried before asking whether any rate meets the SLOs (capacity_rps)
 
 
