@@ -13,13 +13,15 @@ Steps (docs/fidelity.md):
      (``compiler.engine_run.server_command``) on 127.0.0.1, stopped by its pid at the end whatever happens;
   3. ``--fit-engine``: closed-loop runs on ``FIT_SHAPES`` fit the engine profile's step and request overheads and
      kernel share (``compiler.enginefit``), ``HELD_SHAPES`` evaluate it; the profile is written to
-     profiles/engines/vllm-cpu.yaml (``--device cpu``; the plan is then made again with it) or, on a GPU, to
+     profiles/engines/vllm-cpu.yaml (``--device cpu``; the plan is then made again with it; with
+     ``--calibrate-device`` to the workdir's profiles instead, beside the CPU's) or, on a GPU, to
      benchmarks/data/vllm-<gpu>-fit.yaml for review;
   4. per load (a share of the cost model's capacity for the workload at its SLO): ``trimtab loadtest`` with
      Poisson arrivals (``compiler.loadtest.run_loadtest``), which also simulates the same request stream; the cost
      model's TTFT and TPOT at p50 and p90 (``predicted_at``); one table row per load.
 ``--calibrate-device`` (``--device cpu``): first measure this CPU and plan with its profile (``calibrate_device``)
-instead of the bundled ``cpu-xeon-2c``, as the end-to-end test does.
+instead of the bundled ``cpu-xeon-2c``, as the end-to-end test does (which also fits the engine's overheads on
+the machine: ``calibrate_engine``).
 Timings on a shared CPU are noisy: the table states the machine and the date.
 """
 from __future__ import annotations
@@ -115,6 +117,19 @@ def calibrate_device(workdir: Path) -> Path:
     return out
 
 
+def calibrate_engine(workdir: Path, profile_dir: Path, spec, plan, case: dict, port: int, python: str | None,
+                     start_timeout_s: float) -> dict:
+    """Fit the CPU engine profile's overheads (step, request, kernel share) on this machine, as ``calibrate_device``
+    measures its CPU: a server of the plan's deployment admitting the fit shapes (its own log, ``fit-server.log``),
+    ``fit_engine`` into ``profile_dir``/engines, the server stopped. The bundled overheads were fitted on the
+    CPU the bundled profile was measured on: a vLLM step's host-side work runs at this CPU's speed (an AMD EPYC
+    fitted a step overhead of 0 ms and a request overhead of 4.9 ms against the bundled Xeon's 3.47 and 0.0, and
+    served TPOT p50 38-43 % under the bundled overheads' prediction, 7-12 % under its own). About 1.5 min."""
+    longest = max(s.isl + s.osl for s in FIT_SHAPES + HELD_SHAPES)
+    with Server(plan, workdir, port, "cpu", python, start_timeout_s, longest, log="fit-server.log") as srv:
+        return fit_engine(srv, spec, plan, case, "cpu", profile_dir=profile_dir)
+
+
 def plan_spec(spec_path: Path):
     from compiler.api import load_spec, plan
     from compiler.plan.emit import emit
@@ -148,13 +163,13 @@ class Server:
     """The plan's first deployment served by vLLM on 127.0.0.1; a context manager that always stops it."""
 
     def __init__(self, plan, workdir: Path, port: int, device: str, python: str | None, start_timeout_s: float,
-                 min_context: int = 0):
+                 min_context: int = 0, log: str = "server.log"):
         from compiler.engine_run import server_command
 
         self.argv, self.env = server_command(plan, plan.deployments[0], workdir / "model", port=port, device=device,
                                              python=python, min_context=min_context)
         self.url = f"http://127.0.0.1:{port}"
-        self.log = workdir / "server.log"
+        self.log = workdir / log
         self.timeout = start_timeout_s
         self.proc = None
         self.ready_s = math.nan
@@ -178,8 +193,11 @@ class Server:
         return False
 
 
-def fit_engine(server: Server, spec, plan, case: dict, device: str, scale: int = 1) -> dict:
-    """Measure FIT_SHAPES and HELD_SHAPES, fit the engine profile on the first, evaluate on the second, write it."""
+def fit_engine(server: Server, spec, plan, case: dict, device: str, scale: int = 1,
+               profile_dir: Path | None = None) -> dict:
+    """Measure FIT_SHAPES and HELD_SHAPES, fit the engine profile on the first, evaluate on the second, write it:
+    to ``profile_dir``/engines (a machine's own profiles, ``compiler.profiles.use_profile_dirs``) when given, else
+    as below."""
     from compiler import enginefit
     from compiler.lower import lower
     from profiles import data_dir
@@ -198,8 +216,10 @@ def fit_engine(server: Server, spec, plan, case: dict, device: str, scale: int =
     base = yaml.safe_load((data_dir() / "engines" / f"{eng_name}.yaml").read_text(encoding="utf-8"))
     # The CPU engine profile describes this machine's engine and is replaced; a GPU fit is written beside the data
     # (the bundled vllm profile is fitted to published rows of many GPUs: adopting one GPU's fit is a choice).
-    path = (data_dir() / "engines" / f"{eng_name}.yaml" if device == "cpu"
+    path = (profile_dir / "engines" / f"{eng_name}.yaml" if profile_dir is not None
+            else data_dir() / "engines" / f"{eng_name}.yaml" if device == "cpu"
             else ROOT / "benchmarks" / "data" / f"{eng_name}-{d.gpu}-fit.yaml")
+    path.parent.mkdir(parents=True, exist_ok=True)
     cmd = f"python benchmarks/engine_fidelity.py --device {device} --fit-engine"
     prof = enginefit.engine_profile(base, f, fit_rows, held, held_rows, cmd, _machine())
     header = (f"# Engine profile: {prof['description']}.\n# Step and request overheads and the kernel share fitted to "
@@ -333,10 +353,12 @@ def main(argv: list[str] | None = None) -> int:
     workdir = a.workdir or Path(tempfile.mkdtemp(prefix="trimtab-fidelity-"))
     workdir.mkdir(parents=True, exist_ok=True)
     t0 = time.monotonic()
+    own = None  # this machine's profiles (--calibrate-device): the engine fit goes there too, not to the bundle
     if a.calibrate_device and a.device == "cpu":
         from compiler.profiles import use_profile_dirs
 
-        use_profile_dirs((calibrate_device(workdir),))
+        own = calibrate_device(workdir)
+        use_profile_dirs((own,))
     spec_path, case = write_case(workdir, a.device, a.model, a.gpu, rate=0.5)
     spec, plan = plan_spec(spec_path)
     out = {"date": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"), "machine": _machine(),
@@ -347,7 +369,7 @@ def main(argv: list[str] | None = None) -> int:
     with Server(plan, workdir, a.port, a.device, a.python, a.start_timeout, longest) as srv:
         print(f"server ready in {srv.ready_s:.0f} s: {' '.join(srv.argv[1:])}", flush=True)
         if a.fit_engine:
-            out["engine_fit"] = fit_engine(srv, spec, plan, case, a.device, scale)
+            out["engine_fit"] = fit_engine(srv, spec, plan, case, a.device, scale, profile_dir=own)
             ef = out["engine_fit"]
             print(f"engine fit {ef['params']}: in-sample median error TTFT {ef['fit']['ttft_median']:.1f} %, TPOT "
                   f"{ef['fit']['tpot_median']:.1f} %; held out TTFT {ef['held_out']['ttft_median']:.1f} %, TPOT "
