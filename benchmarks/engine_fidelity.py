@@ -124,7 +124,8 @@ def calibrate_engine(workdir: Path, profile_dir: Path, spec, plan, case: dict, p
     ``fit_engine`` into ``profile_dir``/engines, the server stopped. The bundled overheads were fitted on the
     CPU the bundled profile was measured on: a vLLM step's host-side work runs at this CPU's speed (an AMD EPYC
     fitted a step overhead of 0 ms and a request overhead of 4.9 ms against the bundled Xeon's 3.47 and 0.0, and
-    served TPOT p50 38-43 % under the bundled overheads' prediction, 7-12 % under its own). About 1.5 min."""
+    served TPOT p50 in 6.1-7.4 ms where the bundled overheads predict 10.5-10.7, within 7-12 % of its own fit's
+    prediction). About 1.5 min."""
     longest = max(s.isl + s.osl for s in FIT_SHAPES + HELD_SHAPES)
     with Server(plan, workdir, port, "cpu", python, start_timeout_s, longest, log="fit-server.log") as srv:
         return fit_engine(srv, spec, plan, case, "cpu", profile_dir=profile_dir)

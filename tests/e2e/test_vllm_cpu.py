@@ -59,7 +59,7 @@ def served(tmp_path_factory):
     # p90 predicted 958 ms, measured 681; an AMD EPYC served TTFT p50 in 179 ms where the bundled Xeon profile
     # predicts 420). So the plan and the predictions use this machine's own bench + calibrate, and the engine's
     # overheads fitted on this machine (a faster CPU runs vLLM's per-step host work faster: an AMD EPYC served TPOT
-    # p50 38-43 % under the bundled Xeon fit's prediction, 7-12 % under its own).
+    # p50 in 6.1-7.4 ms where the bundled Xeon fit predicts 10.5-10.7, within 7-12 % of its own fit's prediction).
     own = calibrate_device(wd)
     use_profile_dirs((own,))
     try:
