@@ -420,21 +420,33 @@ def pareto(
     solver: Annotated[Optional[Solver], typer.Option(help="MILP backend; overrides the spec's solver.backend.")] = None,
     analytic: Annotated[bool, typer.Option("--analytic", help="Plan each point with the cost model only (fast; "
                                                               "points are not validated by simulation).")] = False,
+    serial: Annotated[bool, typer.Option("--serial", help="Plan in this process, one point after another.")] = False,
+    address: Annotated[Optional[str], typer.Option(help="Ray cluster to join (default: a local Ray).")] = None,
+    workers: Annotated[Optional[int], typer.Option(min=1, help="Ray tasks in flight (default: the CPUs).")] = None,
     fmt: Annotated[TableOrJson, typer.Option("--format", help="table, or json (the document alone on stdout).")] = TableOrJson.table,
 ) -> None:
     """Cost vs latency frontier: the cheapest plan at each tighter SLO (each point planned as trimtab plan
-    plans, validated by simulation, unless --analytic), non-dominated points only.
+    plans, validated by simulation, unless --analytic), non-dominated points only. The points are planned as
+    Ray tasks when Ray is installed (local, or --address), as trimtab sweep's; --serial: in this process.
 
     Example: trimtab pareto examples/quickstart.yaml --metric ttft_p99 --plot frontier.png
     """
     import yaml
 
+    from compiler import sweep as sw
     from compiler.api import load_spec
     from compiler.pareto import pareto as do_pareto, plot as do_plot
     from compiler.plan.emit import emit
+    from compiler.sweep_report import progress_bar
 
     s = load_spec(spec)
-    pts = do_pareto(s, metric, workload or None, points, solver.value if solver else None, validate=not analytic)
+    ex = sw.make_executor("serial" if serial else "auto", address, workers)
+    try:
+        with progress_bar(err, "planning points") as progress:
+            pts = do_pareto(s, metric, workload or None, points, solver.value if solver else None,
+                            validate=not analytic, executor=ex, progress=progress)
+    finally:
+        ex.close()
     if not pts:
         raise InfeasibleError(["no point of the frontier is feasible (see trimtab explain)"])
     log = err if fmt == TableOrJson.json else out

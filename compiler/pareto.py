@@ -11,12 +11,16 @@ tightened spec, so it can be written out and checked (``trimtab check point.yaml
 
 The metric of a point is the plan's own prediction: the worst (highest) predicted TTFT (at each workload's
 SLO percentile; ``ttft_p99`` names the usual case) or TPOT among the chosen workloads, in ms.
+
+The points are independent plans: they run as tasks of a ``compiler.sweep`` executor (``executor``: serial in
+this process by default; ``trimtab pareto`` uses Ray when it is installed, as ``trimtab sweep`` does), each the
+same ``compiler.api.plan`` call in a Ray worker as here, so the frontier is the same (docs/scale.md).
 """
 from __future__ import annotations
 
 from dataclasses import dataclass
 
-from compiler.errors import InfeasibleError, InputError, NoSolutionError, Problem
+from compiler.errors import InputError, Problem
 from compiler.plan.schema import Plan
 from compiler.spec.schema import Spec
 
@@ -34,11 +38,15 @@ class ParetoPoint:
 
 
 def pareto(spec: Spec, metric: str = "ttft_p99", workloads: list[str] | None = None, points: int = 8,
-           backend: str | None = None, time_limit_s: float | None = None, validate: bool = True
-           ) -> list[ParetoPoint]:
-    from compiler.api import plan
+           backend: str | None = None, time_limit_s: float | None = None, validate: bool = True,
+           executor=None, progress=None) -> list[ParetoPoint]:
+    """The frontier (see the module docstring). ``executor``: a ``compiler.sweep`` executor for the points' plans
+    (default: serial); ``progress(done, total)`` as they finish. A point no plan meets is dropped; any other error
+    of a point's plan is raised (``InternalError`` naming the point)."""
     from compiler.candidates import build_candidates
+    from compiler.errors import InternalError
     from compiler.lower import lower
+    from compiler.sweep import SerialExecutor
     from compiler.whatif import apply_overrides
 
     if metric not in METRICS:
@@ -61,17 +69,20 @@ def pareto(spec: Spec, metric: str = "ttft_p99", workloads: list[str] | None = N
     f_min = min(max(f_min * 1.02, 1e-3), 1.0)
     n = max(points, 1)
     factors = [1.0] if n == 1 else [f_min ** (i / (n - 1)) for i in range(n)]
+    slos = [{w: round(getattr(known[w].slo, key) * f, 3) for w in names} for f in factors]
+    overrides = [{"objective": "min_cost", **{f"workloads.{w}.slo.{key}": v for w, v in slo.items()}} for slo in slos]
+    opts = {"backend": backend, "time_limit_s": time_limit_s, "validate": validate, "seed": 0}
+    ex = executor or SerialExecutor()
+    planned = ex.map("plan_spec", [(spec, f"{f:.6g}", ov, opts) for f, ov in zip(factors, overrides)], progress)
     out: list[ParetoPoint] = []
-    for f in factors:
-        slo = {w: round(getattr(known[w].slo, key) * f, 3) for w in names}
-        s2 = apply_overrides(spec, {"objective": "min_cost", **{f"workloads.{w}.slo.{key}": v for w, v in slo.items()}})
-        try:
-            r = plan(s2, backend=backend, time_limit_s=time_limit_s, validate=validate)
-        except (InfeasibleError, NoSolutionError):
-            continue
-        vals = [getattr(r.plan.predictions[w], key) for w in names]
+    for f, slo, ov, (label, p, msg, status) in zip(factors, slos, overrides, planned):
+        if p is None:
+            if status in ("infeasible", "no_solution"):
+                continue  # no plan meets this SLO level: not on the frontier
+            raise InternalError([f"pareto point at SLO factor {label}: {msg}"])
+        vals = [getattr(p.predictions[w], key) for w in names]
         worst = max((v for v in vals if v is not None), default=float("inf"))
-        out.append(ParetoPoint(f, r.plan.cost_usd_per_hour, worst, slo, r.plan, s2))
+        out.append(ParetoPoint(f, p.cost_usd_per_hour, worst, slo, p, apply_overrides(spec, ov)))
     return frontier(out)
 
 

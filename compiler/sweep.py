@@ -258,15 +258,17 @@ def check_scenario(plan, spec: Spec, point: Point, seeds: int) -> tuple[int, boo
 
 
 def _plan_spec(spec: Spec, label: str, overrides: dict, opts: dict):
-    """Plan ``spec`` with overrides; (label, Plan or None, message). Robust planning's candidate task."""
+    """Plan ``spec`` with overrides; (label, Plan or None, message, status: ``ok`` or ``_status`` of the error).
+    Robust planning's candidate task and a ``trimtab pareto`` point's (``opts['validate']``: False plans with the
+    cost model only)."""
     from compiler.api import plan
 
     try:
         r = plan(apply_overrides(spec, overrides), backend=opts.get("backend"), time_limit_s=opts.get("time_limit_s"),
-                 seed=opts.get("seed", 0))
+                 validate=opts.get("validate", True), seed=opts.get("seed", 0))
     except TrimtabError as exc:
-        return label, None, exc.lines[0] if exc.lines else type(exc).__name__
-    return label, r.plan, ""
+        return label, None, exc.lines[0] if exc.lines else type(exc).__name__, _status(exc)
+    return label, r.plan, "", "ok"
 
 
 def _call(fn_name: str, args: tuple):
@@ -454,7 +456,7 @@ def robust_plan(spec: Spec, q: float, n: int, *, rate_cv: float = 0.0, length_cv
     tasks = [("mean", {}, opts)] + [(f"q{lv:.2f}", _quantile_overrides(spec, mults, lv), opts) for lv in levels]
     planned = ex.map("plan_spec", [(spec, lab, ov, o) for lab, ov, o in tasks],
                      (lambda d, t: progress("plan candidates", d, t)) if progress else None)
-    plans = {lab: (pl, msg) for lab, pl, msg in planned}
+    plans = {lab: (pl, msg) for lab, pl, msg, _ in planned}
 
     per: dict[str, list[bool]] = {}
 

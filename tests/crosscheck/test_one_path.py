@@ -29,7 +29,7 @@ def test_pareto_point_at_the_specs_slos_is_the_plan(tmp_path):
 
 def test_cli_labels_analytic_output(tmp_path):
     (tmp_path / "s.yaml").write_text(SPEC)
-    r = CliRunner().invoke(app, ["pareto", str(tmp_path / "s.yaml"), "--points", "1", "--analytic"])
+    r = CliRunner().invoke(app, ["pareto", str(tmp_path / "s.yaml"), "--points", "1", "--analytic", "--serial"])
     assert r.exit_code == 0 and "analytic: cost model only" in r.output
     r = CliRunner().invoke(app, ["explain", str(tmp_path / "s.yaml")])
     assert r.exit_code == 0, r.output

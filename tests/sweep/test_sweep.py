@@ -96,6 +96,29 @@ def test_ray_grid_and_scenarios_equal_serial(spec, ray_executor):
     assert len({r.cost_usd_per_hour for r in serial}) >= 1
 
 
+def test_pareto_points_on_ray_equal_serial(spec, ray_executor):
+    """``trimtab pareto``'s points as Ray tasks (issue 16: pareto sweeps on Ray): the same frontier, plans and
+    specs as planned one after another in this process, each planned (and simulated) as ``trimtab plan`` plans."""
+    from compiler.pareto import pareto
+
+    serial = pareto(spec, "ttft_p99", points=3)
+    done = []
+    on_ray = pareto(spec, "ttft_p99", points=3, executor=ray_executor, progress=lambda d, t: done.append(d))
+    assert len(serial) >= 2 and sorted(done) == [1, 2, 3]
+    assert [(p.factor, p.cost_usd_per_hour, p.metric_ms, p.slo_ms) for p in on_ray] == \
+        [(p.factor, p.cost_usd_per_hour, p.metric_ms, p.slo_ms) for p in serial]
+    assert [p.plan for p in on_ray] == [p.plan for p in serial] and [p.spec for p in on_ray] == [p.spec for p in serial]
+    assert all(p.plan.simulation is not None for p in on_ray)  # each point simulated, as trimtab plan does
+
+
+def test_cli_pareto_on_ray_prints_the_serial_frontier(small_spec_path, ray_executor):
+    args = ["pareto", str(small_spec_path), "--points", "3", "--analytic", "--format", "json"]
+    on_ray = runner.invoke(app, args + ["--workers", "2"])  # joins the Ray this module started
+    serial = runner.invoke(app, args + ["--serial"])
+    assert on_ray.exit_code == 0 and serial.exit_code == 0, on_ray.output + serial.output
+    assert on_ray.stdout == serial.stdout and '"points"' in on_ray.stdout
+
+
 @pytest.fixture(scope="module")
 def robust_executor(request):
     """Ray when installed (its tasks are what the CLI runs), else serial: the guarantee is tested either way."""
