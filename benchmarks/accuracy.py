@@ -5,7 +5,7 @@ usage: python benchmarks/accuracy.py [CSV] [-v] [--markdown] [--fit] [--cv]
 
 For every row of a table in the format of ``dev.csv`` (source, model, gpu, num_gpus, tp, pp, engine, isl, osl,
 concurrency_or_rate, metric, value, unit, notes) this runs the same prediction ``trimtab predict`` makes
-(``compiler.cost.predict.replica``), in the benchmark's mode, and prints per metric the median and p90
+(``trimtab.cost.predict.replica``), in the benchmark's mode, and prints per metric the median and p90
 absolute percentage error, and the worst rows with their setups. ``-v`` prints every row. ``--fit`` refits
 FIT_PARAMS on the table first (in-sample); ``--cv`` also refits them once per source with that source's rows left
 out and prints the held-out error next to the in-sample one (``cross_validate``).
@@ -52,8 +52,8 @@ sys.path.insert(0, str(ROOT))
 
 from benchmarks.groundtruth import check_file, engine_family, gpu_profile, model_profile, precision  # noqa: E402
 from benchmarks.groundtruth import mode as parse_mode  # noqa: E402
-from compiler.cost.predict import replica  # noqa: E402
-from compiler.profiles import load_profiles  # noqa: E402
+from trimtab.cost.predict import replica  # noqa: E402
+from trimtab.profiles.loader import load_profiles  # noqa: E402
 
 SHAREGPT = (217, 201)
 GROUPS = {"throughput": ("output_throughput_per_gpu", "output_throughput", "request_throughput",
@@ -62,7 +62,7 @@ GROUPS = {"throughput": ("output_throughput_per_gpu", "output_throughput", "requ
           "tpot": ("tpot_mean_ms", "itl_mean_ms"),
           "e2e latency": ("e2e_latency_mean_ms",)}
 TARGET = {"throughput": 15.0, "ttft": 20.0, "tpot": 20.0, "e2e latency": 20.0}
-# Keyword parameters of compiler.cost.predict.replica in this checkout (dp and ep arrive with the MoE cost model).
+# Keyword parameters of trimtab.cost.predict.replica in this checkout (dp and ep arrive with the MoE cost model).
 REPLICA_PARAMS = set(inspect.signature(replica).parameters)
 
 
@@ -279,7 +279,7 @@ def _affects(param, row: Row) -> bool:
 
 
 def _with(profiles, kind: str, name: str, fld: str, value: float):
-    from compiler.profiles import ProfileSet, Q, Source
+    from trimtab.profiles.loader import ProfileSet, Q, Source
 
     prof = getattr(profiles, kind)[name]
     src = dict(prof.sources)

@@ -2,7 +2,7 @@
 
 usage: python benchmarks/calibrate_vidur.py [SHARED_DIR] [--write]   (default ../shared)
 
-A thin wrapper over ``trimtab calibrate`` (``compiler.calibrate``), which reads the Vidur CSV format; it
+A thin wrapper over ``trimtab calibrate`` (``trimtab.field.calibrate``), which reads the Vidur CSV format; it
 prints the fitted parameters and the fit error per operation for both GPUs. With ``--write`` it rewrites
 ``profiles/gpus/{a100-80gb,h100-sxm}.yaml`` in place (the same as running, from the repository root,
 ``trimtab calibrate ../shared/profiling/vidur/compute/h100 ../shared/profiling/vidur/network/h100_dgx
@@ -18,7 +18,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from compiler.calibrate import calibrate, format_errors  # noqa: E402
+from trimtab.field.calibrate import calibrate, format_errors  # noqa: E402
 
 GPUS = {"h100": "h100-sxm", "a100": "a100-80gb"}
 

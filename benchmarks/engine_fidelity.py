@@ -5,19 +5,20 @@ usage: python benchmarks/engine_fidelity.py [--device cpu|cuda] [--fit-engine] [
                                             [--requests 80] [--port 8731] [--workdir DIR] [--json FILE]
 
 Steps (docs/fidelity.md):
-  1. a model folder: ``--device cpu`` a ~57 M-parameter Llama config (``compiler.engine_run.SMALL_LLAMA``) and a
+  1. a model folder: ``--device cpu`` a ~57 M-parameter Llama config (``trimtab.field.engine_run.SMALL_LLAMA``) and a
      local tokenizer; ``--device cuda`` the real-size config of ``--model`` (a trimtab model profile) with dummy
      weights; the spec ``SPEC`` below plans one workload on the device (``cpu-xeon-2c`` with the ``vllm-cpu``
      engine, or ``--gpu`` with ``vllm``);
   2. ``trimtab plan`` on the spec, then the vLLM server started with the plan's deployment flags
-     (``compiler.engine_run.server_command``) on 127.0.0.1, stopped by its pid at the end whatever happens;
+     (``trimtab.field.engine_run.server_command``) on 127.0.0.1, stopped by its pid at the end whatever
+     happens;
   3. ``--fit-engine``: closed-loop runs on ``FIT_SHAPES`` fit the engine profile's step and request overheads and
-     kernel share (``compiler.enginefit``), ``HELD_SHAPES`` evaluate it; the profile is written to
+     kernel share (``trimtab.field.enginefit``), ``HELD_SHAPES`` evaluate it; the profile is written to
      profiles/engines/vllm-cpu.yaml (``--device cpu``; the plan is then made again with it; with
      ``--calibrate-device`` to the workdir's profiles instead, beside the CPU's) or, on a GPU, to
      benchmarks/data/vllm-<gpu>-fit.yaml for review;
   4. per load (a share of the cost model's capacity for the workload at its SLO): ``trimtab loadtest`` with
-     Poisson arrivals (``compiler.loadtest.run_loadtest``), which also simulates the same request stream; the cost
+     Poisson arrivals (``trimtab.field.loadtest.run_loadtest``), which also simulates the same request stream; the cost
      model's TTFT and TPOT at p50 and p90 (``predicted_at``); one table row per load.
 ``--calibrate-device`` (``--device cpu``): first measure this CPU and plan with its profile (``calibrate_device``)
 instead of the bundled ``cpu-xeon-2c``, as the end-to-end test does (which also fits the engine's overheads on
@@ -44,7 +45,7 @@ sys.path.insert(0, str(ROOT))
 
 import yaml  # noqa: E402
 
-from compiler.enginefit import Shape  # noqa: E402
+from trimtab.field.enginefit import Shape  # noqa: E402
 
 SPEC = """\
 version: 1
@@ -74,13 +75,13 @@ GPU_SHAPES_SCALE = 8  # --device cuda: shapes x 8 (real-size models, prompts of 
 
 def write_case(workdir: Path, device: str, model: str | None, gpu: str | None, rate: float) -> tuple[Path, dict]:
     """Model folder + spec in ``workdir``; returns (spec path, case parameters)."""
-    from compiler.engine_run import build_model_dir
+    from trimtab.field.engine_run import build_model_dir
 
     if device == "cpu":
         case = dict(CPU)
         build_model_dir(workdir / "model")
     else:
-        from compiler.profiles import load_profiles
+        from trimtab.profiles.loader import load_profiles
 
         prof = load_profiles().models[model]
         v = {k: int(getattr(prof, k).value) for k in ("num_layers", "hidden_size", "num_attention_heads",
@@ -98,13 +99,14 @@ def write_case(workdir: Path, device: str, model: str | None, gpu: str | None, r
 def calibrate_device(workdir: Path) -> Path:
     """Measure the CPU this runs on (``trimtab bench --device cpu --dtype bf16``, one thread as ``server_command``
     runs vLLM) and fit its device profile (``trimtab calibrate``) under the bundled name ``CPU["gpu"]`` in
-    ``workdir/profiles/gpus``; returns ``workdir/profiles``, for ``compiler.profiles.use_profile_dirs``. The
+    ``workdir/profiles/gpus``; returns ``workdir/profiles``, for
+    ``trimtab.profiles.loader.use_profile_dirs``. The
     bundled profile describes the CPU it was measured on; another CPU (CI machines vary: an AMD EPYC measured
     2.6x the bundled Xeon's bf16 GEMM rate and 2x its copy bandwidth) serves at another speed. About 5 s."""
     import subprocess
 
     def run(*args: str) -> None:
-        p = subprocess.run([sys.executable, "-m", "cli.main", *args], cwd=ROOT, capture_output=True, text=True,
+        p = subprocess.run([sys.executable, "-m", "trimtab.cli.main", *args], cwd=ROOT, capture_output=True, text=True,
                            env={**os.environ, "OMP_NUM_THREADS": "1"})
         if p.returncode:
             raise RuntimeError(f"trimtab {' '.join(args)} exited {p.returncode}: {(p.stderr or p.stdout)[-2000:]}")
@@ -132,10 +134,10 @@ def calibrate_engine(workdir: Path, profile_dir: Path, spec, plan, case: dict, p
 
 
 def plan_spec(spec_path: Path):
-    from compiler.api import load_spec, plan
-    from compiler.plan.emit import emit
+    from trimtab.api import load_spec, plan
+    from trimtab.contract.write import emit
 
-    import compiler.profiles as profiles
+    import trimtab.profiles.loader as profiles
 
     profiles._BUNDLED = None  # re-read profiles (the engine fit may have just rewritten one)
     s = load_spec(spec_path)
@@ -146,9 +148,9 @@ def plan_spec(spec_path: Path):
 
 def capacity_rps(spec, plan) -> float:
     """The cost model's capacity of the plan's (single) deployment for the workload at its SLO, requests/s."""
-    from compiler.candidates import replica_model
-    from compiler.cost.model import TrafficClass
-    from compiler.lower import lower
+    from trimtab.milp.candidates import replica_model
+    from trimtab.cost.model import TrafficClass
+    from trimtab.ir.lower import lower
 
     ir = lower(spec)
     d = plan.deployments[0]
@@ -165,7 +167,7 @@ class Server:
 
     def __init__(self, plan, workdir: Path, port: int, device: str, python: str | None, start_timeout_s: float,
                  min_context: int = 0, log: str = "server.log"):
-        from compiler.engine_run import server_command
+        from trimtab.field.engine_run import server_command
 
         self.argv, self.env = server_command(plan, plan.deployments[0], workdir / "model", port=port, device=device,
                                              python=python, min_context=min_context)
@@ -176,7 +178,7 @@ class Server:
         self.ready_s = math.nan
 
     def __enter__(self):
-        from compiler.engine_run import start_server, wait_ready
+        from trimtab.field.engine_run import start_server, wait_ready
 
         self.proc = start_server(self.argv, self.env, self.log)
         try:
@@ -187,7 +189,7 @@ class Server:
         return self
 
     def __exit__(self, *exc):
-        from compiler.engine_run import stop_server
+        from trimtab.field.engine_run import stop_server
 
         if self.proc is not None:
             stop_server(self.proc)
@@ -197,11 +199,11 @@ class Server:
 def fit_engine(server: Server, spec, plan, case: dict, device: str, scale: int = 1,
                profile_dir: Path | None = None) -> dict:
     """Measure FIT_SHAPES and HELD_SHAPES, fit the engine profile on the first, evaluate on the second, write it:
-    to ``profile_dir``/engines (a machine's own profiles, ``compiler.profiles.use_profile_dirs``) when given, else
+    to ``profile_dir``/engines (a machine's own profiles, ``trimtab.profiles.loader.use_profile_dirs``) when given, else
     as below."""
-    from compiler import enginefit
-    from compiler.lower import lower
-    from profiles import data_dir
+    from trimtab.field import enginefit
+    from trimtab.ir.lower import lower
+    from trimtab.profiles import data_dir
 
     ir = lower(spec)
     d = plan.deployments[0]
@@ -239,7 +241,7 @@ def fit_engine(server: Server, spec, plan, case: dict, device: str, scale: int =
 def fidelity_rows(server: Server, spec, plan, loads: list[float], requests: int, seed: int = 0,
                   timeout_s: float = 900.0) -> list[dict]:
     """One row per load: measured vs predicted (cost model) vs simulated (same request stream)."""
-    from compiler.loadtest import predicted_at, run_loadtest, scaled_spec
+    from trimtab.field.loadtest import predicted_at, run_loadtest, scaled_spec
 
     cap = capacity_rps(spec, plan)
     base_rate = spec.workloads[0].rate_rps
@@ -356,7 +358,7 @@ def main(argv: list[str] | None = None) -> int:
     t0 = time.monotonic()
     own = None  # this machine's profiles (--calibrate-device): the engine fit goes there too, not to the bundle
     if a.calibrate_device and a.device == "cpu":
-        from compiler.profiles import use_profile_dirs
+        from trimtab.profiles.loader import use_profile_dirs
 
         own = calibrate_device(workdir)
         use_profile_dirs((own,))

@@ -12,11 +12,11 @@ import argparse
 import time
 from pathlib import Path
 
-import compiler as tt
-from compiler import disagg
-from compiler.errors import InfeasibleError
-from compiler.sim.check import check_simulated
-from compiler.whatif import apply_overrides
+import trimtab as tt
+from trimtab.milp import disagg
+from trimtab.errors import InfeasibleError
+from trimtab.gate.simulated import check_simulated
+from trimtab.spec.overrides import apply_overrides
 
 ROOT = Path(__file__).resolve().parent.parent
 EX = ROOT / "examples"

@@ -7,12 +7,13 @@
         benchmarks/data/sim_fit_lora.csv --describe "..." --out profiles/sim_capacity.yaml   # refit, both families
 
 Specs with adapters (the ``lora`` family) are observed under regimes of their own (``lora-p95-mixed``, ...:
-``compiler.rounds.regime(w, lora=True)``), with their own ``lora-default`` and ``lora-first_round``; the driver
-applies them per workload shown missing (``compiler.rounds.prior_on_miss``).
+``trimtab.planning.rounds.regime(w, lora=True)``), with their own ``lora-default`` and ``lora-first_round``; the driver
+applies them per workload shown missing (``trimtab.planning.rounds.prior_on_miss``).
 
-What it measures. Specs of a ``benchmarks/specgen.py`` family are planned with ``compiler.api.plan`` as
+What it measures. Specs of a ``benchmarks/specgen.py`` family are planned with ``trimtab.api.plan`` as
 ``trimtab plan`` does, **without** the prior (the rounds start from the cost model's own capacities). Every
-validating simulation of every round is one observation per workload: its regime (``compiler.rounds.regime``),
+validating simulation of every round is one observation per workload: its regime
+(``trimtab.planning.rounds.regime``),
 the load factor x (the highest share of the cost model's capacity, underated, that any of its deployments
 carries: fill x derate) and whether the runs demonstrated its SLO (lower 95 % bound at or above target, what
 ``plan`` requires). A workload's own threshold x* (the load factor up to which the simulation confirms it) is
@@ -50,12 +51,12 @@ FIELDS = ("spec", "round", "workload", "regime", "x", "passed", "seeds", "attain
 def observe(size_name: str, n: int, seed: int, time_limit: float | None, csv_path: Path | None = None) -> list[dict]:
     """Plan the family without the prior; one row per (spec, simulated round, workload), also appended to
     ``csv_path`` as they come (a long run stopped early keeps what it measured)."""
-    import compiler.driver as driver
+    import trimtab.planning.driver as driver
     from benchmarks.specgen import family, parse_size
-    from compiler.api import plan
-    from compiler.errors import TrimtabError
-    from compiler.rounds import family_of, regime, simulate_and_derate
-    from compiler.spec.load import load_spec
+    from trimtab.api import plan
+    from trimtab.errors import TrimtabError
+    from trimtab.planning.rounds import family_of, regime, simulate_and_derate
+    from trimtab.spec.load import load_spec
 
     rows: list[dict] = []
     current: dict = {}
@@ -100,8 +101,8 @@ def observe(size_name: str, n: int, seed: int, time_limit: float | None, csv_pat
 
 
 def family(reg: str) -> str:
-    """The family prefix of a regime: ``lora-`` (``compiler.rounds.LORA_PREFIX``) or '' (unified)."""
-    from compiler.rounds import LORA_PREFIX
+    """The family prefix of a regime: ``lora-`` (``trimtab.planning.rounds.LORA_PREFIX``) or '' (unified)."""
+    from trimtab.planning.rounds import LORA_PREFIX
 
     return LORA_PREFIX if reg.startswith(LORA_PREFIX) else ""
 
@@ -136,7 +137,7 @@ def first_round(rows: list[dict]) -> dict[str, dict[str, int]]:
     """Per family (its prefix): observations of the first simulated round (the plan on the cost model's own
     capacities), how many, and how many of them the simulation confirmed. Their ratio q is a workload's chance to
     pass on the model's capacities; a first plan of W workloads then passes with about q ** W
-    (``compiler.rounds.first_try_worth``)."""
+    (``trimtab.planning.rounds.first_try_worth``)."""
     out = {}
     for fam in sorted({family(r["regime"]) for r in rows}):
         first = [r for r in rows if int(r["round"]) == 1 and family(r["regime"]) == fam]
@@ -147,14 +148,14 @@ def first_round(rows: list[dict]) -> dict[str, dict[str, int]]:
 def write_yaml(path: Path, table: dict[str, dict], family_desc: str, n_rows: int,
                first: dict[str, dict[str, int]] | None = None) -> None:
     lines = [
-        "# Capacity prior of the correction rounds (compiler/rounds.py::prior_derates): per regime (SLO percentile",
+        "# Capacity prior of the correction rounds (compiler/planning/rounds.py::prior_derates): per regime (SLO percentile",
         "# band x one or several prompt-length ranges), the factor on the cost model's per-replica capacity at",
         "# which the validating simulation confirms the SLO in about 90 % of cases. Written by",
         "# benchmarks/fit_sim_correction.py; do not edit by hand (refit instead). Regimes not listed: default.",
-        "# lora-*: specs with adapters (compiler.lora.plan.LoraPlanner), applied per workload a round shows missing",
-        "# (compiler/rounds.py::prior_on_miss); regimes of that family not listed: lora-default.",
+        "# lora-*: specs with adapters (trimtab.planning.lora.LoraPlanner), applied per workload a round shows missing",
+        "# (compiler/planning/rounds.py::prior_on_miss); regimes of that family not listed: lora-default.",
         "sources:",
-        "  fit: {kind: fit, ref: \"benchmarks/fit_sim_correction.py against the simulator (compiler.sim) on "
+        "  fit: {kind: fit, ref: \"benchmarks/fit_sim_correction.py against the simulator (trimtab.sim) on "
         f"{family_desc}: {n_rows} observations (workload x simulated round), censored 10th percentile of the "
         "load factor the simulation confirms\"}",
         "regimes:",
@@ -163,7 +164,7 @@ def write_yaml(path: Path, table: dict[str, dict], family_desc: str, n_rows: int
         lines.append(f"  {reg}: {{value: {e['value']}, source: fit, passes: {e['n_pass']}, misses: {e['n_miss']}}}")
     if first:
         lines += ["# first simulated round (plans on the cost model's own capacities), per family: workloads the",
-                  "# simulation confirmed, of those observed (compiler/rounds.py::first_try_worth)"]
+                  "# simulation confirmed, of those observed (compiler/planning/rounds.py::first_try_worth)"]
         for fam, e in first.items():
             lines.append(f"{fam}first_round: {{passes: {e['passes']}, observations: {e['observations']}, "
                          "source: fit}")

@@ -21,8 +21,8 @@ ROOT = Path(__file__).resolve().parent.parent
 
 
 def _solve(ir, prob, keep):
-    from compiler.lora.plan import LoraProblem, build_plan, extract, solve
-    from solvers import SolveOptions, get_backend
+    from trimtab.planning.lora import LoraProblem, build_plan, extract, solve
+    from trimtab.solvers import SolveOptions, get_backend
 
     sub = LoraProblem([c for c in prob.cands if keep(c)], prob.units, prob.colors)
     try:
@@ -38,9 +38,9 @@ def _solve(ir, prob, keep):
 
 def main() -> None:
     spec_path = sys.argv[1] if len(sys.argv) > 1 else str(ROOT / "examples" / "multi-lora.yaml")
-    import compiler as tt
-    from compiler.lora.plan import build
-    from compiler.lower import lower
+    import trimtab as tt
+    from trimtab.planning.lora import build
+    from trimtab.ir.lower import lower
 
     spec = tt.load_spec(spec_path)
     r = tt.plan(spec)

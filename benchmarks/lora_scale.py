@@ -46,7 +46,7 @@ def main() -> None:
     if args.write:
         with open(args.write, "w") as f:
             f.write(text)
-    import compiler as tt
+    import trimtab as tt
 
     t0 = time.perf_counter()
     spec = tt.load_spec("lora-scale.yaml", text=text)

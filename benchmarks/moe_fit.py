@@ -31,7 +31,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from benchmarks.accuracy import GROUPS, _with, parse, predict_row, source_of  # noqa: E402
-from compiler.profiles import ProfileSet, load_profiles  # noqa: E402
+from trimtab.profiles.loader import ProfileSet, load_profiles  # noqa: E402
 
 GRID = (1.0, 0.6, 0.4, 0.3, 0.22, 0.16, 0.12)  # moe_gemm_efficiency
 # stream_tokens_per_s (0 = no limit); no lower value: the GPUStack front ends did stream 9,788 tokens/s at their peak

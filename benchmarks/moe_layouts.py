@@ -10,8 +10,8 @@ from __future__ import annotations
 
 import argparse
 
-from compiler.cost.predict import replica
-from compiler.profiles import load_profiles
+from trimtab.cost.predict import replica
+from trimtab.profiles.loader import load_profiles
 
 MODELS = ("qwen3-30b-a3b", "qwen3-235b-a22b", "deepseek-v3", "llama-4-scout", "llama-4-maverick", "gpt-oss-120b",
           "mixtral-8x7b")

@@ -15,7 +15,7 @@ hours, each scaled so its busiest window is the peak. Three policies on the same
   ceil(peak replicas x window rate / peak rate), at least 1), as an HPA holding the per-replica load the static
   plan found safe would settle to, with no lag (optimistic for it)
 
-Every window of each policy is simulated as a static plan (``compiler.online.check``) with ``--requests``
+Every window of each policy is simulated as a static plan (``trimtab.gate.windows``) with ``--requests``
 requests on one seed not used by the planner; a window passes when no workload's upper 95 % bound is below
 its target (``check``'s criterion). The schedule's boundaries where replicas are added are also simulated over
 time (``check_transitions``, one seed: 5 minutes before, 15 after), with starts issued ahead by the start-up
@@ -32,13 +32,13 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from compiler.api import plan  # noqa: E402
-from compiler.online.check import check_transitions, check_windows  # noqa: E402
-from compiler.online.profile import window_rates, window_spec  # noqa: E402
-from compiler.online.replan import count_moves, replan  # noqa: E402
-from compiler.plan.schema import PlanSchedule, ScheduleWindow  # noqa: E402
-from compiler.spec.load import load_spec  # noqa: E402
-from compiler.whatif import apply_overrides  # noqa: E402
+from trimtab.api import plan  # noqa: E402
+from trimtab.gate.windows import check_transitions, check_windows  # noqa: E402
+from trimtab.spec.rates import window_rates, window_spec  # noqa: E402
+from trimtab.online.replan import count_moves, replan  # noqa: E402
+from trimtab.contract.schema import PlanSchedule, ScheduleWindow  # noqa: E402
+from trimtab.spec.load import load_spec  # noqa: E402
+from trimtab.spec.overrides import apply_overrides  # noqa: E402
 
 SERVEGEN = Path("/work/shared/traces/servegen/aggregated")
 
@@ -72,7 +72,7 @@ workloads:
 
 
 def shape(model: str, days: int, window_s: int, peak: float) -> list[float]:
-    from compiler.online.profile import EMPTY_FLOOR, read_servegen, servegen_shape
+    from trimtab.spec.rates import EMPTY_FLOOR, read_servegen, servegen_shape
 
     r = read_servegen(SERVEGEN / f"servegen_{model}_rate_10min.csv")[: days * 144]
     s = servegen_shape(r, window_s, "none")
@@ -140,7 +140,7 @@ def main() -> None:
     out["schedule"]["transitions_planned"] = transitions(sched, spec, None)
     out["schedule"]["transitions_started_at_boundary"] = transitions(sched, spec, 0.0)
     if args.plan_out:
-        from compiler.plan.emit import emit
+        from trimtab.contract.write import emit
 
         args.plan_out.write_text(emit(sched))
     print(json.dumps(out, indent=1), flush=True)

@@ -4,13 +4,13 @@
     python benchmarks/plan_families.py --sizes target --n 5 --csv target.csv
     python benchmarks/plan_families.py --sizes quickstart,lora --n 5
 
-Per size: median / p90 / max of the total seconds of ``compiler.api.plan`` (validation by simulation
+Per size: median / p90 / max of the total seconds of ``trimtab.api.plan`` (validation by simulation
 included, as ``trimtab plan`` runs it), of each stage in ``PlanResult.seconds`` (``other``: the total less the
 named stages: building plans, placement and derating between the rounds; ``simulate`` is the validating
 simulation runs), of the rounds, and the share
 of plans validated by simulation within 2 rounds (``plan.simulation.passed`` and ``rounds <= 2``), and within 2
 validating simulations (``PlanResult.simulations <= 2``: a round the cost model's own assessment rejects costs a
-solve, and a simulation only on specs of many workloads, ``compiler.rounds.simulate_past_misses``).
+solve, and a simulation only on specs of many workloads, ``trimtab.planning.rounds.simulate_past_misses``).
 Infeasible or unsolved specs are counted and timed, not dropped. ``quickstart`` plans
 ``examples/quickstart.yaml`` n times (the same spec: the spread is this machine's noise).
 
@@ -37,9 +37,9 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from benchmarks.specgen import parse_size, family  # noqa: E402
-from compiler.api import plan  # noqa: E402
-from compiler.errors import TrimtabError  # noqa: E402
-from compiler.spec.load import load_spec  # noqa: E402
+from trimtab.api import plan  # noqa: E402
+from trimtab.errors import TrimtabError  # noqa: E402
+from trimtab.spec.load import load_spec  # noqa: E402
 
 NOT_STAGES = ("spec", "size", "status", "error", "total", "cpu", "rounds", "simulations", "validated", "cost",
               "workloads",
@@ -146,7 +146,8 @@ def summarise(rows: list[dict]) -> dict:
     out["reused"] = reused / max(reused + sum(r.get("runs_simulated", 0) for r in ok), 1)
     out["within2"] = sum(1 for r in ok if r["validated"] and r["rounds"] <= 2) / len(ok) if ok else float("nan")
     # the same within 2 simulations (a round the cost model's own assessment rejects costs a solve, and a
-    # simulation only on specs of many workloads: compiler.rounds.simulate_past_misses); rows of older CSVs
+    # simulation only on specs of many workloads: trimtab.planning.rounds.simulate_past_misses); rows of
+    # older CSVs
     # without the column are left out
     sims = [r for r in ok if "simulations" in r]
     out["within2sim"] = (sum(1 for r in sims if r["validated"] and r["simulations"] <= 2) / len(sims)
@@ -205,7 +206,7 @@ def main() -> None:
     ap.add_argument("--analytic", action="store_true", help="plan with validate=False (no simulation, no "
                     "simulation-driven rounds): what the cost model and the solver alone take")
     ap.add_argument("--no-prior", action="store_true", help="start the rounds without the capacity prior "
-                    "(compiler/rounds.py::prior_derates), to measure what it changes")
+                    "(compiler/planning/rounds.py::prior_derates), to measure what it changes")
     ap.add_argument("--summarise", type=Path, nargs="*", default=None, help="print the table of these --csv "
                     "files instead of planning")
     args = ap.parse_args()
@@ -216,9 +217,9 @@ def main() -> None:
                 print_row(size_name, rows)
         return
     if args.no_prior:
-        import compiler.driver
+        import trimtab.planning.driver
 
-        compiler.driver.prior_derates = lambda ir, peers: {}
+        trimtab.planning.driver.prior_derates = lambda ir, peers: {}
     writer = None
     if args.csv:
         fh = args.csv.open("w", newline="")

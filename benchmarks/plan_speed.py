@@ -2,7 +2,7 @@
 
 usage: python benchmarks/plan_speed.py [SPEC] [--repeats N]      (default: examples/quickstart.yaml, 7 repeats)
 
-Reports the rounds and the median and min/max of: ``compiler.plan`` in a warm process (per stage: lower,
+Reports the rounds and the median and min/max of: ``trimtab.plan`` in a warm process (per stage: lower,
 candidates, solve, simulate, total), and ``trimtab plan`` as a
 fresh process (imports included), which is what the "plans in under 5 s" target is about.
 """
@@ -26,7 +26,7 @@ def main() -> None:
     ap.add_argument("--repeats", type=int, default=7)
     args = ap.parse_args()
 
-    import compiler as tt
+    import trimtab as tt
 
     spec = tt.load_spec(args.spec)
     tt.plan(spec)  # warm caches (profiles, imports)
@@ -46,7 +46,7 @@ def main() -> None:
     with tempfile.TemporaryDirectory() as d:
         for _ in range(args.repeats):
             t = time.perf_counter()
-            subprocess.run([sys.executable, "-m", "cli.main", "plan", args.spec, "-o", f"{d}/p.yaml"], cwd=ROOT,
+            subprocess.run([sys.executable, "-m", "trimtab.cli.main", "plan", args.spec, "-o", f"{d}/p.yaml"], cwd=ROOT,
                            check=True, capture_output=True)
             cli.append(time.perf_counter() - t)
     print(f"CLI, fresh process: median {statistics.median(cli):.3f} s   min {min(cli):.3f}   max {max(cli):.3f}")

@@ -17,10 +17,10 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from compiler.api import load_spec, plan  # noqa: E402
-from compiler.nodeloss import check_each_node, worst_loss  # noqa: E402
-from compiler.sim.check import check_simulated  # noqa: E402
-from compiler.whatif import apply_overrides  # noqa: E402
+from trimtab.api import load_spec, plan  # noqa: E402
+from trimtab.gate.nodeloss import check_each_node, worst_loss  # noqa: E402
+from trimtab.gate.simulated import check_simulated  # noqa: E402
+from trimtab.spec.overrides import apply_overrides  # noqa: E402
 
 
 def one(spec, label: str) -> dict:

@@ -1,5 +1,5 @@
 """The simulator's two exact speed-ups, off and on, on the same runs (one core): decode-only stretches taken with
-numpy (``compiler.sim.replica._bulk``, from BULK_MIN steps) and replicas that run apart between arrivals
+numpy (``trimtab.sim.replica._bulk``, from BULK_MIN steps) and replicas that run apart between arrivals
 (``Simulation.replicas_apart``). Each pair of runs must give the same ``SimResult`` (wall time aside); the script
 stops with an error if not.
 
@@ -8,7 +8,7 @@ usage: python benchmarks/sim_exact_speedups.py [--repeats 2] [--target-seeds 0 1
 Runs: ``benchmarks/sim_speed.py``'s hand-built plan (Llama-3.1-8B chat on R H100 replicas, 100,000 requests) at
 R = 8, 24, 64; and for specgen's target family (100 workloads / 8 types / 4,096 GPUs) at each given seed, the
 plan without validation simulated whole (``default_requests``) and as the planner's run of its rare workloads
-(``compiler.sim.aim_counts`` over two seeds). Prints the median wall seconds off and on and their ratio.
+(``trimtab.sim.aim_counts`` over two seeds). Prints the median wall seconds off and on and their ratio.
 """
 from __future__ import annotations
 
@@ -26,12 +26,12 @@ sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "benchmarks"))
 
 
-ON_BULK_MIN = None  # compiler.sim.replica.BULK_MIN as the code sets it (read at the first toggle)
+ON_BULK_MIN = None  # trimtab.sim.replica.BULK_MIN as the code sets it (read at the first toggle)
 
 
 def _toggle(on: bool) -> None:
-    import compiler.sim.replica as replica
-    from compiler.sim.engine import Simulation
+    import trimtab.sim.replica as replica
+    from trimtab.sim.engine import Simulation
 
     global ON_BULK_MIN
     if ON_BULK_MIN is None:
@@ -69,9 +69,9 @@ def main() -> None:
     args = ap.parse_args()
     import sim_speed
     from benchmarks.specgen import family, parse_size
-    from compiler.api import plan
-    from compiler.sim import aim_counts, default_requests, simulate
-    from compiler.spec.load import load_spec
+    from trimtab.api import plan
+    from trimtab.sim import aim_counts, default_requests, simulate
+    from trimtab.spec.load import load_spec
 
     print("| run | engine steps | off s | on s | off / on |")
     print("|---|---:|---:|---:|---:|")

@@ -39,10 +39,10 @@ PER_REPLICA_RPS = 9.0
 
 
 def make(replicas: int, folder: Path):
-    from compiler.cost.factory import replica_model
-    from compiler.lower import lower
-    from compiler.plan.schema import Deployment, Plan, Route, SolverInfo
-    from compiler.spec.load import load_spec
+    from trimtab.cost.factory import replica_model
+    from trimtab.ir.lower import lower
+    from trimtab.contract.schema import Deployment, Plan, Route, SolverInfo
+    from trimtab.spec.load import load_spec
 
     p = folder / f"bench{replicas}.yaml"
     p.write_text(SPEC.format(rate=PER_REPLICA_RPS * replicas))
@@ -67,7 +67,7 @@ def main() -> None:
     ap.add_argument("--replicas", type=int, nargs="+", default=[24])
     ap.add_argument("--profile", action="store_true")
     args = ap.parse_args()
-    from compiler.sim import simulate
+    from trimtab.sim import simulate
 
     with tempfile.TemporaryDirectory() as tmp:
         for r in args.replicas:

@@ -1,5 +1,5 @@
 """CPU seconds of one validating simulation of a generated spec's plan: the one event loop over all arrivals
-against one loop per deployment (``compiler.sim.reuse``), and a second simulation of the same seed taking every
+against one loop per deployment (``trimtab.sim.reuse``), and a second simulation of the same seed taking every
 deployment's run from the first (what a planning round pays for deployments it did not change).
 
     python benchmarks/sim_split_speed.py --size target --seed 0 --requests 60000
@@ -7,7 +7,7 @@ deployment's run from the first (what a planning round pays for deployments it d
 The plan is the analytic one (``validate=False``) of ``benchmarks/specgen.py``'s spec (size, seed). The three
 results must be identical (checked: the script fails otherwise); the table gives CPU seconds (this process
 only), engine steps and the speed-up. Runs in one process (``TRIMTAB_JOBS=1``): forked deployment runs
-(``compiler.sim.parallel``) would move CPU seconds to children this count does not see.
+(``trimtab.sim.parallel``) would move CPU seconds to children this count does not see.
 """
 from __future__ import annotations
 
@@ -22,10 +22,10 @@ sys.path.insert(0, str(ROOT))
 os.environ["TRIMTAB_JOBS"] = "1"  # (module docstring)
 
 from benchmarks.specgen import family, parse_size  # noqa: E402
-from compiler.api import plan  # noqa: E402
-from compiler.sim import simulate  # noqa: E402
-from compiler.sim.reuse import RunCache  # noqa: E402
-from compiler.spec.load import load_spec  # noqa: E402
+from trimtab.api import plan  # noqa: E402
+from trimtab.sim import simulate  # noqa: E402
+from trimtab.sim.reuse import RunCache  # noqa: E402
+from trimtab.spec.load import load_spec  # noqa: E402
 
 
 def _cpu(f):

@@ -6,7 +6,7 @@
 Target (issue 6): 20 models, 100 workloads, 8 GPU types, 4,096 GPUs in <= 10 s with gap <= 1 %.
 Models beyond the bundled profiles are synthetic Llama-like ``config.json`` files written to a temporary
 folder (the spec's ``models[].config``), so every size uses real lowering, candidates, MILP and extraction.
-Timing is of ``compiler.api.plan(..., validate=False)`` (the analytic planner; simulation is a separate
+Timing is of ``trimtab.api.plan(..., validate=False)`` (the analytic planner; simulation is a separate
 stage with its own benchmark). Generation is seeded: the same arguments give the same specs.
 """
 from __future__ import annotations
@@ -25,9 +25,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 import yaml  # noqa: E402
 
-from compiler.api import plan  # noqa: E402
-from compiler.errors import TrimtabError  # noqa: E402
-from compiler.spec.load import load_spec  # noqa: E402
+from trimtab.api import plan  # noqa: E402
+from trimtab.errors import TrimtabError  # noqa: E402
+from trimtab.spec.load import load_spec  # noqa: E402
 
 GPU_TYPES = ["h100-sxm", "a100-80gb", "l40s", "l4", "h200", "a100-40gb", "b200", "a10g"]
 BUNDLED = ["llama-3.1-8b", "mistral-7b", "qwen2.5-7b", "llama-3.1-70b", "qwen2.5-32b", "qwen2.5-72b",

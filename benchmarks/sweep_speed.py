@@ -17,8 +17,8 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from compiler.spec.load import load_spec  # noqa: E402
-from compiler.sweep import RayExecutor, SerialExecutor, run_points, scenario_points  # noqa: E402
+from trimtab.spec.load import load_spec  # noqa: E402
+from trimtab.study.sweep import RayExecutor, SerialExecutor, run_points, scenario_points  # noqa: E402
 
 
 def main() -> None:

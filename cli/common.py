@@ -9,7 +9,7 @@ from functools import wraps
 import typer
 from rich.console import Console
 
-from compiler.errors import ExitCode, TrimtabError
+from trimtab.errors import ExitCode, TrimtabError
 
 # Wide enough for the plan tables when output goes to a file or a CI log (rich assumes 80 columns there).
 out = Console(highlight=False, soft_wrap=True, width=None if sys.stdout.isatty() else 160)

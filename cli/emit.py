@@ -1,5 +1,5 @@
 """``trimtab emit``: a plan's engine commands as Kubernetes manifests, compose files, Dynamo graphs or llm-d
-values (logic in ``compiler.deploy``; docs/deploy.md)."""
+values (logic in ``trimtab.deploy``; docs/deploy.md)."""
 from __future__ import annotations
 
 import json
@@ -10,7 +10,7 @@ from typing import Annotated
 
 import typer
 
-from cli.common import TableOrJson, err, out
+from trimtab.cli.common import TableOrJson, err, out
 
 
 class EmitTarget(str, Enum):
@@ -41,9 +41,9 @@ def emit_cmd(
     Example: trimtab emit plan.yaml --spec examples/quickstart.yaml --to k8s -o deploy/ && kubectl apply -f deploy/
     (or -o - | kubectl apply -f -)
     """
-    from compiler.api import load_spec
-    from compiler.check import load_plan
-    from compiler.deploy import render, stream, write
+    from trimtab.api import load_spec
+    from trimtab.gate.analytic import load_plan
+    from trimtab.deploy import render, stream, write
 
     files, warnings = render(load_plan(plan_path), load_spec(spec), to.value, allow_experimental)
     for w in warnings:

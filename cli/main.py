@@ -1,4 +1,4 @@
-"""The ``trimtab`` command line: thin typer commands over ``compiler.api``.
+"""The ``trimtab`` command line: thin typer commands over ``trimtab.api``.
 
 Exit codes (docs/errors.md): 0 ok, 1 invalid input, 2 usage, 3 infeasible, 4 no solution within limits,
 5 check failed. Expected errors print one line per problem and no traceback.
@@ -13,12 +13,12 @@ from typing import Annotated, Optional
 
 import typer
 
-from cli.common import Fmt, Solver, TableOrJson, TraceFormat, _expected_errors, err, out
-from cli.emit import emit_cmd
-from cli.replan import replan_cmd
-from cli.pareto import pareto_cmd
-from cli.sweep import sweep_cmd
-from compiler.errors import ExitCode, InputError, Problem
+from trimtab.cli.common import Fmt, Solver, TableOrJson, TraceFormat, _expected_errors, err, out
+from trimtab.cli.emit import emit_cmd
+from trimtab.cli.replan import replan_cmd
+from trimtab.cli.pareto import pareto_cmd
+from trimtab.cli.sweep import sweep_cmd
+from trimtab.errors import ExitCode, InputError, Problem
 
 app = typer.Typer(add_completion=True, no_args_is_help=True, rich_markup_mode="rich",
                   context_settings={"help_option_names": ["-h", "--help"]},
@@ -57,9 +57,9 @@ def plan(
 
     Example: trimtab plan examples/quickstart.yaml -o plan.yaml
     """
-    from compiler.api import load_spec, plan as do_plan
-    from compiler.plan.emit import emit
-    from cli.render import plan_summary
+    from trimtab.api import load_spec, plan as do_plan
+    from trimtab.contract.write import emit
+    from trimtab.cli.render import plan_summary
 
     s = load_spec(spec)
     r = do_plan(s, backend=solver.value if solver else None, time_limit_s=time_limit)
@@ -107,26 +107,26 @@ def check(
 
     Example: trimtab check plan.yaml --spec examples/quickstart.yaml
     """
-    from compiler.api import load_spec
-    from compiler.check import check as do_check, load_plan
+    from trimtab.api import load_spec
+    from trimtab.gate.analytic import check as do_check, load_plan
 
     p = load_plan(plan_path)
     s = load_spec(spec)
-    from compiler.check import plan_references
-    from compiler.lower import lower
+    from trimtab.gate.analytic import plan_references
+    from trimtab.ir.lower import lower
 
     foreign = plan_references(p, lower(s))
     if foreign:  # a plan from another spec: invalid input (exit 1), not a failed check
         raise InputError([Problem(f.where, f.message, str(plan_path)) for f in foreign], "plan")
     if not analytic and p.schedule is not None and s.schedule is not None and trace is None and duration is None:
-        from compiler.sim.cli import schedule_check  # every window of the schedule (docs/online.md)
+        from trimtab.cli.simulate import schedule_check  # every window of the schedule (docs/online.md)
 
         if not schedule_check(p, s, out, fmt.value, seed, seeds, requests, strict, transitions, start_lead):
             raise typer.Exit(int(ExitCode.CHECK_FAILED))
         return
     replay = trace is not None or duration is not None
     if fail_each_node or (s.redundancy == "n+1" and not replay):  # docs/online.md, "Redundancy"
-        from compiler.sim.cli import node_loss_check
+        from trimtab.cli.simulate import node_loss_check
 
         if p.schedule is not None or replay:
             raise InputError([Problem("--fail-each-node", "checks a static plan at the spec's rates: not with a "
@@ -135,7 +135,7 @@ def check(
             raise typer.Exit(int(ExitCode.CHECK_FAILED))
         return
     if not analytic:
-        from compiler.sim.cli import sim_check
+        from trimtab.cli.simulate import sim_check
 
         if not sim_check(p, s, out, err, fmt.value, seed, seeds, requests, duration, trace, trace_format.value,
                          strict):
@@ -182,9 +182,9 @@ def simulate(
 
     Example: trimtab simulate plan.yaml --spec examples/quickstart.yaml --plot plots/
     """
-    from compiler.api import load_spec
-    from compiler.check import load_plan
-    from compiler.sim.cli import sim_report
+    from trimtab.api import load_spec
+    from trimtab.gate.analytic import load_plan
+    from trimtab.cli.simulate import sim_report
 
     sim_report(load_plan(plan_path), load_spec(spec), out, err, fmt.value, seed, requests, duration, trace,
                trace_format.value, arrival_cv, plot)
@@ -215,9 +215,9 @@ def predict(
 
     Example: trimtab predict --model llama-3.1-8b --gpu h100-sxm --isl 1000 --osl 200 --concurrency 16
     """
-    from compiler.cost.model import ReplicaModel
-    from compiler.profiles import load_profiles, model_from_hf_config
-    from cli.render import prediction_table
+    from trimtab.cost.model import ReplicaModel
+    from trimtab.profiles.loader import load_profiles, model_from_hf_config
+    from trimtab.cli.render import prediction_table
 
     profs = load_profiles()
     problems = []
@@ -242,7 +242,7 @@ def predict(
         problems.append(Problem("--tp/--pp", f"tp {tp} must divide {mprof.num_attention_heads.value:g} heads and "
                                              f"pp {pp} must divide {mprof.num_layers.value:g} layers"))
     if not problems:
-        from compiler.cost.moe import check_kv_dtype, check_layout
+        from trimtab.cost.moe import check_kv_dtype, check_layout
         try:
             check_layout(mprof, profs.gpus[gpu], tp, dp, ep, dtype)
         except ValueError as exc:
@@ -262,7 +262,7 @@ def predict(
                                                    f"{rm.memory.kv_cache_tokens} tokens: not one request of "
                                                    f"{isl + osl} tokens fits")])
     pr = rm.predict_closed_loop(isl, osl, conc)
-    from compiler.cost.predict import fidelity
+    from trimtab.cost.predict import fidelity
 
     fid = fidelity(rm, isl, osl, conc)
     if fmt is TableOrJson.json:
@@ -299,7 +299,7 @@ def bench(
 
     Example: trimtab bench --device cuda -o bench-out/
     """
-    from compiler.bench import run_bench
+    from trimtab.field.bench import run_bench
 
     path = run_bench(output, device.value, quick, log=lambda m: err.print(m, markup=False), dtype=dtype,
                      graph=not eager)
@@ -318,7 +318,7 @@ def calibrate(
 
     Example: trimtab calibrate bench-out/ --base h100-sxm -o profiles/gpus/my-h100.yaml
     """
-    from compiler.calibrate import calibrate as do_calibrate, format_errors
+    from trimtab.field.calibrate import calibrate as do_calibrate, format_errors
 
     r = do_calibrate([str(f) for f in folders], output, base)
     for line in format_errors(r.fit):
@@ -347,10 +347,10 @@ def loadtest(
     exit 5 when a workload misses its SLO (docs/loadtest.md).
 
     Example: trimtab loadtest --plan plan.yaml --spec spec.yaml --endpoint http://127.0.0.1:8000 --requests 100"""
-    from compiler.api import load_spec
-    from compiler.check import load_plan
-    from compiler.loadtest import run_loadtest
-    from cli.render import loadtest_table
+    from trimtab.api import load_spec
+    from trimtab.gate.analytic import load_plan
+    from trimtab.field.loadtest import run_loadtest
+    from trimtab.cli.render import loadtest_table
 
     if requests is not None and duration is not None:
         raise InputError([Problem("--requests/--duration", "give one of them, not both")])
@@ -389,14 +389,14 @@ def explain(
 
     Example: trimtab explain examples/quickstart.yaml
     """
-    from compiler.api import explain as do_explain, load_spec
+    from trimtab.api import explain as do_explain, load_spec
 
     s = load_spec(spec)
     e = do_explain(s, backend=solver.value if solver else None, time_limit_s=time_limit)
     if e.feasible and not analytic:  # the cost a user will get: trimtab plan's, validated by simulation
         from dataclasses import replace
 
-        from compiler.api import plan as do_plan
+        from trimtab.api import plan as do_plan
 
         r = do_plan(s, backend=solver.value if solver else None, time_limit_s=time_limit)
         e = replace(e, validated_cost_usd_per_hour=r.plan.cost_usd_per_hour)
@@ -415,8 +415,8 @@ def schema(which: Annotated[SchemaName, typer.Argument(help="spec or plan")]) ->
 
     Example: trimtab schema spec > spec.schema.json
     """
-    from compiler.plan.schema import Plan
-    from compiler.spec.schema import Spec
+    from trimtab.contract.schema import Plan
+    from trimtab.spec.schema import Spec
 
     model = Spec if which is SchemaName.spec else Plan
     sys.stdout.write(json.dumps(model.model_json_schema(), indent=2) + "\n")
@@ -442,8 +442,8 @@ def what_if(
     """
     import yaml
 
-    from compiler.api import diff_plans, load_spec, plan as do_plan, what_if as do_what_if
-    from compiler.plan.emit import emit
+    from trimtab.api import diff_plans, load_spec, plan as do_plan, what_if as do_what_if
+    from trimtab.contract.write import emit
 
     parsed = {}
     for o in overrides:
@@ -456,7 +456,7 @@ def what_if(
     alt = do_what_if(s, parsed)
     lines = diff_plans(base.plan, alt.plan)
     if fmt == TableOrJson.json:
-        from compiler.plan.emit import plan_to_data
+        from trimtab.contract.write import plan_to_data
 
         sys.stdout.write(json.dumps({"changes": lines, "base_cost_usd_per_hour": base.plan.cost_usd_per_hour,
                                      "plan": plan_to_data(alt.plan)}, indent=2) + "\n")
@@ -477,7 +477,7 @@ def profiles_list(
     """
     from rich.table import Table
 
-    from compiler.profiles import load_profiles
+    from trimtab.profiles.loader import load_profiles
 
     p = load_profiles()
     if fmt == TableOrJson.json:
@@ -517,7 +517,7 @@ def profiles_show(
     """
     import yaml
 
-    from compiler.profiles import load_profiles
+    from trimtab.profiles.loader import load_profiles
 
     p = load_profiles()
     prof = p.gpus.get(name) or p.models.get(name) or p.engines.get(name)

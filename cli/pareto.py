@@ -1,5 +1,5 @@
 """``trimtab pareto``: the cost vs latency frontier, its points planned as Ray tasks when Ray is installed (logic in
-``compiler.pareto``; docs/solvers.md "Pareto", docs/scale.md)."""
+``trimtab.study.pareto``; docs/solvers.md "Pareto", docs/scale.md)."""
 from __future__ import annotations
 
 import json
@@ -9,8 +9,8 @@ from typing import Annotated, Optional
 
 import typer
 
-from cli.common import Solver, TableOrJson, err, out
-from compiler.errors import InfeasibleError
+from trimtab.cli.common import Solver, TableOrJson, err, out
+from trimtab.errors import InfeasibleError
 
 
 def pareto_cmd(
@@ -36,11 +36,11 @@ def pareto_cmd(
     """
     import yaml
 
-    from compiler import sweep as sw
-    from compiler.api import load_spec
-    from compiler.pareto import pareto as do_pareto, plot as do_plot
-    from compiler.plan.emit import emit
-    from compiler.sweep_report import progress_bar
+    from trimtab.study import sweep as sw
+    from trimtab.api import load_spec
+    from trimtab.study.pareto import pareto as do_pareto, plot as do_plot
+    from trimtab.contract.write import emit
+    from trimtab.cli.sweep_report import progress_bar
 
     s = load_spec(spec)
     ex = sw.make_executor("serial" if serial else "auto", address, workers)

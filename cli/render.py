@@ -6,8 +6,8 @@ import math
 from rich.console import Console
 from rich.table import Table
 
-from compiler.api import PlanResult
-from compiler.cost.model import ClosedLoopPrediction
+from trimtab.api import PlanResult
+from trimtab.cost.model import ClosedLoopPrediction
 
 
 def _ms(v: float | None) -> str:
@@ -57,7 +57,7 @@ def plan_summary(console: Console, r: PlanResult, verbose: bool = False) -> None
                       f"(the most each deployment runs at once)")
     for msg in p.warnings:
         console.print(f"[yellow]warning:[/] {msg}")
-    if p.simulation is not None and p.simulation.undersampled:  # compiler.sim.validate.SeedsResult.too_few
+    if p.simulation is not None and p.simulation.undersampled:  # trimtab.sim.validate.SeedsResult.too_few
         names = p.simulation.undersampled
         console.print(f"note: {len(names)} workload(s) had too few simulated requests for a lower bound to reach "
                       f"their percentile; accepted on attainment at or above target: {', '.join(names)} "

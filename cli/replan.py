@@ -1,5 +1,5 @@
 """``trimtab replan``: re-plan a running deployment after drift or failures, keeping as much of it as pays
-(logic in ``compiler.online.replan``; docs/online.md)."""
+(logic in ``trimtab.online.replan``; docs/online.md)."""
 from __future__ import annotations
 
 import json
@@ -9,7 +9,7 @@ from typing import Annotated, Optional
 
 import typer
 
-from cli.common import Solver, TableOrJson, err, out
+from trimtab.cli.common import Solver, TableOrJson, err, out
 
 
 def replan_cmd(
@@ -34,10 +34,10 @@ def replan_cmd(
 
     Example: trimtab replan --current plan.yaml --spec examples/quickstart.yaml --fail node=h100-sxm-0
     """
-    from compiler.api import load_spec
-    from compiler.check import load_plan
-    from compiler.online.replan import count_moves, replan
-    from compiler.plan.emit import emit
+    from trimtab.api import load_spec
+    from trimtab.gate.analytic import load_plan
+    from trimtab.online.replan import count_moves, replan
+    from trimtab.contract.write import emit
 
     cur = load_plan(current)
     s = load_spec(spec)

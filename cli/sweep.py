@@ -1,5 +1,6 @@
 """``trimtab sweep``: a spec planned over a grid of what-if overrides or sampled traffic scenarios, as Ray tasks
-when Ray is installed, or the robust plan over the scenarios (logic in ``compiler.sweep``; docs/scale.md)."""
+when Ray is installed, or the robust plan over the scenarios (logic in ``trimtab.study.sweep``;
+docs/scale.md)."""
 from __future__ import annotations
 
 from pathlib import Path
@@ -7,8 +8,8 @@ from typing import Annotated, Optional
 
 import typer
 
-from cli.common import Solver, err, out
-from compiler.errors import InputError, Problem
+from trimtab.cli.common import Solver, err, out
+from trimtab.errors import InputError, Problem
 
 
 def sweep_cmd(
@@ -43,9 +44,9 @@ def sweep_cmd(
 
     Example: trimtab sweep examples/robust.yaml --scenarios 50 --rate-cv 0.5 --robust 0.95 -o robust.plan.yaml
     """
-    from compiler.api import load_spec
-    from compiler import sweep as sw
-    from compiler.sweep_report import plot as do_plot, progress_bar, results_table, robust_lines, write_csv
+    from trimtab.api import load_spec
+    from trimtab.study import sweep as sw
+    from trimtab.cli.sweep_report import plot as do_plot, progress_bar, results_table, robust_lines, write_csv
 
     if sets and scenarios:
         raise InputError([Problem("--set/--scenarios", "give a grid (--set) or scenarios (--scenarios), not both")])
@@ -76,7 +77,7 @@ def sweep_cmd(
         for line in robust_lines(r):
             out.print(line, markup=False)
         if output is not None:
-            from compiler.plan.emit import emit
+            from trimtab.contract.write import emit
 
             output.parent.mkdir(parents=True, exist_ok=True)
             output.write_text(emit(r.plan), encoding="utf-8")

@@ -2,12 +2,13 @@
 
     spec = load_spec("examples/quickstart.yaml")
     result = plan(spec)                 # PlanResult: .plan, .ir, .candidates, .assessment, ...
-    report = check(result.plan, spec)   # CheckReport: .ok, .violations
+    report = check(result.plan, spec)   # CheckReport: .ok, .violations (the gate `trimtab check` runs)
     alt = what_if(spec, {"workloads.chat.rate_rps": 8, "gpus.h100-sxm.count": 0})
     changes = diff_plans(result.plan, alt.plan)
 
-Stages: load_spec -> lower -> one driver (``compiler.driver.drive``) with the planner the spec needs
-(``compiler.planners.UnifiedPlanner`` or ``compiler.lora.plan.LoraPlanner``): candidates -> (precheck) ->
+Stages: load_spec -> lower -> one driver (``trimtab.planning.driver.drive``) with the planner the spec needs
+(``trimtab.planning.planners.UnifiedPlanner`` or ``trimtab.planning.lora.LoraPlanner``): candidates ->
+(precheck) ->
 formulate -> backend.solve -> extract -> assess -> simulate on seeds -> place (CP-SAT) -> physics guard.
 """
 from __future__ import annotations
@@ -15,43 +16,47 @@ from __future__ import annotations
 import time
 from dataclasses import replace
 
-from compiler.check import CheckReport, check
-from compiler.diff import diff_plans
-from compiler.driver import PlanResult, drive
-from compiler.lower import lower
-from compiler.profiles import ProfileSet, load_profiles
-from compiler.sim import DEFAULT_SEED
-from compiler.spec.load import load_spec
-from compiler.spec.schema import Spec
-from compiler.whatif import apply_overrides
+from trimtab.contract.schema import Plan
+from trimtab.errors import InputError
+from trimtab.gate.analytic import CheckReport, check as check_analytic, plan_references
+from trimtab.gate.simulated import check_simulated
+from trimtab.contract.diff import diff_plans
+from trimtab.planning.driver import PlanResult, drive
+from trimtab.ir.lower import lower
+from trimtab.profiles.loader import ProfileSet, load_profiles
+from trimtab.sim import DEFAULT_SEED, simulate
+from trimtab.sim.validate import CHECK_SEEDS
+from trimtab.spec.load import load_spec
+from trimtab.spec.schema import Spec
+from trimtab.spec.overrides import apply_overrides
 
 
 def plan(spec: Spec, *, backend: str | None = None, time_limit_s: float | None = None,
          profiles: ProfileSet | None = None, validate: bool = True, seed: int = DEFAULT_SEED) -> PlanResult:
     """Cheapest deployment meeting every SLO. Raises InfeasibleError (exit 3) or NoSolutionError (exit 4).
 
-    ``validate``: simulate each analytically sound plan (``compiler.sim``) on PLAN_SEEDS seeds from ``seed``
+    ``validate``: simulate each analytically sound plan (``trimtab.sim``) on PLAN_SEEDS seeds from ``seed``
     with the default request count, and re-solve with the deployments at fault derated while a workload's
-    attainment is not shown to reach its target (lower 95 % bound; ``compiler.sim.validate``). One driver
-    (``compiler.driver.drive``) for every spec; adapters and tenants get the LoRA planner."""
+    attainment is not shown to reach its target (lower 95 % bound; ``trimtab.sim.validate``). One driver
+    (``trimtab.planning.driver.drive``) for every spec; adapters and tenants get the LoRA planner."""
     t0 = time.perf_counter()
     ir = lower(spec, profiles or load_profiles())
     if spec.schedule is not None:  # plans per window (docs/online.md)
-        from compiler.online.planner import SchedulePlanner
+        from trimtab.planning.schedule import SchedulePlanner
 
         sp = SchedulePlanner(spec, time_limit_s)
         res = drive(sp, spec, ir, backend=backend, time_limit_s=time_limit_s, validate=validate, seed=seed, t0=t0)
         return replace(res, plan=sp.with_windows_validated(res.plan))
-    if ir.redundancy == "n+1":  # losing any one node keeps every SLO (compiler/redundancy.py)
-        from compiler.redundancy import RedundantPlanner
-        from compiler.topology import build_topology
+    if ir.redundancy == "n+1":  # losing any one node keeps every SLO (compiler/planning/redundancy.py)
+        from trimtab.planning.redundancy import RedundantPlanner
+        from trimtab.ir.topology import build_topology
 
         return drive(RedundantPlanner(build_topology(spec, ir)), spec, ir, backend=backend,
                      time_limit_s=time_limit_s, validate=validate, seed=seed, t0=t0)
     if ir.lora is not None:
-        from compiler.lora.plan import LoraPlanner as P
+        from trimtab.planning.lora import LoraPlanner as P
     else:
-        from compiler.planners import UnifiedPlanner as P
+        from trimtab.planning.planners import UnifiedPlanner as P
     return drive(P(), spec, ir, backend=backend, time_limit_s=time_limit_s, validate=validate, seed=seed, t0=t0)
 
 
@@ -59,14 +64,14 @@ def explain(spec: Spec, *, backend: str | None = None, time_limit_s: float | Non
             profiles: ProfileSet | None = None):
     """Why ``spec`` is infeasible and what to relax, or what binds a feasible plan's cost (cost model only), for
     the problem the spec poses: with adapters or tenants, the adapter-placement problem."""
-    from compiler.explain import explain as explain_unified
-    from solvers import SolveOptions, get_backend
+    from trimtab.planning.explain import explain as explain_unified
+    from trimtab.solvers import SolveOptions, get_backend
 
     ir = lower(spec, profiles or load_profiles())
     be = get_backend(backend or spec.solver.backend)
     opts = SolveOptions(time_limit_s=time_limit_s or spec.solver.time_limit_s)
     if ir.lora is not None:
-        from compiler.lora.plan import LoraPlanner
+        from trimtab.planning.lora import LoraPlanner
 
         return LoraPlanner().explain(ir, be, opts)
     if ir.redundancy == "n+1":
@@ -76,13 +81,13 @@ def explain(spec: Spec, *, backend: str | None = None, time_limit_s: float | Non
 
 def _explain_redundant(spec: Spec, ir, be, opts):
     """``explain`` of an n+1 spec (docs/online.md, "Redundancy"): feasibility and cost of the problem with its n+1
-    rows (``compiler.redundancy.RedundantPlanner``: its candidates, solve and infeasibility lines); the binding
+    rows (``trimtab.planning.redundancy.RedundantPlanner``: its candidates, solve and infeasibility lines); the binding
     analysis is that of the same spec without n+1, said so in a note, with that problem's cost."""
     from dataclasses import replace
 
-    from compiler.explain import Explanation, explain as explain_unified, stopped
-    from compiler.redundancy import RedundantPlanner
-    from compiler.topology import build_topology
+    from trimtab.planning.explain import Explanation, explain as explain_unified, stopped
+    from trimtab.planning.redundancy import RedundantPlanner
+    from trimtab.ir.topology import build_topology
 
     planner = RedundantPlanner(build_topology(spec, ir))
     cands = planner.candidates(ir)
@@ -103,9 +108,24 @@ def _explain_redundant(spec: Spec, ir, be, opts):
     return Explanation(True, binding=base.binding, cost_usd_per_hour=cost, notes=[note])
 
 
+def check(plan: Plan, spec: Spec, *, analytic: bool = False, profiles: ProfileSet | None = None,
+          seeds: int = CHECK_SEEDS, seed: int | None = None, strict: bool = False) -> CheckReport:
+    """The gate ``trimtab check`` runs, so that a script and CI judge a plan alike: the plan's structure against
+    the spec, and its SLOs by simulation at seeds the planner did not use (``trimtab.gate.simulated``);
+    ``analytic=True``: the SLOs by the cost model's predictions only (fast, ``trimtab.gate.analytic``). A plan
+    made from another spec raises InputError (exit 1) naming the plan's field."""
+    if analytic:
+        return check_analytic(plan, spec, profiles)
+    foreign = plan_references(plan, lower(spec, profiles or load_profiles()))
+    if foreign:
+        raise InputError(foreign, "plan")
+    return check_simulated(plan, spec, profiles=profiles, seed=seed, seeds=seeds, strict=strict)[0]
+
+
 def what_if(spec: Spec, overrides: dict[str, object], **kwargs) -> PlanResult:
     """Plan a copy of ``spec`` with dotted-path overrides, e.g. ``{"workloads.chat.rate_rps": 8}``."""
     return plan(apply_overrides(spec, overrides), **kwargs)
 
 
-__all__ = ["CheckReport", "PlanResult", "check", "diff_plans", "explain", "load_spec", "plan", "what_if"]
+__all__ = ["CheckReport", "PlanResult", "check", "diff_plans", "explain", "load_spec", "plan", "simulate",
+           "what_if"]

@@ -1,6 +1,6 @@
 """Bundled profile data (GPUs, models, engines) shipped in the wheel.
 
-This package holds data only; the schema and loader live in :mod:`compiler.profiles`.
+This package holds data only; the schema and loader live in :mod:`trimtab.profiles.loader`.
 """
 from __future__ import annotations
 

@@ -1,16 +1,16 @@
-"""Solver backends over one solver-neutral model (``solvers.model.MilpModel``).
+"""Solver backends over one solver-neutral model (``trimtab.solvers.model.MilpModel``).
 
 ``get_backend(name)`` returns a backend; ``available_backends()`` lists those whose libraries are installed
 (checked with ``importlib.util.find_spec``, so listing does not import native code).
 """
 from __future__ import annotations
 
-from solvers.base import Backend, SolveOptions, SolveResult, Status, Termination
-from solvers.model import Constraint, LinExpr, MilpModel, Var
-from solvers.cpsat import CpSatBackend
-from solvers.pulp_backend import PulpBackend
+from trimtab.solvers.base import Backend, SolveOptions, SolveResult, Status, Termination
+from trimtab.solvers.model import Constraint, LinExpr, MilpModel, Var
+from trimtab.solvers.cpsat import CpSatBackend
+from trimtab.solvers.pulp_backend import PulpBackend
 
-# Default: highs (compiler.spec.schema.SolverOptions). cbc and cpsat cross-check it (tests/crosscheck).
+# Default: highs (trimtab.spec.schema.SolverOptions). cbc and cpsat cross-check it (tests/crosscheck).
 BACKENDS: dict[str, type] = {"highs": PulpBackend, "cbc": PulpBackend, "cpsat": CpSatBackend}
 
 

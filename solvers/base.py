@@ -5,7 +5,7 @@ import importlib.util
 from dataclasses import dataclass, field
 from enum import Enum
 
-from solvers.model import MilpModel
+from trimtab.solvers.model import MilpModel
 
 
 class Status(str, Enum):

@@ -16,7 +16,7 @@ CP-SAT solves pure integer programs, so the translation is explicit and conserva
   the right-hand side up. Every point feasible in the float model stays feasible (so CP-SAT finds the
   same optimum as HiGHS and CBC, whose capacity rows are typically tight), and a CP-SAT solution may
   exceed a row by at most 1e-4 of its terms: a replica loaded 0.01 % above its capacity at SLO, far
-  inside the cost model's bisection tolerance; ``compiler.check`` re-derives the SLOs regardless.
+  inside the cost model's bisection tolerance; ``trimtab.gate.analytic`` re-derives the SLOs regardless.
   (Rounding the other way is exact-safe but turned tight optima infeasible and cost a whole replica.)
   ``>=`` rows are negated first. ``==`` rows must scale exactly (demand rows do: coefficient
   1 over routes, rhs ``floor(rate x S_v)``, at most ``1 / S_v`` rps below the rate; rounded down, not to nearest,
@@ -40,8 +40,8 @@ from __future__ import annotations
 import math
 import time
 
-from solvers.base import Backend, SolveOptions, SolveResult, Status, Termination
-from solvers.model import MilpModel
+from trimtab.solvers.base import Backend, SolveOptions, SolveResult, Status, Termination
+from trimtab.solvers.model import MilpModel
 
 SEED = 20240601
 DOMAIN_MAX = 2**18  # largest scaled continuous value

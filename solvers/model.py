@@ -1,6 +1,7 @@
 """A small solver-neutral MILP: named variables, named constraints tagged with a family and a spec path.
 
-Built by ``compiler.formulate``; translated by each backend. Names are stable and sorted, so the same input
+Built by ``trimtab.milp.formulate``; translated by each backend. Names are stable and sorted, so the same
+input
 gives the same model (and, with a deterministic solver, the same plan).
 """
 from __future__ import annotations
@@ -35,7 +36,7 @@ class Constraint:
     sense: Literal["<=", ">=", "=="]
     rhs: float
     # What of the problem's source the row comes from: any object whose str() names it and whose ``whatif`` is the
-    # override path of the one number it names, or None (trimtab: compiler.spec.paths.SpecPath)
+    # override path of the one number it names, or None (trimtab: trimtab.spec.paths.SpecPath)
     origin: Origin | None = None
     relaxable: bool = False  # may receive an elastic slack when explaining infeasibility
 

@@ -10,8 +10,8 @@ import os
 import sys
 import time
 
-from solvers.base import Backend, SolveOptions, SolveResult, Status, Termination
-from solvers.model import MilpModel
+from trimtab.solvers.base import Backend, SolveOptions, SolveResult, Status, Termination
+from trimtab.solvers.model import MilpModel
 
 
 class PulpBackend(Backend):

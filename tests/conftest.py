@@ -60,7 +60,7 @@ def small_spec_path(tmp_path: Path) -> Path:
 
 def unit(name: str, gpu: str, tp: int, pp: int, replicas: int):
     """A deployment view for placement tests: only the GPU footprint matters there."""
-    from compiler.deployment import DeploymentSpecView
+    from trimtab.deployment.shape import DeploymentSpecView
 
     return DeploymentSpecView(name=name, replicas=replicas, model="llama-3.1-8b", gpu=gpu, tp=tp, pp=pp,
                               dtype="bf16", max_num_seqs=256, max_batched_tokens=2048)

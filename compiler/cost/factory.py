@@ -5,16 +5,16 @@ from __future__ import annotations
 
 from dataclasses import replace
 
-from compiler.cost.model import GIB, KvTier, ReplicaModel, TrafficClass
-from compiler.ir import ProblemIR, WorkloadIR
-from compiler.lengths import LengthBucket
+from trimtab.cost.model import GIB, KvTier, ReplicaModel, TrafficClass
+from trimtab.ir.model import ProblemIR, WorkloadIR
+from trimtab.spec.lengths import LengthBucket
 
 
 def replica_model(ir: ProblemIR, model: str, gpu: str, tp: int, pp: int, dtype: str, max_num_seqs: int,
                   max_batched_tokens: int, lora: dict | None = None, kv_offload_gib: float = 0.0,
                   kv_borrow_gib: float = 0.0, dp: int = 1, ep: int = 1, kv_dtype: str | None = None) -> ReplicaModel:
     """The one place a ``ReplicaModel`` is made from IR names (planner and check share it). ``lora``: keyword
-    arguments of ``compiler.cost.lora.LoraReplicaModel`` (slots, rank, modules, swap_wait_s) for a LoRA replica.
+    arguments of ``trimtab.cost.lora.LoraReplicaModel`` (slots, rank, modules, swap_wait_s) for a LoRA replica.
     ``kv_offload_gib`` / ``kv_borrow_gib``: a KV tier of that many GiB per replica (``kv_tier``): host memory
     for the prefix cache's evicted blocks (``prefix_tier``), or, with ``kv_tiers: experimental-live``, live KV
     beyond HBM (offload or borrowing; docs/kv-tiers.md). ``dp`` / ``ep``: a mixture-of-experts layout (attention
@@ -36,7 +36,7 @@ def replica_model(ir: ProblemIR, model: str, gpu: str, tp: int, pp: int, dtype: 
         return ReplicaModel(ir.models[model], pool.profile, ir.engine, tp, pp, dtype, max_num_seqs,
                             max_batched_tokens, kv_dtype, kv_tier=kv_tier(ir, gpu, rm, kv_offload_gib, kv_borrow_gib))
     if lora:
-        from compiler.cost.lora import LoraReplicaModel
+        from trimtab.cost.lora import LoraReplicaModel
         return LoraReplicaModel(ir.models[model], pool.profile, ir.engine, tp, pp, dtype, max_num_seqs,
                                 max_batched_tokens, kv_dtype, **lora)
     return ReplicaModel(ir.models[model], pool.profile, ir.engine, tp, pp, dtype, max_num_seqs, max_batched_tokens,

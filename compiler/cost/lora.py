@@ -2,7 +2,7 @@
 
 ``LoraReplicaModel`` is a ``ReplicaModel`` with ``max_loras`` GPU adapter slots of rank ``max_lora_rank``
 (vLLM ``--enable-lora --max-loras --max-lora-rank``); every planner, ``check`` and simulator path builds it
-through ``compiler.candidates.replica_model(..., lora=...)``, so it stays the one implementation.
+through ``trimtab.milp.candidates.replica_model(..., lora=...)``, so it stays the one implementation.
 
 Memory: vLLM preallocates ``max_loras`` slots of ``max_lora_rank`` for every LoRA-capable projection; one
 adapter of rank r over modules M takes  r x sum_{m in M} (in_m + out_m) x layers x 2 bytes  (bf16 adapters),
@@ -31,7 +31,7 @@ from __future__ import annotations
 from dataclasses import replace
 from functools import cached_property
 
-from compiler.cost.model import GIB, MemoryFit, ReplicaModel, ReplicaState
+from trimtab.cost.model import GIB, MemoryFit, ReplicaModel, ReplicaState
 
 ADAPTER_BYTES = 2.0  # bf16 adapter weights
 PCIE_GBPS = 25.0  # GB/s host to device: PCIe 4.0 x16 (31.5 GB/s theoretical) at ~80 % achieved

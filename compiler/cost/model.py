@@ -20,15 +20,15 @@ from __future__ import annotations
 import math
 from functools import cached_property
 
-from compiler.cost.moe import (MoeLayer, attention_flops_per_ctx, attention_kernels, attention_params, check_kv_dtype,
+from trimtab.cost.moe import (MoeLayer, attention_flops_per_ctx, attention_kernels, attention_params, check_kv_dtype,
                                check_layout, expert_params, is_mla, kv_elements, moe_layers)
-from compiler.cost.predictions import ReplicaPredictions
-from compiler.cost.queueing import _Aitken, _prefill_queue, _z, ctx_sq, gamma_q, map_slope, over_caps, tpot_tail
-from compiler.cost.records import (BYTES, GIB, UNSTABLE, BatchPrediction, BurstPrediction,
+from trimtab.cost.predictions import ReplicaPredictions
+from trimtab.cost.queueing import _Aitken, _prefill_queue, _z, ctx_sq, gamma_q, map_slope, over_caps, tpot_tail
+from trimtab.cost.records import (BYTES, GIB, UNSTABLE, BatchPrediction, BurstPrediction,
                                    ClosedLoopPrediction, KvTier, MemoryFit, ReplicaState, TrafficClass)
-from compiler.cost.roles import ReplicaRoles
-from compiler.cost.search import bisect_max, bracket
-from compiler.profiles import EngineProfile, GpuProfile, ModelProfile
+from trimtab.cost.roles import ReplicaRoles
+from trimtab.cost.search import bisect_max, bracket
+from trimtab.profiles.loader import EngineProfile, GpuProfile, ModelProfile
 
 # Re-exported: the records and the search are the cost model's vocabulary for its callers.
 __all__ = ["BYTES", "GIB", "UNSTABLE", "BatchPrediction", "BurstPrediction", "ClosedLoopPrediction", "KvTier",
@@ -344,7 +344,7 @@ class ReplicaModel(ReplicaRoles, ReplicaPredictions):
         Every step emits one token per decoding request, so mean TPOT = 1 / (steps per second), counting
         the prefill-carrying steps and the decode-only ones (T_d) that fill the remaining 1 - rho of time.
         The decode batch follows by Little's law, b = (sum rate x osl) x TPOT; iterate b to its fixed point.
-        Seats and KV are checked at the percentile too (``compiler.cost.queueing.over_caps``)."""
+        Seats and KV are checked at the percentile too (``trimtab.cost.queueing.over_caps``)."""
         lam = sum(c.rate_rps for c in classes)
         n = len(classes)
         if lam <= 0:

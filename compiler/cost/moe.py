@@ -3,7 +3,8 @@
 ``ReplicaModel`` (compiler/cost/model.py) calls these; nothing else computes an expert's bytes or a dispatch.
 
 Entry points:
-  * ``attention_params(model)`` (from compiler.profiles, shared with the config import): attention weights of
+  * ``attention_params(model)`` (from trimtab.profiles.loader, shared with the config import): attention
+  weights of
     one layer (GQA/MHA projections, or MLA's low-rank ones)
   * ``kv_elements(model)`` -> (elements per token per layer, split across TP?): GQA 2 x kv_heads x head_dim, split
     over TP ranks; MLA kv_lora_rank + qk_rope_head_dim, one latent per token, replicated on every TP rank
@@ -18,7 +19,7 @@ import math
 from dataclasses import dataclass
 from functools import cached_property, lru_cache
 
-from compiler.profiles import (GpuProfile, ModelProfile, attention_params, expert_size, fp4_kv_problem, moe_layers,
+from trimtab.profiles.loader import (GpuProfile, ModelProfile, attention_params, expert_size, fp4_kv_problem, moe_layers,
                                value_or)
 
 __all__ = ["ACT_BYTES", "MoeLayer", "attention_flops_per_ctx", "attention_kernels", "attention_params",
@@ -45,8 +46,8 @@ def check_layout(model: ModelProfile, gpu: GpuProfile, tp: int, dp: int, ep: int
 
 def check_kv_dtype(model: ModelProfile, gpu: GpuProfile, kv_dtype: str) -> None:
     """ValueError unless the KV cache precision is one the engines serve (``records.KV_DTYPES``) and, for fp4
-    (NVFP4), this GPU and model can hold it (``compiler.profiles.fp4_kv_problem``)."""
-    from compiler.cost.records import KV_DTYPES
+    (NVFP4), this GPU and model can hold it (``trimtab.profiles.loader.fp4_kv_problem``)."""
+    from trimtab.cost.records import KV_DTYPES
 
     if kv_dtype not in KV_DTYPES:
         raise ValueError(f"kv_dtype must be one of {list(KV_DTYPES)}")

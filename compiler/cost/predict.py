@@ -13,8 +13,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from compiler.cost.model import ReplicaModel
-from compiler.profiles import GpuProfile, ProfileSet
+from trimtab.cost.model import ReplicaModel
+from trimtab.profiles.loader import GpuProfile, ProfileSet
 
 # GPU numbers that carry the step-time arithmetic (peaks alone are spec sheets by nature).
 EFFICIENCY_FIELDS = ("compute_efficiency", "bandwidth_efficiency", "allreduce_latency_us", "allreduce_bus_gbps")
@@ -46,7 +46,7 @@ def replica(profiles: ProfileSet, model: str, gpu: str, engine: str = "vllm", tp
     """``dp``: attention data-parallel ranks (the replica spans tp x pp x dp GPUs; ``max_num_seqs`` and
     ``max_batched_tokens`` are per rank, as the engines' flags are); ``ep``: expert-parallel degree (1: experts
     split by tensor parallelism over the tp x dp GPUs of a stage; tp x dp: vLLM's --enable-expert-parallel).
-    ValueError for a layout or precision the model or GPU cannot take (compiler.cost.moe.check_layout)."""
+    ValueError for a layout or precision the model or GPU cannot take (trimtab.cost.moe.check_layout)."""
     eng = profiles.engines[engine]
     if max_batched_tokens is None:
         max_batched_tokens = int(eng.max_num_batched_tokens.value) if eng.max_num_batched_tokens is not None else 8192
@@ -102,7 +102,7 @@ def fidelity(rm: ReplicaModel, isl: float = 0.0, osl: float = 0.0, batch: float 
 def fidelity_warnings(ir, deps) -> list[str]:
     """One warning per chosen GPU type whose deployments rest on spec-sheet or assumed efficiency numbers, and
     per deployment whose operating point extrapolates beyond the measured ranges (``deps``: (candidate, n))."""
-    from compiler.cost.factory import replica_model
+    from trimtab.cost.factory import replica_model
 
     out: list[str] = []
     seen: set[str] = set()

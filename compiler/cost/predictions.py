@@ -6,9 +6,9 @@ from __future__ import annotations
 
 import math
 
-from compiler.cost.records import (UNSTABLE, BatchPrediction, BurstPrediction, ClosedLoopPrediction,
+from trimtab.cost.records import (UNSTABLE, BatchPrediction, BurstPrediction, ClosedLoopPrediction,
                                    MemoryFit, ReplicaState, TrafficClass)
-from compiler.cost.search import bisect_steps, grow
+from trimtab.cost.search import bisect_steps, grow
 
 
 class ReplicaPredictions:

@@ -8,8 +8,8 @@ from __future__ import annotations
 import math
 from functools import cache
 
-from compiler.cost.records import UNSTABLE
-from compiler.cost.search import bisect_width
+from trimtab.cost.records import UNSTABLE
+from trimtab.cost.search import bisect_width
 
 
 class _Aitken:

@@ -7,9 +7,9 @@ from __future__ import annotations
 import math
 from dataclasses import replace
 
-from compiler.cost.queueing import _prefill_queue, _z, batch_var, ctx_sq, map_slope, over_caps
-from compiler.cost.search import bisect_max
-from compiler.cost.records import UNSTABLE, ReplicaState, TrafficClass
+from trimtab.cost.queueing import _prefill_queue, _z, batch_var, ctx_sq, map_slope, over_caps
+from trimtab.cost.search import bisect_max
+from trimtab.cost.records import UNSTABLE, ReplicaState, TrafficClass
 
 
 class ReplicaRoles:
@@ -18,7 +18,7 @@ class ReplicaRoles:
         """KV bytes of one token of context for the whole model (all layers and KV heads): what a prefill
         instance hands to a decode instance per input token (MLA: the compressed latent per layer)."""
         if self.mla:
-            from compiler.cost.moe import kv_elements
+            from trimtab.cost.moe import kv_elements
             return self.L * kv_elements(self.model)[0] * self.kvbytes
         return 2 * self.L * self.kv_heads * self.head_dim * self.kvbytes
 
@@ -89,7 +89,7 @@ class ReplicaRoles:
         else:  # the batch map f(b) = D x T_d(b)'s slope at the fixed point widens the batch's spread
             slope = map_slope(lambda x: D * step_s(x, ctx), b_in, b) if percentile > 50 else 0.0
             why = over_caps(b, kv_used, ctx, ctx_sq(classes), percentile, self.max_num_seqs, kv_cap, slope)
-        if why:  # (seats and KV at the percentile too: compiler.cost.queueing.over_caps)
+        if why:  # (seats and KV at the percentile too: trimtab.cost.queueing.over_caps)
             inf = (UNSTABLE,) * n
             return ReplicaState(False, why, UNSTABLE, inf, inf, 1.0, b, kv_used, 0.0, 0.0, UNSTABLE)
         tpot = self.iteration_s(max(b, 1.0), ctx)

@@ -2,7 +2,7 @@
 
 Every capacity, percentile and threshold search calls one of these (issue 12): the per-replica capacity
 (``ReplicaModel.capacity_rps``, the P/D roles, the adapter mixes, the P/D prefill pool), the TPOT percentile of
-the tail (``compiler.cost.queueing.tpot_tail``), the closed-loop rate of ``predict`` and the smallest relaxation of
+the tail (``trimtab.cost.queueing.tpot_tail``), the closed-loop rate of ``predict`` and the smallest relaxation of
 ``explain``. All assume ``pred`` holds below some point and fails above it; they differ only in when they stop
 and which end of the final interval they return:
 

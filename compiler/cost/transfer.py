@@ -1,14 +1,14 @@
 """KV hand-off arithmetic of a prefill/decode pair: bytes per token, link bandwidths, seconds per transfer.
 
-One implementation for the planner (``compiler.disagg``: capacities, link rows), ``check`` (link loads) and the
+One implementation for the planner (``trimtab.milp.disagg``: capacities, link rows), ``check`` (link loads) and the
 simulator (hand-off delay), so the three cannot disagree on how long a hand-off takes. Bandwidths come from the
 GPU profile (``link_bandwidth_gbps``: NVLink, xGMI, or PCIe where the GPU has none; ``node_network_gbps``), the
 spec's ``nodes[].nic_gbps`` and ``network.inter_rack_gbps``.
 """
 from __future__ import annotations
 
-from compiler.cost.factory import replica_model
-from compiler.ir import GpuPoolIR, ProblemIR
+from trimtab.cost.factory import replica_model
+from trimtab.ir.model import GpuPoolIR, ProblemIR
 
 
 def kv_bytes_per_token(ir: ProblemIR, model: str, gpu: str, dtype: str, kv_dtype: str | None = None) -> float:

@@ -9,8 +9,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from compiler.deploy.common import prepare
-from compiler.yamlio import dump_canonical
+from trimtab.deploy.common import prepare
+from trimtab.util.yamlio import dump_canonical
 
 TARGETS = ("k8s", "compose", "dynamo", "llm-d")
 
@@ -20,7 +20,7 @@ def _multi(objs: list[dict]) -> str:
 
 
 def render(plan, spec, target: str, allow_experimental: bool = False) -> tuple[dict[str, str], list[str]]:
-    from compiler.deploy import compose, k8s
+    from trimtab.deploy import compose, k8s
 
     b = prepare(plan, spec, allow_experimental)
     if target == "k8s":
@@ -30,11 +30,11 @@ def render(plan, spec, target: str, allow_experimental: bool = False) -> tuple[d
         for t in b.targets:  # the TensorRT-LLM extra options files the compose services mount
             files.update(t.launch.files)
     elif target == "dynamo":
-        from compiler.deploy import dynamo
+        from trimtab.deploy import dynamo
 
         files = {name: _multi(objs) for name, objs in dynamo.manifests(b).items()}
     elif target == "llm-d":
-        from compiler.deploy import llmd
+        from trimtab.deploy import llmd
 
         files = {name: dump_canonical(doc) for name, doc in llmd.values(b).items()}
     else:
@@ -44,7 +44,7 @@ def render(plan, spec, target: str, allow_experimental: bool = False) -> tuple[d
 
 def stream(files: dict[str, str], target: str) -> str:
     """Every file as one YAML stream (``kubectl apply -f -``); compose files are separate projects per node."""
-    from compiler.errors import InputError, Problem
+    from trimtab.errors import InputError, Problem
 
     if target in ("compose", "llm-d"):
         raise InputError([Problem("-o", f"{target} writes one file per node or release; give a folder, not '-'")])

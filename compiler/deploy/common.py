@@ -12,10 +12,10 @@ import re
 from dataclasses import dataclass, replace
 from pathlib import Path
 
-import profiles as _bundled
-from compiler.engines.base import DeploymentFacts, Launch, engine_table
-from compiler.errors import InputError, Problem
-from compiler.yamlio import read_yaml_file
+import trimtab.profiles as _bundled
+from trimtab.engines.base import DeploymentFacts, Launch, engine_table
+from trimtab.errors import InputError, Problem
+from trimtab.util.yamlio import read_yaml_file
 
 GIB = 1024 ** 3
 # Start-up budget (startupProbe): a fixed part for process start, CUDA graphs and torch.compile, plus reading the
@@ -36,7 +36,7 @@ class Target:
     """One plan deployment as every target sees it."""
 
     name: str  # DNS-1035 label: Kubernetes object and compose service name
-    dep: object  # compiler.plan.schema.Deployment
+    dep: object  # trimtab.contract.schema.Deployment
     facts: DeploymentFacts
     launch: Launch
     weight_bytes: int  # whole replica, from the cost model's memory fit
@@ -75,7 +75,7 @@ def queue_threshold(plan, ir, dep) -> int:
     """Waiting requests per replica worth another replica: the requests that arrive at the replica's planned rate
     within the tightest TTFT SLO it serves. A queue that long means arrivals outpace what the plan sized the
     replica for, and a new request would wait about one TTFT budget before its prefill starts."""
-    from compiler.engines.realise import plan_routes
+    from trimtab.contract.realise import plan_routes
 
     ttft_s = min((ir.workload(r.workload).slo.ttft_ms for r in plan_routes(plan)
                   if dep.name in (r.deployment, r.prefill, r.decode) and ir.workload(r.workload) is not None),
@@ -85,10 +85,10 @@ def queue_threshold(plan, ir, dep) -> int:
 
 def prepare(plan, spec, allow_experimental: bool = False) -> Bundle:
     """Re-lower the spec, refuse what no engine runs, and compute each deployment's target numbers."""
-    from compiler.deployment import DeploymentSpecView, replica_model_of
-    from compiler.check import plan_references
-    from compiler.engines.realise import launches, realise
-    from compiler.lower import lower
+    from trimtab.deployment.shape import DeploymentSpecView, replica_model_of
+    from trimtab.gate.analytic import plan_references
+    from trimtab.contract.realise import launches, realise
+    from trimtab.ir.lower import lower
 
     ir = lower(spec)
     foreign = plan_references(plan, ir)
@@ -98,7 +98,7 @@ def prepare(plan, spec, allow_experimental: bool = False) -> Bundle:
     for i, d in enumerate(plan.deployments):
         live = d.kv is not None and (d.kv.live or d.kv.borrowed_gib > 0 or d.kv.lent_gib > 0)
         if live and not allow_experimental:
-            from compiler.engines.realise import live_kv_summary
+            from trimtab.contract.realise import live_kv_summary
             problems.append(Problem(f"deployments[{i}] ({d.name}).kv",
                                     f"experimental live KV tier ({live_kv_summary(d.kv)}): no engine flag realises "
                                     "live-KV spill or cross-instance borrowing (docs/kv-tiers.md); re-plan with "

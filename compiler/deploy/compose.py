@@ -6,8 +6,8 @@ form: ``InputError`` naming it (emit ``--to k8s`` instead, which uses a LeaderWo
 """
 from __future__ import annotations
 
-from compiler.deploy.common import PORT, SHM_GIB, Bundle
-from compiler.errors import InputError, Problem
+from trimtab.deploy.common import PORT, SHM_GIB, Bundle
+from trimtab.errors import InputError, Problem
 
 CONFIG_DIR = "/etc/trimtab"
 

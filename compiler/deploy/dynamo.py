@@ -10,9 +10,9 @@ not the full CRD schema (docs/deploy.md).
 """
 from __future__ import annotations
 
-from compiler.deploy.common import HF_SECRET, Bundle, k8s_name
-from compiler.engines.base import flag_table
-from compiler.errors import InputError, Problem
+from trimtab.deploy.common import HF_SECRET, Bundle, k8s_name
+from trimtab.engines.base import flag_table
+from trimtab.errors import InputError, Problem
 
 RUNTIME_IMAGE = "nvcr.io/nvidia/ai-dynamo/vllm-runtime:${DYNAMO_VERSION}"  # envsubst before kubectl apply
 ROLE_FLAGS = {"prefill": "--is-prefill-worker", "decode": "--is-decode-worker"}  # dynamo.vllm's own

@@ -10,10 +10,10 @@ from __future__ import annotations
 
 import math
 
-from compiler.deploy.common import (CACHE_CLAIM, GIB, HF_SECRET, PORT, PROBE_PERIOD_S, SHM_GIB, Bundle, Target,
+from trimtab.deploy.common import (CACHE_CLAIM, GIB, HF_SECRET, PORT, PROBE_PERIOD_S, SHM_GIB, Bundle, Target,
                                     k8s_name)
-from compiler.engines.base import LEADER_ENV, RANK_ENV
-from compiler.online.autoscale import cron_triggers, min_replicas
+from trimtab.engines.base import LEADER_ENV, RANK_ENV
+from trimtab.deploy.autoscale import cron_triggers, min_replicas
 
 APP = "trimtab"
 CONFIG_DIR = "/etc/trimtab"  # the TensorRT-LLM extra options file, from a ConfigMap; the container's workdir
@@ -169,7 +169,7 @@ def _http_routes(b: Bundle) -> list[dict]:
 
 def manifests(b: Bundle) -> dict[str, list[dict]]:
     """File name -> objects. One file per deployment, plus shared.yaml (cache claim) and router.yaml."""
-    from compiler.yamlio import dump_canonical
+    from trimtab.util.yamlio import dump_canonical
 
     files: dict[str, list[dict]] = {"shared.yaml": [_cache_claim(b)]}
     for t in b.targets:

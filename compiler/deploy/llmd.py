@@ -12,9 +12,9 @@ from __future__ import annotations
 
 import math
 
-from compiler.deploy.common import GIB, HF_SECRET, PORT, Bundle, Target, k8s_name
-from compiler.engines.base import flag_table
-from compiler.errors import InputError, Problem
+from trimtab.deploy.common import GIB, HF_SECRET, PORT, Bundle, Target, k8s_name
+from trimtab.engines.base import flag_table
+from trimtab.errors import InputError, Problem
 
 PROXY_PORT = 8200  # the chart's routing.proxy.targetPort default: vLLM listens here behind the sidecar
 CONNECTOR = "nixlv2"  # the routing sidecar's NIXL connector (chart default)

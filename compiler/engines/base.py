@@ -3,8 +3,8 @@
 Entry points: ``flag_table()`` (``profiles/engine_flags.yaml``: engine x version -> flag names, with sources),
 ``model_identities(spec, models)`` (the weights and served name of each spec model, used by ``lower``) and the
 dataclasses ``DeploymentFacts`` (what an emitter reads) and ``Launch`` (what it returns). The emitters
-(``compiler.engines.vllm``, ``.sglang``, ``.trtllm``) only translate facts into their engine's names; every
-number in the facts is computed once, in ``compiler.engines.realise`` from the plan and the cost model.
+(``trimtab.engines.vllm``, ``.sglang``, ``.trtllm``) only translate facts into their engine's names; every
+number in the facts is computed once, in ``trimtab.contract.realise`` from the plan and the cost model.
 """
 from __future__ import annotations
 
@@ -12,8 +12,8 @@ from dataclasses import dataclass, field
 from functools import lru_cache
 from pathlib import Path, PurePosixPath
 
-import profiles as _bundled
-from compiler.yamlio import read_yaml_file
+import trimtab.profiles as _bundled
+from trimtab.util.yamlio import read_yaml_file
 
 ADAPTER_DIR = "/models/adapters"  # where LoRA adapter folders are expected: <ADAPTER_DIR>/<adapter name>
 LEADER_ENV = "LEADER_ADDRESS"  # multi-node replicas: the leader's address, set by the launcher (LWS sets it)

@@ -7,7 +7,7 @@ SGLang's ``ServerArgs.add_cli_args`` parser when the ``sglang`` package imports 
 """
 from __future__ import annotations
 
-from compiler.engines.base import (ADAPTER_DIR, LEADER_ENV, RANK_ENV, DeploymentFacts, Launch, address_and_shape,
+from trimtab.engines.base import (ADAPTER_DIR, LEADER_ENV, RANK_ENV, DeploymentFacts, Launch, address_and_shape,
                                    dtype_args, flag_table, kv, num)
 
 ENGINE = "sglang"

@@ -6,8 +6,8 @@ tests check the commands against the documented flag list instead of its parser 
 """
 from __future__ import annotations
 
-from compiler.engines.base import ADAPTER_DIR, DeploymentFacts, Launch, flag_table, kv, num
-from compiler.yamlio import dump_canonical
+from trimtab.engines.base import ADAPTER_DIR, DeploymentFacts, Launch, flag_table, kv, num
+from trimtab.util.yamlio import dump_canonical
 
 ENGINE = "trt-llm"
 GIB = 1024 ** 3

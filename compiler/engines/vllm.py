@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import json
 
-from compiler.engines.base import (ADAPTER_DIR, LEADER_ENV, RANK_ENV, DeploymentFacts, Launch, address_and_shape,
+from trimtab.engines.base import (ADAPTER_DIR, LEADER_ENV, RANK_ENV, DeploymentFacts, Launch, address_and_shape,
                                    dtype_args, flag_table, kv, num)
 
 ENGINE = "vllm"

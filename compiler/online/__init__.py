@@ -1,2 +1,2 @@
-"""Plans over time (docs/online.md): rate profiles per window, the schedule MILP with switching costs, its
-planner, per-window checks, and re-planning from a running plan after drift or failures."""
+"""Stage 18, online: re-planning a running deployment after drift or failures (``replan``), from the plan in
+service, with switching costs (docs/online.md)."""

@@ -5,13 +5,14 @@ running plan as it can, next to a from-scratch plan.
     r = replan(current_plan, spec, max_moves=4, fail=["node=h100-sxm-1"])
     r.plan, r.moves (deployment -> (started, stopped)), r.fresh, r.fresh_moves, r.transition_usd
 
-The solve is ``compiler.formulate``'s MILP plus the move rows of ``compiler.online.milp.add_move_rows``: each
-replica started costs its start-up (``compiler.online.startup``: price x start-up time, it serves nothing
+The solve is ``trimtab.milp.formulate``'s MILP plus the move rows of ``trimtab.milp.windows.add_move_rows``:
+each
+replica started costs its start-up (``trimtab.cost.startup``: price x start-up time, it serves nothing
 meanwhile) plus ``stop_usd`` per replica stopped, against ``horizon_h`` hours of the new plan's $/h; so among
 plans of equal cost the one with the fewest moves wins, and a cheaper plan wins only when it pays back its moves
 within the horizon. A deployment is matched by name (the candidate id, e.g. ``chat-h100-sxm-tp4-t8k``): a
 replica on another GPU type or shape is a stop plus a start. Rounds, validation by simulation and placement are
-the one driver's (``compiler.driver.drive``) with this planner.
+the one driver's (``trimtab.planning.driver.drive``) with this planner.
 
 Failures: ``node=NAME`` removes a node of the plan's placement (its GPUs leave the spec's counts, the replicas
 with a stage on it are gone); ``gpus.TYPE=-N`` removes N GPUs of a type, taken from the last nodes of that type
@@ -22,13 +23,13 @@ from __future__ import annotations
 import time
 from dataclasses import dataclass
 
-from compiler.errors import InputError, Problem
-from compiler.formulate import formulate
-from compiler.online.milp import add_move_rows
-from compiler.online.startup import candidate_startup_s, startup_for
-from compiler.plan.schema import Plan
-from compiler.planners import UnifiedPlanner
-from compiler.solve import balance_routes
+from trimtab.errors import InputError, Problem
+from trimtab.milp.formulate import formulate
+from trimtab.milp.windows import add_move_rows
+from trimtab.cost.startup import candidate_startup_s, startup_for
+from trimtab.contract.schema import Plan
+from trimtab.planning.planners import UnifiedPlanner
+from trimtab.milp.solve import balance_routes
 
 HORIZON_H = 24.0  # hours a re-plan is expected to run: a cheaper plan must pay back its moves within it
 
@@ -42,8 +43,8 @@ class Failure:
 
 def parse_failures(plan: Plan, spec, items: list[str]) -> Failure:
     """``node=NAME`` / ``gpus.TYPE=-N`` against the running plan's placement."""
-    from compiler.lower import lower
-    from compiler.topology import build_topology
+    from trimtab.ir.lower import lower
+    from trimtab.ir.topology import build_topology
 
     topo = build_topology(spec, lower(spec))
     by_name = {n.name: n for n in topo.nodes}
@@ -155,12 +156,12 @@ def replan(current: Plan, spec, *, max_moves: int | None = None, fail: list[str]
            stop_usd: float = 0.0, backend: str | None = None, time_limit_s: float | None = None,
            validate: bool = True, seed: int = 0) -> ReplanResult:
     """The re-plan and a from-scratch plan of the (failed) spec, with the moves each makes from ``current``."""
-    from compiler.api import plan as fresh_plan
-    from compiler.driver import drive
-    from compiler.lower import lower
+    from trimtab.api import plan as fresh_plan
+    from trimtab.planning.driver import drive
+    from trimtab.ir.lower import lower
 
     t0 = time.perf_counter()
-    if spec.redundancy == "n+1":  # the move rows are not combined with the n+1 rows (compiler/redundancy.py) yet
+    if spec.redundancy == "n+1":  # the move rows are not combined with the n+1 rows (compiler/planning/redundancy.py) yet
         raise InputError([Problem("redundancy", "replan does not keep n+1 yet (docs/online.md, \"Redundancy\"): "
                                                 "re-plan with redundancy: none, or plan the spec afresh")], "spec")
     f = parse_failures(current, spec, list(fail))

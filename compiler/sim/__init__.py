@@ -1,11 +1,11 @@
 """Discrete-event simulation of a plan: requests arriving over time, continuous batching, chunked prefill,
 queues, a filling KV cache, routing across replicas. See docs/simulator.md.
 
-    from compiler.sim import simulate
+    from trimtab.sim import simulate
     res = simulate(plan, spec, requests=20_000, seed=0)   # SimResult: .workloads, .deployments, .ok, .failures()
 
 Layout: ``engine`` (event loop, arrivals drawn up front), ``arrivals`` (Poisson, Gamma, trace replay),
-``replica`` (one engine's scheduler; step times from ``compiler.cost.model.ReplicaModel.iteration_s``),
+``replica`` (one engine's scheduler; step times from ``trimtab.cost.model.ReplicaModel.iteration_s``),
 ``router`` inside ``engine`` (plan shares to a deployment, least request of two sampled replicas to a
 replica), ``scenario`` (plan + spec resolved to arrays), ``metrics`` (per workload and per deployment). No
 solver imports: a plan read from disk simulates on its own.
@@ -16,17 +16,17 @@ import math
 import time
 from typing import Callable
 
-from compiler.ir import ProblemIR
-from compiler.jobs import gc_paused
-from compiler.lower import lower
-from compiler.plan.schema import Plan
-from compiler.sim.engine import Simulation
-from compiler.sim.lora import apply_adapters
-from compiler.sim.metrics import SimResult, summarise
-from compiler.sim.reuse import RunCache
-from compiler.sim.scenario import Scenario, build_scenario
-from compiler.spec.schema import Spec
-from compiler.traces import Trace
+from trimtab.ir.model import ProblemIR
+from trimtab.util.jobs import gc_paused
+from trimtab.ir.lower import lower
+from trimtab.contract.schema import Plan
+from trimtab.sim.engine import Simulation
+from trimtab.sim.lora import apply_adapters
+from trimtab.sim.metrics import SimResult, summarise
+from trimtab.sim.reuse import RunCache
+from trimtab.sim.scenario import Scenario, build_scenario
+from trimtab.spec.schema import Spec
+from trimtab.spec.traces import Trace
 
 DEFAULT_REQUESTS = 20_000  # at least, in total ...
 MIN_PER_WORKLOAD = 1_000  # ... and enough that the slowest workload gets this many
@@ -61,7 +61,7 @@ def aim_counts(plan: Plan, ir: ProblemIR, requests: int, names, runs: int = 1) -
     same span of arrivals: per closure, the span in which its slowest workload gets aim / ``runs`` requests
     (never shorter than a run of ``requests``), each workload's rate x that span. All the counts add up to
     MAX_DEFAULT_REQUESTS at most (scaled down past it). {}: no workload of ``names`` is short. For
-    ``simulate(counts=...)`` in the planner's validating seeds after the first (``compiler.sim.validate``)."""
+    ``simulate(counts=...)`` in the planner's validating seeds after the first (``trimtab.sim.validate``)."""
     by_name = {w.name: w for w in ir.workloads}
     total = sum(w.rate_rps for w in ir.workloads)
     if total <= 0:
@@ -93,7 +93,7 @@ def simulate(plan: Plan, spec: Spec, *, ir: ProblemIR | None = None, requests: i
     """Simulate ``plan`` under ``spec``'s traffic. ``requests`` (total, split by rate) or ``duration_s``
     (seconds of arrivals); neither: ``default_requests``. ``trace`` replays one trace's arrivals and lengths for
     every workload (or those in ``trace_workloads``), each rescaled to its own rate. ``cache``
-    (``compiler.sim.reuse.RunCache``, the planner's rounds): reuse the deployment runs of the last simulation
+    (``trimtab.sim.reuse.RunCache``, the planner's rounds): reuse the deployment runs of the last simulation
     of this seed whose inputs are unchanged; the result is the same as without it. ``only_workloads``: run only
     the deployments these workloads are routed to (``closure``: with every workload those serve, and so on) and
     report those workloads and deployments alone: the workloads exactly as the whole run reports them (the
@@ -101,13 +101,13 @@ def simulate(plan: Plan, spec: Spec, *, ir: ProblemIR | None = None, requests: i
     streams), unless a deployment left out would have stopped the run at its drain limit (``reuse.join_ends``);
     the deployments' time shares (utilisation, KV) are over this run's end, which can come earlier. ``counts``
     (workload -> requests; instead of ``requests`` or ``duration_s``, and as ``only_workloads`` its workloads):
-    those workloads alone, each from a random stream of its own (``compiler.sim.engine.draw_counts``) and
+    those workloads alone, each from a random stream of its own (``trimtab.sim.engine.draw_counts``) and
     measured after the first WARMUP share of its own arrivals (``aim_counts``: runs as long as rare workloads
     need); ``only_workloads`` then runs only those of them (and their closure). ``scenario``: what
     ``build_scenario(plan, spec, ir, trace, trace_workloads, arrival_cv)`` returns for these arguments, built once by
-    a caller that simulates the same plan at several seeds (``compiler.sim.validate.simulate_seeds``): a run never
+    a caller that simulates the same plan at several seeds (``trimtab.sim.validate.simulate_seeds``): a run never
     changes its scenario, so the result is the same. Runs with the garbage collector paused
-    (``compiler.jobs.gc_paused``)."""
+    (``trimtab.util.jobs.gc_paused``)."""
     t0 = time.perf_counter()
     ir = ir or lower(spec)
     if requests is None and duration_s is None and counts is None:
@@ -125,7 +125,7 @@ def simulate(plan: Plan, spec: Spec, *, ir: ProblemIR | None = None, requests: i
         index = {index[n]: c for n, c in counts.items()}
     cls = Simulation
     if sc.pairs:
-        from compiler.sim.disagg import DisaggSimulation as cls
+        from trimtab.sim.disagg import DisaggSimulation as cls
     keep = deps = None
     if only_workloads is not None:
         keep, deps = closure(plan, only_workloads)

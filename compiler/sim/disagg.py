@@ -3,14 +3,14 @@
 A request routed to a (prefill, decode) pair is prefilled on a replica of the prefill deployment (``least_request``; an
 ordinary ``Replica`` serving a one-token proxy of it: the prompt and the first token), then its KV moves to the
 decode deployment for ``tokens x kv_bytes_per_token / bandwidth`` seconds (the narrower NIC share of the two
-replicas, ``compiler.cost.transfer.transfer_s``; for a co-located pair the GPUs' links inside the node); its first
+replicas, ``trimtab.cost.transfer.transfer_s``; for a co-located pair the GPUs' links inside the node); its first
 token is delivered when the KV lands, so the hand-off counts in TTFT as the planner counts it. A
 ``DecodeReplica`` of the decode deployment (``least_request``, drawn apart) admits it straight into its decode
 batch (no prompt to compute) while ``max_num_seqs`` and its KV cache allow, and emits one token per step;
 steps are decode-only (``ReplicaModel.iteration_s(batch, context)``).
 
 Simplifications (docs/simulator.md): transfers do not contend for the links (the planner keeps them under
-``compiler.topology.LINK_UTIL`` of each NIC); a decode replica that must preempt re-admits the request later
+``trimtab.ir.topology.LINK_UTIL`` of each NIC); a decode replica that must preempt re-admits the request later
 without recomputing its KV. A co-located pair's request goes to the least-loaded decode replica of the prefill
 replica's own group (``PairTarget.group``). A request counts against the prefill deployment when it misses TTFT
 and against the decode deployment otherwise (``worst_deployment`` is then the side to derate).
@@ -19,9 +19,9 @@ from __future__ import annotations
 
 from heapq import heappush
 
-from compiler.sim.engine import Simulation
-from compiler.sim.engine import least_request, route_base
-from compiler.sim.replica import Replica, Request
+from trimtab.sim.engine import Simulation
+from trimtab.sim.engine import least_request, route_base
+from trimtab.sim.replica import Replica, Request
 
 
 class DecodeReplica(Replica):

@@ -17,12 +17,12 @@ from typing import TYPE_CHECKING, Callable
 
 import numpy as np
 
-import compiler.sim.arrivals as arr
-from compiler.sim.replica import Replica, Request
-from compiler.sim.scenario import Scenario, SimWorkload, attach_prefix_caches
+import trimtab.sim.arrivals as arr
+from trimtab.sim.replica import Replica, Request
+from trimtab.sim.scenario import Scenario, SimWorkload, attach_prefix_caches
 
 if TYPE_CHECKING:
-    from compiler.sim.reuse import RunCache
+    from trimtab.sim.reuse import RunCache
 
 DRAIN_FACTOR = 1.0  # after the last arrival, run at most this many arrival spans (>= DRAIN_MIN_S) to drain
 DRAIN_MIN_S = 120.0
@@ -126,7 +126,7 @@ COUNTS_STREAM = 7919  # the random streams of ``draw_counts`` (apart from every 
 def draw_counts(sc: Scenario, seed: int, counts: dict[int, int]) -> Arrivals:
     """``counts[wi]`` requests of workload ``wi`` for each workload in ``counts`` (the others: none), each from a
     random stream of its own (seeded by (``seed``, COUNTS_STREAM, wi)): a workload's requests do not depend on
-    which others are drawn or how many (``compiler.sim.aim_counts``: the planner's longer runs of rare
+    which others are drawn or how many (``trimtab.sim.aim_counts``: the planner's longer runs of rare
     workloads)."""
     return _merge([_workload_part(np.random.default_rng((seed, COUNTS_STREAM, wi)), sc.workloads[wi], wi, n, None)
                    for wi, n in sorted(counts.items())])
@@ -134,7 +134,7 @@ def draw_counts(sc: Scenario, seed: int, counts: dict[int, int]) -> Arrivals:
 
 def _warmup_from(a: Arrivals, n_workloads: int) -> np.ndarray:
     """Per workload index: WARMUP x the time of its last arrival (infinity for a workload not drawn)."""
-    from compiler.sim.metrics import WARMUP
+    from trimtab.sim.metrics import WARMUP
 
     last = np.full(n_workloads, -np.inf)
     np.maximum.at(last, a.w, a.t)
@@ -199,12 +199,12 @@ class Simulation:
         # ``counts`` (workload index -> requests; ``draw_counts``): only those workloads, each from its own random
         # stream, and each measured after the first WARMUP share of its own arrivals (``warmup_from``)
         self.counts = counts
-        # Deployment runs reused across the planner's rounds (compiler.sim.reuse); the deployments of P/D pairs
+        # Deployment runs reused across the planner's rounds (trimtab.sim.reuse); the deployments of P/D pairs
         # (a subclass) interact and run together, never reused.
         self.cache = cache
         self._cache_slot = (seed, requests, duration_s) if counts is None else (seed, "counts", None)
         # Deployments to run (by name; None: all): the others' requests are drawn (the same random streams) and
-        # left unserved and unmeasured (``compiler.sim.simulate(only_workloads=...)`` reports only workloads
+        # left unserved and unmeasured (``trimtab.sim.simulate(only_workloads=...)`` reports only workloads
         # served entirely by the deployments run). Runs one event loop per deployment.
         self.only = only
         self.rng = np.random.default_rng(seed)
@@ -213,7 +213,7 @@ class Simulation:
         a = self.arrivals
         self.t_last_arrival = float(a.t[-1]) if len(a.t) else 0.0
         # per workload index: the arrival time from which its requests are measured (None: the first WARMUP share
-        # of the whole run, compiler.sim.metrics)
+        # of the whole run, trimtab.sim.metrics)
         self.warmup_from = None if counts is None else _warmup_from(a, len(scenario.workloads))
         self.t_stop = self.t_last_arrival + max(DRAIN_MIN_S, DRAIN_FACTOR * self.t_last_arrival)
         self.timeline_dt = self.t_stop / TIMELINE_BINS if timeline and self.t_stop > 0 else 0.0
@@ -234,7 +234,7 @@ class Simulation:
         self._prepare()
 
     def _draw_arrivals(self, requests: int | None, duration_s: float | None) -> Arrivals:
-        """Every request of the run (a hook: ``compiler.sim.schedule`` draws one segment per window)."""
+        """Every request of the run (a hook: ``trimtab.sim.schedule`` draws one segment per window)."""
         return draw_arrivals(self.sc, self.rng, requests, duration_s)
 
     def _kick(self, rep: Replica, t: float) -> None:
@@ -274,7 +274,7 @@ class Simulation:
         """Advance until every request is done (or t_stop); ``progress(fraction of arrivals)`` now and then.
         With a ``cache`` (the planner), or without P/D pairs and ``progress``, one event loop per deployment
         (``_run_split``, reusing runs from ``cache`` when given); otherwise one over all arrivals. Both give the
-        same requests, replicas and end (compiler.sim.reuse)."""
+        same requests, replicas and end (trimtab.sim.reuse)."""
         if self.cache is not None or self.only is not None or (type(self) is Simulation and progress is None):
             self._run_split()
         else:
@@ -286,7 +286,7 @@ class Simulation:
 
     def _loop(self, order, progress: Callable[[float], None] | None = None) -> tuple[float, bool]:
         """The one event loop over the arrivals ``order`` (indices, ascending): the next step end (``_on_event``)
-        or the next arrival (``_on_arrival``), arrivals second on ties; subclasses (``compiler.sim.disagg``)
+        or the next arrival (``_on_arrival``), arrivals second on ties; subclasses (``trimtab.sim.disagg``)
         change what an event or an arrival does, not the loop. Returns (time of the last event or arrival,
         whether it stopped at t_stop with events left)."""
         ts = self._ts
@@ -322,12 +322,12 @@ class Simulation:
 
     def _run_split(self) -> None:
         """One event loop per deployment over the arrivals routed to it, each taken from ``cache`` when the last
-        simulation of this seed ran it with the same inputs (``compiler.sim.reuse.dep_key``); then the requests
+        simulation of this seed ran it with the same inputs (``trimtab.sim.reuse.dep_key``); then the requests
         no replica serves (unrouted, refused, too long, a deployment of 0 replicas). The deployments of P/D pairs
         (``Scenario.pairs``, route targets past the deployments) hand requests to each other: their arrivals run
         in one loop together, never reused. Deployments ``only`` leaves out do not run (a skipped pair: none of
         its deployments named); their requests stay as drawn."""
-        from compiler.sim.reuse import DepRun, dep_key, join_ends
+        from trimtab.sim.reuse import DepRun, dep_key, join_ends
 
         cache = self.cache
         kept, used = cache.begin(self._cache_slot) if cache is not None else ({}, {})
@@ -366,7 +366,7 @@ class Simulation:
                     cache.misses += 1
                     used[key] = run
             else:
-                live = run.requests  # shared: nothing changes a request after its run (compiler.sim.reuse)
+                live = run.requests  # shared: nothing changes a request after its run (trimtab.sim.reuse)
                 for r in live:
                     r.dep = d
                 self.replicas[d] = run.replicas
@@ -419,9 +419,9 @@ class Simulation:
 
     def _run_all(self, orders: dict[int, list[int]]) -> dict[int, tuple[list[Request], float, bool]]:
         """``_run_one`` for each deployment of ``orders`` (d -> arrival indices), in forked processes where the
-        run is large enough (``compiler.sim.parallel``: the same floats, the same requests); here otherwise."""
-        from compiler.jobs import jobs_default
-        from compiler.sim import parallel
+        run is large enough (``trimtab.sim.parallel``: the same floats, the same requests); here otherwise."""
+        from trimtab.util.jobs import jobs_default
+        from trimtab.sim import parallel
 
         jobs = parallel.jobs_here(jobs_default())
         if parallel.worth_it(self, sum(map(len, orders.values())), len(orders), jobs):

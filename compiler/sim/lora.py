@@ -4,7 +4,7 @@ After the event loop, each request of a workload that uses adapters is given one
 so the arrivals and lengths are those of the plan without adapters) from the adapters the plan routes that
 workload to its deployment, in proportion to their traffic. Each replica keeps ``max_loras`` adapters resident
 in GPU slots, least recently used evicted first; a request admitted while its adapter is not resident waits for
-it to be copied from CPU memory (``compiler.cost.lora.swap_s``, the planner's figure): its first token and all
+it to be copied from CPU memory (``trimtab.cost.lora.swap_s``, the planner's figure): its first token and all
 later ones come that much later. The load is charged to the request alone (vLLM loads adapters at the start of
 the step that admits the request, which also delays the batch's other requests by as much; at ~1-10 ms per
 load against steps of ~10-30 ms this is noted, not modelled).
@@ -15,9 +15,9 @@ from collections import OrderedDict
 
 import numpy as np
 
-from compiler.cost.lora import swap_s
-from compiler.lora.model import modules_of
-from compiler.sim.reuse import own
+from trimtab.cost.lora import swap_s
+from trimtab.cost.adapters import modules_of
+from trimtab.sim.reuse import own
 
 SEED_SALT = 0x10A
 
@@ -78,7 +78,7 @@ def apply_adapters(sim, plan, ir, seed: int) -> list[str]:
             dt = cost[a]
             loads += 1
             load_s += dt
-            r = own(sim.requests, r)  # a run the planner reuses keeps its own timestamps (compiler.sim.reuse)
+            r = own(sim.requests, r)  # a run the planner reuses keeps its own timestamps (trimtab.sim.reuse)
             if r.t_first >= 0:
                 r.t_first += dt
             if r.t_done >= 0:

@@ -23,7 +23,7 @@ from operator import attrgetter
 import numpy as np
 
 WARMUP = 0.05
-BATCHES = 10  # consecutive batches per workload for the confidence interval (compiler.sim.validate)
+BATCHES = 10  # consecutive batches per workload for the confidence interval (trimtab.sim.validate)
 
 
 def _q(x: np.ndarray, p: float) -> float:
@@ -92,7 +92,7 @@ class WorkloadStats:
     worst_deployment: str  # the deployment with the most misses
     below_target: list[str]  # deployments whose own attainment for this workload is below target
     # (requests meeting the SLO, requests) per consecutive batch of measured requests, in arrival order: the
-    # batch means behind the confidence interval (compiler.sim.validate)
+    # batch means behind the confidence interval (trimtab.sim.validate)
     batches: list[tuple[int, int]] = field(default_factory=list)
 
     @property
@@ -226,9 +226,9 @@ def _groups(key: np.ndarray, keep: np.ndarray, k: int) -> list[np.ndarray]:
 def summarise(sim, span: tuple[float, float] | None = None, workloads: frozenset[str] | None = None,
               deployments: frozenset[str] | None = None) -> SimResult:
     """Per workload and deployment statistics of a finished run. ``span`` = (from, to): measure only the
-    requests arriving in [from, to) (a window of a schedule simulation, ``compiler.sim.schedule``) instead of
+    requests arriving in [from, to) (a window of a schedule simulation, ``trimtab.sim.schedule``) instead of
     those after the first WARMUP share of the run. ``workloads`` / ``deployments`` (None: all): report only these
-    (a run of some workloads, ``compiler.sim.simulate(only_workloads=...)``; the others' statistics are not
+    (a run of some workloads, ``trimtab.sim.simulate(only_workloads=...)``; the others' statistics are not
     computed)."""
     sc = sim.sc
     reqs = sim.requests

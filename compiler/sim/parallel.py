@@ -3,9 +3,9 @@ validating runs on 2+ cores).
 
 Entry points: ``run_deployments(sim, orders, jobs) -> {d: (requests, t_last, stopped)}``, called by
 ``Simulation._run_all`` for the deployments it has to run (not reused from a former round); ``seeds_in_processes``,
-called by ``compiler.sim.validate.simulate_seeds`` for the seeds after the first.
+called by ``trimtab.sim.validate.simulate_seeds`` for the seeds after the first.
 
-Why this is exact: the deployments' event loops are independent (``compiler.sim.reuse``; P/D pairs, which
+Why this is exact: the deployments' event loops are independent (``trimtab.sim.reuse``; P/D pairs, which
 interact, run apart, in the parent): each starts from a fresh event queue and touches only its own replicas and
 the requests routed to it. So a deployment's loop run in a forked child (which inherits the drawn arrivals, the
 replicas and their cost models) computes the same floats in the same order as in the parent. The child sends
@@ -19,7 +19,7 @@ process that drew short runs takes more of them. A run that ends with requests s
 (stopped at the drain limit) or on a replica with a prefix cache (an LRU of trace block hashes, too large to send)
 is not sent: the parent runs it. What a child that fails (or is killed) took, the parent runs. Only runs of at
 least ``MIN_ARRIVALS`` requests use children (forking and sending costs ~0.1 s; the test suite's small runs stay in
-one process); ``TRIMTAB_JOBS=1`` turns it off, as for the candidate fan-out (``compiler.fanout``).
+one process); ``TRIMTAB_JOBS=1`` turns it off, as for the candidate fan-out (``trimtab.milp.fanout``).
 """
 from __future__ import annotations
 
@@ -28,7 +28,7 @@ import pickle
 import traceback
 from operator import attrgetter
 
-from compiler.sim.replica import Replica, Request
+from trimtab.sim.replica import Replica, Request
 
 MIN_ARRIVALS = 20_000  # arrivals to run below which one process is faster
 
@@ -197,7 +197,7 @@ def _pack_cache(cache, slot, before: dict) -> list:
 def _unpack_cache(packed: list, before: dict) -> dict:
     """``_pack_cache``'s runs as ``DepRun``s again (``before``: the parent's runs of the slot, for the keys sent
     alone)."""
-    from compiler.sim.reuse import DepRun
+    from trimtab.sim.reuse import DepRun
 
     used = {}
     for key, run in packed:
@@ -229,7 +229,7 @@ def _seed_child(run_one, seed, cache, share, conn) -> None:
 def run_seeds(run_one, seeds: list, cache, jobs: int) -> list:
     """``run_one(seed) -> SimResult`` for each of ``seeds``, the first here and the others in forked
     children (at most ``jobs`` processes at once, in seed order), each child's deployment runs put into
-    ``cache`` (``compiler.sim.reuse.RunCache``) as if run here; the results in seed order, the same as running
+    ``cache`` (``trimtab.sim.reuse.RunCache``) as if run here; the results in seed order, the same as running
     them one after another (each seed's simulation is a function of its seed and the plan alone; one seed's runs
     never reuse another's). A seed whose child fails is run here."""
     ctx = multiprocessing.get_context("fork")
@@ -263,7 +263,7 @@ def run_seeds(run_one, seeds: list, cache, jobs: int) -> list:
 def seeds_in_processes(run_one, seeds: list, cache, requests: int) -> list:
     """``run_one`` over ``seeds``: spread over the processes (``run_seeds``) when there are two or more and each
     run draws at least ``MIN_ARRIVALS`` requests, one after another here otherwise."""
-    from compiler.jobs import jobs_default
+    from trimtab.util.jobs import jobs_default
 
     jobs = jobs_default()
     if (len(seeds) < 2 or jobs < 2 or requests < MIN_ARRIVALS or _SEED_JOBS[0]

@@ -37,7 +37,7 @@ from heapq import heappop, heappush
 
 import numpy as np
 
-from compiler.cost.model import ReplicaModel
+from trimtab.cost.model import ReplicaModel
 
 WATERMARK = 0.01  # share of KV blocks kept free at admission (vLLM's default watermark)
 
@@ -69,7 +69,7 @@ class Request:
 
 class PrefixCache:
     """A replica's prefix cache in simulation: ``hits`` per workload index (share of input tokens, used when
-    ``hashes`` has no trace for the workload) and an LRU of the trace's block hashes (``compiler.traces.BlockLRU``
+    ``hashes`` has no trace for the workload) and an LRU of the trace's block hashes (``trimtab.spec.traces.BlockLRU``
     of the reserved size) replaying real hits. A host tier (``host_tokens`` > 0): ``host`` per workload is the
     share of input tokens found only there; replayed hashes go through a second LRU of ``host_tokens``."""
 
@@ -77,7 +77,7 @@ class PrefixCache:
 
     def __init__(self, reserved_tokens: int, hits: dict[int, float], hashes: dict[int, tuple] | None = None,
                  host: dict[int, float] | None = None, host_tokens: int = 0):
-        from compiler.traces import BlockLRU
+        from trimtab.spec.traces import BlockLRU
 
         self.hits = hits
         self.hashes = hashes or {}

@@ -19,7 +19,7 @@ deployment's event loop (the replica model is a function of the shape and the sp
 
 A reused run hands out its ``Request`` objects again (only their deployment index is set anew), so nothing may
 change a request once its run is over: what comes after the event loop replaces a request by a copy
-(``clone``) before changing it (``compiler.sim.lora.apply_adapters``: adapter loads delay a request's tokens).
+(``clone``) before changing it (``trimtab.sim.lora.apply_adapters``: adapter loads delay a request's tokens).
 """
 from __future__ import annotations
 
@@ -28,7 +28,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from compiler.sim.replica import Request
+from trimtab.sim.replica import Request
 
 
 @dataclass

@@ -6,7 +6,7 @@ arrays. A route that names an unknown deployment, bucket or workload is skipped 
 requests of a bucket without a route are counted as unserved.
 
 Prefix reuse (docs/prefix-caching.md): a unified deployment serving a workload with prefix reuse keeps the
-planner's prefix cache per replica (``compiler.candidates.prefix_cache``: reserved tokens and the hit rate they
+planner's prefix cache per replica (``trimtab.milp.candidates.prefix_cache``: reserved tokens and the hit rate they
 get); with a trace that has hash_ids and a measured prefix (``from_trace``) every replica replays the real hits
 through an LRU of the reserved size (the measured validation), otherwise each request reuses hit rate x input.
 """
@@ -17,14 +17,14 @@ from pathlib import Path
 
 import numpy as np
 
-from compiler.cost.factory import host_tier_tokens, prefix_hits
-from compiler.cost.model import ReplicaModel
-from compiler.deployment import DeploymentSpecView, replica_model_of
-from compiler.ir import ProblemIR
-from compiler.lengths import bucket_name, cut_inputs, cut_outputs, input_ranges, length_grids
-from compiler.plan.schema import Plan
-from compiler.spec.schema import Spec
-from compiler.traces import Trace, read_trace
+from trimtab.cost.factory import host_tier_tokens, prefix_hits
+from trimtab.cost.model import ReplicaModel
+from trimtab.deployment.shape import DeploymentSpecView, replica_model_of
+from trimtab.ir.model import ProblemIR
+from trimtab.spec.lengths import bucket_name, cut_inputs, cut_outputs, input_ranges, length_grids
+from trimtab.contract.schema import Plan
+from trimtab.spec.schema import Spec
+from trimtab.spec.traces import Trace, read_trace
 
 
 @dataclass
@@ -136,7 +136,7 @@ def build_scenario(plan: Plan, spec: Spec, ir: ProblemIR, trace: Trace | None = 
         isl_raw, osl_raw = length_grids(sw, spec.base_dir)
         isl = cut_inputs(isl_raw, ctx)
         ins = input_ranges(isl)
-        names = [bucket_name(isl, a, b) for a, b in ins]  # as compiler.lengths.make_buckets names them
+        names = [bucket_name(isl, a, b) for a, b in ins]  # as trimtab.spec.lengths.make_buckets names them
         if names != [b.name for b in w.buckets]:
             raise RuntimeError(f"simulator and planner disagree on {w.name}'s buckets: {names} vs "
                                f"{[b.name for b in w.buckets]}")
@@ -178,8 +178,8 @@ def build_scenario(plan: Plan, spec: Spec, ir: ProblemIR, trace: Trace | None = 
 
 
 def attach_prefix_caches(sc: Scenario, replicas: list[list]) -> None:
-    """Give every replica of a deployment with a prefix cache its own (``compiler.sim.replica.PrefixCache``)."""
-    from compiler.sim.replica import PrefixCache
+    """Give every replica of a deployment with a prefix cache its own (``trimtab.sim.replica.PrefixCache``)."""
+    from trimtab.sim.replica import PrefixCache
 
     index = {w.name: i for i, w in enumerate(sc.workloads)}
     for d, reps in zip(sc.deployments, replicas):
@@ -206,8 +206,8 @@ class PairTarget(tuple):
 
 def pair_targets(plan, ir, deps, dep_index):
     """The plan's (prefill, decode) pairs as deployment indices, sorted by name, with the KV hand-off seconds
-    per input token of each (``compiler.cost.transfer.transfer_s``)."""
-    from compiler.cost.transfer import is_local_pair, transfer_s
+    per input token of each (``trimtab.cost.transfer.transfer_s``)."""
+    from trimtab.cost.transfer import is_local_pair, transfer_s
 
     names = sorted({(r.prefill, r.decode) for r in plan.routes
                     if r.prefill in dep_index and r.decode in dep_index

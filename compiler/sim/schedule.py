@@ -1,12 +1,12 @@
 """A schedule simulated over time (docs/online.md, "Transitions"): consecutive windows as one run of the one event
-loop (``compiler.sim.engine.Simulation.run``), the rate changing at window boundaries and the fleet following the
+loop (``trimtab.sim.engine.Simulation.run``), the rate changing at window boundaries and the fleet following the
 schedule.
 
     sim = ScheduleSimulation(held, segments, events, seed).run()
     summarise(sim, span=(a, b))          # the requests arriving in [a, b): one window's part, its first minutes
 
 * **Arrivals** are non-homogeneous: one segment per window (``Segment``), each drawn as that window's static
-  scenario draws them (its rates, burstiness and routes; ``compiler.sim.engine.draw_arrivals``) and shifted to
+  scenario draws them (its rates, burstiness and routes; ``trimtab.sim.engine.draw_arrivals``) and shifted to
   its start. Within a segment the process is the window's renewal process; at a boundary it restarts.
 * **Replicas** are the fleet held (every deployment of the plan at its most replicas); which of them serve follows
   the schedule (``ScaleEvent``). A replica added for a window becomes available when its start-up ends (a start
@@ -16,7 +16,7 @@ schedule.
   none serving (the deployment's first replica is still starting) it waits at the router and is dispatched, in
   arrival order, to the first replica that comes up. Nothing is migrated between replicas.
 
-Simulate stage: it reads scenarios (``compiler.sim.scenario``) and imports no planner.
+Simulate stage: it reads scenarios (``trimtab.sim.scenario``) and imports no planner.
 """
 from __future__ import annotations
 
@@ -25,9 +25,9 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from compiler.sim.engine import Arrivals, Simulation, draw_arrivals, least_request
-from compiler.sim.replica import Request
-from compiler.sim.scenario import Scenario
+from trimtab.sim.engine import Arrivals, Simulation, draw_arrivals, least_request
+from trimtab.sim.replica import Request
+from trimtab.sim.scenario import Scenario
 
 
 @dataclass(frozen=True)
@@ -57,7 +57,7 @@ def scale_events(counts: list[list[int]], boundaries: list[float], startup_s: li
     deployment ``d`` in segment ``k`` (``boundaries[k - 1]`` its start); replicas ``counts[k-1][d] ..
     counts[k][d] - 1`` come up at boundary - lead + startup (never before time 0), those above ``counts[k][d]``
     drain from the boundary. Replicas are numbered so that the lowest serve longest (as
-    ``compiler.online.check.window_plan`` keeps the first ones)."""
+    ``trimtab.gate.windows.window_plan`` keeps the first ones)."""
     events: list[ScaleEvent] = []
     for k in range(1, len(counts)):
         b = boundaries[k - 1]

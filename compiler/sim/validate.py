@@ -35,7 +35,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, replace
 
-from compiler.sim.metrics import SimResult
+from trimtab.sim.metrics import SimResult
 
 PLAN_SEEDS = 3  # plan validates on seeds seed .. seed + PLAN_SEEDS - 1
 CHECK_SEEDS = 3  # check's default number of seeds ...
@@ -44,7 +44,7 @@ CONFIDENCE = 0.95  # one-sided
 EARLY_ACCEPT = 0.5  # plan stops after one seed when every lower bound leaves at most this share of allowed misses
 EXTRA_SEEDS = 12  # plan runs at most this many more seeds, on the workloads the PLAN_SEEDS leave undecided ...
 SEQUENTIAL_CONFIDENCE = 0.9975  # ... whose bounds are then at this confidence (repeated looks; docs/simulator.md),
-LOOK_SEEDS = 2  # ... this many seeds a look, run side by side (compiler.sim.parallel)
+LOOK_SEEDS = 2  # ... this many seeds a look, run side by side (trimtab.sim.parallel)
 R_MAX = 0.9  # cap on the lag-1 batch autocorrelation used to widen the interval (factor 19 on the variance)
 
 
@@ -246,21 +246,21 @@ def simulate_seeds(plan, spec, ir, seeds: tuple[int, ...], requests: int | None,
     the 8 specs that took a third round had such a workload in their second). Workloads the seeds leave
     ``undecided`` get up to EXTRA_SEEDS more, LOOK_SEEDS at a time side by side, those ``apart`` from any below
     target (before: none while any was below target). In the planner's
-    seeds after the first, a workload the run gives too few requests (``compiler.sim.aim_counts``) runs on its own
+    seeds after the first, a workload the run gives too few requests (``trimtab.sim.aim_counts``) runs on its own
     (with its closure) for as long as it needs, in a run of its own at that seed (docs/simulator.md, "Runs of their
     own length"). The seeds after the first run side by side in forked processes where each run is large enough
-    (``compiler.sim.parallel``); the result is the same."""
-    from compiler.sim import aim_counts, default_requests, parallel, simulate
-    from compiler.sim.scenario import build_scenario
+    (``trimtab.sim.parallel``); the result is the same."""
+    from trimtab.sim import aim_counts, default_requests, parallel, simulate
+    from trimtab.sim.scenario import build_scenario
 
     only = None
     # One scenario for every run of this plan (every seed; a run never changes it): built once, not per run
     if ir is not None and not set(kwargs) & {"trace", "trace_workloads", "arrival_cv", "scenario"}:
         kwargs = {**kwargs, "scenario": build_scenario(plan, spec, ir)}
     # The planner's later seeds: workloads a run of ``requests`` gives too few requests run on their own, as long
-    # as they need (``compiler.sim.aim_counts``): every rare workload's count, their aim over the seeds after the
+    # as they need (``trimtab.sim.aim_counts``): every rare workload's count, their aim over the seeds after the
     # first together (the first run's few requests of them rarely decide), the same draws whichever of them a seed
-    # runs, so a later round takes the runs of deployments it did not change from the run cache (compiler.sim.reuse)
+    # runs, so a later round takes the runs of deployments it did not change from the run cache (trimtab.sim.reuse)
     own_length = (fail_fast and ir is not None and requests is not None and not plan.adapter_routes
                   and not set(kwargs) - {"cache", "scenario"})
     rare = aim_counts(plan, ir, requests, frozenset(w.name for w in ir.workloads), max(len(seeds) - 1, 1)) \
@@ -297,7 +297,7 @@ def simulate_seeds(plan, spec, ir, seeds: tuple[int, ...], requests: int | None,
             only = apart(plan, first, only) if shown else only
         if shown and not plan.adapter_routes and not only:
             return first
-    # The other seeds side by side where worth it (compiler.sim.parallel), sized by the requests each run draws;
+    # The other seeds side by side where worth it (trimtab.sim.parallel), sized by the requests each run draws;
     # 0 (one after another): a progress bar to drive, a run by duration, or no IR to size it from.
     size = (0 if kwargs.get("progress") is not None else requests if requests is not None
             else default_requests(ir) if ir is not None and kwargs.get("duration_s") is None else 0)
@@ -324,7 +324,7 @@ def simulate_seeds(plan, spec, ir, seeds: tuple[int, ...], requests: int | None,
 def apart(plan, res: SeedsResult, names: frozenset[str]) -> frozenset[str]:
     """Of ``names``, those at or above their target in ``res`` that share no deployment (``closure``) with a
     workload below it: their verdict does not wait on a re-solve of the others."""
-    from compiler.sim import closure
+    from trimtab.sim import closure
 
     below = frozenset(n for n in res.intervals if not res.at_target(n))
     if not below:

@@ -6,12 +6,12 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from compiler.errors import InputError, Problem
-from compiler.lora.spec import cross_check as lora_cross_check
-from compiler.profiles import ProfileSet, load_profiles
-from compiler.spec.schema import Spec
-from compiler.validation import validate
-from compiler.yamlio import LineMap, line_for, load_yaml_with_lines, read_yaml_file
+from trimtab.errors import InputError, Problem
+from trimtab.spec.lora import cross_check as lora_cross_check
+from trimtab.profiles.loader import ProfileSet, load_profiles
+from trimtab.spec.schema import Spec
+from trimtab.util.validation import validate
+from trimtab.util.yamlio import LineMap, line_for, load_yaml_with_lines, read_yaml_file
 
 
 def load_spec(source: str | Path, profiles: ProfileSet | None = None, *, text: str | None = None) -> Spec:
@@ -69,7 +69,7 @@ def cross_check(spec: Spec, lines: LineMap, source: str, profiles: ProfileSet) -
                 f"model {w.model!r} is not listed under models ({', '.join(sorted(names))})")
     kv_dtype_check(spec, profiles, bad)
     lora_cross_check(spec, bad)
-    from compiler.online.profile import profile_problems
+    from trimtab.spec.rates import profile_problems
 
     for loc, where, msg in profile_problems(spec):
         bad(loc, where, msg)
@@ -80,8 +80,8 @@ def cross_check(spec: Spec, lines: LineMap, source: str, profiles: ProfileSet) -
 
 def kv_dtype_check(spec: Spec, profiles: ProfileSet, bad) -> None:
     """``workloads[].kv_dtype: fp4`` (an NVFP4 KV cache): a GPU of the spec and the workload's model must be able
-    to hold it (``compiler.profiles.fp4_kv_problem``); with LoRA adapters on the model it is not supported yet."""
-    from compiler.profiles import fp4_kv_problem, model_from_hf_config
+    to hold it (``trimtab.profiles.loader.fp4_kv_problem``); with LoRA adapters on the model it is not supported yet."""
+    from trimtab.profiles.loader import fp4_kv_problem, model_from_hf_config
 
     gpus = [profiles.gpus[g.type] for g in spec.gpus if g.type in profiles.gpus]
     models = {m.name: m for m in spec.models}

@@ -2,7 +2,7 @@
 
 ``Spec`` is what ``trimtab schema spec`` prints as JSON Schema and what docs/spec-reference.md documents.
 Cross-field checks that need profiles (unknown GPU or model names, context windows) happen in
-``compiler.lower``; the checks here need only the file itself.
+``trimtab.ir.lower``; the checks here need only the file itself.
 """
 from __future__ import annotations
 
@@ -425,5 +425,5 @@ class Spec(_Strict):
     def base_dir(self) -> str:
         return self._base_dir
 
-    # Cross-references (duplicate names, unknown models or GPUs) are checked in compiler.spec.load,
+    # Cross-references (duplicate names, unknown models or GPUs) are checked in trimtab.spec.load,
     # which knows the YAML line of each entry.

@@ -8,8 +8,8 @@ import pytest
 import yaml
 from typer.testing import CliRunner
 
-from cli.main import app
-from compiler.errors import ExitCode
+from trimtab.cli.main import app
+from trimtab.errors import ExitCode
 from tests.conftest import QUICKSTART, SMALL_SPEC
 
 runner = CliRunner()
@@ -51,7 +51,7 @@ def test_plan_verbose_reports_rounds_and_stage_seconds(tmp_path, small_spec_path
     assert f"{after_miss} after a simulated miss, {after_miss + 1} simulated)" in line
     sim = next(ln for ln in res.output.splitlines() if ln.startswith("simulation: "))
     simulated, reused = int(sim.split()[1]), int(sim.split(", ")[1].split()[0])
-    assert simulated >= 1 and reused >= 0  # deployment runs (compiler.sim.reuse)
+    assert simulated >= 1 and reused >= 0  # deployment runs (trimtab.sim.reuse)
 
 
 def test_plan_json_format(tmp_path):
@@ -169,8 +169,8 @@ def test_budget_too_small_exit3(tmp_path):
 def test_solver_without_solution_exit4(monkeypatch, small_spec_path):
     # A real solver cannot be made to fail on demand; a registered backend that always stops without a
     # solution exercises the mapping from that outcome to exit 4.
-    import solvers
-    from solvers.base import Backend, SolveResult, Status, Termination
+    import trimtab.solvers
+    from trimtab.solvers.base import Backend, SolveResult, Status, Termination
 
     class NeverSolves(Backend):
         def __init__(self, name):

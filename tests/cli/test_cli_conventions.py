@@ -9,7 +9,7 @@ import typer
 import yaml
 from typer.testing import CliRunner
 
-from cli.main import app
+from trimtab.cli.main import app
 
 ROOT = Path(__file__).resolve().parents[2]
 

@@ -9,8 +9,8 @@ import pytest
 import yaml
 from typer.testing import CliRunner
 
-from cli.main import app
-from compiler.spec.schema import SPEC_SCHEMA_ID
+from trimtab.cli.main import app
+from trimtab.spec.schema import SPEC_SCHEMA_ID
 from tests.conftest import ROOT
 
 

@@ -7,8 +7,8 @@ from __future__ import annotations
 
 import pytest
 
-from compiler.cost.predict import replica
-from compiler.profiles import ProfileSet, load_profiles
+from trimtab.cost.predict import replica
+from trimtab.profiles.loader import ProfileSet, load_profiles
 
 P = load_profiles()
 

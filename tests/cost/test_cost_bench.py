@@ -8,8 +8,8 @@ import pytest
 import yaml
 from typer.testing import CliRunner
 
-from cli.main import app
-from compiler.profiles import GpuProfile
+from trimtab.cli.main import app
+from trimtab.profiles.loader import GpuProfile
 
 torch = pytest.importorskip("torch")
 runner = CliRunner()
@@ -33,7 +33,7 @@ def test_bench_cpu_quick_then_calibrate(tmp_path):
     assert prof.kinds()["bf16_tflops"] == "measurement"  # no spec sheet for a CPU: the best measured rate
     assert 0 < prof.compute_efficiency.value <= 1 and 0 < prof.bandwidth_efficiency.value <= 1
     # the measured profile is usable by the cost model
-    from compiler.profiles import load_profiles
+    from trimtab.profiles.loader import load_profiles
 
     profs = load_profiles((tmp_path,))
     assert "cpu-ci" in profs.gpus
@@ -52,7 +52,7 @@ def test_gpu_timer_regraphs_short_calls_only(monkeypatch):
     longer ones, copies (``graph=False``) and a timer made with ``graph=False`` keep the eager median."""
     from types import SimpleNamespace
 
-    from compiler.bench import _Timer
+    from trimtab.field.bench import _Timer
 
     eager = {"ms": 0.02}
 

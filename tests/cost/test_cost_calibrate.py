@@ -7,9 +7,9 @@ import pytest
 import yaml
 from typer.testing import CliRunner
 
-from cli.main import app
-from compiler.calibrate import BENCH_COLUMNS, calibrate
-from compiler.profiles import GpuProfile
+from trimtab.cli.main import app
+from trimtab.field.calibrate import BENCH_COLUMNS, calibrate
+from trimtab.profiles.loader import GpuProfile
 
 runner = CliRunner()
 PEAK_F, PEAK_B = 989e12, 3350e9  # the h100-sxm spec sheet, used as --base

@@ -8,9 +8,9 @@ from pathlib import Path
 
 from typer.testing import CliRunner
 
-from cli.main import app
-from compiler.cost.predict import fidelity, replica
-from compiler.profiles import load_profiles
+from trimtab.cli.main import app
+from trimtab.cost.predict import fidelity, replica
+from trimtab.profiles.loader import load_profiles
 
 runner = CliRunner()
 ROOT = Path(__file__).resolve().parents[2]
@@ -58,8 +58,8 @@ def test_fp8_predict_more_kv_and_faster_decode():
 
 
 def test_spec_engine_selects_profile(tmp_path):
-    from compiler.api import load_spec
-    from compiler.lower import lower
+    from trimtab.api import load_spec
+    from trimtab.ir.lower import lower
 
     from tests.conftest import SMALL_SPEC
 

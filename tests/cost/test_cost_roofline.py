@@ -5,8 +5,8 @@ import math
 
 import pytest
 
-from compiler.cost.model import ReplicaModel, TrafficClass
-from compiler.profiles import EngineProfile, GpuProfile, ModelProfile, load_profiles
+from trimtab.cost.model import ReplicaModel, TrafficClass
+from trimtab.profiles.loader import EngineProfile, GpuProfile, ModelProfile, load_profiles
 
 GIB = 1024**3
 

@@ -7,7 +7,7 @@ import pytest
 
 
 def test_gamma_q_matches_closed_forms():
-    from compiler.cost.model import gamma_q
+    from trimtab.cost.model import gamma_q
 
     for x in (0.0, 0.3, 1.0, 2.5, 10.0, 40.0):
         assert gamma_q(1.0, x) == pytest.approx(math.exp(-x), rel=1e-10, abs=1e-15)  # Q(1, x) = e^-x

@@ -8,10 +8,10 @@ from pathlib import Path
 
 import pytest
 
-from compiler.cost.moe import MoeLayer, experts_touched
-from compiler.cost.predict import replica
-from compiler.physics import decode_bound
-from compiler.profiles import architecture_params, load_profiles, model_from_hf_config
+from trimtab.cost.moe import MoeLayer, experts_touched
+from trimtab.cost.predict import replica
+from trimtab.cost.physics import decode_bound
+from trimtab.profiles.loader import architecture_params, load_profiles, model_from_hf_config
 
 P = load_profiles()
 MOE = ("mixtral-8x7b", "qwen3-30b-a3b", "qwen3-235b-a22b", "deepseek-v3", "llama-4-scout", "llama-4-maverick",
@@ -172,7 +172,7 @@ def test_fp4_without_fp4_tensor_cores_is_weight_only():
 def _cli(args):
     from typer.testing import CliRunner
 
-    from cli.main import app
+    from trimtab.cli.main import app
 
     return CliRunner().invoke(app, args)
 
@@ -201,7 +201,7 @@ def test_fp4_on_gpus_without_fp4_is_infeasible_with_the_reason(tmp_path):
 
 def test_physics_guard_reads_the_mla_latent_and_fp4_peak():
     """The speed-of-light guard (spec sheets only) uses MLA's latent KV and the B200's FP4 peak."""
-    from compiler.physics import _kv_bytes_per_token, prompt_bound
+    from trimtab.cost.physics import _kv_bytes_per_token, prompt_bound
 
     assert _kv_bytes_per_token(P.models["deepseek-v3"], "fp8") == 61 * (512 + 64)
     m, g = P.models["gpt-oss-120b"], P.gpus["b200"]

@@ -7,9 +7,9 @@ import math
 import numpy as np
 import pytest
 
-from compiler.cost.moe import MoeLayer, busiest_rank_factor, expected_max_normal
-from compiler.cost.predict import replica
-from compiler.profiles import ProfileSet, Q, Source, load_profiles
+from trimtab.cost.moe import MoeLayer, busiest_rank_factor, expected_max_normal
+from trimtab.cost.predict import replica
+from trimtab.profiles.loader import ProfileSet, Q, Source, load_profiles
 
 P = load_profiles()
 

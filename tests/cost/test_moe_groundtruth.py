@@ -12,7 +12,7 @@ from pathlib import Path
 
 from benchmarks.groundtruth import (METRIC_UNITS, check_file, check_row, gpu_profile, model_profile, mode,
                                     precision)
-from compiler.cost.predict import replica
+from trimtab.cost.predict import replica
 
 ROOT = Path(__file__).resolve().parents[2]
 CSV = ROOT / "benchmarks" / "data" / "moe_groundtruth.csv"

@@ -1,4 +1,4 @@
-"""Seats and KV at the SLO percentile (``compiler.cost.queueing.over_caps``): hand-computed cases, and a replica
+"""Seats and KV at the SLO percentile (``trimtab.cost.queueing.over_caps``): hand-computed cases, and a replica
 whose mean batch fits ``max_num_seqs`` but whose batch at p99 does not is unstable."""
 from __future__ import annotations
 
@@ -6,8 +6,8 @@ import math
 
 import pytest
 
-from compiler.cost.model import TrafficClass
-from compiler.cost.queueing import batch_var, ctx_sq, over_caps
+from trimtab.cost.model import TrafficClass
+from trimtab.cost.queueing import batch_var, ctx_sq, over_caps
 
 from tests.cost.test_cost_roofline import rm
 

@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import math
 
-from compiler.cost.search import bisect_max, bisect_steps, bisect_width, bracket, grow, smallest_true
+from trimtab.cost.search import bisect_max, bisect_steps, bisect_width, bracket, grow, smallest_true
 
 
 def test_bisect_max_returns_a_true_point_within_tolerance():

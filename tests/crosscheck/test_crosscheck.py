@@ -3,20 +3,20 @@
 Like cvxpy's ``solver_test_helpers`` (lp_0, mi_lp_0, ...): the same problems run on HiGHS, CBC and CP-SAT;
 objectives must agree with the hand value and with each other, and every solution must satisfy the
 solver-neutral model (``MilpModel.violations``) and, for real specs, the independent verifier
-(``compiler.check``), which re-derives inventory, budget, routing, memory fit and SLOs from the IR.
+(``trimtab.gate.analytic``), which re-derives inventory, budget, routing, memory fit and SLOs from the IR.
 """
 from __future__ import annotations
 
 import pytest
 
-from compiler.api import plan
-from compiler.check import check
-from compiler.deployment import Candidate, CandidateSet
-from compiler.formulate import formulate, n_var
-from compiler.solve import solve_ir
-from compiler.lower import lower
-from compiler.spec.load import load_spec
-from solvers import SolveOptions, Status, available_backends, get_backend
+from trimtab.api import plan
+from trimtab.gate.analytic import check
+from trimtab.deployment.shape import Candidate, CandidateSet
+from trimtab.milp.formulate import formulate, n_var
+from trimtab.milp.solve import solve_ir
+from trimtab.ir.lower import lower
+from trimtab.spec.load import load_spec
+from trimtab.solvers import SolveOptions, Status, available_backends, get_backend
 from tests.conftest import HEAVY_KV_SPEC, SMALL_SPEC
 
 BACKENDS = available_backends()
@@ -84,7 +84,7 @@ def test_budget_infeasible_and_elastic_relaxation(backend):
     cs = _cands(ir, STANDARD[0][2])
     res = get_backend(backend).solve(formulate(ir, cs), OPTS)
     assert res.status is Status.INFEASIBLE
-    from compiler.explain import relaxations
+    from trimtab.planning.explain import relaxations
     lines = relaxations(ir, cs, get_backend(backend), OPTS)
     # hand: 3 x A = 3 rps only; the cheapest full plan is 1 x B = $3.5
     assert lines == ["raise budget_usd_per_hour from 3 to at least 3.50"]
@@ -110,8 +110,8 @@ REAL = {
     "small_tight_inventory": spec_text(h100=1, l4=3, rate=12),
     "small_no_budget": spec_text(budget=None, rate=20),
     "goodput": spec_text(budget=5.0, rate=40, objective="max_goodput"),
-    "adapters": ADAPTERS,  # the adapter planner (compiler.lora.plan.LoraPlanner)
-    "pd": HEAVY_KV_SPEC,  # prefill/decode pairs (compiler.disagg) inside the unified planner
+    "adapters": ADAPTERS,  # the adapter planner (trimtab.planning.lora.LoraPlanner)
+    "pd": HEAVY_KV_SPEC,  # prefill/decode pairs (trimtab.milp.disagg) inside the unified planner
 }
 # What each special case must exercise, whatever the backend: otherwise it would pass without testing its path.
 SHAPE = {"adapters": lambda p: bool(p.adapter_routes),

@@ -4,14 +4,14 @@ from __future__ import annotations
 import pytest
 from typer.testing import CliRunner
 
-from cli.main import app
-from compiler.api import plan
-from compiler.errors import ExitCode, InfeasibleError
-from compiler.explain import explain
-from compiler.lower import lower
-from compiler.spec.load import load_spec
-from compiler.whatif import apply_overrides
-from solvers import SolveOptions, get_backend
+from trimtab.cli.main import app
+from trimtab.api import plan
+from trimtab.errors import ExitCode, InfeasibleError
+from trimtab.planning.explain import explain
+from trimtab.ir.lower import lower
+from trimtab.spec.load import load_spec
+from trimtab.spec.overrides import apply_overrides
+from trimtab.solvers import SolveOptions, get_backend
 from tests.crosscheck.test_crosscheck import spec_text
 
 OPTS = SolveOptions(time_limit_s=30)

@@ -4,9 +4,10 @@ from __future__ import annotations
 
 from typer.testing import CliRunner
 
-import compiler as tt
-from cli.main import app
-from compiler.pareto import pareto
+import trimtab as tt
+from trimtab.gate.analytic import check as analytic_check
+from trimtab.cli.main import app
+from trimtab.study.pareto import pareto
 from tests.conftest import SMALL_SPEC
 
 SPEC = SMALL_SPEC.replace("rate_rps: 5", "rate_rps: 40")
@@ -24,7 +25,7 @@ def test_pareto_point_at_the_specs_slos_is_the_plan(tmp_path):
                                                                         for d in planned.deployments]
     for p in pts:  # every point is a validated plan that passes check against its own (tightened) spec
         assert p.plan.simulation is not None and p.plan.simulation.passed
-        assert tt.check(p.plan, p.spec).ok
+        assert analytic_check(p.plan, p.spec).ok
 
 
 def test_cli_labels_analytic_output(tmp_path):

@@ -4,13 +4,13 @@ from __future__ import annotations
 
 import pytest
 
-from compiler.api import check, load_spec, plan
-from compiler.check import verify_kv_links
-from compiler.disagg import LINK_UTIL
-from compiler.lower import lower
-from compiler.plan.emit import plan_to_data
-from compiler.plan.schema import Plan
-from compiler.topology import build_topology
+from trimtab.api import check, load_spec, plan
+from trimtab.gate.analytic import verify_kv_links
+from trimtab.milp.disagg import LINK_UTIL
+from trimtab.ir.lower import lower
+from trimtab.contract.write import plan_to_data
+from trimtab.contract.schema import Plan
+from trimtab.ir.topology import build_topology
 from tests.conftest import HEAVY_KV_SPEC as HEAVY
 from tests.conftest import unit
 
@@ -112,8 +112,8 @@ def test_check_rejects_split_group(slow):
 
 def test_inter_rack_row_bounds_cross_type_flow(tmp_path):
     """With a thin inter-rack link the MILP keeps the KV that must change GPU type (rack) under LINK_UTIL of it."""
-    from compiler.formulate import formulate
-    from compiler.candidates import build_candidates
+    from trimtab.milp.formulate import formulate
+    from trimtab.milp.candidates import build_candidates
 
     text = HEAVY.replace("gpus:\n", "gpus:\n  - {type: h200, count: 32, usd_per_hour: 4.50}\n") \
         + "network: {inter_rack_gbps: 1}\n"
@@ -136,9 +136,9 @@ def test_inter_rack_row_bounds_cross_type_flow(tmp_path):
 def test_simulation_validates_colocated_plan(tmp_path):
     """The simulator hands KV over on the group's NVLink (``transfer_s(local=True)``); the emitted co-located
     plan's recorded attainment is replayed by ``check``'s simulation."""
-    from compiler.lower import lower
-    from compiler.sim.check import check_simulated
-    from compiler.sim.validate import simulate_seeds
+    from trimtab.ir.lower import lower
+    from trimtab.gate.simulated import check_simulated
+    from trimtab.sim.validate import simulate_seeds
 
     spec = spec_at(tmp_path, "slow", SLOW)
     r = plan(spec)
@@ -155,7 +155,7 @@ def test_simulation_validates_colocated_plan(tmp_path):
 
 
 def _two_racks():
-    from compiler.topology import Node, Topology
+    from trimtab.ir.topology import Node, Topology
 
     return Topology((Node("a0", "h100-sxm", 8, 8, 400.0, 450.0, "a"), Node("b0", "h100-sxm", 8, 8, 400.0, 450.0, "b")),
                     inter_rack_gbps=1.0, derived=False)
@@ -164,8 +164,8 @@ def _two_racks():
 def test_rack_affinity_keeps_heavy_pair_in_one_rack():
     """First-fit puts the decode replica in rack a and the prefill replicas in rack b: 1 GB/s of KV over a 1 GB/s
     inter-rack link (over 50 %); the placement re-packs the pair into one rack."""
-    from compiler.placement import place
-    from compiler.topology import kv_link_loads
+    from trimtab.milp.placement import place
+    from trimtab.ir.topology import kv_link_loads
 
     topo = _two_racks()
     deps = [unit("d", "h100-sxm", 4, 1, 1), unit("u", "h100-sxm", 4, 1, 1), unit("p", "h100-sxm", 2, 1, 2)]
@@ -179,8 +179,8 @@ def test_rack_affinity_keeps_heavy_pair_in_one_rack():
 
 
 def test_rack_affinity_refuses_when_no_rack_holds_the_pair():
-    from compiler.errors import InfeasibleError
-    from compiler.placement import place
+    from trimtab.errors import InfeasibleError
+    from trimtab.milp.placement import place
 
     deps = [unit("d", "h100-sxm", 4, 1, 1), unit("u", "h100-sxm", 4, 1, 1), unit("p", "h100-sxm", 2, 1, 4)]
     with pytest.raises(InfeasibleError) as e:

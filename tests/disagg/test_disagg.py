@@ -5,13 +5,13 @@ from pathlib import Path
 
 import pytest
 
-import compiler.disagg as disagg
-from compiler.api import check, load_spec, plan
-from compiler.cost.factory import replica_model
-from compiler.cost.model import TrafficClass
-from compiler.lower import lower
-from compiler.plan.emit import plan_to_data
-from compiler.plan.schema import Plan
+import trimtab.milp.disagg as disagg
+from trimtab.api import check, load_spec, plan
+from trimtab.cost.factory import replica_model
+from trimtab.cost.model import TrafficClass
+from trimtab.ir.lower import lower
+from trimtab.contract.write import plan_to_data
+from trimtab.contract.schema import Plan
 
 ROOT = Path(__file__).resolve().parents[2]
 EXAMPLE = ROOT / "examples" / "disaggregated.yaml"
@@ -64,7 +64,7 @@ def test_narrow_network_keeps_kv_local(tmp_path):
 
 
 def test_kv_link_rows_bound_transfer(pd_plan):
-    from compiler.formulate import formulate
+    from trimtab.milp.formulate import formulate
 
     m = formulate(pd_plan.ir, pd_plan.candidates)
     fams = {c.family for c in m.constraints}
@@ -105,9 +105,9 @@ def test_decode_only_tpot_has_no_prefill_interference():
 def test_simulation_validates_pd_plan():
     """The simulator runs the prefill queue, the KV hand-off and the decode queue; the plan ``trimtab plan``
     emits (validated by simulation) passes ``check``'s simulated replay."""
-    from compiler.lower import lower
-    from compiler.sim.check import check_simulated
-    from compiler.sim.validate import simulate_seeds
+    from trimtab.ir.lower import lower
+    from trimtab.gate.simulated import check_simulated
+    from trimtab.sim.validate import simulate_seeds
 
     spec = load_spec(EXAMPLE)
     r = plan(spec)
@@ -133,7 +133,7 @@ def test_fill_covers_prefill_and_decode_pools():
     """The share of derated capacity each bought deployment uses (``capacity_fill``, which a simulated miss
     multiplies into the derate) covers P/D pools too, recomputed here from the plan's routes: each pool's
     routed rps over (capacity x replicas), per length range."""
-    from compiler.formulate import capacity_fill
+    from trimtab.milp.formulate import capacity_fill
 
     r = plan(load_spec(EXAMPLE), validate=False)
     fill = capacity_fill(r.candidates, r.solve, {})

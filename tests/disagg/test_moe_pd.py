@@ -5,9 +5,9 @@ from __future__ import annotations
 
 import pytest
 
-from compiler.api import check, load_spec, plan
-from compiler.disagg import build_pd_candidates, pd_id
-from compiler.lower import lower
+from trimtab.api import check, load_spec, plan
+from trimtab.milp.disagg import build_pd_candidates, pd_id
+from trimtab.ir.lower import lower
 
 SPEC = """version: 1
 name: pdmoe
@@ -63,7 +63,7 @@ def test_co_located_pairs_are_dense_style_with_one_id_each(spec_path):
     """Co-located P/D groups (docs/disaggregation.md) pair dense-style layouts only: before, every decode layout
     with attention DP or expert parallelism made a second candidate under the same id (208 candidates, 68 ids
     for this spec, with no unified candidate to beat), and the MILP refused the duplicate variable."""
-    from compiler import disagg as dg
+    from trimtab.milp import disagg as dg
 
     ir = lower(load_spec(spec_path))
     w = ir.workloads[0]

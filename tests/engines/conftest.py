@@ -13,8 +13,8 @@ MULTI_NODE = Path(__file__).resolve().parent / "big405b.yaml"  # a replica spann
 @pytest.fixture(scope="session")
 def example_plans():
     """{name: (plan, ir)} for every examples/*.yaml and big405b.yaml, as `trimtab plan` makes them (vLLM)."""
-    import compiler as trimtab
-    from compiler.lower import lower
+    import trimtab
+    from trimtab.ir.lower import lower
 
     out = {}
     for path in [*EXAMPLES, MULTI_NODE]:
@@ -25,15 +25,15 @@ def example_plans():
 
 @pytest.fixture(scope="session")
 def example_specs():
-    import compiler as trimtab
+    import trimtab
 
     return {p.stem: trimtab.load_spec(p) for p in [*EXAMPLES, MULTI_NODE]}
 
 
 def for_engine(plan, ir, engine: str):
     """The same plan realised for another engine family (same deployments, that engine's commands)."""
-    from compiler.engines.realise import realise
-    from compiler.profiles import load_profiles
+    from trimtab.contract.realise import realise
+    from trimtab.profiles.loader import load_profiles
 
     ir2 = replace(ir, engine=load_profiles().engines[engine])
     return realise(plan, ir2), ir2
@@ -41,7 +41,7 @@ def for_engine(plan, ir, engine: str):
 
 def _facts(**kw):
     """A 405B fp8 TP8 x PP2 replica over two 8-GPU nodes (no example spans nodes)."""
-    from compiler.engines.base import DeploymentFacts, ModelIdentity
+    from trimtab.engines.base import DeploymentFacts, ModelIdentity
 
     base = dict(name="big-h100-sxm-tp8-pp2-t2k", model=ModelIdentity("llama-3.1-405b",
                 "meta-llama/Llama-3.1-405B-Instruct", "main", "llama-405b"), role="unified", tp=8, pp=2,

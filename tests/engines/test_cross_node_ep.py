@@ -6,16 +6,16 @@ from __future__ import annotations
 
 import pytest
 
-from compiler.api import plan
-from compiler.candidates import build_candidates
-from compiler.check import verify_placement
-from compiler.engines import sglang as sglang_emitter
-from compiler.engines.realise import deployment_facts
-from compiler.layouts import layouts
-from compiler.lower import lower
-from compiler.sim.check import check_simulated
-from compiler.spec.load import load_spec
-from compiler.topology import build_topology
+from trimtab.api import plan
+from trimtab.milp.candidates import build_candidates
+from trimtab.gate.analytic import verify_placement
+from trimtab.engines import sglang as sglang_emitter
+from trimtab.contract.realise import deployment_facts
+from trimtab.deployment.layouts import layouts
+from trimtab.ir.lower import lower
+from trimtab.gate.simulated import check_simulated
+from trimtab.spec.load import load_spec
+from trimtab.ir.topology import build_topology
 from tests.conftest import ROOT
 
 # DeepSeek-V3 in fp8 is 671 GB of weights: more than a node of eight 80 GB H100s holds, and its 61 layers

@@ -9,8 +9,8 @@ import pytest
 import yaml
 from typer.testing import CliRunner
 
-from cli.main import app
-from compiler.deploy import render
+from trimtab.cli.main import app
+from trimtab.deploy import render
 
 jsonschema = pytest.importorskip("jsonschema")
 SCHEMA = json.loads((Path(__file__).resolve().parent / "schemas" / "compose-spec.json").read_text())
@@ -57,7 +57,7 @@ def test_emit_takes_a_prefix_tier_plan_without_experimental(example_plans, tmp_p
     plan, _ = example_plans["long-context"]
     assert any(d.kv is not None and d.kv.offload_gib > 0 and not d.kv.live for d in plan.deployments)
     path = tmp_path / "plan.yaml"
-    from compiler.plan.emit import emit
+    from trimtab.contract.write import emit
 
     path.write_text(emit(plan))
     args = ["emit", str(path), "--spec", str(ROOT / "examples/long-context.yaml"), "--to", "k8s", "-o",
@@ -68,7 +68,7 @@ def test_emit_takes_a_prefix_tier_plan_without_experimental(example_plans, tmp_p
 
 
 def test_emit_of_a_plan_from_another_spec_names_the_field(example_plans, tmp_path):
-    from compiler.plan.emit import emit
+    from trimtab.contract.write import emit
 
     path = tmp_path / "plan.yaml"
     path.write_text(emit(example_plans["quickstart"][0]))

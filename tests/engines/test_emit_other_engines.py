@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from compiler.deploy import render
+from trimtab.deploy import render
 from tests.engines.test_emit_k8s import validate
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -16,7 +16,7 @@ ROOT = Path(__file__).resolve().parents[2]
 
 @pytest.fixture(scope="module", params=["sglang", "trt-llm"])
 def engine_bundle(request, tmp_path_factory):
-    import compiler as trimtab
+    import trimtab
 
     text = (ROOT / "examples/quickstart.yaml").read_text()
     path = tmp_path_factory.mktemp(request.param) / "spec.yaml"

@@ -5,14 +5,14 @@ from __future__ import annotations
 import pytest
 import yaml
 
-from compiler.engines import sglang as sglang_emitter
-from compiler.engines import trtllm as trtllm_emitter
-from compiler.engines import vllm as vllm_emitter
+from trimtab.engines import sglang as sglang_emitter
+from trimtab.engines import trtllm as trtllm_emitter
+from trimtab.engines import vllm as vllm_emitter
 from tests.engines.conftest import _facts
 
 
 def facts(**kw):
-    from compiler.engines.base import ModelIdentity
+    from trimtab.engines.base import ModelIdentity
 
     base = dict(name="agent-b200-tp1-t2k", model=ModelIdentity("llama-3.1-70b", "meta-llama/Llama-3.1-70B-Instruct",
                 "main", "llama-3.1-70b"), tp=1, pp=1, nodes_per_replica=1, gpus_per_node=8, dtype="fp8",

@@ -5,11 +5,11 @@ from __future__ import annotations
 import pytest
 from typer.testing import CliRunner
 
-from cli.main import app
-from compiler.api import load_spec
-from compiler.errors import InputError
-from compiler.lower import lower
-from compiler.profiles import load_profiles
+from trimtab.cli.main import app
+from trimtab.api import load_spec
+from trimtab.errors import InputError
+from trimtab.ir.lower import lower
+from trimtab.profiles.loader import load_profiles
 
 SPEC = """\
 version: 1
@@ -39,7 +39,7 @@ def test_spec_overrides_reach_the_commands(tmp_path):
     ft, qwen = ir.identities["llama-3.1-8b"], ir.identities["qwen3-8b"]
     assert (ft.model_id, ft.revision, ft.served_name) == ("acme/llama-3.1-8b-support-ft", "v2", "support")
     assert (qwen.model_id, qwen.revision, qwen.served_name) == ("Qwen/Qwen3-8B", "main", "qwen3-8b")
-    import compiler as trimtab
+    import trimtab
 
     plan = trimtab.plan(load_spec(path)).plan
     d = next(d for d in plan.deployments if d.model == "llama-3.1-8b")

@@ -4,15 +4,15 @@ from __future__ import annotations
 
 import pytest
 
-from compiler.engines import sglang as sglang_emitter
-from compiler.engines import trtllm as trtllm_emitter
-from compiler.engines import vllm as vllm_emitter
+from trimtab.engines import sglang as sglang_emitter
+from trimtab.engines import trtllm as trtllm_emitter
+from trimtab.engines import vllm as vllm_emitter
 import yaml
 from tests.engines.conftest import _facts
 
 
 def moe_facts(**kw):
-    from compiler.engines.base import ModelIdentity
+    from trimtab.engines.base import ModelIdentity
 
     base = dict(name="chat-h200-tp2-dp4-ep8-t2k", model=ModelIdentity("deepseek-v3", "deepseek-ai/DeepSeek-V3",
                 "main", "deepseek-v3"), tp=2, pp=1, dp=4, ep=8, nodes_per_replica=1, gpus_per_node=8)

@@ -7,7 +7,7 @@ import argparse
 
 import pytest
 
-from compiler.engines.base import ADAPTER_DIR, flag_table
+from trimtab.engines.base import ADAPTER_DIR, flag_table
 from tests.engines.conftest import for_engine
 
 server_args = pytest.importorskip("sglang.srt.server_args")
@@ -68,7 +68,7 @@ def test_every_example_command_parses_with_the_plan_values(example_plans):
 
 
 def test_multi_node_leader_and_worker_parse():
-    from compiler.engines import sglang
+    from trimtab.engines import sglang
     from tests.engines.conftest import _facts
 
     ln = sglang.launch(_facts())

@@ -6,8 +6,8 @@ from pathlib import Path
 
 import yaml
 
-from compiler.engines.base import flag_table
-from compiler.engines.realise import EMITTERS, deployment_facts
+from trimtab.engines.base import flag_table
+from trimtab.contract.realise import EMITTERS, deployment_facts
 from tests.engines.conftest import _facts, for_engine
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -60,7 +60,7 @@ def test_trtllm_commands_use_only_documented_flags(example_plans):
 def test_trtllm_memory_fraction_is_a_share_of_memory_free_after_weights(example_plans):
     """TensorRT-LLM's fraction applies to HBM left after weights and workspace, not to all of it: the fraction
     times that free memory is the planned KV (rounded down to 0.001), from the cost model's memory fit."""
-    from compiler.cost.factory import replica_model
+    from trimtab.cost.factory import replica_model
 
     plan, ir = example_plans["quickstart"]
     plan, ir = for_engine(plan, ir, "trt-llm")
@@ -75,7 +75,7 @@ def test_trtllm_memory_fraction_is_a_share_of_memory_free_after_weights(example_
 
 
 def test_trtllm_multi_node_runs_under_the_llmapi_launcher():
-    from compiler.engines import trtllm
+    from trimtab.engines import trtllm
 
     ln = trtllm.launch(_facts())
     assert ln.command[0] == "trtllm-llmapi-launch" and ln.worker_command == ln.command
@@ -84,7 +84,7 @@ def test_trtllm_multi_node_runs_under_the_llmapi_launcher():
 def test_emitted_flags_all_come_from_the_flag_table(example_plans):
     """No flag name is spelled in Python: each is a value of profiles/engine_flags.yaml (aiconfigurator's
     backend-contract golden, per engine version)."""
-    from compiler.engines.base import engine_table
+    from trimtab.engines.base import engine_table
 
     for engine in EMITTERS:
         names = set(engine_table(engine)["flags"].values())
@@ -95,7 +95,7 @@ def test_emitted_flags_all_come_from_the_flag_table(example_plans):
 
 
 def test_realise_is_deterministic(example_plans):
-    from compiler.plan.emit import emit
+    from trimtab.contract.write import emit
 
     for plan0, ir0 in example_plans.values():
         for engine in EMITTERS:

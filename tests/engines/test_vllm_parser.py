@@ -6,8 +6,8 @@ import json
 
 import pytest
 
-from compiler.engines import vllm as vllm_emitter
-from compiler.engines.base import ADAPTER_DIR, flag_table
+from trimtab.engines import vllm as vllm_emitter
+from trimtab.engines.base import ADAPTER_DIR, flag_table
 from tests.engines.conftest import EXAMPLES, _facts
 
 cli_args = pytest.importorskip("vllm.entrypoints.launchers.cli_args")

@@ -14,8 +14,8 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from typer.testing import CliRunner
 
-from cli.main import app
-from compiler.errors import ExitCode
+from trimtab.cli.main import app
+from trimtab.errors import ExitCode
 from tests.conftest import SMALL_SPEC
 
 BASE = yaml.safe_load(SMALL_SPEC)
@@ -92,8 +92,8 @@ def test_malformed_spec_exit1_with_field_path(case, tmp_path):
 
 
 def test_plan_from_another_spec_is_exit1(tmp_path):
-    from compiler.api import load_spec, plan
-    from compiler.plan.emit import emit
+    from trimtab.api import load_spec, plan
+    from trimtab.contract.write import emit
 
     other = yaml.safe_load(SMALL_SPEC)
     other["workloads"][0]["name"] = "long"

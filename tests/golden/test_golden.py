@@ -11,9 +11,10 @@ from pathlib import Path
 
 import pytest
 
-import compiler as tt
-from compiler.errors import TrimtabError
-from compiler.whatif import apply_overrides
+import trimtab as tt
+from trimtab.gate.analytic import check as analytic_check
+from trimtab.errors import TrimtabError
+from trimtab.spec.overrides import apply_overrides
 from tests.conftest import QUICKSTART, ROOT
 
 GOLDEN = Path(__file__).parent / "quickstart.plan.yaml"
@@ -36,7 +37,7 @@ def test_plan_bytes_stable_across_hash_seeds(tmp_path):
     for seed in ("1", "4242"):
         out = tmp_path / f"p{seed}.yaml"
         env = dict(os.environ, PYTHONHASHSEED=seed)
-        subprocess.run([sys.executable, "-m", "cli.main", "plan", str(QUICKSTART), "-o", str(out)], cwd=ROOT,
+        subprocess.run([sys.executable, "-m", "trimtab.cli.main", "plan", str(QUICKSTART), "-o", str(out)], cwd=ROOT,
                        env=env, check=True, capture_output=True)
         outs.append(out.read_bytes())
     assert outs[0] == outs[1]
@@ -47,7 +48,7 @@ def test_quickstart_plan_meets_slos_and_passes_check():
     spec = tt.load_spec(QUICKSTART)
     r = tt.plan(spec)
     assert all(p.slo_met for p in r.plan.predictions.values())
-    assert tt.check(r.plan, spec).ok
+    assert analytic_check(r.plan, spec).ok
     assert r.plan.cost_usd_per_hour <= spec.budget_usd_per_hour
     shares = {}
     for route in r.plan.routes:
@@ -83,7 +84,7 @@ def test_tripled_rates_fail_check():
     spec = tt.load_spec(QUICKSTART)
     r = tt.plan(spec)
     x3 = apply_overrides(spec, {f"workloads.{w.name}.rate_rps": w.rate_rps * 3 for w in spec.workloads})
-    rep = tt.check(r.plan, x3)
+    rep = analytic_check(r.plan, x3)
     assert not rep.ok
     assert {v.split()[1].rstrip(":") for v in rep.violations if v.startswith("workload")} == {
         "autocomplete", "chat", "summarize"}

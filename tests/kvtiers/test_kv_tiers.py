@@ -13,17 +13,18 @@ from pathlib import Path
 
 import pytest
 
-import compiler as tt
-from compiler.candidates import build_candidates
-from compiler.cost.factory import replica_model
-from compiler.cost.model import KvTier, ReplicaModel, TrafficClass
-from compiler.formulate import formulate, n_var
-from compiler.lower import lower
-from compiler.plan.schema import KvTiers
-from compiler.sim import simulate
-from compiler.spec.load import load_spec
-from compiler.whatif import apply_overrides
-from solvers import SolveOptions, get_backend
+import trimtab as tt
+from trimtab.gate.analytic import check as analytic_check
+from trimtab.milp.candidates import build_candidates
+from trimtab.cost.factory import replica_model
+from trimtab.cost.model import KvTier, ReplicaModel, TrafficClass
+from trimtab.milp.formulate import formulate, n_var
+from trimtab.ir.lower import lower
+from trimtab.contract.schema import KvTiers
+from trimtab.sim import simulate
+from trimtab.spec.load import load_spec
+from trimtab.spec.overrides import apply_overrides
+from trimtab.solvers import SolveOptions, get_backend
 from tests.conftest import SMALL_SPEC, unit
 from tests.sim.helpers import one_deployment_plan, write_spec
 
@@ -141,7 +142,7 @@ def test_offload_chosen_where_it_pays(tmp_path):
     assert all(k.live for k in kv.values() if k.offload_gib > 0)
     assert not any("--kv-offloading-size" in a for d in tiered.deployments for a in d.engine_args)
     assert any(w.startswith("experimental: ") for w in tiered.warnings)
-    assert tt.check(tiered, spec).ok
+    assert analytic_check(tiered, spec).ok
     auto = tt.plan(apply_overrides(spec, {"defaults.kv_tiers": "auto"}), validate=False).plan
     assert auto.cost_usd_per_hour == off.cost_usd_per_hour  # no prefix reuse: the host tier has nothing to hold
 
@@ -185,7 +186,7 @@ def test_borrowing_chosen_for_long_context_traffic(tmp_path):
         lender_nodes = {p.node for d in plan.deployments if d.name in k.borrowed_from for p in d.placement}
         assert nodes <= lender_nodes  # borrowing stays on the node's NVLink
     assert plan.simulation is not None and plan.simulation.passed
-    rep = tt.check(plan, spec)
+    rep = analytic_check(plan, spec)
     assert rep.ok, rep.violations
     off = tt.plan(apply_overrides(spec, {"defaults.kv_tiers": "off"}), validate=False).plan
     assert plan.cost_usd_per_hour < off.cost_usd_per_hour  # 23.4 vs 31.2 $/h (docs/kv-tiers.md)
@@ -224,18 +225,18 @@ def _edit(plan, name, **kv):
 def test_check_rejects_over_borrowing(long_plan):
     plan, spec = long_plan
     borrower = next(d for d in plan.deployments if d.kv.borrowed_gib > 0)
-    bad = tt.check(_edit(plan, borrower.name, borrowed_gib=borrower.kv.borrowed_gib * 3), spec)
+    bad = analytic_check(_edit(plan, borrower.name, borrowed_gib=borrower.kv.borrowed_gib * 3), spec)
     assert not bad.ok
     assert any("kv_borrow[h100-sxm]" in v for v in bad.violations), bad.violations
     lender = borrower.kv.borrowed_from[0]
-    bad = tt.check(_edit(plan, lender, lent_gib=500.0), spec)
+    bad = analytic_check(_edit(plan, lender, lent_gib=500.0), spec)
     assert any(v.startswith(f"deployment {lender}: lends 500 GiB") for v in bad.violations), bad.violations
 
 
 def test_check_rejects_over_offloading(long_plan):
     plan, spec = long_plan
     name = plan.deployments[0].name
-    bad = tt.check(_edit(plan, name, offload_gib=5000.0), spec)
+    bad = analytic_check(_edit(plan, name, offload_gib=5000.0), spec)
     assert not bad.ok
     assert any(f"deployment {name}: offloads 5000 GiB" in v for v in bad.violations), bad.violations
     assert any(v.startswith("kv_offload[h100-sxm]") for v in bad.violations)
@@ -243,10 +244,10 @@ def test_check_rejects_over_offloading(long_plan):
 
 def test_check_rejects_tiers_when_spec_has_them_off(long_plan):
     plan, spec = long_plan
-    bad = tt.check(plan, apply_overrides(spec, {"defaults.kv_tiers": "off"}))
+    bad = analytic_check(plan, apply_overrides(spec, {"defaults.kv_tiers": "off"}))
     assert any("defaults.kv_tiers: off" in v for v in bad.violations)
     # a live plan checked against a spec whose tier is the prefix cache's host memory: live KV is named
-    bad = tt.check(plan, apply_overrides(spec, {"defaults.kv_tiers": "auto"}))
+    bad = analytic_check(plan, apply_overrides(spec, {"defaults.kv_tiers": "auto"}))
     assert any("holds live KV beyond HBM" in v and "experimental-live" in v for v in bad.violations), bad.violations
 
 
@@ -291,13 +292,13 @@ def test_simulator_steady_state_on_a_tiered_replica(tmp_path):
 
 # ---------------------------------------------------------------------------------------------- placement / spec
 def _two_nodes():
-    from compiler.topology import Node, Topology
+    from trimtab.ir.topology import Node, Topology
 
     return Topology(tuple(Node(f"n{i}", "h100-sxm", 8, 8, 400.0, 450.0, "r") for i in range(2)))
 
 
 def test_borrower_is_placed_with_its_lender():
-    from compiler.placement import place, place_kv
+    from trimtab.milp.placement import place, place_kv
 
     # first fit puts the lender and one big replica on n0, the other big one and the borrower on n1
     deps = [unit("a-lend", "h100-sxm", 4, 1, 1), unit("b-big", "h100-sxm", 4, 1, 2),
@@ -310,8 +311,8 @@ def test_borrower_is_placed_with_its_lender():
 
 
 def test_no_placement_for_borrowing_is_reported_plainly():
-    from compiler.errors import InfeasibleError
-    from compiler.placement import place_kv
+    from trimtab.errors import InfeasibleError
+    from trimtab.milp.placement import place_kv
 
     deps = [unit("b-borrow", "h100-sxm", 2, 1, 2), unit("c-lend", "h100-sxm", 2, 1, 1)]
     kv = {"b-borrow": (10.0, 0.0, 0.0), "c-lend": (0.0, 12.0, 0.0)}  # two borrowers, one lender: one is left out
@@ -320,7 +321,7 @@ def test_no_placement_for_borrowing_is_reported_plainly():
 
 
 def test_bad_kv_tiers_value_names_the_field(tmp_path):
-    from compiler.errors import InputError
+    from trimtab.errors import InputError
 
     p = tmp_path / "bad.yaml"
     p.write_text(RAG_ONLY.replace("kv_tiers: experimental-live", "kv_tiers: borrow"))  # a value of old
@@ -336,14 +337,14 @@ def test_check_rejects_a_borrower_placed_away_from_its_lenders(long_plan):
     other = next(n for n in ("h100-sxm-0", "h100-sxm-1") if n not in lender_nodes)
     moved = [p.model_copy(update={"node": other}) for p in borrower.placement]
     deps = [d.model_copy(update={"placement": moved}) if d.name == borrower.name else d for d in plan.deployments]
-    bad = tt.check(plan.model_copy(update={"deployments": deps}), spec)
+    bad = analytic_check(plan.model_copy(update={"deployments": deps}), spec)
     assert any(v.startswith(f"node {other}: its replicas borrow") for v in bad.violations), bad.violations
 
 
 def test_memory_infeasibility_points_at_kv_tiers(tmp_path):
     """RAG prompts that no 2-GPU shape holds in HBM: with tiers off the explanation names the way out, and taking
     it (``kv_tiers: experimental-live``) gives a plan that offloads live KV."""
-    from compiler.errors import InfeasibleError
+    from trimtab.errors import InfeasibleError
 
     two = RAG_ONLY.replace("count: 8", "count: 2")
     with pytest.raises(InfeasibleError) as exc:
@@ -359,7 +360,7 @@ def test_emit_refuses_a_live_tier_unless_experimental(long_plan, tmp_path):
     with --allow-experimental the live deployments run with their HBM KV only (no offload flags)."""
     from typer.testing import CliRunner
 
-    from cli.main import app
+    from trimtab.cli.main import app
 
     plan, spec = long_plan
     assert any(d.kv.live for d in plan.deployments)

@@ -11,16 +11,17 @@ from __future__ import annotations
 
 import pytest
 
-import compiler as tt
-from compiler.candidates import build_candidates
-from compiler.cost.factory import prefix_hit, prefix_hits, replica_model, traffic_class
-from compiler.cost.model import TrafficClass
-from compiler.lower import lower
-from compiler.plan.schema import KvTiers
-from compiler.sim import simulate
-from compiler.sim.replica import PrefixCache, Request
-from compiler.spec.load import load_spec
-from compiler.whatif import apply_overrides
+import trimtab as tt
+from trimtab.gate.analytic import check as analytic_check
+from trimtab.milp.candidates import build_candidates
+from trimtab.cost.factory import prefix_hit, prefix_hits, replica_model, traffic_class
+from trimtab.cost.model import TrafficClass
+from trimtab.ir.lower import lower
+from trimtab.contract.schema import KvTiers
+from trimtab.sim import simulate
+from trimtab.sim.replica import PrefixCache, Request
+from trimtab.spec.load import load_spec
+from trimtab.spec.overrides import apply_overrides
 from tests.conftest import ROOT
 from tests.sim.helpers import one_deployment_plan, write_spec
 
@@ -158,12 +159,12 @@ def test_long_context_example_plans_the_host_tier_where_it_pays(long_plans):
     assert rag[0].context_tokens == 60501
     assert not [w for w in plan.warnings if "engine admits" in w or w.startswith("experimental")]
     assert plan.simulation.passed
-    rep = tt.check(plan, spec)
+    rep = analytic_check(plan, spec)
     assert rep.ok, rep.violations
 
 
 def test_prefix_tier_plan_emits_without_allow_experimental(long_plans):
-    from compiler.deploy import render
+    from trimtab.deploy import render
 
     spec, plan, _ = long_plans
     files, _ = render(plan, spec, "k8s")
@@ -175,5 +176,5 @@ def test_check_rejects_a_host_tier_beyond_the_node(long_plans):
     name = next(d.name for d in plan.deployments if d.kv.offload_gib > 0)
     deps = [d.model_copy(update={"kv": d.kv.model_copy(update={"offload_gib": 1500.0})}) if d.name == name else d
             for d in plan.deployments]
-    bad = tt.check(plan.model_copy(update={"deployments": deps}), spec)
+    bad = analytic_check(plan.model_copy(update={"deployments": deps}), spec)
     assert any(v.startswith(f"deployment {name}: offloads 1500 GiB") for v in bad.violations), bad.violations

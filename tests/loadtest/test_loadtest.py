@@ -16,11 +16,11 @@ import numpy as np
 import pytest
 from typer.testing import CliRunner
 
-from cli.main import app
-from compiler.api import load_spec, plan as do_plan
-from compiler.loadtest import endpoints_for, parse_endpoint, run_loadtest
-from compiler.errors import InputError
-from compiler.plan.emit import emit
+from trimtab.cli.main import app
+from trimtab.api import load_spec, plan as do_plan
+from trimtab.field.loadtest import endpoints_for, parse_endpoint, run_loadtest
+from trimtab.errors import InputError
+from trimtab.contract.write import emit
 
 CONFIG = {"architectures": ["LlamaForCausalLM"], "hidden_size": 256, "intermediate_size": 512, "num_hidden_layers": 2,
           "num_attention_heads": 4, "num_key_value_heads": 2, "vocab_size": 1000, "max_position_embeddings": 1024}
@@ -209,9 +209,9 @@ def test_bad_endpoints_are_input_errors(case, tmp_path):
     assert parse_endpoint("http://localhost:9").url == "http://localhost:9/v1/completions"
 
 
-# --------------------------------------------------------------------------- compiler.enginefit
+# --------------------------------------------------------------------------- trimtab.field.enginefit
 def test_enginefit_measures_the_servers_delays(server):
-    from compiler.enginefit import Shape, measure
+    from trimtab.field.enginefit import Shape, measure
 
     srv = server(first_s=0.06, gap_s=0.02)
     rows = measure(srv.url, [Shape(40, 6, 1), Shape(24, 4, 3)], vocab=1000, rounds=2)
@@ -223,8 +223,8 @@ def test_enginefit_measures_the_servers_delays(server):
 
 def test_enginefit_recovers_known_overheads(tmp_path):
     """Measurements made by the cost model itself with known engine numbers: the fit must find them again."""
-    from compiler.enginefit import Shape, ShapeResult, errors, fit_engine, predict, with_params
-    from compiler.profiles import load_profiles, model_from_hf_config
+    from trimtab.field.enginefit import Shape, ShapeResult, errors, fit_engine, predict, with_params
+    from trimtab.profiles.loader import load_profiles, model_from_hf_config
 
     (tmp_path / "config.json").write_text(json.dumps(CONFIG))
     model = model_from_hf_config(tmp_path / "config.json", "tiny")
@@ -242,15 +242,15 @@ def test_enginefit_recovers_known_overheads(tmp_path):
     assert errors(rows, model, gpu, f.engine, 2048)["tpot_median"] < 1.0
 
 
-# --------------------------------------------------------------------------- compiler.engine_run.server_command
+# --------------------------------------------------------------------------- trimtab.field.engine_run.server_command
 def test_server_command_carries_the_plans_deployment(case):
-    from compiler.engine_run import server_command
+    from trimtab.field.engine_run import server_command
 
     d, plan = case
     dep = plan.deployments[0]
     argv, env = server_command(plan, dep.name, d / "model", port=8123, python="py")
     assert argv[:3] == ["py", "-m", "vllm.entrypoints.openai.api_server"]
-    from compiler.engine_run import _plan_args
+    from trimtab.field.engine_run import _plan_args
 
     # the plan's arguments, less address, dtype, name and context, which a local server sets itself
     assert all(a in argv for a in _plan_args(dep)) and "--no-enable-prefix-caching" in argv

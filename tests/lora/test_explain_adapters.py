@@ -6,11 +6,12 @@ from __future__ import annotations
 import pytest
 from typer.testing import CliRunner
 
-import compiler as tt
-from cli.main import app
-from compiler.api import explain
-from compiler.errors import ExitCode, InfeasibleError
-from compiler.whatif import apply_overrides
+import trimtab as tt
+from trimtab.gate.analytic import check as analytic_check
+from trimtab.cli.main import app
+from trimtab.api import explain
+from trimtab.errors import ExitCode, InfeasibleError
+from trimtab.spec.overrides import apply_overrides
 
 SPEC = """\
 version: 1
@@ -79,4 +80,4 @@ def test_max_goodput_with_adapters(tmp_path):
     (tmp_path / "p.yaml").write_text(plain)
     served_plain = tt.plan(tt.load_spec(tmp_path / "p.yaml")).plan.goodput.served_rps
     assert g.served_rps <= served_plain * (1 + 1e-6)
-    assert tt.check(r.plan, spec).ok, tt.check(r.plan, spec).violations
+    assert analytic_check(r.plan, spec).ok, analytic_check(r.plan, spec).violations

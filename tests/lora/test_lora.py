@@ -3,16 +3,17 @@ from __future__ import annotations
 
 import pytest
 
-from compiler.api import check, load_spec, plan
-from compiler.check import verify
-from compiler.cost.lora import LoraReplicaModel, adapter_bytes
-from compiler.cost.model import ReplicaModel
-from compiler.errors import InputError
-from compiler.lower import lower
-from compiler.plan.emit import plan_to_data
-from compiler.plan.schema import Plan
-from compiler.profiles import load_profiles
-from compiler.sim import simulate
+from trimtab.api import load_spec, plan
+from trimtab.gate.analytic import check
+from trimtab.gate.analytic import verify
+from trimtab.cost.lora import LoraReplicaModel, adapter_bytes
+from trimtab.cost.model import ReplicaModel
+from trimtab.errors import InputError
+from trimtab.ir.lower import lower
+from trimtab.contract.write import plan_to_data
+from trimtab.contract.schema import Plan
+from trimtab.profiles.loader import load_profiles
+from trimtab.sim import simulate
 
 ALL = "[q_proj, k_proj, v_proj, o_proj, gate_proj, up_proj, down_proj]"
 TRAFFIC = """    input_tokens: {fixed: 800}

@@ -1,4 +1,4 @@
-"""The correction rounds for adapter plans (compiler/rounds.py with compiler.lora.plan.LoraPlanner): which shared
+"""The correction rounds for adapter plans (compiler/planning/rounds.py with trimtab.planning.lora.LoraPlanner): which shared
 candidates a workload may use, the ``lora-`` regimes of the capacity prior, and the workload-wide correction after a
 simulated miss, on the real cost model, solver and simulator."""
 from __future__ import annotations
@@ -6,11 +6,12 @@ from __future__ import annotations
 from pathlib import Path
 from types import SimpleNamespace
 
-from compiler.lora.plan import LoraPlanner, _usable
-from compiler.lower import lower
-from compiler.rounds import (FIRST_TRY_MIN, LORA_PREFIX, capacity_prior_table, family_of, first_round_share,
+from trimtab.planning.lora import LoraPlanner, _usable
+from trimtab.ir.lower import lower
+from trimtab.planning.rounds import (FIRST_TRY_MIN, LORA_PREFIX, capacity_prior_table, family_of,
+                                     first_round_share,
                              first_try_worth, prior_derates, regime)
-from compiler.spec.load import load_spec
+from trimtab.spec.load import load_spec
 from tests.sim.test_rounds_prior import first_simulated_round
 
 ROOT = Path(__file__).resolve().parents[2]

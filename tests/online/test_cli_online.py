@@ -6,9 +6,9 @@ import json
 
 from typer.testing import CliRunner
 
-from cli.main import app
-from compiler.api import plan
-from compiler.plan.emit import emit
+from trimtab.cli.main import app
+from trimtab.api import plan
+from trimtab.contract.write import emit
 from tests.online.test_schedule import TINY, tiny
 
 
@@ -30,7 +30,7 @@ def test_replan_json_and_bad_failure(tmp_path):
         "rate_profile: {rps: [1, 4, 9, 2]}", "rate_rps: 4")
     spec.write_text(text)
     p = tmp_path / "plan.yaml"
-    from compiler.spec.load import load_spec
+    from trimtab.spec.load import load_spec
 
     p.write_text(emit(plan(load_spec(spec), validate=False).plan))
     spec.write_text(text.replace("rate_rps: 4", "rate_rps: 9"))

@@ -5,9 +5,9 @@ from __future__ import annotations
 import pytest
 import yaml
 
-from compiler.api import plan
-from compiler.deploy import render
-from compiler.spec.load import load_spec
+from trimtab.api import plan
+from trimtab.deploy import render
+from trimtab.spec.load import load_spec
 from tests.online.test_schedule import TINY
 
 pytest.importorskip("kubernetes_validate")

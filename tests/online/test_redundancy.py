@@ -1,5 +1,6 @@
-"""``redundancy: n+1`` (docs/online.md, "Redundancy"): the MILP rows of ``compiler.redundancy``, the spread
-placement of ``compiler.spread`` and the node-loss check of ``compiler.nodeloss``.
+"""``redundancy: n+1`` (docs/online.md, "Redundancy"): the MILP rows of ``trimtab.planning.redundancy``, the
+spread
+placement of ``trimtab.milp.spread`` and the node-loss check of ``trimtab.gate.nodeloss``.
 
 Oracles: a hand-computed case (a workload needing 3 replicas of 8 GPUs on 8-GPU nodes needs 4 with n+1, +33 %),
 the same optimum on every solver backend, a pool of one node that can carry nothing, and the node-loss check
@@ -13,18 +14,18 @@ import dataclasses
 import pytest
 from typer.testing import CliRunner
 
-from cli.main import app
-from compiler.api import plan
-from compiler.deployment import CandidateSet
-from compiler.errors import InputError
-from compiler.formulate import formulate, n_var
-from compiler.lower import lower
-from compiler.nodeloss import check_each_node, losses_by_node, without_node, worst_loss
-from compiler.plan.emit import emit
-from compiler.redundancy import add_redundancy_rows, pools_of, redundant_model, spread_var
-from compiler.spec.load import load_spec
-from compiler.topology import build_topology
-from solvers import SolveOptions, available_backends, get_backend
+from trimtab.cli.main import app
+from trimtab.api import plan
+from trimtab.deployment.shape import CandidateSet
+from trimtab.errors import InputError
+from trimtab.milp.formulate import formulate, n_var
+from trimtab.ir.lower import lower
+from trimtab.gate.nodeloss import check_each_node, losses_by_node, without_node, worst_loss
+from trimtab.contract.write import emit
+from trimtab.planning.redundancy import add_redundancy_rows, pools_of, redundant_model, spread_var
+from trimtab.spec.load import load_spec
+from trimtab.ir.topology import build_topology
+from trimtab.solvers import SolveOptions, available_backends, get_backend
 
 OPTS = SolveOptions(time_limit_s=30)
 
@@ -72,7 +73,7 @@ def hand_case(count: int = 40):
     spec = load_spec("big.yaml", text=BIG.replace("count: 40", f"count: {count}"))
     ir = lower(spec)
     w = ir.workloads[0]
-    from compiler.candidates import build_candidates
+    from trimtab.milp.candidates import build_candidates
 
     c8 = next(c for c in build_candidates(ir).candidates if c.tp == 8 and c.pp == 1)
     c8 = dataclasses.replace(c8, capacity_rps=tuple((b.name, w.rate_rps / 2.5) for b in w.buckets))
@@ -189,7 +190,7 @@ def test_cli_fail_each_node(plans, tmp_path):
 
 
 def test_replan_of_an_n_plus_1_spec_is_refused(plans):
-    from compiler.online.replan import replan
+    from trimtab.online.replan import replan
 
     _, _, spec, p = plans
     with pytest.raises(InputError) as e:
@@ -198,7 +199,7 @@ def test_replan_of_an_n_plus_1_spec_is_refused(plans):
 
 
 def test_one_node_spec_is_infeasible_with_the_reason():
-    from compiler.errors import InfeasibleError
+    from trimtab.errors import InfeasibleError
 
     text = BIG.replace("count: 40", "count: 8").replace("name: big\n", "name: big\nredundancy: n+1\n")
     with pytest.raises(InfeasibleError) as e:
@@ -222,8 +223,8 @@ def test_spread_placement_caps_and_domains():
     """Five h100 nodes of 8 GPUs in two NVLink domains of 4: 4 + 7 + 5 replicas of 4, 1 and 2 GPUs (each node has
     room for ceil(n / 5) of every deployment, node_room: 4 x 1 + 1 x 2 + 2 x 1 <= 8). At most that many per node, each replica whole
     on one node, TP groups inside one domain, no GPU twice."""
-    from compiler.spread import node_cap, place_spread
-    from compiler.topology import Node, Topology
+    from trimtab.milp.spread import node_cap, place_spread
+    from trimtab.ir.topology import Node, Topology
     from tests.conftest import unit
 
     topo = Topology(tuple(Node(f"n{i}", "h100-sxm", 8, 4, 50.0, 450.0, "r") for i in range(5)))
@@ -246,7 +247,7 @@ def test_explain_of_an_n_plus_1_spec_explains_the_n_plus_1_problem(plans):
     """``explain`` on an n+1 spec: the cost is the n+1 plan's (the analytic plan ``plan`` builds from the same rows),
     not the cheaper plan without n+1, and a note says which problem the binding analysis is of; a one-node spec
     is infeasible with n+1's own reason (before, explain ignored redundancy and called both feasible)."""
-    from compiler.api import explain
+    from trimtab.api import explain
 
     none, p0, n1, p1 = plans
     e = explain(n1)

@@ -9,11 +9,11 @@ from __future__ import annotations
 
 import pytest
 
-from compiler.api import plan
-from compiler.errors import InfeasibleError, InputError
-from compiler.online.replan import count_moves, diff_moves, parse_failures, replan
-from compiler.spec.load import load_spec
-from compiler.whatif import apply_overrides
+from trimtab.api import plan
+from trimtab.errors import InfeasibleError, InputError
+from trimtab.online.replan import count_moves, diff_moves, parse_failures, replan
+from trimtab.spec.load import load_spec
+from trimtab.spec.overrides import apply_overrides
 
 SPEC = """version: 1
 name: small

@@ -9,13 +9,13 @@ from __future__ import annotations
 
 import pytest
 
-from compiler.api import plan
-from compiler.check import check
-from compiler.errors import InputError
-from compiler.online.autoscale import cron_triggers, min_replicas
-from compiler.online.check import check_windows, worst_window
-from compiler.online.profile import servegen_shape, window_rates
-from compiler.spec.load import load_spec
+from trimtab.api import plan
+from trimtab.gate.analytic import check
+from trimtab.errors import InputError
+from trimtab.deploy.autoscale import cron_triggers, min_replicas
+from trimtab.gate.windows import check_windows, worst_window
+from trimtab.spec.rates import servegen_shape, window_rates
+from trimtab.spec.load import load_spec
 
 TINY = """version: 1
 name: tiny
@@ -46,8 +46,8 @@ def replicas(p) -> list[dict[str, int]]:
 
 
 def test_capacities_the_hand_oracle_rests_on():
-    from compiler.candidates import build_candidates
-    from compiler.lower import lower
+    from trimtab.milp.candidates import build_candidates
+    from trimtab.ir.lower import lower
 
     caps = {c.id: c.capacity_rps[0][1] for c in build_candidates(lower(tiny())).candidates}
     assert 4 < caps[TP1] < 9 / 2 and 9 < caps[TP2] < 2 * caps[TP1] + 9  # tp1 covers 1, 4, 2 rps; tp2 covers 9
@@ -85,7 +85,7 @@ def test_max_changes_per_window_bounds_every_boundary():
 
 
 def test_plan_is_byte_stable_and_passes_static_check():
-    from compiler.plan.emit import emit
+    from trimtab.contract.write import emit
 
     a, b = plan(tiny(), validate=False).plan, plan(tiny(), validate=False).plan
     assert emit(a) == emit(b)
@@ -190,8 +190,8 @@ def test_window_plan_counts_every_gpu_of_a_data_parallel_replica():
     # deployment spans tp x dp GPUs; counting tp x pp alone under-stated it by the dp factor).
     import yaml
 
-    from compiler.online.check import window_plan
-    from compiler.plan.schema import Plan, PlanSchedule, ScheduleWindow
+    from trimtab.gate.windows import window_plan
+    from trimtab.contract.schema import Plan, PlanSchedule, ScheduleWindow
 
     p = Plan.model_validate(yaml.safe_load(open("tests/golden/moe.plan.yaml")))
     d = p.deployments[0]

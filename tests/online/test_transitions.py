@@ -12,14 +12,14 @@ import math
 import numpy as np
 import pytest
 
-from compiler.api import plan
-from compiler.lower import lower
-from compiler.online.check import check_transitions, rising
-from compiler.online.profile import window_rates, window_spec
-from compiler.sim.metrics import summarise
-from compiler.sim.scenario import build_scenario
-from compiler.sim.schedule import ScaleEvent, ScheduleSimulation, Segment, scale_events
-from compiler.spec.load import load_spec
+from trimtab.api import plan
+from trimtab.ir.lower import lower
+from trimtab.gate.windows import check_transitions, rising
+from trimtab.spec.rates import window_rates, window_spec
+from trimtab.sim.metrics import summarise
+from trimtab.sim.scenario import build_scenario
+from trimtab.sim.schedule import ScaleEvent, ScheduleSimulation, Segment, scale_events
+from trimtab.spec.load import load_spec
 from tests.online.test_schedule import STARTUP_S, TINY, TP1
 
 B = 300.0  # the boundary, in simulated seconds (check_transitions' BEFORE_S)
@@ -144,8 +144,8 @@ def test_cli_check_simulates_the_transitions(two, tmp_path):
 
     from typer.testing import CliRunner
 
-    from cli.main import app
-    from compiler.plan.emit import emit
+    from trimtab.cli.main import app
+    from trimtab.contract.write import emit
 
     spec, p = two
     sf, pf = tmp_path / "two.yaml", tmp_path / "plan.yaml"

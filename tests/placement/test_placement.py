@@ -4,12 +4,13 @@ from __future__ import annotations
 import pytest
 import yaml
 
-import compiler as tt
-from compiler.errors import InfeasibleError, InputError
-from compiler.lower import lower
-from compiler.placement import place
-from compiler.spec.load import load_spec
-from compiler.topology import build_topology
+import trimtab as tt
+from trimtab.gate.analytic import check as analytic_check
+from trimtab.errors import InfeasibleError, InputError
+from trimtab.ir.lower import lower
+from trimtab.milp.placement import place
+from trimtab.spec.load import load_spec
+from trimtab.ir.topology import build_topology
 from tests.conftest import SMALL_SPEC, unit
 
 NODES = """\
@@ -87,7 +88,7 @@ def test_planned_quickstart_has_verified_placement(tmp_path):
     r = tt.plan(spec)
     for d in r.plan.deployments:
         assert len(d.placement) == d.replicas * d.pipeline_parallel
-    assert tt.check(r.plan, spec).ok
+    assert analytic_check(r.plan, spec).ok
     # Tamper: put two deployments on the same GPU; check must catch it.
     data = yaml.safe_load(tt.emit(r.plan))
     placed = [d for d in data["deployments"] if d["placement"]]
@@ -95,12 +96,12 @@ def test_planned_quickstart_has_verified_placement(tmp_path):
     placed[1]["placement"][0]["gpus"] = placed[0]["placement"][0]["gpus"][: placed[1]["tensor_parallel"]]
     bad = tmp_path / "bad.yaml"
     bad.write_text(yaml.safe_dump(data, sort_keys=False))
-    rep = tt.check(tt.load_plan(bad), spec)
+    rep = analytic_check(tt.load_plan(bad), spec)
     assert not rep.ok and any(v.startswith("placement") for v in rep.violations)
 
 
 def test_cpsat_model_agrees_with_greedy_packing():
-    from compiler.placement import _first_fit_decreasing, _solve_cpsat
+    from trimtab.milp.placement import _first_fit_decreasing, _solve_cpsat
 
     s, ir = spec_and_ir(SMALL_SPEC + NODES)
     topo = build_topology(s, ir)

@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import pytest
 
-from compiler.cost.factory import prefix_cache, prefix_hit, replica_model, traffic_class
-from compiler.cost.model import TrafficClass
-from compiler.lower import lower
-from compiler.spec.load import load_spec
+from trimtab.cost.factory import prefix_cache, prefix_hit, replica_model, traffic_class
+from trimtab.cost.model import TrafficClass
+from trimtab.ir.lower import lower
+from trimtab.spec.load import load_spec
 from tests.conftest import SMALL_SPEC
 
 

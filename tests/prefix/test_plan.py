@@ -4,11 +4,11 @@ from __future__ import annotations
 
 import pytest
 
-from compiler.api import plan as make_plan
-from compiler.check import check
-from compiler.sim.check import check_simulated
-from compiler.plan.emit import emit
-from compiler.spec.load import load_spec
+from trimtab.api import plan as make_plan
+from trimtab.gate.analytic import check
+from trimtab.gate.simulated import check_simulated
+from trimtab.contract.write import emit
+from trimtab.spec.load import load_spec
 from tests.conftest import ROOT, SMALL_SPEC
 
 EXAMPLE = ROOT / "examples" / "shared-prefix.yaml"

@@ -4,12 +4,12 @@ from __future__ import annotations
 
 import pytest
 
-from compiler.cost.factory import prefix_cache, prefix_hit, replica_model, traffic_class
-from compiler.lower import lower
-from compiler.sim import simulate
-from compiler.sim.engine import Simulation
-from compiler.sim.scenario import build_scenario
-from compiler.spec.load import load_spec
+from trimtab.cost.factory import prefix_cache, prefix_hit, replica_model, traffic_class
+from trimtab.ir.lower import lower
+from trimtab.sim import simulate
+from trimtab.sim.engine import Simulation
+from trimtab.sim.scenario import build_scenario
+from trimtab.spec.load import load_spec
 from tests.prefix.helpers import shared_prefix_trace
 from tests.sim.helpers import one_deployment_plan, write_spec
 

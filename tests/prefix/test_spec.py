@@ -3,9 +3,9 @@ from __future__ import annotations
 
 import pytest
 
-from compiler.errors import InputError
-from compiler.lower import lower
-from compiler.spec.load import load_spec
+from trimtab.errors import InputError
+from trimtab.ir.lower import lower
+from trimtab.spec.load import load_spec
 from tests.conftest import SMALL_SPEC
 
 
@@ -63,7 +63,7 @@ def test_no_prefix_keeps_the_input_hash(tmp_path):
 def test_cli_exits_1_with_the_field(tmp_path):
     from typer.testing import CliRunner
 
-    from cli.main import app
+    from trimtab.cli.main import app
 
     p = tmp_path / "s.yaml"
     p.write_text(_spec("{hit_rate: 0.5}"))

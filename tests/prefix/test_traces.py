@@ -3,8 +3,8 @@ from __future__ import annotations
 
 import pytest
 
-from compiler.errors import InputError
-from compiler.traces import BlockLRU, curve_sizes, prefix_hit_curve, prefix_stats, read_trace
+from trimtab.errors import InputError
+from trimtab.spec.traces import BlockLRU, curve_sizes, prefix_hit_curve, prefix_stats, read_trace
 from tests.prefix.helpers import write_mooncake
 
 ROWS = [  # (ms, input, output, hash_ids); blocks of 512 tokens

@@ -11,15 +11,15 @@ import yaml
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from compiler.api import plan
-from compiler.candidates import build_candidates
-from compiler.check import check, load_plan
-from compiler.errors import InfeasibleError
-from compiler.explain import _min_cost, explain
-from compiler.lower import lower
-from compiler.plan.emit import emit
-from compiler.spec.load import load_spec
-from solvers import SolveOptions, get_backend
+from trimtab.api import plan
+from trimtab.milp.candidates import build_candidates
+from trimtab.gate.analytic import check, load_plan
+from trimtab.errors import InfeasibleError
+from trimtab.planning.explain import _min_cost, explain
+from trimtab.ir.lower import lower
+from trimtab.contract.write import emit
+from trimtab.spec.load import load_spec
+from trimtab.solvers import SolveOptions, get_backend
 
 SETTINGS = settings(max_examples=8, deadline=None, derandomize=True,
                     suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])

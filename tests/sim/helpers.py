@@ -5,12 +5,12 @@ from types import SimpleNamespace
 
 import numpy as np
 
-from compiler.cost.factory import replica_model
-from compiler.lower import lower
-from compiler.plan.schema import Deployment, Plan, Route, SolverInfo
-from compiler.deployment import DeploymentSpecView
-from compiler.sim.scenario import Scenario, SimDeployment, SimWorkload
-from compiler.spec.load import load_spec
+from trimtab.cost.factory import replica_model
+from trimtab.ir.lower import lower
+from trimtab.contract.schema import Deployment, Plan, Route, SolverInfo
+from trimtab.deployment.shape import DeploymentSpecView
+from trimtab.sim.scenario import Scenario, SimDeployment, SimWorkload
+from trimtab.spec.load import load_spec
 
 ONE_WORKLOAD = """\
 version: 1

@@ -6,9 +6,9 @@ import json
 import yaml
 from typer.testing import CliRunner
 
-from cli.main import app
-from compiler.errors import ExitCode
-from compiler.plan.emit import emit
+from trimtab.cli.main import app
+from trimtab.errors import ExitCode
+from trimtab.contract.write import emit
 from tests.sim.helpers import one_deployment_plan, write_spec
 
 runner = CliRunner()

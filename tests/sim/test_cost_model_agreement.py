@@ -10,11 +10,11 @@ from __future__ import annotations
 
 import pytest
 
-from compiler.cost.factory import replica_model
-from compiler.cost.model import TrafficClass
-from compiler.lower import lower
-from compiler.sim import simulate
-from compiler.spec.load import load_spec
+from trimtab.cost.factory import replica_model
+from trimtab.cost.model import TrafficClass
+from trimtab.ir.lower import lower
+from trimtab.sim import simulate
+from trimtab.spec.load import load_spec
 from tests.sim.helpers import one_deployment_plan, write_spec
 
 

@@ -1,12 +1,12 @@
 """Same inputs and seed give the same run; a different seed a different one; simulations share no state."""
 from __future__ import annotations
 
-from compiler.sim import simulate
-from compiler.sim.engine import Simulation
-from compiler.sim.metrics import summarise
-from compiler.sim.scenario import build_scenario
-from compiler.lower import lower
-from compiler.spec.load import load_spec
+from trimtab.sim import simulate
+from trimtab.sim.engine import Simulation
+from trimtab.sim.metrics import summarise
+from trimtab.sim.scenario import build_scenario
+from trimtab.ir.lower import lower
+from trimtab.spec.load import load_spec
 from tests.sim.helpers import one_deployment_plan, write_spec
 
 

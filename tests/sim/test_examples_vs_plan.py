@@ -6,9 +6,9 @@ from __future__ import annotations
 
 import pytest
 
-import compiler as tt
-from compiler.sim import simulate
-from compiler.spec.load import load_spec
+import trimtab as tt
+from trimtab.sim import simulate
+from trimtab.spec.load import load_spec
 from tests.conftest import ROOT
 
 PLAN_TOLERANCE = 0.30  # documented in docs/simulator.md

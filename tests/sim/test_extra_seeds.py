@@ -10,13 +10,13 @@ from __future__ import annotations
 
 import numpy as np
 
-from compiler.cost.factory import replica_model
-from compiler.lower import lower
-from compiler.plan.schema import Deployment, Plan, Route, SolverInfo
-from compiler.sim import simulate
-from compiler.sim.validate import (EXTRA_SEEDS, LOOK_SEEDS, SEQUENTIAL_CONFIDENCE, combine, interval, simulate_seeds,
+from trimtab.cost.factory import replica_model
+from trimtab.ir.lower import lower
+from trimtab.contract.schema import Deployment, Plan, Route, SolverInfo
+from trimtab.sim import simulate
+from trimtab.sim.validate import (EXTRA_SEEDS, LOOK_SEEDS, SEQUENTIAL_CONFIDENCE, combine, interval, simulate_seeds,
                                    undecided, validation_seeds)
-from compiler.spec.load import load_spec
+from trimtab.spec.load import load_spec
 
 REQUESTS = 3000
 SPEC = """\
@@ -134,7 +134,7 @@ def test_a_shown_miss_elsewhere_does_not_hold_back_the_verdict_of_workloads_apar
     tight, which shares no deployment with it, still gets its other seeds and its extra ones in this round (its
     deployment is not what the re-solve changes); bad keeps its one run. With bad on tight's deployment, tight's
     verdict waits: the runs stop after the first seed, as before."""
-    from compiler.rounds import to_derate
+    from trimtab.planning.rounds import to_derate
 
     base = validation_seeds(0)
     plan, spec, ir, _ = _tight_undecided(tmp_path, "b")
@@ -161,10 +161,10 @@ def test_an_adapter_plans_extra_look_is_a_whole_run_counting_the_undecided_workl
     the loop and the pooling are the real ones.)"""
     from pathlib import Path
 
-    import compiler as tt
-    import compiler.sim.validate as v
+    import trimtab as tt
+    import trimtab.sim.validate as v
 
-    from compiler.check import load_plan
+    from trimtab.gate.analytic import load_plan
 
     root = Path(__file__).resolve().parents[2]
     spec = tt.load_spec(root / "examples" / "multi-lora.yaml")
@@ -203,10 +203,10 @@ def test_an_adapter_plan_runs_every_seed_when_the_first_shows_a_miss(tmp_path):
     very run ``simulate`` gives for that seed."""
     from pathlib import Path
 
-    import compiler as tt
-    import compiler.sim.validate as v
-    from compiler.check import load_plan
-    from compiler.rounds import to_derate
+    import trimtab as tt
+    import trimtab.sim.validate as v
+    from trimtab.gate.analytic import load_plan
+    from trimtab.planning.rounds import to_derate
 
     root = Path(__file__).resolve().parents[2]
     text = (root / "examples" / "multi-lora.yaml").read_text()

@@ -1,4 +1,4 @@
-"""Planning and simulating run with Python's cyclic garbage collector paused (``compiler.jobs.gc_paused``: issue
+"""Planning and simulating run with Python's cyclic garbage collector paused (``trimtab.util.jobs.gc_paused``: issue
 16, the collector's passes over every live request took 6-13 % of a plan), and give it back as they found it."""
 from __future__ import annotations
 
@@ -7,11 +7,11 @@ from pathlib import Path
 
 import pytest
 
-import compiler.driver as driver
-from compiler.api import plan
-from compiler.jobs import gc_paused
-from compiler.sim import simulate
-from compiler.spec.load import load_spec
+import trimtab.planning.driver as driver
+from trimtab.api import plan
+from trimtab.util.jobs import gc_paused
+from trimtab.sim import simulate
+from trimtab.spec.load import load_spec
 
 ROOT = Path(__file__).resolve().parents[2]
 

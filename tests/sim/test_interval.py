@@ -1,9 +1,9 @@
-"""The attainment interval (compiler.sim.validate.interval) against a known truth, by Monte Carlo: runs drawn
+"""The attainment interval (trimtab.sim.validate.interval) against a known truth, by Monte Carlo: runs drawn
 from a process whose mean attainment is known, and the share of draws whose one-sided 95 % lower bound lies
 at or below that mean (coverage). Shares nothing with the simulator."""
 import numpy as np
 
-from compiler.sim.validate import interval
+from trimtab.sim.validate import interval
 
 DRAWS = 400
 BATCHES, PER_BATCH = 10, 200
@@ -119,7 +119,7 @@ class _Run:
 def _sequential_accepts(rng, truth, target, confidence_of_looks=None):
     """The planner's rule (``simulate_seeds``): three seeds, then up to EXTRA_SEEDS more while the workload is
     ``undecided``; whether it ends accepted. ``confidence_of_looks``: override SEQUENTIAL_CONFIDENCE."""
-    from compiler.sim import validate as v
+    from trimtab.sim import validate as v
 
     runs = [_Run([(int(rng.binomial(50, truth)), 50) for _ in range(BATCHES)], target) for _ in range(3)]
     res = v.combine((0, 1, 2), runs)
@@ -154,7 +154,7 @@ def test_extra_seeds_keep_the_false_acceptance_at_the_three_seed_level():
     # ... and with real headroom (truth 96.5 %) the looks accept more plans than three seeds alone would
     rng = np.random.default_rng(4)
     power = sum(_sequential_accepts(rng, 0.965, 0.95) for _ in range(DRAWS)) / DRAWS
-    from compiler.sim import validate as v
+    from trimtab.sim import validate as v
     rng = np.random.default_rng(4)
     three = sum(v.combine((0, 1, 2), [_Run([(int(rng.binomial(50, 0.965)), 50) for _ in range(BATCHES)], 0.95)
                                       for _ in range(3)]).accepted("w") for _ in range(DRAWS)) / DRAWS

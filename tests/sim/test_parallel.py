@@ -7,12 +7,12 @@ from pathlib import Path
 
 import pytest
 
-import compiler.sim.parallel as par
-from compiler.api import plan
-from compiler.sim import simulate
-from compiler.sim.replica import Replica, Request
-from compiler.sim.reuse import RunCache
-from compiler.spec.load import load_spec
+import trimtab.sim.parallel as par
+from trimtab.api import plan
+from trimtab.sim import simulate
+from trimtab.sim.replica import Replica, Request
+from trimtab.sim.reuse import RunCache
+from trimtab.spec.load import load_spec
 
 ROOT = Path(__file__).resolve().parents[2]
 pytestmark = pytest.mark.skipif("fork" not in __import__("multiprocessing").get_all_start_methods(),
@@ -141,7 +141,7 @@ def test_small_runs_and_one_job_stay_in_this_process(monkeypatch, quickstart):
 
 def _seeds(p, spec, cache=None) -> list[bytes]:
     """Every run of seeds 0-2 of ``p`` (5,000 requests each)."""
-    from compiler.sim.validate import simulate_seeds
+    from trimtab.sim.validate import simulate_seeds
 
     return [_bytes(r) for r in simulate_seeds(p, spec, None, (0, 1, 2), 5000, cache=cache).runs]
 

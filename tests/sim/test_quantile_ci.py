@@ -1,4 +1,4 @@
-"""The order-statistic interval loadtest reports beside each measured percentile (compiler.sim.metrics.quantile_ci).
+"""The order-statistic interval loadtest reports beside each measured percentile (trimtab.sim.metrics.quantile_ci).
 
 Oracles that share nothing with the code: the textbook interval for a median of 10 (x_(2)..x_(9), coverage
 1 - 2 x 11/1024 = 97.9 %), the exact binomial tail for when an end cannot be bounded, and the coverage of the true
@@ -10,7 +10,7 @@ import math
 
 import numpy as np
 
-from compiler.sim.metrics import quantile_ci
+from trimtab.sim.metrics import quantile_ci
 
 
 def test_median_of_ten_is_bounded_by_the_second_and_ninth_order_statistics():

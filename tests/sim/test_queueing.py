@@ -13,8 +13,8 @@ import math
 import numpy as np
 import pytest
 
-from compiler.sim.engine import Simulation
-from compiler.sim.metrics import summarise
+from trimtab.sim.engine import Simulation
+from trimtab.sim.metrics import summarise
 from tests.sim.helpers import LinearModel, single_server
 
 N = 60_000

@@ -1,5 +1,5 @@
-"""Runs of their own length for rare workloads (``compiler.sim.aim_counts``, ``simulate(counts=...)``) and the
-decode-only steps taken with numpy (``compiler.sim.replica._bulk``): on the real simulator, against hand-computed
+"""Runs of their own length for rare workloads (``trimtab.sim.aim_counts``, ``simulate(counts=...)``) and the
+decode-only steps taken with numpy (``trimtab.sim.replica._bulk``): on the real simulator, against hand-computed
 counts and against the step-by-step loop, to the last bit."""
 from __future__ import annotations
 
@@ -7,13 +7,13 @@ import math
 
 import pytest
 
-import compiler.sim
-import compiler.sim.replica as replica
-from compiler.api import plan
-from compiler.lower import lower
-from compiler.sim import aim, aim_counts, closure, default_requests, simulate
-from compiler.sim.validate import simulate_seeds
-from compiler.spec.load import load_spec
+import trimtab.sim
+import trimtab.sim.replica as replica
+from trimtab.api import plan
+from trimtab.ir.lower import lower
+from trimtab.sim import aim, aim_counts, closure, default_requests, simulate
+from trimtab.sim.validate import simulate_seeds
+from trimtab.spec.load import load_spec
 from tests.sim.helpers import one_deployment_plan, write_spec
 from tests.sim.test_reuse import UNDERSAMPLED
 
@@ -32,7 +32,7 @@ def test_aim_counts_by_hand(tmp_path, monkeypatch):
     """busy 20 rps at p90 aims at 1,000 requests, rare 0.2 rps at p99 at 20 / 0.01 = 2,000. With runs capped at
     5,000 requests, a run gives rare 5,000 x 0.2 / 20.2 = 49.5 (under half its aim): it alone gets a run of
     2,000 (its own deployments: nothing shares them), busy none (it gets 4,950 >= 1,000)."""
-    monkeypatch.setattr(compiler.sim, "MAX_DEFAULT_REQUESTS", 5000)
+    monkeypatch.setattr(trimtab.sim, "MAX_DEFAULT_REQUESTS", 5000)
     spec, ir = _two(tmp_path)
     by = {w.name: w for w in ir.workloads}
     assert aim(by["busy"]) == 1000 and aim(by["rare"]) == pytest.approx(2000)
@@ -42,17 +42,17 @@ def test_aim_counts_by_hand(tmp_path, monkeypatch):
     assert aim_counts(p, ir, 5000, ["busy", "rare"]) == {"rare": 2000}
     assert aim_counts(p, ir, 5000, ["busy"]) == {}
     # Uncapped, a run of 2,000 x 20.2 / 0.2 = 202,000 gives every workload its aim: nothing to lengthen
-    monkeypatch.setattr(compiler.sim, "MAX_DEFAULT_REQUESTS", 10 ** 7)
+    monkeypatch.setattr(trimtab.sim, "MAX_DEFAULT_REQUESTS", 10 ** 7)
     n = default_requests(ir)
     assert abs(n - 202_000) <= 1 and aim_counts(p, ir, n, ["busy", "rare"]) == {}
-    monkeypatch.setattr(compiler.sim, "MAX_DEFAULT_REQUESTS", 1000)  # the runs of their own length are capped too
+    monkeypatch.setattr(trimtab.sim, "MAX_DEFAULT_REQUESTS", 1000)  # the runs of their own length are capped too
     assert aim_counts(p, ir, 1000, ["rare"]) == {"rare": 1000}
 
 
 def test_aim_counts_give_a_shared_deployment_one_span(tmp_path, monkeypatch):
     """On one deployment serving both workloads, rare's span (2,000 / 0.2 = 10,000 s) is busy's too: busy gets
     20 x 10,000 = 200,000 requests, rare 2,000; capped at 101,000 in all, both scaled by 101,000 / 202,000."""
-    monkeypatch.setattr(compiler.sim, "MAX_DEFAULT_REQUESTS", 101_000)
+    monkeypatch.setattr(trimtab.sim, "MAX_DEFAULT_REQUESTS", 101_000)
     spec, ir = _two(tmp_path)
     p = one_deployment_plan(tmp_path / "rare.yaml")
     assert closure(p, ["rare"])[0] == {"busy", "rare"}
@@ -83,7 +83,7 @@ def test_the_planner_seeds_give_a_rare_workload_its_aim(tmp_path, monkeypatch):
     """With runs capped at 5,000 requests, rare gets ~50 per run: seeds 1 and 2 run it alone for its aim of 2,000
     over the two (1,000 each), so its pooled interval holds ~1,900 measured requests and, at 100 % attainment, a
     lower bound above 99 % (demonstrated, not accepted on its point estimate)."""
-    monkeypatch.setattr(compiler.sim, "MAX_DEFAULT_REQUESTS", 5000)
+    monkeypatch.setattr(trimtab.sim, "MAX_DEFAULT_REQUESTS", 5000)
     spec, ir = _two(tmp_path)
     p = plan(spec, validate=False).plan
     res = simulate_seeds(p, spec, ir, (0, 1, 2), 5000, fail_fast=True)
@@ -91,7 +91,7 @@ def test_the_planner_seeds_give_a_rare_workload_its_aim(tmp_path, monkeypatch):
     assert 0.9 * 2000 < iv.requests < 2100 and len(res.runs_of("rare")) == 3
     assert res.demonstrated("rare") and res.undersampled() == []
     # Without the runs of their own length (the same seeds, the same cap) it has ~150 requests and cannot show it
-    monkeypatch.setattr(compiler.sim, "AIM_SHORT", 0.0)
+    monkeypatch.setattr(trimtab.sim, "AIM_SHORT", 0.0)
     short = simulate_seeds(p, spec, ir, (0, 1, 2), 5000, fail_fast=True)
     assert short.intervals["rare"].requests < 200 and not short.demonstrated("rare")
 
@@ -106,8 +106,8 @@ def test_bulk_decode_steps_are_the_step_by_step_floats(tmp_path, monkeypatch, ra
 
     def run(bulk_min):
         monkeypatch.setattr(replica, "BULK_MIN", bulk_min)
-        from compiler.sim.engine import Simulation
-        from compiler.sim.scenario import build_scenario
+        from trimtab.sim.engine import Simulation
+        from trimtab.sim.scenario import build_scenario
 
         sim = Simulation(build_scenario(p, spec, lower(spec)), seed=3, requests=1500, timeline=False).run()
         reqs = [(r.rid, r.t_sched, r.t_first, r.t_done, r.preempted, r.status) for r in sim.requests]

@@ -4,10 +4,10 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from compiler.api import plan
-from compiler.sim import simulate
-from compiler.sim.reuse import RunCache, join_ends
-from compiler.spec.load import load_spec
+from trimtab.api import plan
+from trimtab.sim import simulate
+from trimtab.sim.reuse import RunCache, join_ends
+from trimtab.spec.load import load_spec
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -77,7 +77,7 @@ def test_reused_runs_give_the_fresh_result_and_only_changed_deployments_run_agai
 
 
 def test_reuse_survives_adapter_delays():
-    """Adapter loads (compiler.sim.lora) shift request timestamps after the run: a reused run must start from
+    """Adapter loads (trimtab.sim.lora) shift request timestamps after the run: a reused run must start from
     the run's own timestamps, not the shifted ones."""
     spec = load_spec(ROOT / "examples" / "multi-lora.yaml")
     p = plan(spec, validate=False).plan
@@ -130,19 +130,19 @@ def test_a_workload_too_rare_to_demonstrate_is_accepted_on_attainment(tmp_path, 
     at 100 % attainment, and no GPU added changes that. It is accepted on its pooled attainment at or above
     target and listed in plan.simulation.undersampled, and ``trimtab plan`` says so (before: the planner kept
     re-solving the same plan and ended with the plan marked as failing). The planner's later seeds give such a
-    workload runs of its own length (``compiler.sim.aim_counts``, tests/sim/test_rare_runs.py); here they are off
+    workload runs of its own length (``trimtab.sim.aim_counts``, tests/sim/test_rare_runs.py); here they are off
     (AIM_SHORT 0), as where even those runs are too short; with them, rare's bound reaches 99 %."""
-    import compiler.sim
+    import trimtab.sim
     from typer.testing import CliRunner
 
-    from cli.main import app
+    from trimtab.cli.main import app
 
-    monkeypatch.setattr(compiler.sim, "MAX_DEFAULT_REQUESTS", 3000)  # rare: ~3 requests
+    monkeypatch.setattr(trimtab.sim, "MAX_DEFAULT_REQUESTS", 3000)  # rare: ~3 requests
     p = tmp_path / "u.yaml"
     p.write_text(UNDERSAMPLED)
     own = plan(load_spec(p)).plan.simulation  # with runs of its own length: 2 x 2,000 requests
     assert own.passed and own.undersampled == [] and own.attainment_lower["rare"] >= 0.99
-    monkeypatch.setattr(compiler.sim, "AIM_SHORT", 0.0)
+    monkeypatch.setattr(trimtab.sim, "AIM_SHORT", 0.0)
     r = plan(load_spec(p))
     sim = r.plan.simulation
     assert sim.passed and sim.undersampled == ["rare"] and sim.rounds == 0
@@ -186,11 +186,11 @@ def test_plans_with_reuse_are_the_plans_of_full_simulations(monkeypatch):
     simulated in full (a cache that never hands a run back), the plan files are the same bytes."""
     import json
 
-    import compiler.sim
+    import trimtab.sim
     from benchmarks.specgen import family, parse_size
-    from compiler.plan.emit import plan_to_data
+    from trimtab.contract.write import plan_to_data
 
-    monkeypatch.setattr(compiler.sim, "MAX_DEFAULT_REQUESTS", 20_000)  # keeps the test to seconds
+    monkeypatch.setattr(trimtab.sim, "MAX_DEFAULT_REQUESTS", 20_000)  # keeps the test to seconds
     name, text = family(parse_size("small"), 6, 0)[5]
     spec = load_spec(f"{name}.yaml", text=text)
     reused = plan(spec)
@@ -206,7 +206,7 @@ def test_closure_of_workloads_over_shared_deployments():
     so f -> d4. {a} pulls in d1, then b (shares d1), then d2; {e} takes both sides of its pair."""
     from types import SimpleNamespace as R
 
-    from compiler.sim import closure
+    from trimtab.sim import closure
 
     routes = [R(workload="a", deployment="d1", prefill=None, decode=None, share=1.0),
               R(workload="b", deployment="d1", prefill=None, decode=None, share=0.5),
@@ -224,12 +224,12 @@ def test_closure_of_workloads_over_shared_deployments():
 
 def test_a_run_of_some_workloads_reports_them_exactly_as_the_whole_run():
     """``simulate(only_workloads=...)`` runs only their deployments; what it reports of them is the whole run's,
-    field by field, and the others are not reported (the planner's selective seeds, compiler.sim.validate)."""
+    field by field, and the others are not reported (the planner's selective seeds, trimtab.sim.validate)."""
     p, spec = _quickstart()
     routed = {r.workload for r in p.routes}
     assert len(routed) >= 2
     for name in sorted(routed):
-        from compiler.sim import closure
+        from trimtab.sim import closure
 
         keep, deps = closure(p, {name})
         assert keep < routed or len(routed) == len(keep)
@@ -249,18 +249,18 @@ def test_planner_seeds_after_the_first_run_only_what_it_did_not_show_clearly(mon
     """``simulate_seeds(fail_fast=True)`` (the planner): a workload the first seed shows ``clearly`` keeps that run;
     the other seeds run the rest (with their closure), and each is pooled over the runs that report it; those
     pooled intervals are the ones every seed whole would give for them. (chat at p99.95 aims at 40,000 requests a
-    run, more than the capped run gives it: the runs of its own length, ``compiler.sim.aim_counts``, are off here,
+    run, more than the capped run gives it: the runs of its own length, ``trimtab.sim.aim_counts``, are off here,
     tests/sim/test_rare_runs.py tests them.)"""
     import yaml
 
-    import compiler.sim
+    import trimtab.sim
 
-    monkeypatch.setattr(compiler.sim, "AIM_SHORT", 0.0)
+    monkeypatch.setattr(trimtab.sim, "AIM_SHORT", 0.0)
 
-    from compiler.lower import lower
-    from compiler.plan.schema import Plan
-    from compiler.sim import closure, default_requests
-    from compiler.sim.validate import clearly, combine, simulate_seeds
+    from trimtab.ir.lower import lower
+    from trimtab.contract.schema import Plan
+    from trimtab.sim import closure, default_requests
+    from trimtab.sim.validate import clearly, combine, simulate_seeds
 
     # The quickstart's golden plan with chat held to p99.95: at seed 0 every workload meets its SLO, chat without
     # the margin ``clearly`` asks (its one-run bound is ~99.95 %), the other two clearly.
@@ -290,9 +290,9 @@ def test_planner_seeds_after_the_first_run_only_what_it_did_not_show_clearly(mon
 def test_a_plans_seeds_share_one_scenario_and_give_what_a_scenario_per_run_gives(monkeypatch):
     """``simulate_seeds`` builds the scenario once for every run of the plan (``simulate(scenario=...)``): one build
     for three seeds, and each seed's result is the one ``simulate`` gives building its own."""
-    import compiler.sim.scenario as scenario_mod
-    from compiler.lower import lower
-    from compiler.sim.validate import simulate_seeds
+    import trimtab.sim.scenario as scenario_mod
+    from trimtab.ir.lower import lower
+    from trimtab.sim.validate import simulate_seeds
 
     p, spec = _quickstart()
     ir = lower(spec)
@@ -309,9 +309,9 @@ def test_a_plans_seeds_share_one_scenario_and_give_what_a_scenario_per_run_gives
 def test_replicas_of_one_cost_model_share_its_decode_step_table():
     """The decode-step lines (``Replica._linear``) are a function of the cost model alone: its replicas share one
     table, filled once; another model gets its own."""
-    from compiler.cost.factory import replica_model
-    from compiler.lower import lower
-    from compiler.sim.replica import Replica
+    from trimtab.cost.factory import replica_model
+    from trimtab.ir.lower import lower
+    from trimtab.sim.replica import Replica
 
     ir = lower(_quickstart()[1])
     m = replica_model(ir, "llama-3.1-8b", "h100-sxm", 1, 1, "bf16", 256, 8192)

@@ -1,4 +1,5 @@
-"""The correction rounds' capacity prior and workload-wide corrections (compiler/rounds.py), and the planner's
+"""The correction rounds' capacity prior and workload-wide corrections (compiler/planning/rounds.py), and the
+planner's
 early stop on a clear pass (compiler/sim/validate.py), on the real cost model, solver and simulator."""
 from __future__ import annotations
 
@@ -6,13 +7,13 @@ from pathlib import Path
 
 import yaml
 
-from compiler.api import plan
-from compiler.lower import lower
-from compiler.planners import UnifiedPlanner
-from compiler.rounds import capacity_prior_table, prior_derates, regime, simulate_and_derate
-from compiler.sim import default_requests
-from compiler.sim.validate import Interval, SeedsResult, clear_pass, validation_seeds
-from compiler.spec.load import load_spec
+from trimtab.api import plan
+from trimtab.ir.lower import lower
+from trimtab.planning.planners import UnifiedPlanner
+from trimtab.planning.rounds import capacity_prior_table, prior_derates, regime, simulate_and_derate
+from trimtab.sim import default_requests
+from trimtab.sim.validate import Interval, SeedsResult, clear_pass, validation_seeds
+from trimtab.spec.load import load_spec
 
 ROOT = Path(__file__).resolve().parents[2]
 QUICKSTART = ROOT / "examples" / "quickstart.yaml"
@@ -120,7 +121,7 @@ def _seeds(per_run: list[list[tuple[int, int]]], target: float) -> SeedsResult:
     batch records a simulation run hands the interval; nothing else of a run is read here)."""
     from types import SimpleNamespace
 
-    from compiler.sim.validate import interval
+    from trimtab.sim.validate import interval
 
     runs = [SimpleNamespace(workloads={"w": SimpleNamespace(batches=b, attainment=sum(o for o, _ in b) / sum(
         n for _, n in b))}) for b in per_run]
@@ -153,7 +154,7 @@ def test_too_few_requests_to_demonstrate_a_p99_are_accepted_on_attainment():
 
 
 def test_a_one_seed_screen_derates_only_workloads_below_target():
-    from compiler.rounds import to_derate
+    from trimtab.planning.rounds import to_derate
 
     # stopped after the first of 3 seeds: a workload above target on it (298 of 300, 99.3 %; bound 98.3 %) waits
     at_target = _seeds([_even(300, 298)], 0.99)
@@ -165,8 +166,8 @@ def test_a_one_seed_screen_derates_only_workloads_below_target():
 
 
 def test_undersampled_workloads_are_written_only_when_there_are_some():
-    from compiler.plan.emit import plan_to_data
-    from compiler.plan.schema import Plan
+    from trimtab.contract.write import plan_to_data
+    from trimtab.contract.schema import Plan
 
     p = Plan.model_validate(yaml.safe_load((ROOT / "tests" / "golden" / "quickstart.plan.yaml").read_text()))
     assert p.simulation is not None and p.simulation.undersampled == []
@@ -183,7 +184,7 @@ def test_first_try_on_model_capacities_only_while_it_has_an_even_chance():
     import math
     from types import SimpleNamespace
 
-    from compiler.rounds import FIRST_TRY_MIN, first_round_share, first_try_worth
+    from trimtab.planning.rounds import FIRST_TRY_MIN, first_round_share, first_try_worth
 
     data = yaml.safe_load((ROOT / "profiles" / "sim_capacity.yaml").read_text())
     e = data["first_round"]
@@ -227,7 +228,7 @@ def test_fit_keeps_a_default_per_family():
 
 
 def test_a_shape_stuck_below_target_is_cut_alone():
-    from compiler.rounds import STUCK_FACTOR, stuck
+    from trimtab.planning.rounds import STUCK_FACTOR, stuck
 
     derate = {"a-h100": 0.5, "a-l40s": 0.5, "b-h100": 0.8}
     before = {"a": ("a-h100", 0.7, 0.93), "b": ("b-h100", 0.9, 0.95)}
@@ -244,7 +245,7 @@ def test_a_shape_stuck_below_target_is_cut_alone():
 
 
 def test_lowest_takes_each_candidates_lower_factor():
-    from compiler.rounds import lowest
+    from trimtab.planning.rounds import lowest
 
     assert lowest({"a": 0.5, "b": 0.9}, {"b": 0.7, "c": 0.8}) == {"a": 0.5, "b": 0.7, "c": 0.8}
     assert lowest({"a": 0.5}) == {"a": 0.5} and lowest() == {}
@@ -256,9 +257,9 @@ def test_an_analytic_miss_of_a_large_spec_is_simulated_in_the_same_round(monkeyp
     to both corrections, each candidate at the lower factor. The plan kept has no analytic miss and passed its
     simulation; it took two solves, where the analytic miss alone used to cost one of its own before the first
     simulation."""
-    import compiler.driver as drv
+    import trimtab.planning.driver as drv
     from benchmarks.specgen import family, parse_size
-    from compiler.rounds import simulate_past_misses
+    from trimtab.planning.rounds import simulate_past_misses
 
     name, text = family(parse_size("30/4/1024"), 7, 0)[6]
     spec = load_spec(f"{name}.yaml", text=text)
@@ -308,7 +309,7 @@ def test_a_miss_may_be_derated_past_the_usual_floor_but_in_adapter_plans():
     1.25x for 0.8."""
     from types import SimpleNamespace
 
-    from compiler.rounds import FAR_FLOOR, SIM_DERATE_RANGE, sim_derate
+    from trimtab.planning.rounds import FAR_FLOOR, SIM_DERATE_RANGE, sim_derate
 
     def res(mean: float, ttft_at: float):
         w = SimpleNamespace(attainment=mean, ttft_at_target_ms=ttft_at, ttft_slo_ms=1000.0, tpot_at_target_ms=10.0,
@@ -338,8 +339,8 @@ def test_a_correction_aims_at_the_attainment_the_bound_needs():
     (3x the allowed misses or more) is read at the target."""
     import numpy as np
 
-    from compiler.rounds import demonstrable, sim_derate
-    from compiler.sim.metrics import SimResult, WorkloadStats
+    from trimtab.planning.rounds import demonstrable, sim_derate
+    from trimtab.sim.metrics import SimResult, WorkloadStats
 
     ttft = np.arange(1, 1001, dtype=float) / 1e3  # seconds, in arrival order (shuffling changes no quantile)
     stats = WorkloadStats(name="w", requests=1000, completed=1000, unserved=0, attainment=0.9, target=0.95,

@@ -1,4 +1,4 @@
-"""The simulator's router (``compiler.sim.engine.least_request``): what a deployed router sees and does.
+"""The simulator's router (``trimtab.sim.engine.least_request``): what a deployed router sees and does.
 
 It sees the prompt length, never the output length (issue 11), and picks a replica as Envoy's least-request load
 balancer does with its defaults (the default of Envoy Gateway, which realises the plan's ``HTTPRoute``
@@ -15,10 +15,10 @@ from collections import deque
 import numpy as np
 import pytest
 
-import compiler as tt
-from compiler.lower import lower
-from compiler.sim.engine import draw_arrivals, least_request, route_base
-from compiler.sim.scenario import build_scenario
+import trimtab as tt
+from trimtab.ir.lower import lower
+from trimtab.sim.engine import draw_arrivals, least_request, route_base
+from trimtab.sim.scenario import build_scenario
 from tests.conftest import QUICKSTART
 
 

@@ -4,11 +4,11 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from compiler.errors import InputError
-from compiler.lower import lower
-from compiler.sim import simulate
-from compiler.spec.load import load_spec
-from compiler.traces import read_trace
+from trimtab.errors import InputError
+from trimtab.ir.lower import lower
+from trimtab.sim import simulate
+from trimtab.spec.load import load_spec
+from trimtab.spec.traces import read_trace
 from tests.sim.helpers import one_deployment_plan
 
 AZURE = """TIMESTAMP,ContextTokens,GeneratedTokens
@@ -137,7 +137,7 @@ def test_spec_without_lengths_or_trace_is_rejected(tmp_path):
 def test_trace_rows_beyond_the_context_window_are_rejected_and_counted(tmp_path):
     """A real engine refuses a prompt longer than --max-model-len: the replay does the same, counts it as a miss
     (unserved) and warns, instead of simulating a request of 99,999,999,999 tokens."""
-    from compiler.sim.check import check_simulated
+    from trimtab.gate.simulated import check_simulated
     from tests.sim.helpers import write_spec
 
     rows = [(0.5 * k, 99_999_999_999 if k % 20 == 19 else 300 + k, 40) for k in range(200)]

@@ -6,7 +6,7 @@ import pytest
 import yaml
 
 from benchmarks.specgen import SIZES, Size, family, generate, generate_data, parse_size
-from compiler.spec.load import load_spec
+from trimtab.spec.load import load_spec
 
 
 @pytest.mark.parametrize("name", sorted(SIZES))

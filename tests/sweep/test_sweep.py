@@ -10,12 +10,13 @@ import math
 import pytest
 from typer.testing import CliRunner
 
-from cli.main import app
-from compiler.sim.check import check_simulated
-from compiler.spec.load import load_spec
-from compiler.sweep import (SerialExecutor, grid_points, parse_sets, robust_plan, run_points, scenario_points)
-from compiler.whatif import apply_overrides
-from compiler.errors import InputError
+from trimtab.cli.main import app
+from trimtab.gate.simulated import check_simulated
+from trimtab.spec.load import load_spec
+from trimtab.study.sweep import (SerialExecutor, grid_points, parse_sets, robust_plan, run_points,
+                                 scenario_points)
+from trimtab.spec.overrides import apply_overrides
+from trimtab.errors import InputError
 from tests.conftest import SMALL_SPEC
 
 runner = CliRunner()
@@ -34,8 +35,8 @@ def test_grid_is_the_product_last_axis_fastest(spec):
 
 
 def test_grid_points_plan_like_what_if(spec):
-    """Each point is exactly compiler.api.what_if's plan: more traffic never costs less."""
-    from compiler.api import what_if
+    """Each point is exactly trimtab.api.what_if's plan: more traffic never costs less."""
+    from trimtab.api import what_if
 
     pts = grid_points(spec, parse_sets(["workloads.short.rate_rps=2,10"]))
     res = run_points(spec, pts, validate=False)
@@ -76,7 +77,7 @@ def test_check_option_checks_each_point(spec):
 @pytest.fixture(scope="module")
 def ray_executor():
     ray = pytest.importorskip("ray")
-    from compiler.sweep import RayExecutor
+    from trimtab.study.sweep import RayExecutor
 
     ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False, object_store_memory=100 * 1024 ** 2)
     ex = RayExecutor(workers=2)
@@ -99,7 +100,7 @@ def test_ray_grid_and_scenarios_equal_serial(spec, ray_executor):
 def test_pareto_points_on_ray_equal_serial(spec, ray_executor):
     """``trimtab pareto``'s points as Ray tasks (issue 16: pareto sweeps on Ray): the same frontier, plans and
     specs as planned one after another in this process, each planned (and simulated) as ``trimtab plan`` plans."""
-    from compiler.pareto import pareto
+    from trimtab.study.pareto import pareto
 
     serial = pareto(spec, "ttft_p99", points=3)
     done = []
@@ -197,7 +198,7 @@ def test_progress_callback_takes_a_label_on_and_off_a_terminal():
 
     from rich.console import Console
 
-    from compiler.sweep_report import progress_bar
+    from trimtab.cli.sweep_report import progress_bar
 
     for term in (False, True):
         con = Console(file=io.StringIO(), force_terminal=term)
@@ -209,7 +210,7 @@ def test_progress_callback_takes_a_label_on_and_off_a_terminal():
 def test_robust_without_a_passing_candidate_is_infeasible(spec):
     """Only the mean scenario's plan as candidate, and it misses in one of the four scenarios: exit 3 naming
     each candidate's cost and share, not a plan that does not hold."""
-    from compiler.errors import InfeasibleError
+    from trimtab.errors import InfeasibleError
 
     with pytest.raises(InfeasibleError) as e:
         robust_plan(spec, 1.0, 4, rate_cv=0.8, seed=2, levels=(), executor=SerialExecutor())

@@ -1,16 +1,16 @@
 """Plans hold beyond the planner's own evidence (issue 11): every example's plan passes ``check`` at each of
 20 seeds the planner did not use (one seed per check, the strictest default), and stays within the
-speed-of-light bound (``compiler/physics.py``: spec-sheet bandwidth and FLOP/s only)."""
+speed-of-light bound (``compiler/cost/physics.py``: spec-sheet bandwidth and FLOP/s only)."""
 from __future__ import annotations
 
 import pytest
 
-import compiler as tt
-from compiler.lower import lower
-from compiler.physics import breaches
-from compiler.plan.emit import plan_to_data
-from compiler.plan.schema import Plan
-from compiler.sim.check import check_simulated
+import trimtab as tt
+from trimtab.ir.lower import lower
+from trimtab.cost.physics import breaches
+from trimtab.contract.write import plan_to_data
+from trimtab.contract.schema import Plan
+from trimtab.gate.simulated import check_simulated
 from tests.conftest import ROOT
 
 EXAMPLES = sorted(p.name for p in (ROOT / "examples").glob("*.yaml"))

@@ -1,15 +1,16 @@
-"""The analytic rounds' derate (compiler.rounds.derate_analytic) and the factors it takes from the cost model
-(compiler.assess.load_factor_to_meet, analytic_needs)."""
+"""The analytic rounds' derate (trimtab.planning.rounds.derate_analytic) and the factors it takes from the
+cost model
+(trimtab.milp.assess.load_factor_to_meet, analytic_needs)."""
 from __future__ import annotations
 
 from dataclasses import dataclass
 
-from compiler.assess import analytic_needs, assess, load_factor_to_meet
-from compiler.candidates import build_candidates
-from compiler.deployment import DeploymentSpecView, RouteView
-from compiler.lower import lower
-from compiler.rounds import ANALYTIC_FLOOR, DERATE, derate_analytic
-from compiler.spec.load import load_spec
+from trimtab.milp.assess import analytic_needs, assess, load_factor_to_meet
+from trimtab.milp.candidates import build_candidates
+from trimtab.deployment.shape import DeploymentSpecView, RouteView
+from trimtab.ir.lower import lower
+from trimtab.planning.rounds import ANALYTIC_FLOOR, DERATE, derate_analytic
+from trimtab.spec.load import load_spec
 from tests.sim.helpers import one_deployment_plan, write_spec
 
 

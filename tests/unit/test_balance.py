@@ -1,13 +1,13 @@
 """The routing-balance LP after the MILP: same replicas and cost, no workload's busiest deployment busier."""
 import pytest
 
-from compiler.candidates import build_candidates
-from compiler.formulate import formulate, n_var, x_var
-from compiler.lower import lower
-from compiler.solve import balance_routes
-from compiler.spec.load import load_spec
-from solvers import get_backend
-from solvers.base import SolveOptions
+from trimtab.milp.candidates import build_candidates
+from trimtab.milp.formulate import formulate, n_var, x_var
+from trimtab.ir.lower import lower
+from trimtab.milp.solve import balance_routes
+from trimtab.spec.load import load_spec
+from trimtab.solvers import get_backend
+from trimtab.solvers.base import SolveOptions
 from tests.conftest import QUICKSTART
 
 

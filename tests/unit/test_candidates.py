@@ -1,12 +1,12 @@
 """Candidate generation, pruning reasons, and capacity at SLO."""
 from __future__ import annotations
 
-from compiler.assess import assess
-from compiler.candidates import build_candidates
-from compiler.cost.factory import replica_model, traffic_class
-from compiler.deployment import DeploymentSpecView, RouteView
-from compiler.lower import lower
-from compiler.spec.load import load_spec
+from trimtab.milp.assess import assess
+from trimtab.milp.candidates import build_candidates
+from trimtab.cost.factory import replica_model, traffic_class
+from trimtab.deployment.shape import DeploymentSpecView, RouteView
+from trimtab.ir.lower import lower
+from trimtab.spec.load import load_spec
 from tests.conftest import SMALL_SPEC
 
 

@@ -6,16 +6,16 @@ from __future__ import annotations
 
 import pytest
 
-from compiler.api import plan
-from compiler.cost.predict import replica
-from compiler.engines import sglang as sglang_emitter
-from compiler.engines import trtllm as trtllm_emitter
-from compiler.engines.realise import deployment_facts
-from compiler.errors import InputError
-from compiler.lower import lower
-from compiler.profiles import load_profiles
-from compiler.sim.check import check_simulated
-from compiler.spec.load import load_spec
+from trimtab.api import plan
+from trimtab.cost.predict import replica
+from trimtab.engines import sglang as sglang_emitter
+from trimtab.engines import trtllm as trtllm_emitter
+from trimtab.contract.realise import deployment_facts
+from trimtab.errors import InputError
+from trimtab.ir.lower import lower
+from trimtab.profiles.loader import load_profiles
+from trimtab.gate.simulated import check_simulated
+from trimtab.spec.load import load_spec
 
 # Decode-heavy long contexts on Llama 3.1 70B fp8: the KV cache, not compute, limits a replica's batch.
 SPEC = """\
@@ -97,7 +97,7 @@ def test_fp4_kv_plan_is_cheaper_than_the_fp8_one_and_passes_check_at_new_seeds(p
 
 def test_h100s_are_left_out_with_the_reason(tmp_path):
     """A GPU without FP4 tensor cores gets no candidate for the workload, and says why (``plan -v``'s table)."""
-    from compiler.candidates import build_candidates
+    from trimtab.milp.candidates import build_candidates
 
     text = SPEC.replace("  - {type: b200, count: 32}\n",
                         "  - {type: b200, count: 32}\n  - {type: h100-sxm, count: 32}\n")
@@ -130,8 +130,8 @@ def test_predict_cli_takes_kv_dtype_fp4_on_b200_and_names_the_option_elsewhere()
 
     from typer.testing import CliRunner
 
-    from cli.main import app
-    from compiler.errors import ExitCode
+    from trimtab.cli.main import app
+    from trimtab.errors import ExitCode
 
     args = ["predict", "--model", "llama-3.1-70b", "--dtype", "fp8", "--kv-dtype", "fp4", "--isl", "8000",
             "--osl", "500", "--concurrency", "4", "--format", "json"]

@@ -6,8 +6,8 @@ import math
 import numpy as np
 import pytest
 
-from compiler.lengths import GRID, LengthError, make_buckets, quantile_grid
-from compiler.spec.schema import TokenDist
+from trimtab.spec.lengths import GRID, LengthError, make_buckets, quantile_grid
+from trimtab.spec.schema import TokenDist
 
 
 def dist(d: dict) -> TokenDist:

@@ -9,8 +9,8 @@ import numpy as np
 import pytest
 from hypothesis import given, settings, strategies as st
 
-from compiler.lengths import make_buckets, quantile_grid, truncation
-from compiler.spec.schema import TokenDist
+from trimtab.spec.lengths import make_buckets, quantile_grid, truncation
+from trimtab.spec.schema import TokenDist
 
 N = 400_000
 WINDOWS = [2048, 4096, 8192, 131072]

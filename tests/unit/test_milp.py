@@ -3,11 +3,11 @@ from __future__ import annotations
 
 import pytest
 
-from compiler.deployment import Candidate, CandidateSet
-from compiler.formulate import formulate, n_var
-from compiler.lower import lower
-from compiler.spec.load import load_spec
-from solvers import SolveOptions, Status, get_backend
+from trimtab.deployment.shape import Candidate, CandidateSet
+from trimtab.milp.formulate import formulate, n_var
+from trimtab.ir.lower import lower
+from trimtab.spec.load import load_spec
+from trimtab.solvers import SolveOptions, Status, get_backend
 from tests.conftest import SMALL_SPEC
 
 BACKENDS = [b for b in ("highs", "cbc") if get_backend(b).is_available()]
@@ -79,7 +79,7 @@ def test_tie_break_prefers_fewer_gpus():
 
 
 def test_elastic_model_names_the_relaxation():
-    from compiler.explain import relaxations
+    from trimtab.planning.explain import relaxations
 
     ir = ir_with(count_h100=1, count_l4=0, budget=None)
     b = ir.workloads[0].buckets[0].name

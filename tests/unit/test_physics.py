@@ -1,4 +1,5 @@
-"""The speed-of-light guard (compiler/physics.py) against hand arithmetic from spec sheets, and its teeth:
+"""The speed-of-light guard (compiler/cost/physics.py) against hand arithmetic from spec sheets, and its
+teeth:
 ``check`` fails a plan that promises more than physics allows, and ``plan`` refuses to emit one (exit 6)."""
 from __future__ import annotations
 
@@ -6,13 +7,13 @@ import pytest
 import yaml
 from typer.testing import CliRunner
 
-import compiler as tt
-from cli.main import app
-from compiler.errors import ExitCode, InternalError
-from compiler.lower import lower
-from compiler.physics import breaches, decode_bound
-from compiler.plan.emit import emit
-from compiler.profiles import load_profiles
+import trimtab as tt
+from trimtab.cli.main import app
+from trimtab.errors import ExitCode, InternalError
+from trimtab.ir.lower import lower
+from trimtab.cost.physics import breaches, decode_bound
+from trimtab.contract.write import emit
+from trimtab.profiles.loader import load_profiles
 
 LLAMA2 = """\
 version: 1
@@ -68,8 +69,8 @@ def test_check_and_plan_refuse_a_plan_beyond_physics(tmp_path):
     assert res.exit_code == ExitCode.CHECK_FAILED
     assert "physics: deployment" in res.output and "speed-of-light bound" in res.output
     # plan's last stage refuses such a plan outright (a cost-model bug would be the only way there)
-    from compiler.plan.extract import finish_plan
-    from compiler.plan.schema import Plan
+    from trimtab.milp.extract import finish_plan
+    from trimtab.contract.schema import Plan
 
     hot_spec = tt.load_spec(tmp_path / "hot.yaml")
     with pytest.raises(InternalError, match="speed-of-light"):
@@ -95,8 +96,8 @@ workloads:
 
 
 def test_derate_breaches_holds_each_deployment_to_what_the_bound_allows():
-    from compiler.physics import Breach
-    from compiler.rounds import LIGHT_MARGIN, derate_breaches
+    from trimtab.cost.physics import Breach
+    from trimtab.planning.rounds import LIGHT_MARGIN, derate_breaches
 
     out = derate_breaches([Breach("a", 1000.0, 800.0, "output"), Breach("b", 500.0, 499.0, "prompt")],
                           {"a": 0.5, "c": 0.7}, {"a": 0.9})
@@ -111,10 +112,10 @@ def test_a_plan_over_the_bound_is_re_solved_within_it(tmp_path, monkeypatch):
     validation) loads one L4 past the speed-of-light bound (its batch counts a request's whole context, the cost
     model a decoding request's mean context). That plan used to stop with an internal error (exit 6; specgen's
     target family: 2 of 20 specs); the driver now re-solves it within the bound, and ``check`` passes the plan."""
-    import compiler.physics as phys
-    from compiler.check import check
+    import trimtab.cost.physics as phys
+    from trimtab.gate.analytic import check
 
-    # at p99 the cost model's KV check at the percentile (compiler.cost.queueing.over_caps) already keeps this
+    # at p99 the cost model's KV check at the percentile (trimtab.cost.queueing.over_caps) already keeps this
     # batch within the bound; at p60 its margin is small enough that the mean-context count still passes it
     (tmp_path / "s.yaml").write_text(MISTRAL_L4.replace("percentile: 99", "percentile: 60"))
     spec = tt.load_spec(tmp_path / "s.yaml")

@@ -1,11 +1,11 @@
-"""``compiler.profiles.use_profile_dirs``: a folder's profile replaces the bundled one of the same name for the
+"""``trimtab.profiles.loader.use_profile_dirs``: a folder's profile replaces the bundled one of the same name for the
 process (what the end-to-end test does with this machine's calibrated CPU), and ``()`` restores the bundle."""
 from __future__ import annotations
 
 import yaml
 
-from compiler.profiles import load_profiles, use_profile_dirs
-from profiles import data_dir
+from trimtab.profiles.loader import load_profiles, use_profile_dirs
+from trimtab.profiles import data_dir
 
 
 def test_override_replaces_the_bundled_profile_and_resets(tmp_path):

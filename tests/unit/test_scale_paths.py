@@ -4,15 +4,15 @@ from __future__ import annotations
 
 import pytest
 
-import compiler.decompose as decompose
-import compiler.fanout as fanout
-from compiler.candidates import build_candidates
-from compiler.cost.factory import replica_model, traffic_class
-from compiler.formulate import formulate
-from compiler.lower import lower
-from compiler.solve import solve_ir
-from compiler.spec.load import load_spec
-from solvers import SolveOptions, get_backend
+import trimtab.milp.decompose as decompose
+import trimtab.milp.fanout as fanout
+from trimtab.milp.candidates import build_candidates
+from trimtab.cost.factory import replica_model, traffic_class
+from trimtab.milp.formulate import formulate
+from trimtab.ir.lower import lower
+from trimtab.milp.solve import solve_ir
+from trimtab.spec.load import load_spec
+from trimtab.solvers import SolveOptions, get_backend
 from tests.conftest import QUICKSTART
 
 
@@ -122,7 +122,7 @@ def test_capacity_search_without_the_zero_load_probe_first_finds_the_same_rates_
     meets the SLO (a TTFT of 1 ms); the default takes fewer evaluations where there is a capacity, and
     FIRST_HALVINGS more where there is none (rare among the candidates: specgen's target spec 0, 133,343 -> 126,237
     evaluations in all)."""
-    import compiler.cost.model as cm
+    import trimtab.cost.model as cm
 
     calls = [0]
     plain = cm.ReplicaModel.evaluate

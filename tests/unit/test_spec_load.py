@@ -3,9 +3,9 @@ from __future__ import annotations
 
 import pytest
 
-from compiler.errors import InputError
-from compiler.lower import lower
-from compiler.spec.load import load_spec
+from trimtab.errors import InputError
+from trimtab.ir.lower import lower
+from trimtab.spec.load import load_spec
 from tests.conftest import QUICKSTART, SMALL_SPEC
 
 

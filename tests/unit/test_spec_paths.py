@@ -3,12 +3,12 @@ relaxable row's what-if path is one that ``apply_overrides`` accepts and that ch
 right-hand side came from; ``from_whatif`` returns the same path."""
 from __future__ import annotations
 
-from compiler.candidates import build_candidates
-from compiler.formulate import formulate
-from compiler.lower import lower
-from compiler.spec.load import load_spec
-from compiler.spec.paths import SpecPath
-from compiler.whatif import apply_overrides
+from trimtab.milp.candidates import build_candidates
+from trimtab.milp.formulate import formulate
+from trimtab.ir.lower import lower
+from trimtab.spec.load import load_spec
+from trimtab.spec.paths import SpecPath
+from trimtab.spec.overrides import apply_overrides
 
 
 def test_every_row_has_a_typed_origin_and_relaxable_rows_round_trip(small_spec_path):

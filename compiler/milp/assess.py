@@ -1,0 +1,180 @@
+"""Assess a set of deployments and routes against the spec's traffic with the cost model.
+
+``assess(ir, deployments, routes) -> Assessment`` is shared by plan extraction (the predictions a plan
+states) and ``check`` (which recomputes them from the spec and the plan, trusting nothing stored in it).
+Each replica of a deployment gets an equal share of the deployment's routed traffic.
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+from trimtab.cost.factory import traffic_class
+from trimtab.deployment.shape import DeploymentLoad, DeploymentSpecView, RouteView, replica_model_of
+from trimtab.ir.model import ProblemIR
+
+NO_ROUTE = "no route serves this workload"
+
+
+@dataclass(frozen=True, slots=True)
+class WorkloadPrediction:
+    workload: str
+    ttft_ms: float  # at the SLO percentile, worst bucket
+    tpot_ms: float  # mean, worst deployment
+    percentile: float
+    slo_met: bool
+    utilization: float  # highest prefill utilisation among its deployments
+    worst_deployment: str  # the deployment that sets the worst latency
+    reason: str
+
+
+@dataclass(frozen=True)
+class Assessment:
+    deployments: dict[str, DeploymentLoad]
+    workloads: dict[str, WorkloadPrediction]
+
+    def misses(self) -> list[WorkloadPrediction]:
+        """Workloads over their SLO (an unserved workload of a max_goodput plan is not a miss)."""
+        return [p for p in self.workloads.values() if not p.slo_met and p.reason != NO_ROUTE]
+
+
+def assess(ir: ProblemIR, deployments: list[DeploymentSpecView], routes: list[RouteView]) -> Assessment:
+    deps = {d.name: d for d in deployments}
+    per_dep: dict[str, list[tuple[RouteView, object]]] = {d: [] for d in deps}
+    for r in routes:
+        w = ir.workload(r.workload)
+        b = w.bucket(r.bucket) if w else None
+        if w is None or b is None or r.deployment not in deps or r.share <= 0:
+            continue  # structural problems are reported by check's verifier
+        per_dep[r.deployment].append((r, b))
+    loads: dict[str, DeploymentLoad] = {}
+    ttft: dict[tuple[str, str, str], float] = {}
+    dep_tpot: dict[str, float] = {}
+    for name in sorted(deps):
+        d = deps[name]
+        rm = replica_model_of(ir, d)
+        items = per_dep[name]
+        reps = max(d.replicas, 0)
+        classes, keys = [], []
+        for r, b in items:
+            w = ir.workload(r.workload)
+            rate = w.rate_rps * r.share / reps if reps else math.inf
+            classes.append(traffic_class(b, rate, w, rm))
+            keys.append((r.workload, r.bucket))
+        if not classes:
+            loads[name] = DeploymentLoad(name, 0.0, 0.0, 0.0, 0.0, rm.memory.kv_cache_tokens, 0.0, True, "no traffic")
+            continue
+        if reps == 0:
+            loads[name] = DeploymentLoad(name, math.inf, 1.0, 0.0, 0.0, rm.memory.kv_cache_tokens, math.inf, False,
+                                         "traffic routed to a deployment with 0 replicas")
+            for k in keys:
+                ttft[(k[0], k[1], name)] = math.inf
+            dep_tpot[name] = math.inf
+            continue
+        percentiles = sorted({ir.workload(k[0]).slo.percentile for k in keys})
+        state = None
+        for p in percentiles:
+            state = rm.evaluate(classes, p)
+            for k, t in zip(keys, state.ttft_s):
+                if ir.workload(k[0]).slo.percentile == p:
+                    ttft[(k[0], k[1], name)] = t * 1e3
+        dep_tpot[name] = state.tpot_s * 1e3
+        loads[name] = DeploymentLoad(name, sum(c.rate_rps for c in classes), state.utilization, state.decode_batch,
+                                     state.kv_tokens_used, rm.memory.kv_cache_tokens, state.tpot_s * 1e3,
+                                     state.stable, state.reason, int(max(c.prefix_reserved for c in classes)))
+    if any(r.prefill for r in routes):
+        from trimtab.milp.disagg import assess_pairs
+
+        assess_pairs(ir, deps, routes, loads, ttft, dep_tpot)
+    preds: dict[str, WorkloadPrediction] = {}
+    for w in ir.workloads:
+        mine = [(k, v) for k, v in ttft.items() if k[0] == w.name]
+        if not mine:
+            preds[w.name] = WorkloadPrediction(w.name, math.inf, math.inf, w.slo.percentile, False, 0.0, "",
+                                               NO_ROUTE)
+            continue
+        (_, _, worst_t_dep), t = max(mine, key=lambda kv: (kv[1], kv[0]))
+        dnames = sorted({k[2] for k, _ in mine})
+        worst_d_dep = max(dnames, key=lambda n: (dep_tpot[n], n))
+        tpot = dep_tpot[worst_d_dep]
+        util = max(loads[n].utilization for n in dnames)
+        met = t <= w.slo.ttft_ms and tpot <= w.slo.tpot_ms
+        reason = ""
+        unstable = [loads[n] for n in dnames if not loads[n].stable]
+        if unstable:
+            reason = f"{unstable[0].name}: {unstable[0].reason}"
+            worst = unstable[0].name
+        elif t > w.slo.ttft_ms:
+            reason, worst = f"TTFT p{w.slo.percentile:g} {t:.0f} ms > SLO {w.slo.ttft_ms:g} ms", worst_t_dep
+        elif tpot > w.slo.tpot_ms:
+            reason, worst = f"TPOT {tpot:.1f} ms > SLO {w.slo.tpot_ms:g} ms", worst_d_dep
+        else:
+            worst = worst_t_dep
+        preds[w.name] = WorkloadPrediction(w.name, t, tpot, w.slo.percentile, met, util, worst, reason)
+    return Assessment(loads, preds)
+
+
+def load_factor_to_meet(ir: ProblemIR, view: DeploymentSpecView, routes: list[RouteView], workload: str,
+                        steps: int = 8) -> float:
+    """Largest share f of ``routes`` (each to ``view``, a unified deployment) at which the cost model has ``view``
+    meet ``workload``'s SLO (this module's ``assess`` of that deployment alone, every route's share scaled by f;
+    bisection to 2**-steps); 1.0 when it already does, 0.0 when even the lightest load tried misses (a prompt mix
+    whose tail the deployment cannot serve at any load). What the analytic rounds derate by
+    (``trimtab.planning.rounds.derate_analytic``), instead of a fixed step per round: a tail that barely responds to load
+    needs a large step, and repeated small ones cost a solve each."""
+    def meets(f: float) -> bool:
+        scaled = [RouteView(r.workload, r.bucket, view.name, r.share * f) for r in routes]
+        p = assess(ir, [view], scaled).workloads[workload]
+        return p.reason != NO_ROUTE and p.slo_met
+
+    if meets(1.0):
+        return 1.0
+    lo, hi = 0.0, 1.0
+    for _ in range(steps):
+        mid = (lo + hi) / 2
+        if meets(mid):
+            lo = mid
+        else:
+            hi = mid
+    return lo
+
+
+def analytic_needs(ir: ProblemIR, plan, deployment: str, workload: str, fill: float, peers=(),
+                   derate: dict[str, float] | None = None) -> dict[str, float]:
+    """Capacity factors (candidate id -> factor < 1) at which the cost model has ``workload``'s traffic mix on
+    ``deployment`` of ``plan`` meet its SLO: for that deployment, ``load_factor_to_meet`` of its routes x its
+    ``fill`` (its share of its derated capacity in use); for each candidate of ``peers`` (``Candidate`` records of
+    the same workload, unified), the same mix of the workload's buckets (their shares on ``deployment``) at the
+    per-replica rate that fills the candidate's derated capacity. The solver can only see capacities per bucket;
+    a mix of prompt-length ranges on one replica has a longer tail than each alone, and a shape that misses with
+    it hands it to a sibling shape that misses the same way in the next round unless every shape's factor is
+    known at once (the target family's seed 16: 5 analytic rounds hopping over GPU types for one workload). Empty
+    where this does not apply (a deployment of a prefill/decode pair, whose latency is set with its partner's)."""
+    d = next((x for x in plan.deployments if x.name == deployment), None)
+    if d is None or d.role != "unified":
+        return {}
+    mine = [r for r in plan.routes if r.deployment == deployment and r.share > 0]
+    if not mine:
+        return {}
+    out: dict[str, float] = {}
+    f = load_factor_to_meet(ir, DeploymentSpecView.of_plan(d), [RouteView(r.workload, r.bucket, deployment, r.share)
+                                                                for r in mine], workload)
+    if f < 1.0:
+        out[deployment] = f * min(1.0, fill)
+    w = ir.workload(workload)
+    mix = [(r.bucket, r.share) for r in mine if r.workload == workload]
+    total = sum(sh for _, sh in mix)
+    if w is None or not total or w.rate_rps <= 0:
+        return out
+    for c in peers:
+        if c.id == deployment or c.role != "unified":
+            continue
+        caps = [(b, sh / total, c.capacity(b) * (derate or {}).get(c.id, 1.0)) for b, sh in mix]
+        if any(cap <= 0 for _, _, cap in caps):
+            continue  # the candidate cannot take this mix at all: nothing to derate it for
+        rate = 1.0 / sum(p / cap for _, p, cap in caps)  # per replica, at its full derated capacity
+        routes = [RouteView(workload, b, c.id, p * rate / w.rate_rps) for b, p, _ in caps]
+        g = load_factor_to_meet(ir, DeploymentSpecView.of_candidate(c, 1), routes, workload)
+        if g < 1.0:
+            out[c.id] = g
+    return out

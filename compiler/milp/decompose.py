@@ -1,0 +1,195 @@
+"""Decomposition of the ``min_cost`` MILP by workload, when the shared rows do not bind (or one is priced out).
+
+Entry point: ``solve_split(ir, cands, backend, options, derate) -> SolveResult | None`` (None: solve whole).
+
+Every variable of the formulation belongs to one workload (its candidates' replicas and routes); only the
+inventory rows (per GPU type) and the budget row couple workloads. Solving each workload on its own, with
+those rows kept (each alone is a relaxation of the shared row), gives per-workload optima whose sum is a lower
+bound on the whole problem's optimum. When the union of the per-workload solutions also satisfies the shared
+rows, it is feasible for the whole problem and so optimal, to the largest per-workload gap (the sum of the
+parts' gaps, each relative to its part, is at most the largest of them relative to the whole). When exactly one
+GPU type's row is broken (and there is no budget row), ``_price_out`` prices that type up until the parts fit and
+keeps the union when its Lagrangian bound certifies it optimal to the MIP gap. Otherwise the caller solves the
+whole MILP as before.
+
+Used only where it pays and is sound: ``min_cost``, at least two workloads, at least ``MIN_CANDIDATES``
+candidates, and no inter-rack KV-link row (shared by every workload's P/D candidates).
+"""
+from __future__ import annotations
+
+from dataclasses import replace
+
+from trimtab.deployment.shape import CandidateSet
+from trimtab.milp.formulate import formulate, n_var
+from trimtab.ir.model import ProblemIR
+from trimtab.solvers.base import Backend, SolveOptions, SolveResult, Status, Termination
+
+MIN_CANDIDATES = 300  # below this the whole MILP solves in well under a second
+
+
+def solve_split(ir: ProblemIR, cands: CandidateSet, backend: Backend, options: SolveOptions,
+                derate: dict[str, float] | None = None, memo: dict | None = None) -> SolveResult | None:
+    """``memo`` (one per planning run, across its rounds): each workload's MILP solved to optimality is kept under
+    the derates of its own candidates; a later round whose derates leave them unchanged takes that solution
+    instead of solving the same MILP again (the backend is deterministic: the same answer). Rounds change the
+    derates of a few workloads, so from the second round on most of the 100 MILPs of a large spec are not
+    re-solved."""
+    pd = tuple(getattr(cands, "disagg", ()))
+    if (ir.objective != "min_cost" or len(ir.workloads) < 2 or len(cands.candidates) < MIN_CANDIDATES
+            or (pd and getattr(ir, "inter_rack_gbps", None))
+            or any(c.kv_offload_gib or c.kv_borrow_gib for c in cands.candidates)):  # KV-tier rows are shared
+        return None
+    mine: dict[str, list] = {w.name: [] for w in ir.workloads}
+    mine_pd: dict[str, list] = {w.name: [] for w in ir.workloads}
+    for group, cs in ((mine, cands.candidates), (mine_pd, pd)):
+        for c in cs:
+            if c.workload not in group:
+                return None
+            group[c.workload].append(c)
+    derate = derate or {}
+    parts: dict[str, SolveResult] = {}
+    spent = 0.0
+
+    def part(w, price: float = 0.0, gpu: str = "") -> SolveResult | None:
+        """Workload ``w``'s MILP, the candidates on ``gpu`` at ``price`` more per GPU-hour (``_price_out``)."""
+        nonlocal spent
+        own = (*mine[w.name], *mine_pd[w.name])
+        key = (id(ir), id(cands), backend.name, options.mip_rel_gap, options.threads, w.name,
+               tuple(derate.get(c.id, 1.0) for c in own), (gpu, price) if price else ())
+        hit = memo.get(key) if memo is not None else None
+        if hit is not None and hit[0] is ir and hit[1] is cands:  # (the objects themselves: ids can be reused)
+            return hit[2]
+        cs, pds = tuple(mine[w.name]), tuple(mine_pd[w.name])
+        if price:
+            cs, pds = _priced(cs, gpu, price), _priced(pds, gpu, price)
+        sub = replace(cands, candidates=cs, pruned=(), best=())
+        if pd:
+            sub = replace(sub, disagg=pds)
+        left = max(options.time_limit_s - spent, 0.01)
+        r = backend.solve(formulate(replace(ir, workloads=(w,)), sub, derate),
+                          SolveOptions(left, options.mip_rel_gap, options.threads, options.verbose))
+        spent += r.seconds
+        if memo is not None and r.status == Status.OPTIMAL and r.termination == Termination.CONVERGED:
+            memo[key] = (ir, cands, r)
+        return r if r.has_solution and r.objective is not None else None  # None: the whole solve says why
+
+    for w in ir.workloads:
+        r = part(w)
+        if r is None:
+            return None
+        parts[w.name] = r
+    used = _used(cands.candidates + pd, parts)
+    over = [p for p in ir.gpus if used.get(p.type, 0) > p.count]
+    if ir.budget_usd_per_hour is not None:
+        usd = sum(round(parts[c.workload].values.get(n_var(c.id), 0.0)) * c.usd_per_hour for c in cands.candidates + pd)
+        if usd > ir.budget_usd_per_hour * (1 + 1e-9):
+            return None
+    note = f"decomposed into {len(ir.workloads)} workload MILPs"
+    gap_bound = None
+    if over:
+        if len(over) > 1 or ir.budget_usd_per_hour is not None:
+            return None
+        priced = _price_out(ir, over[0], cands.candidates + pd, parts, part, options.mip_rel_gap)
+        if priced is None:
+            return None
+        parts, gap_bound, lam = priced
+        used = _used(cands.candidates + pd, parts)  # the parts moved off the priced type: the other rows again
+        if any(used.get(p.type, 0) > p.count for p in ir.gpus):
+            return None
+        note += f", {over[0].type} priced out at +{lam:g} $/GPU-h (Lagrangian; certified gap {gap_bound:.2e})"
+    values: dict[str, float] = {}
+    gaps, statuses, terms = [], set(), set()
+    for w in ir.workloads:
+        r = parts[w.name]
+        values.update(r.values)
+        gaps.append(r.gap)
+        statuses.add(r.status)
+        terms.add(r.termination)
+    objective = sum(parts[w.name].objective for w in ir.workloads)  # (priced-out parts: at the spec's prices)
+    status = Status.OPTIMAL if statuses == {Status.OPTIMAL} else Status.FEASIBLE
+    gap = None if any(g is None for g in gaps) else max(gaps, default=0.0)
+    if gap is not None and gap_bound is not None:
+        gap = max(gap, gap_bound)
+    term = Termination.TIME_LIMIT if Termination.TIME_LIMIT in terms else Termination.CONVERGED
+    return SolveResult(status, term, values, objective, gap, spent, backend.name, note)
+
+
+def _priced(cs: tuple, gpu: str, price: float) -> tuple:
+    """``cs`` with the candidates on ``gpu`` ``price`` more per GPU-hour (per replica: x its GPUs)."""
+    return tuple(replace(c, usd_per_hour=c.usd_per_hour + price * c.gpus) if c.gpu == gpu else c for c in cs)
+
+
+def _used(cands: tuple, parts: dict[str, SolveResult]) -> dict[str, int]:
+    """GPUs per type the parts' solutions buy."""
+    used: dict[str, int] = {}
+    for c in cands:
+        n = round(parts[c.workload].values.get(n_var(c.id), 0.0))
+        used[c.gpu] = used.get(c.gpu, 0) + n * c.gpus
+    return used
+
+
+PRICE_STEPS = 24  # evaluations of the price search at most (each re-solves the parts that buy the priced type)
+
+
+def _price_out(ir: ProblemIR, pool, cands: tuple, parts: dict[str, SolveResult], part, rel_gap: float):
+    """The parts re-solved with ``pool``'s GPUs at a price lam more per GPU-hour, for the smallest lam (doubling,
+    then bisection) at which they buy no more of them than the spec has: a Lagrangian relaxation of that one
+    inventory row. For every lam, L(lam) = sum_w z_w(lam) - lam x count (z_w: workload w's optimum at the raised
+    price) is a lower bound on the whole MILP's optimum, and the parts' union at a lam where they fit is feasible
+    for it; when the two meet to ``rel_gap`` (exactly so when the parts buy all ``count`` GPUs: complementary
+    slackness) the union is optimal to that gap, and it is returned with its certified gap and lam. Else None: the
+    whole MILP decides, as before. A part that buys none of the type at some lam buys none at any higher lam (its
+    plan's cost is unchanged and every other plan's only rose), so only the others are re-solved going up."""
+    gpu, count = pool.type, pool.count
+    by_w: dict[str, list] = {w.name: [] for w in ir.workloads}
+    for c in cands:
+        by_w[c.workload].append(c)
+
+    def buys(r: SolveResult, n: str) -> int:
+        return sum(round(r.values.get(n_var(c.id), 0.0)) * c.gpus for c in by_w[n] if c.gpu == gpu)
+
+    def evaluate(lam: float, base: dict[str, SolveResult]):
+        out = {}
+        for w in ir.workloads:
+            r0 = base[w.name]
+            if buys(r0, w.name) == 0:  # priced out already (at this or a lower lam): unchanged
+                out[w.name] = r0
+                continue
+            r = part(w, lam, gpu)
+            if r is None:
+                return None
+            out[w.name] = r
+        return out
+
+    def bound(lam: float, sol: dict[str, SolveResult]) -> float:
+        # each part's optimum is at least its objective less its own gap
+        return sum(r.objective * (1 - (r.gap or 0.0)) for r in sol.values()) - lam * count
+
+    def real(sol: dict[str, SolveResult], lam: float) -> float:
+        return sum(r.objective for r in sol.values()) - lam * sum(buys(r, n) for n, r in sol.items())
+
+    best_lb = bound(0.0, parts)
+    lo, lo_sol = 0.0, parts
+    hi, hi_sol = None, None
+    step = max(pool.usd_per_hour, 1e-6) / 4
+    for _ in range(PRICE_STEPS):
+        lam = step if hi is None and lo == 0.0 else (lo * 2 if hi is None else (lo + hi) / 2)
+        sol = evaluate(lam, lo_sol)
+        if sol is None:
+            return None
+        best_lb = max(best_lb, bound(lam, sol))
+        if sum(buys(r, n) for n, r in sol.items()) <= count:
+            hi, hi_sol = lam, sol
+            cost = real(sol, lam)
+            if cost - best_lb <= rel_gap * abs(cost):
+                break
+        else:
+            lo, lo_sol = lam, sol
+    if hi_sol is None:
+        return None
+    cost = real(hi_sol, hi)
+    gap = max(cost - best_lb, 0.0) / max(abs(cost), 1e-12)
+    if gap > rel_gap:
+        return None
+    # the parts' own objectives at the spec's prices
+    return {n: replace(r, objective=r.objective - hi * buys(r, n)) for n, r in hi_sol.items()}, gap, hi

@@ -1,0 +1,539 @@
+"""Prefill/decode disaggregation: candidates, MILP rows, pairing and assessment of P/D deployments.
+
+A bucket is served by unified replicas, or by a prefill deployment paired with a decode deployment (possibly on
+different GPU types). The prefill side computes the prompt and the first token, then hands the prompt's KV
+(input tokens x ``ReplicaModel.kv_bytes_per_token``) to the decode side over the network; the hand-off time is
+added to TTFT. The decode side only decodes, so its TPOT has no prefill interference.
+
+Notation (added to ``trimtab.milp.formulate``'s):
+    P, D: prefill and decode candidates (workload, GPU type, TP, PP); capP[b,p], capD[b,d] per replica
+    xp[b,p], xd[b,d] >= 0: rate of bucket b prefilled on p / decoded on d
+    bytes[b] = isl_mean[b] x kv_bytes_per_token: KV moved per request of bucket b
+    nic[c] = tp x pp x node NIC / GPUs per node (bytes/s), LINK_UTIL: share of a link the hand-offs may use
+Constraints:
+    sum_c x[b,c] + sum_p xp[b,p] == rate[b]                      (demand[w/b], extended)
+    sum_p xp[b,p] - sum_d xd[b,d] == 0                           for b        (pd_balance[w/b])
+    sum_b xp[b,p] / capP[b,p] <= n[p];  same for d               (capacity[c])
+    sum_b xp[b,p] bytes[b] <= LINK_UTIL nic[p] n[p]; same for d  (kv_link[c])
+    sum_{b,p} xp[b,p] bytes[b] <= LINK_UTIL inter_rack           (kv_link[inter-rack], when the spec gives it)
+Prefill capacities assume the hand-off runs at the narrowest NIC share among the workload's decode candidates,
+so any pairing the solver makes meets TTFT.
+
+Co-located pairs (``-local-`` candidates, offered only where the network cannot carry the KV, ``_heavy_kv``):
+a group L = kp prefill replicas of tp_p GPUs + kd decode replicas of tp_d GPUs of one GPU type, pp = 1, inside
+one NVLink domain (kp tp_p + kd tp_d <= domain). Its hand-off runs over the GPUs' own links (NVLink, or PCIe
+where the GPU has none): nvl[L] = min(kp tp_p, kd tp_d) x link_bandwidth_gbps. Per group, an integer g[L]:
+    n[Pl] == kp g[L];  n[Dl] == kd g[L]                           (colocate[L])
+    xp[b,Pl] - xd[b,Dl] == 0                                     for b (pd_local[L/b]: decoded where prefilled)
+    sum_b xp[b,Pl] bytes[b] <= LINK_UTIL nvl[L] g[L]               (kv_link[Pl], no NIC row, no inter-rack term)
+Inter-rack (when ``network.inter_rack_gbps`` is given): ``pair_routes`` pairs each bucket's flows of the same
+GPU type first (co-located pairs with their own partner only), so the flow that must change GPU type, hence
+rack in a derived topology, is exactly sum_g max(0, P[b,g] - D[b,g]) (P, D: cross-node prefill and decode flow
+of bucket b on GPU type g). With e[b,g] >= 0:
+    e[b,g] >= sum_{p on g} xp[b,p] - sum_{d on g} xd[b,d]                         (kv_cross[w/b/g])
+    sum_{b,g} e[b,g] bytes[b] <= LINK_UTIL inter_rack                              (kv_link[inter-rack])
+Same-type pairs that would still cross racks (nodes of one type in several racks) are kept in one rack by the
+placement (``trimtab.milp.placement``, rack affinity) or the plan is refused naming the link.
+"""
+from __future__ import annotations
+
+import math
+import re
+from dataclasses import replace
+
+from trimtab.cost.factory import replica_model, traffic_class
+from trimtab.cost.transfer import (is_local_pair, kv_bytes_per_token, local_bytes_per_s, nic_bytes_per_s,
+                                     transfer_s)
+from trimtab.deployment.shape import Candidate
+from trimtab.ir.model import ProblemIR, WorkloadIR
+from trimtab.deployment.layouts import layouts
+from trimtab.spec.paths import SpecPath
+from trimtab.ir.topology import LINK_UTIL
+
+ROLES = ("prefill", "decode")
+ENABLED = True  # False: unified candidates only (for comparisons: benchmarks, tests)
+PD_MARGIN = 0.15  # a P/D pair must beat unified serving by this share of the cost per request/s to be offered
+PD_TOKEN_BUDGET = 8192  # prefill side: whole prompts per step; decode side: small budget, more KV room
+DECODE_TOKEN_BUDGET = 2048
+
+
+def pd_id(workload: str, gpu: str, tp: int, pp: int, role: str, dp: int = 1, ep: int = 1) -> str:
+    return (f"{workload}-{gpu}-tp{tp}" + (f"-pp{pp}" if pp > 1 else "") + (f"-dp{dp}" if dp > 1 else "")
+            + (f"-ep{ep}" if ep > 1 else "") + f"-{role}")
+
+
+def local_id(workload: str, gpu: str, tp_p: int, kp: int, tp_d: int, kd: int, role: str) -> str:
+    """A co-located pair's side: ``kp`` prefill replicas of ``tp_p`` GPUs and ``kd`` decode replicas of ``tp_d``
+    GPUs share one NVLink domain."""
+    return f"{workload}-{gpu}-local-p{kp}xtp{tp_p}-d{kd}xtp{tp_d}-{role}"
+
+
+_LOCAL = re.compile(r"^(?P<stem>.+-local-p(?P<kp>\d+)xtp(?P<tp_p>\d+)-d(?P<kd>\d+)xtp(?P<tp_d>\d+))-(?P<role>prefill|decode)$")
+
+
+def local_group(cid: str) -> tuple[str, int, int] | None:
+    """Planner side (candidate ids are ours): (partner id, replicas of ``cid`` per group, replicas of the
+    partner per group) of a co-located pair's side, else None."""
+    m = _LOCAL.match(cid)
+    if m is None:
+        return None
+    kp, kd = int(m["kp"]), int(m["kd"])
+    if m["role"] == "prefill":
+        return f"{m['stem']}-decode", kp, kd
+    return f"{m['stem']}-prefill", kd, kp
+
+
+def colocation(cid: str) -> dict:
+    """The plan's co-location fields of a deployment made from candidate ``cid`` (empty when not co-located)."""
+    grp = local_group(cid)
+    return {} if grp is None else {"colocated_with": grp[0], "group_replicas": grp[1]}
+
+
+def group_var(cid: str) -> str:
+    m = _LOCAL.match(cid)
+    return f"groups[{m['stem']}]"
+
+
+def xp_var(workload: str, bucket: str, cid: str) -> str:
+    return f"route[{workload}/{bucket},{cid}]"
+
+
+def _role_candidates(ir: ProblemIR, w: WorkloadIR, role: str, transfer_bw: float | None,
+                     local_d: dict[str, int] | None = None) -> list[Candidate]:
+    """``local_d``: prefill sides of co-located pairs (pp = 1), the hand-off over the GPUs' links to a decode
+    replica of at least ``local_d[gpu type]`` GPUs."""
+    out = []
+    mns = int(ir.engine.max_num_seqs.value)
+    mbt = PD_TOKEN_BUDGET if role == "prefill" else DECODE_TOKEN_BUDGET
+    for pool in ir.gpus:
+        if local_d is not None and pool.type not in local_d:
+            continue
+        # MoE models: each phase over its own tp x dp x ep layouts (compiler/deployment/layouts.py); co-located pairs dense-style
+        for _cid, tp, pp, dp, ep, why in layouts(ir, w, pool):
+            if why or (local_d is not None and (pp > 1 or dp > 1 or ep > 1)):
+                continue
+            rm = replica_model(ir, w.model, pool.type, tp, pp, w.dtype, mns, mbt, dp=dp, ep=ep, kv_dtype=w.kv_dtype)
+            if rm.memory.kv_cache_tokens <= 0:
+                continue
+            if local_d is not None:
+                bw = local_bytes_per_s(pool, tp, local_d[pool.type])
+            else:
+                bw = nic_bytes_per_s(pool, tp * pp * dp)
+            if transfer_bw is not None:
+                bw = min(bw, transfer_bw)
+            caps = []
+            for b in w.buckets:
+                xfer = b.isl_tail * rm.kv_bytes_per_token / bw if role == "prefill" else 0.0
+                cap = rm.capacity_rps_role(role, traffic_class(b, 0.0), w.slo.ttft_ms, w.slo.tpot_ms,
+                                           w.slo.percentile, xfer)
+                if cap > 0:
+                    caps.append((b.name, cap))
+            if role == "prefill" and len(caps) > 1:
+                caps = _mix_capped(rm, w, caps, bw)
+            if caps:
+                out.append(Candidate(
+                    id=pd_id(w.name, pool.type, tp, pp, role, dp, ep), workload=w.name, model=w.model,
+                    gpu=pool.type, tp=tp, pp=pp, dtype=w.dtype, max_num_seqs=mns, max_batched_tokens=mbt,
+                    kv_cache_tokens=rm.memory.kv_cache_tokens, usd_per_hour=pool.usd_per_hour * tp * pp * dp,
+                    capacity_rps=tuple(caps), role=role, dp=dp, ep=ep, kv_dtype=w.kv_dtype))
+    return out
+
+
+def _usd_per_rps(cands, workload: str, bucket: str, role: str) -> float:
+    return min((c.usd_per_hour / cap for c in cands
+                if c.workload == workload and c.role == role and (cap := c.capacity(bucket)) > 0),
+               default=math.inf)
+
+
+def _may_pay(ir: ProblemIR, w: WorkloadIR, unified: tuple[Candidate, ...]) -> bool:
+    """A cheap bound before any bisection: per bucket, the prefill side costs at least usd x (prompt service
+    time at full utilisation) and the decode side at least usd x (osl - 1) x T_d(n) / n per request/s, n the
+    largest batch max_num_seqs and the KV cache allow; P/D can only pay where their sum is PD_MARGIN below the best
+    unified cost (``unified``: this workload's unified candidates)."""
+    mns = int(ir.engine.max_num_seqs.value)
+    pre = {b.name: math.inf for b in w.buckets}
+    dec = dict(pre)
+    for pool in ir.gpus:
+        for _cid, tp, pp, dp, ep, why in layouts(ir, w, pool):
+            if why:
+                continue
+            usd = pool.usd_per_hour * tp * pp * dp
+            rp = replica_model(ir, w.model, pool.type, tp, pp, w.dtype, mns, PD_TOKEN_BUDGET, dp=dp, ep=ep,
+                               kv_dtype=w.kv_dtype)
+            rd = replica_model(ir, w.model, pool.type, tp, pp, w.dtype, mns, DECODE_TOKEN_BUDGET, dp=dp, ep=ep,
+                               kv_dtype=w.kv_dtype)
+            for b in w.buckets:
+                step = min(b.isl_mean, PD_TOKEN_BUDGET)
+                s = b.isl_mean / step * rp.iteration_s(0, 0, step, (b.isl_mean - step) / 2)
+                pre[b.name] = min(pre[b.name], usd * s)
+                ctx = b.isl_mean + b.osl_mean / 2
+                nb = min(mns, rd.memory.kv_cache_tokens // ctx)  # batch / step time grows with the batch
+                if b.osl_mean > 1 and nb >= 1:
+                    dec[b.name] = min(dec[b.name], usd * (b.osl_mean - 1) * rd.iteration_s(nb, ctx) / nb)
+    return any(pre[b.name] + dec[b.name] < (1 - PD_MARGIN) * _usd_per_rps(unified, w.name, b.name, "unified")
+               for b in w.buckets)
+
+
+def _mix_capped(rm, w: WorkloadIR, caps: list, bw: float) -> list:
+    """Prefill capacities safe when the replica serves its buckets mixed (long prompts lengthen the short ones'
+    wait): the highest utilisation rho_mix at which the workload's own mix of these buckets still meets TTFT
+    (hand-off included) for every bucket; a bucket's capacity is then at most rho_mix / its service time, so the
+    capacity row sum_b x[b] / cap[b] <= n keeps the utilisation of any mix under rho_mix."""
+    from trimtab.cost.model import TrafficClass
+    from trimtab.cost.search import bisect_max
+
+    bs = [w.bucket(n) for n, _ in caps]
+    tot = sum(b.prob for b in bs)
+    svc = []
+    for b in bs:
+        step = min(b.isl_mean, rm.max_batched_tokens)
+        svc.append(b.isl_mean / step * rm.iteration_s(0, 0, step, (b.isl_mean - step) / 2))
+    xfer = [b.isl_tail * rm.kv_bytes_per_token / bw for b in bs]
+
+    def ok(lam: float) -> bool:
+        cls = [TrafficClass(lam * b.prob / tot, b.isl_mean, 1.0, b.isl_tail, b.isl_cv2) for b in bs]
+        st = rm.evaluate_prefill(cls, w.slo.percentile)
+        return st.stable and all((t + x) * 1e3 <= w.slo.ttft_ms for t, x in zip(st.ttft_s, xfer))
+
+    mean_s = sum(b.prob / tot * s for b, s in zip(bs, svc))
+    if not ok(1e-9):
+        return caps
+    rho = bisect_max(ok, 0.0, 1.0 / mean_s, 0.005) * mean_s
+    return [(n, min(c, rho / s)) for (n, c), s in zip(caps, svc)]
+
+
+def build_pd_candidates(ir: ProblemIR, unified: tuple[Candidate, ...] = ()) -> tuple[Candidate, ...]:
+    """Prefill and decode candidates of every workload, for the buckets where a P/D pair pays: the cheapest
+    prefill plus the cheapest decode cost per request/s at least PD_MARGIN below the cheapest unified
+    candidate's (a fluid bound; the MILP then decides with whole replicas). Decode candidates first: the
+    narrowest NIC share among them bounds the hand-off time every prefill candidate plans for."""
+    out: list[Candidate] = []
+    local: list[Candidate] = []
+    if not ENABLED:
+        return ()
+    by_workload: dict[str, list[Candidate]] = {}
+    for c in unified:
+        by_workload.setdefault(c.workload, []).append(c)
+    for w in ir.workloads:
+        mine = tuple(by_workload.get(w.name, ()))  # the comparisons below are per workload: scan its own only
+        if unified and not _may_pay(ir, w, mine):  # (no unified candidate at all: nothing to beat)
+            continue
+        dec = _role_candidates(ir, w, "decode", None)
+        if not dec:
+            continue
+        narrow = min(nic_bytes_per_s(ir.gpu(c.gpu), c.gpus) for c in dec)
+        if ir.inter_rack_gbps:
+            narrow = min(narrow, ir.inter_rack_gbps * 1e9)
+        pre = _role_candidates(ir, w, "prefill", narrow)
+        pre_b = {b for c in pre for b, _ in c.capacity_rps}
+        dec_b = {b for c in dec for b, _ in c.capacity_rps}
+        both = {b for b in pre_b & dec_b
+                if _usd_per_rps(pre, w.name, b, "prefill") + _usd_per_rps(dec, w.name, b, "decode")
+                < (1 - PD_MARGIN) * _usd_per_rps(mine, w.name, b, "unified")}
+        for c in pre + dec:
+            caps = tuple((b, v) for b, v in c.capacity_rps if b in both)
+            if caps:
+                out.append(replace(c, capacity_rps=caps))
+        if _heavy_kv(ir, w, pre, dec, narrow):
+            local += _local_candidates(ir, w, dec, mine)
+    out.sort(key=lambda c: c.id)
+    local.sort(key=lambda c: c.id)
+    return tuple(sorted(_drop_dominated_role(out) + local, key=lambda c: c.id))
+
+
+HANDOFF_SHARE = 0.1  # a hand-off over the network taking more than this share of TTFT counts as heavy KV
+
+
+def _heavy_kv(ir: ProblemIR, w: WorkloadIR, pre: list[Candidate], dec: list[Candidate], narrow: float) -> bool:
+    """The network cannot carry the workload's KV (co-located pairs are offered only then; elsewhere nothing
+    changes): some P/D candidate's KV flow at its capacity exceeds LINK_UTIL of its NIC share, or the workload's
+    whole KV flow exceeds LINK_UTIL of ``network.inter_rack_gbps``, or the hand-off of a bucket's tail input over
+    the narrowest NIC share takes more than HANDOFF_SHARE of the TTFT SLO."""
+    if not dec:
+        return False
+    kvb = kv_bytes(ir, dec[0])
+    for c in pre + dec:
+        nic = nic_bytes_per_s(ir.gpu(c.gpu), c.gpus)
+        if any(cap * w.bucket(b).isl_mean * kvb > LINK_UTIL * nic for b, cap in c.capacity_rps):
+            return True
+    flow = w.rate_rps * sum(b.prob * b.isl_mean for b in w.buckets) * kvb
+    if ir.inter_rack_gbps and flow > LINK_UTIL * ir.inter_rack_gbps * 1e9:
+        return True
+    return any(b.isl_tail * kvb / narrow * 1e3 > HANDOFF_SHARE * w.slo.ttft_ms for b in w.buckets)
+
+
+def _local_candidates(ir: ProblemIR, w: WorkloadIR, dec: list[Candidate], unified) -> list[Candidate]:
+    """Both sides of every co-located group (kp x prefill tp_p + kd x decode tp_d in one NVLink domain, one GPU
+    type, pp = 1) that beats the best unified candidate by PD_MARGIN on some bucket, with those buckets. Dense-style
+    on both sides, as ``_role_candidates`` makes the prefill side: a mixture-of-experts decode layout with
+    attention-DP or expert parallelism is left out (its id, ``local_id``, would not tell it from the plain one)."""
+    dec = [c for c in dec if c.pp == 1 and c.dp == 1 and c.ep == 1]
+    dmin: dict[str, int] = {}
+    for c in dec:
+        dmin[c.gpu] = min(dmin.get(c.gpu, c.gpus), c.gpus)
+    out = []
+    # the best unified cost per bucket, once per bucket, not per (pair, kp, kd): each is a scan of ``unified``
+    unified_usd = {b.name: _usd_per_rps(unified, w.name, b.name, "unified") for b in w.buckets}
+    for p in _role_candidates(ir, w, "prefill", None, dmin):
+        dom = ir.gpu(p.gpu).tp_limit
+        for d in (c for c in dec if c.gpu == p.gpu):
+            common = [b for b, _ in p.capacity_rps if d.capacity(b) > 0]
+            for kp in range(1, dom // p.tp + 1):
+                for kd in range(1, (dom - kp * p.tp) // d.tp + 1):
+                    usd = kp * p.usd_per_hour + kd * d.usd_per_hour
+                    keep = tuple(b for b in common if usd / min(kp * p.capacity(b), kd * d.capacity(b))
+                                 < (1 - PD_MARGIN) * unified_usd[b])
+                    if not keep:
+                        continue
+                    for c, role in ((p, "prefill"), (d, "decode")):
+                        out.append(replace(c, id=local_id(w.name, p.gpu, p.tp, kp, d.tp, kd, role),
+                                           capacity_rps=tuple((b, c.capacity(b)) for b in keep)))
+    return out
+
+
+def _drop_dominated_role(cands: list[Candidate]) -> list[Candidate]:
+    keep = []
+    for c in cands:
+        dom = any(o is not c and o.workload == c.workload and o.role == c.role and o.gpu == c.gpu
+                  and o.usd_per_hour <= c.usd_per_hour and o.gpus <= c.gpus
+                  and all(o.capacity(b) >= v for b, v in c.capacity_rps)
+                  and (o.usd_per_hour < c.usd_per_hour or any(o.capacity(b) > v for b, v in c.capacity_rps)
+                       or o.id < c.id)
+                  for o in cands)
+        if not dom:
+            keep.append(c)
+    return keep
+
+
+def kv_bytes(ir: ProblemIR, c: Candidate) -> float:
+    return kv_bytes_per_token(ir, c.model, c.gpu, c.dtype, c.kv_dtype)
+
+
+def add_rows(m, ir: ProblemIR, pd: tuple[Candidate, ...], derate: dict[str, float], n_var) -> None:
+    """The P/D rows (balance, capacity, links) of ``formulate``; demand terms are added there."""
+    from trimtab.solvers.model import Constraint
+
+    inter: list[tuple[str, float]] = []
+    for w in ir.workloads:
+        for b in w.buckets:
+            terms = []
+            for c in pd:
+                if c.workload == w.name and c.capacity(b.name) > 0:
+                    terms.append((xp_var(w.name, b.name, c.id), 1.0 if c.role == "prefill" else -1.0))
+            if terms and {a > 0 for _, a in terms} == {True, False}:
+                m.add(Constraint(f"pd_balance[{w.name}/{b.name}]", "pd_balance", tuple(terms), "==", 0.0,
+                                 origin=SpecPath.workload(w)))
+    ids = {c.id: c for c in pd}
+    for c in pd:
+        f = derate.get(c.id, 1.0)
+        w = ir.workload(c.workload)
+        expr = [(xp_var(c.workload, b, c.id), 1.0 / (cap * f)) for b, cap in c.capacity_rps]
+        expr.append((n_var(c.id), -1.0))
+        m.add(Constraint(f"capacity[{c.id}]", "capacity", tuple(expr), "<=", 0.0, origin=SpecPath.workload(w, "slo")))
+        kvb = kv_bytes(ir, c)
+        link = [(xp_var(c.workload, b, c.id), w.bucket(b).isl_mean * kvb / 1e9) for b, _ in c.capacity_rps]
+        grp = local_group(c.id)
+        if grp is not None:  # co-located pair: NVLink inside the group, no NIC or inter-rack load
+            if c.role == "prefill" and grp[0] in ids:
+                _add_group_rows(m, ir, c, ids[grp[0]], grp, link, n_var)
+            continue
+        link.append((n_var(c.id), -LINK_UTIL * nic_bytes_per_s(ir.gpu(c.gpu), c.gpus) / 1e9))
+        m.add(Constraint(f"kv_link[{c.id}]", "kv_link", tuple(link), "<=", 0.0, origin=SpecPath.gpu(ir.gpu(c.gpu), note="NIC bandwidth (nodes[].nic_gbps)")))
+        inter.append((c, link[:-1]))
+    if ir.inter_rack_gbps and inter:
+        _add_inter_rack_rows(m, ir, inter)
+
+
+def _add_group_rows(m, ir: ProblemIR, p: Candidate, d: Candidate, grp: tuple[str, int, int], link: list,
+                    n_var) -> None:
+    """Rows of one co-located group (module docstring): replicas in the group's ratio, every request decoded in
+    the group it was prefilled in, and the hand-off under LINK_UTIL of the group's NVLink."""
+    from trimtab.solvers.model import Constraint
+
+    _, kp, kd = grp
+    g = group_var(p.id)
+    ub = min(m.variables[n_var(p.id)].ub // kp, m.variables[n_var(d.id)].ub // kd)
+    m.add_var(g, "integer", 0, ub)
+    origin = SpecPath.gpu(ir.gpu(p.gpu), note="one NVLink domain per co-located group")
+    for c, k in ((p, kp), (d, kd)):
+        m.add(Constraint(f"colocate[{c.id}]", "colocate", ((n_var(c.id), 1.0), (g, -float(k))), "==", 0.0,
+                         origin=origin))
+    w = ir.workload(p.workload)
+    for b, _ in p.capacity_rps:
+        if d.capacity(b) > 0:
+            m.add(Constraint(f"pd_local[{p.id}/{b}]", "pd_balance", ((xp_var(w.name, b, p.id), 1.0),
+                                                                     (xp_var(w.name, b, d.id), -1.0)), "==", 0.0,
+                             origin=SpecPath.workload(w)))
+        else:
+            m.add(Constraint(f"pd_local[{p.id}/{b}]", "pd_balance", ((xp_var(w.name, b, p.id), 1.0),), "==", 0.0,
+                             origin=SpecPath.workload(w)))
+    nvl = local_bytes_per_s(ir.gpu(p.gpu), kp * p.gpus, kd * d.gpus)
+    m.add(Constraint(f"kv_link[{p.id}]", "kv_link", tuple(link) + ((g, -LINK_UTIL * nvl / 1e9),), "<=", 0.0,
+                     origin=SpecPath.gpu(ir.gpu(p.gpu), note="NVLink bandwidth (GPU profile)")))
+
+
+def _add_inter_rack_rows(m, ir: ProblemIR, inter: list) -> None:
+    """e[b,g] >= P[b,g] - D[b,g] and sum e[b,g] bytes[b] <= LINK_UTIL inter_rack (module docstring)."""
+    from trimtab.solvers.model import Constraint
+
+    net: dict[tuple[str, str, str], list] = {}
+    for c, _ in inter:
+        for b, _cap in c.capacity_rps:
+            net.setdefault((c.workload, b, c.gpu), []).append(
+                (xp_var(c.workload, b, c.id), 1.0 if c.role == "prefill" else -1.0))
+    total = []
+    for (wn, b, g), terms in sorted(net.items()):
+        if not any(a > 0 for _, a in terms):
+            continue  # no prefill flow of this type to leave it
+        w = ir.workload(wn)
+        bk = w.bucket(b)
+        e = m.add_var(f"kv_cross[{wn}/{b}/{g}]", "continuous", 0.0, w.rate_rps * bk.prob)
+        m.add(Constraint(f"kv_cross[{wn}/{b}/{g}]", "kv_link", tuple(terms) + ((e, -1.0),), "<=", 0.0,
+                         origin=SpecPath("network", field="inter_rack_gbps")))
+        kvb = kv_bytes(ir, next(c for c, _ in inter if c.workload == wn))
+        total.append((e, bk.isl_mean * kvb / 1e9))
+    if total:
+        m.add(Constraint("kv_link[inter-rack]", "kv_link", tuple(total), "<=", LINK_UTIL * ir.inter_rack_gbps,
+                         origin=SpecPath("network", field="inter_rack_gbps")))
+
+
+def pair_routes(ir: ProblemIR, flows: dict[tuple[str, str], tuple[list, list]]):
+    """Per bucket, match prefill flows to decode flows: a route per (prefill, decode) pair with the share of the
+    workload's requests it carries. Co-located sides only with their own partner; then each GPU type's flows
+    among themselves (they need not change racks), then the rest; each step north-west corner, sorted by name."""
+    from trimtab.deployment.shape import RouteView
+
+    out = []
+    for (wn, bn), (pre, dec) in sorted(flows.items()):
+        w = ir.workload(wn)
+        pre = sorted(pre)
+        dec = sorted(dec)
+        tp, td = sum(x for _, x in pre), sum(x for _, x in dec)
+        if tp <= 0 or td <= 0:
+            continue
+        dec = [(d, x * tp / td) for d, x in dec]  # exact balance after solver noise
+        left = dict(pre + dec)
+
+        def match(ps, ds):
+            i = j = 0
+            while i < len(ps) and j < len(ds):
+                x = min(left[ps[i]], left[ds[j]])
+                if x > 1e-12:
+                    out.append(RouteView(wn, bn, "", x / w.rate_rps, prefill=ps[i], decode=ds[j]))
+                left[ps[i]] -= x
+                left[ds[j]] -= x
+                if left[ps[i]] <= 1e-12:
+                    i += 1
+                if j < len(ds) and left[ds[j]] <= 1e-12:
+                    j += 1
+
+        for p, _ in pre:
+            grp = local_group(p)
+            if grp is not None and grp[0] in left:
+                match([p], [grp[0]])
+        ps = [p for p, _ in pre if local_group(p) is None]
+        ds = [d for d, _ in dec if local_group(d) is None]
+        for g in sorted({_gpu_of(wn, c) for c in ps}):
+            match([p for p in ps if _gpu_of(wn, p) == g], [d for d in ds if _gpu_of(wn, d) == g])
+        match([p for p in ps if left[p] > 1e-12], [d for d in ds if left[d] > 1e-12])
+    return out
+
+
+def _gpu_of(workload: str, cid: str) -> str:
+    """GPU type in a P/D candidate id (``pd_id``)."""
+    m = re.match(rf"^{re.escape(workload)}-(.+?)-tp\d+(-pp\d+)?-(prefill|decode)$", cid)
+    return m[1] if m else ""
+
+
+def assess_pairs(ir: ProblemIR, deps: dict, routes, loads: dict, ttft: dict, dep_tpot: dict) -> None:
+    """Fill ``assess``'s tables for the P/D routes: TTFT = prefill TTFT at the percentile + KV hand-off of the
+    bucket's tail input; TPOT from the decode deployment's decode-only steady state."""
+    from trimtab.deployment.shape import DeploymentLoad
+
+    pairs = [r for r in routes if r.prefill and r.decode and r.prefill in deps and r.decode in deps]
+    for role in ROLES:
+        for name in sorted({getattr(r, role) for r in pairs}):
+            d = deps[name]
+            rm = replica_model(ir, d.model, d.gpu, d.tp, d.pp, d.dtype, d.max_num_seqs, d.max_batched_tokens,
+                               dp=d.dp, ep=d.ep, kv_dtype=d.kv_dtype)
+            mine = [r for r in pairs if getattr(r, role) == name]
+            reps = max(d.replicas, 0)
+            classes, keys = [], []
+            for r in mine:
+                w = ir.workload(r.workload)
+                b = w.bucket(r.bucket)
+                classes.append(traffic_class(b, w.rate_rps * r.share / reps if reps else math.inf))
+                keys.append(r)
+            if not reps:
+                loads[name] = DeploymentLoad(name, math.inf, 1.0, 0.0, 0.0, rm.memory.kv_cache_tokens, math.inf,
+                                             False, "traffic routed to a deployment with 0 replicas")
+                dep_tpot[name] = math.inf
+                for r in keys:
+                    ttft[(r.workload, r.bucket, name)] = math.inf
+                continue
+            # merge routes of the same bucket (several pairs) into one class
+            merged: dict[tuple[str, str], float] = {}
+            for r, c in zip(keys, classes):
+                merged[(r.workload, r.bucket)] = merged.get((r.workload, r.bucket), 0.0) + c.rate_rps
+            mk = sorted(merged)
+            mcls = [traffic_class(ir.workload(k[0]).bucket(k[1]), merged[k]) for k in mk]
+            pct = max(ir.workload(k[0]).slo.percentile for k in mk)
+            if role == "prefill":
+                st = rm.evaluate_prefill(mcls, pct)
+                t_of = dict(zip(mk, st.ttft_s))
+                for r in keys:
+                    dd = deps[r.decode]
+                    b = ir.workload(r.workload).bucket(r.bucket)
+                    x = transfer_s(ir, d.model, d.dtype, b.isl_tail, d.gpu, d.tp * d.pp * d.dp, dd.gpu,
+                                   dd.tp * dd.pp * dd.dp,
+                                   local=is_local_pair(d, dd), kv_dtype=d.kv_dtype)
+                    t = (t_of[(r.workload, r.bucket)] + x) * 1e3
+                    k = (r.workload, r.bucket, name)
+                    ttft[k] = max(ttft.get(k, 0.0), t)
+                    # the decode side joins the workload's deployments (TPOT) without owning its TTFT
+                    ttft.setdefault((r.workload, r.bucket, r.decode), 0.0)
+                dep_tpot[name] = 0.0
+            else:
+                st = rm.evaluate_decode(mcls, pct)
+                dep_tpot[name] = st.tpot_s * 1e3
+            loads[name] = DeploymentLoad(name, sum(merged.values()), st.utilization, st.decode_batch,
+                                         st.kv_tokens_used, rm.memory.kv_cache_tokens, st.tpot_s * 1e3, st.stable,
+                                         st.reason)
+
+
+def verify_pair_route(r, names: dict, w) -> str:
+    """``check``: a route naming a prefill/decode pair is well formed (one line when it is not, else "")."""
+    at = f"route {r.workload}/{r.bucket}"
+    if r.deployment is not None:
+        return f"{at}: names a deployment and a prefill/decode pair; give one or the other"
+    if r.prefill is None or r.decode is None:
+        return f"{at}: a disaggregated route needs both prefill and decode"
+    for role in ROLES:
+        n = getattr(r, role)
+        if n not in names:
+            return f"{at}: unknown {role} deployment {n}"
+        if names[n].role != role:
+            return f"{at}: {role} deployment {n} has role {names[n].role}"
+        if names[n].model != w.model:
+            return f"{at}: {role} deployment {n} serves {names[n].model}, the workload needs {w.model}"
+    return ""
+
+
+def pair_flows(plan, ir: ProblemIR) -> list[tuple[str, str, float, bool]]:
+    """(prefill, decode, KV bytes/s, co-located) of each pair the plan's routes name: sum over its routes of
+    share x rate x mean input tokens of the bucket x ``kv_bytes_per_token``."""
+    by = {d.name: d for d in plan.deployments}
+    acc: dict[tuple[str, str], float] = {}
+    for r in plan.routes:
+        if not (r.prefill and r.decode) or r.prefill not in by or r.decode not in by:
+            continue
+        w = ir.workload(r.workload)
+        b = w.bucket(r.bucket) if w is not None else None
+        p = by[r.prefill]
+        if b is None or ir.gpu(p.gpu) is None:
+            continue
+        kvb = kv_bytes_per_token(ir, p.model, p.gpu, p.dtype, p.kv_dtype)
+        acc[(r.prefill, r.decode)] = acc.get((r.prefill, r.decode), 0.0) + r.share * w.rate_rps * b.isl_mean * kvb
+    return [(p, d, f, is_local_pair(by[p], by[d])) for (p, d), f in sorted(acc.items())]
+
+

@@ -1,0 +1,202 @@
+"""Solve result -> ``Plan`` (the inverse of formulation), with predictions from ``assess``."""
+from __future__ import annotations
+
+import math
+from dataclasses import replace
+
+from trimtab.milp.assess import Assessment, assess
+from trimtab.cost.factory import live_tiers
+from trimtab.cost.predict import fidelity_warnings
+from trimtab.deployment.shape import Candidate, CandidateSet, DeploymentSpecView, RouteView
+from trimtab.milp.formulate import n_var, x_var
+from trimtab.ir.model import ProblemIR
+from trimtab.deployment.kvtiers import allocate
+from trimtab.contract.schema import (Bucket, Deployment, Goodput, KvTiers, Placement, Plan, Prediction,
+                                  PrefixReuse, Route, SolverInfo)
+from trimtab.solvers.base import SolveResult
+
+ROUTE_TOL = 1e-7  # rps below which a route is solver noise
+
+
+def plan_buckets(ir: ProblemIR) -> dict[str, list[Bucket]]:
+    """The plan's ``buckets``: each workload's length ranges as the planner cut them."""
+    return {w.name: [Bucket(name=b.name, share=b.prob, input_tokens_min=int(b.isl_min),
+                            input_tokens_max=int(b.isl_max), input_tokens_mean=b.isl_mean,
+                            output_tokens_mean=b.osl_mean, output_tokens_max=int(b.osl_max)) for b in w.buckets]
+            for w in ir.workloads}
+
+
+def chosen(ir: ProblemIR, cands: CandidateSet, res: SolveResult) -> tuple[list[tuple[Candidate, int]], list[RouteView]]:
+    deps = []
+    for c in cands.candidates + cands.disagg:
+        n = int(round(res.values.get(n_var(c.id), 0.0)))
+        if n > 0:
+            deps.append((c, n))
+    routes = []
+    for w in ir.workloads:
+        for b in w.buckets:
+            for c, _ in deps:
+                x = res.values.get(x_var(w.name, b.name, c.id), 0.0)
+                if x > ROUTE_TOL and c.role == "unified":
+                    routes.append(RouteView(w.name, b.name, c.id, x / w.rate_rps))
+    if any(c.role != "unified" for c, _ in deps):
+        from trimtab.milp.disagg import pair_routes
+
+        flows: dict = {}
+        for w in ir.workloads:
+            for b in w.buckets:
+                for c, _ in deps:
+                    x = res.values.get(x_var(w.name, b.name, c.id), 0.0)
+                    if x > ROUTE_TOL and c.role != "unified":
+                        flows.setdefault((w.name, b.name), ([], []))[c.role == "decode"].append((c.id, x))
+        routes += pair_routes(ir, flows)
+    if ir.objective == "max_goodput":  # served in part: shares are what is served, not normalised to 1
+        return deps, routes
+    return deps, _normalise(routes)
+
+
+def _normalise(routes: list[RouteView]) -> list[RouteView]:
+    """Shares per workload summing to exactly 1 after dropping solver noise."""
+    total: dict[str, float] = {}
+    for r in routes:
+        total[r.workload] = total.get(r.workload, 0.0) + r.share
+    return [replace(r, share=r.share / total[r.workload]) for r in routes]
+
+
+def views(deps: list[tuple[Candidate, int]]) -> list[DeploymentSpecView]:
+    from trimtab.milp.disagg import colocation
+
+    return [DeploymentSpecView.of_candidate(c, n, colocated_with=colocation(c.id).get("colocated_with") or "")
+            for c, n in deps]
+
+
+def build_plan(ir: ProblemIR, deps: list[tuple[Candidate, int]], routes: list[RouteView], res: SolveResult,
+               rounds: int, warnings: list[str]) -> tuple[Plan, Assessment]:
+    from trimtab.milp.disagg import colocation
+
+    a = assess(ir, views(deps), routes)
+    gpus: dict[str, int] = {}
+    cost = 0.0
+    for c, n in deps:
+        gpus[c.gpu] = gpus.get(c.gpu, 0) + n * c.gpus
+        cost += n * c.usd_per_hour
+    kv_alloc = allocate(deps) if ir.kv_tiers != "off" else {}
+    deployments = [
+        Deployment(name=c.id, model=c.model, gpu=c.gpu, tensor_parallel=c.tp, pipeline_parallel=c.pp, replicas=n,
+                   data_parallel=c.dp, expert_parallel=c.ep,
+                   role=c.role, dtype=c.dtype, kv_dtype=c.kv_dtype, max_batch_size=c.max_num_seqs,
+                   max_num_batched_tokens=c.max_batched_tokens, kv_cache_tokens=c.kv_cache_tokens,
+                   load_rps_per_replica=a.deployments[c.id].rate_rps_per_replica,
+                   utilization=a.deployments[c.id].utilization, engine_args=[],  # trimtab.contract.realise fills it
+                   prefix_cache_tokens=a.deployments[c.id].prefix_cache_tokens, **colocation(c.id),
+                   kv=_kv(ir, c, kv_alloc))
+        for c, n in sorted(deps, key=lambda d: d[0].id)]
+    plan = Plan(
+        spec=ir.name, input_hash=ir.input_hash, cost_usd_per_hour=round(cost, 4),
+        gpus=dict(sorted(gpus.items())),
+        solver=SolverInfo(backend=res.backend, status=res.status.value, gap=res.gap, rounds=rounds),
+        deployments=deployments,
+        routes=[Route(workload=r.workload, bucket=r.bucket, deployment=r.deployment or None,
+                      prefill=r.prefill or None, decode=r.decode or None, share=r.share)
+                for r in sorted(routes, key=lambda r: (r.workload, r.bucket, r.deployment, r.prefill, r.decode))],
+        predictions={w.name: _prediction(a, w.name) for w in ir.workloads},
+        buckets=plan_buckets(ir),
+        warnings=warnings + fidelity_warnings(ir, deps),
+        goodput=goodput_of(ir, routes) if ir.objective == "max_goodput" else None,
+        prefix=prefix_of(ir, deps, a),
+    )
+    return plan, a
+
+
+def prefix_of(ir: ProblemIR, deps: list[tuple[Candidate, int]], a: Assessment) -> dict[str, PrefixReuse]:
+    """Per workload with prefix reuse: the hit rate assumed (declared or measured) and what each deployment's
+    prefix cache gets of it (with its host-memory tier, if any: the two levels hit as one LRU of the larger)."""
+    from trimtab.cost.factory import host_tier_tokens, prefix_hit, replica_model
+
+    def host(c: Candidate) -> int:
+        if c.kv_offload_gib <= 0 or live_tiers(ir):
+            return 0
+        return host_tier_tokens(replica_model(ir, c.model, c.gpu, c.tp, c.pp, c.dtype, c.max_num_seqs,
+                                              c.max_batched_tokens, kv_offload_gib=c.kv_offload_gib,
+                                              kv_dtype=c.kv_dtype))
+
+    out = {}
+    for w in ir.workloads:
+        if not w.prefix_hit_rate:
+            continue
+        planned = {c.id: round(prefix_hit(w, max(a.deployments[c.id].prefix_cache_tokens, host(c))), 6)
+                   for c, _ in deps if c.workload == w.name and c.id in a.deployments}
+        out[w.name] = PrefixReuse(source=w.prefix_source, hit_rate=w.prefix_hit_rate,
+                                  working_set_tokens=w.prefix_working_set, hit_rate_planned=dict(sorted(planned.items())))
+    return out
+
+
+def _kv(ir: ProblemIR, c: Candidate, alloc: dict) -> KvTiers | None:
+    """The deployment's KV tiers (docs/kv-tiers.md); None when the spec leaves them off."""
+    if ir.kv_tiers == "off":
+        return None
+    lent, lenders = alloc.get(c.id, (0.0, ()))
+    live = live_tiers(ir) and (c.kv_offload_gib > 0 or c.kv_borrow_gib > 0 or lent > 0)
+    return KvTiers(hbm_tokens=c.kv_cache_tokens, offload_gib=c.kv_offload_gib, borrowed_gib=c.kv_borrow_gib,
+                   borrowed_from=list(lenders), lent_gib=lent, live=live)
+
+
+def goodput_of(ir: ProblemIR, routes: list[RouteView]) -> Goodput:
+    per = {w.name: 0.0 for w in ir.workloads}
+    for r in routes:
+        w = ir.workload(r.workload)
+        if w is not None and r.workload in per:
+            per[r.workload] += r.share * w.rate_rps
+    return Goodput(served_rps=sum(per.values()), offered_rps=sum(w.rate_rps for w in ir.workloads), workloads=per)
+
+
+def with_placement(plan: Plan, placements: dict) -> Plan:
+    """The plan with each deployment's ``placement`` filled from ``trimtab.milp.placement.place``."""
+    deps = [d.model_copy(update={"placement": [
+        Placement(replica=p.replica, stage=p.stage, node=p.node, gpus=list(p.gpus))
+        for p in placements.get(d.name, ())]}) for d in plan.deployments]
+    return plan.model_copy(update={"deployments": deps})
+
+
+def _prediction(a: Assessment, w: str) -> Prediction:
+    p = a.workloads[w]
+    fin = (lambda v: v if math.isfinite(v) else None)
+    return Prediction(ttft_ms=fin(p.ttft_ms), tpot_ms=fin(p.tpot_ms), percentile=p.percentile, slo_met=p.slo_met,
+                      utilization=p.utilization)
+
+
+def finish_plan(plan: Plan, spec, ir: ProblemIR, last_sim, sim_requests: int, sim_rounds: int) -> Plan:
+    """The last stage of every planner: place the replicas on nodes (CP-SAT when greedy packing fails) and
+    record the validating simulation runs (``trimtab.sim.validate.SeedsResult``), so ``check`` knows which seeds
+    the plan was fitted on."""
+    from trimtab.errors import InternalError
+    from trimtab.deployment.kvtiers import usable_host_gib
+    from trimtab.cost.physics import breaches
+    from trimtab.milp.placement import place_kv, placement_inputs
+    from trimtab.contract.schema import Simulation
+    from trimtab.ir.topology import build_topology
+
+    broken = breaches(plan, ir)
+    if broken:
+        raise InternalError(["internal error: the plan breaks the speed-of-light bound (a cost-model bug; "
+                             "please report it with the spec):"] + ["  " + b.line() for b in broken])
+    topo = build_topology(spec, ir)
+    groups, flows = placement_inputs(plan, ir)  # P/D: co-located groups, rack affinity of KV-heavy pairs
+    kv = {d.name: (d.kv.borrowed_gib, d.kv.lent_gib, d.kv.offload_gib) for d in plan.deployments if d.kv is not None}
+    host = {n.name: usable_host_gib(ir, n) for n in topo.nodes} if kv else {}
+    views_ = [DeploymentSpecView.of_plan(d) for d in plan.deployments]
+    if ir.redundancy == "n+1":  # each deployment spread over its nodes (trimtab.milp.spread; docs/online.md)
+        from trimtab.milp.spread import place_spread
+
+        plan = with_placement(plan, place_spread(views_, topo)).model_copy(update={"redundancy": "n+1"})
+    else:
+        plan = with_placement(plan, place_kv(views_, topo, kv, host, groups=groups, flows=flows))
+    if last_sim is not None:
+        plan = plan.model_copy(update={"simulation": Simulation(
+            seeds=list(last_sim.seeds), requests=sim_requests, rounds=sim_rounds, passed=last_sim.ok,
+            attainment={k: round(iv.mean, 4) for k, iv in sorted(last_sim.intervals.items())},
+            attainment_lower={k: round(iv.lower, 4) for k, iv in sorted(last_sim.intervals.items())},
+            undersampled=last_sim.undersampled())})
+    from trimtab.contract.realise import realise
+
+    return realise(plan, ir)  # the engine's commands, after placement (multi-node replicas)

@@ -1,0 +1,76 @@
+"""Candidate generation across processes, one workload per task, merged in a fixed order.
+
+Entry point: ``build_split(ir, build, jobs) -> CandidateSet | None`` (``None``: build serially instead).
+
+Candidate generation is independent per workload: every candidate, pruning reason, zero-load best and P/D
+candidate belongs to one workload, and dominance compares candidates of one workload only. So the set built
+for each workload alone (``build`` on the IR with just that workload), merged the way ``build_candidates``
+orders its output (candidates, pruned entries and P/D candidates by id with a stable sort; bests in workload
+order), is the set built for all at once, byte for byte, whatever the number of processes.
+
+Processes are forked (the IR is inherited, not pickled); only specs with enough work use them
+(``MIN_WORK`` workload x GPU-type pairs), so small specs and the test suite stay in one process.
+``TRIMTAB_JOBS`` sets the number of processes (default: the CPUs this process may use; 1 turns it off).
+Specs with LoRA tenants (shared adapters across workloads) are built serially, and so are specs that may borrow
+KV (``defaults.kv_tiers: experimental-live``: a borrower's size depends on the spare HBM of other workloads' shapes).
+"""
+from __future__ import annotations
+
+import multiprocessing
+from dataclasses import replace
+
+from trimtab.ir.model import ProblemIR
+from trimtab.util.jobs import jobs_default
+
+MIN_WORK = 40  # workload x GPU-type pairs below which forking costs more than it saves
+
+_IR: ProblemIR | None = None  # the IR the forked workers inherit
+_BUILD = None
+
+
+def _one(i: int):
+    assert _IR is not None and _BUILD is not None
+    return _BUILD(replace(_IR, workloads=(_IR.workloads[i],)))
+
+
+def build_split(ir: ProblemIR, build, jobs: int | None = None):
+    """``build`` (``build_candidates`` with serial building forced) run per workload in ``jobs`` processes and
+    merged; None when one process is better (one job, little work, no fork, LoRA tenants)."""
+    global _IR, _BUILD
+    jobs = jobs_default() if jobs is None else jobs
+    n = len(ir.workloads)
+    if (jobs <= 1 or n < 2 or n * len(ir.gpus) < MIN_WORK or getattr(ir, "lora", None) is not None
+            or getattr(ir, "kv_tiers", "off") == "experimental-live"  # KV borrowing: lenders of any workload
+            or "fork" not in multiprocessing.get_all_start_methods() or not _mergeable()):
+        return None
+    _IR, _BUILD = ir, build
+    try:
+        with multiprocessing.get_context("fork").Pool(min(jobs, n)) as pool:
+            parts = pool.map(_one, range(n), chunksize=1)
+    finally:
+        _IR, _BUILD = None, None
+    return merge(parts)
+
+
+MERGED = ("candidates", "pruned", "best", "disagg")  # CandidateSet fields merge knows how to order
+
+
+def _mergeable() -> bool:
+    from dataclasses import fields
+
+    from trimtab.deployment.shape import CandidateSet
+
+    return all(f.name in MERGED for f in fields(CandidateSet))  # a new field: build serially until merged here
+
+
+def merge(parts):
+    """Per-workload ``CandidateSet``s (in workload order) -> one, ordered as ``build_candidates`` orders it."""
+    from trimtab.deployment.shape import CandidateSet
+
+    key = (lambda x: x.id)
+    out = {"candidates": tuple(sorted((c for p in parts for c in p.candidates), key=key)),
+           "pruned": tuple(sorted((x for p in parts for x in p.pruned), key=key)),
+           "best": tuple(b for p in parts for b in p.best)}
+    if hasattr(parts[0] if parts else None, "disagg"):
+        out["disagg"] = tuple(sorted((c for p in parts for c in p.disagg), key=key))
+    return CandidateSet(**out)

@@ -1,0 +1,325 @@
+"""Why a spec is infeasible, said in the spec's own terms and with the numbers to change.
+
+* ``precheck(ir, cands)``: before solving, workloads or length buckets no candidate can serve at all
+  (the model fits no GPU; an SLO below what the fastest candidate reaches even at low load; a budget
+  below one replica of the cheapest candidate of every workload).
+* ``relaxations(ir, cands, backend, options)``: after an infeasible solve, an elastic copy of the model
+  with a slack on each relaxable constraint (GPU counts, budget) says which to raise and to what.
+* ``explain(ir, backend, options) -> Explanation``: what ``trimtab explain`` prints. For an infeasible
+  spec, alternatives, each a set of ``Change``s that together make the spec feasible: the elastic
+  relaxation of GPU counts and budget, and single changes found by bisection on one number (one GPU
+  count, the budget, one workload's TTFT or TPOT SLO) against the real feasibility test (candidates
+  rebuilt, pre-checks, MILP). For a feasible spec, the binding constraints and what would get cheaper.
+  Every number is verified feasible before it is printed (tests/crosscheck applies each one).
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field, replace
+
+from trimtab.milp.candidates import build_candidates
+from trimtab.cost.search import smallest_true
+from trimtab.deployment.shape import CandidateSet
+from trimtab.milp.formulate import formulate, n_var, slack_var
+from trimtab.ir.model import ProblemIR
+from trimtab.solvers.base import Backend, SolveOptions, SolveResult
+from trimtab.solvers.model import MilpModel
+
+
+def precheck(ir: ProblemIR, cands: CandidateSet) -> list[str]:
+    out = []
+    served = {c.workload for c in cands.candidates}
+    best = {(b.workload, b.bucket): b for b in cands.best}
+    for w in ir.workloads:
+        if w.name not in served and not any(k[0] == w.name for k in best):
+            reasons = sorted({p.reason.split(":")[0] for p in cands.pruned if p.id.startswith(w.name + "-")})
+            gpus = ", ".join(f"{g.type} x{g.count}" for g in ir.gpus)
+            # live KV beyond HBM is a way out only for memory, and only when the spec has not allowed it yet
+            ways = ["Add larger or more GPUs", "use dtype fp8"]
+            if "memory" in reasons and getattr(ir, "kv_tiers", "off") != "experimental-live":
+                ways.append("let live KV exceed HBM with defaults.kv_tiers: experimental-live (host memory or "
+                            "other instances' HBM; no engine flag realises it, docs/kv-tiers.md)")
+            out.append(f"{w.name}: model {w.model} ({w.dtype}) fits no GPU in the spec at any tensor/pipeline "
+                       f"parallelism ({gpus}); pruned for: {', '.join(reasons) or 'no candidates'}. "
+                       f"{', '.join(ways[:-1])} or {ways[-1]}.")
+            continue
+        for b in w.buckets:
+            if any(c.workload == w.name and c.capacity(b.name) > 0 for c in cands.candidates):
+                continue
+            bb = best.get((w.name, b.name))
+            share = f"{b.prob:.0%} of requests, inputs {b.name}"
+            if bb is None:
+                out.append(f"{w.name}: no candidate can hold requests of bucket {b.name} ({share}) in its KV cache")
+            elif bb.ttft_ms > w.slo.ttft_ms:
+                out.append(f"{w.name}: TTFT p{w.slo.percentile:g} {w.slo.ttft_ms:g} ms cannot be met for {share}; "
+                           f"the fastest candidate ({bb.ttft_by}) reaches {math.ceil(bb.ttft_ms)} ms even at low load. "
+                           f"Relax workloads[{w.index}].slo.ttft_ms to at least {math.ceil(bb.ttft_ms)}.")
+            elif bb.tpot_ms > w.slo.tpot_ms:
+                out.append(f"{w.name}: TPOT {w.slo.tpot_ms:g} ms cannot be met for {share}; the fastest candidate "
+                           f"({bb.tpot_by}) reaches {bb.tpot_ms:.1f} ms even at low load. "
+                           f"Relax workloads[{w.index}].slo.tpot_ms to at least {math.ceil(bb.tpot_ms)}.")
+            else:
+                out.append(f"{w.name}: no candidate meets TTFT {w.slo.ttft_ms:g} ms and TPOT {w.slo.tpot_ms:g} ms "
+                           f"together for {share} (best low-load TTFT {bb.ttft_ms:.0f} ms on {bb.ttft_by}, "
+                           f"TPOT {bb.tpot_ms:.1f} ms on {bb.tpot_by})")
+    if not out and ir.budget_usd_per_hour is not None and ir.objective == "min_cost":
+        floor = 0.0
+        for w in ir.workloads:
+            mine = [c.usd_per_hour for c in cands.candidates if c.workload == w.name]
+            floor += min(mine) if mine else 0.0
+        if floor > ir.budget_usd_per_hour + 1e-9:
+            out.append(f"budget_usd_per_hour {ir.budget_usd_per_hour:g} is below {floor:.2f} $/h, one replica of the "
+                       f"cheapest candidate of each of the {len(ir.workloads)} workload(s). "
+                       f"raise budget_usd_per_hour from {ir.budget_usd_per_hour:g} to at least "
+                       f"{math.ceil(floor * 100) / 100:.2f}")
+    return out
+
+
+def elastic_changes(ir: ProblemIR, model: MilpModel, backend: Backend, options: SolveOptions) -> list[Change] | None:
+    """The smallest joint relaxation of ``model``'s relaxable rows (``MilpModel.elastic``; ``model`` built with the
+    bounds only those rows should limit loosened, e.g. ``formulate(..., elastic=True)``), each row's slack
+    turned into a change of the spec number its ``origin`` names (``SpecPath``). None: no relaxation of those
+    rows repairs the model; []: it needs none (numerically infeasible)."""
+    res = backend.solve(model.elastic(slack_var), options)
+    if not res.has_solution:
+        return None
+    changes = []
+    for con in model.constraints:
+        s = res.values.get(slack_var(con.name), 0.0) if con.relaxable else 0.0
+        path = con.origin if s > 1e-6 and con.origin is not None and con.origin.whatif else None
+        if path is None:
+            continue
+        if con.family == "inventory" and s > 0.5:
+            changes.append(Change(path.whatif, str(path), int(con.rhs), int(con.rhs) + int(round(s)), "raise"))
+        elif con.family == "budget":
+            changes.append(Change(path.whatif, str(path), con.rhs, math.ceil((con.rhs + s) * 100) / 100,
+                                  "raise"))
+    return changes
+
+
+def relaxations(ir: ProblemIR, cands: CandidateSet, backend: Backend, options: SolveOptions,
+                derate: dict[str, float] | None = None) -> list[str]:
+    """'raise X from A to at least B' lines, from the smallest relaxation of GPU counts and budget."""
+    return relaxation_lines(elastic_changes(ir, formulate(ir, cands, derate, elastic=True), backend, options))
+
+
+def relaxation_lines(changes: list[Change] | None) -> list[str]:
+    if changes is None:
+        return ["the spec is infeasible and no relaxation of GPU counts or budget repairs it"]
+    if not changes:
+        return ["the solver reports infeasibility but the elastic model needs no relaxation (numerical issue)"]
+    return [c.render() for c in changes]
+
+
+# ---------------------------------------------------------------------------------------------- explain
+@dataclass(frozen=True)
+class Change:
+    """One number of the spec to change: ``path`` is a ``what_if`` override path, ``where`` the spec path."""
+
+    path: str  # e.g. "gpus.h100-sxm.count", "workloads.chat.slo.ttft_ms", "budget_usd_per_hour"
+    where: str  # e.g. "gpus[0] (h100-sxm).count"
+    old: float
+    new: float
+    verb: str  # "raise" or "relax"
+
+    def render(self) -> str:
+        return f"{self.verb} {self.where} from {_num(self.old)} to at least {_num(self.new)}"
+
+
+@dataclass(frozen=True)
+class Explanation:
+    feasible: bool
+    problems: list[str] = field(default_factory=list)  # pre-solve impossibilities
+    alternatives: list[list[Change]] = field(default_factory=list)  # each set alone makes the spec feasible
+    binding: list[str] = field(default_factory=list)  # feasible specs: what limits the plan's cost
+    cost_usd_per_hour: float | None = None  # the cost model's cheapest plan (analytic)
+    validated_cost_usd_per_hour: float | None = None  # ``trimtab plan``'s (validated by simulation), when known
+    notes: list[str] = field(default_factory=list)  # what the analysis covers and what it does not
+
+    def lines(self) -> list[str]:
+        out = []
+        if self.feasible:
+            if self.validated_cost_usd_per_hour is not None:
+                out.append(f"feasible: trimtab plan's plan costs {self.validated_cost_usd_per_hour:.2f} $/h "
+                           "(validated by simulation)")
+                out.append(f"analytic (cost model only, not validated): the cheapest plan costs "
+                           f"{self.cost_usd_per_hour:.2f} $/h; the binding analysis below compares such solves")
+            else:
+                out.append(f"feasible (analytic: cost model only, not validated by simulation): the cheapest plan "
+                           f"costs {self.cost_usd_per_hour:.2f} $/h")
+            out += ["binding: " + b for b in self.binding] or ["binding: nothing (no GPU count, budget or SLO "
+                                                               "limits the plan)"]
+            return out + ["note: " + n for n in self.notes]
+        out.append("infeasible:")
+        out += ["  " + p for p in self.problems]
+        if self.alternatives:
+            out.append("any one of these makes the spec feasible:")
+            for alt in self.alternatives:
+                out.append("  " + " and ".join(c.render() for c in alt))
+        else:
+            out.append("no single change of GPU counts, budget or SLOs repairs the spec")
+        return out + ["note: " + n for n in self.notes]
+
+
+def _num(x: float) -> str:
+    return f"{x:.2f}" if abs(x - round(x)) > 1e-9 else f"{int(round(x))}"
+
+
+def _min_cost(ir: ProblemIR, cands: CandidateSet, backend: Backend, options: SolveOptions) -> SolveResult | None:
+    """The round-1 solve of ``plan`` (min cost), or None when pre-checks or the MILP say infeasible."""
+    if precheck(ir, cands):
+        return None
+    res = backend.solve(formulate(ir, cands, objective="min_cost"), options)
+    return res if res.has_solution else None
+
+
+def _with_workload(ir: ProblemIR, cands: CandidateSet, w_new) -> tuple[ProblemIR, CandidateSet]:
+    """``ir`` with one workload replaced; only that workload's candidates are rebuilt."""
+    ws = tuple(w_new if w.name == w_new.name else w for w in ir.workloads)
+    ir2 = replace(ir, workloads=ws)
+    own = build_candidates(replace(ir, workloads=(w_new,)))
+    keep = tuple(c for c in cands.candidates if c.workload != w_new.name)
+    return ir2, CandidateSet(tuple(sorted(keep + own.candidates, key=lambda c: c.id)),
+                             tuple(sorted([p for p in cands.pruned if not p.id.startswith(w_new.name + "-")]
+                                          + list(own.pruned), key=lambda p: p.id)),
+                             tuple([b for b in cands.best if b.workload != w_new.name] + list(own.best)))
+
+
+def _with_count(ir: ProblemIR, gpu: str, count: int) -> tuple[ProblemIR, CandidateSet]:
+    ir2 = replace(ir, gpus=tuple(replace(g, count=count) if g.type == gpu else g for g in ir.gpus))
+    return ir2, build_candidates(ir2)
+
+
+SLO_MAX = {"ttft_ms": 3_600_000.0, "tpot_ms": 60_000.0}  # the spec's upper limits
+
+
+def stopped(backend: Backend, res: SolveResult) -> Explanation:
+    """The explanation when the solver stops without proving feasibility either way."""
+    return Explanation(False, [f"solver {backend.name} stopped without an answer ({res.termination.value}); "
+                               "raise --time-limit to explain"])
+
+
+def explain(ir: ProblemIR, backend: Backend, options: SolveOptions, cands: CandidateSet | None = None,
+            slo_relax: float = 1.25) -> Explanation:
+    """Infeasible: alternatives that repair the spec. Feasible: binding constraints (``slo_relax``: the SLO
+    loosening tried to see whether a workload's SLO drives cost)."""
+    cands = cands or build_candidates(ir)
+    problems = precheck(ir, cands)
+    res = None if problems else backend.solve(formulate(ir, cands, objective="min_cost"), options)
+    if res is not None and res.has_solution:
+        return _explain_feasible(ir, cands, backend, options, res, slo_relax)
+    if res is not None and res.status.value != "infeasible":
+        return stopped(backend, res)
+    if not problems:
+        problems = ["no deployment meets every SLO within the GPU counts and budget"]
+    alts: list[list[Change]] = []
+    # 1. The elastic relaxation of GPU counts and budget together (only when every bucket has a candidate).
+    if not precheck(ir, cands):
+        joint = _elastic_changes(ir, cands, backend, options)
+        if joint:
+            alts.append(joint)
+    # 2. One number at a time, by bisection against the feasibility test.
+    for pool in ir.gpus:
+        def ok(n, pool=pool):
+            return _min_cost(*_with_count(ir, pool.type, int(n)), backend, options) is not None
+        top = smallest_true(ok, float(pool.count), float(max(pool.count * 64, 4096)), integer=True)
+        if top is not None:
+            alts.append([Change(f"gpus.{pool.type}.count", f"gpus[{pool.index}] ({pool.type}).count", pool.count,
+                                int(top), "raise")])
+    if ir.budget_usd_per_hour is not None:
+        # Exact: the cheapest plan without a budget costs C*; any budget >= C* admits it.
+        b0 = ir.budget_usd_per_hour
+        r = _min_cost(replace(ir, budget_usd_per_hour=None), cands, backend, options)
+        if r is not None:
+            by_id = cands.by_id()
+            cost = sum(by_id[k[len("replicas["):-1]].usd_per_hour * round(v) for k, v in r.values.items()
+                       if k.startswith("replicas["))
+            need = math.ceil(cost * 100 - 1e-6) / 100
+            if _min_cost(replace(ir, budget_usd_per_hour=need), cands, backend, options) is not None:
+                alts.append([Change("budget_usd_per_hour", "budget_usd_per_hour", b0, need, "raise")])
+    for w in ir.workloads:
+        for key in ("ttft_ms", "tpot_ms"):
+            cur = getattr(w.slo, key)
+
+            def ok_s(v, w=w, key=key):
+                w2 = replace(w, slo=replace(w.slo, **{key: v}))
+                return _min_cost(*_with_workload(ir, cands, w2), backend, options) is not None
+            top = smallest_true(ok_s, cur, SLO_MAX[key], integer=False)
+            if top is not None:
+                need = float(math.ceil(top))
+                if not ok_s(need):  # rounding up keeps feasibility (monotone); guard against numerics anyway
+                    continue
+                alts.append([Change(f"workloads.{w.name}.slo.{key}", f"workloads[{w.index}] ({w.name}).slo.{key}",
+                                    cur, need, "relax")])
+    return Explanation(False, problems, _dedupe(alts))
+
+
+def _dedupe(alts: list[list[Change]]) -> list[list[Change]]:
+    seen, out = set(), []
+    for a in alts:
+        key = tuple((c.path, c.new) for c in a)
+        if key not in seen:
+            seen.add(key)
+            out.append(a)
+    return out
+
+
+def _elastic_changes(ir: ProblemIR, cands: CandidateSet, backend: Backend, options: SolveOptions) -> list[Change]:
+    changes = elastic_changes(ir, formulate(ir, cands, elastic=True, objective="min_cost"), backend, options)
+    if not changes:
+        return []
+    # Verify the joint change before offering it.
+    ir2 = ir
+    for c in changes:
+        if c.path == "budget_usd_per_hour":
+            ir2 = replace(ir2, budget_usd_per_hour=c.new)
+        else:
+            gpu = c.path.split(".")[1]
+            ir2 = replace(ir2, gpus=tuple(replace(g, count=int(c.new)) if g.type == gpu else g for g in ir2.gpus))
+    if _min_cost(ir2, build_candidates(ir2), backend, options) is None:
+        return []
+    return changes
+
+
+def _explain_feasible(ir: ProblemIR, cands: CandidateSet, backend: Backend, options: SolveOptions,
+                      res: SolveResult, slo_relax: float) -> Explanation:
+    by_id = cands.by_id()
+    used: dict[str, int] = {}
+    cost = 0.0
+    for cid, c in by_id.items():
+        n = int(round(res.values.get(n_var(cid), 0.0)))
+        used[c.gpu] = used.get(c.gpu, 0) + n * c.gpus
+        cost += n * c.usd_per_hour
+    base = cost
+    binding = []
+
+    def delta(r: SolveResult | None) -> str:
+        if r is None:
+            return "no cheaper plan"
+        new = r.objective or 0.0  # cost + EPS_GPU x GPUs (< 0.005 $/h)
+        return f"the plan would cost {new:.2f} $/h ({new - base:+.2f})" if new < base - 0.005 else "no cheaper plan"
+
+    for pool in ir.gpus:
+        smallest = min((c.gpus for c in cands.candidates if c.gpu == pool.type), default=None)
+        if smallest is None or pool.count - used.get(pool.type, 0) >= smallest:
+            continue
+        more = max(pool.count * 2, pool.count + 8)
+        r = _min_cost(*_with_count(ir, pool.type, more), backend, options)
+        binding.append(f"gpus[{pool.index}] ({pool.type}).count: {used.get(pool.type, 0)} of {pool.count} used; "
+                       f"with {more}, {delta(r)}")
+    if ir.budget_usd_per_hour is not None:
+        cheapest = min(c.usd_per_hour for c in cands.candidates)
+        if ir.budget_usd_per_hour - base < cheapest:
+            r = _min_cost(replace(ir, budget_usd_per_hour=None), cands, backend, options)
+            binding.append(f"budget_usd_per_hour: {base:.2f} of {ir.budget_usd_per_hour:g} $/h used; "
+                           f"without it, {delta(r)}")
+    for w in ir.workloads:
+        w2 = replace(w, slo=replace(w.slo, ttft_ms=min(w.slo.ttft_ms * slo_relax, SLO_MAX["ttft_ms"]),
+                                    tpot_ms=min(w.slo.tpot_ms * slo_relax, SLO_MAX["tpot_ms"])))
+        r = _min_cost(*_with_workload(ir, cands, w2), backend, options)
+        d = delta(r)
+        if d != "no cheaper plan":
+            binding.append(f"workloads[{w.index}] ({w.name}).slo: TTFT {w.slo.ttft_ms:g} ms, TPOT {w.slo.tpot_ms:g} ms; "
+                           f"{slo_relax - 1:.0%} looser, {d}")
+    return Explanation(True, binding=binding, cost_usd_per_hour=base)
+

@@ -1,0 +1,575 @@
+"""Planning with LoRA adapters and tenants: shared candidates, the placement MILP, extraction, the loop.
+
+Used by ``trimtab.api.plan`` when the spec has adapters or tenants (``ir.lora``); other specs never come here.
+docs/multi-lora.md describes the model; the notation, on top of compiler/milp/formulate.py's:
+
+    G: groups (base model, dtype); k: a tenant colour (conflicting tenants get different colours, greedily)
+    C_G,k: shared candidates (GPU type, TP, PP, token budget, L = max_loras) of group G for colour k; each
+        serves any workload of G of colour k. cap[w,c]: per-replica rate of workload w's whole length mix at
+        w's SLO on c (harmonic over its buckets), computed with the LoRA cost model (compiler/cost/lora.py).
+    U: traffic units: a workload's base-model traffic, a hot adapter of a workload (exact), or a class of its
+        cold adapters (N_k adapters, total rate R_k, largest single rate rmax_k)
+    n[c] in Z+ replicas; x[u,c] >= 0 rps; y[a,c] in {0,1}: hot adapter a held by c; z[k,c] in Z+: adapters of
+        cold class k held by c; slots[c]: adapters c may hold (1 for L = 1, else MAX_CPU_LORAS)
+Constraints (family names as in the model):
+    sum_c x[u,c] == rate[u]                                  (demand)
+    sum_u x[u,c] / (cap[w(u),c] derate[c]) <= n[c]           (capacity)
+    x[u,c] <= rate[u] y[a(u),c]                              (lora_hold: adapter traffic only where it is held)
+    x[k,c] <= rmax_k z[k,c];   sum_c z[k,c] >= N_k           (lora_class, lora_cover)
+    sum_a y[a,c] + sum_k z[k,c] <= slots[c]                  (lora_slots: --max-cpu-loras)
+    inventory[g], budget as in compiler/milp/formulate.py
+Objective: min sum_c usd[c] n[c] + EPS_GPU x GPUs + EPS_HOLD x (sum y + sum z) (hold nothing needlessly).
+Rank: every candidate of G has max_lora_rank = the largest rank among G's adapters (so any adapter fits).
+Isolation: a unit may only use the candidates of its tenant's colour; colours are assigned so that no two
+tenants that must not share (a dedicated tenant with anyone) get the same one. compiler/gate/lora.py checks
+the plan independently.
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field, replace
+
+from trimtab.milp.assess import assess
+from trimtab.cost.factory import replica_model, traffic_class
+from trimtab.cost.lora import vllm_rank
+from trimtab.cost.search import bisect_max
+from trimtab.deployment.shape import (TOKEN_BUDGETS, Candidate, CandidateSet, DeploymentSpecView, LoraSlots, RouteView,
+                                 replica_model_of, shapes)
+from trimtab.errors import InfeasibleError
+from trimtab.milp.formulate import EPS_GPU, n_var
+from trimtab.cost.adapters import lora_kwargs
+from trimtab.spec.lora import NO_TENANT
+from trimtab.spec.paths import SpecPath
+from trimtab.milp.extract import goodput_of, plan_buckets
+from trimtab.contract.schema import AdapterRoute, Deployment, Plan, Route, SolverInfo
+from trimtab.solvers.base import SolveOptions, Status
+from trimtab.solvers.model import Constraint, MilpModel
+
+SLOT_OPTIONS = (1, 8, 32)  # --max-loras of the candidates (capped at the group's adapter count)
+MAX_CPU_LORAS = 1024  # adapters one deployment may hold in CPU memory (--max-cpu-loras)
+EXACT_MAX = 48  # groups with at most this many adapters get an exact binary per adapter and candidate
+HOT_MAX = 16  # otherwise: at most this many hot adapters (exact binaries) ...
+HOT_SHARE = 0.02  # ... each with at least this share of the group's adapter traffic
+COLD_BANDS = 4  # cold adapters of a workload are split into this many classes by rate
+EPS_HOLD = 1e-7
+TOL = 1e-7
+
+
+@dataclass(frozen=True)
+class LoraCandidate:
+    cand: Candidate  # .workload holds the group's first workload (for fidelity warnings)
+    group: str
+    color: int
+    slots: int  # max_loras (0: LoRA off)
+    rank: int  # max_lora_rank
+    cpu_slots: int
+    cap: dict[str, float]  # workload -> per-replica rps at its SLO (its whole length mix)
+    tenants: tuple[str, ...]  # tenants of this colour
+
+    @property
+    def id(self) -> str:
+        return self.cand.id
+
+
+@dataclass(frozen=True)
+class Unit:
+    id: str
+    workload: str
+    group: str
+    color: int
+    kind: str  # base | hot | class
+    rate: float
+    adapter: str = ""  # hot: the adapter
+    members: tuple[tuple[str, float], ...] = ()  # class: (adapter, rate)
+
+    @property
+    def rmax(self) -> float:
+        return max((r for _, r in self.members), default=self.rate)
+
+
+@dataclass
+class LoraProblem:
+    cands: list[LoraCandidate]
+    units: list[Unit]
+    colors: dict[str, dict[str, int]]  # group -> tenant -> colour
+    pruned: list[str] = field(default_factory=list)
+
+
+def _colors(lo, tenants: list[str]) -> dict[str, int]:
+    """Greedy colouring in name order (tenant-less traffic first, dedicated tenants last): conflicting tenants
+    never share a colour."""
+    out: dict[str, int] = {}
+    for t in sorted(tenants, key=lambda t: (t in lo.dedicated, t)):
+        taken = {out[o] for o in out if not lo.may_share(t, o)}
+        out[t] = next(k for k in range(len(tenants) + 1) if k not in taken)
+    return out
+
+
+def build(ir) -> LoraProblem:
+    lo = ir.lora
+    groups: dict[tuple[str, str], list] = {}
+    for w in ir.workloads:
+        groups.setdefault((w.model, w.dtype), []).append(w)
+    dtypes: dict[str, int] = {}
+    for m, _ in groups:
+        dtypes[m] = dtypes.get(m, 0) + 1
+    mns = int(ir.engine.max_num_seqs.value)
+    prob = LoraProblem([], [], {})
+    for (model, dtype), ws in sorted(groups.items()):
+        gname = model + (f"-{dtype}" if dtypes[model] > 1 else "")
+        wl = {w.name: lo.workloads[w.name] for w in ws}
+        names = sorted({a for x in wl.values() for a, p in x.adapters if a and p > 0})
+        has_base = any(a == "" for x in wl.values() for a, _ in x.adapters)
+        rank = vllm_rank(max((lo.adapters[a].rank for a in names), default=0)) if names else 0
+        slots = sorted({min(s, len(names)) for s in SLOT_OPTIONS}) if names else []
+        if has_base or not names:
+            slots = [0] + slots
+        colors = _colors(lo, sorted({x.tenant for x in wl.values()}))
+        prob.colors[gname] = colors
+        ncol = max(colors.values()) + 1
+        # colour 0 (tenant-less traffic and every tenant free to share) keeps the plain name
+        label = {k: ("" if k == 0 else "-" + min(t for t, c in colors.items() if c == k)) for k in range(ncol)}
+        longest = max(b.isl_max + b.osl_max for w in ws for b in w.buckets)
+        for pool in ir.gpus:
+            for _cid, tp, pp, why in shapes(ir, ws[0], pool):
+                if why:
+                    continue
+                for mbt in TOKEN_BUDGETS:
+                    prev: dict[str, float] = {}
+                    for L in slots:
+                        lk = lora_kwargs(ir, model, L, rank, len(names) if L > 1 else 1) if L else None
+                        rm = replica_model(ir, model, pool.type, tp, pp, dtype, mns, mbt, lora=lk)
+                        if rm.memory.kv_cache_tokens < longest:
+                            continue
+                        cap = {}
+                        for w in ws:
+                            cw = mix_capacity(rm, w, below=prev.get(w.name) if L > 1 else None)
+                            if cw > 0:
+                                cap[w.name] = cw
+                        prev = cap
+                        if not cap:
+                            continue
+                        shape = f"{pool.type}-tp{tp}" + (f"-pp{pp}" if pp > 1 else "") + f"-t{mbt // 1024}k"
+                        for k in range(ncol):
+                            cid = f"{gname}{label[k]}-{shape}" + (f"-l{L}" if L else "")
+                            cand = Candidate(id=cid, workload=ws[0].name, model=model, gpu=pool.type, tp=tp, pp=pp,
+                                             dtype=dtype, max_num_seqs=mns, max_batched_tokens=mbt,
+                                             kv_cache_tokens=rm.memory.kv_cache_tokens,
+                                             usd_per_hour=pool.usd_per_hour * tp * pp, capacity_rps=())
+                            prob.cands.append(LoraCandidate(
+                                cand, gname, k, L, rank if L else 0,
+                                (L if L == len(names) or L <= 1 else MAX_CPU_LORAS) if L else 0, cap,
+                                tuple(sorted(t for t, c in colors.items() if c == k))))
+        # Traffic units: base traffic, hot adapters (exact), cold classes.
+        arate: dict[str, float] = {}
+        for w in ws:
+            for a, p in wl[w.name].adapters:
+                if a:
+                    arate[a] = arate.get(a, 0.0) + w.rate_rps * p
+        total = sum(arate.values()) or 1.0
+        if len(names) <= EXACT_MAX:
+            hot = set(names)
+        else:
+            top = sorted(names, key=lambda a: (-arate[a], a))[:HOT_MAX]
+            hot = {a for a in top if arate[a] >= HOT_SHARE * total}
+        for w in sorted(ws, key=lambda w: w.name):
+            x = wl[w.name]
+            col = colors[x.tenant]
+            cold = []
+            for a, p in x.adapters:
+                r = w.rate_rps * p
+                if r <= 0:
+                    continue
+                if a == "":
+                    prob.units.append(Unit(f"{w.name}/base", w.name, gname, col, "base", r))
+                elif a in hot:
+                    prob.units.append(Unit(f"{w.name}/{a}", w.name, gname, col, "hot", r, a))
+                else:
+                    cold.append((a, r))
+            cold.sort(key=lambda t: (-t[1], t[0]))
+            size = math.ceil(len(cold) / COLD_BANDS) if cold else 0
+            for i in range(0, len(cold), size or 1):
+                mem = tuple(cold[i:i + size])
+                prob.units.append(Unit(f"{w.name}/cold{i // size}", w.name, gname, col, "class",
+                                       sum(r for _, r in mem), members=mem))
+    prob.cands = _prune(sorted(prob.cands, key=lambda c: c.id))
+    return prob
+
+
+def mix_capacity(rm, w, rel_tol: float = 0.01, below: float | None = None) -> float:
+    """Highest per-replica rate of workload ``w``'s whole length mix (buckets at their shares, served together)
+    at which every bucket meets w's TTFT and TPOT at its percentile; 0 if none. One bisection per workload.
+    ``below``: a known upper bound (the capacity with fewer adapter slots), which narrows the search."""
+    def ok(rate: float) -> bool:
+        return rm.meets(rm.evaluate([traffic_class(b, rate * b.prob) for b in w.buckets], w.slo.percentile),
+                        w.slo.ttft_ms, w.slo.tpot_ms)
+
+    if below is not None and below > 0:
+        lo, hi = below * 0.85, below * (1 + rel_tol)
+        if ok(lo):
+            return bisect_max(ok, lo, hi, rel_tol)
+    if not ok(1e-9):
+        return 0.0
+    lo, hi = 0.0, 1.0
+    while ok(hi):
+        lo, hi = hi, hi * 4
+        if hi > 1e6:
+            return lo
+    return bisect_max(ok, lo, hi, rel_tol)
+
+
+def _prune(cands: list[LoraCandidate]) -> list[LoraCandidate]:
+    """Drop a candidate when another of the same group, colour and GPU type costs no more, has at least its
+    capacity for every workload and can hold at least as much (same kind of slots: none, one, several)."""
+    def kind(c):
+        return 0 if c.slots == 0 else 1 if c.slots == 1 else 2
+
+    keep = []
+    for c in cands:
+        dom = False
+        for o in cands:
+            if o is c or o.group != c.group or o.color != c.color or o.cand.gpu != c.cand.gpu:
+                continue
+            if kind(o) != kind(c) or o.cpu_slots < c.cpu_slots or o.cand.usd_per_hour > c.cand.usd_per_hour:
+                continue
+            if o.cand.gpus > c.cand.gpus or any(o.cap.get(w, 0.0) < v for w, v in c.cap.items()):
+                continue
+            better = (o.cand.usd_per_hour < c.cand.usd_per_hour or o.cand.gpus < c.cand.gpus
+                      or any(o.cap.get(w, 0.0) > v for w, v in c.cap.items()))
+            if better or (o.slots, o.id) < (c.slots, c.id):
+                dom = True
+                break
+        if not dom:
+            keep.append(c)
+    return keep
+
+
+def _usable(u: Unit, c: LoraCandidate) -> bool:
+    if c.group != u.group or c.color != u.color or c.cap.get(u.workload, 0.0) <= 0:
+        return False
+    if u.kind == "hot":
+        return c.slots >= 1
+    if u.kind == "class":
+        return c.slots >= 2
+    return True
+
+
+def x_name(u: Unit, c: LoraCandidate) -> str:
+    return f"route[{u.id},{c.id}]"
+
+
+def formulate(ir, prob: LoraProblem, derate: dict[str, float], group: str | None = None,
+              elastic: bool = False, goodput_floor: float | None = None) -> MilpModel:
+    """The MILP of ``prob`` (or of one group's part of it: that group's candidates and units only). ``elastic``:
+    replicas bounded by what carries all the traffic the candidate may serve instead of by the inventory, for
+    ``MilpModel.elastic`` (inventory and budget rows are relaxable;
+    ``trimtab.planning.explain.elastic_changes``).
+    ``max_goodput`` specs: demand rows become ``<=``; without ``goodput_floor`` the objective is the served rate
+    (maximised), with it the cost subject to serving at least that much (the two stages of compiler/milp/solve.py)."""
+    goodput = ir.objective == "max_goodput"
+    served = []
+    if group is not None:
+        prob = LoraProblem([c for c in prob.cands if c.group == group], [u for u in prob.units if u.group == group],
+                           prob.colors)
+    m = MilpModel(name=f"trimtab-lora:{ir.name}" + (f"/{group}" if group else ""))
+    for c in prob.cands:
+        ub = ir.gpu(c.cand.gpu).count // c.cand.gpus
+        if elastic:
+            ub = math.ceil(sum(u.rate / (c.cap[u.workload] * derate.get(c.id, 1.0)) for u in prob.units
+                               if _usable(u, c))) + 1
+        m.add_var(n_var(c.id), "integer", 0, ub)
+    cap_terms: dict[str, list] = {c.id: [] for c in prob.cands}
+    holds: dict[str, list] = {c.id: [] for c in prob.cands}
+    hold_cost = []
+    for u in prob.units:
+        terms = []
+        cover = []
+        for c in prob.cands:
+            if not _usable(u, c):
+                continue
+            x = m.add_var(x_name(u, c), "continuous", 0.0, u.rate)
+            terms.append((x, 1.0))
+            cap_terms[c.id].append((x, 1.0 / (c.cap[u.workload] * derate.get(c.id, 1.0))))
+            if u.kind == "hot":
+                y = f"hold[{u.adapter},{c.id}]"
+                if y not in m.variables:
+                    m.add_var(y, "integer", 0, 1)
+                    holds[c.id].append((y, 1.0))
+                    hold_cost.append((y, EPS_HOLD))
+                m.add(Constraint(f"lora_hold[{u.id},{c.id}]", "lora_hold", ((x, 1.0), (y, -u.rate)), "<=", 0.0,
+                                 origin=SpecPath.workload(ir.workload(u.workload), "adapter")))
+            elif u.kind == "class":
+                z = m.add_var(f"hold[{u.id},{c.id}]", "integer", 0, min(len(u.members), max(c.cpu_slots, 1)))
+                holds[c.id].append((z, 1.0))
+                hold_cost.append((z, EPS_HOLD))
+                cover.append((z, 1.0))
+                m.add(Constraint(f"lora_class[{u.id},{c.id}]", "lora_class", ((x, 1.0), (z, -u.rmax)), "<=", 0.0,
+                                 origin=SpecPath.workload(ir.workload(u.workload), "adapter")))
+        if not terms:
+            raise InfeasibleError([f"{u.workload}: no deployment of {u.group} meets its SLO with LoRA enabled "
+                                   f"({u.id})"])
+        m.add(Constraint(f"demand[{u.id}]", "demand", tuple(terms), "<=" if goodput else "==", u.rate,
+                         origin=SpecPath.workload(ir.workload(u.workload), "rate_rps")))
+        served += terms
+        if u.kind == "class":
+            m.add(Constraint(f"lora_cover[{u.id}]", "lora_cover", tuple(cover), ">=", float(len(u.members)),
+                             origin=SpecPath.workload(ir.workload(u.workload), "adapter")))
+    for c in prob.cands:
+        m.add(Constraint(f"capacity[{c.id}]", "capacity", tuple(cap_terms[c.id]) + ((n_var(c.id), -1.0),), "<=",
+                         0.0, origin=SpecPath("workloads", field="slo")))
+        if holds[c.id]:
+            m.add(Constraint(f"lora_slots[{c.id}]", "lora_slots", tuple(holds[c.id]), "<=", float(c.cpu_slots),
+                             origin=SpecPath("adapters", note="max_cpu_loras")))
+    for pool in ir.gpus:
+        cs = [c for c in prob.cands if c.cand.gpu == pool.type]
+        m.add(Constraint(f"inventory[{pool.type}]", "inventory", tuple((n_var(c.id), float(c.cand.gpus)) for c in cs),
+                         "<=", float(pool.count), origin=SpecPath.gpu(pool, "count"), relaxable=True))
+    if ir.budget_usd_per_hour is not None:
+        m.add(Constraint("budget", "budget", tuple((n_var(c.id), c.cand.usd_per_hour) for c in prob.cands), "<=",
+                         ir.budget_usd_per_hour, origin=SpecPath("budget_usd_per_hour"), relaxable=True))
+    if goodput and goodput_floor is not None:
+        m.add(Constraint("goodput[total]", "goodput", tuple(served), ">=", goodput_floor, origin=SpecPath("objective")))
+    m.objective = tuple([(n_var(c.id), c.cand.usd_per_hour + EPS_GPU * c.cand.gpus) for c in prob.cands]
+                        + hold_cost)
+    if goodput and goodput_floor is None and not elastic:
+        m.sense, m.objective = "max", tuple(served)
+    return m
+
+
+def solve(ir, prob: LoraProblem, derate: dict[str, float], be, opts: SolveOptions):
+    """Solve group by group (groups share only the GPU inventories and the budget); when the union of the
+    groups' optima breaks neither, it is the optimum of the whole MILP. Otherwise solve the whole MILP.
+    ``max_goodput``: the most traffic served, then the cheapest plan serving it (``trimtab.milp.solve.two_stage``)."""
+    if ir.objective == "max_goodput":
+        from trimtab.milp.solve import two_stage
+
+        return two_stage(lambda floor: formulate(ir, prob, derate, goodput_floor=floor), be, opts)
+    groups = sorted({c.group for c in prob.cands})
+    if len(groups) > 1:
+        values: dict[str, float] = {}
+        secs, gaps, res, worst = 0.0, [], None, Status.OPTIMAL
+        for g in groups:
+            left = max(opts.time_limit_s - secs, 0.01)
+            res = be.solve(formulate(ir, prob, derate, g), SolveOptions(left, opts.mip_rel_gap, opts.threads))
+            secs += res.seconds
+            if not res.has_solution:
+                break
+            values.update(res.values)
+            gaps.append(res.gap)
+            worst = Status.FEASIBLE if res.status == Status.FEASIBLE else worst
+        else:
+            whole = formulate(ir, prob, derate)
+            if not whole.violations(values, 1e-5):
+                return replace(res, values=values, seconds=secs, status=worst,
+                               gap=None if None in gaps else max(gaps, default=0.0),
+                               objective=whole.evaluate(whole.objective, values))
+        opts = SolveOptions(max(opts.time_limit_s - secs, 0.01), opts.mip_rel_gap, opts.threads)
+        res = be.solve(formulate(ir, prob, derate), opts)
+        return replace(res, seconds=res.seconds + secs)
+    return be.solve(formulate(ir, prob, derate), opts)
+
+
+def extract(ir, prob: LoraProblem, values: dict[str, float]):
+    """-> (chosen [(LoraCandidate, replicas)], flows {(workload, adapter): {deployment: rps}})."""
+    chosen = [(c, int(round(values.get(n_var(c.id), 0.0)))) for c in prob.cands]
+    chosen = [(c, n) for c, n in chosen if n > 0]
+    live = {c.id for c, _ in chosen}
+    flows: dict[tuple[str, str], dict[str, float]] = {}
+
+    def add(w, a, d, r):
+        f = flows.setdefault((w, a), {})
+        f[d] = f.get(d, 0.0) + r
+
+    for u in prob.units:
+        got = [(c.id, values.get(x_name(u, c), 0.0)) for c in prob.cands if c.id in live and _usable(u, c)]
+        got = [(d, r) for d, r in got if r > TOL]
+        if u.kind != "class":
+            for d, r in got:
+                add(u.workload, u.adapter, d, r)
+            continue
+        # Water-fill the class's adapters (largest first) into its deployments in proportion to their flows.
+        total = sum(r for _, r in got) or 1.0
+        targets = [[d, r * u.rate / total] for d, r in sorted(got)]
+        i = 0
+        for a, r in u.members:
+            left = r
+            while left > TOL and i < len(targets):
+                take = min(left, targets[i][1])
+                if take > TOL:
+                    add(u.workload, a, targets[i][0], take)
+                left -= take
+                targets[i][1] -= take
+                if targets[i][1] <= TOL:
+                    i += 1
+            if left > TOL:  # rounding: the rest to the last deployment
+                add(u.workload, a, targets[-1][0], left)
+    return chosen, flows
+
+
+def build_plan(ir, prob: LoraProblem, chosen, flows, res, rounds: int, warnings: list[str]):
+    lo = ir.lora
+    by_id = {c.id: (c, n) for c, n in chosen}
+    held: dict[str, set[str]] = {c.id: set() for c, _ in chosen}
+    tenants: dict[str, set[str]] = {c.id: set() for c, _ in chosen}
+    wd: dict[tuple[str, str], float] = {}
+    aroutes = []
+    goodput = ir.objective == "max_goodput"  # shares are of the offered rate: what is served
+    for (w, a), f in sorted(flows.items()):
+        # an adapter route's share is of the adapter's requests: served ones, or offered ones for max_goodput
+        tot = ir.workload(w).rate_rps * dict(lo.workloads[w].adapters)[a] if goodput else sum(f.values())
+        for d, r in sorted(f.items()):
+            if a:
+                held[d].add(a)
+                aroutes.append(AdapterRoute(workload=w, adapter=a, deployment=d, share=min(r / tot, 1.0)))
+            wd[(w, d)] = wd.get((w, d), 0.0) + r
+            t = lo.workloads[w].tenant
+            if t != NO_TENANT:
+                tenants[d].add(t)
+    routes = []
+    wtot: dict[str, float] = {}
+    for (w, _d), r in wd.items():
+        wtot[w] = wtot.get(w, 0.0) + r
+    for (w, d), r in sorted(wd.items()):
+        for b in ir.workload(w).buckets:
+            s = min(b.prob * r / (ir.workload(w).rate_rps if goodput else wtot[w]), 1.0)
+            if s > 1e-12:
+                routes.append(RouteView(w, b.name, d, s))
+    views = {c.id: DeploymentSpecView.of_candidate(c.cand, n, name=c.id,
+                                                   lora=LoraSlots(c.slots, c.rank, len(held[c.id])) if c.slots else None)
+             for c, n in chosen}
+    a = assess(ir, list(views.values()), routes)
+    gpus: dict[str, int] = {}
+    cost = 0.0
+    for c, n in chosen:
+        gpus[c.cand.gpu] = gpus.get(c.cand.gpu, 0) + n * c.cand.gpus
+        cost += n * c.cand.usd_per_hour
+    deployments = []
+    for cid in sorted(by_id):
+        c, n = by_id[cid]
+        k = c.cand
+        rm = replica_model_of(ir, views[cid])
+        deployments.append(Deployment(
+            name=cid, model=k.model, gpu=k.gpu, tensor_parallel=k.tp, pipeline_parallel=k.pp, replicas=n,
+            role="unified", dtype=k.dtype, max_batch_size=k.max_num_seqs, max_num_batched_tokens=k.max_batched_tokens,
+            kv_cache_tokens=rm.memory.kv_cache_tokens, load_rps_per_replica=a.deployments[cid].rate_rps_per_replica,
+            utilization=a.deployments[cid].utilization,
+            engine_args=[],  # trimtab.contract.realise fills it (LoRA flags from max_loras etc.)
+            adapters=sorted(held[cid]), max_loras=c.slots, max_lora_rank=c.rank,
+            max_cpu_loras=max(c.slots, len(held[cid])) if c.slots else 0, tenants=sorted(tenants[cid])))
+    from trimtab.cost.predict import fidelity_warnings
+    from trimtab.milp.extract import _prediction
+
+    plan = Plan(
+        spec=ir.name, input_hash=ir.input_hash, cost_usd_per_hour=round(cost, 4), gpus=dict(sorted(gpus.items())),
+        solver=SolverInfo(backend=res.backend, status=res.status.value, gap=res.gap, rounds=rounds),
+        deployments=deployments,
+        routes=[Route(workload=r.workload, bucket=r.bucket, deployment=r.deployment, share=r.share)
+                for r in sorted(routes, key=lambda r: (r.workload, r.bucket, r.deployment))],
+        predictions={w.name: _prediction(a, w.name) for w in ir.workloads},
+        buckets=plan_buckets(ir),
+        warnings=warnings + fidelity_warnings(ir, [(c.cand, n) for c, n in chosen]),
+        adapter_routes=sorted(aroutes, key=lambda r: (r.workload, r.adapter, r.deployment)),
+        goodput=goodput_of(ir, routes) if goodput else None,
+    )
+    return plan, a
+
+
+class LoraPlanner:
+    """``trimtab.planning.driver.Planner`` for specs with adapters or tenants: shared candidates per base
+    model, the
+    adapter-placement MILP, adapter routes (the module docstring has the formulation)."""
+
+    def candidates(self, ir) -> LoraProblem:
+        return build(ir)
+
+    def precheck(self, ir, prob: LoraProblem) -> list[str]:
+        return []
+
+    def solve(self, ir, prob: LoraProblem, derate, backend, options):
+        return solve(ir, prob, derate, backend, options)
+
+    def build(self, ir, prob: LoraProblem, res, rounds, warnings):
+        chosen, flows = extract(ir, prob, res.values)
+        return build_plan(ir, prob, chosen, flows, res, rounds, warnings)
+
+    def fill(self, prob: LoraProblem, res, derate) -> dict[str, float]:
+        """The left side of each bought candidate's ``capacity`` row over its replicas (as in ``formulate``)."""
+        out = {}
+        for c in prob.cands:
+            n = round(res.values.get(n_var(c.id), 0.0))
+            if n >= 1:
+                f = derate.get(c.id, 1.0)
+                out[c.id] = sum(res.values.get(x_name(u, c), 0.0) / (c.cap[u.workload] * f)
+                                for u in prob.units if _usable(u, c)) / n
+        return out
+
+    def infeasible(self, ir, prob, backend, options) -> list[str]:
+        from trimtab.planning.explain import elastic_changes, relaxation_lines
+
+        changes = elastic_changes(ir, formulate(ir, prob, {}, elastic=True), backend, options)
+        return (["no deployment meets every SLO within the GPU counts and budget with the adapters and tenant "
+                 "isolation of the spec:"] + ["  " + line for line in relaxation_lines(changes)])
+
+    def explain(self, ir, backend, options):
+        """``trimtab explain`` for the adapter problem: infeasible, the smallest relaxation of the relaxable rows
+        (GPU counts, budget; read off each row's ``origin``), verified by re-solving; feasible, each relaxable row
+        that binds and what relaxing it would save."""
+        from trimtab.planning.explain import Explanation, elastic_changes
+        prob = self.candidates(ir)
+        res = solve(ir, prob, {}, backend, options)
+        problem = ("no deployment meets every SLO within the GPU counts and budget with the adapters and tenant "
+                   "isolation of the spec")
+        if not res.has_solution:
+            changes = elastic_changes(ir, formulate(ir, prob, {}, elastic=True), backend, options)
+            ok = bool(changes) and self._cost(_relaxed(ir, {c.path: c.new for c in changes}), backend, options)
+            return Explanation(False, [problem], [changes] if ok is not None and changes else [])
+        m = formulate(ir, prob, {})
+        base = sum(c.cand.usd_per_hour * round(res.values.get(n_var(c.id), 0.0)) for c in prob.cands)
+        binding = []
+        for con in m.constraints:
+            if not con.relaxable:
+                continue
+            used = m.evaluate(con.expr, res.values)
+            step = min((a for _, a in con.expr), default=0.0)  # one more of the smallest unit the row counts
+            if con.rhs - used >= step:
+                continue
+            more = {"inventory": max(2 * con.rhs, con.rhs + 8), "budget": None}[con.family]
+            key = con.origin.whatif
+            alt = self._cost(_relaxed(ir, {key: more if more is None else int(more)}), backend, options)
+            what = "no cheaper plan" if alt is None or alt >= base - 0.005 else \
+                f"the plan would cost {alt:.2f} $/h ({alt - base:+.2f})"
+            new = "without it" if more is None else f"with {int(more)}"
+            binding.append(f"{con.origin}: {used:g} of {con.rhs:g} used; {new}, {what}")
+        return Explanation(True, binding=binding, cost_usd_per_hour=base)
+
+    def _cost(self, ir, backend, options) -> float | None:
+        prob = self.candidates(ir)
+        res = solve(ir, prob, {}, backend, options)
+        if not res.has_solution:
+            return None
+        return sum(c.cand.usd_per_hour * round(res.values.get(n_var(c.id), 0.0)) for c in prob.cands)
+
+    def candidate_set(self, prob: LoraProblem) -> CandidateSet:
+        return CandidateSet(tuple(c.cand for c in prob.cands), ())
+
+    def peers(self, prob: LoraProblem, fitted: bool = False) -> dict[str, tuple[str, ...]]:
+        """workload -> the ids of the shared candidates it may use (its group and tenant colour), for
+        ``trimtab.planning.rounds``: the capacity prior of the ``lora-`` regimes and the workload-wide correction after a
+        simulated miss. A candidate shared by several workloads is listed under each (the prior takes the lowest
+        factor; a correction derates it for all of them). Every candidate is of the kind the ``lora-`` regimes
+        were fitted on, so ``fitted`` changes nothing."""
+        out: dict[str, set[str]] = {}
+        for u in prob.units:
+            out.setdefault(u.workload, set()).update(c.id for c in prob.cands if _usable(u, c))
+        return {w: tuple(sorted(ids)) for w, ids in sorted(out.items())}
+
+
+def _relaxed(ir, changes: dict):
+    """``ir`` with GPU counts (``gpus.TYPE.count``) and the budget (``budget_usd_per_hour``, None: none) changed."""
+    for path, v in changes.items():
+        if path == "budget_usd_per_hour":
+            ir = replace(ir, budget_usd_per_hour=v)
+        else:
+            gpu = path.split(".")[1]
+            ir = replace(ir, gpus=tuple(replace(g, count=int(v)) if g.type == gpu else g for g in ir.gpus))
+    return ir

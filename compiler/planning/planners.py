@@ -1,0 +1,51 @@
+"""The planner for specs without adapters: unified candidates, P/D pairs and KV-tier variants
+(``trimtab.milp.candidates``, ``trimtab.milp.disagg``), the MILP of ``compiler/milp/formulate.py``,
+extraction to a plan
+(``trimtab.milp.extract``). ``trimtab.planning.driver.drive`` runs its rounds; ``trimtab.planning.lora.LoraPlanner`` is the
+planner for specs with adapters or tenants.
+"""
+from __future__ import annotations
+
+from trimtab.milp.candidates import build_candidates
+from trimtab.deployment.shape import CandidateSet
+from trimtab.planning.explain import precheck, relaxations
+from trimtab.milp.formulate import capacity_fill
+from trimtab.milp.solve import solve_ir
+from trimtab.milp.extract import build_plan, chosen
+
+
+class UnifiedPlanner:
+    def candidates(self, ir) -> CandidateSet:
+        return build_candidates(ir)
+
+    def precheck(self, ir, cands: CandidateSet) -> list[str]:
+        return precheck(ir, cands)
+
+    def solve(self, ir, cands, derate, backend, options):
+        # workload MILPs solved in earlier rounds of this planning run (trimtab.milp.decompose.solve_split)
+        memo = self.__dict__.setdefault("_split_memo", {})
+        return solve_ir(ir, cands, backend, options, derate, memo)
+
+    def build(self, ir, cands, res, rounds, warnings):
+        deps, routes = chosen(ir, cands, res)
+        return build_plan(ir, deps, routes, res, rounds, warnings)
+
+    def fill(self, cands, res, derate) -> dict[str, float]:
+        return capacity_fill(cands, res, derate)
+
+    def infeasible(self, ir, cands, backend, options) -> list[str]:
+        return (["no deployment meets every SLO within the GPU counts and budget:"]
+                + ["  " + r for r in relaxations(ir, cands, backend, options)])
+
+    def candidate_set(self, cands: CandidateSet) -> CandidateSet:
+        return cands
+
+    def peers(self, cands: CandidateSet, fitted: bool = False) -> dict[str, tuple[str, ...]]:
+        """workload -> the ids of its candidates (unified, prefill and decode), for
+        ``trimtab.planning.rounds``;
+        ``fitted``: only those of the kind the capacity prior was fitted on (unified serving)."""
+        out: dict[str, list[str]] = {}
+        for c in (*cands.candidates, *cands.disagg):
+            if not fitted or c.role == "unified":
+                out.setdefault(c.workload, []).append(c.id)
+        return {w: tuple(ids) for w, ids in out.items()}

@@ -1,0 +1,195 @@
+"""``redundancy: n+1`` (docs/online.md, "Redundancy"): plans in which losing any one node keeps every SLO.
+
+Failure model: a node lost takes every replica with a stage on it; the router keeps each deployment's routes and
+shares (a route names a deployment, not replicas), so a deployment's surviving replicas carry all of its traffic.
+Placement (``trimtab.milp.spread``) spreads each deployment over the nodes of its GPU type, each replica inside one
+node, so a node holds at most ceil(n[c] / N_g) replicas of c; every deployment must carry its load with that many
+fewer replicas, all deployments at once (a node may hold several). That is a fixed-share scenario per
+deployment, linear in the MILP's own routes: no per-failure routes are needed, and it is exactly what the
+simulator's router does after a loss, so ``check --fail-each-node`` (``trimtab.gate.nodeloss``) tests the same thing.
+
+Notation (with ``compiler/milp/formulate.py``'s):
+    N_g: nodes of GPU type g; G_g: GPUs of its smallest node
+    l[c] in Z+: replicas of c one node may hold (``spread[c]``), so the most one node loss removes
+Constraints (origin ``redundancy``), for every unified candidate c on g:
+    N_g l[c] - n[c] >= 0                              (spread[c]: l[c] >= ceil(n[c] / N_g))
+    sum_b x[b,c] / cap[b,c] <= n[c] - l[c]            (survive[c]: the survivors carry c's traffic)
+    sum_{c on g} gpus[c] l[c] <= G_g                  (node_room[g]: a node has room for l[c] of every c)
+so a deployment on a pool of one node (l >= n) can carry nothing, and each pool's nodes hold the spread placement
+(a node gets at most l[c] replicas of each c, together at most G_g GPUs). Candidates whose replica spans more
+than one node, prefill/decode pairs and KV borrowers (which must share a node with lenders) are left out.
+Routing balance (as ``trimtab.milp.solve.balance_routes``, over the survivors): with n and l fixed,
+    sum_b x[b,c] / cap[b,c] <= u[w] (n[c] - l[c])     for c of w;   min sum_w u[w]
+so each workload's busiest deployment after a node loss is as idle as the replicas bought allow.
+"""
+from __future__ import annotations
+
+from dataclasses import replace
+
+from trimtab.deployment.shape import CandidateSet, Pruned
+from trimtab.milp.formulate import formulate, n_var, x_var
+from trimtab.ir.model import ProblemIR
+from trimtab.planning.planners import UnifiedPlanner
+from trimtab.milp.solve import solve_balance, two_stage, util_var
+from trimtab.spec.paths import SpecPath
+from trimtab.milp.spread import node_cap
+from trimtab.solvers.base import Backend, SolveOptions, SolveResult
+from trimtab.solvers.model import Constraint, MilpModel
+
+ORIGIN = SpecPath("redundancy")
+
+
+def spread_var(cid: str) -> str:
+    return f"spread[{cid}]"
+
+
+def pools_of(topo) -> dict[str, tuple[int, int]]:
+    """GPU type -> (nodes, GPUs of its smallest node)."""
+    out: dict[str, tuple[int, int]] = {}
+    for n in topo.nodes:
+        k, g = out.get(n.gpu, (0, n.gpus))
+        out[n.gpu] = (k + 1, min(g, n.gpus))
+    return out
+
+
+def redundant_candidates(cands: CandidateSet, pools: dict[str, tuple[int, int]]) -> CandidateSet:
+    """The candidates n+1 plans over: unified, one node per replica, no KV borrowing; the others pruned with why."""
+    keep, pruned = [], list(cands.pruned)
+    for c in cands.candidates:
+        per = pools.get(c.gpu, (0, 0))[1]
+        if c.gpus > per:
+            pruned.append(Pruned(c.id, f"redundancy n+1: a replica of {c.gpus} GPUs spans nodes of {per}"))
+        elif c.kv_borrow_gib > 0:
+            pruned.append(Pruned(c.id, "redundancy n+1: KV borrowing ties a replica to a lender on its node"))
+        else:
+            keep.append(c)
+    pruned += [Pruned(c.id, "redundancy n+1: prefill/decode pairs are not planned for node loss") for c in cands.disagg]
+    return replace(cands, candidates=tuple(keep), pruned=tuple(pruned), disagg=())
+
+
+def add_redundancy_rows(m: MilpModel, cands: CandidateSet, pools: dict[str, tuple[int, int]],
+                        derate: dict[str, float] | None = None) -> None:
+    """``spread``, ``survive`` and ``node_room`` rows (module docstring) over ``m``'s unified candidates."""
+    derate = derate or {}
+    room: dict[str, list[tuple[str, float]]] = {}
+    for c in cands.candidates:
+        nodes, _ = pools.get(c.gpu, (0, 0))
+        ub = m.variables[n_var(c.id)].ub
+        lv = m.add_var(spread_var(c.id), "integer", 0, ub)
+        m.add(Constraint(f"spread[{c.id}]", "spread", ((lv, float(nodes)), (n_var(c.id), -1.0)), ">=", 0.0,
+                         origin=ORIGIN))
+        f = derate.get(c.id, 1.0)
+        expr = tuple((x_var(c.workload, b, c.id), 1.0 / (cap * f)) for b, cap in c.capacity_rps
+                     if x_var(c.workload, b, c.id) in m.variables)
+        m.add(Constraint(f"survive[{c.id}]", "survive", expr + ((n_var(c.id), -1.0), (lv, 1.0)), "<=", 0.0,
+                         origin=ORIGIN))
+        room.setdefault(c.gpu, []).append((lv, float(c.gpus)))
+    for g, terms in sorted(room.items()):
+        m.add(Constraint(f"node_room[{g}]", "node_room", tuple(terms), "<=", float(pools[g][1]), origin=ORIGIN))
+
+
+def redundant_model(ir: ProblemIR, cands: CandidateSet, pools, derate=None, **kw) -> MilpModel:
+    m = formulate(ir, cands, derate, **kw)
+    add_redundancy_rows(m, cands, pools, derate)
+    return m
+
+
+def solve_redundant(ir: ProblemIR, cands: CandidateSet, pools, backend: Backend, options: SolveOptions,
+                    derate: dict[str, float] | None = None) -> SolveResult:
+    """The MILP with the n+1 rows (whole: ``node_room`` couples the workloads of a GPU type), then the balance
+    over the survivors."""
+    if ir.objective == "max_goodput":
+        res = two_stage(lambda floor: redundant_model(ir, cands, pools, derate, objective="max_goodput",
+                                                      goodput_floor=floor), backend, options)
+    else:
+        res = backend.solve(redundant_model(ir, cands, pools, derate), options)
+    return balance_survivors(ir, cands, pools, backend, options, res, derate)
+
+
+def balance_survivors(ir: ProblemIR, cands: CandidateSet, pools, backend: Backend, options: SolveOptions,
+                      res: SolveResult, derate: dict[str, float] | None = None) -> SolveResult:
+    """``res`` with its routes re-spread so that each workload's busiest deployment after a node loss is as idle
+    as it can be (module docstring); replicas, cost and status are the MILP's. ``res`` unchanged when the LP
+    gives no solution."""
+    if not res.has_solution:
+        return res
+    bought = {c.id: round(res.values.get(n_var(c.id), 0.0)) for c in cands.candidates}
+    cands = replace(cands, candidates=tuple(c for c in cands.candidates if bought[c.id] > 0), disagg=())
+    if not cands.candidates:
+        return res
+    m = redundant_model(ir, cands, pools, derate)
+    for c in cands.candidates:
+        n = float(bought[c.id])
+        m.variables[n_var(c.id)] = replace(m.variables[n_var(c.id)], lb=n, ub=n)
+        lv = float(node_cap(bought[c.id], pools[c.gpu][0]))
+        m.variables[spread_var(c.id)] = replace(m.variables[spread_var(c.id)], lb=lv, ub=lv)
+    by = {f"survive[{c.id}]": c for c in cands.candidates}
+    util: dict[str, str] = {}
+    rows = []
+    for con in m.constraints:
+        c = by.get(con.name)
+        if c is not None:
+            u = util.get(c.workload) or m.add_var(util_var(c.workload), "continuous", 0.0, 1.0)
+            util[c.workload] = u
+            left = bought[c.id] - node_cap(bought[c.id], pools[c.gpu][0])
+            expr = tuple(t for t in con.expr if t[0].startswith("route[")) + ((u, -float(left)),)
+            con = replace(con, expr=expr)
+        rows.append(con)
+    return solve_balance(m, rows, util, backend, options, res)
+
+
+class RedundantPlanner(UnifiedPlanner):
+    """The unified planner with the n+1 rows and candidates (module docstring); placement is ``trimtab.milp.spread``'s
+    (``trimtab.milp.extract.finish_plan`` picks it from ``ir.redundancy``)."""
+
+    def __init__(self, topo):
+        self.topo, self.pools = topo, pools_of(topo)
+        self._peers: dict[str, tuple[str, ...]] = {}
+
+    def candidates(self, ir) -> CandidateSet:
+        cands = redundant_candidates(super().candidates(ir), self.pools)
+        self._peers = self.peers(cands)
+        return cands
+
+    def simulate(self, plan_, spec, ir, seeds, requests, derate, fill):
+        """The plan as ``trimtab.planning.rounds.simulate_and_derate`` validates any plan, then, placed as it will be, with
+        each kind of node loss (``trimtab.gate.nodeloss``): the survivors run fuller than the cost model's capacity
+        may allow, and a miss there derates the deployment at fault at the survivors' fill, so the next solve
+        buys it more spare. Returns the first failing runs (or the whole plan's) and the derates."""
+        from trimtab.deployment.shape import DeploymentSpecView
+        from trimtab.gate.nodeloss import losses_by_node, without_node
+        from trimtab.milp.extract import with_placement
+        from trimtab.planning.rounds import simulate_and_derate
+        from trimtab.milp.spread import place_spread
+
+        res, out = simulate_and_derate(plan_, spec, ir, seeds, requests, derate, fill, self._peers)
+        if not res.ok:
+            return res, out
+        placed = with_placement(plan_, place_spread([DeploymentSpecView.of_plan(d) for d in plan_.deployments],
+                                                    self.topo))
+        kinds: dict[tuple, str] = {}
+        for node, lost in losses_by_node(placed).items():
+            kinds.setdefault(tuple(lost.items()), node)
+        reps = {d.name: d.replicas for d in placed.deployments}
+        for sig, node in sorted(kinds.items(), key=lambda kv: kv[1]):
+            reduced, unserved = without_node(placed, node, ir)
+            if unserved:  # the rows make this impossible; check reports it if it happens
+                continue
+            left = {k: reps[k] - n for k, n in sig}  # > 0: survive[c] keeps a replica of every deployment
+            f = {k: v * reps[k] / left[k] if left.get(k, 0) > 0 else v for k, v in (fill or {}).items()}
+            lost, out = simulate_and_derate(reduced, spec, ir, seeds, requests, out, f, self._peers)
+            if not lost.ok:
+                return lost, out
+        return res, out
+
+    def solve(self, ir, cands, derate, backend, options):
+        return solve_redundant(ir, cands, self.pools, backend, options, derate)
+
+    def infeasible(self, ir, cands, backend, options) -> list[str]:
+        pools = ", ".join(f"{g} {n} node{'s' if n > 1 else ''} of {k} GPUs" for g, (n, k) in sorted(self.pools.items()))
+        rest = [x for x in super().infeasible(ir, cands, backend, options)[1:] if "needs no relaxation" not in x]
+        return (["no deployment keeps every SLO after the loss of any one node (redundancy: n+1) within the GPU "
+                 "counts, the nodes and the budget; more nodes per GPU type, a larger budget, or redundancy: none",
+                 f"  nodes: {pools}; a node lost takes ceil(replicas / nodes) replicas of each deployment, so a "
+                 "pool of one node carries nothing"]
+                + (["  without n+1 the spec would also need:"] + rest if rest else []))

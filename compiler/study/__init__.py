@@ -1,0 +1,1 @@
+"""Stage 16, studies over many plans: sweeps over grids and sampled scenarios, robust plans, Pareto frontiers."""
