@@ -16,6 +16,9 @@ class Var:
     kind: Literal["integer", "continuous"]
     lb: float = 0.0
     ub: float | None = None
+    # what the variable stands for ("route", "replicas", ...): stages after the solve select variables by it,
+    # never by parsing the name, which is for display and the backends only
+    family: str = ""
 
 
 LinExpr = tuple[tuple[str, float], ...]  # ((var name, coefficient), ...)
@@ -50,10 +53,10 @@ class MilpModel:
     sense: Literal["min", "max"] = "min"
 
     def add_var(self, name: str, kind: Literal["integer", "continuous"], lb: float = 0.0,
-                ub: float | None = None) -> str:
+                ub: float | None = None, family: str = "") -> str:
         if name in self.variables:
             raise ValueError(f"duplicate variable {name}")
-        self.variables[name] = Var(name, kind, lb, ub)
+        self.variables[name] = Var(name, kind, lb, ub, family)
         return name
 
     def add(self, c: Constraint) -> None:

@@ -69,6 +69,18 @@ class DeploymentShape:
         return self.tp * self.pp * self.dp
 
 
+@dataclass(frozen=True, slots=True)
+class PdGroup:
+    """A co-located P/D side's group (``trimtab.milp.disagg.local_group_name``): the group's name, the partner side's
+    candidate id, and how many replicas of this side and of the partner one NVLink domain holds. Carried as data
+    so that formulation, extraction and pairing never read it back out of an id."""
+
+    name: str
+    partner: str
+    per_group: int
+    partner_per_group: int
+
+
 @dataclass(frozen=True, slots=True, kw_only=True)
 class Candidate(DeploymentShape):
     """A shape the solver may buy for one workload: its price and per-replica capacity per length range."""
@@ -79,6 +91,7 @@ class Candidate(DeploymentShape):
     usd_per_hour: float  # per replica
     capacity_rps: tuple[tuple[str, float], ...]  # (bucket name, per-replica rate at SLO), only > 0
     kv_spare_gib: float = 0.0  # spare HBM KV it can lend at its planned operating point (HBM-only shapes)
+    pd_group: PdGroup | None = None  # a co-located P/D side only
 
     def capacity(self, bucket: str) -> float:
         # dict(self.capacity_rps).get(bucket, 0.0) without building the dict (a bucket appears once; the last
@@ -93,6 +106,7 @@ class Candidate(DeploymentShape):
 class Pruned:
     id: str
     reason: str
+    workload: str  # the workload the candidate was made for (ids are for display only)
 
 
 @dataclass(frozen=True, slots=True)

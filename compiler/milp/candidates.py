@@ -155,7 +155,7 @@ def build_candidates(ir: ProblemIR, jobs: int | None = None) -> CandidateSet:
             fitted_once = False
             for cid0, tp, pp, dp, ep, why in layouts(ir, w, pool):
                 if why:
-                    pruned.append(Pruned(cid0, why))
+                    pruned.append(Pruned(cid0, why, w.name))
                     continue
                 sibling: dict[str, float] = {}  # capacity per bucket at the previous token budget: a search guess
                 for mbt in TOKEN_BUDGETS:
@@ -166,7 +166,7 @@ def build_candidates(ir: ProblemIR, jobs: int | None = None) -> CandidateSet:
                     if mem.kv_cache_tokens // dp < longest:  # one request's KV stays on one attention DP rank
                         pruned.append(Pruned(cid, f"memory: {mem.weights_gib_per_gpu:.1f} GiB of weights per GPU leave "
                                                   f"KV room for {mem.kv_cache_tokens} tokens, the longest request needs "
-                                                  f"{longest:.0f}"))
+                                                  f"{longest:.0f}", w.name))
                         if tiers and dp == 1:
                             cands += _tier_variants(ir, w, pool, tp, pp, mbt, cid, rm, {}, longest, zero, offload)
                             later.append((w, pool, tp, pp, mbt, cid, rm, {}, longest, zero))
@@ -185,7 +185,7 @@ def build_candidates(ir: ProblemIR, jobs: int | None = None) -> CandidateSet:
                             caps.append((b.name, cap))
                             sibling[b.name] = cap
                     if not caps:
-                        pruned.append(Pruned(cid, "meets the SLO for no length bucket even at low load"))
+                        pruned.append(Pruned(cid, "meets the SLO for no length bucket even at low load", w.name))
                         continue
                     spare = 0.0
                     if host_prefix and w.prefix_hit_rate and dp == 1:
@@ -257,6 +257,7 @@ def _drop_dominated(cands: list[Candidate], pruned: list[Pruned]) -> list[Candid
         if dom is None:
             keep.append(c)
         else:
-            pruned.append(Pruned(c.id, f"dominated by {dom.id} (no more cost, at least its capacity on every bucket)"))
+            pruned.append(Pruned(c.id, f"dominated by {dom.id} (no more cost, at least its capacity on every "
+                                  "bucket)", c.workload))
     pruned.sort(key=lambda p: p.id)
     return keep

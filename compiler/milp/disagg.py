@@ -38,13 +38,12 @@ placement (``trimtab.milp.placement``, rack affinity) or the plan is refused nam
 from __future__ import annotations
 
 import math
-import re
 from dataclasses import replace
 
 from trimtab.cost.factory import replica_model, traffic_class
 from trimtab.cost.transfer import (is_local_pair, kv_bytes_per_token, local_bytes_per_s, nic_bytes_per_s,
                                      transfer_s)
-from trimtab.deployment.shape import Candidate
+from trimtab.deployment.shape import Candidate, PdGroup
 from trimtab.ir.model import ProblemIR, WorkloadIR
 from trimtab.deployment.layouts import layouts
 from trimtab.spec.paths import SpecPath
@@ -62,36 +61,25 @@ def pd_id(workload: str, gpu: str, tp: int, pp: int, role: str, dp: int = 1, ep:
             + (f"-ep{ep}" if ep > 1 else "") + f"-{role}")
 
 
-def local_id(workload: str, gpu: str, tp_p: int, kp: int, tp_d: int, kd: int, role: str) -> str:
-    """A co-located pair's side: ``kp`` prefill replicas of ``tp_p`` GPUs and ``kd`` decode replicas of ``tp_d``
-    GPUs share one NVLink domain."""
-    return f"{workload}-{gpu}-local-p{kp}xtp{tp_p}-d{kd}xtp{tp_d}-{role}"
+def local_group_name(workload: str, gpu: str, tp_p: int, kp: int, tp_d: int, kd: int) -> str:
+    """A co-located group: ``kp`` prefill replicas of ``tp_p`` GPUs and ``kd`` decode replicas of ``tp_d`` GPUs
+    share one NVLink domain. Its sides' ids are the name and the role."""
+    return f"{workload}-{gpu}-local-p{kp}xtp{tp_p}-d{kd}xtp{tp_d}"
 
 
-_LOCAL = re.compile(r"^(?P<stem>.+-local-p(?P<kp>\d+)xtp(?P<tp_p>\d+)-d(?P<kd>\d+)xtp(?P<tp_d>\d+))-(?P<role>prefill|decode)$")
+def local_group(c: Candidate) -> PdGroup | None:
+    """The co-located group of a P/D side, else None."""
+    return c.pd_group
 
 
-def local_group(cid: str) -> tuple[str, int, int] | None:
-    """Planner side (candidate ids are ours): (partner id, replicas of ``cid`` per group, replicas of the
-    partner per group) of a co-located pair's side, else None."""
-    m = _LOCAL.match(cid)
-    if m is None:
-        return None
-    kp, kd = int(m["kp"]), int(m["kd"])
-    if m["role"] == "prefill":
-        return f"{m['stem']}-decode", kp, kd
-    return f"{m['stem']}-prefill", kd, kp
+def colocation(c: Candidate) -> dict:
+    """The plan's co-location fields of a deployment made from candidate ``c`` (empty when not co-located)."""
+    g = c.pd_group
+    return {} if g is None else {"colocated_with": g.partner, "group_replicas": g.per_group}
 
 
-def colocation(cid: str) -> dict:
-    """The plan's co-location fields of a deployment made from candidate ``cid`` (empty when not co-located)."""
-    grp = local_group(cid)
-    return {} if grp is None else {"colocated_with": grp[0], "group_replicas": grp[1]}
-
-
-def group_var(cid: str) -> str:
-    m = _LOCAL.match(cid)
-    return f"groups[{m['stem']}]"
+def group_var(g: PdGroup) -> str:
+    return f"groups[{g.name}]"
 
 
 def xp_var(workload: str, bucket: str, cid: str) -> str:
@@ -266,7 +254,7 @@ def _local_candidates(ir: ProblemIR, w: WorkloadIR, dec: list[Candidate], unifie
     """Both sides of every co-located group (kp x prefill tp_p + kd x decode tp_d in one NVLink domain, one GPU
     type, pp = 1) that beats the best unified candidate by PD_MARGIN on some bucket, with those buckets. Dense-style
     on both sides, as ``_role_candidates`` makes the prefill side: a mixture-of-experts decode layout with
-    attention-DP or expert parallelism is left out (its id, ``local_id``, would not tell it from the plain one)."""
+    attention-DP or expert parallelism is left out (its id, ``local_group_name``, would not tell it from the plain one)."""
     dec = [c for c in dec if c.pp == 1 and c.dp == 1 and c.ep == 1]
     dmin: dict[str, int] = {}
     for c in dec:
@@ -285,9 +273,12 @@ def _local_candidates(ir: ProblemIR, w: WorkloadIR, dec: list[Candidate], unifie
                                  < (1 - PD_MARGIN) * unified_usd[b])
                     if not keep:
                         continue
-                    for c, role in ((p, "prefill"), (d, "decode")):
-                        out.append(replace(c, id=local_id(w.name, p.gpu, p.tp, kp, d.tp, kd, role),
-                                           capacity_rps=tuple((b, c.capacity(b)) for b in keep)))
+                    group = local_group_name(w.name, p.gpu, p.tp, kp, d.tp, kd)
+                    ids = {r: f"{group}-{r}" for r in ("prefill", "decode")}
+                    sides = ((p, "prefill", "decode", kp, kd), (d, "decode", "prefill", kd, kp))
+                    for c, role, other, k, ko in sides:
+                        out.append(replace(c, id=ids[role], capacity_rps=tuple((b, c.capacity(b)) for b in keep),
+                                           pd_group=PdGroup(group, ids[other], k, ko)))
     return out
 
 
@@ -332,10 +323,10 @@ def add_rows(m, ir: ProblemIR, pd: tuple[Candidate, ...], derate: dict[str, floa
         m.add(Constraint(f"capacity[{c.id}]", "capacity", tuple(expr), "<=", 0.0, origin=SpecPath.workload(w, "slo")))
         kvb = kv_bytes(ir, c)
         link = [(xp_var(c.workload, b, c.id), w.bucket(b).isl_mean * kvb / 1e9) for b, _ in c.capacity_rps]
-        grp = local_group(c.id)
+        grp = local_group(c)
         if grp is not None:  # co-located pair: NVLink inside the group, no NIC or inter-rack load
-            if c.role == "prefill" and grp[0] in ids:
-                _add_group_rows(m, ir, c, ids[grp[0]], grp, link, n_var)
+            if c.role == "prefill" and grp.partner in ids:
+                _add_group_rows(m, ir, c, ids[grp.partner], grp, link, n_var)
             continue
         link.append((n_var(c.id), -LINK_UTIL * nic_bytes_per_s(ir.gpu(c.gpu), c.gpus) / 1e9))
         m.add(Constraint(f"kv_link[{c.id}]", "kv_link", tuple(link), "<=", 0.0, origin=SpecPath.gpu(ir.gpu(c.gpu), note="NIC bandwidth (nodes[].nic_gbps)")))
@@ -344,14 +335,13 @@ def add_rows(m, ir: ProblemIR, pd: tuple[Candidate, ...], derate: dict[str, floa
         _add_inter_rack_rows(m, ir, inter)
 
 
-def _add_group_rows(m, ir: ProblemIR, p: Candidate, d: Candidate, grp: tuple[str, int, int], link: list,
-                    n_var) -> None:
+def _add_group_rows(m, ir: ProblemIR, p: Candidate, d: Candidate, grp: PdGroup, link: list, n_var) -> None:
     """Rows of one co-located group (module docstring): replicas in the group's ratio, every request decoded in
     the group it was prefilled in, and the hand-off under LINK_UTIL of the group's NVLink."""
     from trimtab.solvers.model import Constraint
 
-    _, kp, kd = grp
-    g = group_var(p.id)
+    kp, kd = grp.per_group, grp.partner_per_group
+    g = group_var(grp)
     ub = min(m.variables[n_var(p.id)].ub // kp, m.variables[n_var(d.id)].ub // kd)
     m.add_var(g, "integer", 0, ub)
     origin = SpecPath.gpu(ir.gpu(p.gpu), note="one NVLink domain per co-located group")
@@ -397,10 +387,11 @@ def _add_inter_rack_rows(m, ir: ProblemIR, inter: list) -> None:
                          origin=SpecPath("network", field="inter_rack_gbps")))
 
 
-def pair_routes(ir: ProblemIR, flows: dict[tuple[str, str], tuple[list, list]]):
-    """Per bucket, match prefill flows to decode flows: a route per (prefill, decode) pair with the share of the
-    workload's requests it carries. Co-located sides only with their own partner; then each GPU type's flows
-    among themselves (they need not change racks), then the rest; each step north-west corner, sorted by name."""
+def pair_routes(ir: ProblemIR, flows: dict[tuple[str, str], tuple[list, list]], cands: dict[str, Candidate]):
+    """Per bucket, match prefill flows to decode flows (candidate ids with their rates; ``cands`` by id): a route
+    per (prefill, decode) pair with the share of the workload's requests it carries. Co-located sides only with
+    their own partner; then each GPU type's flows among themselves (they need not change racks), then the rest;
+    each step north-west corner, sorted by name."""
     from trimtab.deployment.shape import RouteView
 
     out = []
@@ -428,21 +419,15 @@ def pair_routes(ir: ProblemIR, flows: dict[tuple[str, str], tuple[list, list]]):
                     j += 1
 
         for p, _ in pre:
-            grp = local_group(p)
-            if grp is not None and grp[0] in left:
-                match([p], [grp[0]])
-        ps = [p for p, _ in pre if local_group(p) is None]
-        ds = [d for d, _ in dec if local_group(d) is None]
-        for g in sorted({_gpu_of(wn, c) for c in ps}):
-            match([p for p in ps if _gpu_of(wn, p) == g], [d for d in ds if _gpu_of(wn, d) == g])
+            grp = local_group(cands[p])
+            if grp is not None and grp.partner in left:
+                match([p], [grp.partner])
+        ps = [p for p, _ in pre if local_group(cands[p]) is None]
+        ds = [d for d, _ in dec if local_group(cands[d]) is None]
+        for g in sorted({cands[c].gpu for c in ps}):
+            match([p for p in ps if cands[p].gpu == g], [d for d in ds if cands[d].gpu == g])
         match([p for p in ps if left[p] > 1e-12], [d for d in ds if left[d] > 1e-12])
     return out
-
-
-def _gpu_of(workload: str, cid: str) -> str:
-    """GPU type in a P/D candidate id (``pd_id``)."""
-    m = re.match(rf"^{re.escape(workload)}-(.+?)-tp\d+(-pp\d+)?-(prefill|decode)$", cid)
-    return m[1] if m else ""
 
 
 def assess_pairs(ir: ProblemIR, deps: dict, routes, loads: dict, ttft: dict, dep_tpot: dict) -> None:

@@ -49,7 +49,7 @@ def chosen(ir: ProblemIR, cands: CandidateSet, res: SolveResult) -> tuple[list[t
                     x = res.values.get(x_var(w.name, b.name, c.id), 0.0)
                     if x > ROUTE_TOL and c.role != "unified":
                         flows.setdefault((w.name, b.name), ([], []))[c.role == "decode"].append((c.id, x))
-        routes += pair_routes(ir, flows)
+        routes += pair_routes(ir, flows, {c.id: c for c, _ in deps})
     if ir.objective == "max_goodput":  # served in part: shares are what is served, not normalised to 1
         return deps, routes
     return deps, _normalise(routes)
@@ -66,7 +66,7 @@ def _normalise(routes: list[RouteView]) -> list[RouteView]:
 def views(deps: list[tuple[Candidate, int]]) -> list[DeploymentSpecView]:
     from trimtab.milp.disagg import colocation
 
-    return [DeploymentSpecView.of_candidate(c, n, colocated_with=colocation(c.id).get("colocated_with") or "")
+    return [DeploymentSpecView.of_candidate(c, n, colocated_with=colocation(c).get("colocated_with") or "")
             for c, n in deps]
 
 
@@ -88,7 +88,7 @@ def build_plan(ir: ProblemIR, deps: list[tuple[Candidate, int]], routes: list[Ro
                    max_num_batched_tokens=c.max_batched_tokens, kv_cache_tokens=c.kv_cache_tokens,
                    load_rps_per_replica=a.deployments[c.id].rate_rps_per_replica,
                    utilization=a.deployments[c.id].utilization, engine_args=[],  # trimtab.contract.realise fills it
-                   prefix_cache_tokens=a.deployments[c.id].prefix_cache_tokens, **colocation(c.id),
+                   prefix_cache_tokens=a.deployments[c.id].prefix_cache_tokens, **colocation(c),
                    kv=_kv(ir, c, kv_alloc))
         for c, n in sorted(deps, key=lambda d: d[0].id)]
     plan = Plan(

@@ -111,10 +111,10 @@ def formulate(ir: ProblemIR, cands: CandidateSet, derate: dict[str, float] | Non
             terms = []
             for c in cands.candidates:
                 if c.workload == w.name and c.capacity(b.name) > 0:
-                    terms.append((m.add_var(x_var(w.name, b.name, c.id), "continuous"), 1.0))
+                    terms.append((m.add_var(x_var(w.name, b.name, c.id), "continuous", family="route"), 1.0))
             for c in pd:
                 if c.workload == w.name and c.capacity(b.name) > 0:
-                    v = m.add_var(x_var(w.name, b.name, c.id), "continuous", 0.0, w.rate_rps * b.prob)
+                    v = m.add_var(x_var(w.name, b.name, c.id), "continuous", 0.0, w.rate_rps * b.prob, "route")
                     if c.role == "prefill":
                         terms.append((v, 1.0))
             served += terms

@@ -67,7 +67,7 @@ def solve_balance(m, rows, util: dict[str, str], backend: Backend, options: Solv
     if not bal.has_solution:
         return replace(res, seconds=res.seconds + bal.seconds)
     values = dict(res.values)
-    values.update({k: v for k, v in bal.values.items() if k.startswith("route[")})
+    values.update({k: v for k, v in bal.values.items() if m.variables[k].family == "route"})
     return replace(res, values=values, seconds=res.seconds + bal.seconds)
 
 

@@ -74,7 +74,7 @@ def formulate_schedule(ir: ProblemIR, cands: CandidateSet, rates: list[dict[str,
     for t, r in enumerate(rates):
         mt = formulate(window_ir(ir, r), cands, window_derate(derate, t))
         for v in mt.variables.values():
-            m.add_var(wvar(t, v.name), v.kind, v.lb, v.ub)
+            m.add_var(wvar(t, v.name), v.kind, v.lb, v.ub, v.family)
         for con in mt.constraints:
             if con.family in ("inventory", "budget"):
                 continue  # inventory: on held below; budget: per window, below

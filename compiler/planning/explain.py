@@ -32,7 +32,7 @@ def precheck(ir: ProblemIR, cands: CandidateSet) -> list[str]:
     best = {(b.workload, b.bucket): b for b in cands.best}
     for w in ir.workloads:
         if w.name not in served and not any(k[0] == w.name for k in best):
-            reasons = sorted({p.reason.split(":")[0] for p in cands.pruned if p.id.startswith(w.name + "-")})
+            reasons = sorted({p.reason.split(":")[0] for p in cands.pruned if p.workload == w.name})
             gpus = ", ".join(f"{g.type} x{g.count}" for g in ir.gpus)
             # live KV beyond HBM is a way out only for memory, and only when the spec has not allowed it yet
             ways = ["Add larger or more GPUs", "use dtype fp8"]
@@ -180,7 +180,7 @@ def _with_workload(ir: ProblemIR, cands: CandidateSet, w_new) -> tuple[ProblemIR
     own = build_candidates(replace(ir, workloads=(w_new,)))
     keep = tuple(c for c in cands.candidates if c.workload != w_new.name)
     return ir2, CandidateSet(tuple(sorted(keep + own.candidates, key=lambda c: c.id)),
-                             tuple(sorted([p for p in cands.pruned if not p.id.startswith(w_new.name + "-")]
+                             tuple(sorted([p for p in cands.pruned if p.workload != w_new.name]
                                           + list(own.pruned), key=lambda p: p.id)),
                              tuple([b for b in cands.best if b.workload != w_new.name] + list(own.best)))
 
@@ -231,9 +231,8 @@ def explain(ir: ProblemIR, backend: Backend, options: SolveOptions, cands: Candi
         b0 = ir.budget_usd_per_hour
         r = _min_cost(replace(ir, budget_usd_per_hour=None), cands, backend, options)
         if r is not None:
-            by_id = cands.by_id()
-            cost = sum(by_id[k[len("replicas["):-1]].usd_per_hour * round(v) for k, v in r.values.items()
-                       if k.startswith("replicas["))
+            cost = sum(c.usd_per_hour * round(r.values.get(n_var(c.id), 0.0))
+                       for c in cands.candidates + cands.disagg)
             need = math.ceil(cost * 100 - 1e-6) / 100
             if _min_cost(replace(ir, budget_usd_per_hour=need), cands, backend, options) is not None:
                 alts.append([Change("budget_usd_per_hour", "budget_usd_per_hour", b0, need, "raise")])

@@ -287,7 +287,7 @@ def formulate(ir, prob: LoraProblem, derate: dict[str, float], group: str | None
         for c in prob.cands:
             if not _usable(u, c):
                 continue
-            x = m.add_var(x_name(u, c), "continuous", 0.0, u.rate)
+            x = m.add_var(x_name(u, c), "continuous", 0.0, u.rate, "route")
             terms.append((x, 1.0))
             cap_terms[c.id].append((x, 1.0 / (c.cap[u.workload] * derate.get(c.id, 1.0))))
             if u.kind == "hot":

@@ -58,12 +58,15 @@ def redundant_candidates(cands: CandidateSet, pools: dict[str, tuple[int, int]])
     for c in cands.candidates:
         per = pools.get(c.gpu, (0, 0))[1]
         if c.gpus > per:
-            pruned.append(Pruned(c.id, f"redundancy n+1: a replica of {c.gpus} GPUs spans nodes of {per}"))
+            pruned.append(Pruned(c.id, f"redundancy n+1: a replica of {c.gpus} GPUs spans nodes of {per}",
+                                 c.workload))
         elif c.kv_borrow_gib > 0:
-            pruned.append(Pruned(c.id, "redundancy n+1: KV borrowing ties a replica to a lender on its node"))
+            pruned.append(Pruned(c.id, "redundancy n+1: KV borrowing ties a replica to a lender on its node",
+                                 c.workload))
         else:
             keep.append(c)
-    pruned += [Pruned(c.id, "redundancy n+1: prefill/decode pairs are not planned for node loss") for c in cands.disagg]
+    pruned += [Pruned(c.id, "redundancy n+1: prefill/decode pairs are not planned for node loss", c.workload)
+               for c in cands.disagg]
     return replace(cands, candidates=tuple(keep), pruned=tuple(pruned), disagg=())
 
 
@@ -132,7 +135,7 @@ def balance_survivors(ir: ProblemIR, cands: CandidateSet, pools, backend: Backen
             u = util.get(c.workload) or m.add_var(util_var(c.workload), "continuous", 0.0, 1.0)
             util[c.workload] = u
             left = bought[c.id] - node_cap(bought[c.id], pools[c.gpu][0])
-            expr = tuple(t for t in con.expr if t[0].startswith("route[")) + ((u, -float(left)),)
+            expr = tuple(t for t in con.expr if m.variables[t[0]].family == "route") + ((u, -float(left)),)
             con = replace(con, expr=expr)
         rows.append(con)
     return solve_balance(m, rows, util, backend, options, res)

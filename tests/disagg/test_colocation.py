@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from trimtab.api import check, load_spec, plan
+from trimtab.api import load_spec, plan
+from trimtab.gate.analytic import check
 from trimtab.gate.analytic import verify_kv_links
 from trimtab.milp.disagg import LINK_UTIL
 from trimtab.ir.lower import lower

@@ -6,7 +6,8 @@ from pathlib import Path
 import pytest
 
 import trimtab.milp.disagg as disagg
-from trimtab.api import check, load_spec, plan
+from trimtab.api import load_spec, plan
+from trimtab.gate.analytic import check
 from trimtab.cost.factory import replica_model
 from trimtab.cost.model import TrafficClass
 from trimtab.ir.lower import lower

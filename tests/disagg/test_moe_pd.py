@@ -5,7 +5,8 @@ from __future__ import annotations
 
 import pytest
 
-from trimtab.api import check, load_spec, plan
+from trimtab.api import load_spec, plan
+from trimtab.gate.analytic import check
 from trimtab.milp.disagg import build_pd_candidates, pd_id
 from trimtab.ir.lower import lower
 
@@ -73,3 +74,30 @@ def test_co_located_pairs_are_dense_style_with_one_id_each(spec_path):
     ids = [c.id for c in local]
     assert local and len(ids) == len(set(ids))
     assert all(c.pp == 1 and c.dp == 1 and c.ep == 1 for c in local)
+
+
+def test_pd_flows_pair_within_a_gpu_type_for_moe_layouts(spec_path):
+    """P/D routes pair each GPU type's flows among themselves before crossing types (the MILP prices inter-rack
+    hand-offs per type). The type is read off the candidate, not its id: an id with ``-dp``/``-ep`` (an MoE
+    layout) once parsed to no type at all, and three types' flows were paired north-west across them."""
+    from dataclasses import replace
+
+    from trimtab.milp.disagg import pair_routes
+
+    ir = lower(load_spec(spec_path))
+    pd = build_pd_candidates(ir)
+    pre = next(c for c in pd if c.role == "prefill")
+    dec = next(c for c in pd if c.role == "decode" and c.ep > 1)
+
+    def on(c, gpu):
+        return replace(c, gpu=gpu, id=pd_id(c.workload, gpu, c.tp, c.pp, c.role, c.dp, c.ep))
+
+    ps = [on(pre, g) for g in ("a100-80gb", "h100-sxm")]
+    ds = [on(dec, g) for g in ("a100-80gb", "h100-sxm", "h200")]
+    assert all("-ep" in d.id for d in ds)
+    flows = {("rag", ir.workloads[0].buckets[0].name): ([(ps[0].id, 15.0), (ps[1].id, 15.0)],
+                                                         [(ds[0].id, 7.5), (ds[1].id, 15.0), (ds[2].id, 7.5)])}
+    by_id = {c.id: c for c in ps + ds}
+    got = sorted((by_id[r.prefill].gpu, by_id[r.decode].gpu, round(r.share, 6))
+                 for r in pair_routes(ir, flows, by_id))
+    assert got == [("a100-80gb", "a100-80gb", 0.25), ("a100-80gb", "h200", 0.25), ("h100-sxm", "h100-sxm", 0.5)]

@@ -1,0 +1,38 @@
+"""The solver's inverse is data (issue 37): stages after the solve find what a variable stands for from the
+variable (``Var.family``) and what a candidate is from the candidate (``Candidate.pd_group``, ``gpu``,
+``Pruned.workload``), never by parsing a variable name or a candidate id, whose spelling is for display and the
+solver backends only. This test greps the planner's stages for the parsing idioms that once did it."""
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[2]
+STAGES = ("milp", "planning", "gate", "online", "sim", "deploy", "study")
+IDIOMS = [
+    re.compile(r"""\.startswith\(\s*f?["'](route|replicas|groups|spread|survive|capacity|hold|use)\["""),
+    re.compile(r"""\[len\(\s*f?["'](route|replicas|groups|spread|survive)\["""),
+    re.compile(r"""\b(id|cid)\.(startswith|endswith|split|rsplit|partition|removeprefix|removesuffix)\("""),
+    re.compile(r"""re\.(match|search|fullmatch|compile)\(.*(tp\\d|prefill|decode|local)"""),
+]
+
+
+def offending_lines(text: str) -> list[str]:
+    return [line.strip() for line in text.splitlines() if any(p.search(line) for p in IDIOMS)]
+
+
+def test_no_stage_parses_variable_names_or_candidate_ids():
+    bad = []
+    for stage in STAGES:
+        for p in sorted((ROOT / "compiler" / stage).rglob("*.py")):
+            bad += [f"{p.relative_to(ROOT)}: {line}" for line in offending_lines(p.read_text(encoding="utf-8"))]
+    assert bad == []
+
+
+def test_the_grep_sees_the_idioms():
+    """Each idiom as the code once wrote it is caught (a pattern that matches nothing would pass anything)."""
+    once = ['values.update({k: v for k, v in bal.values.items() if k.startswith("route[")})',
+            'cost = sum(by_id[k[len("replicas["):-1]].usd_per_hour * round(v) for k, v in r.values.items()',
+            'if p.id.startswith(w.name + "-")',
+            'm = re.match(rf"^{re.escape(workload)}-(.+?)-tp\\d+(-pp\\d+)?-(prefill|decode)$", cid)']
+    assert all(offending_lines(line) for line in once)
