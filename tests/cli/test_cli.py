@@ -169,7 +169,7 @@ def test_budget_too_small_exit3(tmp_path):
 def test_solver_without_solution_exit4(monkeypatch, small_spec_path):
     # A real solver cannot be made to fail on demand; a registered backend that always stops without a
     # solution exercises the mapping from that outcome to exit 4.
-    import trimtab.solvers
+    from trimtab import solvers
     from trimtab.solvers.base import Backend, SolveResult, Status, Termination
 
     class NeverSolves(Backend):
