@@ -21,7 +21,9 @@ GOLDEN = Path(__file__).parent / "quickstart.plan.yaml"
 EXAMPLES = sorted(p.stem for p in (ROOT / "examples").glob("*.yaml"))
 
 
-@pytest.mark.parametrize("example", EXAMPLES)
+# diurnal plans every window of a day (the slowest example by far): in the slow suite (.ci/run)
+@pytest.mark.parametrize("example", [pytest.param(e, marks=pytest.mark.slow) if e == "diurnal" else e
+                                     for e in EXAMPLES])
 def test_example_matches_golden(example, update_golden):
     """Every example plans to the bytes of its reviewed golden (tests/golden/EXAMPLE.plan.yaml)."""
     golden = Path(__file__).parent / f"{example}.plan.yaml"

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import pytest
+
 from trimtab.api import plan
 from trimtab.sim import simulate
 from trimtab.sim.reuse import RunCache, join_ends
@@ -245,6 +247,7 @@ def test_a_run_of_some_workloads_reports_them_exactly_as_the_whole_run():
         assert part.steps < whole.steps or keep == routed  # the others' deployments did not run
 
 
+@pytest.mark.slow
 def test_planner_seeds_after_the_first_run_only_what_it_did_not_show_clearly(monkeypatch):
     """``simulate_seeds(fail_fast=True)`` (the planner): a workload the first seed shows ``clearly`` keeps that run;
     the other seeds run the rest (with their closure), and each is pooled over the runs that report it; those

@@ -1,10 +1,10 @@
 """The correction rounds' capacity prior and workload-wide corrections (compiler/planning/rounds.py), and the
-planner's
-early stop on a clear pass (compiler/sim/validate.py), on the real cost model, solver and simulator."""
+planner's early stop on a clear pass (compiler/sim/validate.py), on the real cost model, solver and simulator."""
 from __future__ import annotations
 
 from pathlib import Path
 
+import pytest
 import yaml
 
 from trimtab.api import plan
@@ -251,6 +251,7 @@ def test_lowest_takes_each_candidates_lower_factor():
     assert lowest({"a": 0.5}) == {"a": 0.5} and lowest() == {}
 
 
+@pytest.mark.slow
 def test_an_analytic_miss_of_a_large_spec_is_simulated_in_the_same_round(monkeypatch):
     """A spec of 30 generated workloads (a first plan would miss in simulation: ``simulate_past_misses``) whose
     first plan the assessment finds missing: that plan is simulated in the same round, and the next solve is held

@@ -13,6 +13,8 @@ from trimtab.contract.schema import Plan
 from trimtab.gate.simulated import check_simulated
 from tests.conftest import ROOT
 
+# Every example planned and simulated at 20 seeds: minutes; run by .ci/run as the slow suite.
+pytestmark = pytest.mark.slow
 EXAMPLES = sorted(p.name for p in (ROOT / "examples").glob("*.yaml"))
 UNUSED = range(2000, 2020)
 
