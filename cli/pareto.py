@@ -38,7 +38,8 @@ def pareto_cmd(
 
     from trimtab.study import sweep as sw
     from trimtab.api import load_spec
-    from trimtab.study.pareto import pareto as do_pareto, plot as do_plot
+    from trimtab.cli.plots import plot_frontier as do_plot
+    from trimtab.study.pareto import pareto as do_pareto
     from trimtab.contract.write import emit
     from trimtab.cli.sweep_report import progress_bar
 

@@ -75,10 +75,9 @@ def progress_bar(console: Console, requests: int | None):
 def write_plots(res: SimResult, folder: str | Path) -> list[Path]:
     """latency_cdf_<workload>.png (TTFT, TPOT, E2E CDFs with the SLO targets) and timeline.png (per deployment:
     busy share, waiting requests, KV occupancy over time). Returns the files written."""
-    import matplotlib
+    from trimtab.cli.plots import pyplot
 
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    plt = pyplot()
     import numpy as np
 
     folder = Path(folder)

@@ -77,10 +77,9 @@ def write_csv(results: list[PointResult], points: list[Point], path: Path) -> No
 def plot(results: list[PointResult], points: list[Point], path: Path, title: str) -> None:
     """Cost per point: against the value of a single numeric --set axis, against the total sampled rate for
     scenarios, else against the point index. Infeasible points are marked on the x axis."""
-    import matplotlib
+    from trimtab.cli.plots import pyplot
 
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    plt = pyplot()
 
     axes = sorted({k for p in points for k in p.overrides})
     ok = [(r, p) for r, p in zip(results, points) if r.cost_usd_per_hour is not None]

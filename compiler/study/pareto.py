@@ -94,23 +94,3 @@ def frontier(pts: list[ParetoPoint]) -> list[ParetoPoint]:
         if not keep or p.metric_ms < keep[-1].metric_ms - 1e-9:
             keep.append(p)
     return keep
-
-
-def plot(pts: list[ParetoPoint], path: str, metric: str, title: str) -> None:
-    """Write the frontier as a PNG (matplotlib, headless)."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    fig, ax = plt.subplots(figsize=(6, 4), dpi=100)
-    ax.plot([p.cost_usd_per_hour for p in pts], [p.metric_ms for p in pts], "o-")
-    for i, p in enumerate(pts, 1):
-        ax.annotate(str(i), (p.cost_usd_per_hour, p.metric_ms), textcoords="offset points", xytext=(4, 4))
-    ax.set_xlabel("cost ($/h)")
-    ax.set_ylabel(f"predicted {metric} (ms, worst workload)")
-    ax.set_title(title)
-    ax.grid(True, alpha=0.3)
-    fig.tight_layout()
-    fig.savefig(path, metadata={"Software": None})
-    plt.close(fig)

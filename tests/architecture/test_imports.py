@@ -136,3 +136,16 @@ def test_the_simulator_reads_plan_and_cost_model_only():
     bad = [f"{a} imports {b}" for a in SIM_CORE if a in g for b in g.successors(a)
            if b.startswith(NOT_FOR_THE_SIMULATOR)]
     assert bad == []
+
+
+def test_presentation_only_under_cli():
+    """rich and matplotlib are the CLI's (issue 37): the library computes, the commands present."""
+    bad = []
+    for m, p in modules().items():
+        if m.startswith("trimtab.cli"):
+            continue
+        for node in ast.walk(ast.parse(p.read_text(encoding="utf-8"))):
+            names = ([node.module] if isinstance(node, ast.ImportFrom) and node.module
+                     else [a.name for a in node.names] if isinstance(node, ast.Import) else [])
+            bad += [f"{m}: {n}" for n in names if n.split(".")[0] in ("rich", "matplotlib")]
+    assert bad == []
