@@ -28,7 +28,12 @@ PROBE_PERIOD_S = 10
 PORT = 8000
 SHM_GIB = 16  # /dev/shm for NCCL and the engine's shared-memory broadcast between TP workers (vLLM docs: >= 1 GiB)
 CACHE_CLAIM = "trimtab-model-cache"
+# The one secret convention of every target (docs/deploy.md, "Secrets"): Secret `hf-token` whose key is HF_TOKEN.
+# The key is the variable's name because llm-d's chart reads key HF_TOKEN of its authSecretName and Dynamo's
+# envFromSecret exports each key as a variable of that name; Kubernetes objects reference the same key.
 HF_SECRET = "hf-token"
+HF_TOKEN = "HF_TOKEN"  # the Secret's key and the variable the engines' Hugging Face client reads
+HF_HOME = "/models/hf"  # the Hugging Face cache on the model-cache volume
 
 
 @dataclass(frozen=True)
@@ -53,6 +58,19 @@ class Bundle:
     engine: dict  # profiles/engine_flags.yaml entry of the plan's engine
     targets: list[Target]
     warnings: list[str]
+
+
+def engine_process(b: "Bundle", argv) -> tuple[list[str], list[str]]:
+    """A launch command as (program, arguments): the program (``vllm serve``) is the container's entrypoint, set
+    explicitly by every target, so an image's own ENTRYPOINT never runs in front of it (docker compose appends
+    ``command`` to the image's ENTRYPOINT; Kubernetes ``command`` replaces it). The one place a command is cut."""
+    argv, program = list(argv), list(b.engine["program"])
+    n = len(program)
+    # a launcher may come first (TensorRT-LLM's multi-node trtllm-llmapi-launch): it belongs to the program
+    at = next((i for i in range(len(argv) - n + 1) if argv[i:i + n] == program), None)
+    if at is None:
+        raise ValueError(f"command {argv[:n + 1]} does not run the engine's {program}")
+    return argv[:at + n], argv[at + n:]
 
 
 def k8s_name(name: str) -> str:

@@ -6,7 +6,7 @@ form: ``InputError`` naming it (emit ``--to k8s`` instead, which uses a LeaderWo
 """
 from __future__ import annotations
 
-from trimtab.deploy.common import PORT, SHM_GIB, Bundle
+from trimtab.deploy.common import HF_HOME, HF_TOKEN, PORT, SHM_GIB, Bundle, engine_process
 from trimtab.errors import InputError, Problem
 
 CONFIG_DIR = "/etc/trimtab"
@@ -21,13 +21,15 @@ def compose_files(b: Bundle) -> dict[str, dict]:
     nodes: dict[str, dict] = {}
     health = b.engine["health_path"]
     for t in b.targets:
+        program, args = engine_process(b, t.launch.command)
         reps: dict[int, tuple[str, list[int]]] = {}
         for p in t.dep.placement:
             node, gpus = reps.get(p.replica, (p.node, []))
             reps[p.replica] = (node, gpus + list(p.gpus))
         for r, (node, gpus) in sorted(reps.items()):
-            svc = {"image": b.engine["image"]["ref"], "command": list(t.launch.command),
-                   "environment": {"HF_TOKEN": "${HF_TOKEN:-}", "HF_HOME": "/models/hf"},
+            svc = {"image": b.engine["image"]["ref"], "entrypoint": program, "command": args,
+                   # the host's HF_TOKEN (docs/deploy.md, "Secrets"); empty for a model that is not gated
+                   "environment": {HF_TOKEN: "${" + HF_TOKEN + ":-}", "HF_HOME": HF_HOME},
                    "shm_size": f"{SHM_GIB}gb", "ipc": "host",
                    "volumes": ["model-cache:/models"],
                    "healthcheck": {"test": ["CMD", "python3", "-c", "import urllib.request; urllib.request."

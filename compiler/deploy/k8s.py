@@ -10,8 +10,8 @@ from __future__ import annotations
 
 import math
 
-from trimtab.deploy.common import (CACHE_CLAIM, GIB, HF_SECRET, PORT, PROBE_PERIOD_S, SHM_GIB, Bundle, Target,
-                                    k8s_name)
+from trimtab.deploy.common import (CACHE_CLAIM, GIB, HF_HOME, HF_SECRET, HF_TOKEN, PORT, PROBE_PERIOD_S, SHM_GIB,
+                                    Bundle, Target, engine_process, k8s_name)
 from trimtab.engines.base import LEADER_ENV, RANK_ENV
 from trimtab.deploy.autoscale import cron_triggers, min_replicas
 
@@ -35,10 +35,12 @@ def _k8s_vars(argv) -> list[str]:
 
 
 def _container(b: Bundle, t: Target, argv, gpus: int, serving: bool) -> dict:
-    env = [{"name": "HF_TOKEN", "valueFrom": {"secretKeyRef": {"name": HF_SECRET, "key": "token", "optional": True}}},
-           {"name": "HF_HOME", "value": "/models/hf"}]
+    # optional: a model that is not gated starts without the Secret
+    env = [{"name": HF_TOKEN, "valueFrom": {"secretKeyRef": {"name": HF_SECRET, "key": HF_TOKEN, "optional": True}}},
+           {"name": "HF_HOME", "value": HF_HOME}]
     mounts = [{"name": "dshm", "mountPath": "/dev/shm"}, {"name": "model-cache", "mountPath": "/models"}]
-    c = {"name": "engine", "image": b.engine["image"]["ref"], "command": list(argv), "env": env,
+    program, args = engine_process(b, argv)
+    c = {"name": "engine", "image": b.engine["image"]["ref"], "command": program, "args": args, "env": env,
          "resources": {"limits": {t.gpu_k8s["resource"]: gpus}, "requests": {t.gpu_k8s["resource"]: gpus}},
          "volumeMounts": mounts}
     if t.facts.offload_gib > 0:  # the prefix cache's host tier: pinned host memory the scheduler must find

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import math
 
-from trimtab.deploy.common import GIB, HF_SECRET, PORT, Bundle, Target, k8s_name
+from trimtab.deploy.common import GIB, HF_SECRET, PORT, Bundle, Target, engine_process, k8s_name
 from trimtab.engines.base import flag_table
 from trimtab.errors import InputError, Problem
 
@@ -22,9 +22,10 @@ CONNECTOR = "nixlv2"  # the routing sidecar's NIXL connector (chart default)
 
 def _container(b: Bundle, t: Target, port: int) -> dict:
     port_flag = flag_table()["vllm"]["flags"]["port"]
-    cmd = [f"{port_flag}={port}" if a.startswith(port_flag + "=") else a for a in t.launch.command]
-    return {"name": "vllm", "image": b.engine["image"]["ref"], "modelCommand": "custom", "command": cmd[:2],
-            "args": cmd[2:], "ports": [{"containerPort": port, "name": "http"}],
+    program, args = engine_process(b, t.launch.command)
+    args = [f"{port_flag}={port}" if a.startswith(port_flag + "=") else a for a in args]
+    return {"name": "vllm", "image": b.engine["image"]["ref"], "modelCommand": "custom", "command": program,
+            "args": args, "ports": [{"containerPort": port, "name": "http"}],
             "resources": {"limits": {t.gpu_k8s["resource"]: t.facts.gpus_per_node},
                           "requests": {t.gpu_k8s["resource"]: t.facts.gpus_per_node}},
             "mountModelVolume": True}
