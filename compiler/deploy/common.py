@@ -153,3 +153,72 @@ def prepare(plan, spec, allow_experimental: bool = False) -> Bundle:
             max_replicas=d.replicas + max(spare, 0), gpu_k8s=labels[d.gpu]))
         warnings += [x for x in w if x not in warnings]
     return Bundle(plan, ir, eng, targets, warnings)
+
+
+@dataclass(frozen=True)
+class PromptRange:
+    """One routing rule of a workload: prompts of ``lo <= tokens < hi`` go to ``backends`` (target names: a
+    service, or a (prefill, decode) pair) with ``weights`` summing to 1. ``bucket`` is the plan's length bucket
+    whose routes it follows."""
+
+    workload: str
+    lo: int
+    hi: int
+    bucket: str
+    backends: tuple[tuple[str, ...], ...]
+    weights: tuple[float, ...]
+
+
+def prompt_ranges(b: Bundle) -> dict[str, list[PromptRange]]:
+    """The plan's routes as contiguous half-open prompt ranges, per workload from 0 to the largest
+    ``--max-model-len`` among its backends, so that every prompt an engine admits has exactly one rule.
+
+    The plan's buckets hold the prompts it sampled (``input_tokens_min..max``), with gaps between them (chat
+    ``45-999``, ``1001-3140``); a gap goes to the bucket above it, whose backends admit longer prompts. A rule
+    keeps only backends whose ``--max-model-len`` exceeds its longest prompt (an engine rejects a prompt of
+    max-model-len tokens or more), so a rule ends where a backend's context does and the last bucket's range
+    reaches the longest context among its backends; where none of a bucket's backends admits a prompt, the
+    workload's other backends that do take it, at their plan shares."""
+    names = {t.dep.name: t.name for t in b.targets}
+    ctx = {t.dep.name: t.facts.context_tokens for t in b.targets}
+    buckets = {(w, x.name): x for w, xs in b.plan.buckets.items() for x in xs}
+    by_bucket: dict[str, dict[str, list]] = {}
+    for r in b.plan.routes:
+        deps = (r.deployment,) if r.deployment else (r.prefill, r.decode)
+        by_bucket.setdefault(r.workload, {}).setdefault(r.bucket, []).append(
+            (tuple(names[d] for d in deps), min(ctx[d] for d in deps), r.share))
+    out: dict[str, list[PromptRange]] = {}
+    for w, routed in sorted(by_bucket.items()):
+        order = sorted(routed, key=lambda k: buckets[(w, k)].input_tokens_min)
+        top = max(c for rs in routed.values() for _, c, _ in rs)
+        ends = [min(buckets[(w, k)].input_tokens_max + 1, top) for k in order[:-1]] + [top]
+        cuts = sorted({0, *ends, *(c for rs in routed.values() for _, c, _ in rs if c <= top)})
+        rules: list[PromptRange] = []
+        for lo, hi in zip(cuts, cuts[1:]):
+            k = next(k for k, e in zip(order, ends) if hi <= e)
+            pick = [(be, s) for be, c, s in routed[k] if c >= hi] or \
+                [(be, s) for rs in routed.values() for be, c, s in rs if c >= hi]
+            merged: dict[tuple, float] = {}
+            for be, s in pick:
+                merged[be] = merged.get(be, 0.0) + s
+            total = sum(merged.values())
+            bes = tuple(sorted(merged))
+            wts = tuple(merged[x] / total for x in bes)
+            if rules and (rules[-1].bucket, rules[-1].backends, rules[-1].weights) == (k, bes, wts):
+                rules[-1] = replace(rules[-1], hi=hi)  # the same rule continues
+            else:
+                rules.append(PromptRange(w, lo, hi, k, bes, wts))
+        out[w] = rules
+    return out
+
+
+def served_spans(b: Bundle) -> dict[str, tuple[int, int]]:
+    """Per target name, the prompts its rules cover over all workloads, as one half-open hull [lo, hi): what a
+    router that sees lengths but not workloads (llm-d's context-length-aware scorer) can be told."""
+    out: dict[str, tuple[int, int]] = {}
+    for rules in prompt_ranges(b).values():
+        for r in rules:
+            for name in {n for be in r.backends for n in be}:
+                lo, hi = out.get(name, (r.lo, r.hi))
+                out[name] = (min(lo, r.lo), max(hi, r.hi))
+    return dict(sorted(out.items()))

@@ -11,7 +11,7 @@ from __future__ import annotations
 import math
 
 from trimtab.deploy.common import (CACHE_CLAIM, GIB, HF_HOME, HF_SECRET, HF_TOKEN, PORT, PROBE_PERIOD_S, SHM_GIB,
-                                    Bundle, Target, engine_process, k8s_name)
+                                    Bundle, Target, engine_process, k8s_name, prompt_ranges)
 from trimtab.engines.base import LEADER_ENV, RANK_ENV
 from trimtab.deploy.autoscale import cron_triggers, min_replicas
 
@@ -132,33 +132,30 @@ def _cache_claim(b: Bundle) -> dict:
 
 
 def route_table(b: Bundle) -> dict:
-    """The plan's routes as a router needs them: per workload and prompt-length range, the backends and weights."""
-    names = {t.dep.name: t.name for t in b.targets}
-    buckets = {(w, x.name): x for w, xs in b.plan.buckets.items() for x in xs}
-    out: dict = {}
-    for r in b.plan.routes:
-        x = buckets[(r.workload, r.bucket)]
-        rng = out.setdefault(r.workload, {}).setdefault(r.bucket, {
-            "input_tokens_min": x.input_tokens_min, "input_tokens_max": x.input_tokens_max, "backends": []})
-        be = {"service": names[r.deployment]} if r.deployment else {"prefill": names[r.prefill],
-                                                                    "decode": names[r.decode]}
-        rng["backends"].append({**be, "share": r.share})
-    return {w: [{"bucket": k, **v} for k, v in sorted(bs.items())] for w, bs in sorted(out.items())}
+    """The plan's routes as a router needs them: per workload, contiguous half-open prompt-length ranges from 0
+    to the longest --max-model-len of its backends (``prompt_ranges``), each with its backends (a service, or
+    a prefill/decode pair) and their weights within the range."""
+    out = {}
+    for w, rules in prompt_ranges(b).items():
+        out[w] = [{"prompt_tokens_min": r.lo, "prompt_tokens_below": r.hi, "bucket": r.bucket,
+                   "backends": [{**({"service": be[0]} if len(be) == 1 else {"prefill": be[0], "decode": be[1]}),
+                                 "weight": round(wt, 6)} for be, wt in zip(r.backends, r.weights)]}
+                  for r in rules]
+    return out
 
 
 def _http_routes(b: Bundle) -> list[dict]:
     """Gateway API HTTPRoutes: per workload (matched on a header), weighted backends summing the plan's shares
     over its length buckets. Gateway API cannot match on prompt length or split P/D pairs: routes.yaml holds the
     full table for a router that can (docs/deploy.md)."""
+    names = {t.dep.name: t.name for t in b.targets}
+    shares: dict[str, dict[str, float]] = {}
+    for r in b.plan.routes:
+        if r.deployment:
+            ws = shares.setdefault(r.workload, {})
+            ws[names[r.deployment]] = ws.get(names[r.deployment], 0.0) + r.share
     out = []
-    for w, ranges in route_table(b).items():
-        weights: dict[str, float] = {}
-        for rng in ranges:
-            for be in rng["backends"]:
-                if "service" in be:
-                    weights[be["service"]] = weights.get(be["service"], 0.0) + be["share"]
-        if not weights:
-            continue
+    for w, weights in sorted(shares.items()):
         refs = [{"name": s, "port": PORT, "weight": max(1, round(v * ROUTER_WEIGHT_SCALE))}
                 for s, v in sorted(weights.items())]
         out.append({"apiVersion": "gateway.networking.k8s.io/v1", "kind": "HTTPRoute",

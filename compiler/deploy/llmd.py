@@ -12,12 +12,15 @@ from __future__ import annotations
 
 import math
 
-from trimtab.deploy.common import GIB, HF_SECRET, PORT, Bundle, Target, engine_process, k8s_name
+from trimtab.deploy.common import GIB, HF_SECRET, PORT, Bundle, Target, engine_process, k8s_name, served_spans
 from trimtab.engines.base import flag_table
 from trimtab.errors import InputError, Problem
 
 PROXY_PORT = 8200  # the chart's routing.proxy.targetPort default: vLLM listens here behind the sidecar
 CONNECTOR = "nixlv2"  # the routing sidecar's NIXL connector (chart default)
+# llm-d's context-length-aware scorer reads this pod label, "min-max" with both ends included (llm-d
+# inference scheduler, plugin context-length-aware: parseContextRanges, matchesAnyRange)
+RANGE_LABEL = "llm-d.ai/context-length-range"
 
 
 def _container(b: Bundle, t: Target, port: int) -> dict:
@@ -49,9 +52,11 @@ def values(b: Bundle) -> dict[str, dict]:
                      "workers; use --to k8s") for t in b.targets if t.facts.nodes_per_replica > 1]
     if spans:
         raise InputError(spans, "plan")
+    spans = served_spans(b)
     out = {}
     for t in b.targets:
         ident = t.facts.model
+        lo, hi = spans.get(t.name, (0, t.facts.context_tokens))
         sidecar = t.dep.role == "decode"
         vals = {
             "modelArtifacts": {"name": ident.served_name, "uri": f"hf://{ident.model_id}",
@@ -59,7 +64,8 @@ def values(b: Bundle) -> dict[str, dict]:
                                "size": f"{math.ceil(t.weight_bytes / GIB) + 10}Gi",
                                "authSecretName": HF_SECRET,
                                "labels": {"llm-d.ai/inference-serving": "true",
-                                          "llm-d.ai/model": k8s_name(t.dep.model)}},
+                                          "llm-d.ai/model": k8s_name(t.dep.model),
+                                          RANGE_LABEL: f"{lo}-{hi - 1}"}},
             "multinode": False,
             "routing": {"servicePort": PORT, "proxy": {"enabled": sidecar, "targetPort": PROXY_PORT,
                                                        "connector": CONNECTOR}},
