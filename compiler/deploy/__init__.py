@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from trimtab.deploy.common import prepare
+from trimtab.deploy.common import Cluster, prepare
 from trimtab.util.yamlio import dump_canonical
 
 TARGETS = ("k8s", "compose", "dynamo", "llm-d")
@@ -19,27 +19,34 @@ def _multi(objs: list[dict]) -> str:
     return "---\n".join(dump_canonical(o) for o in objs)
 
 
-def render(plan, spec, target: str, allow_experimental: bool = False) -> tuple[dict[str, str], list[str]]:
+def render(plan, spec, target: str, allow_experimental: bool = False,
+           cluster: Cluster | None = None) -> tuple[dict[str, str], list[str]]:
+    """Files for ``target`` and the warnings: the plan's and what the target cannot express (docs/deploy.md)."""
     from trimtab.deploy import compose, k8s
 
-    b = prepare(plan, spec, allow_experimental)
+    b = prepare(plan, spec, allow_experimental, cluster)
     if target == "k8s":
         files = {name: _multi(objs) for name, objs in k8s.manifests(b).items()}
+        mod = k8s
     elif target == "compose":
         files = {name: dump_canonical(doc) for name, doc in compose.compose_files(b).items()}
         for t in b.targets:  # the TensorRT-LLM extra options files the compose services mount
             files.update(t.launch.files)
+        mod = compose
     elif target == "dynamo":
         from trimtab.deploy import dynamo
 
         files = {name: _multi(objs) for name, objs in dynamo.manifests(b).items()}
+        mod = dynamo
     elif target == "llm-d":
         from trimtab.deploy import llmd
 
         files = {name: dump_canonical(doc) for name, doc in llmd.values(b).items()}
+        mod = llmd
     else:
         raise ValueError(f"unknown target {target!r}; one of {', '.join(TARGETS)}")
-    return dict(sorted(files.items())), b.warnings
+    warnings = b.warnings + [w for w in mod.warnings(b) if w not in b.warnings]
+    return dict(sorted(files.items())), warnings
 
 
 def stream(files: dict[str, str], target: str) -> str:

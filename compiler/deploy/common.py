@@ -37,6 +37,20 @@ HF_HOME = "/models/hf"  # the Hugging Face cache on the model-cache volume
 
 
 @dataclass(frozen=True)
+class Cluster:
+    """What a plan cannot say about the cluster it runs on (``trimtab emit`` options; docs/deploy.md, "Cluster
+    knobs"). The defaults are the conventions docs/deploy.md lists as prerequisites."""
+
+    namespace: str | None = None  # every object's metadata.namespace (None: kubectl's current namespace)
+    image: str | None = None  # the engine container image (None: profiles/engine_flags.yaml, or Dynamo's below)
+    storage_class: str | None = None  # the model cache claim's storageClassName (None: the cluster default)
+    access_mode: str = "ReadWriteMany"  # every replica mounts the one model cache claim
+    prometheus: str = "http://prometheus-operated.monitoring.svc:9090"  # KEDA's Prometheus serverAddress
+    gateway: str = "trimtab-gateway"  # the Gateway the HTTPRoutes attach to: NAME or NAMESPACE/NAME
+    rdma_resource: str | None = None  # extended resource of an RDMA device, one per P/D pod (None: warn)
+
+
+@dataclass(frozen=True)
 class Target:
     """One plan deployment as every target sees it."""
 
@@ -58,6 +72,11 @@ class Bundle:
     engine: dict  # profiles/engine_flags.yaml entry of the plan's engine
     targets: list[Target]
     warnings: list[str]
+    cluster: Cluster = Cluster()
+
+    def image(self, default: str | None = None) -> str:
+        """The engine container's image: the --image knob, else the target's default, else the profile's."""
+        return self.cluster.image or default or self.engine["image"]["ref"]
 
 
 def engine_process(b: "Bundle", argv) -> tuple[list[str], list[str]]:
@@ -101,7 +120,7 @@ def queue_threshold(plan, ir, dep) -> int:
     return max(1, math.floor(dep.load_rps_per_replica * ttft_s))
 
 
-def prepare(plan, spec, allow_experimental: bool = False) -> Bundle:
+def prepare(plan, spec, allow_experimental: bool = False, cluster: Cluster | None = None) -> Bundle:
     """Re-lower the spec, refuse what no engine runs, and compute each deployment's target numbers."""
     from trimtab.deployment.shape import DeploymentSpecView, replica_model_of
     from trimtab.gate.analytic import plan_references
@@ -152,7 +171,7 @@ def prepare(plan, spec, allow_experimental: bool = False) -> Bundle:
             queue_threshold=queue_threshold(plan, ir, d) if eng.get("queue_metric") else None,
             max_replicas=d.replicas + max(spare, 0), gpu_k8s=labels[d.gpu]))
         warnings += [x for x in w if x not in warnings]
-    return Bundle(plan, ir, eng, targets, warnings)
+    return Bundle(plan, ir, eng, targets, warnings, cluster or Cluster())
 
 
 @dataclass(frozen=True)
@@ -222,3 +241,83 @@ def served_spans(b: Bundle) -> dict[str, tuple[int, int]]:
                 lo, hi = out.get(name, (r.lo, r.hi))
                 out[name] = (min(lo, r.lo), max(hi, r.hi))
     return dict(sorted(out.items()))
+
+
+def side_channel(b: Bundle, t: Target) -> dict | None:
+    """A P/D side's KV hand-off listener (profiles/engine_flags.yaml ``kv_side_channel``: host and port variables
+    and the port), or None for a unified deployment or an engine that finds its own address."""
+    return b.engine.get("kv_side_channel") if t.dep.role in ("prefill", "decode") else None
+
+
+def side_channel_env(b: Bundle, t: Target) -> list[dict]:
+    """Kubernetes env of a P/D side's NIXL listener on the pod's own IP (downward API), which its peers reach;
+    vLLM's default, localhost, would tell a decoder to pull KV from itself."""
+    sc = side_channel(b, t)
+    if sc is None:
+        return []
+    return [{"name": sc["host_env"], "valueFrom": {"fieldRef": {"fieldPath": "status.podIP"}}},
+            {"name": sc["port_env"], "value": str(sc["port"])}]
+
+
+def pd_workloads(b: Bundle) -> list[str]:
+    return sorted({r.workload for r in b.plan.routes if r.prefill})
+
+
+def no_pd_router(b: Bundle, target: str) -> list[str]:
+    """A target that runs prefill and decode servers but no P/D router: nothing sends a request to a prefiller
+    and then to a decoder with the prefiller's KV transfer parameters, so these workloads get no answer."""
+    wl = pd_workloads(b)
+    if not wl:
+        return []
+    return [f"--to {target} has no P/D router: workload(s) {', '.join(wl)} are routed to prefill/decode pairs "
+            "(routes.yaml lists them), whose servers start but accept no end-to-end request until a P/D proxy "
+            "sends each request to a prefiller, then to a decoder with its KV transfer parameters; deploy one "
+            "(vLLM's disaggregated proxy example), or emit --to llm-d (routing sidecar and endpoint picker) or "
+            "--to dynamo (frontend), which route pairs"]
+
+
+def network_kv(b: Bundle) -> list[str]:
+    """P/D pairs not co-located hand KV over the nodes' NICs at the bandwidth the plan assumed: without an RDMA
+    device in the pod NIXL (UCX) falls back to TCP, far slower."""
+    far = sorted(t.name for t in b.targets if side_channel(b, t) and t.dep.colocated_with is None)
+    if not far or b.cluster.rdma_resource:
+        return []
+    return [f"{', '.join(far)} hand KV to their P/D peers over the network at the NIC bandwidth the plan assumed "
+            "(spec nodes[].nic_gbps or the GPU profile's node_network_gbps); pass --rdma-resource <your RDMA "
+            "device's extended resource> so each pod requests one, or NIXL falls back to TCP and TTFT exceeds "
+            "the plan's"]
+
+
+def pooled(b: Bundle, target: str, what: str, lengths: bool = True) -> list[str]:
+    """A target that puts every deployment of a model behind one router (``what``) merges what the plan keeps
+    apart: workers admitting shorter prompts than their peers receive prompts they reject, and a dedicated
+    tenant's deployment serves everyone."""
+    model_of = {t.dep.name: t.dep.model for t in b.targets}
+    served: dict[str, set[str]] = {}  # model -> workloads routed to it
+    for r in b.plan.routes:
+        served.setdefault(model_of[r.deployment or r.prefill], set()).add(r.workload)
+    by_model: dict[str, list[Target]] = {}
+    for t in b.targets:
+        by_model.setdefault(t.dep.model, []).append(t)
+    out = []
+    for model, ts in sorted(by_model.items()):
+        top = max(t.facts.context_tokens for t in ts)
+        for t in ts if lengths else ():  # lengths=False: the router keeps prompts on workers that admit them
+            c = t.facts.context_tokens
+            if c >= top:
+                continue
+            # share of each workload's requests in buckets whose prompts reach c: the most it may reject
+            reach = {w: sum(x.share for x in b.plan.buckets.get(w, ()) if x.input_tokens_max >= c)
+                     for w in sorted(served.get(model, ()))}
+            said = ", ".join(f"{w} up to {100 * v:.0f} %" for w, v in reach.items() if v > 0)
+            out.append(f"--to {target}: {what} of {model} spreads requests over all its workers, but {t.name} "
+                       f"admits prompts below {c} tokens (--max-model-len) and its peers below {top}: it rejects "
+                       "longer prompts sent to it (HTTP 400)" + (f"; planned requests that long: {said}" if said
+                                                                 else ""))
+        tenants = {tuple(sorted(t.dep.tenants)) for t in ts}
+        if len(tenants) > 1:
+            groups = "; ".join(", ".join(x) or "shared" for x in sorted(tenants))
+            out.append(f"--to {target}: {what} of {model} shares every worker among tenants that the plan keeps "
+                       f"apart ({groups}); emit --to k8s (one Service per deployment) to keep a dedicated "
+                       "tenant's replicas its own")
+    return out

@@ -10,7 +10,7 @@ not the full CRD schema (docs/deploy.md).
 """
 from __future__ import annotations
 
-from trimtab.deploy.common import HF_SECRET, Bundle, k8s_name
+from trimtab.deploy.common import HF_SECRET, Bundle, k8s_name, pooled
 from trimtab.engines.base import flag_table
 from trimtab.errors import InputError, Problem
 
@@ -61,3 +61,7 @@ def manifests(b: Bundle) -> dict[str, list[dict]]:
         "apiVersion": "nvidia.com/v1alpha1", "kind": "DynamoGraphDeployment",
         "metadata": {"name": k8s_name(m)}, "spec": {"backendFramework": "vllm", "services": services}}]
         for m, services in sorted(graphs.items())}
+
+
+def warnings(b: Bundle) -> list[str]:
+    return pooled(b, "dynamo", "the Dynamo frontend")

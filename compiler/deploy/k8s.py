@@ -11,13 +11,13 @@ from __future__ import annotations
 import math
 
 from trimtab.deploy.common import (CACHE_CLAIM, GIB, HF_HOME, HF_SECRET, HF_TOKEN, PORT, PROBE_PERIOD_S, SHM_GIB,
-                                    Bundle, Target, engine_process, k8s_name, prompt_ranges)
+                                    Bundle, Target, engine_process, k8s_name, network_kv, no_pd_router,
+                                    prompt_ranges, side_channel, side_channel_env)
 from trimtab.engines.base import LEADER_ENV, RANK_ENV
 from trimtab.deploy.autoscale import cron_triggers, min_replicas
 
 APP = "trimtab"
 CONFIG_DIR = "/etc/trimtab"  # the TensorRT-LLM extra options file, from a ConfigMap; the container's workdir
-PROMETHEUS = "http://prometheus-operated.monitoring.svc:9090"  # edit to your Prometheus (docs/deploy.md)
 WORKLOAD_HEADER = "x-trimtab-workload"  # which workload a request belongs to (the client or gateway sets it)
 ROUTER_WEIGHT_SCALE = 10_000  # route shares become integer HTTPRoute weights
 
@@ -40,9 +40,15 @@ def _container(b: Bundle, t: Target, argv, gpus: int, serving: bool) -> dict:
            {"name": "HF_HOME", "value": HF_HOME}]
     mounts = [{"name": "dshm", "mountPath": "/dev/shm"}, {"name": "model-cache", "mountPath": "/models"}]
     program, args = engine_process(b, argv)
-    c = {"name": "engine", "image": b.engine["image"]["ref"], "command": program, "args": args, "env": env,
-         "resources": {"limits": {t.gpu_k8s["resource"]: gpus}, "requests": {t.gpu_k8s["resource"]: gpus}},
-         "volumeMounts": mounts}
+    env += side_channel_env(b, t)
+    res = {t.gpu_k8s["resource"]: gpus}
+    if side_channel(b, t) and b.cluster.rdma_resource:  # KV over the NICs: GPUDirect RDMA, not TCP
+        res[b.cluster.rdma_resource] = 1
+    c = {"name": "engine", "image": b.image(), "command": program, "args": args, "env": env,
+         "resources": {"limits": dict(res), "requests": dict(res)}, "volumeMounts": mounts}
+    sc = side_channel(b, t)
+    if sc:
+        c["ports"] = [{"name": "nixl", "containerPort": sc["port"]}]
     if t.facts.offload_gib > 0:  # the prefix cache's host tier: pinned host memory the scheduler must find
         c["resources"]["requests"]["memory"] = f"{math.ceil(t.facts.offload_gib / t.facts.nodes_per_replica)}Gi"
     if t.launch.files:
@@ -50,7 +56,7 @@ def _container(b: Bundle, t: Target, argv, gpus: int, serving: bool) -> dict:
         c["workingDir"] = CONFIG_DIR
     if serving:
         health = {"httpGet": {"path": b.engine["health_path"], "port": PORT}}
-        c["ports"] = [{"name": "http", "containerPort": PORT}]
+        c["ports"] = [{"name": "http", "containerPort": PORT}, *c.get("ports", [])]
         c["startupProbe"] = {**health, "periodSeconds": PROBE_PERIOD_S,
                              "failureThreshold": math.ceil(t.startup_budget_s / PROBE_PERIOD_S)}
         c["readinessProbe"] = {**health, "periodSeconds": 5, "failureThreshold": 3}
@@ -105,7 +111,7 @@ def _scaler(b: Bundle, t: Target, kind: str, api: str) -> dict:
                      # The plan's replica count meets the SLO at the planned load: never scale below it.
                      "minReplicaCount": t.dep.replicas, "maxReplicaCount": t.max_replicas,
                      "triggers": [{"type": "prometheus", "metadata": {
-                         "serverAddress": PROMETHEUS,
+                         "serverAddress": b.cluster.prometheus,
                          "query": f'sum({metric}{{pod=~"{t.name}-.*"}})',
                          "threshold": str(t.queue_threshold)}}]}}
     if crons is not None:  # a schedule (docs/online.md): the windows' replicas, started ahead by the start-up time
@@ -127,8 +133,10 @@ def _cache_claim(b: Bundle) -> dict:
     for t in b.targets:
         per_model[t.dep.model] = max(per_model.get(t.dep.model, 0), t.weight_bytes)
     gib = math.ceil(2 * sum(per_model.values()) / GIB) + 10
-    return {"apiVersion": "v1", "kind": "PersistentVolumeClaim", "metadata": {"name": CACHE_CLAIM},
-            "spec": {"accessModes": ["ReadWriteMany"], "resources": {"requests": {"storage": f"{gib}Gi"}}}}
+    spec = {"accessModes": [b.cluster.access_mode], "resources": {"requests": {"storage": f"{gib}Gi"}}}
+    if b.cluster.storage_class:
+        spec["storageClassName"] = b.cluster.storage_class
+    return {"apiVersion": "v1", "kind": "PersistentVolumeClaim", "metadata": {"name": CACHE_CLAIM}, "spec": spec}
 
 
 def route_table(b: Bundle) -> dict:
@@ -142,6 +150,12 @@ def route_table(b: Bundle) -> dict:
                                  "weight": round(wt, 6)} for be, wt in zip(r.backends, r.weights)]}
                   for r in rules]
     return out
+
+
+def gateway_ref(gateway: str) -> dict:
+    """--gateway NAME or NAMESPACE/NAME as an HTTPRoute parentRef."""
+    ns, _, name = gateway.rpartition("/")
+    return {"name": name, **({"namespace": ns} if ns else {})}
 
 
 def _http_routes(b: Bundle) -> list[dict]:
@@ -160,7 +174,7 @@ def _http_routes(b: Bundle) -> list[dict]:
                 for s, v in sorted(weights.items())]
         out.append({"apiVersion": "gateway.networking.k8s.io/v1", "kind": "HTTPRoute",
                     "metadata": {"name": k8s_name(f"{w}-route"), "labels": {"app.kubernetes.io/name": APP}},
-                    "spec": {"parentRefs": [{"name": "trimtab-gateway"}],
+                    "spec": {"parentRefs": [gateway_ref(b.cluster.gateway)],
                              "rules": [{"matches": [{"headers": [{"name": WORKLOAD_HEADER, "value": w}]}],
                                         "backendRefs": refs}]}})
     return out
@@ -183,4 +197,12 @@ def manifests(b: Bundle) -> dict[str, list[dict]]:
     table = {"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "trimtab-routes"},
              "data": {"routes.yaml": dump_canonical(route_table(b))}}
     files["router.yaml"] = [table, *_http_routes(b)]
+    if b.cluster.namespace:
+        for objs in files.values():
+            for o in objs:
+                o["metadata"]["namespace"] = b.cluster.namespace
     return files
+
+
+def warnings(b: Bundle) -> list[str]:
+    return no_pd_router(b, "k8s") + network_kv(b)

@@ -12,7 +12,8 @@ from __future__ import annotations
 
 import math
 
-from trimtab.deploy.common import GIB, HF_SECRET, PORT, Bundle, Target, engine_process, k8s_name, served_spans
+from trimtab.deploy.common import (GIB, HF_SECRET, PORT, Bundle, Target, engine_process, k8s_name, network_kv,
+                                    pooled, served_spans, side_channel, side_channel_env)
 from trimtab.engines.base import flag_table
 from trimtab.errors import InputError, Problem
 
@@ -27,11 +28,17 @@ def _container(b: Bundle, t: Target, port: int) -> dict:
     port_flag = flag_table()["vllm"]["flags"]["port"]
     program, args = engine_process(b, t.launch.command)
     args = [f"{port_flag}={port}" if a.startswith(port_flag + "=") else a for a in args]
-    return {"name": "vllm", "image": b.engine["image"]["ref"], "modelCommand": "custom", "command": program,
-            "args": args, "ports": [{"containerPort": port, "name": "http"}],
-            "resources": {"limits": {t.gpu_k8s["resource"]: t.facts.gpus_per_node},
-                          "requests": {t.gpu_k8s["resource"]: t.facts.gpus_per_node}},
-            "mountModelVolume": True}
+    res = {t.gpu_k8s["resource"]: t.facts.gpus_per_node}
+    c = {"name": "vllm", "image": b.image(), "modelCommand": "custom", "command": program,
+         "args": args, "ports": [{"containerPort": port, "name": "http"}], "mountModelVolume": True}
+    sc = side_channel(b, t)
+    if sc:  # the NIXL listener on the pod IP its peers reach (vLLM's default is localhost)
+        c["env"] = side_channel_env(b, t)
+        c["ports"].append({"containerPort": sc["port"], "name": "nixl"})
+        if b.cluster.rdma_resource:
+            res[b.cluster.rdma_resource] = 1
+    c["resources"] = {"limits": dict(res), "requests": dict(res)}
+    return c
 
 
 def _section(b: Bundle, t: Target, port: int) -> dict:
@@ -75,3 +82,8 @@ def values(b: Bundle) -> dict[str, dict]:
         vals[section] = _section(b, t, PROXY_PORT if sidecar else PORT)
         out[f"llm-d-{t.name}.values.yaml"] = vals
     return out
+
+
+def warnings(b: Bundle) -> list[str]:
+    # lengths: each pod's context-length-range label keeps prompts on pods that admit them
+    return pooled(b, "llm-d", "the InferencePool", lengths=False) + network_kv(b)

@@ -100,3 +100,57 @@ def test_a_missing_secret_key_fails_the_pod():
     with pytest.raises(runtime.PodFails):
         runtime.k8s_env([{"name": "HF_TOKEN", "valueFrom": {"secretKeyRef": {"name": "hf-token", "key": "token"}}}],
                         runtime.SECRETS, {})
+
+
+NIXL_HOST = "VLLM_NIXL_SIDE_CHANNEL_HOST"
+
+
+def test_pd_sides_listen_for_kv_where_their_peers_reach_them(plan_of):
+    """vLLM's NIXL side channel defaults to localhost: a decoder told to pull KV from "localhost" pulls from
+    itself. Each target sets the host to an address peers reach (pod IP, compose service name) and the port."""
+    plan, _, spec = plan_of("disaggregated")
+    pd = {d.name.replace(".", "-") for d in plan.deployments if d.role != "unified"}
+    assert pd
+    objs = [o for text in render(plan, spec, "k8s")[0].values() for o in yaml.safe_load_all(text)]
+    for name, ps in runtime.k8s(objs).items():
+        if name in pd:
+            assert ps[0].env[NIXL_HOST] == runtime.POD_IP and 5600 in ps[0].ports, name
+    for fname, text in render(plan, spec, "llm-d")[0].items():
+        for p in runtime.llmd(yaml.safe_load(text)):
+            assert p.env[NIXL_HOST] == runtime.POD_IP and 5600 in p.ports, fname
+    for fname, text in render(plan, spec, "compose")[0].items():
+        if fname.startswith("compose-"):
+            for p in runtime.compose(yaml.safe_load(text)):
+                assert p.env[NIXL_HOST] == p.name, p.name
+
+
+def test_pd_without_a_router_or_rdma_is_said(plan_of):
+    """--to k8s and compose run P/D servers but no P/D router: emit says so, and names the pods that hand KV
+    over the network without an RDMA device; --rdma-resource requests one per P/D pod instead."""
+    from trimtab.deploy.common import Cluster
+
+    plan, _, spec = plan_of("disaggregated")
+    for target in ("k8s", "compose"):
+        _, warns = render(plan, spec, target)
+        assert any("no P/D router" in w and "rag" in w for w in warns), target
+        assert any("--rdma-resource" in w for w in warns), target
+    files, warns = render(plan, spec, "k8s", cluster=Cluster(rdma_resource="rdma/ib"))
+    assert not any("--rdma-resource" in w for w in warns)
+    pods = [o["spec"]["template"]["spec"] for text in files.values() for o in yaml.safe_load_all(text)
+            if o["kind"] == "Deployment"]
+    assert pods and all(p["containers"][0]["resources"]["limits"]["rdma/ib"] == 1 for p in pods)
+    _, warns = render(plan, spec, "llm-d")
+    assert not any("no P/D router" in w for w in warns)  # the routing sidecar and endpoint picker route pairs
+
+
+def test_pooling_targets_say_what_they_merge(plan_of):
+    """Dynamo's frontend (and llm-d's pool) serve every deployment of a model: quickstart's autocomplete workers
+    (--max-model-len 4120) get summarize prompts they reject; the multi-LoRA example's tenants share workers."""
+    plan, _, spec = plan_of("quickstart")
+    _, warns = render(plan, spec, "dynamo")
+    assert any("autocomplete" in w and "rejects" in w and "summarize" in w for w in warns), warns
+    _, warns = render(plan, spec, "llm-d")
+    assert not any("rejects" in w for w in warns)  # its context-length-range labels keep prompts apart
+    plan, _, spec = plan_of("multi-lora")
+    for target in ("dynamo", "llm-d"):
+        assert any("tenants" in w for w in render(plan, spec, target)[1]), target
