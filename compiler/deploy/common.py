@@ -18,12 +18,11 @@ from trimtab.errors import InputError, Problem
 from trimtab.util.yamlio import read_yaml_file
 
 GIB = 1024 ** 3
-# Start-up budget (startupProbe): a fixed part for process start, CUDA graphs and torch.compile, plus reading the
-# weights. Assumptions, stated in docs/deploy.md: vLLM logs typically show 1-4 min of compile and graph capture
-# on H100; 0.5 GB/s is a cold read from a network volume or the Hugging Face hub per replica (a warm local cache
-# is several times faster, so the budget errs long, which only delays a restart of a hung pod).
-STARTUP_FIXED_S = 300
-LOAD_GBPS = 0.5
+# Start-up budget (startupProbe): a multiple of the one start-up model (trimtab.cost.startup: weights / load
+# bandwidth + warm-up, what a schedule starts replicas ahead by). The model assumes a warm node-local cache; a
+# first start downloads from the hub or reads a network volume, several times slower, and a probe that fires
+# early restarts a healthy replica, while one that fires late only delays restarting a hung one.
+PROBE_SLACK = 5
 PROBE_PERIOD_S = 10
 PORT = 8000
 SHM_GIB = 16  # /dev/shm for NCCL and the engine's shared-memory broadcast between TP workers (vLLM docs: >= 1 GiB)
@@ -59,7 +58,8 @@ class Target:
     facts: DeploymentFacts
     launch: Launch
     weight_bytes: int  # whole replica, from the cost model's memory fit
-    startup_budget_s: int
+    startup_s: float  # the start-up model's seconds (trimtab.cost.startup), the schedule's lead
+    startup_budget_s: int  # what the start-up probe allows: PROBE_SLACK x startup_s
     queue_threshold: int | None  # waiting requests per replica above which to add one (None: engine has no gauge)
     max_replicas: int  # the GPU inventory of its type allows this many replicas
     gpu_k8s: dict  # resource, label, value (profiles/k8s_gpus.yaml)
@@ -122,6 +122,7 @@ def queue_threshold(plan, ir, dep) -> int:
 
 def prepare(plan, spec, allow_experimental: bool = False, cluster: Cluster | None = None) -> Bundle:
     """Re-lower the spec, refuse what no engine runs, and compute each deployment's target numbers."""
+    from trimtab.cost.startup import replica_startup_s, startup_for
     from trimtab.deployment.shape import DeploymentSpecView, replica_model_of
     from trimtab.gate.analytic import plan_references
     from trimtab.contract.realise import launches, realise
@@ -155,19 +156,24 @@ def prepare(plan, spec, allow_experimental: bool = False, cluster: Cluster | Non
     for d in plan.deployments:
         used[d.gpu] = used.get(d.gpu, 0) + d.replicas * d.gpus_per_replica
     eng = engine_table(ir.engine.name)
+    sched = getattr(plan, "schedule", None)
+    st = startup_for(spec.schedule.startup if getattr(spec, "schedule", None) is not None else None)
     targets = []
     for d, (f, ln, w) in zip(plan.deployments, launches(plan, ir)):
         mem = replica_model_of(ir, replace(DeploymentSpecView.of_plan(d), kv_lent_gib=0.0)).memory
         gpus = d.gpus_per_replica
         weight_bytes = int(mem.weights_gib_per_gpu * GIB * gpus)
-        startup = STARTUP_FIXED_S + math.ceil(weight_bytes / (LOAD_GBPS * 1e9))  # whole model read per replica
+        # the plan's own number where its schedule recorded one (the same model, with the spec's overrides)
+        startup = (sched.startup_s[d.name] if sched is not None and d.name in sched.startup_s else
+                   replica_startup_s(st, ir, d.model, d.gpu, d.dtype, gpus))
         pool = ir.gpu(d.gpu)
         spare = (pool.count - used.get(d.gpu, 0)) // gpus if pool is not None else 0
         if d.gpu not in labels:
             raise InputError([Problem(f"deployments ({d.name}).gpu", f"no Kubernetes resource/label for GPU "
                                       f"{d.gpu!r} in profiles/k8s_gpus.yaml")], "plan")
         targets.append(Target(
-            name=k8s_name(d.name), dep=d, facts=f, launch=ln, weight_bytes=weight_bytes, startup_budget_s=startup,
+            name=k8s_name(d.name), dep=d, facts=f, launch=ln, weight_bytes=weight_bytes, startup_s=startup,
+            startup_budget_s=math.ceil(PROBE_SLACK * startup),
             queue_threshold=queue_threshold(plan, ir, d) if eng.get("queue_metric") else None,
             max_replicas=d.replicas + max(spare, 0), gpu_k8s=labels[d.gpu]))
         warnings += [x for x in w if x not in warnings]

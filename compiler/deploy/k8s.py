@@ -73,21 +73,31 @@ def _pod(b: Bundle, t: Target, argv, gpus: int, serving: bool) -> dict:
             "containers": [_container(b, t, argv, gpus, serving)], "volumes": vols}
 
 
+def scrape_annotations(b: Bundle) -> dict:
+    """Prometheus' pod discovery convention (the kubernetes-pods job of the Prometheus community chart): scrape
+    the engine's /metrics, whose queue gauge the ScaledObject reads. prometheus-operator ignores annotations:
+    docs/deploy.md gives the PodMonitor that selects the same pods."""
+    return {"prometheus.io/scrape": "true", "prometheus.io/port": str(PORT),
+            "prometheus.io/path": b.engine["metrics_path"]}
+
+
 def _workload_object(b: Bundle, t: Target) -> dict:
     labels = _labels(t)
+    scrape = scrape_annotations(b)
     gpus = t.dep.tensor_parallel * t.dep.pipeline_parallel * t.dep.data_parallel
     meta = {"name": t.name, "labels": labels}
     if t.facts.nodes_per_replica == 1:
         return {"apiVersion": "apps/v1", "kind": "Deployment", "metadata": meta,
                 "spec": {"replicas": t.dep.replicas, "selector": {"matchLabels": labels},
-                         "template": {"metadata": {"labels": labels},
+                         "template": {"metadata": {"labels": labels, "annotations": scrape},
                                       "spec": _pod(b, t, t.launch.command, gpus, True)}}}
     per = t.facts.gpus_per_node
     return {"apiVersion": "leaderworkerset.x-k8s.io/v1", "kind": "LeaderWorkerSet", "metadata": meta,
             "spec": {"replicas": t.dep.replicas, "startupPolicy": "LeaderCreated",
                      "leaderWorkerTemplate": {
                          "size": t.facts.nodes_per_replica,
-                         "leaderTemplate": {"metadata": {"labels": {**labels, "trimtab.dev/node": "leader"}},
+                         "leaderTemplate": {"metadata": {"labels": {**labels, "trimtab.dev/node": "leader"},
+                                                         "annotations": scrape},
                                             "spec": _pod(b, t, _k8s_vars(t.launch.command), per, True)},
                          "workerTemplate": {"metadata": {"labels": labels},
                                             "spec": _pod(b, t, _k8s_vars(t.launch.worker_command), per, False)}}}}
@@ -104,7 +114,7 @@ def _service(t: Target) -> dict:
 def _scaler(b: Bundle, t: Target, kind: str, api: str) -> dict:
     metric = b.engine["queue_metric"]["name"]
     sched = getattr(b.plan, "schedule", None)
-    crons = cron_triggers(sched, t.dep.name) if sched is not None else None
+    crons = cron_triggers(sched, t.dep.name, t.startup_s) if sched is not None else None
     obj = {"apiVersion": "keda.sh/v1alpha1", "kind": "ScaledObject",
             "metadata": {"name": t.name, "labels": _labels(t)},
             "spec": {"scaleTargetRef": {"apiVersion": api, "kind": kind, "name": t.name},
@@ -113,6 +123,9 @@ def _scaler(b: Bundle, t: Target, kind: str, api: str) -> dict:
                      "triggers": [{"type": "prometheus", "metadata": {
                          "serverAddress": b.cluster.prometheus,
                          "query": f'sum({metric}{{pod=~"{t.name}-.*"}})',
+                         # no series (Prometheus not scraping the pods) is an error KEDA reports on the
+                         # ScaledObject, not a queue of 0 that holds the minimum under any load
+                         "ignoreNullValues": "false",
                          "threshold": str(t.queue_threshold)}}]}}
     if crons is not None:  # a schedule (docs/online.md): the windows' replicas, started ahead by the start-up time
         obj["spec"]["minReplicaCount"] = min_replicas(sched, t.dep.name)
