@@ -1,12 +1,14 @@
 """Deployable artefacts from a plan (``trimtab emit``): Kubernetes manifests, docker compose files, NVIDIA
 Dynamo graphs, llm-d Helm values.
 
-Entry points: ``render(plan, spec, target, allow_experimental=False) -> (files, warnings)`` with files
-{relative path: text}, byte-stable for the same plan and spec; ``write(files, out_dir)``. docs/deploy.md
+Entry points: ``emit(plan, spec, target, allow_experimental=False, cluster=None) -> Emitted`` (files {relative
+path: text}, byte-stable for the same plan, spec and ``Cluster`` knobs; warnings; the cluster's prerequisites),
+``render`` (its files and warnings); ``write(files, out_dir)``. docs/deploy.md
 describes each target and what it needs on the cluster.
 """
 from __future__ import annotations
 
+from dataclasses import dataclass
 from pathlib import Path
 
 from trimtab.deploy.common import Cluster, prepare
@@ -19,9 +21,14 @@ def _multi(objs: list[dict]) -> str:
     return "---\n".join(dump_canonical(o) for o in objs)
 
 
-def render(plan, spec, target: str, allow_experimental: bool = False,
-           cluster: Cluster | None = None) -> tuple[dict[str, str], list[str]]:
-    """Files for ``target`` and the warnings: the plan's and what the target cannot express (docs/deploy.md)."""
+@dataclass(frozen=True)
+class Emitted:
+    files: dict[str, str]  # relative path -> text, byte-stable for the same plan, spec and cluster knobs
+    warnings: list[str]  # the plan's, and what the target cannot express as planned
+    prerequisites: list[str]  # what the files need on the cluster (docs/deploy.md)
+
+
+def emit(plan, spec, target: str, allow_experimental: bool = False, cluster: Cluster | None = None) -> Emitted:
     from trimtab.deploy import compose, k8s
 
     b = prepare(plan, spec, allow_experimental, cluster)
@@ -46,7 +53,14 @@ def render(plan, spec, target: str, allow_experimental: bool = False,
     else:
         raise ValueError(f"unknown target {target!r}; one of {', '.join(TARGETS)}")
     warnings = b.warnings + [w for w in mod.warnings(b) if w not in b.warnings]
-    return dict(sorted(files.items())), warnings
+    return Emitted(dict(sorted(files.items())), warnings, mod.prerequisites(b))
+
+
+def render(plan, spec, target: str, allow_experimental: bool = False,
+           cluster: Cluster | None = None) -> tuple[dict[str, str], list[str]]:
+    """(files, warnings) of ``emit``."""
+    e = emit(plan, spec, target, allow_experimental, cluster)
+    return e.files, e.warnings
 
 
 def stream(files: dict[str, str], target: str) -> str:

@@ -327,3 +327,25 @@ def pooled(b: Bundle, target: str, what: str, lengths: bool = True) -> list[str]
                        f"apart ({groups}); emit --to k8s (one Service per deployment) to keep a dedicated "
                        "tenant's replicas its own")
     return out
+
+
+def secret_prerequisite(b: Bundle) -> str:
+    return (f"Secret {HF_SECRET} with key {HF_TOKEN} (a Hugging Face token allowed to download "
+            f"{', '.join(sorted({t.facts.model.model_id for t in b.targets}))}): kubectl create secret generic "
+            f"{HF_SECRET} --from-literal={HF_TOKEN}=$HF_TOKEN" + (f" -n {b.cluster.namespace}"
+                                                                 if b.cluster.namespace else ""))
+
+
+def gpu_prerequisite(b: Bundle) -> str:
+    labels = sorted({f"{t.gpu_k8s['label']}={t.gpu_k8s['value']}" for t in b.targets})
+    return (f"GPU nodes labelled {', '.join(labels)} (NVIDIA GPU Operator: device plugin and GPU Feature "
+            f"Discovery) offering {', '.join(sorted({t.gpu_k8s['resource'] for t in b.targets}))}")
+
+
+def image_warnings(b: Bundle) -> list[str]:
+    """--image with a tag that does not name the plan's engine version: the flags may not be that image's."""
+    img, ver = b.image(), str(b.engine["version"])
+    if b.cluster.image and ver not in img.rsplit(":", 1)[-1]:
+        return [f"--image {img}: the commands use {b.plan.engine.name} {ver}'s flags (profiles/engine_flags.yaml) "
+                "and the image's tag does not name that version; an engine of another version may reject them"]
+    return []

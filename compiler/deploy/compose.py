@@ -7,7 +7,7 @@ form: ``InputError`` naming it (emit ``--to k8s`` instead, which uses a LeaderWo
 from __future__ import annotations
 
 from trimtab.deploy.common import (HF_HOME, HF_TOKEN, PORT, SHM_GIB, Bundle, engine_process, network_kv,
-                                    no_pd_router, side_channel)
+                                    image_warnings, no_pd_router, side_channel)
 from trimtab.errors import InputError, Problem
 
 CONFIG_DIR = "/etc/trimtab"
@@ -61,4 +61,10 @@ def warnings(b: Bundle) -> list[str]:
     split = [f"--to compose: P/D pairs across nodes ({'; '.join(apart)}) reach each other by compose service name, "
              f"which resolves within one node's project only: publish port {sc.get('port')} and set "
              f"{sc.get('host_env')} to the node's address, or emit --to k8s"] if apart and sc else []
-    return no_pd_router(b, "compose") + network_kv(b) + split
+    return no_pd_router(b, "compose") + network_kv(b) + split + image_warnings(b)
+
+
+def prerequisites(b: Bundle) -> list[str]:
+    return ["on each node: Docker Compose v2 and the NVIDIA Container Toolkit (the services reserve GPUs by "
+            "device_ids)", f"{HF_TOKEN} in the environment of docker compose for gated models: "
+            f"{HF_TOKEN}=... docker compose -f compose-<node>.yaml up -d"]

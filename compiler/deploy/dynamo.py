@@ -10,7 +10,7 @@ not the full CRD schema (docs/deploy.md).
 """
 from __future__ import annotations
 
-from trimtab.deploy.common import HF_SECRET, Bundle, k8s_name, pooled
+from trimtab.deploy.common import HF_SECRET, Bundle, gpu_prerequisite, k8s_name, pooled, secret_prerequisite
 from trimtab.engines.base import flag_table
 from trimtab.errors import InputError, Problem
 
@@ -65,3 +65,9 @@ def manifests(b: Bundle) -> dict[str, list[dict]]:
 
 def warnings(b: Bundle) -> list[str]:
     return pooled(b, "dynamo", "the Dynamo frontend")
+
+
+def prerequisites(b: Bundle) -> list[str]:
+    return [gpu_prerequisite(b), secret_prerequisite(b),
+            "the Dynamo platform (its operator and CRDs, nvidia.com/v1alpha1 DynamoGraphDeployment) in the "
+            "namespace"]

@@ -12,7 +12,8 @@ import math
 
 from trimtab.deploy.common import (CACHE_CLAIM, GIB, HF_HOME, HF_SECRET, HF_TOKEN, PORT, PROBE_PERIOD_S, SHM_GIB,
                                     Bundle, Target, engine_process, k8s_name, network_kv, no_pd_router,
-                                    prompt_ranges, side_channel, side_channel_env)
+                                    prompt_ranges, side_channel, side_channel_env,
+                                    gpu_prerequisite, image_warnings, pd_workloads, secret_prerequisite)
 from trimtab.engines.base import LEADER_ENV, RANK_ENV
 from trimtab.deploy.autoscale import cron_triggers, min_replicas
 
@@ -218,4 +219,25 @@ def manifests(b: Bundle) -> dict[str, list[dict]]:
 
 
 def warnings(b: Bundle) -> list[str]:
-    return no_pd_router(b, "k8s") + network_kv(b)
+    return no_pd_router(b, "k8s") + network_kv(b) + image_warnings(b)
+
+
+def prerequisites(b: Bundle) -> list[str]:
+    """What the manifests need on the cluster (docs/deploy.md, "--to k8s")."""
+    out = [gpu_prerequisite(b), secret_prerequisite(b),
+           f"a StorageClass ({b.cluster.storage_class or 'the cluster default'}) that provisions "
+           f"{b.cluster.access_mode} volumes, for the claim {CACHE_CLAIM} (--storage-class, --access-mode)"]
+    if any(t.facts.nodes_per_replica > 1 for t in b.targets):
+        out.append("the LeaderWorkerSet controller (lws, leaderworkerset.x-k8s.io/v1) for replicas spanning nodes")
+    if any(t.queue_threshold is not None for t in b.targets):
+        out.append(f"KEDA (keda.sh/v1alpha1 ScaledObject) and Prometheus at {b.cluster.prometheus} (--prometheus) "
+                   "scraping the engine pods: the prometheus.io annotations, or a PodMonitor with "
+                   "prometheus-operator")
+    if _http_routes(b):
+        out.append(f"Gateway API CRDs and a Gateway {b.cluster.gateway} (--gateway) whose listeners admit the "
+                   "HTTPRoutes; clients set the header x-trimtab-workload")
+    if b.cluster.rdma_resource:
+        out.append(f"an RDMA device plugin offering {b.cluster.rdma_resource} on the nodes of P/D pods")
+    if pd_workloads(b):
+        out.append("a P/D router in front of the prefill/decode pairs (routes.yaml): none is emitted")
+    return out

@@ -13,7 +13,8 @@ from __future__ import annotations
 import math
 
 from trimtab.deploy.common import (GIB, HF_SECRET, PORT, Bundle, Target, engine_process, k8s_name, network_kv,
-                                    pooled, served_spans, side_channel, side_channel_env)
+                                    pooled, served_spans, side_channel, side_channel_env,
+                                    gpu_prerequisite, image_warnings, secret_prerequisite)
 from trimtab.engines.base import flag_table
 from trimtab.errors import InputError, Problem
 
@@ -86,4 +87,19 @@ def values(b: Bundle) -> dict[str, dict]:
 
 def warnings(b: Bundle) -> list[str]:
     # lengths: each pod's context-length-range label keeps prompts on pods that admit them
-    return pooled(b, "llm-d", "the InferencePool", lengths=False) + network_kv(b)
+    return pooled(b, "llm-d", "the InferencePool", lengths=False) + network_kv(b) + image_warnings(b)
+
+
+def prerequisites(b: Bundle) -> list[str]:
+    ns = f" -n {b.cluster.namespace}" if b.cluster.namespace else ""
+    out = [gpu_prerequisite(b), secret_prerequisite(b),
+           f"helm and the llm-d-modelservice chart v0.4.x: helm install <name> llm-d-modelservice/"
+           f"llm-d-modelservice{ns} -f <file> per values file",
+           "llm-d's infrastructure: a Gateway and one InferencePool per model selecting llm-d.ai/model, its "
+           f"endpoint picker with the context-length-aware plugin (label {RANGE_LABEL}, enableFiltering: true)"]
+    if any(t.dep.role != "unified" for t in b.targets):
+        out.append("the endpoint picker's P/D profile (prefill and decode pods by llm-d.ai/role) for the routing "
+                   "sidecar on the decode pods")
+    if b.cluster.rdma_resource:
+        out.append(f"an RDMA device plugin offering {b.cluster.rdma_resource} on the nodes of P/D pods")
+    return out
