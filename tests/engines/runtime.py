@@ -9,8 +9,8 @@ computed by the runtime's own rules, not by trimtab's. Used by tests/engines/tes
   a command and arguments for a container"); ``secretKeyRef`` reads one key (a missing key fails the pod unless
   ``optional``); ``fieldRef`` reads the pod's fields (downward API); LeaderWorkerSet sets LWS_LEADER_ADDRESS and
   LWS_WORKER_INDEX.
-- Dynamo: ``envFromSecret`` exports every key of the Secret as a variable of that name; the main container's
-  command and args are the pod's.
+- Dynamo (v1beta1): each component's ``podTemplate`` is a pod spec read by the Kubernetes rules; ``envFrom``
+  a Secret exports every key as a variable of that name.
 - llm-d modelservice chart (v0.4.x templates/_helpers.tpl): ``modelCommand: custom`` runs ``command`` + ``args``;
   the env is the container's ``env``, DP_SIZE/TP_SIZE/DP_SIZE_LOCAL, HF_HOME (hf:// with the model volume) and
   HF_TOKEN from ``secretKeyRef {name: modelArtifacts.authSecretName, key: HF_TOKEN}`` (not optional).
@@ -129,15 +129,10 @@ def k8s(objs: list[dict], secrets: dict | None = None) -> dict[str, list[Proc]]:
 
 
 def dynamo(graph: dict, secrets: dict | None = None) -> dict[str, Proc]:
-    secrets = SECRETS if secrets is None else secrets
-    out = {}
-    for name, svc in graph["spec"]["services"].items():
-        c = svc["extraPodSpec"]["mainContainer"]
-        env = dict(secrets[svc["envFromSecret"]]) if "envFromSecret" in svc else {}
-        env = k8s_env(c.get("env", []) + svc.get("envs", []), secrets, {}, env)
-        argv = [_expand(a, env) for a in list(c.get("command") or _entrypoint(c["image"])) + list(c.get("args", []))]
-        out[name] = Proc(name, argv, env)
-    return out
+    """Component name -> its main container's process (v1beta1: each component's podTemplate is a pod spec)."""
+    assert graph["apiVersion"] == "nvidia.com/v1beta1", graph["apiVersion"]
+    return {c["name"]: pod(c["podTemplate"]["spec"], c["podTemplate"].get("metadata", {}), secrets)[0]
+            for c in graph["spec"]["components"]}
 
 
 def llmd(values: dict, secrets: dict | None = None) -> list[Proc]:

@@ -154,3 +154,4 @@ def test_pooling_targets_say_what_they_merge(plan_of):
     plan, _, spec = plan_of("multi-lora")
     for target in ("dynamo", "llm-d"):
         assert any("tenants" in w for w in render(plan, spec, target)[1]), target
+    assert any("LoRA" in w for w in render(plan, spec, "dynamo")[1])  # adapters are not dropped silently
