@@ -29,15 +29,15 @@ def emit_cmd(
                                                         "llm-d (modelservice Helm values, vLLM).")],
     output: Annotated[Path, typer.Option("-o", "--output", help="Folder to write the files into; '-': every "
                                          "document on stdout as one YAML stream (k8s, dynamo), for kubectl apply -f -.")],
-    fmt: Annotated[TableOrJson, typer.Option("--format", help="json: on stdout, {files: {name: text}, warnings, "
-                                             "prerequisites} with -o -, else {written, warnings, prerequisites}.")]
-    = TableOrJson.table,
+    fmt: Annotated[TableOrJson, typer.Option(
+        "--format", help="json: on stdout, {files: {name: text}, warnings, prerequisites} with -o -, else "
+                         "{written, warnings, prerequisites}.")] = TableOrJson.table,
     allow_experimental: Annotated[bool, typer.Option("--allow-experimental", help="Emit a plan with an experimental "
                                                      "live KV tier (kv_tiers: experimental-live: live-KV spill or "
                                                      "borrowing), which no engine flag realises.")] = False,
     namespace: Annotated[str | None, typer.Option(
-        "--namespace", help="Namespace of every object (k8s, dynamo; llm-d: the helm -n in the prerequisites); "
-                            "default: kubectl's current one.")] = None,
+        "--namespace", help="Namespace of every object (k8s, dynamo; llm-d: the helm -n in the "
+                            "prerequisites); default: kubectl's current one.")] = None,
     image: Annotated[str | None, typer.Option(
         "--image", help="Engine container image with its tag (default: the engine version's image in "
                         "profiles/engine_flags.yaml; dynamo: Dynamo's vLLM runtime image).")] = None,
@@ -45,8 +45,8 @@ def emit_cmd(
         "--storage-class", help="storageClassName of the model cache claim (k8s; default: the cluster's "
                                 "default class).")] = None,
     access_mode: Annotated[str | None, typer.Option(
-        "--access-mode", help="Access mode of the model cache claim, which every replica mounts (k8s; default "
-                              "ReadWriteMany).")] = None,
+        "--access-mode", help="Access mode of the model cache claim, which every replica mounts (k8s; "
+                              "default ReadWriteMany).")] = None,
     prometheus: Annotated[str | None, typer.Option(
         "--prometheus", help="Prometheus address KEDA queries (k8s; default http://prometheus-operated."
                              "monitoring.svc:9090).")] = None,
@@ -54,8 +54,8 @@ def emit_cmd(
         "--gateway", help="Gateway the HTTPRoutes attach to, NAME or NAMESPACE/NAME (k8s; default "
                           "trimtab-gateway).")] = None,
     rdma_resource: Annotated[str | None, typer.Option(
-        "--rdma-resource", help="Extended resource of an RDMA device, requested once by each prefill/decode pod "
-                                "(k8s, llm-d; e.g. rdma/ib); without it emit warns.")] = None,
+        "--rdma-resource", help="Extended resource of an RDMA device, requested once by each prefill/decode "
+                                "pod (k8s, llm-d; e.g. rdma/ib); without it emit warns.")] = None,
 ) -> None:
     """Write what runs a plan: its engine commands in Kubernetes manifests or docker compose files
     (docs/deploy.md).

@@ -1,10 +1,10 @@
 """Deployable artefacts from a plan (``trimtab emit``): Kubernetes manifests, docker compose files, NVIDIA
 Dynamo graphs, llm-d Helm values.
 
-Entry points: ``emit(plan, spec, target, allow_experimental=False, cluster=None) -> Emitted`` (files {relative
-path: text}, byte-stable for the same plan, spec and ``Cluster`` knobs; warnings; the cluster's prerequisites),
-``render`` (its files and warnings); ``write(files, out_dir)``. docs/deploy.md
-describes each target and what it needs on the cluster.
+Entry points: ``emit(plan, spec, target, allow_experimental=False, cluster=None) -> Emitted`` (files
+{relative path: text}, byte-stable for the same plan, spec and ``Cluster`` knobs; warnings; the cluster's
+prerequisites), ``render`` (its files and warnings); ``write(files, out_dir)``. docs/deploy.md describes each
+target and what it needs on the cluster.
 """
 from __future__ import annotations
 
@@ -28,7 +28,8 @@ class Emitted:
     prerequisites: list[str]  # what the files need on the cluster (docs/deploy.md)
 
 
-def emit(plan, spec, target: str, allow_experimental: bool = False, cluster: Cluster | None = None) -> Emitted:
+def emit(plan, spec, target: str, allow_experimental: bool = False,
+         cluster: Cluster | None = None) -> Emitted:
     from trimtab.deploy import compose, k8s
 
     b = prepare(plan, spec, allow_experimental, cluster)

@@ -27,9 +27,9 @@ PROBE_PERIOD_S = 10
 PORT = 8000
 SHM_GIB = 16  # /dev/shm for NCCL and the engine's shared-memory broadcast between TP workers (vLLM docs: >= 1 GiB)
 CACHE_CLAIM = "trimtab-model-cache"
-# The one secret convention of every target (docs/deploy.md, "Secrets"): Secret `hf-token` whose key is HF_TOKEN.
-# The key is the variable's name because llm-d's chart reads key HF_TOKEN of its authSecretName and Dynamo's
-# envFromSecret exports each key as a variable of that name; Kubernetes objects reference the same key.
+# The one secret convention of every target (docs/deploy.md, "Secrets"): Secret `hf-token` whose key is
+# HF_TOKEN. The key is the variable's name because llm-d's chart reads key HF_TOKEN of its authSecretName and
+# Dynamo's envFrom exports each key as a variable of that name; Kubernetes objects reference the same key.
 HF_SECRET = "hf-token"
 HF_TOKEN = "HF_TOKEN"  # the Secret's key and the variable the engines' Hugging Face client reads
 HF_HOME = "/models/hf"  # the Hugging Face cache on the model-cache volume
@@ -41,7 +41,7 @@ class Cluster:
     knobs"). The defaults are the conventions docs/deploy.md lists as prerequisites."""
 
     namespace: str | None = None  # every object's metadata.namespace (None: kubectl's current namespace)
-    image: str | None = None  # the engine container image (None: profiles/engine_flags.yaml, or Dynamo's below)
+    image: str | None = None  # the engine container image (None: profiles/engine_flags.yaml, or Dynamo's)
     storage_class: str | None = None  # the model cache claim's storageClassName (None: the cluster default)
     access_mode: str = "ReadWriteMany"  # every replica mounts the one model cache claim
     prometheus: str = "http://prometheus-operated.monitoring.svc:9090"  # KEDA's Prometheus serverAddress
@@ -80,9 +80,10 @@ class Bundle:
 
 
 def engine_process(b: "Bundle", argv) -> tuple[list[str], list[str]]:
-    """A launch command as (program, arguments): the program (``vllm serve``) is the container's entrypoint, set
-    explicitly by every target, so an image's own ENTRYPOINT never runs in front of it (docker compose appends
-    ``command`` to the image's ENTRYPOINT; Kubernetes ``command`` replaces it). The one place a command is cut."""
+    """A launch command as (program, arguments): the program (``vllm serve``) is the container's entrypoint,
+    set explicitly by every target, so an image's own ENTRYPOINT never runs in front of it (docker compose
+    appends ``command`` to the image's ENTRYPOINT; Kubernetes ``command`` replaces it). The one place a
+    command is cut."""
     argv, program = list(argv), list(b.engine["program"])
     n = len(program)
     # a launcher may come first (TensorRT-LLM's multi-node trtllm-llmapi-launch): it belongs to the program
@@ -183,8 +184,8 @@ def prepare(plan, spec, allow_experimental: bool = False, cluster: Cluster | Non
 @dataclass(frozen=True)
 class PromptRange:
     """One routing rule of a workload: prompts of ``lo <= tokens < hi`` go to ``backends`` (target names: a
-    service, or a (prefill, decode) pair) with ``weights`` summing to 1. ``bucket`` is the plan's length bucket
-    whose routes it follows."""
+    service, or a (prefill, decode) pair) with ``weights`` summing to 1. ``bucket`` is the plan's length
+    bucket whose routes it follows."""
 
     workload: str
     lo: int
@@ -250,8 +251,8 @@ def served_spans(b: Bundle) -> dict[str, tuple[int, int]]:
 
 
 def side_channel(b: Bundle, t: Target) -> dict | None:
-    """A P/D side's KV hand-off listener (profiles/engine_flags.yaml ``kv_side_channel``: host and port variables
-    and the port), or None for a unified deployment or an engine that finds its own address."""
+    """A P/D side's KV hand-off listener (profiles/engine_flags.yaml ``kv_side_channel``: host and port
+    variables and the port), or None for a unified deployment or an engine that finds its own address."""
     return b.engine.get("kv_side_channel") if t.dep.role in ("prefill", "decode") else None
 
 
@@ -275,23 +276,23 @@ def no_pd_router(b: Bundle, target: str) -> list[str]:
     wl = pd_workloads(b)
     if not wl:
         return []
-    return [f"--to {target} has no P/D router: workload(s) {', '.join(wl)} are routed to prefill/decode pairs "
-            "(routes.yaml lists them), whose servers start but accept no end-to-end request until a P/D proxy "
-            "sends each request to a prefiller, then to a decoder with its KV transfer parameters; deploy one "
-            "(vLLM's disaggregated proxy example), or emit --to llm-d (routing sidecar and endpoint picker) or "
-            "--to dynamo (frontend), which route pairs"]
+    return [f"--to {target} has no P/D router: workload(s) {', '.join(wl)} are routed to prefill/decode "
+            "pairs (routes.yaml lists them), whose servers start but accept no end-to-end request until a "
+            "P/D proxy sends each request to a prefiller, then to a decoder with its KV transfer parameters; "
+            "deploy one (vLLM's disaggregated proxy example), or emit --to llm-d (routing sidecar and "
+            "endpoint picker) or --to dynamo (frontend), which route pairs"]
 
 
 def network_kv(b: Bundle) -> list[str]:
-    """P/D pairs not co-located hand KV over the nodes' NICs at the bandwidth the plan assumed: without an RDMA
-    device in the pod NIXL (UCX) falls back to TCP, far slower."""
+    """P/D pairs not co-located hand KV over the nodes' NICs at the bandwidth the plan assumed: without an
+    RDMA device in the pod NIXL (UCX) falls back to TCP, far slower."""
     far = sorted(t.name for t in b.targets if side_channel(b, t) and t.dep.colocated_with is None)
     if not far or b.cluster.rdma_resource:
         return []
-    return [f"{', '.join(far)} hand KV to their P/D peers over the network at the NIC bandwidth the plan assumed "
-            "(spec nodes[].nic_gbps or the GPU profile's node_network_gbps); pass --rdma-resource <your RDMA "
-            "device's extended resource> so each pod requests one, or NIXL falls back to TCP and TTFT exceeds "
-            "the plan's"]
+    return [f"{', '.join(far)} hand KV to their P/D peers over the network at the NIC bandwidth the plan "
+            "assumed (spec nodes[].nic_gbps or the GPU profile's node_network_gbps); pass --rdma-resource "
+            "<your RDMA device's extended resource> so each pod requests one, or NIXL falls back to TCP and "
+            "TTFT exceeds the plan's"]
 
 
 def pooled(b: Bundle, target: str, what: str, lengths: bool = True) -> list[str]:
@@ -316,24 +317,24 @@ def pooled(b: Bundle, target: str, what: str, lengths: bool = True) -> list[str]
             reach = {w: sum(x.share for x in b.plan.buckets.get(w, ()) if x.input_tokens_max >= c)
                      for w in sorted(served.get(model, ()))}
             said = ", ".join(f"{w} up to {100 * v:.0f} %" for w, v in reach.items() if v > 0)
-            out.append(f"--to {target}: {what} of {model} spreads requests over all its workers, but {t.name} "
-                       f"admits prompts below {c} tokens (--max-model-len) and its peers below {top}: it rejects "
-                       "longer prompts sent to it (HTTP 400)" + (f"; planned requests that long: {said}" if said
-                                                                 else ""))
+            out.append(f"--to {target}: {what} of {model} spreads requests over all its workers, but "
+                       f"{t.name} admits prompts below {c} tokens (--max-model-len) and its peers below "
+                       f"{top}: it rejects longer prompts sent to it (HTTP 400)"
+                       + (f"; planned requests that long: {said}" if said else ""))
         tenants = {tuple(sorted(t.dep.tenants)) for t in ts}
         if len(tenants) > 1:
             groups = "; ".join(", ".join(x) or "shared" for x in sorted(tenants))
-            out.append(f"--to {target}: {what} of {model} shares every worker among tenants that the plan keeps "
-                       f"apart ({groups}); emit --to k8s (one Service per deployment) to keep a dedicated "
-                       "tenant's replicas its own")
+            out.append(f"--to {target}: {what} of {model} shares every worker among tenants that the plan "
+                       f"keeps apart ({groups}); emit --to k8s (one Service per deployment) to keep a "
+                       "dedicated tenant's replicas its own")
     return out
 
 
 def secret_prerequisite(b: Bundle) -> str:
-    return (f"Secret {HF_SECRET} with key {HF_TOKEN} (a Hugging Face token allowed to download "
-            f"{', '.join(sorted({t.facts.model.model_id for t in b.targets}))}): kubectl create secret generic "
-            f"{HF_SECRET} --from-literal={HF_TOKEN}=$HF_TOKEN" + (f" -n {b.cluster.namespace}"
-                                                                 if b.cluster.namespace else ""))
+    models = ", ".join(sorted({t.facts.model.model_id for t in b.targets}))
+    ns = f" -n {b.cluster.namespace}" if b.cluster.namespace else ""
+    return (f"Secret {HF_SECRET} with key {HF_TOKEN} (a Hugging Face token allowed to download {models}): "
+            f"kubectl create secret generic {HF_SECRET} --from-literal={HF_TOKEN}=$HF_TOKEN{ns}")
 
 
 def gpu_prerequisite(b: Bundle) -> str:
@@ -346,6 +347,7 @@ def image_warnings(b: Bundle) -> list[str]:
     """--image with a tag that does not name the plan's engine version: the flags may not be that image's."""
     img, ver = b.image(), str(b.engine["version"])
     if b.cluster.image and ver not in img.rsplit(":", 1)[-1]:
-        return [f"--image {img}: the commands use {b.plan.engine.name} {ver}'s flags (profiles/engine_flags.yaml) "
-                "and the image's tag does not name that version; an engine of another version may reject them"]
+        return [f"--image {img}: the commands use {b.plan.engine.name} {ver}'s flags (profiles/engine_flags"
+                ".yaml) and the image's tag does not name that version; an engine of another version may "
+                "reject them"]
     return []

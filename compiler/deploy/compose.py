@@ -58,8 +58,8 @@ def warnings(b: Bundle) -> list[str]:
     apart = sorted({f"{r.prefill} -> {r.decode}" for r in b.plan.routes if r.prefill
                     and nodes[r.prefill] != nodes[r.decode]})
     sc = b.engine.get("kv_side_channel") or {}
-    split = [f"--to compose: P/D pairs across nodes ({'; '.join(apart)}) reach each other by compose service name, "
-             f"which resolves within one node's project only: publish port {sc.get('port')} and set "
+    split = [f"--to compose: P/D pairs across nodes ({'; '.join(apart)}) reach each other by compose service "
+             f"name, which resolves within one node's project only: publish port {sc.get('port')} and set "
              f"{sc.get('host_env')} to the node's address, or emit --to k8s"] if apart and sc else []
     return no_pd_router(b, "compose") + network_kv(b) + split + image_warnings(b)
 

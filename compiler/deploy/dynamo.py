@@ -1,6 +1,6 @@
 """NVIDIA Dynamo: one DynamoGraphDeployment (``nvidia.com/v1beta1``) per model, with a frontend and one worker
-component per plan deployment (``type: prefill`` / ``decode`` components for P/D pairs, which Dynamo's frontend
-orchestrates over NIXL).
+component per plan deployment (``type: prefill`` / ``decode`` components for P/D pairs, which Dynamo's
+frontend orchestrates over NIXL).
 
 Entry point: ``manifests(bundle) -> dict[file name, list[object]]``. vLLM plans only: a Dynamo vLLM worker
 (`python3 -m dynamo.vllm`) takes vLLM's *engine* arguments plus its own (``--disaggregation-mode``); the HTTP
@@ -56,7 +56,7 @@ def manifests(b: Bundle) -> dict[str, list[dict]]:
                           worker_args(t.facts.model.model_id, t.launch.engine_args, t.dep.role))
         gpus = str(t.facts.gpus_per_node)
         main["envFrom"] = [{"secretRef": {"name": HF_SECRET}}]  # exports key HF_TOKEN as HF_TOKEN
-        main["resources"] = {"limits": {t.gpu_k8s["resource"]: gpus}, "requests": {t.gpu_k8s["resource"]: gpus}}
+        main["resources"] = {k: {t.gpu_k8s["resource"]: gpus} for k in ("limits", "requests")}
         comp = {"name": t.name, "type": COMPONENT_TYPE[t.dep.role], "replicas": t.dep.replicas,
                 "podTemplate": {"spec": {"nodeSelector": {t.gpu_k8s["label"]: t.gpu_k8s["value"]},
                                          "containers": [main]}}}
@@ -72,12 +72,12 @@ def manifests(b: Bundle) -> dict[str, list[dict]]:
 
 def warnings(b: Bundle) -> list[str]:
     lora = sorted(t.name for t in b.targets if t.facts.adapters)
-    dropped = [f"--to dynamo: {', '.join(lora)} serve LoRA adapters, whose --lora-modules Dynamo does not take: "
-               "load them through Dynamo's LoRA API (docs/deploy.md) or emit --to k8s"] if lora else []
+    dropped = [f"--to dynamo: {', '.join(lora)} serve LoRA adapters, whose --lora-modules Dynamo does not "
+               "take: load them through Dynamo's LoRA API (docs/deploy.md) or emit --to k8s"] if lora else []
     return pooled(b, "dynamo", "the Dynamo frontend") + dropped
 
 
 def prerequisites(b: Bundle) -> list[str]:
     return [gpu_prerequisite(b), secret_prerequisite(b),
-            "the Dynamo Kubernetes platform (operator and CRDs serving nvidia.com/v1beta1 DynamoGraphDeployment) "
-            "watching the namespace"]
+            "the Dynamo Kubernetes platform (operator and CRDs serving nvidia.com/v1beta1 "
+            "DynamoGraphDeployment) watching the namespace"]

@@ -10,10 +10,10 @@ from __future__ import annotations
 
 import math
 
-from trimtab.deploy.common import (CACHE_CLAIM, GIB, HF_HOME, HF_SECRET, HF_TOKEN, PORT, PROBE_PERIOD_S, SHM_GIB,
-                                    Bundle, Target, engine_process, k8s_name, network_kv, no_pd_router,
-                                    prompt_ranges, side_channel, side_channel_env,
-                                    gpu_prerequisite, image_warnings, pd_workloads, secret_prerequisite)
+from trimtab.deploy.common import (CACHE_CLAIM, GIB, HF_HOME, HF_SECRET, HF_TOKEN, PORT, PROBE_PERIOD_S,
+                                    SHM_GIB, Bundle, Target, engine_process, gpu_prerequisite, image_warnings,
+                                    k8s_name, network_kv, no_pd_router, pd_workloads, prompt_ranges,
+                                    secret_prerequisite, side_channel, side_channel_env)
 from trimtab.engines.base import LEADER_ENV, RANK_ENV
 from trimtab.deploy.autoscale import cron_triggers, min_replicas
 
@@ -37,7 +37,8 @@ def _k8s_vars(argv) -> list[str]:
 
 def _container(b: Bundle, t: Target, argv, gpus: int, serving: bool) -> dict:
     # optional: a model that is not gated starts without the Secret
-    env = [{"name": HF_TOKEN, "valueFrom": {"secretKeyRef": {"name": HF_SECRET, "key": HF_TOKEN, "optional": True}}},
+    secret = {"name": HF_SECRET, "key": HF_TOKEN, "optional": True}
+    env = [{"name": HF_TOKEN, "valueFrom": {"secretKeyRef": secret}},
            {"name": "HF_HOME", "value": HF_HOME}]
     mounts = [{"name": "dshm", "mountPath": "/dev/shm"}, {"name": "model-cache", "mountPath": "/models"}]
     program, args = engine_process(b, argv)
@@ -75,9 +76,9 @@ def _pod(b: Bundle, t: Target, argv, gpus: int, serving: bool) -> dict:
 
 
 def scrape_annotations(b: Bundle) -> dict:
-    """Prometheus' pod discovery convention (the kubernetes-pods job of the Prometheus community chart): scrape
-    the engine's /metrics, whose queue gauge the ScaledObject reads. prometheus-operator ignores annotations:
-    docs/deploy.md gives the PodMonitor that selects the same pods."""
+    """Prometheus' pod discovery convention (the kubernetes-pods job of the Prometheus community chart):
+    scrape the engine's /metrics, whose queue gauge the ScaledObject reads. prometheus-operator ignores
+    annotations: docs/deploy.md gives the PodMonitor that selects the same pods."""
     return {"prometheus.io/scrape": "true", "prometheus.io/port": str(PORT),
             "prometheus.io/path": b.engine["metrics_path"]}
 
@@ -150,18 +151,22 @@ def _cache_claim(b: Bundle) -> dict:
     spec = {"accessModes": [b.cluster.access_mode], "resources": {"requests": {"storage": f"{gib}Gi"}}}
     if b.cluster.storage_class:
         spec["storageClassName"] = b.cluster.storage_class
-    return {"apiVersion": "v1", "kind": "PersistentVolumeClaim", "metadata": {"name": CACHE_CLAIM}, "spec": spec}
+    return {"apiVersion": "v1", "kind": "PersistentVolumeClaim", "metadata": {"name": CACHE_CLAIM},
+            "spec": spec}
 
 
 def route_table(b: Bundle) -> dict:
-    """The plan's routes as a router needs them: per workload, contiguous half-open prompt-length ranges from 0
-    to the longest --max-model-len of its backends (``prompt_ranges``), each with its backends (a service, or
-    a prefill/decode pair) and their weights within the range."""
+    """The plan's routes as a router needs them: per workload, contiguous half-open prompt-length ranges from
+    0 to the longest --max-model-len of its backends (``prompt_ranges``), each with its backends (a service,
+    or a prefill/decode pair) and their weights within the range."""
+    def backend(be: tuple[str, ...]) -> dict:
+        return {"service": be[0]} if len(be) == 1 else {"prefill": be[0], "decode": be[1]}
+
     out = {}
     for w, rules in prompt_ranges(b).items():
         out[w] = [{"prompt_tokens_min": r.lo, "prompt_tokens_below": r.hi, "bucket": r.bucket,
-                   "backends": [{**({"service": be[0]} if len(be) == 1 else {"prefill": be[0], "decode": be[1]}),
-                                 "weight": round(wt, 6)} for be, wt in zip(r.backends, r.weights)]}
+                   "backends": [{**backend(be), "weight": round(wt, 6)}
+                                for be, wt in zip(r.backends, r.weights)]}
                   for r in rules]
     return out
 
@@ -228,14 +233,15 @@ def prerequisites(b: Bundle) -> list[str]:
            f"a StorageClass ({b.cluster.storage_class or 'the cluster default'}) that provisions "
            f"{b.cluster.access_mode} volumes, for the claim {CACHE_CLAIM} (--storage-class, --access-mode)"]
     if any(t.facts.nodes_per_replica > 1 for t in b.targets):
-        out.append("the LeaderWorkerSet controller (lws, leaderworkerset.x-k8s.io/v1) for replicas spanning nodes")
+        out.append("the LeaderWorkerSet controller (lws, leaderworkerset.x-k8s.io/v1) for replicas spanning "
+                   "nodes")
     if any(t.queue_threshold is not None for t in b.targets):
-        out.append(f"KEDA (keda.sh/v1alpha1 ScaledObject) and Prometheus at {b.cluster.prometheus} (--prometheus) "
-                   "scraping the engine pods: the prometheus.io annotations, or a PodMonitor with "
-                   "prometheus-operator")
+        out.append(f"KEDA (keda.sh/v1alpha1 ScaledObject) and Prometheus at {b.cluster.prometheus} "
+                   "(--prometheus) scraping the engine pods: the prometheus.io annotations, or a PodMonitor "
+                   "with prometheus-operator")
     if _http_routes(b):
-        out.append(f"Gateway API CRDs and a Gateway {b.cluster.gateway} (--gateway) whose listeners admit the "
-                   "HTTPRoutes; clients set the header x-trimtab-workload")
+        out.append(f"Gateway API CRDs and a Gateway {b.cluster.gateway} (--gateway) whose listeners admit "
+                   "the HTTPRoutes; clients set the header x-trimtab-workload")
     if b.cluster.rdma_resource:
         out.append(f"an RDMA device plugin offering {b.cluster.rdma_resource} on the nodes of P/D pods")
     if pd_workloads(b):

@@ -96,10 +96,11 @@ def prerequisites(b: Bundle) -> list[str]:
            f"helm and the llm-d-modelservice chart v0.4.x: helm install <name> llm-d-modelservice/"
            f"llm-d-modelservice{ns} -f <file> per values file",
            "llm-d's infrastructure: a Gateway and one InferencePool per model selecting llm-d.ai/model, its "
-           f"endpoint picker with the context-length-aware plugin (label {RANGE_LABEL}, enableFiltering: true)"]
+           f"endpoint picker with the context-length-aware plugin (label {RANGE_LABEL}, enableFiltering: "
+           "true)"]
     if any(t.dep.role != "unified" for t in b.targets):
-        out.append("the endpoint picker's P/D profile (prefill and decode pods by llm-d.ai/role) for the routing "
-                   "sidecar on the decode pods")
+        out.append("the endpoint picker's P/D profile (prefill and decode pods by llm-d.ai/role) for the "
+                   "routing sidecar on the decode pods")
     if b.cluster.rdma_resource:
         out.append(f"an RDMA device plugin offering {b.cluster.rdma_resource} on the nodes of P/D pods")
     return out

@@ -13,8 +13,8 @@ MULTI_NODE = Path(__file__).resolve().parent / "big405b.yaml"  # a replica spann
 
 @lru_cache(maxsize=None)
 def planned(stem: str):
-    """(plan, ir, spec) of one examples/*.yaml (or big405b), as `trimtab plan` makes it (vLLM), planned once per
-    session: tests that need a few examples plan only those."""
+    """(plan, ir, spec) of one examples/*.yaml (or big405b), as `trimtab plan` makes it (vLLM), planned once
+    per session: tests that need a few examples plan only those."""
     import trimtab
     from trimtab.ir.lower import lower
 
@@ -60,5 +60,5 @@ def _facts(**kw):
 
 @pytest.fixture(scope="session")
 def plan_of():
-    """``plan_of(stem) -> (plan, ir, spec)``: one example planned once per session (shared with example_plans)."""
+    """``plan_of(stem) -> (plan, ir, spec)``: one example planned once per session (as example_plans)."""
     return planned

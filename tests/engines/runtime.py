@@ -1,19 +1,20 @@
 """What a runtime would run from `trimtab emit`'s output: every container's effective argv and environment,
-computed by the runtime's own rules, not by trimtab's. Used by tests/engines/test_emit_runtime.py.
+computed by the runtime's own rules, not by trimtab's. Used by tests/engines/test_emit_runtime.py and
+test_emit_routes.py.
 
-- docker compose: a service's ``entrypoint`` replaces the image's ENTRYPOINT and clears its CMD; without one the
-  image's ENTRYPOINT runs with ``command`` appended (docs.docker.com compose file reference, ``entrypoint`` and
-  ``command``); ``${VAR:-default}`` in ``environment`` comes from the host's environment.
+- docker compose: a service's ``entrypoint`` replaces the image's ENTRYPOINT and clears its CMD; without one
+  the image's ENTRYPOINT runs with ``command`` appended (docs.docker.com compose file reference,
+  ``entrypoint`` and ``command``); ``${VAR:-default}`` in ``environment`` comes from the host's environment.
 - Kubernetes: ``command`` replaces the image's ENTRYPOINT and ``args`` its CMD (an image CMD is dropped when
   ``command`` is set); ``$(VAR)`` in command and args expands from the container's env (kubernetes.io, "Define
-  a command and arguments for a container"); ``secretKeyRef`` reads one key (a missing key fails the pod unless
-  ``optional``); ``fieldRef`` reads the pod's fields (downward API); LeaderWorkerSet sets LWS_LEADER_ADDRESS and
-  LWS_WORKER_INDEX.
-- Dynamo (v1beta1): each component's ``podTemplate`` is a pod spec read by the Kubernetes rules; ``envFrom``
-  a Secret exports every key as a variable of that name.
-- llm-d modelservice chart (v0.4.x templates/_helpers.tpl): ``modelCommand: custom`` runs ``command`` + ``args``;
-  the env is the container's ``env``, DP_SIZE/TP_SIZE/DP_SIZE_LOCAL, HF_HOME (hf:// with the model volume) and
-  HF_TOKEN from ``secretKeyRef {name: modelArtifacts.authSecretName, key: HF_TOKEN}`` (not optional).
+  a command and arguments for a container"); ``secretKeyRef`` reads one key (a missing key fails the pod
+  unless ``optional``); ``envFrom`` a Secret exports every key as a variable of that name; ``fieldRef`` reads
+  the pod's fields (downward API); LeaderWorkerSet sets LWS_LEADER_ADDRESS and LWS_WORKER_INDEX.
+- Dynamo (v1beta1): each component's ``podTemplate`` is a pod spec read by the Kubernetes rules.
+- llm-d modelservice chart (v0.4.x templates/_helpers.tpl): ``modelCommand: custom`` runs ``command`` +
+  ``args``; the env is the container's ``env``, DP_SIZE/TP_SIZE/DP_SIZE_LOCAL, HF_HOME (hf:// with the model
+  volume) and HF_TOKEN from ``secretKeyRef {name: modelArtifacts.authSecretName, key: HF_TOKEN}`` (not
+  optional); pods carry ``modelArtifacts.labels`` and ``llm-d.ai/role``.
 """
 from __future__ import annotations
 
@@ -129,7 +130,7 @@ def k8s(objs: list[dict], secrets: dict | None = None) -> dict[str, list[Proc]]:
 
 
 def dynamo(graph: dict, secrets: dict | None = None) -> dict[str, Proc]:
-    """Component name -> its main container's process (v1beta1: each component's podTemplate is a pod spec)."""
+    """Component name -> its main container's process (v1beta1: a component's podTemplate is a pod spec)."""
     assert graph["apiVersion"] == "nvidia.com/v1beta1", graph["apiVersion"]
     return {c["name"]: pod(c["podTemplate"]["spec"], c["podTemplate"].get("metadata", {}), secrets)[0]
             for c in graph["spec"]["components"]}
@@ -155,6 +156,7 @@ def llmd(values: dict, secrets: dict | None = None) -> list[Proc]:
                 env.update(k8s_env([{"name": "HF_TOKEN", "valueFrom": {"secretKeyRef": {
                     "name": art["authSecretName"], "key": "HF_TOKEN"}}}], secrets, {}))
             labels = {**art.get("labels", {}), "llm-d.ai/role": role}
-            out.append(Proc(f"{role}/{c.get('name', 'vllm')}", [_expand(a, env) for a in c["command"] + c["args"]],
-                            env, [p["containerPort"] for p in c.get("ports", [])], labels))
+            argv = [_expand(a, env) for a in c["command"] + c["args"]]
+            out.append(Proc(f"{role}/{c.get('name', 'vllm')}", argv, env,
+                            [p["containerPort"] for p in c.get("ports", [])], labels))
     return out

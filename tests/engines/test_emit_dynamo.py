@@ -15,7 +15,8 @@ jsonschema = pytest.importorskip("jsonschema")
 
 # Structure of github.com/ai-dynamo/dynamo examples/backends/vllm/deploy/v1beta1/disagg.yaml and
 # disagg-multinode.yaml (spec.components[] with a podTemplate)
-COMPONENT = {"type": "object", "additionalProperties": False, "required": ["name", "type", "replicas", "podTemplate"],
+COMPONENT = {"type": "object", "additionalProperties": False,
+             "required": ["name", "type", "replicas", "podTemplate"],
              "properties": {
                  "name": {"type": "string"},
                  "type": {"enum": ["frontend", "worker", "prefill", "decode"]},
@@ -24,7 +25,8 @@ COMPONENT = {"type": "object", "additionalProperties": False, "required": ["name
                                "properties": {"nodeCount": {"type": "integer", "minimum": 2}}},
                  "podTemplate": {"type": "object", "required": ["spec"]}}}
 DGD = {"type": "object", "required": ["apiVersion", "kind", "metadata", "spec"],
-       "properties": {"apiVersion": {"const": "nvidia.com/v1beta1"}, "kind": {"const": "DynamoGraphDeployment"},
+       "properties": {"apiVersion": {"const": "nvidia.com/v1beta1"},
+                      "kind": {"const": "DynamoGraphDeployment"},
                       "spec": {"type": "object", "additionalProperties": False, "required": ["components"],
                                "properties": {"components": {"type": "array", "items": COMPONENT}}}}}
 
@@ -54,8 +56,9 @@ def test_every_example_emits_valid_graphs(example_plans, example_specs):
             for g in yaml.safe_load_all(text):
                 jsonschema.validate(g, DGD)
                 for comp in g["spec"]["components"]:
-                    kubernetes_validate.validate({"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "x"},
-                                                  "spec": comp["podTemplate"]["spec"]}, "1.33.0", strict=True)
+                    pod = {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "x"},
+                           "spec": comp["podTemplate"]["spec"]}
+                    kubernetes_validate.validate(pod, "1.33.0", strict=True)
                     if comp["type"] == "frontend":
                         continue
                     d = next(d for d in plan.deployments if d.name.replace(".", "-") == comp["name"])

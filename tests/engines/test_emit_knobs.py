@@ -1,5 +1,6 @@
-"""`trimtab emit`'s cluster knobs (--namespace, --image, --storage-class, --access-mode, --prometheus, --gateway,
---rdma-resource) reach every object they concern, and emit lists each target's prerequisites (docs/deploy.md)."""
+"""`trimtab emit`'s cluster knobs (--namespace, --image, --storage-class, --access-mode, --prometheus,
+--gateway, --rdma-resource) reach every object they concern, and emit lists each target's prerequisites
+(docs/deploy.md)."""
 from __future__ import annotations
 
 import json
@@ -39,7 +40,8 @@ def test_k8s_objects_carry_the_knobs(plan_of):
             assert o["spec"]["parentRefs"] == [{"name": "edge", "namespace": "infra"}]
     assert {"Deployment", "PersistentVolumeClaim", "ScaledObject", "HTTPRoute"} <= seen
     need = "\n".join(e.prerequisites)
-    for word in ("KEDA", KNOBS.prometheus, "Gateway infra/edge", "fast-rwx", "hf-token", "HF_TOKEN -n serving"):
+    for word in ("KEDA", KNOBS.prometheus, "Gateway infra/edge", "fast-rwx", "hf-token",
+                 "HF_TOKEN -n serving"):
         assert word in need, word
 
 
@@ -67,6 +69,7 @@ def test_cli_prints_prerequisites_and_takes_the_knobs(plan_of, tmp_path):
     assert r.exit_code == 0, r.output
     doc = json.loads(r.stdout)
     assert any("fast-rwx" in p for p in doc["prerequisites"])
-    assert all(o["metadata"]["namespace"] == "serving" for t in doc["files"].values() for o in yaml.safe_load_all(t))
+    objs = [o for t in doc["files"].values() for o in yaml.safe_load_all(t)]
+    assert objs and all(o["metadata"]["namespace"] == "serving" for o in objs)
     r = CliRunner().invoke(app, args)
     assert r.exit_code == 0 and "needs on the cluster" in r.stderr and "kind: Deployment" in r.stdout

@@ -1,7 +1,7 @@
 """The emitted routing rules cover every prompt an engine admits: per workload, contiguous half-open ranges
-from 0 to the longest --max-model-len among its backends, and every backend of a rule admits the rule's longest
-prompt (read from the emitted commands, as the engine would). Today's bucket ranges left holes (chat in45-999,
-in1001-3140, in3148-22451: 1,000-token prompts and everything above 22,451 had no rule)."""
+from 0 to the longest --max-model-len among its backends, and every backend of a rule admits the rule's
+longest prompt (read from the emitted commands, as the engine would). The plan's bucket ranges left holes
+(chat in45-999, in1001-3140, in3148-22451: 1,000-token prompts and everything above 22,451 had no rule)."""
 from __future__ import annotations
 
 import pytest

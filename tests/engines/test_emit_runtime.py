@@ -1,7 +1,7 @@
 """Run what it would run: every target's output for a few plans, read by the runtime's own rules
-(tests/engines/runtime.py: Docker's entrypoint/command, Kubernetes command/args/env/secretKeyRef, Dynamo's
-envFromSecret, the llm-d chart's templates), must start the engine's serve command with the plan's arguments and
-the Hugging Face token from the one documented secret. vLLM's own parser reads each argv when vllm imports."""
+(tests/engines/runtime.py: Docker's entrypoint/command, Kubernetes command/args/env/secretKeyRef/envFrom, the
+llm-d chart's templates), must start the engine's serve command with the plan's arguments and the Hugging Face
+token from the one documented secret. vLLM's own parser reads each argv when vllm imports."""
 from __future__ import annotations
 
 import re
@@ -41,7 +41,8 @@ def test_compose_containers_run_the_engine(plan_of, stem):
     ran `vllm serve vllm serve MODEL` and exited."""
     plan, _, spec = plan_of(stem)
     files, _ = render(plan, spec, "compose")
-    procs = [p for f, text in files.items() if f.startswith("compose-") for p in runtime.compose(yaml.safe_load(text))]
+    procs = [p for f, text in files.items() if f.startswith("compose-")
+             for p in runtime.compose(yaml.safe_load(text))]
     assert procs
     for p in procs:
         _engine_ok(p, _dep(plan, p.name))
@@ -98,8 +99,8 @@ def test_the_documented_secret_is_the_one_the_tests_use():
 def test_a_missing_secret_key_fails_the_pod():
     """The runtime model is strict where Kubernetes is: a non-optional secretKeyRef to a missing key."""
     with pytest.raises(runtime.PodFails):
-        runtime.k8s_env([{"name": "HF_TOKEN", "valueFrom": {"secretKeyRef": {"name": "hf-token", "key": "token"}}}],
-                        runtime.SECRETS, {})
+        old = {"name": "hf-token", "key": "token"}  # the key documented before: llm-d's chart never started
+        runtime.k8s_env([{"name": "HF_TOKEN", "valueFrom": {"secretKeyRef": old}}], runtime.SECRETS, {})
 
 
 NIXL_HOST = "VLLM_NIXL_SIDE_CHANNEL_HOST"
@@ -107,7 +108,8 @@ NIXL_HOST = "VLLM_NIXL_SIDE_CHANNEL_HOST"
 
 def test_pd_sides_listen_for_kv_where_their_peers_reach_them(plan_of):
     """vLLM's NIXL side channel defaults to localhost: a decoder told to pull KV from "localhost" pulls from
-    itself. Each target sets the host to an address peers reach (pod IP, compose service name) and the port."""
+    itself. Each target sets the host to an address peers reach (pod IP, compose service name), and the
+    port."""
     plan, _, spec = plan_of("disaggregated")
     pd = {d.name.replace(".", "-") for d in plan.deployments if d.role != "unified"}
     assert pd
@@ -144,8 +146,9 @@ def test_pd_without_a_router_or_rdma_is_said(plan_of):
 
 
 def test_pooling_targets_say_what_they_merge(plan_of):
-    """Dynamo's frontend (and llm-d's pool) serve every deployment of a model: quickstart's autocomplete workers
-    (--max-model-len 4120) get summarize prompts they reject; the multi-LoRA example's tenants share workers."""
+    """Dynamo's frontend (and llm-d's pool) serve every deployment of a model: quickstart's autocomplete
+    workers (--max-model-len 4120) get summarize prompts they reject; the multi-LoRA example's tenants share
+    workers."""
     plan, _, spec = plan_of("quickstart")
     _, warns = render(plan, spec, "dynamo")
     assert any("autocomplete" in w and "rejects" in w and "summarize" in w for w in warns), warns
