@@ -113,6 +113,14 @@ def _service(t: Target) -> dict:
             "spec": {"selector": sel, "ports": [{"name": "http", "port": PORT, "targetPort": PORT}]}}
 
 
+def pod_pattern(t: Target) -> str:
+    """The names of the serving pods of ``t`` and no other deployment's, as PromQL's anchored regex: a
+    Deployment's pods are NAME-<ReplicaSet hash>-<suffix>, a LeaderWorkerSet's leaders NAME-<group index>.
+    ``NAME-.*`` also matched the pods of a deployment whose name extends it (multi-lora: ...-t2k and
+    ...-t2k-l2), summing their queues into this one's."""
+    return f"{t.name}-[0-9]+" if t.facts.nodes_per_replica > 1 else f"{t.name}-[a-z0-9]+-[a-z0-9]+"
+
+
 def _scaler(b: Bundle, t: Target, kind: str, api: str) -> dict:
     metric = b.engine["queue_metric"]["name"]
     sched = getattr(b.plan, "schedule", None)
@@ -124,7 +132,7 @@ def _scaler(b: Bundle, t: Target, kind: str, api: str) -> dict:
                      "minReplicaCount": t.dep.replicas, "maxReplicaCount": t.max_replicas,
                      "triggers": [{"type": "prometheus", "metadata": {
                          "serverAddress": b.cluster.prometheus,
-                         "query": f'sum({metric}{{pod=~"{t.name}-.*"}})',
+                         "query": f'sum({metric}{{pod=~"{pod_pattern(t)}"}})',
                          # no series (Prometheus not scraping the pods) is an error KEDA reports on the
                          # ScaledObject, not a queue of 0 that holds the minimum under any load
                          "ignoreNullValues": "false",

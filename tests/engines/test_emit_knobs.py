@@ -73,3 +73,21 @@ def test_cli_prints_prerequisites_and_takes_the_knobs(plan_of, tmp_path):
     assert objs and all(o["metadata"]["namespace"] == "serving" for o in objs)
     r = CliRunner().invoke(app, args)
     assert r.exit_code == 0 and "needs on the cluster" in r.stderr and "kind: Deployment" in r.stdout
+
+
+def test_each_scaler_reads_its_own_pods_only(plan_of):
+    """KEDA's query selects a deployment's pods by name: multi-lora has deployments whose names extend
+    another's (...-t2k and ...-t2k-l2); `NAME-.*` summed both queues into one ScaledObject."""
+    import re
+
+    plan, _, spec = plan_of("multi-lora")
+    objs = [o for text in emit(plan, spec, "k8s").files.values() for o in yaml.safe_load_all(text)]
+    names = [o["metadata"]["name"] for o in objs if o["kind"] == "Deployment"]
+    assert any(a != b and b.startswith(a) for a in names for b in names)
+    pods = {n: f"{n}-7d9f8c6b5-x2k4q" for n in names}  # ReplicaSet hash and suffix, as Kubernetes names pods
+    for o in objs:
+        if o["kind"] == "ScaledObject":
+            query = o["spec"]["triggers"][-1]["metadata"]["query"]
+            pattern = re.search(r'pod=~"([^"]+)"', query).group(1)
+            hits = {n for n, pod in pods.items() if re.fullmatch(pattern, pod)}
+            assert hits == {o["metadata"]["name"]}, (query, hits)
