@@ -42,13 +42,13 @@ def _container(b: Bundle, t: Target, argv, gpus: int, serving: bool) -> dict:
            {"name": "HF_HOME", "value": HF_HOME}]
     mounts = [{"name": "dshm", "mountPath": "/dev/shm"}, {"name": "model-cache", "mountPath": "/models"}]
     program, args = engine_process(b, argv)
+    sc = side_channel(b, t)
     env += side_channel_env(b, t)
     res = {t.gpu_k8s["resource"]: gpus}
-    if side_channel(b, t) and b.cluster.rdma_resource:  # KV over the NICs: GPUDirect RDMA, not TCP
+    if sc and b.cluster.rdma_resource:  # KV over the NICs: GPUDirect RDMA, not TCP
         res[b.cluster.rdma_resource] = 1
     c = {"name": "engine", "image": b.image(), "command": program, "args": args, "env": env,
          "resources": {"limits": dict(res), "requests": dict(res)}, "volumeMounts": mounts}
-    sc = side_channel(b, t)
     if sc:
         c["ports"] = [{"name": "nixl", "containerPort": sc["port"]}]
     if t.facts.offload_gib > 0:  # the prefix cache's host tier: pinned host memory the scheduler must find

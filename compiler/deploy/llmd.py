@@ -5,8 +5,10 @@ Entry point: ``values(bundle) -> dict[file name, values document]``. A unified d
 ``decode`` section without the routing sidecar (vLLM serves the Service port); a P/D side fills ``prefill`` or
 ``decode`` (the decode pods get llm-d's routing sidecar with the NIXL connector, vLLM moved to the sidecar's
 target port). Releases of one model carry the same ``llm-d.ai/model`` label so one InferencePool (llm-d's
-infrastructure chart, with its endpoint picker) selects them all. vLLM plans only. Tests validate every values
-file against the chart's published ``values.schema.json``.
+infrastructure chart, with its endpoint picker) selects them all, and each release's pods carry the prompts
+it serves as ``llm-d.ai/context-length-range`` (the plan's routing rules, ``common.prompt_ranges``) for the
+picker's context-length-aware plugin. P/D sides set the NIXL side channel to the pod IP. vLLM plans only.
+Tests validate every values file against the chart's published ``values.schema.json``.
 """
 from __future__ import annotations
 
