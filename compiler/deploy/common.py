@@ -200,8 +200,9 @@ def prompt_ranges(b: Bundle) -> dict[str, list[PromptRange]]:
     ``--max-model-len`` among its backends, so that every prompt an engine admits has exactly one rule.
 
     The plan's buckets hold the prompts it sampled (``input_tokens_min..max``), with gaps between them (chat
-    ``45-999``, ``1001-3140``); a gap goes to the bucket above it, whose backends admit longer prompts. A rule
-    keeps only backends whose ``--max-model-len`` exceeds its longest prompt (an engine rejects a prompt of
+    ``45-999``, ``1001-3140``); a range runs from its bucket's start to the next one's, so a gap goes to the
+    bucket below it, as the simulator routes (and ``check`` judges), and the first starts at 0. A rule keeps
+    only backends whose ``--max-model-len`` exceeds its longest prompt (an engine rejects a prompt of
     max-model-len tokens or more), so a rule ends where a backend's context does and the last bucket's range
     reaches the longest context among its backends; where none of a bucket's backends admits a prompt, the
     workload's other backends that do take it, at their plan shares."""
@@ -217,7 +218,9 @@ def prompt_ranges(b: Bundle) -> dict[str, list[PromptRange]]:
     for w, routed in sorted(by_bucket.items()):
         order = sorted(routed, key=lambda k: buckets[(w, k)].input_tokens_min)
         top = max(c for rs in routed.values() for _, c, _ in rs)
-        ends = [min(buckets[(w, k)].input_tokens_max + 1, top) for k in order[:-1]] + [top]
+        # a range ends where the next bucket starts: the simulator's router (sim.scenario.bucket_of_values)
+        # puts a prompt between two buckets in the lower one, and check judges the plan by that router
+        ends = [min(buckets[(w, k)].input_tokens_min, top) for k in order[1:]] + [top]
         cuts = sorted({0, *ends, *(c for rs in routed.values() for _, c, _ in rs if c <= top)})
         rules: list[PromptRange] = []
         for lo, hi in zip(cuts, cuts[1:]):

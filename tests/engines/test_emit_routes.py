@@ -56,3 +56,20 @@ def test_llmd_pods_carry_the_prompts_they_admit(plan_of, stem):
                 for r in rules:
                     if any(name in be.values() for be in r["backends"]):
                         assert lo <= r["prompt_tokens_min"] and r["prompt_tokens_below"] - 1 <= hi
+
+
+def test_rules_follow_the_plan_buckets_as_the_simulator_routes(plan_of):
+    """A bucket's own prompts keep its rule, and a prompt between two buckets goes to the lower one, as the
+    simulator assigns a trace's prompt (SimWorkload.bucket_of_values), so check judges the emitted rules."""
+    plan, _, spec = plan_of("quickstart")
+    k8s = render(plan, spec, "k8s")[0]
+    table = yaml.safe_load(yaml.safe_load(k8s["router.yaml"].split("---\n")[0])["data"]["routes.yaml"])
+    for w, buckets in plan.buckets.items():
+        def rule(p):
+            return next(r["bucket"] for r in table[w] if r["prompt_tokens_min"] <= p < r["prompt_tokens_below"])
+        order = sorted(buckets, key=lambda x: x.input_tokens_min)
+        for x in order:
+            assert rule(x.input_tokens_min) == rule(x.input_tokens_max) == x.name
+        for lower, upper in zip(order, order[1:]):
+            if upper.input_tokens_min > lower.input_tokens_max + 1:  # a gap
+                assert rule(lower.input_tokens_max + 1) == lower.name
