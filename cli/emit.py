@@ -29,11 +29,33 @@ def emit_cmd(
                                                         "llm-d (modelservice Helm values, vLLM).")],
     output: Annotated[Path, typer.Option("-o", "--output", help="Folder to write the files into; '-': every "
                                          "document on stdout as one YAML stream (k8s, dynamo), for kubectl apply -f -.")],
-    fmt: Annotated[TableOrJson, typer.Option("--format", help="json: on stdout, {files: {name: text}, warnings} "
-                                                              "with -o -, else {written, warnings}.")] = TableOrJson.table,
+    fmt: Annotated[TableOrJson, typer.Option(
+        "--format", help="json: on stdout, {files: {name: text}, warnings, prerequisites} with -o -, else "
+                         "{written, warnings, prerequisites}.")] = TableOrJson.table,
     allow_experimental: Annotated[bool, typer.Option("--allow-experimental", help="Emit a plan with an experimental "
                                                      "live KV tier (kv_tiers: experimental-live: live-KV spill or "
                                                      "borrowing), which no engine flag realises.")] = False,
+    namespace: Annotated[str | None, typer.Option(
+        "--namespace", help="Namespace of every object (k8s, dynamo; llm-d: the helm -n in the "
+                            "prerequisites); default: kubectl's current one.")] = None,
+    image: Annotated[str | None, typer.Option(
+        "--image", help="Engine container image with its tag (default: the engine version's image in "
+                        "profiles/engine_flags.yaml; dynamo: Dynamo's vLLM runtime image).")] = None,
+    storage_class: Annotated[str | None, typer.Option(
+        "--storage-class", help="storageClassName of the model cache claim (k8s; default: the cluster's "
+                                "default class).")] = None,
+    access_mode: Annotated[str | None, typer.Option(
+        "--access-mode", help="Access mode of the model cache claim, which every replica mounts (k8s; "
+                              "default ReadWriteMany).")] = None,
+    prometheus: Annotated[str | None, typer.Option(
+        "--prometheus", help="Prometheus address KEDA queries (k8s; default http://prometheus-operated."
+                             "monitoring.svc:9090).")] = None,
+    gateway: Annotated[str | None, typer.Option(
+        "--gateway", help="Gateway the HTTPRoutes attach to, NAME or NAMESPACE/NAME (k8s; default "
+                          "trimtab-gateway).")] = None,
+    rdma_resource: Annotated[str | None, typer.Option(
+        "--rdma-resource", help="Extended resource of an RDMA device, requested once by each prefill/decode "
+                                "pod (k8s, llm-d; e.g. rdma/ib); without it emit warns.")] = None,
 ) -> None:
     """Write what runs a plan: its engine commands in Kubernetes manifests or docker compose files
     (docs/deploy.md).
@@ -43,19 +65,29 @@ def emit_cmd(
     """
     from trimtab.api import load_spec
     from trimtab.gate.analytic import load_plan
-    from trimtab.deploy import render, stream, write
+    from trimtab.deploy import emit, stream, write
+    from trimtab.deploy.common import Cluster
 
-    files, warnings = render(load_plan(plan_path), load_spec(spec), to.value, allow_experimental)
-    for w in warnings:
+    knobs = dict(namespace=namespace, image=image, storage_class=storage_class, access_mode=access_mode,
+                 prometheus=prometheus, gateway=gateway, rdma_resource=rdma_resource)
+    cluster = Cluster(**{k: v for k, v in knobs.items() if v is not None})  # unset: Cluster's defaults
+    e = emit(load_plan(plan_path), load_spec(spec), to.value, allow_experimental, cluster)
+    for w in e.warnings:
         err.print(f"warning: {w}", markup=False)
+    if fmt == TableOrJson.table:  # on stderr, so that -o - stays one YAML stream
+        err.print(f"needs on the cluster ({to.value}; docs/deploy.md):", markup=False)
+        for p in e.prerequisites:
+            err.print(f"  - {p}", markup=False)
     if str(output) == "-":
         if fmt == TableOrJson.json:
-            sys.stdout.write(json.dumps({"files": files, "warnings": warnings}, indent=2) + "\n")
+            sys.stdout.write(json.dumps({"files": e.files, "warnings": e.warnings,
+                                         "prerequisites": e.prerequisites}, indent=2) + "\n")
         else:
-            sys.stdout.write(stream(files, to.value))
+            sys.stdout.write(stream(e.files, to.value))
         return
-    paths = write(files, output)
+    paths = write(e.files, output)
     if fmt == TableOrJson.json:
-        sys.stdout.write(json.dumps({"written": [str(p) for p in paths], "warnings": warnings}, indent=2) + "\n")
+        sys.stdout.write(json.dumps({"written": [str(p) for p in paths], "warnings": e.warnings,
+                                     "prerequisites": e.prerequisites}, indent=2) + "\n")
     else:
         out.print(f"{len(paths)} file(s) written to {output} ({to.value})")

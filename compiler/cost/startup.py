@@ -53,8 +53,13 @@ def startup_for(spec_startup) -> Startup:
     return Startup(float(load), float(warm), src)
 
 
+def replica_startup_s(st: Startup, ir, model: str, gpu: str, dtype: str, gpus: int) -> float:
+    """Start-up seconds of one replica of ``model`` on ``gpus`` GPUs of type ``gpu``: what a schedule starts
+    ahead of its window and what ``trimtab emit``'s start-up probe allows a multiple of (docs/deploy.md)."""
+    per_node = int(ir.gpu(gpu).profile.gpus_per_node.value)
+    return st.seconds(ir.models[model].params_billion.value, dtype, gpus, per_node)
+
+
 def candidate_startup_s(st: Startup, ir, c) -> float:
     """Start-up seconds of one replica of candidate ``c`` (``trimtab.deployment.shape.Candidate``)."""
-    model = ir.models[c.model]
-    per_node = int(ir.gpu(c.gpu).profile.gpus_per_node.value)
-    return st.seconds(model.params_billion.value, c.dtype, c.gpus, per_node)
+    return replica_startup_s(st, ir, c.model, c.gpu, c.dtype, c.gpus)

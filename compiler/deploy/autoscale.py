@@ -24,14 +24,15 @@ def min_replicas(schedule, deployment: str) -> int:
     return min(w.replicas.get(deployment, 0) for w in schedule.windows)
 
 
-def cron_triggers(schedule, deployment: str) -> list[dict] | None:
+def cron_triggers(schedule, deployment: str, startup_s: float) -> list[dict] | None:
     """KEDA ``cron`` triggers (start, end, desiredReplicas) for the windows where ``deployment`` runs more than its
-    minimum; None when the period is not one day."""
+    minimum, started ``startup_s`` ahead (the one start-up model, ``trimtab.deploy.common.Target.startup_s``);
+    None when the period is not one day."""
     ws = schedule.windows
     if len(ws) * schedule.window_s != DAY_S:
         return None
     low = min_replicas(schedule, deployment)
-    lead_min = math.ceil(schedule.startup_s.get(deployment, 0.0) / 60.0)
+    lead_min = math.ceil(startup_s / 60.0)
     out = []
     t = 0
     while t < len(ws):

@@ -18,17 +18,35 @@ from trimtab.errors import InputError, Problem
 from trimtab.util.yamlio import read_yaml_file
 
 GIB = 1024 ** 3
-# Start-up budget (startupProbe): a fixed part for process start, CUDA graphs and torch.compile, plus reading the
-# weights. Assumptions, stated in docs/deploy.md: vLLM logs typically show 1-4 min of compile and graph capture
-# on H100; 0.5 GB/s is a cold read from a network volume or the Hugging Face hub per replica (a warm local cache
-# is several times faster, so the budget errs long, which only delays a restart of a hung pod).
-STARTUP_FIXED_S = 300
-LOAD_GBPS = 0.5
+# Start-up budget (startupProbe): a multiple of the one start-up model (trimtab.cost.startup: weights / load
+# bandwidth + warm-up, what a schedule starts replicas ahead by). The model assumes a warm node-local cache; a
+# first start downloads from the hub or reads a network volume, several times slower, and a probe that fires
+# early restarts a healthy replica, while one that fires late only delays restarting a hung one.
+PROBE_SLACK = 5
 PROBE_PERIOD_S = 10
 PORT = 8000
 SHM_GIB = 16  # /dev/shm for NCCL and the engine's shared-memory broadcast between TP workers (vLLM docs: >= 1 GiB)
 CACHE_CLAIM = "trimtab-model-cache"
+# The one secret convention of every target (docs/deploy.md, "Secrets"): Secret `hf-token` whose key is
+# HF_TOKEN. The key is the variable's name because llm-d's chart reads key HF_TOKEN of its authSecretName and
+# Dynamo's envFrom exports each key as a variable of that name; Kubernetes objects reference the same key.
 HF_SECRET = "hf-token"
+HF_TOKEN = "HF_TOKEN"  # the Secret's key and the variable the engines' Hugging Face client reads
+HF_HOME = "/models/hf"  # the Hugging Face cache on the model-cache volume
+
+
+@dataclass(frozen=True)
+class Cluster:
+    """What a plan cannot say about the cluster it runs on (``trimtab emit`` options; docs/deploy.md, "Cluster
+    knobs"). The defaults are the conventions docs/deploy.md lists as prerequisites."""
+
+    namespace: str | None = None  # every object's metadata.namespace (None: kubectl's current namespace)
+    image: str | None = None  # the engine container image (None: profiles/engine_flags.yaml, or Dynamo's)
+    storage_class: str | None = None  # the model cache claim's storageClassName (None: the cluster default)
+    access_mode: str = "ReadWriteMany"  # every replica mounts the one model cache claim
+    prometheus: str = "http://prometheus-operated.monitoring.svc:9090"  # KEDA's Prometheus serverAddress
+    gateway: str = "trimtab-gateway"  # the Gateway the HTTPRoutes attach to: NAME or NAMESPACE/NAME
+    rdma_resource: str | None = None  # extended resource of an RDMA device, one per P/D pod (None: warn)
 
 
 @dataclass(frozen=True)
@@ -40,7 +58,8 @@ class Target:
     facts: DeploymentFacts
     launch: Launch
     weight_bytes: int  # whole replica, from the cost model's memory fit
-    startup_budget_s: int
+    startup_s: float  # the start-up model's seconds (trimtab.cost.startup), the schedule's lead
+    startup_budget_s: int  # what the start-up probe allows: PROBE_SLACK x startup_s
     queue_threshold: int | None  # waiting requests per replica above which to add one (None: engine has no gauge)
     max_replicas: int  # the GPU inventory of its type allows this many replicas
     gpu_k8s: dict  # resource, label, value (profiles/k8s_gpus.yaml)
@@ -53,6 +72,25 @@ class Bundle:
     engine: dict  # profiles/engine_flags.yaml entry of the plan's engine
     targets: list[Target]
     warnings: list[str]
+    cluster: Cluster = Cluster()
+
+    def image(self, default: str | None = None) -> str:
+        """The engine container's image: the --image knob, else the target's default, else the profile's."""
+        return self.cluster.image or default or self.engine["image"]["ref"]
+
+
+def engine_process(b: "Bundle", argv) -> tuple[list[str], list[str]]:
+    """A launch command as (program, arguments): the program (``vllm serve``) is the container's entrypoint,
+    set explicitly by every target, so an image's own ENTRYPOINT never runs in front of it (docker compose
+    appends ``command`` to the image's ENTRYPOINT; Kubernetes ``command`` replaces it). The one place a
+    command is cut."""
+    argv, program = list(argv), list(b.engine["program"])
+    n = len(program)
+    # a launcher may come first (TensorRT-LLM's multi-node trtllm-llmapi-launch): it belongs to the program
+    at = next((i for i in range(len(argv) - n + 1) if argv[i:i + n] == program), None)
+    if at is None:
+        raise ValueError(f"command {argv[:n + 1]} does not run the engine's {program}")
+    return argv[:at + n], argv[at + n:]
 
 
 def k8s_name(name: str) -> str:
@@ -83,8 +121,9 @@ def queue_threshold(plan, ir, dep) -> int:
     return max(1, math.floor(dep.load_rps_per_replica * ttft_s))
 
 
-def prepare(plan, spec, allow_experimental: bool = False) -> Bundle:
+def prepare(plan, spec, allow_experimental: bool = False, cluster: Cluster | None = None) -> Bundle:
     """Re-lower the spec, refuse what no engine runs, and compute each deployment's target numbers."""
+    from trimtab.cost.startup import replica_startup_s, startup_for
     from trimtab.deployment.shape import DeploymentSpecView, replica_model_of
     from trimtab.gate.analytic import plan_references
     from trimtab.contract.realise import launches, realise
@@ -118,20 +157,200 @@ def prepare(plan, spec, allow_experimental: bool = False) -> Bundle:
     for d in plan.deployments:
         used[d.gpu] = used.get(d.gpu, 0) + d.replicas * d.gpus_per_replica
     eng = engine_table(ir.engine.name)
+    sched = getattr(plan, "schedule", None)
+    st = startup_for(spec.schedule.startup if getattr(spec, "schedule", None) is not None else None)
     targets = []
     for d, (f, ln, w) in zip(plan.deployments, launches(plan, ir)):
         mem = replica_model_of(ir, replace(DeploymentSpecView.of_plan(d), kv_lent_gib=0.0)).memory
         gpus = d.gpus_per_replica
         weight_bytes = int(mem.weights_gib_per_gpu * GIB * gpus)
-        startup = STARTUP_FIXED_S + math.ceil(weight_bytes / (LOAD_GBPS * 1e9))  # whole model read per replica
+        # the plan's own number where its schedule recorded one (the same model, with the spec's overrides)
+        startup = (sched.startup_s[d.name] if sched is not None and d.name in sched.startup_s else
+                   replica_startup_s(st, ir, d.model, d.gpu, d.dtype, gpus))
         pool = ir.gpu(d.gpu)
         spare = (pool.count - used.get(d.gpu, 0)) // gpus if pool is not None else 0
         if d.gpu not in labels:
             raise InputError([Problem(f"deployments ({d.name}).gpu", f"no Kubernetes resource/label for GPU "
                                       f"{d.gpu!r} in profiles/k8s_gpus.yaml")], "plan")
         targets.append(Target(
-            name=k8s_name(d.name), dep=d, facts=f, launch=ln, weight_bytes=weight_bytes, startup_budget_s=startup,
+            name=k8s_name(d.name), dep=d, facts=f, launch=ln, weight_bytes=weight_bytes, startup_s=startup,
+            startup_budget_s=math.ceil(PROBE_SLACK * startup),
             queue_threshold=queue_threshold(plan, ir, d) if eng.get("queue_metric") else None,
             max_replicas=d.replicas + max(spare, 0), gpu_k8s=labels[d.gpu]))
         warnings += [x for x in w if x not in warnings]
-    return Bundle(plan, ir, eng, targets, warnings)
+    return Bundle(plan, ir, eng, targets, warnings, cluster or Cluster())
+
+
+@dataclass(frozen=True)
+class PromptRange:
+    """One routing rule of a workload: prompts of ``lo <= tokens < hi`` go to ``backends`` (target names: a
+    service, or a (prefill, decode) pair) with ``weights`` summing to 1. ``bucket`` is the plan's length
+    bucket whose routes it follows."""
+
+    workload: str
+    lo: int
+    hi: int
+    bucket: str
+    backends: tuple[tuple[str, ...], ...]
+    weights: tuple[float, ...]
+
+
+def prompt_ranges(b: Bundle) -> dict[str, list[PromptRange]]:
+    """The plan's routes as contiguous half-open prompt ranges, per workload from 0 to the largest
+    ``--max-model-len`` among its backends, so that every prompt an engine admits has exactly one rule.
+
+    The plan's buckets hold the prompts it sampled (``input_tokens_min..max``), with gaps between them (chat
+    ``45-999``, ``1001-3140``); a range runs from its bucket's start to the next one's, so a gap goes to the
+    bucket below it, as the simulator routes (and ``check`` judges), and the first starts at 0. A rule keeps
+    only backends whose ``--max-model-len`` exceeds its longest prompt (an engine rejects a prompt of
+    max-model-len tokens or more), so a rule ends where a backend's context does and the last bucket's range
+    reaches the longest context among its backends; where none of a bucket's backends admits a prompt, the
+    workload's other backends that do take it, at their plan shares."""
+    names = {t.dep.name: t.name for t in b.targets}
+    ctx = {t.dep.name: t.facts.context_tokens for t in b.targets}
+    buckets = {(w, x.name): x for w, xs in b.plan.buckets.items() for x in xs}
+    by_bucket: dict[str, dict[str, list]] = {}
+    for r in b.plan.routes:
+        deps = (r.deployment,) if r.deployment else (r.prefill, r.decode)
+        by_bucket.setdefault(r.workload, {}).setdefault(r.bucket, []).append(
+            (tuple(names[d] for d in deps), min(ctx[d] for d in deps), r.share))
+    out: dict[str, list[PromptRange]] = {}
+    for w, routed in sorted(by_bucket.items()):
+        order = sorted(routed, key=lambda k: buckets[(w, k)].input_tokens_min)
+        top = max(c for rs in routed.values() for _, c, _ in rs)
+        # a range ends where the next bucket starts: the simulator's router (sim.scenario.bucket_of_values)
+        # puts a prompt between two buckets in the lower one, and check judges the plan by that router
+        ends = [min(buckets[(w, k)].input_tokens_min, top) for k in order[1:]] + [top]
+        cuts = sorted({0, *ends, *(c for rs in routed.values() for _, c, _ in rs if c <= top)})
+        rules: list[PromptRange] = []
+        for lo, hi in zip(cuts, cuts[1:]):
+            k = next(k for k, e in zip(order, ends) if hi <= e)
+            pick = [(be, s) for be, c, s in routed[k] if c >= hi] or \
+                [(be, s) for rs in routed.values() for be, c, s in rs if c >= hi]
+            merged: dict[tuple, float] = {}
+            for be, s in pick:
+                merged[be] = merged.get(be, 0.0) + s
+            total = sum(merged.values())
+            bes = tuple(sorted(merged))
+            wts = tuple(merged[x] / total for x in bes)
+            if rules and (rules[-1].bucket, rules[-1].backends, rules[-1].weights) == (k, bes, wts):
+                rules[-1] = replace(rules[-1], hi=hi)  # the same rule continues
+            else:
+                rules.append(PromptRange(w, lo, hi, k, bes, wts))
+        out[w] = rules
+    return out
+
+
+def served_spans(b: Bundle) -> dict[str, tuple[int, int]]:
+    """Per target name, the prompts its rules cover over all workloads, as one half-open hull [lo, hi): what a
+    router that sees lengths but not workloads (llm-d's context-length-aware scorer) can be told."""
+    out: dict[str, tuple[int, int]] = {}
+    for rules in prompt_ranges(b).values():
+        for r in rules:
+            for name in {n for be in r.backends for n in be}:
+                lo, hi = out.get(name, (r.lo, r.hi))
+                out[name] = (min(lo, r.lo), max(hi, r.hi))
+    return dict(sorted(out.items()))
+
+
+def side_channel(b: Bundle, t: Target) -> dict | None:
+    """A P/D side's KV hand-off listener (profiles/engine_flags.yaml ``kv_side_channel``: host and port
+    variables and the port), or None for a unified deployment or an engine that finds its own address."""
+    return b.engine.get("kv_side_channel") if t.dep.role in ("prefill", "decode") else None
+
+
+def side_channel_env(b: Bundle, t: Target) -> list[dict]:
+    """Kubernetes env of a P/D side's NIXL listener on the pod's own IP (downward API), which its peers reach;
+    vLLM's default, localhost, would tell a decoder to pull KV from itself."""
+    sc = side_channel(b, t)
+    if sc is None:
+        return []
+    return [{"name": sc["host_env"], "valueFrom": {"fieldRef": {"fieldPath": "status.podIP"}}},
+            {"name": sc["port_env"], "value": str(sc["port"])}]
+
+
+def pd_workloads(b: Bundle) -> list[str]:
+    return sorted({r.workload for r in b.plan.routes if r.prefill})
+
+
+def no_pd_router(b: Bundle, target: str) -> list[str]:
+    """A target that runs prefill and decode servers but no P/D router: nothing sends a request to a prefiller
+    and then to a decoder with the prefiller's KV transfer parameters, so these workloads get no answer."""
+    wl = pd_workloads(b)
+    if not wl:
+        return []
+    return [f"--to {target} has no P/D router: workload(s) {', '.join(wl)} are routed to prefill/decode "
+            "pairs (routes.yaml lists them), whose servers start but accept no end-to-end request until a "
+            "P/D proxy sends each request to a prefiller, then to a decoder with its KV transfer parameters; "
+            "deploy one (vLLM's disaggregated proxy example), or emit --to llm-d (routing sidecar and "
+            "endpoint picker) or --to dynamo (frontend), which route pairs"]
+
+
+def network_kv(b: Bundle) -> list[str]:
+    """P/D pairs not co-located hand KV over the nodes' NICs at the bandwidth the plan assumed: without an
+    RDMA device in the pod NIXL (UCX) falls back to TCP, far slower."""
+    far = sorted(t.name for t in b.targets if side_channel(b, t) and t.dep.colocated_with is None)
+    if not far or b.cluster.rdma_resource:
+        return []
+    return [f"{', '.join(far)} hand KV to their P/D peers over the network at the NIC bandwidth the plan "
+            "assumed (spec nodes[].nic_gbps or the GPU profile's node_network_gbps); pass --rdma-resource "
+            "<your RDMA device's extended resource> so each pod requests one, or NIXL falls back to TCP and "
+            "TTFT exceeds the plan's"]
+
+
+def pooled(b: Bundle, target: str, what: str, lengths: bool = True) -> list[str]:
+    """A target that puts every deployment of a model behind one router (``what``) merges what the plan keeps
+    apart: workers admitting shorter prompts than their peers receive prompts they reject, and a dedicated
+    tenant's deployment serves everyone."""
+    model_of = {t.dep.name: t.dep.model for t in b.targets}
+    served: dict[str, set[str]] = {}  # model -> workloads routed to it
+    for r in b.plan.routes:
+        served.setdefault(model_of[r.deployment or r.prefill], set()).add(r.workload)
+    by_model: dict[str, list[Target]] = {}
+    for t in b.targets:
+        by_model.setdefault(t.dep.model, []).append(t)
+    out = []
+    for model, ts in sorted(by_model.items()):
+        top = max(t.facts.context_tokens for t in ts)
+        for t in ts if lengths else ():  # lengths=False: the router keeps prompts on workers that admit them
+            c = t.facts.context_tokens
+            if c >= top:
+                continue
+            # share of each workload's requests in buckets whose prompts reach c: the most it may reject
+            reach = {w: sum(x.share for x in b.plan.buckets.get(w, ()) if x.input_tokens_max >= c)
+                     for w in sorted(served.get(model, ()))}
+            said = ", ".join(f"{w} up to {100 * v:.0f} %" for w, v in reach.items() if v > 0)
+            out.append(f"--to {target}: {what} of {model} spreads requests over all its workers, but "
+                       f"{t.name} admits prompts below {c} tokens (--max-model-len) and its peers below "
+                       f"{top}: it rejects longer prompts sent to it (HTTP 400)"
+                       + (f"; planned requests that long: {said}" if said else ""))
+        tenants = {tuple(sorted(t.dep.tenants)) for t in ts}
+        if len(tenants) > 1:
+            groups = "; ".join(", ".join(x) or "shared" for x in sorted(tenants))
+            out.append(f"--to {target}: {what} of {model} shares every worker among tenants that the plan "
+                       f"keeps apart ({groups}); emit --to k8s (one Service per deployment) to keep a "
+                       "dedicated tenant's replicas its own")
+    return out
+
+
+def secret_prerequisite(b: Bundle) -> str:
+    models = ", ".join(sorted({t.facts.model.model_id for t in b.targets}))
+    ns = f" -n {b.cluster.namespace}" if b.cluster.namespace else ""
+    return (f"Secret {HF_SECRET} with key {HF_TOKEN} (a Hugging Face token allowed to download {models}): "
+            f"kubectl create secret generic {HF_SECRET} --from-literal={HF_TOKEN}=$HF_TOKEN{ns}")
+
+
+def gpu_prerequisite(b: Bundle) -> str:
+    labels = sorted({f"{t.gpu_k8s['label']}={t.gpu_k8s['value']}" for t in b.targets})
+    return (f"GPU nodes labelled {', '.join(labels)} (NVIDIA GPU Operator: device plugin and GPU Feature "
+            f"Discovery) offering {', '.join(sorted({t.gpu_k8s['resource'] for t in b.targets}))}")
+
+
+def image_warnings(b: Bundle) -> list[str]:
+    """--image with a tag that does not name the plan's engine version: the flags may not be that image's."""
+    img, ver = b.image(), str(b.engine["version"])
+    if b.cluster.image and ver not in img.rsplit(":", 1)[-1]:
+        return [f"--image {img}: the commands use {b.plan.engine.name} {ver}'s flags (profiles/engine_flags"
+                ".yaml) and the image's tag does not name that version; an engine of another version may "
+                "reject them"]
+    return []

@@ -1,24 +1,30 @@
-"""NVIDIA Dynamo: one DynamoGraphDeployment per model, with a frontend and one worker service per plan deployment
-(prefill and decode workers for P/D pairs, which Dynamo's frontend orchestrates over NIXL).
+"""NVIDIA Dynamo: one DynamoGraphDeployment (``nvidia.com/v1beta1``) per model, with a frontend and one worker
+component per plan deployment (``type: prefill`` / ``decode`` components for P/D pairs, which Dynamo's
+frontend orchestrates over NIXL).
 
 Entry point: ``manifests(bundle) -> dict[file name, list[object]]``. vLLM plans only: a Dynamo vLLM worker
-(`python3 -m dynamo.vllm`) takes vLLM's *engine* arguments plus its own role flags; the HTTP server, the KV
-connector and multi-node wiring are Dynamo's, so those flags are dropped here. The field names follow Dynamo's
-published examples (github.com/ai-dynamo/dynamo examples/backends/vllm/deploy/disagg.yaml and
-disagg-multinode.yaml); tests check that structure and parse the worker arguments with vLLM's engine parser,
-not the full CRD schema (docs/deploy.md).
+(`python3 -m dynamo.vllm`) takes vLLM's *engine* arguments plus its own (``--disaggregation-mode``); the HTTP
+server and multi-node wiring are Dynamo's, so those flags are dropped here. The field names follow Dynamo's
+published v1beta1 examples (github.com/ai-dynamo/dynamo examples/backends/vllm/deploy/v1beta1/disagg.yaml,
+disagg-multinode.yaml and README.md: ``spec.components[]`` with ``name``, ``type``, ``replicas``,
+``multinode.nodeCount`` and a ``podTemplate`` whose container ``main`` reads the Secret by ``envFrom``); tests
+check that structure and parse the worker arguments with vLLM's engine parser, not the full CRD schema
+(docs/deploy.md).
 """
 from __future__ import annotations
 
-from trimtab.deploy.common import HF_SECRET, Bundle, k8s_name
+from trimtab.deploy.common import HF_SECRET, Bundle, gpu_prerequisite, k8s_name, pooled, secret_prerequisite
 from trimtab.engines.base import flag_table
 from trimtab.errors import InputError, Problem
 
-RUNTIME_IMAGE = "nvcr.io/nvidia/ai-dynamo/vllm-runtime:${DYNAMO_VERSION}"  # envsubst before kubectl apply
-ROLE_FLAGS = {"prefill": "--is-prefill-worker", "decode": "--is-decode-worker"}  # dynamo.vllm's own
-# vLLM flags (keys of profiles/engine_flags.yaml) that Dynamo replaces: its frontend serves HTTP, it wires NIXL
-# between prefill and decode workers and starts multi-node workers itself.
-DYNAMO_OWNS = ("host", "port", "kv_transfer", "nnodes", "node_rank", "master_addr", "headless", "lora_modules")
+# Dynamo's vLLM runtime image of the release whose v1beta1 examples the structure follows (--image to choose
+# another: the release must bundle the vLLM version of the plan's flags)
+RUNTIME_IMAGE = "nvcr.io/nvidia/ai-dynamo/vllm-runtime:1.3.1"
+ROLE_ARGS = {"prefill": ["--disaggregation-mode", "prefill"], "decode": ["--disaggregation-mode", "decode"]}
+COMPONENT_TYPE = {"unified": "worker", "prefill": "prefill", "decode": "decode"}
+# vLLM flags (keys of profiles/engine_flags.yaml) that Dynamo replaces: its frontend serves HTTP and it starts
+# multi-node workers itself; LoRA adapters load through Dynamo's own LoRA API (warned below).
+DYNAMO_OWNS = ("host", "port", "nnodes", "node_rank", "master_addr", "headless", "lora_modules")
 
 
 def worker_args(model_id: str, engine_args, role: str) -> list[str]:
@@ -30,34 +36,48 @@ def worker_args(model_id: str, engine_args, role: str) -> list[str]:
             skipping = a.split("=", 1)[0] in drop
         if not skipping:
             out.append(a)
-    if role in ROLE_FLAGS:
-        out.append(ROLE_FLAGS[role])
-    return out
+    return out + ROLE_ARGS.get(role, [])
+
+
+def _container(b: Bundle, command: list[str], args: list[str]) -> dict:
+    return {"name": "main", "image": b.image(RUNTIME_IMAGE), "command": command, "args": args}
 
 
 def manifests(b: Bundle) -> dict[str, list[dict]]:
     if b.ir.engine.name not in ("vllm", "vllm-cpu"):
         raise InputError([Problem("defaults.engine", f"--to dynamo is written for vLLM workers; this plan's engine "
                                   f"is {b.ir.engine.name} (use --to k8s)")], "spec")
-    graphs: dict[str, dict] = {}
+    graphs: dict[str, list[dict]] = {}
     for t in b.targets:
-        model = t.dep.model
-        g = graphs.setdefault(model, {"Frontend": {"componentType": "frontend", "replicas": 1, "extraPodSpec": {
-            "mainContainer": {"image": RUNTIME_IMAGE, "command": ["python3", "-m", "dynamo.frontend"],
-                              "args": ["--http-port", "8000"]}}}})
-        svc = {"envFromSecret": HF_SECRET, "componentType": "worker", "replicas": t.dep.replicas,
-               "resources": {"limits": {"gpu": str(t.facts.gpus_per_node)}},
-               "extraPodSpec": {"nodeSelector": {t.gpu_k8s["label"]: t.gpu_k8s["value"]},
-                                "mainContainer": {"image": RUNTIME_IMAGE,
-                                                  "command": ["python3", "-m", "dynamo.vllm"],
-                                                  "args": worker_args(t.facts.model.model_id, t.launch.engine_args,
-                                                                      t.dep.role)}}}
-        if t.dep.role in ROLE_FLAGS:
-            svc["subComponentType"] = t.dep.role
+        comps = graphs.setdefault(t.dep.model, [{
+            "name": "Frontend", "type": "frontend", "replicas": 1, "podTemplate": {"spec": {"containers": [
+                _container(b, ["python3", "-m", "dynamo.frontend"], ["--http-port", "8000"])]}}}])
+        main = _container(b, ["python3", "-m", "dynamo.vllm"],
+                          worker_args(t.facts.model.model_id, t.launch.engine_args, t.dep.role))
+        gpus = str(t.facts.gpus_per_node)
+        main["envFrom"] = [{"secretRef": {"name": HF_SECRET}}]  # exports key HF_TOKEN as HF_TOKEN
+        main["resources"] = {k: {t.gpu_k8s["resource"]: gpus} for k in ("limits", "requests")}
+        comp = {"name": t.name, "type": COMPONENT_TYPE[t.dep.role], "replicas": t.dep.replicas,
+                "podTemplate": {"spec": {"nodeSelector": {t.gpu_k8s["label"]: t.gpu_k8s["value"]},
+                                         "containers": [main]}}}
         if t.facts.nodes_per_replica > 1:
-            svc["multinode"] = {"nodeCount": t.facts.nodes_per_replica}
-        g[t.name] = svc
+            comp["multinode"] = {"nodeCount": t.facts.nodes_per_replica}
+        comps.append(comp)
+    meta = {"namespace": b.cluster.namespace} if b.cluster.namespace else {}
     return {f"dynamo-{k8s_name(m)}.yaml": [{
-        "apiVersion": "nvidia.com/v1alpha1", "kind": "DynamoGraphDeployment",
-        "metadata": {"name": k8s_name(m)}, "spec": {"backendFramework": "vllm", "services": services}}]
-        for m, services in sorted(graphs.items())}
+        "apiVersion": "nvidia.com/v1beta1", "kind": "DynamoGraphDeployment",
+        "metadata": {"name": k8s_name(m), **meta}, "spec": {"components": comps}}]
+        for m, comps in sorted(graphs.items())}
+
+
+def warnings(b: Bundle) -> list[str]:
+    lora = sorted(t.name for t in b.targets if t.facts.adapters)
+    dropped = [f"--to dynamo: {', '.join(lora)} serve LoRA adapters, whose --lora-modules Dynamo does not "
+               "take: load them through Dynamo's LoRA API (docs/deploy.md) or emit --to k8s"] if lora else []
+    return pooled(b, "dynamo", "the Dynamo frontend") + dropped
+
+
+def prerequisites(b: Bundle) -> list[str]:
+    return [gpu_prerequisite(b), secret_prerequisite(b),
+            "the Dynamo Kubernetes platform (operator and CRDs serving nvidia.com/v1beta1 "
+            "DynamoGraphDeployment) watching the namespace"]

@@ -10,14 +10,15 @@ from __future__ import annotations
 
 import math
 
-from trimtab.deploy.common import (CACHE_CLAIM, GIB, HF_SECRET, PORT, PROBE_PERIOD_S, SHM_GIB, Bundle, Target,
-                                    k8s_name)
+from trimtab.deploy.common import (CACHE_CLAIM, GIB, HF_HOME, HF_SECRET, HF_TOKEN, PORT, PROBE_PERIOD_S,
+                                    SHM_GIB, Bundle, Target, engine_process, gpu_prerequisite, image_warnings,
+                                    k8s_name, network_kv, no_pd_router, pd_workloads, prompt_ranges,
+                                    secret_prerequisite, side_channel, side_channel_env)
 from trimtab.engines.base import LEADER_ENV, RANK_ENV
 from trimtab.deploy.autoscale import cron_triggers, min_replicas
 
 APP = "trimtab"
 CONFIG_DIR = "/etc/trimtab"  # the TensorRT-LLM extra options file, from a ConfigMap; the container's workdir
-PROMETHEUS = "http://prometheus-operated.monitoring.svc:9090"  # edit to your Prometheus (docs/deploy.md)
 WORKLOAD_HEADER = "x-trimtab-workload"  # which workload a request belongs to (the client or gateway sets it)
 ROUTER_WEIGHT_SCALE = 10_000  # route shares become integer HTTPRoute weights
 
@@ -35,12 +36,21 @@ def _k8s_vars(argv) -> list[str]:
 
 
 def _container(b: Bundle, t: Target, argv, gpus: int, serving: bool) -> dict:
-    env = [{"name": "HF_TOKEN", "valueFrom": {"secretKeyRef": {"name": HF_SECRET, "key": "token", "optional": True}}},
-           {"name": "HF_HOME", "value": "/models/hf"}]
+    # optional: a model that is not gated starts without the Secret
+    secret = {"name": HF_SECRET, "key": HF_TOKEN, "optional": True}
+    env = [{"name": HF_TOKEN, "valueFrom": {"secretKeyRef": secret}},
+           {"name": "HF_HOME", "value": HF_HOME}]
     mounts = [{"name": "dshm", "mountPath": "/dev/shm"}, {"name": "model-cache", "mountPath": "/models"}]
-    c = {"name": "engine", "image": b.engine["image"]["ref"], "command": list(argv), "env": env,
-         "resources": {"limits": {t.gpu_k8s["resource"]: gpus}, "requests": {t.gpu_k8s["resource"]: gpus}},
-         "volumeMounts": mounts}
+    program, args = engine_process(b, argv)
+    sc = side_channel(b, t)
+    env += side_channel_env(b, t)
+    res = {t.gpu_k8s["resource"]: gpus}
+    if sc and b.cluster.rdma_resource:  # KV over the NICs: GPUDirect RDMA, not TCP
+        res[b.cluster.rdma_resource] = 1
+    c = {"name": "engine", "image": b.image(), "command": program, "args": args, "env": env,
+         "resources": {"limits": dict(res), "requests": dict(res)}, "volumeMounts": mounts}
+    if sc:
+        c["ports"] = [{"name": "nixl", "containerPort": sc["port"]}]
     if t.facts.offload_gib > 0:  # the prefix cache's host tier: pinned host memory the scheduler must find
         c["resources"]["requests"]["memory"] = f"{math.ceil(t.facts.offload_gib / t.facts.nodes_per_replica)}Gi"
     if t.launch.files:
@@ -48,7 +58,7 @@ def _container(b: Bundle, t: Target, argv, gpus: int, serving: bool) -> dict:
         c["workingDir"] = CONFIG_DIR
     if serving:
         health = {"httpGet": {"path": b.engine["health_path"], "port": PORT}}
-        c["ports"] = [{"name": "http", "containerPort": PORT}]
+        c["ports"] = [{"name": "http", "containerPort": PORT}, *c.get("ports", [])]
         c["startupProbe"] = {**health, "periodSeconds": PROBE_PERIOD_S,
                              "failureThreshold": math.ceil(t.startup_budget_s / PROBE_PERIOD_S)}
         c["readinessProbe"] = {**health, "periodSeconds": 5, "failureThreshold": 3}
@@ -65,21 +75,31 @@ def _pod(b: Bundle, t: Target, argv, gpus: int, serving: bool) -> dict:
             "containers": [_container(b, t, argv, gpus, serving)], "volumes": vols}
 
 
+def scrape_annotations(b: Bundle) -> dict:
+    """Prometheus' pod discovery convention (the kubernetes-pods job of the Prometheus community chart):
+    scrape the engine's /metrics, whose queue gauge the ScaledObject reads. prometheus-operator ignores
+    annotations: docs/deploy.md gives the PodMonitor that selects the same pods."""
+    return {"prometheus.io/scrape": "true", "prometheus.io/port": str(PORT),
+            "prometheus.io/path": b.engine["metrics_path"]}
+
+
 def _workload_object(b: Bundle, t: Target) -> dict:
     labels = _labels(t)
+    scrape = scrape_annotations(b)
     gpus = t.dep.tensor_parallel * t.dep.pipeline_parallel * t.dep.data_parallel
     meta = {"name": t.name, "labels": labels}
     if t.facts.nodes_per_replica == 1:
         return {"apiVersion": "apps/v1", "kind": "Deployment", "metadata": meta,
                 "spec": {"replicas": t.dep.replicas, "selector": {"matchLabels": labels},
-                         "template": {"metadata": {"labels": labels},
+                         "template": {"metadata": {"labels": labels, "annotations": scrape},
                                       "spec": _pod(b, t, t.launch.command, gpus, True)}}}
     per = t.facts.gpus_per_node
     return {"apiVersion": "leaderworkerset.x-k8s.io/v1", "kind": "LeaderWorkerSet", "metadata": meta,
             "spec": {"replicas": t.dep.replicas, "startupPolicy": "LeaderCreated",
                      "leaderWorkerTemplate": {
                          "size": t.facts.nodes_per_replica,
-                         "leaderTemplate": {"metadata": {"labels": {**labels, "trimtab.dev/node": "leader"}},
+                         "leaderTemplate": {"metadata": {"labels": {**labels, "trimtab.dev/node": "leader"},
+                                                         "annotations": scrape},
                                             "spec": _pod(b, t, _k8s_vars(t.launch.command), per, True)},
                          "workerTemplate": {"metadata": {"labels": labels},
                                             "spec": _pod(b, t, _k8s_vars(t.launch.worker_command), per, False)}}}}
@@ -93,18 +113,29 @@ def _service(t: Target) -> dict:
             "spec": {"selector": sel, "ports": [{"name": "http", "port": PORT, "targetPort": PORT}]}}
 
 
+def pod_pattern(t: Target) -> str:
+    """The names of the serving pods of ``t`` and no other deployment's, as PromQL's anchored regex: a
+    Deployment's pods are NAME-<ReplicaSet hash>-<suffix>, a LeaderWorkerSet's leaders NAME-<group index>.
+    ``NAME-.*`` also matched the pods of a deployment whose name extends it (multi-lora: ...-t2k and
+    ...-t2k-l2), summing their queues into this one's."""
+    return f"{t.name}-[0-9]+" if t.facts.nodes_per_replica > 1 else f"{t.name}-[a-z0-9]+-[a-z0-9]+"
+
+
 def _scaler(b: Bundle, t: Target, kind: str, api: str) -> dict:
     metric = b.engine["queue_metric"]["name"]
     sched = getattr(b.plan, "schedule", None)
-    crons = cron_triggers(sched, t.dep.name) if sched is not None else None
+    crons = cron_triggers(sched, t.dep.name, t.startup_s) if sched is not None else None
     obj = {"apiVersion": "keda.sh/v1alpha1", "kind": "ScaledObject",
             "metadata": {"name": t.name, "labels": _labels(t)},
             "spec": {"scaleTargetRef": {"apiVersion": api, "kind": kind, "name": t.name},
                      # The plan's replica count meets the SLO at the planned load: never scale below it.
                      "minReplicaCount": t.dep.replicas, "maxReplicaCount": t.max_replicas,
                      "triggers": [{"type": "prometheus", "metadata": {
-                         "serverAddress": PROMETHEUS,
-                         "query": f'sum({metric}{{pod=~"{t.name}-.*"}})',
+                         "serverAddress": b.cluster.prometheus,
+                         "query": f'sum({metric}{{pod=~"{pod_pattern(t)}"}})',
+                         # no series (Prometheus not scraping the pods) is an error KEDA reports on the
+                         # ScaledObject, not a queue of 0 that holds the minimum under any load
+                         "ignoreNullValues": "false",
                          "threshold": str(t.queue_threshold)}}]}}
     if crons is not None:  # a schedule (docs/online.md): the windows' replicas, started ahead by the start-up time
         obj["spec"]["minReplicaCount"] = min_replicas(sched, t.dep.name)
@@ -125,43 +156,52 @@ def _cache_claim(b: Bundle) -> dict:
     for t in b.targets:
         per_model[t.dep.model] = max(per_model.get(t.dep.model, 0), t.weight_bytes)
     gib = math.ceil(2 * sum(per_model.values()) / GIB) + 10
+    spec = {"accessModes": [b.cluster.access_mode], "resources": {"requests": {"storage": f"{gib}Gi"}}}
+    if b.cluster.storage_class:
+        spec["storageClassName"] = b.cluster.storage_class
     return {"apiVersion": "v1", "kind": "PersistentVolumeClaim", "metadata": {"name": CACHE_CLAIM},
-            "spec": {"accessModes": ["ReadWriteMany"], "resources": {"requests": {"storage": f"{gib}Gi"}}}}
+            "spec": spec}
 
 
 def route_table(b: Bundle) -> dict:
-    """The plan's routes as a router needs them: per workload and prompt-length range, the backends and weights."""
-    names = {t.dep.name: t.name for t in b.targets}
-    buckets = {(w, x.name): x for w, xs in b.plan.buckets.items() for x in xs}
-    out: dict = {}
-    for r in b.plan.routes:
-        x = buckets[(r.workload, r.bucket)]
-        rng = out.setdefault(r.workload, {}).setdefault(r.bucket, {
-            "input_tokens_min": x.input_tokens_min, "input_tokens_max": x.input_tokens_max, "backends": []})
-        be = {"service": names[r.deployment]} if r.deployment else {"prefill": names[r.prefill],
-                                                                    "decode": names[r.decode]}
-        rng["backends"].append({**be, "share": r.share})
-    return {w: [{"bucket": k, **v} for k, v in sorted(bs.items())] for w, bs in sorted(out.items())}
+    """The plan's routes as a router needs them: per workload, contiguous half-open prompt-length ranges from
+    0 to the longest --max-model-len of its backends (``prompt_ranges``), each with its backends (a service,
+    or a prefill/decode pair) and their weights within the range."""
+    def backend(be: tuple[str, ...]) -> dict:
+        return {"service": be[0]} if len(be) == 1 else {"prefill": be[0], "decode": be[1]}
+
+    out = {}
+    for w, rules in prompt_ranges(b).items():
+        out[w] = [{"prompt_tokens_min": r.lo, "prompt_tokens_below": r.hi, "bucket": r.bucket,
+                   "backends": [{**backend(be), "weight": round(wt, 6)}
+                                for be, wt in zip(r.backends, r.weights)]}
+                  for r in rules]
+    return out
+
+
+def gateway_ref(gateway: str) -> dict:
+    """--gateway NAME or NAMESPACE/NAME as an HTTPRoute parentRef."""
+    ns, _, name = gateway.rpartition("/")
+    return {"name": name, **({"namespace": ns} if ns else {})}
 
 
 def _http_routes(b: Bundle) -> list[dict]:
     """Gateway API HTTPRoutes: per workload (matched on a header), weighted backends summing the plan's shares
     over its length buckets. Gateway API cannot match on prompt length or split P/D pairs: routes.yaml holds the
     full table for a router that can (docs/deploy.md)."""
+    names = {t.dep.name: t.name for t in b.targets}
+    shares: dict[str, dict[str, float]] = {}
+    for r in b.plan.routes:
+        if r.deployment:
+            ws = shares.setdefault(r.workload, {})
+            ws[names[r.deployment]] = ws.get(names[r.deployment], 0.0) + r.share
     out = []
-    for w, ranges in route_table(b).items():
-        weights: dict[str, float] = {}
-        for rng in ranges:
-            for be in rng["backends"]:
-                if "service" in be:
-                    weights[be["service"]] = weights.get(be["service"], 0.0) + be["share"]
-        if not weights:
-            continue
+    for w, weights in sorted(shares.items()):
         refs = [{"name": s, "port": PORT, "weight": max(1, round(v * ROUTER_WEIGHT_SCALE))}
                 for s, v in sorted(weights.items())]
         out.append({"apiVersion": "gateway.networking.k8s.io/v1", "kind": "HTTPRoute",
                     "metadata": {"name": k8s_name(f"{w}-route"), "labels": {"app.kubernetes.io/name": APP}},
-                    "spec": {"parentRefs": [{"name": "trimtab-gateway"}],
+                    "spec": {"parentRefs": [gateway_ref(b.cluster.gateway)],
                              "rules": [{"matches": [{"headers": [{"name": WORKLOAD_HEADER, "value": w}]}],
                                         "backendRefs": refs}]}})
     return out
@@ -184,4 +224,34 @@ def manifests(b: Bundle) -> dict[str, list[dict]]:
     table = {"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "trimtab-routes"},
              "data": {"routes.yaml": dump_canonical(route_table(b))}}
     files["router.yaml"] = [table, *_http_routes(b)]
+    if b.cluster.namespace:
+        for objs in files.values():
+            for o in objs:
+                o["metadata"]["namespace"] = b.cluster.namespace
     return files
+
+
+def warnings(b: Bundle) -> list[str]:
+    return no_pd_router(b, "k8s") + network_kv(b) + image_warnings(b)
+
+
+def prerequisites(b: Bundle) -> list[str]:
+    """What the manifests need on the cluster (docs/deploy.md, "--to k8s")."""
+    out = [gpu_prerequisite(b), secret_prerequisite(b),
+           f"a StorageClass ({b.cluster.storage_class or 'the cluster default'}) that provisions "
+           f"{b.cluster.access_mode} volumes, for the claim {CACHE_CLAIM} (--storage-class, --access-mode)"]
+    if any(t.facts.nodes_per_replica > 1 for t in b.targets):
+        out.append("the LeaderWorkerSet controller (lws, leaderworkerset.x-k8s.io/v1) for replicas spanning "
+                   "nodes")
+    if any(t.queue_threshold is not None for t in b.targets):
+        out.append(f"KEDA (keda.sh/v1alpha1 ScaledObject) and Prometheus at {b.cluster.prometheus} "
+                   "(--prometheus) scraping the engine pods: the prometheus.io annotations, or a PodMonitor "
+                   "with prometheus-operator")
+    if _http_routes(b):
+        out.append(f"Gateway API CRDs and a Gateway {b.cluster.gateway} (--gateway) whose listeners admit "
+                   "the HTTPRoutes; clients set the header x-trimtab-workload")
+    if b.cluster.rdma_resource:
+        out.append(f"an RDMA device plugin offering {b.cluster.rdma_resource} on the nodes of P/D pods")
+    if pd_workloads(b):
+        out.append("a P/D router in front of the prefill/decode pairs (routes.yaml): none is emitted")
+    return out

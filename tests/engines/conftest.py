@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 from dataclasses import replace
+from functools import lru_cache
 from pathlib import Path
 
 import pytest
@@ -10,17 +11,22 @@ EXAMPLES = sorted(Path(__file__).resolve().parents[2].joinpath("examples").glob(
 MULTI_NODE = Path(__file__).resolve().parent / "big405b.yaml"  # a replica spanning two nodes (no example does)
 
 
-@pytest.fixture(scope="session")
-def example_plans():
-    """{name: (plan, ir)} for every examples/*.yaml and big405b.yaml, as `trimtab plan` makes them (vLLM)."""
+@lru_cache(maxsize=None)
+def planned(stem: str):
+    """(plan, ir, spec) of one examples/*.yaml (or big405b), as `trimtab plan` makes it (vLLM), planned once
+    per session: tests that need a few examples plan only those."""
     import trimtab
     from trimtab.ir.lower import lower
 
-    out = {}
-    for path in [*EXAMPLES, MULTI_NODE]:
-        spec = trimtab.load_spec(path)
-        out[path.stem] = (trimtab.plan(spec).plan, lower(spec))
-    return out
+    path = next(p for p in [*EXAMPLES, MULTI_NODE] if p.stem == stem)
+    spec = trimtab.load_spec(path)
+    return trimtab.plan(spec).plan, lower(spec), spec
+
+
+@pytest.fixture(scope="session")
+def example_plans():
+    """{name: (plan, ir)} for every examples/*.yaml and big405b.yaml, as `trimtab plan` makes them (vLLM)."""
+    return {path.stem: planned(path.stem)[:2] for path in [*EXAMPLES, MULTI_NODE]}
 
 
 @pytest.fixture(scope="session")
@@ -50,3 +56,9 @@ def _facts(**kw):
                 nodes_per_replica=2, gpus_per_node=8)
     base.update(kw)
     return DeploymentFacts(**base)
+
+
+@pytest.fixture(scope="session")
+def plan_of():
+    """``plan_of(stem) -> (plan, ir, spec)``: one example planned once per session (as example_plans)."""
+    return planned

@@ -100,16 +100,16 @@ def test_deployments_carry_the_plan(example_plans, bundles):
             if w["kind"] == "Deployment":
                 pod = w["spec"]["template"]["spec"]
                 c = pod["containers"][0]
-                assert c["command"] == d.command
+                assert c["command"] + c["args"] == d.command
                 gpus = d.tensor_parallel * d.pipeline_parallel * d.data_parallel
                 assert c["resources"]["limits"]["nvidia.com/gpu"] == gpus
             else:
                 pod = w["spec"]["leaderWorkerTemplate"]["leaderTemplate"]["spec"]
                 c = pod["containers"][0]
                 assert w["spec"]["leaderWorkerTemplate"]["size"] == 2
-                assert "--master-addr=$(LWS_LEADER_ADDRESS)" in c["command"]
+                assert "--master-addr=$(LWS_LEADER_ADDRESS)" in c["args"]
                 worker = w["spec"]["leaderWorkerTemplate"]["workerTemplate"]["spec"]["containers"][0]
-                assert "--node-rank=$(LWS_WORKER_INDEX)" in worker["command"] and "--headless" in worker["command"]
+                assert "--node-rank=$(LWS_WORKER_INDEX)" in worker["args"] and "--headless" in worker["args"]
                 assert c["resources"]["limits"]["nvidia.com/gpu"] == 8
             assert "nvidia.com/gpu.product" in pod["nodeSelector"]
             assert {v["name"] for v in pod["volumes"]} >= {"dshm", "model-cache"}

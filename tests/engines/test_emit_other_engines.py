@@ -36,7 +36,7 @@ def test_manifests_validate_and_carry_the_engine_command(engine_bundle):
     scalers = [o for o in objs if o["kind"] == "ScaledObject"]
     for d in plan.deployments:
         c = deps[d.name]["spec"]["template"]["spec"]["containers"][0]
-        assert c["command"] == d.command
+        assert c["command"] + c["args"] == d.command
         if engine == "trt-llm":
             assert c["workingDir"] == "/etc/trimtab"
             (fname, text), = d.engine_files.items()

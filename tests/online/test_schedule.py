@@ -133,11 +133,11 @@ def test_cron_triggers_realise_a_daily_schedule():
     assert p.schedule.window_s * len(p.schedule.windows) == 86400
     assert min_replicas(p.schedule, TP2) == 0 and min_replicas(p.schedule, TP1) == 0
     lead = -(-STARTUP_S // 60)  # minutes ahead of the window
-    trig = cron_triggers(p.schedule, TP2)
+    trig = cron_triggers(p.schedule, TP2, p.schedule.startup_s[TP2])
     assert trig == [{"type": "cron", "metadata": {"timezone": "Etc/UTC", "start": f"{int(60 - lead)} 11 * * *",
                                                   "end": "0 18 * * *", "desiredReplicas": "1"}}]
     hourly = plan(tiny(), validate=False).plan
-    assert cron_triggers(hourly.schedule, TP2) is None  # 4 hourly windows are not a day: no daily cron
+    assert cron_triggers(hourly.schedule, TP2, 60.0) is None  # 4 hourly windows are not a day: no daily cron
 
 
 def test_servegen_shape_by_hand(tmp_path):

