@@ -11,16 +11,22 @@ EXAMPLES = sorted(Path(__file__).resolve().parents[2].joinpath("examples").glob(
 MULTI_NODE = Path(__file__).resolve().parent / "big405b.yaml"  # a replica spanning two nodes (no example does)
 
 
+GOLDEN = Path(__file__).resolve().parents[1] / "golden"
+
+
 @lru_cache(maxsize=None)
 def planned(stem: str):
-    """(plan, ir, spec) of one examples/*.yaml (or big405b), as `trimtab plan` makes it (vLLM), planned once
-    per session: tests that need a few examples plan only those."""
+    """(plan, ir, spec) of one examples/*.yaml (or big405b), as `trimtab plan` makes it (vLLM), once per
+    session. An example with a golden plan reads it: tests/golden holds each example's plan to those bytes
+    (the day-long schedule's in the slow suite), so planning it again here would only cost minutes."""
     import trimtab
     from trimtab.ir.lower import lower
 
     path = next(p for p in [*EXAMPLES, MULTI_NODE] if p.stem == stem)
     spec = trimtab.load_spec(path)
-    return trimtab.plan(spec).plan, lower(spec), spec
+    golden = GOLDEN / f"{stem}.plan.yaml"
+    plan = trimtab.load_plan(golden) if golden.exists() else trimtab.plan(spec).plan
+    return plan, lower(spec), spec
 
 
 @pytest.fixture(scope="session")
