@@ -10,7 +10,7 @@ from typing import Annotated
 
 import typer
 
-from trimtab.cli.common import TableOrJson, err, out
+from trimtab.cli.common import TableOrJson, err, out, refuse_misses
 
 
 class EmitTarget(str, Enum):
@@ -56,6 +56,9 @@ def emit_cmd(
     rdma_resource: Annotated[str | None, typer.Option(
         "--rdma-resource", help="Extended resource of an RDMA device, requested once by each prefill/decode "
                                 "pod (k8s, llm-d; e.g. rdma/ib); without it emit warns.")] = None,
+    allow_misses: Annotated[bool, typer.Option("--allow-misses", help="Emit a plan written by plan "
+                                               "--allow-misses (marked with misses: its own validation "
+                                               "showed a workload below its SLO).")] = False,
 ) -> None:
     """Write what runs a plan: its engine commands in Kubernetes manifests or docker compose files
     (docs/deploy.md).
@@ -71,7 +74,9 @@ def emit_cmd(
     knobs = dict(namespace=namespace, image=image, storage_class=storage_class, access_mode=access_mode,
                  prometheus=prometheus, gateway=gateway, rdma_resource=rdma_resource)
     cluster = Cluster(**{k: v for k, v in knobs.items() if v is not None})  # unset: Cluster's defaults
-    e = emit(load_plan(plan_path), load_spec(spec), to.value, allow_experimental, cluster)
+    plan = load_plan(plan_path)
+    refuse_misses(plan, plan_path, allow_misses)
+    e = emit(plan, load_spec(spec), to.value, allow_experimental, cluster)
     for w in e.warnings:
         err.print(f"warning: {w}", markup=False)
     if fmt == TableOrJson.table:  # on stderr, so that -o - stays one YAML stream

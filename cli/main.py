@@ -1,24 +1,26 @@
 """The ``trimtab`` command line: thin typer commands over ``trimtab.api``.
 
 Exit codes (docs/errors.md): 0 ok, 1 invalid input, 2 usage, 3 infeasible, 4 no solution within limits,
-5 check failed. Expected errors print one line per problem and no traceback.
+5 check failed, 6 internal, 7 plan misses. Expected errors print one line per problem and no traceback.
 """
 from __future__ import annotations
 
 import json
 import sys
+import time
 from enum import Enum
 from pathlib import Path
 from typing import Annotated, Optional
 
 import typer
 
-from trimtab.cli.common import Fmt, Solver, TableOrJson, TraceFormat, _expected_errors, err, out
+from trimtab.cli.common import (Fmt, Solver, TableOrJson, TraceFormat, _expected_errors, err, misses_lines, out,
+                        process_seconds, refuse_misses)
 from trimtab.cli.emit import emit_cmd
 from trimtab.cli.replan import replan_cmd
 from trimtab.cli.pareto import pareto_cmd
 from trimtab.cli.sweep import sweep_cmd
-from trimtab.errors import ExitCode, InputError, Problem
+from trimtab.errors import ExitCode, InputError, PlanMissesError, Problem
 
 app = typer.Typer(add_completion=True, no_args_is_help=True, rich_markup_mode="rich",
                   context_settings={"help_option_names": ["-h", "--help"]},
@@ -52,8 +54,12 @@ def plan(
     time_limit: Annotated[Optional[float], typer.Option(min=0.01, help="Solver time limit in seconds; overrides solver.time_limit_s.")] = None,
     fmt: Annotated[Fmt, typer.Option("--format", help="Plan file format.")] = Fmt.yaml,
     verbose: Annotated[bool, typer.Option("-v", "--verbose", help="Also print the rounds and seconds per stage, and list pruned candidates and why.")] = False,
+    allow_misses: Annotated[bool, typer.Option("--allow-misses", help="Write the plan even when its own "
+                                               "validation still shows a workload below its SLO (marked with "
+                                               "misses; exit 7 all the same).")] = False,
 ) -> None:
-    """Plan the cheapest deployment that meets every SLO, and write it as YAML (or JSON).
+    """Plan the cheapest deployment that meets every SLO, and write it as YAML (or JSON). A plan whose own
+    validation still shows a miss is not written (exit 7) unless --allow-misses.
 
     Example: trimtab plan examples/quickstart.yaml -o plan.yaml
     """
@@ -61,9 +67,19 @@ def plan(
     from trimtab.contract.write import emit
     from trimtab.cli.render import plan_summary
 
+    t0 = time.perf_counter()
+    up = process_seconds()  # interpreter start-up and imports, before this line
     s = load_spec(spec)
+    t1 = time.perf_counter()
     r = do_plan(s, backend=solver.value if solver else None, time_limit_s=time_limit)
+    t2 = time.perf_counter()
     text = emit(r.plan, fmt.value)
+    # Every stage of the process, so that plan -v accounts for its wall time (the writing itself left out)
+    r.seconds.update({"start-up": up, "read spec": t1 - t0, "emit": time.perf_counter() - t2})
+    r.seconds["total"] = up + (time.perf_counter() - t0)
+    if r.plan.misses and not allow_misses:
+        plan_summary(err, r, verbose)
+        raise PlanMissesError(misses_lines(r.plan) + ["no plan written; --allow-misses writes it, marked"])
     if output is None or str(output) == "-":
         plan_summary(err, r, verbose)
         sys.stdout.write(text)
@@ -72,6 +88,9 @@ def plan(
         output.write_text(text, encoding="utf-8")
         plan_summary(out, r, verbose)
         out.print(f"plan written to {output}")
+    if r.plan.misses:
+        raise PlanMissesError(misses_lines(r.plan) + ["written with --allow-misses, marked with its misses"])
+
 
 
 @app.command()
@@ -101,6 +120,8 @@ def check(
                                                                     "replica's start is issued (default: its "
                                                                     "start-up time, as planned; 0: at the "
                                                                     "boundary).")] = None,
+    allow_misses: Annotated[bool, typer.Option("--allow-misses", help="Check a plan written by plan "
+                                               "--allow-misses (marked with misses).")] = False,
 ) -> None:
     """Verify a plan against a spec: structure, and SLOs by simulation (or by the cost model with --analytic);
     exit 5 on any violation (CI gate). With redundancy n+1 (or --fail-each-node) also with each node removed.
@@ -111,6 +132,7 @@ def check(
     from trimtab.gate.analytic import check as do_check, load_plan
 
     p = load_plan(plan_path)
+    refuse_misses(p, plan_path, allow_misses)
     s = load_spec(spec)
     from trimtab.gate.analytic import plan_references
     from trimtab.ir.lower import lower

@@ -40,7 +40,8 @@ def plan(spec: Spec, *, backend: str | None = None, time_limit_s: float | None =
     attainment is not shown to reach its target (lower 95 % bound; ``trimtab.sim.validate``). One driver
     (``trimtab.planning.driver.drive``) for every spec; adapters and tenants get the LoRA planner."""
     t0 = time.perf_counter()
-    ir = lower(spec, profiles or load_profiles())
+    profiles = profiles or load_profiles()
+    ir = lower(spec, profiles)
     if spec.schedule is not None:  # plans per window (docs/online.md)
         from trimtab.planning.schedule import SchedulePlanner
 
@@ -52,12 +53,13 @@ def plan(spec: Spec, *, backend: str | None = None, time_limit_s: float | None =
         from trimtab.ir.topology import build_topology
 
         return drive(RedundantPlanner(build_topology(spec, ir)), spec, ir, backend=backend,
-                     time_limit_s=time_limit_s, validate=validate, seed=seed, t0=t0)
+                     time_limit_s=time_limit_s, validate=validate, seed=seed, t0=t0, profiles=profiles)
     if ir.lora is not None:
         from trimtab.planning.lora import LoraPlanner as P
     else:
         from trimtab.planning.planners import UnifiedPlanner as P
-    return drive(P(), spec, ir, backend=backend, time_limit_s=time_limit_s, validate=validate, seed=seed, t0=t0)
+    return drive(P(), spec, ir, backend=backend, time_limit_s=time_limit_s, validate=validate, seed=seed,
+                 t0=t0, profiles=profiles)
 
 
 def explain(spec: Spec, *, backend: str | None = None, time_limit_s: float | None = None,
@@ -65,11 +67,11 @@ def explain(spec: Spec, *, backend: str | None = None, time_limit_s: float | Non
     """Why ``spec`` is infeasible and what to relax, or what binds a feasible plan's cost (cost model only), for
     the problem the spec poses: with adapters or tenants, the adapter-placement problem."""
     from trimtab.planning.explain import explain as explain_unified
-    from trimtab.solvers import SolveOptions, get_backend
+    from trimtab.solvers import get_backend, spec_options
 
     ir = lower(spec, profiles or load_profiles())
     be = get_backend(backend or spec.solver.backend)
-    opts = SolveOptions(time_limit_s=time_limit_s or spec.solver.time_limit_s)
+    opts = spec_options(spec, time_limit_s)
     if ir.lora is not None:
         from trimtab.planning.lora import LoraPlanner
 

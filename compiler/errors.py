@@ -20,6 +20,7 @@ class ExitCode(IntEnum):
     NO_SOLUTION = 4
     CHECK_FAILED = 5
     INTERNAL = 6
+    PLAN_MISSES = 7
 
 
 @dataclass(frozen=True, slots=True)
@@ -75,6 +76,13 @@ class CheckFailedError(TrimtabError):
     """A plan violates its spec (raised only by the CLI; the API returns a CheckReport)."""
 
     exit_code = ExitCode.CHECK_FAILED
+
+
+class PlanMissesError(TrimtabError):
+    """The plan's own validation (cost model or simulation) still shows a workload below its SLO: not a plan
+    to deploy unless the user says so (``plan --allow-misses``, which writes it with ``misses`` set)."""
+
+    exit_code = ExitCode.PLAN_MISSES
 
 
 class InternalError(TrimtabError):

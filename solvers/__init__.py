@@ -5,7 +5,7 @@
 """
 from __future__ import annotations
 
-from trimtab.solvers.base import Backend, SolveOptions, SolveResult, Status, Termination
+from trimtab.solvers.base import Backend, SolveOptions, SolveResult, Status, Termination, spec_options
 from trimtab.solvers.model import Constraint, LinExpr, MilpModel, Var
 from trimtab.solvers.cpsat import CpSatBackend
 from trimtab.solvers.pulp_backend import PulpBackend
@@ -25,4 +25,4 @@ def available_backends() -> list[str]:
 
 
 __all__ = ["Backend", "Constraint", "LinExpr", "MilpModel", "SolveOptions", "SolveResult", "Status", "Termination",
-           "Var", "available_backends", "get_backend"]
+           "Var", "available_backends", "get_backend", "spec_options"]

@@ -2,7 +2,7 @@
 from __future__ import annotations
 
 import importlib.util
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from enum import Enum
 
 from trimtab.solvers.model import MilpModel
@@ -22,10 +22,20 @@ class Termination(str, Enum):
     """Why the solver stopped."""
 
     CONVERGED = "converged"
-    TIME_LIMIT = "time_limit"
+    WORK_LIMIT = "work_limit"  # a deterministic limit (nodes, deterministic time): the same answer anywhere
+    TIME_LIMIT = "time_limit"  # the wall-clock safety net: never an answer (it depends on the machine's load)
     INFEASIBLE = "infeasible"
     UNBOUNDED = "unbounded"
     SOLVER_ERROR = "solver_error"
+
+
+# Deterministic work limits: what stops a solve short of its gap, so that the answer is a function of the
+# model. HiGHS: branch-and-bound nodes (mip_max_nodes; one thread). CP-SAT: deterministic time
+# (max_deterministic_time; one worker, a fixed seed). CBC: nodes (maxNodes). The wall-clock ``time_limit_s``
+# is only a safety net: a solve it stops has no answer (Termination.TIME_LIMIT), whatever incumbent it held
+# (docs/solvers.md).
+NODE_LIMIT = 50_000
+DETERMINISTIC_TIME = 30.0
 
 
 @dataclass(frozen=True)
@@ -34,6 +44,20 @@ class SolveOptions:
     mip_rel_gap: float = 1e-4
     threads: int = 1
     verbose: bool = False
+    node_limit: int = NODE_LIMIT
+    deterministic_time: float = DETERMINISTIC_TIME
+
+    def after(self, spent_s: float, **changes) -> "SolveOptions":
+        """These options for a solve after others took ``spent_s`` seconds of the wall-clock safety net (at
+        least 0.01 s left), with ``changes``; the work limits carry over."""
+        return replace(self, time_limit_s=max(self.time_limit_s - spent_s, 0.01), **changes)
+
+
+def spec_options(spec, time_limit_s: float | None = None) -> SolveOptions:
+    """The solve options of a spec (``solver``), the wall-clock safety net overridden by ``time_limit_s``."""
+    nodes = spec.solver.node_limit
+    return SolveOptions(time_limit_s=time_limit_s or spec.solver.time_limit_s,
+                        node_limit=NODE_LIMIT if nodes is None else nodes)
 
 
 @dataclass(frozen=True)
@@ -50,6 +74,13 @@ class SolveResult:
     @property
     def has_solution(self) -> bool:
         return self.status in (Status.OPTIMAL, Status.FEASIBLE)
+
+
+def safety_net(backend: str, options: SolveOptions, secs: float) -> SolveResult:
+    """A solve the wall-clock time limit stopped: no answer, whatever incumbent the solver held (it would
+    depend on the machine's load)."""
+    why = f"the wall-clock time limit ({options.time_limit_s:g} s, a safety net) expired; raise --time-limit"
+    return SolveResult(Status.NO_SOLUTION, Termination.TIME_LIMIT, seconds=secs, backend=backend, message=why)
 
 
 class Backend:

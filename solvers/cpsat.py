@@ -32,15 +32,16 @@ found no feasible point of the quickstart in 20 s; 2**18 solves it in 0.3 s; row
 take ten times as long as 1e4). ``linearization_level
 = 2`` puts the full LP relaxation in the search, which this routing structure needs.
 
-Determinism: one search worker and a fixed random seed, so the same model gives the same solution
-(unless the time limit cuts the search, which depends on wall time).
+Determinism: one search worker, a fixed random seed and a deterministic time limit
+(``max_deterministic_time``), so the same model gives the same solution on any machine; the wall-clock limit
+is a safety net whose expiry gives no solution (``trimtab.solvers.base``).
 """
 from __future__ import annotations
 
 import math
 import time
 
-from trimtab.solvers.base import Backend, SolveOptions, SolveResult, Status, Termination
+from trimtab.solvers.base import Backend, SolveOptions, SolveResult, Status, Termination, safety_net
 from trimtab.solvers.model import MilpModel
 
 SEED = 20240601
@@ -95,20 +96,25 @@ class CpSatBackend(Backend):
         p.num_workers = 1
         p.linearization_level = 2
         p.random_seed = SEED
-        p.max_time_in_seconds = max(options.time_limit_s, 0.01)
+        p.max_deterministic_time = options.deterministic_time  # the limit that may decide the answer
+        p.max_time_in_seconds = max(options.time_limit_s, 0.01)  # the safety net: never an answer
         p.relative_gap_limit = options.mip_rel_gap
         p.log_search_progress = options.verbose
         st = solver.solve(cp)
         secs = time.perf_counter() - t0
-        hit_limit = secs >= options.time_limit_s * 0.98
+        net = solver.deterministic_time < p.max_deterministic_time  # short of its work limit: the safety net
+        if st not in (cp_model.OPTIMAL, cp_model.INFEASIBLE) and net:
+            return safety_net(self.name, options, secs)
         if st == cp_model.INFEASIBLE:
             return SolveResult(Status.INFEASIBLE, Termination.INFEASIBLE, seconds=secs, backend=self.name)
         if st == cp_model.MODEL_INVALID:
             return SolveResult(Status.ERROR, Termination.SOLVER_ERROR, seconds=secs, backend=self.name,
                                message=cp.validate() or "model invalid")
-        if st not in (cp_model.OPTIMAL, cp_model.FEASIBLE):
-            return SolveResult(Status.NO_SOLUTION, Termination.TIME_LIMIT if hit_limit else Termination.SOLVER_ERROR,
-                               seconds=secs, backend=self.name, message=f"cp-sat status {solver.status_name(st)}")
+        if st not in (cp_model.OPTIMAL, cp_model.FEASIBLE):  # UNKNOWN: the deterministic limit, no solution
+            return SolveResult(Status.NO_SOLUTION, Termination.WORK_LIMIT if st == cp_model.UNKNOWN
+                               else Termination.SOLVER_ERROR, seconds=secs, backend=self.name,
+                               message=f"cp-sat status {solver.status_name(st)} (max_deterministic_time "
+                                       f"{options.deterministic_time:g})")
         values = {}
         for name, var in iv.items():
             x = solver.value(var)
@@ -120,8 +126,7 @@ class CpSatBackend(Backend):
             return SolveResult(Status.OPTIMAL if gap <= options.mip_rel_gap + 1e-12 else Status.FEASIBLE,
                                Termination.CONVERGED, values, objective, gap, secs, self.name)
         gap = _gap(solver.objective_value, solver.best_objective_bound)
-        return SolveResult(Status.FEASIBLE, Termination.TIME_LIMIT if hit_limit else Termination.CONVERGED, values,
-                           objective, gap, secs, self.name)
+        return SolveResult(Status.FEASIBLE, Termination.WORK_LIMIT, values, objective, gap, secs, self.name)
 
 
 def _gap(obj: float, bound: float) -> float:

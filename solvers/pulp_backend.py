@@ -1,7 +1,9 @@
 """PuLP backend for HiGHS (through highspy) and CBC (bundled with PuLP).
 
-PuLP's ``prob.status`` can say "Optimal" after a time limit (coin-or/pulp #383, #711); we read
-``sol_status`` too and report ``feasible`` with the gap unless optimality is proven.
+HiGHS: PuLP builds the model, and its status and solution are read from highspy itself (``_highs``). CBC:
+PuLP's ``prob.status`` can say "Optimal" after a time limit (coin-or/pulp #383, #711); we read ``sol_status``
+too and report ``feasible`` unless optimality is proven. Both stop short of the gap only at a node limit
+(deterministic); the wall-clock time limit is a safety net whose expiry gives no answer (``trimtab.solvers.base``).
 """
 from __future__ import annotations
 
@@ -10,7 +12,7 @@ import os
 import sys
 import time
 
-from trimtab.solvers.base import Backend, SolveOptions, SolveResult, Status, Termination
+from trimtab.solvers.base import Backend, SolveOptions, SolveResult, Status, Termination, safety_net
 from trimtab.solvers.model import MilpModel
 
 
@@ -25,10 +27,11 @@ class PulpBackend(Backend):
         import pulp
 
         if self.name == "highs":
+            # One thread and a node limit: the same model gives the same answer on any machine (trimtab.solvers.base).
             return pulp.HiGHS(msg=options.verbose, timeLimit=options.time_limit_s, gapRel=options.mip_rel_gap,
-                              threads=options.threads)
+                              threads=options.threads, mip_max_nodes=options.node_limit)
         return pulp.PULP_CBC_CMD(msg=options.verbose, timeLimit=options.time_limit_s, gapRel=options.mip_rel_gap,
-                                 threads=options.threads)
+                                 threads=options.threads, maxNodes=options.node_limit)
 
     def solve(self, model: MilpModel, options: SolveOptions) -> SolveResult:
         import pulp
@@ -44,6 +47,8 @@ class PulpBackend(Backend):
             lhs = _affine(pulp, pv, c.expr)
             prob += (lhs <= c.rhs if c.sense == "<=" else lhs >= c.rhs if c.sense == ">=" else lhs == c.rhs), f"c{i}"
         t0 = time.perf_counter()
+        if self.name == "highs":
+            return self._highs(model, prob, pv, options, t0)
         try:
             with _quiet(not options.verbose):
                 prob.solve(self._solver(options))
@@ -54,30 +59,61 @@ class PulpBackend(Backend):
         status, sol = prob.status, prob.sol_status
         values = {n: (v.value() or 0.0) for n, v in pv.items()}
         obj = pulp.value(prob.objective)
-        hit_limit = secs >= options.time_limit_s * 0.98
+        if secs >= options.time_limit_s * 0.98:  # CBC says no more: the safety net is never an answer
+            return safety_net(self.name, options, secs)
         if status == pulp.LpStatusInfeasible or sol == pulp.LpSolutionInfeasible:
             return SolveResult(Status.INFEASIBLE, Termination.INFEASIBLE, seconds=secs, backend=self.name)
         if status == pulp.LpStatusUnbounded or sol == pulp.LpSolutionUnbounded:
             return SolveResult(Status.NO_SOLUTION, Termination.UNBOUNDED, seconds=secs, backend=self.name)
-        if sol == pulp.LpSolutionOptimal and not hit_limit:
+        if sol == pulp.LpSolutionOptimal:
             return SolveResult(Status.OPTIMAL, Termination.CONVERGED, values, obj, 0.0, secs, self.name)
-        if sol in (pulp.LpSolutionIntegerFeasible, pulp.LpSolutionOptimal) and obj is not None:
-            gap = self._gap(prob, obj)
-            return SolveResult(Status.FEASIBLE, Termination.TIME_LIMIT if hit_limit else Termination.CONVERGED,
-                               values, obj, gap, secs, self.name)
-        return SolveResult(Status.NO_SOLUTION, Termination.TIME_LIMIT if hit_limit else Termination.SOLVER_ERROR,
-                           seconds=secs, backend=self.name, message=f"pulp status {pulp.LpStatus[status]}")
+        if sol == pulp.LpSolutionIntegerFeasible and obj is not None:  # stopped at the node limit
+            return SolveResult(Status.FEASIBLE, Termination.WORK_LIMIT, values, obj, None, secs, self.name)
+        return SolveResult(Status.NO_SOLUTION, Termination.SOLVER_ERROR, seconds=secs, backend=self.name,
+                           message=f"pulp status {pulp.LpStatus[status]}")
 
-    def _gap(self, prob, obj: float) -> float | None:
-        """Relative gap from HiGHS' dual bound when available; unknown (None) otherwise."""
-        solver_model = getattr(prob, "solverModel", None)
-        if solver_model is not None:
-            try:
-                info = solver_model.getInfo()
-                return float(info.mip_gap)
-            except Exception:  # noqa: BLE001 - gap is optional information
-                return None
-        return None
+    def _highs(self, model: MilpModel, prob, pv: dict, options: SolveOptions, t0: float) -> SolveResult:
+        """Build and run HiGHS through PuLP, and read its own model status and solution: PuLP's reader indexes
+        a solution HiGHS never produced when it stops without one (IndexError) and knows no status of the node
+        limit (kSolutionLimit)."""
+        import highspy
+
+        solver = self._solver(options)
+        with _quiet(not options.verbose):
+            solver.createAndConfigureSolver(prob)
+            solver.buildSolverModel(prob)
+            solver.callSolver(prob)
+        secs = time.perf_counter() - t0
+        h = prob.solverModel
+        st, info = h.getModelStatus(), h.getInfo()
+        S = highspy.HighsModelStatus
+        why = h.modelStatusToString(st)
+        if st == S.kTimeLimit:
+            return safety_net(self.name, options, secs)
+        if st in (S.kInfeasible, S.kUnboundedOrInfeasible):
+            return SolveResult(Status.INFEASIBLE, Termination.INFEASIBLE, seconds=secs, backend=self.name)
+        if st == S.kUnbounded:
+            return SolveResult(Status.NO_SOLUTION, Termination.UNBOUNDED, seconds=secs, backend=self.name)
+        work = st in (S.kSolutionLimit, S.kIterationLimit)  # the node limit (or an LP's iteration limit)
+        solved = int(info.primal_solution_status) == int(highspy.kSolutionStatusFeasible)  # a point held
+        if not ((st == S.kOptimal or work) and solved):
+            term = Termination.WORK_LIMIT if work else Termination.SOLVER_ERROR
+            limit = f" (mip_max_nodes {options.node_limit})" if work else ""
+            return SolveResult(Status.NO_SOLUTION, term, seconds=secs, backend=self.name,
+                               message=f"HiGHS stopped without a solution: {why}{limit}")
+        col = list(h.getSolution().col_value)
+        values = {n: 0.0 for n in pv}
+        for n, v in pv.items():
+            i = getattr(v, "index", None)  # (PuLP leaves out a variable no row or objective uses)
+            if i is not None and i < len(col):
+                values[n] = col[i]
+        obj = model.evaluate(model.objective, values)
+        if st == S.kOptimal:
+            return SolveResult(Status.OPTIMAL, Termination.CONVERGED, values, obj, 0.0, secs, self.name)
+        gap = float(info.mip_gap) if info.mip_gap < float("inf") else None
+        return SolveResult(Status.FEASIBLE, Termination.WORK_LIMIT, values, obj, gap, secs, self.name,
+                           f"HiGHS stopped at its work limit: {why} (mip_max_nodes {options.node_limit})")
+
 
 
 @contextlib.contextmanager

@@ -228,6 +228,10 @@ class Plan(_Strict):
     predictions: dict[str, Prediction]
     buckets: dict[str, list[Bucket]]
     warnings: list[str] = []
+    misses: list[str] = Field(default=[], description="workloads the planner's own validation (cost model "
+                              "or simulation) still shows below their SLO, the reasons under warnings; "
+                              "written only by plan --allow-misses, and check and emit refuse such a plan "
+                              "unless given --allow-misses too (omitted when empty)")
     simulation: Simulation | None = Field(default=None, description="validation by simulation; null when skipped")
     adapter_routes: list[AdapterRoute] = Field(default=[], description="multi-LoRA plans: routes by adapter "
                                                                        "(omitted when empty)")

@@ -45,6 +45,8 @@ def plan_to_data(plan: Plan) -> dict:
         for k in ("worker_command", "engine_files"):  # multi-node replicas / TensorRT-LLM only
             if not d.get(k):
                 d.pop(k, None)
+    if not data.get("misses"):  # a plan its own validation found missing only (plan --allow-misses)
+        data.pop("misses", None)
     data["solver"].pop("seconds", None)  # wall time: not reproducible, never written (plan/schema.SolverInfo)
     if data.get("simulation") and not data["simulation"].get("undersampled"):  # rare workloads only
         data["simulation"].pop("undersampled", None)

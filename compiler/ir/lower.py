@@ -35,6 +35,8 @@ def spec_hash(spec: Spec, profiles: ProfileSet) -> str:
                          for w in data["workloads"]]
     if data.get("schedule", 0) is None:
         del data["schedule"]
+    if data["solver"].get("node_limit", 0) is None:  # specs without a node limit keep their hash
+        del data["solver"]["node_limit"]
     if data.get("redundancy") == "none":  # specs without redundancy keep the hash they had before it existed
         del data["redundancy"]
     tiers = spec.defaults.kv_tiers != "off"

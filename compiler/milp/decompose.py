@@ -49,6 +49,7 @@ def solve_split(ir: ProblemIR, cands: CandidateSet, backend: Backend, options: S
     derate = derate or {}
     parts: dict[str, SolveResult] = {}
     spent = 0.0
+    stopped: list[SolveResult] = []  # a part the wall-clock safety net stopped: the answer of the whole split
 
     def part(w, price: float = 0.0, gpu: str = "") -> SolveResult | None:
         """Workload ``w``'s MILP, the candidates on ``gpu`` at ``price`` more per GPU-hour (``_price_out``)."""
@@ -65,10 +66,10 @@ def solve_split(ir: ProblemIR, cands: CandidateSet, backend: Backend, options: S
         sub = replace(cands, candidates=cs, pruned=(), best=())
         if pd:
             sub = replace(sub, disagg=pds)
-        left = max(options.time_limit_s - spent, 0.01)
-        r = backend.solve(formulate(replace(ir, workloads=(w,)), sub, derate),
-                          SolveOptions(left, options.mip_rel_gap, options.threads, options.verbose))
+        r = backend.solve(formulate(replace(ir, workloads=(w,)), sub, derate), options.after(spent))
         spent += r.seconds
+        if r.termination == Termination.TIME_LIMIT:  # the safety net: no answer, nor a whole solve after it
+            stopped.append(replace(r, seconds=spent))
         if memo is not None and r.status == Status.OPTIMAL and r.termination == Termination.CONVERGED:
             memo[key] = (ir, cands, r)
         return r if r.has_solution and r.objective is not None else None  # None: the whole solve says why
@@ -76,7 +77,7 @@ def solve_split(ir: ProblemIR, cands: CandidateSet, backend: Backend, options: S
     for w in ir.workloads:
         r = part(w)
         if r is None:
-            return None
+            return stopped[0] if stopped else None
         parts[w.name] = r
     used = _used(cands.candidates + pd, parts)
     over = [p for p in ir.gpus if used.get(p.type, 0) > p.count]
@@ -90,6 +91,8 @@ def solve_split(ir: ProblemIR, cands: CandidateSet, backend: Backend, options: S
         if len(over) > 1 or ir.budget_usd_per_hour is not None:
             return None
         priced = _price_out(ir, over[0], cands.candidates + pd, parts, part, options.mip_rel_gap)
+        if stopped:
+            return stopped[0]
         if priced is None:
             return None
         parts, gap_bound, lam = priced
@@ -110,7 +113,7 @@ def solve_split(ir: ProblemIR, cands: CandidateSet, backend: Backend, options: S
     gap = None if any(g is None for g in gaps) else max(gaps, default=0.0)
     if gap is not None and gap_bound is not None:
         gap = max(gap, gap_bound)
-    term = Termination.TIME_LIMIT if Termination.TIME_LIMIT in terms else Termination.CONVERGED
+    term = Termination.WORK_LIMIT if Termination.WORK_LIMIT in terms else Termination.CONVERGED
     return SolveResult(status, term, values, objective, gap, spent, backend.name, note)
 
 

@@ -29,7 +29,7 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 
 from trimtab.deployment.shape import DeploymentSpecView, stage_parts
-from trimtab.errors import InfeasibleError
+from trimtab.errors import InfeasibleError, NoSolutionError
 from trimtab.ir.topology import Topology
 
 
@@ -248,13 +248,17 @@ def _solve_cpsat(deps: list[DeploymentSpecView], bins: list, time_limit_s: float
     solver = cp_model.CpSolver()
     solver.parameters.num_workers = 1
     solver.parameters.random_seed = 0
-    solver.parameters.max_time_in_seconds = time_limit_s
+    solver.parameters.max_deterministic_time = time_limit_s  # the limit that may decide the placement
+    solver.parameters.max_time_in_seconds = 10 * time_limit_s  # a safety net: never a placement
     status = solver.solve(m)
+    if status != cp_model.OPTIMAL and solver.wall_time >= 0.98 * solver.parameters.max_time_in_seconds:
+        raise NoSolutionError([f"placement: the wall-clock safety net ({10 * time_limit_s:g} s) expired"])
     if status not in (cp_model.OPTIMAL, cp_model.FEASIBLE):
         if status == cp_model.INFEASIBLE:
             raise InfeasibleError(["no placement exists: the tensor-parallel groups cannot be packed into the "
                                    "nodes' NVLink domains (fragmentation); give nodes larger domains or more GPUs"])
-        raise InfeasibleError([f"no placement found within {time_limit_s:g} s ({solver.status_name(status)})"])
+        raise InfeasibleError([f"no placement found within {time_limit_s:g} deterministic s "
+                               f"({solver.status_name(status)})"])
     return {key: int(solver.value(v)) for key, v in cnt.items() if solver.value(v)}
 
 

@@ -12,7 +12,7 @@ from trimtab.milp.decompose import solve_split
 from trimtab.deployment.shape import CandidateSet
 from trimtab.milp.formulate import GOODPUT_TOL, formulate, n_var
 from trimtab.ir.model import ProblemIR
-from trimtab.solvers.base import Backend, SolveOptions, SolveResult, Status
+from trimtab.solvers.base import Backend, SolveOptions, SolveResult, Status, Termination
 
 
 def util_var(workload: str) -> str:
@@ -62,8 +62,9 @@ def solve_balance(m, rows, util: dict[str, str], backend: Backend, options: Solv
     m.constraints = rows
     m.objective = tuple((u, 1.0) for u in sorted(util.values()))
     m.sense = "min"
-    left = max(options.time_limit_s - res.seconds, 1.0)
-    bal = backend.solve(m, SolveOptions(left, options.mip_rel_gap, options.threads, options.verbose))
+    bal = backend.solve(m, options.after(res.seconds))
+    if bal.termination == Termination.TIME_LIMIT:  # the safety net: no answer, nor the MILP's routes
+        return replace(bal, seconds=res.seconds + bal.seconds)
     if not bal.has_solution:
         return replace(res, seconds=res.seconds + bal.seconds)
     values = dict(res.values)
@@ -89,9 +90,10 @@ def two_stage(model, backend: Backend, options: SolveOptions) -> SolveResult:
     first = backend.solve(model(None), options)
     if not first.has_solution:
         return first
-    left = max(options.time_limit_s - first.seconds, 0.01)
     floor = (first.objective or 0.0) * (1 - GOODPUT_TOL)
-    second = backend.solve(model(floor), SolveOptions(left, options.mip_rel_gap, options.threads, options.verbose))
+    second = backend.solve(model(floor), options.after(first.seconds))
+    if second.termination == Termination.TIME_LIMIT:  # the safety net: no answer (trimtab.solvers.base)
+        return replace(second, seconds=first.seconds + second.seconds)
     if not second.has_solution:  # keep stage 1's plan: it serves the most, maybe not at the lowest cost
         return replace(first, seconds=first.seconds + second.seconds)
     gaps = [g for g in (first.gap, second.gap) if g is not None]

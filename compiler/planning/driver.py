@@ -13,7 +13,7 @@ loop and nothing else: each round is a function of the derates it is given, and 
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any, Protocol
 
 from trimtab.milp.assess import Assessment
@@ -23,9 +23,9 @@ from trimtab.util.jobs import gc_paused
 from trimtab.contract.schema import Plan
 from trimtab.planning.rounds import (LORA_PREFIX, MAX_ROUNDS, SIM_ROUNDS, derate_analytic, derate_breaches,
                                      family_of,
-                             first_try_worth, lowest, misses_of, prior_derates, prior_on_miss, simulate_and_derate,
-                             simulate_past_misses, stuck)
-from trimtab.solvers import SolveOptions, SolveResult, get_backend
+                             first_try_worth, lowest, misses_of, prior_derates, prior_on_miss, probe_derates,
+                             simulate_and_derate, simulate_past_misses, stuck)
+from trimtab.solvers import SolveOptions, SolveResult, Status, Termination, get_backend, spec_options
 
 
 @dataclass(frozen=True)
@@ -78,7 +78,7 @@ class Planner(Protocol):
 
 @gc_paused()
 def drive(planner: Planner, spec, ir: ProblemIR, *, backend: str | None = None, time_limit_s: float | None = None,
-          validate: bool = True, seed: int = 0, t0: float | None = None) -> PlanResult:
+          validate: bool = True, seed: int = 0, t0: float | None = None, profiles: Any = None) -> PlanResult:
     """Cheapest plan meeting every SLO. Raises InfeasibleError (exit 3) or NoSolutionError (exit 4).
 
     Rounds: solve on the cost model's capacities; a plan over the speed-of-light bound (``trimtab.cost.physics``) is
@@ -118,7 +118,7 @@ def drive(planner: Planner, spec, ir: ProblemIR, *, backend: str | None = None, 
     if problems:
         raise InfeasibleError(problems)
     be = get_backend(backend or spec.solver.backend)
-    opts = SolveOptions(time_limit_s=time_limit_s or spec.solver.time_limit_s)
+    opts = spec_options(spec, time_limit_s)
     simulated = validate and ir.objective != "max_goodput"
     peers = planner.peers(cands) if simulated else {}
     # Where the simulation will judge the plan and a first plan on the cost model's own capacities misses, go
@@ -131,6 +131,7 @@ def drive(planner: Planner, spec, ir: ProblemIR, *, backend: str | None = None, 
     past_misses = simulate_past_misses(ir)  # an analytic miss is simulated in the same round, not re-solved first
     if prior and getattr(planner, "simulate", None) is None and not per_workload and not first_try_worth(ir):
         derate, with_prior = dict(prior), (dict(prior), {})  # many workloads: the cheap first plan would miss
+    start = dict(derate)  # the first solve's derates (single_types' bounds)
     solve_s = 0.0
     sim_s = 0.0
     sim_rounds = 0
@@ -140,34 +141,45 @@ def drive(planner: Planner, spec, ir: ProblemIR, *, backend: str | None = None, 
     runs = RunCache()  # deployment runs a round's simulation can take from the last one (trimtab.sim.reuse)
     last_sim = None
     missed: dict[str, tuple[str, float, float]] = {}  # workload -> its last simulated miss (trimtab.planning.rounds.stuck)
-    best = None
+    best = None  # (plan, assessment, result, round, simulation) of the last plan solved outside the probe
+    confirmed: list[tuple] = []  # (cost, round, plan, assessment, result, simulation) of each plan confirmed
+    # this round re-solves at trimtab.planning.rounds.probe_derates after a plan was confirmed
+    probing = False
     warnings = list(ir.warnings)
-    for rnd in range(1, MAX_ROUNDS + (SIM_ROUNDS if validate else 0) + 1):
-        left = SolveOptions(max(opts.time_limit_s - solve_s, 0.01), opts.mip_rel_gap, opts.threads)
+    last_round = MAX_ROUNDS + (SIM_ROUNDS if validate else 0)
+    solved_on: set[str] = set()  # the GPU types of every plan the rounds solved
+    for rnd in range(1, last_round + 2):
+        if rnd > last_round and not probing:
+            break  # one round past the limit: the probe's only
+        left = opts.after(solve_s)
         solved_with = derate
         res = planner.solve(ir, cands, derate, be, left)
         solve_s += res.seconds
+        cheapest = min((c[4].objective for c in confirmed), default=None)
+        if probing and not (res.has_solution and res.objective < cheapest - 1e-6):
+            break  # the probe finds nothing cheaper than the plans confirmed: nothing to simulate
         if not res.has_solution:
+            if res.status != Status.INFEASIBLE:  # a solver that stopped without an answer is one (exit 4)
+                raise NoSolutionError(no_solution_lines(be.name, res, rnd))
             if with_prior is not None and derate == with_prior[0]:
                 derate = with_prior[1]  # the prior asks for more GPUs or budget than the spec has: rounds decide alone
                 with_prior = (None, None)  # tried once
                 continue
             if best is not None:
-                break  # keep the last plan; its misses are stated below
-            if res.status.value == "infeasible":
-                raise InfeasibleError(planner.infeasible(ir, cands, be, opts))
-            raise NoSolutionError([f"solver {be.name} stopped without a plan ({res.termination.value}"
-                                   + (f": {res.message}" if res.message else "") + f") after {res.seconds:.1f} s;"
-                                   " raise --time-limit or try --solver cbc"])
+                break  # the corrections ask for more than the spec has: the last plan, its misses stated
+            raise InfeasibleError(planner.infeasible(ir, cands, be, opts))
         plan_, a = planner.build(ir, cands, res, rnd, warnings)
-        best = (plan_, a, res, rnd)
-        last_sim = None
+        solved_on |= {g for g, n in plan_.gpus.items() if n}
         fill = planner.fill(cands, res, derate)  # (of the derates this plan was solved with)
         broken = breaches(plan_, ir)
+        misses = a.misses()
+        if probing and (broken or misses):
+            break  # the probe's plan is kept only as it is, confirmed
+        if not probing:
+            best = (plan_, a, res, rnd, None)
         if broken:  # over the speed-of-light bound: re-solve within it before judging SLOs (derate_breaches)
             derate = derate_breaches(broken, derate, fill)
             continue
-        misses = a.misses()
         own = getattr(planner, "simulate", None)  # a schedule simulates every window, derates per window
         analytic = None  # the analytic corrections of this round's misses
         if misses:
@@ -177,6 +189,7 @@ def drive(planner: Planner, spec, ir: ProblemIR, *, backend: str | None = None, 
                 continue
             # many workloads: the simulation would miss too; take its corrections in this round (simulate_past_misses)
         if not simulated:
+            confirmed.append((plan_.cost_usd_per_hour, rnd, plan_, a, res, None))
             break  # (the simulator offers every workload's full rate; a goodput plan serves part of it)
         ts = time.perf_counter()
         if own is not None:
@@ -188,12 +201,22 @@ def drive(planner: Planner, spec, ir: ProblemIR, *, backend: str | None = None, 
             missed = {**missed, **now}
         sim_s += time.perf_counter() - ts
         simulations += 1
+        if probing:
+            if last_sim.ok:
+                confirmed.append((plan_.cost_usd_per_hour, rnd, plan_, a, res, last_sim))
+            break
+        best = (plan_, a, res, rnd, last_sim)
         if analytic is not None:
             derate = lowest(derate, analytic)
             if last_sim.ok:
                 continue  # the assessment's misses alone: re-solve on its corrections
         elif last_sim.ok:
-            break
+            confirmed.append((plan_.cost_usd_per_hour, rnd, plan_, a, res, last_sim))
+            derate = probe_derates(solved_with, prior if own is None else {}, missed, peers)
+            if derate == solved_with:
+                break
+            probing = True  # a cheaper plan may pass where the rounds lowered capacities on others' evidence
+            continue
         sim_rounds += 1
         if per_workload and prior and own is None and with_prior != (None, None):
             alone = derate  # the candidates of the workloads this round did not confirm at most at the prior
@@ -208,18 +231,113 @@ def drive(planner: Planner, spec, ir: ProblemIR, *, backend: str | None = None, 
             # requests in the run for its bound to reach the target at 100 % attainment). The next solve would get
             # the same derates, return this plan and the same seeds the same verdict: stop, with its misses stated.
             break
-    plan_, a, res, rnd = best
+    # "assess": the time after the candidates outside the solver and the simulator (prechecks, building and
+    # assessing each round's plan), so that the stages add up to the total
+    assess_s = time.perf_counter() - t2 - solve_s - sim_s
+    seconds = {"lower": t1 - t0, "candidates": t2 - t1, "solve": solve_s, "simulate": sim_s,
+               "assess": assess_s}
+    alone = None  # the cheapest plan confirmed on one GPU type alone, if cheaper than the rest (single_types)
+    # (not for schedules, which simulate their own way, nor n+1 specs, whose planner holds the whole fleet)
+    own = getattr(planner, "simulate", None)
+    if confirmed and len(ir.gpus) > 1 and own is None and ir.redundancy != "n+1":
+        ts = time.perf_counter()
+        alone = single_types(planner, spec, ir, cands, be, opts.after(solve_s), validate, seed,
+                             min(c[0] for c in confirmed), solved_on, start, profiles)
+        seconds["single types"] = time.perf_counter() - ts
+    if alone is not None:
+        plan_, a, res = alone.plan, alone.assessment, alone.solve
+    elif confirmed:  # the cheapest plan confirmed (the earliest of equal cost)
+        _, rnd, plan_, a, res, last_sim = min(confirmed, key=lambda c: (c[0], c[1]))
+    else:
+        plan_, a, res, rnd, last_sim = best
     extra = [f"{p.workload}: could not be brought within its SLO after {rnd} rounds ({p.reason})" for p in a.misses()]
+    missing = sorted({p.workload for p in a.misses()})
     if not extra and last_sim is not None and not last_sim.ok:
         extra = [f"{line.removeprefix('workload ')}; not brought within its SLO by simulation after {rnd} rounds"
                  for line in last_sim.failures()]
-    if extra:
-        plan_, a = planner.build(ir, cands, res, rnd, warnings + extra)
-    plan_ = finish_plan(plan_, spec, ir, last_sim, sim_requests, sim_rounds)
+        missing = sorted(n for n in last_sim.intervals if not last_sim.accepted(n))
+    ts = time.perf_counter()
+    if alone is None:
+        if extra:
+            plan_, a = planner.build(ir, cands, res, rnd, warnings + extra)
+        plan_ = finish_plan(plan_, spec, ir, last_sim, sim_requests, sim_rounds)
+        if missing:  # not a plan to deploy: the CLI writes it only with --allow-misses (PlanMissesError)
+            plan_ = plan_.model_copy(update={"misses": missing})
     t3 = time.perf_counter()
-    return PlanResult(plan_, ir, planner.candidate_set(cands), a, res, rnd,
-                      {"lower": t1 - t0, "candidates": t2 - t1, "solve": solve_s, "simulate": sim_s, "total": t3 - t0},
-                      (runs.hits, runs.misses), simulations)
+    seconds.update({"finish": t3 - ts, "total": t3 - t0})
+    hits, ran = (runs.hits + alone.sim_runs[0], runs.misses + alone.sim_runs[1]) if alone else (runs.hits,
+                                                                                                runs.misses)
+    return PlanResult(plan_, ir, planner.candidate_set(cands), a, res, alone.rounds if alone else rnd,
+                      seconds, (hits, ran), simulations + (alone.simulations if alone else 0))
+
+
+def only_type(ir: ProblemIR, gpu: str) -> ProblemIR:
+    """``ir`` with every GPU type but ``gpu`` at count 0: its solves buy that type alone (candidates stay)."""
+    return replace(ir, gpus=tuple(g if g.type == gpu else replace(g, count=0) for g in ir.gpus))
+
+
+def single_types(planner: Planner, spec, ir: ProblemIR, cands, be, opts: SolveOptions, validate: bool,
+                 seed: int, cost: float, solved_on: set[str], start: dict[str, float], profiles
+                 ) -> PlanResult | None:
+    """The cheapest plan the rounds confirm on one GPU type alone, where it costs less than ``cost`` (the
+    cheapest confirmed on every type together); None if there is none. Why: the corrections after a simulated
+    miss lower every shape of the missing workload (``trimtab.planning.rounds``), so a miss on one type can
+    price out
+    another type that the rounds, offered it alone, confirm at the model's capacity: more choice gave a dearer
+    plan (a 7B chat on L4, A10G, A100 and H100 against L4 alone). A type is planned (the spec offering it
+    alone, its own candidates and rounds: the plan `plan` gives that spec, ties between equal costs broken the
+    same way) only while its optimum on ``cands`` at the first solve's derates (``start``; the rounds only
+    lower them, so a lower bound of its plan) is below the best cost so far, cheapest bound first: one solve
+    per type where none can win. Where every plan the rounds solved (``solved_on``) used one type alone, the
+    rounds on that type alone would solve the same plans: it is left out."""
+    bounds = []
+    for g in ir.gpus:
+        if g.count <= 0 or solved_on == {g.type}:
+            continue
+        res = planner.solve(only_type(ir, g.type), cands, start, be, opts)
+        if res.termination == Termination.TIME_LIMIT:
+            raise NoSolutionError(no_solution_lines(be.name, res, 0))
+        if res.has_solution and res.objective is not None and res.objective < cost - 1e-6:
+            bounds.append((res.objective, g.type))
+    from trimtab.ir.lower import lower
+    from trimtab.profiles.loader import load_profiles
+
+    profiles = profiles or load_profiles()
+    best = None
+    for bound, gpu in sorted(bounds):
+        if bound >= cost - 1e-6:
+            break
+        # The spec offering this type alone, planned as such: the same answer as `plan` gives it (ties between
+        # plans of equal cost included, which the solver breaks by the model it is given)
+        one = spec.model_copy(update={"gpus": [g for g in spec.gpus if g.type == gpu],
+                                      "nodes": None if spec.nodes is None else
+                                      [n for n in spec.nodes if n.gpu == gpu] or None})
+        if spec.nodes is not None and one.nodes is None:
+            continue
+        try:
+            ir_one = lower(one, profiles)
+            r = drive(planner, one, ir_one, backend=be.name, time_limit_s=opts.time_limit_s,
+                      validate=validate, seed=seed, profiles=profiles)
+        except InfeasibleError:
+            continue  # (the derates ask for more of the type than the spec has)
+        except NoSolutionError as exc:
+            if any("safety net" in line for line in exc.lines):
+                raise  # the wall clock never decides (trimtab.solvers.base)
+            continue  # a work limit on this type alone: deterministic, and the plan on every type stands
+        if not r.plan.misses and r.plan.cost_usd_per_hour < cost - 1e-6:
+            best, cost = replace(r, plan=r.plan.model_copy(update={"input_hash": ir.input_hash})), \
+                r.plan.cost_usd_per_hour
+    return best
+
+
+def no_solution_lines(backend: str, res: SolveResult, rnd: int) -> list[str]:
+    """What ``NoSolutionError`` says of a solve that stopped without a solution: why, and what to try."""
+    what = {Termination.TIME_LIMIT: "raise --time-limit",
+            Termination.WORK_LIMIT: "try --solver cbc or --solver cpsat"}.get(res.termination,
+                                                                               "try --solver cbc")
+    why = res.message or res.termination.value
+    return [f"solver {backend} stopped without a plan in round {rnd} after {res.seconds:.1f} s: {why}"
+            + ("" if what in why else f"; {what}")]
 
 
 def _needed(ir: ProblemIR, plan_: Plan, misses, fill: dict[str, float], planner, cands,

@@ -42,7 +42,7 @@ from trimtab.spec.lora import NO_TENANT
 from trimtab.spec.paths import SpecPath
 from trimtab.milp.extract import goodput_of, plan_buckets
 from trimtab.contract.schema import AdapterRoute, Deployment, Plan, Route, SolverInfo
-from trimtab.solvers.base import SolveOptions, Status
+from trimtab.solvers.base import SolveOptions, Status, Termination
 from trimtab.solvers.model import Constraint, MilpModel
 
 SLOT_OPTIONS = (1, 8, 32)  # --max-loras of the candidates (capped at the group's adapter count)
@@ -349,9 +349,10 @@ def solve(ir, prob: LoraProblem, derate: dict[str, float], be, opts: SolveOption
         values: dict[str, float] = {}
         secs, gaps, res, worst = 0.0, [], None, Status.OPTIMAL
         for g in groups:
-            left = max(opts.time_limit_s - secs, 0.01)
-            res = be.solve(formulate(ir, prob, derate, g), SolveOptions(left, opts.mip_rel_gap, opts.threads))
+            res = be.solve(formulate(ir, prob, derate, g), opts.after(secs))
             secs += res.seconds
+            if res.termination == Termination.TIME_LIMIT:  # the safety net: no answer (trimtab.solvers.base)
+                return replace(res, seconds=secs)
             if not res.has_solution:
                 break
             values.update(res.values)
@@ -363,8 +364,7 @@ def solve(ir, prob: LoraProblem, derate: dict[str, float], be, opts: SolveOption
                 return replace(res, values=values, seconds=secs, status=worst,
                                gap=None if None in gaps else max(gaps, default=0.0),
                                objective=whole.evaluate(whole.objective, values))
-        opts = SolveOptions(max(opts.time_limit_s - secs, 0.01), opts.mip_rel_gap, opts.threads)
-        res = be.solve(formulate(ir, prob, derate), opts)
+        res = be.solve(formulate(ir, prob, derate), opts.after(secs))
         return replace(res, seconds=res.seconds + secs)
     return be.solve(formulate(ir, prob, derate), opts)
 

@@ -176,6 +176,29 @@ def prior_on_miss(ir, res, n_seeds: int, derate: dict[str, float], prior: dict[s
     return out
 
 
+def probe_derates(derate: dict[str, float], prior: dict[str, float],
+                  missed: dict[str, tuple[str, float, float]], peers: dict[str, tuple[str, ...]]
+                  ) -> dict[str, float]:
+    """The derates of the probe round, after a plan solved at ``derate`` was confirmed: each candidate fitted
+    by the prior back at its prior factor where the rounds lowered it below, except the candidates (``peers``)
+    of a workload whose last simulated miss (``missed``: workload -> (worst deployment, its derate when
+    solved, attainment), ``misses_of``) was on a deployment already at or below its prior: there the
+    simulation showed the prior too high. Why: a correction is measured on the plan that missed (its shape,
+    its fill) and spread to every shape of the workload, so the capacities the rounds end at depend on the
+    path they took, and a spec that only got easier took another path to a dearer plan (the quickstart with
+    the L4 price halved: 48.00 against 46.80 $/h). The driver simulates the probe's plan only when it is
+    cheaper, and keeps it only when confirmed in its turn: one solve, at most one simulation more."""
+    keep: set[str] = set()
+    for name, (dep, f_solved, _) in missed.items():
+        if f_solved <= prior.get(dep, 1.0) + 1e-12:
+            keep |= {dep, *peers.get(name, ())}
+    out = dict(derate)
+    for cid, f in prior.items():
+        if cid not in keep and out.get(cid, 1.0) < f:
+            out[cid] = f
+    return out
+
+
 def simulate_and_derate(plan, spec, ir, seeds: tuple[int, ...], requests: int, derate: dict[str, float],
                         fill: dict[str, float] | None = None, peers: dict[str, tuple[str, ...]] | None = None,
                         cache=None):

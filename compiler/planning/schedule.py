@@ -21,7 +21,7 @@ from trimtab.contract.schema import PlanSchedule, Route, ScheduleWindow
 from trimtab.planning.planners import UnifiedPlanner
 from trimtab.deployment.shape import CandidateSet
 from trimtab.milp.solve import balance_routes, solve_ir
-from trimtab.solvers.base import SolveOptions
+
 
 SCHEDULE_GAP = 0.02  # relative MIP gap the schedule MILP stops at (windows x candidates: proving 1e-4 takes minutes)
 SCREEN_SHARE = 0.25  # share of the validation requests a window outside the fullest is first screened with ...
@@ -67,14 +67,12 @@ class SchedulePlanner(UnifiedPlanner):
         """Screening and the schedule MILP, each round with the spec's whole time limit (not what earlier rounds
         left, as for a static plan: a schedule's MILP stopped early keeps a poor incumbent, costly and churning)."""
         s = self.sched
-        options = SolveOptions(max(options.time_limit_s, self.time_limit_s or 0.0), options.mip_rel_gap,
-                               options.threads)
+        options = replace(options, time_limit_s=max(options.time_limit_s, self.time_limit_s or 0.0))
         small, spent = self.screen(ir, cands, derate, backend, options)
         m = formulate_schedule(ir, small, self.rates(), s.window_s, self.startup_s(ir, small), derate,
                                cyclic=s.cyclic, min_lifetime=s.min_lifetime_windows,
                                max_changes=s.max_changes_per_window)
-        res = backend.solve(m, SolveOptions(options.time_limit_s, max(options.mip_rel_gap, SCHEDULE_GAP),
-                                            options.threads))
+        res = backend.solve(m, replace(options, mip_rel_gap=max(options.mip_rel_gap, SCHEDULE_GAP)))
         spent += res.seconds
         windows = []
         if res.has_solution:

@@ -329,9 +329,12 @@ class Defaults(_Strict):
 class SolverOptions(_Strict):
     backend: Literal["highs", "cbc", "cpsat"] = Field(default="highs", description="MILP solver (docs/solvers.md): "
                                                                                   "highs (default), cbc or cpsat")
-    time_limit_s: float = Field(default=60, gt=0, le=86_400, description="wall-clock limit per solve, seconds "
-                                                                          "(default 60); the best plan found by then "
-                                                                          "is kept with its gap")
+    time_limit_s: float = Field(default=60, gt=0, le=86_400, description="wall-clock safety net for the "
+                                "solves of one plan, seconds (default 60): a solve it stops gives no plan "
+                                "(exit 4), so the plan never depends on the machine's load")
+    node_limit: int | None = Field(default=None, ge=0, le=10**9, description="deterministic work limit per "
+                                   "solve: branch-and-bound nodes for highs and cbc (default 50000); a solve "
+                                   "it stops keeps its best plan with the gap, or stops without one (exit 4)")
 
 
 class NodeGroup(_Strict):

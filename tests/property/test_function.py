@@ -1,0 +1,103 @@
+"""The planner as a function (issue 35): the same spec gives the same bytes whatever the machine is doing, a
+spec that only got easier never gets a dearer plan than the harder spec's plan costs on it, and offering
+several GPU types never costs more than the best plan on one of them."""
+from __future__ import annotations
+
+import copy
+import subprocess
+import sys
+
+import pytest
+import yaml
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from trimtab.api import plan
+from trimtab.contract.write import emit
+from trimtab.spec.load import load_spec
+from tests.conftest import QUICKSTART
+
+# A 7B short chat with four GPU types at the prices of issue 35 (L4, A10G, A100-80GB, H100): its first plan
+# mixes types and misses in simulation, so the rounds' corrections decide the answer.
+MIX = {
+    "version": 1, "name": "mix-7b", "objective": "min_cost",
+    "gpus": [{"type": "l4", "count": 64, "usd_per_hour": 0.70},
+             {"type": "a10g", "count": 64, "usd_per_hour": 1.01},
+             {"type": "a100-80gb", "count": 64, "usd_per_hour": 3.67},
+             {"type": "h100-sxm", "count": 64, "usd_per_hour": 7.516}],
+    "models": [{"name": "llama-2-7b"}],
+    "workloads": [{"name": "chat", "model": "llama-2-7b", "rate_rps": 32,
+                   "input_tokens": {"lognormal": {"median": 300, "p99": 1500}},
+                   "output_tokens": {"lognormal": {"median": 150, "p99": 600}},
+                   "slo": {"ttft_ms": 1000, "tpot_ms": 120, "percentile": 99}}],
+}
+
+
+def planned(d: dict):
+    return plan(load_spec("spec.yaml", text=yaml.safe_dump(d, sort_keys=False))).plan
+
+
+def cost_on(p, d: dict) -> float:
+    """What plan ``p`` costs at spec ``d``'s prices."""
+    price = {g["type"]: g["usd_per_hour"] for g in d["gpus"]}
+    return sum(dep.replicas * dep.gpus_per_replica * price[dep.gpu] for dep in p.deployments)
+
+
+def test_same_bytes_beside_a_busy_cpu():
+    spec = load_spec(QUICKSTART)
+    quiet = emit(plan(spec).plan)
+    hog = subprocess.Popen([sys.executable, "-c", "while True: pass"])
+    try:
+        busy = emit(plan(spec).plan)
+    finally:
+        hog.kill()
+        hog.wait()
+    assert busy == quiet
+
+
+def test_several_types_never_dearer_than_one():
+    mixed = planned(MIX)
+    assert not mixed.misses
+    for g in MIX["gpus"]:
+        alone = planned({**MIX, "gpus": [g]})
+        if not alone.misses:
+            assert mixed.cost_usd_per_hour <= alone.cost_usd_per_hour + 1e-6, g["type"]
+
+
+BASE = {**MIX, "workloads": [{**MIX["workloads"][0], "rate_rps": 16}]}
+
+
+@st.composite
+def relaxations(draw) -> dict:
+    """``BASE`` made easier in one to three ways: lower prices, more GPUs, a budget, looser SLOs, a lower
+    rate."""
+    d = copy.deepcopy(BASE)
+    for kind in draw(st.lists(st.sampled_from(["price", "count", "budget", "slo", "rate"]), min_size=1,
+                              max_size=3, unique=True)):
+        if kind == "price":
+            g = d["gpus"][draw(st.integers(0, len(d["gpus"]) - 1))]
+            g["usd_per_hour"] = round(g["usd_per_hour"] * draw(st.sampled_from([0.5, 0.8, 0.95])), 4)
+        elif kind == "count":
+            d["gpus"][draw(st.integers(0, len(d["gpus"]) - 1))]["count"] += draw(st.sampled_from([1, 8]))
+        elif kind == "budget":
+            d["budget_usd_per_hour"] = 1000.0  # (BASE has none: a budget it does not reach)
+        elif kind == "slo":
+            slo = d["workloads"][0]["slo"]
+            key = draw(st.sampled_from(["ttft_ms", "tpot_ms"]))
+            slo[key] = round(slo[key] * draw(st.sampled_from([1.1, 1.5])), 1)
+        else:
+            d["workloads"][0]["rate_rps"] = round(16 * draw(st.sampled_from([0.5, 0.9])), 3)
+    return d
+
+
+@pytest.fixture(scope="module")
+def base_plan():
+    return planned(BASE)
+
+
+@settings(max_examples=6, deadline=None, derandomize=True, suppress_health_check=list(HealthCheck))
+@given(relaxations())
+def test_a_relaxed_spec_never_gets_a_dearer_plan(base_plan, d):
+    p = planned(d)
+    assert not p.misses
+    assert p.cost_usd_per_hour <= cost_on(base_plan, d) + 1e-6, (p.cost_usd_per_hour, cost_on(base_plan, d))

@@ -1,0 +1,46 @@
+"""Solver limits (issue 35): what may stop a solve short of its gap is a deterministic work limit (HiGHS and
+CBC nodes, CP-SAT deterministic time), so the answer is a function of the model; the wall-clock time limit is
+a safety net whose expiry is reported as such, with no solution, whatever incumbent the solver held."""
+from __future__ import annotations
+
+import random
+
+import pytest
+
+from trimtab.solvers import SolveOptions, Status, Termination, get_backend
+from trimtab.solvers.model import Constraint, MilpModel
+
+
+def market_split(m: int = 4, n: int = 30, seed: int = 0) -> MilpModel:
+    """Cornuéjols-Dawande market split: a few equality rows over binaries, hard for branch and bound (minutes
+    for any of the three solvers), so a short limit always stops it."""
+    rnd = random.Random(seed)
+    model = MilpModel("market-split", {}, [], (), "min")
+    xs = [model.add_var(f"x{i}", "integer", 0, 1) for i in range(n)]
+    for k in range(m):
+        a = [rnd.randint(0, 99) for _ in range(n)]
+        model.add(Constraint(f"split{k}", "demand", tuple(zip(xs, map(float, a))), "==", float(sum(a) // 2)))
+    model.objective = tuple((x, 1.0) for x in xs)
+    return model
+
+
+@pytest.mark.parametrize("backend", ["highs", "cbc", "cpsat"])
+def test_wall_clock_limit_is_a_safety_net_without_an_answer(backend):
+    res = get_backend(backend).solve(market_split(), SolveOptions(time_limit_s=0.2))
+    assert res.status == Status.NO_SOLUTION and res.termination == Termination.TIME_LIMIT
+    assert not res.values and "safety net" in res.message
+
+
+@pytest.mark.parametrize("backend,options", [("highs", SolveOptions(node_limit=0)),
+                                             ("cpsat", SolveOptions(deterministic_time=0.001))])
+def test_work_limit_stops_without_a_solution_with_the_reason(backend, options):
+    res = get_backend(backend).solve(market_split(), options)
+    assert res.status == Status.NO_SOLUTION and res.termination == Termination.WORK_LIMIT, res
+    assert res.message
+
+
+def test_work_limit_answers_the_same_twice():
+    # A node limit that stops the search: the same incumbent (or none) both times, whatever the clock did.
+    be = get_backend("highs")
+    a, b = (be.solve(market_split(m=2, n=24, seed=3), SolveOptions(node_limit=200)) for _ in range(2))
+    assert a.termination == b.termination and a.status == b.status and a.values == b.values
