@@ -1,0 +1,134 @@
+"""The tests ``trimtab watch`` decides with (docs/online.md, "Watching a deployment"): a change of arrival rate, a
+change of length mix and an SLO at risk, each at a stated false-alarm rate ``alpha`` per look.
+
+**Rate.** Requests finished in an interval of ``dt`` seconds at rate ``r`` are a Poisson count of mean ``r dt`` (a renewal process with inter-arrival CV ``c`` has variance ``c**2 r dt`` over windows much
+longer than a gap: the counts are scaled by ``1 / c**2``, quasi-Poisson). Over the last ``W`` intervals each
+suffix (the last 1, 2, ..., W intervals) is tested two-sided against the reference count at ``alpha / W``
+(Bonferroni over the suffixes), so one look declares a change under the reference rate with probability at most
+``alpha``. A short suffix catches a large step in one interval, a long one a small step. The new rate is that of
+the suffix with the largest likelihood ratio against the reference (the CUSUM change point of a Poisson rate):
+the intervals before the change do not dilute it.
+
+**Lengths.** The mean prompt and output length over the last ``W`` intervals (exact: the histograms' sum over
+count) against the plan's, a two-sided z-test with the histogram's variance (bucket midpoints, plus each
+bucket's own width squared / 12, as if uniform inside it: a length mix inside one bucket is not known to have
+none), at ``alpha / 2`` for the two means.
+
+**SLO at risk.** Per workload, each interval of each deployment serving it is one batch (requests meeting the
+SLO, requests) for ``trimtab.sim.validate.interval``, the batch-means interval ``check`` uses, at confidence ``1 -
+alpha``: the SLO is at risk when the **upper** bound is below the target (a miss the measurements show, as
+``check`` fails one). A request meets the SLO when both its TTFT and its TPOT do; the histograms are marginal, so
+the misses of the two are added (the union bound: the joint attainment is at least this), which can only raise
+the alarm early.
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+ALPHA = 1e-4  # default false-alarm probability per look, per deployment and test
+WINDOWS = 8  # default number of recent intervals the tests look at
+
+
+def _poisson_tails(n: float, mu: float) -> tuple[float, float]:
+    """P(X <= n), P(X >= n) for X ~ Poisson(mu), continued to non-integer n (the regularized incomplete gamma
+    functions, whose integer values are the Poisson tails)."""
+    from scipy.special import gammainc, gammaincc
+
+    if mu <= 0:
+        return 1.0, (1.0 if n <= 0 else 0.0)
+    lower = float(gammaincc(n + 1, mu))
+    upper = 1.0 if n <= 0 else float(gammainc(n, mu))
+    return lower, upper
+
+
+@dataclass(frozen=True)
+class RateChange:
+    factor: float  # measured / reference rate over the change's suffix (the largest likelihood ratio)
+    since_intervals: int  # how many of the last intervals that suffix spans
+    p_value: float  # the smallest two-sided p-value over the suffixes (each judged at alpha / W)
+    requests: int  # in the suffix
+    expected: float  # requests the reference rate gives the suffix
+
+
+def rate_test(counts: list[tuple[float, float]], cv: float = 1.0, alpha: float = ALPHA) -> RateChange | None:
+    """``counts``: the recent intervals [(requests, requests expected at the reference rate)], oldest first. A
+    RateChange when some suffix's count rejects the reference at ``alpha / len(counts)`` (module docstring), else
+    None."""
+    if not counts:
+        return None
+    phi = max(cv, 1e-6) ** 2
+    k = len(counts)
+    best_p, best_llr, best = 1.0, -1.0, None
+    n = mu = 0.0
+    for i in range(1, k + 1):
+        c, e = counts[-i]
+        n, mu = n + c, mu + e
+        lo, hi = _poisson_tails(n / phi, mu / phi)
+        p = min(1.0, 2 * min(lo, hi))
+        best_p = min(best_p, p)
+        # log likelihood ratio of the suffix's own rate against the reference (quasi-Poisson)
+        llr = (n * math.log(n / mu) - (n - mu)) / phi if n > 0 and mu > 0 else (mu / phi if n == 0 else math.inf)
+        if llr > best_llr:
+            best_llr, best = llr, (i, n, mu)
+    if best_p >= alpha / k:
+        return None
+    i, n, mu = best
+    return RateChange(n / mu if mu > 0 else math.inf, i, best_p, int(round(n)), mu)
+
+
+@dataclass(frozen=True)
+class LengthChange:
+    what: str  # "prompt" or "output"
+    planned_mean: float
+    mean: float
+    z: float
+    requests: int
+
+
+def length_test(what: str, planned_mean: float, hist, alpha: float = ALPHA) -> LengthChange | None:
+    """Two-sided z-test of the histogram's mean against ``planned_mean`` at ``alpha / 2`` (two means a look)."""
+    from scipy.special import ndtri
+
+    if hist is None or hist.count < 2 or not planned_mean > 0:
+        return None
+    var = hist.variance()
+    se = math.sqrt(var / hist.count) if var > 0 else 0.0
+    z = (hist.mean - planned_mean) / se if se > 0 else (0.0 if hist.mean == planned_mean else math.inf)
+    if abs(z) <= float(ndtri(1 - alpha / 4)):
+        return None
+    return LengthChange(what, planned_mean, hist.mean, z, int(hist.count))
+
+
+def met(ttft, tpot, ttft_s: float, tpot_s: float) -> tuple[float, float]:
+    """(requests meeting both SLOs at least, requests) of one interval from its TTFT and TPOT histograms: the
+    union bound on the misses (module docstring). Without a TPOT histogram only TTFT is judged."""
+    if ttft is None or ttft.count <= 0:
+        return 0.0, 0.0
+    n = ttft.count
+    miss = n * (1 - ttft.share_at_most(ttft_s))
+    if tpot is not None and tpot.count > 0:
+        miss += n * (1 - tpot.share_at_most(tpot_s))
+    return max(0.0, n - miss), n
+
+
+@dataclass(frozen=True)
+class Risk:
+    workload: str
+    target: float
+    attainment: float
+    lower: float
+    upper: float
+    requests: int
+    at_risk: bool
+
+
+def slo_risk(workload: str, batches: list[tuple[float, float]], target: float, alpha: float = ALPHA) -> Risk:
+    """The batch-means interval (``trimtab.sim.validate.interval``) of the batches at confidence 1 - alpha; at
+    risk when its upper bound is below ``target``."""
+    from trimtab.sim.validate import interval
+
+    # interval() counts requests: rounding the union bound's fractional met counts down keeps it a lower bound
+    iv = interval([[(int(math.floor(ok)), int(round(n))) for ok, n in batches]], confidence=1 - alpha)
+    return Risk(workload, target, iv.mean, iv.lower, iv.upper, iv.requests,
+                iv.requests > 0 and iv.upper < target - 1e-12)

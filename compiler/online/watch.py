@@ -1,0 +1,494 @@
+"""Watching a running deployment and proposing the next mapping (``trimtab watch``; docs/online.md, "Watching a
+deployment").
+
+    w = Watcher(plan, spec, targets_for(plan, ["chat-h100-sxm-tp4-t8k=http://10.0.0.5:8000"]), out_dir="proposals")
+    obs = w.step()            # one scrape of every endpoint, the tests, and a Proposal when one is due
+
+Each step scrapes every endpoint (``trimtab.online.metrics``), adds each deployment's interval (requests and
+histograms of its live endpoints) to its recent ``windows`` intervals, and runs the tests of
+``trimtab.online.drift``: a rate change per group, a length-mix change per deployment, an SLO at risk per
+workload. A group is a set of workloads that share deployments (the plan's routes connect them) with those
+deployments: an engine counts requests per served model, not per workload, so a group is the finest unit whose
+rate the metrics measure, and a change declared on it scales every deployment of the group alike (a workload's
+rate moves all the deployments its routes split it over). An endpoint that fails ``dead_after`` scrapes in a row is a failed replica (``replica=DEP/INDEX`` for
+``trimtab.online.replan``). A change, a risk or a new failure makes a proposal: ``replan`` from the running plan
+with the measured rates (only the groups whose rate test rejected move off their reference) and the
+failures, checked (``trimtab.api.check``: simulated at unused seeds, or the cost model with ``analytic``), written
+with its manifests (``trimtab emit --to k8s``) to ``out_dir/proposal-NNN``. Hysteresis: after a proposal the rate
+references become the proposal's rates (the same change is not declared twice) and no proposal follows within
+``min_lifetime`` intervals unless a replica newly failed; a proposal whose moves and failures equal the last one's
+is not repeated.
+"""
+from __future__ import annotations
+
+import json
+import math
+import time
+from collections import deque
+from dataclasses import dataclass, field
+from pathlib import Path
+from urllib.parse import urlsplit
+
+from trimtab.errors import InputError, Problem, TrimtabError
+from trimtab.online import drift
+from trimtab.online.metrics import OUTPUT_LEN, PROMPT_LEN, REQUESTS, TTFT, Series, Snapshot, parse, window
+
+SCRAPE_TIMEOUT_S = 5.0
+DEAD_AFTER = 2  # failed scrapes in a row that make an endpoint a failed replica (one may be a hiccup)
+MIN_LIFETIME = 6  # intervals after a proposal before the next one (a new failure excepted)
+
+
+@dataclass(frozen=True)
+class Target:
+    """One endpoint: the metrics URL of one replica of a plan deployment."""
+
+    url: str
+    deployment: str
+    replica: int
+
+
+def _metrics_url(url: str, where: str) -> str:
+    u = urlsplit(url)
+    if u.scheme not in ("http", "https") or not u.hostname:
+        raise InputError([Problem(where, f"expected http://HOST:PORT[/metrics], got {url!r}")], "arguments")
+    try:
+        u.port
+    except ValueError as exc:
+        raise InputError([Problem(where, f"not a URL: {url!r} ({exc})")], "arguments") from None
+    return url if u.path.strip("/") else url.rstrip("/") + "/metrics"
+
+
+def targets_for(plan, values: list[str]) -> list[Target]:
+    """``DEPLOYMENT=URL`` (repeated: its replicas in order) or bare URLs, taken in the plan's order of deployments
+    and replicas (a deployment of 2 replicas takes two). Not both; more URLs than replicas is an input error."""
+    reps = {d.name: d.replicas for d in plan.deployments if d.replicas > 0}
+    named = [v for v in values if "=" in v.split("://", 1)[0]]
+    if named and len(named) != len(values):
+        raise InputError([Problem("--metrics", "give every endpoint as DEPLOYMENT=URL, or none")], "arguments")
+    out: list[Target] = []
+    if named:
+        seen: dict[str, int] = {}
+        for v in values:
+            name, _, url = v.partition("=")
+            if name not in reps:
+                raise InputError([Problem("--metrics", f"deployment {name!r} is not in the plan (deployments: "
+                                                       f"{', '.join(reps)})")], "arguments")
+            i = seen.get(name, 0)
+            if i >= reps[name]:
+                raise InputError([Problem("--metrics", f"{name} has {reps[name]} replica(s) in the plan; "
+                                                       f"{i + 1} endpoints given")], "arguments")
+            seen[name] = i + 1
+            out.append(Target(_metrics_url(url, f"--metrics {name}"), name, i))
+    else:
+        slots = [(d, i) for d, n in reps.items() for i in range(n)]
+        if len(values) > len(slots):
+            raise InputError([Problem("--metrics", f"{len(values)} endpoints for the plan's {len(slots)} "
+                                                   "replicas")], "arguments")
+        out = [Target(_metrics_url(v, "--metrics"), d, i) for v, (d, i) in zip(values, slots)]
+    if not out:
+        raise InputError([Problem("--metrics", "give at least one endpoint")], "arguments")
+    if len({t.url for t in out}) != len(out):
+        raise InputError([Problem("--metrics", "an endpoint is given twice")], "arguments")
+    return out
+
+
+def _refuse(plan) -> None:
+    problems = []
+    if plan.schedule is not None:
+        problems.append(Problem("schedule", "the plan is a schedule over windows; watch compares a static plan's "
+                                            "rates (re-plan a schedule's window with trimtab replan)"))
+    pd = [d.name for d in plan.deployments if d.role != "unified"]
+    if pd:
+        problems.append(Problem("deployments", f"prefill/decode deployments ({', '.join(pd)}): their requests "
+                                               "are counted on both sides; watch reads unified deployments only"))
+    if problems:
+        raise InputError(problems, "plan")
+
+
+@dataclass
+class Proposal:
+    number: int
+    round: int
+    reasons: list[str]
+    rates_rps: dict[str, float]  # per workload: the rates the re-plan was made for
+    failures: list[str]
+    moves: dict[str, tuple[int, int]]  # deployment -> (started, stopped)
+    replicas: dict[str, tuple[int, int]]  # deployment -> (now, proposed)
+    cost_usd_per_hour: tuple[float, float]  # (now, proposed)
+    transition_usd: float
+    check_ok: bool
+    check_violations: list[str]
+    protects: list[str]  # workloads at risk, or on a changed or failed deployment, whose SLOs the check passed
+    folder: str
+    applied: str = ""  # kubectl's outcome with --apply
+
+    def to_dict(self) -> dict:
+        return {"proposal": self.number, "round": self.round, "reasons": self.reasons,
+                "rates_rps": {k: round(v, 4) for k, v in self.rates_rps.items()}, "failures": self.failures,
+                "moves": {d: {"started": a, "stopped": b} for d, (a, b) in self.moves.items()},
+                "replicas": {d: {"now": a, "proposed": b} for d, (a, b) in self.replicas.items()},
+                "cost_usd_per_hour": {"now": round(self.cost_usd_per_hour[0], 4),
+                                      "proposed": round(self.cost_usd_per_hour[1], 4)},
+                "transition_usd": self.transition_usd, "check": {"ok": self.check_ok,
+                                                                 "violations": self.check_violations},
+                "protects": self.protects, "folder": self.folder, "applied": self.applied}
+
+
+@dataclass
+class Observation:
+    """One step: what was measured and decided."""
+
+    round: int
+    t: float
+    groups: dict[str, dict] = field(default_factory=dict)
+    deployments: dict[str, dict] = field(default_factory=dict)
+    workloads: dict[str, dict] = field(default_factory=dict)
+    failed: list[str] = field(default_factory=list)  # replica=DEP/INDEX
+    errors: dict[str, str] = field(default_factory=dict)  # url -> last scrape error
+    notes: list[str] = field(default_factory=list)
+    proposal: Proposal | None = None
+
+    def to_dict(self) -> dict:
+        return {"round": self.round, "t": round(self.t, 3), "groups": self.groups, "deployments": self.deployments,
+                "workloads": self.workloads, "failed": self.failed, "errors": self.errors, "notes": self.notes,
+                "proposal": self.proposal.to_dict() if self.proposal else None}
+
+
+def _r(x: float, nd: int = 4):
+    return None if x is None or not math.isfinite(x) else round(x, nd)
+
+
+class Watcher:
+    """The state of ``trimtab watch`` between steps (module docstring)."""
+
+    def __init__(self, plan, spec, targets: list[Target], *, out_dir: str | Path, alpha: float = drift.ALPHA,
+                 windows: int = drift.WINDOWS, min_lifetime: int = MIN_LIFETIME, dead_after: int = DEAD_AFTER,
+                 analytic: bool = False, horizon_h: float | None = None, max_moves: int | None = None,
+                 apply: bool = False, client=None, clock=time.monotonic, replan_kwargs: dict | None = None):
+        import httpx
+
+        from trimtab.gate.analytic import plan_references
+        from trimtab.ir.lower import lower, workload_rate
+
+        _refuse(plan)
+        foreign = plan_references(plan, lower(spec))
+        if foreign:
+            raise InputError(foreign, "plan")
+        if not 0 < alpha < 1:
+            raise InputError([Problem("--alpha", f"must be in (0, 1), got {alpha}")], "arguments")
+        self.plan, self.spec, self.targets = plan, spec, targets
+        self.out_dir, self.alpha, self.windows = Path(out_dir), alpha, max(1, windows)
+        self.min_lifetime, self.dead_after, self.analytic = min_lifetime, max(1, dead_after), analytic
+        self.horizon_h, self.max_moves, self.apply = horizon_h, max_moves, apply
+        self.replan_kwargs = dict(replan_kwargs or {})
+        self.client = client or httpx.Client(timeout=SCRAPE_TIMEOUT_S)
+        self.clock = clock
+        self.wl = {w.name: w for w in spec.workloads}
+        self.spec_rate = {w.name: workload_rate(w, spec.base_dir) for w in spec.workloads}
+        self.replicas = {d.name: d.replicas for d in plan.deployments}
+        # reference rate of each workload on each deployment: what the plan routes there (then each proposal's)
+        self.ref: dict[tuple[str, str], float] = {}
+        for r in plan.routes:
+            if r.deployment is not None:
+                k = (r.workload, r.deployment)
+                self.ref[k] = self.ref.get(k, 0.0) + self.spec_rate[r.workload] * r.share
+        self.ref0 = dict(self.ref)
+        self.last: dict[str, Snapshot] = {}
+        self.fails: dict[str, int] = {}
+        self.errors: dict[str, str] = {}
+        self.hist: dict[str, deque] = {d: deque(maxlen=self.windows) for d in self.replicas}  # (round, n, s, Series)
+        self._group()
+        self.round = 0
+        self.proposals: list[Proposal] = []
+        self.last_round = -10 ** 9
+        self.last_key = None
+        self.known_failed: set[str] = set()
+
+    def _group(self) -> None:
+        """Connected components of the routes' workload-deployment graph (module docstring); ``since``: the
+        round from which each group's intervals count (moved past a proposal: the test starts over)."""
+        parent: dict[str, str] = {}
+
+        def root(x: str) -> str:
+            while parent.setdefault(x, x) != x:
+                x = parent[x]
+            return x
+
+        for w, d in self.ref:
+            parent[root("w:" + w)] = root("d:" + d)
+        comps: dict[str, list[str]] = {}
+        for x in sorted(parent):
+            comps.setdefault(root(x), []).append(x)
+        self.groups = {}
+        for members in comps.values():
+            ws = sorted(m[2:] for m in members if m.startswith("w:"))
+            self.groups["+".join(ws)] = (ws, sorted(m[2:] for m in members if m.startswith("d:")))
+        self.since = {g: getattr(self, "since", {}).get(g, 0) for g in self.groups}
+
+    # ------------------------------------------------------------------ scraping
+    def _scrape(self, t: Target, now: float) -> Snapshot | None:
+        import httpx
+
+        try:
+            r = self.client.get(t.url)
+            if r.status_code != 200:
+                raise ValueError(f"HTTP {r.status_code}")
+            snap = parse(r.text, now)
+        except (httpx.HTTPError, ValueError, KeyError) as exc:
+            self.fails[t.url] = self.fails.get(t.url, 0) + 1
+            self.errors[t.url] = f"{type(exc).__name__}: {exc}"[:200]
+            return None
+        self.fails[t.url] = 0
+        self.errors.pop(t.url, None)
+        return snap
+
+    def failed(self) -> list[str]:
+        return sorted(f"replica={t.deployment}/{t.replica}" for t in self.targets
+                      if self.fails.get(t.url, 0) >= self.dead_after)
+
+    # ------------------------------------------------------------------ references
+    def _dep_ref(self, d: str) -> float:
+        return sum(v for (_, dd), v in self.ref.items() if dd == d)
+
+    def _watched_share(self, d: str) -> float:
+        """Share of deployment ``d``'s traffic its live watched endpoints see (a router spreads it over the live
+        replicas, the dead ones' share included)."""
+        live = [t for t in self.targets if t.deployment == d and self.fails.get(t.url, 0) < self.dead_after]
+        dead = sum(1 for t in self.targets if t.deployment == d and self.fails.get(t.url, 0) >= self.dead_after)
+        up = self.replicas.get(d, 0) - dead
+        return len(live) / max(up, len(live)) if live else 0.0
+
+    def _planned_means(self, d: str) -> tuple[float, float]:
+        buckets = {(w, b.name): b for w, bs in self.plan.buckets.items() for b in bs}
+        wsum = p = o = 0.0
+        for r in self.plan.routes:
+            b = buckets.get((r.workload, r.bucket))
+            if r.deployment != d or b is None:
+                continue
+            wt = self.spec_rate[r.workload] * r.share
+            wsum, p, o = wsum + wt, p + wt * b.input_tokens_mean, o + wt * b.output_tokens_mean
+        return (p / wsum, o / wsum) if wsum > 0 else (math.nan, math.nan)
+
+    # ------------------------------------------------------------------ one step
+    def step(self, now: float | None = None) -> Observation:
+        now = self.clock() if now is None else now
+        obs = Observation(self.round, now)
+        per_dep: dict[str, list] = {}
+        for t in self.targets:
+            snap = self._scrape(t, now)
+            if snap is None:
+                continue
+            prev = self.last.get(t.url)
+            self.last[t.url] = snap
+            if prev is not None:
+                per_dep.setdefault(t.deployment, []).append(window(prev, snap))
+        for d, wins in per_dep.items():
+            tot = Series()
+            for w in wins:
+                tot = tot.plus(w.total())
+            n = tot.counters.get(REQUESTS, tot.hists[TTFT].count if TTFT in tot.hists else 0.0)
+            self.hist.setdefault(d, deque(maxlen=self.windows)).append((self.round, n, sum(w.seconds for w in wins) / len(wins), tot))
+        obs.failed, obs.errors = self.failed(), dict(sorted(self.errors.items()))
+        self._deployments(obs)
+        changes = self._rates(obs)
+        risks = self._workloads(obs)
+        self._decide(obs, changes, risks)
+        self.round += 1
+        return obs
+
+    def _rates(self, obs: Observation) -> dict[str, drift.RateChange]:
+        """The rate test per group over its recent intervals since its ``since`` round."""
+        changes = {}
+        for g, (ws, deps) in self.groups.items():
+            per: dict[int, list[float]] = {}
+            for d in deps:
+                share = self._watched_share(d)
+                for r, n, sec, _ in self.hist.get(d, ()):
+                    if r >= self.since[g] and share > 0:
+                        x = per.setdefault(r, [0.0, 0.0])
+                        x[0] += n
+                        x[1] += self._dep_ref(d) * share * sec
+            if not per:
+                continue
+            counts = [tuple(per[r]) for r in sorted(per)]
+            ch = drift.rate_test(counts, max(self.wl[w].arrival_cv or 1.0 for w in ws), self.alpha)
+            ref = sum(v for (w, _), v in self.ref.items() if w in ws)
+            n, mu = sum(c for c, _ in counts), sum(e for _, e in counts)
+            obs.groups[g] = {"workloads": ws, "deployments": deps, "intervals": len(counts),
+                             "reference_rps": _r(ref), "rate_rps": _r(ref * n / mu if mu > 0 else math.nan),
+                             "rate_change": None}
+            if ch is not None:
+                changes[g] = ch
+                obs.groups[g]["rate_change"] = {"rate_rps": _r(ref * ch.factor), "factor": _r(ch.factor),
+                                                "since_intervals": ch.since_intervals,
+                                                "p_value": float(f"{ch.p_value:.3g}"), "requests": ch.requests,
+                                                "expected": _r(ch.expected, 1)}
+        return changes
+
+    def _deployments(self, obs: Observation) -> None:
+        """Per deployment: its measured rate, lengths (with their test) and latencies."""
+        for d in sorted(self.hist):
+            h = list(self.hist[d])
+            share = self._watched_share(d)
+            if not h or share <= 0:
+                continue
+            ref = self._dep_ref(d)
+            counts = [(n, s) for _, n, s, _ in h]
+            tot = Series()
+            for _, _, _, s in h:
+                tot = tot.plus(s)
+            seconds = sum(s for _, s in counts)
+            pm, om = self._planned_means(d)
+            lens = [x for x in (drift.length_test("prompt", pm, tot.hists.get(PROMPT_LEN), self.alpha),
+                                drift.length_test("output", om, tot.hists.get(OUTPUT_LEN), self.alpha)) if x]
+            row = {"rate_rps": _r(sum(n for n, _ in counts) / seconds / share if seconds > 0 else math.nan),
+                   "reference_rps": _r(ref), "intervals": len(h), "watched_share": _r(share),
+                   "prompt_mean": _r(tot.hists[PROMPT_LEN].mean, 1) if PROMPT_LEN in tot.hists else None,
+                   "prompt_mean_planned": _r(pm, 1),
+                   "output_mean": _r(tot.hists[OUTPUT_LEN].mean, 1) if OUTPUT_LEN in tot.hists else None,
+                   "output_mean_planned": _r(om, 1), "latency": self._latency(d, tot),
+                   "length_change": [
+                       {"what": x.what, "planned_mean": _r(x.planned_mean, 1), "mean": _r(x.mean, 1),
+                        "z": _r(x.z, 2), "requests": x.requests} for x in lens]}
+            obs.deployments[d] = row
+
+    def _latency(self, d: str, tot: Series) -> dict:
+        """Measured TTFT and TPOT at each routed workload's SLO percentile against the plan's prediction (ms)."""
+        out = {}
+        for w in sorted({w for (w, dd) in self.ref if dd == d}):
+            q = self.wl[w].slo.percentile / 100
+            pred = self.plan.predictions.get(w)
+            tp = tot.tpot
+            out[w] = {"percentile": self.wl[w].slo.percentile,
+                      "ttft_ms": _r(tot.hists[TTFT].quantile(q) * 1e3, 1) if TTFT in tot.hists else None,
+                      "ttft_ms_predicted": _r(pred.ttft_ms, 1) if pred and pred.ttft_ms is not None else None,
+                      "tpot_ms": _r(tp.quantile(q) * 1e3, 2) if tp is not None else None,
+                      "tpot_ms_predicted": _r(pred.tpot_ms, 2) if pred and pred.tpot_ms is not None else None}
+        return out
+
+    def _workloads(self, obs: Observation) -> dict[str, drift.Risk]:
+        risks = {}
+        for w in sorted(self.wl):
+            slo = self.wl[w].slo
+            batches = []
+            for d in sorted({dd for (ww, dd) in self.ref if ww == w}):
+                for _, _, _, s in self.hist.get(d, ()):
+                    ok, n = drift.met(s.hists.get(TTFT), s.tpot, slo.ttft_ms / 1e3, slo.tpot_ms / 1e3)
+                    if n > 0:
+                        batches.append((ok, n))
+            if not batches:
+                continue
+            rk = drift.slo_risk(w, batches, slo.percentile / 100, self.alpha)
+            obs.workloads[w] = {"attainment": _r(rk.attainment), "lower": _r(rk.lower), "upper": _r(rk.upper),
+                                "target": rk.target, "requests": rk.requests, "at_risk": rk.at_risk}
+            if rk.at_risk:
+                risks[w] = rk
+        return risks
+
+    # ------------------------------------------------------------------ proposals
+    def _decide(self, obs: Observation, changes: dict, risks: dict) -> None:
+        failed = obs.failed
+        new_fail = sorted(set(failed) - self.known_failed)
+        if not (changes or risks or new_fail):
+            return
+        if self.round - self.last_round < self.min_lifetime and not new_fail:
+            obs.notes.append(f"a proposal was made {self.round - self.last_round} interval(s) ago; the next waits "
+                             f"for {self.min_lifetime} (hysteresis)")
+            return
+        reasons = []
+        factor = {}
+        for g, ch in sorted(changes.items()):
+            ws, deps = self.groups[g]
+            ref = sum(v for (w, _), v in self.ref.items() if w in ws)
+            factor.update({d: ch.factor for d in deps if math.isfinite(ch.factor)})
+            reasons.append(f"{g}: arrival rate {ref * ch.factor:.3g} rps over the last {ch.since_intervals} "
+                           f"interval(s) against {ref:.3g} rps referenced ({ch.requests} requests, "
+                           f"{ch.expected:.0f} expected; p = {ch.p_value:.2g} < alpha {self.alpha:g}) on "
+                           f"{', '.join(deps)}")
+        for w, rk in sorted(risks.items()):
+            reasons.append(f"{w}: SLO at risk: attainment {rk.attainment:.2%}, upper {1 - self.alpha:.2%} bound "
+                           f"{rk.upper:.2%} < target {rk.target:.0%} ({rk.requests} requests)")
+        for f in new_fail:
+            reasons.append(f"{f.split('=', 1)[1]}: endpoint down ({self.dead_after} failed scrapes in a row)")
+        ref = {k: v * factor.get(k[1], 1.0) for k, v in self.ref.items()}
+        rates = {w: sum(v for (ww, _), v in ref.items() if ww == w) for w in self.wl}
+        base = {w: sum(v for (ww, _), v in self.ref0.items() if ww == w) for w in self.wl}
+        try:
+            p = self._propose(reasons, rates, base, failed, risks, changes)
+        except TrimtabError as exc:  # e.g. infeasible with the GPUs left: said, and watching goes on
+            obs.notes.append("re-plan failed: " + "; ".join(exc.lines))
+            self.last_round = self.round
+            self.known_failed = set(failed)
+            return
+        self.known_failed = set(failed)
+        self.ref = ref
+        for g in changes:  # the reference moved: the test starts over from it
+            self.since[g] = self.round + 1
+        if p is None:
+            obs.notes.append("re-plan at the measured traffic moves no replica: the plan's model says the running "
+                             "replicas suffice" + ("; the SLO risk is the model's error: calibrate the engine "
+                                                   "profile (docs/calibration.md)" if risks else ""))
+            self.last_round = self.round
+            return
+        self.last_round = self.round
+        obs.proposal = p
+
+    def _propose(self, reasons, rates, base, failed, risks, changes) -> Proposal | None:
+        from trimtab.api import check
+        from trimtab.contract.write import emit
+        from trimtab.deploy import render, write
+        from trimtab.field.loadtest import rescaled_spec
+        from trimtab.online.replan import HORIZON_H, replan
+
+        factors = {w: rates[w] / base[w] for w in rates if base[w] > 0 and abs(rates[w] / base[w] - 1) > 1e-9}
+        spec = rescaled_spec(self.spec, factors)
+        r = replan(self.plan, spec, fail=failed, validate=not self.analytic, max_moves=self.max_moves,
+                   horizon_h=self.horizon_h or HORIZON_H, **self.replan_kwargs)
+        key = (tuple(sorted(r.moves.items())), tuple(failed))
+        if not r.moves or key == self.last_key:
+            return None
+        self.last_key = key
+        rep = check(r.plan, spec, analytic=self.analytic)
+        now = {d.name: d.replicas for d in self.plan.deployments}
+        new = {d.name: d.replicas for d in r.plan.deployments}
+        reps = {d: (now.get(d, 0), new.get(d, 0)) for d in sorted(set(now) | set(new)) if now.get(d) != new.get(d)}
+        touched = {f.split("=", 1)[1].rsplit("/", 1)[0] for f in failed}
+        protects = sorted(set(risks) | {w for g in changes for w in self.groups[g][0]}
+                          | {w for (w, d) in self.ref if d in touched}) if rep.ok else []
+        n = len(self.proposals) + 1
+        folder = self.out_dir / f"proposal-{n:03d}"
+        files, _ = render(r.plan, spec, "k8s")
+        write(files, folder / "k8s")
+        (folder / "plan.yaml").write_text(emit(r.plan))
+        prop = Proposal(n, self.round, reasons, {w: rates[w] for w in sorted(rates)}, list(failed), r.moves, reps,
+                        (self.plan.cost_usd_per_hour, r.plan.cost_usd_per_hour), r.transition_usd, rep.ok,
+                        list(rep.violations), protects, str(folder))
+        if self.apply:
+            prop.applied = self._kubectl(folder / "k8s")
+            if prop.applied == "applied":
+                self._adopt(r.plan, rates)
+        (folder / "proposal.json").write_text(json.dumps(prop.to_dict(), indent=2) + "\n")
+        self.proposals.append(prop)
+        return prop
+
+    def _kubectl(self, folder: Path) -> str:
+        import subprocess
+
+        try:
+            res = subprocess.run(["kubectl", "apply", "-f", str(folder)], capture_output=True, text=True,
+                                 timeout=120)
+        except (OSError, subprocess.TimeoutExpired) as exc:
+            return f"kubectl failed: {exc}"
+        return "applied" if res.returncode == 0 else f"kubectl exit {res.returncode}: {res.stderr.strip()[:300]}"
+
+    def _adopt(self, plan, rates: dict[str, float]) -> None:
+        """After --apply: the proposal is what runs; its routes carry the measured rates from now on."""
+        self.plan = plan
+        self.replicas = {d.name: d.replicas for d in plan.deployments}
+        self.ref = {}
+        for r in plan.routes:
+            if r.deployment is not None:
+                k = (r.workload, r.deployment)
+                self.ref[k] = self.ref.get(k, 0.0) + rates[r.workload] * r.share
+        self.hist = {d: self.hist.get(d, deque(maxlen=self.windows)) for d in self.replicas}
+        self._group()
