@@ -14,10 +14,11 @@ count) against the plan's, a two-sided z-test with the histogram's variance (buc
 bucket's own width squared / 12, as if uniform inside it: a length mix inside one bucket is not known to have
 none), at ``alpha / 2`` for the two means.
 
-**SLO at risk.** Per workload, each interval of each deployment serving it is one batch (requests meeting the
-SLO, requests) for ``trimtab.sim.validate.interval``, the batch-means interval ``check`` uses, at confidence ``1 -
-alpha``: the SLO is at risk when the **upper** bound is below the target (a miss the measurements show, as
-``check`` fails one). A request meets the SLO when both its TTFT and its TPOT do; the histograms are marginal, so
+**SLO at risk.** Per workload, each interval of each endpoint serving it is one batch (requests meeting the
+SLO, requests) for ``trimtab.sim.validate.interval``, the batch-means interval ``check`` uses; over each suffix
+of the recent intervals, as for the rate, at confidence ``1 - alpha / W``: the SLO is at risk when some suffix's
+**upper** bound is below the target (a miss the measurements show, as ``check`` fails one). Few batches give
+Student's t few degrees of freedom, so a miss is shown after a few intervals, not in one. A request meets the SLO when both its TTFT and its TPOT do; the histograms are marginal, so
 the misses of the two are added (the union bound: the joint attainment is at least this), which can only raise
 the alarm early.
 """
@@ -116,19 +117,33 @@ def met(ttft, tpot, ttft_s: float, tpot_s: float) -> tuple[float, float]:
 class Risk:
     workload: str
     target: float
-    attainment: float
+    attainment: float  # over all the recent intervals, with its bounds at 1 - alpha
     lower: float
     upper: float
     requests: int
     at_risk: bool
+    since_intervals: int  # the suffix that showed the miss (0: none)
+    upper_since: float  # its upper bound, at 1 - alpha / W
 
 
-def slo_risk(workload: str, batches: list[tuple[float, float]], target: float, alpha: float = ALPHA) -> Risk:
-    """The batch-means interval (``trimtab.sim.validate.interval``) of the batches at confidence 1 - alpha; at
-    risk when its upper bound is below ``target``."""
+def slo_risk(workload: str, intervals: list[list[tuple[float, float]]], target: float,
+             alpha: float = ALPHA) -> Risk:
+    """``intervals``: the recent intervals, oldest first, each a list of batches (requests meeting the SLO,
+    requests), one per endpoint. At risk when some suffix's batch-means interval
+    (``trimtab.sim.validate.interval``) at 1 - alpha / W has its upper bound below ``target``: as the rate test,
+    a recent miss is not diluted by the intervals before it, and one look errs with probability at most alpha."""
     from trimtab.sim.validate import interval
 
     # interval() counts requests: rounding the union bound's fractional met counts down keeps it a lower bound
-    iv = interval([[(int(math.floor(ok)), int(round(n))) for ok, n in batches]], confidence=1 - alpha)
-    return Risk(workload, target, iv.mean, iv.lower, iv.upper, iv.requests,
-                iv.requests > 0 and iv.upper < target - 1e-12)
+    def iv(xs, conf):
+        return interval([[(int(math.floor(ok)), int(round(n))) for ok, n in xs]], confidence=conf)
+
+    k = len(intervals)
+    whole = iv([b for x in intervals for b in x], 1 - alpha)
+    since, up = 0, 1.0
+    for i in range(1, k + 1):
+        part = iv([b for x in intervals[-i:] for b in x], 1 - alpha / k)
+        if part.requests > 0 and part.upper < target - 1e-12:
+            since, up = i, part.upper
+            break
+    return Risk(workload, target, whole.mean, whole.lower, whole.upper, whole.requests, since > 0, since, up)

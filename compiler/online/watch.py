@@ -196,7 +196,8 @@ class Watcher:
         self.last: dict[str, Snapshot] = {}
         self.fails: dict[str, int] = {}
         self.errors: dict[str, str] = {}
-        self.hist: dict[str, deque] = {d: deque(maxlen=self.windows) for d in self.replicas}  # (round, n, s, Series)
+        self.hist: dict[str, deque] = {d: deque(maxlen=self.windows) for d in self.replicas}
+        # per deployment, its recent intervals: (round, requests, seconds, Series of all, [Series per endpoint])
         self._group()
         self.round = 0
         self.proposals: list[Proposal] = []
@@ -283,11 +284,13 @@ class Watcher:
             if prev is not None:
                 per_dep.setdefault(t.deployment, []).append(window(prev, snap))
         for d, wins in per_dep.items():
+            eps = [w.total() for w in wins]
             tot = Series()
-            for w in wins:
-                tot = tot.plus(w.total())
+            for e in eps:
+                tot = tot.plus(e)
             n = tot.counters.get(REQUESTS, tot.hists[TTFT].count if TTFT in tot.hists else 0.0)
-            self.hist.setdefault(d, deque(maxlen=self.windows)).append((self.round, n, sum(w.seconds for w in wins) / len(wins), tot))
+            sec = sum(w.seconds for w in wins) / len(wins)
+            self.hist.setdefault(d, deque(maxlen=self.windows)).append((self.round, n, sec, tot, eps))
         obs.failed, obs.errors = self.failed(), dict(sorted(self.errors.items()))
         self._deployments(obs)
         changes = self._rates(obs)
@@ -303,7 +306,7 @@ class Watcher:
             per: dict[int, list[float]] = {}
             for d in deps:
                 share = self._watched_share(d)
-                for r, n, sec, _ in self.hist.get(d, ()):
+                for r, n, sec, _, _ in self.hist.get(d, ()):
                     if r >= self.since[g] and share > 0:
                         x = per.setdefault(r, [0.0, 0.0])
                         x[0] += n
@@ -333,9 +336,9 @@ class Watcher:
             if not h or share <= 0:
                 continue
             ref = self._dep_ref(d)
-            counts = [(n, s) for _, n, s, _ in h]
+            counts = [(n, s) for _, n, s, _, _ in h]
             tot = Series()
-            for _, _, _, s in h:
+            for _, _, _, s, _ in h:
                 tot = tot.plus(s)
             seconds = sum(s for _, s in counts)
             pm, om = self._planned_means(d)
@@ -370,17 +373,19 @@ class Watcher:
         risks = {}
         for w in sorted(self.wl):
             slo = self.wl[w].slo
-            batches = []
+            per: dict[int, list] = {}  # round -> one batch per endpoint
             for d in sorted({dd for (ww, dd) in self.ref if ww == w}):
-                for _, _, _, s in self.hist.get(d, ()):
-                    ok, n = drift.met(s.hists.get(TTFT), s.tpot, slo.ttft_ms / 1e3, slo.tpot_ms / 1e3)
-                    if n > 0:
-                        batches.append((ok, n))
-            if not batches:
+                for r, _, _, _, eps in self.hist.get(d, ()):
+                    for s in eps:
+                        ok, n = drift.met(s.hists.get(TTFT), s.tpot, slo.ttft_ms / 1e3, slo.tpot_ms / 1e3)
+                        if n > 0:
+                            per.setdefault(r, []).append((ok, n))
+            if not per:
                 continue
-            rk = drift.slo_risk(w, batches, slo.percentile / 100, self.alpha)
+            rk = drift.slo_risk(w, [per[r] for r in sorted(per)], slo.percentile / 100, self.alpha)
             obs.workloads[w] = {"attainment": _r(rk.attainment), "lower": _r(rk.lower), "upper": _r(rk.upper),
-                                "target": rk.target, "requests": rk.requests, "at_risk": rk.at_risk}
+                                "target": rk.target, "requests": rk.requests, "at_risk": rk.at_risk,
+                                "shown_over_intervals": rk.since_intervals, "upper_shown": _r(rk.upper_since)}
             if rk.at_risk:
                 risks[w] = rk
         return risks
@@ -406,8 +411,10 @@ class Watcher:
                            f"{ch.expected:.0f} expected; p = {ch.p_value:.2g} < alpha {self.alpha:g}) on "
                            f"{', '.join(deps)}")
         for w, rk in sorted(risks.items()):
-            reasons.append(f"{w}: SLO at risk: attainment {rk.attainment:.2%}, upper {1 - self.alpha:.2%} bound "
-                           f"{rk.upper:.2%} < target {rk.target:.0%} ({rk.requests} requests)")
+            reasons.append(f"{w}: SLO at risk: over the last {rk.since_intervals} interval(s) the upper "
+                           f"{1 - self.alpha / self.windows:.4%} bound of attainment is {rk.upper_since:.2%} < "
+                           f"target {rk.target:.0%} (last {self.windows} intervals: {rk.attainment:.2%}, "
+                           f"{rk.requests} requests)")
         for f in new_fail:
             reasons.append(f"{f.split('=', 1)[1]}: endpoint down ({self.dead_after} failed scrapes in a row)")
         ref = {k: v * factor.get(k[1], 1.0) for k, v in self.ref.items()}
@@ -427,7 +434,7 @@ class Watcher:
         if p is None:
             obs.notes.append("re-plan at the measured traffic moves no replica: the plan's model says the running "
                              "replicas suffice" + ("; the SLO risk is the model's error: calibrate the engine "
-                                                   "profile (docs/calibration.md)" if risks else ""))
+                                                   "profile (docs/fidelity.md, \"Engine fit\")" if risks else ""))
             self.last_round = self.round
             return
         self.last_round = self.round
