@@ -1,12 +1,13 @@
 """``trimtab watch`` against synthetic engines (docs/online.md, "Watching a deployment", "Measured").
 
-    python benchmarks/watch.py [--seeds 5] [--stationary-h 2] [--out benchmarks/data/watch.json]
+    python benchmarks/watch.py [--seeds 5] [--stationary-h 2] [--simulated] [--out benchmarks/data/watch.json]
+    python benchmarks/watch.py serve --plan plan.yaml --spec spec.yaml [--step 120:chat=1.6] [--kill 300:DEP/1]
 
 Each replica of the plan is a ``SyntheticEngine``: a ``prometheus_client`` registry with vLLM's metric names and
 bucket bounds, served over HTTP on 127.0.0.1 (``prometheus_client.start_http_server``), whose counters and
 histograms advance as an engine's would over an interval: a Poisson number of finished requests at the
 replica's share of the deployment's rate, prompt and output lengths drawn from the plan's length buckets routed
-there, TTFT and TPOT lognormal around given medians. The watcher (``trimtab.online.watch.Watcher``) scrapes them
+there, TTFT and TPOT lognormal (sigma 0.25) around medians at the tightest routed SLO / ``MARGIN``. The watcher (``trimtab.online.watch.Watcher``) scrapes them
 over real HTTP; only the clock is simulated (each interval is advanced at once), so hours of traffic take
 seconds.
 
@@ -34,6 +35,7 @@ TPOT_BUCKETS = (0.01, 0.025, 0.05, 0.075, 0.1, 0.15, 0.2, 0.3, 0.4, 0.5, 0.75, 1
                 40.0, 80.0)
 LEN_BUCKETS = (1, 2, 5, 10, 20, 50, 100, 200, 500, 1000, 2000, 5000, 10000, 20000, 50000, 100000)
 INTERVAL_S = 15.0
+MARGIN = 2.2  # a synthetic engine's median TTFT and TPOT: its tightest SLO over this
 
 
 class SyntheticEngine:
@@ -97,9 +99,15 @@ class Fleet:
         from trimtab.ir.lower import workload_rate
 
         rate = {w.name: workload_rate(w, spec.base_dir) for w in spec.workloads}
+        slo = {w.name: w.slo for w in spec.workloads}
         buckets = {(w, b.name): b for w, bs in plan.buckets.items() for b in bs}
         self.routes: dict[str, list[tuple[str, float, float, float]]] = {}  # dep -> (workload, rps, isl, osl)
+        # medians at the tightest routed SLO / MARGIN: with sigma 0.25 the p99 is 0.81 of it (every SLO met)
+        self.median: dict[str, tuple[float, float]] = {}
         for r in plan.routes:
+            s = slo[r.workload]
+            was = self.median.get(r.deployment, (math.inf, math.inf))
+            self.median[r.deployment] = (min(was[0], s.ttft_ms / 1e3 / MARGIN), min(was[1], s.tpot_ms / 1e3 / MARGIN))
             b = buckets[(r.workload, r.bucket)]
             self.routes.setdefault(r.deployment, []).append((r.workload, rate[r.workload] * r.share,
                                                              b.input_tokens_mean, b.output_tokens_mean))
@@ -122,8 +130,9 @@ class Fleet:
             rs = self.routes.get(d, [])
             rps = [r * self.scale.get(w, 1.0) / live for w, r, _, _ in rs]
             f = self.slow.get(d, 1.0)
+            ttft, tpot = self.median.get(d, (0.3, 0.04))
             e.advance(seconds, sum(rps), [(x, isl, osl) for x, (_, _, isl, osl) in zip(rps, rs)],
-                      ttft_s=0.3 * f, tpot_s=0.04 * f)
+                      ttft_s=ttft * f, tpot_s=tpot * f)
 
     def kill(self, d: str, i: int) -> None:
         for dd, j, e in self.engines:
@@ -167,10 +176,10 @@ def first_proposal(obs) -> int | None:
     return next((k + 1 for k, o in enumerate(obs) if o.proposal is not None), None)
 
 
-def measure(seed: int, stationary_h: float) -> dict:
+def measure(seed: int, stationary_h: float, analytic: bool = True) -> dict:
     res = {"seed": seed}
     with tempfile.TemporaryDirectory() as tmp:
-        _, _, fleet, w = setup(seed, tmp)
+        _, _, fleet, w = setup(seed, tmp, analytic=analytic)
         try:
             n = int(stationary_h * 3600 / INTERVAL_S)
             obs, _ = run(fleet, w, n + 1, 0.0)
@@ -183,40 +192,93 @@ def measure(seed: int, stationary_h: float) -> dict:
     res["step"] = {}
     for k in (0.5, 1.3, 1.6, 2.0):
         with tempfile.TemporaryDirectory() as tmp:
-            _, _, fleet, w = setup(seed, tmp)
+            _, _, fleet, w = setup(seed, tmp, analytic=analytic)
             try:
                 _, t = run(fleet, w, 9, 0.0)  # a baseline: the recent intervals at the planned rate
                 fleet.scale["a"] = k
+                w0 = time.perf_counter()
                 obs, _ = run(fleet, w, 20, t)
                 at = first_proposal(obs)
-                res["step"][str(k)] = {"intervals_to_proposal": at,
-                                       "rate_rps": obs[at - 1].proposal.rates_rps["a"] if at else None}
+                p = obs[at - 1].proposal if at else None
+                res["step"][str(k)] = {"intervals_to_proposal": at, "rate_rps": p.rates_rps["a"] if p else None,
+                                       "cost_usd_per_hour": list(p.cost_usd_per_hour) if p else None,
+                                       "check_ok": p.check_ok if p else None,
+                                       "proposals": sum(o.proposal is not None for o in obs),
+                                       "wall_s": round(time.perf_counter() - w0, 1)}
             finally:
                 fleet.stop()
     with tempfile.TemporaryDirectory() as tmp:
-        plan, _, fleet, w = setup(seed, tmp)
+        plan, _, fleet, w = setup(seed, tmp, analytic=analytic)
         try:
             _, t = run(fleet, w, 5, 0.0)
             d = max(plan.deployments, key=lambda x: x.replicas)
             fleet.kill(d.name, d.replicas - 1)
             obs, _ = run(fleet, w, 6, t)
             at = first_proposal(obs)
-            res["failure"] = {"intervals_to_proposal": at,
-                              "failures": obs[at - 1].proposal.failures if at else None}
+            p = obs[at - 1].proposal if at else None
+            res["failure"] = {"intervals_to_proposal": at, "failures": p.failures if p else None,
+                              "moves": {d: list(m) for d, m in p.moves.items()} if p else None,
+                              "check_ok": p.check_ok if p else None}
         finally:
             fleet.stop()
     return res
 
 
+def serve(argv: list[str]) -> int:
+    """``python benchmarks/watch.py serve --plan P --spec S [--step 120:a=1.6] [--kill 240:DEP/1]``: the plan's
+    fleet of synthetic engines in real time (advanced every second), to point ``trimtab watch`` at; prints the
+    ``--metrics`` arguments, then each event as it happens."""
+    from trimtab.api import load_spec
+    from trimtab.gate.analytic import load_plan
+
+    ap = argparse.ArgumentParser(prog="watch.py serve")
+    ap.add_argument("--plan", type=Path, required=True)
+    ap.add_argument("--spec", type=Path, required=True)
+    ap.add_argument("--seconds", type=float, default=600.0)
+    ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--step", action="append", default=[], help="T:WORKLOAD=FACTOR, from T seconds on")
+    ap.add_argument("--kill", action="append", default=[], help="T:DEPLOYMENT/REPLICA, stopped at T seconds")
+    a = ap.parse_args(argv)
+    plan, spec = load_plan(a.plan), load_spec(a.spec)
+    fleet = Fleet(plan, spec, a.seed)
+    events = sorted([(float(x.split(":", 1)[0]), "step", x.split(":", 1)[1]) for x in a.step]
+                    + [(float(x.split(":", 1)[0]), "kill", x.split(":", 1)[1]) for x in a.kill])
+    print(" ".join(f"--metrics {m}" for m in fleet.metrics()), flush=True)
+    t0 = time.monotonic()
+    k = 0
+    try:
+        while k < a.seconds:
+            k += 1
+            time.sleep(max(0.0, t0 + k - time.monotonic()))
+            while events and events[0][0] <= k:
+                _, kind, what = events.pop(0)
+                if kind == "step":
+                    wl, f = what.split("=")
+                    fleet.scale[wl] = float(f)
+                else:
+                    d, i = what.rsplit("/", 1)
+                    fleet.kill(d, int(i))
+                print(f"{k:.0f} s: {kind} {what}", flush=True)
+            fleet.advance(1.0)
+    finally:
+        fleet.stop()
+    return 0
+
+
 def main(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else argv
+    if argv[:1] == ["serve"]:
+        return serve(argv[1:])
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--seeds", type=int, default=5)
     ap.add_argument("--stationary-h", type=float, default=2.0)
+    ap.add_argument("--simulated", action="store_true", help="re-plan and check by simulation (default: the "
+                                                            "cost model)")
     ap.add_argument("--out", type=Path)
     a = ap.parse_args(argv)
     t0 = time.perf_counter()
-    rows = [measure(s, a.stationary_h) for s in range(a.seeds)]
-    out = {"interval_s": INTERVAL_S, "alpha": 1e-4, "windows": 8, "rows": rows,
+    rows = [measure(s, a.stationary_h, not a.simulated) for s in range(a.seeds)]
+    out = {"interval_s": INTERVAL_S, "alpha": 1e-4, "windows": 8, "simulated": a.simulated, "rows": rows,
            "wall_s": round(time.perf_counter() - t0, 1)}
     text = json.dumps(out, indent=2) + "\n"
     if a.out:

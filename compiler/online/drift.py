@@ -19,8 +19,9 @@ SLO, requests) for ``trimtab.sim.validate.interval``, the batch-means interval `
 of the recent intervals, as for the rate, at confidence ``1 - alpha / W``: the SLO is at risk when some suffix's
 **upper** bound is below the target (a miss the measurements show, as ``check`` fails one). Few batches give
 Student's t few degrees of freedom, so a miss is shown after a few intervals, not in one. A request meets the SLO when both its TTFT and its TPOT do; the histograms are marginal, so
-the misses of the two are added (the union bound: the joint attainment is at least this), which can only raise
-the alarm early.
+the misses of the two are added (the union bound: the joint attainment is at least this); inside the bucket
+that holds the SLO every request is counted as meeting it (``Hist.share_at_most_upper``: the buckets cannot tell,
+and vLLM's are coarse), so a miss is declared only where the buckets show it.
 """
 from __future__ import annotations
 
@@ -102,14 +103,15 @@ def length_test(what: str, planned_mean: float, hist, alpha: float = ALPHA) -> L
 
 
 def met(ttft, tpot, ttft_s: float, tpot_s: float) -> tuple[float, float]:
-    """(requests meeting both SLOs at least, requests) of one interval from its TTFT and TPOT histograms: the
-    union bound on the misses (module docstring). Without a TPOT histogram only TTFT is judged."""
+    """(requests meeting both SLOs, requests) of one interval from its TTFT and TPOT histograms: the union bound
+    on the misses, each read at its bucket's upper bound (module docstring). Without a TPOT histogram only TTFT
+    is judged."""
     if ttft is None or ttft.count <= 0:
         return 0.0, 0.0
     n = ttft.count
-    miss = n * (1 - ttft.share_at_most(ttft_s))
+    miss = n * (1 - ttft.share_at_most_upper(ttft_s))
     if tpot is not None and tpot.count > 0:
-        miss += n * (1 - tpot.share_at_most(tpot_s))
+        miss += n * (1 - tpot.share_at_most_upper(tpot_s))
     return max(0.0, n - miss), n
 
 
