@@ -13,8 +13,10 @@ seconds.
 
 Measured, per seed: false alarms (proposals, rate changes, SLOs at risk) over ``--stationary-h`` hours at the
 planned rates, 15 s intervals; the intervals from a step of one workload's rate (x0.5, x1.3, x1.6, x2) to the
-proposal; the intervals from an endpoint's death to the proposal. The spec is tests/online/test_replan.py's
-(8B workloads on h100-sxm and l40s, plans by the cost model: ``analytic``).
+proposal (the step half-way through an interval, counted from the end of that interval: 1 is the first scrape
+after the step); the intervals from an endpoint's death to the proposal (1: the first scrape after it). The spec
+is tests/online/test_replan.py's (8B workloads on h100-sxm and l40s; re-plans and checks by the cost model,
+``analytic``, unless ``--simulated``).
 """
 from __future__ import annotations
 
@@ -195,12 +197,19 @@ def measure(seed: int, stationary_h: float, analytic: bool = True) -> dict:
             _, _, fleet, w = setup(seed, tmp, analytic=analytic)
             try:
                 _, t = run(fleet, w, 9, 0.0)  # a baseline: the recent intervals at the planned rate
-                fleet.scale["a"] = k
                 w0 = time.perf_counter()
-                obs, _ = run(fleet, w, 20, t)
+                # the step half-way through an interval (as a real one falls): that interval mixes both rates
+                fleet.advance(INTERVAL_S / 2)
+                fleet.scale["a"] = k
+                fleet.advance(INTERVAL_S / 2)
+                t += INTERVAL_S
+                obs = [w.step(now=t)]
+                more, _ = run(fleet, w, 19, t)
+                obs += more
                 at = first_proposal(obs)
                 p = obs[at - 1].proposal if at else None
-                res["step"][str(k)] = {"intervals_to_proposal": at, "rate_rps": p.rates_rps["a"] if p else None,
+                res["step"][str(k)] = {"intervals_to_proposal": at, "true_rps": 20.0 * k,
+                                       "rate_rps": p.rates_rps["a"] if p else None,
                                        "cost_usd_per_hour": list(p.cost_usd_per_hour) if p else None,
                                        "check_ok": p.check_ok if p else None,
                                        "proposals": sum(o.proposal is not None for o in obs),

@@ -113,7 +113,7 @@ class Proposal:
     rates_rps: dict[str, float]  # per workload: the rates the re-plan was made for
     failures: list[str]
     moves: dict[str, tuple[int, int]]  # deployment -> (started, stopped)
-    replicas: dict[str, tuple[int, int]]  # deployment -> (now, proposed)
+    replicas: dict[str, tuple[int, int]]  # deployment -> (running now, failed ones gone; proposed)
     cost_usd_per_hour: tuple[float, float]  # (now, proposed)
     transition_usd: float
     check_ok: bool
@@ -456,7 +456,7 @@ class Watcher:
             return None
         self.last_key = key
         rep = check(r.plan, spec, analytic=self.analytic)
-        now = {d.name: d.replicas for d in self.plan.deployments}
+        now = {d.name: d.replicas - r.failure.lost_replicas.get(d.name, 0) for d in self.plan.deployments}
         new = {d.name: d.replicas for d in r.plan.deployments}
         reps = {d: (now.get(d, 0), new.get(d, 0)) for d in sorted(set(now) | set(new)) if now.get(d) != new.get(d)}
         touched = {f.split("=", 1)[1].rsplit("/", 1)[0] for f in failed}
