@@ -7,7 +7,8 @@ Each replica of the plan is a ``SyntheticEngine``: a ``prometheus_client`` regis
 bucket bounds, served over HTTP on 127.0.0.1 (``prometheus_client.start_http_server``), whose counters and
 histograms advance as an engine's would over an interval: a Poisson number of finished requests at the
 replica's share of the deployment's rate, prompt and output lengths drawn from the plan's length buckets routed
-there, TTFT and TPOT lognormal (sigma 0.25) around medians at the tightest routed SLO / ``MARGIN``. The watcher (``trimtab.online.watch.Watcher``) scrapes them
+there, TTFT and TPOT lognormal around the plan's cost-model prediction at percentile 50 for the workload
+(``trimtab.field.loadtest.predicted_at``): an engine that behaves as the model says, until ``slow`` stretches it. The watcher (``trimtab.online.watch.Watcher``) scrapes them
 over real HTTP; only the clock is simulated (each interval is advanced at once), so hours of traffic take
 seconds.
 
@@ -37,7 +38,7 @@ TPOT_BUCKETS = (0.01, 0.025, 0.05, 0.075, 0.1, 0.15, 0.2, 0.3, 0.4, 0.5, 0.75, 1
                 40.0, 80.0)
 LEN_BUCKETS = (1, 2, 5, 10, 20, 50, 100, 200, 500, 1000, 2000, 5000, 10000, 20000, 50000, 100000)
 INTERVAL_S = 15.0
-MARGIN = 2.2  # a synthetic engine's median TTFT and TPOT: its tightest SLO over this
+SIGMA_TTFT, SIGMA_TPOT = 0.25, 0.05  # lognormal spreads of a synthetic request's TTFT and TPOT
 
 
 class SyntheticEngine:
@@ -65,19 +66,21 @@ class SyntheticEngine:
         self.server, self.thread = start_http_server(0, addr="127.0.0.1", registry=reg)
         self.url = f"http://127.0.0.1:{self.server.server_port}/metrics"
 
-    def advance(self, seconds: float, rate_rps: float, lengths: list[tuple[float, float, float]],
-                ttft_s: float = 0.3, tpot_s: float = 0.04, sigma: float = 0.25) -> int:
-        """``seconds`` of serving at ``rate_rps``: lengths from [(weight, prompt mean, output mean)], each a
-        uniform +-20 % around its mean; TTFT and TPOT lognormal with medians ``ttft_s``, ``tpot_s``."""
+    def advance(self, seconds: float, rate_rps: float, classes: list[tuple[float, float, float, float, float]],
+                ) -> int:
+        """``seconds`` of serving at ``rate_rps``: classes [(weight, prompt mean, output mean, TTFT median s,
+        TPOT median s)]; lengths uniform +-20 % around their means, TTFT lognormal (sigma SIGMA_TTFT), a request's
+        TPOT (a mean over its tokens) lognormal (SIGMA_TPOT)."""
         n = int(self.rng.poisson(rate_rps * seconds))
         if n == 0:
             return 0
-        w = np.array([x[0] for x in lengths], dtype=float)
-        pick = self.rng.choice(len(lengths), size=n, p=w / w.sum())
-        isl = np.array([lengths[i][1] for i in pick]) * self.rng.uniform(0.8, 1.2, n)
-        osl = np.array([lengths[i][2] for i in pick]) * self.rng.uniform(0.8, 1.2, n)
-        ttft = ttft_s * np.exp(sigma * self.rng.standard_normal(n))
-        tpot = tpot_s * np.exp(sigma * self.rng.standard_normal(n))
+        w = np.array([x[0] for x in classes], dtype=float)
+        pick = self.rng.choice(len(classes), size=n, p=w / w.sum())
+        col = np.array(classes)[pick]
+        isl = col[:, 1] * self.rng.uniform(0.8, 1.2, n)
+        osl = col[:, 2] * self.rng.uniform(0.8, 1.2, n)
+        ttft = col[:, 3] * np.exp(SIGMA_TTFT * self.rng.standard_normal(n))
+        tpot = col[:, 4] * np.exp(SIGMA_TPOT * self.rng.standard_normal(n))
         m = self.model
         for i in range(n):
             self.isl.labels(m).observe(round(isl[i]))
@@ -100,16 +103,13 @@ class Fleet:
     def __init__(self, plan, spec, seed: int):
         from trimtab.ir.lower import workload_rate
 
+        from trimtab.field.loadtest import predicted_at
+
         rate = {w.name: workload_rate(w, spec.base_dir) for w in spec.workloads}
-        slo = {w.name: w.slo for w in spec.workloads}
+        self.p50 = {w: (t / 1e3, p / 1e3) for w, (t, p) in predicted_at(plan, spec, 50.0).items()}
         buckets = {(w, b.name): b for w, bs in plan.buckets.items() for b in bs}
         self.routes: dict[str, list[tuple[str, float, float, float]]] = {}  # dep -> (workload, rps, isl, osl)
-        # medians at the tightest routed SLO / MARGIN: with sigma 0.25 the p99 is 0.81 of it (every SLO met)
-        self.median: dict[str, tuple[float, float]] = {}
         for r in plan.routes:
-            s = slo[r.workload]
-            was = self.median.get(r.deployment, (math.inf, math.inf))
-            self.median[r.deployment] = (min(was[0], s.ttft_ms / 1e3 / MARGIN), min(was[1], s.tpot_ms / 1e3 / MARGIN))
             b = buckets[(r.workload, r.bucket)]
             self.routes.setdefault(r.deployment, []).append((r.workload, rate[r.workload] * r.share,
                                                              b.input_tokens_mean, b.output_tokens_mean))
@@ -132,9 +132,8 @@ class Fleet:
             rs = self.routes.get(d, [])
             rps = [r * self.scale.get(w, 1.0) / live for w, r, _, _ in rs]
             f = self.slow.get(d, 1.0)
-            ttft, tpot = self.median.get(d, (0.3, 0.04))
-            e.advance(seconds, sum(rps), [(x, isl, osl) for x, (_, _, isl, osl) in zip(rps, rs)],
-                      ttft_s=ttft * f, tpot_s=tpot * f)
+            e.advance(seconds, sum(rps), [(x, isl, osl, self.p50[w][0] * f, self.p50[w][1] * f)
+                                          for x, (w, _, isl, osl) in zip(rps, rs)])
 
     def kill(self, d: str, i: int) -> None:
         for dd, j, e in self.engines:

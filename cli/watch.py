@@ -69,6 +69,10 @@ def watch_cmd(
                                                           "its start-ups within them.")] = 24.0,
     analytic: Annotated[bool, typer.Option("--analytic", help="Re-plan and check with the cost model only (no "
                                                               "simulation).")] = False,
+    calibrate: Annotated[bool, typer.Option("--calibrate", help="Before each proposal, move the engine profile's "
+                                                                "step and request overheads toward the measured "
+                                                                "TPOT and TTFT (bounded; logged in "
+                                                                "OUT/calibration).")] = False,
     apply: Annotated[bool, typer.Option("--apply", help="kubectl apply -f each proposal's manifests (off by "
                                                         "default: proposals only).")] = False,
     fmt: Annotated[TableOrJson, typer.Option("--format", help="json: one JSON object per line and "
@@ -91,7 +95,7 @@ def watch_cmd(
     plan = load_plan(plan_path)
     w = Watcher(plan, load_spec(spec), targets_for(plan, metrics), out_dir=output, alpha=alpha, windows=windows,
                 min_lifetime=min_lifetime, dead_after=dead_after, analytic=analytic, horizon_h=horizon,
-                max_moves=max_moves, apply=apply)
+                max_moves=max_moves, apply=apply, calibrate=calibrate)
     n = 2 if once else iterations
     start = time.monotonic()
     i = 0

@@ -120,6 +120,7 @@ class Proposal:
     check_violations: list[str]
     protects: list[str]  # workloads at risk, or on a changed or failed deployment, whose SLOs the check passed
     folder: str
+    calibration: list[dict] = field(default_factory=list)  # trimtab.online.recalibrate.Update.to_dict()
     applied: str = ""  # kubectl's outcome with --apply
 
     def to_dict(self) -> dict:
@@ -131,7 +132,8 @@ class Proposal:
                                       "proposed": round(self.cost_usd_per_hour[1], 4)},
                 "transition_usd": self.transition_usd, "check": {"ok": self.check_ok,
                                                                  "violations": self.check_violations},
-                "protects": self.protects, "folder": self.folder, "applied": self.applied}
+                "protects": self.protects, "folder": self.folder, "calibration": self.calibration,
+                "applied": self.applied}
 
 
 @dataclass
@@ -164,7 +166,8 @@ class Watcher:
     def __init__(self, plan, spec, targets: list[Target], *, out_dir: str | Path, alpha: float = drift.ALPHA,
                  windows: int = drift.WINDOWS, min_lifetime: int = MIN_LIFETIME, dead_after: int = DEAD_AFTER,
                  analytic: bool = False, horizon_h: float | None = None, max_moves: int | None = None,
-                 apply: bool = False, client=None, clock=time.monotonic, replan_kwargs: dict | None = None):
+                 apply: bool = False, calibrate: bool = False, client=None, clock=time.monotonic,
+                 replan_kwargs: dict | None = None):
         import httpx
 
         from trimtab.gate.analytic import plan_references
@@ -179,7 +182,7 @@ class Watcher:
         self.plan, self.spec, self.targets = plan, spec, targets
         self.out_dir, self.alpha, self.windows = Path(out_dir), alpha, max(1, windows)
         self.min_lifetime, self.dead_after, self.analytic = min_lifetime, max(1, dead_after), analytic
-        self.horizon_h, self.max_moves, self.apply = horizon_h, max_moves, apply
+        self.horizon_h, self.max_moves, self.apply, self.calibrate = horizon_h, max_moves, apply, calibrate
         self.replan_kwargs = dict(replan_kwargs or {})
         self.client = client or httpx.Client(timeout=SCRAPE_TIMEOUT_S)
         self.clock = clock
@@ -420,6 +423,7 @@ class Watcher:
         ref = {k: v * factor.get(k[1], 1.0) for k, v in self.ref.items()}
         rates = {w: sum(v for (ww, _), v in ref.items() if ww == w) for w in self.wl}
         base = {w: sum(v for (ww, _), v in self.ref0.items() if ww == w) for w in self.wl}
+        self.calibrated = []
         try:
             p = self._propose(reasons, rates, base, failed, risks, changes)
         except TrimtabError as exc:  # e.g. infeasible with the GPUs left: said, and watching goes on
@@ -432,6 +436,8 @@ class Watcher:
         for g in changes:  # the reference moved: the test starts over from it
             self.since[g] = self.round + 1
         if p is None:
+            obs.notes += [f"calibration: {u['parameter']} {u['old']:g} -> {u['new']:g} ms from {u['measured']} "
+                          f"(evidence in {self.out_dir / 'calibration'})" for u in self.calibrated]
             obs.notes.append("re-plan at the measured traffic moves no replica: the plan's model says the running "
                              "replicas suffice" + ("; the SLO risk is the model's error: calibrate the engine "
                                                    "profile (docs/fidelity.md, \"Engine fit\")" if risks else ""))
@@ -449,6 +455,16 @@ class Watcher:
 
         factors = {w: rates[w] / base[w] for w in rates if base[w] > 0 and abs(rates[w] / base[w] - 1) > 1e-9}
         spec = rescaled_spec(self.spec, factors)
+        cal = []
+        if self.calibrate:  # before the re-plan, which then prices replicas with the moved overheads
+            from trimtab.online.recalibrate import recalibrate
+
+            cal = recalibrate(self.plan, spec, self._measured(), self.out_dir / "calibration")
+            self.calibrated = [u.to_dict() for u in cal]
+            reasons = reasons + [f"calibration: {self.plan.engine.name} {u.parameter} {u.old:.3g} -> {u.new:.3g} "
+                                 f"ms ({u.measured}: " + ", ".join(
+                                     f"{e.workload} {e.measured_ms:.1f} measured vs {e.predicted_ms:.1f} "
+                                     f"predicted, {e.requests} requests" for e in u.evidence) + ")" for u in cal]
         r = replan(self.plan, spec, fail=failed, validate=not self.analytic, max_moves=self.max_moves,
                    horizon_h=self.horizon_h or HORIZON_H, **self.replan_kwargs)
         key = (tuple(sorted(r.moves.items())), tuple(failed))
@@ -469,7 +485,7 @@ class Watcher:
         (folder / "plan.yaml").write_text(emit(r.plan))
         prop = Proposal(n, self.round, reasons, {w: rates[w] for w in sorted(rates)}, list(failed), r.moves, reps,
                         (self.plan.cost_usd_per_hour, r.plan.cost_usd_per_hour), r.transition_usd, rep.ok,
-                        list(rep.violations), protects, str(folder))
+                        list(rep.violations), protects, str(folder), [u.to_dict() for u in cal])
         if self.apply:
             prop.applied = self._kubectl(folder / "k8s")
             if prop.applied == "applied":
@@ -477,6 +493,17 @@ class Watcher:
         (folder / "proposal.json").write_text(json.dumps(prop.to_dict(), indent=2) + "\n")
         self.proposals.append(prop)
         return prop
+
+    def _measured(self) -> dict:
+        """Per workload: its deployments' TTFT and TPOT histograms pooled over the recent intervals."""
+        out = {}
+        for w in sorted(self.wl):
+            tot = Series()
+            for d in sorted({dd for (ww, dd) in self.ref if ww == w}):
+                for _, _, _, s, _ in self.hist.get(d, ()):
+                    tot = tot.plus(s)
+            out[w] = (tot.hists.get(TTFT), tot.tpot)
+        return out
 
     def _kubectl(self, folder: Path) -> str:
         import subprocess

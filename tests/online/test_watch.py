@@ -196,3 +196,28 @@ def test_cli_once_json_and_exit_codes(tmp_path):
         assert bad.exit_code == 1 and "nosuch" in bad.output
     finally:
         fleet.stop()
+
+
+def test_calibration_moves_the_overheads_toward_a_slower_engine(watched, tmp_path):
+    from trimtab.profiles.loader import load_profiles, profile_dirs, use_profile_dirs
+
+    before = profile_dirs()
+    try:
+        plan, _, fleet, w = watched(seed=6, calibrate=True)
+        bundled = load_profiles().engines[plan.engine.name].step_overhead_ms.value
+        _, t = run(fleet, w, 8, 0.0)
+        fleet.slow.update({d.name: 2.0 for d in plan.deployments})  # every engine twice as slow as its profile
+        obs, _ = run(fleet, w, 4, t)
+        p = next(o.proposal for o in obs if o.proposal is not None)
+        step = next(u for u in p.calibration if u["parameter"] == "step_overhead_ms")
+        assert step["old"] == pytest.approx(bundled) and step["new"] > step["old"]
+        assert all(e["measured_ms"] > e["predicted_ms"] for e in step["evidence"])
+        # bounded: one update moves it by at most half the measured mean TPOT it explains
+        assert step["new"] - step["old"] <= 0.5 * max(e["measured_ms"] for e in step["evidence"]) + 1e-9
+        # the next re-plan priced replicas with it: more capacity, and the profile and its evidence are on disk
+        assert p.cost_usd_per_hour[1] > p.cost_usd_per_hour[0]
+        assert load_profiles().engines[plan.engine.name].step_overhead_ms.value == pytest.approx(step["new"])
+        log = (tmp_path / "out0" / "calibration" / "calibration.jsonl").read_text().splitlines()
+        assert json.loads(log[0])["parameter"] == "step_overhead_ms"
+    finally:
+        use_profile_dirs(before)
