@@ -1,23 +1,24 @@
 """``trimtab watch`` against synthetic engines (docs/online.md, "Watching a deployment", "Measured").
 
     python benchmarks/watch.py [--seeds 5] [--stationary-h 2] [--simulated] [--out benchmarks/data/watch.json]
-    python benchmarks/watch.py serve --plan plan.yaml --spec spec.yaml [--step 120:chat=1.6] [--kill 300:DEP/1]
+    python benchmarks/watch.py serve --plan plan.yaml --spec spec.yaml [--step 120:chat=1.6] [--kill
+    300:DEP/1]
 
-Each replica of the plan is a ``SyntheticEngine``: a ``prometheus_client`` registry with vLLM's metric names and
-bucket bounds, served over HTTP on 127.0.0.1 (``prometheus_client.start_http_server``), whose counters and
+Each replica of the plan is a ``SyntheticEngine``: a ``prometheus_client`` registry with vLLM's metric names
+and bucket bounds, served over HTTP on 127.0.0.1 (``prometheus_client.start_http_server``), whose counters and
 histograms advance as an engine's would over an interval: a Poisson number of finished requests at the
-replica's share of the deployment's rate, prompt and output lengths drawn from the plan's length buckets routed
-there, TTFT and TPOT lognormal around the plan's cost-model prediction at percentile 50 for the workload
-(``trimtab.field.loadtest.predicted_at``): an engine that behaves as the model says, until ``slow`` stretches it. The watcher (``trimtab.online.watch.Watcher``) scrapes them
-over real HTTP; only the clock is simulated (each interval is advanced at once), so hours of traffic take
-seconds.
+replica's share of the deployment's rate, prompt and output lengths drawn from the plan's length buckets
+routed there, TTFT and TPOT lognormal around the plan's cost-model prediction at percentile 50 for the
+workload (``trimtab.field.loadtest.predicted_at``): an engine that behaves as the model says, until ``slow``
+stretches it. The watcher (``trimtab.online.watch.Watcher``) scrapes them over real HTTP; only the clock is
+simulated (each interval is advanced at once), so hours of traffic take seconds.
 
 Measured, per seed: false alarms (proposals, rate changes, SLOs at risk) over ``--stationary-h`` hours at the
 planned rates, 15 s intervals; the intervals from a step of one workload's rate (x0.5, x1.3, x1.6, x2) to the
 proposal (the step half-way through an interval, counted from the end of that interval: 1 is the first scrape
-after the step); the intervals from an endpoint's death to the proposal (1: the first scrape after it). The spec
-is tests/online/test_replan.py's (8B workloads on h100-sxm and l40s; re-plans and checks by the cost model,
-``analytic``, unless ``--simulated``).
+after the step); the intervals from an endpoint's death to the proposal (1: the first scrape after it). The
+spec is tests/online/test_replan.py's (8B workloads on h100-sxm and l40s; re-plans and checks by the cost
+model, ``analytic``, unless ``--simulated``).
 """
 from __future__ import annotations
 
@@ -32,8 +33,8 @@ from pathlib import Path
 import numpy as np
 
 # vLLM's bucket bounds (vllm/engine/metrics.py, V1 loggers): TTFT and TPOT in seconds, lengths in tokens
-TTFT_BUCKETS = (0.001, 0.005, 0.01, 0.02, 0.04, 0.06, 0.08, 0.1, 0.25, 0.5, 0.75, 1.0, 2.5, 5.0, 7.5, 10.0, 20.0,
-                40.0, 80.0, 160.0, 640.0, 2560.0)
+TTFT_BUCKETS = (0.001, 0.005, 0.01, 0.02, 0.04, 0.06, 0.08, 0.1, 0.25, 0.5, 0.75, 1.0, 2.5, 5.0, 7.5, 10.0,
+                20.0, 40.0, 80.0, 160.0, 640.0, 2560.0)
 TPOT_BUCKETS = (0.01, 0.025, 0.05, 0.075, 0.1, 0.15, 0.2, 0.3, 0.4, 0.5, 0.75, 1.0, 2.5, 5.0, 7.5, 10.0, 20.0,
                 40.0, 80.0)
 LEN_BUCKETS = (1, 2, 5, 10, 20, 50, 100, 200, 500, 1000, 2000, 5000, 10000, 20000, 50000, 100000)
@@ -66,10 +67,11 @@ class SyntheticEngine:
         self.server, self.thread = start_http_server(0, addr="127.0.0.1", registry=reg)
         self.url = f"http://127.0.0.1:{self.server.server_port}/metrics"
 
-    def advance(self, seconds: float, rate_rps: float, classes: list[tuple[float, float, float, float, float]],
-                ) -> int:
+    def advance(self, seconds: float, rate_rps: float,
+                classes: list[tuple[float, float, float, float, float]]) -> int:
         """``seconds`` of serving at ``rate_rps``: classes [(weight, prompt mean, output mean, TTFT median s,
-        TPOT median s)]; lengths uniform +-20 % around their means, TTFT lognormal (sigma SIGMA_TTFT), a request's
+        TPOT median s)]; lengths uniform +-20 % around their means, TTFT lognormal (sigma SIGMA_TTFT), a
+        request's
         TPOT (a mean over its tokens) lognormal (SIGMA_TPOT)."""
         n = int(self.rng.poisson(rate_rps * seconds))
         if n == 0:
@@ -163,7 +165,8 @@ def setup(seed: int, out_dir: str, **kwargs):
 
 
 def run(fleet, w, steps: int, t0: float) -> tuple[list, float]:
-    """``steps`` intervals: the fleet serves one, the watcher scrapes; returns the observations and the clock."""
+    """``steps`` intervals: the fleet serves one, the watcher scrapes; returns the observations and the
+    clock."""
     obs = []
     t = t0
     for _ in range(steps):
@@ -233,9 +236,9 @@ def measure(seed: int, stationary_h: float, analytic: bool = True) -> dict:
 
 
 def serve(argv: list[str]) -> int:
-    """``python benchmarks/watch.py serve --plan P --spec S [--step 120:a=1.6] [--kill 240:DEP/1]``: the plan's
-    fleet of synthetic engines in real time (advanced every second), to point ``trimtab watch`` at; prints the
-    ``--metrics`` arguments, then each event as it happens."""
+    """``python benchmarks/watch.py serve --plan P --spec S [--step 120:a=1.6] [--kill 240:DEP/1]``: the
+    plan's fleet of synthetic engines in real time (advanced every second), to point ``trimtab watch`` at;
+    prints the ``--metrics`` arguments, then each event as it happens."""
     from trimtab.api import load_spec
     from trimtab.gate.analytic import load_plan
 

@@ -47,9 +47,10 @@ def watch_cmd(
     plan_path: Annotated[Path, typer.Option("--plan", help="The running plan (written by trimtab plan).")],
     spec: Annotated[Path, typer.Option("--spec", help="The spec it was made from (SLOs, GPUs, prices).")],
     metrics: Annotated[list[str], typer.Option("--metrics", help="An engine's Prometheus endpoint "
-                                               "(http://HOST:PORT[/metrics]), one per replica: DEPLOYMENT=URL "
-                                               "(repeat for its replicas), or bare URLs in the plan's order of "
-                                               "deployments and replicas; repeatable.")],
+                                               "(http://HOST:PORT[/metrics]), one per replica: "
+                                               "DEPLOYMENT=URL (repeat for its replicas), or bare URLs in "
+                                               "the plan's order of deployments and replicas; "
+                                               "repeatable.")],
     output: Annotated[Path, typer.Option("--out", help="Folder for the proposals (plan.yaml, k8s/, "
                                                        "proposal.json each).")] = Path("proposals"),
     interval: Annotated[float, typer.Option(min=0.05, help="Seconds between scrapes.")] = 15.0,
@@ -65,14 +66,14 @@ def watch_cmd(
                                                         "failed.")] = 2,
     max_moves: Annotated[Optional[int], typer.Option("--max-moves", min=0, help="At most this many replicas "
                                                      "started plus stopped per proposal.")] = None,
-    horizon: Annotated[float, typer.Option(min=0.01, help="Hours a proposal runs: a cheaper plan must pay back "
-                                                          "its start-ups within them.")] = 24.0,
-    analytic: Annotated[bool, typer.Option("--analytic", help="Re-plan and check with the cost model only (no "
-                                                              "simulation).")] = False,
-    calibrate: Annotated[bool, typer.Option("--calibrate", help="Before each proposal, move the engine profile's "
-                                                                "step and request overheads toward the measured "
-                                                                "TPOT and TTFT (bounded; logged in "
-                                                                "OUT/calibration).")] = False,
+    horizon: Annotated[float, typer.Option(min=0.01, help="Hours a proposal runs: a cheaper plan must pay "
+                                                          "back its start-ups within them.")] = 24.0,
+    analytic: Annotated[bool, typer.Option("--analytic", help="Re-plan and check with the cost model only "
+                                                              "(no simulation).")] = False,
+    calibrate: Annotated[bool, typer.Option("--calibrate", help="Before each proposal, move the engine "
+                                                                "profile's step and request overheads toward "
+                                                                "the measured TPOT and TTFT (bounded; logged "
+                                                                "in OUT/calibration).")] = False,
     apply: Annotated[bool, typer.Option("--apply", help="kubectl apply -f each proposal's manifests (off by "
                                                         "default: proposals only).")] = False,
     fmt: Annotated[TableOrJson, typer.Option("--format", help="json: one JSON object per line and "
@@ -93,9 +94,9 @@ def watch_cmd(
     if apply and shutil.which("kubectl") is None:
         raise InputError([Problem("--apply", "kubectl is not on PATH")], "arguments")
     plan = load_plan(plan_path)
-    w = Watcher(plan, load_spec(spec), targets_for(plan, metrics), out_dir=output, alpha=alpha, windows=windows,
-                min_lifetime=min_lifetime, dead_after=dead_after, analytic=analytic, horizon_h=horizon,
-                max_moves=max_moves, apply=apply, calibrate=calibrate)
+    w = Watcher(plan, load_spec(spec), targets_for(plan, metrics), out_dir=output, alpha=alpha,
+                windows=windows, min_lifetime=min_lifetime, dead_after=dead_after, analytic=analytic,
+                horizon_h=horizon, max_moves=max_moves, apply=apply, calibrate=calibrate)
     n = 2 if once else iterations
     start = time.monotonic()
     i = 0

@@ -1,13 +1,14 @@
-"""The tests ``trimtab watch`` decides with (docs/online.md, "Watching a deployment"): a change of arrival rate, a
-change of length mix and an SLO at risk, each at a stated false-alarm rate ``alpha`` per look.
+"""The tests ``trimtab watch`` decides with (docs/online.md, "Watching a deployment"): a change of arrival
+rate, a change of length mix and an SLO at risk, each at a stated false-alarm rate ``alpha`` per look.
 
-**Rate.** Requests finished in an interval of ``dt`` seconds at rate ``r`` are a Poisson count of mean ``r dt`` (a renewal process with inter-arrival CV ``c`` has variance ``c**2 r dt`` over windows much
-longer than a gap: the counts are scaled by ``1 / c**2``, quasi-Poisson). Over the last ``W`` intervals each
-suffix (the last 1, 2, ..., W intervals) is tested two-sided against the reference count at ``alpha / W``
-(Bonferroni over the suffixes), so one look declares a change under the reference rate with probability at most
-``alpha``. A short suffix catches a large step in one interval, a long one a small step. The new rate is that of
-the suffix with the largest likelihood ratio against the reference (the CUSUM change point of a Poisson rate):
-the intervals before the change do not dilute it.
+**Rate.** Requests finished in an interval of ``dt`` seconds at rate ``r`` are a Poisson count of mean ``r
+dt`` (a renewal process with inter-arrival CV ``c`` has variance ``c**2 r dt`` over windows much longer than a
+gap: the counts are scaled by ``1 / c**2``, quasi-Poisson). Over the last ``W`` intervals each suffix (the
+last 1, 2, ..., W intervals) is tested two-sided against the reference count at ``alpha / W`` (Bonferroni over
+the suffixes), so one look declares a change under the reference rate with probability at most ``alpha``. A
+short suffix catches a large step in one interval, a long one a small step. The new rate is that of the suffix
+with the largest likelihood ratio against the reference (the CUSUM change point of a Poisson rate): the
+intervals before the change do not dilute it.
 
 **Lengths.** The mean prompt and output length over the last ``W`` intervals (exact: the histograms' sum over
 count) against the plan's, a two-sided z-test with the histogram's variance (bucket midpoints, plus each
@@ -15,13 +16,14 @@ bucket's own width squared / 12, as if uniform inside it: a length mix inside on
 none), at ``alpha / 2`` for the two means.
 
 **SLO at risk.** Per workload, each interval of each endpoint serving it is one batch (requests meeting the
-SLO, requests) for ``trimtab.sim.validate.interval``, the batch-means interval ``check`` uses; over each suffix
-of the recent intervals, as for the rate, at confidence ``1 - alpha / W``: the SLO is at risk when some suffix's
-**upper** bound is below the target (a miss the measurements show, as ``check`` fails one). Few batches give
-Student's t few degrees of freedom, so a miss is shown after a few intervals, not in one. A request meets the SLO when both its TTFT and its TPOT do; the histograms are marginal, so
-the misses of the two are added (the union bound: the joint attainment is at least this); inside the bucket
-that holds the SLO every request is counted as meeting it (``Hist.share_at_most_upper``: the buckets cannot tell,
-and vLLM's are coarse), so a miss is declared only where the buckets show it.
+SLO, requests) for ``trimtab.sim.validate.interval``, the batch-means interval ``check`` uses; over each
+suffix of the recent intervals, as for the rate, at confidence ``1 - alpha / W``: the SLO is at risk when some
+suffix's **upper** bound is below the target (a miss the measurements show, as ``check`` fails one). Few
+batches give Student's t few degrees of freedom, so a miss is shown after a few intervals, not in one. A
+request meets the SLO when both its TTFT and its TPOT do; the histograms are marginal, so the misses of the
+two are added (the union bound: the joint attainment is at least this); inside the bucket that holds the SLO
+every request is counted as meeting it (``Hist.share_at_most_upper``: the buckets cannot tell, and vLLM's are
+coarse), so a miss is declared only where the buckets show it.
 """
 from __future__ import annotations
 
@@ -55,8 +57,8 @@ class RateChange:
 
 def rate_test(counts: list[tuple[float, float]], cv: float = 1.0, alpha: float = ALPHA) -> RateChange | None:
     """``counts``: the recent intervals [(requests, requests expected at the reference rate)], oldest first. A
-    RateChange when some suffix's count rejects the reference at ``alpha / len(counts)`` (module docstring), else
-    None."""
+    RateChange when some suffix's count rejects the reference at ``alpha / len(counts)`` (module docstring),
+    else None."""
     if not counts:
         return None
     phi = max(cv, 1e-6) ** 2
@@ -70,7 +72,10 @@ def rate_test(counts: list[tuple[float, float]], cv: float = 1.0, alpha: float =
         p = min(1.0, 2 * min(lo, hi))
         best_p = min(best_p, p)
         # log likelihood ratio of the suffix's own rate against the reference (quasi-Poisson)
-        llr = (n * math.log(n / mu) - (n - mu)) / phi if n > 0 and mu > 0 else (mu / phi if n == 0 else math.inf)
+        if n > 0 and mu > 0:
+            llr = (n * math.log(n / mu) - (n - mu)) / phi
+        else:
+            llr = mu / phi if n == 0 else math.inf
         if llr > best_llr:
             best_llr, best = llr, (i, n, mu)
     if best_p >= alpha / k:
@@ -89,7 +94,8 @@ class LengthChange:
 
 
 def length_test(what: str, planned_mean: float, hist, alpha: float = ALPHA) -> LengthChange | None:
-    """Two-sided z-test of the histogram's mean against ``planned_mean`` at ``alpha / 2`` (two means a look)."""
+    """Two-sided z-test of the histogram's mean against ``planned_mean`` at ``alpha / 2`` (two means a
+    look)."""
     from scipy.special import ndtri
 
     if hist is None or hist.count < 2 or not planned_mean > 0:
@@ -103,9 +109,9 @@ def length_test(what: str, planned_mean: float, hist, alpha: float = ALPHA) -> L
 
 
 def met(ttft, tpot, ttft_s: float, tpot_s: float) -> tuple[float, float]:
-    """(requests meeting both SLOs, requests) of one interval from its TTFT and TPOT histograms: the union bound
-    on the misses, each read at its bucket's upper bound (module docstring). Without a TPOT histogram only TTFT
-    is judged."""
+    """(requests meeting both SLOs, requests) of one interval from its TTFT and TPOT histograms: the union
+    bound on the misses, each read at its bucket's upper bound (module docstring). Without a TPOT histogram
+    only TTFT is judged."""
     if ttft is None or ttft.count <= 0:
         return 0.0, 0.0
     n = ttft.count
@@ -132,8 +138,9 @@ def slo_risk(workload: str, intervals: list[list[tuple[float, float]]], target: 
              alpha: float = ALPHA) -> Risk:
     """``intervals``: the recent intervals, oldest first, each a list of batches (requests meeting the SLO,
     requests), one per endpoint. At risk when some suffix's batch-means interval
-    (``trimtab.sim.validate.interval``) at 1 - alpha / W has its upper bound below ``target``: as the rate test,
-    a recent miss is not diluted by the intervals before it, and one look errs with probability at most alpha."""
+    (``trimtab.sim.validate.interval``) at 1 - alpha / W has its upper bound below ``target``: as the rate
+    test, a recent miss is not diluted by the intervals before it, and one look errs with probability at most
+    alpha."""
     from trimtab.sim.validate import interval
 
     # interval() counts requests: rounding the union bound's fractional met counts down keeps it a lower bound

@@ -41,11 +41,12 @@ class Hist:
     count: float
 
     def minus(self, before: Hist | None) -> Hist:
-        """The observations between ``before`` and this one; all of this one after a reset or a re-bucketing."""
+        """The observations between ``before`` and this one; all of this one after a reset or a
+        re-bucketing."""
         if before is None or before.bounds != self.bounds or self.count < before.count:
             return self
-        return Hist(self.bounds, tuple(a - b for a, b in zip(self.cum, before.cum)), self.total - before.total,
-                    self.count - before.count)
+        cum = tuple(a - b for a, b in zip(self.cum, before.cum))
+        return Hist(self.bounds, cum, self.total - before.total, self.count - before.count)
 
     def plus(self, other: Hist) -> Hist:
         if other.bounds != self.bounds:  # an engine with other buckets: cannot pool, keep the larger sample
@@ -62,7 +63,8 @@ class Hist:
         for b, c in zip(self.bounds, self.cum):
             if x < b:
                 if math.isinf(b):
-                    return below / self.count  # beyond the last finite bound nothing is known: counted as over
+                    # beyond the last finite bound nothing is known: counted as over
+                    return below / self.count
                 return (below + (c - below) * (x - lo) / (b - lo)) / self.count
             lo, below = b, c
         return 1.0
@@ -79,7 +81,8 @@ class Hist:
         return 1.0
 
     def quantile(self, q: float) -> float:
-        """``histogram_quantile``: linear within the bucket; the last finite bound when the rank is in +Inf."""
+        """``histogram_quantile``: linear within the bucket; the last finite bound when the rank is in
+        +Inf."""
         if self.count <= 0:
             return math.nan
         rank = q * self.count
@@ -98,8 +101,9 @@ class Hist:
 
     def variance(self) -> float:
         """Variance as if each bucket's observations were uniform inside it (its midpoint's spread around the
-        exact mean, sum / count, plus width squared / 12); the +Inf bucket at its lower bound. An estimate, used
-        only to scale a test of the mean (``trimtab.online.drift.length_test``): observations inside one bucket
+        exact mean, sum / count, plus width squared / 12); the +Inf bucket at its lower bound. An estimate,
+        used only to scale a test of the mean (``trimtab.online.drift.length_test``): observations inside one
+        bucket
         may be spread over all of it."""
         if self.count <= 1:
             return math.nan
@@ -165,7 +169,8 @@ class Window:
 
 
 def parse(text: str, t: float) -> Snapshot:
-    """The exposition text of one scrape -> Snapshot (ValueError on text that is not the exposition format)."""
+    """The exposition text of one scrape -> Snapshot (ValueError on text that is not the exposition
+    format)."""
     from prometheus_client.parser import text_string_to_metric_families
 
     counters: dict[str, dict[str, float]] = {}

