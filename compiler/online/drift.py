@@ -6,9 +6,11 @@ dt`` (a renewal process with inter-arrival CV ``c`` has variance ``c**2 r dt`` o
 gap: the counts are scaled by ``1 / c**2``, quasi-Poisson). Over the last ``W`` intervals each suffix (the
 last 1, 2, ..., W intervals) is tested two-sided against the reference count at ``alpha / W`` (Bonferroni over
 the suffixes), so one look declares a change under the reference rate with probability at most ``alpha``. A
-short suffix catches a large step in one interval, a long one a small step. The new rate is that of the suffix
-with the largest likelihood ratio against the reference (the CUSUM change point of a Poisson rate): the
-intervals before the change do not dilute it.
+short suffix catches a large step in one interval, a long one a small step. The change began in the oldest
+interval of the suffix with the largest likelihood ratio against the reference (the CUSUM change point of a
+Poisson rate); that interval mixes both rates (a step half-way through it reads as half the step), so the new
+rate is measured over the intervals after it, and a change declared on the last interval alone is not
+``settled`` until the next one.
 
 **Lengths.** The mean prompt and output length over the last ``W`` intervals (exact: the histograms' sum over
 count) against the plan's, a two-sided z-test with the histogram's variance (bucket midpoints, plus each
@@ -48,11 +50,12 @@ def _poisson_tails(n: float, mu: float) -> tuple[float, float]:
 
 @dataclass(frozen=True)
 class RateChange:
-    factor: float  # measured / reference rate over the change's suffix (the largest likelihood ratio)
-    since_intervals: int  # how many of the last intervals that suffix spans
+    factor: float  # measured / reference rate after the change (``rate_test``: its oldest interval left out)
+    since_intervals: int  # how many of the last intervals the change's suffix spans
     p_value: float  # the smallest two-sided p-value over the suffixes (each judged at alpha / W)
-    requests: int  # in the suffix
-    expected: float  # requests the reference rate gives the suffix
+    requests: int  # in the intervals ``factor`` is measured over
+    expected: float  # requests the reference rate gives them
+    settled: bool  # at least one whole interval after the one the change may have begun in
 
 
 def rate_test(counts: list[tuple[float, float]], cv: float = 1.0, alpha: float = ALPHA) -> RateChange | None:
@@ -81,7 +84,9 @@ def rate_test(counts: list[tuple[float, float]], cv: float = 1.0, alpha: float =
     if best_p >= alpha / k:
         return None
     i, n, mu = best
-    return RateChange(n / mu if mu > 0 else math.inf, i, best_p, int(round(n)), mu)
+    if i >= 2:  # the change began in the suffix's oldest interval, which mixes both rates: left out
+        n, mu = n - counts[-i][0], mu - counts[-i][1]
+    return RateChange(n / mu if mu > 0 else math.inf, i, best_p, int(round(n)), mu, i >= 2)
 
 
 @dataclass(frozen=True)

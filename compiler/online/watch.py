@@ -408,6 +408,11 @@ class Watcher:
     def _decide(self, obs: Observation, changes: dict, risks: dict) -> None:
         failed = obs.failed
         new_fail = sorted(set(failed) - self.known_failed)
+        pending = sorted(g for g, ch in changes.items() if not ch.settled)
+        if pending:  # its rate is measured over the next interval, the first wholly after the change
+            obs.notes.append(f"{', '.join(pending)}: rate change declared in the last interval; its rate is "
+                             "measured over the next one before a proposal")
+            changes = {g: ch for g, ch in changes.items() if ch.settled}
         if not (changes or risks or new_fail):
             return
         if self.round - self.last_round < self.min_lifetime and not new_fail:
@@ -420,10 +425,10 @@ class Watcher:
             ws, deps = self.groups[g]
             ref = sum(v for (w, _), v in self.ref.items() if w in ws)
             factor.update({d: ch.factor for d in deps if math.isfinite(ch.factor)})
-            reasons.append(f"{g}: arrival rate {ref * ch.factor:.3g} rps over the last {ch.since_intervals} "
-                           f"interval(s) against {ref:.3g} rps referenced ({ch.requests} requests, "
-                           f"{ch.expected:.0f} expected; p = {ch.p_value:.2g} < alpha {self.alpha:g}) on "
-                           f"{', '.join(deps)}")
+            reasons.append(f"{g}: arrival rate {ref * ch.factor:.3g} rps against {ref:.3g} rps referenced, "
+                           f"a change begun {ch.since_intervals} interval(s) ago (p = {ch.p_value:.2g} < alpha "
+                           f"{self.alpha:g}; rate over the {ch.since_intervals - 1} after it: {ch.requests} "
+                           f"requests, {ch.expected:.0f} expected) on {', '.join(deps)}")
         for w, rk in sorted(risks.items()):
             reasons.append(f"{w}: SLO at risk: over the last {rk.since_intervals} interval(s) the upper "
                            f"{1 - self.alpha / self.windows:.4%} bound of attainment is "

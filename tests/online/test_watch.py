@@ -62,7 +62,10 @@ def test_rate_test_false_alarms_within_alpha_and_power():
     assert alarms <= alpha * looks + 3 * math.sqrt(alpha * looks)
     # a step to 1.6x in the last interval only is declared at once, its rate from that interval alone
     ch = drift.rate_test([(mu, mu)] * 7 + [(1.6 * mu * 3, mu * 3)], alpha=1e-4)
-    assert ch is not None and ch.since_intervals == 1 and ch.factor == pytest.approx(1.6)
+    assert ch is not None and ch.since_intervals == 1 and ch.factor == pytest.approx(1.6) and not ch.settled
+    # a step to 2x half-way through an interval: that interval reads 1.5x and is left out of the new rate
+    ch = drift.rate_test([(mu * 3, mu * 3)] * 6 + [(1.5 * mu * 3, mu * 3), (2 * mu * 3, mu * 3)], alpha=1e-4)
+    assert ch.since_intervals == 2 and ch.settled and ch.factor == pytest.approx(2.0)
 
 
 @pytest.fixture
@@ -93,8 +96,9 @@ def test_stationary_stretch_no_false_alarm(watched):
 def test_rate_step_up_is_proposed_with_its_measured_rate(watched, tmp_path):
     plan, _, fleet, w = watched(seed=1)
     _, t = run(fleet, w, 9, 0.0)
+    fleet.advance(7.5)  # the step half-way through an interval, which then mixes both rates
     fleet.scale["a"] = 1.6
-    obs, t = run(fleet, w, 4, t)
+    obs, t = run(fleet, w, 4, t + 7.5)
     at = first_proposal(obs)
     assert at is not None and at <= 2
     p = obs[at - 1].proposal
@@ -104,7 +108,7 @@ def test_rate_step_up_is_proposed_with_its_measured_rate(watched, tmp_path):
     folder = tmp_path / "out0" / "proposal-001"
     assert (folder / "plan.yaml").is_file() and list((folder / "k8s").iterdir())
     written = json.loads((folder / "proposal.json").read_text())
-    assert written["rates_rps"]["a"] == pytest.approx(p.rates_rps["a"])
+    assert written["rates_rps"]["a"] == pytest.approx(p.rates_rps["a"], abs=1e-4)
     # the reference moved to the proposal's rate: the same traffic raises nothing more
     later, _ = run(fleet, w, 16, t)
     assert not any(o.proposal for o in later)
