@@ -216,6 +216,7 @@ class Watcher:
         self.known_failed: set[str] = set()
         self.calibrated: list[dict] = []  # the last proposal attempt's calibration updates
         self.repeated = False  # the last re-plan repeated the last proposal
+        self.short: set[tuple[str, int]] = set()  # (deployment, round) whose count misses an endpoint
 
     def _group(self) -> None:
         """Connected components of the routes' workload-deployment graph (module docstring); ``since``: the
@@ -296,6 +297,14 @@ class Watcher:
             self.last[t.url] = snap
             if prev is not None:
                 per_dep.setdefault(t.deployment, []).append(window(prev, snap))
+        # An interval in which an endpoint of a deployment did not answer lost the requests it served since its
+        # last scrape (an engine that died mid-interval; one failing, not yet declared dead): its count is short,
+        # so the rate test skips it.
+        for t in self.targets:
+            f = self.fails.get(t.url, 0)
+            if f == 1 or 1 <= f < self.dead_after:
+                self.short.add((t.deployment, self.round))
+        self.short = {(d, r) for d, r in self.short if r > self.round - self.windows}
         for d, wins in per_dep.items():
             eps = [w.total() for w in wins]
             tot = Series()
@@ -320,7 +329,7 @@ class Watcher:
             for d in deps:
                 share = self._watched_share(d)
                 for r, n, sec, _, _ in self.hist.get(d, ()):
-                    if r >= self.since[g] and share > 0:
+                    if r >= self.since[g] and share > 0 and not any((dd, r) in self.short for dd in deps):
                         x = per.setdefault(r, [0.0, 0.0])
                         x[0] += n
                         x[1] += self._dep_ref(d) * share * sec
