@@ -100,16 +100,19 @@ def watch_cmd(
     n = 2 if once else iterations
     start = time.monotonic()
     i = 0
-    while n is None or i < n:
-        obs = w.step()
-        if fmt is TableOrJson.json:
-            sys.stdout.write(json.dumps({**obs.to_dict(), "t": round(obs.t - start, 3)}) + "\n")
-            sys.stdout.flush()
-        else:
-            _table(obs)
-        i += 1
-        if n is None or i < n:
-            # the next scrape on the interval's grid: a slow re-plan shortens the wait, never shifts the grid
-            time.sleep(max(0.0, start + i * interval - time.monotonic()))
+    try:
+        while n is None or i < n:
+            obs = w.step()
+            if fmt is TableOrJson.json:
+                sys.stdout.write(json.dumps({**obs.to_dict(), "t": round(obs.t - start, 3)}) + "\n")
+                sys.stdout.flush()
+            else:
+                _table(obs)
+            i += 1
+            if n is None or i < n:
+                # the next scrape on the interval's grid: a slow re-plan shortens the wait, never shifts the grid
+                time.sleep(max(0.0, start + i * interval - time.monotonic()))
+    except KeyboardInterrupt:  # stopping a watch is its normal end (exit 0), not an error
+        err.print(f"stopped after {i} scrape(s)", markup=False)
     if w.proposals:
         err.print(f"{len(w.proposals)} proposal(s) written to {output}", markup=False)
