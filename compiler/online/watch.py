@@ -217,6 +217,7 @@ class Watcher:
         self.calibrated: list[dict] = []  # the last proposal attempt's calibration updates
         self.repeated = False  # the last re-plan repeated the last proposal
         self.short: set[tuple[str, int]] = set()  # (deployment, round) whose count misses an endpoint
+        self.labels: dict[str, deque] = {}  # deployment -> recent (seconds, {model_name: requests})
 
     def _group(self) -> None:
         """Connected components of the routes' workload-deployment graph (module docstring); ``since``: the
@@ -313,6 +314,11 @@ class Watcher:
             n = tot.counters.get(REQUESTS, tot.hists[TTFT].count if TTFT in tot.hists else 0.0)
             sec = sum(w.seconds for w in wins) / len(wins)
             self.hist.setdefault(d, deque(maxlen=self.windows)).append((self.round, n, sec, tot, eps))
+            per_label: dict[str, float] = {}  # served model or adapter -> requests (reported, not tested)
+            for w in wins:
+                for m, s in w.models.items():
+                    per_label[m] = per_label.get(m, 0.0) + s.counters.get(REQUESTS, 0.0)
+            self.labels.setdefault(d, deque(maxlen=self.windows)).append((sec, per_label))
         obs.failed, obs.errors = self.failed(), dict(sorted(self.errors.items()))
         self._deployments(obs)
         changes = self._rates(obs)
@@ -366,7 +372,13 @@ class Watcher:
             pm, om = self._planned_means(d)
             lens = [x for x in (drift.length_test("prompt", pm, tot.hists.get(PROMPT_LEN), self.alpha),
                                 drift.length_test("output", om, tot.hists.get(OUTPUT_LEN), self.alpha)) if x]
+            by_label: dict[str, float] = {}
+            for _, per in self.labels.get(d, ()):
+                for m, n in per.items():
+                    by_label[m] = by_label.get(m, 0.0) + n
             row = {"rate_rps": _r(sum(n for n, _ in counts) / seconds / share if seconds > 0 else math.nan),
+                   "models_rps": {m: _r(n / seconds / share) for m, n in sorted(by_label.items())
+                                  if seconds > 0},
                    "reference_rps": _r(ref), "intervals": len(h), "watched_share": _r(share),
                    "prompt_mean": _r(tot.hists[PROMPT_LEN].mean, 1) if PROMPT_LEN in tot.hists else None,
                    "prompt_mean_planned": _r(pm, 1),

@@ -91,6 +91,9 @@ def test_stationary_stretch_no_false_alarm(watched):
     last = obs[-1]
     assert set(last.groups) == {"a", "b"} and last.groups["a"]["rate_rps"] == pytest.approx(20.0, rel=0.1)
     assert last.workloads["a"]["attainment"] > 0.95
+    # per served model (the engines' model_name label): the 8B model carries all of b's deployment
+    assert last.deployments["b-l40s-tp1-t2k"]["models_rps"] == {"llama-3.1-8b": last.deployments[
+        "b-l40s-tp1-t2k"]["rate_rps"]}
 
 
 def test_rate_step_up_is_proposed_with_its_measured_rate(watched, tmp_path):
