@@ -6,11 +6,12 @@ dt`` (a renewal process with inter-arrival CV ``c`` has variance ``c**2 r dt`` o
 gap: the counts are scaled by ``1 / c**2``, quasi-Poisson). Over the last ``W`` intervals each suffix (the
 last 1, 2, ..., W intervals) is tested two-sided against the reference count at ``alpha / W`` (Bonferroni over
 the suffixes), so one look declares a change under the reference rate with probability at most ``alpha``. A
-short suffix catches a large step in one interval, a long one a small step. The change began in the oldest
-interval of the suffix with the largest likelihood ratio against the reference (the CUSUM change point of a
-Poisson rate); that interval mixes both rates (a step half-way through it reads as half the step), so the new
-rate is measured over the intervals after it, and a change declared on the last interval alone is not
-``settled`` until the next one.
+short suffix catches a large step in one interval, a long one a small step. The change began at the latest
+in the oldest interval of the shortest suffix that rejects (the most recent evidence: a longer suffix, such as
+the one with the largest likelihood ratio, the CUSUM change point, takes in intervals before the change
+whenever noise lifted them, and its rate is diluted); that interval mixes both rates (a step half-way through
+it reads as half the step), so the new rate is measured over the intervals after it, and a change shown by the
+last interval alone is not ``settled``: the watcher waits for the next one.
 
 **Lengths.** The mean prompt and output length over the last ``W`` intervals (exact: the histograms' sum over
 count) against the plan's, a two-sided z-test with the histogram's variance (bucket midpoints, plus each
@@ -52,7 +53,7 @@ def _poisson_tails(n: float, mu: float) -> tuple[float, float]:
 class RateChange:
     factor: float  # measured / reference rate after the change (``rate_test``: its oldest interval left out)
     since_intervals: int  # how many of the last intervals the change's suffix spans
-    p_value: float  # the smallest two-sided p-value over the suffixes (each judged at alpha / W)
+    p_value: float  # the two-sided p-value of the shortest suffix that rejects (judged at alpha / W)
     requests: int  # in the intervals ``factor`` is measured over
     expected: float  # requests the reference rate gives them
     settled: bool  # at least one whole interval after the one the change may have begun in
@@ -66,27 +67,17 @@ def rate_test(counts: list[tuple[float, float]], cv: float = 1.0, alpha: float =
         return None
     phi = max(cv, 1e-6) ** 2
     k = len(counts)
-    best_p, best_llr, best = 1.0, -1.0, None
     n = mu = 0.0
     for i in range(1, k + 1):
         c, e = counts[-i]
         n, mu = n + c, mu + e
         lo, hi = _poisson_tails(n / phi, mu / phi)
         p = min(1.0, 2 * min(lo, hi))
-        best_p = min(best_p, p)
-        # log likelihood ratio of the suffix's own rate against the reference (quasi-Poisson)
-        if n > 0 and mu > 0:
-            llr = (n * math.log(n / mu) - (n - mu)) / phi
-        else:
-            llr = mu / phi if n == 0 else math.inf
-        if llr > best_llr:
-            best_llr, best = llr, (i, n, mu)
-    if best_p >= alpha / k:
-        return None
-    i, n, mu = best
-    if i >= 2:  # the change began in the suffix's oldest interval, which mixes both rates: left out
-        n, mu = n - counts[-i][0], mu - counts[-i][1]
-    return RateChange(n / mu if mu > 0 else math.inf, i, best_p, int(round(n)), mu, i >= 2)
+        if p < alpha / k:  # the shortest suffix that rejects: the most recent evidence of the change
+            if i >= 2:  # the change began in its oldest interval, which mixes both rates: left out
+                n, mu = n - c, mu - e
+            return RateChange(n / mu if mu > 0 else math.inf, i, p, int(round(n)), mu, i >= 2)
+    return None
 
 
 @dataclass(frozen=True)

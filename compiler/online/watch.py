@@ -218,6 +218,7 @@ class Watcher:
         self.repeated = False  # the last re-plan repeated the last proposal
         self.short: set[tuple[str, int]] = set()  # (deployment, round) whose count misses an endpoint
         self.labels: dict[str, deque] = {}  # deployment -> recent (seconds, {model_name: requests})
+        self.declared: dict[str, int] = {}  # group -> the last round its rate change was declared
 
     def _group(self) -> None:
         """Connected components of the routes' workload-deployment graph (module docstring); ``since``: the
@@ -298,9 +299,9 @@ class Watcher:
             self.last[t.url] = snap
             if prev is not None:
                 per_dep.setdefault(t.deployment, []).append(window(prev, snap))
-        # An interval in which an endpoint of a deployment did not answer lost the requests it served since its
-        # last scrape (an engine that died mid-interval; one failing, not yet declared dead): its count is short,
-        # so the rate test skips it.
+        # An interval in which an endpoint of a deployment did not answer lost the requests it served since
+        # its last scrape (an engine that died mid-interval; one failing, not yet declared dead): its count is
+        # short, so the rate test skips it.
         for t in self.targets:
             f = self.fails.get(t.url, 0)
             if f == 1 or 1 <= f < self.dead_after:
@@ -429,11 +430,15 @@ class Watcher:
     def _decide(self, obs: Observation, changes: dict, risks: dict) -> None:
         failed = obs.failed
         new_fail = sorted(set(failed) - self.known_failed)
-        pending = sorted(g for g, ch in changes.items() if not ch.settled)
-        if pending:  # its rate is measured over the next interval, the first wholly after the change
+        # A change shown by the last interval alone may have begun inside it (its rate diluted): its proposal
+        # waits one interval; declared again then, the last interval is wholly after the change.
+        pending = sorted(g for g, ch in changes.items()
+                         if not ch.settled and self.declared.get(g) != self.round - 1)
+        self.declared.update({g: self.round for g in changes})
+        if pending:
             obs.notes.append(f"{', '.join(pending)}: rate change declared in the last interval; its rate is "
                              "measured over the next one before a proposal")
-            changes = {g: ch for g, ch in changes.items() if ch.settled}
+            changes = {g: ch for g, ch in changes.items() if g not in pending}
         if not (changes or risks or new_fail):
             return
         if self.round - self.last_round < self.min_lifetime and not new_fail:
@@ -447,9 +452,9 @@ class Watcher:
             ref = sum(v for (w, _), v in self.ref.items() if w in ws)
             factor.update({d: ch.factor for d in deps if math.isfinite(ch.factor)})
             reasons.append(f"{g}: arrival rate {ref * ch.factor:.3g} rps against {ref:.3g} rps referenced, "
-                           f"a change begun {ch.since_intervals} interval(s) ago (p = {ch.p_value:.2g} < alpha "
-                           f"{self.alpha:g}; rate over the {ch.since_intervals - 1} after it: {ch.requests} "
-                           f"requests, {ch.expected:.0f} expected) on {', '.join(deps)}")
+                           f"shown by the last {ch.since_intervals} interval(s) (p = {ch.p_value:.2g} < "
+                           f"alpha {self.alpha:g}); rate over the last {max(1, ch.since_intervals - 1)}: "
+                           f"{ch.requests} requests, {ch.expected:.0f} expected, on {', '.join(deps)}")
         for w, rk in sorted(risks.items()):
             reasons.append(f"{w}: SLO at risk: over the last {rk.since_intervals} interval(s) the upper "
                            f"{1 - self.alpha / self.windows:.4%} bound of attainment is "

@@ -63,8 +63,9 @@ def test_rate_test_false_alarms_within_alpha_and_power():
     # a step to 1.6x in the last interval only is declared at once, its rate from that interval alone
     ch = drift.rate_test([(mu, mu)] * 7 + [(1.6 * mu * 3, mu * 3)], alpha=1e-4)
     assert ch is not None and ch.since_intervals == 1 and ch.factor == pytest.approx(1.6) and not ch.settled
-    # a step to 2x half-way through an interval: that interval reads 1.5x and is left out of the new rate
-    ch = drift.rate_test([(mu * 3, mu * 3)] * 6 + [(1.5 * mu * 3, mu * 3), (2 * mu * 3, mu * 3)], alpha=1e-4)
+    # a step to 2x half-way through an interval, 25 requests expected per interval: the last interval alone
+    # does not reject, the last two do; the first of them reads 1.5x and is left out of the new rate
+    ch = drift.rate_test([(25.0, 25.0)] * 6 + [(37.5, 25.0), (50.0, 25.0)], alpha=1e-4)
     assert ch.since_intervals == 2 and ch.settled and ch.factor == pytest.approx(2.0)
 
 
