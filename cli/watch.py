@@ -47,7 +47,7 @@ def watch_cmd(
     plan_path: Annotated[Path, typer.Option("--plan", help="The running plan (written by trimtab plan).")],
     spec: Annotated[Path, typer.Option("--spec", help="The spec it was made from (SLOs, GPUs, prices).")],
     metrics: Annotated[list[str], typer.Option("--metrics", help="An engine's Prometheus endpoint "
-                                               "(http://HOST:PORT[/metrics]), one per replica: "
+                                               "(http://HOST:PORT, or its /metrics URL), one per replica: "
                                                "DEPLOYMENT=URL (repeat for its replicas), or bare URLs in "
                                                "the plan's order of deployments and replicas; "
                                                "repeatable.")],
