@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import json
 import math
+import os
 
 import numpy as np
 import pytest
@@ -233,3 +234,22 @@ def test_calibration_moves_the_overheads_toward_a_slower_engine(watched, tmp_pat
         assert json.loads(log[0])["parameter"] == "step_overhead_ms"
     finally:
         use_profile_dirs(before)
+
+
+def test_apply_runs_kubectl_and_adopts_the_proposal(watched, tmp_path, monkeypatch):
+    # kubectl is the cluster's, not the watcher's: a stand-in on PATH records what it was asked to apply
+    bindir = tmp_path / "bin"
+    bindir.mkdir()
+    log = tmp_path / "kubectl.log"
+    (bindir / "kubectl").write_text(f"#!/bin/sh\necho \"$@\" >> {log}\n")
+    (bindir / "kubectl").chmod(0o755)
+    monkeypatch.setenv("PATH", f"{bindir}:{os.environ['PATH']}")
+    plan, _, fleet, w = watched(seed=7, apply=True)
+    _, t = run(fleet, w, 9, 0.0)
+    fleet.scale["a"] = 1.6
+    obs, _ = run(fleet, w, 4, t)
+    p = next(o.proposal for o in obs if o.proposal is not None)
+    assert p.applied == "applied" and log.read_text().split() == ["apply", "-f", f"{p.folder}/k8s"]
+    # the proposal is what runs now: its replicas are the watcher's plan and its rates the references
+    assert {d.name: d.replicas for d in w.plan.deployments} != {d.name: d.replicas for d in plan.deployments}
+    assert sum(v for (wl, _), v in w.ref.items() if wl == "a") == pytest.approx(p.rates_rps["a"])
