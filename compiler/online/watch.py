@@ -578,4 +578,9 @@ class Watcher:
                 k = (r.workload, r.deployment)
                 self.ref[k] = self.ref.get(k, 0.0) + rates[r.workload] * r.share
         self.hist = {d: self.hist.get(d, deque(maxlen=self.windows)) for d in self.replicas}
+        # The endpoints of replicas the proposal stopped go away with them (not failures); replicas it started
+        # have endpoints this watch was not given: restart it with them to watch them too.
+        self.targets = [t for t in self.targets if t.replica < self.replicas.get(t.deployment, 0)]
+        self.known_failed = {f for f in self.known_failed
+                             if any(f == f"replica={t.deployment}/{t.replica}" for t in self.targets)}
         self._group()

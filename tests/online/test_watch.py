@@ -38,6 +38,20 @@ def _text(values, buckets=(1.0, 2.0, 4.0)):
     return generate_latest(reg).decode()
 
 
+def test_series_per_served_model():
+    from prometheus_client import CollectorRegistry, Counter, generate_latest
+
+    reg = CollectorRegistry()
+    c = Counter("vllm:request_success", "n", ["model_name", "finished_reason", "engine"], registry=reg)
+    c.labels("base", "stop", "0").inc(5)
+    c.labels("base", "length", "1").inc(2)
+    c.labels("adapter-7", "stop", "0").inc(3)
+    snap = parse(generate_latest(reg).decode(), 0.0)
+    # summed over the other labels, kept apart by model_name (a served model or a LoRA adapter)
+    per = {m: s.counters["vllm:request_success_total"] for m, s in snap.models.items()}
+    assert per == {"base": 7, "adapter-7": 3}
+
+
 def test_histogram_quantile_share_and_reset():
     snap = parse(_text([0.5] * 10 + [1.5] * 10 + [3.0] * 20), 0.0)
     h = snap.models["m"].hists[TTFT]
@@ -253,3 +267,5 @@ def test_apply_runs_kubectl_and_adopts_the_proposal(watched, tmp_path, monkeypat
     # the proposal is what runs now: its replicas are the watcher's plan and its rates the references
     assert {d.name: d.replicas for d in w.plan.deployments} != {d.name: d.replicas for d in plan.deployments}
     assert sum(v for (wl, _), v in w.ref.items() if wl == "a") == pytest.approx(p.rates_rps["a"])
+    # endpoints of replicas the proposal stopped are no longer watched (their going away is not a failure)
+    assert all(t.replica < w.replicas.get(t.deployment, 0) for t in w.targets)
