@@ -51,6 +51,11 @@ def watch_cmd(
                                                "DEPLOYMENT=URL (repeat for its replicas), or bare URLs in "
                                                "the plan's order of deployments and replicas; "
                                                "repeatable.")],
+    prometheus: Annotated[Optional[str], typer.Option("--prometheus", help="Read the engines' metrics from "
+                                                      "this Prometheus server's query API "
+                                                      "(http://HOST:9090); --metrics then gives instance "
+                                                      "labels (HOST:PORT), DEPLOYMENT=INSTANCE or in the "
+                                                      "plan's order.")] = None,
     output: Annotated[Path, typer.Option("--out", help="Folder for the proposals (plan.yaml, k8s/, "
                                                        "proposal.json each).")] = Path("proposals"),
     interval: Annotated[float, typer.Option(min=0.05, help="Seconds between scrapes.")] = 15.0,
@@ -94,9 +99,14 @@ def watch_cmd(
     if apply and shutil.which("kubectl") is None:
         raise InputError([Problem("--apply", "kubectl is not on PATH")], "arguments")
     plan = load_plan(plan_path)
-    w = Watcher(plan, load_spec(spec), targets_for(plan, metrics), out_dir=output, alpha=alpha,
+    if prometheus is not None and not prometheus.startswith(("http://", "https://")):
+        raise InputError([Problem("--prometheus", f"expected http://HOST:PORT, got {prometheus!r}")],
+                         "arguments")
+    targets = targets_for(plan, metrics, instances=prometheus is not None)
+    w = Watcher(plan, load_spec(spec), targets, out_dir=output, alpha=alpha,
                 windows=windows, min_lifetime=min_lifetime, dead_after=dead_after, analytic=analytic,
-                horizon_h=horizon, max_moves=max_moves, apply=apply, calibrate=calibrate)
+                horizon_h=horizon, max_moves=max_moves, apply=apply, calibrate=calibrate,
+                prometheus=prometheus)
     n = 2 if once else iterations
     start = time.monotonic()
     i = 0
@@ -110,7 +120,7 @@ def watch_cmd(
                 _table(obs)
             i += 1
             if n is None or i < n:
-                # the next scrape on the interval's grid: a slow re-plan shortens the wait, never shifts the grid
+                # the next scrape on the interval's grid: a slow re-plan shortens the wait, never shifts it
                 time.sleep(max(0.0, start + i * interval - time.monotonic()))
     except KeyboardInterrupt:  # stopping a watch is its normal end (exit 0), not an error
         err.print(f"stopped after {i} scrape(s)", markup=False)

@@ -173,30 +173,61 @@ def parse(text: str, t: float) -> Snapshot:
     format)."""
     from prometheus_client.parser import text_string_to_metric_families
 
+    return snapshot(((s.name, s.labels, s.value) for fam in text_string_to_metric_families(text)
+                     for s in fam.samples), t)
+
+
+# One instant query for every series watch reads, and each target's ``up`` (a scrape Prometheus saw fail)
+QUERY = '{__name__=~"up|' + "|".join(list(COUNTERS) + [f"{h}_{x}" for h in HISTOGRAMS
+                                                       for x in ("bucket", "sum", "count")]) + '"}'
+
+
+def query_snapshots(data: dict, t: float) -> dict[str, Snapshot | None]:
+    """A Prometheus server's ``/api/v1/query`` answer to ``QUERY`` -> per ``instance`` label its Snapshot, or
+    None where the server's own scrape of it failed (``up`` 0). ValueError on any other answer."""
+    if data.get("status") != "success" or data.get("data", {}).get("resultType") != "vector":
+        raise ValueError(f"not an instant vector: {str(data)[:200]}")
+    per: dict[str, list] = {}
+    down = set()
+    for r in data["data"]["result"]:
+        m = r["metric"]
+        inst, name, value = m.get("instance", ""), m.get("__name__", ""), float(r["value"][1])
+        if name == "up":
+            if value < 1:
+                down.add(inst)
+            continue
+        per.setdefault(inst, []).append((name, m, value))
+    out: dict[str, Snapshot | None] = {i: snapshot(x, t) for i, x in per.items()}
+    out.update({i: None for i in down})
+    return out
+
+
+def snapshot(samples, t: float) -> Snapshot:
+    """Samples [(name, labels, value)] of one endpoint -> Snapshot: per ``model_name``, the counters and
+    histograms watch reads, summed over the other labels."""
     counters: dict[str, dict[str, float]] = {}
     buckets: dict[str, dict[str, dict[float, float]]] = {}
     sums: dict[str, dict[str, float]] = {}
     counts: dict[str, dict[str, float]] = {}
-    for fam in text_string_to_metric_families(text):
-        for s in fam.samples:
-            model = s.labels.get(LABEL, "")
-            if s.name in COUNTERS:
-                counters.setdefault(model, {}).setdefault(s.name, 0.0)
-                counters[model][s.name] += s.value
-                continue
-            base, _, suffix = s.name.rpartition("_")
-            if base not in HISTOGRAMS:
-                continue
-            if suffix == "bucket":
-                le = float(s.labels["le"])
-                per = buckets.setdefault(model, {}).setdefault(base, {})
-                per[le] = per.get(le, 0.0) + s.value
-            elif suffix == "sum":
-                sums.setdefault(model, {}).setdefault(base, 0.0)
-                sums[model][base] += s.value
-            elif suffix == "count":
-                counts.setdefault(model, {}).setdefault(base, 0.0)
-                counts[model][base] += s.value
+    for name, labels, value in samples:
+        model = labels.get(LABEL, "")
+        if name in COUNTERS:
+            counters.setdefault(model, {}).setdefault(name, 0.0)
+            counters[model][name] += value
+            continue
+        base, _, suffix = name.rpartition("_")
+        if base not in HISTOGRAMS:
+            continue
+        if suffix == "bucket":
+            le = float(labels["le"])
+            per = buckets.setdefault(model, {}).setdefault(base, {})
+            per[le] = per.get(le, 0.0) + value
+        elif suffix == "sum":
+            sums.setdefault(model, {}).setdefault(base, 0.0)
+            sums[model][base] += value
+        elif suffix == "count":
+            counts.setdefault(model, {}).setdefault(base, 0.0)
+            counts[model][base] += value
     models = {}
     for model in sorted(set(counters) | set(buckets)):
         hists = {}

@@ -28,71 +28,16 @@ import time
 from collections import deque
 from dataclasses import dataclass, field
 from pathlib import Path
-from urllib.parse import urlsplit
 
 from trimtab.errors import InputError, Problem, TrimtabError
 from trimtab.online import drift
-from trimtab.online.metrics import OUTPUT_LEN, PROMPT_LEN, REQUESTS, TTFT, Series, Snapshot, parse, window
+from trimtab.online.targets import Target, targets_for  # noqa: F401 (targets_for: part of this API)
+from trimtab.online.metrics import (OUTPUT_LEN, PROMPT_LEN, QUERY, REQUESTS, TTFT, Series, Snapshot, parse,
+                                    query_snapshots, window)
 
 SCRAPE_TIMEOUT_S = 5.0
 DEAD_AFTER = 2  # failed scrapes in a row that make an endpoint a failed replica (one may be a hiccup)
 MIN_LIFETIME = 6  # intervals after a proposal before the next one (a new failure excepted)
-
-
-@dataclass(frozen=True)
-class Target:
-    """One endpoint: the metrics URL of one replica of a plan deployment."""
-
-    url: str
-    deployment: str
-    replica: int
-
-
-def _metrics_url(url: str, where: str) -> str:
-    u = urlsplit(url)
-    if u.scheme not in ("http", "https") or not u.hostname:
-        raise InputError([Problem(where, f"expected http://HOST:PORT[/metrics], got {url!r}")], "arguments")
-    try:
-        u.port
-    except ValueError as exc:
-        raise InputError([Problem(where, f"not a URL: {url!r} ({exc})")], "arguments") from None
-    return url if u.path.strip("/") else url.rstrip("/") + "/metrics"
-
-
-def targets_for(plan, values: list[str]) -> list[Target]:
-    """``DEPLOYMENT=URL`` (repeated: its replicas in order) or bare URLs, taken in the plan's order of
-    deployments and replicas (a deployment of 2 replicas takes two). Not both; more URLs than replicas is an
-    input error."""
-    reps = {d.name: d.replicas for d in plan.deployments if d.replicas > 0}
-    named = [v for v in values if "=" in v.split("://", 1)[0]]
-    if named and len(named) != len(values):
-        raise InputError([Problem("--metrics", "give every endpoint as DEPLOYMENT=URL, or none")],
-                         "arguments")
-    out: list[Target] = []
-    if named:
-        seen: dict[str, int] = {}
-        for v in values:
-            name, _, url = v.partition("=")
-            if name not in reps:
-                raise InputError([Problem("--metrics", f"deployment {name!r} is not in the plan "
-                                                       f"(deployments: {', '.join(reps)})")], "arguments")
-            i = seen.get(name, 0)
-            if i >= reps[name]:
-                raise InputError([Problem("--metrics", f"{name} has {reps[name]} replica(s) in the plan; "
-                                                       f"{i + 1} endpoints given")], "arguments")
-            seen[name] = i + 1
-            out.append(Target(_metrics_url(url, f"--metrics {name}"), name, i))
-    else:
-        slots = [(d, i) for d, n in reps.items() for i in range(n)]
-        if len(values) > len(slots):
-            raise InputError([Problem("--metrics", f"{len(values)} endpoints for the plan's {len(slots)} "
-                                                   "replicas")], "arguments")
-        out = [Target(_metrics_url(v, "--metrics"), d, i) for v, (d, i) in zip(values, slots)]
-    if not out:
-        raise InputError([Problem("--metrics", "give at least one endpoint")], "arguments")
-    if len({t.url for t in out}) != len(out):
-        raise InputError([Problem("--metrics", "an endpoint is given twice")], "arguments")
-    return out
 
 
 def _refuse(plan) -> None:
@@ -171,8 +116,8 @@ class Watcher:
     def __init__(self, plan, spec, targets: list[Target], *, out_dir: str | Path, alpha: float = drift.ALPHA,
                  windows: int = drift.WINDOWS, min_lifetime: int = MIN_LIFETIME, dead_after: int = DEAD_AFTER,
                  analytic: bool = False, horizon_h: float | None = None, max_moves: int | None = None,
-                 apply: bool = False, calibrate: bool = False, client=None, clock=time.monotonic,
-                 replan_kwargs: dict | None = None):
+                 apply: bool = False, calibrate: bool = False, prometheus: str | None = None, client=None,
+                 clock=time.monotonic, replan_kwargs: dict | None = None):
         import httpx
 
         from trimtab.gate.analytic import plan_references
@@ -191,6 +136,9 @@ class Watcher:
         self.replan_kwargs = dict(replan_kwargs or {})
         self.client = client or httpx.Client(timeout=SCRAPE_TIMEOUT_S)
         self.clock = clock
+        # a Prometheus server's query API instead of the engines (targets' url: their instance labels)
+        self.prometheus = prometheus.rstrip("/") if prometheus else None
+        self.queried: dict | None = None  # this step's answer, per instance
         self.wl = {w.name: w for w in spec.workloads}
         self.spec_rate = {w.name: workload_rate(w, spec.base_dir) for w in spec.workloads}
         self.replicas = {d.name: d.replicas for d in plan.deployments}
@@ -242,14 +190,36 @@ class Watcher:
         self.since = {g: getattr(self, "since", {}).get(g, 0) for g in self.groups}
 
     # ------------------------------------------------------------------ scraping
+    def _query(self, now: float) -> str:
+        """One instant query of the Prometheus server for every target (``trimtab.online.metrics.QUERY``);
+        the error, or "" with ``self.queried`` set."""
+        import httpx
+
+        try:
+            r = self.client.get(f"{self.prometheus}/api/v1/query", params={"query": QUERY})
+            if r.status_code != 200:
+                raise ValueError(f"HTTP {r.status_code}")
+            self.queried = query_snapshots(r.json(), now)
+        except (httpx.HTTPError, ValueError, KeyError, TypeError) as exc:
+            self.queried = None
+            return f"{type(exc).__name__}: {exc}"[:200]
+        return ""
+
     def _scrape(self, t: Target, now: float) -> Snapshot | None:
         import httpx
 
         try:
-            r = self.client.get(t.url)
-            if r.status_code != 200:
-                raise ValueError(f"HTTP {r.status_code}")
-            snap = parse(r.text, now)
+            if self.prometheus:
+                if t.url not in self.queried:
+                    raise ValueError(f"no series of instance {t.url} on {self.prometheus}")
+                snap = self.queried[t.url]
+                if snap is None:
+                    raise ValueError(f"Prometheus' scrape of {t.url} failed (up 0)")
+            else:
+                r = self.client.get(t.url)
+                if r.status_code != 200:
+                    raise ValueError(f"HTTP {r.status_code}")
+                snap = parse(r.text, now)
         except (httpx.HTTPError, ValueError, KeyError) as exc:
             self.fails[t.url] = self.fails.get(t.url, 0) + 1
             self.errors[t.url] = f"{type(exc).__name__}: {exc}"[:200]
@@ -290,6 +260,13 @@ class Watcher:
     def step(self, now: float | None = None) -> Observation:
         now = self.clock() if now is None else now
         obs = Observation(self.round, now)
+        if self.prometheus:
+            err = self._query(now)
+            if err:  # the server, not an engine, did not answer: no replica is judged by it
+                obs.notes.append(f"Prometheus server {self.prometheus}: {err}; this step is skipped")
+                obs.failed, obs.errors = self.failed(), dict(sorted(self.errors.items()))
+                self.round += 1
+                return obs
         per_dep: dict[str, list] = {}
         for t in self.targets:
             snap = self._scrape(t, now)

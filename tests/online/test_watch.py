@@ -269,3 +269,88 @@ def test_apply_runs_kubectl_and_adopts_the_proposal(watched, tmp_path, monkeypat
     assert sum(v for (wl, _), v in w.ref.items() if wl == "a") == pytest.approx(p.rates_rps["a"])
     # endpoints of replicas the proposal stopped are no longer watched (their going away is not a failure)
     assert all(t.replica < w.replicas.get(t.deployment, 0) for t in w.targets)
+
+
+class _Prometheus:
+    """A stand-in for a Prometheus server (the external service ``--prometheus`` reads): on each instant query
+    it scrapes its targets' /metrics as Prometheus would and answers ``/api/v1/query`` with their series, an
+    ``instance`` label each and ``up`` 0 for a target whose scrape fails. Only ``{__name__=~"a|b|..."}`` is
+    understood, the one query watch sends."""
+
+    def __init__(self, instances: list[str]):
+        import re
+        import threading
+        import urllib.parse
+        import urllib.request
+        from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+        from prometheus_client.parser import text_string_to_metric_families
+
+        def answer(query: str) -> dict:
+            names = set(re.fullmatch(r'\{__name__=~"(.*)"\}', query).group(1).split("|"))
+            result = []
+            for inst in instances:
+                try:
+                    text = urllib.request.urlopen(f"http://{inst}/metrics", timeout=5).read().decode()
+                except OSError:
+                    result.append({"metric": {"__name__": "up", "instance": inst}, "value": [0, "0"]})
+                    continue
+                result.append({"metric": {"__name__": "up", "instance": inst}, "value": [0, "1"]})
+                for fam in text_string_to_metric_families(text):
+                    for s in fam.samples:
+                        if s.name in names:
+                            result.append({"metric": {**s.labels, "__name__": s.name, "instance": inst},
+                                           "value": [0, repr(s.value)]})
+            return {"status": "success", "data": {"resultType": "vector", "result": result}}
+
+        class Handler(BaseHTTPRequestHandler):
+            def do_GET(self):  # noqa: N802 (http.server's name)
+                u = urllib.parse.urlsplit(self.path)
+                q = urllib.parse.parse_qs(u.query).get("query", [""])[0]
+                body = json.dumps(answer(q)).encode()
+                self.send_response(200)
+                self.send_header("Content-Type", "application/json")
+                self.send_header("Content-Length", str(len(body)))
+                self.end_headers()
+                self.wfile.write(body)
+
+            def log_message(self, *args):
+                pass
+
+        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.url = f"http://127.0.0.1:{self.server.server_port}"
+        threading.Thread(target=self.server.serve_forever, daemon=True).start()
+
+    def stop(self):
+        self.server.shutdown()
+        self.server.server_close()
+
+
+def test_through_a_prometheus_server(tmp_path):
+    from trimtab.online.watch import Watcher, targets_for
+
+    plan, spec, fleet, _ = setup(8, str(tmp_path / "unused"))
+    inst = {(d, i): e.url.split("//")[1].split("/")[0] for d, i, e in fleet.engines}
+    prom = _Prometheus(list(inst.values()))
+    try:
+        targets = targets_for(plan, [f"{d}={v}" for (d, _), v in inst.items()], instances=True)
+        w = Watcher(plan, spec, targets, out_dir=tmp_path / "p", analytic=True, prometheus=prom.url)
+        _, t = run(fleet, w, 9, 0.0)
+        fleet.scale["a"] = 1.6
+        obs, t = run(fleet, w, 3, t)
+        p = next(o.proposal for o in obs if o.proposal is not None)
+        assert p.rates_rps["a"] == pytest.approx(32.0, rel=0.15) and p.check_ok
+        d = next(x for x in plan.deployments if x.replicas >= 2)
+        fleet.kill(d.name, 1)  # Prometheus' scrape of it fails: up 0
+        obs, t = run(fleet, w, 2, t)
+        assert obs[-1].failed == [f"replica={d.name}/1"] and "up 0" in "".join(obs[-1].errors.values())
+        prom.stop()  # the server itself gone: steps are skipped, no replica is judged by it
+        prom = None
+        obs, _ = run(fleet, w, 3, t)
+        assert all("this step is skipped" in " ".join(o.notes) for o in obs)
+        # the replica failed before the server went stays failed; nothing else is judged or proposed
+        assert all(o.failed == [f"replica={d.name}/1"] and o.proposal is None for o in obs)
+    finally:
+        fleet.stop()
+        if prom is not None:
+            prom.stop()
