@@ -1,8 +1,8 @@
 """``trimtab watch`` against synthetic engines (docs/online.md, "Watching a deployment", "Measured").
 
     python benchmarks/watch.py [--seeds 5] [--stationary-h 2] [--simulated] [--out benchmarks/data/watch.json]
-    python benchmarks/watch.py serve --plan plan.yaml --spec spec.yaml [--step 120:chat=1.6] [--kill
-    300:DEP/1]
+    python benchmarks/watch.py serve --plan plan.yaml --spec spec.yaml [--step 120:chat=1.6] \
+        [--kill 300:DEP/1]
 
 Each replica of the plan is a ``SyntheticEngine``: a ``prometheus_client`` registry with vLLM's metric names
 and bucket bounds, served over HTTP on 127.0.0.1 (``prometheus_client.start_http_server``), whose counters and
@@ -71,8 +71,7 @@ class SyntheticEngine:
                 classes: list[tuple[float, float, float, float, float]]) -> int:
         """``seconds`` of serving at ``rate_rps``: classes [(weight, prompt mean, output mean, TTFT median s,
         TPOT median s)]; lengths uniform +-20 % around their means, TTFT lognormal (sigma SIGMA_TTFT), a
-        request's
-        TPOT (a mean over its tokens) lognormal (SIGMA_TPOT)."""
+        request's TPOT (a mean over its tokens) lognormal (SIGMA_TPOT)."""
         n = int(self.rng.poisson(rate_rps * seconds))
         if n == 0:
             return 0

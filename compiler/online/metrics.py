@@ -103,8 +103,7 @@ class Hist:
         """Variance as if each bucket's observations were uniform inside it (its midpoint's spread around the
         exact mean, sum / count, plus width squared / 12); the +Inf bucket at its lower bound. An estimate,
         used only to scale a test of the mean (``trimtab.online.drift.length_test``): observations inside one
-        bucket
-        may be spread over all of it."""
+        bucket may be spread over all of it."""
         if self.count <= 1:
             return math.nan
         lo, below, acc = 0.0, 0.0, 0.0

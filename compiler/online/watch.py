@@ -1,9 +1,9 @@
 """Watching a running deployment and proposing the next mapping (``trimtab watch``; docs/online.md,
 "Watching a deployment").
 
-    w = Watcher(plan, spec, targets_for(plan, ["chat-h100-sxm-tp4-t8k=http://10.0.0.5:8000"]),
-    out_dir="proposals") obs = w.step()            # one scrape of every endpoint, the tests, and a Proposal
-    when one is due
+    targets = targets_for(plan, ["chat-h100-sxm-tp4-t8k=http://10.0.0.5:8000"])
+    w = Watcher(plan, spec, targets, out_dir="proposals")
+    obs = w.step()  # one scrape of every endpoint, the tests, and a Proposal when one is due
 
 Each step scrapes every endpoint (``trimtab.online.metrics``), adds each deployment's interval (requests and
 histograms of its live endpoints) to its recent ``windows`` intervals, and runs the tests of
