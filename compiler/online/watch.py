@@ -361,7 +361,12 @@ class Watcher:
                    "prompt_mean": _r(tot.hists[PROMPT_LEN].mean, 1) if PROMPT_LEN in tot.hists else None,
                    "prompt_mean_planned": _r(pm, 1),
                    "output_mean": _r(tot.hists[OUTPUT_LEN].mean, 1) if OUTPUT_LEN in tot.hists else None,
-                   "output_mean_planned": _r(om, 1), "latency": self._latency(d, tot),
+                   "output_mean_planned": _r(om, 1),
+                   # the distributions' shape, as histogram_quantile reads it (within the buckets' resolution)
+                   "lengths_p50_p90": {k: [_r(tot.hists[h].quantile(q), 0) for q in (0.5, 0.9)]
+                                       for k, h in (("prompt", PROMPT_LEN), ("output", OUTPUT_LEN))
+                                       if h in tot.hists},
+                   "latency": self._latency(d, tot),
                    "length_change": [
                        {"what": x.what, "planned_mean": _r(x.planned_mean, 1), "mean": _r(x.mean, 1),
                         "z": _r(x.z, 2), "requests": x.requests} for x in lens]}
