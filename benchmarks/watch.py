@@ -13,7 +13,7 @@ workload (``trimtab.field.loadtest.predicted_at``): an engine that behaves as th
 stretches it. The watcher (``trimtab.online.watch.Watcher``) scrapes them over real HTTP; only the clock is
 simulated (each interval is advanced at once), so hours of traffic take seconds.
 
-Measured, per seed: false alarms (proposals, rate changes, SLOs at risk) over ``--stationary-h`` hours at the
+Measured, per seed: false alarms (proposals, rate and length changes, SLOs at risk) over ``--stationary-h`` hours at the
 planned rates, 15 s intervals; the intervals from a step of one workload's rate (x0.5, x1.3, x1.6, x2) to the
 proposal (the step half-way through an interval, counted from the end of that interval: 1 is the first scrape
 after the step); the intervals from an endpoint's death to the proposal (1: the first scrape after it). The
@@ -24,7 +24,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import math
 import sys
 import tempfile
 import time
@@ -120,6 +119,7 @@ class Fleet:
                 self.engines.append((d.name, i, SyntheticEngine(d.model, seed * 1000 + len(self.engines))))
         self.scale: dict[str, float] = {}  # workload -> rate multiplier
         self.slow: dict[str, float] = {}  # deployment -> latency multiplier
+        self.longer: dict[str, tuple[float, float]] = {}  # workload -> (prompt, output) length multipliers
         self.dead: set[tuple[str, int]] = set()
 
     def metrics(self) -> list[str]:
@@ -133,8 +133,9 @@ class Fleet:
             rs = self.routes.get(d, [])
             rps = [r * self.scale.get(w, 1.0) / live for w, r, _, _ in rs]
             f = self.slow.get(d, 1.0)
-            e.advance(seconds, sum(rps), [(x, isl, osl, self.p50[w][0] * f, self.p50[w][1] * f)
-                                          for x, (w, _, isl, osl) in zip(rps, rs)])
+            lf = {w: self.longer.get(w, (1.0, 1.0)) for w, _, _, _ in rs}
+            e.advance(seconds, sum(rps), [(x, isl * lf[w][0], osl * lf[w][1], self.p50[w][0] * f,
+                                           self.p50[w][1] * f) for x, (w, _, isl, osl) in zip(rps, rs)])
 
     def kill(self, d: str, i: int) -> None:
         for dd, j, e in self.engines:
@@ -189,6 +190,8 @@ def measure(seed: int, stationary_h: float, analytic: bool = True) -> dict:
             res["stationary"] = {"intervals": n, "proposals": sum(o.proposal is not None for o in obs),
                                  "rate_changes": sum(any(r["rate_change"] for r in o.groups.values())
                                                      for o in obs),
+                                 "length_changes": sum(any(g.get("length_change") for g in o.groups.values())
+                                                       for o in obs),
                                  "at_risk": sum(any(v["at_risk"] for v in o.workloads.values()) for o in obs)}
         finally:
             fleet.stop()

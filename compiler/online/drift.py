@@ -84,9 +84,16 @@ def rate_test(counts: list[tuple[float, float]], cv: float = 1.0, alpha: float =
 class LengthChange:
     what: str  # "prompt" or "output"
     planned_mean: float
-    mean: float
+    mean: float  # after the change (``length_change``: the suffix's oldest interval left out)
     z: float
     requests: int
+    settled: bool = True  # as RateChange.settled
+
+
+def _z(hist, planned_mean: float) -> float:
+    var = hist.variance()
+    se = math.sqrt(var / hist.count) if var > 0 else 0.0
+    return (hist.mean - planned_mean) / se if se > 0 else (0.0 if hist.mean == planned_mean else math.inf)
 
 
 def length_test(what: str, planned_mean: float, hist, alpha: float = ALPHA) -> LengthChange | None:
@@ -96,12 +103,34 @@ def length_test(what: str, planned_mean: float, hist, alpha: float = ALPHA) -> L
 
     if hist is None or hist.count < 2 or not planned_mean > 0:
         return None
-    var = hist.variance()
-    se = math.sqrt(var / hist.count) if var > 0 else 0.0
-    z = (hist.mean - planned_mean) / se if se > 0 else (0.0 if hist.mean == planned_mean else math.inf)
+    z = _z(hist, planned_mean)
     if abs(z) <= float(ndtri(1 - alpha / 4)):
         return None
     return LengthChange(what, planned_mean, hist.mean, z, int(hist.count))
+
+
+def length_change(what: str, planned_mean: float, hists: list, alpha: float = ALPHA) -> LengthChange | None:
+    """``hists``: the recent intervals' length histograms, oldest first. As ``rate_test``: each suffix's mean
+    tested at ``alpha / (2 W)`` (two means a look), the shortest that rejects gives the change, its mean over
+    the intervals after its oldest one."""
+    from scipy.special import ndtri
+
+    hists = [h for h in hists if h is not None and h.count > 0]
+    if not hists or not planned_mean > 0:
+        return None
+    k = len(hists)
+    bound = float(ndtri(1 - alpha / (4 * k)))
+    tot = None
+    for i in range(1, k + 1):
+        before = tot
+        tot = hists[-i] if tot is None else tot.plus(hists[-i])
+        if tot.count < 2:
+            continue
+        z = _z(tot, planned_mean)
+        if abs(z) > bound:
+            after = before if i >= 2 and before is not None and before.count > 0 else tot
+            return LengthChange(what, planned_mean, after.mean, z, int(after.count), i >= 2)
+    return None
 
 
 def met(ttft, tpot, ttft_s: float, tpot_s: float) -> tuple[float, float]:

@@ -26,11 +26,11 @@ import json
 import math
 import time
 from collections import deque
-from dataclasses import dataclass, field
 from pathlib import Path
 
 from trimtab.errors import InputError, Problem, TrimtabError
 from trimtab.online import drift
+from trimtab.online.proposal import Observation, Proposal
 from trimtab.online.targets import Target, targets_for  # noqa: F401 (targets_for: part of this API)
 from trimtab.online.metrics import (OUTPUT_LEN, PROMPT_LEN, QUERY, REQUESTS, TTFT, Series, Snapshot, parse,
                                     query_snapshots, window)
@@ -52,58 +52,6 @@ def _refuse(plan) -> None:
                                                "deployments only"))
     if problems:
         raise InputError(problems, "plan")
-
-
-@dataclass
-class Proposal:
-    number: int
-    round: int
-    reasons: list[str]
-    rates_rps: dict[str, float]  # per workload: the rates the re-plan was made for
-    failures: list[str]
-    moves: dict[str, tuple[int, int]]  # deployment -> (started, stopped)
-    replicas: dict[str, tuple[int, int]]  # deployment -> (running now, failed ones gone; proposed)
-    cost_usd_per_hour: tuple[float, float]  # (now, proposed)
-    transition_usd: float
-    check_ok: bool
-    check_violations: list[str]
-    protects: list[str]  # workloads at risk, changed or on a failed deployment, whose SLOs the check passed
-    folder: str
-    calibration: list[dict] = field(default_factory=list)  # trimtab.online.recalibrate.Update.to_dict()
-    applied: str = ""  # kubectl's outcome with --apply
-
-    def to_dict(self) -> dict:
-        return {"proposal": self.number, "round": self.round, "reasons": self.reasons,
-                "rates_rps": {k: round(v, 4) for k, v in self.rates_rps.items()}, "failures": self.failures,
-                "moves": {d: {"started": a, "stopped": b} for d, (a, b) in self.moves.items()},
-                "replicas": {d: {"now": a, "proposed": b} for d, (a, b) in self.replicas.items()},
-                "cost_usd_per_hour": {"now": round(self.cost_usd_per_hour[0], 4),
-                                      "proposed": round(self.cost_usd_per_hour[1], 4)},
-                "transition_usd": self.transition_usd, "check": {"ok": self.check_ok,
-                                                                 "violations": self.check_violations},
-                "protects": self.protects, "folder": self.folder, "calibration": self.calibration,
-                "applied": self.applied}
-
-
-@dataclass
-class Observation:
-    """One step: what was measured and decided."""
-
-    round: int
-    t: float
-    groups: dict[str, dict] = field(default_factory=dict)
-    deployments: dict[str, dict] = field(default_factory=dict)
-    workloads: dict[str, dict] = field(default_factory=dict)
-    failed: list[str] = field(default_factory=list)  # replica=DEP/INDEX
-    errors: dict[str, str] = field(default_factory=dict)  # url -> last scrape error
-    notes: list[str] = field(default_factory=list)
-    proposal: Proposal | None = None
-
-    def to_dict(self) -> dict:
-        return {"round": self.round, "t": round(self.t, 3), "groups": self.groups,
-                "deployments": self.deployments, "workloads": self.workloads, "failed": self.failed,
-                "errors": self.errors, "notes": self.notes,
-                "proposal": self.proposal.to_dict() if self.proposal else None}
 
 
 def _r(x: float, nd: int = 4):
@@ -167,6 +115,8 @@ class Watcher:
         self.short: set[tuple[str, int]] = set()  # (deployment, round) whose count misses an endpoint
         self.labels: dict[str, deque] = {}  # deployment -> recent (seconds, {model_name: requests})
         self.declared: dict[str, int] = {}  # group -> the last round its rate change was declared
+        self.len_factor: dict[tuple[str, str], float] = {}  # (workload, prompt|output) -> re-fit so far
+        self.len_changes: dict[str, list] = {}  # this step's length changes per group
 
     def _group(self) -> None:
         """Connected components of the routes' workload-deployment graph (module docstring); ``since``: the
@@ -299,6 +249,7 @@ class Watcher:
             self.labels.setdefault(d, deque(maxlen=self.windows)).append((sec, per_label))
         obs.failed, obs.errors = self.failed(), dict(sorted(self.errors.items()))
         self._deployments(obs)
+        self.len_changes = {}
         changes = self._rates(obs)
         risks = self._workloads(obs)
         self._decide(obs, changes, risks)
@@ -332,7 +283,35 @@ class Watcher:
                     "rate_rps": _r(ref * ch.factor), "factor": _r(ch.factor),
                     "since_intervals": ch.since_intervals, "p_value": float(f"{ch.p_value:.3g}"),
                     "requests": ch.requests, "expected": _r(ch.expected, 1)}
+            if len(ws) == 1:  # lengths are re-fitted per workload: a group of one (module docstring)
+                lens = self._length_test(g, ws[0], deps)
+                obs.groups[g]["length_change"] = [
+                    {"what": x.what, "planned_mean": _r(x.planned_mean, 1), "mean": _r(x.mean, 1),
+                     "z": _r(x.z, 2), "requests": x.requests} for x in lens]
+                if lens:
+                    self.len_changes[g] = lens
         return changes
+
+    def _length_test(self, g: str, w: str, deps: list[str]) -> list[drift.LengthChange]:
+        """The prompt and output length means of workload ``w``'s deployments since the group's ``since``
+        round against the plan's (times the proposals' re-fits)."""
+        per: dict[int, Series] = {}
+        for d in deps:
+            for r, _, _, s, _ in self.hist.get(d, ()):
+                if r >= self.since[g]:
+                    per[r] = per.get(r, Series()).plus(s)
+        rounds = [per[r] for r in sorted(per)]
+        bs = self.plan.buckets.get(w, [])
+        share = sum(b.share for b in bs)
+        out = []
+        for what, name, attr in (("prompt", PROMPT_LEN, "input_tokens_mean"),
+                                 ("output", OUTPUT_LEN, "output_tokens_mean")):
+            planned = (sum(b.share * getattr(b, attr) for b in bs) / share if share > 0 else math.nan)
+            x = drift.length_change(what, planned * self.len_factor.get((w, what), 1.0),
+                                    [s.hists.get(name) for s in rounds], self.alpha)
+            if x is not None:
+                out.append(x)
+        return out
 
     def _deployments(self, obs: Observation) -> None:
         """Per deployment: its measured rate, lengths (with their test) and latencies."""
@@ -421,7 +400,13 @@ class Watcher:
             obs.notes.append(f"{', '.join(pending)}: rate change declared in the last interval; its rate is "
                              "measured over the next one before a proposal")
             changes = {g: ch for g, ch in changes.items() if g not in pending}
-        if not (changes or risks or new_fail):
+        lens = {g: xs for g, xs in self.len_changes.items()
+                if all(x.settled for x in xs) or self.declared.get(("len", g)) == self.round - 1}
+        self.declared.update({("len", g): self.round for g in self.len_changes})
+        if len(lens) < len(self.len_changes):
+            obs.notes.append("length change declared in the last interval; its mean is measured over the next "
+                             "one before a proposal")
+        if not (changes or risks or new_fail or lens):
             return
         if self.round - self.last_round < self.min_lifetime and not new_fail:
             obs.notes.append(f"a proposal was made {self.round - self.last_round} interval(s) ago; the next "
@@ -444,20 +429,28 @@ class Watcher:
                            f"{rk.attainment:.2%}, {rk.requests} requests)")
         for f in new_fail:
             reasons.append(f"{f.split('=', 1)[1]}: endpoint down ({self.dead_after} failed scrapes in a row)")
+        len_factor = dict(self.len_factor)
+        for g, xs in sorted(lens.items()):
+            w = self.groups[g][0][0]
+            for x in xs:
+                len_factor[(w, x.what)] = len_factor.get((w, x.what), 1.0) * x.mean / x.planned_mean
+                reasons.append(f"{w}: mean {x.what} length {x.mean:.0f} tokens against {x.planned_mean:.0f} "
+                               f"referenced (z = {x.z:.1f}, {x.requests} requests, alpha {self.alpha:g}): "
+                               f"its length distribution scaled by {x.mean / x.planned_mean:.3g}")
         ref = {k: v * factor.get(k[1], 1.0) for k, v in self.ref.items()}
         rates = {w: sum(v for (ww, _), v in ref.items() if ww == w) for w in self.wl}
         base = {w: sum(v for (ww, _), v in self.ref0.items() if ww == w) for w in self.wl}
         self.calibrated, self.repeated = [], False
         try:
-            p = self._propose(reasons, rates, base, failed, risks, changes)
+            p = self._propose(reasons, rates, base, failed, risks, changes, len_factor)
         except TrimtabError as exc:  # e.g. infeasible with the GPUs left: said, and watching goes on
             obs.notes.append("re-plan failed: " + "; ".join(exc.lines))
             self.last_round = self.round
             self.known_failed = set(failed)
             return
         self.known_failed = set(failed)
-        self.ref = ref
-        for g in changes:  # the reference moved: the test starts over from it
+        self.ref, self.len_factor = ref, len_factor
+        for g in set(changes) | set(lens):  # the reference moved: the test starts over from it
             self.since[g] = self.round + 1
         if p is None:
             where = self.out_dir / "calibration"
@@ -476,15 +469,16 @@ class Watcher:
         self.last_round = self.round
         obs.proposal = p
 
-    def _propose(self, reasons, rates, base, failed, risks, changes) -> Proposal | None:
+    def _propose(self, reasons, rates, base, failed, risks, changes, len_factor) -> Proposal | None:
         from trimtab.api import check
         from trimtab.contract.write import emit
         from trimtab.deploy import render, write
         from trimtab.field.loadtest import rescaled_spec
+        from trimtab.spec.lengths import rescaled_lengths
         from trimtab.online.replan import HORIZON_H, replan
 
         factors = {w: rates[w] / base[w] for w in rates if base[w] > 0 and abs(rates[w] / base[w] - 1) > 1e-9}
-        spec = rescaled_spec(self.spec, factors)
+        spec = rescaled_lengths(rescaled_spec(self.spec, factors), len_factor)
         cal = []
         if self.calibrate:  # before the re-plan, which then prices replicas with the moved overheads
             from trimtab.online.recalibrate import recalibrate

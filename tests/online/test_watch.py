@@ -354,3 +354,23 @@ def test_through_a_prometheus_server(tmp_path):
         fleet.stop()
         if prom is not None:
             prom.stop()
+
+
+def test_longer_prompts_are_a_length_change_and_refit_the_spec(watched):
+    from trimtab.spec.lengths import rescaled_lengths
+
+    plan, spec, fleet, w = watched(seed=9)
+    before, t = run(fleet, w, 6, 0.0)
+    assert not any(o.groups.get("b", {}).get("length_change") for o in before)
+    fleet.longer["b"] = (1.5, 1.0)  # b's prompts half as long again, its outputs as planned
+    obs, _ = run(fleet, w, 3, t)
+    hit = next(o for o in obs if o.groups["b"]["length_change"])
+    assert [x["what"] for x in hit.groups["b"]["length_change"]] == ["prompt"]
+    assert w.len_factor[("b", "prompt")] == pytest.approx(1.5, rel=0.03) and ("b", "output") not in w.len_factor
+    said = [r for o in obs for r in (o.proposal.reasons if o.proposal else []) + o.notes]
+    assert any("mean prompt length" in r for r in said) or any("moves no replica" in r for r in said)
+    # the re-plan's spec: b's fixed 1000-token prompts now 1500, its outputs and a's lengths as they were
+    s2 = rescaled_lengths(spec, {("b", "prompt"): 1.5})
+    b = next(x for x in s2.workloads if x.name == "b")
+    assert b.input_tokens.fixed == 1500 and b.output_tokens.fixed == 300
+    assert next(x for x in s2.workloads if x.name == "a") is next(x for x in spec.workloads if x.name == "a")
