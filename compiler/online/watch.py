@@ -404,8 +404,8 @@ class Watcher:
                 if all(x.settled for x in xs) or self.declared.get(("len", g)) == self.round - 1}
         self.declared.update({("len", g): self.round for g in self.len_changes})
         if len(lens) < len(self.len_changes):
-            obs.notes.append("length change declared in the last interval; its mean is measured over the next "
-                             "one before a proposal")
+            obs.notes.append("length change declared in the last interval; its mean is measured over the "
+                             "next one before a proposal")
         if not (changes or risks or new_fail or lens):
             return
         if self.round - self.last_round < self.min_lifetime and not new_fail:

@@ -231,8 +231,8 @@ def length_grids(w: Workload, base_dir: str = ".") -> tuple[np.ndarray, np.ndarr
 
 
 def scaled_tokens(dist: TokenDist, f: float) -> TokenDist | None:
-    """``dist`` with every length multiplied by ``f`` (its shape kept: a measured mean against the planned one;
-    ``trimtab watch``), or None for ``samples`` (a file's column, not rescaled here)."""
+    """``dist`` with every length multiplied by ``f`` (its shape kept: a measured mean against the planned
+    one; ``trimtab watch``), or None for ``samples`` (a file's column, not rescaled here)."""
     def n(x: float) -> int:
         return max(1, int(round(x * f)))
 

@@ -366,7 +366,8 @@ def test_longer_prompts_are_a_length_change_and_refit_the_spec(watched):
     obs, _ = run(fleet, w, 3, t)
     hit = next(o for o in obs if o.groups["b"]["length_change"])
     assert [x["what"] for x in hit.groups["b"]["length_change"]] == ["prompt"]
-    assert w.len_factor[("b", "prompt")] == pytest.approx(1.5, rel=0.03) and ("b", "output") not in w.len_factor
+    assert w.len_factor[("b", "prompt")] == pytest.approx(1.5, rel=0.03)
+    assert ("b", "output") not in w.len_factor
     said = [r for o in obs for r in (o.proposal.reasons if o.proposal else []) + o.notes]
     assert any("mean prompt length" in r for r in said) or any("moves no replica" in r for r in said)
     # the re-plan's spec: b's fixed 1000-token prompts now 1500, its outputs and a's lengths as they were
