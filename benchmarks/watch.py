@@ -14,9 +14,9 @@ stretches it. The watcher (``trimtab.online.watch.Watcher``) scrapes them over r
 simulated (each interval is advanced at once), so hours of traffic take seconds.
 
 Measured, per seed: false alarms (proposals, rate and length changes, SLOs at risk) over ``--stationary-h``
-hours at the planned rates, 15 s intervals; the intervals from a step of one workload's rate (x0.5, x1.3, x1.6, x2) to the
-proposal (the step half-way through an interval, counted from the end of that interval: 1 is the first scrape
-after the step); the intervals from an endpoint's death to the proposal (1: the first scrape after it). The
+hours at the planned rates, 15 s intervals; the intervals from a step of one workload's rate (x0.5, x1.3,
+x1.6, x2) to the proposal (the step half-way through an interval, counted from the end of that interval: 1 is
+the first scrape after the step); the intervals from an endpoint's death to the proposal (1: the first scrape after it). The
 spec is tests/online/test_replan.py's (8B workloads on h100-sxm and l40s; re-plans and checks by the cost
 model, ``analytic``, unless ``--simulated``).
 """
