@@ -78,7 +78,8 @@ class Planner(Protocol):
 
 @gc_paused()
 def drive(planner: Planner, spec, ir: ProblemIR, *, backend: str | None = None, time_limit_s: float | None = None,
-          validate: bool = True, seed: int = 0, t0: float | None = None, profiles: Any = None) -> PlanResult:
+          validate: bool = True, seed: int = 0, t0: float | None = None, profiles: Any = None,
+          runs: Any = None) -> PlanResult:
     """Cheapest plan meeting every SLO. Raises InfeasibleError (exit 3) or NoSolutionError (exit 4).
 
     Rounds: solve on the cost model's capacities; a plan over the speed-of-light bound (``trimtab.cost.physics``) is
@@ -138,7 +139,9 @@ def drive(planner: Planner, spec, ir: ProblemIR, *, backend: str | None = None, 
     simulations = 0
     sim_requests = default_requests(ir)
     seeds = validation_seeds(seed)
-    runs = RunCache()  # deployment runs a round's simulation can take from the last one (trimtab.sim.reuse)
+    # deployment runs a round's simulation can take from the last one, and plans simulated before
+    # (trimtab.sim.reuse; shared with the drives of single_types)
+    runs = RunCache() if runs is None else runs
     last_sim = None
     missed: dict[str, tuple[str, float, float]] = {}  # workload -> its last simulated miss (trimtab.planning.rounds.stuck)
     best = None  # (plan, assessment, result, round, simulation) of the last plan solved outside the probe
@@ -236,17 +239,21 @@ def drive(planner: Planner, spec, ir: ProblemIR, *, backend: str | None = None, 
     assess_s = time.perf_counter() - t2 - solve_s - sim_s
     seconds = {"lower": t1 - t0, "candidates": t2 - t1, "solve": solve_s, "simulate": sim_s,
                "assess": assess_s}
-    alone = None  # the cheapest plan confirmed on one GPU type alone, if cheaper than the rest (single_types)
-    # (not for schedules, which simulate their own way, nor n+1 specs, whose planner holds the whole fleet)
+    # The cheapest plan confirmed on one GPU type alone, if cheaper than the rest (single_types): where the
+    # simulation's corrections decide; not for schedules, which simulate their own way, nor n+1 specs, whose
+    # planner holds the whole fleet. Its solves have a safety net of their own: an optional search must not
+    # spend the one of the plan it may improve.
     own = getattr(planner, "simulate", None)
-    if confirmed and len(ir.gpus) > 1 and own is None and ir.redundancy != "n+1":
+    if confirmed and simulated and len(ir.gpus) > 1 and own is None and ir.redundancy != "n+1":
         ts = time.perf_counter()
-        alone = single_types(planner, spec, ir, cands, be, opts.after(solve_s), validate, seed,
-                             min(c[0] for c in confirmed), solved_on, start, profiles)
+        single = single_types(planner, spec, ir, cands, be, opts, validate, seed,
+                              min(c[0] for c in confirmed), solved_on, start, profiles, runs)
         seconds["single types"] = time.perf_counter() - ts
-    if alone is not None:
-        plan_, a, res = alone.plan, alone.assessment, alone.solve
-    elif confirmed:  # the cheapest plan confirmed (the earliest of equal cost)
+        if single is not None:  # its plan and rounds; the simulations and runs of both drives
+            seconds.update({"finish": 0.0, "total": time.perf_counter() - t0})
+            return replace(single, ir=ir, candidates=planner.candidate_set(cands), seconds=seconds,
+                           simulations=simulations + single.simulations)  # (runs: shared, counted there)
+    if confirmed:  # the cheapest plan confirmed (the earliest of equal cost)
         _, rnd, plan_, a, res, last_sim = min(confirmed, key=lambda c: (c[0], c[1]))
     else:
         plan_, a, res, rnd, last_sim = best
@@ -257,18 +264,15 @@ def drive(planner: Planner, spec, ir: ProblemIR, *, backend: str | None = None, 
                  for line in last_sim.failures()]
         missing = sorted(n for n in last_sim.intervals if not last_sim.accepted(n))
     ts = time.perf_counter()
-    if alone is None:
-        if extra:
-            plan_, a = planner.build(ir, cands, res, rnd, warnings + extra)
-        plan_ = finish_plan(plan_, spec, ir, last_sim, sim_requests, sim_rounds)
-        if missing:  # not a plan to deploy: the CLI writes it only with --allow-misses (PlanMissesError)
-            plan_ = plan_.model_copy(update={"misses": missing})
+    if extra:
+        plan_, a = planner.build(ir, cands, res, rnd, warnings + extra)
+    plan_ = finish_plan(plan_, spec, ir, last_sim, sim_requests, sim_rounds)
+    if missing:  # not a plan to deploy: the CLI writes it only with --allow-misses (PlanMissesError)
+        plan_ = plan_.model_copy(update={"misses": missing})
     t3 = time.perf_counter()
     seconds.update({"finish": t3 - ts, "total": t3 - t0})
-    hits, ran = (runs.hits + alone.sim_runs[0], runs.misses + alone.sim_runs[1]) if alone else (runs.hits,
-                                                                                                runs.misses)
-    return PlanResult(plan_, ir, planner.candidate_set(cands), a, res, alone.rounds if alone else rnd,
-                      seconds, (hits, ran), simulations + (alone.simulations if alone else 0))
+    return PlanResult(plan_, ir, planner.candidate_set(cands), a, res, rnd, seconds, (runs.hits, runs.misses),
+                      simulations)
 
 
 def only_type(ir: ProblemIR, gpu: str) -> ProblemIR:
@@ -277,7 +281,7 @@ def only_type(ir: ProblemIR, gpu: str) -> ProblemIR:
 
 
 def single_types(planner: Planner, spec, ir: ProblemIR, cands, be, opts: SolveOptions, validate: bool,
-                 seed: int, cost: float, solved_on: set[str], start: dict[str, float], profiles
+                 seed: int, cost: float, solved_on: set[str], start: dict[str, float], profiles, runs
                  ) -> PlanResult | None:
     """The cheapest plan the rounds confirm on one GPU type alone, where it costs less than ``cost`` (the
     cheapest confirmed on every type together); None if there is none. Why: the corrections after a simulated
@@ -317,7 +321,7 @@ def single_types(planner: Planner, spec, ir: ProblemIR, cands, be, opts: SolveOp
         try:
             ir_one = lower(one, profiles)
             r = drive(planner, one, ir_one, backend=be.name, time_limit_s=opts.time_limit_s,
-                      validate=validate, seed=seed, profiles=profiles)
+                      validate=validate, seed=seed, profiles=profiles, runs=runs)
         except InfeasibleError:
             continue  # (the derates ask for more of the type than the spec has)
         except NoSolutionError as exc:

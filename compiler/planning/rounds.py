@@ -220,8 +220,14 @@ def simulate_and_derate(plan, spec, ir, seeds: tuple[int, ...], requests: int, d
     from trimtab.contract.schema import Plan
     from trimtab.sim.validate import simulate_seeds
 
-    written = Plan.model_validate(plan_to_data(plan))
-    res = simulate_seeds(written, spec, ir, seeds, requests, fail_fast=True, cache=cache)
+    data = plan_to_data(plan)
+    written = Plan.model_validate(data)
+    key = repr((seeds, requests, [data.get(k) for k in ("deployments", "routes", "adapter_routes", "prefix")]))
+    res = getattr(cache, "verdicts", {}).get(key)  # the same plan, simulated before: the same result
+    if res is None:
+        res = simulate_seeds(written, spec, ir, seeds, requests, fail_fast=True, cache=cache)
+        if cache is not None:
+            cache.verdicts[key] = res
     out = dict(derate)
     for name in to_derate(res, len(seeds)):
         worst = res.worst_deployment(name)

@@ -51,6 +51,10 @@ class RunCache:
         self.by_seed: dict[object, dict[str, DepRun]] = {}
         self.hits = 0
         self.misses = 0
+        # whole validations (trimtab.planning.rounds.simulate_and_derate): the deployments and routes of a plan, its seeds
+        # and requests -> the SeedsResult, for a plan simulated again as it was (the drive of one GPU type alone
+        # after the drive of every type: trimtab.planning.driver.single_types)
+        self.verdicts: dict[str, object] = {}
 
     def begin(self, seed) -> tuple[dict[str, DepRun], dict[str, DepRun]]:
         """(the runs kept for ``seed``, an empty dict the new simulation fills); ``end`` swaps them."""

@@ -297,7 +297,8 @@ def test_an_analytic_miss_of_a_large_spec_is_simulated_in_the_same_round(monkeyp
     for cid in set(an) | set(sim):
         assert second.get(cid, 1.0) <= min(an.get(cid, 1.0), sim.get(cid, 1.0)) + 1e-12
     assert any(an.get(c, 1.0) < sim.get(c, 1.0) for c in an)  # the analytic correction is not lost
-    assert r.rounds == len(solved) == 2 and r.simulations == 2
+    # (the solves after the second: the probe round's and the single types' bounds, none cheaper)
+    assert r.rounds == 2 and len(solved) >= 2 and r.simulations == 2
     assert not r.assessment.misses() and r.plan.simulation is not None
     assert r.plan.simulation.rounds == 1
 
