@@ -28,6 +28,9 @@ How a row becomes a prediction (the setup only; no per-row parameters):
   * vLLM defaults by version: v0.10 and v0.11 ``vllm serve`` use max_num_seqs 1024 / max_num_batched_tokens 8192
     on GPUs with 70 GiB or more except A100, 256 / 2048 otherwise (vllm/engine/arg_utils.py; read for v0.11, and
     the branch cites vLLM PR #17885 of May 2025, before v0.10); the 2024 nightly used 256;
+  * the engine's release from the engine column (``engine_version``: "vLLM v0.11.0" -> 0.11; the 2024 nightly
+    -> 0.6): the engine profile as that release behaves (``EngineProfile.at``: vLLM up to 0.11 has its own front
+    end and no async scheduling);
   * values the notes state win over defaults: TensorRT-LLM ``max_batch_size N`` / ``max_num_tokens N`` and vLLM
     ``--max-num-batched-tokens N`` (per attention-DP rank, as the engines' flags and ``replica(dp=)`` take them);
   * MoE table (benchmarks/data/moe_groundtruth.csv): optional ``dp``, ``ep``, ``dtype`` columns; ``dp``/``ep`` go
@@ -167,8 +170,22 @@ def _engine_limits(row: Row, eng) -> tuple[int, int]:
     return seqs, mbt
 
 
+def engine_version(text: str) -> str | None:
+    """The release a row's engine column names ("vLLM v0.11.0" -> "0.11"); a 2024 build (vLLM's 2024 nightly perf
+    CI) predates v0.7 (January 2025): "0.6"; None where it says nothing."""
+    if m := re.search(r"v?(\d+)\.(\d+)", text):
+        return f"{m.group(1)}.{m.group(2)}"
+    return "0.6" if "2024" in text else None
+
+
 def predict_row(row: Row, profiles) -> float:
     eng = profiles.engines[row.engine]
+    at = eng.at(engine_version(row.raw["engine"]))
+    if at is not eng:  # the release the row ran: its own front end and scheduling
+        from trimtab.profiles.loader import ProfileSet
+
+        profiles = ProfileSet(profiles.gpus, profiles.models, {**profiles.engines, row.engine: at})
+        eng = at
     seqs, mbt = _engine_limits(row, eng)
     par = {k: v for k, v in (("dp", row.dp), ("ep", row.ep)) if k in REPLICA_PARAMS}
     rm = replica(profiles, row.model, row.gpu, row.engine, row.tp, row.pp, row.dtype, row.kv_dtype,

@@ -332,15 +332,36 @@ def bench(
 @app.command()
 @_expected_errors
 def calibrate(
-    folders: Annotated[list[Path], typer.Argument(metavar="DIR...", help="Folders of trimtab bench or Vidur CSVs.")],
-    output: Annotated[Path, typer.Option("-o", "--output", help="GPU profile to write, e.g. profiles/gpus/NAME.yaml.")],
+    folders: Annotated[Optional[list[Path]], typer.Argument(
+        metavar="DIR...", help="Folders of trimtab bench or Vidur CSVs.")] = None,
+    output: Annotated[Optional[Path], typer.Option(
+        "-o", "--output", help="GPU profile to write, e.g. profiles/gpus/NAME.yaml.")] = None,
     base: Annotated[Optional[str], typer.Option(help="GPU profile (name or YAML path) whose spec-sheet peaks and other "
                                                      "fields the fit starts from.")] = None,
+    source: Annotated[Optional[str], typer.Option(
+        "--from", help="'aiconfigurator': fit every GPU profile its vLLM kernel tables cover.")] = None,
+    data: Annotated[Optional[Path], typer.Option(
+        help="aiconfigurator's systems/data folder (default: the installed aiconfigurator_core's).")] = None,
+    out_dir: Annotated[Path, typer.Option(
+        "--out", help="Profile folder to write gpus/NAME.yaml into (--from aiconfigurator).")
+    ] = Path("profiles-aiconfigurator"),
 ) -> None:
     """Fit a GPU profile's efficiency parameters to measurements by least squares; print the fit error per op.
 
     Example: trimtab calibrate bench-out/ --base h100-sxm -o profiles/gpus/my-h100.yaml
+    Example: trimtab calibrate --from aiconfigurator --out my-profiles/
     """
+    if source is not None:
+        if source != "aiconfigurator":
+            raise InputError([Problem("--from", f"unknown source {source!r}; known: aiconfigurator")])
+        from trimtab.field.calibrate_aic import calibrate_from_aiconfigurator, report_lines
+
+        for line in report_lines(calibrate_from_aiconfigurator(data, out_dir)):
+            out.print(line, markup=False)
+        return
+    if not folders or output is None:
+        raise InputError([Problem("DIR... / --output", "give measurement folders and -o, or --from "
+                                                       "aiconfigurator")])
     from trimtab.field.calibrate import calibrate as do_calibrate, format_errors
 
     r = do_calibrate([str(f) for f in folders], output, base)

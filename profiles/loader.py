@@ -65,6 +65,13 @@ class _Profile(_Strict):
         return {f: self.sources[v.source].kind for f, v in self if isinstance(v, Q)}
 
 
+class AllReduceFit(_Strict):
+    """latency + bytes x 2(n-1)/n / bus bandwidth at one GPU count."""
+
+    latency_us: Q
+    bus_gbps: Q
+
+
 class GpuProfile(_Profile):
     description: str
     memory_gib: Q
@@ -87,6 +94,23 @@ class GpuProfile(_Profile):
     fp4_tflops: Q | None = None
     attention_efficiency: Q | None = None  # achieved / peak bf16 FLOP/s of prefill attention (flash kernels)
     kernel_latency_us: Q | None = None  # fixed time per GEMM kernel (launch, tail) on top of its roofline
+    # Inside a captured CUDA graph (docs/cost-model.md, "CUDA graphs"): the fixed time per GEMM kernel
+    # without the host's launch, and the engine's one-shot custom all-reduce (latency, bus bandwidth).
+    graph_kernel_latency_us: Q | None = None
+    # Fixed time of a layer's attention kernel call on top of its KV-bandwidth roofline (split-KV launch,
+    # combine); absent = 0.
+    attention_kernel_us: Q | None = None
+    graph_allreduce_latency_us: Q | None = None
+    graph_allreduce_bus_gbps: Q | None = None
+    # The same per GPU count where one latency and bus bandwidth do not fit every count: on PCIe GPUs the
+    # all-reduce crosses the host's root complexes, so its bandwidth per GPU falls with the count (measured:
+    # L40S 2 -> 8 GPUs); a tensor-parallel size not listed takes the fields above.
+    graph_allreduce_by_gpus: dict[int, AllReduceFit] | None = None
+    allreduce_by_gpus: dict[int, AllReduceFit] | None = None  # the eager (NCCL) all-reduce per GPU count, alike
+    # vLLM's fused-MoE kernel shape fitted on this GPU (compiler/field/calibrate_aic.py); they replace the engine's
+    # moe_rows_half / moe_cols_half (an H100 fit) for engines that have a shape fit.
+    moe_rows_half: Q | None = None
+    moe_cols_half: Q | None = None
     elementwise_passes: Q | None = None  # norm/rope/activation/residual traffic per layer, in token x hidden x 2 B
     # Ranges the fitted numbers were measured over, e.g. {gemm_tokens: [1, 4096], allreduce_gpus: [2, 8]}.
     measured_ranges: dict[str, list[float]] | None = None
@@ -94,8 +118,23 @@ class GpuProfile(_Profile):
     host_memory_gib_per_node: Q | None = None  # CPU memory of one node
     pcie_gbps: Q | None = None  # GPU <-> host bandwidth per GPU, one direction, GB/s
 
+    def allreduce_at(self, gpus: int, graph: bool = False) -> tuple[float, float]:
+        """(latency s, bus bandwidth bytes/s) of an all-reduce over ``gpus`` GPUs, eager (NCCL) or inside a
+        CUDA graph: the count's own fit where the profile has one (PCIe GPUs), else the joint fit."""
+        lat, bus = ((self.graph_allreduce_latency_us, self.graph_allreduce_bus_gbps) if graph
+                    else (self.allreduce_latency_us, self.allreduce_bus_gbps))
+        at = ((self.graph_allreduce_by_gpus if graph else self.allreduce_by_gpus) or {}).get(gpus)
+        if at is not None:
+            lat, bus = at.latency_us, at.bus_gbps
+        return lat.value * 1e-6, bus.value * 1e9
+
     @model_validator(mode="after")
     def _physical(self):
+        for name in ("graph_allreduce_by_gpus", "allreduce_by_gpus"):
+            for n, fit in (getattr(self, name) or {}).items():
+                for f, q in fit:
+                    if q.source not in self.sources:
+                        raise ValueError(f"{name}.{n}.{f}: source {q.source!r} is not declared under sources")
         for f in ("compute_efficiency", "bandwidth_efficiency", "fp8_compute_efficiency", "attention_efficiency"):
             q = getattr(self, f)
             if q is None:
@@ -149,6 +188,16 @@ class ModelProfile(_Profile):
     v_head_dim: Q | None = None
 
 
+class EngineRelease(BaseModel):
+    """How releases up to ``until`` (inclusive, "major.minor") differ from the engine profile's current one: the
+    fields given replace the profile's (``EngineProfile.at``)."""
+
+    model_config = ConfigDict(extra="forbid")
+    until: str = Field(pattern=r"^\d+\.\d+$")
+    request_overhead_ms: Q | None = None
+    async_scheduling: bool | None = None
+
+
 class EngineProfile(_Profile):
     description: str
     gpu_memory_utilization: Q
@@ -162,6 +211,18 @@ class EngineProfile(_Profile):
     # Share of the linear-layer FLOP rate the engine's fused-MoE grouped GEMMs reach (compiler/cost/moe.py;
     # fitted by benchmarks/moe_fit.py); absent = 1, the dense GEMMs' rate.
     moe_gemm_efficiency: Q | None = None
+    # Fused-MoE grouped GEMMs by kernel shape (compiler/cost/moe.py): FLOPs of T k + moe_rows_half x experts
+    # touched rows, at moe_gemm_efficiency x the linear rate / (1 + moe_cols_half / expert columns per GPU).
+    moe_rows_half: Q | None = None
+    moe_cols_half: Q | None = None
+    # The scheduler forms the next step's batch while a step runs (vLLM's async scheduling): a request
+    # arriving during step n is first scheduled into step n + 2 (compiler/sim/replica.py; docs/simulator.md).
+    async_scheduling: bool | None = None
+    # Older releases that behave differently (front end, scheduling), oldest first: ``at(version)``.
+    releases: list[EngineRelease] | None = None
+    # Steps of at most this many tokens replay captured CUDA graphs (vLLM's largest capture size): GEMMs and
+    # all-reduces take the GPU's graph_* numbers. Absent = eager steps.
+    cuda_graph_max_tokens: Q | None = None
     # Output tokens per second the serving front end streams (API server detokenising and sending one event per
     # token per request; docs/cost-model.md): a burst of streamed requests delivers no faster. Absent = no limit.
     stream_tokens_per_s: Q | None = None
@@ -175,8 +236,25 @@ class EngineProfile(_Profile):
     # the running requests decode only in steps with no prefill (SGLang's default scheduler). Absent = mixed.
     prefill_schedule: Literal["mixed", "prefill_first"] | None = None
 
+    def at(self, version: str | None) -> "EngineProfile":
+        """This engine as release ``version`` ("major.minor[.patch]") behaves: the first of ``releases`` whose
+        ``until`` it does not pass replaces the fields it gives; None, or a release past them all: as is."""
+        if not version or not self.releases:
+            return self
+        key = tuple(int(x) for x in version.split(".")[:2])
+        for rel in self.releases:
+            if key <= tuple(int(x) for x in rel.until.split(".")):
+                upd = {f: getattr(rel, f) for f in ("request_overhead_ms", "async_scheduling")
+                       if getattr(rel, f) is not None}
+                return self.model_copy(update=upd)
+        return self
+
     @model_validator(mode="after")
     def _engine_physical(self):
+        for rel in self.releases or ():
+            if rel.request_overhead_ms is not None and rel.request_overhead_ms.source not in self.sources:
+                raise ValueError(f"releases (until {rel.until}): request_overhead_ms: source "
+                                 f"{rel.request_overhead_ms.source!r} is not declared under sources")
         if self.kernel_efficiency is not None and not 0 < self.kernel_efficiency.value <= 1:
             raise ValueError(f"kernel_efficiency must be in (0, 1], got {self.kernel_efficiency.value}")
         if self.moe_gemm_efficiency is not None and not 0 < self.moe_gemm_efficiency.value <= 1:

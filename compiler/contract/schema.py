@@ -121,8 +121,8 @@ class AdapterRoute(_Strict):
 class PrefixReuse(_Strict):
     """A workload's prefix reuse as the plan assumed it (docs/prefix-caching.md)."""
 
-    source: Literal["declared", "trace"] = Field(description="declared in the spec, or measured from the trace's "
-                                                             "hash_ids")
+    source: Literal["declared", "trace", "shared_prefix"] = Field(
+        description="declared in the spec, measured from the trace's hash_ids, or from shared_prefix groups")
     hit_rate: float = Field(description="share of input tokens served from a cache holding the whole working set")
     working_set_tokens: int = Field(description="distinct prefix tokens the cache must hold for hit_rate")
     hit_rate_planned: dict[str, float] = Field(description="per deployment serving it: the hit rate its replicas' "

@@ -21,14 +21,14 @@ import math
 from functools import cached_property
 
 from trimtab.cost.moe import (MoeLayer, attention_flops_per_ctx, attention_kernels, attention_params, check_kv_dtype,
-                               check_layout, expert_params, is_mla, kv_elements, moe_layers)
+                               check_layout, expert_params, is_mla, kernel_shape, kv_elements, moe_layers)
 from trimtab.cost.predictions import ReplicaPredictions
 from trimtab.cost.queueing import _Aitken, _prefill_queue, _z, ctx_sq, gamma_q, map_slope, over_caps, tpot_tail
 from trimtab.cost.records import (BYTES, GIB, UNSTABLE, BatchPrediction, BurstPrediction,
                                    ClosedLoopPrediction, KvTier, MemoryFit, ReplicaState, TrafficClass)
 from trimtab.cost.roles import ReplicaRoles
 from trimtab.cost.search import bisect_max, bracket
-from trimtab.profiles.loader import EngineProfile, GpuProfile, ModelProfile
+from trimtab.profiles.loader import EngineProfile, GpuProfile, ModelProfile, value_or
 
 # Re-exported: the records and the search are the cost model's vocabulary for its callers.
 __all__ = ["BYTES", "GIB", "UNSTABLE", "BatchPrediction", "BurstPrediction", "ClosedLoopPrediction", "KvTier",
@@ -101,8 +101,7 @@ class ReplicaModel(ReplicaRoles, ReplicaPredictions):
         self.bw = g.hbm_bandwidth_gbps.value * 1e9 * g.bandwidth_efficiency.value
         self.kernel_s = (g.kernel_latency_us.value if g.kernel_latency_us is not None else 0.0) * 1e-6
         self.elem_passes = g.elementwise_passes.value if g.elementwise_passes is not None else 0.0
-        self.ar_lat = g.allreduce_latency_us.value * 1e-6
-        self.ar_bw = g.allreduce_bus_gbps.value * 1e9
+        self.ar_lat, self.ar_bw = g.allreduce_at(tp)  # eager (NCCL); the count's own fit on PCIe GPUs
         self.link_bw = g.link_bandwidth_gbps.value * 1e9
         # Pipeline stages sit on different nodes (PP is used once TP fills a node): hand-offs cross the NICs.
         self.nic_bw_per_gpu = g.node_network_gbps.value * 1e9 / g.gpus_per_node.value
@@ -115,7 +114,14 @@ class ReplicaModel(ReplicaRoles, ReplicaPredictions):
         self.dense_params = self.params - self.expert_params
         moe_eff = engine.moe_gemm_efficiency.value if engine.moe_gemm_efficiency is not None else 1.0
         self.moe = MoeLayer.of(m, g, tp, dp, ep, self.wbytes, self.bw, self.flops_linear, self.kernel_s,
-                               moe_eff) if self.expert_params else None
+                               moe_eff, *kernel_shape(g, engine)) if self.expert_params else None
+        # CUDA graphs (docs/cost-model.md): steps of at most graph_tokens tokens (per pipeline stage) replay a
+        # captured graph, so their GEMMs pay the kernel's fixed time without the host's launch, and their
+        # all-reduces are the engine's one-shot custom kernel; 0 (no engine limit or no graph numbers for this
+        # GPU) keeps every step eager.
+        graph = (engine.cuda_graph_max_tokens is not None and g.graph_kernel_latency_us is not None
+                 and g.graph_allreduce_latency_us is not None and g.graph_allreduce_bus_gbps is not None)
+        self.graph_tokens = engine.cuda_graph_max_tokens.value if graph else 0.0
         # Per-layer weights (whole model, before sharding): attention projections from the architecture (GQA or
         # MLA); the LM head is vocab x hidden; the dense MLP is the rest of the parameter count, per layer.
         self.attn_params = attention_params(m)
@@ -189,13 +195,29 @@ class ReplicaModel(ReplicaRoles, ReplicaPredictions):
         per-token and fixed seconds, once per replica (the planner calls ``iteration_s`` millions of times).
         Same terms as the docstring there; each ``x / bandwidth`` or ``flops / rate`` becomes
         ``x * (1 / rate)``. The layout (pp, dp), the attention kernels' time and the MoE block's methods are
-        read from here too."""
+        read from here too. Eager kernels: the GPU's kernel latency and all-reduce fit."""
+        return self._fold(self.kernel_s, self.ar_lat, self.ar_bw)
+
+    @cached_property
+    def _step_graph(self) -> tuple[float, ...]:
+        """``_step`` for steps replayed from a CUDA graph (``graph_tokens``): the kernels' fixed time inside a
+        graph and the custom all-reduce's latency and bus bandwidth (GPU profile ``graph_*``)."""
+        g = self.gpu
+        if not self.graph_tokens:
+            return self._step
+        return self._fold(g.graph_kernel_latency_us.value * 1e-6, *g.allreduce_at(self.tp, graph=True))
+
+    @cached_property
+    def _ar_eager(self) -> tuple[float, float] | None:
+        """(fixed, per token) seconds of a layer's two eager (NCCL) all-reduces; None without TP."""
+        return (self._step[9], self._step[10]) if self.tp > 1 else None
+
+    def _fold(self, ks: float, ar_lat: float, ar_bw: float) -> tuple[float, ...]:
         tp, pp = self.tp, self.pp
         bw, fl, fa = self.bw, self.flops_linear, self.flops_attn
         wb, H = self.wbytes, self.H
         q_dim = self.heads * self.head_dim
         qkv_n = (q_dim + 2 * self.kv_heads * self.head_dim) / tp
-        ks = self.kernel_s
         # attention projections (QKV and O): weight seconds, activation seconds per token, FLOP seconds per token
         a_w = self.attn_params * wb / tp / bw
         a_act = (qkv_n + H + H + q_dim / tp) * 2 / bw
@@ -214,8 +236,8 @@ class ReplicaModel(ReplicaRoles, ReplicaPredictions):
             kv_s = 2 * max(self.kv_heads / tp, 1.0) * self.head_dim * self.kvbytes / bw
             att_fl = att_fl_p = 4 * q_dim / tp / fa
         elem = self.elem_passes * H * 2 / bw
-        ar0 = 2 * self.ar_lat if tp > 1 else 0.0
-        ar1 = 2 * H * 2 * 2 * (tp - 1) / tp / self.ar_bw if tp > 1 else 0.0
+        ar0 = 2 * ar_lat if tp > 1 else 0.0
+        ar1 = 2 * H * 2 * 2 * (tp - 1) / tp / ar_bw if tp > 1 else 0.0
         # LM head (last stage only)
         h_w = self.head_params * wb / tp / bw
         h_act = (self.vocab / tp + H) * 2 / bw
@@ -225,7 +247,9 @@ class ReplicaModel(ReplicaRoles, ReplicaPredictions):
         # KV tier: the same KV bytes per token of context over the tier link (per GPU: each moves its own shard)
         kv_r = kv_s * bw / (self.kv_tier.gbps_per_gpu * 1e9) if self.kv_tier is not None else 0.0
         Ls = self.L / pp  # layers per stage
-        a_k = 2 * ks if not self.mla else self.attn_kernels_s  # attention projections' kernels
+        a_k = 2 * ks if not self.mla else attention_kernels(self.model) * ks  # attention projections' kernels
+        if self.gpu.attention_kernel_us is not None:  # and the attention kernel's own fixed time, once a layer
+            a_k += self.gpu.attention_kernel_us.value * 1e-6
         moe = self.moe
         # MoE: the block's three terms as bound methods; comm_s is 0.0 with ep = dp = 1 (left out: changes nothing)
         moe_terms = (None, None, None) if moe is None else \
@@ -259,7 +283,10 @@ class ReplicaModel(ReplicaRoles, ReplicaPredictions):
         prefill steps and so TTFT. With r = 0 every term is the HBM-only one.
         """
         (a_w, a_act, a_fl, m_w, m_act, m_fl, kv_s, att_fl, elem, ar0, ar1, h_w, h_act, h_fl, hop1, k2, ks, a_k,
-         pLs, fixed, kv_r, att_fl_p, pp, dp, moe_compute, moe_router, moe_comm) = self._step
+         pLs, fixed, kv_r, att_fl_p, pp, dp, moe_compute, moe_router, moe_comm) = \
+            self._step_graph if (graph := decode_batch + prefill_tokens <= self.graph_tokens * self.pp) \
+            else self._step
+        tp_ar = self._ar_eager if graph else None
         b = decode_batch / pp
         p = prefill_tokens / pp
         seqs = (prefill_seqs if prefill_seqs > 1.0 else 1.0) / pp if p > 0 else 0.0
@@ -279,7 +306,11 @@ class ReplicaModel(ReplicaRoles, ReplicaPredictions):
                 t_mlp += moe_compute(T) + moe_router(Ta)
             else:
                 t_mlp += moe_compute(T) + moe_router(Ta) + moe_comm(T)
-        layer = t_attn_proj + t_mlp + Ta * elem + (ar0 + Ta * ar1)
+        ar = ar0 + Ta * ar1
+        if graph and tp_ar:  # the engine sends a large message to NCCL when that is faster than its custom kernel
+            x = tp_ar[0] + Ta * tp_ar[1]
+            ar = x if x < ar else ar
+        layer = t_attn_proj + t_mlp + Ta * elem + ar
         if remote_share and kv_r:  # a KV tier in use (r > 0 only comes with one)
             r = remote_share
             if b > 0:
@@ -449,7 +480,9 @@ class ReplicaModel(ReplicaRoles, ReplicaPredictions):
             return unstable(f"KV cache needs {kv_used:.0f} tokens > capacity {kv_cap}")
         if tier:  # (a tier holds the KV beyond HBM: its remote share is taken at the percentile)
             r = self.remote_share(kv_at_p(kv_used))
-        fe = self.request_overhead
+        # async scheduling: a request waits out the step in flight (half a mean step on average) and the one
+        # formed before it came (a mean step) before the step that computes its prompt (sim/replica.py)
+        fe = self.request_overhead + 1.5 * tpot if self.engine.async_scheduling else self.request_overhead
         ttft = tuple(fe + wait_p + self.prefill_s(c.tail, b, ctx_dec, r, c.tail_cached)
                      + self.reload_s(c.tail_host_cached) for c in classes)
         # Seats and KV at the percentile, the batch's own feedback included (decision mode: not where the TTFT

@@ -164,6 +164,15 @@ def _busiest_rank(experts: float, topk: float, ep: int):
     return factor
 
 
+def kernel_shape(gpu: GpuProfile, engine) -> tuple[float, float]:
+    """Fused-MoE kernel shape (rows_half, cols_half) of ``MoeLayer``: the GPU's own fit of the engine's
+    kernels where the engine has a shape fit and the GPU profile one (compiler/field/calibrate_aic.py), else the
+    engine's."""
+    if engine.moe_rows_half is None or gpu.moe_rows_half is None or gpu.moe_cols_half is None:
+        return value_or(engine.moe_rows_half), value_or(engine.moe_cols_half)
+    return gpu.moe_rows_half.value, gpu.moe_cols_half.value
+
+
 @dataclass(frozen=True)
 class MoeLayer:
     """The routed experts of one (average) layer on a layout, per GPU of the expert group.
@@ -193,27 +202,36 @@ class MoeLayer:
     tp: int
     dp: int
     moe_eff: float = 1.0  # share of ``flops`` the fused-MoE grouped GEMMs reach (engine moe_gemm_efficiency)
+    rows_half: float = 0.0  # rows per expert at which the grouped GEMM runs at half its rate (moe_rows_half)
+    cols_half: float = 0.0  # expert columns per GPU at which ... (moe_cols_half)
 
     @classmethod
     def of(cls, model: ModelProfile, gpu: GpuProfile, tp: int, dp: int, ep: int, wbytes: float, bw: float,
-           flops: float, kernel_s: float, moe_eff: float = 1.0) -> "MoeLayer":
+           flops: float, kernel_s: float, moe_eff: float = 1.0, rows_half: float = 0.0,
+           cols_half: float = 0.0) -> "MoeLayer":
         g = gpu
         return cls(model.num_experts.value, model.experts_per_token.value, expert_size(model),
                    moe_layers(model) / model.num_layers.value, model.hidden_size.value,
                    value_or(model.moe_intermediate_size, model.intermediate_size.value), tp * dp, ep, wbytes, bw, flops,
                    kernel_s, g.allreduce_latency_us.value * 1e-6, g.allreduce_bus_gbps.value * 1e9,
                    g.link_bandwidth_gbps.value * 1e9, g.node_network_gbps.value * 1e9 / g.gpus_per_node.value,
-                   int(g.gpus_per_node.value), tp, dp, moe_eff)
+                   int(g.gpus_per_node.value), tp, dp, moe_eff, rows_half, cols_half)
 
     # The per-layout factors of compute_s, router_s and comm_s, read once (each runs at every step of an MoE
     # replica, ~10^6 times in the planner). Only whole sub-expressions are folded, so every value is the same
     # to the bit as evaluating the formula in the method.
     @cached_property
     def _compute_fold(self) -> tuple:
+        # Shape: each expert some token is routed to runs its grouped GEMM over at least a tile of rows, so
+        # the FLOPs are those of T k + rows_half x (experts touched) rows; the expert's columns on this GPU
+        # (I_e ep / G) split the tiles further: narrow columns leave tensor cores idle, x (1 + cols_half G /
+        # (I_e ep)).
+        cols = self.cols_half * self.group / (self.inter * self.ep)
+        rows_e = 2 * self.expert_params / self.group * self.rows_half * self.experts  # x touched share
         return (self.experts, self.topk, self.expert_params, self.wbytes, self.group, self.ep, self.bw,
                 self.share, 2 * self.hidden + 3 * self.inter * self.ep / self.group, self.flops * self.moe_eff,
                 4 * self.kernel_s, _touched_share(self.experts, self.topk),
-                _busiest_rank(self.experts, self.topk, self.ep))
+                _busiest_rank(self.experts, self.topk, self.ep), 1.0 + cols, rows_e)
 
     @cached_property
     def _router_fold(self) -> tuple:
@@ -247,11 +265,15 @@ class MoeLayer:
         x imbalance (``busiest_rank_factor``: the busiest EP rank sets the step); four kernels per layer: the two
         grouped GEMMs (gate-up, down) and the routing (top-k selection, sorting tokens by expert), as fused-MoE
         implementations run them."""
-        E, k, Pe, wb, G, ep, bw, share, act_per, rate, k4, touched, busiest = self._compute_fold
+        E, k, Pe, wb, G, ep, bw, share, act_per, rate, k4, touched, busiest, shape, rows_e = \
+            self._compute_fold
         imb = busiest(tokens)  # busiest_rank_factor(tokens, E, k, ep)
-        w = E * touched(tokens) * Pe * wb / G  # touched(tokens): experts_touched(tokens, E, k)
+        hit = touched(tokens)  # experts_touched(tokens, E, k)
+        w = E * hit * Pe * wb / G
         act = imb * tokens * k / ep * act_per * ACT_BYTES  # act_per: 2 hidden + 3 inter ep / G
         fl = imb * 2 * tokens * k * Pe / G
+        if rows_e or shape != 1.0:  # the kernel shape (_compute_fold); without the fit, moe_eff alone
+            fl = (fl + rows_e * hit) * shape
         x, y = (w + act) / bw, fl / rate  # roofline: max(x, y) as a conditional expression (a hot path)
         return share * ((y if y > x else x) + k4)
 

@@ -219,6 +219,16 @@ def _fit_gemm(recs: list[Rec], peak_f: float, peak_b: float, fixed_b: float | No
     return (float(ec), float(eb), float(tk)), model((ec, eb, tk))
 
 
+def fit_allreduce(nbytes: np.ndarray, gpus: np.ndarray, t: np.ndarray) -> tuple[float, float, np.ndarray]:
+    """Least relative squares of t = latency + bytes x 2(n-1)/n / bus bandwidth (the ring's traffic per GPU):
+    (latency s, bus bandwidth bytes/s, predicted times). Shared by the CSV fit and ``calibrate_aic``."""
+    X = np.column_stack([np.ones(len(t)), nbytes * 2 * (gpus - 1) / gpus])
+    w = 1 / t  # relative error weighting: small messages count as much as large ones
+    (a, b), *_ = np.linalg.lstsq(X * w[:, None], t * w, rcond=None)
+    a, b = max(float(a), 0.0), max(float(b), 1e-15)
+    return a, 1 / b, X @ np.array([a, b])
+
+
 def fit(meas: Measurements, peaks: dict[str, float] | None) -> Fit:
     """Least-squares parameters. ``peaks``: bf16_flops, fp8_flops, hbm_bps (None: take measured maxima)."""
     recs = meas.recs
@@ -291,14 +301,11 @@ def fit(meas: Measurements, peaks: dict[str, float] | None) -> Fit:
 
     ar = [r for r in recs if r.kind == "allreduce"]
     if len(ar) >= 2:
-        X = np.array([[1.0, r.bytes * 2 * (r.gpus - 1) / r.gpus] for r in ar])
         t = np.array([r.time_s for r in ar])
-        w = 1 / t
-        (a, b), *_ = np.linalg.lstsq(X * w[:, None], t * w, rcond=None)
-        a, b = max(float(a), 0.0), max(float(b), 1e-15)
+        a, bus, pred = fit_allreduce(np.array([r.bytes for r in ar]), np.array([r.gpus for r in ar]), t)
         params["allreduce_latency_us"] = a * 1e6
-        params["allreduce_bus_gbps"] = 1 / b / 1e9
-        errors["allreduce"] = _err(X @ np.array([a, b]), t)
+        params["allreduce_bus_gbps"] = bus / 1e9
+        errors["allreduce"] = _err(pred, t)
         ranges["allreduce_gpus"] = [float(min(r.gpus for r in ar)), float(max(r.gpus for r in ar))]
         ranges["allreduce_bytes"] = [min(r.bytes for r in ar), max(r.bytes for r in ar)]
     return Fit(params, errors, ranges, peaks, measured)

@@ -31,7 +31,9 @@ def spec_hash(spec: Spec, profiles: ProfileSet) -> str:
     # Specs without prefix reuse keep the hash they had before ``prefix`` existed.
     # Likewise without a schedule (docs/online.md): rate profiles and the schedule block left at None.
     # And without a KV precision set apart (workloads[].kv_dtype, docs/moe.md).
-    data["workloads"] = [{k: v for k, v in w.items() if not (k in ("prefix", "rate_profile", "kv_dtype") and v is None)}
+    # And without the load generator's traffic (arrivals, stages, shared_prefix).
+    opt = ("prefix", "rate_profile", "kv_dtype", "arrivals", "stages", "shared_prefix")
+    data["workloads"] = [{k: v for k, v in w.items() if not (k in opt and v is None)}
                          for w in data["workloads"]]
     if data.get("schedule", 0) is None:
         del data["schedule"]
@@ -60,6 +62,8 @@ def workload_rate(w: Workload, base_dir: str = ".") -> float:
     arrival rate x rate_scale."""
     if w.rate_rps is not None:
         return float(w.rate_rps)
+    if w.stages is not None:  # sized for the busiest stage, as a schedule's static sizing takes its peak
+        return float(max(s.rate_rps for s in w.stages))
     if w.rate_profile is not None:
         p = w.rate_profile
         return float(max(p.rps)) if p.rps is not None else float(p.peak_rps)
@@ -88,6 +92,22 @@ def workload_prefix(w: Workload, base_dir: str = ".") -> tuple[float, int, tuple
         raise InputError([Problem("", f"cannot read trace: {exc.strerror}", str(path))], "trace") from None
     stats, curve = measured_prefix(str(path), st.st_mtime_ns, st.st_size)
     return stats.hit_rate, stats.working_set_tokens, curve, "trace"
+
+
+def shared_prefix_reuse(w: Workload, isl) -> tuple[float, int, tuple, str]:
+    """(hit rate, working set, LRU curve, source) of shared system prompts: once warm, every request finds its
+    group's prefix cached (a group's first request, once per run, is the only miss), so the share of input
+    tokens served from the cache is prefix / mean prompt (capped at the prompt less the one token an engine
+    always computes), and the cache must hold every group's prefix. When the users' prompts repeat (a load
+    generator's fixed prompt set) the whole prompt but that token is found, and the cache holds every
+    prompt."""
+    sp = w.shared_prefix
+    mean_isl = float(sum(isl) / len(isl))
+    if sp.prompts_repeat:  # a fixed set of groups x users prompts: each whole prompt cached after its first
+        return max((mean_isl - 1) / mean_isl, 0.0), int(sp.groups * sp.users_per_group * mean_isl), (), \
+            "shared_prefix"
+    hit = min(sp.prefix_tokens, mean_isl - 1) / mean_isl
+    return max(hit, 0.0), sp.groups * sp.prefix_tokens, (), "shared_prefix"
 
 
 def _min_nic(spec: Spec, gpu: str) -> float:
@@ -146,6 +166,8 @@ def lower(spec: Spec, profiles: ProfileSet | None = None) -> ProblemIR:
         except InputError as exc:  # a malformed trace: its rows with line numbers
             problems.extend(exc.problems)
             continue
+        if w.shared_prefix is not None:
+            hit, working_set, curve, source = shared_prefix_reuse(w, isl)
         if isl[0] >= ctx:
             problems.append(Problem(f"{where}.input_tokens",
                                     f"every input length is at or beyond {w.model}'s context window of {ctx} tokens"))

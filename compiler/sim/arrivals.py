@@ -1,4 +1,5 @@
-"""Arrival processes: Poisson, Gamma with a coefficient of variation, and trace replay.
+"""Arrival processes: Poisson, Gamma with a coefficient of variation, fixed intervals (cv 0), load in stages,
+and trace replay.
 
 All take a ``numpy.random.Generator`` (or none, for replay) and return sorted arrival times in seconds from 0.
 A count ``n`` or a horizon ``duration_s`` bounds the stream (exactly one of them).
@@ -28,12 +29,33 @@ def poisson(rng: np.random.Generator, rate: float, n: int | None = None, duratio
 def gamma(rng: np.random.Generator, rate: float, cv: float, n: int | None = None,
           duration_s: float | None = None) -> np.ndarray:
     """Gamma gaps of mean 1 / rate and coefficient of variation ``cv`` (shape 1 / cv^2); cv = 1 is Poisson,
-    cv > 1 is bursty (many short gaps, a few long ones), cv < 1 is smoother than Poisson."""
+    cv > 1 is bursty (many short gaps, a few long ones), cv < 1 is smoother than Poisson, cv = 0 fixed
+    gaps."""
     if abs(cv - 1.0) < 1e-12:
         return poisson(rng, rate, n, duration_s)
+    if cv == 0:  # fixed intervals: a load generator's constant rate (no random draw)
+        return _gaps_to_times(lambda m: np.full(m, 1.0 / rate), n, duration_s, rate)
     shape = 1.0 / (cv * cv)
     scale = 1.0 / (rate * shape)
     return _gaps_to_times(lambda m: rng.gamma(shape, scale, m), n, duration_s, rate)
+
+
+def staged(rng: np.random.Generator, stages, cv: float, n: int | None = None,
+           duration_s: float | None = None) -> np.ndarray:
+    """Arrivals in load stages ((rate, seconds), in order; run again from the first past their end), each
+    stage's gaps as ``gamma`` draws them; a stage starts afresh at its start (a load generator's stage)."""
+    parts, t0, count = [], 0.0, 0
+    while (n is None or count < n) and (duration_s is None or t0 < duration_s):
+        for rate, dur in stages:
+            t = gamma(rng, rate, cv, duration_s=dur)
+            t = t[t < dur] + t0
+            parts.append(t)
+            count += len(t)
+            t0 += dur
+            if (n is not None and count >= n) or (duration_s is not None and t0 >= duration_s):
+                break
+    t = np.concatenate(parts) if parts else np.zeros(0)
+    return t[:n] if n is not None else t[t <= duration_s]
 
 
 def replay(times_s: np.ndarray, rate: float | None, n: int | None = None, duration_s: float | None = None,

@@ -77,7 +77,10 @@ def _workload_arrivals(rng: np.random.Generator, w: SimWorkload, n: int | None, 
         isl, osl = w.lengths(raw, w.trace.output_tokens[rows])
         bucket = np.where(raw >= w.ctx, -1, w.bucket_of_values(isl))
         return t, isl.astype(np.int64), osl.astype(np.int64), bucket, rows.astype(np.int64)
-    t = arr.gamma(rng, w.rate_rps, w.arrival_cv, n, duration_s)
+    if w.stages:
+        t = arr.staged(rng, w.stages, w.arrival_cv, n, duration_s)
+    else:
+        t = arr.gamma(rng, w.rate_rps, w.arrival_cv, n, duration_s)
     m = len(t)
     ii = rng.integers(0, len(w.isl_grid), m)
     oi = rng.integers(0, len(w.osl_grid), m)

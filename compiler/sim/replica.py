@@ -161,7 +161,7 @@ class Replica:
     __slots__ = ("dep", "index", "it", "cap", "admit_cap", "mns", "mbt", "k", "busy", "waiting", "prefilling",
                  "running", "dheap", "n_dec", "C", "kv_pref", "sched", "n_step", "p_step", "t0",
                  "busy_s", "prefill_s", "kv_area", "kv_max", "batch_area", "preemptions", "steps", "done",
-                 "tl", "tl_dt", "seqs_arg", "lin", "pfx", "Csh", "hbm", "tier", "reload")
+                 "tl", "tl_dt", "seqs_arg", "lin", "pfx", "Csh", "hbm", "tier", "reload", "ahead")
 
     def __init__(self, dep: int, index: int, model: ReplicaModel, timeline: list | None = None,
                  timeline_dt: float = 0.0):
@@ -180,6 +180,10 @@ class Replica:
         self.admit_cap = self.cap * (1.0 - WATERMARK)
         self.mns = model.max_num_seqs
         self.mbt = model.max_batched_tokens
+        # Async scheduling (engine ``async_scheduling``): the engine forms step n+1's batch while step n runs,
+        # so a request that arrives during step n is first scheduled into step n+2 (docs/simulator.md).
+        eng = getattr(model, "engine", None)
+        self.ahead = bool(getattr(eng, "async_scheduling", None))
         self.k = 0
         self.busy = False
         self.waiting: deque[Request] = deque()
@@ -291,8 +295,13 @@ class Replica:
                     break
             waiting = self.waiting
             running = self.running
+            # async scheduling: only requests that had arrived when the step that just ended began (its
+            # successor's batch was formed then); an engine with nothing else to run schedules at once
+            ready = self.t0 if self.ahead and self.busy and (n or sched) else math.inf
             while budget > 0 and waiting and len(running) < self.mns:
                 r = waiting[0]
+                if r.arrival > ready:
+                    break
                 if running and kv_dec + n + self.kv_pref + r.prompt > self.admit_cap:
                     break
                 waiting.popleft()

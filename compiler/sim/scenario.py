@@ -55,7 +55,8 @@ class SimWorkload:
     isl_grid: np.ndarray  # the planner's prompt-length grid (cut to the context window)
     osl_grid: np.ndarray  # the planner's output-length grid (as requested; cut per request by cut_outputs)
     in_ranges: list[tuple[int, int]]  # grid index ranges of the prompt-length ranges (one bucket each)
-    arrival_cv: float = 1.0
+    arrival_cv: float = 1.0  # 0: fixed intervals (arrivals: constant)
+    stages: tuple[tuple[float, float], ...] = ()  # load stages (rate, seconds); empty: rate_rps throughout
     trace: Trace | None = None  # replay arrivals (and lengths) from this trace
     trace_rate: float | None = None  # rescale the trace to this mean rate (None: its own times x trace_scale)
     trace_scale: float = 1.0
@@ -142,7 +143,9 @@ def build_scenario(plan: Plan, spec: Spec, ir: ProblemIR, trace: Trace | None = 
                                f"{[b.name for b in w.buckets]}")
         sim_w = SimWorkload(w.name, w.rate_rps, w.slo.ttft_ms / 1e3, w.slo.tpot_ms / 1e3, w.slo.percentile, ctx,
                             tuple(names), isl, osl_raw, ins,
-                            arrival_cv=arrival_cv or sw.arrival_cv or 1.0)
+                            arrival_cv=arrival_cv or sw.arrival_cv
+                            or (0.0 if sw.arrivals == "constant" else 1.0),
+                            stages=tuple((s.rate_rps, s.duration_s) for s in sw.stages or ()))
         if trace is not None and w.name in shared:
             # One trace for several workloads: each replays it from a different row, at its own rate.
             sim_w.trace, sim_w.trace_rate = trace, w.rate_rps

@@ -262,6 +262,31 @@ class RateProfile(_Strict):
         return self
 
 
+class Stage(_Strict):
+    """One load stage: arrivals at ``rate_rps`` for ``duration_s`` seconds (a load generator's stage)."""
+
+    rate_rps: float = Field(gt=0, le=1_000_000, description="arrival rate in this stage, requests per second")
+    duration_s: float = Field(gt=0, le=1e7, description="length of the stage, seconds")
+
+
+class SharedPrefix(_Strict):
+    """Shared system prompts: ``groups`` distinct prefixes of ``prefix_tokens`` tokens, each the start of the
+    prompts of ``users_per_group`` users (a chat service's system prompts, a load generator's shared_prefix
+    data). With prefix caching, every request but a group's first finds its group's prefix cached while the
+    cache holds the groups' prefixes; with ``prompts_repeat`` it finds its whole prompt
+    (docs/prefix-caching.md)."""
+
+    prefix_tokens: int = Field(ge=1, le=10_000_000, description="tokens of each shared prefix")
+    groups: int = Field(ge=1, le=10_000_000, description="distinct shared prefixes")
+    users_per_group: int = Field(default=1, ge=1, le=10_000_000,
+                                 description="users (conversations) sharing one")
+    prompts_repeat: bool = Field(default=False,
+                                 description="each user sends the same whole prompt again (a load "
+                                             "generator's fixed prompt set, e.g. inference-perf's "
+                                             "shared_prefix data): once warm the cache holds every prompt, "
+                                             "not only the shared prefixes")
+
+
 class Workload(_Strict):
     name: str = Field(min_length=1, max_length=100, pattern=r"^[A-Za-z0-9][A-Za-z0-9_.-]*$",
                       description="unique workload name (plan routes, predictions and check name it)")
@@ -290,13 +315,34 @@ class Workload(_Strict):
                                                             "capacity (docs/prefix-caching.md)")
     rate_profile: RateProfile | None = Field(default=None, description="arrival rate per window of the schedule "
                                                                        "(docs/online.md); needs schedule")
+    arrivals: Literal["poisson", "constant"] | None = Field(
+        default=None, description="arrival process in simulation: poisson (the default; arrival_cv shapes "
+                                  "its gaps) or constant (fixed intervals of 1 / rate, a load generator's "
+                                  "constant rate)")
+    stages: list[Stage] | None = Field(default=None, min_length=1, max_length=10_000,
+                                       description="load in stages, in order (rate x duration); the planner "
+                                                   "sizes for the busiest stage, the simulator runs them in "
+                                                   "turn (and again from the first past their end)")
+    shared_prefix: SharedPrefix | None = Field(default=None,
+                                               description="shared system prompts: prefix reuse derived from "
+                                                           "N prefixes x M users")
 
     @model_validator(mode="after")
     def _traffic(self):
+        if self.stages is not None and (self.rate_rps is not None or self.trace is not None
+                                        or self.rate_profile is not None):
+            raise ValueError("give stages or rate_rps / trace / rate_profile, not both (the busiest stage is "
+                             "the rate)")
+        if self.arrivals == "constant" and (self.arrival_cv is not None or self.trace is not None):
+            raise ValueError("arrivals: constant has fixed gaps: no arrival_cv or trace with it")
+        if self.shared_prefix is not None and self.prefix is not None:
+            raise ValueError("give shared_prefix or prefix, not both (shared_prefix implies the prefix "
+                             "reuse)")
         if self.rate_profile is not None and (self.rate_rps is not None or self.trace is not None):
             raise ValueError("give rate_profile or rate_rps / trace, not both (rate_profile's peak is the rate)")
         if self.trace is None:
-            need = ("input_tokens", "output_tokens") + (("rate_rps",) if self.rate_profile is None else ())
+            need = ("input_tokens", "output_tokens") + (("rate_rps",) if self.rate_profile is None
+                                                         and self.stages is None else ())
             missing = [k for k in need if getattr(self, k) is None]
             if missing:
                 raise ValueError(f"give {', '.join(missing)} (or a trace to take them from)")

@@ -30,7 +30,9 @@ def test_predict_engines_differ_and_keep_keys():
             "max_concurrency", "fidelity"}
     assert keys <= set(v) and keys <= set(s) and keys <= set(t)
     assert v["engine"] == "vllm" and s["engine"] == "sglang" and t["engine"] == "trt-llm"
-    assert s["ttft_ms"] < v["ttft_ms"]  # SGLang's front end is faster in the fitted profiles
+    # the engines' front ends and schedulers differ (vLLM 0.15: 12.6 ms and async scheduling, fit on blis-dev;
+    # SGLang 19.3 ms), so do their TTFTs
+    assert len({v["ttft_ms"], s["ttft_ms"], t["ttft_ms"]}) == 3
     assert len({v["tpot_ms"], s["tpot_ms"], t["tpot_ms"]}) == 3
 
 
@@ -42,7 +44,8 @@ def test_predict_unknown_engine_is_input_error():
 def test_fidelity_levels():
     fitted = _predict()["fidelity"]
     assert fitted["level"] == "fitted" and fitted["unfitted"] == []
-    assert fitted["sources"]["gpu.compute_efficiency"] == "fit"
+    # aiconfigurator's measured GEMM table (issue 34)
+    assert fitted["sources"]["gpu.compute_efficiency"] == "measurement"
     l4 = json.loads(runner.invoke(app, ["predict", "--model", "llama-3.1-8b", "--gpu", "l4", "--isl", "256",
                                         "--osl", "64", "--concurrency", "2", "--format", "json"]).output)
     assert l4["fidelity"]["level"] == "assumption" and l4["fidelity"]["unfitted"]

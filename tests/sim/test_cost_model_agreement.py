@@ -4,7 +4,9 @@
   overhead) and TPOT the mean of its decode steps, within 2 % of ``zero_load``.
 * Steady state at moderate load: mean TPOT, prefill utilisation and decode batch within 6 % of
   ``ReplicaModel.evaluate``; mean TTFT within 15 % plus one decode step (a request that arrives during a decode
-  step waits for it to end, which the analytic M/G/1 prefill queue leaves out). docs/simulator.md states these.
+  step waits for it to end, which the analytic M/G/1 prefill queue leaves out; with async scheduling,
+  vLLM's, ``evaluate`` adds half a mean step for it and a mean step for the one formed ahead).
+  docs/simulator.md states these.
 """
 from __future__ import annotations
 

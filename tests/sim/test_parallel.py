@@ -91,7 +91,7 @@ def test_runs_stopped_at_the_drain_limit_are_run_by_the_parent(monkeypatch, quic
     """An overloaded plan's deployments still hold requests at the drain limit: they are not sent back, the
     parent runs them, and the result is the one-process one."""
     p, spec = quickstart
-    spec = spec.model_copy(update={"workloads": [w.model_copy(update={"rate_rps": w.rate_rps * 8})
+    spec = spec.model_copy(update={"workloads": [w.model_copy(update={"rate_rps": w.rate_rps * 16})
                                                  for w in spec.workloads]})
     small = p.model_copy(update={"deployments": [d.model_copy(update={"replicas": 1}) for d in p.deployments]})
     one, two, calls = _both(monkeypatch, small, spec, seed=1, requests=6000)

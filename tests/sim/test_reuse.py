@@ -41,10 +41,10 @@ def test_split_run_equals_the_whole_run_field_by_field():
 
 
 def test_split_run_equals_the_whole_run_when_the_drain_limit_stops_it():
-    """An overloaded plan (one replica per deployment at 8x the rate) still has work at the drain limit: the end
-    of the run is the first step end beyond it, recovered from the per-deployment runs."""
+    """An overloaded plan (one replica per deployment at 16x the rate) still has work at the drain limit: the
+    end of the run is the first step end beyond it, recovered from the per-deployment runs."""
     p, spec = _quickstart()
-    spec = spec.model_copy(update={"workloads": [w.model_copy(update={"rate_rps": w.rate_rps * 8})
+    spec = spec.model_copy(update={"workloads": [w.model_copy(update={"rate_rps": w.rate_rps * 16})
                                                  for w in spec.workloads]})
     small = p.model_copy(update={"deployments": [d.model_copy(update={"replicas": 1}) for d in p.deployments]})
     whole = _whole(small, spec, seed=1, requests=6000)

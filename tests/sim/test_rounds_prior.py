@@ -2,6 +2,7 @@
 planner's early stop on a clear pass (compiler/sim/validate.py), on the real cost model, solver and simulator."""
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 import pytest
@@ -262,7 +263,10 @@ def test_an_analytic_miss_of_a_large_spec_is_simulated_in_the_same_round(monkeyp
     from benchmarks.specgen import family, parse_size
     from trimtab.planning.rounds import simulate_past_misses
 
-    name, text = family(parse_size("30/4/1024"), 7, 0)[6]
+    # (since issue 34's measured H100 the family's first plans have no analytic miss at their own SLOs; with the
+    # TTFT targets halved, this one's has, and its simulation misses too)
+    name, text = family(parse_size("30/4/1024"), 6, 0)[5]
+    text = re.sub(r"ttft_ms: ([0-9.]+)", lambda m: f"ttft_ms: {float(m.group(1)) / 2:g}", text)
     spec = load_spec(f"{name}.yaml", text=text)
     events: list[tuple] = []
     real_an, real_sim = drv.derate_analytic, drv.simulate_and_derate

@@ -1,0 +1,339 @@
+"""Simulated vs measured latency of real vLLM runs on H100 (the BLIS team's ``blis-dev`` split).
+
+usage: python benchmarks/accuracy_gpu.py [FOLDER] [-v] [--markdown] [--runs=ID,ID] [--no-cv] [--seed=N]
+       (default FOLDER: ../shared/groundtruth/blis-dev, relative to the repository root)
+
+Every usable run of ``experiments.csv`` is described to trimtab as a user would describe it, from the run's
+published setup only, and simulated with trimtab's discrete-event simulator (``trimtab.sim.simulate``):
+
+  * the model: a bundled profile (``MODELS``), or the Hugging Face ``config.json`` of its repository
+    (``benchmarks/data/hf_configs/<repo>/config.json``: architecture facts copied from the model's public
+    config); FP8 checkpoints run fp8 weights with a bf16 KV cache (vLLM's default for FP8-dynamic);
+  * the GPU (``h100-sxm``), TP, and the engine limits the run states (``max_num_seqs``,
+    ``max_num_batched_tokens``); where it does not state them, vLLM's defaults for its version (the same rule
+    as ``benchmarks/accuracy.py``: 1024 sequences on an H100);
+  * the traffic: fixed-interval arrivals in load stages (rate x seconds: ``stage_rates_rps`` and
+    ``stage_durations_s`` where the run's profile is published, else the family's usual stages from the
+    split's README, marked ``nominal``), written as the spec's own ``arrivals: constant`` and ``stages``;
+    prompt = system prompt + question, output = the run's output length (its published mean where there is
+    one, else the generator's target); the shared system prompts as a ``shared_prefix`` group (N system
+    prompts each shared by M users) with ``prompts_repeat``: inference-perf's shared_prefix generator draws
+    every request from a fixed set of N x M prompts (system prompt + one question per user), so with vLLM's
+    prefix caching (on in every run) a warm server finds the whole prompt cached but its last token.
+
+The table gives, per run, predicted and measured TTFT mean/p90/p99, ITL mean ((E2E - TTFT) / (output - 1), the
+metric every simulator is scored on) and E2E mean/p90/p99, and the median absolute % errors, with the peers'
+published errors (``peer_predictions_trainval.csv``, summary stage) on the same runs beside trimtab's.
+
+Fitted parameters: the engine's front-end overhead (``request_overhead_ms``: API server, tokenisation, first
+token's detokenisation and streaming) is the one number fitted on these runs. It adds to every request's TTFT
+and E2E, so its fit is exact and cheap: the median of (measured - simulated) TTFT mean over the training runs,
+with the simulation run without it. It is reported **leave one model out**: each model's runs are predicted
+with the overhead fitted on the other models' runs (``--no-cv``: the bundled profile's value for every run).
+Everything else comes from the profiles (spec sheets, kernel measurements, fits on other data)."""
+from __future__ import annotations
+
+import csv
+import math
+import statistics
+import sys
+import tempfile
+from dataclasses import dataclass, field
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+from benchmarks.accuracy import _with  # noqa: E402  (one way to override a profile field)
+
+# Hugging Face ids of the runs -> bundled profiles; the others are read from their config.json.
+MODELS = {"meta-llama/llama-2-7b-hf": "llama-2-7b", "meta-llama/llama-2-70b-hf": "llama-2-70b",
+          "meta-llama/llama-3.1-70b-instruct": "llama-3.1-70b", "qwen/qwen2.5-7b-instruct": "qwen2.5-7b",
+          "mistralai/mixtral-8x7b-v0.1": "mixtral-8x7b",
+          "redhatai/llama-4-scout-17b-16e-instruct-fp8-dynamic": "llama-4-scout"}
+HF_CONFIGS = ROOT / "benchmarks" / "data" / "hf_configs"
+# The families' usual stages (the split's README, "Workload families"), for runs whose profile is unpublished.
+FAMILY_STAGES = {"general": ((8, 600), (20, 600)), "codegen": ((5, 600), (10, 600)), "roleplay": ((6, 1200),),
+                 "reasoning": ((4, 1200),), "general-lite": ((2.5, 600), (6, 600)),
+                 "reasoning-lite": ((1, 1200),)}
+METRICS = ("ttft_mean", "ttft_p90", "ttft_p99", "itl_mean", "e2e_mean", "e2e_p90", "e2e_p99")
+HEADLINE = ("e2e_mean", "ttft_mean", "itl_mean", "ttft_p90", "e2e_p90")
+PEERS = ("blis-evolved", "blis-roofline", "vidur", "llm-optimizer-estimate", "aiconfigurator-estimate")
+VLLM_H100_SEQS = 1024  # vLLM >= 0.10 default max_num_seqs on GPUs of 70 GiB or more (benchmarks/accuracy.py)
+OVERLOADED_S = 10.0  # a mean TTFT beyond this (served runs measured 21-140 ms) is a queue that never drains
+
+
+@dataclass
+class Run:
+    exp_id: str
+    model: str  # Hugging Face id
+    usable: bool
+    tp: int
+    dtype: str
+    max_num_seqs: int
+    max_batched_tokens: int
+    max_model_len: int | None
+    isl: int
+    osl: int
+    system_len: int
+    groups: int
+    users: int
+    stages: tuple[tuple[float, float], ...]
+    stages_nominal: bool
+    measured: dict[str, float]
+    predicted: dict[str, float] = field(default_factory=dict)
+    overloaded: bool = False
+
+    @property
+    def name(self) -> str:
+        return self.model.split("/")[-1]
+
+
+def _num(x: str) -> float | None:
+    try:
+        return float(x)
+    except (TypeError, ValueError):
+        return None
+
+
+def _stages(r: dict) -> tuple[tuple[tuple[float, float], ...], bool]:
+    if r["stage_rates_rps"]:
+        rates = [float(x) for x in r["stage_rates_rps"].split(";")]
+        durs = [float(x) for x in r["stage_durations_s"].split(";")]
+        return tuple(zip(rates, durs)), False
+    return tuple((float(a), float(b)) for a, b in FAMILY_STAGES[r["workload"]]), True
+
+
+def read_runs(folder: Path) -> list[Run]:
+    """Every run of ``experiments.csv`` (usable or not), measured summary statistics from ``stages.csv``."""
+    summary = {}
+    with open(folder / "stages.csv", newline="") as f:
+        for s in csv.DictReader(f):
+            if s["stage_index"] == "-1":
+                summary[s["exp_id"]] = s
+    runs = []
+    with open(folder / "experiments.csv", newline="") as f:
+        for r in csv.DictReader(f):
+            s = summary.get(r["exp_id"], r)
+            meas = {m: _num(s.get(f"{m}_ms", "")) for m in METRICS}
+            meas = {k: v for k, v in meas.items() if v is not None}
+            osl = (_num(r["output_len_mean"]) or _num(r["output_len_mean_derived"])
+                   or float(r["output_len_target"]))
+            isl = _num(r["prompt_len_mean"]) or float(r["system_prompt_len"]) + float(r["question_len"])
+            stages, nominal = _stages(r)
+            runs.append(Run(
+                exp_id=r["exp_id"], model=r["model"], usable=r["usable"] == "yes", tp=int(r["tp"]),
+                dtype="fp8" if r["precision_label"].upper().startswith("FP8") else "bf16",
+                max_num_seqs=int(r["max_num_seqs"] or VLLM_H100_SEQS),
+                max_batched_tokens=int(r["max_num_batched_tokens"]),
+                max_model_len=int(r["max_model_len"]) if r["max_model_len"] else None,
+                isl=int(round(isl)), osl=int(round(osl)), system_len=int(r["system_prompt_len"]),
+                groups=int(r["num_unique_system_prompts"]), users=int(r["users_per_system_prompt"]),
+                stages=stages, stages_nominal=nominal, measured=meas))
+    return runs
+
+
+def model_entry(run: Run) -> str:
+    """The spec's ``models`` entry for the run's model: a bundled profile or its config.json."""
+    prof = MODELS.get(run.model.lower())
+    if prof:
+        return f"  - name: {prof}\n"
+    cfg = HF_CONFIGS / run.model / "config.json"
+    if not cfg.exists():
+        raise FileNotFoundError(f"{run.model}: no bundled profile and no {cfg.relative_to(ROOT)}")
+    return f"  - name: {run.name.lower()}\n    config: {cfg}\n"
+
+
+def spec_text(run: Run) -> str:
+    """The run as a trimtab spec: what a user knows about it, nothing measured but the lengths."""
+    model = MODELS.get(run.model.lower()) or run.name.lower()
+    stages = ", ".join(f"{{rate_rps: {r:g}, duration_s: {d:g}}}" for r, d in run.stages)
+    kv = "\n    kv_dtype: bf16" if run.dtype == "fp8" else ""
+    return f"""version: 1
+name: blis-{run.exp_id}
+gpus:
+  - {{type: h100-sxm, count: {run.tp}}}
+models:
+{model_entry(run)}workloads:
+  - name: w
+    model: {model}
+    dtype: {run.dtype}{kv}
+    arrivals: constant
+    stages: [{stages}]
+    input_tokens: {{fixed: {run.isl}}}
+    output_tokens: {{fixed: {run.osl}}}
+    shared_prefix: {{prefix_tokens: {run.system_len}, groups: {run.groups}, users_per_group: {run.users},
+                    prompts_repeat: true}}
+    slo: {{ttft_ms: 100000, tpot_ms: 10000, percentile: 50}}
+"""
+
+
+def one_deployment(ir, run: Run, model: str):
+    """A plan serving the workload on one replica with the run's TP and engine limits."""
+    from trimtab.cost.factory import replica_model
+    from trimtab.contract.schema import Deployment, Plan, Route, SolverInfo
+
+    w = ir.workloads[0]
+    rm = replica_model(ir, model, "h100-sxm", run.tp, 1, w.dtype, run.max_num_seqs, run.max_batched_tokens,
+                       kv_dtype=getattr(w, "kv_dtype", None))
+    dep = Deployment(name="d", model=model, gpu="h100-sxm", tensor_parallel=run.tp, pipeline_parallel=1,
+                     replicas=1, role="unified", dtype=w.dtype, max_batch_size=run.max_num_seqs,
+                     max_num_batched_tokens=run.max_batched_tokens, kv_cache_tokens=rm.memory.kv_cache_tokens,
+                     load_rps_per_replica=0.0, utilization=0.0, engine_args=[])
+    routes = [Route(workload=w.name, bucket=b.name, deployment="d", share=b.prob) for b in w.buckets]
+    return Plan(spec=ir.name, input_hash=ir.input_hash, cost_usd_per_hour=0.0, gpus={"h100-sxm": run.tp},
+                solver=SolverInfo(backend="highs", status="optimal", gap=0.0, seconds=0.0, rounds=1),
+                deployments=[dep], routes=routes, predictions={}, buckets={})
+
+
+def simulate_run(run: Run, profiles, seed: int = 0) -> dict[str, float]:
+    """Simulated statistics (ms) of ``run`` under ``profiles`` (the engine's front-end overhead included)."""
+    from trimtab.ir.lower import lower
+    from trimtab.sim import simulate
+    from trimtab.spec.load import load_spec
+
+    with tempfile.TemporaryDirectory() as d:
+        p = Path(d) / "spec.yaml"
+        p.write_text(spec_text(run))
+        spec = load_spec(p)
+        ir = lower(spec, profiles)
+        plan = one_deployment(ir, run, ir.workloads[0].model)
+        res = simulate(plan, spec, ir=ir, duration_s=sum(dur for _, dur in run.stages), seed=seed,
+                       timeline=False)
+    ws = res.workloads["w"] if isinstance(res.workloads, dict) else res.workloads[0]
+    out = {f"ttft_{k}": ws.ttft_ms[k] for k in ("mean", "p90", "p99")}
+    out.update({f"e2e_{k}": ws.e2e_ms[k] for k in ("mean", "p90", "p99")})
+    out["itl_mean"] = (out["e2e_mean"] - out["ttft_mean"]) / max(run.osl - 1, 1)
+    out["_unfinished"] = (ws.requests - ws.completed) / max(ws.requests, 1)
+    return out
+
+
+def with_front_end(profiles, ms: float):
+    return _with(profiles, "engines", "vllm", "request_overhead_ms", ms)
+
+
+def fit_front_end(runs: list[Run], raw: dict[str, dict[str, float]]) -> float:
+    """The vLLM front-end overhead (ms) that makes the median TTFT-mean residual of ``runs`` zero: it adds to
+    every TTFT, so this is its least-absolute-error fit. Non-negative (time cannot be given back)."""
+    res = [r.measured["ttft_mean"] - raw[r.exp_id]["ttft_mean"] for r in runs if "ttft_mean" in r.measured]
+    return max(statistics.median(res), 0.0) if res else 0.0
+
+
+def predict(runs: list[Run], profiles, cv: bool, seed: int, log=print) -> dict[str, float]:
+    """Fill ``run.predicted`` for every run; returns the overhead used per model (fitted leave one model out
+    when ``cv``, else the profile's)."""
+    eng = profiles.engines["vllm"]
+    bundled = eng.request_overhead_ms.value if eng.request_overhead_ms is not None else 0.0
+    bare = with_front_end(profiles, 0.0)
+    raw = {}
+    for r in runs:
+        raw[r.exp_id] = simulate_run(r, bare, seed)
+        log(f"  simulated {r.exp_id} {r.name} tp{r.tp}: TTFT {raw[r.exp_id]['ttft_mean']:.1f} ms "
+            "(no front end)")
+    used = {"(all models)": fit_front_end([x for x in runs if x.usable], raw)}
+    for r in runs:
+        if cv:
+            train = [x for x in runs if x.model != r.model and x.usable]
+            fe = used.setdefault(r.model, fit_front_end(train, raw))
+        else:
+            fe = used.setdefault(r.model, bundled)
+        p = dict(raw[r.exp_id])
+        for k in ("ttft_mean", "ttft_p90", "ttft_p99", "e2e_mean", "e2e_p90", "e2e_p99"):
+            p[k] += fe
+        r.predicted = p
+        r.overloaded = p["ttft_mean"] > OVERLOADED_S * 1e3 or p["_unfinished"] > 0.01
+    return used
+
+
+def ape(pred: float, meas: float) -> float:
+    return abs(pred / meas - 1.0) * 100.0
+
+
+def peer_errors(folder: Path) -> dict[tuple[str, str, str], float]:
+    """(simulator, exp_id, metric) -> published absolute % error, summary stage."""
+    out = {}
+    with open(folder / "peer_predictions_trainval.csv", newline="") as f:
+        for r in csv.DictReader(f):
+            if r["stage_index"] == "-1" and r["ape_pct"]:
+                out[(r["simulator"], r["exp_id"], r["metric"])] = float(r["ape_pct"])
+    return out
+
+
+def _fmt(x: float) -> str:
+    return "-" if x is None or not math.isfinite(x) else (f"{x:,.0f}" if abs(x) >= 100 else f"{x:.1f}")
+
+
+def report(runs: list[Run], peers: dict, markdown: bool) -> dict[str, float]:
+    sep = " | " if markdown else "  "
+    usable = [r for r in runs if r.usable]
+    cols = ["run", "model", "tp", "stages"] + [f"{m} pred/meas" for m in METRICS]
+    if markdown:
+        print("| " + " | ".join(cols) + " |")
+        print("|" + "---|" * len(cols))
+    else:
+        print(sep.join(cols))
+    for r in runs:
+        st = "+".join(f"{a:g}x{b:g}" for a, b in r.stages) + ("*" if r.stages_nominal else "")
+        cells = [r.exp_id[:15] + ("" if r.usable else " (overloaded)"), r.name[:28], str(r.tp), st]
+        for m in METRICS:
+            meas = r.measured.get(m)
+            pred = r.predicted.get(m)
+            e = f" {pred / meas - 1:+.0%}" if meas and pred and math.isfinite(pred) else ""
+            cells.append(f"{_fmt(pred)}/{_fmt(meas)}{e}")
+        line = sep.join(cells)
+        print(f"| {line} |" if markdown else line)
+    print("(* stages not published for the run: the family's usual stages)")
+    print()
+    med = {}
+    head = ["median abs % error", "runs"] + list(HEADLINE) + ["ttft_p99", "e2e_p99"]
+    if markdown:
+        print("| " + " | ".join(head) + " |")
+        print("|" + "---|" * len(head))
+    else:
+        print(sep.join(head))
+    for who in ("trimtab",) + PEERS:
+        cells = [who]
+        vals = []
+        for m in head[2:]:
+            if who == "trimtab":
+                e = [ape(r.predicted[m], r.measured[m]) for r in usable
+                     if m in r.measured and m in r.predicted]
+            else:
+                e = [peers[(who, r.exp_id, m)] for r in usable if (who, r.exp_id, m) in peers]
+            vals.append(len(e))
+            cells.append(f"{statistics.median(e):.1f}" if e else "-")
+            if who == "trimtab" and e:
+                med[m] = statistics.median(e)
+        cells.insert(1, str(max(vals)))
+        print("| " + " | ".join(cells) + " |" if markdown else sep.join(cells))
+    served_over = [r.exp_id for r in usable if r.overloaded]
+    print(f"\nruns vLLM served that trimtab predicts overloaded: {len(served_over)} {served_over or ''}")
+    over = [r for r in runs if not r.usable]
+    print(f"runs vLLM could not serve (requests failed) predicted overloaded: "
+          f"{sum(r.overloaded for r in over)} of {len(over)}")
+    return med
+
+
+def main(argv: list[str]) -> int:
+    args = [a for a in argv if not a.startswith("-")]
+    folder = Path(args[0]) if args else ROOT.parent / "shared" / "groundtruth" / "blis-dev"
+    pick = next((a.split("=", 1)[1] for a in argv if a.startswith("--runs=")), None)
+    seed = int(next((a.split("=", 1)[1] for a in argv if a.startswith("--seed=")), 0))
+    from trimtab.profiles.loader import load_profiles
+
+    runs = read_runs(folder)
+    if pick:
+        runs = [r for r in runs if r.exp_id in pick.split(",")]
+    profiles = load_profiles()
+    quiet = "-v" not in argv
+    used = predict(runs, profiles, cv="--no-cv" not in argv, seed=seed,
+                   log=(lambda m: None) if quiet else print)
+    print("front-end overhead used (ms): "
+          + ", ".join(f"{m.split('/')[-1]} {v:.1f}" for m, v in sorted(used.items()))
+          + (" (bundled profile)" if "--no-cv" in argv else " (fitted leave one model out)"))
+    report(runs, peer_errors(folder), "--markdown" in argv)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main(sys.argv[1:]))
