@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass, field
-from typing import Any, Protocol
+from typing import Any, Callable, Protocol
 
 from trimtab.milp.assess import Assessment
 from trimtab.errors import InfeasibleError, NoSolutionError
@@ -78,7 +78,8 @@ class Planner(Protocol):
 
 @gc_paused()
 def drive(planner: Planner, spec, ir: ProblemIR, *, backend: str | None = None, time_limit_s: float | None = None,
-          validate: bool = True, seed: int = 0, t0: float | None = None) -> PlanResult:
+          validate: bool = True, seed: int = 0, t0: float | None = None,
+          progress: Callable[[str], None] | None = None) -> PlanResult:
     """Cheapest plan meeting every SLO. Raises InfeasibleError (exit 3) or NoSolutionError (exit 4).
 
     Rounds: solve on the cost model's capacities; a plan over the speed-of-light bound (``trimtab.cost.physics``) is
@@ -103,15 +104,18 @@ def drive(planner: Planner, spec, ir: ProblemIR, *, backend: str | None = None, 
     corrections (each candidate at the lower factor): the simulated ones no longer wait a round behind the
     analytic ones. Each round's simulation takes the runs of deployments the last one already simulated with the
     same inputs (``trimtab.sim.reuse``; the same result as simulating them again). The whole drive runs with the
-    garbage collector paused (``trimtab.util.jobs.gc_paused``)."""
+    garbage collector paused (``trimtab.util.jobs.gc_paused``). ``progress``, when given, is told each step as it
+    starts (a few words: the CLI shows them on stderr, as planning can take minutes)."""
     from trimtab.cost.physics import breaches
     from trimtab.milp.extract import finish_plan
     from trimtab.sim import default_requests
     from trimtab.sim.reuse import RunCache
     from trimtab.sim.validate import validation_seeds
 
+    say = progress or (lambda _: None)
     t0 = time.perf_counter() if t0 is None else t0
     t1 = time.perf_counter()
+    say("building candidates")
     cands = planner.candidates(ir)
     t2 = time.perf_counter()
     problems = planner.precheck(ir, cands)
@@ -145,6 +149,7 @@ def drive(planner: Planner, spec, ir: ProblemIR, *, backend: str | None = None, 
     for rnd in range(1, MAX_ROUNDS + (SIM_ROUNDS if validate else 0) + 1):
         left = SolveOptions(max(opts.time_limit_s - solve_s, 0.01), opts.mip_rel_gap, opts.threads)
         solved_with = derate
+        say(f"round {rnd}: solving")
         res = planner.solve(ir, cands, derate, be, left)
         solve_s += res.seconds
         if not res.has_solution:
@@ -179,6 +184,7 @@ def drive(planner: Planner, spec, ir: ProblemIR, *, backend: str | None = None, 
         if not simulated:
             break  # (the simulator offers every workload's full rate; a goodput plan serves part of it)
         ts = time.perf_counter()
+        say(f"round {rnd}: simulating the plan on {len(seeds)} seed(s)")
         if own is not None:
             last_sim, derate = own(plan_, spec, ir, seeds, sim_requests, derate, fill)
         else:
@@ -215,6 +221,7 @@ def drive(planner: Planner, spec, ir: ProblemIR, *, backend: str | None = None, 
                  for line in last_sim.failures()]
     if extra:
         plan_, a = planner.build(ir, cands, res, rnd, warnings + extra)
+    say("placing replicas on nodes and final checks")
     plan_ = finish_plan(plan_, spec, ir, last_sim, sim_requests, sim_rounds)
     t3 = time.perf_counter()
     return PlanResult(plan_, ir, planner.candidate_set(cands), a, res, rnd,
