@@ -309,6 +309,8 @@ def bench(
     eager: Annotated[bool, typer.Option("--eager", help="On a GPU, time every call eagerly (host launch overhead "
                                                          "included) instead of short calls inside a CUDA graph.")]
     = False,
+    fmt: Annotated[TableOrJson, typer.Option("--format", help="table, or json (the files written, alone on "
+                                                              "stdout).")] = TableOrJson.table,
 ) -> None:
     """Microbenchmark GEMMs, attention, copies and all-reduce on this machine (needs trimtab[bench]).
 
@@ -318,6 +320,9 @@ def bench(
 
     path = run_bench(output, device.value, quick, log=lambda m: err.print(m, markup=False), dtype=dtype,
                      graph=not eager)
+    if fmt == TableOrJson.json:
+        sys.stdout.write(json.dumps({"written": [str(path), str(path.parent / "metadata.json")]}, indent=2) + "\n")
+        return
     out.print(f"wrote {path} and {path.parent / 'metadata.json'}", markup=False)
 
 
@@ -328,6 +333,9 @@ def calibrate(
     output: Annotated[Path, typer.Option("-o", "--output", help="GPU profile to write, e.g. profiles/gpus/NAME.yaml.")],
     base: Annotated[Optional[str], typer.Option(help="GPU profile (name or YAML path) whose spec-sheet peaks and other "
                                                      "fields the fit starts from.")] = None,
+    fmt: Annotated[TableOrJson, typer.Option("--format", help="table, or json (the fit errors per operation and "
+                                                              "the parameters, alone on stdout).")]
+    = TableOrJson.table,
 ) -> None:
     """Fit a GPU profile's efficiency parameters to measurements by least squares; print the fit error per op.
 
@@ -336,6 +344,14 @@ def calibrate(
     from trimtab.field.calibrate import calibrate as do_calibrate, format_errors
 
     r = do_calibrate([str(f) for f in folders], output, base)
+    if fmt == TableOrJson.json:
+        from trimtab.sim.metrics import clean
+
+        sys.stdout.write(json.dumps(clean({
+            "profile": str(r.output), "params": dict(r.fit.params),
+            "errors": {op: {"rows": e.rows, "median_pct": e.median_pct, "p90_pct": e.p90_pct}
+                       for op, e in r.fit.errors.items()}}), indent=2) + "\n")
+        return
     for line in format_errors(r.fit):
         out.print(line, markup=False)
     out.print(f"profile written to {r.output}", markup=False)
