@@ -385,8 +385,9 @@ def loadtest(
 
     if requests is not None and duration is not None:
         raise InputError([Problem("--requests/--duration", "give one of them, not both")])
-    res = run_loadtest(load_plan(plan_path), load_spec(spec), endpoint, requests=requests, duration_s=duration,
-                       rate_scale=rate_scale, seed=seed, timeout_s=timeout)
+    with steps(err, "loadtest") as say:
+        res = run_loadtest(load_plan(plan_path), load_spec(spec), endpoint, requests=requests, duration_s=duration,
+                           rate_scale=rate_scale, seed=seed, timeout_s=timeout, progress=say)
     if fmt is TableOrJson.json:
         sys.stdout.write(json.dumps(res.to_dict(), indent=2) + "\n")
     else:

@@ -374,9 +374,11 @@ def _quantiles(x: np.ndarray, pct: float) -> dict:
 def run_loadtest(plan: Plan, spec: Spec, endpoint_values: list[str], *, requests: int | None = None,
                  duration_s: float | None = None, rate_scale: float = 1.0, seed: int = 0,
                  timeout_s: float = DEFAULT_TIMEOUT_S, model_names: dict[str, str] | None = None,
-                 simulate: bool = True) -> LoadtestResult:
+                 simulate: bool = True, progress=None) -> LoadtestResult:
     """Send the spec's traffic (rates x ``rate_scale``) to the endpoints and measure it; the same request stream
-    is simulated and the cost model re-evaluated at the scaled rate, for comparison."""
+    is simulated and the cost model re-evaluated at the scaled rate, for comparison. ``progress``: told each
+    step as it starts (a run can last minutes: ``--timeout`` defaults to 900 s)."""
+    say = progress or (lambda _: None)
     from trimtab.ir.lower import lower
     from trimtab.sim.engine import Simulation
     from trimtab.sim.metrics import summarise
@@ -422,11 +424,14 @@ def run_loadtest(plan: Plan, spec: Spec, endpoint_values: list[str], *, requests
         return await _drive(arrivals, dep_names, eps, models, vocab, seed, timeout_s)
 
     w0 = time.perf_counter()
+    span = float(arrivals.t[-1]) if len(arrivals.t) else 0.0
+    say(f"sending {int((arrivals.dep >= 0).sum())} requests over {span:.0f} s")
     outs, late = asyncio.run(main())
     wall = time.perf_counter() - w0
     pred = predicted_at(plan, s)
     simres = None
     if simulate:
+        say("simulating the same request stream")
         sim.run()
         simres = summarise(sim)
     t_last = float(arrivals.t[-1]) if len(arrivals.t) else 0.0

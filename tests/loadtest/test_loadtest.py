@@ -198,6 +198,7 @@ def test_cli_exits_5_when_the_slo_is_missed_and_0_when_met(server, case):
     assert w["verdict"] == "insufficient" and not w["slo_met"] and w["min_requests"] == 36
     table = runner.invoke(app, base[:-2] + ["--spec", str(d / "spec.yaml")])
     assert table.exit_code == 5 and "insufficient requests to call every SLO met" in table.stdout, table.output
+    assert "loadtest: sending 12 requests" in table.stderr  # progress, on stderr
     assert "a p90 needs at least 36" in table.stdout
     bad = runner.invoke(app, base + ["--spec", str(d / "tight.yaml")])  # TTFT SLO 20 ms < the server's 50 ms
     assert bad.exit_code == 5, bad.output
