@@ -45,7 +45,8 @@ class Solver(str, Enum):
 
 
 KINDS = {ExitCode.INVALID_INPUT: "invalid input", ExitCode.INFEASIBLE: "infeasible",
-         ExitCode.NO_SOLUTION: "no solution", ExitCode.CHECK_FAILED: "check failed", ExitCode.INTERNAL: "internal"}
+         ExitCode.NO_SOLUTION: "no solution", ExitCode.CHECK_FAILED: "check failed",
+         ExitCode.INTERNAL: "internal"}
 
 
 def error_document(exc: TrimtabError) -> dict:
@@ -79,9 +80,9 @@ def _expected_errors(fn):
 
 @contextmanager
 def steps(console: Console, what: str) -> Iterator[Callable[[str], None]]:
-    """Progress of a command that can run for minutes (``plan`` of a day-long schedule: 50-90 s), on ``console``
-    (stderr), never on stdout: yields ``say(step)``. On a terminal a spinner shows the step and the seconds so
-    far; elsewhere (CI logs, pipes) one line per step, so a log shows where the time went."""
+    """Progress of a command that can run for minutes (``plan`` of a day-long schedule: 50-90 s), on
+    ``console`` (stderr), never on stdout: yields ``say(step)``. On a terminal a spinner shows the step and
+    the seconds so far; elsewhere (CI logs, pipes) one line per step, so a log shows where the time went."""
     t0 = time.perf_counter()
     if console.is_terminal:
         with console.status(f"{what}...") as status:
@@ -98,9 +99,9 @@ def steps(console: Console, what: str) -> Iterator[Callable[[str], None]]:
 
 
 def plan_path(option: Path | None, old: Path | None, old_spelling: str) -> Path:
-    """The plan file of a command, given as ``--plan PLAN`` (every command that reads a plan; docs/cli.md). The
-    spelling the command used before (``old_spelling``: a positional PLAN, replan's ``--current``) still works,
-    with a note on stderr, until it is removed."""
+    """The plan file of a command, given as ``--plan PLAN`` (every command that reads a plan; docs/cli.md).
+    The spelling the command used before (``old_spelling``: a positional PLAN, replan's ``--current``) still
+    works, with a note on stderr, until it is removed."""
     if option is not None and old is not None:
         raise typer.BadParameter(f"give the plan once: --plan, not also {old_spelling}", param_hint="--plan")
     if option is not None:

@@ -55,14 +55,16 @@ def emit_cmd(
     rdma_resource: Annotated[str | None, typer.Option(
         "--rdma-resource", help="Extended resource of an RDMA device, requested once by each prefill/decode "
                                 "pod (k8s, llm-d; e.g. rdma/ib); without it emit warns.")] = None,
-    plan_opt: Annotated[Path | None, typer.Option("--plan", help="Plan file written by trimtab plan.")] = None,
+    plan_opt: Annotated[Path | None, typer.Option("--plan", help="Plan file written by trimtab "
+                                                                 "plan.")] = None,
     plan_pos: Annotated[Path | None, typer.Argument(metavar="PLAN", help="Deprecated spelling of --plan.",
                                                     show_default=False)] = None,
 ) -> None:
     """Write what runs a plan: its engine commands in Kubernetes manifests or docker compose files
     (docs/deploy.md).
 
-    Example: trimtab emit --plan plan.yaml --spec examples/quickstart.yaml --to k8s -o deploy/ && kubectl apply -f deploy/
+    Example: trimtab emit --plan plan.yaml --spec examples/quickstart.yaml --to k8s -o deploy/
+    && kubectl apply -f deploy/
     (or -o - | kubectl apply -f -)
     """
     from trimtab.api import load_spec
@@ -73,7 +75,8 @@ def emit_cmd(
     knobs = dict(namespace=namespace, image=image, storage_class=storage_class, access_mode=access_mode,
                  prometheus=prometheus, gateway=gateway, rdma_resource=rdma_resource)
     cluster = Cluster(**{k: v for k, v in knobs.items() if v is not None})  # unset: Cluster's defaults
-    e = emit(load_plan(plan_path(plan_opt, plan_pos, "a positional PLAN")), load_spec(spec), to.value, allow_experimental, cluster)
+    p = load_plan(plan_path(plan_opt, plan_pos, "a positional PLAN"))
+    e = emit(p, load_spec(spec), to.value, allow_experimental, cluster)
     for w in e.warnings:
         err.print(f"warning: {w}", markup=False)
     if fmt == TableOrJson.table:  # on stderr, so that -o - stays one YAML stream

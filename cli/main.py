@@ -80,7 +80,8 @@ def plan(
 @_expected_errors
 def check(
     spec: Annotated[Path, typer.Option("--spec", help="Spec the plan must satisfy.")],
-    plan_opt: Annotated[Optional[Path], typer.Option("--plan", help="Plan file written by trimtab plan.")] = None,
+    plan_opt: Annotated[Optional[Path], typer.Option("--plan", help="Plan file written by trimtab "
+                                                                    "plan.")] = None,
     plan_pos: Annotated[Optional[Path], typer.Argument(metavar="PLAN", help="Deprecated spelling of --plan.",
                                                        show_default=False)] = None,
     fmt: Annotated[TableOrJson, typer.Option("--format", help="Report format.")] = TableOrJson.table,
@@ -127,8 +128,8 @@ def check(
         from trimtab.cli.simulate import schedule_check  # every window of the schedule (docs/online.md)
 
         with steps(err, "check") as say:
-            say(f"simulating each of {len(p.schedule.windows)} windows" + (" and its boundaries" if transitions
-                                                                          else ""))
+            say(f"simulating each of {len(p.schedule.windows)} windows"
+                + (" and its boundaries" if transitions else ""))
             ok = schedule_check(p, s, out, fmt.value, seed, seeds, requests, strict, transitions, start_lead)
         if not ok:
             raise typer.Exit(int(ExitCode.CHECK_FAILED))
@@ -141,7 +142,8 @@ def check(
             raise InputError([Problem("--fail-each-node", "checks a static plan at the spec's rates: not with a "
                                       "schedule, --trace or --duration")])
         with steps(err, "check") as say:
-            say("the plan, then the plan without each node" + (" (cost model)" if analytic else " (simulated)"))
+            say("the plan, then the plan without each node"
+                + (" (cost model)" if analytic else " (simulated)"))
             ok = node_loss_check(p, s, out, err, fmt.value, analytic, seed, seeds, requests, strict)
         if not ok:
             raise typer.Exit(int(ExitCode.CHECK_FAILED))
@@ -178,7 +180,8 @@ def check(
 @_expected_errors
 def simulate(
     spec: Annotated[Path, typer.Option("--spec", help="Spec whose traffic to simulate.")],
-    plan_opt: Annotated[Optional[Path], typer.Option("--plan", help="Plan file written by trimtab plan.")] = None,
+    plan_opt: Annotated[Optional[Path], typer.Option("--plan", help="Plan file written by trimtab "
+                                                                    "plan.")] = None,
     plan_pos: Annotated[Optional[Path], typer.Argument(metavar="PLAN", help="Deprecated spelling of --plan.",
                                                        show_default=False)] = None,
     requests: Annotated[Optional[int], typer.Option(min=1, help="Requests to simulate, all workloads together.")] = None,
@@ -321,7 +324,8 @@ def bench(
     path = run_bench(output, device.value, quick, log=lambda m: err.print(m, markup=False), dtype=dtype,
                      graph=not eager)
     if fmt == TableOrJson.json:
-        sys.stdout.write(json.dumps({"written": [str(path), str(path.parent / "metadata.json")]}, indent=2) + "\n")
+        written = [str(path), str(path.parent / "metadata.json")]
+        sys.stdout.write(json.dumps({"written": written}, indent=2) + "\n")
         return
     out.print(f"wrote {path} and {path.parent / 'metadata.json'}", markup=False)
 
@@ -333,9 +337,9 @@ def calibrate(
     output: Annotated[Path, typer.Option("-o", "--output", help="GPU profile to write, e.g. profiles/gpus/NAME.yaml.")],
     base: Annotated[Optional[str], typer.Option(help="GPU profile (name or YAML path) whose spec-sheet peaks and other "
                                                      "fields the fit starts from.")] = None,
-    fmt: Annotated[TableOrJson, typer.Option("--format", help="table, or json (the fit errors per operation and "
-                                                              "the parameters, alone on stdout).")]
-    = TableOrJson.table,
+    fmt: Annotated[TableOrJson, typer.Option(
+        "--format", help="table, or json (the fit errors per operation and the parameters, alone on "
+                         "stdout).")] = TableOrJson.table,
 ) -> None:
     """Fit a GPU profile's efficiency parameters to measurements by least squares; print the fit error per op.
 
@@ -386,8 +390,9 @@ def loadtest(
     if requests is not None and duration is not None:
         raise InputError([Problem("--requests/--duration", "give one of them, not both")])
     with steps(err, "loadtest") as say:
-        res = run_loadtest(load_plan(plan_path), load_spec(spec), endpoint, requests=requests, duration_s=duration,
-                           rate_scale=rate_scale, seed=seed, timeout_s=timeout, progress=say)
+        res = run_loadtest(load_plan(plan_path), load_spec(spec), endpoint, requests=requests,
+                           duration_s=duration, rate_scale=rate_scale, seed=seed, timeout_s=timeout,
+                           progress=say)
     if fmt is TableOrJson.json:
         sys.stdout.write(json.dumps(res.to_dict(), indent=2) + "\n")
     else:

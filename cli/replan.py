@@ -16,7 +16,8 @@ def replan_cmd(
     spec: Annotated[Path, typer.Option("--spec", help="The spec as it is now (rates, lengths, prices, GPUs).")],
     plan_opt: Annotated[Optional[Path], typer.Option("--plan", help="The running plan (written by trimtab "
                                                      "plan).")] = None,
-    current: Annotated[Optional[Path], typer.Option("--current", help="Deprecated spelling of --plan.")] = None,
+    current: Annotated[Optional[Path], typer.Option("--current", help="Deprecated spelling of "
+                                                                      "--plan.")] = None,
     max_moves: Annotated[Optional[int], typer.Option("--max-moves", min=0, help="At most this many replicas "
                                                      "started plus stopped.")] = None,
     fail: Annotated[Optional[list[str]], typer.Option("--fail", help="node=NAME (a node of the running plan's "

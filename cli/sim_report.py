@@ -61,9 +61,10 @@ def summary_line(res: SimResult) -> str:
 
 @contextmanager
 def progress_bar(console: Console, requests: int | None):
-    """Yields a ``progress(fraction)`` callback for a bar on a terminal, or None: a short run, or not a terminal
-    (CI logs), where one line says the simulation started (``trimtab.cli.common.steps``). None keeps the seeds
-    running side by side (``trimtab.sim.validate.simulate_seeds`` runs them one after another to drive a bar)."""
+    """Yields a ``progress(fraction)`` callback for a bar on a terminal, or None: a short run, or not a
+    terminal (CI logs), where one line says the simulation started (``trimtab.cli.common.steps``). None keeps
+    the seeds running side by side (``trimtab.sim.validate.simulate_seeds`` runs them one after another to
+    drive a bar)."""
     if not console.is_terminal:
         with steps(console, "simulating") as say:
             say(f"{requests:,} requests" if requests is not None else "the plan's requests")

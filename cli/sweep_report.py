@@ -21,8 +21,8 @@ CSV_FIELDS = ("index", "label", "status", "cost_usd_per_hour", "gpus", "rounds",
 
 @contextmanager
 def progress_bar(console: Console, what: str):
-    """Yields a ``progress(done, total)`` callback drawing a rich bar on ``console`` (stderr), or, when it is not
-    a terminal (CI logs), writing one line per point done (``trimtab.cli.common.steps``)."""
+    """Yields a ``progress(done, total)`` callback drawing a rich bar on ``console`` (stderr), or, when it is
+    not a terminal (CI logs), writing one line per point done (``trimtab.cli.common.steps``)."""
     if not console.is_terminal:
         with steps(console, what) as say:
             yield lambda done, total, label=what: say(f"{label}: {done}/{total} done")

@@ -39,16 +39,16 @@ def plan(spec: Spec, *, backend: str | None = None, time_limit_s: float | None =
     ``validate``: simulate each analytically sound plan (``trimtab.sim``) on PLAN_SEEDS seeds from ``seed``
     with the default request count, and re-solve with the deployments at fault derated while a workload's
     attainment is not shown to reach its target (lower 95 % bound; ``trimtab.sim.validate``). One driver
-    (``trimtab.planning.driver.drive``) for every spec; adapters and tenants get the LoRA planner. ``progress``:
-    called with each step's name as it starts (``drive``)."""
+    (``trimtab.planning.driver.drive``) for every spec; adapters and tenants get the LoRA planner.
+    ``progress``: called with each step's name as it starts (``drive``)."""
     t0 = time.perf_counter()
     ir = lower(spec, profiles or load_profiles())
     if spec.schedule is not None:  # plans per window (docs/online.md)
         from trimtab.planning.schedule import SchedulePlanner
 
         sp = SchedulePlanner(spec, time_limit_s)
-        res = drive(sp, spec, ir, backend=backend, time_limit_s=time_limit_s, validate=validate, seed=seed, t0=t0,
-                    progress=progress)
+        res = drive(sp, spec, ir, backend=backend, time_limit_s=time_limit_s, validate=validate, seed=seed,
+                    t0=t0, progress=progress)
         return replace(res, plan=sp.with_windows_validated(res.plan))
     if ir.redundancy == "n+1":  # losing any one node keeps every SLO (compiler/planning/redundancy.py)
         from trimtab.planning.redundancy import RedundantPlanner
@@ -60,8 +60,8 @@ def plan(spec: Spec, *, backend: str | None = None, time_limit_s: float | None =
         from trimtab.planning.lora import LoraPlanner as P
     else:
         from trimtab.planning.planners import UnifiedPlanner as P
-    return drive(P(), spec, ir, backend=backend, time_limit_s=time_limit_s, validate=validate, seed=seed, t0=t0,
-                 progress=progress)
+    return drive(P(), spec, ir, backend=backend, time_limit_s=time_limit_s, validate=validate, seed=seed,
+                 t0=t0, progress=progress)
 
 
 def explain(spec: Spec, *, backend: str | None = None, time_limit_s: float | None = None,

@@ -228,13 +228,13 @@ class WorkloadResult:
     predicted: dict  # plan's cost-model prediction at the SLO percentile (scaled rate: recomputed)
     simulated: dict  # the simulator on the same request stream
     length_mismatches: int  # requests whose reported prompt or completion tokens differ from the drawn lengths
-    min_requests: int = 0  # measured requests the SLO's percentile needs to be called met (metrics.min_requests)
+    min_requests: int = 0  # measured requests its percentile needs to be called met (metrics.min_requests)
 
     @property
     def verdict(self) -> str:
-        """missed (the measured attainment is below target, whatever the count), insufficient (at or above it, but
-        from fewer requests than the percentile needs: a p99 of 9 requests is their maximum, and says nothing
-        about the 99th percentile), or met."""
+        """missed (the measured attainment is below target, whatever the count), insufficient (at or above it,
+        but from fewer requests than the percentile needs: a p99 of 9 requests is their maximum, and says
+        nothing about the 99th percentile), or met."""
         if self.requests > 0 and self.measured["attainment"] < self.target - 1e-12:
             return "missed"
         if self.requests == 0 or self.requests < self.min_requests:
@@ -266,8 +266,9 @@ class LoadtestResult:
         for w in self.workloads.values():
             if w.verdict == "insufficient":
                 out.append(f"workload {w.name}: insufficient: {w.requests} measured request(s); a "
-                           f"p{w.target * 100:g} needs at least {w.min_requests} to be called met (below that its "
-                           "95 % interval has no upper bound); send more with --requests or --duration")
+                           f"p{w.target * 100:g} needs at least {w.min_requests} to be called met (below "
+                           "that its 95 % interval has no upper bound); send more with --requests or "
+                           "--duration")
             elif not w.passed:
                 out.append(f"workload {w.name}: measured SLO attainment {w.measured['attainment']:.1%} < "
                            f"{w.target:.0%} (TTFT p{w.target * 100:g} {w.measured['ttft_pslo']:.0f} ms vs SLO "

@@ -177,8 +177,8 @@ def replan(current: Plan, spec, *, max_moves: int | None = None, fail: list[str]
     planner.fixed_moves = sum(n for d, n in running.items() if d not in known)
     planner.candidates = lambda _ir: cands  # the driver asks again; same set
     say = progress or (lambda _: None)
-    res = drive(planner, new_spec, ir, backend=backend, time_limit_s=time_limit_s, validate=validate, seed=seed,
-                progress=lambda step: say(f"re-plan: {step}"))
+    res = drive(planner, new_spec, ir, backend=backend, time_limit_s=time_limit_s, validate=validate,
+                seed=seed, progress=lambda step: say(f"re-plan: {step}"))
     fresh = fresh_plan(new_spec, backend=backend, time_limit_s=time_limit_s, validate=validate, seed=seed,
                        progress=lambda step: say(f"from scratch: {step}")).plan
     moves, fmoves = diff_moves(running, res.plan), diff_moves(running, fresh)

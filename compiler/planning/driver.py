@@ -104,8 +104,8 @@ def drive(planner: Planner, spec, ir: ProblemIR, *, backend: str | None = None, 
     corrections (each candidate at the lower factor): the simulated ones no longer wait a round behind the
     analytic ones. Each round's simulation takes the runs of deployments the last one already simulated with the
     same inputs (``trimtab.sim.reuse``; the same result as simulating them again). The whole drive runs with the
-    garbage collector paused (``trimtab.util.jobs.gc_paused``). ``progress``, when given, is told each step as it
-    starts (a few words: the CLI shows them on stderr, as planning can take minutes)."""
+    garbage collector paused (``trimtab.util.jobs.gc_paused``). ``progress``, when given, is told each step as
+    it starts (a few words: the CLI shows them on stderr, as planning can take minutes)."""
     from trimtab.cost.physics import breaches
     from trimtab.milp.extract import finish_plan
     from trimtab.sim import default_requests

@@ -135,10 +135,10 @@ class Explanation:
     cost_usd_per_hour: float | None = None  # the cost model's cheapest plan (analytic)
     validated_cost_usd_per_hour: float | None = None  # ``trimtab plan``'s (validated by simulation), when known
     notes: list[str] = field(default_factory=list)  # what the analysis covers and what it does not
-    # The cost every binding row's price is a difference against: a cost model's cheapest plan (this spec's, or
-    # without n+1 its relaxed spec's), because each relaxation is priced by one more cost-model solve (planning
-    # each with validation would take minutes apiece). In the JSON too, so that a script does not subtract a
-    # relaxation's price from the validated cost. None: cost_usd_per_hour.
+    # The cost every binding row's price is a difference against: a cost model's cheapest plan (this spec's,
+    # or without n+1 its relaxed spec's), because each relaxation is priced by one more cost-model solve
+    # (planning each with validation would take minutes apiece). In the JSON too, so that a script does not
+    # subtract a relaxation's price from the validated cost. None: cost_usd_per_hour.
     binding_base_usd_per_hour: float | None = None
 
     def lines(self) -> list[str]:

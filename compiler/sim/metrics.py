@@ -63,9 +63,9 @@ def quantile_ci(x: np.ndarray, p: float, confidence: float = 0.95) -> tuple[floa
 
 def min_requests(p: float, confidence: float = 0.95) -> int:
     """The fewest samples for which ``quantile_ci`` of the ``p``-th percentile has a finite upper bound: below
-    it, even if every sample met the SLO, the percentile itself could lie above any of them, so a percentile of
-    so few requests cannot be called met (368 for a p99, 36 for a p90, 6 for a p50, at 95 %). The upper rank
-    exists when P(all n samples below the percentile) = q^n <= (1 - confidence) / 2."""
+    it, even if every sample met the SLO, the percentile itself could lie above any of them, so a percentile
+    of so few requests cannot be called met (368 for a p99, 36 for a p90, 6 for a p50, at 95 %). The upper
+    rank exists when P(all n samples below the percentile) = q^n <= (1 - confidence) / 2."""
     q, a = p / 100.0, (1.0 - confidence) / 2.0
     if q <= 0.0:
         return 1
@@ -133,16 +133,16 @@ class WorkloadStats:
         if self.requests == 0:
             return "no request measured (simulate longer)"
         if self._unserved_miss():
-            return (f"{self.unserved} of {self.requests} requests unserved (no route, longer than the KV cache or "
-                    f"than the context window){at}")
+            return (f"{self.unserved} of {self.requests} requests unserved (no route, longer than the KV "
+                    f"cache or than the context window){at}")
         over = [f"{m} {pct} {_fmt(v)} ms > SLO {slo:g} ms ({_excess(v, slo)})"
                 for m, v, slo in (("TTFT", self.ttft_at_target_ms, self.ttft_slo_ms),
                                   ("TPOT", self.tpot_at_target_ms, self.tpot_slo_ms)) if v > slo]
         if over:
             return " and ".join(over) + at
         return (f"a joint miss: TTFT {pct} {_fmt(self.ttft_at_target_ms)} ms and TPOT {pct} "
-                f"{_fmt(self.tpot_at_target_ms)} ms are each within SLO, but {self.ttft_miss:.2%} of requests "
-                f"miss TTFT and {self.tpot_miss:.2%} miss TPOT{at}")
+                f"{_fmt(self.tpot_at_target_ms)} ms are each within SLO, but {self.ttft_miss:.2%} of "
+                f"requests miss TTFT and {self.tpot_miss:.2%} miss TPOT{at}")
 
 
 def _excess(v: float, slo: float) -> str:

@@ -196,8 +196,9 @@ class SeedsResult:
         return [self.failure(n) for n in self.intervals if not self.accepted(n)]
 
     def failure(self, name: str) -> str:
-        """One line: the pooled attainment with its bounds (``describe``), the only attainment on the line, then
-        what misses in the worst run (``WorkloadStats.misses``: the metric over its SLO and by how much)."""
+        """One line: the pooled attainment with its bounds (``describe``), the only attainment on the line,
+        then what misses in the worst run (``WorkloadStats.misses``: the metric over its SLO and by how
+        much)."""
         runs = self.runs_of(name)
         i = min(range(len(runs)), key=lambda k: runs[k].workloads[name].attainment)
         worst = runs[i].workloads[name]

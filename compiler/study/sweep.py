@@ -65,7 +65,7 @@ class PointResult:
     seconds: float = field(default=0.0, compare=False)
 
     def to_dict(self, point: Point | None = None) -> dict:
-        """One point of ``trimtab sweep --format json`` (the CSV's row, with its overrides and multipliers)."""
+        """One point of ``trimtab sweep --format json``: the CSV's row, with its overrides and multipliers."""
         from dataclasses import asdict
 
         d = asdict(self)
@@ -73,7 +73,8 @@ class PointResult:
         d["min_attainment"] = min(self.attainment.values()) if self.attainment else None
         if point is not None:
             d["overrides"] = point.overrides
-            d["multipliers"] = {w: dict(zip(("rate", "output", "input"), m)) for w, m in point.multipliers.items()}
+            d["multipliers"] = {w: dict(zip(("rate", "output", "input"), m))
+                                for w, m in point.multipliers.items()}
         return d
 
 
@@ -422,7 +423,7 @@ class RobustResult:
         return self.passed / self.scenarios
 
     def to_dict(self) -> dict:
-        """``trimtab sweep --robust --format json``: the choice, every candidate, and the chosen plan itself."""
+        """``trimtab sweep --robust --format json``: the choice, every candidate and the chosen plan."""
         from dataclasses import asdict
 
         from trimtab.contract.write import plan_to_data

@@ -54,8 +54,8 @@ def small(tmp_path_factory) -> tuple[Path, Path]:
 
 
 def test_plan_shows_progress_on_stderr_never_on_stdout(small):
-    """`plan` of a day-long schedule is silent for 50-90 s today: each step is said on stderr as it starts (one
-    line per step off a terminal, as here), while stdout holds the plan alone."""
+    """`plan` of a day-long schedule is silent for 50-90 s today: each step is said on stderr as it starts
+    (one line per step off a terminal, as here), while stdout holds the plan alone."""
     spec, _ = small
     res = run("plan", spec, "-o", "-", "--format", "json")
     assert res.exit_code == 0, res.output
@@ -68,7 +68,8 @@ def test_plan_shows_progress_on_stderr_never_on_stdout(small):
 
 def test_check_and_simulate_say_they_are_simulating(small):
     spec, plan = small
-    res = run("check", "--plan", plan, "--spec", spec, "--requests", "300", "--seeds", "1", "--format", "json")
+    res = run("check", "--plan", plan, "--spec", spec, "--requests", "300", "--seeds", "1",
+              "--format", "json")
     assert res.exit_code == 0, res.output
     assert json.loads(res.stdout)["ok"] and "simulating: 300 requests" in res.stderr
 
@@ -94,7 +95,8 @@ def test_the_old_spellings_still_work_with_a_note(small, tmp_path):
     assert res.exit_code == ExitCode.USAGE and "give the plan once" in res.output
     res = run("check", "--spec", spec, "--analytic")  # neither
     assert res.exit_code == ExitCode.USAGE and "--plan" in res.output
-    res = run("emit", "--plan", plan, "--spec", spec, "--to", "compose", "-o", tmp_path / "out", "--format", "json")
+    res = run("emit", "--plan", plan, "--spec", spec, "--to", "compose", "-o", tmp_path / "out",
+              "--format", "json")
     assert res.exit_code == 0 and json.loads(res.stdout)["written"], res.output
     res = run("replan", "--current", plan, "--spec", spec, "--analytic", "--format", "json")
     assert res.exit_code == 0 and "--current is deprecated" in res.stderr, res.output
@@ -112,8 +114,9 @@ def test_every_command_has_json_and_its_errors_are_json(tmp_path):
             ("replan",): ["--plan", missing, "--spec", missing],
             ("loadtest",): ["--plan", missing, "--spec", missing, "--endpoint", "http://127.0.0.1:9"],
             ("explain",): [missing], ("what-if",): [missing, "--set", "a=1"], ("sweep",): [missing],
-            ("pareto",): [missing], ("predict",): ["--model", "nope", "--gpu", "h100-sxm", "--isl", "1", "--osl",
-                                                  "1", "--concurrency", "1"],
+            ("pareto",): [missing],
+            ("predict",): ["--model", "nope", "--gpu", "h100-sxm", "--isl", "1", "--osl", "1",
+                           "--concurrency", "1"],
             ("calibrate",): [tmp_path / "no-such-dir", "-o", tmp_path / "gpu.yaml"],
             ("profiles", "show"): ["no-such-profile"]}
     cmds = _commands()
@@ -136,12 +139,14 @@ def test_infeasible_error_as_json_has_exit_code_3(tmp_path):
     res = run("plan", spec, "-o", "-", "--format", "json")
     assert res.exit_code == ExitCode.INFEASIBLE
     doc = json.loads(res.stdout)
-    assert doc["exit_code"] == 3 and doc["kind"] == "infeasible" and "ttft" in " ".join(doc["problems"]).lower()
+    assert doc["exit_code"] == 3 and doc["kind"] == "infeasible"
+    assert "ttft" in " ".join(doc["problems"]).lower()
 
 
 def test_sweep_json(small):
     spec, _ = small
-    res = run("sweep", spec, "--set", "workloads.short.rate_rps=2,4", "--serial", "--analytic", "--format", "json")
+    res = run("sweep", spec, "--set", "workloads.short.rate_rps=2,4", "--serial", "--analytic",
+              "--format", "json")
     assert res.exit_code == 0, res.output
     doc = json.loads(res.stdout)
     assert doc["spec"] == "small" and [p["overrides"] for p in doc["points"]] == [
@@ -155,7 +160,7 @@ def test_explain_says_which_cost_its_relaxations_are_priced_against(tmp_path):
     than the validated plan `explain` also prints (quickstart: 36.60 vs 46.80 $/h); the output says so."""
     from tests.crosscheck.test_crosscheck import spec_text
 
-    spec = tmp_path / "bound.yaml"  # one h100 and eight l4 for 95 rps: the h100 count binds (tests/crosscheck)
+    spec = tmp_path / "bound.yaml"  # one h100, eight l4, 95 rps: the h100 count binds (tests/crosscheck)
     spec.write_text(spec_text(h100=1, l4=8, rate=95))
     res = run("explain", spec, "--format", "json")
     assert res.exit_code == 0, res.output

@@ -2,10 +2,10 @@
 vLLM's CPU build, with one request sent through the target's own routing rules.
 
 For ``--to compose``, ``k8s``, ``llm-d`` and ``dynamo`` the emitted files are read by the runtime's rules
-(tests/engines/runtime.py: Docker's entrypoint/command, Kubernetes command/args/env/secretKeyRef/envFrom with the
-documented Secret ``hf-token``/``HF_TOKEN``, the llm-d chart's templates, Dynamo v1beta1 pod templates) into every
-container's effective argv and environment. Each engine process is then started as computed, with only these
-substitutions, as tests/e2e/test_vllm_cpu.py does for a plan's deployment:
+(tests/engines/runtime.py: Docker's entrypoint/command, Kubernetes command/args/env/secretKeyRef/envFrom with
+the documented Secret ``hf-token``/``HF_TOKEN``, the llm-d chart's templates, Dynamo v1beta1 pod templates)
+into every container's effective argv and environment. Each engine process is then started as computed, with
+only these substitutions, as tests/e2e/test_vllm_cpu.py does for a plan's deployment:
 
 - model: the Hub id becomes a local ~57 M-parameter Llama folder with dummy weights (``--load-format=dummy``
   added, ``--revision`` dropped: it names a revision of the substituted Hub model); the served name is kept,
@@ -19,18 +19,20 @@ substitutions, as tests/e2e/test_vllm_cpu.py does for a plan's deployment:
 - ``HF_HOME`` (the cluster's model volume) becomes a temporary folder, with ``HF_HUB_OFFLINE=1``.
 
 The request (a prompt of the workload's length, as token ids, ``max_tokens`` 4) goes where the target routes
-it: compose's published port of a service of the workload; the k8s HTTPRoute matched on ``x-trimtab-workload``,
-narrowed by the ``trimtab-routes`` length rule, to a Service and the pods its selector picks; llm-d's InferencePool
-of the model filtered by the ``llm-d.ai/context-length-range`` label; Dynamo's frontend by the request's model.
+it: compose's published port of a service of the workload; the k8s HTTPRoute matched on
+``x-trimtab-workload``, narrowed by the ``trimtab-routes`` length rule, to a Service and the pods its selector
+picks; llm-d's InferencePool of the model filtered by the ``llm-d.ai/context-length-range`` label; Dynamo's
+frontend by the request's model.
 
 What cannot run on a CPU, and why (said here and in each test's skip/xfail reason, not hidden):
 
 - Dynamo's own processes: ``python3 -m dynamo.frontend`` and the ``dynamo.vllm`` worker wrapper need the
-  ``ai-dynamo`` runtime (its NATS and etcd, the CUDA build of its vLLM image); the test runs each worker's engine
-  arguments (everything after ``--model MODEL``) under vLLM's own OpenAI server, the engine the wrapper drives,
-  and routes as the frontend does (by ``--served-model-name``);
-- prefill/decode pairs: the KV hand-off (``--kv-transfer-config`` NixlConnector) needs NIXL/UCX and GPU memory;
-  the small plan here has no P/D pair (tests/engines/test_emit_runtime.py checks P/D wiring statically);
+  ``ai-dynamo`` runtime (its NATS and etcd, the CUDA build of its vLLM image); the test runs each worker's
+  engine arguments (everything after ``--model MODEL``) under vLLM's own OpenAI server, the engine the wrapper
+  drives, and routes as the frontend does (by ``--served-model-name``);
+- prefill/decode pairs: the KV hand-off (``--kv-transfer-config`` NixlConnector) needs NIXL/UCX and GPU
+  memory; the small plan here has no P/D pair (tests/engines/test_emit_runtime.py checks P/D wiring
+  statically);
 - replicas spanning nodes (LeaderWorkerSet, Dynamo ``multinode``): one machine; checked statically there too;
 - scheduling (GPU requests, node selectors, volumes, shm, probes, KEDA): no cluster; validated against their
   schemas in tests/engines.
@@ -164,7 +166,7 @@ class Servers:
 
         for proc, _, _ in self.running.values():
             stop_server(proc)
-        assert all(proc.poll() is not None for proc, _, _ in self.running.values()), "a server outlived its test"
+        assert all(proc.poll() is not None for proc, _, _ in self.running.values()), "a server outlived us"
 
 
 @pytest.fixture(scope="module")
@@ -209,8 +211,8 @@ def _answers(route: runtime.Route, servers: Servers, hub_model: str, served: str
     if p.argv[:2] == ["vllm", "serve"]:  # the addressed port is the one the process listens on
         assert runtime.listen_port(p) == route.port, route.hops
     data = _send(servers.url_of(p, hub_model), served)
-    assert data["usage"]["prompt_tokens"] == PROMPT_TOKENS and data["usage"]["completion_tokens"] == MAX_TOKENS, (
-        name, data)
+    usage = data["usage"]
+    assert usage["prompt_tokens"] == PROMPT_TOKENS and usage["completion_tokens"] == MAX_TOKENS, (name, data)
     assert data["model"] == served
 
 

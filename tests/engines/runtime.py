@@ -229,13 +229,12 @@ def route_k8s(objs: list[dict], workload: str, prompt_tokens: int, secrets: dict
         sel = svc["spec"]["selector"]
         picked = [o["metadata"]["name"] for o in objs if o["kind"] == "Deployment"
                   and all(o["spec"]["template"]["metadata"]["labels"].get(k) == v for k, v in sel.items())]
-        assert len(picked) == 1, (ref["name"], picked)  # a selector matching another deployment's pods mixes them
+        assert len(picked) == 1, (ref["name"], picked)  # picking another deployment's pods would mix them
         p = by_name[picked[0]][0]
         if isinstance(target, str):  # a named port
-            target = next(c["containerPort"] for o in objs if o["metadata"]["name"] == picked[0]
-                          and o["kind"] == "Deployment" for c in [
-                              pp for ct in o["spec"]["template"]["spec"]["containers"] for pp in ct.get("ports", [])]
-                          if c.get("name") == target)
+            dep = next(o for o in objs if o["kind"] == "Deployment" and o["metadata"]["name"] == picked[0])
+            target = next(pp["containerPort"] for ct in dep["spec"]["template"]["spec"]["containers"]
+                          for pp in ct.get("ports", []) if pp.get("name") == target)
         hops.append(f"HTTPRoute {workload} -> Service {ref['name']}:{ref['port']} -> {picked[0]}:{target}")
         procs[picked[0]] = p
         ports.add(int(target))
@@ -261,7 +260,7 @@ def route_llmd(values: dict[str, dict], model_label: str, prompt_tokens: int,
             if not lo <= prompt_tokens <= hi:
                 continue
             proxy = v["routing"].get("proxy", {})
-            # with the P/D sidecar on the service port, vLLM listens on its target port (the sidecar is llm-d's)
+            # with the P/D sidecar on the service port, vLLM listens on its target port (llm-d's sidecar)
             port = int(proxy["targetPort"] if proxy.get("enabled") else v["routing"]["servicePort"])
             hops.append(f"{fname}: pool {model_label}, {lo}-{hi} admits {prompt_tokens} -> {p.name}:{port}")
             procs[f"{fname}/{p.name}"] = p
@@ -278,7 +277,8 @@ def route_dynamo(graph: dict, served_model: str, secrets: dict | None = None) ->
     front = next(p for n, p in procs.items() if _component(graph, n)["type"] == "frontend")
     workers = {n: p for n, p in procs.items() if _component(graph, n)["type"] in ("worker", "decode")
                and f"--served-model-name={served_model}" in p.argv}
-    return Route("dynamo", workers, listen_port(front), [f"frontend :{listen_port(front)} -> {sorted(workers)}"]), front
+    port = listen_port(front)
+    return Route("dynamo", workers, port, [f"frontend :{port} -> {sorted(workers)}"]), front
 
 
 def _component(graph: dict, name: str) -> dict:

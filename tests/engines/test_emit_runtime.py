@@ -190,8 +190,9 @@ def test_every_targets_routing_reaches_a_process_listening_where_it_is_sent(plan
                 lr = runtime.route_llmd(llmd_values, label, tokens)
                 assert lr.procs and all(runtime.listen_port(p) == lr.port for p in lr.procs.values()), lr.hops
                 # the pool's filter admits this prompt on every pod it keeps: their engines take it
-                assert all(int(next(a for a in p.argv if a.startswith("--max-model-len=")).split("=")[1]) > tokens
-                           for p in lr.procs.values()), lr.hops
+                mml = [int(next(a for a in p.argv if a.startswith("--max-model-len=")).split("=")[1])
+                       for p in lr.procs.values()]
+                assert all(m > tokens for m in mml), lr.hops
     assert checked >= len(table)  # every workload's rules were followed
     for d in plan.deployments:
         served = next(a.split("=", 1)[1] for a in d.command if a.startswith("--served-model-name="))
@@ -200,4 +201,5 @@ def test_every_targets_routing_reaches_a_process_listening_where_it_is_sent(plan
         for r, front in found:
             assert front.argv[:3] == ["python3", "-m", "dynamo.frontend"] and r.port == 8000
         cr = runtime.route_compose(compose_docs, {d.name})
-        assert len(cr.procs) == d.replicas and all(runtime.listen_port(p) == cr.port for p in cr.procs.values())
+        assert len(cr.procs) == d.replicas
+        assert all(runtime.listen_port(p) == cr.port for p in cr.procs.values())

@@ -150,9 +150,9 @@ def test_measured_ttft_and_tpot_are_the_servers_delays(server, case):
     # ... yet a p90 of about 22 measured requests is not called met: below 36 its 95 % interval has no upper
     # bound (issue 36: a p99 reported "met" from 9 requests)
     assert w.requests < 36 and w.min_requests == 36 and w.verdict == "insufficient" and not res.ok
-    assert res.failures() == [f"workload chat: insufficient: {w.requests} measured request(s); a p90 needs at least "
-                              "36 to be called met (below that its 95 % interval has no upper bound); send more "
-                              "with --requests or --duration"]
+    assert res.failures() == [f"workload chat: insufficient: {w.requests} measured request(s); a p90 needs "
+                              "at least 36 to be called met (below that its 95 % interval has no upper "
+                              "bound); send more with --requests or --duration"]
     # Every request as the planner's length grids and the simulator's draw make it, and what vLLM needs.
     assert len(srv.bodies) == res.sent == 24
     for b in srv.bodies:
@@ -197,7 +197,8 @@ def test_cli_exits_5_when_the_slo_is_missed_and_0_when_met(server, case):
     w = json.loads(short.stdout)["workloads"]["chat"]
     assert w["verdict"] == "insufficient" and not w["slo_met"] and w["min_requests"] == 36
     table = runner.invoke(app, base[:-2] + ["--spec", str(d / "spec.yaml")])
-    assert table.exit_code == 5 and "insufficient requests to call every SLO met" in table.stdout, table.output
+    assert table.exit_code == 5, table.output
+    assert "insufficient requests to call every SLO met" in table.stdout
     assert "loadtest: sending 12 requests" in table.stderr  # progress, on stderr
     assert "a p90 needs at least 36" in table.stdout
     bad = runner.invoke(app, base + ["--spec", str(d / "tight.yaml")])  # TTFT SLO 20 ms < the server's 50 ms
@@ -213,7 +214,8 @@ def test_min_requests_is_where_the_percentiles_upper_bound_exists():
     assert (min_requests(99), min_requests(90), min_requests(50)) == (368, 36, 6)
     for p in (50, 90, 95, 99, 99.9):
         n = min_requests(p)
-        assert np.isinf(quantile_ci(np.arange(n - 1.0), p)[1]) and np.isfinite(quantile_ci(np.arange(float(n)), p)[1])
+        assert np.isinf(quantile_ci(np.arange(n - 1.0), p)[1])
+        assert np.isfinite(quantile_ci(np.arange(float(n)), p)[1])
 
 
 def test_bad_endpoints_are_input_errors(case, tmp_path):
