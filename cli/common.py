@@ -99,9 +99,9 @@ def steps(console: Console, what: str) -> Iterator[Callable[[str], None]]:
 
 
 def plan_path(option: Path | None, old: Path | None, old_spelling: str) -> Path:
-    """The plan file of a command, given as ``--plan PLAN`` (every command that reads a plan; docs/cli.md).
-    The spelling the command used before (``old_spelling``: a positional PLAN, replan's ``--current``) still
-    works, with a note on stderr, until it is removed."""
+    """The plan file of a command, given as ``--plan PLAN`` (every command that reads a plan; README,
+    "Command-line conventions"). The spelling the command used before (``old_spelling``: a positional PLAN,
+    replan's ``--current``) still works, with a note on stderr, until it is removed."""
     if option is not None and old is not None:
         raise typer.BadParameter(f"give the plan once: --plan, not also {old_spelling}", param_hint="--plan")
     if option is not None:
