@@ -1,15 +1,21 @@
 """What every ``trimtab`` command shares: the consoles (tables on stdout, messages on stderr), the option enums,
-and the handler that turns expected errors into their exit code (docs/errors.md) without a traceback."""
+the handler that turns expected errors into their exit code (docs/errors.md) without a traceback (as JSON on
+stdout under ``--format json``), progress on stderr, and the one way to name a plan (``--plan``)."""
 from __future__ import annotations
 
+import json
 import sys
+import time
+from contextlib import contextmanager
 from enum import Enum
 from functools import wraps
+from pathlib import Path
+from typing import Callable, Iterator
 
 import typer
 from rich.console import Console
 
-from trimtab.errors import ExitCode, PlanMissesError, TrimtabError
+from trimtab.errors import ExitCode, InputError, PlanMissesError, TrimtabError
 
 # Wide enough for the plan tables when output goes to a file or a CI log (rich assumes 80 columns there).
 out = Console(highlight=False, soft_wrap=True, width=None if sys.stdout.isatty() else 160)
@@ -38,20 +44,35 @@ class Solver(str, Enum):
     cpsat = "cpsat"
 
 
+KINDS = {ExitCode.INVALID_INPUT: "invalid input", ExitCode.INFEASIBLE: "infeasible",
+         ExitCode.NO_SOLUTION: "no solution", ExitCode.CHECK_FAILED: "check failed",
+         ExitCode.INTERNAL: "internal", ExitCode.PLAN_MISSES: "plan misses"}
+
+
+def error_document(exc: TrimtabError) -> dict:
+    """What ``--format json`` prints on stdout for an expected error (docs/errors.md): a script reading stdout
+    gets a document whatever happened, and tells an error from a report by ``ok`` and ``exit_code``."""
+    doc = {"ok": False, "exit_code": int(exc.exit_code), "kind": KINDS[exc.exit_code], "problems": exc.lines}
+    if isinstance(exc, InputError):  # where each problem is, for a script that points at the line
+        doc["where"] = [{"where": p.where, "message": p.message, "file": p.file, "line": p.line}
+                        for p in exc.problems]
+    return doc
+
+
 def _expected_errors(fn):
-    """Print TrimtabError lines and exit with their code; anything else is a bug and keeps its traceback."""
+    """Print TrimtabError lines on stderr and exit with their code (under ``--format json`` also the error's
+    document on stdout); anything else is a bug and keeps its traceback."""
 
     @wraps(fn)
     def wrapper(*args, **kwargs):
         try:
             return fn(*args, **kwargs)
         except TrimtabError as exc:
-            label = {ExitCode.INVALID_INPUT: "invalid input", ExitCode.INFEASIBLE: "infeasible",
-                     ExitCode.NO_SOLUTION: "no solution", ExitCode.CHECK_FAILED: "check failed",
-                     ExitCode.INTERNAL: "internal", ExitCode.PLAN_MISSES: "plan misses"}[exc.exit_code]
-            err.print(f"[bold red]error[/] ({label}):", markup=True)
+            err.print(f"[bold red]error[/] ({KINDS[exc.exit_code]}):", markup=True)
             for line in exc.lines:
                 err.print(f"  {line}", markup=False)
+            if getattr(kwargs.get("fmt"), "value", None) == "json":
+                sys.stdout.write(json.dumps(error_document(exc), indent=2) + "\n")
             raise typer.Exit(int(exc.exit_code)) from None
 
     return wrapper
@@ -83,3 +104,37 @@ def process_seconds() -> float:
         return max(uptime - start / os.sysconf("SC_CLK_TCK"), 0.0)
     except (OSError, ValueError, IndexError):
         return 0.0
+
+
+@contextmanager
+def steps(console: Console, what: str) -> Iterator[Callable[[str], None]]:
+    """Progress of a command that can run for minutes (``plan`` of a day-long schedule: 50-90 s), on
+    ``console`` (stderr), never on stdout: yields ``say(step)``. On a terminal a spinner shows the step and
+    the seconds so far; elsewhere (CI logs, pipes) one line per step, so a log shows where the time went."""
+    t0 = time.perf_counter()
+    if console.is_terminal:
+        with console.status(f"{what}...") as status:
+            yield lambda step: status.update(f"{what}: {step} ({time.perf_counter() - t0:.0f} s)")
+        return
+    last = [""]
+
+    def say(step: str) -> None:
+        if step != last[0]:
+            last[0] = step
+            console.print(f"{what}: {step} ({time.perf_counter() - t0:.1f} s)", markup=False)
+
+    yield say
+
+
+def plan_path(option: Path | None, old: Path | None, old_spelling: str) -> Path:
+    """The plan file of a command, given as ``--plan PLAN`` (every command that reads a plan; README,
+    "Command-line conventions"). The spelling the command used before (``old_spelling``: a positional PLAN,
+    replan's ``--current``) still works, with a note on stderr, until it is removed."""
+    if option is not None and old is not None:
+        raise typer.BadParameter(f"give the plan once: --plan, not also {old_spelling}", param_hint="--plan")
+    if option is not None:
+        return option
+    if old is None:
+        raise typer.BadParameter("the plan file is required: --plan PLAN", param_hint="--plan")
+    err.print(f"note: {old_spelling} is deprecated; name the plan with --plan {old}", markup=False)
+    return old

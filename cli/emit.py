@@ -10,7 +10,7 @@ from typing import Annotated
 
 import typer
 
-from trimtab.cli.common import TableOrJson, err, out, refuse_misses
+from trimtab.cli.common import TableOrJson, err, out, plan_path, refuse_misses
 
 
 class EmitTarget(str, Enum):
@@ -21,7 +21,6 @@ class EmitTarget(str, Enum):
 
 
 def emit_cmd(
-    plan_path: Annotated[Path, typer.Argument(metavar="PLAN", help="Plan file written by trimtab plan.")],
     spec: Annotated[Path, typer.Option("--spec", help="Spec the plan was made from (models, engine, SLOs).")],
     to: Annotated[EmitTarget, typer.Option("--to", help="k8s (Deployments or LeaderWorkerSets, Services, KEDA "
                                                         "ScaledObjects, Gateway API routes), compose (one file "
@@ -56,6 +55,10 @@ def emit_cmd(
     rdma_resource: Annotated[str | None, typer.Option(
         "--rdma-resource", help="Extended resource of an RDMA device, requested once by each prefill/decode "
                                 "pod (k8s, llm-d; e.g. rdma/ib); without it emit warns.")] = None,
+    plan_opt: Annotated[Path | None, typer.Option("--plan", help="Plan file written by trimtab "
+                                                                 "plan.")] = None,
+    plan_pos: Annotated[Path | None, typer.Argument(metavar="PLAN", help="Deprecated spelling of --plan.",
+                                                    show_default=False)] = None,
     allow_misses: Annotated[bool, typer.Option("--allow-misses", help="Emit a plan written by plan "
                                                "--allow-misses (marked with misses: its own validation "
                                                "showed a workload below its SLO).")] = False,
@@ -63,7 +66,8 @@ def emit_cmd(
     """Write what runs a plan: its engine commands in Kubernetes manifests or docker compose files
     (docs/deploy.md).
 
-    Example: trimtab emit plan.yaml --spec examples/quickstart.yaml --to k8s -o deploy/ && kubectl apply -f deploy/
+    Example: trimtab emit --plan plan.yaml --spec examples/quickstart.yaml --to k8s -o deploy/
+    && kubectl apply -f deploy/
     (or -o - | kubectl apply -f -)
     """
     from trimtab.api import load_spec
@@ -74,8 +78,9 @@ def emit_cmd(
     knobs = dict(namespace=namespace, image=image, storage_class=storage_class, access_mode=access_mode,
                  prometheus=prometheus, gateway=gateway, rdma_resource=rdma_resource)
     cluster = Cluster(**{k: v for k, v in knobs.items() if v is not None})  # unset: Cluster's defaults
-    plan = load_plan(plan_path)
-    refuse_misses(plan, plan_path, allow_misses)
+    path = plan_path(plan_opt, plan_pos, "a positional PLAN")
+    plan = load_plan(path)
+    refuse_misses(plan, path, allow_misses)
     e = emit(plan, load_spec(spec), to.value, allow_experimental, cluster)
     for w in e.warnings:
         err.print(f"warning: {w}", markup=False)

@@ -15,7 +15,7 @@ from typing import Annotated, Optional
 import typer
 
 from trimtab.cli.common import (Fmt, Solver, TableOrJson, TraceFormat, _expected_errors, err, misses_lines, out,
-                        process_seconds, refuse_misses)
+                                plan_path as plan_path_of, process_seconds, refuse_misses, steps)
 from trimtab.cli.emit import emit_cmd
 from trimtab.cli.replan import replan_cmd
 from trimtab.cli.watch import watch_cmd
@@ -72,7 +72,8 @@ def plan(
     up = process_seconds()  # interpreter start-up and imports, before this line
     s = load_spec(spec)
     t1 = time.perf_counter()
-    r = do_plan(s, backend=solver.value if solver else None, time_limit_s=time_limit)
+    with steps(err, f"planning {s.name}") as say:
+        r = do_plan(s, backend=solver.value if solver else None, time_limit_s=time_limit, progress=say)
     t2 = time.perf_counter()
     text = emit(r.plan, fmt.value)
     # Every stage of the process, so that plan -v accounts for its wall time (the writing itself left out)
@@ -97,8 +98,11 @@ def plan(
 @app.command()
 @_expected_errors
 def check(
-    plan_path: Annotated[Path, typer.Argument(metavar="PLAN", help="Plan file written by trimtab plan.")],
     spec: Annotated[Path, typer.Option("--spec", help="Spec the plan must satisfy.")],
+    plan_opt: Annotated[Optional[Path], typer.Option("--plan", help="Plan file written by trimtab "
+                                                                    "plan.")] = None,
+    plan_pos: Annotated[Optional[Path], typer.Argument(metavar="PLAN", help="Deprecated spelling of --plan.",
+                                                       show_default=False)] = None,
     fmt: Annotated[TableOrJson, typer.Option("--format", help="Report format.")] = TableOrJson.table,
     analytic: Annotated[bool, typer.Option("--analytic", help="Judge SLOs by the cost model only (fast), "
                                                               "not by simulation.")] = False,
@@ -127,11 +131,12 @@ def check(
     """Verify a plan against a spec: structure, and SLOs by simulation (or by the cost model with --analytic);
     exit 5 on any violation (CI gate). With redundancy n+1 (or --fail-each-node) also with each node removed.
 
-    Example: trimtab check plan.yaml --spec examples/quickstart.yaml
+    Example: trimtab check --plan plan.yaml --spec examples/quickstart.yaml
     """
     from trimtab.api import load_spec
     from trimtab.gate.analytic import check as do_check, load_plan
 
+    plan_path = plan_path_of(plan_opt, plan_pos, "a positional PLAN")
     p = load_plan(plan_path)
     refuse_misses(p, plan_path, allow_misses)
     s = load_spec(spec)
@@ -144,7 +149,11 @@ def check(
     if not analytic and p.schedule is not None and s.schedule is not None and trace is None and duration is None:
         from trimtab.cli.simulate import schedule_check  # every window of the schedule (docs/online.md)
 
-        if not schedule_check(p, s, out, fmt.value, seed, seeds, requests, strict, transitions, start_lead):
+        with steps(err, "check") as say:
+            say(f"simulating each of {len(p.schedule.windows)} windows"
+                + (" and its boundaries" if transitions else ""))
+            ok = schedule_check(p, s, out, fmt.value, seed, seeds, requests, strict, transitions, start_lead)
+        if not ok:
             raise typer.Exit(int(ExitCode.CHECK_FAILED))
         return
     replay = trace is not None or duration is not None
@@ -154,7 +163,11 @@ def check(
         if p.schedule is not None or replay:
             raise InputError([Problem("--fail-each-node", "checks a static plan at the spec's rates: not with a "
                                       "schedule, --trace or --duration")])
-        if not node_loss_check(p, s, out, err, fmt.value, analytic, seed, seeds, requests, strict):
+        with steps(err, "check") as say:
+            say("the plan, then the plan without each node"
+                + (" (cost model)" if analytic else " (simulated)"))
+            ok = node_loss_check(p, s, out, err, fmt.value, analytic, seed, seeds, requests, strict)
+        if not ok:
             raise typer.Exit(int(ExitCode.CHECK_FAILED))
         return
     if not analytic:
@@ -188,8 +201,11 @@ def check(
 @app.command()
 @_expected_errors
 def simulate(
-    plan_path: Annotated[Path, typer.Argument(metavar="PLAN", help="Plan file written by trimtab plan.")],
     spec: Annotated[Path, typer.Option("--spec", help="Spec whose traffic to simulate.")],
+    plan_opt: Annotated[Optional[Path], typer.Option("--plan", help="Plan file written by trimtab "
+                                                                    "plan.")] = None,
+    plan_pos: Annotated[Optional[Path], typer.Argument(metavar="PLAN", help="Deprecated spelling of --plan.",
+                                                       show_default=False)] = None,
     requests: Annotated[Optional[int], typer.Option(min=1, help="Requests to simulate, all workloads together.")] = None,
     duration: Annotated[Optional[float], typer.Option(min=0.001, help="Seconds of arrivals to simulate instead.")] = None,
     seed: Annotated[int, typer.Option(help="Random seed (arrivals, lengths, routing).")] = 0,
@@ -203,14 +219,15 @@ def simulate(
 ) -> None:
     """Simulate a plan request by request (continuous batching, chunked prefill, queues, KV cache, routing).
 
-    Example: trimtab simulate plan.yaml --spec examples/quickstart.yaml --plot plots/
+    Example: trimtab simulate --plan plan.yaml --spec examples/quickstart.yaml --plot plots/
     """
     from trimtab.api import load_spec
     from trimtab.gate.analytic import load_plan
     from trimtab.cli.simulate import sim_report
 
-    sim_report(load_plan(plan_path), load_spec(spec), out, err, fmt.value, seed, requests, duration, trace,
-               trace_format.value, arrival_cv, plot)
+    p = load_plan(plan_path_of(plan_opt, plan_pos, "a positional PLAN"))
+    sim_report(p, load_spec(spec), out, err, fmt.value, seed, requests, duration, trace, trace_format.value,
+               arrival_cv, plot)
 
 
 @app.command()
@@ -317,6 +334,8 @@ def bench(
     eager: Annotated[bool, typer.Option("--eager", help="On a GPU, time every call eagerly (host launch overhead "
                                                          "included) instead of short calls inside a CUDA graph.")]
     = False,
+    fmt: Annotated[TableOrJson, typer.Option("--format", help="table, or json (the files written, alone on "
+                                                              "stdout).")] = TableOrJson.table,
 ) -> None:
     """Microbenchmark GEMMs, attention, copies and all-reduce on this machine (needs trimtab[bench]).
 
@@ -326,6 +345,10 @@ def bench(
 
     path = run_bench(output, device.value, quick, log=lambda m: err.print(m, markup=False), dtype=dtype,
                      graph=not eager)
+    if fmt == TableOrJson.json:
+        written = [str(path), str(path.parent / "metadata.json")]
+        sys.stdout.write(json.dumps({"written": written}, indent=2) + "\n")
+        return
     out.print(f"wrote {path} and {path.parent / 'metadata.json'}", markup=False)
 
 
@@ -345,6 +368,9 @@ def calibrate(
     out_dir: Annotated[Path, typer.Option(
         "--out", help="Profile folder to write gpus/NAME.yaml into (--from aiconfigurator).")
     ] = Path("profiles-aiconfigurator"),
+    fmt: Annotated[TableOrJson, typer.Option(
+        "--format", help="table, or json (the fit errors per operation and the parameters, alone on "
+                         "stdout).")] = TableOrJson.table,
 ) -> None:
     """Fit a GPU profile's efficiency parameters to measurements by least squares; print the fit error per op.
 
@@ -356,7 +382,16 @@ def calibrate(
             raise InputError([Problem("--from", f"unknown source {source!r}; known: aiconfigurator")])
         from trimtab.field.calibrate_aic import calibrate_from_aiconfigurator, report_lines
 
-        for line in report_lines(calibrate_from_aiconfigurator(data, out_dir)):
+        cals = calibrate_from_aiconfigurator(data, out_dir)
+        if fmt == TableOrJson.json:
+            from trimtab.sim.metrics import clean
+
+            sys.stdout.write(json.dumps(clean({"profiles": [
+                {"gpu": c.gpu, "profile": c.profile, "written": str(c.output), "notes": c.notes,
+                 "fields": {f: {"before": c.before.get(f), "after": v} for f, v in c.values.items()},
+                 "no_table": list(c.missing)} for c in cals]}), indent=2) + "\n")
+            return
+        for line in report_lines(cals):
             out.print(line, markup=False)
         return
     if not folders or output is None:
@@ -365,6 +400,14 @@ def calibrate(
     from trimtab.field.calibrate import calibrate as do_calibrate, format_errors
 
     r = do_calibrate([str(f) for f in folders], output, base)
+    if fmt == TableOrJson.json:
+        from trimtab.sim.metrics import clean
+
+        sys.stdout.write(json.dumps(clean({
+            "profile": str(r.output), "params": dict(r.fit.params),
+            "errors": {op: {"rows": e.rows, "median_pct": e.median_pct, "p90_pct": e.p90_pct}
+                       for op, e in r.fit.errors.items()}}), indent=2) + "\n")
+        return
     for line in format_errors(r.fit):
         out.print(line, markup=False)
     out.print(f"profile written to {r.output}", markup=False)
@@ -398,8 +441,10 @@ def loadtest(
 
     if requests is not None and duration is not None:
         raise InputError([Problem("--requests/--duration", "give one of them, not both")])
-    res = run_loadtest(load_plan(plan_path), load_spec(spec), endpoint, requests=requests, duration_s=duration,
-                       rate_scale=rate_scale, seed=seed, timeout_s=timeout)
+    with steps(err, "loadtest") as say:
+        res = run_loadtest(load_plan(plan_path), load_spec(spec), endpoint, requests=requests,
+                           duration_s=duration, rate_scale=rate_scale, seed=seed, timeout_s=timeout,
+                           progress=say)
     if fmt is TableOrJson.json:
         sys.stdout.write(json.dumps(res.to_dict(), indent=2) + "\n")
     else:
@@ -408,8 +453,10 @@ def loadtest(
             out.print(f"note: {n}", markup=False)
         for f in res.failures():
             out.print(f"FAIL {f}", markup=False)
+        verdicts = {w.verdict for w in res.workloads.values()}
         out.print(f"sent {res.sent} requests in {res.wall_s:.1f} s; "
-                  + ("every workload met its SLO" if res.ok else "SLO missed"), markup=False)
+                  + ("every workload met its SLO" if res.ok else "SLO missed" if "missed" in verdicts
+                     else "insufficient requests to call every SLO met"), markup=False)
     if not res.ok:
         raise typer.Exit(int(ExitCode.CHECK_FAILED))
 
@@ -436,14 +483,17 @@ def explain(
     from trimtab.api import explain as do_explain, load_spec
 
     s = load_spec(spec)
-    e = do_explain(s, backend=solver.value if solver else None, time_limit_s=time_limit)
-    if e.feasible and not analytic:  # the cost a user will get: trimtab plan's, validated by simulation
-        from dataclasses import replace
+    with steps(err, f"explaining {s.name}") as say:
+        say("solving the cost model's problem and its relaxations")
+        e = do_explain(s, backend=solver.value if solver else None, time_limit_s=time_limit)
+        if e.feasible and not analytic:  # the cost a user will get: trimtab plan's, validated by simulation
+            from dataclasses import replace
 
-        from trimtab.api import plan as do_plan
+            from trimtab.api import plan as do_plan
 
-        r = do_plan(s, backend=solver.value if solver else None, time_limit_s=time_limit)
-        e = replace(e, validated_cost_usd_per_hour=r.plan.cost_usd_per_hour)
+            r = do_plan(s, backend=solver.value if solver else None, time_limit_s=time_limit,
+                        progress=lambda step: say(f"planning: {step}"))
+            e = replace(e, validated_cost_usd_per_hour=r.plan.cost_usd_per_hour)
     if fmt == TableOrJson.json:
         from dataclasses import asdict
 
@@ -497,8 +547,9 @@ def what_if(
         k, v = o.split("=", 1)
         parsed[k.strip()] = yaml.safe_load(v)
     s = load_spec(spec)
-    base = do_plan(s)
-    alt = do_what_if(s, parsed)
+    with steps(err, f"what-if {s.name}") as say:
+        base = do_plan(s, progress=lambda step: say(f"base plan: {step}"))
+        alt = do_what_if(s, parsed, progress=lambda step: say(f"changed plan: {step}"))
     lines = diff_plans(base.plan, alt.plan)
     if fmt == TableOrJson.json:
         from trimtab.contract.write import plan_to_data

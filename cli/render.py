@@ -105,5 +105,7 @@ def loadtest_table(res) -> Table:
         t.add_row(w.name, str(w.requests), str(w.errors), _ms(m["ttft_p50"]), _ms(m["ttft_p90"]), _ms_ci(m["ttft_pslo"], m["ttft_pslo_ci"]),
                   _ms(p.get("ttft_pslo")), _ms(s.get("ttft_pslo")), _ms(m["tpot_p50"]), _ms(m["tpot_p90"]),
                   _ms_ci(m["tpot_pslo"], m["tpot_pslo_ci"]), _ms(p.get("tpot_pslo")), _ms(s.get("tpot_pslo")), f"{m['attainment']:.1%}",
-                  f"{s['attainment']:.1%}" if s else "-", f"{w.target:.0%}", "yes" if w.passed else "NO")
+                  f"{s['attainment']:.1%}" if s else "-", f"{w.target:.0%}",
+                  {"met": "yes", "missed": "NO",
+                   "insufficient": f"insufficient (<{w.min_requests})"}[w.verdict])
     return t

@@ -9,12 +9,15 @@ from typing import Annotated, Optional
 
 import typer
 
-from trimtab.cli.common import Solver, TableOrJson, err, out
+from trimtab.cli.common import Solver, TableOrJson, err, out, plan_path, steps
 
 
 def replan_cmd(
-    current: Annotated[Path, typer.Option("--current", help="The running plan (written by trimtab plan).")],
     spec: Annotated[Path, typer.Option("--spec", help="The spec as it is now (rates, lengths, prices, GPUs).")],
+    plan_opt: Annotated[Optional[Path], typer.Option("--plan", help="The running plan (written by trimtab "
+                                                     "plan).")] = None,
+    current: Annotated[Optional[Path], typer.Option("--current", help="Deprecated spelling of "
+                                                                      "--plan.")] = None,
     max_moves: Annotated[Optional[int], typer.Option("--max-moves", min=0, help="At most this many replicas "
                                                      "started plus stopped.")] = None,
     fail: Annotated[Optional[list[str]], typer.Option("--fail", help="node=NAME (a node of the running plan's "
@@ -34,17 +37,19 @@ def replan_cmd(
     """Re-plan a running plan for the spec as it is now, with the fewest replica moves that pay; reports the
     moves and start-up cost next to a from-scratch plan's.
 
-    Example: trimtab replan --current plan.yaml --spec examples/quickstart.yaml --fail node=h100-sxm-0
+    Example: trimtab replan --plan plan.yaml --spec examples/quickstart.yaml --fail node=h100-sxm-0
     """
     from trimtab.api import load_spec
     from trimtab.gate.analytic import load_plan
     from trimtab.online.replan import count_moves, replan
     from trimtab.contract.write import emit
 
-    cur = load_plan(current)
+    cur = load_plan(plan_path(plan_opt, current, "--current"))
     s = load_spec(spec)
-    r = replan(cur, s, max_moves=max_moves, fail=list(fail or []), horizon_h=horizon, stop_usd=stop_usd,
-               backend=solver.value if solver else None, time_limit_s=time_limit, validate=not analytic)
+    with steps(err, "replan") as say:
+        r = replan(cur, s, max_moves=max_moves, fail=list(fail or []), horizon_h=horizon, stop_usd=stop_usd,
+                   backend=solver.value if solver else None, time_limit_s=time_limit, validate=not analytic,
+                   progress=say)
     if output is not None:
         output.write_text(emit(r.plan))
     rows = {"replan": (r.plan, r.moves, r.transition_usd), "from scratch": (r.fresh, r.fresh_moves,

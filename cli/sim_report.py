@@ -11,6 +11,7 @@ from pathlib import Path
 from rich.console import Console
 from rich.table import Table
 
+from trimtab.cli.common import steps
 from trimtab.sim.metrics import SimResult
 
 PROGRESS_MIN_REQUESTS = 50_000  # show a progress bar from this many simulated requests (on a terminal)
@@ -60,8 +61,16 @@ def summary_line(res: SimResult) -> str:
 
 @contextmanager
 def progress_bar(console: Console, requests: int | None):
-    """Yields a ``progress(fraction)`` callback (or None when the run is short or not on a terminal)."""
-    if not console.is_terminal or (requests is not None and requests < PROGRESS_MIN_REQUESTS):
+    """Yields a ``progress(fraction)`` callback for a bar on a terminal, or None: a short run, or not a
+    terminal (CI logs), where one line says the simulation started (``trimtab.cli.common.steps``). None keeps
+    the seeds running side by side (``trimtab.sim.validate.simulate_seeds`` runs them one after another to
+    drive a bar)."""
+    if not console.is_terminal:
+        with steps(console, "simulating") as say:
+            say(f"{requests:,} requests" if requests is not None else "the plan's requests")
+            yield None
+        return
+    if requests is not None and requests < PROGRESS_MIN_REQUESTS:
         yield None
         return
     from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn

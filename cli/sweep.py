@@ -3,12 +3,14 @@ when Ray is installed, or the robust plan over the scenarios (logic in ``trimtab
 docs/scale.md)."""
 from __future__ import annotations
 
+import json
+import sys
 from pathlib import Path
 from typing import Annotated, Optional
 
 import typer
 
-from trimtab.cli.common import Solver, err, out
+from trimtab.cli.common import Solver, TableOrJson, err, out
 from trimtab.errors import InputError, Problem
 
 
@@ -38,6 +40,9 @@ def sweep_cmd(
     time_limit: Annotated[Optional[float], typer.Option(min=0.01, help="Solver time limit per plan, seconds.")] = None,
     analytic: Annotated[bool, typer.Option("--analytic", help="Plan points with the cost model only (no "
                                                               "validation by simulation).")] = False,
+    fmt: Annotated[TableOrJson, typer.Option("--format", help="table, or json (the document alone on stdout: "
+                                                              "every point, or the robust choice and its "
+                                                              "plan).")] = TableOrJson.table,
 ) -> None:
     """Plan a spec over a grid of overrides or sampled traffic scenarios (Ray tasks when Ray is installed), or
     find a robust plan (--robust q --scenarios N).
@@ -73,20 +78,29 @@ def sweep_cmd(
                                     validate=not analytic, progress=progress)
     finally:
         ex.close()
+    js = fmt == TableOrJson.json
+    log = err if js else out  # under --format json stdout holds the document alone
     if robust is not None:
-        for line in robust_lines(r):
-            out.print(line, markup=False)
+        if js:
+            sys.stdout.write(json.dumps({"spec": s.name, "robust": r.to_dict()}, indent=2) + "\n")
+        else:
+            for line in robust_lines(r):
+                out.print(line, markup=False)
         if output is not None:
             from trimtab.contract.write import emit
 
             output.parent.mkdir(parents=True, exist_ok=True)
             output.write_text(emit(r.plan), encoding="utf-8")
-            out.print(f"plan written to {output}", markup=False)
+            log.print(f"plan written to {output}", markup=False)
         return
-    out.print(results_table(res, f"sweep of {s.name} ({ex.name}, {len(points)} points)"))
+    if js:
+        sys.stdout.write(json.dumps({"spec": s.name, "executor": ex.name,
+                                     "points": [x.to_dict(p) for x, p in zip(res, points)]}, indent=2) + "\n")
+    else:
+        out.print(results_table(res, f"sweep of {s.name} ({ex.name}, {len(points)} points)"))
     if csv_path is not None:
         write_csv(res, points, csv_path)
-        out.print(f"results written to {csv_path}", markup=False)
+        log.print(f"results written to {csv_path}", markup=False)
     if plot is not None:
         do_plot(res, points, plot, f"{s.name}: plan cost per point")
-        out.print(f"plot written to {plot}", markup=False)
+        log.print(f"plot written to {plot}", markup=False)

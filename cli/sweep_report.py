@@ -12,6 +12,7 @@ from pathlib import Path
 from rich.console import Console
 from rich.table import Table
 
+from trimtab.cli.common import steps
 from trimtab.study.sweep import Point, PointResult, RobustResult
 
 CSV_FIELDS = ("index", "label", "status", "cost_usd_per_hour", "gpus", "rounds", "validated", "checked",
@@ -20,10 +21,11 @@ CSV_FIELDS = ("index", "label", "status", "cost_usd_per_hour", "gpus", "rounds",
 
 @contextmanager
 def progress_bar(console: Console, what: str):
-    """Yields a ``progress(done, total)`` callback drawing a rich bar on ``console`` (stderr), or a no-op when
-    it is not a terminal (CI logs get the table only)."""
+    """Yields a ``progress(done, total)`` callback drawing a rich bar on ``console`` (stderr), or, when it is
+    not a terminal (CI logs), writing one line per point done (``trimtab.cli.common.steps``)."""
     if not console.is_terminal:
-        yield lambda done, total, label=what: None
+        with steps(console, what) as say:
+            yield lambda done, total, label=what: say(f"{label}: {done}/{total} done")
         return
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 

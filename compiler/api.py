@@ -32,13 +32,15 @@ from trimtab.spec.overrides import apply_overrides
 
 
 def plan(spec: Spec, *, backend: str | None = None, time_limit_s: float | None = None,
-         profiles: ProfileSet | None = None, validate: bool = True, seed: int = DEFAULT_SEED) -> PlanResult:
+         profiles: ProfileSet | None = None, validate: bool = True, seed: int = DEFAULT_SEED,
+         progress=None) -> PlanResult:
     """Cheapest deployment meeting every SLO. Raises InfeasibleError (exit 3) or NoSolutionError (exit 4).
 
     ``validate``: simulate each analytically sound plan (``trimtab.sim``) on PLAN_SEEDS seeds from ``seed``
     with the default request count, and re-solve with the deployments at fault derated while a workload's
     attainment is not shown to reach its target (lower 95 % bound; ``trimtab.sim.validate``). One driver
-    (``trimtab.planning.driver.drive``) for every spec; adapters and tenants get the LoRA planner."""
+    (``trimtab.planning.driver.drive``) for every spec; adapters and tenants get the LoRA planner.
+    ``progress``: called with each step's name as it starts (``drive``)."""
     t0 = time.perf_counter()
     profiles = profiles or load_profiles()
     ir = lower(spec, profiles)
@@ -46,20 +48,22 @@ def plan(spec: Spec, *, backend: str | None = None, time_limit_s: float | None =
         from trimtab.planning.schedule import SchedulePlanner
 
         sp = SchedulePlanner(spec, time_limit_s)
-        res = drive(sp, spec, ir, backend=backend, time_limit_s=time_limit_s, validate=validate, seed=seed, t0=t0)
+        res = drive(sp, spec, ir, backend=backend, time_limit_s=time_limit_s, validate=validate, seed=seed,
+                    t0=t0, progress=progress)
         return replace(res, plan=sp.with_windows_validated(res.plan))
     if ir.redundancy == "n+1":  # losing any one node keeps every SLO (compiler/planning/redundancy.py)
         from trimtab.planning.redundancy import RedundantPlanner
         from trimtab.ir.topology import build_topology
 
         return drive(RedundantPlanner(build_topology(spec, ir)), spec, ir, backend=backend,
-                     time_limit_s=time_limit_s, validate=validate, seed=seed, t0=t0, profiles=profiles)
+                     time_limit_s=time_limit_s, validate=validate, seed=seed, t0=t0, profiles=profiles,
+                     progress=progress)
     if ir.lora is not None:
         from trimtab.planning.lora import LoraPlanner as P
     else:
         from trimtab.planning.planners import UnifiedPlanner as P
     return drive(P(), spec, ir, backend=backend, time_limit_s=time_limit_s, validate=validate, seed=seed,
-                 t0=t0, profiles=profiles)
+                 t0=t0, profiles=profiles, progress=progress)
 
 
 def explain(spec: Spec, *, backend: str | None = None, time_limit_s: float | None = None,
@@ -107,7 +111,8 @@ def _explain_redundant(spec: Spec, ir, be, opts):
             "the binding analysis is of the same spec without n+1")
     if base.feasible:
         note += f" (whose cheapest plan costs {base.cost_usd_per_hour:.2f} $/h)"
-    return Explanation(True, binding=base.binding, cost_usd_per_hour=cost, notes=[note])
+    return Explanation(True, binding=base.binding, cost_usd_per_hour=cost, notes=[note],
+                       binding_base_usd_per_hour=base.cost_usd_per_hour)
 
 
 def check(plan: Plan, spec: Spec, *, analytic: bool = False, profiles: ProfileSet | None = None,

@@ -31,7 +31,7 @@ import numpy as np
 
 from trimtab.errors import InputError, Problem
 from trimtab.contract.schema import Plan
-from trimtab.sim.metrics import WARMUP, _q, clean, quantile_ci
+from trimtab.sim.metrics import WARMUP, _q, clean, min_requests, quantile_ci
 from trimtab.spec.schema import Spec
 
 DEFAULT_REQUESTS = 200
@@ -228,10 +228,22 @@ class WorkloadResult:
     predicted: dict  # plan's cost-model prediction at the SLO percentile (scaled rate: recomputed)
     simulated: dict  # the simulator on the same request stream
     length_mismatches: int  # requests whose reported prompt or completion tokens differ from the drawn lengths
+    min_requests: int = 0  # measured requests its percentile needs to be called met (metrics.min_requests)
+
+    @property
+    def verdict(self) -> str:
+        """missed (the measured attainment is below target, whatever the count), insufficient (at or above it,
+        but from fewer requests than the percentile needs: a p99 of 9 requests is their maximum, and says
+        nothing about the 99th percentile), or met."""
+        if self.requests > 0 and self.measured["attainment"] < self.target - 1e-12:
+            return "missed"
+        if self.requests == 0 or self.requests < self.min_requests:
+            return "insufficient"
+        return "met"
 
     @property
     def passed(self) -> bool:
-        return self.requests > 0 and self.measured["attainment"] >= self.target - 1e-12
+        return self.verdict == "met"
 
 
 @dataclass
@@ -252,7 +264,12 @@ class LoadtestResult:
     def failures(self) -> list[str]:
         out = []
         for w in self.workloads.values():
-            if not w.passed:
+            if w.verdict == "insufficient":
+                out.append(f"workload {w.name}: insufficient: {w.requests} measured request(s); a "
+                           f"p{w.target * 100:g} needs at least {w.min_requests} to be called met (below "
+                           "that its 95 % interval has no upper bound); send more with --requests or "
+                           "--duration")
+            elif not w.passed:
                 out.append(f"workload {w.name}: measured SLO attainment {w.measured['attainment']:.1%} < "
                            f"{w.target:.0%} (TTFT p{w.target * 100:g} {w.measured['ttft_pslo']:.0f} ms vs SLO "
                            f"{w.ttft_slo_ms:g}, TPOT p{w.target * 100:g} {w.measured['tpot_pslo']:.1f} ms vs SLO "
@@ -263,7 +280,8 @@ class LoadtestResult:
         return {"ok": self.ok, "seed": self.seed, "rate_scale": self.rate_scale, "sent": self.sent,
                 "wall_s": round(self.wall_s, 3), "late_s_p99": clean(self.late_s_p99), "notes": self.notes,
                 "workloads": {k: {"requests": w.requests, "completed": w.completed, "errors": w.errors,
-                                  "target": w.target, "slo_met": w.passed, "ttft_slo_ms": w.ttft_slo_ms,
+                                  "target": w.target, "slo_met": w.passed, "verdict": w.verdict,
+                                  "min_requests": w.min_requests, "ttft_slo_ms": w.ttft_slo_ms,
                                   "tpot_slo_ms": w.tpot_slo_ms, "measured": clean(w.measured),
                                   "predicted": clean(w.predicted), "simulated": clean(w.simulated),
                                   "length_mismatches": w.length_mismatches}
@@ -369,9 +387,11 @@ def _quantiles(x: np.ndarray, pct: float) -> dict:
 def run_loadtest(plan: Plan, spec: Spec, endpoint_values: list[str], *, requests: int | None = None,
                  duration_s: float | None = None, rate_scale: float = 1.0, seed: int = 0,
                  timeout_s: float = DEFAULT_TIMEOUT_S, model_names: dict[str, str] | None = None,
-                 simulate: bool = True) -> LoadtestResult:
+                 simulate: bool = True, progress=None) -> LoadtestResult:
     """Send the spec's traffic (rates x ``rate_scale``) to the endpoints and measure it; the same request stream
-    is simulated and the cost model re-evaluated at the scaled rate, for comparison."""
+    is simulated and the cost model re-evaluated at the scaled rate, for comparison. ``progress``: told each
+    step as it starts (a run can last minutes: ``--timeout`` defaults to 900 s)."""
+    say = progress or (lambda _: None)
     from trimtab.ir.lower import lower
     from trimtab.sim.engine import Simulation
     from trimtab.sim.metrics import summarise
@@ -417,11 +437,14 @@ def run_loadtest(plan: Plan, spec: Spec, endpoint_values: list[str], *, requests
         return await _drive(arrivals, dep_names, eps, models, vocab, seed, timeout_s)
 
     w0 = time.perf_counter()
+    span = float(arrivals.t[-1]) if len(arrivals.t) else 0.0
+    say(f"sending {int((arrivals.dep >= 0).sum())} requests over {span:.0f} s")
     outs, late = asyncio.run(main())
     wall = time.perf_counter() - w0
     pred = predicted_at(plan, s)
     simres = None
     if simulate:
+        say("simulating the same request stream")
         sim.run()
         simres = summarise(sim)
     t_last = float(arrivals.t[-1]) if len(arrivals.t) else 0.0
@@ -456,7 +479,8 @@ def run_loadtest(plan: Plan, spec: Spec, endpoint_values: list[str], *, requests
                     "tpot_pslo": st.tpot_at_target_ms}
         results[wl.name] = WorkloadResult(wl.name, len(idx), completed, errors, wl.percentile / 100.0,
                                           wl.ttft_s * 1e3, wl.tpot_s * 1e3, m,
-                                          {"ttft_pslo": p[0], "tpot_pslo": p[1]}, simd, mism)
+                                          {"ttft_pslo": p[0], "tpot_pslo": p[1]}, simd, mism,
+                                          min_requests(wl.percentile))
         samples[wl.name] = {"ttft_ms": (ttft * 1e3).tolist(), "tpot_ms": (tpot * 1e3).tolist()}
         if mism:
             notes.append(f"{wl.name}: {mism} request(s) reported prompt or completion token counts other than the "

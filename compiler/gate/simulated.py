@@ -5,8 +5,9 @@ Seeds default to ones the planner did not use (``trimtab.sim.validate.check_seed
 1000, past the plan's own). Per workload the runs are pooled into an attainment with one-sided 95 % bounds
 (batch means): the workload fails when the upper bound is below its percentile (the runs show a miss), is
 inconclusive when only the point estimate is below (a note; ``strict`` fails it, and also fails a workload
-whose lower bound is below target, which is what ``plan`` requires). Each failure line names the metric that
-misses and by how much (``WorkloadStats.failure``).
+whose lower bound is below target, which is what ``plan`` requires). Each failure line states the pooled
+attainment with its bounds, once, then the metric that misses in the worst seed and by how much
+(``SeedsResult.failure``).
 """
 from __future__ import annotations
 
@@ -39,10 +40,8 @@ def check_simulated(plan: Plan, spec: Spec, *, profiles: ProfileSet | None = Non
     notes = list(rep.notes) + [n for r in res.runs[:1] for n in r.notes]
     for name in res.intervals:
         v = res.verdict(name)
-        worst = min(res.runs, key=lambda r: r.workloads[name].attainment).workloads[name]
-        detail = worst.failure() if not worst.passed else f"workload {name}"
         if v == "fail" or (strict and not res.demonstrated(name)):
-            bad.append(f"{detail}; {res.describe(name)}")
+            bad.append(res.failure(name))
         elif v == "inconclusive":
             notes.append(f"workload {name}: below target within noise: {res.describe(name)}; run more seeds "
                          "(--seeds) to decide")

@@ -185,9 +185,9 @@ def add_move_rows(m: MilpModel, cands: CandidateSet, current: dict[str, int], st
         m.add_var(up, "continuous", 0.0, max(ub, 0.0))
         m.add_var(down, "continuous", 0.0, max(cur, 0.0))
         m.add(Constraint(f"move_start[{c.id}]", "move", ((n_var(c.id), 1.0), (up, -1.0)), "<=", cur,
-                         origin=SpecPath("--current", note="the running plan (trimtab replan)")))
+                         origin=SpecPath("--plan", note="the running plan (trimtab replan)")))
         m.add(Constraint(f"move_stop[{c.id}]", "move", ((n_var(c.id), -1.0), (down, -1.0)), "<=", -cur,
-                         origin=SpecPath("--current", note="the running plan (trimtab replan)")))
+                         origin=SpecPath("--plan", note="the running plan (trimtab replan)")))
         obj += [(up, start_usd.get(c.id, 0.0) + EPS_SWITCH), (down, stop_usd + EPS_SWITCH)]
         moves += [(up, 1.0), (down, 1.0)]
     if max_moves is not None:

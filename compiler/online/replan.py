@@ -166,8 +166,9 @@ def count_moves(moves: dict[str, tuple[int, int]]) -> int:
 
 def replan(current: Plan, spec, *, max_moves: int | None = None, fail: list[str] = (), horizon_h: float = HORIZON_H,
            stop_usd: float = 0.0, backend: str | None = None, time_limit_s: float | None = None,
-           validate: bool = True, seed: int = 0) -> ReplanResult:
-    """The re-plan and a from-scratch plan of the (failed) spec, with the moves each makes from ``current``."""
+           validate: bool = True, seed: int = 0, progress=None) -> ReplanResult:
+    """The re-plan and a from-scratch plan of the (failed) spec, with the moves each makes from ``current``.
+    ``progress``: told each planning step as it starts (``trimtab.planning.driver.drive``)."""
     from trimtab.api import plan as fresh_plan
     from trimtab.planning.driver import drive
     from trimtab.ir.lower import lower
@@ -187,8 +188,11 @@ def replan(current: Plan, spec, *, max_moves: int | None = None, fail: list[str]
     known = {c.id for c in cands.candidates + cands.disagg}
     planner.fixed_moves = sum(n for d, n in running.items() if d not in known)
     planner.candidates = lambda _ir: cands  # the driver asks again; same set
-    res = drive(planner, new_spec, ir, backend=backend, time_limit_s=time_limit_s, validate=validate, seed=seed)
-    fresh = fresh_plan(new_spec, backend=backend, time_limit_s=time_limit_s, validate=validate, seed=seed).plan
+    say = progress or (lambda _: None)
+    res = drive(planner, new_spec, ir, backend=backend, time_limit_s=time_limit_s, validate=validate,
+                seed=seed, progress=lambda step: say(f"re-plan: {step}"))
+    fresh = fresh_plan(new_spec, backend=backend, time_limit_s=time_limit_s, validate=validate, seed=seed,
+                       progress=lambda step: say(f"from scratch: {step}")).plan
     moves, fmoves = diff_moves(running, res.plan), diff_moves(running, fresh)
 
     def start_usd(p: Plan, mv) -> float:

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass, field, replace
-from typing import Any, Protocol
+from typing import Any, Callable, Protocol
 
 from trimtab.milp.assess import Assessment
 from trimtab.errors import InfeasibleError, NoSolutionError
@@ -79,7 +79,7 @@ class Planner(Protocol):
 @gc_paused()
 def drive(planner: Planner, spec, ir: ProblemIR, *, backend: str | None = None, time_limit_s: float | None = None,
           validate: bool = True, seed: int = 0, t0: float | None = None, profiles: Any = None,
-          runs: Any = None) -> PlanResult:
+          runs: Any = None, progress: Callable[[str], None] | None = None) -> PlanResult:
     """Cheapest plan meeting every SLO. Raises InfeasibleError (exit 3) or NoSolutionError (exit 4).
 
     Rounds: solve on the cost model's capacities; a plan over the speed-of-light bound (``trimtab.cost.physics``) is
@@ -104,15 +104,18 @@ def drive(planner: Planner, spec, ir: ProblemIR, *, backend: str | None = None, 
     corrections (each candidate at the lower factor): the simulated ones no longer wait a round behind the
     analytic ones. Each round's simulation takes the runs of deployments the last one already simulated with the
     same inputs (``trimtab.sim.reuse``; the same result as simulating them again). The whole drive runs with the
-    garbage collector paused (``trimtab.util.jobs.gc_paused``)."""
+    garbage collector paused (``trimtab.util.jobs.gc_paused``). ``progress``, when given, is told each step as
+    it starts (a few words: the CLI shows them on stderr, as planning can take minutes)."""
     from trimtab.cost.physics import breaches
     from trimtab.milp.extract import finish_plan
     from trimtab.sim import default_requests
     from trimtab.sim.reuse import RunCache
     from trimtab.sim.validate import validation_seeds
 
+    say = progress or (lambda _: None)
     t0 = time.perf_counter() if t0 is None else t0
     t1 = time.perf_counter()
+    say("building candidates")
     cands = planner.candidates(ir)
     t2 = time.perf_counter()
     problems = planner.precheck(ir, cands)
@@ -156,6 +159,7 @@ def drive(planner: Planner, spec, ir: ProblemIR, *, backend: str | None = None, 
             break  # one round past the limit: the probe's only
         left = opts.after(solve_s)
         solved_with = derate
+        say(f"round {rnd}: solving")
         res = planner.solve(ir, cands, derate, be, left)
         solve_s += res.seconds
         cheapest = min((c[4].objective for c in confirmed), default=None)
@@ -195,6 +199,7 @@ def drive(planner: Planner, spec, ir: ProblemIR, *, backend: str | None = None, 
             confirmed.append((plan_.cost_usd_per_hour, rnd, plan_, a, res, None))
             break  # (the simulator offers every workload's full rate; a goodput plan serves part of it)
         ts = time.perf_counter()
+        say(f"round {rnd}: simulating the plan on {len(seeds)} seed(s)")
         if own is not None:
             last_sim, derate = own(plan_, spec, ir, seeds, sim_requests, derate, fill)
         else:
@@ -266,6 +271,7 @@ def drive(planner: Planner, spec, ir: ProblemIR, *, backend: str | None = None, 
     ts = time.perf_counter()
     if extra:
         plan_, a = planner.build(ir, cands, res, rnd, warnings + extra)
+    say("placing replicas on nodes and final checks")
     plan_ = finish_plan(plan_, spec, ir, last_sim, sim_requests, sim_rounds)
     if missing:  # not a plan to deploy: the CLI writes it only with --allow-misses (PlanMissesError)
         plan_ = plan_.model_copy(update={"misses": missing})

@@ -135,6 +135,11 @@ class Explanation:
     cost_usd_per_hour: float | None = None  # the cost model's cheapest plan (analytic)
     validated_cost_usd_per_hour: float | None = None  # ``trimtab plan``'s (validated by simulation), when known
     notes: list[str] = field(default_factory=list)  # what the analysis covers and what it does not
+    # The cost every binding row's price is a difference against: a cost model's cheapest plan (this spec's,
+    # or without n+1 its relaxed spec's), because each relaxation is priced by one more cost-model solve
+    # (planning each with validation would take minutes apiece). In the JSON too, so that a script does not
+    # subtract a relaxation's price from the validated cost. None: cost_usd_per_hour.
+    binding_base_usd_per_hour: float | None = None
 
     def lines(self) -> list[str]:
         out = []
@@ -143,10 +148,17 @@ class Explanation:
                 out.append(f"feasible: trimtab plan's plan costs {self.validated_cost_usd_per_hour:.2f} $/h "
                            "(validated by simulation)")
                 out.append(f"analytic (cost model only, not validated): the cheapest plan costs "
-                           f"{self.cost_usd_per_hour:.2f} $/h; the binding analysis below compares such solves")
+                           f"{self.cost_usd_per_hour:.2f} $/h")
             else:
                 out.append(f"feasible (analytic: cost model only, not validated by simulation): the cheapest plan "
                            f"costs {self.cost_usd_per_hour:.2f} $/h")
+            if self.binding:
+                base = self.binding_base_usd_per_hour
+                base = self.cost_usd_per_hour if base is None else base
+                out.append(f"binding rows price each relaxation as the cost model's plan, against its "
+                           f"{base:.2f} $/h" + ("" if self.validated_cost_usd_per_hour is None else
+                                                f", not against the validated "
+                                                f"{self.validated_cost_usd_per_hour:.2f} $/h"))
             out += ["binding: " + b for b in self.binding] or ["binding: nothing (no GPU count, budget or SLO "
                                                                "limits the plan)"]
             return out + ["note: " + n for n in self.notes]
@@ -296,7 +308,8 @@ def _explain_feasible(ir: ProblemIR, cands: CandidateSet, backend: Backend, opti
         if r is None:
             return "no cheaper plan"
         new = r.objective or 0.0  # cost + EPS_GPU x GPUs (< 0.005 $/h)
-        return f"the plan would cost {new:.2f} $/h ({new - base:+.2f})" if new < base - 0.005 else "no cheaper plan"
+        return (f"the cost model's plan would cost {new:.2f} $/h ({new - base:+.2f})" if new < base - 0.005
+                else "no cheaper plan")
 
     for pool in ir.gpus:
         smallest = min((c.gpus for c in cands.candidates if c.gpu == pool.type), default=None)
@@ -320,5 +333,5 @@ def _explain_feasible(ir: ProblemIR, cands: CandidateSet, backend: Backend, opti
         if d != "no cheaper plan":
             binding.append(f"workloads[{w.index}] ({w.name}).slo: TTFT {w.slo.ttft_ms:g} ms, TPOT {w.slo.tpot_ms:g} ms; "
                            f"{slo_relax - 1:.0%} looser, {d}")
-    return Explanation(True, binding=binding, cost_usd_per_hour=base)
+    return Explanation(True, binding=binding, cost_usd_per_hour=base, binding_base_usd_per_hour=base)
 

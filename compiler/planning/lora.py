@@ -537,10 +537,10 @@ class LoraPlanner:
             key = con.origin.whatif
             alt = self._cost(_relaxed(ir, {key: more if more is None else int(more)}), backend, options)
             what = "no cheaper plan" if alt is None or alt >= base - 0.005 else \
-                f"the plan would cost {alt:.2f} $/h ({alt - base:+.2f})"
+                f"the cost model's plan would cost {alt:.2f} $/h ({alt - base:+.2f})"
             new = "without it" if more is None else f"with {int(more)}"
             binding.append(f"{con.origin}: {used:g} of {con.rhs:g} used; {new}, {what}")
-        return Explanation(True, binding=binding, cost_usd_per_hour=base)
+        return Explanation(True, binding=binding, cost_usd_per_hour=base, binding_base_usd_per_hour=base)
 
     def _cost(self, ir, backend, options) -> float | None:
         prob = self.candidates(ir)

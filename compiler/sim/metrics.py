@@ -61,6 +61,20 @@ def quantile_ci(x: np.ndarray, p: float, confidence: float = 0.95) -> tuple[floa
     return lo, hi
 
 
+def min_requests(p: float, confidence: float = 0.95) -> int:
+    """The fewest samples for which ``quantile_ci`` of the ``p``-th percentile has a finite upper bound: below
+    it, even if every sample met the SLO, the percentile itself could lie above any of them, so a percentile
+    of so few requests cannot be called met (368 for a p99, 36 for a p90, 6 for a p50, at 95 %). The upper
+    rank exists when P(all n samples below the percentile) = q^n <= (1 - confidence) / 2."""
+    q, a = p / 100.0, (1.0 - confidence) / 2.0
+    if q <= 0.0:
+        return 1
+    if q >= 1.0:
+        return 2**31 - 1  # a maximum is never bounded by samples
+    n = math.ceil(math.log(a) / math.log(q) - 1e-9)
+    return max(1, n)
+
+
 def _stats_ms(x: np.ndarray) -> dict[str, float]:
     fin = x[np.isfinite(x)]
     return {"mean": float(fin.mean() * 1e3) if len(fin) else math.nan,
@@ -100,26 +114,35 @@ class WorkloadStats:
         return self.requests > 0 and self.attainment >= self.target - 1e-12
 
     def failure(self) -> str:
-        """One line: the attainment against its target, then what misses: each metric over its SLO at the
-        percentile and by how much, or (a joint miss) the share of requests missing each metric."""
-        pct = f"p{self.target * 100:g}"
-        at = f"; deployment with most misses: {self.worst_deployment}" if self.worst_deployment else ""
-        att = f"SLO attainment {self.attainment:.2%} < {self.target:.0%}"
+        """One line: the attainment against its target, then what misses (``misses``)."""
         if self.requests == 0:
             return f"workload {self.name}: no request measured (simulate longer)"
-        if self.unserved and self.unserved >= (1 - self.attainment) * self.requests * 0.5:
-            return (f"workload {self.name}: {att}: {self.unserved} of {self.requests} requests unserved (no route, "
-                    f"longer than the KV cache or than the context window){at}")
+        return (f"workload {self.name}: SLO attainment {self.attainment:.2%} < {self.target:.0%}"
+                f"{'' if self._unserved_miss() else ' (simulated)'}: {self.misses()}")
+
+    def _unserved_miss(self) -> bool:
+        return bool(self.unserved) and self.unserved >= (1 - self.attainment) * self.requests * 0.5
+
+    def misses(self) -> str:
+        """What misses, without the attainment (a caller pooling several runs states its own, so that one line
+        carries one attainment): each metric over its SLO at the percentile and by how much, or (a joint miss)
+        the share of requests missing each metric, or the requests unserved; and the deployment with most
+        misses."""
+        pct = f"p{self.target * 100:g}"
+        at = f"; deployment with most misses: {self.worst_deployment}" if self.worst_deployment else ""
+        if self.requests == 0:
+            return "no request measured (simulate longer)"
+        if self._unserved_miss():
+            return (f"{self.unserved} of {self.requests} requests unserved (no route, longer than the KV "
+                    f"cache or than the context window){at}")
         over = [f"{m} {pct} {_fmt(v)} ms > SLO {slo:g} ms ({_excess(v, slo)})"
                 for m, v, slo in (("TTFT", self.ttft_at_target_ms, self.ttft_slo_ms),
                                   ("TPOT", self.tpot_at_target_ms, self.tpot_slo_ms)) if v > slo]
         if over:
-            what = " and ".join(over)
-        else:
-            what = (f"a joint miss: TTFT {pct} {_fmt(self.ttft_at_target_ms)} ms and TPOT {pct} "
-                    f"{_fmt(self.tpot_at_target_ms)} ms are each within SLO, but {self.ttft_miss:.2%} of requests "
-                    f"miss TTFT and {self.tpot_miss:.2%} miss TPOT")
-        return f"workload {self.name}: {att} (simulated): {what}{at}"
+            return " and ".join(over) + at
+        return (f"a joint miss: TTFT {pct} {_fmt(self.ttft_at_target_ms)} ms and TPOT {pct} "
+                f"{_fmt(self.tpot_at_target_ms)} ms are each within SLO, but {self.ttft_miss:.2%} of "
+                f"requests miss TTFT and {self.tpot_miss:.2%} miss TPOT{at}")
 
 
 def _excess(v: float, slo: float) -> str:

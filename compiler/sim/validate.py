@@ -192,15 +192,18 @@ class SeedsResult:
         return max(sorted(live), key=lambda d: live[d]) if live else ""
 
     def failures(self) -> list[str]:
-        """One line per workload the runs do not show meeting its SLO, with what misses in its worst run."""
-        out = []
-        for n in self.intervals:
-            if self.accepted(n):
-                continue
-            worst = min(self.runs_of(n), key=lambda r: r.workloads[n].attainment).workloads[n]
-            detail = worst.failure().split(": ", 1)[1] if not worst.passed else "every run at or above target"
-            out.append(f"workload {n}: {self.describe(n)}; worst seed: {detail}")
-        return out
+        """One line per workload the runs do not show meeting its SLO (``failure``)."""
+        return [self.failure(n) for n in self.intervals if not self.accepted(n)]
+
+    def failure(self, name: str) -> str:
+        """One line: the pooled attainment with its bounds (``describe``), the only attainment on the line,
+        then what misses in the worst run (``WorkloadStats.misses``: the metric over its SLO and by how
+        much)."""
+        runs = self.runs_of(name)
+        i = min(range(len(runs)), key=lambda k: runs[k].workloads[name].attainment)
+        worst = runs[i].workloads[name]
+        detail = worst.misses() if not worst.passed else "every run at or above target"
+        return f"workload {name}: {self.describe(name)}; worst seed ({runs[i].seed}): {detail}"
 
     def describe(self, name: str) -> str:
         iv, t = self.intervals[name], self.targets[name]

@@ -64,6 +64,19 @@ class PointResult:
     message: str = ""
     seconds: float = field(default=0.0, compare=False)
 
+    def to_dict(self, point: Point | None = None) -> dict:
+        """One point of ``trimtab sweep --format json``: the CSV's row, with its overrides and multipliers."""
+        from dataclasses import asdict
+
+        d = asdict(self)
+        d["seconds"] = round(self.seconds, 3)
+        d["min_attainment"] = min(self.attainment.values()) if self.attainment else None
+        if point is not None:
+            d["overrides"] = point.overrides
+            d["multipliers"] = {w: dict(zip(("rate", "output", "input"), m))
+                                for w, m in point.multipliers.items()}
+        return d
+
 
 # ---------------------------------------------------------------------------------------------- points
 
@@ -408,6 +421,18 @@ class RobustResult:
     @property
     def share(self) -> float:
         return self.passed / self.scenarios
+
+    def to_dict(self) -> dict:
+        """``trimtab sweep --robust --format json``: the choice, every candidate and the chosen plan."""
+        from dataclasses import asdict
+
+        from trimtab.contract.write import plan_to_data
+
+        return {"q": self.q, "scenarios": self.scenarios, "chosen_level": self.chosen_level,
+                "cost_usd_per_hour": self.plan.cost_usd_per_hour, "passed": self.passed, "share": self.share,
+                "mean_plan_cost_usd_per_hour": self.mean_plan.cost_usd_per_hour if self.mean_plan else None,
+                "mean_passed": self.mean_passed, "candidates": [asdict(c) for c in self.candidates],
+                "per_scenario": self.per_scenario, "plan": plan_to_data(self.plan)}
 
 
 def _quantile_overrides(spec: Spec, mults: list[dict[str, tuple[float, float, float]]], level: float) -> dict:

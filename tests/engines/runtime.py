@@ -160,3 +160,132 @@ def llmd(values: dict, secrets: dict | None = None) -> list[Proc]:
             out.append(Proc(f"{role}/{c.get('name', 'vllm')}", argv, env,
                             [p["containerPort"] for p in c.get("ports", [])], labels))
     return out
+
+
+# ---------------------------------------------------------------------------------------------- routing
+# Where one request goes, by each target's own routing objects (the tests/e2e run sends it there): each
+# function returns the processes that may receive it (the router picks one of them) and the port the request
+# is addressed to on that process, which its argv must listen on.
+
+def listen_port(p: Proc, default: int = 8000) -> int | None:
+    """The port a process's HTTP server listens on, from its argv (vLLM: ``--port``, default 8000; Dynamo's
+    frontend: ``--http-port``); None for a process that serves no HTTP (a Dynamo worker: it registers with the
+    frontend instead)."""
+    for flag in ("--port", "--http-port"):
+        for i, a in enumerate(p.argv):
+            if a == flag:
+                return int(p.argv[i + 1])
+            if a.startswith(flag + "="):
+                return int(a.split("=", 1)[1])
+    return default if p.argv[:2] == ["vllm", "serve"] else None
+
+
+@dataclass
+class Route:
+    """One request's way through a target: the processes that may receive it (``name -> Proc``) and the port
+    the last hop addresses on them."""
+
+    target: str
+    procs: dict[str, Proc]
+    port: int
+    hops: list[str] = field(default_factory=list)  # what was followed, for a failure message
+
+
+def route_compose(docs: dict[str, dict], workload_backends: set[str]) -> Route:
+    """compose has no router: a client sends to a published host port of a service that serves its workload
+    (``workload_backends``: the plan's deployment names, as service names ``<deployment>-r<replica>``)."""
+    procs, port, hops = {}, None, []
+    for fname, doc in docs.items():
+        for p in compose(doc):
+            svc = doc["services"][p.name]
+            if p.name.rsplit("-r", 1)[0] not in {b.replace(".", "-") for b in workload_backends}:
+                continue
+            for published in svc.get("ports", []):
+                host, container = published.split(":")[-2:]
+                hops.append(f"{fname}: {p.name} host {host} -> container {container}")
+                procs[p.name], port = p, int(container)
+    return Route("compose", procs, port, hops)
+
+
+def route_k8s(objs: list[dict], workload: str, prompt_tokens: int, secrets: dict | None = None) -> Route:
+    """Gateway API: the HTTPRoute whose rule matches ``x-trimtab-workload: <workload>``, its backendRefs
+    narrowed to the backends of the length rule (``trimtab-routes``) that holds ``prompt_tokens``, each a
+    Service whose port maps to a targetPort on the pods its selector picks."""
+    rule = next(r for o in objs if o["kind"] == "HTTPRoute" for r in o["spec"]["rules"]
+                if any(h == {"name": "x-trimtab-workload", "value": workload}
+                       for m in r.get("matches", []) for h in m.get("headers", [])))
+    table = next(o for o in objs if o["kind"] == "ConfigMap" and o["metadata"]["name"] == "trimtab-routes")
+    rules = _yaml_load(table["data"]["routes.yaml"])[workload]
+    length = next(r for r in rules if r["prompt_tokens_min"] <= prompt_tokens < r["prompt_tokens_below"])
+    allowed = {n for be in length["backends"] for k, n in be.items() if k != "weight"}
+    refs = [b for b in rule["backendRefs"] if b["name"] in allowed and b.get("weight", 1) > 0]
+    assert refs, (rule, length)
+    procs, hops, ports = {}, [], set()
+    by_name = k8s(objs, secrets)
+    for ref in refs:
+        svc = next(o for o in objs if o["kind"] == "Service" and o["metadata"]["name"] == ref["name"])
+        sp = next(p for p in svc["spec"]["ports"] if p["port"] == ref["port"])
+        target = sp.get("targetPort", sp["port"])
+        sel = svc["spec"]["selector"]
+        picked = [o["metadata"]["name"] for o in objs if o["kind"] == "Deployment"
+                  and all(o["spec"]["template"]["metadata"]["labels"].get(k) == v for k, v in sel.items())]
+        assert len(picked) == 1, (ref["name"], picked)  # picking another deployment's pods would mix them
+        p = by_name[picked[0]][0]
+        if isinstance(target, str):  # a named port
+            dep = next(o for o in objs if o["kind"] == "Deployment" and o["metadata"]["name"] == picked[0])
+            target = next(pp["containerPort"] for ct in dep["spec"]["template"]["spec"]["containers"]
+                          for pp in ct.get("ports", []) if pp.get("name") == target)
+        hops.append(f"HTTPRoute {workload} -> Service {ref['name']}:{ref['port']} -> {picked[0]}:{target}")
+        procs[picked[0]] = p
+        ports.add(int(target))
+    assert len(ports) == 1, ports
+    return Route("k8s", procs, ports.pop(), hops)
+
+
+def route_llmd(values: dict[str, dict], model_label: str, prompt_tokens: int,
+               secrets: dict | None = None) -> Route:
+    """llm-d: the InferencePool of the model (pods labelled ``llm-d.ai/inference-serving: "true"`` and
+    ``llm-d.ai/model``), the decode role (the endpoint picker's unified and decode pods), and the
+    context-length-aware filter (``llm-d.ai/context-length-range: min-max``, both ends included); the request
+    reaches the pod's ``routing.servicePort`` (vLLM's port without the P/D sidecar)."""
+    procs, hops, ports = {}, [], set()
+    for fname, v in values.items():
+        for p in llmd(v, secrets):
+            lab = p.labels
+            if lab.get("llm-d.ai/inference-serving") != "true" or lab.get("llm-d.ai/model") != model_label:
+                continue
+            if lab.get("llm-d.ai/role") != "decode":
+                continue
+            lo, hi = map(int, lab["llm-d.ai/context-length-range"].split("-"))
+            if not lo <= prompt_tokens <= hi:
+                continue
+            proxy = v["routing"].get("proxy", {})
+            # with the P/D sidecar on the service port, vLLM listens on its target port (llm-d's sidecar)
+            port = int(proxy["targetPort"] if proxy.get("enabled") else v["routing"]["servicePort"])
+            hops.append(f"{fname}: pool {model_label}, {lo}-{hi} admits {prompt_tokens} -> {p.name}:{port}")
+            procs[f"{fname}/{p.name}"] = p
+            ports.add(port)
+    assert len(ports) == 1, (ports, hops)
+    return Route("llm-d", procs, ports.pop(), hops)
+
+
+def route_dynamo(graph: dict, served_model: str, secrets: dict | None = None) -> tuple[Route, Proc]:
+    """Dynamo: the frontend (``--http-port``) takes the request and sends it to a worker registered for the
+    request's ``model`` (the worker's ``--served-model-name``). Returns the route to the workers and the
+    frontend."""
+    procs = dynamo(graph, secrets)
+    front = next(p for n, p in procs.items() if _component(graph, n)["type"] == "frontend")
+    workers = {n: p for n, p in procs.items() if _component(graph, n)["type"] in ("worker", "decode")
+               and f"--served-model-name={served_model}" in p.argv}
+    port = listen_port(front)
+    return Route("dynamo", workers, port, [f"frontend :{port} -> {sorted(workers)}"]), front
+
+
+def _component(graph: dict, name: str) -> dict:
+    return next(c for c in graph["spec"]["components"] if c["name"] == name)
+
+
+def _yaml_load(text: str):
+    import yaml
+
+    return yaml.safe_load(text)

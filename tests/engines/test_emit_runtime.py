@@ -158,3 +158,48 @@ def test_pooling_targets_say_what_they_merge(plan_of):
     for target in ("dynamo", "llm-d"):
         assert any("tenants" in w for w in render(plan, spec, target)[1]), target
     assert any("LoRA" in w for w in render(plan, spec, "dynamo")[1])  # adapters are not dropped silently
+
+
+@pytest.mark.parametrize("stem", ("quickstart", "multi-lora"))
+def test_every_targets_routing_reaches_a_process_listening_where_it_is_sent(plan_of, stem):
+    """The way tests/e2e/test_emit_runs.py sends its request, followed for every workload and length rule of
+    bigger plans: the k8s HTTPRoute and length table, llm-d's pool and context-length labels, Dynamo's
+    frontend and compose's published ports each end at engine processes listening on the port the last hop
+    addresses, and those processes are the deployments the plan routes that workload and length to."""
+    plan, _, spec = plan_of(stem)
+    files = render(plan, spec, "k8s")[0]
+    objs = [o for text in files.values() for o in yaml.safe_load_all(text)]
+    table = yaml.safe_load(next(o for o in objs if o["kind"] == "ConfigMap")["data"]["routes.yaml"])
+    llmd_values = {f: yaml.safe_load(t) for f, t in render(plan, spec, "llm-d")[0].items()}
+    graphs = [g for t in render(plan, spec, "dynamo")[0].values() for g in yaml.safe_load_all(t)]
+    compose_docs = {f: yaml.safe_load(t) for f, t in render(plan, spec, "compose")[0].items()
+                    if f.startswith("compose-")}
+    unified = {d.name.replace(".", "-"): d for d in plan.deployments if d.role == "unified"}  # object names
+    checked = 0
+    for w, rules in table.items():
+        for r in rules:
+            names = {be["service"] for be in r["backends"] if "service" in be}
+            if not names or not names <= set(unified):
+                continue
+            checked += 1
+            for tokens in (r["prompt_tokens_min"], r["prompt_tokens_below"] - 1):
+                route = runtime.route_k8s(objs, w, tokens)
+                assert set(route.procs) <= names and route.procs, (w, tokens, route.hops)
+                assert all(runtime.listen_port(p) == route.port for p in route.procs.values()), route.hops
+                label = unified[min(names)].model.replace(".", "-")
+                lr = runtime.route_llmd(llmd_values, label, tokens)
+                assert lr.procs and all(runtime.listen_port(p) == lr.port for p in lr.procs.values()), lr.hops
+                # the pool's filter admits this prompt on every pod it keeps: their engines take it
+                mml = [int(next(a for a in p.argv if a.startswith("--max-model-len=")).split("=")[1])
+                       for p in lr.procs.values()]
+                assert all(m > tokens for m in mml), lr.hops
+    assert checked >= len(table)  # every workload's rules were followed
+    for d in plan.deployments:
+        served = next(a.split("=", 1)[1] for a in d.command if a.startswith("--served-model-name="))
+        found = [runtime.route_dynamo(g, served) for g in graphs]
+        assert any(r.procs for r, _ in found), (d.name, served)
+        for r, front in found:
+            assert front.argv[:3] == ["python3", "-m", "dynamo.frontend"] and r.port == 8000
+        cr = runtime.route_compose(compose_docs, {d.name})
+        assert len(cr.procs) == d.replicas
+        assert all(runtime.listen_port(p) == cr.port for p in cr.procs.values())

@@ -34,9 +34,10 @@ def test_replan_json_and_bad_failure(tmp_path):
 
     p.write_text(emit(plan(load_spec(spec), validate=False).plan))
     spec.write_text(text.replace("rate_rps: 4", "rate_rps: 9"))
-    r = CliRunner().invoke(app, ["replan", "--current", str(p), "--spec", str(spec), "--analytic", "--format", "json"])
+    r = CliRunner().invoke(app, ["replan", "--plan", str(p), "--spec", str(spec), "--analytic",
+                                 "--format", "json"])
     assert r.exit_code == 0, r.output
-    data = json.loads(r.output)
+    data = json.loads(r.stdout)  # (progress goes to stderr)
     assert data["replan"]["moves"] >= 1 and data["replan"]["moves"] <= data["from_scratch"]["moves"]
-    r = CliRunner().invoke(app, ["replan", "--current", str(p), "--spec", str(spec), "--fail", "node=nope"])
+    r = CliRunner().invoke(app, ["replan", "--plan", str(p), "--spec", str(spec), "--fail", "node=nope"])
     assert r.exit_code == 1 and "no node 'nope'" in r.output and "Traceback" not in r.output

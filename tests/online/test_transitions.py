@@ -151,11 +151,12 @@ def test_cli_check_simulates_the_transitions(two, tmp_path):
     sf, pf = tmp_path / "two.yaml", tmp_path / "plan.yaml"
     sf.write_text(TINY.format(extra="").replace("[1, 4, 9, 2]", "[1, 6]"))
     pf.write_text(emit(p))
-    args = ["check", str(pf), "--spec", str(sf), "--seeds", "2", "--requests", "1500", "--format", "json"]
+    args = ["check", "--plan", str(pf), "--spec", str(sf), "--seeds", "2", "--requests", "1500",
+            "--format", "json"]
     late = CliRunner().invoke(app, args + ["--start-lead", "0"])
     assert late.exit_code == 5, late.output
-    data = json.loads(late.output)
+    data = json.loads(late.stdout)  # (progress goes to stderr)
     assert [t["window"] for t in data["transitions"]] == [1] and not data["transitions"][0]["ok"]
     assert data["transitions"][0]["ready_s"] == {TP1: pytest.approx(STARTUP_S, abs=0.1)}
     skipped = CliRunner().invoke(app, args + ["--start-lead", "0", "--no-transitions"])
-    assert json.loads(skipped.output)["transitions"] == []
+    assert json.loads(skipped.stdout)["transitions"] == []

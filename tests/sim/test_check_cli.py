@@ -35,9 +35,16 @@ def test_undersized_plan_fails_check_exit5(tmp_path):
     res = run("check", plan, "--spec", sp, "--requests", "1500")
     assert res.exit_code == ExitCode.CHECK_FAILED, res.output
     fails = [line for line in res.output.splitlines() if line.startswith("FAIL workload w:")]
-    assert len(fails) == 1 and "SLO attainment" in fails[0] and "most misses: d" in fails[0]
+    assert len(fails) == 1 and "most misses: d" in fails[0]
     # the metric that misses, by how much, and the attainment's bounds
     assert "TTFT p90" in fails[0] and "> SLO 1000 ms" in fails[0] and "95% bounds" in fails[0]
+    # One attainment on the line, the pooled one with its bounds, as the ok lines and the JSON give it (issue
+    # 36: the line printed the worst seed's attainment and then the pooled one, two numbers for one workload).
+    assert fails[0].count("attainment") == 1 and "worst seed (" in fails[0], fails[0]
+    pooled = json.loads(run("check", plan, "--spec", sp, "--requests", "1500", "--format", "json").stdout)
+    w = pooled["workloads"]["w"]
+    pooled_line = f"attainment {w['attainment']:.2%} (95% bounds {w['attainment_lower']:.2%}-"
+    assert pooled_line in fails[0], (fails[0], w)
     assert "check failed" in res.output
 
 
