@@ -16,9 +16,9 @@ simulated (each interval is advanced at once), so hours of traffic take seconds.
 Measured, per seed: false alarms (proposals, rate and length changes, SLOs at risk) over ``--stationary-h``
 hours at the planned rates, 15 s intervals; the intervals from a step of one workload's rate (x0.5, x1.3,
 x1.6, x2) to the proposal (the step half-way through an interval, counted from the end of that interval: 1 is
-the first scrape after the step); the intervals from an endpoint's death to the proposal (1: the first scrape after it). The
-spec is tests/online/test_replan.py's (8B workloads on h100-sxm and l40s; re-plans and checks by the cost
-model, ``analytic``, unless ``--simulated``).
+the first scrape after the step); the intervals from an endpoint's death to the proposal (1: the first scrape
+after it). The spec is tests/online/test_replan.py's (8B workloads on h100-sxm and l40s; re-plans and checks
+by the cost model, ``analytic``, unless ``--simulated``).
 """
 from __future__ import annotations
 
@@ -149,14 +149,18 @@ class Fleet:
                 e.stop()
 
 
-def setup(seed: int, out_dir: str, **kwargs):
-    """The test spec's plan, its fleet and a watcher on it, with a simulated clock."""
+def setup(seed: int, out_dir: str, overrides: dict | None = None, **kwargs):
+    """The test spec's plan, its fleet and a watcher on it, with a simulated clock; ``overrides`` (dotted
+    paths, as ``what_if``'s) change the spec first."""
     from tests.online.test_replan import SPEC
     from trimtab.api import plan as make_plan
     from trimtab.online.watch import Watcher, targets_for
     from trimtab.spec.load import load_spec
+    from trimtab.spec.overrides import apply_overrides
 
     spec = load_spec("small.yaml", text=SPEC)
+    if overrides:
+        spec = apply_overrides(spec, overrides)
     plan = make_plan(spec, validate=False).plan
     fleet = Fleet(plan, spec, seed)
     w = Watcher(plan, spec, targets_for(plan, fleet.metrics()), out_dir=out_dir,
