@@ -16,6 +16,7 @@ import typer
 
 from trimtab.cli.common import (Fmt, Solver, TableOrJson, TraceFormat, _expected_errors, err, misses_lines, out,
                                 plan_path as plan_path_of, process_seconds, refuse_misses, steps)
+from trimtab.cli.calibrate import bench_cmd, calibrate_cmd
 from trimtab.cli.emit import emit_cmd
 from trimtab.cli.replan import replan_cmd
 from trimtab.cli.watch import watch_cmd
@@ -318,101 +319,6 @@ def predict(
                   + (f"; extrapolates: {'; '.join(fid.extrapolation)}" if fid.extrapolation else ""), markup=False)
 
 
-class BenchDevice(str, Enum):
-    cpu = "cpu"
-    cuda = "cuda"
-
-
-@app.command()
-@_expected_errors
-def bench(
-    output: Annotated[Path, typer.Option("-o", "--output", help="Folder for bench.csv and metadata.json.")] = Path("bench-out"),
-    device: Annotated[BenchDevice, typer.Option(help="Where to run the microbenchmarks.")] = BenchDevice.cuda,
-    quick: Annotated[bool, typer.Option("--quick", help="Tiny sizes and few repeats (seconds; for CI).")] = False,
-    dtype: Annotated[str, typer.Option(help="GEMM/attention precision: auto (bf16 on a GPU, fp32 on a CPU), bf16 "
-                                            "(what vLLM's CPU engine runs on AVX512-BF16 CPUs) or fp32.")] = "auto",
-    eager: Annotated[bool, typer.Option("--eager", help="On a GPU, time every call eagerly (host launch overhead "
-                                                         "included) instead of short calls inside a CUDA graph.")]
-    = False,
-    fmt: Annotated[TableOrJson, typer.Option("--format", help="table, or json (the files written, alone on "
-                                                              "stdout).")] = TableOrJson.table,
-) -> None:
-    """Microbenchmark GEMMs, attention, copies and all-reduce on this machine (needs trimtab[bench]).
-
-    Example: trimtab bench --device cuda -o bench-out/
-    """
-    from trimtab.field.bench import run_bench
-
-    path = run_bench(output, device.value, quick, log=lambda m: err.print(m, markup=False), dtype=dtype,
-                     graph=not eager)
-    if fmt == TableOrJson.json:
-        written = [str(path), str(path.parent / "metadata.json")]
-        sys.stdout.write(json.dumps({"written": written}, indent=2) + "\n")
-        return
-    out.print(f"wrote {path} and {path.parent / 'metadata.json'}", markup=False)
-
-
-@app.command()
-@_expected_errors
-def calibrate(
-    folders: Annotated[Optional[list[Path]], typer.Argument(
-        metavar="DIR...", help="Folders of trimtab bench or Vidur CSVs.")] = None,
-    output: Annotated[Optional[Path], typer.Option(
-        "-o", "--output", help="GPU profile to write, e.g. profiles/gpus/NAME.yaml.")] = None,
-    base: Annotated[Optional[str], typer.Option(help="GPU profile (name or YAML path) whose spec-sheet peaks and other "
-                                                     "fields the fit starts from.")] = None,
-    source: Annotated[Optional[str], typer.Option(
-        "--from", help="'aiconfigurator': fit every GPU profile its vLLM kernel tables cover.")] = None,
-    data: Annotated[Optional[Path], typer.Option(
-        help="aiconfigurator's systems/data folder (default: the installed aiconfigurator_core's).")] = None,
-    out_dir: Annotated[Path, typer.Option(
-        "--out", help="Profile folder to write gpus/NAME.yaml into (--from aiconfigurator).")
-    ] = Path("profiles-aiconfigurator"),
-    fmt: Annotated[TableOrJson, typer.Option(
-        "--format", help="table, or json (the fit errors per operation and the parameters, alone on "
-                         "stdout).")] = TableOrJson.table,
-) -> None:
-    """Fit a GPU profile's efficiency parameters to measurements by least squares; print the fit error per op.
-
-    Example: trimtab calibrate bench-out/ --base h100-sxm -o profiles/gpus/my-h100.yaml
-    Example: trimtab calibrate --from aiconfigurator --out my-profiles/
-    """
-    if source is not None:
-        if source != "aiconfigurator":
-            raise InputError([Problem("--from", f"unknown source {source!r}; known: aiconfigurator")])
-        from trimtab.field.calibrate_aic import calibrate_from_aiconfigurator, report_lines
-
-        cals = calibrate_from_aiconfigurator(data, out_dir)
-        if fmt == TableOrJson.json:
-            from trimtab.sim.metrics import clean
-
-            sys.stdout.write(json.dumps(clean({"profiles": [
-                {"gpu": c.gpu, "profile": c.profile, "written": str(c.output), "notes": c.notes,
-                 "fields": {f: {"before": c.before.get(f), "after": v} for f, v in c.values.items()},
-                 "no_table": list(c.missing)} for c in cals]}), indent=2) + "\n")
-            return
-        for line in report_lines(cals):
-            out.print(line, markup=False)
-        return
-    if not folders or output is None:
-        raise InputError([Problem("DIR... / --output", "give measurement folders and -o, or --from "
-                                                       "aiconfigurator")])
-    from trimtab.field.calibrate import calibrate as do_calibrate, format_errors
-
-    r = do_calibrate([str(f) for f in folders], output, base)
-    if fmt == TableOrJson.json:
-        from trimtab.sim.metrics import clean
-
-        sys.stdout.write(json.dumps(clean({
-            "profile": str(r.output), "params": dict(r.fit.params),
-            "errors": {op: {"rows": e.rows, "median_pct": e.median_pct, "p90_pct": e.p90_pct}
-                       for op, e in r.fit.errors.items()}}), indent=2) + "\n")
-        return
-    for line in format_errors(r.fit):
-        out.print(line, markup=False)
-    out.print(f"profile written to {r.output}", markup=False)
-
-
 @app.command()
 @_expected_errors
 def loadtest(
@@ -516,6 +422,8 @@ def schema(which: Annotated[SchemaName, typer.Argument(help="spec or plan")]) ->
     sys.stdout.write(json.dumps(model.model_json_schema(), indent=2) + "\n")
 
 
+app.command("bench")(_expected_errors(bench_cmd))
+app.command("calibrate")(_expected_errors(calibrate_cmd))
 app.command("emit")(_expected_errors(emit_cmd))
 app.command("sweep")(_expected_errors(sweep_cmd))
 app.command("pareto")(_expected_errors(pareto_cmd))

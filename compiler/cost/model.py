@@ -130,7 +130,6 @@ class ReplicaModel(ReplicaRoles, ReplicaPredictions):
         embed = 2 * self.head_params if self.params > 2 * self.head_params + self.L * self.attn_params else self.head_params
         self.mlp_params = max((self.dense_params - embed) / self.L - self.attn_params, 0.0)  # dense MLP per layer
 
-    # ------------------------------------------------------------------ memory
     def plain(self, max_num_seqs: int) -> "ReplicaModel":
         """A plain replica of this shape (no KV tier, no adapters) with another batch limit."""
         return ReplicaModel(self.model, self.gpu, self.engine, self.tp, self.pp, self.dtype,
@@ -182,7 +181,6 @@ class ReplicaModel(ReplicaRoles, ReplicaPredictions):
             return 0.0
         return max(0.0, kv_tokens_used - self.memory.kv_cache_tokens) / kv_tokens_used
 
-    # ------------------------------------------------------------------ one engine step
     def _gemm_s(self, tokens: float, weight_bytes: float, flops: float, n_out: float, k_in: float,
                 kernels: float) -> float:
         """One group of GEMMs: roofline of (weights + activations) bytes vs FLOPs, plus fixed kernel time."""
@@ -352,7 +350,6 @@ class ReplicaModel(ReplicaRoles, ReplicaPredictions):
             t += self.iteration_s(decode_batch, decode_ctx, chunk, cached + i * chunk)
         return t + self.iteration_s(decode_batch, decode_ctx, last, cached + (n - 1) * chunk)
 
-    # ------------------------------------------------------------------ steady state under load
     def evaluate(self, classes: list[TrafficClass] | tuple[TrafficClass, ...], percentile: float = 99.0,
                  max_iter: int = 200, slo_ms: tuple[float, float] | None = None, b0: float = 0.0) -> ReplicaState:
         """Steady state of continuous batching with chunked prefill at the offered per-replica load.
@@ -480,13 +477,11 @@ class ReplicaModel(ReplicaRoles, ReplicaPredictions):
             return unstable(f"KV cache needs {kv_used:.0f} tokens > capacity {kv_cap}")
         if tier:  # (a tier holds the KV beyond HBM: its remote share is taken at the percentile)
             r = self.remote_share(kv_at_p(kv_used))
-        # async scheduling: a request waits out the step in flight (half a mean step on average) and the one
-        # formed before it came (a mean step) before the step that computes its prompt (sim/replica.py)
+        # async scheduling: waits out the step in flight (half a step) and one formed ahead (sim/replica.py)
         fe = self.request_overhead + 1.5 * tpot if self.engine.async_scheduling else self.request_overhead
         ttft = tuple(fe + wait_p + self.prefill_s(c.tail, b, ctx_dec, r, c.tail_cached)
                      + self.reload_s(c.tail_host_cached) for c in classes)
-        # Seats and KV at the percentile, the batch's own feedback included (decision mode: not where the TTFT
-        # already misses, which decides the same)
+        # Seats and KV at the percentile with the batch's own feedback (decision mode: not where TTFT misses)
         if not tier and percentile > 50 and b > 0 and (slo_ms is None or max(ttft) * 1e3 <= slo_ms[0]):
             def batch_map(x: float) -> float | None:  # f(x) = D x TPOT(x), as one pass of the loop above
                 if K - x < 1:
@@ -602,5 +597,3 @@ class ReplicaModel(ReplicaRoles, ReplicaPredictions):
         if known[0] == 0.0 and not ok(1e-9):
             return 0.0
         return bisect_max(ok, 0.0, hi, rel_tol)
-
-    # ------------------ P/D roles: ReplicaRoles; predict, static batch, open loop, burst: ReplicaPredictions

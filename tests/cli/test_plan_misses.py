@@ -10,12 +10,13 @@ from trimtab.cli.main import app
 from trimtab.errors import ExitCode
 
 # Llama-3.1-70B chat on at most six H100: the cost model's plan (six GPUs) misses TTFT p99 in simulation, and
-# the capacity the simulation asks for needs more GPUs than the spec offers, so the rounds end with the miss.
+# the capacity the simulation asks for needs more GPUs than the spec offers, so the rounds end with the miss
+# (with the measured H100 of issue 34: 4.5 rps plans and holds on six GPUs, 5.5 misses; 6 is infeasible).
 FORCED_MISS = {
     "version": 1, "name": "forced-miss", "objective": "min_cost",
     "gpus": [{"type": "h100-sxm", "count": 6, "usd_per_hour": 3.90}],
     "models": [{"name": "llama-3.1-70b"}],
-    "workloads": [{"name": "chat", "model": "llama-3.1-70b", "rate_rps": 4,
+    "workloads": [{"name": "chat", "model": "llama-3.1-70b", "rate_rps": 5.5,
                    "input_tokens": {"lognormal": {"median": 1000, "p99": 8000}},
                    "output_tokens": {"lognormal": {"median": 250, "p99": 1500}},
                    "slo": {"ttft_ms": 2000, "tpot_ms": 60, "percentile": 99}}],
