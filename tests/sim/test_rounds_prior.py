@@ -70,8 +70,8 @@ def first_simulated_round(spec, planner):
 
 
 def test_a_simulated_miss_corrects_every_candidate_of_the_workload():
-    """The quickstart with chat at 5 rps: the analytic plan still gives chat one tp4 H100 replica, which misses
-    in simulation (at 4 rps, since the H100 recalibration, the analytic plan passes as it is)."""
+    """The quickstart with chat at 5 rps: the analytic plan still gives chat one tp4 H100 replica, which
+    misses in simulation (at 4 rps, since the H100 recalibration, the analytic plan passes as it is)."""
     text = QUICKSTART.read_text()
     assert text.count("rate_rps: 4\n") == 1
     spec = load_spec("quickstart-chat5.yaml", text=text.replace("rate_rps: 4\n", "rate_rps: 5\n"))
