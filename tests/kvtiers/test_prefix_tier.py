@@ -146,8 +146,8 @@ def test_long_context_example_plans_the_host_tier_where_it_pays(long_plans):
     k = rag[0].kv
     assert k.offload_gib > 0 and not k.live and k.borrowed_gib == 0 and k.lent_gib == 0
     assert plan.prefix["rag"].hit_rate_planned[rag[0].name] == pytest.approx(0.8)
-    # HBM only: 8 GPUs for RAG (two TP4 replicas at 0.3 rps since the H100 recalibration), and what HBM alone
-    # holds of the prefixes is less than half the hit rate the host tier gives
+    # HBM only: 8 GPUs for RAG (one TP8 replica since the seat check counts the batch's own feedback, two TP4
+    # before), and what HBM alone holds of the prefixes is less than half the hit rate the host tier gives
     off_rag = [d for d in off.deployments if d.name.startswith("rag-")]
     assert sum(d.replicas * d.tensor_parallel for d in off_rag) == 8
     assert all(off.prefix["rag"].hit_rate_planned[d.name] < 0.4 for d in off_rag)
