@@ -154,11 +154,18 @@ def window_result(res: SolveResult, t: int) -> SolveResult:
     return replace(res, values={k[len(pre):]: v for k, v in res.values.items() if k.startswith(pre)})
 
 
-def switching(res: SolveResult, cands: CandidateSet, T: int) -> list[tuple[int, int]]:
-    """(started, stopped) replicas at the start of each window."""
+def switching(res: SolveResult, cands: CandidateSet, T: int, cyclic: bool = True) -> list[tuple[int, int]]:
+    """(started, stopped) replicas at the start of each window, from the replicas of consecutive windows (not
+    from up and down, which only tie terms bind: within the MIP gap they may hold phantom starts or stops).
+    Without a cycle, window 0 starts its whole fleet."""
     allc = cands.candidates + cands.disagg
-    return [(round(sum(res.values.get(up_var(t, c.id), 0.0) for c in allc)),
-             round(sum(res.values.get(down_var(t, c.id), 0.0) for c in allc))) for t in range(T)]
+    n = [{c.id: round(res.values.get(wvar(t, n_var(c.id)), 0.0)) for c in allc} for t in range(T)]
+    out = []
+    for t in range(T):
+        prev = n[(t - 1) % T] if (t > 0 or cyclic) else {c.id: 0 for c in allc}
+        out.append((sum(max(0, n[t][c.id] - prev[c.id]) for c in allc),
+                    sum(max(0, prev[c.id] - n[t][c.id]) for c in allc)))
+    return out
 
 
 def move_var(kind: str, cid: str) -> str:

@@ -107,7 +107,7 @@ class SchedulePlanner(UnifiedPlanner):
     def schedule_block(self, ir, cands, res, deps, per_window) -> PlanSchedule:
         s, wr = self.sched, self.wr
         st = self.startup_s(ir, cands)
-        sw = switching(res, cands, wr.n)
+        sw = switching(res, cands, wr.n, s.cyclic)
         windows = []
         total = 0.0
         start_usd = 0.0

@@ -193,7 +193,8 @@ def test_plans_with_reuse_are_the_plans_of_full_simulations(monkeypatch):
     from trimtab.contract.write import plan_to_data
 
     monkeypatch.setattr(trimtab.sim, "MAX_DEFAULT_REQUESTS", 20_000)  # keeps the test to seconds
-    name, text = family(parse_size("small"), 6, 0)[5]
+    # seed 15: two rounds, four runs reused (seed 5, the spec before the H100 refit, now passes in one round)
+    name, text = family(parse_size("small"), 1, 15)[0]
     spec = load_spec(f"{name}.yaml", text=text)
     reused = plan(spec)
     assert reused.rounds >= 2 and reused.sim_runs[0] > 0

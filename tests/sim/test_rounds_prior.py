@@ -70,9 +70,15 @@ def first_simulated_round(spec, planner):
 
 
 def test_a_simulated_miss_corrects_every_candidate_of_the_workload():
-    res, derate, peers = first_simulated_round(load_spec(QUICKSTART), UnifiedPlanner())
+    """The quickstart with chat at 5 rps: the analytic plan still gives chat one tp4 H100 replica, which
+    misses in simulation (at 4 rps, since the H100 recalibration, the analytic plan passes as it is)."""
+    text = QUICKSTART.read_text()
+    assert text.count("rate_rps: 4\n") == 1
+    spec = load_spec("quickstart-chat5.yaml", text=text.replace("rate_rps: 4\n", "rate_rps: 5\n"))
+    res, derate, peers = first_simulated_round(spec, UnifiedPlanner())
     missed = [n for n in res.intervals if not res.demonstrated(n)]
-    assert missed, "the analytic quickstart plan is expected to miss in simulation"
+    assert missed, "the analytic plan is expected to miss in simulation"
+    assert len(missed) < len(res.intervals)  # and a workload that passes keeps its capacities
     for n in missed:
         worst = res.worst_deployment(n)
         assert 0.5 < derate[worst] < 1.0
