@@ -81,6 +81,10 @@ def test_each_scaler_reads_its_own_pods_only(plan_of):
     import re
 
     plan, _, spec = plan_of("multi-lora")
+    # the case itself, whatever the example's plan is today: a deployment whose name extends another's
+    first = plan.deployments[0]
+    plan = plan.model_copy(update={"deployments": [*plan.deployments,
+                                                   first.model_copy(update={"name": f"{first.name}-l2"})]})
     objs = [o for text in emit(plan, spec, "k8s").files.values() for o in yaml.safe_load_all(text)]
     names = [o["metadata"]["name"] for o in objs if o["kind"] == "Deployment"]
     assert any(a != b and b.startswith(a) for a in names for b in names)
