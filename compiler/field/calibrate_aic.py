@@ -336,6 +336,26 @@ def calibrate_gpu(data: Path, gpu: str, base: dict, label: str, release: str = R
         prof[field_] = _q(value, src, nd)
         cal.values[field_] = prof[field_]["value"]
 
+    def allreduce(r, src: str, latency: tuple[str, int], bus: str, by_field: str, what: str, ref,
+                  by_ref) -> None:
+        """An all-reduce table's rows as the profile's ``latency`` (field, decimals) and ``bus`` fields under
+        source ``src``; where the joint fit misses a GPU count (``_misses_a_count``), one fit a count in
+        ``by_field`` under ``src``_n. ``ref(fit, per-count errors)`` and ``by_ref(fit)`` word the sources."""
+        f = fit_graph_allreduce(r)
+        per = ", ".join(f"{n} GPUs {f[f'median_pct_{n}']:.0f} %" for n in sorted(set(r["gpus"].astype(int))))
+        sources[src] = {"kind": "fit", "ref": ref(f, per)}
+        put(latency[0], f["latency_s"] * 1e6, src, latency[1])
+        put(bus, f["bus_bps"] / 1e9, src, 1)
+        cal.notes.append(f"{what}: {f['latency_s'] * 1e6:.2f} us + bytes / {f['bus_bps'] / 1e9:.1f} GB/s, "
+                         f"median error {f['median_pct']:.1f} % ({per})")
+        if _misses_a_count(f):
+            by = _by_count(r, f"{src}_n", cal)
+            sources[f"{src}_n"] = {"kind": "fit", "ref": by_ref(f)}
+            prof[by_field] = by
+            cal.before[by_field] = None
+            cal.values[by_field] = {n: (v["latency_us"]["value"], v["bus_gbps"]["value"])
+                                    for n, v in by.items()}
+
     gemm = find_table(data, gpu, "gemm", "gemm_perf.parquet", release=release)
     if gemm is not None:
         g = gemm_rows(gemm)
@@ -360,34 +380,25 @@ def calibrate_gpu(data: Path, gpu: str, base: dict, label: str, release: str = R
     ar = find_table(data, gpu, "comm", "custom_allreduce_perf.parquet", release=release)
     if ar is not None and len(allreduce_rows(ar)["t"]) >= 2:
         r = allreduce_rows(ar)
-        f = fit_graph_allreduce(r)
-        per = ", ".join(f"{n} GPUs {f[f'median_pct_{n}']:.0f} %" for n in sorted(set(r["gpus"].astype(int))))
-        sources["aic_custom_ar"] = {"kind": "fit", "ref": (
-            f"{label}, {ar.where(AR_ROWS + ', 2/4/8 GPUs, 128 - 8M elements (256 B - 16 MiB)', f['rows'])}"
-            f": least relative squares of t = latency + bytes x 2(n-1)/n / bus bandwidth; median error "
-            f"{f['median_pct']:.1f} % (p90 {f['p90_pct']:.0f} %; by GPU count: {per}); vLLM's "
-            f"tensor-parallel all-reduce inside a CUDA graph (message_size counts bf16 elements, 2 B each: "
-            f"aiconfigurator's collect_all_reduce.py) (trimtab calibrate --from aiconfigurator)")}
-        put("graph_allreduce_latency_us", f["latency_s"] * 1e6, "aic_custom_ar", 2)
-        put("graph_allreduce_bus_gbps", f["bus_bps"] / 1e9, "aic_custom_ar", 1)
-        cal.notes.append(f"custom all-reduce {ar.version}: {f['latency_s'] * 1e6:.2f} us + bytes / "
-                         f"{f['bus_bps'] / 1e9:.1f} GB/s, median error {f['median_pct']:.1f} % ({per})")
-        if _misses_a_count(f):
-            # Through a PCIe host's root complexes the bandwidth per GPU falls with the count, which the
-            # ring's 2(n-1)/n does not follow (NVLink GPUs: every count within 15 % of the joint fit): one
-            # fit a count.
-            by = _by_count(r, "aic_custom_ar_n", cal)
-            sources["aic_custom_ar_n"] = {"kind": "fit", "ref": (
-                f"{label}, {ar.where(AR_ROWS + ', messages 256 B - 16 MiB', f['rows'])}: the "
-                f"same least relative squares one GPU count at a time (the joint fit's median error "
-                f"{f['median_pct']:.0f} %, over {BY_COUNT_PCT:.0f} % at a count; vLLM itself runs its custom "
-                f"all-reduce on at most two PCIe GPUs and NCCL above, whose table (comm/nccl) gives times of "
-                f"the same order) "
-                f"(trimtab calibrate --from aiconfigurator)")}
-            prof["graph_allreduce_by_gpus"] = by
-            cal.before["graph_allreduce_by_gpus"] = None
-            cal.values["graph_allreduce_by_gpus"] = {n: (v["latency_us"]["value"], v["bus_gbps"]["value"])
-                                                     for n, v in by.items()}
+        allreduce(r, "aic_custom_ar", ("graph_allreduce_latency_us", 2), "graph_allreduce_bus_gbps",
+                  "graph_allreduce_by_gpus", f"custom all-reduce {ar.version}",
+                  lambda f, per: (
+                      f"{label}, "
+                      f"{ar.where(AR_ROWS + ', 2/4/8 GPUs, 128 - 8M elements (256 B - 16 MiB)', f['rows'])}: "
+                      f"least relative squares of t = latency + bytes x 2(n-1)/n / bus bandwidth; median "
+                      f"error {f['median_pct']:.1f} % (p90 {f['p90_pct']:.0f} %; by GPU count: {per}); "
+                      f"vLLM's "
+                      f"tensor-parallel all-reduce inside a CUDA graph (message_size counts bf16 elements, "
+                      f"2 B each: aiconfigurator's collect_all_reduce.py) (trimtab calibrate --from "
+                      f"aiconfigurator)"),
+                  # Through a PCIe host's root complexes the bandwidth per GPU falls with the count, which the
+                  # ring's 2(n-1)/n does not follow (NVLink GPUs: every count within 15 % of the joint fit)
+                  lambda f: (
+                      f"{label}, {ar.where(AR_ROWS + ', messages 256 B - 16 MiB', f['rows'])}: the "
+                      f"same least relative squares one GPU count at a time (the joint fit's median error "
+                      f"{f['median_pct']:.0f} %, over {BY_COUNT_PCT:.0f} % at a count; vLLM itself runs its "
+                      f"custom all-reduce on at most two PCIe GPUs and NCCL above, whose table (comm/nccl) "
+                      f"gives times of the same order) (trimtab calibrate --from aiconfigurator)"))
     else:
         cal.missing.append("custom all-reduce")
 
@@ -397,30 +408,20 @@ def calibrate_gpu(data: Path, gpu: str, base: dict, label: str, release: str = R
     ar_key = base["allreduce_latency_us"]["source"]  # replaced if assumed, or this command's own fit
     assumed = ar_key == "aic_nccl" or base.get("sources", {}).get(ar_key, {}).get("kind") == "assumption"
     if nccl is not None and assumed and len(nccl_rows(nccl)["t"]) >= 2:
-        r = nccl_rows(nccl)
-        f = fit_graph_allreduce(r)
-        per = ", ".join(f"{n} GPUs {f[f'median_pct_{n}']:.0f} %" for n in sorted(set(r["gpus"].astype(int))))
-        sources["aic_nccl"] = {"kind": "fit", "ref": (
-            f"{label}, {nccl.where('all_reduce, half, 2/4/8 GPUs', f['rows'])}: least relative squares of "
-            f"t = latency + bytes x 2(n-1)/n / bus bandwidth (message_size counts elements, 2 B each); "
-            f"median error {f['median_pct']:.1f} % (p90 {f['p90_pct']:.0f} %; by GPU count: {per}); NCCL "
-            f"{nccl.version}, the version aiconfigurator's systems/{gpu}.yaml names (trimtab calibrate "
-            f"--from aiconfigurator)")}
-        put("allreduce_latency_us", f["latency_s"] * 1e6, "aic_nccl", 1)
-        put("allreduce_bus_gbps", f["bus_bps"] / 1e9, "aic_nccl", 1)
-        cal.notes.append(f"NCCL all-reduce {nccl.version}: {f['latency_s'] * 1e6:.2f} us + bytes / "
-                         f"{f['bus_bps'] / 1e9:.1f} GB/s, median error {f['median_pct']:.1f} % ({per})")
-        if _misses_a_count(f):  # NCCL switches algorithms (ring, tree, NVLS) with the count: one fit each
-            by = _by_count(r, "aic_nccl_n", cal)
-            sources["aic_nccl_n"] = {"kind": "fit", "ref": (
-                f"{label}, {nccl.where('all_reduce, half', f['rows'])}: the same least relative squares one "
-                f"GPU count at a time (the joint fit's median error {f['median_pct']:.0f} %, over "
-                f"{BY_COUNT_PCT:.0f} % at a count) "
-                f"(trimtab calibrate --from aiconfigurator)")}
-            prof["allreduce_by_gpus"] = by
-            cal.before["allreduce_by_gpus"] = None
-            cal.values["allreduce_by_gpus"] = {n: (v["latency_us"]["value"], v["bus_gbps"]["value"])
-                                               for n, v in by.items()}
+        # NCCL switches algorithms (ring, tree, NVLS) with the count: one fit each where the joint one misses
+        allreduce(nccl_rows(nccl), "aic_nccl", ("allreduce_latency_us", 1), "allreduce_bus_gbps",
+                  "allreduce_by_gpus", f"NCCL all-reduce {nccl.version}",
+                  lambda f, per: (
+                      f"{label}, {nccl.where('all_reduce, half, 2/4/8 GPUs', f['rows'])}: least relative "
+                      f"squares of t = latency + bytes x 2(n-1)/n / bus bandwidth (message_size counts "
+                      f"elements, 2 B each); median error {f['median_pct']:.1f} % (p90 {f['p90_pct']:.0f} %; "
+                      f"by GPU count: {per}); NCCL {nccl.version}, the version aiconfigurator's "
+                      f"systems/{gpu}.yaml names (trimtab calibrate --from aiconfigurator)"),
+                  lambda f: (
+                      f"{label}, {nccl.where('all_reduce, half', f['rows'])}: the same least relative "
+                      f"squares one GPU count at a time (the joint fit's median error "
+                      f"{f['median_pct']:.0f} %, over {BY_COUNT_PCT:.0f} % at a count) (trimtab calibrate "
+                      f"--from aiconfigurator)"))
     elif nccl is None and assumed:
         cal.missing.append("nccl")
 
