@@ -252,8 +252,8 @@ def test_a_run_of_some_workloads_reports_them_exactly_as_the_whole_run():
 def test_planner_seeds_after_the_first_run_only_what_it_did_not_show_clearly(monkeypatch):
     """``simulate_seeds(fail_fast=True)`` (the planner): a workload the first seed shows ``clearly`` keeps that run;
     the other seeds run the rest (with their closure), and each is pooled over the runs that report it; those
-    pooled intervals are the ones every seed whole would give for them. (chat at p99.95 aims at 40,000 requests a
-    run, more than the capped run gives it: the runs of its own length, ``trimtab.sim.aim_counts``, are off here,
+    pooled intervals are the ones every seed whole would give for them. (chat at p99.8 aims at more requests a run
+    than the capped run gives it: the runs of its own length, ``trimtab.sim.aim_counts``, are off here,
     tests/sim/test_rare_runs.py tests them.)"""
     import yaml
 
@@ -266,11 +266,15 @@ def test_planner_seeds_after_the_first_run_only_what_it_did_not_show_clearly(mon
     from trimtab.sim import closure, default_requests
     from trimtab.sim.validate import clearly, combine, simulate_seeds
 
-    # The quickstart's golden plan with chat held to p99.95: at seed 0 every workload meets its SLO, chat without
-    # the margin ``clearly`` asks (its one-run bound is ~99.95 %), the other two clearly.
+    # The quickstart's golden plan with chat held to p99.8 and summarize's latencies loosened: at seed 0 every
+    # workload meets its SLO, chat without the margin ``clearly`` asks, the other two clearly (the golden plan
+    # of the measured profiles runs chat on one replica and summarize near its p90, so the percentile and the
+    # loosening are what put chat, and chat alone, between a miss and a clear pass).
     text = (ROOT / "examples" / "quickstart.yaml").read_text()
     text = text.replace("slo: {ttft_ms: 2000, tpot_ms: 60, percentile: 99}",
-                        "slo: {ttft_ms: 2000, tpot_ms: 60, percentile: 99.95}")
+                        "slo: {ttft_ms: 2000, tpot_ms: 60, percentile: 99.8}")
+    text = text.replace("slo: {ttft_ms: 3000, tpot_ms: 100, percentile: 90}",
+                        "slo: {ttft_ms: 6000, tpot_ms: 200, percentile: 90}")
     spec = load_spec("quickstart.yaml", text=text)
     p = Plan.model_validate(yaml.safe_load((ROOT / "tests" / "golden" / "quickstart.plan.yaml").read_text()))
     ir = lower(spec)

