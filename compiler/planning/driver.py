@@ -251,6 +251,7 @@ def drive(planner: Planner, spec, ir: ProblemIR, *, backend: str | None = None, 
     own = getattr(planner, "simulate", None)
     if confirmed and simulated and len(ir.gpus) > 1 and own is None and ir.redundancy != "n+1":
         ts = time.perf_counter()
+        say("planning each GPU type alone where it may be cheaper")
         single = single_types(planner, spec, ir, cands, be, opts, validate, seed,
                               min(c[0] for c in confirmed), solved_on, start, profiles, runs)
         seconds["single types"] = time.perf_counter() - ts
