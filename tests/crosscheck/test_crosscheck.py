@@ -118,7 +118,9 @@ SHAPE = {"adapters": lambda p: bool(p.adapter_routes),
          "pd": lambda p: {"prefill", "decode"} <= {d.role for d in p.deployments if d.replicas}}
 
 
-@pytest.mark.parametrize("name", sorted(REAL))
+# the adapter model takes CP-SAT ~40 s (a third of the quick suite's slowest minute): in the slow suite
+@pytest.mark.parametrize("name", [pytest.param(n, marks=pytest.mark.slow) if n == "adapters" else n
+                                  for n in sorted(REAL)])
 def test_backends_agree_and_verify(name):
     spec = load_spec(f"{name}.yaml", text=REAL[name])
     costs = {}
