@@ -64,3 +64,17 @@ def unit(name: str, gpu: str, tp: int, pp: int, replicas: int):
 
     return DeploymentSpecView(name=name, replicas=replicas, model="llama-3.1-8b", gpu=gpu, tp=tp, pp=pp,
                               dtype="bf16", max_num_seqs=256, max_batched_tokens=2048)
+
+
+def run_cli(*args):
+    """``trimtab ARGS`` in process (typer's runner), failing the test on a traceback or an unexpected exception;
+    the result keeps stdout and stderr apart."""
+    from typer.testing import CliRunner
+
+    from trimtab.cli.main import app
+
+    res = CliRunner().invoke(app, [str(a) for a in args])
+    assert "Traceback" not in res.output, res.output
+    if res.exception and not isinstance(res.exception, SystemExit):
+        raise res.exception
+    return res

@@ -10,21 +10,12 @@ from pathlib import Path
 
 import pytest
 import typer
-from typer.testing import CliRunner
 
 from trimtab.cli.main import app
 from trimtab.errors import ExitCode
-from tests.conftest import SMALL_SPEC
+from tests.conftest import SMALL_SPEC, run_cli
 
-runner = CliRunner()
-
-
-def run(*args):
-    res = runner.invoke(app, [str(a) for a in args])
-    assert "Traceback" not in res.output, res.output
-    if res.exception and not isinstance(res.exception, SystemExit):
-        raise res.exception
-    return res
+run = run_cli
 
 
 def _commands() -> dict[tuple[str, ...], object]:

@@ -4,22 +4,13 @@ from __future__ import annotations
 import json
 
 import yaml
-from typer.testing import CliRunner
 
-from trimtab.cli.main import app
 from trimtab.errors import ExitCode
 from trimtab.contract.write import emit
+from tests.conftest import run_cli
 from tests.sim.helpers import one_deployment_plan, write_spec
 
-runner = CliRunner()
-
-
-def run(*args):
-    res = runner.invoke(app, [str(a) for a in args])
-    assert "Traceback" not in res.output, res.output
-    if res.exception and not isinstance(res.exception, SystemExit):
-        raise res.exception
-    return res
+run = run_cli
 
 
 def _plan_file(tmp_path, spec_path, **kw):
