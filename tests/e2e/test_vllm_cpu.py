@@ -21,7 +21,6 @@ from __future__ import annotations
 import json
 import os
 import re
-import socket
 import sys
 
 import pytest
@@ -34,6 +33,7 @@ from benchmarks.engine_fidelity import (Server, calibrate_device, calibrate_engi
                                         plan_spec, write_case)
 from trimtab.cli.main import app  # noqa: E402
 from trimtab.profiles.loader import use_profile_dirs  # noqa: E402
+from tests.e2e.helpers import free_port  # noqa: E402
 
 START_TIMEOUT_S = 600
 LOAD_TIMEOUT_S = 300
@@ -45,11 +45,6 @@ TPOT_P90_MAX_RATIO = 3.0  # measured / predicted: the known gap is up to 2x (doc
 ATTAINMENT_TOL_POINTS = 15  # simulated vs measured
 OVERLOAD_PER_CORE = 2.0  # load average per core above which other jobs, not the engine, set the latencies
 
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 @pytest.fixture(scope="module")
@@ -65,10 +60,10 @@ def served(tmp_path_factory):
     try:
         spec_path, case = write_case(wd, "cpu", None, None, rate=0.5)
         spec, plan = plan_spec(spec_path)
-        calibrate_engine(wd, own, spec, plan, case, _free_port(), sys.executable, START_TIMEOUT_S)
+        calibrate_engine(wd, own, spec, plan, case, free_port(), sys.executable, START_TIMEOUT_S)
         assert (own / "engines" / f"{case['engine']}.yaml").is_file()
         spec, plan = plan_spec(spec_path)  # with the fitted engine profile
-        srv = Server(plan, wd, _free_port(), "cpu", sys.executable, START_TIMEOUT_S)
+        srv = Server(plan, wd, free_port(), "cpu", sys.executable, START_TIMEOUT_S)
         try:
             srv.__enter__()
             yield wd, spec, plan, srv

