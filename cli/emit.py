@@ -55,6 +55,10 @@ def emit_cmd(
     rdma_resource: Annotated[str | None, typer.Option(
         "--rdma-resource", help="Extended resource of an RDMA device, requested once by each prefill/decode "
                                 "pod (k8s, llm-d; e.g. rdma/ib); without it emit warns.")] = None,
+    pod_monitor: Annotated[bool, typer.Option(
+        "--pod-monitor", help="Also a PodMonitor (prometheus-operator, monitoring.coreos.com/v1) for the "
+                              "engine pods, which the operator's Prometheus scrapes instead of following the "
+                              "prometheus.io annotations (k8s).")] = False,
     plan_opt: Annotated[Path | None, typer.Option("--plan", help="Plan file written by trimtab "
                                                                  "plan.")] = None,
     plan_pos: Annotated[Path | None, typer.Argument(metavar="PLAN", help="Deprecated spelling of --plan.",
@@ -76,7 +80,8 @@ def emit_cmd(
     from trimtab.deploy.common import Cluster
 
     knobs = dict(namespace=namespace, image=image, storage_class=storage_class, access_mode=access_mode,
-                 prometheus=prometheus, gateway=gateway, rdma_resource=rdma_resource)
+                 prometheus=prometheus, gateway=gateway, rdma_resource=rdma_resource,
+                 pod_monitor=pod_monitor or None)
     cluster = Cluster(**{k: v for k, v in knobs.items() if v is not None})  # unset: Cluster's defaults
     path = plan_path(plan_opt, plan_pos, "a positional PLAN")
     plan = load_plan(path)

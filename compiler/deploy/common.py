@@ -47,6 +47,7 @@ class Cluster:
     prometheus: str = "http://prometheus-operated.monitoring.svc:9090"  # KEDA's Prometheus serverAddress
     gateway: str = "trimtab-gateway"  # the Gateway the HTTPRoutes attach to: NAME or NAMESPACE/NAME
     rdma_resource: str | None = None  # extended resource of an RDMA device, one per P/D pod (None: warn)
+    pod_monitor: bool = False  # also a prometheus-operator PodMonitor for the engine pods (k8s)
 
 
 @dataclass(frozen=True)

@@ -78,9 +78,19 @@ def _pod(b: Bundle, t: Target, argv, gpus: int, serving: bool) -> dict:
 def scrape_annotations(b: Bundle) -> dict:
     """Prometheus' pod discovery convention (the kubernetes-pods job of the Prometheus community chart):
     scrape the engine's /metrics, whose queue gauge the ScaledObject reads. prometheus-operator ignores
-    annotations: docs/deploy.md gives the PodMonitor that selects the same pods."""
+    annotations: ``--pod-monitor`` adds the PodMonitor that selects the same pods."""
     return {"prometheus.io/scrape": "true", "prometheus.io/port": str(PORT),
             "prometheus.io/path": b.engine["metrics_path"]}
+
+
+def pod_monitor(b: Bundle) -> dict:
+    """prometheus-operator's PodMonitor (monitoring.coreos.com/v1) for the engine pods (``--pod-monitor``):
+    the operator ignores the prometheus.io annotations, so without it KEDA's query has no series. It selects
+    every engine pod of the plan by the label they share and scrapes their named port ``http``."""
+    return {"apiVersion": "monitoring.coreos.com/v1", "kind": "PodMonitor",
+            "metadata": {"name": "trimtab-engines", "labels": {"app.kubernetes.io/name": APP}},
+            "spec": {"selector": {"matchLabels": {"app.kubernetes.io/name": APP}},
+                     "podMetricsEndpoints": [{"port": "http", "path": b.engine["metrics_path"]}]}}
 
 
 def _workload_object(b: Bundle, t: Target) -> dict:
@@ -105,12 +115,19 @@ def _workload_object(b: Bundle, t: Target) -> dict:
                                             "spec": _pod(b, t, _k8s_vars(t.launch.worker_command), per, False)}}}}
 
 
-def _service(t: Target) -> dict:
+def serving_selector(t: Target) -> dict:
+    """The labels of ``t``'s pods that serve HTTP (an LWS's leaders, not its headless workers): what its
+    Service and a P/D router select."""
     sel = dict(_labels(t))
     if t.facts.nodes_per_replica > 1:
         sel["trimtab.dev/node"] = "leader"
+    return sel
+
+
+def _service(t: Target) -> dict:
     return {"apiVersion": "v1", "kind": "Service", "metadata": {"name": t.name, "labels": _labels(t)},
-            "spec": {"selector": sel, "ports": [{"name": "http", "port": PORT, "targetPort": PORT}]}}
+            "spec": {"selector": serving_selector(t),
+                     "ports": [{"name": "http", "port": PORT, "targetPort": PORT}]}}
 
 
 def pod_pattern(t: Target) -> str:
@@ -166,9 +183,13 @@ def _cache_claim(b: Bundle) -> dict:
 def route_table(b: Bundle) -> dict:
     """The plan's routes as a router needs them: per workload, contiguous half-open prompt-length ranges from
     0 to the longest --max-model-len of its backends (``prompt_ranges``), each with its backends (a service,
-    or a prefill/decode pair) and their weights within the range."""
+    or a prefill/decode pair with the Service of its P/D router) and their weights within the range."""
+    routers = pd_routers(b)[1]
+
     def backend(be: tuple[str, ...]) -> dict:
-        return {"service": be[0]} if len(be) == 1 else {"prefill": be[0], "decode": be[1]}
+        if len(be) == 1:
+            return {"service": be[0]}
+        return {"prefill": be[0], "decode": be[1], **({"router": routers[be]} if be in routers else {})}
 
     out = {}
     for w, rules in prompt_ranges(b).items():
@@ -185,16 +206,25 @@ def gateway_ref(gateway: str) -> dict:
     return {"name": name, **({"namespace": ns} if ns else {})}
 
 
+def pd_routers(b: Bundle) -> tuple[list[dict], dict[tuple[str, str], str]]:
+    """The P/D routers' objects and each pair's router Service (``trimtab.deploy.pdrouter``)."""
+    from trimtab.deploy import pdrouter
+
+    return pdrouter.objects(b, serving_selector)
+
+
 def _http_routes(b: Bundle) -> list[dict]:
     """Gateway API HTTPRoutes: per workload (matched on a header), weighted backends summing the plan's shares
-    over its length buckets. Gateway API cannot match on prompt length or split P/D pairs: routes.yaml holds the
-    full table for a router that can (docs/deploy.md)."""
+    over its length buckets: a deployment's Service, or for a P/D pair its router's. Gateway API cannot match
+    on prompt length: routes.yaml holds the full table for a router that can (docs/deploy.md)."""
     names = {t.dep.name: t.name for t in b.targets}
+    routers = pd_routers(b)[1]
     shares: dict[str, dict[str, float]] = {}
     for r in b.plan.routes:
-        if r.deployment:
+        svc = names[r.deployment] if r.deployment else routers.get((names[r.prefill], names[r.decode]))
+        if svc is not None:
             ws = shares.setdefault(r.workload, {})
-            ws[names[r.deployment]] = ws.get(names[r.deployment], 0.0) + r.share
+            ws[svc] = ws.get(svc, 0.0) + r.share
     out = []
     for w, weights in sorted(shares.items()):
         refs = [{"name": s, "port": PORT, "weight": max(1, round(v * ROUTER_WEIGHT_SCALE))}
@@ -223,7 +253,9 @@ def manifests(b: Bundle) -> dict[str, list[dict]]:
         files[f"{t.name}.yaml"] = objs
     table = {"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "trimtab-routes"},
              "data": {"routes.yaml": dump_canonical(route_table(b))}}
-    files["router.yaml"] = [table, *_http_routes(b)]
+    files["router.yaml"] = [table, *pd_routers(b)[0], *_http_routes(b)]
+    if b.cluster.pod_monitor:
+        files["shared.yaml"].append(pod_monitor(b))
     if b.cluster.namespace:
         for objs in files.values():
             for o in objs:
@@ -232,7 +264,8 @@ def manifests(b: Bundle) -> dict[str, list[dict]]:
 
 
 def warnings(b: Bundle) -> list[str]:
-    return no_pd_router(b, "k8s") + network_kv(b) + image_warnings(b)
+    routed = "pd_router" in b.engine  # pdrouter emits one per pair
+    return ([] if routed else no_pd_router(b, "k8s")) + network_kv(b) + image_warnings(b)
 
 
 def prerequisites(b: Bundle) -> list[str]:
@@ -244,14 +277,21 @@ def prerequisites(b: Bundle) -> list[str]:
         out.append("the LeaderWorkerSet controller (lws, leaderworkerset.x-k8s.io/v1) for replicas spanning "
                    "nodes")
     if any(t.queue_threshold is not None for t in b.targets):
+        scrape = ("the PodMonitor trimtab-engines (prometheus-operator, monitoring.coreos.com/v1; its "
+                  "Prometheus' podMonitorSelector must select it)" if b.cluster.pod_monitor else
+                  "the prometheus.io annotations (or --pod-monitor with prometheus-operator)")
         out.append(f"KEDA (keda.sh/v1alpha1 ScaledObject) and Prometheus at {b.cluster.prometheus} "
-                   "(--prometheus) scraping the engine pods: the prometheus.io annotations, or a PodMonitor "
-                   "with prometheus-operator")
+                   f"(--prometheus) scraping the engine pods: {scrape}")
     if _http_routes(b):
         out.append(f"Gateway API CRDs and a Gateway {b.cluster.gateway} (--gateway) whose listeners admit "
                    "the HTTPRoutes; clients set the header x-trimtab-workload")
     if b.cluster.rdma_resource:
         out.append(f"an RDMA device plugin offering {b.cluster.rdma_resource} on the nodes of P/D pods")
-    if pd_workloads(b):
+    objs, routers = pd_routers(b)
+    if routers:
+        img = b.engine["pd_router"]["image"]["ref"]
+        out.append(f"the P/D routers' image {img} and RBAC rights to create a ServiceAccount, Role and "
+                   "RoleBinding (each router lists the pods of its prefill/decode pair)")
+    elif pd_workloads(b):
         out.append("a P/D router in front of the prefill/decode pairs (routes.yaml): none is emitted")
     return out

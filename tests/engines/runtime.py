@@ -27,6 +27,7 @@ TOKEN = "hf_test_token"
 SECRETS = {"hf-token": {"HF_TOKEN": TOKEN}}  # the documented secret (docs/deploy.md, "Secrets")
 HOST_ENV = {"HF_TOKEN": TOKEN}  # the documented compose invocation: HF_TOKEN=... docker compose up
 POD_IP = "10.1.2.3"
+NAMESPACE = "serving"  # the namespace `kubectl apply -n` puts an object without metadata.namespace in
 LWS_ENV = {"LWS_LEADER_ADDRESS": "leader.example", "LWS_WORKER_INDEX": "1"}
 
 
@@ -70,6 +71,8 @@ def _expand(s: str, env: dict) -> str:
 def _field(path: str, meta: dict) -> str:
     if path == "status.podIP":
         return POD_IP
+    if path == "metadata.namespace":  # the object's, else where kubectl -n put it
+        return meta.get("namespace", NAMESPACE)
     if path.startswith("metadata.labels['"):
         return meta.get("labels", {})[path[len("metadata.labels['"):-2]]
     raise AssertionError(f"fieldRef {path} not modelled")
@@ -117,9 +120,10 @@ def k8s(objs: list[dict], secrets: dict | None = None) -> dict[str, list[Proc]]:
     out = {}
     for o in objs:
         name = o["metadata"]["name"]
+        ns = {"namespace": o["metadata"].get("namespace", NAMESPACE)}
         if o["kind"] == "Deployment":
             t = o["spec"]["template"]
-            out[name] = pod(t["spec"], t["metadata"], secrets)
+            out[name] = pod(t["spec"], {**ns, **t["metadata"]}, secrets)
         elif o["kind"] == "LeaderWorkerSet":
             lw = o["spec"]["leaderWorkerTemplate"]
             for role, key, idx in (("leader", "leaderTemplate", "0"), ("worker", "workerTemplate", "1")):

@@ -12,7 +12,7 @@ import pytest
 import yaml
 
 from trimtab.deploy import render
-from trimtab.deploy.common import k8s_name
+from trimtab.deploy.common import Cluster, k8s_name
 
 kubernetes_validate = pytest.importorskip("kubernetes_validate")
 jsonschema = pytest.importorskip("jsonschema")
@@ -21,7 +21,8 @@ K8S_VERSION = "1.33.0"
 SCHEMAS = Path(__file__).resolve().parent / "schemas"
 CRDS = {("leaderworkerset.x-k8s.io/v1", "LeaderWorkerSet"): "leaderworkerset.x-k8s.io_v1.json",
         ("keda.sh/v1alpha1", "ScaledObject"): "keda.sh_scaledobject_v1alpha1.json",
-        ("gateway.networking.k8s.io/v1", "HTTPRoute"): "gateway.networking.k8s.io_httproute_v1.json"}
+        ("gateway.networking.k8s.io/v1", "HTTPRoute"): "gateway.networking.k8s.io_httproute_v1.json",
+        ("monitoring.coreos.com/v1", "PodMonitor"): "monitoring.coreos.com_podmonitor_v1.json"}
 
 
 def _pruned(obj, schema, path="") -> list[str]:
@@ -58,9 +59,13 @@ def validate(obj: dict) -> None:
         kubernetes_validate.validate(obj, K8S_VERSION, strict=True)
 
 
+MONITORED = Cluster(pod_monitor=True)  # every example with the optional PodMonitor too
+
+
 @pytest.fixture(scope="module")
 def bundles(example_plans, example_specs):
-    return {n: render(plan, example_specs[n], "k8s", allow_experimental=True) for n, (plan, _) in example_plans.items()}
+    return {n: render(plan, example_specs[n], "k8s", allow_experimental=True, cluster=MONITORED)
+            for n, (plan, _) in example_plans.items()}
 
 
 def test_every_manifest_of_every_example_validates(bundles):
@@ -71,7 +76,7 @@ def test_every_manifest_of_every_example_validates(bundles):
                 validate(obj)
                 kinds.add(obj["kind"])
     assert kinds >= {"Deployment", "LeaderWorkerSet", "Service", "ScaledObject", "HTTPRoute", "ConfigMap",
-                     "PersistentVolumeClaim"}
+                     "PersistentVolumeClaim", "PodMonitor", "ServiceAccount", "Role", "RoleBinding"}
 
 
 def test_validation_catches_a_mistake():
@@ -150,7 +155,7 @@ def test_router_weights_are_the_plan_shares(example_plans, bundles):
 
 def test_emit_is_byte_stable(example_plans, example_specs, bundles):
     plan, _ = example_plans["quickstart"]
-    assert render(plan, example_specs["quickstart"], "k8s")[0] == bundles["quickstart"][0]
+    assert render(plan, example_specs["quickstart"], "k8s", cluster=MONITORED)[0] == bundles["quickstart"][0]
 
 
 def test_emit_bytes_do_not_depend_on_the_hash_seed(example_plans, tmp_path):

@@ -12,6 +12,9 @@ from trimtab.deploy import render
 from trimtab.deploy.llmd import RANGE_LABEL
 
 
+NOT_ENGINES = ("weight", "router")
+
+
 def _max_model_len(argv: list[str]) -> int:
     return int(next(a.split("=", 1)[1] for a in argv if a.startswith("--max-model-len=")))
 
@@ -21,19 +24,21 @@ def test_every_prompt_length_has_exactly_one_rule(plan_of, stem):
     plan, _, spec = plan_of(stem)
     files, _ = render(plan, spec, "k8s")
     objs = [o for text in files.values() for o in yaml.safe_load_all(text)]
-    mml = {name: _max_model_len(ps[0].argv) for name, ps in runtime.k8s(objs).items()}
+    # the engines' (a P/D pair's router, the rule's "router", admits what its pair does)
+    mml = {name: _max_model_len(ps[0].argv) for name, ps in runtime.k8s(objs).items()
+           if ps[0].argv[:2] == ["vllm", "serve"]}
     table = yaml.safe_load(next(o for o in objs if o["kind"] == "ConfigMap"
                                 and o["metadata"]["name"] == "trimtab-routes")["data"]["routes.yaml"])
     assert set(table) == set(plan.buckets)
     for w, rules in table.items():
-        names = {n for r in rules for be in r["backends"] for k, n in be.items() if k != "weight"}
+        names = {n for r in rules for be in r["backends"] for k, n in be.items() if k not in NOT_ENGINES}
         top = max(mml[n] for n in names)
         cover = [0] * top
         for r in rules:
             assert abs(sum(be["weight"] for be in r["backends"]) - 1) < 1e-5
             for be in r["backends"]:
                 for k, n in be.items():
-                    if k != "weight":  # the engine admits prompts shorter than its --max-model-len
+                    if k not in NOT_ENGINES:  # the engine admits prompts shorter than its --max-model-len
                         assert mml[n] >= r["prompt_tokens_below"], (w, r, n, mml[n])
             for p in range(r["prompt_tokens_min"], r["prompt_tokens_below"]):
                 cover[p] += 1

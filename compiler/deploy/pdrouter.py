@@ -1,0 +1,94 @@
+"""P/D routers for ``--to k8s``: per prefill/decode pair of the plan, a Deployment and Service of the vLLM
+project's router (``vllm-router``, profiles/engine_flags.yaml ``pd_router``) in its NIXL P/D mode, which
+sends each request to a prefill pod (one token, ``kv_transfer_params.do_remote_decode``) and then to a decode
+pod with the prefiller's KV transfer parameters, so the decoder pulls the KV over NIXL. It finds the pods of
+the pair by Kubernetes service discovery (the same labels the pair's Services select), so replicas added by
+KEDA join without a restart; a ServiceAccount with a Role to read pods lets it.
+
+Entry point: ``objects(bundle, selector_of) -> (objects, {(prefill, decode): router service name})``; none
+for an engine without a P/D router in its profile (``emit`` then warns, ``common.no_pd_router``).
+"""
+from __future__ import annotations
+
+from trimtab.deploy.common import PORT, Bundle, Target, k8s_name
+
+ACCOUNT = "trimtab-pd-router"  # ServiceAccount, Role and RoleBinding shared by every router of a plan
+APP = "trimtab-pd-router"  # app.kubernetes.io/name of the router pods (the engine pods' is "trimtab")
+# The simulator (and so check) balances replicas within a deployment as a least-request pick of two sampled
+# replicas (docs/routing.md); the router's power_of_two is that pick, for each side.
+POLICY = "power_of_two"
+NAMESPACE_ENV = "POD_NAMESPACE"  # the router watches pods in its own namespace (downward API)
+
+
+def pairs(b: Bundle) -> list[tuple[Target, Target]]:
+    """The plan's distinct (prefill, decode) pairs, in name order."""
+    by_dep = {t.dep.name: t for t in b.targets}
+    seen = sorted({(r.prefill, r.decode) for r in b.plan.routes if r.prefill})
+    return [(by_dep[p], by_dep[d]) for p, d in seen]
+
+
+def router_name(prefill: Target, decode: Target) -> str:
+    return k8s_name(f"pd-{prefill.name}-{decode.name}")
+
+
+def router_args(b: Bundle, prefill_sel: dict, decode_sel: dict) -> list[str]:
+    """The router's arguments (after its program): P/D mode over NIXL, each side's pods by their labels."""
+    return ["--host", "0.0.0.0", "--port", str(b.engine["pd_router"]["port"]),
+            "--vllm-pd-disaggregation", "--kv-connector", "nixl",
+            "--service-discovery", "--service-discovery-namespace", f"$({NAMESPACE_ENV})",
+            "--service-discovery-port", str(PORT),
+            "--prefill-selector", *(f"{k}={v}" for k, v in sorted(prefill_sel.items())),
+            "--decode-selector", *(f"{k}={v}" for k, v in sorted(decode_sel.items())),
+            "--prefill-policy", POLICY, "--decode-policy", POLICY,
+            # its own metrics (port 29000) reachable from Prometheus, not only from inside the pod
+            "--prometheus-host", "0.0.0.0"]
+
+
+def _rbac(b: Bundle) -> list[dict]:
+    subject = {"kind": "ServiceAccount", "name": ACCOUNT}
+    if b.cluster.namespace:  # else the RoleBinding's own namespace, where kubectl -n puts both
+        subject["namespace"] = b.cluster.namespace
+    labels = {"app.kubernetes.io/name": APP}
+    return [{"apiVersion": "v1", "kind": "ServiceAccount", "metadata": {"name": ACCOUNT, "labels": labels}},
+            {"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "Role",
+             "metadata": {"name": ACCOUNT, "labels": labels},
+             "rules": [{"apiGroups": [""], "resources": ["pods"], "verbs": ["get", "list", "watch"]}]},
+            {"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "RoleBinding",
+             "metadata": {"name": ACCOUNT, "labels": labels},
+             "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": ACCOUNT},
+             "subjects": [subject]}]
+
+
+def _router(b: Bundle, name: str, args: list[str]) -> list[dict]:
+    pr = b.engine["pd_router"]
+    labels = {"app.kubernetes.io/name": APP, "app.kubernetes.io/instance": name}
+    c = {"name": "router", "image": pr["image"]["ref"], "command": list(pr["program"]), "args": args,
+         "env": [{"name": NAMESPACE_ENV, "valueFrom": {"fieldRef": {"fieldPath": "metadata.namespace"}}}],
+         "ports": [{"name": "http", "containerPort": pr["port"]}],
+         # a proxy that holds each request twice (prefill, then the decode stream): requests keep it off
+         # nodes with no CPU to spare, where it would add to every TTFT
+         "resources": {"requests": {"cpu": "1", "memory": "1Gi"}},
+         "readinessProbe": {"httpGet": {"path": pr["readiness_path"], "port": "http"}, "periodSeconds": 5},
+         "livenessProbe": {"httpGet": {"path": pr["liveness_path"], "port": "http"}, "periodSeconds": 10,
+                           "failureThreshold": 6}}
+    dep = {"apiVersion": "apps/v1", "kind": "Deployment", "metadata": {"name": name, "labels": labels},
+           "spec": {"replicas": 1, "selector": {"matchLabels": labels},
+                    "template": {"metadata": {"labels": labels},
+                                 "spec": {"serviceAccountName": ACCOUNT, "containers": [c]}}}}
+    svc = {"apiVersion": "v1", "kind": "Service", "metadata": {"name": name, "labels": labels},
+           "spec": {"selector": labels, "ports": [{"name": "http", "port": PORT, "targetPort": "http"}]}}
+    return [dep, svc]
+
+
+def objects(b: Bundle, selector_of) -> tuple[list[dict], dict[tuple[str, str], str]]:
+    """The routers of every P/D pair (``selector_of(target)``: the labels of its serving pods) with their
+    ServiceAccount and Role, and each pair's router Service name by (prefill, decode) target names."""
+    ps = pairs(b)
+    if not ps or "pd_router" not in b.engine:
+        return [], {}
+    objs, names = _rbac(b), {}
+    for p, d in ps:
+        name = router_name(p, d)
+        names[(p.name, d.name)] = name
+        objs += _router(b, name, router_args(b, selector_of(p), selector_of(d)))
+    return objs, names
