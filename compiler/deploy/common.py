@@ -299,38 +299,61 @@ def network_kv(b: Bundle) -> list[str]:
             "TTFT exceeds the plan's"]
 
 
-def pooled(b: Bundle, target: str, what: str, lengths: bool = True) -> list[str]:
-    """A target that puts every deployment of a model behind one router (``what``) merges what the plan keeps
-    apart: workers admitting shorter prompts than their peers receive prompts they reject, and a dedicated
-    tenant's deployment serves everyone."""
-    model_of = {t.dep.name: t.dep.model for t in b.targets}
-    served: dict[str, set[str]] = {}  # model -> workloads routed to it
-    for r in b.plan.routes:
-        served.setdefault(model_of[r.deployment or r.prefill], set()).add(r.workload)
-    by_model: dict[str, list[Target]] = {}
+def pools(b: Bundle, lengths: bool = True) -> dict[str, list[Target]]:
+    """The deployments a pooling target (Dynamo's frontend, llm-d's InferencePool) puts behind one router,
+    split so that none merges what the plan keeps apart: one pool per model and tenant set (a dedicated
+    tenant's replicas are its own), and with ``lengths`` (a router that cannot keep a prompt on the workers
+    that admit it) per ``--max-model-len`` too, so that no worker receives prompts it rejects (quickstart's
+    autocomplete workers admit 4,120 tokens, summarize's 6,199). A model with one pool keeps the model's name;
+    others add the context length (``-len4120``) and the tenants (``-acme``, ``-shared``)."""
+    groups: dict[tuple, list[Target]] = {}
     for t in b.targets:
-        by_model.setdefault(t.dep.model, []).append(t)
+        key = (t.dep.model, t.facts.context_tokens if lengths else 0, tuple(sorted(t.dep.tenants)))
+        groups.setdefault(key, []).append(t)
+    out: dict[str, list[Target]] = {}
+    for (model, ctx, tenants), ts in sorted(groups.items()):
+        peers = [k for k in groups if k[0] == model]
+        name = model
+        if len({k[1] for k in peers}) > 1:
+            name += f"-len{ctx}"
+        if len({k[2] for k in peers}) > 1:
+            name += "-" + ("-".join(tenants) or "shared")
+        out[k8s_name(name)] = ts
+    return out
+
+
+def pool_workloads(b: Bundle, ps: dict[str, list[Target]]) -> dict[str, dict[str, float]]:
+    """Per workload, the share of its planned requests each pool receives (the plan's routes)."""
+    pool_of = {t.dep.name: name for name, ts in ps.items() for t in ts}
+    out: dict[str, dict[str, float]] = {}
+    for r in b.plan.routes:
+        shares = out.setdefault(r.workload, {})
+        p = pool_of[r.deployment or r.decode]
+        shares[p] = shares.get(p, 0.0) + r.share
+    return {w: dict(sorted(v.items())) for w, v in sorted(out.items())}
+
+
+def split_workloads(b: Bundle, ps: dict[str, list[Target]], target: str, what: str) -> list[str]:
+    """Workloads the plan spreads over several pools: the target routes within a pool, so the split between
+    pools (by prompt length, ``routes.yaml`` of --to k8s) is the clients' or an upstream gateway's to make."""
     out = []
-    for model, ts in sorted(by_model.items()):
-        top = max(t.facts.context_tokens for t in ts)
-        for t in ts if lengths else ():  # lengths=False: the router keeps prompts on workers that admit them
-            c = t.facts.context_tokens
-            if c >= top:
-                continue
-            # share of each workload's requests in buckets whose prompts reach c: the most it may reject
-            reach = {w: sum(x.share for x in b.plan.buckets.get(w, ()) if x.input_tokens_max >= c)
-                     for w in sorted(served.get(model, ()))}
-            said = ", ".join(f"{w} up to {100 * v:.0f} %" for w, v in reach.items() if v > 0)
-            out.append(f"--to {target}: {what} of {model} spreads requests over all its workers, but "
-                       f"{t.name} admits prompts below {c} tokens (--max-model-len) and its peers below "
-                       f"{top}: it rejects longer prompts sent to it (HTTP 400)"
-                       + (f"; planned requests that long: {said}" if said else ""))
-        tenants = {tuple(sorted(t.dep.tenants)) for t in ts}
-        if len(tenants) > 1:
-            groups = "; ".join(", ".join(x) or "shared" for x in sorted(tenants))
-            out.append(f"--to {target}: {what} of {model} shares every worker among tenants that the plan "
-                       f"keeps apart ({groups}); emit --to k8s (one Service per deployment) to keep a "
-                       "dedicated tenant's replicas its own")
+    ranges = prompt_ranges(b)
+    for w, shares in pool_workloads(b, ps).items():
+        if len(shares) < 2:
+            continue
+        pool_of = {t.name: name for name, ts in ps.items() for t in ts}
+        runs: list[list] = []  # consecutive rules sending to the same pools, merged
+        for r in ranges.get(w, ()):
+            to = ", ".join(sorted({pool_of[be[-1]] for be in r.backends}))
+            if runs and runs[-1][2] == to:
+                runs[-1][1] = r.hi
+            else:
+                runs.append([r.lo, r.hi, to])
+        rules = "; ".join(f"{lo}-{hi - 1} tokens to {to}" for lo, hi, to in runs)
+        said = ", ".join(f"{p} {100 * v:.0f} %" for p, v in shares.items())
+        out.append(f"--to {target}: workload {w} is planned over {len(shares)} {what}s ({said}), which "
+                   f"route only within themselves: send its prompts by length ({rules}) from the client or "
+                   "an upstream gateway, or emit --to k8s (routes.yaml)")
     return out
 
 

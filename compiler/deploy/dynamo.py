@@ -13,7 +13,8 @@ check that structure and parse the worker arguments with vLLM's engine parser, n
 """
 from __future__ import annotations
 
-from trimtab.deploy.common import HF_SECRET, Bundle, gpu_prerequisite, k8s_name, pooled, secret_prerequisite
+from trimtab.deploy.common import (HF_SECRET, Bundle, gpu_prerequisite, pool_workloads, pools, secret_prerequisite,
+                                    split_workloads)
 from trimtab.engines.base import flag_table
 from trimtab.errors import InputError, Problem
 
@@ -48,8 +49,9 @@ def manifests(b: Bundle) -> dict[str, list[dict]]:
         raise InputError([Problem("defaults.engine", f"--to dynamo is written for vLLM workers; this plan's engine "
                                   f"is {b.ir.engine.name} (use --to k8s)")], "spec")
     graphs: dict[str, list[dict]] = {}
-    for t in b.targets:
-        comps = graphs.setdefault(t.dep.model, [{
+    targets = [(g, t) for g, ts in pools(b).items() for t in ts]
+    for g, t in targets:
+        comps = graphs.setdefault(g, [{
             "name": "Frontend", "type": "frontend", "replicas": 1, "podTemplate": {"spec": {"containers": [
                 _container(b, ["python3", "-m", "dynamo.frontend"], ["--http-port", "8000"])]}}}])
         main = _container(b, ["python3", "-m", "dynamo.vllm"],
@@ -64,20 +66,37 @@ def manifests(b: Bundle) -> dict[str, list[dict]]:
             comp["multinode"] = {"nodeCount": t.facts.nodes_per_replica}
         comps.append(comp)
     meta = {"namespace": b.cluster.namespace} if b.cluster.namespace else {}
-    return {f"dynamo-{k8s_name(m)}.yaml": [{
+    served = _served(b)
+    return {f"dynamo-{g}.yaml": [{
         "apiVersion": "nvidia.com/v1beta1", "kind": "DynamoGraphDeployment",
-        "metadata": {"name": k8s_name(m), **meta}, "spec": {"components": comps}}]
-        for m, comps in sorted(graphs.items())}
+        # which workloads the plan sends here: a client (or gateway) picks the graph's frontend by it
+        "metadata": {"name": g, **meta, "annotations": {WORKLOADS: ",".join(served.get(g, []))}},
+        "spec": {"components": comps}}]
+        for g, comps in sorted(graphs.items())}
+
+
+WORKLOADS = "trimtab.dev/workloads"
+
+
+def _served(b: Bundle) -> dict[str, list[str]]:
+    out: dict[str, list[str]] = {}
+    for w, shares in pool_workloads(b, pools(b)).items():
+        for g in shares:
+            out.setdefault(g, []).append(w)
+    return out
 
 
 def warnings(b: Bundle) -> list[str]:
     lora = sorted(t.name for t in b.targets if t.facts.adapters)
     dropped = [f"--to dynamo: {', '.join(lora)} serve LoRA adapters, whose --lora-modules Dynamo does not "
                "take: load them through Dynamo's LoRA API (docs/deploy.md) or emit --to k8s"] if lora else []
-    return pooled(b, "dynamo", "the Dynamo frontend") + dropped
+    return split_workloads(b, pools(b), "dynamo", "graph") + dropped
 
 
 def prerequisites(b: Bundle) -> list[str]:
+    sends = "; ".join(f"{w} to {', '.join(shares)}" for w, shares in pool_workloads(b, pools(b)).items())
     return [gpu_prerequisite(b), secret_prerequisite(b),
             "the Dynamo Kubernetes platform (operator and CRDs serving nvidia.com/v1beta1 "
-            "DynamoGraphDeployment) watching the namespace"]
+            "DynamoGraphDeployment) watching the namespace",
+            "clients (or a gateway) sending each workload to the frontend of its graph (annotation "
+            f"{WORKLOADS}): {sends}"]

@@ -14,9 +14,9 @@ from __future__ import annotations
 
 import math
 
-from trimtab.deploy.common import (GIB, HF_SECRET, PORT, Bundle, Target, engine_process, k8s_name, network_kv,
-                                    pooled, served_spans, side_channel, side_channel_env,
-                                    gpu_prerequisite, image_warnings, secret_prerequisite)
+from trimtab.deploy.common import (GIB, HF_SECRET, PORT, Bundle, Target, engine_process, network_kv,
+                                    pool_workloads, pools, served_spans, side_channel, side_channel_env,
+                                    split_workloads, gpu_prerequisite, image_warnings, secret_prerequisite)
 from trimtab.engines.base import flag_table
 from trimtab.errors import InputError, Problem
 
@@ -25,6 +25,7 @@ CONNECTOR = "nixlv2"  # the routing sidecar's NIXL connector (chart default)
 # llm-d's context-length-aware scorer reads this pod label, "min-max" with both ends included (llm-d
 # inference scheduler, plugin context-length-aware: parseContextRanges, matchesAnyRange)
 RANGE_LABEL = "llm-d.ai/context-length-range"
+POOL_LABEL = "llm-d.ai/model"  # what each InferencePool selects: one pool per value
 
 
 def _container(b: Bundle, t: Target, port: int) -> dict:
@@ -63,6 +64,8 @@ def values(b: Bundle) -> dict[str, dict]:
     if spans:
         raise InputError(spans, "plan")
     spans = served_spans(b)
+    # one InferencePool per model and tenant set (common.pools; lengths: the context-length-range labels)
+    pool_of = {t.name: name for name, ts in pools(b, lengths=False).items() for t in ts}
     out = {}
     for t in b.targets:
         ident = t.facts.model
@@ -74,7 +77,7 @@ def values(b: Bundle) -> dict[str, dict]:
                                "size": f"{math.ceil(t.weight_bytes / GIB) + 10}Gi",
                                "authSecretName": HF_SECRET,
                                "labels": {"llm-d.ai/inference-serving": "true",
-                                          "llm-d.ai/model": k8s_name(t.dep.model),
+                                          POOL_LABEL: pool_of[t.name],
                                           RANGE_LABEL: f"{lo}-{hi - 1}"}},
             "multinode": False,
             "routing": {"servicePort": PORT, "proxy": {"enabled": sidecar, "targetPort": PROXY_PORT,
@@ -89,7 +92,8 @@ def values(b: Bundle) -> dict[str, dict]:
 
 def warnings(b: Bundle) -> list[str]:
     # lengths: each pod's context-length-range label keeps prompts on pods that admit them
-    return pooled(b, "llm-d", "the InferencePool", lengths=False) + network_kv(b) + image_warnings(b)
+    return (split_workloads(b, pools(b, lengths=False), "llm-d", "InferencePool") + network_kv(b)
+            + image_warnings(b))
 
 
 def prerequisites(b: Bundle) -> list[str]:
@@ -97,9 +101,11 @@ def prerequisites(b: Bundle) -> list[str]:
     out = [gpu_prerequisite(b), secret_prerequisite(b),
            f"helm and the llm-d-modelservice chart v0.4.x: helm install <name> llm-d-modelservice/"
            f"llm-d-modelservice{ns} -f <file> per values file",
-           "llm-d's infrastructure: a Gateway and one InferencePool per model selecting llm-d.ai/model, its "
-           f"endpoint picker with the context-length-aware plugin (label {RANGE_LABEL}, enableFiltering: "
-           "true)"]
+           f"llm-d's infrastructure: a Gateway and one InferencePool per value of {POOL_LABEL} "
+           f"({', '.join(pools(b, lengths=False))}), each with its endpoint picker and the context-length-aware "
+           f"plugin (label {RANGE_LABEL}, enableFiltering: true)",
+           "an HTTPRoute (or client) sending each workload to its pool: " + "; ".join(
+               f"{w} to {', '.join(shares)}" for w, shares in pool_workloads(b, pools(b, lengths=False)).items())]
     if any(t.dep.role != "unified" for t in b.targets):
         out.append("the endpoint picker's P/D profile (prefill and decode pods by llm-d.ai/role) for the "
                    "routing sidecar on the decode pods")

@@ -147,18 +147,44 @@ def test_pd_without_a_router_or_rdma_is_said(plan_of):
     assert not any("no P/D router" in w for w in warns)  # the routing sidecar and endpoint picker route pairs
 
 
-def test_pooling_targets_say_what_they_merge(plan_of):
-    """Dynamo's frontend (and llm-d's pool) serve every deployment of a model: quickstart's autocomplete
-    workers (--max-model-len 4120) get summarize prompts they reject; the multi-LoRA example's tenants share
-    workers."""
+def _mml(argv: list[str]) -> int:
+    return int(next(a.split("=", 1)[1] for a in argv if a.startswith("--max-model-len=")))
+
+
+def test_pooling_targets_keep_apart_what_the_plan_does(plan_of):
+    """Dynamo's frontend and llm-d's InferencePool route among every worker they hold: one graph per model
+    and --max-model-len and one pool per model and tenant set, so quickstart's summarize prompts never reach
+    an autocomplete worker (--max-model-len 4120) and the multi-LoRA example's dedicated tenant keeps its
+    replicas; a workload the plan spreads over several graphs is said, with its length rules."""
     plan, _, spec = plan_of("quickstart")
-    _, warns = render(plan, spec, "dynamo")
-    assert any("autocomplete" in w and "rejects" in w and "summarize" in w for w in warns), warns
-    _, warns = render(plan, spec, "llm-d")
-    assert not any("rejects" in w for w in warns)  # its context-length-range labels keep prompts apart
+    files, warns = render(plan, spec, "dynamo")
+    graphs = [g for t in files.values() for g in yaml.safe_load_all(t)]
+    auto = {d.name.replace(".", "-") for d in plan.deployments if d.name.startswith("autocomplete")}
+    for g in graphs:
+        procs = {n: p for n, p in runtime.dynamo(g).items() if p.argv[:3] == ["python3", "-m", "dynamo.vllm"]}
+        assert len({_mml(p.argv) for p in procs.values()}) == 1, g["metadata"]["name"]  # none rejects more
+        served = g["metadata"]["annotations"]["trimtab.dev/workloads"].split(",")
+        if "summarize" in served:
+            assert not auto & set(procs), g["metadata"]["name"]
+    assert not any("rejects" in w for w in warns)
+    assert any("summarize" in w and "by length" in w for w in warns), warns  # over two graphs
     plan, _, spec = plan_of("multi-lora")
     for target in ("dynamo", "llm-d"):
-        assert any("tenants" in w for w in render(plan, spec, target)[1]), target
+        files, warns = render(plan, spec, target)
+        assert not any("tenants" in w for w in warns), target
+        tenants_of = {d.name.replace(".", "-"): tuple(sorted(d.tenants)) for d in plan.deployments}
+        pools: dict[str, set] = {}
+        for fname, text in files.items():
+            for doc in yaml.safe_load_all(text):
+                if target == "dynamo":
+                    for c in doc["spec"]["components"]:
+                        if c["type"] != "frontend":
+                            pools.setdefault(doc["metadata"]["name"], set()).add(tenants_of[c["name"]])
+                else:
+                    label = doc["modelArtifacts"]["labels"]["llm-d.ai/model"]
+                    pools.setdefault(label, set()).add(tenants_of[fname[len("llm-d-"):-len(".values.yaml")]])
+        assert all(len(ts) == 1 for ts in pools.values()), (target, pools)
+        assert len(pools) > len({d.model for d in plan.deployments}), target  # the tenant has its own
     assert any("LoRA" in w for w in render(plan, spec, "dynamo")[1])  # adapters are not dropped silently
 
 
@@ -188,7 +214,8 @@ def test_every_targets_routing_reaches_a_process_listening_where_it_is_sent(plan
                 route = runtime.route_k8s(objs, w, tokens)
                 assert set(route.procs) <= names and route.procs, (w, tokens, route.hops)
                 assert all(runtime.listen_port(p) == route.port for p in route.procs.values()), route.hops
-                label = unified[min(names)].model.replace(".", "-")
+                label = llmd_values[f"llm-d-{min(names)}.values.yaml"]["modelArtifacts"]["labels"][
+                    "llm-d.ai/model"]  # the pool of the rule's deployment
                 lr = runtime.route_llmd(llmd_values, label, tokens)
                 assert lr.procs and all(runtime.listen_port(p) == lr.port for p in lr.procs.values()), lr.hops
                 # the pool's filter admits this prompt on every pod it keeps: their engines take it
