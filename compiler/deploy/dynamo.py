@@ -13,8 +13,8 @@ check that structure and parse the worker arguments with vLLM's engine parser, n
 """
 from __future__ import annotations
 
-from trimtab.deploy.common import (HF_SECRET, Bundle, gpu_prerequisite, pool_workloads, pools, secret_prerequisite,
-                                    split_workloads)
+from trimtab.deploy.common import (HF_SECRET, Bundle, gpu_prerequisite, pool_workloads, pools,
+                                    secret_prerequisite, split_workloads)
 from trimtab.engines.base import flag_table
 from trimtab.errors import InputError, Problem
 

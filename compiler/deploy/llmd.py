@@ -102,10 +102,11 @@ def prerequisites(b: Bundle) -> list[str]:
            f"helm and the llm-d-modelservice chart v0.4.x: helm install <name> llm-d-modelservice/"
            f"llm-d-modelservice{ns} -f <file> per values file",
            f"llm-d's infrastructure: a Gateway and one InferencePool per value of {POOL_LABEL} "
-           f"({', '.join(pools(b, lengths=False))}), each with its endpoint picker and the context-length-aware "
-           f"plugin (label {RANGE_LABEL}, enableFiltering: true)",
+           f"({', '.join(pools(b, lengths=False))}), each with its endpoint picker and the "
+           f"context-length-aware plugin (label {RANGE_LABEL}, enableFiltering: true)",
            "an HTTPRoute (or client) sending each workload to its pool: " + "; ".join(
-               f"{w} to {', '.join(shares)}" for w, shares in pool_workloads(b, pools(b, lengths=False)).items())]
+               f"{w} to {', '.join(shares)}"
+               for w, shares in pool_workloads(b, pools(b, lengths=False)).items())]
     if any(t.dep.role != "unified" for t in b.targets):
         out.append("the endpoint picker's P/D profile (prefill and decode pods by llm-d.ai/role) for the "
                    "routing sidecar on the decode pods")
