@@ -39,6 +39,10 @@ TPOT_BUCKETS = (0.01, 0.025, 0.05, 0.075, 0.1, 0.15, 0.2, 0.3, 0.4, 0.5, 0.75, 1
 LEN_BUCKETS = (1, 2, 5, 10, 20, 50, 100, 200, 500, 1000, 2000, 5000, 10000, 20000, 50000, 100000)
 INTERVAL_S = 15.0
 SIGMA_TTFT, SIGMA_TPOT = 0.25, 0.05  # lognormal spreads of a synthetic request's TTFT and TPOT
+# A P/D request (trimtab.online.roles): its prefill engine observes it as a one-token request whose first
+# token takes this share of the predicted TTFT; its decode engine observes the whole request, with the rest
+# (the KV pull and first decode step) as its first-token time
+PREFILL_TTFT = 0.8
 
 
 class SyntheticEngine:
@@ -70,7 +74,8 @@ class SyntheticEngine:
                 classes: list[tuple[float, float, float, float, float]]) -> int:
         """``seconds`` of serving at ``rate_rps``: classes [(weight, prompt mean, output mean, TTFT median s,
         TPOT median s)]; lengths uniform +-20 % around their means, TTFT lognormal (sigma SIGMA_TTFT), a
-        request's TPOT (a mean over its tokens) lognormal (SIGMA_TPOT)."""
+        request's TPOT (a mean over its tokens) lognormal (SIGMA_TPOT); a TPOT median of 0 (a prefill side's
+        one-token requests) observes none."""
         n = int(self.rng.poisson(rate_rps * seconds))
         if n == 0:
             return 0
@@ -86,7 +91,8 @@ class SyntheticEngine:
             self.isl.labels(m).observe(round(isl[i]))
             self.osl.labels(m).observe(round(osl[i]))
             self.ttft.labels(m).observe(ttft[i])
-            self.tpot.labels(m).observe(tpot[i])
+            if tpot[i] > 0:
+                self.tpot.labels(m).observe(tpot[i])
         self.success.labels(m, "length").inc(n)
         self.prompt_total.labels(m).inc(float(np.round(isl).sum()))
         self.gen_total.labels(m).inc(float(np.round(osl).sum()))
@@ -108,11 +114,16 @@ class Fleet:
         rate = {w.name: workload_rate(w, spec.base_dir) for w in spec.workloads}
         self.p50 = {w: (t / 1e3, p / 1e3) for w, (t, p) in predicted_at(plan, spec, 50.0).items()}
         buckets = {(w, b.name): b for w, bs in plan.buckets.items() for b in bs}
-        self.routes: dict[str, list[tuple[str, float, float, float]]] = {}  # dep -> (workload, rps, isl, osl)
+        # dep -> (workload, rps, isl, osl (None: one token, a prefill side), share of the TTFT it takes)
+        self.routes: dict[str, list[tuple[str, float, float, float | None, float]]] = {}
         for r in plan.routes:
             b = buckets[(r.workload, r.bucket)]
-            self.routes.setdefault(r.deployment, []).append((r.workload, rate[r.workload] * r.share,
-                                                             b.input_tokens_mean, b.output_tokens_mean))
+            rps, isl, osl = rate[r.workload] * r.share, b.input_tokens_mean, b.output_tokens_mean
+            if r.prefill:
+                self.routes.setdefault(r.prefill, []).append((r.workload, rps, isl, None, PREFILL_TTFT))
+                self.routes.setdefault(r.decode, []).append((r.workload, rps, isl, osl, 1 - PREFILL_TTFT))
+            else:
+                self.routes.setdefault(r.deployment, []).append((r.workload, rps, isl, osl, 1.0))
         self.engines: list[tuple[str, int, SyntheticEngine]] = []
         for d in plan.deployments:
             for i in range(d.replicas):
@@ -131,11 +142,12 @@ class Fleet:
                 continue
             live = sum(1 for dd, j, _ in self.engines if dd == d and (dd, j) not in self.dead)
             rs = self.routes.get(d, [])
-            rps = [r * self.scale.get(w, 1.0) / live for w, r, _, _ in rs]
+            rps = [r * self.scale.get(w, 1.0) / live for w, r, _, _, _ in rs]
             f = self.slow.get(d, 1.0)
-            lf = {w: self.longer.get(w, (1.0, 1.0)) for w, _, _, _ in rs}
-            e.advance(seconds, sum(rps), [(x, isl * lf[w][0], osl * lf[w][1], self.p50[w][0] * f,
-                                           self.p50[w][1] * f) for x, (w, _, isl, osl) in zip(rps, rs)])
+            lf = {w: self.longer.get(w, (1.0, 1.0)) for w, _, _, _, _ in rs}
+            e.advance(seconds, sum(rps), [
+                (x, isl * lf[w][0], 1.0 if osl is None else osl * lf[w][1], self.p50[w][0] * f * part,
+                 0.0 if osl is None else self.p50[w][1] * f) for x, (w, _, isl, osl, part) in zip(rps, rs)])
 
     def kill(self, d: str, i: int) -> None:
         for dd, j, e in self.engines:

@@ -31,6 +31,7 @@ from pathlib import Path
 from trimtab.errors import InputError, Problem, TrimtabError
 from trimtab.online import drift
 from trimtab.online.proposal import Observation, Proposal
+from trimtab.online.roles import FirstToken, prefill_of, route_refs
 from trimtab.online.targets import Target, targets_for  # noqa: F401 (targets_for: part of this API)
 from trimtab.online.metrics import (OUTPUT_LEN, PROMPT_LEN, QUERY, REQUESTS, TTFT, Series, Snapshot, parse,
                                     query_snapshots, window)
@@ -41,17 +42,10 @@ MIN_LIFETIME = 6  # intervals after a proposal before the next one (a new failur
 
 
 def _refuse(plan) -> None:
-    problems = []
     if plan.schedule is not None:
-        problems.append(Problem("schedule", "the plan is a schedule over windows; watch compares a static "
-                                            "plan's rates (re-plan a schedule's window with trimtab replan)"))
-    pd = [d.name for d in plan.deployments if d.role != "unified"]
-    if pd:
-        problems.append(Problem("deployments", f"prefill/decode deployments ({', '.join(pd)}): their "
-                                               "requests are counted on both sides; watch reads unified "
-                                               "deployments only"))
-    if problems:
-        raise InputError(problems, "plan")
+        why = ("the plan is a schedule over windows; watch compares a static plan's rates (re-plan a "
+               "schedule's window with trimtab replan)")
+        raise InputError([Problem("schedule", why)], "plan")
 
 
 def _r(x: float, nd: int = 4):
@@ -90,13 +84,12 @@ class Watcher:
         self.wl = {w.name: w for w in spec.workloads}
         self.spec_rate = {w.name: workload_rate(w, spec.base_dir) for w in spec.workloads}
         self.replicas = {d.name: d.replicas for d in plan.deployments}
-        # reference rate of each workload on each deployment: what the plan routes there (then each
-        # proposal's)
-        self.ref: dict[tuple[str, str], float] = {}
-        for r in plan.routes:
-            if r.deployment is not None:
-                k = (r.workload, r.deployment)
-                self.ref[k] = self.ref.get(k, 0.0) + self.spec_rate[r.workload] * r.share
+        self.roles = {d.name: d.role for d in plan.deployments}
+        # reference rate of each workload on each deployment its requests end on (unified, or a pair's decode
+        # side: trimtab.online.roles), and on prefill sides (reported, not tested): what the plan routes
+        # there, then each proposal's
+        self.ref, self.pre_ref = route_refs(plan, self.spec_rate)
+        self.pre_of = prefill_of(plan)
         self.ref0 = dict(self.ref)
         self.last: dict[str, Snapshot] = {}
         self.fails: dict[str, int] = {}
@@ -200,7 +193,7 @@ class Watcher:
         wsum = p = o = 0.0
         for r in self.plan.routes:
             b = buckets.get((r.workload, r.bucket))
-            if r.deployment != d or b is None:
+            if d not in (r.deployment, r.decode, r.prefill) or b is None:
                 continue
             wt = self.spec_rate[r.workload] * r.share
             wsum, p, o = wsum + wt, p + wt * b.input_tokens_mean, o + wt * b.output_tokens_mean
@@ -320,7 +313,8 @@ class Watcher:
             share = self._watched_share(d)
             if not h or share <= 0:
                 continue
-            ref = self._dep_ref(d)
+            prefill = any(dd == d for _, dd in self.pre_ref)  # its output is the one prefill token
+            ref = sum(v for (_, dd), v in self.pre_ref.items() if dd == d) if prefill else self._dep_ref(d)
             counts = [(n, s) for _, n, s, _, _ in h]
             tot = Series()
             for _, _, _, s, _ in h:
@@ -328,39 +322,61 @@ class Watcher:
             seconds = sum(s for _, s in counts)
             pm, om = self._planned_means(d)
             lens = [x for x in (drift.length_test("prompt", pm, tot.hists.get(PROMPT_LEN), self.alpha),
+                                None if prefill else
                                 drift.length_test("output", om, tot.hists.get(OUTPUT_LEN), self.alpha)) if x]
             by_label: dict[str, float] = {}
             for _, per in self.labels.get(d, ()):
                 for m, n in per.items():
                     by_label[m] = by_label.get(m, 0.0) + n
-            row = {"rate_rps": _r(sum(n for n, _ in counts) / seconds / share if seconds > 0 else math.nan),
+            row = {"role": self.roles[d],
+                   "rate_rps": _r(sum(n for n, _ in counts) / seconds / share if seconds > 0 else math.nan),
                    "models_rps": {m: _r(n / seconds / share) for m, n in sorted(by_label.items())
                                   if seconds > 0},
                    "reference_rps": _r(ref), "intervals": len(h), "watched_share": _r(share),
                    "prompt_mean": _r(tot.hists[PROMPT_LEN].mean, 1) if PROMPT_LEN in tot.hists else None,
                    "prompt_mean_planned": _r(pm, 1),
-                   "output_mean": _r(tot.hists[OUTPUT_LEN].mean, 1) if OUTPUT_LEN in tot.hists else None,
+                   "output_mean": (_r(tot.hists[OUTPUT_LEN].mean, 1) if OUTPUT_LEN in tot.hists
+                                   and not prefill else None),
                    "output_mean_planned": _r(om, 1),
                    # the distributions' shape, as histogram_quantile reads it (within the buckets' resolution)
                    "lengths_p50_p90": {k: [_r(tot.hists[h].quantile(q), 0) for q in (0.5, 0.9)]
                                        for k, h in (("prompt", PROMPT_LEN), ("output", OUTPUT_LEN))
-                                       if h in tot.hists},
-                   "latency": self._latency(d, tot),
+                                       if h in tot.hists and not (prefill and k == "output")},
+                   "latency": self._latency(d, tot, self._prefill_ttft(d)),
                    "length_change": [
                        {"what": x.what, "planned_mean": _r(x.planned_mean, 1), "mean": _r(x.mean, 1),
                         "z": _r(x.z, 2), "requests": x.requests} for x in lens]}
             obs.deployments[d] = row
 
-    def _latency(self, d: str, tot: Series) -> dict:
+    def _prefill_ttft(self, d: str, rnd: int | None = None):
+        """The first-token times of decode deployment ``d``'s prefill sides, pooled over their endpoints, in
+        round ``rnd`` (None: over the recent intervals); None for a unified deployment."""
+        hs = [s.hists.get(TTFT) for p in self.pre_of.get(d, ()) for r, _, _, s, _ in self.hist.get(p, ())
+              if rnd is None or r == rnd]
+        hs = [h for h in hs if h is not None]
+        if not hs:
+            return None
+        out = hs[0]
+        for h in hs[1:]:
+            out = out.plus(h)
+        return out
+
+    def _ttft(self, s: Series, pre):
+        """A deployment's TTFT histogram as a client sees it: a decode side's plus its prefill sides'."""
+        h = s.hists.get(TTFT)
+        return FirstToken(pre, h) if h is not None and pre is not None else h
+
+    def _latency(self, d: str, tot: Series, pre=None) -> dict:
         """Measured TTFT and TPOT at each routed workload's SLO percentile against the plan's prediction
-        (ms)."""
+        (ms); a decode side's TTFT with its prefill sides' (``trimtab.online.roles.FirstToken``)."""
         out = {}
+        ttft = self._ttft(tot, pre) if d in self.pre_of else tot.hists.get(TTFT)
         for w in sorted({w for (w, dd) in self.ref if dd == d}):
             q = self.wl[w].slo.percentile / 100
             pred = self.plan.predictions.get(w)
             tp = tot.tpot
             out[w] = {"percentile": self.wl[w].slo.percentile,
-                      "ttft_ms": _r(tot.hists[TTFT].quantile(q) * 1e3, 1) if TTFT in tot.hists else None,
+                      "ttft_ms": _r(ttft.quantile(q) * 1e3, 1) if ttft is not None else None,
                       "ttft_ms_predicted": _r(pred.ttft_ms, 1) if pred and pred.ttft_ms is not None else None,
                       "tpot_ms": _r(tp.quantile(q) * 1e3, 2) if tp is not None else None,
                       "tpot_ms_predicted": _r(pred.tpot_ms, 2) if pred and pred.tpot_ms is not None else None}
@@ -373,8 +389,11 @@ class Watcher:
             per: dict[int, list] = {}  # round -> one batch per endpoint
             for d in sorted({dd for (ww, dd) in self.ref if ww == w}):
                 for r, _, _, _, eps in self.hist.get(d, ()):
+                    pre = self._prefill_ttft(d, r) if d in self.pre_of else None
+                    if d in self.pre_of and pre is None:  # no prefill side answered: its part is unknown
+                        continue
                     for s in eps:
-                        ok, n = drift.met(s.hists.get(TTFT), s.tpot, slo.ttft_ms / 1e3, slo.tpot_ms / 1e3)
+                        ok, n = drift.met(self._ttft(s, pre), s.tpot, slo.ttft_ms / 1e3, slo.tpot_ms / 1e3)
                         if n > 0:
                             per.setdefault(r, []).append((ok, n))
             if not per:
@@ -526,7 +545,10 @@ class Watcher:
         out = {}
         for w in sorted(self.wl):
             tot = Series()
-            for d in sorted({dd for (ww, dd) in self.ref if ww == w}):
+            deps = sorted({dd for (ww, dd) in self.ref if ww == w})
+            if any(d in self.pre_of for d in deps):  # its TTFT is two engines': not a profile's overhead
+                continue
+            for d in deps:
                 for _, _, _, s, _ in self.hist.get(d, ()):
                     tot = tot.plus(s)
             out[w] = (tot.hists.get(TTFT), tot.tpot)
@@ -548,11 +570,9 @@ class Watcher:
         """After --apply: the proposal is what runs; its routes carry the measured rates from now on."""
         self.plan = plan
         self.replicas = {d.name: d.replicas for d in plan.deployments}
-        self.ref = {}
-        for r in plan.routes:
-            if r.deployment is not None:
-                k = (r.workload, r.deployment)
-                self.ref[k] = self.ref.get(k, 0.0) + rates[r.workload] * r.share
+        self.roles = {d.name: d.role for d in plan.deployments}
+        self.ref, self.pre_ref = route_refs(plan, rates)
+        self.pre_of = prefill_of(plan)
         self.hist = {d: self.hist.get(d, deque(maxlen=self.windows)) for d in self.replicas}
         # The endpoints of replicas the proposal stopped go away with them (not failures); replicas it started
         # have endpoints this watch was not given: restart it with them to watch them too.
