@@ -107,9 +107,21 @@ class Fleet:
     """One SyntheticEngine per replica of a plan, each served its share of the routed traffic."""
 
     def __init__(self, plan, spec, seed: int):
-        from trimtab.ir.lower import workload_rate
+        self.serve(plan, spec)
+        self.engines: list[tuple[str, int, SyntheticEngine]] = []
+        for d in plan.deployments:
+            for i in range(d.replicas):
+                self.engines.append((d.name, i, SyntheticEngine(d.model, seed * 1000 + len(self.engines))))
+        self.scale: dict[str, float] = {}  # workload -> rate multiplier
+        self.slow: dict[str, float] = {}  # deployment -> latency multiplier
+        self.longer: dict[str, tuple[float, float]] = {}  # workload -> (prompt, output) length multipliers
+        self.dead: set[tuple[str, int]] = set()
 
+    def serve(self, plan, spec) -> None:
+        """Serve ``plan``'s routes at ``spec``'s rates from now on (a schedule's next window: its static plan
+        and spec); replicas it does not route to idle."""
         from trimtab.field.loadtest import predicted_at
+        from trimtab.ir.lower import workload_rate
 
         rate = {w.name: workload_rate(w, spec.base_dir) for w in spec.workloads}
         self.p50 = {w: (t / 1e3, p / 1e3) for w, (t, p) in predicted_at(plan, spec, 50.0).items()}
@@ -124,14 +136,7 @@ class Fleet:
                 self.routes.setdefault(r.decode, []).append((r.workload, rps, isl, osl, 1 - PREFILL_TTFT))
             else:
                 self.routes.setdefault(r.deployment, []).append((r.workload, rps, isl, osl, 1.0))
-        self.engines: list[tuple[str, int, SyntheticEngine]] = []
-        for d in plan.deployments:
-            for i in range(d.replicas):
-                self.engines.append((d.name, i, SyntheticEngine(d.model, seed * 1000 + len(self.engines))))
-        self.scale: dict[str, float] = {}  # workload -> rate multiplier
-        self.slow: dict[str, float] = {}  # deployment -> latency multiplier
-        self.longer: dict[str, tuple[float, float]] = {}  # workload -> (prompt, output) length multipliers
-        self.dead: set[tuple[str, int]] = set()
+        self.running = {d.name: d.replicas for d in plan.deployments}
 
     def metrics(self) -> list[str]:
         return [f"{d}={e.url}" for d, _, e in self.engines]
@@ -140,7 +145,10 @@ class Fleet:
         for d, i, e in self.engines:
             if (d, i) in self.dead:
                 continue
-            live = sum(1 for dd, j, _ in self.engines if dd == d and (dd, j) not in self.dead)
+            if i >= self.running.get(d, 0):  # scaled down by the schedule: idle
+                continue
+            live = sum(1 for dd, j, _ in self.engines if dd == d and (dd, j) not in self.dead
+                       and j < self.running.get(d, 0))
             rs = self.routes.get(d, [])
             rps = [r * self.scale.get(w, 1.0) / live for w, r, _, _, _ in rs]
             f = self.slow.get(d, 1.0)

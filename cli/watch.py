@@ -94,6 +94,7 @@ def watch_cmd(
     from trimtab.api import load_spec
     from trimtab.errors import InputError, Problem
     from trimtab.gate.analytic import load_plan
+    from trimtab.online.schedule_watch import ScheduleWatcher
     from trimtab.online.watch import Watcher, targets_for
 
     if apply and shutil.which("kubectl") is None:
@@ -103,10 +104,12 @@ def watch_cmd(
         raise InputError([Problem("--prometheus", f"expected http://HOST:PORT, got {prometheus!r}")],
                          "arguments")
     targets = targets_for(plan, metrics, instances=prometheus is not None)
-    w = Watcher(plan, load_spec(spec), targets, out_dir=output, alpha=alpha,
-                windows=windows, min_lifetime=min_lifetime, dead_after=dead_after, analytic=analytic,
-                horizon_h=horizon, max_moves=max_moves, apply=apply, calibrate=calibrate,
-                prometheus=prometheus)
+    # a schedule: the window the UTC clock is in is the plan (trimtab.online.schedule_watch)
+    make = Watcher if plan.schedule is None else ScheduleWatcher
+    w = make(plan, load_spec(spec), targets, out_dir=output, alpha=alpha,
+             windows=windows, min_lifetime=min_lifetime, dead_after=dead_after, analytic=analytic,
+             horizon_h=horizon, max_moves=max_moves, apply=apply, calibrate=calibrate,
+             prometheus=prometheus)
     n = 2 if once else iterations
     start = time.monotonic()
     i = 0

@@ -43,8 +43,8 @@ MIN_LIFETIME = 6  # intervals after a proposal before the next one (a new failur
 
 def _refuse(plan) -> None:
     if plan.schedule is not None:
-        why = ("the plan is a schedule over windows; watch compares a static plan's rates (re-plan a "
-               "schedule's window with trimtab replan)")
+        why = ("the plan is a schedule over windows; Watcher compares a static plan's rates "
+               "(trimtab.online.schedule_watch.ScheduleWatcher watches a schedule window by window)")
         raise InputError([Problem("schedule", why)], "plan")
 
 
