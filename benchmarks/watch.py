@@ -188,6 +188,24 @@ def setup(seed: int, out_dir: str, overrides: dict | None = None, **kwargs):
     return plan, spec, fleet, w
 
 
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def setup_pd(seed: int, out_dir: str, **kwargs):
+    """The disaggregated example's golden plan (4 prefill replicas, 1 decode; rag at 6 rps), its fleet (each
+    request counted on both sides, ``PREFILL_TTFT``) and a watcher on it."""
+    from trimtab.api import load_spec
+    from trimtab.gate.analytic import load_plan
+    from trimtab.online.watch import Watcher, targets_for
+
+    spec = load_spec(ROOT / "examples/disaggregated.yaml")
+    plan = load_plan(ROOT / "tests/golden/disaggregated.plan.yaml")
+    fleet = Fleet(plan, spec, seed)
+    w = Watcher(plan, spec, targets_for(plan, fleet.metrics()), out_dir=out_dir,
+                **{"analytic": True, "dead_after": 2, **kwargs})
+    return plan, spec, fleet, w
+
+
 def run(fleet, w, steps: int, t0: float) -> tuple[list, float]:
     """``steps`` intervals: the fleet serves one, the watcher scrapes; returns the observations and the
     clock."""
@@ -204,10 +222,13 @@ def first_proposal(obs) -> int | None:
     return next((k + 1 for k, o in enumerate(obs) if o.proposal is not None), None)
 
 
-def measure(seed: int, stationary_h: float, analytic: bool = True) -> dict:
+def measure(seed: int, stationary_h: float, analytic: bool = True, pd: bool = False) -> dict:
+    """``pd``: the prefill/decode plan of ``setup_pd`` (workload rag at 6 rps) instead of the test spec's
+    (workload a at 20 rps)."""
     res = {"seed": seed}
+    make, wl, base = (setup_pd, "rag", 6.0) if pd else (setup, "a", 20.0)
     with tempfile.TemporaryDirectory() as tmp:
-        _, _, fleet, w = setup(seed, tmp, analytic=analytic)
+        _, _, fleet, w = make(seed, tmp, analytic=analytic)
         try:
             n = int(stationary_h * 3600 / INTERVAL_S)
             obs, _ = run(fleet, w, n + 1, 0.0)
@@ -222,13 +243,13 @@ def measure(seed: int, stationary_h: float, analytic: bool = True) -> dict:
     res["step"] = {}
     for k in (0.5, 1.3, 1.6, 2.0):
         with tempfile.TemporaryDirectory() as tmp:
-            _, _, fleet, w = setup(seed, tmp, analytic=analytic)
+            _, _, fleet, w = make(seed, tmp, analytic=analytic)
             try:
                 _, t = run(fleet, w, 9, 0.0)  # a baseline: the recent intervals at the planned rate
                 w0 = time.perf_counter()
                 # the step half-way through an interval (as a real one falls): that interval mixes both rates
                 fleet.advance(INTERVAL_S / 2)
-                fleet.scale["a"] = k
+                fleet.scale[wl] = k
                 fleet.advance(INTERVAL_S / 2)
                 t += INTERVAL_S
                 obs = [w.step(now=t)]
@@ -236,8 +257,8 @@ def measure(seed: int, stationary_h: float, analytic: bool = True) -> dict:
                 obs += more
                 at = first_proposal(obs)
                 p = obs[at - 1].proposal if at else None
-                res["step"][str(k)] = {"intervals_to_proposal": at, "true_rps": 20.0 * k,
-                                       "rate_rps": p.rates_rps["a"] if p else None,
+                res["step"][str(k)] = {"intervals_to_proposal": at, "true_rps": base * k,
+                                       "rate_rps": p.rates_rps[wl] if p else None,
                                        "cost_usd_per_hour": list(p.cost_usd_per_hour) if p else None,
                                        "check_ok": p.check_ok if p else None,
                                        "proposals": sum(o.proposal is not None for o in obs),
@@ -245,7 +266,7 @@ def measure(seed: int, stationary_h: float, analytic: bool = True) -> dict:
             finally:
                 fleet.stop()
     with tempfile.TemporaryDirectory() as tmp:
-        plan, _, fleet, w = setup(seed, tmp, analytic=analytic)
+        plan, _, fleet, w = make(seed, tmp, analytic=analytic)
         try:
             _, t = run(fleet, w, 5, 0.0)
             d = max(plan.deployments, key=lambda x: x.replicas)
@@ -311,11 +332,13 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--stationary-h", type=float, default=2.0)
     ap.add_argument("--simulated", action="store_true", help="re-plan and check by simulation (default: the "
                                                             "cost model)")
+    ap.add_argument("--pd", action="store_true", help="the disaggregated example's prefill/decode plan")
     ap.add_argument("--out", type=Path)
     a = ap.parse_args(argv)
     t0 = time.perf_counter()
-    rows = [measure(s, a.stationary_h, not a.simulated) for s in range(a.seeds)]
-    out = {"interval_s": INTERVAL_S, "alpha": 1e-4, "windows": 8, "simulated": a.simulated, "rows": rows,
+    rows = [measure(s, a.stationary_h, not a.simulated, a.pd) for s in range(a.seeds)]
+    out = {"interval_s": INTERVAL_S, "alpha": 1e-4, "windows": 8, "simulated": a.simulated, "pd": a.pd,
+           "rows": rows,
            "wall_s": round(time.perf_counter() - t0, 1)}
     text = json.dumps(out, indent=2) + "\n"
     if a.out:

@@ -283,7 +283,7 @@ def no_pd_router(b: Bundle, target: str) -> list[str]:
     return [f"--to {target} has no P/D router: workload(s) {', '.join(wl)} are routed to prefill/decode "
             "pairs (routes.yaml lists them), whose servers start but accept no end-to-end request until a "
             "P/D proxy sends each request to a prefiller, then to a decoder with its KV transfer parameters; "
-            "deploy one (vLLM's disaggregated proxy example), or emit --to llm-d (routing sidecar and "
+            "deploy one, or emit --to k8s (vLLM: a vllm-router per pair), --to llm-d (routing sidecar and "
             "endpoint picker) or --to dynamo (frontend), which route pairs"]
 
 

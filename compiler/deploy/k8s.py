@@ -1,10 +1,11 @@
 """Kubernetes manifests for a plan: per deployment a Deployment (a LeaderWorkerSet when a replica spans nodes),
-a Service, and a KEDA ScaledObject on the engine's queue gauge; a model-cache claim; Gateway API HTTPRoutes and
-a routing table for the plan's routes.
+a Service, and a KEDA ScaledObject on the engine's queue gauge; a model-cache claim (with ``--pod-monitor``, a
+PodMonitor for the engine pods); Gateway API HTTPRoutes, a routing table for the plan's routes, and a P/D
+router per prefill/decode pair (``trimtab.deploy.pdrouter``).
 
-Entry point: ``manifests(bundle) -> dict[file name, list[object]]``. tests/deploy/ validate every object:
-built-in kinds with kubernetes-validate, the CRDs (LeaderWorkerSet, ScaledObject, HTTPRoute) against their
-published schemas. docs/deploy.md says what each object needs on the cluster.
+Entry point: ``manifests(bundle) -> dict[file name, list[object]]``. tests/engines/ validate every object:
+built-in kinds with kubernetes-validate, the CRDs (LeaderWorkerSet, ScaledObject, HTTPRoute, PodMonitor)
+against their published schemas. docs/deploy.md says what each object needs on the cluster.
 """
 from __future__ import annotations
 
@@ -287,8 +288,7 @@ def prerequisites(b: Bundle) -> list[str]:
                    "the HTTPRoutes; clients set the header x-trimtab-workload")
     if b.cluster.rdma_resource:
         out.append(f"an RDMA device plugin offering {b.cluster.rdma_resource} on the nodes of P/D pods")
-    objs, routers = pd_routers(b)
-    if routers:
+    if pd_routers(b)[1]:
         img = b.engine["pd_router"]["image"]["ref"]
         out.append(f"the P/D routers' image {img} and RBAC rights to create a ServiceAccount, Role and "
                    "RoleBinding (each router lists the pods of its prefill/decode pair)")

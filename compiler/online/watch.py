@@ -313,7 +313,7 @@ class Watcher:
             share = self._watched_share(d)
             if not h or share <= 0:
                 continue
-            prefill = any(dd == d for _, dd in self.pre_ref)  # its output is the one prefill token
+            prefill = self.roles.get(d) == "prefill"  # its output is the one prefill token
             ref = sum(v for (_, dd), v in self.pre_ref.items() if dd == d) if prefill else self._dep_ref(d)
             counts = [(n, s) for _, n, s, _, _ in h]
             tot = Series()
