@@ -32,7 +32,8 @@ DISCOVERY = {"--service-discovery": 0, "--service-discovery-namespace": 1, "--se
 
 
 class _Peer(BaseHTTPRequestHandler):
-    """A P/D side as the router sees it: /health, and /v1/completions answered as vLLM's NixlConnector does."""
+    """A P/D side as the router sees it: /health, and /v1/completions answered as vLLM's NixlConnector
+    does."""
 
     def log_message(self, *args):
         pass
