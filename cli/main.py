@@ -14,8 +14,8 @@ from typing import Annotated, Optional
 
 import typer
 
-from trimtab.cli.common import (Fmt, Solver, TableOrJson, TraceFormat, _expected_errors, err, misses_lines, out,
-                                plan_path as plan_path_of, process_seconds, refuse_misses, steps)
+from trimtab.cli.common import (Fmt, ProfilesOpt, Solver, TableOrJson, TraceFormat, _expected_errors, err,
+                                misses_lines, out, plan_path as plan_path_of, process_seconds, refuse_misses, steps)
 from trimtab.cli.calibrate import bench_cmd, calibrate_cmd
 from trimtab.cli.emit import emit_cmd
 from trimtab.cli.replan import replan_cmd
@@ -59,6 +59,7 @@ def plan(
     allow_misses: Annotated[bool, typer.Option("--allow-misses", help="Write the plan even when its own "
                                                "validation still shows a workload below its SLO (marked with "
                                                "misses; exit 7 all the same).")] = False,
+    profiles: ProfilesOpt = None,
 ) -> None:
     """Plan the cheapest deployment that meets every SLO, and write it as YAML (or JSON). A plan whose own
     validation still shows a miss is not written (exit 7) unless --allow-misses.
@@ -71,7 +72,7 @@ def plan(
 
     t0 = time.perf_counter()
     up = process_seconds()  # interpreter start-up and imports, before this line
-    s = load_spec(spec)
+    s = load_spec(spec, profile_dir=profiles)
     t1 = time.perf_counter()
     with steps(err, f"planning {s.name}") as say:
         r = do_plan(s, backend=solver.value if solver else None, time_limit_s=time_limit, progress=say)
@@ -128,6 +129,7 @@ def check(
                                                                     "boundary).")] = None,
     allow_misses: Annotated[bool, typer.Option("--allow-misses", help="Check a plan written by plan "
                                                "--allow-misses (marked with misses).")] = False,
+    profiles: ProfilesOpt = None,
 ) -> None:
     """Verify a plan against a spec: structure, and SLOs by simulation (or by the cost model with --analytic);
     exit 5 on any violation (CI gate). With redundancy n+1 (or --fail-each-node) also with each node removed.
@@ -140,7 +142,7 @@ def check(
     plan_path = plan_path_of(plan_opt, plan_pos, "a positional PLAN")
     p = load_plan(plan_path)
     refuse_misses(p, plan_path, allow_misses)
-    s = load_spec(spec)
+    s = load_spec(spec, profile_dir=profiles)
     from trimtab.gate.analytic import plan_references
     from trimtab.ir.lower import lower
 
@@ -217,6 +219,7 @@ def simulate(
                                                                        "inter-arrival gaps (1 = Poisson).")] = None,
     fmt: Annotated[TableOrJson, typer.Option("--format", help="Report format.")] = TableOrJson.table,
     plot: Annotated[Optional[Path], typer.Option(help="Write latency CDFs and a timeline as PNGs here.")] = None,
+    profiles: ProfilesOpt = None,
 ) -> None:
     """Simulate a plan request by request (continuous batching, chunked prefill, queues, KV cache, routing).
 
@@ -227,7 +230,7 @@ def simulate(
     from trimtab.cli.simulate import sim_report
 
     p = load_plan(plan_path_of(plan_opt, plan_pos, "a positional PLAN"))
-    sim_report(p, load_spec(spec), out, err, fmt.value, seed, requests, duration, trace, trace_format.value,
+    sim_report(p, load_spec(spec, profile_dir=profiles), out, err, fmt.value, seed, requests, duration, trace, trace_format.value,
                arrival_cv, plot)
 
 
@@ -335,6 +338,7 @@ def loadtest(
     timeout: Annotated[float, typer.Option(min=1.0, help="Wall-clock limit of the whole run in seconds; "
                                                          "requests still running then count as failed.")] = 900.0,
     fmt: Annotated[TableOrJson, typer.Option("--format", help="Report format.")] = TableOrJson.table,
+    profiles: ProfilesOpt = None,
 ) -> None:
     """Replay the spec's traffic against a running server; measured vs predicted vs simulated per workload;
     exit 5 when a workload misses its SLO (docs/loadtest.md).
@@ -348,7 +352,7 @@ def loadtest(
     if requests is not None and duration is not None:
         raise InputError([Problem("--requests/--duration", "give one of them, not both")])
     with steps(err, "loadtest") as say:
-        res = run_loadtest(load_plan(plan_path), load_spec(spec), endpoint, requests=requests,
+        res = run_loadtest(load_plan(plan_path), load_spec(spec, profile_dir=profiles), endpoint, requests=requests,
                            duration_s=duration, rate_scale=rate_scale, seed=seed, timeout_s=timeout,
                            progress=say)
     if fmt is TableOrJson.json:
@@ -381,6 +385,7 @@ def explain(
     analytic: Annotated[bool, typer.Option("--analytic", help="Skip planning with validation: only the cost "
                                                               "model's price (labelled analytic).")] = False,
     fmt: Annotated[TableOrJson, typer.Option("--format", help="table, or json (the document alone on stdout).")] = TableOrJson.table,
+    profiles: ProfilesOpt = None,
 ) -> None:
     """Why a spec is infeasible and what to relax (verified), or what limits a feasible plan's cost.
 
@@ -388,7 +393,7 @@ def explain(
     """
     from trimtab.api import explain as do_explain, load_spec
 
-    s = load_spec(spec)
+    s = load_spec(spec, profile_dir=profiles)
     with steps(err, f"explaining {s.name}") as say:
         say("solving the cost model's problem and its relaxations")
         e = do_explain(s, backend=solver.value if solver else None, time_limit_s=time_limit)
@@ -438,6 +443,7 @@ def what_if(
     overrides: Annotated[list[str], typer.Option("--set", help="PATH=VALUE, e.g. workloads.chat.rate_rps=8 (repeatable).")],
     output: Annotated[Optional[Path], typer.Option("-o", "--output", help="Write the changed plan here.")] = None,
     fmt: Annotated[TableOrJson, typer.Option("--format", help="table, or json (the document alone on stdout).")] = TableOrJson.table,
+    profiles: ProfilesOpt = None,
 ) -> None:
     """Re-plan with changed inputs and show what changes against the base plan.
 
@@ -454,7 +460,7 @@ def what_if(
             raise InputError([Problem("--set", f"{o!r} is not PATH=VALUE")])
         k, v = o.split("=", 1)
         parsed[k.strip()] = yaml.safe_load(v)
-    s = load_spec(spec)
+    s = load_spec(spec, profile_dir=profiles)
     with steps(err, f"what-if {s.name}") as say:
         base = do_plan(s, progress=lambda step: say(f"base plan: {step}"))
         alt = do_what_if(s, parsed, progress=lambda step: say(f"changed plan: {step}"))

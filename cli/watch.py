@@ -10,7 +10,7 @@ from typing import Annotated, Optional
 
 import typer
 
-from trimtab.cli.common import TableOrJson, err, out
+from trimtab.cli.common import ProfilesOpt, TableOrJson, err, out
 
 
 def _table(obs) -> None:
@@ -83,6 +83,7 @@ def watch_cmd(
                                                         "default: proposals only).")] = False,
     fmt: Annotated[TableOrJson, typer.Option("--format", help="json: one JSON object per line and "
                                                               "scrape.")] = TableOrJson.table,
+    profiles: ProfilesOpt = None,
 ) -> None:
     """Watch a running plan's engines (vLLM /metrics) and propose the next mapping on a rate change, an SLO at
     risk or a failed replica: the re-plan, its check, its manifests.
@@ -103,7 +104,7 @@ def watch_cmd(
         raise InputError([Problem("--prometheus", f"expected http://HOST:PORT, got {prometheus!r}")],
                          "arguments")
     targets = targets_for(plan, metrics, instances=prometheus is not None)
-    w = Watcher(plan, load_spec(spec), targets, out_dir=output, alpha=alpha,
+    w = Watcher(plan, load_spec(spec, profile_dir=profiles), targets, out_dir=output, alpha=alpha,
                 windows=windows, min_lifetime=min_lifetime, dead_after=dead_after, analytic=analytic,
                 horizon_h=horizon, max_moves=max_moves, apply=apply, calibrate=calibrate,
                 prometheus=prometheus)

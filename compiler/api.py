@@ -23,10 +23,10 @@ from trimtab.gate.simulated import check_simulated
 from trimtab.contract.diff import diff_plans
 from trimtab.planning.driver import PlanResult, drive
 from trimtab.ir.lower import lower
-from trimtab.profiles.loader import ProfileSet, load_profiles
+from trimtab.profiles.loader import ProfileSet
 from trimtab.sim import DEFAULT_SEED, simulate
 from trimtab.sim.validate import CHECK_SEEDS
-from trimtab.spec.load import load_spec
+from trimtab.spec.load import load_spec, spec_profiles
 from trimtab.spec.schema import Spec
 from trimtab.spec.overrides import apply_overrides
 
@@ -42,7 +42,7 @@ def plan(spec: Spec, *, backend: str | None = None, time_limit_s: float | None =
     (``trimtab.planning.driver.drive``) for every spec; adapters and tenants get the LoRA planner.
     ``progress``: called with each step's name as it starts (``drive``)."""
     t0 = time.perf_counter()
-    profiles = profiles or load_profiles()
+    profiles = profiles or spec_profiles(spec)
     ir = lower(spec, profiles)
     if spec.schedule is not None:  # plans per window (docs/online.md)
         from trimtab.planning.schedule import SchedulePlanner
@@ -73,7 +73,7 @@ def explain(spec: Spec, *, backend: str | None = None, time_limit_s: float | Non
     from trimtab.planning.explain import explain as explain_unified
     from trimtab.solvers import get_backend, spec_options
 
-    ir = lower(spec, profiles or load_profiles())
+    ir = lower(spec, profiles or spec_profiles(spec))
     be = get_backend(backend or spec.solver.backend)
     opts = spec_options(spec, time_limit_s)
     if ir.lora is not None:
@@ -123,7 +123,7 @@ def check(plan: Plan, spec: Spec, *, analytic: bool = False, profiles: ProfileSe
     made from another spec raises InputError (exit 1) naming the plan's field."""
     if analytic:
         return check_analytic(plan, spec, profiles)
-    foreign = plan_references(plan, lower(spec, profiles or load_profiles()))
+    foreign = plan_references(plan, lower(spec, profiles or spec_profiles(spec)))
     if foreign:
         raise InputError(foreign, "plan")
     return check_simulated(plan, spec, profiles=profiles, seed=seed, seeds=seeds, strict=strict)[0]

@@ -332,11 +332,26 @@ def load_profiles(extra_dirs: tuple[Path, ...] = ()) -> ProfileSet:
         _BUNDLED = ProfileSet(b["gpus"], b["models"], b["engines"])
     if not extra_dirs:
         return _BUNDLED
-    merged = {k: dict(getattr(_BUNDLED, k)) for k in _KINDS}
-    for d in extra_dirs:
-        for k, v in _load_dir(Path(d)).items():
-            merged[k].update(v)
-    return ProfileSet(merged["gpus"], merged["models"], merged["engines"])
+    # A spec's own folder is read wherever the spec is lowered (plan, check, every simulation): read once per
+    # content, so a profile rewritten in the same process (calibrate, then plan) is read again.
+    key = (id(_BUNDLED), tuple(_dir_state(Path(d)) for d in extra_dirs))
+    if key not in _EXTRA:
+        merged = {k: dict(getattr(_BUNDLED, k)) for k in _KINDS}
+        for d in extra_dirs:
+            for k, v in _load_dir(Path(d)).items():
+                merged[k].update(v)
+        _EXTRA.clear()
+        _EXTRA[key] = ProfileSet(merged["gpus"], merged["models"], merged["engines"])
+    return _EXTRA[key]
+
+
+_EXTRA: dict[tuple, ProfileSet] = {}
+
+
+def _dir_state(root: Path) -> tuple:
+    """A folder's profile files with their size and modification time: what ``load_profiles`` caches on."""
+    files = sorted(p for k in _KINDS for p in (root / k).glob("*.yaml")) if root.is_dir() else []
+    return (str(root.resolve()),) + tuple((str(p), p.stat().st_mtime_ns, p.stat().st_size) for p in files)
 
 
 def value_or(q: Q | None, default: float = 0.0) -> float:
