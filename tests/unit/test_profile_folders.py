@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import yaml
 
-from conftest import run_cli
+from tests.conftest import run_cli
 from trimtab.errors import InputError
 from trimtab.ir.lower import lower
 from trimtab.profiles import data_dir
