@@ -410,6 +410,11 @@ def report_skipped(skipped: list[Row]) -> None:
 
 def main(argv: list[str]) -> int:
     """Exit codes: 0 report printed; 1 no such file; 2 malformed table (each problem named with file:line)."""
+    from benchmarks.error_bars import flag, write
+
+    if flag(argv):  # the error bars per class over both benchmarks' data (benchmarks/error_bars.py)
+        write(flag(argv))
+        return 0
     args = [a for a in argv if not a.startswith("-")]
     path = Path(args[0]) if args else ROOT.parent / "shared" / "groundtruth" / "dev.csv"
     if not path.is_file():

@@ -315,6 +315,11 @@ def report(runs: list[Run], peers: dict, markdown: bool) -> dict[str, float]:
 
 
 def main(argv: list[str]) -> int:
+    from benchmarks.error_bars import flag, write
+
+    if flag(argv):  # the error bars per class over both benchmarks' data (benchmarks/error_bars.py)
+        write(flag(argv))
+        return 0
     args = [a for a in argv if not a.startswith("-")]
     folder = Path(args[0]) if args else ROOT.parent / "shared" / "groundtruth" / "blis-dev"
     pick = next((a.split("=", 1)[1] for a in argv if a.startswith("--runs=")), None)

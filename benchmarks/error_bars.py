@@ -1,0 +1,148 @@
+"""Write the cost model's error bars per class of deployment (``profiles/error_bars.yaml``) from the accuracy
+benchmarks: what each plan states beside its predictions and what ``trimtab check --margin`` holds SLO headroom
+against (``trimtab.profiles.error_bars``).
+
+usage: python benchmarks/accuracy_gpu.py --write-error-bars PATH   (or benchmarks/accuracy.py --write-error-bars)
+
+Samples, one per run (or table row) and metric, as each benchmark scores them:
+  * ``benchmarks/accuracy_gpu.py`` over ``../shared/groundtruth/blis-dev`` (real vLLM runs on H100, the front end
+    fitted leave one model out): TTFT = the run's TTFT p90 (the percentile an SLO is written on; its p99 rests
+    on a few dozen requests per run), TPOT = its mean ITL; served runs only;
+  * ``benchmarks/accuracy.py`` over ``../shared/groundtruth/dev.csv`` (published measurements of vLLM, SGLang and
+    TensorRT-LLM on several GPUs): its TTFT rows and its TPOT/ITL rows.
+The class of a sample: the GPU profile's family, tensor parallel 1 or more, dense or mixture-of-experts (the
+model profile's experts), the engine. Per class and metric the median and p90 absolute % error and the count;
+a class with fewer than ``MIN_RUNS`` samples of a metric is written with its count and takes the pooled figure
+(all samples of the metric) when a plan asks for it.
+"""
+from __future__ import annotations
+
+import datetime as _dt
+import json
+import statistics
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+import yaml  # noqa: E402
+
+from benchmarks.accuracy import GROUPS, _pct  # noqa: E402  (one percentile for every benchmark table)
+from trimtab.profiles.error_bars import ErrorBars, METRICS, class_name, gpu_family  # noqa: E402
+
+MIN_RUNS = 3
+GROUNDTRUTH = ROOT.parent / "shared" / "groundtruth"
+
+
+def _stat(errs: list[float]) -> dict:
+    return {"median_pct": round(statistics.median(errs), 1), "p90_pct": round(_pct(errs, 0.9), 1),
+            "runs": len(errs)}
+
+
+def gpu_samples(folder: Path, profiles) -> list[tuple[tuple, str, float]]:
+    """((gpu, tp, moe, engine), metric, abs % error) of every served run of ``accuracy_gpu``'s table."""
+    from benchmarks import accuracy_gpu as g
+
+    runs = g.read_runs(folder)
+    g.predict(runs, profiles, cv=True, seed=0, log=lambda m: None)
+    out = []
+    for r in runs:
+        if not r.usable:
+            continue
+        key = ("h100-sxm", r.tp, _moe_of_run(r, profiles), "vllm")
+        for metric, col in (("ttft", "ttft_p90"), ("tpot", "itl_mean")):
+            if col in r.measured and col in r.predicted:
+                out.append((key, metric, g.ape(r.predicted[col], r.measured[col])))
+    return out
+
+
+def _moe_of_run(run, profiles) -> bool:
+    from benchmarks.accuracy_gpu import HF_CONFIGS, MODELS
+
+    name = MODELS.get(run.model.lower())
+    if name:
+        return profiles.models[name].num_experts.value > 1
+    cfg = json.loads((HF_CONFIGS / run.model / "config.json").read_text())
+    cfg = cfg.get("text_config", cfg)
+    return (cfg.get("num_local_experts") or cfg.get("num_experts") or cfg.get("n_routed_experts") or 1) > 1
+
+
+def table_samples(path: Path, profiles) -> list[tuple[tuple, str, float]]:
+    """The same of every predicted TTFT and TPOT row of ``accuracy``'s table."""
+    from benchmarks import accuracy as a
+
+    rows = a.parse(path, profiles)
+    out = []
+    for r in rows:
+        metric = next((m for m, g in (("ttft", GROUPS["ttft"]), ("tpot", GROUPS["tpot"])) if r.metric in g), None)
+        if r.skip or metric is None:
+            continue
+        try:
+            r.predicted = a.predict_row(r, profiles)
+        except (ValueError, KeyError, ZeroDivisionError):
+            continue  # the benchmark lists it as skipped
+        moe = profiles.models[r.model].num_experts.value > 1
+        out.append(((r.gpu, r.tp, moe, r.engine), metric, abs(r.error_pct)))
+    return out
+
+
+def error_bars(blis: Path = GROUNDTRUTH / "blis-dev", table: Path = GROUNDTRUTH / "dev.csv") -> dict:
+    """The file's content: per class and metric, and pooled, with its provenance."""
+    from trimtab.profiles.loader import load_profiles
+
+    profiles = load_profiles()
+    samples = gpu_samples(blis, profiles) + table_samples(table, profiles)
+    by: dict[str, dict[str, list[float]]] = {}
+    keys = {}
+    for key, metric, e in samples:
+        name = class_name(*key)
+        keys[name] = key
+        by.setdefault(name, {}).setdefault(metric, []).append(e)
+    classes = []
+    for name in sorted(by):
+        gpu, tp, moe, engine = keys[name]
+        c = {"gpu": gpu_family(gpu), "tp": "1" if tp <= 1 else ">1", "moe": moe, "engine": engine}
+        c.update({m: _stat(by[name][m]) for m in METRICS if m in by[name]})
+        classes.append(c)
+    pooled = {m: _stat([e for _, mm, e in samples if mm == m]) for m in METRICS}
+    rel = lambda p: str(Path("..") / p.relative_to(ROOT.parent)) if p.is_relative_to(ROOT.parent) else str(p)  # noqa
+    doc = {"benchmark": "python benchmarks/accuracy_gpu.py --write-error-bars (benchmarks/error_bars.py)",
+           "data": [f"{rel(blis)}: real vLLM runs on H100 (benchmarks/accuracy_gpu.py, front end fitted leave one "
+                    "model out)", f"{rel(table)}: published measurements (benchmarks/accuracy.py)"],
+           "date": _dt.date.today().isoformat(), "min_runs": MIN_RUNS,
+           "measured": {"ttft": "blis-dev: TTFT p90 of each run; dev.csv: its TTFT rows (mean or lone request)",
+                        "tpot": "blis-dev: mean ITL of each run; dev.csv: its mean TPOT and ITL rows"},
+           "pooled": pooled, "classes": classes}
+    ErrorBars.model_validate(doc)  # refuse to write what the plan's reader would reject
+    return doc
+
+
+def write(path: str | Path) -> dict:
+    doc = error_bars()
+    header = ("# The cost model's error per class of deployment, written by benchmarks/error_bars.py "
+              "(docs/fidelity.md, \"Error bars\").\n# Regenerate: python benchmarks/accuracy_gpu.py "
+              "--write-error-bars profiles/error_bars.yaml\n")
+    Path(path).write_text(header + yaml.safe_dump(doc, sort_keys=False, width=110), encoding="utf-8")
+    for c in doc["classes"]:
+        figs = ", ".join(f"{m} median {c[m]['median_pct']} % p90 {c[m]['p90_pct']} % ({c[m]['runs']})"
+                         for m in METRICS if m in c)
+        print(f"{class_name(c['gpu'], c['tp'], c['moe'], c['engine']):28s} {figs}")
+    print("pooled: " + ", ".join(f"{m} median {s['median_pct']} % p90 {s['p90_pct']} % ({s['runs']})"
+                                 for m, s in doc["pooled"].items()))
+    print(f"error bars written to {path}")
+    return doc
+
+
+def flag(argv: list[str]) -> str | None:
+    """The PATH of ``--write-error-bars PATH`` (or ``=PATH``) in ``argv``, or None."""
+    for i, a in enumerate(argv):
+        if a.startswith("--write-error-bars="):
+            return a.split("=", 1)[1]
+        if a == "--write-error-bars" and i + 1 < len(argv):
+            return argv[i + 1]
+    return None
+
+
+if __name__ == "__main__":
+    write(flag(sys.argv[1:]) or ROOT / "profiles" / "error_bars.yaml")
