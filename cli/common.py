@@ -38,6 +38,11 @@ class TraceFormat(str, Enum):
     csv = "csv"
 
 
+class MarginStat(str, Enum):
+    median = "median"
+    p90 = "p90"
+
+
 class Solver(str, Enum):
     highs = "highs"
     cbc = "cbc"

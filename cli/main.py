@@ -14,7 +14,7 @@ from typing import Annotated, Optional
 
 import typer
 
-from trimtab.cli.common import (Fmt, ProfilesOpt, Solver, TableOrJson, TraceFormat, _expected_errors, err,
+from trimtab.cli.common import (Fmt, MarginStat, ProfilesOpt, Solver, TableOrJson, TraceFormat, _expected_errors, err,
                                 misses_lines, out, plan_path as plan_path_of, process_seconds, refuse_misses, steps)
 from trimtab.cli.calibrate import bench_cmd, calibrate_cmd
 from trimtab.cli.emit import emit_cmd
@@ -129,6 +129,11 @@ def check(
                                                                     "boundary).")] = None,
     allow_misses: Annotated[bool, typer.Option("--allow-misses", help="Check a plan written by plan "
                                                "--allow-misses (marked with misses).")] = False,
+    margin: Annotated[bool, typer.Option("--margin", help="Also fail a workload whose SLO headroom is smaller "
+                                         "than the cost model's measured error for its deployments' class "
+                                         "(the plan's error_bar; docs/fidelity.md).")] = False,
+    margin_stat: Annotated[MarginStat, typer.Option(help="--margin: the class's median or p90 absolute "
+                                                         "error.")] = MarginStat.median,
     profiles: ProfilesOpt = None,
 ) -> None:
     """Verify a plan against a spec: structure, and SLOs by simulation (or by the cost model with --analytic);
@@ -149,7 +154,10 @@ def check(
     foreign = plan_references(p, lower(s))
     if foreign:  # a plan from another spec: invalid input (exit 1), not a failed check
         raise InputError([Problem(f.where, f.message, str(plan_path)) for f in foreign], "plan")
+    mstat = margin_stat.value if margin else None
     if not analytic and p.schedule is not None and s.schedule is not None and trace is None and duration is None:
+        if margin:
+            raise InputError([Problem("--margin", "checks a static plan: not with a schedule")])
         from trimtab.cli.simulate import schedule_check  # every window of the schedule (docs/online.md)
 
         with steps(err, "check") as say:
@@ -163,8 +171,8 @@ def check(
     if fail_each_node or (s.redundancy == "n+1" and not replay):  # docs/online.md, "Redundancy"
         from trimtab.cli.simulate import node_loss_check
 
-        if p.schedule is not None or replay:
-            raise InputError([Problem("--fail-each-node", "checks a static plan at the spec's rates: not with a "
+        if p.schedule is not None or replay or margin:
+            raise InputError([Problem("--fail-each-node" if not margin else "--margin", "checks a static plan at the spec's rates: not with a "
                                       "schedule, --trace or --duration")])
         with steps(err, "check") as say:
             say("the plan, then the plan without each node"
@@ -177,10 +185,12 @@ def check(
         from trimtab.cli.simulate import sim_check
 
         if not sim_check(p, s, out, err, fmt.value, seed, seeds, requests, duration, trace, trace_format.value,
-                         strict):
+                         strict, mstat):
             raise typer.Exit(int(ExitCode.CHECK_FAILED))
         return
-    rep = do_check(p, s)
+    from trimtab.api import with_margin
+
+    rep = with_margin(do_check(p, s), p, s, None, mstat)
     if fmt is TableOrJson.json:
         data = {"ok": rep.ok, "violations": rep.violations, "notes": rep.notes,
                 "workloads": {k: {"ttft_ms": v.ttft_ms if v.ttft_ms != float("inf") else None,

@@ -17,7 +17,7 @@ import time
 from dataclasses import replace
 
 from trimtab.contract.schema import Plan
-from trimtab.errors import InputError
+from trimtab.errors import InputError, Problem
 from trimtab.gate.analytic import CheckReport, check as check_analytic, plan_references
 from trimtab.gate.simulated import check_simulated
 from trimtab.contract.diff import diff_plans
@@ -116,17 +116,34 @@ def _explain_redundant(spec: Spec, ir, be, opts):
 
 
 def check(plan: Plan, spec: Spec, *, analytic: bool = False, profiles: ProfileSet | None = None,
-          seeds: int = CHECK_SEEDS, seed: int | None = None, strict: bool = False) -> CheckReport:
+          seeds: int = CHECK_SEEDS, seed: int | None = None, strict: bool = False,
+          margin: str | None = None) -> CheckReport:
     """The gate ``trimtab check`` runs, so that a script and CI judge a plan alike: the plan's structure against
     the spec, and its SLOs by simulation at seeds the planner did not use (``trimtab.gate.simulated``);
     ``analytic=True``: the SLOs by the cost model's predictions only (fast, ``trimtab.gate.analytic``). A plan
-    made from another spec raises InputError (exit 1) naming the plan's field."""
+    made from another spec raises InputError (exit 1) naming the plan's field. ``margin`` ("median" or "p90"):
+    also fail a workload whose SLO headroom is smaller than the cost model's error for its deployments
+    (``trimtab.gate.margin``, ``check --margin``)."""
+    if margin is not None and margin not in ("median", "p90"):
+        raise InputError([Problem("margin", f"must be 'median' or 'p90', got {margin!r}")])
     if analytic:
-        return check_analytic(plan, spec, profiles)
+        return with_margin(check_analytic(plan, spec, profiles), plan, spec, profiles, margin)
     foreign = plan_references(plan, lower(spec, profiles or spec_profiles(spec)))
     if foreign:
         raise InputError(foreign, "plan")
-    return check_simulated(plan, spec, profiles=profiles, seed=seed, seeds=seeds, strict=strict)[0]
+    return check_simulated(plan, spec, profiles=profiles, seed=seed, seeds=seeds, strict=strict, margin=margin)[0]
+
+
+def with_margin(rep: CheckReport, plan: Plan, spec: Spec, profiles: ProfileSet | None,
+                margin: str | None) -> CheckReport:
+    """An analytic check's report with ``check --margin``'s lines added (the cost model's worst buckets)."""
+    if margin is None or rep.assessment is None:
+        return rep
+    from trimtab.gate.margin import margin_violations
+
+    seen = {k: (v.ttft_ms, v.tpot_ms) for k, v in rep.assessment.workloads.items()}
+    bad = margin_violations(plan, lower(spec, profiles or spec_profiles(spec)), seen, margin)
+    return replace(rep, ok=rep.ok and not bad, violations=rep.violations + bad)
 
 
 def what_if(spec: Spec, overrides: dict[str, object], **kwargs) -> PlanResult:
