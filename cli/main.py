@@ -264,6 +264,7 @@ def predict(
                                                 "tp x pp x dp GPUs).")] = 1,
     ep: Annotated[int, typer.Option(min=1, help="Expert-parallel degree (MoE; 1: experts split by TP; tp x dp: "
                                                 "vLLM --enable-expert-parallel).")] = 1,
+    profiles: ProfilesOpt = None,
 ) -> None:
     """Predict TTFT, TPOT and throughput of one replica at a fixed concurrency.
 
@@ -273,7 +274,9 @@ def predict(
     from trimtab.profiles.loader import load_profiles, model_from_hf_config
     from trimtab.cli.render import prediction_table
 
-    profs = load_profiles()
+    from trimtab.spec.load import load_profile_folder
+
+    profs = load_profiles() if profiles is None else load_profile_folder(profiles)
     problems = []
     if model.endswith(".json") or Path(model).is_file():
         mprof = model_from_hf_config(model, Path(model).parent.name or "model")
@@ -488,18 +491,21 @@ def what_if(
 
 
 @profiles_app.command("list")
+@_expected_errors
 def profiles_list(
     fmt: Annotated[TableOrJson, typer.Option("--format", help="table, or json (the document alone on stdout).")] = TableOrJson.table,
+    profiles: ProfilesOpt = None,
 ) -> None:
-    """List the bundled GPU, model and engine profiles.
+    """List the GPU, model and engine profiles (the bundled ones, with --profiles DIR's in their place).
 
     Example: trimtab profiles list
     """
     from rich.table import Table
 
     from trimtab.profiles.loader import load_profiles
+    from trimtab.spec.load import load_profile_folder
 
-    p = load_profiles()
+    p = load_profiles() if profiles is None else load_profile_folder(profiles)
     if fmt == TableOrJson.json:
         q = lambda prof: {f: v.value for f, v in prof if hasattr(v, "value")}  # noqa: E731
         sys.stdout.write(json.dumps({"gpus": {n: q(g) for n, g in sorted(p.gpus.items())},
@@ -530,6 +536,7 @@ def profiles_list(
 def profiles_show(
     name: Annotated[str, typer.Argument(help="A GPU, model or engine profile name.")],
     fmt: Annotated[Fmt, typer.Option("--format", help="yaml or json.")] = Fmt.yaml,
+    profiles: ProfilesOpt = None,
 ) -> None:
     """Show one profile with the source of every number.
 
@@ -538,8 +545,9 @@ def profiles_show(
     import yaml
 
     from trimtab.profiles.loader import load_profiles
+    from trimtab.spec.load import load_profile_folder
 
-    p = load_profiles()
+    p = load_profiles() if profiles is None else load_profile_folder(profiles)
     prof = p.gpus.get(name) or p.models.get(name) or p.engines.get(name)
     if prof is None:
         known = sorted(p.gpus) + sorted(p.models) + sorted(p.engines)

@@ -219,8 +219,9 @@ def calibrate_server(url: str, model: str, gpu: str, engine: str, out_dir, *, pr
     from trimtab.errors import InputError, Problem
     from trimtab.profiles import data_dir
     from trimtab.profiles.loader import load_profiles, model_from_hf_config
+    from trimtab.spec.load import load_profile_folder
 
-    profs = load_profiles((Path(profile_dir),) if profile_dir is not None else ())
+    profs = load_profile_folder(profile_dir) if profile_dir is not None else load_profiles()
     problems = []
     if model.endswith(".json") or Path(model).is_file():
         mprof = model_from_hf_config(model, Path(model).parent.name or "model")

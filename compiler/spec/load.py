@@ -60,8 +60,13 @@ def spec_profiles(spec: Spec, where: tuple = ("profiles", None, None)) -> Profil
     with no profile folder inside, or a bad profile in it is invalid input naming ``where`` (the field, or the
     option) and the profile file's line."""
     d = profile_dir_of(spec)
-    if d is None:
-        return load_profiles()
+    return load_profiles() if d is None else load_profile_folder(d, where)
+
+
+def load_profile_folder(d: str | Path, where: tuple = ("--profiles", None, None)) -> ProfileSet:
+    """The bundled profiles with those of the user's folder ``d`` in their place: the one reading of a profile
+    folder (a spec's, or a command's ``--profiles``); problems named by ``where`` = (field or option, file, line)."""
+    d = Path(d)
     field, source, line = where
     if not d.is_dir():
         raise InputError([Problem(field, f"profile folder not found: {d}", source, line)], "spec")
