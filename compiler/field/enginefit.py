@@ -234,8 +234,14 @@ def calibrate_server(url: str, model: str, gpu: str, engine: str, out_dir, *, pr
             problems.append(Problem(opt, f"unknown profile {name!r}; known: {', '.join(sorted(known))}"))
     if problems:
         raise InputError(problems)
-    cal = calibrate_engine(url, mprof, profs.gpus[gpu], profs.engines[engine], max_batched_tokens,
-                           PARAMS if kernel_share else OVERHEADS, scale, rounds)
+    from trimtab.field.loadtest import HttpError
+
+    try:
+        cal = calibrate_engine(url, mprof, profs.gpus[gpu], profs.engines[engine], max_batched_tokens,
+                               PARAMS if kernel_share else OVERHEADS, scale, rounds)
+    except (OSError, HttpError, RuntimeError, ValueError, KeyError) as exc:  # refused, reset, HTTP or JSON error
+        raise InputError([Problem("--engine", f"{url}: no OpenAI-compatible server answers timed completions "
+                                              f"there ({type(exc).__name__}: {exc})")]) from None
     own = Path(profile_dir) / "engines" / f"{engine}.yaml" if profile_dir is not None else None
     src = own if own is not None and own.is_file() else data_dir() / "engines" / f"{engine}.yaml"
     base = yaml.safe_load(src.read_text(encoding="utf-8"))

@@ -74,6 +74,11 @@ def test_calibrate_engine_names_the_bad_option():
     assert res.exit_code == 1 and "--model" in res.stderr and "no-such-model" in res.stderr
     res = run_cli("calibrate", "--engine", "http://127.0.0.1:1", "--gpu", "h100-sxm")
     assert res.exit_code == 1 and "--model/--gpu" in res.stderr
+    from tests.e2e.helpers import free_port
+
+    url = f"http://127.0.0.1:{free_port()}"  # nothing listens there
+    res = run_cli("calibrate", "--engine", url, "--model", "llama-3.1-8b", "--gpu", "h100-sxm")
+    assert res.exit_code == 1 and "--engine" in res.stderr and "no OpenAI-compatible server" in res.stderr
 
 
 SPEC = """version: 1
