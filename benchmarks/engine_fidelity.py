@@ -194,9 +194,9 @@ class Server:
 
 def fit_engine(server: Server, spec, plan, case: dict, device: str, scale: int = 1,
                profile_dir: Path | None = None) -> dict:
-    """The library's engine calibration (``trimtab.field.enginefit.calibrate_engine``, what ``trimtab calibrate
-    --engine`` runs) of the step and request overheads and the kernel share, on the plan's deployment: written to
-    ``profile_dir``/engines (a machine's own profiles) when given, else as below."""
+    """The library's engine calibration (``trimtab.field.enginefit.calibrate_engine``, what ``trimtab
+    calibrate --engine`` runs) of the step and request overheads and the kernel share, on the plan's
+    deployment: written to ``profile_dir``/engines (a machine's own profiles) when given, else as below."""
     from trimtab.field import enginefit
     from trimtab.ir.lower import lower
     from trimtab.profiles import data_dir
@@ -205,7 +205,8 @@ def fit_engine(server: Server, spec, plan, case: dict, device: str, scale: int =
     d = plan.deployments[0]
     mprof, gpu = ir.models[d.model], ir.gpu(d.gpu).profile
     eng_name = case["engine"]
-    cal = enginefit.calibrate_engine(server.url, mprof, gpu, ir.engine, d.max_num_batched_tokens, PARAMS, scale)
+    cal = enginefit.calibrate_engine(server.url, mprof, gpu, ir.engine, d.max_num_batched_tokens, PARAMS,
+                                     scale)
     base = yaml.safe_load((data_dir() / "engines" / f"{eng_name}.yaml").read_text(encoding="utf-8"))
     # The CPU engine profile describes this machine's engine and is replaced; a GPU fit is written beside the data
     # (the bundled vllm profile is fitted to published rows of many GPUs: adopting one GPU's fit is a choice).

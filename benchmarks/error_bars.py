@@ -1,15 +1,16 @@
 """Write the cost model's error bars per class of deployment (``profiles/error_bars.yaml``) from the accuracy
-benchmarks: what each plan states beside its predictions and what ``trimtab check --margin`` holds SLO headroom
-against (``trimtab.profiles.error_bars``).
+benchmarks: what each plan states beside its predictions and what ``trimtab check --margin`` holds SLO
+headroom against (``trimtab.profiles.error_bars``).
 
-usage: python benchmarks/accuracy_gpu.py --write-error-bars PATH   (or benchmarks/accuracy.py --write-error-bars)
+usage: python benchmarks/accuracy_gpu.py --write-error-bars PATH
+       (or python benchmarks/accuracy.py --write-error-bars PATH: the same file)
 
 Samples, one per run (or table row) and metric, as each benchmark scores them:
-  * ``benchmarks/accuracy_gpu.py`` over ``../shared/groundtruth/blis-dev`` (real vLLM runs on H100, the front end
-    fitted leave one model out): TTFT = the run's TTFT p90 (the percentile an SLO is written on; its p99 rests
-    on a few dozen requests per run), TPOT = its mean ITL; served runs only;
-  * ``benchmarks/accuracy.py`` over ``../shared/groundtruth/dev.csv`` (published measurements of vLLM, SGLang and
-    TensorRT-LLM on several GPUs): its TTFT rows and its TPOT/ITL rows.
+  * ``benchmarks/accuracy_gpu.py`` over ``../shared/groundtruth/blis-dev`` (real vLLM runs on H100, the front
+    end fitted leave one model out): TTFT = the run's TTFT p90 (the percentile an SLO is written on; its p99
+    rests on a few dozen requests per run), TPOT = its mean ITL; served runs only;
+  * ``benchmarks/accuracy.py`` over ``../shared/groundtruth/dev.csv`` (published measurements of vLLM, SGLang
+    and TensorRT-LLM on several GPUs): its TTFT rows and its TPOT/ITL rows.
 The class of a sample: the GPU profile's family, tensor parallel 1 or more, dense or mixture-of-experts (the
 model profile's experts), the engine. Per class and metric the median and p90 absolute % error and the count;
 a class with fewer than ``MIN_RUNS`` samples of a metric is written with its count and takes the pooled figure
@@ -75,7 +76,7 @@ def table_samples(path: Path, profiles) -> list[tuple[tuple, str, float]]:
     rows = a.parse(path, profiles)
     out = []
     for r in rows:
-        metric = next((m for m, g in (("ttft", GROUPS["ttft"]), ("tpot", GROUPS["tpot"])) if r.metric in g), None)
+        metric = next((m for m in METRICS if r.metric in GROUPS[m]), None)
         if r.skip or metric is None:
             continue
         try:
@@ -106,16 +107,22 @@ def error_bars(blis: Path = GROUNDTRUTH / "blis-dev", table: Path = GROUNDTRUTH 
         c.update({m: _stat(by[name][m]) for m in METRICS if m in by[name]})
         classes.append(c)
     pooled = {m: _stat([e for _, mm, e in samples if mm == m]) for m in METRICS}
-    rel = lambda p: str(Path("..") / p.relative_to(ROOT.parent)) if p.is_relative_to(ROOT.parent) else str(p)  # noqa
     doc = {"benchmark": "python benchmarks/accuracy_gpu.py --write-error-bars (benchmarks/error_bars.py)",
-           "data": [f"{rel(blis)}: real vLLM runs on H100 (benchmarks/accuracy_gpu.py, front end fitted leave one "
-                    "model out)", f"{rel(table)}: published measurements (benchmarks/accuracy.py)"],
+           "data": [f"{_rel(blis)}: real vLLM runs on H100 (benchmarks/accuracy_gpu.py, front end fitted "
+                    "leave one model out)",
+                    f"{_rel(table)}: published measurements (benchmarks/accuracy.py)"],
            "date": _dt.date.today().isoformat(), "min_runs": MIN_RUNS,
-           "measured": {"ttft": "blis-dev: TTFT p90 of each run; dev.csv: its TTFT rows (mean or lone request)",
+           "measured": {"ttft": "blis-dev: TTFT p90 of each run; dev.csv: its TTFT rows (mean or lone "
+                                "request)",
                         "tpot": "blis-dev: mean ITL of each run; dev.csv: its mean TPOT and ITL rows"},
            "pooled": pooled, "classes": classes}
     ErrorBars.model_validate(doc)  # refuse to write what the plan's reader would reject
     return doc
+
+
+def _rel(p: Path) -> str:
+    """A data path as the repository names it (``../shared/...``), not this machine's absolute path."""
+    return str(Path("..") / p.relative_to(ROOT.parent)) if p.is_relative_to(ROOT.parent) else str(p)
 
 
 def write(path: str | Path) -> dict:

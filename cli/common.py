@@ -147,6 +147,6 @@ def plan_path(option: Path | None, old: Path | None, old_spelling: str) -> Path:
 
 # Every command that reads a spec takes the user's own profile folder (docs/spec-reference.md, `profiles`).
 ProfilesOpt = Annotated[Optional[Path], typer.Option(
-    "--profiles", metavar="DIR", help="Folder of your own profiles (gpus/, models/, engines/ inside, e.g. written by "
-                                      "trimtab calibrate): each replaces the bundled profile of the same name; "
-                                      "replaces the spec's profiles field.")]
+    "--profiles", metavar="DIR",
+    help="Folder of your own profiles (gpus/, models/, engines/ inside, e.g. written by trimtab calibrate): "
+         "each replaces the bundled profile of the same name; replaces the spec's profiles field.")]

@@ -14,8 +14,9 @@ from typing import Annotated, Optional
 
 import typer
 
-from trimtab.cli.common import (Fmt, MarginStat, ProfilesOpt, Solver, TableOrJson, TraceFormat, _expected_errors, err,
-                                misses_lines, out, plan_path as plan_path_of, process_seconds, refuse_misses, steps)
+from trimtab.cli.common import (Fmt, MarginStat, ProfilesOpt, Solver, TableOrJson, TraceFormat,
+                                _expected_errors, err, misses_lines, out, plan_path as plan_path_of,
+                                process_seconds, refuse_misses, steps)
 from trimtab.cli.calibrate import bench_cmd, calibrate_cmd
 from trimtab.cli.emit import emit_cmd
 from trimtab.cli.replan import replan_cmd
@@ -129,9 +130,10 @@ def check(
                                                                     "boundary).")] = None,
     allow_misses: Annotated[bool, typer.Option("--allow-misses", help="Check a plan written by plan "
                                                "--allow-misses (marked with misses).")] = False,
-    margin: Annotated[bool, typer.Option("--margin", help="Also fail a workload whose SLO headroom is smaller "
-                                         "than the cost model's measured error for its deployments' class "
-                                         "(the plan's error_bar; docs/fidelity.md).")] = False,
+    margin: Annotated[bool, typer.Option(
+        "--margin", help="Also fail a workload whose SLO headroom is smaller than the cost model's measured "
+                         "error for its deployments' class (the plan's error_bar; docs/fidelity.md).")
+    ] = False,
     margin_stat: Annotated[MarginStat, typer.Option(help="--margin: the class's median or p90 absolute "
                                                          "error.")] = MarginStat.median,
     profiles: ProfilesOpt = None,
@@ -172,7 +174,8 @@ def check(
         from trimtab.cli.simulate import node_loss_check
 
         if p.schedule is not None or replay or margin:
-            raise InputError([Problem("--fail-each-node" if not margin else "--margin", "checks a static plan at the spec's rates: not with a "
+            raise InputError([Problem("--fail-each-node" if not margin else "--margin",
+                                      "checks a static plan at the spec's rates: not with a "
                                       "schedule, --trace or --duration")])
         with steps(err, "check") as say:
             say("the plan, then the plan without each node"
@@ -240,8 +243,8 @@ def simulate(
     from trimtab.cli.simulate import sim_report
 
     p = load_plan(plan_path_of(plan_opt, plan_pos, "a positional PLAN"))
-    sim_report(p, load_spec(spec, profile_dir=profiles), out, err, fmt.value, seed, requests, duration, trace, trace_format.value,
-               arrival_cv, plot)
+    sim_report(p, load_spec(spec, profile_dir=profiles), out, err, fmt.value, seed, requests, duration, trace,
+               trace_format.value, arrival_cv, plot)
 
 
 @app.command()
@@ -365,7 +368,8 @@ def loadtest(
     if requests is not None and duration is not None:
         raise InputError([Problem("--requests/--duration", "give one of them, not both")])
     with steps(err, "loadtest") as say:
-        res = run_loadtest(load_plan(plan_path), load_spec(spec, profile_dir=profiles), endpoint, requests=requests,
+        res = run_loadtest(load_plan(plan_path), load_spec(spec, profile_dir=profiles), endpoint,
+                           requests=requests,
                            duration_s=duration, rate_scale=rate_scale, seed=seed, timeout_s=timeout,
                            progress=say)
     if fmt is TableOrJson.json:

@@ -131,7 +131,8 @@ def check(plan: Plan, spec: Spec, *, analytic: bool = False, profiles: ProfileSe
     foreign = plan_references(plan, lower(spec, profiles or spec_profiles(spec)))
     if foreign:
         raise InputError(foreign, "plan")
-    return check_simulated(plan, spec, profiles=profiles, seed=seed, seeds=seeds, strict=strict, margin=margin)[0]
+    return check_simulated(plan, spec, profiles=profiles, seed=seed, seeds=seeds, strict=strict,
+                           margin=margin)[0]
 
 
 def with_margin(rep: CheckReport, plan: Plan, spec: Spec, profiles: ProfileSet | None,

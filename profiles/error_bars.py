@@ -1,12 +1,12 @@
-"""The cost model's measured error per class of deployment: what a plan states beside each prediction, and what
-``trimtab check --margin`` holds an SLO's headroom against.
+"""The cost model's measured error per class of deployment: what a plan states beside each prediction, and
+what ``trimtab check --margin`` holds an SLO's headroom against.
 
 ``error_bars.yaml`` (bundled) is written by the accuracy benchmarks (``python benchmarks/accuracy_gpu.py
---write-error-bars profiles/error_bars.yaml``, which also runs ``benchmarks/accuracy.py``'s rows): per class of
-deployment (GPU family, tensor parallel 1 or more, dense or mixture-of-experts, engine) the median and p90 of the
-absolute % error of TTFT and of TPOT predictions against real runs, with how many runs, and the pooled figure of
-all runs. A class with fewer than ``min_runs`` runs of a metric (or none) takes the pooled figure, and says so:
-a median of two runs is not a measurement of that class.
+--write-error-bars profiles/error_bars.yaml``, which also runs ``benchmarks/accuracy.py``'s rows): per class
+of deployment (GPU family, tensor parallel 1 or more, dense or mixture-of-experts, engine) the median and p90
+of the absolute % error of TTFT and of TPOT predictions against real runs, with how many runs, and the pooled
+figure of all runs. A class with fewer than ``min_runs`` runs of a metric (or none) takes the pooled figure,
+and says so: a median of two runs is not a measurement of that class.
 """
 from __future__ import annotations
 
@@ -67,7 +67,8 @@ def gpu_family(gpu: str) -> str:
 
 
 def class_name(gpu: str, tp: int | str, moe: bool, engine: str) -> str:
-    """``h100 tp1 dense vllm``: the class as the file and a plan name it (``gpu`` a profile name or family)."""
+    """``h100 tp1 dense vllm``: the class as the file and a plan name it (``gpu``: a profile name or a
+    family)."""
     t = tp if isinstance(tp, str) else ("1" if tp <= 1 else ">1")
     return f"{gpu_family(gpu)} tp{t} {'moe' if moe else 'dense'} {engine}"
 

@@ -228,7 +228,8 @@ def calibrate_server(url: str, model: str, gpu: str, engine: str, out_dir, *, pr
     else:
         mprof = profs.models.get(model)
         if mprof is None:
-            problems.append(Problem("--model", f"unknown model {model!r}; known: {', '.join(sorted(profs.models))}"))
+            problems.append(Problem("--model", f"unknown model {model!r}; known: "
+                                               f"{', '.join(sorted(profs.models))}"))
     for opt, name, known in (("--gpu", gpu, profs.gpus), ("--engine-profile", engine, profs.engines)):
         if name not in known:
             problems.append(Problem(opt, f"unknown profile {name!r}; known: {', '.join(sorted(known))}"))
@@ -239,7 +240,7 @@ def calibrate_server(url: str, model: str, gpu: str, engine: str, out_dir, *, pr
     try:
         cal = calibrate_engine(url, mprof, profs.gpus[gpu], profs.engines[engine], max_batched_tokens,
                                PARAMS if kernel_share else OVERHEADS, scale, rounds)
-    except (OSError, HttpError, RuntimeError, ValueError, KeyError) as exc:  # refused, reset, HTTP or JSON error
+    except (OSError, HttpError, RuntimeError, ValueError, KeyError) as exc:  # refused, reset, HTTP, JSON
         raise InputError([Problem("--engine", f"{url}: no OpenAI-compatible server answers timed completions "
                                               f"there ({type(exc).__name__}: {exc})")]) from None
     own = Path(profile_dir) / "engines" / f"{engine}.yaml" if profile_dir is not None else None

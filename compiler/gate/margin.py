@@ -1,7 +1,7 @@
-"""``check --margin``: an SLO is only as safe as the prediction under it. A plan passes when, for each workload,
-its TTFT and TPOT at the SLO percentile (simulated: the worst seed; ``--analytic``: the cost model's worst bucket)
-leave at least the cost model's measured error for the workload's deployments as headroom to the SLO:
-value x (1 + error) <= SLO, the error being the median (or p90) absolute % error of its class in
+"""``check --margin``: an SLO is only as safe as the prediction under it. A plan passes when, for each
+workload, its TTFT and TPOT at the SLO percentile (simulated: the worst seed; ``--analytic``: the cost model's
+worst bucket) leave at least the cost model's measured error for the workload's deployments as headroom to the
+SLO: value x (1 + error) <= SLO, the error being the median (or p90) absolute % error of its class in
 profiles/error_bars.yaml (``trimtab.milp.extract.error_bar_of``, the same figures the plan states). A CI gate
 that passes a plan 5 % under its SLO on a model known to be 15 % off passes a coin toss."""
 from __future__ import annotations
@@ -37,10 +37,10 @@ def margin_violations(plan: Plan, ir: ProblemIR, observed: dict[str, tuple[float
             err = med if stat == "median" else p90
             if math.isfinite(value) and value * (1 + err / 100) <= slo:
                 continue
-            room = (f"leaves {(slo / value - 1) * 100:.0f} % headroom to" if math.isfinite(value) and value <= slo
-                    else "is over")
-            out.append(f"workload {w.name}: {metric} p{w.slo.percentile:g} {value:.1f} ms {room} its SLO {slo:g} "
-                       f"ms, less headroom than the cost model's {stat} error for "
+            under = math.isfinite(value) and value <= slo
+            room = f"leaves {(slo / value - 1) * 100:.0f} % headroom to" if under else "is over"
+            out.append(f"workload {w.name}: {metric} p{w.slo.percentile:g} {value:.1f} ms {room} its SLO "
+                       f"{slo:g} ms, less headroom than the cost model's {stat} error for "
                        f"{', '.join(bar.classes)}: {err:g} % over {runs} measured runs (docs/fidelity.md, "
                        "\"Error bars\")")
     return out

@@ -188,7 +188,8 @@ MIX_GRID = (50.0, 75.0, 90.0, 95.0, 99.0, 99.9)
 
 def _cdf_at(t: float, qs: list[float], ps: list[float]) -> float:
     """Share of a component's requests at or below ``t`` from its latency ``qs`` at percentiles ``ps``
-    (fractions): linear between them, from 0 at t = 0 below the first, the last slope above the last, at most 1."""
+    (fractions): linear between them, from 0 at t = 0 below the first, the last slope above the last, at most
+    1."""
     if t <= qs[0]:
         return ps[0] * t / qs[0] if qs[0] > 0 else ps[0]
     for i in range(1, len(qs)):
@@ -199,9 +200,10 @@ def _cdf_at(t: float, qs: list[float], ps: list[float]) -> float:
 
 
 def mix_percentile(components: list[tuple[float, list[float]]], grid: list[float], p: float) -> float:
-    """The ``p``-th percentile of a mixture: ``components`` are (weight, latency at each percentile of ``grid``),
-    the percentiles ascending, ``p`` among them. The mixture's percentile lies between the components' own
-    (where every component is below, so is the mixture); found by bisection on the mixture's CDF."""
+    """The ``p``-th percentile of a mixture: ``components`` are (weight, latency at each percentile of
+    ``grid``), the percentiles ascending, ``p`` among them. The mixture's percentile lies between the
+    components' own (where every component is below, so is the mixture); found by bisection on the mixture's
+    CDF."""
     if not components:
         return math.inf
     from trimtab.cost.search import bisect_width
@@ -221,10 +223,11 @@ def mix_percentile(components: list[tuple[float, list[float]]], grid: list[float
 def mix_predictions(ir: ProblemIR, deployments: list[DeploymentSpecView],
                     routes: list[RouteView]) -> dict[str, tuple[float, float]]:
     """Per workload: (TTFT ms, TPOT ms) at its SLO percentile over its whole mix of length buckets and
-    deployments (each route weighted by its share of the workload's requests), where ``assess`` states its worst
-    bucket's TTFT and its worst deployment's TPOT (what the planner holds each bucket to). Each deployment is
-    evaluated at ``MIX_GRID`` and every workload's SLO percentile under its whole routed load; workloads served by a
-    prefill/decode pair keep ``assess``'s figures (their TTFT joins two deployments' queues)."""
+    deployments (each route weighted by its share of the workload's requests), where ``assess`` states its
+    worst bucket's TTFT and its worst deployment's TPOT (what the planner holds each bucket to). Each
+    deployment is evaluated at ``MIX_GRID`` and every workload's SLO percentile under its whole routed load;
+    workloads served by a prefill/decode pair keep ``assess``'s figures (their TTFT joins two deployments'
+    queues)."""
     deps = {d.name: d for d in deployments}
     per_dep: dict[str, list[tuple[RouteView, object]]] = {}
     for r in routes:
@@ -240,8 +243,8 @@ def mix_predictions(ir: ProblemIR, deployments: list[DeploymentSpecView],
         if d.replicas <= 0:
             continue
         rm = replica_model_of(ir, d)
-        classes = [traffic_class(b, ir.workload(r.workload).rate_rps * r.share / d.replicas, ir.workload(r.workload),
-                                 rm) for r, b in items]
+        classes = [traffic_class(b, ir.workload(r.workload).rate_rps * r.share / d.replicas,
+                                 ir.workload(r.workload), rm) for r, b in items]
         states = [rm.evaluate(classes, g) for g in grid]
         inf = [math.inf] * len(grid)
         for i, (r, _) in enumerate(items):
@@ -264,10 +267,10 @@ def mix_predictions(ir: ProblemIR, deployments: list[DeploymentSpecView],
 
 def capacity_at_slo(ir: ProblemIR, view: DeploymentSpecView, routes: list[RouteView],
                     rel_tol: float = 0.01) -> float | None:
-    """Requests per second one replica of ``view`` (unified) serves with every workload routed to it meeting its
-    SLO, its traffic mix as routed (every route's share scaled alike): the planner's own test (``assess``: each
-    bucket at its percentile), searched to ``rel_tol`` (``trimtab.cost.search``). None without traffic, 0.0 when
-    even a trickle of this mix misses."""
+    """Requests per second one replica of ``view`` (unified) serves with every workload routed to it meeting
+    its SLO, its traffic mix as routed (every route's share scaled alike): the planner's own test (``assess``:
+    each bucket at its percentile), searched to ``rel_tol`` (``trimtab.cost.search``). None without traffic,
+    0.0 when even a trickle of this mix misses."""
     from trimtab.cost.search import bisect_max, grow
 
     mine = [r for r in routes if r.deployment == view.name and r.share > 0]

@@ -11,8 +11,8 @@ from trimtab.deployment.shape import Candidate, CandidateSet, DeploymentSpecView
 from trimtab.milp.formulate import n_var, x_var
 from trimtab.ir.model import ProblemIR
 from trimtab.deployment.kvtiers import allocate
-from trimtab.contract.schema import (Bucket, Deployment, ErrorBar, Goodput, KvTiers, Placement, Plan, Prediction,
-                                  PrefixReuse, Route, SolverInfo)
+from trimtab.contract.schema import (Bucket, Deployment, ErrorBar, Goodput, KvTiers, Placement, Plan,
+                                  Prediction, PrefixReuse, Route, SolverInfo)
 from trimtab.solvers.base import SolveResult
 
 ROUTE_TOL = 1e-7  # rps below which a route is solver noise
@@ -168,9 +168,9 @@ def with_placement(plan: Plan, placements: dict) -> Plan:
 
 def predictions(ir: ProblemIR, a: Assessment, views: list[DeploymentSpecView],
                 routes: list[RouteView]) -> dict[str, Prediction]:
-    """The plan's ``predictions``: per workload its percentiles over its whole length mix (``mix_predictions``),
-    its worst bucket's and deployment's (``assess``: what ``slo_met`` judges), and the cost model's measured
-    error for the deployments serving it (``error_bar_of``)."""
+    """The plan's ``predictions``: per workload its percentiles over its whole length mix
+    (``mix_predictions``), its worst bucket's and deployment's (``assess``: what ``slo_met`` judges), and the
+    cost model's measured error for the deployments serving it (``error_bar_of``)."""
     fin = (lambda v: v if math.isfinite(v) else None)
     mix = mix_predictions(ir, views, routes)
     by_name = {v.name: v for v in views}
@@ -188,8 +188,9 @@ def predictions(ir: ProblemIR, a: Assessment, views: list[DeploymentSpecView],
 
 
 def error_bar_of(ir: ProblemIR, serving: list[DeploymentSpecView]) -> ErrorBar:
-    """The error bar of a workload served by ``serving`` (profiles/error_bars.yaml, ``trimtab.profiles.error_bars``):
-    per metric the least accurate class among them, with the pooled figure where a class has too few runs."""
+    """The error bar of a workload served by ``serving`` (profiles/error_bars.yaml,
+    ``trimtab.profiles.error_bars``): per metric the least accurate class among them, with the pooled figure
+    where a class has too few runs."""
     from trimtab.profiles.error_bars import METRICS, bundled_path, error_bar, load_error_bars
 
     bars = load_error_bars()
@@ -199,11 +200,13 @@ def error_bar_of(ir: ProblemIR, serving: list[DeploymentSpecView]) -> ErrorBar:
     notes = sorted({f"{b.metric}: {b.note}" for m in METRICS for b in every[m] if b.note})
     return ErrorBar(classes=sorted({b.cls for b in every["ttft"]}),
                     ttft_pct=t.stat.median_pct, ttft_p90_pct=t.stat.p90_pct, ttft_runs=t.stat.runs,
-                    tpot_pct=d.stat.median_pct, tpot_p90_pct=d.stat.p90_pct, tpot_runs=d.stat.runs, notes=notes,
+                    tpot_pct=d.stat.median_pct, tpot_p90_pct=d.stat.p90_pct, tpot_runs=d.stat.runs,
+                    notes=notes,
                     source=f"profiles/{bundled_path().name}: {bars.benchmark}, {bars.date}")
 
 
-def capacities(ir: ProblemIR, views: list[DeploymentSpecView], routes: list[RouteView]) -> dict[str, float | None]:
+def capacities(ir: ProblemIR, views: list[DeploymentSpecView],
+               routes: list[RouteView]) -> dict[str, float | None]:
     """Per unified deployment: requests per second one replica serves at its SLO with its planned mix
     (``capacity_at_slo``)."""
     return {v.name: (capacity_at_slo(ir, v, routes) if v.role == "unified" else None) for v in views}

@@ -17,7 +17,8 @@ from trimtab.util.yamlio import LineMap, line_for, load_yaml_with_lines, read_ya
 def load_spec(source: str | Path, profiles: ProfileSet | None = None, *, text: str | None = None,
               profile_dir: str | Path | None = None) -> Spec:
     """Load and validate a spec file (or ``text``, reported as coming from ``source``). ``profile_dir``: a
-    folder of the user's own profiles (the command line's ``--profiles``), replacing the spec's ``profiles``."""
+    folder of the user's own profiles (the command line's ``--profiles``), replacing the spec's ``profiles``.
+    """
     if text is None:
         data, lines = read_yaml_file(source)
         base = str(Path(source).resolve().parent)
@@ -49,8 +50,8 @@ PROFILE_KINDS = ("gpus", "models", "engines")
 
 
 def profile_dir_of(spec: Spec) -> Path | None:
-    """The folder of the user's own profiles: the spec's ``profiles`` (relative to the spec file; ``--profiles``
-    stores an absolute path there), or None for the bundled profiles alone."""
+    """The folder of the user's own profiles: the spec's ``profiles`` (relative to the spec file;
+    ``--profiles`` stores an absolute path there), or None for the bundled profiles alone."""
     return None if spec.profiles is None else Path(spec.base_dir) / spec.profiles
 
 
@@ -65,7 +66,8 @@ def spec_profiles(spec: Spec, where: tuple = ("profiles", None, None)) -> Profil
 
 def load_profile_folder(d: str | Path, where: tuple = ("--profiles", None, None)) -> ProfileSet:
     """The bundled profiles with those of the user's folder ``d`` in their place: the one reading of a profile
-    folder (a spec's, or a command's ``--profiles``); problems named by ``where`` = (field or option, file, line)."""
+    folder (a spec's, or a command's ``--profiles``); problems named by ``where`` = (field or option, file,
+    line)."""
     d = Path(d)
     field, source, line = where
     if not d.is_dir():
@@ -76,8 +78,8 @@ def load_profile_folder(d: str | Path, where: tuple = ("--profiles", None, None)
     try:
         return load_profiles((d,))
     except InputError as exc:  # the profile's own file:line, and which folder brought it in
-        raise InputError([Problem(f"{field} ({d}): {p.where}" if p.where else f"{field} ({d})", p.message, p.file,
-                                  p.line) for p in exc.problems], "profile") from None
+        raise InputError([Problem(f"{field} ({d}): {p.where}" if p.where else f"{field} ({d})", p.message,
+                                  p.file, p.line) for p in exc.problems], "profile") from None
 
 
 def cross_check(spec: Spec, lines: LineMap, source: str, profiles: ProfileSet) -> list[Problem]:

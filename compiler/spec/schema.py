@@ -468,9 +468,10 @@ class Spec(_Strict):
                                     "over its pool's nodes, the survivors carry its traffic); none: no spare "
                                     "(docs/online.md, \"Redundancy\")")
     profiles: str | None = Field(
-        default=None, description="folder of your own profiles (gpus/, models/, engines/ inside, e.g. written by "
-                                  "trimtab calibrate), relative to this file: each replaces the bundled profile of "
-                                  "the same name (`--profiles DIR` on the command line replaces this field)")
+        default=None,
+        description="folder of your own profiles (gpus/, models/, engines/ inside, e.g. written by trimtab "
+                    "calibrate), relative to this file: each replaces the bundled profile of the same name "
+                    "(`--profiles DIR` on the command line replaces this field)")
     # Folder the spec file lives in: relative paths (samples, config.json) resolve against it.
     _base_dir: str = PrivateAttr(default=".")
 

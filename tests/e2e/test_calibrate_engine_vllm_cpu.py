@@ -32,7 +32,8 @@ def test_calibrate_engine_against_vllm_cpu_then_plan_with_it(tmp_path):
     with Server(plan, tmp_path, free_port(), "cpu", sys.executable, START_TIMEOUT_S, longest) as srv:
         res = run_cli("calibrate", "--engine", srv.url, "--model", tmp_path / "model" / "config.json",
                       "--gpu", case["gpu"], "--engine-profile", case["engine"], "--max-num-batched-tokens",
-                      plan.deployments[0].max_num_batched_tokens, "--out", tmp_path / "mine", "--format", "json")
+                      plan.deployments[0].max_num_batched_tokens, "--out", tmp_path / "mine",
+                      "--format", "json")
     assert res.exit_code == 0, res.output
     doc = json.loads(res.stdout)
     assert doc["held_out"]["ttft_median"] <= HELD_OUT_TTFT_PCT, doc

@@ -1,7 +1,7 @@
-"""``trimtab calibrate --engine URL``: the engine's front-end and per-step overheads fitted from timed requests
-(``trimtab.field.enginefit``). The fit is checked on recorded measurements whose answer is computed by hand; the
-command runs against the real HTTP test server of ``test_loadtest`` (known delays, no engine), and its profile
-folder is planned with through ``--profiles``."""
+"""``trimtab calibrate --engine URL``: the engine's front-end and per-step overheads fitted from timed
+requests (``trimtab.field.enginefit``). The fit is checked on recorded measurements whose answer is computed
+by hand; the command runs against the real HTTP test server of ``test_loadtest`` (known delays, no engine),
+and its profile folder is planned with through ``--profiles``."""
 from __future__ import annotations
 
 import json
@@ -17,9 +17,9 @@ from trimtab.profiles.loader import load_profiles, model_from_hf_config
 
 
 def test_overheads_fit_on_recorded_measurements_hand_computed(tmp_path):
-    """Lone requests (concurrency 1, one prefill step each): TTFT = front end + one step's kernels and overhead,
-    TPOT = one decode step's kernels and overhead. Measured 23 ms over the kernels' TTFT and 3 ms over their TPOT
-    is a step overhead of 3 ms and a front end of 23 - 3 = 20 ms."""
+    """Lone requests (concurrency 1, one prefill step each): TTFT = front end + one step's kernels and
+    overhead, TPOT = one decode step's kernels and overhead. Measured 23 ms over the kernels' TTFT and 3 ms
+    over their TPOT is a step overhead of 3 ms and a front end of 23 - 3 = 20 ms."""
     (tmp_path / "config.json").write_text(json.dumps(CONFIG))
     model = model_from_hf_config(tmp_path / "config.json", "tiny")
     p = load_profiles()
@@ -28,10 +28,11 @@ def test_overheads_fit_on_recorded_measurements_hand_computed(tmp_path):
     bare = predict([ShapeResult(s, 1.0, 1.0, 1) for s in shapes], model, gpu,
                    with_params(engine, {"step_overhead_ms": 0.0, "request_overhead_ms": 0.0}), 2048)
     rows = [ShapeResult(s, t + 23.0, d + 3.0, 4) for s, (t, d) in zip(shapes, bare)]
-    f = fit_engine(rows, model, gpu, with_params(engine, {"step_overhead_ms": 10.0, "request_overhead_ms": 1.0}),
-                   2048, OVERHEADS)
+    start = with_params(engine, {"step_overhead_ms": 10.0, "request_overhead_ms": 1.0})
+    f = fit_engine(rows, model, gpu, start, 2048, OVERHEADS)
     assert f.params == pytest.approx({"step_overhead_ms": 3.0, "request_overhead_ms": 20.0}, abs=0.05)
-    assert f.engine.kernel_efficiency == engine.kernel_efficiency  # not fitted: the device profile's share stays
+    # not fitted: the device profile's kernel share stays
+    assert f.engine.kernel_efficiency == engine.kernel_efficiency
     assert max(f.fit_errors["ttft"] + f.fit_errors["tpot"]) < 0.5
 
 
@@ -70,7 +71,8 @@ def test_calibrate_engine_command_writes_a_profile_folder_to_plan_with(tmp_path)
 
 
 def test_calibrate_engine_names_the_bad_option():
-    res = run_cli("calibrate", "--engine", "http://127.0.0.1:1", "--model", "no-such-model", "--gpu", "h100-sxm")
+    res = run_cli("calibrate", "--engine", "http://127.0.0.1:1", "--model", "no-such-model",
+                  "--gpu", "h100-sxm")
     assert res.exit_code == 1 and "--model" in res.stderr and "no-such-model" in res.stderr
     res = run_cli("calibrate", "--engine", "http://127.0.0.1:1", "--gpu", "h100-sxm")
     assert res.exit_code == 1 and "--model/--gpu" in res.stderr

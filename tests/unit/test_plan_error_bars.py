@@ -1,7 +1,7 @@
 """What a plan states about its own predictions (issue 34): each deployment's capacity at its SLO, each
-workload's percentiles over its whole length mix beside its worst bucket's, the cost model's measured error bar
-for the class of deployments serving it, and ``check --margin``, which fails a plan whose SLO headroom is smaller
-than that error."""
+workload's percentiles over its whole length mix beside its worst bucket's, the cost model's measured error
+bar for the class of deployments serving it, and ``check --margin``, which fails a plan whose SLO headroom is
+smaller than that error."""
 from __future__ import annotations
 
 import pytest
@@ -28,9 +28,9 @@ def test_mixture_percentile_hand_computed():
     # one component: its own percentile, exactly
     assert mix_percentile([(1.0, [10.0, 20.0, 40.0])], [50.0, 90.0, 99.0], 90.0) == 20.0
     # Two equal halves, p50/p90/p99 at 10/20/21 ms and 30/40/41 ms. The mixture's p50 lies between 10 and 30;
-    # there the first half's CDF is 0.5 + 0.04 (t - 10) (linear from p50 to p90) and the second's t / 60 (from 0
-    # at t = 0 to 0.5 at its p50), and their mean is 0.5 where 0.1 + 0.04 t + t / 60 = 1: t = 0.9 / (0.04 + 1/60)
-    # = 15.9 ms, below the second half's own p50 (30) and above the first's (10).
+    # there the first half's CDF is 0.5 + 0.04 (t - 10) (linear from p50 to p90) and the second's t / 60
+    # (from 0 at t = 0 to 0.5 at its p50), and their mean is 0.5 where 0.1 + 0.04 t + t / 60 = 1:
+    # t = 0.9 / (0.04 + 1/60) = 15.9 ms, below the second half's own p50 (30) and above the first's (10).
     got = mix_percentile([(1.0, [10.0, 20.0, 21.0]), (1.0, [30.0, 40.0, 41.0])], [50.0, 90.0, 99.0], 50.0)
     assert got == pytest.approx(0.9 / (0.04 + 1 / 60), rel=1e-3)
 
@@ -53,14 +53,16 @@ def test_plan_states_capacity_mix_and_error_bar(planned):
                 for r in routes if r.deployment == dep.name]
         assert not assess(ir, [view], over).workloads["short"].slo_met
     bar = pred.error_bar
-    own = error_bar(load_error_bars(), p.deployments[0].gpu, p.deployments[0].tensor_parallel, False, "vllm", "ttft")
+    d0 = p.deployments[0]
+    own = error_bar(load_error_bars(), d0.gpu, d0.tensor_parallel, False, "vllm", "ttft")
     assert bar is not None and own.cls in bar.classes and bar.ttft_pct >= own.stat.median_pct
     assert "benchmarks/accuracy_gpu.py" in bar.source
 
 
 def test_error_bar_falls_back_to_the_pooled_figure_and_says_why():
     pooled = Stat(median_pct=10.0, p90_pct=30.0, runs=40)
-    bars = ErrorBars(benchmark="b", data=["d"], date="2026-12-06", min_runs=3, measured={"ttft": "x", "tpot": "y"},
+    bars = ErrorBars(benchmark="b", data=["d"], date="2026-12-06", min_runs=3,
+                     measured={"ttft": "x", "tpot": "y"},
                      pooled={"ttft": pooled, "tpot": pooled}, classes=[
                          {"gpu": "h100", "tp": "1", "moe": False, "engine": "vllm",
                           "ttft": {"median_pct": 5.0, "p90_pct": 9.0, "runs": 4},

@@ -1,6 +1,6 @@
-"""A user's own profile folder as a spec field (``profiles``, relative to the spec file) and as ``--profiles DIR``
-on every command that reads a spec: one resolution (``trimtab.spec.load.spec_profiles``), read wherever the spec
-is lowered, and bad input named by the field or the option."""
+"""A user's own profile folder as a spec field (``profiles``, relative to the spec file) and as ``--profiles
+DIR`` on every command that reads a spec: one resolution (``trimtab.spec.load.spec_profiles``), read wherever
+the spec is lowered, and bad input named by the field or the option."""
 from __future__ import annotations
 
 import yaml
