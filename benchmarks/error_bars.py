@@ -10,7 +10,9 @@ Samples, one per run (or table row) and metric, as each benchmark scores them:
     end fitted leave one model out): TTFT = the run's TTFT p90 (the percentile an SLO is written on; its p99
     rests on a few dozen requests per run), TPOT = its mean ITL; served runs only;
   * ``benchmarks/accuracy.py`` over ``../shared/groundtruth/dev.csv`` (published measurements of vLLM, SGLang
-    and TensorRT-LLM on several GPUs): its TTFT rows and its TPOT/ITL rows.
+    and TensorRT-LLM on several GPUs): its TTFT rows and its TPOT/ITL rows;
+  * the recorded load tests of vLLM's CPU engine (``benchmarks/data/engine_fidelity_cpu*.json``, 30-80 % of the
+    planned capacity): TTFT p90 and TPOT p90, the prediction made again by this checkout.
 The class of a sample: the GPU profile's family, tensor parallel 1 or more, dense or mixture-of-experts (the
 model profile's experts), the engine. Per class and metric the median and p90 absolute % error and the count;
 a class with fewer than ``MIN_RUNS`` samples of a metric is written with its count and takes the pooled figure
@@ -88,12 +90,47 @@ def table_samples(path: Path, profiles) -> list[tuple[tuple, str, float]]:
     return out
 
 
+CPU_RUNS = (ROOT / "benchmarks" / "data" / "engine_fidelity_cpu.json",
+            ROOT / "benchmarks" / "data" / "engine_fidelity_cpu_runA.json")
+
+
+def cpu_samples(runs: tuple[Path, ...] = CPU_RUNS) -> list[tuple[tuple, str, float]]:
+    """The same of the recorded load tests of vLLM's CPU engine (``benchmarks/engine_fidelity.py --device cpu``:
+    30-80 % of the planned capacity, measured TTFT and TPOT p90), the prediction made again by the cost model as
+    it is now, at each run's rate (``trimtab.field.loadtest.predicted_at``, what ``check --analytic`` computes)."""
+    import math
+    import tempfile
+
+    from benchmarks.accuracy_gpu import ape
+    from benchmarks.engine_fidelity import CPU, SPEC, plan_spec
+    from trimtab.field.engine_run import SMALL_LLAMA
+    from trimtab.field.loadtest import predicted_at, scaled_spec
+
+    out = []
+    with tempfile.TemporaryDirectory() as d:
+        # the benchmark's case, its model as the config.json the server read (no tokenizer needed to predict)
+        (Path(d) / "model").mkdir()
+        (Path(d) / "model" / "config.json").write_text(json.dumps(SMALL_LLAMA), encoding="utf-8")
+        spec_path, case = Path(d) / "spec.yaml", CPU
+        spec_path.write_text(SPEC.format(rate=0.5, **case), encoding="utf-8")
+        spec, plan = plan_spec(spec_path)
+        w = spec.workloads[0]
+        key = (case["gpu"], plan.deployments[0].tensor_parallel, False, case["engine"])
+        for f in runs:
+            for r in json.loads(f.read_text())["rows"]:
+                t, d90 = predicted_at(plan, scaled_spec(spec, r["rate_rps"] / w.rate_rps), 90.0)[w.name]
+                for metric, pred, meas in (("ttft", t, r["ttft_p90"]), ("tpot", d90, r["tpot_p90"])):
+                    if math.isfinite(pred):
+                        out.append((key, metric, ape(pred, meas)))
+    return out
+
+
 def error_bars(blis: Path = GROUNDTRUTH / "blis-dev", table: Path = GROUNDTRUTH / "dev.csv") -> dict:
     """The file's content: per class and metric, and pooled, with its provenance."""
     from trimtab.profiles.loader import load_profiles
 
     profiles = load_profiles()
-    samples = gpu_samples(blis, profiles) + table_samples(table, profiles)
+    samples = gpu_samples(blis, profiles) + table_samples(table, profiles) + cpu_samples()
     by: dict[str, dict[str, list[float]]] = {}
     keys = {}
     for key, metric, e in samples:
@@ -110,11 +147,14 @@ def error_bars(blis: Path = GROUNDTRUTH / "blis-dev", table: Path = GROUNDTRUTH 
     doc = {"benchmark": "python benchmarks/accuracy_gpu.py --write-error-bars (benchmarks/error_bars.py)",
            "data": [f"{_rel(blis)}: real vLLM runs on H100 (benchmarks/accuracy_gpu.py, front end fitted "
                     "leave one model out)",
-                    f"{_rel(table)}: published measurements (benchmarks/accuracy.py)"],
+                    f"{_rel(table)}: published measurements (benchmarks/accuracy.py)",
+                    "benchmarks/data/engine_fidelity_cpu*.json: load tests of vLLM's CPU engine at 30-80 % of "
+                    "capacity (benchmarks/engine_fidelity.py), predicted again by this checkout"],
            "date": _dt.date.today().isoformat(), "min_runs": MIN_RUNS,
            "measured": {"ttft": "blis-dev: TTFT p90 of each run; dev.csv: its TTFT rows (mean or lone "
-                                "request)",
-                        "tpot": "blis-dev: mean ITL of each run; dev.csv: its mean TPOT and ITL rows"},
+                                "request); CPU load tests: TTFT p90",
+                        "tpot": "blis-dev: mean ITL of each run; dev.csv: its mean TPOT and ITL rows; CPU load "
+                                "tests: TPOT p90"},
            "pooled": pooled, "classes": classes}
     ErrorBars.model_validate(doc)  # refuse to write what the plan's reader would reject
     return doc
