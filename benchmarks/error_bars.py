@@ -11,8 +11,8 @@ Samples, one per run (or table row) and metric, as each benchmark scores them:
     rests on a few dozen requests per run), TPOT = its mean ITL; served runs only;
   * ``benchmarks/accuracy.py`` over ``../shared/groundtruth/dev.csv`` (published measurements of vLLM, SGLang
     and TensorRT-LLM on several GPUs): its TTFT rows and its TPOT/ITL rows;
-  * the recorded load tests of vLLM's CPU engine (``benchmarks/data/engine_fidelity_cpu*.json``, 30-80 % of the
-    planned capacity): TTFT p90 and TPOT p90, the prediction made again by this checkout.
+  * the recorded load tests of vLLM's CPU engine (``benchmarks/data/engine_fidelity_cpu*.json``, 30-80 % of
+    the planned capacity): TTFT p90 and TPOT p90, the prediction made again by this checkout.
 The class of a sample: the GPU profile's family, tensor parallel 1 or more, dense or mixture-of-experts (the
 model profile's experts), the engine. Per class and metric the median and p90 absolute % error and the count;
 a class with fewer than ``MIN_RUNS`` samples of a metric is written with its count and takes the pooled figure
@@ -95,9 +95,10 @@ CPU_RUNS = (ROOT / "benchmarks" / "data" / "engine_fidelity_cpu.json",
 
 
 def cpu_samples(runs: tuple[Path, ...] = CPU_RUNS) -> list[tuple[tuple, str, float]]:
-    """The same of the recorded load tests of vLLM's CPU engine (``benchmarks/engine_fidelity.py --device cpu``:
-    30-80 % of the planned capacity, measured TTFT and TPOT p90), the prediction made again by the cost model as
-    it is now, at each run's rate (``trimtab.field.loadtest.predicted_at``, what ``check --analytic`` computes)."""
+    """The same of the recorded load tests of vLLM's CPU engine (``benchmarks/engine_fidelity.py --device
+    cpu``: 30-80 % of the planned capacity, measured TTFT and TPOT p90), the prediction made again by the cost
+    model as it is now, at each run's rate (``trimtab.field.loadtest.predicted_at``, what ``check --analytic``
+    computes)."""
     import math
     import tempfile
 
@@ -148,13 +149,13 @@ def error_bars(blis: Path = GROUNDTRUTH / "blis-dev", table: Path = GROUNDTRUTH 
            "data": [f"{_rel(blis)}: real vLLM runs on H100 (benchmarks/accuracy_gpu.py, front end fitted "
                     "leave one model out)",
                     f"{_rel(table)}: published measurements (benchmarks/accuracy.py)",
-                    "benchmarks/data/engine_fidelity_cpu*.json: load tests of vLLM's CPU engine at 30-80 % of "
-                    "capacity (benchmarks/engine_fidelity.py), predicted again by this checkout"],
+                    "benchmarks/data/engine_fidelity_cpu*.json: load tests of vLLM's CPU engine at 30-80 % "
+                    "of capacity (benchmarks/engine_fidelity.py), predicted again by this checkout"],
            "date": _dt.date.today().isoformat(), "min_runs": MIN_RUNS,
            "measured": {"ttft": "blis-dev: TTFT p90 of each run; dev.csv: its TTFT rows (mean or lone "
                                 "request); CPU load tests: TTFT p90",
-                        "tpot": "blis-dev: mean ITL of each run; dev.csv: its mean TPOT and ITL rows; CPU load "
-                                "tests: TPOT p90"},
+                        "tpot": "blis-dev: mean ITL of each run; dev.csv: its mean TPOT and ITL rows; CPU "
+                                "load tests: TPOT p90"},
            "pooled": pooled, "classes": classes}
     ErrorBars.model_validate(doc)  # refuse to write what the plan's reader would reject
     return doc

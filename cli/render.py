@@ -48,8 +48,8 @@ def plan_summary(console: Console, r: PlanResult, verbose: bool = False) -> None
         err = "-" if bar is None else f"{bar.ttft_pct:g}/{bar.tpot_pct:g} %" + ("*" if bar.notes else "")
         w.add_row(wl.name, f"{wl.rate_rps:g}", _ms(pr.ttft_ms), _ms(pr.ttft_ms_worst_bucket),
                   f"{wl.slo.ttft_ms:g}", _ms(pr.tpot_ms), _ms(pr.tpot_ms_worst_deployment),
-                  f"{wl.slo.tpot_ms:g}", f"p{pr.percentile:g}", "[green]yes[/]" if pr.slo_met else "[red]NO[/]",
-                  err)
+                  f"{wl.slo.tpot_ms:g}", f"p{pr.percentile:g}",
+                  "[green]yes[/]" if pr.slo_met else "[red]NO[/]", err)
     console.print(w)
     if any(pr.error_bar and pr.error_bar.notes for pr in p.predictions.values()):
         console.print("* the pooled error of all measured classes stands in for a class with too few runs "

@@ -79,8 +79,8 @@ def test_bad_profile_in_the_folder_names_its_file(tmp_path):
 
 
 def test_every_command_that_reads_a_spec_takes_the_option():
-    for cmd in ("plan", "check", "simulate", "what-if", "sweep", "pareto", "replan", "emit", "loadtest", "watch",
-                "explain", "predict", "calibrate"):
+    for cmd in ("plan", "check", "simulate", "what-if", "sweep", "pareto", "replan", "emit", "loadtest",
+                "watch", "explain", "predict", "calibrate"):
         res = run_cli(cmd, "--help")
         assert res.exit_code == 0 and "--profiles" in res.stdout, cmd
 
