@@ -97,3 +97,19 @@ def test_plan_and_check_with_the_users_folder(tmp_path):
     # without the folder the same spec is another input (the bundled H100 is twice as fast): check says so
     res = run_cli("check", "--plan", plan, "--spec", tmp_path / "s.yaml", "--analytic")
     assert "different input" in res.stdout, res.output
+
+
+def test_the_processs_own_measurements_stay_on_top_of_the_users_folder(tmp_path):
+    """``use_profile_dirs`` (watch --calibrate's refit engine, the end-to-end test's own CPU) replaces a profile
+    of the user's folder too: it is the newer measurement."""
+    from trimtab.profiles.loader import profile_dirs, use_profile_dirs
+
+    mine = _own_h100(tmp_path / "mine", tflops_factor=2.0)
+    newer = _own_h100(tmp_path / "newer", tflops_factor=3.0)
+    before = profile_dirs()
+    try:
+        assert load_profiles((tmp_path / "mine",)).gpus["h100-sxm"].bf16_tflops.value == mine
+        use_profile_dirs((tmp_path / "newer",))
+        assert load_profiles((tmp_path / "mine",)).gpus["h100-sxm"].bf16_tflops.value == newer
+    finally:
+        use_profile_dirs(before)
