@@ -2,6 +2,9 @@
 
 usage: python benchmarks/accuracy.py [CSV] [-v] [--markdown] [--fit] [--cv]
        (default CSV: ../shared/groundtruth/dev.csv, relative to the repository root)
+       python benchmarks/accuracy.py --write-error-bars profiles/error_bars.yaml
+       (the error bars per class of deployment over this table, blis-dev and the CPU load tests:
+       benchmarks/error_bars.py)
 
 For every row of a table in the format of ``dev.csv`` (source, model, gpu, num_gpus, tp, pp, engine, isl, osl,
 concurrency_or_rate, metric, value, unit, notes) this runs the same prediction ``trimtab predict`` makes

@@ -2,6 +2,9 @@
 
 usage: python benchmarks/accuracy_gpu.py [FOLDER] [-v] [--markdown] [--runs=ID,ID] [--no-cv] [--seed=N]
        (default FOLDER: ../shared/groundtruth/blis-dev, relative to the repository root)
+       python benchmarks/accuracy_gpu.py --write-error-bars profiles/error_bars.yaml
+       (the error bars per class of deployment over this table, dev.csv and the CPU load tests:
+       benchmarks/error_bars.py)
 
 Every usable run of ``experiments.csv`` is described to trimtab as a user would describe it, from the run's
 published setup only, and simulated with trimtab's discrete-event simulator (``trimtab.sim.simulate``):
