@@ -107,3 +107,19 @@ def test_bundled_error_bars_carry_their_provenance():
     bars = load_error_bars()
     assert bars.min_runs >= 2 and bars.date and "accuracy" in bars.benchmark and len(bars.data) == 3
     assert all(s.runs >= bars.min_runs for s in bars.pooled.values())
+
+
+def test_check_margin_by_simulation_holds_the_worst_seed_against_the_error(planned):
+    from trimtab.gate.simulated import check_simulated
+
+    d, s, p = planned
+    rep0, res = check_simulated(p, s, seeds=2, requests=1500)
+    rep, _ = check_simulated(p, s, seeds=2, requests=1500, margin="p90")
+    bar = p.predictions["short"].error_bar
+    t = max(r.workloads["short"].ttft_at_target_ms for r in res.runs)
+    tp = max(r.workloads["short"].tpot_at_target_ms for r in res.runs)
+    misses = [m for m, v, slo, e in (("TTFT", t, 1000, bar.ttft_p90_pct), ("TPOT", tp, 100, bar.tpot_p90_pct))
+              if not (e < 100 and v / (1 - e / 100) <= slo)]
+    extra = [v for v in rep.violations if v not in rep0.violations]
+    assert sorted(v.split(" ")[2] for v in extra) == sorted(misses)
+    assert rep.ok == (rep0.ok and not misses)
