@@ -2,6 +2,9 @@
 
 usage: python benchmarks/accuracy.py [CSV] [-v] [--markdown] [--fit] [--cv]
        (default CSV: ../shared/groundtruth/dev.csv, relative to the repository root)
+       python benchmarks/accuracy.py --write-error-bars profiles/error_bars.yaml
+       (the error bars per class of deployment over this table, blis-dev and the CPU load tests:
+       benchmarks/error_bars.py)
 
 For every row of a table in the format of ``dev.csv`` (source, model, gpu, num_gpus, tp, pp, engine, isl, osl,
 concurrency_or_rate, metric, value, unit, notes) this runs the same prediction ``trimtab predict`` makes
@@ -410,6 +413,11 @@ def report_skipped(skipped: list[Row]) -> None:
 
 def main(argv: list[str]) -> int:
     """Exit codes: 0 report printed; 1 no such file; 2 malformed table (each problem named with file:line)."""
+    from benchmarks.error_bars import flag, write
+
+    if flag(argv):  # the error bars per class over both benchmarks' data (benchmarks/error_bars.py)
+        write(flag(argv))
+        return 0
     args = [a for a in argv if not a.startswith("-")]
     path = Path(args[0]) if args else ROOT.parent / "shared" / "groundtruth" / "dev.csv"
     if not path.is_file():

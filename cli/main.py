@@ -14,8 +14,9 @@ from typing import Annotated, Optional
 
 import typer
 
-from trimtab.cli.common import (Fmt, Solver, TableOrJson, TraceFormat, _expected_errors, err, misses_lines, out,
-                                plan_path as plan_path_of, process_seconds, refuse_misses, steps)
+from trimtab.cli.common import (Fmt, MarginStat, ProfilesOpt, Solver, TableOrJson, TraceFormat,
+                                _expected_errors, err, misses_lines, out, plan_path as plan_path_of,
+                                process_seconds, refuse_misses, steps)
 from trimtab.cli.calibrate import bench_cmd, calibrate_cmd
 from trimtab.cli.emit import emit_cmd
 from trimtab.cli.replan import replan_cmd
@@ -59,6 +60,7 @@ def plan(
     allow_misses: Annotated[bool, typer.Option("--allow-misses", help="Write the plan even when its own "
                                                "validation still shows a workload below its SLO (marked with "
                                                "misses; exit 7 all the same).")] = False,
+    profiles: ProfilesOpt = None,
 ) -> None:
     """Plan the cheapest deployment that meets every SLO, and write it as YAML (or JSON). A plan whose own
     validation still shows a miss is not written (exit 7) unless --allow-misses.
@@ -71,7 +73,7 @@ def plan(
 
     t0 = time.perf_counter()
     up = process_seconds()  # interpreter start-up and imports, before this line
-    s = load_spec(spec)
+    s = load_spec(spec, profile_dir=profiles)
     t1 = time.perf_counter()
     with steps(err, f"planning {s.name}") as say:
         r = do_plan(s, backend=solver.value if solver else None, time_limit_s=time_limit, progress=say)
@@ -128,6 +130,13 @@ def check(
                                                                     "boundary).")] = None,
     allow_misses: Annotated[bool, typer.Option("--allow-misses", help="Check a plan written by plan "
                                                "--allow-misses (marked with misses).")] = False,
+    margin: Annotated[bool, typer.Option(
+        "--margin", help="Also fail a workload whose SLO headroom is smaller than the cost model's measured "
+                         "error for its deployments' class (the plan's error_bar; docs/fidelity.md).")
+    ] = False,
+    margin_stat: Annotated[MarginStat, typer.Option(help="--margin: the class's median or p90 absolute "
+                                                         "error.")] = MarginStat.median,
+    profiles: ProfilesOpt = None,
 ) -> None:
     """Verify a plan against a spec: structure, and SLOs by simulation (or by the cost model with --analytic);
     exit 5 on any violation (CI gate). With redundancy n+1 (or --fail-each-node) also with each node removed.
@@ -140,14 +149,17 @@ def check(
     plan_path = plan_path_of(plan_opt, plan_pos, "a positional PLAN")
     p = load_plan(plan_path)
     refuse_misses(p, plan_path, allow_misses)
-    s = load_spec(spec)
+    s = load_spec(spec, profile_dir=profiles)
     from trimtab.gate.analytic import plan_references
     from trimtab.ir.lower import lower
 
     foreign = plan_references(p, lower(s))
     if foreign:  # a plan from another spec: invalid input (exit 1), not a failed check
         raise InputError([Problem(f.where, f.message, str(plan_path)) for f in foreign], "plan")
+    mstat = margin_stat.value if margin else None
     if not analytic and p.schedule is not None and s.schedule is not None and trace is None and duration is None:
+        if margin:
+            raise InputError([Problem("--margin", "checks a static plan: not with a schedule")])
         from trimtab.cli.simulate import schedule_check  # every window of the schedule (docs/online.md)
 
         with steps(err, "check") as say:
@@ -161,8 +173,9 @@ def check(
     if fail_each_node or (s.redundancy == "n+1" and not replay):  # docs/online.md, "Redundancy"
         from trimtab.cli.simulate import node_loss_check
 
-        if p.schedule is not None or replay:
-            raise InputError([Problem("--fail-each-node", "checks a static plan at the spec's rates: not with a "
+        if p.schedule is not None or replay or margin:
+            raise InputError([Problem("--fail-each-node" if not margin else "--margin",
+                                      "checks a static plan at the spec's rates: not with a "
                                       "schedule, --trace or --duration")])
         with steps(err, "check") as say:
             say("the plan, then the plan without each node"
@@ -175,10 +188,12 @@ def check(
         from trimtab.cli.simulate import sim_check
 
         if not sim_check(p, s, out, err, fmt.value, seed, seeds, requests, duration, trace, trace_format.value,
-                         strict):
+                         strict, mstat):
             raise typer.Exit(int(ExitCode.CHECK_FAILED))
         return
-    rep = do_check(p, s)
+    from trimtab.api import with_margin
+
+    rep = with_margin(do_check(p, s), p, s, None, mstat)
     if fmt is TableOrJson.json:
         data = {"ok": rep.ok, "violations": rep.violations, "notes": rep.notes,
                 "workloads": {k: {"ttft_ms": v.ttft_ms if v.ttft_ms != float("inf") else None,
@@ -217,6 +232,7 @@ def simulate(
                                                                        "inter-arrival gaps (1 = Poisson).")] = None,
     fmt: Annotated[TableOrJson, typer.Option("--format", help="Report format.")] = TableOrJson.table,
     plot: Annotated[Optional[Path], typer.Option(help="Write latency CDFs and a timeline as PNGs here.")] = None,
+    profiles: ProfilesOpt = None,
 ) -> None:
     """Simulate a plan request by request (continuous batching, chunked prefill, queues, KV cache, routing).
 
@@ -227,8 +243,8 @@ def simulate(
     from trimtab.cli.simulate import sim_report
 
     p = load_plan(plan_path_of(plan_opt, plan_pos, "a positional PLAN"))
-    sim_report(p, load_spec(spec), out, err, fmt.value, seed, requests, duration, trace, trace_format.value,
-               arrival_cv, plot)
+    sim_report(p, load_spec(spec, profile_dir=profiles), out, err, fmt.value, seed, requests, duration, trace,
+               trace_format.value, arrival_cv, plot)
 
 
 @app.command()
@@ -251,6 +267,7 @@ def predict(
                                                 "tp x pp x dp GPUs).")] = 1,
     ep: Annotated[int, typer.Option(min=1, help="Expert-parallel degree (MoE; 1: experts split by TP; tp x dp: "
                                                 "vLLM --enable-expert-parallel).")] = 1,
+    profiles: ProfilesOpt = None,
 ) -> None:
     """Predict TTFT, TPOT and throughput of one replica at a fixed concurrency.
 
@@ -260,7 +277,9 @@ def predict(
     from trimtab.profiles.loader import load_profiles, model_from_hf_config
     from trimtab.cli.render import prediction_table
 
-    profs = load_profiles()
+    from trimtab.spec.load import load_profile_folder
+
+    profs = load_profiles() if profiles is None else load_profile_folder(profiles)
     problems = []
     if model.endswith(".json") or Path(model).is_file():
         mprof = model_from_hf_config(model, Path(model).parent.name or "model")
@@ -335,6 +354,7 @@ def loadtest(
     timeout: Annotated[float, typer.Option(min=1.0, help="Wall-clock limit of the whole run in seconds; "
                                                          "requests still running then count as failed.")] = 900.0,
     fmt: Annotated[TableOrJson, typer.Option("--format", help="Report format.")] = TableOrJson.table,
+    profiles: ProfilesOpt = None,
 ) -> None:
     """Replay the spec's traffic against a running server; measured vs predicted vs simulated per workload;
     exit 5 when a workload misses its SLO (docs/loadtest.md).
@@ -348,7 +368,8 @@ def loadtest(
     if requests is not None and duration is not None:
         raise InputError([Problem("--requests/--duration", "give one of them, not both")])
     with steps(err, "loadtest") as say:
-        res = run_loadtest(load_plan(plan_path), load_spec(spec), endpoint, requests=requests,
+        res = run_loadtest(load_plan(plan_path), load_spec(spec, profile_dir=profiles), endpoint,
+                           requests=requests,
                            duration_s=duration, rate_scale=rate_scale, seed=seed, timeout_s=timeout,
                            progress=say)
     if fmt is TableOrJson.json:
@@ -381,6 +402,7 @@ def explain(
     analytic: Annotated[bool, typer.Option("--analytic", help="Skip planning with validation: only the cost "
                                                               "model's price (labelled analytic).")] = False,
     fmt: Annotated[TableOrJson, typer.Option("--format", help="table, or json (the document alone on stdout).")] = TableOrJson.table,
+    profiles: ProfilesOpt = None,
 ) -> None:
     """Why a spec is infeasible and what to relax (verified), or what limits a feasible plan's cost.
 
@@ -388,7 +410,7 @@ def explain(
     """
     from trimtab.api import explain as do_explain, load_spec
 
-    s = load_spec(spec)
+    s = load_spec(spec, profile_dir=profiles)
     with steps(err, f"explaining {s.name}") as say:
         say("solving the cost model's problem and its relaxations")
         e = do_explain(s, backend=solver.value if solver else None, time_limit_s=time_limit)
@@ -438,6 +460,7 @@ def what_if(
     overrides: Annotated[list[str], typer.Option("--set", help="PATH=VALUE, e.g. workloads.chat.rate_rps=8 (repeatable).")],
     output: Annotated[Optional[Path], typer.Option("-o", "--output", help="Write the changed plan here.")] = None,
     fmt: Annotated[TableOrJson, typer.Option("--format", help="table, or json (the document alone on stdout).")] = TableOrJson.table,
+    profiles: ProfilesOpt = None,
 ) -> None:
     """Re-plan with changed inputs and show what changes against the base plan.
 
@@ -454,7 +477,7 @@ def what_if(
             raise InputError([Problem("--set", f"{o!r} is not PATH=VALUE")])
         k, v = o.split("=", 1)
         parsed[k.strip()] = yaml.safe_load(v)
-    s = load_spec(spec)
+    s = load_spec(spec, profile_dir=profiles)
     with steps(err, f"what-if {s.name}") as say:
         base = do_plan(s, progress=lambda step: say(f"base plan: {step}"))
         alt = do_what_if(s, parsed, progress=lambda step: say(f"changed plan: {step}"))
@@ -472,18 +495,21 @@ def what_if(
 
 
 @profiles_app.command("list")
+@_expected_errors
 def profiles_list(
     fmt: Annotated[TableOrJson, typer.Option("--format", help="table, or json (the document alone on stdout).")] = TableOrJson.table,
+    profiles: ProfilesOpt = None,
 ) -> None:
-    """List the bundled GPU, model and engine profiles.
+    """List the GPU, model and engine profiles (the bundled ones, with --profiles DIR's in their place).
 
     Example: trimtab profiles list
     """
     from rich.table import Table
 
     from trimtab.profiles.loader import load_profiles
+    from trimtab.spec.load import load_profile_folder
 
-    p = load_profiles()
+    p = load_profiles() if profiles is None else load_profile_folder(profiles)
     if fmt == TableOrJson.json:
         q = lambda prof: {f: v.value for f, v in prof if hasattr(v, "value")}  # noqa: E731
         sys.stdout.write(json.dumps({"gpus": {n: q(g) for n, g in sorted(p.gpus.items())},
@@ -514,6 +540,7 @@ def profiles_list(
 def profiles_show(
     name: Annotated[str, typer.Argument(help="A GPU, model or engine profile name.")],
     fmt: Annotated[Fmt, typer.Option("--format", help="yaml or json.")] = Fmt.yaml,
+    profiles: ProfilesOpt = None,
 ) -> None:
     """Show one profile with the source of every number.
 
@@ -522,8 +549,9 @@ def profiles_show(
     import yaml
 
     from trimtab.profiles.loader import load_profiles
+    from trimtab.spec.load import load_profile_folder
 
-    p = load_profiles()
+    p = load_profiles() if profiles is None else load_profile_folder(profiles)
     prof = p.gpus.get(name) or p.models.get(name) or p.engines.get(name)
     if prof is None:
         known = sorted(p.gpus) + sorted(p.models) + sorted(p.engines)

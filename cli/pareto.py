@@ -9,7 +9,7 @@ from typing import Annotated, Optional
 
 import typer
 
-from trimtab.cli.common import Solver, TableOrJson, err, out
+from trimtab.cli.common import ProfilesOpt, Solver, TableOrJson, err, out
 from trimtab.errors import InfeasibleError
 
 
@@ -27,6 +27,7 @@ def pareto_cmd(
     address: Annotated[Optional[str], typer.Option(help="Ray cluster to join (default: a local Ray).")] = None,
     workers: Annotated[Optional[int], typer.Option(min=1, help="Ray tasks in flight (default: the CPUs).")] = None,
     fmt: Annotated[TableOrJson, typer.Option("--format", help="table, or json (the document alone on stdout).")] = TableOrJson.table,
+    profiles: ProfilesOpt = None,
 ) -> None:
     """Cost vs latency frontier: the cheapest plan at each tighter SLO (each point planned as trimtab plan
     plans, validated by simulation, unless --analytic), non-dominated points only. The points are planned as
@@ -43,7 +44,7 @@ def pareto_cmd(
     from trimtab.contract.write import emit
     from trimtab.cli.sweep_report import progress_bar
 
-    s = load_spec(spec)
+    s = load_spec(spec, profile_dir=profiles)
     ex = sw.make_executor("serial" if serial else "auto", address, workers)
     try:
         with progress_bar(err, "planning points") as progress:

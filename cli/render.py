@@ -27,23 +27,33 @@ def plan_summary(console: Console, r: PlanResult, verbose: bool = False) -> None
                     + ", ".join(f"{n} x {g}" for g, n in p.gpus.items()))
     moe = any(d.data_parallel > 1 or d.expert_parallel > 1 for d in p.deployments)  # MoE layouts: dp, ep columns
     cols = ("deployment", "gpu", "tp", "pp") + (("dp", "ep") if moe else ()) + (
-        "replicas", "$/h", "load rps/replica", "prefill util")
+        "replicas", "$/h", "load rps/replica", "capacity at SLO", "prefill util")
     for col in cols:
         t.add_column(col, justify="left" if col in ("deployment", "gpu") else "right")
     for d in p.deployments:
         price = r.ir.gpu(d.gpu).usd_per_hour * d.gpus_per_replica * d.replicas
         layout = (str(d.data_parallel), str(d.expert_parallel)) if moe else ()
         t.add_row(d.name, d.gpu, str(d.tensor_parallel), str(d.pipeline_parallel), *layout, str(d.replicas),
-                  f"{price:,.2f}", f"{d.load_rps_per_replica:.2f}", f"{d.utilization:.0%}")
+                  f"{price:,.2f}", f"{d.load_rps_per_replica:.2f}",
+                  "-" if d.capacity_rps_per_replica is None else f"{d.capacity_rps_per_replica:.2f}",
+                  f"{d.utilization:.0%}")
     console.print(t)
-    w = Table(title="workloads: predicted vs SLO")
-    for col in ("workload", "rate rps", "TTFT ms", "SLO", "TPOT ms", "SLO ", "pct", "met"):
+    w = Table(title="workloads: predicted (whole length mix; worst bucket) vs SLO, +- the model's error")
+    for col in ("workload", "rate rps", "TTFT ms", "worst", "SLO", "TPOT ms", "worst ", "SLO ", "pct", "met",
+                "error TTFT/TPOT"):
         w.add_column(col, justify="left" if col == "workload" else "right")
     for wl in r.ir.workloads:
         pr = p.predictions[wl.name]
-        w.add_row(wl.name, f"{wl.rate_rps:g}", _ms(pr.ttft_ms), f"{wl.slo.ttft_ms:g}", _ms(pr.tpot_ms),
-                  f"{wl.slo.tpot_ms:g}", f"p{pr.percentile:g}", "[green]yes[/]" if pr.slo_met else "[red]NO[/]")
+        bar = pr.error_bar
+        err = "-" if bar is None else f"{bar.ttft_pct:g}/{bar.tpot_pct:g} %" + ("*" if bar.notes else "")
+        w.add_row(wl.name, f"{wl.rate_rps:g}", _ms(pr.ttft_ms), _ms(pr.ttft_ms_worst_bucket),
+                  f"{wl.slo.ttft_ms:g}", _ms(pr.tpot_ms), _ms(pr.tpot_ms_worst_deployment),
+                  f"{wl.slo.tpot_ms:g}", f"p{pr.percentile:g}",
+                  "[green]yes[/]" if pr.slo_met else "[red]NO[/]", err)
     console.print(w)
+    if any(pr.error_bar and pr.error_bar.notes for pr in p.predictions.values()):
+        console.print("* the pooled error of all measured classes stands in for a class with too few runs "
+                      "(the plan's error_bar.notes)", markup=False)
     s = p.solver
     gap = "" if s.gap in (None, 0) else f", gap {s.gap:.2%}"
     console.print(f"solver: {s.backend} {s.status}{gap}, {r.rounds} round(s); "

@@ -9,7 +9,7 @@ from typing import Annotated, Optional
 
 import typer
 
-from trimtab.cli.common import Solver, TableOrJson, err, out, plan_path, steps
+from trimtab.cli.common import ProfilesOpt, Solver, TableOrJson, err, out, plan_path, steps
 
 
 def replan_cmd(
@@ -33,6 +33,7 @@ def replan_cmd(
     time_limit: Annotated[Optional[float], typer.Option(min=0.01, help="Solver time limit, seconds.")] = None,
     analytic: Annotated[bool, typer.Option("--analytic", help="Cost model only (no validation by "
                                                               "simulation).")] = False,
+    profiles: ProfilesOpt = None,
 ) -> None:
     """Re-plan a running plan for the spec as it is now, with the fewest replica moves that pay; reports the
     moves and start-up cost next to a from-scratch plan's.
@@ -45,7 +46,7 @@ def replan_cmd(
     from trimtab.contract.write import emit
 
     cur = load_plan(plan_path(plan_opt, current, "--current"))
-    s = load_spec(spec)
+    s = load_spec(spec, profile_dir=profiles)
     with steps(err, "replan") as say:
         r = replan(cur, s, max_moves=max_moves, fail=list(fail or []), horizon_h=horizon, stop_usd=stop_usd,
                    backend=solver.value if solver else None, time_limit_s=time_limit, validate=not analytic,

@@ -56,7 +56,7 @@ def sim_report(plan: Plan, spec: Spec, out: Console, err: Console, fmt: str, see
 
 def sim_check(plan: Plan, spec: Spec, out: Console, err: Console, fmt: str, seed: int | None, seeds: int,
               requests: int | None, duration: float | None, trace: Path | None, trace_format: str,
-              strict: bool) -> bool:
+              strict: bool, margin: str | None = None) -> bool:
     from trimtab.gate.simulated import check_simulated
     from trimtab.cli.sim_report import progress_bar
 
@@ -64,7 +64,7 @@ def sim_check(plan: Plan, spec: Spec, out: Console, err: Console, fmt: str, seed
     runs = 1 if tr is not None else max(seeds, 1)
     with progress_bar(err, requests * runs if requests is not None and duration is None else None) as progress:
         rep, res = check_simulated(plan, spec, seed=seed, seeds=seeds, requests=requests, duration_s=duration,
-                                   trace=tr, strict=strict, progress=progress)
+                                   trace=tr, strict=strict, progress=progress, margin=margin)
     if fmt == "json":
         data = {"ok": rep.ok, "violations": rep.violations, "notes": rep.notes, "mode": "simulation",
                 "seeds": list(res.seeds), "requests": sum(r.requests for r in res.runs),

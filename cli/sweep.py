@@ -10,7 +10,7 @@ from typing import Annotated, Optional
 
 import typer
 
-from trimtab.cli.common import Solver, TableOrJson, err, out
+from trimtab.cli.common import ProfilesOpt, Solver, TableOrJson, err, out
 from trimtab.errors import InputError, Problem
 
 
@@ -43,6 +43,7 @@ def sweep_cmd(
     fmt: Annotated[TableOrJson, typer.Option("--format", help="table, or json (the document alone on stdout: "
                                                               "every point, or the robust choice and its "
                                                               "plan).")] = TableOrJson.table,
+    profiles: ProfilesOpt = None,
 ) -> None:
     """Plan a spec over a grid of overrides or sampled traffic scenarios (Ray tasks when Ray is installed), or
     find a robust plan (--robust q --scenarios N).
@@ -60,7 +61,7 @@ def sweep_cmd(
     if robust is not None and (csv_path or plot or analytic or check):
         raise InputError([Problem("--robust", "prints every candidate's cost and share and writes the plan with -o; "
                                               "--csv, --plot, --analytic and --check do not apply")])
-    s = load_spec(spec)
+    s = load_spec(spec, profile_dir=profiles)
     if robust is None:  # build (and validate) every point before starting Ray
         points = (sw.scenario_points(s, scenarios, rate_cv, length_cv, input_cv, seed) if scenarios
                   else sw.grid_points(s, sw.parse_sets(sets or [])))

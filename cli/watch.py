@@ -10,7 +10,7 @@ from typing import Annotated, Optional
 
 import typer
 
-from trimtab.cli.common import TableOrJson, err, out
+from trimtab.cli.common import ProfilesOpt, TableOrJson, err, out
 
 
 def _table(obs) -> None:
@@ -83,6 +83,7 @@ def watch_cmd(
                                                         "default: proposals only).")] = False,
     fmt: Annotated[TableOrJson, typer.Option("--format", help="json: one JSON object per line and "
                                                               "scrape.")] = TableOrJson.table,
+    profiles: ProfilesOpt = None,
 ) -> None:
     """Watch a running plan's engines (vLLM /metrics) and propose the next mapping on a rate change, an SLO at
     risk or a failed replica: the re-plan, its check, its manifests.
@@ -106,7 +107,7 @@ def watch_cmd(
     targets = targets_for(plan, metrics, instances=prometheus is not None)
     # a schedule: the window the UTC clock is in is the plan (trimtab.online.schedule_watch)
     make = Watcher if plan.schedule is None else ScheduleWatcher
-    w = make(plan, load_spec(spec), targets, out_dir=output, alpha=alpha,
+    w = make(plan, load_spec(spec, profile_dir=profiles), targets, out_dir=output, alpha=alpha,
              windows=windows, min_lifetime=min_lifetime, dead_after=dead_after, analytic=analytic,
              horizon_h=horizon, max_moves=max_moves, apply=apply, calibrate=calibrate,
              prometheus=prometheus)

@@ -17,16 +17,16 @@ import time
 from dataclasses import replace
 
 from trimtab.contract.schema import Plan
-from trimtab.errors import InputError
+from trimtab.errors import InputError, Problem
 from trimtab.gate.analytic import CheckReport, check as check_analytic, plan_references
 from trimtab.gate.simulated import check_simulated
 from trimtab.contract.diff import diff_plans
 from trimtab.planning.driver import PlanResult, drive
 from trimtab.ir.lower import lower
-from trimtab.profiles.loader import ProfileSet, load_profiles
+from trimtab.profiles.loader import ProfileSet
 from trimtab.sim import DEFAULT_SEED, simulate
 from trimtab.sim.validate import CHECK_SEEDS
-from trimtab.spec.load import load_spec
+from trimtab.spec.load import load_spec, spec_profiles
 from trimtab.spec.schema import Spec
 from trimtab.spec.overrides import apply_overrides
 
@@ -42,7 +42,7 @@ def plan(spec: Spec, *, backend: str | None = None, time_limit_s: float | None =
     (``trimtab.planning.driver.drive``) for every spec; adapters and tenants get the LoRA planner.
     ``progress``: called with each step's name as it starts (``drive``)."""
     t0 = time.perf_counter()
-    profiles = profiles or load_profiles()
+    profiles = profiles or spec_profiles(spec)
     ir = lower(spec, profiles)
     if spec.schedule is not None:  # plans per window (docs/online.md)
         from trimtab.planning.schedule import SchedulePlanner
@@ -73,7 +73,7 @@ def explain(spec: Spec, *, backend: str | None = None, time_limit_s: float | Non
     from trimtab.planning.explain import explain as explain_unified
     from trimtab.solvers import get_backend, spec_options
 
-    ir = lower(spec, profiles or load_profiles())
+    ir = lower(spec, profiles or spec_profiles(spec))
     be = get_backend(backend or spec.solver.backend)
     opts = spec_options(spec, time_limit_s)
     if ir.lora is not None:
@@ -116,17 +116,35 @@ def _explain_redundant(spec: Spec, ir, be, opts):
 
 
 def check(plan: Plan, spec: Spec, *, analytic: bool = False, profiles: ProfileSet | None = None,
-          seeds: int = CHECK_SEEDS, seed: int | None = None, strict: bool = False) -> CheckReport:
+          seeds: int = CHECK_SEEDS, seed: int | None = None, strict: bool = False,
+          margin: str | None = None) -> CheckReport:
     """The gate ``trimtab check`` runs, so that a script and CI judge a plan alike: the plan's structure against
     the spec, and its SLOs by simulation at seeds the planner did not use (``trimtab.gate.simulated``);
     ``analytic=True``: the SLOs by the cost model's predictions only (fast, ``trimtab.gate.analytic``). A plan
-    made from another spec raises InputError (exit 1) naming the plan's field."""
+    made from another spec raises InputError (exit 1) naming the plan's field. ``margin`` ("median" or "p90"):
+    also fail a workload whose SLO headroom is smaller than the cost model's error for its deployments
+    (``trimtab.gate.margin``, ``check --margin``)."""
+    if margin is not None and margin not in ("median", "p90"):
+        raise InputError([Problem("margin", f"must be 'median' or 'p90', got {margin!r}")])
     if analytic:
-        return check_analytic(plan, spec, profiles)
-    foreign = plan_references(plan, lower(spec, profiles or load_profiles()))
+        return with_margin(check_analytic(plan, spec, profiles), plan, spec, profiles, margin)
+    foreign = plan_references(plan, lower(spec, profiles or spec_profiles(spec)))
     if foreign:
         raise InputError(foreign, "plan")
-    return check_simulated(plan, spec, profiles=profiles, seed=seed, seeds=seeds, strict=strict)[0]
+    return check_simulated(plan, spec, profiles=profiles, seed=seed, seeds=seeds, strict=strict,
+                           margin=margin)[0]
+
+
+def with_margin(rep: CheckReport, plan: Plan, spec: Spec, profiles: ProfileSet | None,
+                margin: str | None) -> CheckReport:
+    """An analytic check's report with ``check --margin``'s lines added (the cost model's worst buckets)."""
+    if margin is None or rep.assessment is None:
+        return rep
+    from trimtab.gate.margin import margin_violations
+
+    seen = {k: (v.ttft_ms, v.tpot_ms) for k, v in rep.assessment.workloads.items()}
+    bad = margin_violations(plan, lower(spec, profiles or spec_profiles(spec)), seen, margin)
+    return replace(rep, ok=rep.ok and not bad, violations=rep.violations + bad)
 
 
 def what_if(spec: Spec, overrides: dict[str, object], **kwargs) -> PlanResult:

@@ -321,8 +321,8 @@ def profile_dirs() -> tuple[Path, ...]:
 
 
 def load_profiles(extra_dirs: tuple[Path, ...] = ()) -> ProfileSet:
-    """Bundled profiles (with ``use_profile_dirs``' overrides), overridden by files of the same name in
-    ``extra_dirs`` (in order)."""
+    """Bundled profiles, overridden by files of the same name in ``extra_dirs`` (in order), then by
+    ``use_profile_dirs``' folders."""
     global _BUNDLED
     if _BUNDLED is None:
         b = _load_dir(_bundled.data_dir())
@@ -332,11 +332,28 @@ def load_profiles(extra_dirs: tuple[Path, ...] = ()) -> ProfileSet:
         _BUNDLED = ProfileSet(b["gpus"], b["models"], b["engines"])
     if not extra_dirs:
         return _BUNDLED
-    merged = {k: dict(getattr(_BUNDLED, k)) for k in _KINDS}
-    for d in extra_dirs:
-        for k, v in _load_dir(Path(d)).items():
-            merged[k].update(v)
-    return ProfileSet(merged["gpus"], merged["models"], merged["engines"])
+    # A spec's own folder is read wherever the spec is lowered (plan, check, every simulation): read once per
+    # content, so a profile rewritten in the same process (calibrate, then plan) is read again. The process's
+    # overrides stay on top: they are measurements made since (watch --calibrate refits the engine in use).
+    dirs = (*extra_dirs, *_OVERRIDES)
+    key = (id(_BUNDLED), tuple(_dir_state(Path(d)) for d in dirs))
+    if key not in _EXTRA:
+        merged = {k: dict(getattr(_BUNDLED, k)) for k in _KINDS}
+        for d in dirs:
+            for k, v in _load_dir(Path(d)).items():
+                merged[k].update(v)
+        _EXTRA.clear()
+        _EXTRA[key] = ProfileSet(merged["gpus"], merged["models"], merged["engines"])
+    return _EXTRA[key]
+
+
+_EXTRA: dict[tuple, ProfileSet] = {}
+
+
+def _dir_state(root: Path) -> tuple:
+    """A folder's profile files with their size and modification time: what ``load_profiles`` caches on."""
+    files = sorted(p for k in _KINDS for p in (root / k).glob("*.yaml")) if root.is_dir() else []
+    return (str(root.resolve()),) + tuple((str(p), p.stat().st_mtime_ns, p.stat().st_size) for p in files)
 
 
 def value_or(q: Q | None, default: float = 0.0) -> float:

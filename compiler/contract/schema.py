@@ -68,6 +68,10 @@ class Deployment(_Strict):
     max_num_batched_tokens: int = Field(ge=1, description="token budget per engine step (chunked prefill)")
     kv_cache_tokens: int = Field(ge=0, description="KV cache capacity per replica, tokens")
     load_rps_per_replica: float
+    capacity_rps_per_replica: float | None = Field(
+        default=None, description="requests per second one replica serves with every workload routed to it "
+                                  "meeting its SLO, at its planned traffic mix (the cost model); null for a "
+                                  "prefill/decode pair's deployments")
     utilization: float = Field(description="share of engine steps carrying prefill work, at the planned load")
     engine_args: list[str] = Field(description="the engine's arguments that realise the deployment (after program "
                                                 "and model; names per engine in profiles/engine_flags.yaml)")
@@ -129,12 +133,40 @@ class PrefixReuse(_Strict):
                                                            "prefix cache (prefix_cache_tokens) gets")
 
 
+class ErrorBar(_Strict):
+    """The cost model's measured error for the deployments serving a workload (profiles/error_bars.yaml,
+    written by the accuracy benchmarks; docs/fidelity.md, "Error bars"): per metric the figures of the least
+    accurate class among them."""
+
+    classes: list[str] = Field(description="classes of the deployments serving it: GPU family, tp1 or tp>1, "
+                                           "dense or moe, engine")
+    ttft_pct: float = Field(description="median absolute % error of TTFT predictions of the class, against "
+                                        "real runs")
+    ttft_p90_pct: float = Field(description="90th percentile of those errors")
+    ttft_runs: int = Field(description="measured runs behind the TTFT figures")
+    tpot_pct: float = Field(description="median absolute % error of TPOT predictions of the class")
+    tpot_p90_pct: float
+    tpot_runs: int
+    notes: list[str] = Field(default=[], description="where the pooled figure of all classes stands in (a "
+                                                     "class with too few runs), and why")
+    source: str = Field(description="the file and the benchmark that measured the errors, with its date")
+
+
 class Prediction(_Strict):
-    ttft_ms: float | None = Field(description="at the SLO percentile; null when the load is beyond capacity")
-    tpot_ms: float | None
+    ttft_ms: float | None = Field(description="TTFT at the SLO percentile over the workload's whole mix of "
+                                              "length buckets and deployments; null when the load is beyond "
+                                              "capacity")
+    tpot_ms: float | None = Field(description="TPOT at the SLO percentile over the workload's whole mix")
     percentile: float
-    slo_met: bool
+    slo_met: bool = Field(description="every length bucket meets the SLO at the percentile (what the planner "
+                                      "holds each to; implies the whole mix does)")
     utilization: float
+    ttft_ms_worst_bucket: float | None = Field(
+        default=None, description="the worst length bucket's TTFT at the percentile (what slo_met judges)")
+    tpot_ms_worst_deployment: float | None = Field(
+        default=None, description="the worst deployment's TPOT at the percentile")
+    error_bar: ErrorBar | None = Field(default=None, description="the cost model's measured error for this "
+                                                                 "workload's deployments (check --margin)")
 
 
 class Bucket(_Strict):

@@ -10,7 +10,10 @@ Entry points:
     ``predict_closed_loop`` for several), so the fitted numbers mean what the planner uses them for;
   * ``errors(rows, ...)``: per-shape relative errors of a profile (in-sample on the fit shapes, held out on the
     others: a fitted parameter cannot hide its own error);
-  * ``engine_profile(base, fit, held_out, ...) -> dict``: the profile, every fitted number naming its data.
+  * ``engine_profile(base, fit, held_out, ...) -> dict``: the profile, every fitted number naming its data;
+  * ``calibrate_engine`` (measure, fit, hold out) and ``calibrate_server`` (that, from profile names, written
+    to a profile folder): the one calibration ``trimtab calibrate --engine URL`` and
+    ``benchmarks/engine_fidelity.py`` run.
 Why these three parameters: the device profile (``trimtab bench`` + ``calibrate``) prices the GEMMs as PyTorch
 runs them; the engine's own kernels reach a share of that (``kernel_efficiency``), each step adds scheduling and
 sampling time (``step_overhead_ms``), each request the HTTP front end, tokenisation and detokenisation
@@ -115,24 +118,139 @@ def errors(rows: list[ShapeResult], model, gpu, engine, max_batched_tokens: int)
             "tpot_median": float(np.median(e[:, 1])), "predicted": pred.tolist()}
 
 
+# What ``trimtab calibrate --engine`` fits by default: the device profile prices the kernels.
+OVERHEADS = PARAMS[:2]
+_START = {"step_overhead_ms": 1.0, "request_overhead_ms": 10.0, "kernel_efficiency": 0.8}
+_BOUNDS = {"step_overhead_ms": (0.0, 1000.0), "request_overhead_ms": (0.0, 5000.0),
+           "kernel_efficiency": (0.02, 1.0)}
+
+
 def fit_engine(rows: list[ShapeResult], model: ModelProfile, gpu: GpuProfile, engine: EngineProfile,
-               max_batched_tokens: int) -> EngineFit:
-    """Least squares of log(predicted / measured) TTFT and TPOT over ``rows`` in the three ``PARAMS``."""
+               max_batched_tokens: int, params: tuple[str, ...] = PARAMS) -> EngineFit:
+    """Least squares of log(predicted / measured) TTFT and TPOT over ``rows`` in ``params`` (a subset of
+    ``PARAMS``; the others keep ``engine``'s values)."""
     from scipy.optimize import least_squares
 
     meas = np.log(np.array([(r.ttft_ms, r.tpot_ms) for r in rows], float))
 
     def resid(x):
-        e = with_params(engine, dict(zip(PARAMS, x)))
+        e = with_params(engine, dict(zip(params, x)))
         pred = predict(rows, model, gpu, e, max_batched_tokens)
         return (np.log(np.maximum(pred, 1e-9)) - meas).ravel()
 
-    x0 = [engine.step_overhead_ms.value, (engine.request_overhead_ms.value if engine.request_overhead_ms else 10.0),
-          engine.kernel_efficiency.value if engine.kernel_efficiency else 0.8]
-    res = least_squares(resid, x0, bounds=([0.0, 0.0, 0.02], [1000.0, 5000.0, 1.0]), diff_step=1e-3)
-    params = {k: float(v) for k, v in zip(PARAMS, res.x)}
+    x0 = [getattr(engine, k).value if getattr(engine, k) is not None else _START[k] for k in params]
+    lo, hi = zip(*(_BOUNDS[k] for k in params))
+    x0 = [min(max(v, a), b) for v, a, b in zip(x0, lo, hi)]
+    res = least_squares(resid, x0, bounds=(list(lo), list(hi)), diff_step=1e-3)
+    params = {k: float(v) for k, v in zip(params, res.x)}
     e = with_params(engine, params)
     return EngineFit(params, e, errors(rows, model, gpu, e, max_batched_tokens))
+
+
+# Fit: lone requests over prompt lengths (prefill rate, front end, step overhead) and one batched shape;
+# held out: other lengths and concurrencies. Prompts stay under any engine's step budget (one prefill
+# step each).
+FIT_SHAPES = (Shape(64, 32, 1), Shape(512, 16, 1), Shape(192, 24, 1), Shape(256, 32, 4))
+HELD_SHAPES = (Shape(256, 32, 1), Shape(384, 16, 1), Shape(128, 32, 4), Shape(320, 24, 2))
+
+
+@dataclass
+class EngineCalibration:
+    fit: EngineFit
+    fit_rows: list[ShapeResult]
+    held: dict  # ``errors`` of the fitted profile on the held-out shapes
+    held_rows: list[ShapeResult]
+
+    def table(self) -> list[dict]:
+        """One row per measured shape: measured and predicted TTFT and TPOT, error %, fit or held-out."""
+        out = []
+        sets = (("fit", self.fit_rows, self.fit.fit_errors), ("held-out", self.held_rows, self.held))
+        for tag, rr, err in sets:
+            for r, p, et, ep in zip(rr, err["predicted"], err["ttft"], err["tpot"]):
+                out.append({"set": tag, "isl": r.shape.isl, "osl": r.shape.osl,
+                            "concurrency": r.shape.concurrency, "ttft_ms": r.ttft_ms, "ttft_pred_ms": p[0],
+                            "ttft_err_pct": et, "tpot_ms": r.tpot_ms, "tpot_pred_ms": p[1],
+                            "tpot_err_pct": ep})
+        return out
+
+
+def calibrate_engine(url: str, model: ModelProfile, gpu: GpuProfile, engine: EngineProfile,
+                     max_batched_tokens: int, params: tuple[str, ...] = OVERHEADS, scale: int = 1,
+                     rounds: int = 4) -> EngineCalibration:
+    """Measure ``FIT_SHAPES`` and ``HELD_SHAPES`` (lengths x ``scale``) against the server at ``url``, fit
+    ``params`` on the first, evaluate the fitted profile on the second. The one fit ``trimtab calibrate
+    --engine`` and ``benchmarks/engine_fidelity.py`` run."""
+    vocab = int(model.vocab_size.value)
+    fit_shapes = [Shape(s.isl * scale, s.osl * scale, s.concurrency) for s in FIT_SHAPES]
+    held_shapes = [Shape(s.isl * scale, s.osl * scale, s.concurrency) for s in HELD_SHAPES]
+    fit_rows = measure(url, fit_shapes, vocab, rounds)
+    held_rows = measure(url, held_shapes, vocab, rounds)
+    f = fit_engine(fit_rows, model, gpu, engine, max_batched_tokens, params)
+    held = errors(held_rows, model, gpu, f.engine, max_batched_tokens)
+    return EngineCalibration(f, fit_rows, held, held_rows)
+
+
+def write_engine_profile(cal: EngineCalibration, base: dict, path, command: str, device: str) -> dict:
+    """``engine_profile`` of a calibration, written to ``path`` (a profile folder's engines/NAME.yaml) with a
+    header naming the command; returns the profile."""
+    import yaml
+    from pathlib import Path
+
+    prof = engine_profile(base, cal.fit, cal.fit_rows, cal.held, cal.held_rows, command, device)
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    header = (f"# Engine profile: {prof.get('description', prof['name'])}.\n"
+              f"# {', '.join(cal.fit.params)} fitted to the real server by {command} (docs/fidelity.md).\n")
+    path.write_text(header + yaml.safe_dump(prof, sort_keys=False, width=10**6), encoding="utf-8")
+    return prof
+
+
+def calibrate_server(url: str, model: str, gpu: str, engine: str, out_dir, *, profile_dir=None,
+                     max_batched_tokens: int = 8192, kernel_share: bool = False, scale: int = 1,
+                     rounds: int = 4) -> tuple[EngineCalibration, "Path"]:
+    """``trimtab calibrate --engine URL``: the server's overheads fitted on the model (a profile name or a
+    ``config.json``) and GPU (profile names, the bundled ones or ``profile_dir``'s), written as
+    ``out_dir``/engines/``engine``.yaml: a profile folder to plan with (``--profiles``, the spec's
+    ``profiles``), where it replaces the bundled engine of that name. Unknown names are invalid input."""
+    from pathlib import Path
+
+    import yaml
+
+    from trimtab.errors import InputError, Problem
+    from trimtab.profiles import data_dir
+    from trimtab.profiles.loader import load_profiles, model_from_hf_config
+    from trimtab.spec.load import load_profile_folder
+
+    profs = load_profile_folder(profile_dir) if profile_dir is not None else load_profiles()
+    problems = []
+    if model.endswith(".json") or Path(model).is_file():
+        mprof = model_from_hf_config(model, Path(model).parent.name or "model")
+    else:
+        mprof = profs.models.get(model)
+        if mprof is None:
+            problems.append(Problem("--model", f"unknown model {model!r}; known: "
+                                               f"{', '.join(sorted(profs.models))}"))
+    for opt, name, known in (("--gpu", gpu, profs.gpus), ("--engine-profile", engine, profs.engines)):
+        if name not in known:
+            problems.append(Problem(opt, f"unknown profile {name!r}; known: {', '.join(sorted(known))}"))
+    if problems:
+        raise InputError(problems)
+    from trimtab.field.loadtest import HttpError
+
+    try:
+        cal = calibrate_engine(url, mprof, profs.gpus[gpu], profs.engines[engine], max_batched_tokens,
+                               PARAMS if kernel_share else OVERHEADS, scale, rounds)
+    except (OSError, HttpError, RuntimeError, ValueError, KeyError) as exc:  # refused, reset, HTTP, JSON
+        raise InputError([Problem("--engine", f"{url}: no OpenAI-compatible server answers timed completions "
+                                              f"there ({type(exc).__name__}: {exc})")]) from None
+    own = Path(profile_dir) / "engines" / f"{engine}.yaml" if profile_dir is not None else None
+    src = own if own is not None and own.is_file() else data_dir() / "engines" / f"{engine}.yaml"
+    base = yaml.safe_load(src.read_text(encoding="utf-8"))
+    path = Path(out_dir) / "engines" / f"{engine}.yaml"
+    cmd = (f"trimtab calibrate --engine {url} --model {model} --gpu {gpu} --engine-profile {engine}"
+           + (" --kernel-share" if kernel_share else ""))
+    write_engine_profile(cal, base, path, cmd, f"{gpu}, model {mprof.name}")
+    return cal, path
 
 
 def _shapes_txt(rows: list[ShapeResult]) -> str:
@@ -146,15 +264,28 @@ def engine_profile(base: dict, fit: EngineFit, fit_rows: list[ShapeResult], held
     today = _dt.date.today().isoformat()
     fe = fit.fit_errors
     prof = dict(base)
-    sources = {k: v for k, v in base.get("sources", {}).items() if k != "guess"}
+    sources = dict(base.get("sources", {}))
     sources["server_fit"] = {"kind": "fit", "ref": (
-        f"{command} ({today}, {device}): least squares of |log(predicted / measured)| median TTFT and TPOT of the "
-        f"real vLLM server, closed loop, over (isl, osl, concurrency) = {_shapes_txt(fit_rows)}; in-sample median "
-        f"error TTFT {fe['ttft_median']:.1f} %, TPOT {fe['tpot_median']:.1f} %; held out on "
-        f"{_shapes_txt(held_rows)}: TTFT {held['ttft_median']:.1f} %, TPOT {held['tpot_median']:.1f} %")}
-    prof["sources"] = sources
+        f"{command} ({today}, {device}): least squares in {', '.join(fit.params)} of "
+        f"|log(predicted / measured)| "
+        f"median TTFT and TPOT of the real server, closed loop, over (isl, osl, concurrency) = "
+        f"{_shapes_txt(fit_rows)}; in-sample median error TTFT {fe['ttft_median']:.1f} %, TPOT "
+        f"{fe['tpot_median']:.1f} %; held out on {_shapes_txt(held_rows)}: TTFT {held['ttft_median']:.1f} %, "
+        f"TPOT {held['tpot_median']:.1f} %")}
     for k, v in fit.params.items():
         nd = 3 if k == "kernel_efficiency" else 2
         prof[k] = {"value": round(v, nd) if not math.isclose(v, 0.0) else 0.0, "source": "server_fit"}
+    used = set(_source_keys(prof))  # a source the fitted numbers replaced (a guess) is no longer declared
+    prof["sources"] = {k: v for k, v in sources.items() if k in used}
     EngineProfile.model_validate(prof)  # refuse to write what the loader would reject
     return prof
+
+
+def _source_keys(node) -> list[str]:
+    """Every ``source`` a profile's quantities name, nested ones (releases) included."""
+    if isinstance(node, dict):
+        own = [node["source"]] if isinstance(node.get("source"), str) and "value" in node else []
+        return own + [k for k2, v in node.items() if k2 != "sources" for k in _source_keys(v)]
+    if isinstance(node, list):
+        return [k for v in node for k in _source_keys(v)]
+    return []

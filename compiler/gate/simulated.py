@@ -23,9 +23,10 @@ from trimtab.spec.traces import Trace
 def check_simulated(plan: Plan, spec: Spec, *, profiles: ProfileSet | None = None, seed: int | None = None,
                     seeds: int = CHECK_SEEDS, requests: int | None = None, duration_s: float | None = None,
                     trace: Trace | None = None, arrival_cv: float | None = None, strict: bool = False,
-                    progress=None) -> tuple[CheckReport, SeedsResult]:
+                    progress=None, margin: str | None = None) -> tuple[CheckReport, SeedsResult]:
     """``seed``: the first seed (default: past the plan's); ``seeds``: how many runs. A trace replays the same
-    arrivals whatever the seed, so it runs once."""
+    arrivals whatever the seed, so it runs once. ``margin`` ("median" or "p90"): also fail a workload whose
+    worst seed leaves less headroom to its SLO than the cost model's error (``trimtab.gate.margin``)."""
     from trimtab.ir.topology import build_topology
 
     ir = lower(spec, profiles)
@@ -45,4 +46,10 @@ def check_simulated(plan: Plan, spec: Spec, *, profiles: ProfileSet | None = Non
         elif v == "inconclusive":
             notes.append(f"workload {name}: below target within noise: {res.describe(name)}; run more seeds "
                          "(--seeds) to decide")
+    if margin is not None:
+        from trimtab.gate.margin import margin_violations
+
+        worst = {k: (max(r.workloads[k].ttft_at_target_ms for r in res.runs),
+                     max(r.workloads[k].tpot_at_target_ms for r in res.runs)) for k in res.intervals}
+        bad += margin_violations(plan, ir, worst, margin)
     return CheckReport(not bad, bad, notes, rep.assessment), res

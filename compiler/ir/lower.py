@@ -19,7 +19,8 @@ from trimtab.errors import InputError, Problem
 from trimtab.engines.base import model_identities
 from trimtab.ir.model import GpuPoolIR, ProblemIR, SloIR, WorkloadIR
 from trimtab.spec.lengths import LengthError, cut_inputs, length_grids, make_buckets, truncation
-from trimtab.profiles.loader import ProfileSet, load_profiles, model_from_hf_config
+from trimtab.profiles.loader import ProfileSet, model_from_hf_config
+from trimtab.spec.load import spec_profiles
 from trimtab.spec.schema import Spec, Workload
 
 
@@ -37,6 +38,9 @@ def spec_hash(spec: Spec, profiles: ProfileSet) -> str:
                          for w in data["workloads"]]
     if data.get("schedule", 0) is None:
         del data["schedule"]
+    # Where the user's profiles live is not an input (the field or --profiles, any path to the same folder):
+    # their content is, hashed with the bundled ones below.
+    data.pop("profiles", None)
     if data["solver"].get("node_limit", 0) is None:  # specs without a node limit keep their hash
         del data["solver"]["node_limit"]
     if data.get("redundancy") == "none":  # specs without redundancy keep the hash they had before it existed
@@ -140,7 +144,7 @@ def _host(spec: Spec, gpu: str, count: int, prof) -> tuple[float, float, float]:
 
 
 def lower(spec: Spec, profiles: ProfileSet | None = None) -> ProblemIR:
-    profiles = profiles or load_profiles()
+    profiles = profiles or spec_profiles(spec)
     problems: list[Problem] = []
     for m in spec.models:
         if m.config is not None:

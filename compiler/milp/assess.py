@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from itertools import accumulate
 
 from trimtab.cost.factory import traffic_class
 from trimtab.deployment.shape import DeploymentLoad, DeploymentSpecView, RouteView, replica_model_of
@@ -178,3 +179,115 @@ def analytic_needs(ir: ProblemIR, plan, deployment: str, workload: str, fill: fl
         if g < 1.0:
             out[c.id] = g
     return out
+
+
+# Percentiles each deployment is evaluated at to trace its classes' latency distributions for the mix; the SLO
+# percentile is added, so a workload served by one bucket on one deployment gets exactly its own prediction.
+MIX_GRID = (50.0, 75.0, 90.0, 95.0, 99.0, 99.9)
+
+
+def _cdf_at(t: float, qs: list[float], ps: list[float]) -> float:
+    """Share of a component's requests at or below ``t`` from its latency ``qs`` at percentiles ``ps``
+    (fractions): linear between them, from 0 at t = 0 below the first, the last slope above the last, at most
+    1."""
+    if t <= qs[0]:
+        return ps[0] * t / qs[0] if qs[0] > 0 else ps[0]
+    for i in range(1, len(qs)):
+        if t <= qs[i]:
+            return ps[i - 1] + (ps[i] - ps[i - 1]) * (t - qs[i - 1]) / max(qs[i] - qs[i - 1], 1e-12)
+    slope = (ps[-1] - ps[-2]) / max(qs[-1] - qs[-2], 1e-12)
+    return min(1.0, ps[-1] + slope * (t - qs[-1]))
+
+
+def mix_percentile(components: list[tuple[float, list[float]]], grid: list[float], p: float) -> float:
+    """The ``p``-th percentile of a mixture: ``components`` are (weight, latency at each percentile of
+    ``grid``), the percentiles ascending, ``p`` among them. The mixture's percentile lies between the
+    components' own (where every component is below, so is the mixture); found by bisection on the mixture's
+    CDF."""
+    if not components:
+        return math.inf
+    from trimtab.cost.search import bisect_width
+
+    k = grid.index(p)
+    total = sum(w for w, _ in components)
+    ps = [g / 100 for g in grid]
+    lo, hi = min(q[k] for _, q in components), max(q[k] for _, q in components)
+    if not math.isfinite(hi):
+        return math.inf
+    if hi - lo <= 1e-9 * max(hi, 1e-9):
+        return hi
+    below = lambda t: sum(w * _cdf_at(t, q, ps) for w, q in components) / total < p / 100  # noqa: E731
+    return bisect_width(below, lo, hi, 1e-4 * hi)
+
+
+def mix_predictions(ir: ProblemIR, deployments: list[DeploymentSpecView],
+                    routes: list[RouteView]) -> dict[str, tuple[float, float]]:
+    """Per workload: (TTFT ms, TPOT ms) at its SLO percentile over its whole mix of length buckets and
+    deployments (each route weighted by its share of the workload's requests), where ``assess`` states its
+    worst bucket's TTFT and its worst deployment's TPOT (what the planner holds each bucket to). Each
+    deployment is evaluated at ``MIX_GRID`` and every workload's SLO percentile under its whole routed load;
+    workloads served by a prefill/decode pair keep ``assess``'s figures (their TTFT joins two deployments'
+    queues)."""
+    deps = {d.name: d for d in deployments}
+    per_dep: dict[str, list[tuple[RouteView, object]]] = {}
+    for r in routes:
+        w = ir.workload(r.workload)
+        b = w.bucket(r.bucket) if w else None
+        if w is not None and b is not None and r.deployment in deps and r.share > 0:
+            per_dep.setdefault(r.deployment, []).append((r, b))
+    ttft: dict[str, list] = {}
+    tpot: dict[str, list] = {}
+    grid = sorted(set(MIX_GRID) | {w.slo.percentile for w in ir.workloads})
+    for name, items in sorted(per_dep.items()):
+        d = deps[name]
+        if d.replicas <= 0:
+            continue
+        rm = replica_model_of(ir, d)
+        classes = [traffic_class(b, ir.workload(r.workload).rate_rps * r.share / d.replicas,
+                                 ir.workload(r.workload), rm) for r, b in items]
+        states = [rm.evaluate(classes, g) for g in grid]
+        inf = [math.inf] * len(grid)
+        for i, (r, _) in enumerate(items):
+            q = list(accumulate((s.ttft_s[i] * 1e3 if s.stable else math.inf for s in states), max))
+            ttft.setdefault(r.workload, []).append((r.share, q if all(map(math.isfinite, q)) else inf))
+        for w in {r.workload for r, _ in items}:
+            share = sum(r.share for r, _ in items if r.workload == w)
+            q = list(accumulate((s.tpot_s * 1e3 if s.stable else math.inf for s in states), max))
+            tpot.setdefault(w, []).append((share, q if all(map(math.isfinite, q)) else inf))
+    pairs = {r.workload for r in routes if r.prefill}
+    out = {}
+    for w in ir.workloads:
+        if w.name in pairs or w.name not in ttft:
+            continue
+        out[w.name] = (mix_percentile(ttft[w.name], grid, w.slo.percentile),
+                       mix_percentile(tpot[w.name], grid, w.slo.percentile))
+    return out
+
+
+
+def capacity_at_slo(ir: ProblemIR, view: DeploymentSpecView, routes: list[RouteView],
+                    rel_tol: float = 0.01) -> float | None:
+    """Requests per second one replica of ``view`` (unified) serves with every workload routed to it meeting
+    its SLO, its traffic mix as routed (every route's share scaled alike): the planner's own test (``assess``:
+    each bucket at its percentile), searched to ``rel_tol`` (``trimtab.cost.search``). None without traffic,
+    0.0 when even a trickle of this mix misses."""
+    from trimtab.cost.search import bisect_max, grow
+
+    mine = [r for r in routes if r.deployment == view.name and r.share > 0]
+    base = sum(ir.workload(r.workload).rate_rps * r.share for r in mine if ir.workload(r.workload))
+    if not mine or base <= 0 or view.replicas <= 0:
+        return None
+    names = {r.workload for r in mine}
+
+    def ok(f: float) -> bool:
+        scaled = [RouteView(r.workload, r.bucket, view.name, r.share * f) for r in mine]
+        a = assess(ir, [view], scaled)
+        return all(a.workloads[w].slo_met for w in names)
+
+    lo = 1e-3
+    if not ok(lo):
+        return 0.0
+    lo, hi = grow(ok, lo, 1.0, 1e6)
+    if ok(hi):  # past the growth limit: the SLO never binds on this mix
+        return hi * base / view.replicas
+    return bisect_max(ok, lo, hi, rel_tol) * base / view.replicas

@@ -4,15 +4,15 @@ from __future__ import annotations
 import math
 from dataclasses import replace
 
-from trimtab.milp.assess import Assessment, assess
+from trimtab.milp.assess import Assessment, assess, capacity_at_slo, mix_predictions
 from trimtab.cost.factory import live_tiers
 from trimtab.cost.predict import fidelity_warnings
 from trimtab.deployment.shape import Candidate, CandidateSet, DeploymentSpecView, RouteView
 from trimtab.milp.formulate import n_var, x_var
 from trimtab.ir.model import ProblemIR
 from trimtab.deployment.kvtiers import allocate
-from trimtab.contract.schema import (Bucket, Deployment, Goodput, KvTiers, Placement, Plan, Prediction,
-                                  PrefixReuse, Route, SolverInfo)
+from trimtab.contract.schema import (Bucket, Deployment, ErrorBar, Goodput, KvTiers, Placement, Plan,
+                                  Prediction, PrefixReuse, Route, SolverInfo)
 from trimtab.solvers.base import SolveResult
 
 ROUTE_TOL = 1e-7  # rps below which a route is solver noise
@@ -74,7 +74,9 @@ def build_plan(ir: ProblemIR, deps: list[tuple[Candidate, int]], routes: list[Ro
                rounds: int, warnings: list[str]) -> tuple[Plan, Assessment]:
     from trimtab.milp.disagg import colocation
 
-    a = assess(ir, views(deps), routes)
+    vs = views(deps)
+    a = assess(ir, vs, routes)
+    cap = capacities(ir, vs, routes)
     gpus: dict[str, int] = {}
     cost = 0.0
     for c, n in deps:
@@ -87,6 +89,7 @@ def build_plan(ir: ProblemIR, deps: list[tuple[Candidate, int]], routes: list[Ro
                    role=c.role, dtype=c.dtype, kv_dtype=c.kv_dtype, max_batch_size=c.max_num_seqs,
                    max_num_batched_tokens=c.max_batched_tokens, kv_cache_tokens=c.kv_cache_tokens,
                    load_rps_per_replica=a.deployments[c.id].rate_rps_per_replica,
+                   capacity_rps_per_replica=_rounded(cap[c.id]),
                    utilization=a.deployments[c.id].utilization, engine_args=[],  # trimtab.contract.realise fills it
                    prefix_cache_tokens=a.deployments[c.id].prefix_cache_tokens, **colocation(c),
                    kv=_kv(ir, c, kv_alloc))
@@ -99,13 +102,18 @@ def build_plan(ir: ProblemIR, deps: list[tuple[Candidate, int]], routes: list[Ro
         routes=[Route(workload=r.workload, bucket=r.bucket, deployment=r.deployment or None,
                       prefill=r.prefill or None, decode=r.decode or None, share=r.share)
                 for r in sorted(routes, key=lambda r: (r.workload, r.bucket, r.deployment, r.prefill, r.decode))],
-        predictions={w.name: _prediction(a, w.name) for w in ir.workloads},
+        predictions=predictions(ir, a, vs, routes),
         buckets=plan_buckets(ir),
         warnings=warnings + fidelity_warnings(ir, deps),
         goodput=goodput_of(ir, routes) if ir.objective == "max_goodput" else None,
         prefix=prefix_of(ir, deps, a),
     )
     return plan, a
+
+
+def _rounded(v: float | None) -> float | None:
+    """A searched capacity to the search's own precision (1 %), so the plan's bytes do not carry its noise."""
+    return None if v is None else float(f"{v:.3g}")
 
 
 def prefix_of(ir: ProblemIR, deps: list[tuple[Candidate, int]], a: Assessment) -> dict[str, PrefixReuse]:
@@ -158,11 +166,50 @@ def with_placement(plan: Plan, placements: dict) -> Plan:
     return plan.model_copy(update={"deployments": deps})
 
 
-def _prediction(a: Assessment, w: str) -> Prediction:
-    p = a.workloads[w]
+def predictions(ir: ProblemIR, a: Assessment, views: list[DeploymentSpecView],
+                routes: list[RouteView]) -> dict[str, Prediction]:
+    """The plan's ``predictions``: per workload its percentiles over its whole length mix
+    (``mix_predictions``), its worst bucket's and deployment's (``assess``: what ``slo_met`` judges), and the
+    cost model's measured error for the deployments serving it (``error_bar_of``)."""
     fin = (lambda v: v if math.isfinite(v) else None)
-    return Prediction(ttft_ms=fin(p.ttft_ms), tpot_ms=fin(p.tpot_ms), percentile=p.percentile, slo_met=p.slo_met,
-                      utilization=p.utilization)
+    mix = mix_predictions(ir, views, routes)
+    by_name = {v.name: v for v in views}
+    out = {}
+    for w in ir.workloads:
+        p = a.workloads[w.name]
+        t, d = mix.get(w.name, (p.ttft_ms, p.tpot_ms))
+        serving = [by_name[n] for r in routes if r.workload == w.name
+                   for n in (r.deployment, r.prefill, r.decode) if n in by_name]
+        out[w.name] = Prediction(ttft_ms=fin(t), tpot_ms=fin(d), percentile=p.percentile, slo_met=p.slo_met,
+                                 utilization=p.utilization, ttft_ms_worst_bucket=fin(p.ttft_ms),
+                                 tpot_ms_worst_deployment=fin(p.tpot_ms),
+                                 error_bar=error_bar_of(ir, serving) if serving else None)
+    return out
+
+
+def error_bar_of(ir: ProblemIR, serving: list[DeploymentSpecView]) -> ErrorBar:
+    """The error bar of a workload served by ``serving`` (profiles/error_bars.yaml,
+    ``trimtab.profiles.error_bars``): per metric the least accurate class among them, with the pooled figure
+    where a class has too few runs."""
+    from trimtab.profiles.error_bars import METRICS, bundled_path, error_bar, load_error_bars
+
+    bars = load_error_bars()
+    keys = sorted({(d.gpu, d.tp, ir.models[d.model].num_experts.value > 1) for d in serving})
+    every = {m: [error_bar(bars, g, tp, moe, ir.engine.name, m) for g, tp, moe in keys] for m in METRICS}
+    t, d = (max(every[m], key=lambda b: (b.stat.median_pct, b.cls)) for m in METRICS)
+    notes = sorted({f"{b.metric}: {b.note}" for m in METRICS for b in every[m] if b.note})
+    return ErrorBar(classes=sorted({b.cls for b in every["ttft"]}),
+                    ttft_pct=t.stat.median_pct, ttft_p90_pct=t.stat.p90_pct, ttft_runs=t.stat.runs,
+                    tpot_pct=d.stat.median_pct, tpot_p90_pct=d.stat.p90_pct, tpot_runs=d.stat.runs,
+                    notes=notes,
+                    source=f"profiles/{bundled_path().name}: {bars.benchmark}, {bars.date}")
+
+
+def capacities(ir: ProblemIR, views: list[DeploymentSpecView],
+               routes: list[RouteView]) -> dict[str, float | None]:
+    """Per unified deployment: requests per second one replica serves at its SLO with its planned mix
+    (``capacity_at_slo``)."""
+    return {v.name: (capacity_at_slo(ir, v, routes) if v.role == "unified" else None) for v in views}
 
 
 def finish_plan(plan: Plan, spec, ir: ProblemIR, last_sim, sim_requests: int, sim_rounds: int) -> Plan:

@@ -91,13 +91,13 @@ def recalibrate(plan, spec, measured: dict, out_dir: str | Path) -> list[Update]
     """``measured``: workload -> (TTFT histogram, TPOT histogram) over the recent intervals; ``spec`` at the
     measured rates. The updates made (none without evidence); module docstring."""
     from trimtab.field.loadtest import predicted_at
-    from trimtab.profiles.loader import load_profiles
+    from trimtab.spec.load import spec_profiles
 
     if plan.engine is None:
         return []
     name = plan.engine.name
     out = Path(out_dir)
-    engine = load_profiles().engines.get(name)
+    engine = spec_profiles(spec).engines.get(name)  # the user's own engine profile, where the spec names one
     if engine is None:
         return []
     updates: list[Update] = []

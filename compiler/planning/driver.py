@@ -311,9 +311,9 @@ def single_types(planner: Planner, spec, ir: ProblemIR, cands, be, opts: SolveOp
         if res.has_solution and res.objective is not None and res.objective < cost - 1e-6:
             bounds.append((res.objective, g.type))
     from trimtab.ir.lower import lower
-    from trimtab.profiles.loader import load_profiles
+    from trimtab.spec.load import spec_profiles
 
-    profiles = profiles or load_profiles()
+    profiles = profiles or spec_profiles(spec)
     best = None
     for bound, gpu in sorted(bounds):
         if bound >= cost - 1e-6:

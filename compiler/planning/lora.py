@@ -438,6 +438,9 @@ def build_plan(ir, prob: LoraProblem, chosen, flows, res, rounds: int, warnings:
                                                    lora=LoraSlots(c.slots, c.rank, len(held[c.id])) if c.slots else None)
              for c, n in chosen}
     a = assess(ir, list(views.values()), routes)
+    from trimtab.milp.extract import _rounded, capacities, predictions
+
+    cap = capacities(ir, list(views.values()), routes)
     gpus: dict[str, int] = {}
     cost = 0.0
     for c, n in chosen:
@@ -452,12 +455,12 @@ def build_plan(ir, prob: LoraProblem, chosen, flows, res, rounds: int, warnings:
             name=cid, model=k.model, gpu=k.gpu, tensor_parallel=k.tp, pipeline_parallel=k.pp, replicas=n,
             role="unified", dtype=k.dtype, max_batch_size=k.max_num_seqs, max_num_batched_tokens=k.max_batched_tokens,
             kv_cache_tokens=rm.memory.kv_cache_tokens, load_rps_per_replica=a.deployments[cid].rate_rps_per_replica,
+            capacity_rps_per_replica=_rounded(cap[cid]),
             utilization=a.deployments[cid].utilization,
             engine_args=[],  # trimtab.contract.realise fills it (LoRA flags from max_loras etc.)
             adapters=sorted(held[cid]), max_loras=c.slots, max_lora_rank=c.rank,
             max_cpu_loras=max(c.slots, len(held[cid])) if c.slots else 0, tenants=sorted(tenants[cid])))
     from trimtab.cost.predict import fidelity_warnings
-    from trimtab.milp.extract import _prediction
 
     plan = Plan(
         spec=ir.name, input_hash=ir.input_hash, cost_usd_per_hour=round(cost, 4), gpus=dict(sorted(gpus.items())),
@@ -465,7 +468,7 @@ def build_plan(ir, prob: LoraProblem, chosen, flows, res, rounds: int, warnings:
         deployments=deployments,
         routes=[Route(workload=r.workload, bucket=r.bucket, deployment=r.deployment, share=r.share)
                 for r in sorted(routes, key=lambda r: (r.workload, r.bucket, r.deployment))],
-        predictions={w.name: _prediction(a, w.name) for w in ir.workloads},
+        predictions=predictions(ir, a, list(views.values()), routes),
         buckets=plan_buckets(ir),
         warnings=warnings + fidelity_warnings(ir, [(c.cand, n) for c, n in chosen]),
         adapter_routes=sorted(aroutes, key=lambda r: (r.workload, r.adapter, r.deployment)),

@@ -14,26 +14,72 @@ from trimtab.util.validation import validate
 from trimtab.util.yamlio import LineMap, line_for, load_yaml_with_lines, read_yaml_file
 
 
-def load_spec(source: str | Path, profiles: ProfileSet | None = None, *, text: str | None = None) -> Spec:
-    """Load and validate a spec file (or ``text``, reported as coming from ``source``)."""
+def load_spec(source: str | Path, profiles: ProfileSet | None = None, *, text: str | None = None,
+              profile_dir: str | Path | None = None) -> Spec:
+    """Load and validate a spec file (or ``text``, reported as coming from ``source``). ``profile_dir``: a
+    folder of the user's own profiles (the command line's ``--profiles``), replacing the spec's ``profiles``.
+    """
     if text is None:
         data, lines = read_yaml_file(source)
         base = str(Path(source).resolve().parent)
     else:
         data, lines = load_yaml_with_lines(text, str(source))
         base = "."
-    return spec_from_data(data, lines, str(source), base, profiles)
+    return spec_from_data(data, lines, str(source), base, profiles, profile_dir)
 
 
-def spec_from_data(data, lines: LineMap, source: str, base_dir: str, profiles: ProfileSet | None = None) -> Spec:
+def spec_from_data(data, lines: LineMap, source: str, base_dir: str, profiles: ProfileSet | None = None,
+                   profile_dir: str | Path | None = None) -> Spec:
     if not isinstance(data, dict):
         raise InputError([Problem("", "a spec is a YAML mapping (version, name, gpus, models, workloads)", source, 1)])
     spec = validate(Spec, data, lines, source, "spec")
+    where = ("profiles", source, line_for(lines, ("profiles",)))
+    if profile_dir is not None:  # relative to where the command runs; kept absolute in the spec it replaces
+        where = ("--profiles", None, None)
+        spec = spec.model_copy(update={"profiles": str(Path(profile_dir).resolve())})
     spec._base_dir = base_dir
-    problems = cross_check(spec, lines, source, profiles or load_profiles())
+    if profiles is None:
+        profiles = spec_profiles(spec, where)
+    problems = cross_check(spec, lines, source, profiles)
     if problems:
         raise InputError(problems, "spec")
     return spec
+
+
+PROFILE_KINDS = ("gpus", "models", "engines")
+
+
+def profile_dir_of(spec: Spec) -> Path | None:
+    """The folder of the user's own profiles: the spec's ``profiles`` (relative to the spec file;
+    ``--profiles`` stores an absolute path there), or None for the bundled profiles alone."""
+    return None if spec.profiles is None else Path(spec.base_dir) / spec.profiles
+
+
+def spec_profiles(spec: Spec, where: tuple = ("profiles", None, None)) -> ProfileSet:
+    """The profiles a spec is planned with: the bundled ones, each replaced by the user's profile of the same
+    name in ``profile_dir_of(spec)`` (every stage that lowers a spec reads them here). A missing folder, one
+    with no profile folder inside, or a bad profile in it is invalid input naming ``where`` (the field, or the
+    option) and the profile file's line."""
+    d = profile_dir_of(spec)
+    return load_profiles() if d is None else load_profile_folder(d, where)
+
+
+def load_profile_folder(d: str | Path, where: tuple = ("--profiles", None, None)) -> ProfileSet:
+    """The bundled profiles with those of the user's folder ``d`` in their place: the one reading of a profile
+    folder (a spec's, or a command's ``--profiles``); problems named by ``where`` = (field or option, file,
+    line)."""
+    d = Path(d)
+    field, source, line = where
+    if not d.is_dir():
+        raise InputError([Problem(field, f"profile folder not found: {d}", source, line)], "spec")
+    if not any((d / k).is_dir() for k in PROFILE_KINDS):
+        raise InputError([Problem(field, f"{d} holds no gpus/, models/ or engines/ folder of profiles "
+                                         "(trimtab calibrate writes them there)", source, line)], "spec")
+    try:
+        return load_profiles((d,))
+    except InputError as exc:  # the profile's own file:line, and which folder brought it in
+        raise InputError([Problem(f"{field} ({d}): {p.where}" if p.where else f"{field} ({d})", p.message,
+                                  p.file, p.line) for p in exc.problems], "profile") from None
 
 
 def cross_check(spec: Spec, lines: LineMap, source: str, profiles: ProfileSet) -> list[Problem]:

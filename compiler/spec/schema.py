@@ -467,6 +467,11 @@ class Spec(_Strict):
         default="none", description="n+1: plan so that losing any one node keeps every SLO (each deployment spread "
                                     "over its pool's nodes, the survivors carry its traffic); none: no spare "
                                     "(docs/online.md, \"Redundancy\")")
+    profiles: str | None = Field(
+        default=None,
+        description="folder of your own profiles (gpus/, models/, engines/ inside, e.g. written by trimtab "
+                    "calibrate), relative to this file: each replaces the bundled profile of the same name "
+                    "(`--profiles DIR` on the command line replaces this field)")
     # Folder the spec file lives in: relative paths (samples, config.json) resolve against it.
     _base_dir: str = PrivateAttr(default=".")
 
