@@ -17,11 +17,11 @@ published setup only, and simulated with trimtab's discrete-event simulator (``t
     split's README, marked ``nominal``), written as the spec's own ``arrivals: constant`` and ``stages``;
     prompt = system prompt + question (the run's published mean prompt length where there is one); output =
     the tokens the engine generates: the generator's target, which every run sets as ``max_tokens`` with
-    ``ignore_eos`` (``engine_output_len``; the load generator's own count, which re-tokenises the streamed text,
-    is only the ITL metric's denominator, as in the measurement); the shared system prompts as a
-    ``shared_prefix`` group (N system prompts each shared by M users) with ``prompts_repeat``: inference-perf's shared_prefix generator draws
-    every request from a fixed set of N x M prompts (system prompt + one question per user), so with vLLM's
-    prefix caching (on in every run) a warm server finds the whole prompt cached but its last token.
+    ``ignore_eos`` (``engine_output_len``; the load generator's own count, which re-tokenises the streamed
+    text, is only the ITL metric's denominator, as in the measurement); the shared system prompts as a
+    ``shared_prefix`` group (N system prompts each shared by M users) with ``prompts_repeat``:
+    inference-perf's shared_prefix generator draws every request from a fixed set of N x M prompts (system
+    prompt + one question per user), so with vLLM's prefix caching (on in every run) a warm server finds the whole prompt cached but its last token.
 
 The table gives, per run, predicted and measured TTFT mean/p90/p99, ITL mean ((E2E - TTFT) / (output - 1), the
 metric every simulator is scored on) and E2E mean/p90/p99, and the median absolute % errors, with the peers'
@@ -109,8 +109,8 @@ def _stages(r: dict) -> tuple[tuple[tuple[float, float], ...], bool]:
 
 def engine_output_len(r: dict, counted: float | None) -> float:
     """Tokens the engine generates per request. With ``ignore_eos`` (every run's generator states it) vLLM
-    stops at ``max_tokens``, the generator's ``output_len_target``, whatever the text; the load generator's own
-    count (``output_len_mean``) re-tokenises the streamed text and can fall short of it: on the Llama-2-7b
+    stops at ``max_tokens``, the generator's ``output_len_target``, whatever the text; the load generator's
+    own count (``output_len_mean``) re-tokenises the streamed text and can fall short of it: on the Llama-2-7b
     runs it averages 77-83 % of the target with p1 at 4-7 tokens, yet no request finished in under 1.5 s,
     the time of the full target (raw/*/results/summary_lifecycle_metrics.json). Without ``ignore_eos`` the
     count is the best estimate there is."""
