@@ -21,7 +21,8 @@ published setup only, and simulated with trimtab's discrete-event simulator (``t
     text, is only the ITL metric's denominator, as in the measurement); the shared system prompts as a
     ``shared_prefix`` group (N system prompts each shared by M users) with ``prompts_repeat``:
     inference-perf's shared_prefix generator draws every request from a fixed set of N x M prompts (system
-    prompt + one question per user), so with vLLM's prefix caching (on in every run) a warm server finds the whole prompt cached but its last token.
+    prompt + one question per user), so with vLLM's prefix caching (on in every run) a warm server finds the
+    whole prompt cached but its last token.
 
 The table gives, per run, predicted and measured TTFT mean/p90/p99, ITL mean ((E2E - TTFT) / (output - 1), the
 metric every simulator is scored on) and E2E mean/p90/p99, and the median absolute % errors, with the peers'
