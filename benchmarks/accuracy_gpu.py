@@ -9,9 +9,11 @@ published setup only, and simulated with trimtab's discrete-event simulator (``t
   * the model: a bundled profile (``MODELS``), or the Hugging Face ``config.json`` of its repository
     (``benchmarks/data/hf_configs/<repo>/config.json``: architecture facts copied from the model's public
     config); FP8 checkpoints run fp8 weights with a bf16 KV cache (vLLM's default for FP8-dynamic);
-  * the GPU (``h100-sxm``), TP, and the engine limits the run states (``max_num_seqs``,
+  * the GPU (the ``gpu`` column read as ``benchmarks/groundtruth.gpu_profile`` reads it: H100 -> ``h100-sxm``,
+    A100 -> ``a100-80gb``, L40S -> ``l40s``), TP, and the engine limits the run states (``max_num_seqs``,
     ``max_num_batched_tokens``); where it does not state them, vLLM's defaults for its version (the same rule
-    as ``benchmarks/accuracy.py``: 1024 sequences on an H100);
+    as ``benchmarks/accuracy.py``: 1024 sequences and 8,192 tokens on an H100, H200 or B200, else 256 and
+    2,048);
   * the traffic: fixed-interval arrivals in load stages (rate x seconds: ``stage_rates_rps`` and
     ``stage_durations_s`` where the run's profile is published, else the family's usual stages from the
     split's README, marked ``nominal``), written as the spec's own ``arrivals: constant`` and ``stages``;
@@ -48,11 +50,20 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from benchmarks.accuracy import _with  # noqa: E402  (one way to override a profile field)
+from benchmarks.groundtruth import gpu_profile  # noqa: E402  (one reading of a GPU's name)
 
-# Hugging Face ids of the runs -> bundled profiles; the others are read from their config.json.
+# Hugging Face ids of the runs -> bundled profiles; the others are read from their config.json. Base and
+# instruction-tuned checkpoints share an architecture, so either id names the profile.
 MODELS = {"meta-llama/llama-2-7b-hf": "llama-2-7b", "meta-llama/llama-2-70b-hf": "llama-2-70b",
-          "meta-llama/llama-3.1-70b-instruct": "llama-3.1-70b", "qwen/qwen2.5-7b-instruct": "qwen2.5-7b",
+          "meta-llama/llama-2-7b-chat-hf": "llama-2-7b", "meta-llama/llama-2-70b-chat-hf": "llama-2-70b",
+          "meta-llama/llama-3.1-70b-instruct": "llama-3.1-70b", "meta-llama/llama-3.1-70b": "llama-3.1-70b",
+          "meta-llama/llama-3.1-8b-instruct": "llama-3.1-8b", "meta-llama/llama-3.1-8b": "llama-3.1-8b",
+          "meta-llama/meta-llama-3.1-8b-instruct": "llama-3.1-8b",
+          "meta-llama/meta-llama-3.1-8b": "llama-3.1-8b",
+          "meta-llama/meta-llama-3.1-70b-instruct": "llama-3.1-70b", "qwen/qwen2.5-7b-instruct": "qwen2.5-7b",
+          "qwen/qwen3-14b": "qwen3-14b", "qwen/qwen3-14b-base": "qwen3-14b",
           "mistralai/mixtral-8x7b-v0.1": "mixtral-8x7b",
+          "mistralai/mixtral-8x7b-instruct-v0.1": "mixtral-8x7b",
           "redhatai/llama-4-scout-17b-16e-instruct-fp8-dynamic": "llama-4-scout"}
 HF_CONFIGS = ROOT / "benchmarks" / "data" / "hf_configs"
 # The families' usual stages (the split's README, "Workload families"), for runs whose profile is unpublished.
@@ -62,7 +73,9 @@ FAMILY_STAGES = {"general": ((8, 600), (20, 600)), "codegen": ((5, 600), (10, 60
 METRICS = ("ttft_mean", "ttft_p90", "ttft_p99", "itl_mean", "e2e_mean", "e2e_p90", "e2e_p99")
 HEADLINE = ("e2e_mean", "ttft_mean", "itl_mean", "ttft_p90", "e2e_p90")
 PEERS = ("blis-evolved", "blis-roofline", "vidur", "llm-optimizer-estimate", "aiconfigurator-estimate")
-VLLM_H100_SEQS = 1024  # vLLM >= 0.10 default max_num_seqs on GPUs of 70 GiB or more (benchmarks/accuracy.py)
+# vLLM >= 0.10 ``vllm serve`` defaults (benchmarks/accuracy.py, _engine_limits): GPUs of 70 GiB or more other
+# than the A100 get (max_num_seqs, max_num_batched_tokens) = (1024, 8192), the others (256, 2048).
+VLLM_BIG_GPUS = ("h100-sxm", "h200", "b200")
 OVERLOADED_S = 10.0  # a mean TTFT beyond this (served runs measured 21-140 ms) is a queue that never drains
 
 
@@ -70,6 +83,7 @@ OVERLOADED_S = 10.0  # a mean TTFT beyond this (served runs measured 21-140 ms) 
 class Run:
     exp_id: str
     model: str  # Hugging Face id
+    gpu: str  # GPU profile
     usable: bool
     tp: int
     dtype: str
@@ -138,11 +152,16 @@ def read_runs(folder: Path) -> list[Run]:
             osl = engine_output_len(r, counted)
             isl = _num(r["prompt_len_mean"]) or float(r["system_prompt_len"]) + float(r["question_len"])
             stages, nominal = _stages(r)
+            gpu = gpu_profile(r["gpu"])
+            if gpu is None:
+                raise ValueError(f"{folder / 'experiments.csv'}: run {r['exp_id']}: "
+                                 f"gpu {r['gpu']!r} has no profile")
+            big = gpu in VLLM_BIG_GPUS
             runs.append(Run(
-                exp_id=r["exp_id"], model=r["model"], usable=r["usable"] == "yes", tp=int(r["tp"]),
+                exp_id=r["exp_id"], model=r["model"], gpu=gpu, usable=r["usable"] == "yes", tp=int(r["tp"]),
                 dtype="fp8" if r["precision_label"].upper().startswith("FP8") else "bf16",
-                max_num_seqs=int(r["max_num_seqs"] or VLLM_H100_SEQS),
-                max_batched_tokens=int(r["max_num_batched_tokens"]),
+                max_num_seqs=int(r["max_num_seqs"] or (1024 if big else 256)),
+                max_batched_tokens=int(r["max_num_batched_tokens"] or (8192 if big else 2048)),
                 max_model_len=int(r["max_model_len"]) if r["max_model_len"] else None,
                 isl=int(round(isl)), osl=int(round(osl)), osl_client=counted or osl,
                 system_len=int(r["system_prompt_len"]),
@@ -156,10 +175,17 @@ def model_entry(run: Run) -> str:
     prof = MODELS.get(run.model.lower())
     if prof:
         return f"  - name: {prof}\n"
-    cfg = HF_CONFIGS / run.model / "config.json"
-    if not cfg.exists():
-        raise FileNotFoundError(f"{run.model}: no bundled profile and no {cfg.relative_to(ROOT)}")
-    return f"  - name: {run.name.lower()}\n    config: {cfg}\n"
+    return f"  - name: {run.name.lower()}\n    config: {hf_config(run.model)}\n"
+
+
+def hf_config(repo: str) -> Path:
+    """``benchmarks/data/hf_configs/<repo>/config.json``, the repository's name matched regardless of case."""
+    want = repo.lower()
+    for cfg in sorted(HF_CONFIGS.glob("*/*/config.json")):
+        if f"{cfg.parent.parent.name}/{cfg.parent.name}".lower() == want:
+            return cfg
+    raise FileNotFoundError(f"{repo}: no bundled profile (MODELS) and no "
+                            f"{(HF_CONFIGS / repo / 'config.json').relative_to(ROOT)}")
 
 
 def spec_text(run: Run) -> str:
@@ -170,7 +196,7 @@ def spec_text(run: Run) -> str:
     return f"""version: 1
 name: blis-{run.exp_id}
 gpus:
-  - {{type: h100-sxm, count: {run.tp}}}
+  - {{type: {run.gpu}, count: {run.tp}}}
 models:
 {model_entry(run)}workloads:
   - name: w
@@ -192,14 +218,14 @@ def one_deployment(ir, run: Run, model: str):
     from trimtab.contract.schema import Deployment, Plan, Route, SolverInfo
 
     w = ir.workloads[0]
-    rm = replica_model(ir, model, "h100-sxm", run.tp, 1, w.dtype, run.max_num_seqs, run.max_batched_tokens,
+    rm = replica_model(ir, model, run.gpu, run.tp, 1, w.dtype, run.max_num_seqs, run.max_batched_tokens,
                        kv_dtype=getattr(w, "kv_dtype", None))
-    dep = Deployment(name="d", model=model, gpu="h100-sxm", tensor_parallel=run.tp, pipeline_parallel=1,
+    dep = Deployment(name="d", model=model, gpu=run.gpu, tensor_parallel=run.tp, pipeline_parallel=1,
                      replicas=1, role="unified", dtype=w.dtype, max_batch_size=run.max_num_seqs,
                      max_num_batched_tokens=run.max_batched_tokens, kv_cache_tokens=rm.memory.kv_cache_tokens,
                      load_rps_per_replica=0.0, utilization=0.0, engine_args=[])
     routes = [Route(workload=w.name, bucket=b.name, deployment="d", share=b.prob) for b in w.buckets]
-    return Plan(spec=ir.name, input_hash=ir.input_hash, cost_usd_per_hour=0.0, gpus={"h100-sxm": run.tp},
+    return Plan(spec=ir.name, input_hash=ir.input_hash, cost_usd_per_hour=0.0, gpus={run.gpu: run.tp},
                 solver=SolverInfo(backend="highs", status="optimal", gap=0.0, seconds=0.0, rounds=1),
                 deployments=[dep], routes=routes, predictions={}, buckets={})
 
