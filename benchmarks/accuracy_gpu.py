@@ -1,7 +1,13 @@
 """Simulated vs measured latency of real vLLM runs on H100 (the BLIS team's ``blis-dev`` split).
 
 usage: python benchmarks/accuracy_gpu.py [FOLDER] [-v] [--markdown] [--runs=ID,ID] [--no-cv] [--seed=N]
+       python benchmarks/accuracy_gpu.py --coverage
        (default FOLDER: ../shared/groundtruth/blis-dev, relative to the repository root)
+
+``--coverage`` needs no measurements: every model x GPU x TP of the held-out evaluation split (``COVERAGE``)
+is described the same way (the ``general`` family's lengths and shared prefixes, two constant-rate stages at a
+modest load) and simulated; it prints what each predicts and exits 1 if any crashes or is predicted
+overloaded. A deployment whose weights leave no room for a request's KV is listed as not fitting.
 
 Every usable run of ``experiments.csv`` is described to trimtab as a user would describe it, from the run's
 published setup only, and simulated with trimtab's discrete-event simulator (``trimtab.sim.simulate``):
@@ -359,7 +365,77 @@ def report(runs: list[Run], peers: dict, markdown: bool) -> dict[str, float]:
     return med
 
 
+# The held-out evaluation split's models, GPUs and TP degrees (the split's README): every combination that
+# fits must describe and simulate.
+COVERAGE_MODELS = ("meta-llama/Llama-3.1-8B-Instruct", "Qwen/Qwen3-14B",
+                   "codellama/CodeLlama-34b-Instruct-hf", "meta-llama/Llama-2-70b-hf",
+                   "mistralai/Mixtral-8x7B-v0.1", "mistralai/Mixtral-8x22B-v0.1")
+COVERAGE_GPUS = ("H100-80GB-HBM3 SXM", "A100-80GB", "L40S")
+COVERAGE_TP = (1, 2, 4, 8)
+
+
+def coverage_run(model: str, gpu: str, tp: int, profiles) -> Run | None:
+    """The ``general`` family on ``model`` x ``gpu`` x TP at a modest load: two stages of 120 s at a third and
+    two thirds of the rate that keeps 32 requests decoding (32 / (output x the 32-request step)); None when
+    the weights leave no KV room for one request."""
+    from trimtab.cost.factory import replica_model
+    from trimtab.ir.lower import lower
+    from trimtab.spec.load import load_spec
+
+    prof = gpu_profile(gpu)
+    big = prof in VLLM_BIG_GPUS
+    run = Run(exp_id=f"{model.split('/')[-1]}/{prof}/tp{tp}", model=model, gpu=prof, usable=True, tp=tp,
+              dtype="bf16", max_num_seqs=1024 if big else 256, max_batched_tokens=8192 if big else 2048,
+              max_model_len=None, isl=547, osl=248, osl_client=248.0, system_len=100, groups=9, users=5,
+              stages=((1.0, 120.0),), stages_nominal=False, measured={})
+    with tempfile.TemporaryDirectory() as d:
+        p = Path(d) / "spec.yaml"
+        p.write_text(spec_text(run))
+        ir = lower(load_spec(p), profiles)
+    w = ir.workloads[0]
+    try:
+        rm = replica_model(ir, w.model, prof, tp, 1, w.dtype, run.max_num_seqs, run.max_batched_tokens)
+    except ValueError:  # a layout the model cannot take (heads not divisible by TP)
+        return None
+    if rm.memory.kv_cache_tokens < run.isl + run.osl:
+        return None
+    rate = 32 / (run.osl * rm.iteration_s(32, run.isl + run.osl / 2))
+    run.stages = ((round(rate / 3, 2), 120.0), (round(2 * rate / 3, 2), 120.0))
+    return run
+
+
+def coverage(profiles, seed: int = 0) -> int:
+    """Describe and simulate every held-out combination (``COVERAGE_*``); 1 if any fails or is overloaded."""
+    bad = 0
+    print("model  gpu  tp  stages rps  ttft_mean ms  itl_mean ms  e2e_mean ms  verdict")
+    for model in COVERAGE_MODELS:
+        for gpu in COVERAGE_GPUS:
+            for tp in COVERAGE_TP:
+                name = f"{model.split('/')[-1]}  {gpu_profile(gpu)}  {tp}"
+                try:
+                    run = coverage_run(model, gpu, tp, profiles)
+                    if run is None:
+                        print(f"{name}  -  -  -  -  does not fit")
+                        continue
+                    out = simulate_run(run, profiles, seed)
+                except Exception as e:  # noqa: BLE001  (the point is to list every failure, not stop at one)
+                    bad += 1
+                    print(f"{name}  -  -  -  -  FAILED: {type(e).__name__}: {e}")
+                    continue
+                over = out["ttft_mean"] > OVERLOADED_S * 1e3 or out["_unfinished"] > 0.01
+                bad += over
+                st = "+".join(f"{r:g}" for r, _ in run.stages)
+                print(f"{name}  {st}  {out['ttft_mean']:.1f}  {out['itl_mean']:.2f}  {out['e2e_mean']:,.0f}  "
+                      + ("OVERLOADED" if over else "ok"))
+    print(f"\n{bad} combination(s) failed or predicted overloaded")
+    return 1 if bad else 0
+
+
 def main(argv: list[str]) -> int:
+    if "--coverage" in argv:
+        from trimtab.profiles.loader import load_profiles
+
+        return coverage(load_profiles())
     args = [a for a in argv if not a.startswith("-")]
     folder = Path(args[0]) if args else ROOT.parent / "shared" / "groundtruth" / "blis-dev"
     pick = next((a.split("=", 1)[1] for a in argv if a.startswith("--runs=")), None)
