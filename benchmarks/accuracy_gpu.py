@@ -249,7 +249,7 @@ def simulate_run(run: Run, profiles, seed: int = 0) -> dict[str, float]:
         ir = lower(spec, profiles)
         plan = one_deployment(ir, run, ir.workloads[0].model)
         res = simulate(plan, spec, ir=ir, duration_s=sum(dur for _, dur in run.stages), seed=seed,
-                       timeline=False)
+                       timeline=False, warmup=False)
     ws = res.workloads["w"] if isinstance(res.workloads, dict) else res.workloads[0]
     out = {f"ttft_{k}": ws.ttft_ms[k] for k in ("mean", "p90", "p99")}
     out.update({f"e2e_{k}": ws.e2e_ms[k] for k in ("mean", "p90", "p99")})
