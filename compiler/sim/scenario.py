@@ -63,7 +63,7 @@ class SimWorkload:
     trace_offset: int = 0
     prefix_hashes: tuple | None = None  # the trace's block hashes per row when its prefix reuse is replayed
     # Shared system prompts (the spec's shared_prefix): (groups, users per group, prefix tokens, prompts
-    # repeat). Each request is one user's (drawn uniformly: its row); a replica's cache finds what it has served.
+    # repeat). Each request is one user's (drawn uniformly: its row); a replica's cache finds what it served.
     prompt_set: tuple[int, int, int, bool] | None = None
     # Per bucket: (deployment indices, cumulative shares within the bucket); empty when unrouted.
     routes: list[tuple[np.ndarray, np.ndarray]] = field(default_factory=list)
