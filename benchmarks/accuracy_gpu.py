@@ -128,6 +128,13 @@ def _stages(r: dict) -> tuple[tuple[tuple[float, float], ...], bool]:
     return tuple((float(a), float(b)) for a, b in FAMILY_STAGES[r["workload"]]), True
 
 
+def gpu_of(name: str) -> str | None:
+    """The GPU profile of a run's ``gpu`` column, read as ``benchmarks/groundtruth.gpu_profile`` reads it, with
+    a vendor prefix ("NVIDIA A100-SXM4-80GB", as nvidia-smi names it) dropped."""
+    n = name.strip()
+    return gpu_profile(n[len("nvidia"):].strip() if n.lower().startswith("nvidia") else n)
+
+
 def engine_output_len(r: dict, counted: float | None) -> float:
     """Tokens the engine generates per request. With ``ignore_eos`` (every run's generator states it) vLLM
     stops at ``max_tokens``, the generator's ``output_len_target``, whatever the text; the load generator's
@@ -158,7 +165,7 @@ def read_runs(folder: Path) -> list[Run]:
             osl = engine_output_len(r, counted)
             isl = _num(r["prompt_len_mean"]) or float(r["system_prompt_len"]) + float(r["question_len"])
             stages, nominal = _stages(r)
-            gpu = gpu_profile(r["gpu"])
+            gpu = gpu_of(r["gpu"])
             if gpu is None:
                 raise ValueError(f"{folder / 'experiments.csv'}: run {r['exp_id']}: "
                                  f"gpu {r['gpu']!r} has no profile")
@@ -382,7 +389,7 @@ def coverage_run(model: str, gpu: str, tp: int, profiles) -> Run | None:
     from trimtab.ir.lower import lower
     from trimtab.spec.load import load_spec
 
-    prof = gpu_profile(gpu)
+    prof = gpu_of(gpu)
     big = prof in VLLM_BIG_GPUS
     run = Run(exp_id=f"{model.split('/')[-1]}/{prof}/tp{tp}", model=model, gpu=prof, usable=True, tp=tp,
               dtype="bf16", max_num_seqs=1024 if big else 256, max_batched_tokens=8192 if big else 2048,
@@ -411,7 +418,7 @@ def coverage(profiles, seed: int = 0) -> int:
     for model in COVERAGE_MODELS:
         for gpu in COVERAGE_GPUS:
             for tp in COVERAGE_TP:
-                name = f"{model.split('/')[-1]}  {gpu_profile(gpu)}  {tp}"
+                name = f"{model.split('/')[-1]}  {gpu_of(gpu)}  {tp}"
                 try:
                     run = coverage_run(model, gpu, tp, profiles)
                     if run is None:

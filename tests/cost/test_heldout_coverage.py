@@ -7,8 +7,8 @@ from __future__ import annotations
 
 import pytest
 
-from benchmarks.accuracy_gpu import (OVERLOADED_S, coverage_run, engine_output_len, hf_config, model_entry,
-                                     simulate_run)
+from benchmarks.accuracy_gpu import (OVERLOADED_S, coverage_run, engine_output_len, gpu_of, hf_config,
+                                     model_entry, simulate_run)
 from trimtab.profiles.loader import load_profiles
 
 PROFILES = load_profiles()
@@ -46,6 +46,12 @@ def test_engine_generates_max_tokens_with_ignore_eos():
     # without ignore_eos a request may stop early: the measured count is the estimate
     assert engine_output_len({"output_len_target": "251", "data_generator": "streaming"}, 206.4) == 206.4
     assert engine_output_len({"output_len_target": "251", "data_generator": "streaming"}, None) == 251
+
+
+def test_gpu_names_as_runs_write_them():
+    assert [gpu_of(n) for n in ("H100-80GB-HBM3 SXM", "NVIDIA A100-SXM4-80GB", "A100-80GB", "L40S",
+                                "NVIDIA L40S")] == ["h100-sxm", "a100-80gb", "a100-80gb", "l40s", "l40s"]
+    assert gpu_of("GB200") is None
 
 
 def test_model_description_profile_or_config():
