@@ -1,10 +1,16 @@
 """Simulated vs measured latency of real vLLM runs on H100 (the BLIS team's ``blis-dev`` split).
 
 usage: python benchmarks/accuracy_gpu.py [FOLDER] [-v] [--markdown] [--runs=ID,ID] [--no-cv] [--seed=N]
+       python benchmarks/accuracy_gpu.py --coverage
        (default FOLDER: ../shared/groundtruth/blis-dev, relative to the repository root)
        python benchmarks/accuracy_gpu.py --write-error-bars profiles/error_bars.yaml
        (the error bars per class of deployment over this table, dev.csv and the CPU load tests:
        benchmarks/error_bars.py)
+
+``--coverage`` needs no measurements: every model x GPU x TP of the held-out evaluation split (``COVERAGE``)
+is described the same way (the ``general`` family's lengths and shared prefixes, two constant-rate stages at a
+modest load) and simulated; it prints what each predicts and exits 1 if any crashes or is predicted
+overloaded. A deployment whose weights leave no room for a request's KV is listed as not fitting.
 
 Every usable run of ``experiments.csv`` is described to trimtab as a user would describe it, from the run's
 published setup only, and simulated with trimtab's discrete-event simulator (``trimtab.sim.simulate``):
@@ -12,17 +18,22 @@ published setup only, and simulated with trimtab's discrete-event simulator (``t
   * the model: a bundled profile (``MODELS``), or the Hugging Face ``config.json`` of its repository
     (``benchmarks/data/hf_configs/<repo>/config.json``: architecture facts copied from the model's public
     config); FP8 checkpoints run fp8 weights with a bf16 KV cache (vLLM's default for FP8-dynamic);
-  * the GPU (``h100-sxm``), TP, and the engine limits the run states (``max_num_seqs``,
+  * the GPU (the ``gpu`` column read as ``benchmarks/groundtruth.gpu_profile`` reads it: H100 -> ``h100-sxm``,
+    A100 -> ``a100-80gb``, L40S -> ``l40s``), TP, and the engine limits the run states (``max_num_seqs``,
     ``max_num_batched_tokens``); where it does not state them, vLLM's defaults for its version (the same rule
-    as ``benchmarks/accuracy.py``: 1024 sequences on an H100);
+    as ``benchmarks/accuracy.py``: 1024 sequences and 8,192 tokens on an H100, H200 or B200, else 256 and
+    2,048);
   * the traffic: fixed-interval arrivals in load stages (rate x seconds: ``stage_rates_rps`` and
     ``stage_durations_s`` where the run's profile is published, else the family's usual stages from the
     split's README, marked ``nominal``), written as the spec's own ``arrivals: constant`` and ``stages``;
-    prompt = system prompt + question, output = the run's output length (its published mean where there is
-    one, else the generator's target); the shared system prompts as a ``shared_prefix`` group (N system
-    prompts each shared by M users) with ``prompts_repeat``: inference-perf's shared_prefix generator draws
-    every request from a fixed set of N x M prompts (system prompt + one question per user), so with vLLM's
-    prefix caching (on in every run) a warm server finds the whole prompt cached but its last token.
+    prompt = system prompt + question (the run's published mean prompt length where there is one); output =
+    the tokens the engine generates: the generator's target, which every run sets as ``max_tokens`` with
+    ``ignore_eos`` (``engine_output_len``; the load generator's own count, which re-tokenises the streamed
+    text, is only the ITL metric's denominator, as in the measurement); the shared system prompts as a
+    ``shared_prefix`` group (N system prompts each shared by M users) with ``prompts_repeat``:
+    inference-perf's shared_prefix generator draws every request from a fixed set of N x M prompts (system
+    prompt + one question per user), so with vLLM's prefix caching (on in every run) a warm server finds the
+    whole prompt cached but its last token.
 
 The table gives, per run, predicted and measured TTFT mean/p90/p99, ITL mean ((E2E - TTFT) / (output - 1), the
 metric every simulator is scored on) and E2E mean/p90/p99, and the median absolute % errors, with the peers'
@@ -48,11 +59,20 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from benchmarks.accuracy import _with  # noqa: E402  (one way to override a profile field)
+from benchmarks.groundtruth import gpu_profile  # noqa: E402  (one reading of a GPU's name)
 
-# Hugging Face ids of the runs -> bundled profiles; the others are read from their config.json.
+# Hugging Face ids of the runs -> bundled profiles; the others are read from their config.json. Base and
+# instruction-tuned checkpoints share an architecture, so either id names the profile.
 MODELS = {"meta-llama/llama-2-7b-hf": "llama-2-7b", "meta-llama/llama-2-70b-hf": "llama-2-70b",
-          "meta-llama/llama-3.1-70b-instruct": "llama-3.1-70b", "qwen/qwen2.5-7b-instruct": "qwen2.5-7b",
+          "meta-llama/llama-2-7b-chat-hf": "llama-2-7b", "meta-llama/llama-2-70b-chat-hf": "llama-2-70b",
+          "meta-llama/llama-3.1-70b-instruct": "llama-3.1-70b", "meta-llama/llama-3.1-70b": "llama-3.1-70b",
+          "meta-llama/llama-3.1-8b-instruct": "llama-3.1-8b", "meta-llama/llama-3.1-8b": "llama-3.1-8b",
+          "meta-llama/meta-llama-3.1-8b-instruct": "llama-3.1-8b",
+          "meta-llama/meta-llama-3.1-8b": "llama-3.1-8b",
+          "meta-llama/meta-llama-3.1-70b-instruct": "llama-3.1-70b", "qwen/qwen2.5-7b-instruct": "qwen2.5-7b",
+          "qwen/qwen3-14b": "qwen3-14b", "qwen/qwen3-14b-base": "qwen3-14b",
           "mistralai/mixtral-8x7b-v0.1": "mixtral-8x7b",
+          "mistralai/mixtral-8x7b-instruct-v0.1": "mixtral-8x7b",
           "redhatai/llama-4-scout-17b-16e-instruct-fp8-dynamic": "llama-4-scout"}
 HF_CONFIGS = ROOT / "benchmarks" / "data" / "hf_configs"
 # The families' usual stages (the split's README, "Workload families"), for runs whose profile is unpublished.
@@ -62,7 +82,9 @@ FAMILY_STAGES = {"general": ((8, 600), (20, 600)), "codegen": ((5, 600), (10, 60
 METRICS = ("ttft_mean", "ttft_p90", "ttft_p99", "itl_mean", "e2e_mean", "e2e_p90", "e2e_p99")
 HEADLINE = ("e2e_mean", "ttft_mean", "itl_mean", "ttft_p90", "e2e_p90")
 PEERS = ("blis-evolved", "blis-roofline", "vidur", "llm-optimizer-estimate", "aiconfigurator-estimate")
-VLLM_H100_SEQS = 1024  # vLLM >= 0.10 default max_num_seqs on GPUs of 70 GiB or more (benchmarks/accuracy.py)
+# vLLM >= 0.10 ``vllm serve`` defaults (benchmarks/accuracy.py, _engine_limits): GPUs of 70 GiB or more other
+# than the A100 get (max_num_seqs, max_num_batched_tokens) = (1024, 8192), the others (256, 2048).
+VLLM_BIG_GPUS = ("h100-sxm", "h200", "b200")
 OVERLOADED_S = 10.0  # a mean TTFT beyond this (served runs measured 21-140 ms) is a queue that never drains
 
 
@@ -70,6 +92,7 @@ OVERLOADED_S = 10.0  # a mean TTFT beyond this (served runs measured 21-140 ms) 
 class Run:
     exp_id: str
     model: str  # Hugging Face id
+    gpu: str  # GPU profile
     usable: bool
     tp: int
     dtype: str
@@ -77,7 +100,8 @@ class Run:
     max_batched_tokens: int
     max_model_len: int | None
     isl: int
-    osl: int
+    osl: int  # tokens the engine generates per request
+    osl_client: float  # the load generator's mean count of them (the ITL metric's denominator)
     system_len: int
     groups: int
     users: int
@@ -107,6 +131,26 @@ def _stages(r: dict) -> tuple[tuple[tuple[float, float], ...], bool]:
     return tuple((float(a), float(b)) for a, b in FAMILY_STAGES[r["workload"]]), True
 
 
+def gpu_of(name: str) -> str | None:
+    """The GPU profile of a run's ``gpu`` column, read as ``benchmarks/groundtruth.gpu_profile`` reads it, with
+    a vendor prefix ("NVIDIA A100-SXM4-80GB", as nvidia-smi names it) dropped."""
+    n = name.strip()
+    return gpu_profile(n[len("nvidia"):].strip() if n.lower().startswith("nvidia") else n)
+
+
+def engine_output_len(r: dict, counted: float | None) -> float:
+    """Tokens the engine generates per request. With ``ignore_eos`` (every run's generator states it) vLLM
+    stops at ``max_tokens``, the generator's ``output_len_target``, whatever the text; the load generator's
+    own count (``output_len_mean``) re-tokenises the streamed text and can fall short of it: on the Llama-2-7b
+    runs it averages 77-83 % of the target with p1 at 4-7 tokens, yet no request finished in under 1.5 s,
+    the time of the full target (raw/*/results/summary_lifecycle_metrics.json). Without ``ignore_eos`` the
+    count is the best estimate there is."""
+    target = _num(r.get("output_len_target", ""))
+    if target and "ignore_eos=true" in r.get("data_generator", "").replace(" ", "").lower():
+        return target
+    return counted or target
+
+
 def read_runs(folder: Path) -> list[Run]:
     """Every run of ``experiments.csv`` (usable or not), measured summary statistics from ``stages.csv``."""
     summary = {}
@@ -120,17 +164,23 @@ def read_runs(folder: Path) -> list[Run]:
             s = summary.get(r["exp_id"], r)
             meas = {m: _num(s.get(f"{m}_ms", "")) for m in METRICS}
             meas = {k: v for k, v in meas.items() if v is not None}
-            osl = (_num(r["output_len_mean"]) or _num(r["output_len_mean_derived"])
-                   or float(r["output_len_target"]))
+            counted = _num(r["output_len_mean"]) or _num(r["output_len_mean_derived"])
+            osl = engine_output_len(r, counted)
             isl = _num(r["prompt_len_mean"]) or float(r["system_prompt_len"]) + float(r["question_len"])
             stages, nominal = _stages(r)
+            gpu = gpu_of(r["gpu"])
+            if gpu is None:
+                raise ValueError(f"{folder / 'experiments.csv'}: run {r['exp_id']}: "
+                                 f"gpu {r['gpu']!r} has no profile")
+            big = gpu in VLLM_BIG_GPUS
             runs.append(Run(
-                exp_id=r["exp_id"], model=r["model"], usable=r["usable"] == "yes", tp=int(r["tp"]),
+                exp_id=r["exp_id"], model=r["model"], gpu=gpu, usable=r["usable"] == "yes", tp=int(r["tp"]),
                 dtype="fp8" if r["precision_label"].upper().startswith("FP8") else "bf16",
-                max_num_seqs=int(r["max_num_seqs"] or VLLM_H100_SEQS),
-                max_batched_tokens=int(r["max_num_batched_tokens"]),
+                max_num_seqs=int(r["max_num_seqs"] or (1024 if big else 256)),
+                max_batched_tokens=int(r["max_num_batched_tokens"] or (8192 if big else 2048)),
                 max_model_len=int(r["max_model_len"]) if r["max_model_len"] else None,
-                isl=int(round(isl)), osl=int(round(osl)), system_len=int(r["system_prompt_len"]),
+                isl=int(round(isl)), osl=int(round(osl)), osl_client=counted or osl,
+                system_len=int(r["system_prompt_len"]),
                 groups=int(r["num_unique_system_prompts"]), users=int(r["users_per_system_prompt"]),
                 stages=stages, stages_nominal=nominal, measured=meas))
     return runs
@@ -141,10 +191,17 @@ def model_entry(run: Run) -> str:
     prof = MODELS.get(run.model.lower())
     if prof:
         return f"  - name: {prof}\n"
-    cfg = HF_CONFIGS / run.model / "config.json"
-    if not cfg.exists():
-        raise FileNotFoundError(f"{run.model}: no bundled profile and no {cfg.relative_to(ROOT)}")
-    return f"  - name: {run.name.lower()}\n    config: {cfg}\n"
+    return f"  - name: {run.name.lower()}\n    config: {hf_config(run.model)}\n"
+
+
+def hf_config(repo: str) -> Path:
+    """``benchmarks/data/hf_configs/<repo>/config.json``, the repository's name matched regardless of case."""
+    want = repo.lower()
+    for cfg in sorted(HF_CONFIGS.glob("*/*/config.json")):
+        if f"{cfg.parent.parent.name}/{cfg.parent.name}".lower() == want:
+            return cfg
+    raise FileNotFoundError(f"{repo}: no bundled profile (MODELS) and no "
+                            f"{(HF_CONFIGS / repo / 'config.json').relative_to(ROOT)}")
 
 
 def spec_text(run: Run) -> str:
@@ -155,7 +212,7 @@ def spec_text(run: Run) -> str:
     return f"""version: 1
 name: blis-{run.exp_id}
 gpus:
-  - {{type: h100-sxm, count: {run.tp}}}
+  - {{type: {run.gpu}, count: {run.tp}}}
 models:
 {model_entry(run)}workloads:
   - name: w
@@ -177,14 +234,14 @@ def one_deployment(ir, run: Run, model: str):
     from trimtab.contract.schema import Deployment, Plan, Route, SolverInfo
 
     w = ir.workloads[0]
-    rm = replica_model(ir, model, "h100-sxm", run.tp, 1, w.dtype, run.max_num_seqs, run.max_batched_tokens,
+    rm = replica_model(ir, model, run.gpu, run.tp, 1, w.dtype, run.max_num_seqs, run.max_batched_tokens,
                        kv_dtype=getattr(w, "kv_dtype", None))
-    dep = Deployment(name="d", model=model, gpu="h100-sxm", tensor_parallel=run.tp, pipeline_parallel=1,
+    dep = Deployment(name="d", model=model, gpu=run.gpu, tensor_parallel=run.tp, pipeline_parallel=1,
                      replicas=1, role="unified", dtype=w.dtype, max_batch_size=run.max_num_seqs,
                      max_num_batched_tokens=run.max_batched_tokens, kv_cache_tokens=rm.memory.kv_cache_tokens,
                      load_rps_per_replica=0.0, utilization=0.0, engine_args=[])
     routes = [Route(workload=w.name, bucket=b.name, deployment="d", share=b.prob) for b in w.buckets]
-    return Plan(spec=ir.name, input_hash=ir.input_hash, cost_usd_per_hour=0.0, gpus={"h100-sxm": run.tp},
+    return Plan(spec=ir.name, input_hash=ir.input_hash, cost_usd_per_hour=0.0, gpus={run.gpu: run.tp},
                 solver=SolverInfo(backend="highs", status="optimal", gap=0.0, seconds=0.0, rounds=1),
                 deployments=[dep], routes=routes, predictions={}, buckets={})
 
@@ -202,11 +259,12 @@ def simulate_run(run: Run, profiles, seed: int = 0) -> dict[str, float]:
         ir = lower(spec, profiles)
         plan = one_deployment(ir, run, ir.workloads[0].model)
         res = simulate(plan, spec, ir=ir, duration_s=sum(dur for _, dur in run.stages), seed=seed,
-                       timeline=False)
+                       timeline=False, warmup=False)
     ws = res.workloads["w"] if isinstance(res.workloads, dict) else res.workloads[0]
     out = {f"ttft_{k}": ws.ttft_ms[k] for k in ("mean", "p90", "p99")}
     out.update({f"e2e_{k}": ws.e2e_ms[k] for k in ("mean", "p90", "p99")})
-    out["itl_mean"] = (out["e2e_mean"] - out["ttft_mean"]) / max(run.osl - 1, 1)
+    # the measured metric's own definition: the load generator's token count as the denominator
+    out["itl_mean"] = (out["e2e_mean"] - out["ttft_mean"]) / max(run.osl_client - 1, 1)
     out["_unfinished"] = (ws.requests - ws.completed) / max(ws.requests, 1)
     return out
 
@@ -317,12 +375,82 @@ def report(runs: list[Run], peers: dict, markdown: bool) -> dict[str, float]:
     return med
 
 
+# The held-out evaluation split's models, GPUs and TP degrees (the split's README): every combination that
+# fits must describe and simulate.
+COVERAGE_MODELS = ("meta-llama/Llama-3.1-8B-Instruct", "Qwen/Qwen3-14B",
+                   "codellama/CodeLlama-34b-Instruct-hf", "meta-llama/Llama-2-70b-hf",
+                   "mistralai/Mixtral-8x7B-v0.1", "mistralai/Mixtral-8x22B-v0.1")
+COVERAGE_GPUS = ("H100-80GB-HBM3 SXM", "A100-80GB", "L40S")
+COVERAGE_TP = (1, 2, 4, 8)
+
+
+def coverage_run(model: str, gpu: str, tp: int, profiles) -> Run | None:
+    """The ``general`` family on ``model`` x ``gpu`` x TP at a modest load: two stages of 120 s at a third and
+    two thirds of the rate that keeps 32 requests decoding (32 / (output x the 32-request step)); None when
+    the weights leave no KV room for one request."""
+    from trimtab.cost.factory import replica_model
+    from trimtab.ir.lower import lower
+    from trimtab.spec.load import load_spec
+
+    prof = gpu_of(gpu)
+    big = prof in VLLM_BIG_GPUS
+    run = Run(exp_id=f"{model.split('/')[-1]}/{prof}/tp{tp}", model=model, gpu=prof, usable=True, tp=tp,
+              dtype="bf16", max_num_seqs=1024 if big else 256, max_batched_tokens=8192 if big else 2048,
+              max_model_len=None, isl=547, osl=248, osl_client=248.0, system_len=100, groups=9, users=5,
+              stages=((1.0, 120.0),), stages_nominal=False, measured={})
+    with tempfile.TemporaryDirectory() as d:
+        p = Path(d) / "spec.yaml"
+        p.write_text(spec_text(run))
+        ir = lower(load_spec(p), profiles)
+    w = ir.workloads[0]
+    try:
+        rm = replica_model(ir, w.model, prof, tp, 1, w.dtype, run.max_num_seqs, run.max_batched_tokens)
+    except ValueError:  # a layout the model cannot take (heads not divisible by TP)
+        return None
+    if rm.memory.kv_cache_tokens < run.isl + run.osl:
+        return None
+    rate = 32 / (run.osl * rm.iteration_s(32, run.isl + run.osl / 2))
+    run.stages = ((round(rate / 3, 2), 120.0), (round(2 * rate / 3, 2), 120.0))
+    return run
+
+
+def coverage(profiles, seed: int = 0) -> int:
+    """Describe and simulate every held-out combination (``COVERAGE_*``); 1 if any fails or is overloaded."""
+    bad = 0
+    print("model  gpu  tp  stages rps  ttft_mean ms  itl_mean ms  e2e_mean ms  verdict")
+    for model in COVERAGE_MODELS:
+        for gpu in COVERAGE_GPUS:
+            for tp in COVERAGE_TP:
+                name = f"{model.split('/')[-1]}  {gpu_of(gpu)}  {tp}"
+                try:
+                    run = coverage_run(model, gpu, tp, profiles)
+                    if run is None:
+                        print(f"{name}  -  -  -  -  does not fit")
+                        continue
+                    out = simulate_run(run, profiles, seed)
+                except Exception as e:  # noqa: BLE001  (the point is to list every failure, not stop at one)
+                    bad += 1
+                    print(f"{name}  -  -  -  -  FAILED: {type(e).__name__}: {e}")
+                    continue
+                over = out["ttft_mean"] > OVERLOADED_S * 1e3 or out["_unfinished"] > 0.01
+                bad += over
+                st = "+".join(f"{r:g}" for r, _ in run.stages)
+                print(f"{name}  {st}  {out['ttft_mean']:.1f}  {out['itl_mean']:.2f}  {out['e2e_mean']:,.0f}  "
+                      + ("OVERLOADED" if over else "ok"))
+    print(f"\n{bad} combination(s) failed or predicted overloaded")
+    return 1 if bad else 0
+
+
 def main(argv: list[str]) -> int:
     from benchmarks.error_bars import flag, write
 
     if flag(argv):  # the error bars per class over both benchmarks' data (benchmarks/error_bars.py)
         write(flag(argv))
         return 0
+    if "--coverage" in argv:
+        from trimtab.profiles.loader import load_profiles
+
+        return coverage(load_profiles())
     args = [a for a in argv if not a.startswith("-")]
     folder = Path(args[0]) if args else ROOT.parent / "shared" / "groundtruth" / "blis-dev"
     pick = next((a.split("=", 1)[1] for a in argv if a.startswith("--runs=")), None)

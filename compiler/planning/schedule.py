@@ -12,7 +12,7 @@ from __future__ import annotations
 from dataclasses import replace
 
 from trimtab.milp.formulate import capacity_fill, n_var
-from trimtab.milp.windows import (formulate_schedule, held_var, switching, window_derate, window_ir, window_result,
+from trimtab.milp.windows import (formulate_schedule, switching, window_derate, window_ir, window_result,
                                  wvar)
 from trimtab.spec.rates import window_rates, window_spec
 from trimtab.cost.startup import candidate_startup_s, startup_for
@@ -97,7 +97,11 @@ class SchedulePlanner(UnifiedPlanner):
         """The fleet held (max replicas per deployment over the windows) with each workload's routes of its peak
         window, assessed at the peak rates; ``schedule`` gives every window."""
         self.use(res)
-        held = {c.id: round(res.values.get(held_var(c.id), 0.0)) for c in cands.candidates + cands.disagg}
+        # The fleet held is the most replicas any window runs. The MILP's held[c] is bounded below by them but
+        # pushed down only by an epsilon term (EPS_HELD) a solver may leave inside its gap: read it off the
+        # windows, never off the variable (one solve held 15 A100 where no window ran more than 2).
+        held = {c.id: max((round(r_t.values.get(n_var(c.id), 0.0)) for _, r_t in self.windows), default=0)
+                for c in cands.candidates + cands.disagg}
         per_window = [chosen(ir_t, cands, r_t) for ir_t, r_t in self.windows]
         deps = [(c, n) for c in cands.candidates + cands.disagg if (n := held[c.id]) > 0]
         routes = [r for w in ir.workloads for r in per_window[self.peak_window(w.name)][1] if r.workload == w.name]

@@ -89,7 +89,8 @@ def simulate(plan: Plan, spec: Spec, *, ir: ProblemIR | None = None, requests: i
              trace_workloads: tuple[str, ...] | None = None, arrival_cv: float | None = None,
              timeline: bool = True, progress: Callable[[float], None] | None = None,
              cache: RunCache | None = None, only_workloads: frozenset[str] | None = None,
-             counts: dict[str, int] | None = None, scenario: Scenario | None = None) -> SimResult:
+             counts: dict[str, int] | None = None, scenario: Scenario | None = None,
+             warmup: bool = True) -> SimResult:
     """Simulate ``plan`` under ``spec``'s traffic. ``requests`` (total, split by rate) or ``duration_s``
     (seconds of arrivals); neither: ``default_requests``. ``trace`` replays one trace's arrivals and lengths for
     every workload (or those in ``trace_workloads``), each rescaled to its own rate. ``cache``
@@ -106,8 +107,9 @@ def simulate(plan: Plan, spec: Spec, *, ir: ProblemIR | None = None, requests: i
     need); ``only_workloads`` then runs only those of them (and their closure). ``scenario``: what
     ``build_scenario(plan, spec, ir, trace, trace_workloads, arrival_cv)`` returns for these arguments, built once by
     a caller that simulates the same plan at several seeds (``trimtab.sim.validate.simulate_seeds``): a run never
-    changes its scenario, so the result is the same. Runs with the garbage collector paused
-    (``trimtab.util.jobs.gc_paused``)."""
+    changes its scenario, so the result is the same. ``warmup=False`` measures every request from the first
+    (a load test's own report, cold caches included) rather than after the first WARMUP share of the run
+    (steady state). Runs with the garbage collector paused (``trimtab.util.jobs.gc_paused``)."""
     t0 = time.perf_counter()
     ir = ir or lower(spec)
     if requests is None and duration_s is None and counts is None:
@@ -132,7 +134,8 @@ def simulate(plan: Plan, spec: Spec, *, ir: ProblemIR | None = None, requests: i
     sim = cls(sc, seed, requests if duration_s is None else None, duration_s, timeline, cache=cache,
               only=deps, counts=index).run(progress)
     lora_notes = apply_adapters(sim, plan, ir, seed)  # multi-LoRA plans: adapter loads and evictions
-    res = summarise(sim, workloads=keep, deployments=deps)  # (None, None: all)
+    span = None if warmup or counts is not None else (0.0, math.inf)
+    res = summarise(sim, span, workloads=keep, deployments=deps)  # (None, None: all)
     res.notes += lora_notes + prefix_notes(sim) + rejected_notes(sim)
     res.wall_s = time.perf_counter() - t0
     return res

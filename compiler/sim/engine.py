@@ -93,6 +93,9 @@ def _workload_part(rng: np.random.Generator, w: SimWorkload, wi: int, n: int | N
     routed deployment, trace row."""
     t, isl, osl, bucket, row = _workload_arrivals(rng, w, n, duration_s)
     u = rng.random(len(t))
+    if w.prompt_set is not None and w.trace is None:  # which user of which group sends each request (drawn
+        # last: every other draw is as it would be without shared prompts)
+        row = rng.integers(0, w.prompt_set[0] * w.prompt_set[1], len(t)).astype(np.int64)
     dep = np.where(bucket < 0, REJECTED, NO_ROUTE)
     for b, (idx, cum) in enumerate(w.routes):
         sel = bucket == b

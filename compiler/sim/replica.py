@@ -17,7 +17,9 @@ Every engine step (``start_step`` .. ``finish_step``):
 
 Prefix reuse (docs/prefix-caching.md): a replica with a prefix cache (``set_prefix``) keeps that many KV tokens
 out of what requests may use; a request routed to it finds ``cached`` leading prompt tokens there (replayed
-through the replica's LRU of the trace's block hashes, or the planned hit rate x its input length), computes
+through the replica's LRU of the trace's block hashes; for shared system prompts, its group's prefix, or with
+``prompts_repeat`` its whole prompt, once the replica has served them before (the first request of a group or
+prompt computes it: a cold cache); else the planned hit rate x its input length), computes
 only the rest (with the cached tokens as prior context), holds KV only for what it computes and generates, and
 decodes with its full context. With a host-memory tier (docs/kv-tiers.md) the cache has a second level: a hit
 beyond the HBM LRU found in the host LRU (every block is written through to it) is reloaded over PCIe before the
@@ -71,16 +73,22 @@ class PrefixCache:
     """A replica's prefix cache in simulation: ``hits`` per workload index (share of input tokens, used when
     ``hashes`` has no trace for the workload) and an LRU of the trace's block hashes (``trimtab.spec.traces.BlockLRU``
     of the reserved size) replaying real hits. A host tier (``host_tokens`` > 0): ``host`` per workload is the
-    share of input tokens found only there; replayed hashes go through a second LRU of ``host_tokens``."""
+    share of input tokens found only there; replayed hashes go through a second LRU of ``host_tokens``.
+    ``sets``: per workload of shared system prompts, (groups, users per group, prefix tokens, prompts repeat)
+    (``SimWorkload.prompt_set``); the cache holds every group's prefix (and prompt) it has served, as the
+    planner reserves room for all of them."""
 
-    __slots__ = ("hits", "hashes", "lru", "host", "host_lru")
+    __slots__ = ("hits", "hashes", "lru", "host", "host_lru", "sets", "seen")
 
     def __init__(self, reserved_tokens: int, hits: dict[int, float], hashes: dict[int, tuple] | None = None,
-                 host: dict[int, float] | None = None, host_tokens: int = 0):
+                 host: dict[int, float] | None = None, host_tokens: int = 0,
+                 sets: dict[int, tuple[int, int, int, bool]] | None = None):
         from trimtab.spec.traces import BlockLRU
 
         self.hits = hits
         self.hashes = hashes or {}
+        self.sets = sets or {}
+        self.seen: set[tuple[int, int, int]] = set()  # (workload, group, user or -1 for the group's prefix)
         self.lru = BlockLRU(reserved_tokens)
         self.host = host or {}
         self.host_lru = BlockLRU(host_tokens) if host_tokens > 0 else None
@@ -96,12 +104,34 @@ class PrefixCache:
             both = max(self.host_lru.serve(hs[r.row], r.isl), hbm)
             r.host = both - hbm
             return both
-        h = self.hits.get(r.w, 0.0)
-        both = min(int(h * r.isl + 0.5), r.isl - 1) if h > 0 else 0
+        ps = self.sets.get(r.w)
+        if ps is not None and r.row >= 0:
+            both = self._shared(r, ps)
+        else:
+            h = self.hits.get(r.w, 0.0)
+            both = min(int(h * r.isl + 0.5), r.isl - 1) if h > 0 else 0
         hh = self.host.get(r.w, 0.0)
         if hh > 0:
             r.host = min(int(hh * r.isl + 0.5), both)
         return both
+
+    def _shared(self, r: Request, ps: tuple[int, int, int, bool]) -> int:
+        """Cached tokens of request ``r`` of a shared-prompt workload: its whole prompt but the last token if
+        its user's prompt repeats and was served here before, else its group's prefix if that was, else none
+        (and from now on both are)."""
+        _, users, prefix, repeat = ps
+        g, u = divmod(r.row, users)
+        seen = self.seen
+        if repeat:
+            key = (r.w, g, u)
+            if key in seen:
+                return r.isl - 1 if r.isl > 1 else 0
+            seen.add(key)
+        key = (r.w, g, -1)
+        if key in seen:
+            return max(min(prefix, r.isl - 1), 0)
+        seen.add(key)
+        return 0
 
 
 _SEQS_ARG: dict[type, bool] = {}  # cost model class -> whether its iteration_s takes ``prefill_seqs``

@@ -62,6 +62,9 @@ class SimWorkload:
     trace_scale: float = 1.0
     trace_offset: int = 0
     prefix_hashes: tuple | None = None  # the trace's block hashes per row when its prefix reuse is replayed
+    # Shared system prompts (the spec's shared_prefix): (groups, users per group, prefix tokens, prompts
+    # repeat). Each request is one user's (drawn uniformly: its row); a replica's cache finds what it served.
+    prompt_set: tuple[int, int, int, bool] | None = None
     # Per bucket: (deployment indices, cumulative shares within the bucket); empty when unrouted.
     routes: list[tuple[np.ndarray, np.ndarray]] = field(default_factory=list)
 
@@ -156,6 +159,9 @@ def build_scenario(plan: Plan, spec: Spec, ir: ProblemIR, trace: Trace | None = 
             sim_w.trace_scale = sw.trace.rate_scale or 1.0
         if w.prefix_source == "trace" and sim_w.trace is not None and sim_w.trace.hash_ids is not None:
             sim_w.prefix_hashes = sim_w.trace.hash_ids
+        elif w.prefix_source == "shared_prefix" and sim_w.trace is None:
+            sp = sw.shared_prefix
+            sim_w.prompt_set = (sp.groups, sp.users_per_group, sp.prefix_tokens, sp.prompts_repeat)
         for b in names:
             mine = routes_of.get((w.name, b), ())
             rs = [r for r in mine if r.deployment in dep_index]
@@ -191,10 +197,12 @@ def attach_prefix_caches(sc: Scenario, replicas: list[list]) -> None:
         hits = {index[n]: h for n, h in d.prefix_hits.items() if n in index}
         hashes = {index[n]: sc.workloads[index[n]].prefix_hashes for n in d.prefix_hits
                   if n in index and sc.workloads[index[n]].prefix_hashes is not None}
+        sets = {index[n]: sc.workloads[index[n]].prompt_set for n in d.prefix_hits
+                if n in index and sc.workloads[index[n]].prompt_set is not None}
         host = {index[n]: h for n, h in d.prefix_host_hits.items() if n in index}
         for rep in reps:
             rep.set_prefix(d.prefix_reserved, PrefixCache(d.prefix_reserved, hits, hashes, host,
-                                                          d.prefix_host_tokens))
+                                                          d.prefix_host_tokens, sets))
 
 
 class PairTarget(tuple):

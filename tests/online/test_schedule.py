@@ -66,6 +66,17 @@ def test_schedule_buys_each_window_what_it_needs():
     # the fleet held (placed once) is the most each deployment runs at once; a static plan would pay 2 $/h all day
     assert {d.name: d.replicas for d in p.deployments} == {TP1: 1, TP2: 1}
     assert p.schedule.cost_usd_per_hour_mean < 2.0
+    assert_fleet_is_windows_max(p)
+
+
+def assert_fleet_is_windows_max(p):
+    """Every deployment the plan holds runs in some window, with as many replicas as its busiest window (the
+    MILP's own held variable is only pushed down by an epsilon a solver may leave inside its gap)."""
+    most = {}
+    for w in p.schedule.windows:
+        for name, n in w.replicas.items():
+            most[name] = max(most.get(name, 0), n)
+    assert {d.name: d.replicas for d in p.deployments} == {k: v for k, v in most.items() if v}
 
 
 def test_min_lifetime_keeps_a_started_replica_two_windows():
@@ -76,6 +87,7 @@ def test_min_lifetime_keeps_a_started_replica_two_windows():
     # tp2 started for window 2 must also run window 3, where it alone carries 2 rps: 1 + 1 + 2 + 2 $
     assert replicas(p) == [{TP1: 1}, {TP1: 1}, {TP2: 1}, {TP2: 1}]
     assert [(w.started, w.stopped) for w in p.schedule.windows] == [(1, 0), (0, 0), (1, 1), (0, 0)]
+    assert_fleet_is_windows_max(p)
 
 
 def test_max_changes_per_window_bounds_every_boundary():

@@ -76,3 +76,43 @@ def test_trace_hits_are_replayed_per_replica(tmp_path):
     # set, a few per cent: popular prefixes are what an LRU keeps)
     assert hit == pytest.approx(prefix_hit(w, reserved))
     assert hit > 0.5 > 0.6 * reserved / w.prefix_working_set * 10
+
+
+def test_shared_prompt_cache_starts_cold():
+    """Shared system prompts (spec shared_prefix): a replica's cache finds a group's prefix, or with
+    prompts_repeat a user's whole prompt, only once it has served it: hand-counted for 2 groups x 2 users."""
+    from trimtab.sim.replica import PrefixCache, Request
+
+    def req(w, row, isl=500):
+        r = Request(0, w, 0, 0.0, isl, 10)
+        r.row = row
+        return r
+
+    pc = PrefixCache(10_000, {0: 0.9, 1: 0.2}, sets={0: (2, 2, 100, True), 1: (2, 2, 100, False)})
+    # repeating prompts (workload 0): rows are group x 2 + user
+    assert [pc.cached(req(0, row)) for row in (0, 0, 1, 3, 1, 2)] == [0, 499, 100, 0, 499, 100]
+    # a shared prefix alone (workload 1): only the group's 100 tokens, never the user's; a 60-token prompt
+    # keeps its last token to compute
+    assert [pc.cached(req(1, row)) for row in (2, 3, 2, 0)] == [0, 100, 100, 0]
+    assert pc.cached(req(1, 1, isl=60)) == 59
+    # a request of a workload without shared prompts keeps the planned hit rate
+    assert PrefixCache(10_000, {0: 0.5}).cached(req(0, -1, isl=400)) == 200
+
+
+def test_cold_prompts_are_measured_without_warmup(tmp_path):
+    """With warmup=False every request counts, so the first request of each of the 4 repeated prompts, which
+    prefills its whole prompt, is in the statistics and sets its TTFT tail; the rest hit the cache."""
+    extra = ("    arrivals: constant\n    shared_prefix: {prefix_tokens: 1000, groups: 2, users_per_group: 2,"
+             " prompts_repeat: true}\n")
+    sp = write_spec(tmp_path, rate=2.0, isl="{fixed: 4000}", osl="{fixed: 8}", ttft=5000, extra=extra)
+    spec = load_spec(sp)
+    plan = one_deployment_plan(sp)
+    ir = lower(spec)
+    sim = Simulation(build_scenario(plan, spec, ir), seed=0, requests=200).run()
+    cached = [r.cached for r in sim.requests]
+    assert sorted(set(cached)) in ([0, 3999], [0, 1000, 3999])
+    assert sum(c < 3999 for c in cached) == 4  # each of the 2 x 2 prompts computed once
+    cold = simulate(plan, spec, ir=ir, requests=200, seed=0, warmup=False)
+    warm = simulate(plan, spec, ir=ir, requests=200, seed=0)
+    assert cold.workloads["w"].requests == 200 > warm.workloads["w"].requests
+    assert cold.workloads["w"].ttft_ms["p99"] > 2 * warm.workloads["w"].ttft_ms["p99"]
