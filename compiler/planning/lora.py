@@ -514,14 +514,15 @@ class LoraPlanner:
         """``trimtab explain`` for the adapter problem: infeasible, the smallest relaxation of the relaxable rows
         (GPU counts, budget; read off each row's ``origin``), verified by re-solving; feasible, each relaxable row
         that binds and what relaxing it would save."""
-        from trimtab.planning.explain import Explanation, elastic_changes
+        from trimtab.planning.explain import Explanation, elastic_changes, relaxed_ir
         prob = self.candidates(ir)
         res = solve(ir, prob, {}, backend, options)
         problem = ("no deployment meets every SLO within the GPU counts and budget with the adapters and tenant "
                    "isolation of the spec")
         if not res.has_solution:
             changes = elastic_changes(ir, formulate(ir, prob, {}, elastic=True), backend, options)
-            ok = bool(changes) and self._cost(_relaxed(ir, {c.path: c.new for c in changes}), backend, options)
+            ok = bool(changes) and self._cost(relaxed_ir(ir, ((c.origin, c.new) for c in changes)), backend,
+                                              options)
             return Explanation(False, [problem], [changes] if ok is not None and changes else [])
         m = formulate(ir, prob, {})
         base = sum(c.cand.usd_per_hour * round(res.values.get(n_var(c.id), 0.0)) for c in prob.cands)
@@ -534,8 +535,8 @@ class LoraPlanner:
             if con.rhs - used >= step:
                 continue
             more = {"inventory": max(2 * con.rhs, con.rhs + 8), "budget": None}[con.family]
-            key = con.origin.whatif
-            alt = self._cost(_relaxed(ir, {key: more if more is None else int(more)}), backend, options)
+            alt = self._cost(relaxed_ir(ir, [(con.origin, more if more is None else int(more))]), backend,
+                             options)
             what = "no cheaper plan" if alt is None or alt >= base - 0.005 else \
                 f"the cost model's plan would cost {alt:.2f} $/h ({alt - base:+.2f})"
             new = "without it" if more is None else f"with {int(more)}"
@@ -563,13 +564,3 @@ class LoraPlanner:
             out.setdefault(u.workload, set()).update(c.id for c in prob.cands if _usable(u, c))
         return {w: tuple(sorted(ids)) for w, ids in sorted(out.items())}
 
-
-def _relaxed(ir, changes: dict):
-    """``ir`` with GPU counts (``gpus.TYPE.count``) and the budget (``budget_usd_per_hour``, None: none) changed."""
-    for path, v in changes.items():
-        if path == "budget_usd_per_hour":
-            ir = replace(ir, budget_usd_per_hour=v)
-        else:
-            gpu = path.split(".")[1]
-            ir = replace(ir, gpus=tuple(replace(g, count=int(v)) if g.type == gpu else g for g in ir.gpus))
-    return ir
