@@ -136,7 +136,7 @@ def test_two_type_moe_pd_plan_pairs_within_a_type_and_the_milp_prices_every_cros
         pre["p"] = pre.get("p", 0.0) + x.share * rate
         dec["d"] = dec.get("d", 0.0) + x.share * rate
         pre["x"] = pre.get("x", 0.0) + (x.share * rate if pg != dg else 0.0)
-    both = [b for b in {b for b, _ in flows} if all(flows.get((b, g), {}).get("p") for g in ("h100-sxm", "h200"))]
+    both = [b for b, _ in flows if all(flows.get((b, g), {}).get("p") for g in ("h100-sxm", "h200"))]
     assert both  # a bucket both types prefill: where the pairing decides what crosses
     assert any(f.get("x", 0.0) > 1e-3 for f in flows.values())  # the link is used, not avoided
     for key, f in sorted(flows.items()):
