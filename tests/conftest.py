@@ -2,12 +2,23 @@
 from __future__ import annotations
 
 import os
+from functools import lru_cache
 from pathlib import Path
 
 import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
 QUICKSTART = ROOT / "examples" / "quickstart.yaml"
+
+
+@lru_cache(maxsize=None)
+def planned(example: str, validate: bool = True):
+    """``trimtab.plan`` of ``examples/EXAMPLE.yaml`` (its ``PlanResult``), once per test session: a plan of an
+    example takes 1-12 s and many tests read the same one (tests/golden holds each to its bytes). Shared, so a
+    test copies what it changes (``model_copy``) and never edits the result in place."""
+    import trimtab
+
+    return trimtab.plan(trimtab.load_spec(ROOT / "examples" / f"{example}.yaml"), validate=validate)
 
 SMALL_SPEC = """\
 version: 1

@@ -13,6 +13,7 @@ from trimtab.cost.model import TrafficClass
 from trimtab.ir.lower import lower
 from trimtab.contract.write import plan_to_data
 from trimtab.contract.schema import Plan
+from tests.conftest import planned
 
 ROOT = Path(__file__).resolve().parents[2]
 EXAMPLE = ROOT / "examples" / "disaggregated.yaml"
@@ -24,7 +25,7 @@ def roles(p: Plan) -> set[str]:
 
 @pytest.fixture(scope="module")
 def pd_plan():
-    return plan(load_spec(EXAMPLE), validate=False)
+    return planned("disaggregated", validate=False)
 
 
 def test_pd_chosen_where_it_pays(pd_plan, monkeypatch):
@@ -111,7 +112,7 @@ def test_simulation_validates_pd_plan():
     from trimtab.sim.validate import simulate_seeds
 
     spec = load_spec(EXAMPLE)
-    r = plan(spec)
+    r = planned("disaggregated")
     assert {"prefill", "decode"} <= roles(r.plan)
     assert r.plan.simulation is not None and r.plan.simulation.passed
     emitted = Plan.model_validate(plan_to_data(r.plan))
