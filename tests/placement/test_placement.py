@@ -11,7 +11,7 @@ from trimtab.ir.lower import lower
 from trimtab.milp.placement import place
 from trimtab.spec.load import load_spec
 from trimtab.ir.topology import build_topology
-from tests.conftest import SMALL_SPEC, unit
+from tests.conftest import SMALL_SPEC, planned, unit
 
 NODES = """\
 nodes:
@@ -85,7 +85,7 @@ def test_fragmentation_is_reported():
 
 def test_planned_quickstart_has_verified_placement(tmp_path):
     spec = tt.load_spec("examples/quickstart.yaml")
-    r = tt.plan(spec)
+    r = planned("quickstart")
     for d in r.plan.deployments:
         assert len(d.placement) == d.replicas * d.pipeline_parallel
     assert analytic_check(r.plan, spec).ok

@@ -9,7 +9,7 @@ from trimtab.gate.analytic import check
 from trimtab.gate.simulated import check_simulated
 from trimtab.contract.write import emit
 from trimtab.spec.load import load_spec
-from tests.conftest import ROOT, SMALL_SPEC
+from tests.conftest import ROOT, SMALL_SPEC, planned
 
 EXAMPLE = ROOT / "examples" / "shared-prefix.yaml"
 
@@ -19,7 +19,7 @@ def plans(tmp_path_factory):
     d = tmp_path_factory.mktemp("p")
     without = d / "without.yaml"
     without.write_text("\n".join(l for l in EXAMPLE.read_text().splitlines() if "prefix:" not in l) + "\n")
-    return make_plan(load_spec(EXAMPLE)), make_plan(load_spec(without))
+    return planned("shared-prefix"), make_plan(load_spec(without))
 
 
 def test_prefix_makes_the_example_cheaper(plans):
