@@ -21,6 +21,7 @@ from dataclasses import asdict, dataclass, field, replace
 from trimtab.milp.candidates import build_candidates
 from trimtab.cost.search import smallest_true
 from trimtab.deployment.shape import CandidateSet
+from trimtab.deployment.price import fleet_usd_per_hour
 from trimtab.milp.formulate import formulate, n_var, slack_var
 from trimtab.ir.model import ProblemIR
 from trimtab.spec.paths import SpecPath
@@ -275,8 +276,8 @@ def explain(ir: ProblemIR, backend: Backend, options: SolveOptions, cands: Candi
         b0 = ir.budget_usd_per_hour
         r = _min_cost(replace(ir, budget_usd_per_hour=None), cands, backend, options)
         if r is not None:
-            cost = sum(c.usd_per_hour * round(r.values.get(n_var(c.id), 0.0))
-                       for c in cands.candidates + cands.disagg)
+            cost = fleet_usd_per_hour((round(r.values.get(n_var(c.id), 0.0)), c.usd_per_hour)
+                                      for c in cands.candidates + cands.disagg)
             need = math.ceil(cost * 100 - 1e-6) / 100
             if _min_cost(replace(ir, budget_usd_per_hour=need), cands, backend, options) is not None:
                 alts.append([Change(SpecPath("budget_usd_per_hour"), b0, need, "raise")])
@@ -321,12 +322,10 @@ def _explain_feasible(ir: ProblemIR, cands: CandidateSet, backend: Backend, opti
                       res: SolveResult, slo_relax: float) -> Explanation:
     by_id = cands.by_id()
     used: dict[str, int] = {}
-    cost = 0.0
-    for cid, c in by_id.items():
-        n = int(round(res.values.get(n_var(cid), 0.0)))
+    bought = [(int(round(res.values.get(n_var(cid), 0.0))), c) for cid, c in by_id.items()]
+    for n, c in bought:
         used[c.gpu] = used.get(c.gpu, 0) + n * c.gpus
-        cost += n * c.usd_per_hour
-    base = cost
+    base = fleet_usd_per_hour((n, c.usd_per_hour) for n, c in bought)
     binding = []
 
     def delta(r: SolveResult | None) -> str:

@@ -37,6 +37,7 @@ from trimtab.deployment.shape import (TOKEN_BUDGETS, Candidate, CandidateSet, De
                                  replica_model_of, shapes)
 from trimtab.errors import InfeasibleError
 from trimtab.milp.formulate import EPS_GPU, n_var
+from trimtab.deployment.price import fleet_usd_per_hour, replica_usd_per_hour
 from trimtab.cost.adapters import lora_kwargs
 from trimtab.spec.lora import NO_TENANT
 from trimtab.spec.paths import SpecPath
@@ -155,7 +156,8 @@ def build(ir) -> LoraProblem:
                             cand = Candidate(id=cid, workload=ws[0].name, model=model, gpu=pool.type, tp=tp, pp=pp,
                                              dtype=dtype, max_num_seqs=mns, max_batched_tokens=mbt,
                                              kv_cache_tokens=rm.memory.kv_cache_tokens,
-                                             usd_per_hour=pool.usd_per_hour * tp * pp, capacity_rps=())
+                                             usd_per_hour=replica_usd_per_hour(pool.usd_per_hour, tp, pp),
+                                             capacity_rps=())
                             prob.cands.append(LoraCandidate(
                                 cand, gname, k, L, rank if L else 0,
                                 (L if L == len(names) or L <= 1 else MAX_CPU_LORAS) if L else 0, cap,
@@ -439,10 +441,9 @@ def build_plan(ir, prob: LoraProblem, chosen, flows, res, rounds: int, warnings:
              for c, n in chosen}
     a = assess(ir, list(views.values()), routes)
     gpus: dict[str, int] = {}
-    cost = 0.0
     for c, n in chosen:
         gpus[c.cand.gpu] = gpus.get(c.cand.gpu, 0) + n * c.cand.gpus
-        cost += n * c.cand.usd_per_hour
+    cost = fleet_usd_per_hour((n, c.cand.usd_per_hour) for c, n in chosen)
     deployments = []
     for cid in sorted(by_id):
         c, n = by_id[cid]
@@ -525,7 +526,7 @@ class LoraPlanner:
                                               options)
             return Explanation(False, [problem], [changes] if ok is not None and changes else [])
         m = formulate(ir, prob, {})
-        base = sum(c.cand.usd_per_hour * round(res.values.get(n_var(c.id), 0.0)) for c in prob.cands)
+        base = _fleet_cost(prob, res)
         binding = []
         for con in m.constraints:
             if not con.relaxable:
@@ -548,7 +549,7 @@ class LoraPlanner:
         res = solve(ir, prob, {}, backend, options)
         if not res.has_solution:
             return None
-        return sum(c.cand.usd_per_hour * round(res.values.get(n_var(c.id), 0.0)) for c in prob.cands)
+        return _fleet_cost(prob, res)
 
     def candidate_set(self, prob: LoraProblem) -> CandidateSet:
         return CandidateSet(tuple(c.cand for c in prob.cands), ())
@@ -564,3 +565,8 @@ class LoraPlanner:
             out.setdefault(u.workload, set()).update(c.id for c in prob.cands if _usable(u, c))
         return {w: tuple(sorted(ids)) for w, ids in sorted(out.items())}
 
+
+def _fleet_cost(prob: LoraProblem, res) -> float:
+    """The $/h of the replicas a solution buys."""
+    return fleet_usd_per_hour((round(res.values.get(n_var(c.id), 0.0)), c.cand.usd_per_hour)
+                              for c in prob.cands)

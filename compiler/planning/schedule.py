@@ -17,6 +17,7 @@ from trimtab.milp.windows import (WindowKey, formulate_schedule, held_var, switc
 from trimtab.spec.rates import window_rates, window_spec
 from trimtab.cost.startup import candidate_startup_s, startup_for
 from trimtab.milp.extract import build_plan, chosen
+from trimtab.deployment.price import fleet_usd_per_hour
 from trimtab.contract.schema import PlanSchedule, Route, ScheduleWindow
 from trimtab.planning.planners import UnifiedPlanner
 from trimtab.deployment.shape import CandidateSet
@@ -115,7 +116,7 @@ class SchedulePlanner(UnifiedPlanner):
         by_id = {c.id: c for c, _ in deps}
         for t, (ir_t, r_t) in enumerate(self.windows):
             reps = {c.id: round(r_t.values.get(n_var(c.id), 0.0)) for c, _ in deps}
-            cost = sum(by_id[d].usd_per_hour * n for d, n in reps.items())
+            cost = fleet_usd_per_hour((n, by_id[d].usd_per_hour) for d, n in reps.items())
             total += cost
             routes = per_window[t][1]
             windows.append(ScheduleWindow(
