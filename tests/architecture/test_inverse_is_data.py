@@ -1,15 +1,15 @@
 """The solver's inverse is data (issue 37): stages after the solve find what a variable stands for from the
 variable (``Var.family``) and what a candidate is from the candidate (``Candidate.pd_group``, ``gpu``,
 ``Pruned.workload``, a schedule's ``WindowKey`` and per-window names), and what number of the spec a change
-names from its ``SpecPath``, never by parsing a variable name, a candidate id or a what-if path, whose spelling
-is for display, the solver backends and the user only. This test greps the planner's stages for the parsing
-idioms that once did it."""
+names from its ``SpecPath``, never by parsing a variable name, a candidate id or a what-if path, whose
+spelling is for display, the solver backends and the user only. This test greps the planner's stages for the
+parsing idioms that once did it."""
 from __future__ import annotations
 
 import re
-from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[2]
+from tests.architecture.grep import ROOT, matching_lines, offenders
+
 STAGES = ("milp", "planning", "gate", "online", "sim", "deploy", "study")
 IDIOMS = [
     re.compile(r"""\.startswith\(\s*f?["'](route|replicas|groups|spread|survive|capacity|hold|use)\["""),
@@ -27,16 +27,9 @@ IDIOMS = [
 ]
 
 
-def offending_lines(text: str) -> list[str]:
-    return [line.strip() for line in text.splitlines() if any(p.search(line) for p in IDIOMS)]
-
-
 def test_no_stage_parses_variable_names_or_candidate_ids():
-    bad = []
-    for stage in STAGES:
-        for p in sorted((ROOT / "compiler" / stage).rglob("*.py")):
-            bad += [f"{p.relative_to(ROOT)}: {line}" for line in offending_lines(p.read_text(encoding="utf-8"))]
-    assert bad == []
+    files = (p for stage in STAGES for p in sorted((ROOT / "compiler" / stage).rglob("*.py")))
+    assert offenders(files, IDIOMS) == []
 
 
 def test_the_grep_sees_the_idioms():
@@ -48,8 +41,8 @@ def test_the_grep_sees_the_idioms():
             'out = {k: v for k, v in derate.items() if ":" not in k}',
             'pre = wvar(t, "")',
             'if k.startswith(pre):',
-            'return replace(res, values={k[len(pre):]: v for k, v in res.values.items() if k.startswith(pre)})',
+            'return replace(res, values={k[len(pre):]: v for k, v in res.values.items()})',
             'if c.path == "budget_usd_per_hour":',
             'gpu = c.path.split(".")[1]',
             'gpu = path.split(".")[1]']
-    assert [line for line in once if not offending_lines(line)] == []
+    assert [line for line in once if not matching_lines(line, IDIOMS)] == []

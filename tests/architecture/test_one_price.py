@@ -1,13 +1,13 @@
-"""One price function (issue 37): a replica's $/h is ``trimtab.deployment.price.replica_usd_per_hour`` and a fleet's
-``fleet_usd_per_hour``, wherever a candidate is priced or a plan's cost is summed (candidates, disaggregation,
-the adapter planner, extraction, explain, decomposition, schedules, the gates, the CLI's table). This test greps
-for the arithmetic written out again beside them."""
+"""One price function (issue 37): a replica's $/h is ``trimtab.deployment.price.replica_usd_per_hour`` and
+a fleet's ``fleet_usd_per_hour``, wherever a candidate is priced or a plan's cost is summed (candidates,
+disaggregation, the adapter planner, extraction, explain, decomposition, schedules, the gates, the CLI's
+table). This test greps for the arithmetic written out again beside them."""
 from __future__ import annotations
 
 import re
-from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[2]
+from tests.architecture.grep import ROOT, matching_lines, offenders
+
 OWNER = ROOT / "compiler" / "deployment" / "price.py"
 IDIOMS = [
     re.compile(r"""usd_per_hour\s*\*\s*(tp|\w+\.gpus\w*|gpus)\b"""),  # a replica priced from its GPUs
@@ -19,17 +19,9 @@ IDIOMS = [
 ]
 
 
-def offending_lines(text: str) -> list[str]:
-    return [line.strip() for line in text.splitlines() if any(p.search(line) for p in IDIOMS)]
-
-
 def test_prices_and_costs_go_through_the_price_functions():
-    bad = []
-    for folder in ("compiler", "cli"):
-        for p in sorted((ROOT / folder).rglob("*.py")):
-            if p != OWNER:
-                bad += [f"{p.relative_to(ROOT)}: {line}" for line in offending_lines(p.read_text(encoding="utf-8"))]
-    assert bad == []
+    files = (p for folder in ("compiler", "cli") for p in sorted((ROOT / folder).rglob("*.py")) if p != OWNER)
+    assert offenders(files, IDIOMS) == []
 
 
 def test_the_grep_sees_the_idioms():
@@ -39,7 +31,7 @@ def test_the_grep_sees_the_idioms():
             "usd = sum(round(parts[c.workload].values.get(n_var(c.id), 0.0)) * c.usd_per_hour for c in cs)",
             "usd = kp * p.usd_per_hour + kd * d.usd_per_hour",
             "price = r.ir.gpu(d.gpu).usd_per_hour * d.gpus_per_replica * d.replicas"]
-    assert [line for line in once if not offending_lines(line)] == []
+    assert [line for line in once if not matching_lines(line, IDIOMS)] == []
 
 
 def test_candidates_are_priced_by_their_gpus():
