@@ -20,6 +20,17 @@ def planned(example: str, validate: bool = True):
 
     return trimtab.plan(trimtab.load_spec(ROOT / "examples" / f"{example}.yaml"), validate=validate)
 
+
+GOLDEN = ROOT / "tests" / "golden"
+
+
+def golden_plan(example: str):
+    """The plan ``trimtab plan`` writes for ``examples/EXAMPLE.yaml``, read from its golden (tests/golden
+    holds each example's plan to those bytes): for tests that need the emitted plan, not the planning."""
+    import trimtab
+
+    return trimtab.load_plan(GOLDEN / f"{example}.plan.yaml")
+
 SMALL_SPEC = """\
 version: 1
 name: small

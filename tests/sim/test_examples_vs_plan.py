@@ -8,7 +8,7 @@ import pytest
 
 from trimtab.sim import simulate
 from trimtab.spec.load import load_spec
-from tests.conftest import ROOT, planned
+from tests.conftest import ROOT, golden_plan
 
 PLAN_TOLERANCE = 0.30  # documented in docs/simulator.md
 
@@ -16,7 +16,7 @@ PLAN_TOLERANCE = 0.30  # documented in docs/simulator.md
 @pytest.mark.parametrize("example", ["disaggregated", "long-context"])
 def test_simulated_percentiles_match_the_plan(example):
     spec = load_spec(ROOT / "examples" / f"{example}.yaml")
-    plan = planned(example).plan
+    plan = golden_plan(example)  # trimtab plan's (tests/golden)
     sim = simulate(plan, spec, seed=plan.simulation.seeds[0], requests=plan.simulation.requests, timeline=False)
     for name, pred in plan.predictions.items():
         got = sim.workloads[name]
