@@ -423,9 +423,7 @@ def explain(
                         progress=lambda step: say(f"planning: {step}"))
             e = replace(e, validated_cost_usd_per_hour=r.plan.cost_usd_per_hour)
     if fmt == TableOrJson.json:
-        from dataclasses import asdict
-
-        sys.stdout.write(json.dumps(asdict(e), indent=2) + "\n")
+        sys.stdout.write(json.dumps(e.as_dict(), indent=2) + "\n")
         return
     for line in e.lines():
         out.print(line, markup=False)

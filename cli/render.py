@@ -8,6 +8,7 @@ from rich.table import Table
 
 from trimtab.api import PlanResult
 from trimtab.cost.model import ClosedLoopPrediction
+from trimtab.deployment.price import fleet_usd_per_hour, replica_usd_per_hour
 
 
 def _ms(v: float | None) -> str:
@@ -31,7 +32,8 @@ def plan_summary(console: Console, r: PlanResult, verbose: bool = False) -> None
     for col in cols:
         t.add_column(col, justify="left" if col in ("deployment", "gpu") else "right")
     for d in p.deployments:
-        price = r.ir.gpu(d.gpu).usd_per_hour * d.gpus_per_replica * d.replicas
+        price = fleet_usd_per_hour([(d.replicas, replica_usd_per_hour(r.ir.gpu(d.gpu).usd_per_hour,
+                                                                        d.gpus_per_replica))])
         layout = (str(d.data_parallel), str(d.expert_parallel)) if moe else ()
         t.add_row(d.name, d.gpu, str(d.tensor_parallel), str(d.pipeline_parallel), *layout, str(d.replicas),
                   f"{price:,.2f}", f"{d.load_rps_per_replica:.2f}",

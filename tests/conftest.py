@@ -2,12 +2,34 @@
 from __future__ import annotations
 
 import os
+from functools import lru_cache
 from pathlib import Path
 
 import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
 QUICKSTART = ROOT / "examples" / "quickstart.yaml"
+
+
+@lru_cache(maxsize=None)
+def planned(example: str, validate: bool = True):
+    """``trimtab.plan`` of ``examples/EXAMPLE.yaml`` (its ``PlanResult``), once per test session: a plan of an
+    example takes 1-12 s and many tests read the same one (tests/golden holds each to its bytes). Shared, so a
+    test copies what it changes (``model_copy``) and never edits the result in place."""
+    import trimtab
+
+    return trimtab.plan(trimtab.load_spec(ROOT / "examples" / f"{example}.yaml"), validate=validate)
+
+
+GOLDEN = ROOT / "tests" / "golden"
+
+
+def golden_plan(example: str):
+    """The plan ``trimtab plan`` writes for ``examples/EXAMPLE.yaml``, read from its golden (tests/golden
+    holds each example's plan to those bytes): for tests that need the emitted plan, not the planning."""
+    import trimtab
+
+    return trimtab.load_plan(GOLDEN / f"{example}.plan.yaml")
 
 SMALL_SPEC = """\
 version: 1

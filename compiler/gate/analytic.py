@@ -11,6 +11,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from trimtab.milp.assess import NO_ROUTE, Assessment, assess
+from trimtab.deployment.price import fleet_usd_per_hour
 from trimtab.deployment.shape import DeploymentSpecView, RouteView, replica_model_of, stage_parts
 from trimtab.errors import InputError, Problem
 from trimtab.ir.model import ProblemIR
@@ -61,7 +62,7 @@ def verify(plan: Plan, ir: ProblemIR, topo: Topology | None = None, slo: bool = 
                      "checking it against the spec as it is now")
     deps: list[DeploymentSpecView] = []
     used: dict[str, int] = {}
-    cost = 0.0
+    priced: list[tuple[int, float]] = []  # (GPUs, $/h of one) per deployment
     seen = set()
     for d in plan.deployments:
         if d.name in seen:
@@ -77,7 +78,7 @@ def verify(plan: Plan, ir: ProblemIR, topo: Topology | None = None, slo: bool = 
             continue
         n = d.replicas * d.gpus_per_replica
         used[d.gpu] = used.get(d.gpu, 0) + n
-        cost += n * pool.usd_per_hour
+        priced.append((n, pool.usd_per_hour))
         view = DeploymentSpecView.of_plan(d)
         try:
             rm = replica_model_of(ir, replace(view, kv_lent_gib=0.0))  # the HBM the plan claims, before lending
@@ -93,6 +94,7 @@ def verify(plan: Plan, ir: ProblemIR, topo: Topology | None = None, slo: bool = 
         if d.kv_cache_tokens > mem.kv_cache_tokens * 1.001:
             bad.append(f"deployment {d.name}: claims {d.kv_cache_tokens} KV tokens, only {mem.kv_cache_tokens} fit")
         deps.append(view)
+    cost = fleet_usd_per_hour(priced)
     for g, n in sorted(used.items()):
         pool = ir.gpu(g)
         if n > pool.count:

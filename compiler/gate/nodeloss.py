@@ -18,6 +18,7 @@ from dataclasses import dataclass
 
 from trimtab.gate.analytic import CheckReport, verify
 from trimtab.ir.model import ProblemIR
+from trimtab.deployment.price import fleet_usd_per_hour
 from trimtab.ir.lower import lower
 from trimtab.contract.schema import Placement, Plan
 from trimtab.ir.topology import build_topology
@@ -82,12 +83,13 @@ def without_node(plan: Plan, node: str, ir: ProblemIR) -> tuple[Plan, list[str]]
             continue
         routes += [r.model_copy(update={"share": min(1.0, r.share * total / kept)}) for r in alive]
     gpus: dict[str, int] = {}
-    cost = 0.0
+    priced = []
     for d in deps:
         n = d.replicas * d.gpus_per_replica
         gpus[d.gpu] = gpus.get(d.gpu, 0) + n
         pool = ir.gpu(d.gpu)
-        cost += n * (pool.usd_per_hour if pool is not None else 0.0)
+        priced.append((n, pool.usd_per_hour if pool is not None else 0.0))
+    cost = fleet_usd_per_hour(priced)
     out = plan.model_copy(update={"deployments": deps, "routes": routes, "gpus": dict(sorted(gpus.items())),
                                   "cost_usd_per_hour": round(cost, 4), "schedule": None})
     return out, unserved

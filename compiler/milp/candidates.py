@@ -23,6 +23,7 @@ from trimtab.cost.model import ReplicaModel
 from trimtab.deployment.shape import TOKEN_BUDGETS, BucketBest, Candidate, CandidateSet, Pruned, candidate_id
 from trimtab.ir.model import GpuPoolIR, ProblemIR, WorkloadIR
 from trimtab.deployment.layouts import layouts
+from trimtab.deployment.price import replica_usd_per_hour
 
 KV_TIER_MODES = {"auto": ("prefix",), "offload": ("prefix",), "experimental-live": ("offload", "borrow"), "off": ()}
 KV_LIMITED = 0.95  # a bucket's capacity is KV-bound when the KV in use at it reaches this share of HBM KV
@@ -95,8 +96,8 @@ def _tier_variants(ir: ProblemIR, w: WorkloadIR, pool: GpuPoolIR, tp: int, pp: i
         out.append(Candidate(
             id=cid + suffix, workload=w.name, model=w.model, gpu=pool.type, tp=tp, pp=pp, dtype=w.dtype,
             max_num_seqs=base.max_num_seqs, max_batched_tokens=mbt, kv_cache_tokens=hbm,
-            usd_per_hour=pool.usd_per_hour * tp * pp, capacity_rps=tuple(caps), kv_offload_gib=off,
-            kv_borrow_gib=bor, kv_dtype=w.kv_dtype))
+            usd_per_hour=replica_usd_per_hour(pool.usd_per_hour, tp, pp), capacity_rps=tuple(caps),
+            kv_offload_gib=off, kv_borrow_gib=bor, kv_dtype=w.kv_dtype))
     return out
 
 
@@ -126,7 +127,8 @@ def _prefix_tier_variant(ir: ProblemIR, w: WorkloadIR, pool: GpuPoolIR, tp: int,
         return []  # the host tier's hits do not pay on any bucket
     return [Candidate(id=cid + "-off", workload=w.name, model=w.model, gpu=pool.type, tp=tp, pp=pp, dtype=w.dtype,
                       max_num_seqs=base.max_num_seqs, max_batched_tokens=mbt,
-                      kv_cache_tokens=base.memory.kv_cache_tokens, usd_per_hour=pool.usd_per_hour * tp * pp,
+                      kv_cache_tokens=base.memory.kv_cache_tokens,
+                      usd_per_hour=replica_usd_per_hour(pool.usd_per_hour, tp, pp),
                       capacity_rps=tuple(caps), kv_offload_gib=gib, kv_dtype=w.kv_dtype)]
 
 
@@ -201,8 +203,8 @@ def build_candidates(ir: ProblemIR, jobs: int | None = None) -> CandidateSet:
                     cands.append(Candidate(
                         id=cid, workload=w.name, model=w.model, gpu=pool.type, tp=tp, pp=pp, dtype=w.dtype,
                         max_num_seqs=max_num_seqs, max_batched_tokens=mbt, kv_cache_tokens=mem.kv_cache_tokens,
-                        usd_per_hour=pool.usd_per_hour * tp * pp * dp, capacity_rps=tuple(caps), kv_spare_gib=spare,
-                        dp=dp, ep=ep, kv_dtype=w.kv_dtype))
+                        usd_per_hour=replica_usd_per_hour(pool.usd_per_hour, tp, pp, dp),
+                        capacity_rps=tuple(caps), kv_spare_gib=spare, dp=dp, ep=ep, kv_dtype=w.kv_dtype))
             del fitted_once
         for b in w.buckets:
             z = zero[b.name]

@@ -20,6 +20,7 @@ from __future__ import annotations
 from dataclasses import replace
 
 from trimtab.deployment.shape import CandidateSet
+from trimtab.deployment.price import fleet_usd_per_hour
 from trimtab.milp.formulate import formulate, n_var
 from trimtab.ir.model import ProblemIR
 from trimtab.solvers.base import Backend, SolveOptions, SolveResult, Status, Termination
@@ -82,7 +83,8 @@ def solve_split(ir: ProblemIR, cands: CandidateSet, backend: Backend, options: S
     used = _used(cands.candidates + pd, parts)
     over = [p for p in ir.gpus if used.get(p.type, 0) > p.count]
     if ir.budget_usd_per_hour is not None:
-        usd = sum(round(parts[c.workload].values.get(n_var(c.id), 0.0)) * c.usd_per_hour for c in cands.candidates + pd)
+        usd = fleet_usd_per_hour((round(parts[c.workload].values.get(n_var(c.id), 0.0)), c.usd_per_hour)
+                                 for c in cands.candidates + pd)
         if usd > ir.budget_usd_per_hour * (1 + 1e-9):
             return None
     note = f"decomposed into {len(ir.workloads)} workload MILPs"

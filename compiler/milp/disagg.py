@@ -46,6 +46,7 @@ from trimtab.cost.transfer import (is_local_pair, kv_bytes_per_token, local_byte
 from trimtab.deployment.shape import Candidate, PdGroup
 from trimtab.ir.model import ProblemIR, WorkloadIR
 from trimtab.deployment.layouts import layouts
+from trimtab.deployment.price import fleet_usd_per_hour, replica_usd_per_hour
 from trimtab.spec.paths import SpecPath
 from trimtab.ir.topology import LINK_UTIL
 
@@ -122,7 +123,8 @@ def _role_candidates(ir: ProblemIR, w: WorkloadIR, role: str, transfer_bw: float
                 out.append(Candidate(
                     id=pd_id(w.name, pool.type, tp, pp, role, dp, ep), workload=w.name, model=w.model,
                     gpu=pool.type, tp=tp, pp=pp, dtype=w.dtype, max_num_seqs=mns, max_batched_tokens=mbt,
-                    kv_cache_tokens=rm.memory.kv_cache_tokens, usd_per_hour=pool.usd_per_hour * tp * pp * dp,
+                    kv_cache_tokens=rm.memory.kv_cache_tokens,
+                    usd_per_hour=replica_usd_per_hour(pool.usd_per_hour, tp, pp, dp),
                     capacity_rps=tuple(caps), role=role, dp=dp, ep=ep, kv_dtype=w.kv_dtype))
     return out
 
@@ -145,7 +147,7 @@ def _may_pay(ir: ProblemIR, w: WorkloadIR, unified: tuple[Candidate, ...]) -> bo
         for _cid, tp, pp, dp, ep, why in layouts(ir, w, pool):
             if why:
                 continue
-            usd = pool.usd_per_hour * tp * pp * dp
+            usd = replica_usd_per_hour(pool.usd_per_hour, tp, pp, dp)
             rp = replica_model(ir, w.model, pool.type, tp, pp, w.dtype, mns, PD_TOKEN_BUDGET, dp=dp, ep=ep,
                                kv_dtype=w.kv_dtype)
             rd = replica_model(ir, w.model, pool.type, tp, pp, w.dtype, mns, DECODE_TOKEN_BUDGET, dp=dp, ep=ep,
@@ -268,7 +270,7 @@ def _local_candidates(ir: ProblemIR, w: WorkloadIR, dec: list[Candidate], unifie
             common = [b for b, _ in p.capacity_rps if d.capacity(b) > 0]
             for kp in range(1, dom // p.tp + 1):
                 for kd in range(1, (dom - kp * p.tp) // d.tp + 1):
-                    usd = kp * p.usd_per_hour + kd * d.usd_per_hour
+                    usd = fleet_usd_per_hour(((kp, p.usd_per_hour), (kd, d.usd_per_hour)))
                     keep = tuple(b for b in common if usd / min(kp * p.capacity(b), kd * d.capacity(b))
                                  < (1 - PD_MARGIN) * unified_usd[b])
                     if not keep:

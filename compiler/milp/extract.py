@@ -8,6 +8,7 @@ from trimtab.milp.assess import Assessment, assess, capacity_at_slo, mix_predict
 from trimtab.cost.factory import live_tiers
 from trimtab.cost.predict import fidelity_warnings
 from trimtab.deployment.shape import Candidate, CandidateSet, DeploymentSpecView, RouteView
+from trimtab.deployment.price import fleet_usd_per_hour
 from trimtab.milp.formulate import n_var, x_var
 from trimtab.ir.model import ProblemIR
 from trimtab.deployment.kvtiers import allocate
@@ -78,10 +79,9 @@ def build_plan(ir: ProblemIR, deps: list[tuple[Candidate, int]], routes: list[Ro
     a = assess(ir, vs, routes)
     cap = capacities(ir, vs, routes)
     gpus: dict[str, int] = {}
-    cost = 0.0
     for c, n in deps:
         gpus[c.gpu] = gpus.get(c.gpu, 0) + n * c.gpus
-        cost += n * c.usd_per_hour
+    cost = fleet_usd_per_hour((n, c.usd_per_hour) for c, n in deps)
     kv_alloc = allocate(deps) if ir.kv_tiers != "off" else {}
     deployments = [
         Deployment(name=c.id, model=c.model, gpu=c.gpu, tensor_parallel=c.tp, pipeline_parallel=c.pp, replicas=n,

@@ -3,7 +3,7 @@ the
 cost of switching (docs/online.md, "The schedule MILP").
 
 Notation (besides compiler/milp/formulate.py's, which each window t uses with its own rates rate_t[w]):
-    T windows of H hours; n[t,c], x[t,b,c]: window t's replicas and routes (prefix ``w<t>:``)
+    T windows of H hours; n[t,c], x[t,b,c]: window t's replicas and routes (named ``w<t>:...``)
     held[c] in Z+: replicas of c the fleet holds at some time (max over windows)
     up[t,c], down[t,c] >= 0: replicas of c started / stopped at the start of window t
     su[c] = usd[c] x startup_s[c] / 3600: what starting one replica costs (it holds its GPUs, serving nothing,
@@ -48,6 +48,24 @@ def wvar(t: int, name: str) -> str:
     return f"w{t}:{name}"
 
 
+class WindowKey(str):
+    """A derate of one candidate in one window (``trimtab.planning.schedule``), beside the plain
+    per-candidate derates in one dict. A str whose text, ``w<t>:cid``, is for display and ordering only (the
+    derates are sorted and compared as before); the window and the candidate are read from ``window`` and
+    ``cid``."""
+
+    window: int
+    cid: str
+
+    def __new__(cls, t: int, cid: str) -> WindowKey:
+        key = super().__new__(cls, wvar(t, cid))
+        key.window, key.cid = t, cid
+        return key
+
+    def __getnewargs__(self) -> tuple[int, str]:  # pickle and copy rebuild it from its parts, not its text
+        return self.window, self.cid
+
+
 def held_var(cid: str) -> str:
     return f"held[{cid}]"
 
@@ -63,18 +81,22 @@ def down_var(t: int, cid: str) -> str:
 def formulate_schedule(ir: ProblemIR, cands: CandidateSet, rates: list[dict[str, float]], window_s: int,
                        startup_s: dict[str, float], derate: dict[str, float] | None = None, *, cyclic: bool = True,
                        min_lifetime: int = 1, max_changes: int | None = None,
-                       current: dict[str, int] | None = None) -> MilpModel:
-    """The schedule MILP (module docstring) over windows with ``rates[t]`` per workload. ``current`` (replicas
-    per candidate running now) replaces window -1 when the period is not cyclic."""
+                       current: dict[str, int] | None = None) -> tuple[MilpModel, list[dict[str, str]]]:
+    """The schedule MILP (module docstring) over windows with ``rates[t]`` per workload, and per window its
+    variables' names in ``trimtab.milp.formulate``'s model (``window_result`` reads a window's solution
+    through it). ``current`` (replicas per candidate running now) replaces window -1 when the period is not
+    cyclic."""
     m = MilpModel(name=f"trimtab-schedule:{ir.name}")
     hours = window_s / 3600.0
     allc = cands.candidates + cands.disagg
     T = len(rates)
     objective: list[tuple[str, float]] = []
+    names: list[dict[str, str]] = []
     for t, r in enumerate(rates):
         mt = formulate(window_ir(ir, r), cands, window_derate(derate, t))
+        names.append({})
         for v in mt.variables.values():
-            m.add_var(wvar(t, v.name), v.kind, v.lb, v.ub, v.family)
+            names[t][m.add_var(wvar(t, v.name), v.kind, v.lb, v.ub, v.family)] = v.name
         for con in mt.constraints:
             if con.family in ("inventory", "budget"):
                 continue  # inventory: on held below; budget: per window, below
@@ -131,27 +153,25 @@ def formulate_schedule(ir: ProblemIR, cands: CandidateSet, rates: list[dict[str,
                              tuple((v(t, c.id), 1.0) for c in allc for v in (up_var, down_var)), "<=",
                              float(max_changes), origin=SpecPath("schedule", field="max_changes_per_window"), relaxable=True))
     m.objective = tuple(objective)
-    return m
+    return m, names
 
 
 def window_derate(derate: dict[str, float] | None, t: int) -> dict[str, float]:
     """Window ``t``'s capacity factors: a candidate's own (``cid``, every window) times its window's
-    (``w<t>:cid``, from a simulated miss in a window at least as full; trimtab.planning.schedule)."""
+    (``WindowKey(t, cid)``, from a simulated miss in a window at least as full; trimtab.planning.schedule)."""
     derate = derate or {}
-    pre = wvar(t, "")
-    out = {k: v for k, v in derate.items() if ":" not in k}
+    out = {k: v for k, v in derate.items() if not isinstance(k, WindowKey)}
     for k, v in derate.items():
-        if k.startswith(pre):
-            cid = k[len(pre):]
-            out[cid] = out.get(cid, 1.0) * v
+        if isinstance(k, WindowKey) and k.window == t:
+            out[k.cid] = out.get(k.cid, 1.0) * v
     return out
 
 
-def window_result(res: SolveResult, t: int) -> SolveResult:
-    """Window ``t``'s part of a schedule solution, under the names of ``trimtab.milp.formulate`` (so extraction and
-    the balance LP read it as one window's plan)."""
-    pre = wvar(t, "")
-    return replace(res, values={k[len(pre):]: v for k, v in res.values.items() if k.startswith(pre)})
+def window_result(res: SolveResult, names: dict[str, str]) -> SolveResult:
+    """One window's part of a schedule solution (``names``: that window's of ``formulate_schedule``), under
+    the names of ``trimtab.milp.formulate`` (so extraction and the balance LP read it as one window's
+    plan)."""
+    return replace(res, values={names[k]: v for k, v in res.values.items() if k in names})
 
 
 def switching(res: SolveResult, cands: CandidateSet, T: int, cyclic: bool = True) -> list[tuple[int, int]]:

@@ -15,13 +15,16 @@
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, field, replace
+from collections.abc import Iterable
+from dataclasses import asdict, dataclass, field, replace
 
 from trimtab.milp.candidates import build_candidates
 from trimtab.cost.search import smallest_true
 from trimtab.deployment.shape import CandidateSet
+from trimtab.deployment.price import fleet_usd_per_hour
 from trimtab.milp.formulate import formulate, n_var, slack_var
 from trimtab.ir.model import ProblemIR
+from trimtab.spec.paths import SpecPath
 from trimtab.solvers.base import Backend, SolveOptions, SolveResult
 from trimtab.solvers.model import MilpModel
 
@@ -90,10 +93,9 @@ def elastic_changes(ir: ProblemIR, model: MilpModel, backend: Backend, options: 
         if path is None:
             continue
         if con.family == "inventory" and s > 0.5:
-            changes.append(Change(path.whatif, str(path), int(con.rhs), int(con.rhs) + int(round(s)), "raise"))
+            changes.append(Change(path, int(con.rhs), int(con.rhs) + int(round(s)), "raise"))
         elif con.family == "budget":
-            changes.append(Change(path.whatif, str(path), con.rhs, math.ceil((con.rhs + s) * 100) / 100,
-                                  "raise"))
+            changes.append(Change(path, con.rhs, math.ceil((con.rhs + s) * 100) / 100, "raise"))
     return changes
 
 
@@ -114,16 +116,41 @@ def relaxation_lines(changes: list[Change] | None) -> list[str]:
 # ---------------------------------------------------------------------------------------------- explain
 @dataclass(frozen=True)
 class Change:
-    """One number of the spec to change: ``path`` is a ``what_if`` override path, ``where`` the spec path."""
+    """One number of the spec to change, named by ``origin`` (``relaxed_ir`` applies it from there); ``path``
+    and ``where`` are its what-if override path and its display form, for people and scripts."""
 
-    path: str  # e.g. "gpus.h100-sxm.count", "workloads.chat.slo.ttft_ms", "budget_usd_per_hour"
-    where: str  # e.g. "gpus[0] (h100-sxm).count"
+    origin: SpecPath  # e.g. SpecPath.gpu(pool, "count"), SpecPath("budget_usd_per_hour")
     old: float
     new: float
     verb: str  # "raise" or "relax"
 
+    @property
+    def path(self) -> str | None:  # e.g. "gpus.h100-sxm.count", "workloads.chat.slo.ttft_ms"
+        return self.origin.whatif
+
+    @property
+    def where(self) -> str:  # e.g. "gpus[0] (h100-sxm).count"
+        return str(self.origin)
+
     def render(self) -> str:
         return f"{self.verb} {self.where} from {_num(self.old)} to at least {_num(self.new)}"
+
+    def as_dict(self) -> dict:
+        return {"path": self.path, "where": self.where, "old": self.old, "new": self.new, "verb": self.verb}
+
+
+def relaxed_ir(ir: ProblemIR, changes: Iterable[tuple[SpecPath, float | None]]) -> ProblemIR:
+    """``ir`` with GPU counts and the budget (None: none) set as each (origin, value) says: the numbers the
+    relaxable rows name (``elastic_changes``)."""
+    for origin, v in changes:
+        if origin.section == "budget_usd_per_hour":
+            ir = replace(ir, budget_usd_per_hour=v)
+        elif origin.section == "gpus" and origin.field == "count":
+            ir = replace(ir, gpus=tuple(replace(g, count=int(v)) if g.type == origin.key else g
+                                        for g in ir.gpus))
+        else:
+            raise ValueError(f"{origin}: not a number a relaxation changes")
+    return ir
 
 
 @dataclass(frozen=True)
@@ -140,6 +167,13 @@ class Explanation:
     # (planning each with validation would take minutes apiece). In the JSON too, so that a script does not
     # subtract a relaxation's price from the validated cost. None: cost_usd_per_hour.
     binding_base_usd_per_hour: float | None = None
+
+    def as_dict(self) -> dict:
+        """The JSON form (``trimtab explain --format json``): each change as its path, display form and
+        numbers."""
+        d = asdict(self)
+        d["alternatives"] = [[c.as_dict() for c in alt] for alt in self.alternatives]
+        return d
 
     def lines(self) -> list[str]:
         out = []
@@ -236,18 +270,17 @@ def explain(ir: ProblemIR, backend: Backend, options: SolveOptions, cands: Candi
             return _min_cost(*_with_count(ir, pool.type, int(n)), backend, options) is not None
         top = smallest_true(ok, float(pool.count), float(max(pool.count * 64, 4096)), integer=True)
         if top is not None:
-            alts.append([Change(f"gpus.{pool.type}.count", f"gpus[{pool.index}] ({pool.type}).count", pool.count,
-                                int(top), "raise")])
+            alts.append([Change(SpecPath.gpu(pool, "count"), pool.count, int(top), "raise")])
     if ir.budget_usd_per_hour is not None:
         # Exact: the cheapest plan without a budget costs C*; any budget >= C* admits it.
         b0 = ir.budget_usd_per_hour
         r = _min_cost(replace(ir, budget_usd_per_hour=None), cands, backend, options)
         if r is not None:
-            cost = sum(c.usd_per_hour * round(r.values.get(n_var(c.id), 0.0))
-                       for c in cands.candidates + cands.disagg)
+            cost = fleet_usd_per_hour((round(r.values.get(n_var(c.id), 0.0)), c.usd_per_hour)
+                                      for c in cands.candidates + cands.disagg)
             need = math.ceil(cost * 100 - 1e-6) / 100
             if _min_cost(replace(ir, budget_usd_per_hour=need), cands, backend, options) is not None:
-                alts.append([Change("budget_usd_per_hour", "budget_usd_per_hour", b0, need, "raise")])
+                alts.append([Change(SpecPath("budget_usd_per_hour"), b0, need, "raise")])
     for w in ir.workloads:
         for key in ("ttft_ms", "tpot_ms"):
             cur = getattr(w.slo, key)
@@ -260,8 +293,7 @@ def explain(ir: ProblemIR, backend: Backend, options: SolveOptions, cands: Candi
                 need = float(math.ceil(top))
                 if not ok_s(need):  # rounding up keeps feasibility (monotone); guard against numerics anyway
                     continue
-                alts.append([Change(f"workloads.{w.name}.slo.{key}", f"workloads[{w.index}] ({w.name}).slo.{key}",
-                                    cur, need, "relax")])
+                alts.append([Change(SpecPath.workload(w, f"slo.{key}"), cur, need, "relax")])
     return Explanation(False, problems, _dedupe(alts))
 
 
@@ -280,13 +312,7 @@ def _elastic_changes(ir: ProblemIR, cands: CandidateSet, backend: Backend, optio
     if not changes:
         return []
     # Verify the joint change before offering it.
-    ir2 = ir
-    for c in changes:
-        if c.path == "budget_usd_per_hour":
-            ir2 = replace(ir2, budget_usd_per_hour=c.new)
-        else:
-            gpu = c.path.split(".")[1]
-            ir2 = replace(ir2, gpus=tuple(replace(g, count=int(c.new)) if g.type == gpu else g for g in ir2.gpus))
+    ir2 = relaxed_ir(ir, ((c.origin, c.new) for c in changes))
     if _min_cost(ir2, build_candidates(ir2), backend, options) is None:
         return []
     return changes
@@ -296,12 +322,10 @@ def _explain_feasible(ir: ProblemIR, cands: CandidateSet, backend: Backend, opti
                       res: SolveResult, slo_relax: float) -> Explanation:
     by_id = cands.by_id()
     used: dict[str, int] = {}
-    cost = 0.0
-    for cid, c in by_id.items():
-        n = int(round(res.values.get(n_var(cid), 0.0)))
+    bought = [(int(round(res.values.get(n_var(cid), 0.0))), c) for cid, c in by_id.items()]
+    for n, c in bought:
         used[c.gpu] = used.get(c.gpu, 0) + n * c.gpus
-        cost += n * c.usd_per_hour
-    base = cost
+    base = fleet_usd_per_hour((n, c.usd_per_hour) for n, c in bought)
     binding = []
 
     def delta(r: SolveResult | None) -> str:

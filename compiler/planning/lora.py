@@ -37,6 +37,7 @@ from trimtab.deployment.shape import (TOKEN_BUDGETS, Candidate, CandidateSet, De
                                  replica_model_of, shapes)
 from trimtab.errors import InfeasibleError
 from trimtab.milp.formulate import EPS_GPU, n_var
+from trimtab.deployment.price import fleet_usd_per_hour, replica_usd_per_hour
 from trimtab.cost.adapters import lora_kwargs
 from trimtab.spec.lora import NO_TENANT
 from trimtab.spec.paths import SpecPath
@@ -155,7 +156,8 @@ def build(ir) -> LoraProblem:
                             cand = Candidate(id=cid, workload=ws[0].name, model=model, gpu=pool.type, tp=tp, pp=pp,
                                              dtype=dtype, max_num_seqs=mns, max_batched_tokens=mbt,
                                              kv_cache_tokens=rm.memory.kv_cache_tokens,
-                                             usd_per_hour=pool.usd_per_hour * tp * pp, capacity_rps=())
+                                             usd_per_hour=replica_usd_per_hour(pool.usd_per_hour, tp, pp),
+                                             capacity_rps=())
                             prob.cands.append(LoraCandidate(
                                 cand, gname, k, L, rank if L else 0,
                                 (L if L == len(names) or L <= 1 else MAX_CPU_LORAS) if L else 0, cap,
@@ -442,10 +444,9 @@ def build_plan(ir, prob: LoraProblem, chosen, flows, res, rounds: int, warnings:
 
     cap = capacities(ir, list(views.values()), routes)
     gpus: dict[str, int] = {}
-    cost = 0.0
     for c, n in chosen:
         gpus[c.cand.gpu] = gpus.get(c.cand.gpu, 0) + n * c.cand.gpus
-        cost += n * c.cand.usd_per_hour
+    cost = fleet_usd_per_hour((n, c.cand.usd_per_hour) for c, n in chosen)
     deployments = []
     for cid in sorted(by_id):
         c, n = by_id[cid]
@@ -517,17 +518,18 @@ class LoraPlanner:
         """``trimtab explain`` for the adapter problem: infeasible, the smallest relaxation of the relaxable rows
         (GPU counts, budget; read off each row's ``origin``), verified by re-solving; feasible, each relaxable row
         that binds and what relaxing it would save."""
-        from trimtab.planning.explain import Explanation, elastic_changes
+        from trimtab.planning.explain import Explanation, elastic_changes, relaxed_ir
         prob = self.candidates(ir)
         res = solve(ir, prob, {}, backend, options)
         problem = ("no deployment meets every SLO within the GPU counts and budget with the adapters and tenant "
                    "isolation of the spec")
         if not res.has_solution:
             changes = elastic_changes(ir, formulate(ir, prob, {}, elastic=True), backend, options)
-            ok = bool(changes) and self._cost(_relaxed(ir, {c.path: c.new for c in changes}), backend, options)
+            ok = bool(changes) and self._cost(relaxed_ir(ir, ((c.origin, c.new) for c in changes)), backend,
+                                              options)
             return Explanation(False, [problem], [changes] if ok is not None and changes else [])
         m = formulate(ir, prob, {})
-        base = sum(c.cand.usd_per_hour * round(res.values.get(n_var(c.id), 0.0)) for c in prob.cands)
+        base = _fleet_cost(prob, res)
         binding = []
         for con in m.constraints:
             if not con.relaxable:
@@ -537,8 +539,8 @@ class LoraPlanner:
             if con.rhs - used >= step:
                 continue
             more = {"inventory": max(2 * con.rhs, con.rhs + 8), "budget": None}[con.family]
-            key = con.origin.whatif
-            alt = self._cost(_relaxed(ir, {key: more if more is None else int(more)}), backend, options)
+            alt = self._cost(relaxed_ir(ir, [(con.origin, more if more is None else int(more))]), backend,
+                             options)
             what = "no cheaper plan" if alt is None or alt >= base - 0.005 else \
                 f"the cost model's plan would cost {alt:.2f} $/h ({alt - base:+.2f})"
             new = "without it" if more is None else f"with {int(more)}"
@@ -550,7 +552,7 @@ class LoraPlanner:
         res = solve(ir, prob, {}, backend, options)
         if not res.has_solution:
             return None
-        return sum(c.cand.usd_per_hour * round(res.values.get(n_var(c.id), 0.0)) for c in prob.cands)
+        return _fleet_cost(prob, res)
 
     def candidate_set(self, prob: LoraProblem) -> CandidateSet:
         return CandidateSet(tuple(c.cand for c in prob.cands), ())
@@ -567,12 +569,7 @@ class LoraPlanner:
         return {w: tuple(sorted(ids)) for w, ids in sorted(out.items())}
 
 
-def _relaxed(ir, changes: dict):
-    """``ir`` with GPU counts (``gpus.TYPE.count``) and the budget (``budget_usd_per_hour``, None: none) changed."""
-    for path, v in changes.items():
-        if path == "budget_usd_per_hour":
-            ir = replace(ir, budget_usd_per_hour=v)
-        else:
-            gpu = path.split(".")[1]
-            ir = replace(ir, gpus=tuple(replace(g, count=int(v)) if g.type == gpu else g for g in ir.gpus))
-    return ir
+def _fleet_cost(prob: LoraProblem, res) -> float:
+    """The $/h of the replicas a solution buys."""
+    return fleet_usd_per_hour((round(res.values.get(n_var(c.id), 0.0)), c.cand.usd_per_hour)
+                              for c in prob.cands)

@@ -12,11 +12,12 @@ from __future__ import annotations
 from dataclasses import replace
 
 from trimtab.milp.formulate import capacity_fill, n_var
-from trimtab.milp.windows import (formulate_schedule, switching, window_derate, window_ir, window_result,
-                                 wvar)
+from trimtab.milp.windows import (WindowKey, formulate_schedule, switching, window_derate, window_ir,
+                                  window_result)
 from trimtab.spec.rates import window_rates, window_spec
 from trimtab.cost.startup import candidate_startup_s, startup_for
 from trimtab.milp.extract import build_plan, chosen
+from trimtab.deployment.price import fleet_usd_per_hour
 from trimtab.contract.schema import PlanSchedule, Route, ScheduleWindow
 from trimtab.planning.planners import UnifiedPlanner
 from trimtab.deployment.shape import CandidateSet
@@ -69,7 +70,7 @@ class SchedulePlanner(UnifiedPlanner):
         s = self.sched
         options = replace(options, time_limit_s=max(options.time_limit_s, self.time_limit_s or 0.0))
         small, spent = self.screen(ir, cands, derate, backend, options)
-        m = formulate_schedule(ir, small, self.rates(), s.window_s, self.startup_s(ir, small), derate,
+        m, names = formulate_schedule(ir, small, self.rates(), s.window_s, self.startup_s(ir, small), derate,
                                cyclic=s.cyclic, min_lifetime=s.min_lifetime_windows,
                                max_changes=s.max_changes_per_window)
         res = backend.solve(m, replace(options, mip_rel_gap=max(options.mip_rel_gap, SCHEDULE_GAP)))
@@ -78,7 +79,8 @@ class SchedulePlanner(UnifiedPlanner):
         if res.has_solution:
             for t, r in enumerate(self.rates()):
                 ir_t = window_ir(ir, r)
-                bal = balance_routes(ir_t, small, backend, options, window_result(res, t), window_derate(derate, t))
+                bal = balance_routes(ir_t, small, backend, options, window_result(res, names[t]),
+                                    window_derate(derate, t))
                 spent += max(bal.seconds - res.seconds, 0.0)
                 windows.append((ir_t, bal))
         res = replace(res, seconds=spent)
@@ -118,7 +120,7 @@ class SchedulePlanner(UnifiedPlanner):
         by_id = {c.id: c for c, _ in deps}
         for t, (ir_t, r_t) in enumerate(self.windows):
             reps = {c.id: round(r_t.values.get(n_var(c.id), 0.0)) for c, _ in deps}
-            cost = sum(by_id[d].usd_per_hour * n for d, n in reps.items())
+            cost = fleet_usd_per_hour((n, by_id[d].usd_per_hour) for d, n in reps.items())
             total += cost
             routes = per_window[t][1]
             windows.append(ScheduleWindow(
@@ -178,10 +180,9 @@ class SchedulePlanner(UnifiedPlanner):
         """Validation of a schedule: **every window**, each simulated as a static plan (its replicas and routes)
         under its own rates and burstiness (``validate_window``). A miss derates the deployment at fault
         (``trimtab.planning.rounds.simulate_and_derate``: to the fill it missed at) in that window and in
-        every window
-        where it runs at least as full with at least as bursty traffic and on no more replicas (keys
-        ``w<t>:cid``). Returns the worst window's result (the lowest margin of the lower bound over target) and
-        the derates."""
+        every window where it runs at least as full with at least as bursty traffic and on no more replicas
+        (keys ``WindowKey(t, cid)``). Returns the worst window's result (the lowest margin of the lower bound
+        over target) and the derates."""
         cands = self._cands
         self.sims = {}
         out = dict(derate)
@@ -204,7 +205,7 @@ class SchedulePlanner(UnifiedPlanner):
                 for t2 in range(self.wr.n):
                     if (fills[t2].get(cid, 0.0) >= fills[t].get(cid, 0.0) - 1e-9 and burst[t2] >= burst[t] - 1e-9
                             and reps[t2].get(cid, 0.0) <= n_t + 1e-9):
-                        key = wvar(t2, cid)
+                        key = WindowKey(t2, cid)
                         out[key] = min(out.get(key, 1.0), derate.get(key, 1.0) * factor)
             margin = min(res_t.intervals[n].lower - res_t.targets[n] for n in res_t.intervals)
             if worst is None or margin < worst_margin:

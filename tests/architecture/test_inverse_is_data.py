@@ -1,32 +1,35 @@
 """The solver's inverse is data (issue 37): stages after the solve find what a variable stands for from the
 variable (``Var.family``) and what a candidate is from the candidate (``Candidate.pd_group``, ``gpu``,
-``Pruned.workload``), never by parsing a variable name or a candidate id, whose spelling is for display and the
-solver backends only. This test greps the planner's stages for the parsing idioms that once did it."""
+``Pruned.workload``, a schedule's ``WindowKey`` and per-window names), and what number of the spec a change
+names from its ``SpecPath``, never by parsing a variable name, a candidate id or a what-if path, whose
+spelling is for display, the solver backends and the user only. This test greps the planner's stages for the
+parsing idioms that once did it."""
 from __future__ import annotations
 
 import re
-from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[2]
+from tests.architecture.grep import ROOT, matching_lines, offenders
+
 STAGES = ("milp", "planning", "gate", "online", "sim", "deploy", "study")
 IDIOMS = [
     re.compile(r"""\.startswith\(\s*f?["'](route|replicas|groups|spread|survive|capacity|hold|use)\["""),
     re.compile(r"""\[len\(\s*f?["'](route|replicas|groups|spread|survive)\["""),
     re.compile(r"""\b(id|cid)\.(startswith|endswith|split|rsplit|partition|removeprefix|removesuffix)\("""),
     re.compile(r"""re\.(match|search|fullmatch|compile)\(.*(tp\\d|prefill|decode|local)"""),
+    # a prefix held in a variable, cut off or tested for (a schedule window's ``w<t>:`` names once)
+    re.compile(r"""\w\[len\(\s*\w+\s*\):"""),
+    re.compile(r"""\.startswith\(\s*(pre|prefix)\b"""),
+    re.compile(r"""\bwvar\([^()]*,\s*["']{2}\)"""),
+    re.compile(r"""["']:["']\s+(not\s+)?in\s+\w+\b"""),
+    # a what-if path taken apart or compared as text to find the number it names
+    re.compile(r"""\b(path|whatif)\.(split|rsplit|partition|rpartition)\("""),
+    re.compile(r"""\bpath\s*==\s*f?["']"""),
 ]
 
 
-def offending_lines(text: str) -> list[str]:
-    return [line.strip() for line in text.splitlines() if any(p.search(line) for p in IDIOMS)]
-
-
 def test_no_stage_parses_variable_names_or_candidate_ids():
-    bad = []
-    for stage in STAGES:
-        for p in sorted((ROOT / "compiler" / stage).rglob("*.py")):
-            bad += [f"{p.relative_to(ROOT)}: {line}" for line in offending_lines(p.read_text(encoding="utf-8"))]
-    assert bad == []
+    files = (p for stage in STAGES for p in sorted((ROOT / "compiler" / stage).rglob("*.py")))
+    assert offenders(files, IDIOMS) == []
 
 
 def test_the_grep_sees_the_idioms():
@@ -34,5 +37,12 @@ def test_the_grep_sees_the_idioms():
     once = ['values.update({k: v for k, v in bal.values.items() if k.startswith("route[")})',
             'cost = sum(by_id[k[len("replicas["):-1]].usd_per_hour * round(v) for k, v in r.values.items()',
             'if p.id.startswith(w.name + "-")',
-            'm = re.match(rf"^{re.escape(workload)}-(.+?)-tp\\d+(-pp\\d+)?-(prefill|decode)$", cid)']
-    assert all(offending_lines(line) for line in once)
+            'm = re.match(rf"^{re.escape(workload)}-(.+?)-tp\\d+(-pp\\d+)?-(prefill|decode)$", cid)',
+            'out = {k: v for k, v in derate.items() if ":" not in k}',
+            'pre = wvar(t, "")',
+            'if k.startswith(pre):',
+            'return replace(res, values={k[len(pre):]: v for k, v in res.values.items()})',
+            'if c.path == "budget_usd_per_hour":',
+            'gpu = c.path.split(".")[1]',
+            'gpu = path.split(".")[1]']
+    assert [line for line in once if not matching_lines(line, IDIOMS)] == []

@@ -13,6 +13,7 @@ from trimtab.cost.model import TrafficClass
 from trimtab.ir.lower import lower
 from trimtab.contract.write import plan_to_data
 from trimtab.contract.schema import Plan
+from tests.conftest import golden_plan, planned
 
 ROOT = Path(__file__).resolve().parents[2]
 EXAMPLE = ROOT / "examples" / "disaggregated.yaml"
@@ -24,7 +25,7 @@ def roles(p: Plan) -> set[str]:
 
 @pytest.fixture(scope="module")
 def pd_plan():
-    return plan(load_spec(EXAMPLE), validate=False)
+    return planned("disaggregated", validate=False)
 
 
 def test_pd_chosen_where_it_pays(pd_plan, monkeypatch):
@@ -111,15 +112,15 @@ def test_simulation_validates_pd_plan():
     from trimtab.sim.validate import simulate_seeds
 
     spec = load_spec(EXAMPLE)
-    r = plan(spec)
-    assert {"prefill", "decode"} <= roles(r.plan)
-    assert r.plan.simulation is not None and r.plan.simulation.passed
-    emitted = Plan.model_validate(plan_to_data(r.plan))
+    emitted = golden_plan("disaggregated")  # trimtab plan's bytes (tests/golden)
+    assert {"prefill", "decode"} <= roles(emitted)
+    assert emitted.simulation is not None and emitted.simulation.passed
     rep, res = check_simulated(emitted, spec)
     assert rep.ok, rep.violations
-    assert res.seeds[0] not in r.plan.simulation.seeds  # check judges at seeds the planner did not use
-    replay = simulate_seeds(emitted, spec, lower(spec), tuple(r.plan.simulation.seeds), r.plan.simulation.requests)
-    assert abs(replay.intervals["rag"].mean - r.plan.simulation.attainment["rag"]) <= 1e-4  # rounded to 4 digits
+    assert res.seeds[0] not in emitted.simulation.seeds  # check judges at seeds the planner did not use
+    rec = emitted.simulation
+    replay = simulate_seeds(emitted, spec, lower(spec), tuple(rec.seeds), rec.requests)
+    assert abs(replay.intervals["rag"].mean - rec.attainment["rag"]) <= 1e-4  # rounded to 4 digits
 
 
 @pytest.mark.parametrize("backend", ["cbc"])  # cpsat solves it too, in about a minute

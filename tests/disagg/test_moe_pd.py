@@ -101,3 +101,47 @@ def test_pd_flows_pair_within_a_gpu_type_for_moe_layouts(spec_path):
     got = sorted((by_id[r.prefill].gpu, by_id[r.decode].gpu, round(r.share, 6))
                  for r in pair_routes(ir, flows, by_id))
     assert got == [("a100-80gb", "a100-80gb", 0.25), ("a100-80gb", "h200", 0.25), ("h100-sxm", "h100-sxm", 0.5)]
+
+
+def test_two_type_moe_pd_plan_pairs_within_a_type_and_the_milp_prices_every_crossing(spec_path, tmp_path):
+    """Issue 37: a two-GPU-type MoE P/D spec with a thin inter-rack link (1 GB/s). Every P/D route variable,
+    the ``-dp``/``-ep`` layouts' too, enters the MILP's inter-rack rows; the plan pairs each GPU type's flows
+    among themselves first, so per bucket only what one type prefills beyond what it decodes changes racks
+    (what those rows charge), and the crossing KV stays within the row's share of the link."""
+    from trimtab.milp.candidates import build_candidates
+    from trimtab.milp.disagg import LINK_UTIL, pair_flows
+    from trimtab.milp.formulate import formulate, x_var
+    from trimtab.spec.paths import SpecPath
+
+    p = tmp_path / "pdmoe-racks.yaml"
+    p.write_text(SPEC + "network: {inter_rack_gbps: 1}\n")
+    spec = load_spec(p)
+    ir = lower(spec)
+    cands = build_candidates(ir)
+    rack = SpecPath("network", field="inter_rack_gbps")
+    priced = {v for con in formulate(ir, cands).constraints if con.origin == rack for v, _ in con.expr}
+    assert any(c.dp > 1 or c.ep > 1 for c in cands.disagg)
+    assert [c.id for c in cands.disagg for b, _ in c.capacity_rps
+            if c.pd_group is None and x_var(c.workload, b, c.id) not in priced] == []
+
+    r = plan(spec, validate=False)
+    deps = {d.name: d for d in r.plan.deployments if d.replicas}
+    assert {d.gpu for d in deps.values() if d.role} == {"h100-sxm", "h200"}
+    assert any(d.data_parallel > 1 or d.expert_parallel > 1 for d in deps.values() if d.role)
+    rate = ir.workloads[0].rate_rps
+    flows: dict[tuple[str, str], dict[str, float]] = {}  # (bucket, gpu) -> prefilled, decoded, crossing rps
+    for x in r.plan.routes:
+        pg, dg = deps[x.prefill].gpu, deps[x.decode].gpu
+        pre, dec = flows.setdefault((x.bucket, pg), {}), flows.setdefault((x.bucket, dg), {})
+        pre["p"] = pre.get("p", 0.0) + x.share * rate
+        dec["d"] = dec.get("d", 0.0) + x.share * rate
+        pre["x"] = pre.get("x", 0.0) + (x.share * rate if pg != dg else 0.0)
+    both = [b for b, _ in flows if all(flows.get((b, g), {}).get("p") for g in ("h100-sxm", "h200"))]
+    assert both  # a bucket both types prefill: where the pairing decides what crosses
+    assert any(f.get("x", 0.0) > 1e-3 for f in flows.values())  # the link is used, not avoided
+    for key, f in sorted(flows.items()):
+        assert f.get("x", 0.0) == pytest.approx(max(0.0, f.get("p", 0.0) - f.get("d", 0.0)), abs=1e-4), key
+    crossing = sum(bps for pre, dec, bps, _ in pair_flows(r.plan, ir) if deps[pre].gpu != deps[dec].gpu)
+    assert 0 < crossing <= LINK_UTIL * 1e9 * (1 + 1e-6)
+    rep = check(r.plan, spec)
+    assert rep.ok, rep.violations

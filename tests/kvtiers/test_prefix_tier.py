@@ -22,7 +22,7 @@ from trimtab.sim import simulate
 from trimtab.sim.replica import PrefixCache, Request
 from trimtab.spec.load import load_spec
 from trimtab.spec.overrides import apply_overrides
-from tests.conftest import ROOT
+from tests.conftest import ROOT, golden_plan
 from tests.sim.helpers import one_deployment_plan, write_spec
 
 LONG = ROOT / "examples" / "long-context.yaml"
@@ -134,7 +134,7 @@ def test_simulator_agrees_with_the_cost_model_on_a_host_tier(tmp_path):
 @pytest.fixture(scope="module")
 def long_plans():
     spec = load_spec(LONG)
-    return spec, tt.plan(spec).plan, tt.plan(apply_overrides(spec, {"defaults.kv_tiers": "off"}),
+    return spec, golden_plan("long-context"), tt.plan(apply_overrides(spec, {"defaults.kv_tiers": "off"}),
                                                 validate=False).plan
 
 

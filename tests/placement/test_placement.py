@@ -11,7 +11,7 @@ from trimtab.ir.lower import lower
 from trimtab.milp.placement import place
 from trimtab.spec.load import load_spec
 from trimtab.ir.topology import build_topology
-from tests.conftest import SMALL_SPEC, unit
+from tests.conftest import SMALL_SPEC, golden_plan, unit
 
 NODES = """\
 nodes:
@@ -85,12 +85,12 @@ def test_fragmentation_is_reported():
 
 def test_planned_quickstart_has_verified_placement(tmp_path):
     spec = tt.load_spec("examples/quickstart.yaml")
-    r = tt.plan(spec)
-    for d in r.plan.deployments:
+    p = golden_plan("quickstart")  # trimtab plan's (tests/golden)
+    for d in p.deployments:
         assert len(d.placement) == d.replicas * d.pipeline_parallel
-    assert analytic_check(r.plan, spec).ok
+    assert analytic_check(p, spec).ok
     # Tamper: put two deployments on the same GPU; check must catch it.
-    data = yaml.safe_load(tt.emit(r.plan))
+    data = yaml.safe_load(tt.emit(p))
     placed = [d for d in data["deployments"] if d["placement"]]
     placed[1]["placement"][0]["node"] = placed[0]["placement"][0]["node"]
     placed[1]["placement"][0]["gpus"] = placed[0]["placement"][0]["gpus"][: placed[1]["tensor_parallel"]]

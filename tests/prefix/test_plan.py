@@ -9,7 +9,7 @@ from trimtab.gate.analytic import check
 from trimtab.gate.simulated import check_simulated
 from trimtab.contract.write import emit
 from trimtab.spec.load import load_spec
-from tests.conftest import ROOT, SMALL_SPEC
+from tests.conftest import ROOT, SMALL_SPEC, golden_plan
 
 EXAMPLE = ROOT / "examples" / "shared-prefix.yaml"
 
@@ -19,29 +19,29 @@ def plans(tmp_path_factory):
     d = tmp_path_factory.mktemp("p")
     without = d / "without.yaml"
     without.write_text("\n".join(l for l in EXAMPLE.read_text().splitlines() if "prefix:" not in l) + "\n")
-    return make_plan(load_spec(EXAMPLE)), make_plan(load_spec(without))
+    return golden_plan("shared-prefix"), make_plan(load_spec(without)).plan  # the example's: tests/golden
 
 
 def test_prefix_makes_the_example_cheaper(plans):
     with_p, without = plans
-    assert with_p.plan.cost_usd_per_hour < 0.9 * without.plan.cost_usd_per_hour
-    assert with_p.plan.simulation is not None and with_p.plan.simulation.passed
-    pr = with_p.plan.prefix["rag"]
+    assert with_p.cost_usd_per_hour < 0.9 * without.cost_usd_per_hour
+    assert with_p.simulation is not None and with_p.simulation.passed
+    pr = with_p.prefix["rag"]
     assert (pr.source, pr.hit_rate, pr.working_set_tokens) == ("declared", 0.55, 120000)
-    assert set(pr.hit_rate_planned) == {d.name for d in with_p.plan.deployments}
-    assert all(d.prefix_cache_tokens == 120000 for d in with_p.plan.deployments)
-    text = emit(with_p.plan)
+    assert set(pr.hit_rate_planned) == {d.name for d in with_p.deployments}
+    assert all(d.prefix_cache_tokens == 120000 for d in with_p.deployments)
+    text = emit(with_p)
     assert "prefix_cache_tokens: 120000" in text and "hit_rate_planned" in text
-    bare = emit(without.plan)  # plans without prefix reuse keep their bytes
+    bare = emit(without)  # plans without prefix reuse keep their bytes
     assert "prefix_cache_tokens" not in bare and "\nprefix:" not in bare
 
 
 def test_check_passes_the_example(plans, tmp_path):
     with_p, _ = plans
     spec = load_spec(EXAMPLE)
-    rep = check(with_p.plan, spec)
+    rep = check(with_p, spec)
     assert rep.ok, rep.violations
-    sim, _ = check_simulated(with_p.plan, spec)
+    sim, _ = check_simulated(with_p, spec)
     assert sim.ok, sim.violations
 
 

@@ -6,18 +6,17 @@ from __future__ import annotations
 
 import pytest
 
-import trimtab as tt
 from trimtab.sim import simulate
 from trimtab.spec.load import load_spec
-from tests.conftest import ROOT
+from tests.conftest import ROOT, golden_plan
 
 PLAN_TOLERANCE = 0.30  # documented in docs/simulator.md
 
 
-@pytest.mark.parametrize("example", ["disaggregated.yaml", "long-context.yaml"])
+@pytest.mark.parametrize("example", ["disaggregated", "long-context"])
 def test_simulated_percentiles_match_the_plan(example):
-    spec = load_spec(ROOT / "examples" / example)
-    plan = tt.plan(spec).plan
+    spec = load_spec(ROOT / "examples" / f"{example}.yaml")
+    plan = golden_plan(example)  # trimtab plan's (tests/golden)
     sim = simulate(plan, spec, seed=plan.simulation.seeds[0], requests=plan.simulation.requests, timeline=False)
     for name, pred in plan.predictions.items():
         got = sim.workloads[name]

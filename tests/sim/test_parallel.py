@@ -13,6 +13,7 @@ from trimtab.sim import simulate
 from trimtab.sim.replica import Replica, Request
 from trimtab.sim.reuse import RunCache
 from trimtab.spec.load import load_spec
+from tests.conftest import planned
 
 ROOT = Path(__file__).resolve().parents[2]
 pytestmark = pytest.mark.skipif("fork" not in __import__("multiprocessing").get_all_start_methods(),
@@ -53,7 +54,7 @@ def _both(monkeypatch, p, spec, cached: bool = False, **kw) -> tuple[bytes, byte
 @pytest.fixture(scope="module")
 def quickstart():
     spec = load_spec(ROOT / "examples" / "quickstart.yaml")
-    return plan(spec, validate=False).plan, spec
+    return planned("quickstart", validate=False).plan, spec
 
 
 def test_request_fields_travel_whole():

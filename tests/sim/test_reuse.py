@@ -10,6 +10,7 @@ from trimtab.api import plan
 from trimtab.sim import simulate
 from trimtab.sim.reuse import RunCache, join_ends
 from trimtab.spec.load import load_spec
+from tests.conftest import planned
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -27,7 +28,7 @@ def _whole(p, spec, **kw):
 
 def _quickstart():
     spec = load_spec(ROOT / "examples" / "quickstart.yaml")
-    return plan(spec, validate=False).plan, spec
+    return planned("quickstart", validate=False).plan, spec
 
 
 def test_split_run_equals_the_whole_run_field_by_field():
@@ -98,8 +99,7 @@ def test_join_ends():
 
 
 def test_the_planner_reports_its_runs():
-    spec = load_spec(ROOT / "examples" / "quickstart.yaml")
-    r = plan(spec)
+    r = planned("quickstart")
     reused, simulated = r.sim_runs
     assert simulated >= len(r.plan.deployments) and reused >= 0
 

@@ -15,6 +15,7 @@ from trimtab.planning.rounds import capacity_prior_table, prior_derates, regime,
 from trimtab.sim import default_requests
 from trimtab.sim.validate import Interval, SeedsResult, clear_pass, validation_seeds
 from trimtab.spec.load import load_spec
+from tests.conftest import planned
 
 ROOT = Path(__file__).resolve().parents[2]
 QUICKSTART = ROOT / "examples" / "quickstart.yaml"
@@ -89,7 +90,7 @@ def test_a_simulated_miss_corrects_every_candidate_of_the_workload():
 
 
 def test_the_quickstart_validates_within_two_rounds():
-    r = plan(load_spec(QUICKSTART))
+    r = planned("quickstart")
     assert r.plan.simulation is not None and r.plan.simulation.passed
     assert r.rounds <= 2
     assert {"lower", "candidates", "solve", "simulate", "total"} <= set(r.seconds)

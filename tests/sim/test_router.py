@@ -19,7 +19,7 @@ import trimtab as tt
 from trimtab.ir.lower import lower
 from trimtab.sim.engine import draw_arrivals, least_request, route_base
 from trimtab.sim.scenario import build_scenario
-from tests.conftest import QUICKSTART
+from tests.conftest import QUICKSTART, planned
 
 
 class _Server:
@@ -32,7 +32,7 @@ class _Server:
 
 def test_routes_do_not_depend_on_output_lengths():
     spec = tt.load_spec(QUICKSTART)
-    plan = tt.plan(spec, validate=False).plan
+    plan = planned("quickstart", validate=False).plan
     sc = build_scenario(plan, spec, lower(spec))
     a = draw_arrivals(sc, np.random.default_rng(11), 5000, None)
     for w in sc.workloads:  # the same traffic with every output length changed
