@@ -46,8 +46,8 @@ and E2E, so its fit is exact and cheap: the median of (measured - simulated) TTF
 with the simulation run without it. It is reported **leave one model out**: each model's runs are predicted
 with the overhead fitted on the other models' runs (``--no-cv``: the bundled profile's value for every run).
 Where the vLLM profile charges a per-step TP sync (``tp_sync_ms`` from ``tp_sync_min_tp`` GPUs up; or with
-``--tp-sync-from=N``, which sets that degree for this run), it is fitted the same way, first: each training run
-at that TP is simulated with and without ``SYNC_PROBE_MS`` a step, its own value read off the line through
+``--tp-sync-from=N``, which sets that degree for this run), it is fitted the same way, first: each training
+run at that TP is simulated with and without ``SYNC_PROBE_MS`` a step, its own value read off the line through
 the two ITLs (a per-step constant moves ITL linearly), and the median of those is used (none: the profile's).
 Everything else comes from the profiles (spec sheets, kernel measurements, fits on other data)."""
 from __future__ import annotations
@@ -297,13 +297,13 @@ def fit_front_end(runs: list[Run], raw: dict[str, dict[str, float]]) -> float:
     return max(statistics.median(res), 0.0) if res else 0.0
 
 
-SYNC_PROBE_MS = 1.0  # the second per-step time simulated to fit tp_sync_ms (ITL is linear in a per-step constant)
+SYNC_PROBE_MS = 1.0  # second per-step time simulated to fit tp_sync_ms (ITL is linear in a per-step constant)
 
 
 def fit_tp_sync(runs: list[Run], at0: dict, at1: dict) -> float | None:
     """The per-step time at tensor parallelism >= the profile's ``tp_sync_min_tp`` (ms) that makes the median
     ITL-mean residual of ``runs`` (those at that TP) zero: each run's ITL simulated without it (``at0``) and
-    with ``SYNC_PROBE_MS`` (``at1``), the run's own value read off the line through them. None without runs."""
+    with ``SYNC_PROBE_MS`` (``at1``), the run's own value read off the line through them. None: no runs."""
     own = []
     for r in runs:
         if r.exp_id in at1 and "itl_mean" in r.measured:
