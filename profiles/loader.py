@@ -236,8 +236,8 @@ class EngineProfile(_Profile):
     # the running requests decode only in steps with no prefill (SGLang's default scheduler). Absent = mixed.
     prefill_schedule: Literal["mixed", "prefill_first"] | None = None
     # Per-step time added from tensor parallelism tp_sync_min_tp up (docs/cost-model.md, "Step overhead"): the
-    # engine runs one worker process per GPU, every step each prepares its inputs and launches its kernels on
-    # its own, and the first all-reduce holds every GPU until the slowest worker's launch. Absent = none.
+    # engine runs one worker process per GPU, each prepares and launches every step on its own, and every
+    # all-reduce holds all GPUs until the slowest (late launch or slower share of the layer). Absent = none.
     tp_sync_ms: Q | None = None
     tp_sync_min_tp: int | None = Field(default=None, ge=2)
 

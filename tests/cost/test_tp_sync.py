@@ -1,5 +1,5 @@
 """Issue 34: the engine's per-step time from a tensor-parallel degree up (``tp_sync_ms``, ``tp_sync_min_tp``):
-one worker process per GPU prepares and launches each step, and the first all-reduce waits for the slowest."""
+one worker process per GPU prepares and launches each step, and every all-reduce waits for the slowest GPU."""
 from __future__ import annotations
 
 import pytest
