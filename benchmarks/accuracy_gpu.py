@@ -1,6 +1,7 @@
 """Simulated vs measured latency of real vLLM runs on H100 (the BLIS team's ``blis-dev`` split).
 
 usage: python benchmarks/accuracy_gpu.py [FOLDER] [-v] [--markdown] [--runs=ID,ID] [--no-cv] [--seed=N]
+                                        [--tp-sync-from=N]
        python benchmarks/accuracy_gpu.py --coverage
        (default FOLDER: ../shared/groundtruth/blis-dev, relative to the repository root)
        python benchmarks/accuracy_gpu.py --write-error-bars profiles/error_bars.yaml
@@ -44,6 +45,10 @@ token's detokenisation and streaming) is the one number fitted on these runs. It
 and E2E, so its fit is exact and cheap: the median of (measured - simulated) TTFT mean over the training runs,
 with the simulation run without it. It is reported **leave one model out**: each model's runs are predicted
 with the overhead fitted on the other models' runs (``--no-cv``: the bundled profile's value for every run).
+Where the vLLM profile charges a per-step TP sync (``tp_sync_ms`` from ``tp_sync_min_tp`` GPUs up; or with
+``--tp-sync-from=N``, which sets that degree for this run), it is fitted the same way, first: each training
+run at that TP is simulated with and without ``SYNC_PROBE_MS`` a step, its own value read off the line through
+the two ITLs (a per-step constant moves ITL linearly), and the median of those is used (none: the profile's).
 Everything else comes from the profiles (spec sheets, kernel measurements, fits on other data)."""
 from __future__ import annotations
 
@@ -273,6 +278,18 @@ def with_front_end(profiles, ms: float):
     return _with(profiles, "engines", "vllm", "request_overhead_ms", ms)
 
 
+def with_tp_sync(profiles, ms: float):
+    return _with(profiles, "engines", "vllm", "tp_sync_ms", ms)
+
+
+def with_tp_sync_from(profiles, tp: int):
+    """``profiles`` with vLLM's TP sync from ``tp`` GPUs up (its value the profile's, or 0 until fitted)."""
+    eng = profiles.engines["vllm"]
+    prof = with_tp_sync(profiles, eng.tp_sync_ms.value if eng.tp_sync_ms is not None else 0.0)
+    engines = dict(prof.engines, vllm=prof.engines["vllm"].model_copy(update={"tp_sync_min_tp": tp}))
+    return type(profiles)(prof.gpus, prof.models, engines)
+
+
 def fit_front_end(runs: list[Run], raw: dict[str, dict[str, float]]) -> float:
     """The vLLM front-end overhead (ms) that makes the median TTFT-mean residual of ``runs`` zero: it adds to
     every TTFT, so this is its least-absolute-error fit. Non-negative (time cannot be given back)."""
@@ -280,27 +297,64 @@ def fit_front_end(runs: list[Run], raw: dict[str, dict[str, float]]) -> float:
     return max(statistics.median(res), 0.0) if res else 0.0
 
 
-def predict(runs: list[Run], profiles, cv: bool, seed: int, log=print) -> dict[str, float]:
-    """Fill ``run.predicted`` for every run; returns the overhead used per model (fitted leave one model out
-    when ``cv``, else the profile's)."""
-    eng = profiles.engines["vllm"]
-    bundled = eng.request_overhead_ms.value if eng.request_overhead_ms is not None else 0.0
-    bare = with_front_end(profiles, 0.0)
-    raw = {}
+SYNC_PROBE_MS = 1.0  # second per-step time simulated to fit tp_sync_ms (ITL is linear in a per-step constant)
+
+
+def fit_tp_sync(runs: list[Run], at0: dict, at1: dict) -> float | None:
+    """The per-step time at tensor parallelism >= the profile's ``tp_sync_min_tp`` (ms) that makes the median
+    ITL-mean residual of ``runs`` (those at that TP) zero: each run's ITL simulated without it (``at0``) and
+    with ``SYNC_PROBE_MS`` (``at1``), the run's own value read off the line through them. None: no runs."""
+    own = []
     for r in runs:
-        raw[r.exp_id] = simulate_run(r, bare, seed)
-        log(f"  simulated {r.exp_id} {r.name} tp{r.tp}: TTFT {raw[r.exp_id]['ttft_mean']:.1f} ms "
-            "(no front end)")
-    used = {"(all models)": fit_front_end([x for x in runs if x.usable], raw)}
+        if r.exp_id in at1 and "itl_mean" in r.measured:
+            slope = (at1[r.exp_id]["itl_mean"] - at0[r.exp_id]["itl_mean"]) / SYNC_PROBE_MS
+            own.append((r.measured["itl_mean"] - at0[r.exp_id]["itl_mean"]) / slope)
+    return max(statistics.median(own), 0.0) if own else None
+
+
+def predict(runs: list[Run], profiles, cv: bool, seed: int, log=print) -> dict[str, tuple[float, float]]:
+    """Fill ``run.predicted`` for every run; returns the (front-end, TP sync) overheads used per model: fitted
+    leave one model out when ``cv`` (each held-out model's runs simulated with the values the other models'
+    runs give: the TP sync on their ITL first, then the front end on their TTFT), else the profile's."""
+    eng = profiles.engines["vllm"]
+    bundled = (eng.request_overhead_ms.value if eng.request_overhead_ms is not None else 0.0,
+               eng.tp_sync_ms.value if eng.tp_sync_ms is not None else 0.0)
+    synced = [r for r in runs if eng.tp_sync_min_tp and r.tp >= eng.tp_sync_min_tp]
+    sync_ids = {r.exp_id for r in synced}
+    sims: dict[float, dict[str, dict[str, float]]] = {}
+
+    def at(sync: float, rs: list[Run]) -> dict[str, dict[str, float]]:
+        """Simulations without the front end, TP sync ``sync`` ms (runs below its TP: the one without)."""
+        got = sims.setdefault(round(sync, 3), {})
+        bare = with_tp_sync(with_front_end(profiles, 0.0), sync)
+        for r in rs:
+            if r.exp_id not in got:
+                got[r.exp_id] = (sims[0.0][r.exp_id] if sync and r.exp_id not in sync_ids
+                                 else simulate_run(r, bare, seed))
+                log(f"  simulated {r.exp_id} {r.name} tp{r.tp} (TP sync {sync:g} ms): TTFT "
+                    f"{got[r.exp_id]['ttft_mean']:.1f} ms (no front end)")
+        return got
+
+    usable = [x for x in runs if x.usable]
+    at(0.0, runs)
+    if cv:
+        at(SYNC_PROBE_MS, synced)
+
+    def fitted(train: list[Run]) -> tuple[float, float]:
+        sync = fit_tp_sync(train, sims[0.0], sims[round(SYNC_PROBE_MS, 3)])
+        sync = bundled[1] if sync is None else sync  # no training run at that TP: the profile's value
+        return fit_front_end(train, at(sync, train)), sync
+
+    used = {"(all models)": fitted(usable)} if cv else {}
     for r in runs:
         if cv:
-            train = [x for x in runs if x.model != r.model and x.usable]
-            fe = used.setdefault(r.model, fit_front_end(train, raw))
+            fe, sync = used.setdefault(r.model, fitted([x for x in usable if x.model != r.model]))
         else:
-            fe = used.setdefault(r.model, bundled)
-        p = dict(raw[r.exp_id])
+            fe, sync = used.setdefault(r.model, bundled)
+        p = dict(at(sync, [r])[r.exp_id])
         for k in ("ttft_mean", "ttft_p90", "ttft_p99", "e2e_mean", "e2e_p90", "e2e_p99"):
             p[k] += fe
+        # the ITL metric: (E2E - TTFT) / tokens, unchanged by a front end that adds to both
         r.predicted = p
         r.overloaded = p["ttft_mean"] > OVERLOADED_S * 1e3 or p["_unfinished"] > 0.01
     return used
@@ -461,11 +515,14 @@ def main(argv: list[str]) -> int:
     if pick:
         runs = [r for r in runs if r.exp_id in pick.split(",")]
     profiles = load_profiles()
+    sync_from = next((int(a.split("=", 1)[1]) for a in argv if a.startswith("--tp-sync-from=")), None)
+    if sync_from:  # evaluate a TP sync from that degree up, fitted like the front end
+        profiles = with_tp_sync_from(profiles, sync_from)
     quiet = "-v" not in argv
     used = predict(runs, profiles, cv="--no-cv" not in argv, seed=seed,
                    log=(lambda m: None) if quiet else print)
-    print("front-end overhead used (ms): "
-          + ", ".join(f"{m.split('/')[-1]} {v:.1f}" for m, v in sorted(used.items()))
+    print("front-end overhead, TP sync used (ms): "
+          + ", ".join(f"{m.split('/')[-1]} {fe:.1f}, {sync:.2f}" for m, (fe, sync) in sorted(used.items()))
           + (" (bundled profile)" if "--no-cv" in argv else " (fitted leave one model out)"))
     report(runs, peer_errors(folder), "--markdown" in argv)
     return 0

@@ -235,6 +235,19 @@ class EngineProfile(_Profile):
     # TensorRT-LLM's chunked prefill); prefill_first = a step that has prompt tokens to prefill runs them alone and
     # the running requests decode only in steps with no prefill (SGLang's default scheduler). Absent = mixed.
     prefill_schedule: Literal["mixed", "prefill_first"] | None = None
+    # Per-step time added from tensor parallelism tp_sync_min_tp up (docs/cost-model.md, "Step overhead"): the
+    # engine runs one worker process per GPU, each prepares and launches every step on its own, and every
+    # all-reduce holds all GPUs until the slowest (late launch or slower share of the layer). Absent = none.
+    tp_sync_ms: Q | None = None
+    tp_sync_min_tp: int | None = Field(default=None, ge=2)
+
+    def step_overhead_s(self, tp: int) -> float:
+        """Seconds of engine time per step outside the GPU's kernels at tensor parallelism ``tp``:
+        ``step_overhead_ms``, plus ``tp_sync_ms`` once ``tp`` reaches ``tp_sync_min_tp``."""
+        ms = self.step_overhead_ms.value
+        if self.tp_sync_ms is not None and tp >= (self.tp_sync_min_tp or 2):
+            ms += self.tp_sync_ms.value
+        return ms * 1e-3
 
     def at(self, version: str | None) -> "EngineProfile":
         """This engine as release ``version`` ("major.minor[.patch]") behaves: the first of ``releases`` whose
@@ -259,6 +272,8 @@ class EngineProfile(_Profile):
             raise ValueError(f"kernel_efficiency must be in (0, 1], got {self.kernel_efficiency.value}")
         if self.moe_gemm_efficiency is not None and not 0 < self.moe_gemm_efficiency.value <= 1:
             raise ValueError(f"moe_gemm_efficiency must be in (0, 1], got {self.moe_gemm_efficiency.value}")
+        if self.tp_sync_ms is not None and self.tp_sync_ms.value < 0:
+            raise ValueError(f"tp_sync_ms must be >= 0, got {self.tp_sync_ms.value}")
         if self.stream_tokens_per_s is not None and not self.stream_tokens_per_s.value > 0:
             raise ValueError(f"stream_tokens_per_s must be > 0, got {self.stream_tokens_per_s.value}")
         return self

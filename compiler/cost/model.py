@@ -105,7 +105,7 @@ class ReplicaModel(ReplicaRoles, ReplicaPredictions):
         self.link_bw = g.link_bandwidth_gbps.value * 1e9
         # Pipeline stages sit on different nodes (PP is used once TP fills a node): hand-offs cross the NICs.
         self.nic_bw_per_gpu = g.node_network_gbps.value * 1e9 / g.gpus_per_node.value
-        self.overhead = engine.step_overhead_ms.value * 1e-3
+        self.overhead = engine.step_overhead_s(tp)  # scheduling, sampling; TP workers' sync (loader.py)
         self.request_overhead = (engine.request_overhead_ms.value * 1e-3
                                  if engine.request_overhead_ms is not None else 0.0)
         # Expert weights: routed experts' parameters (compiler/cost/moe.py), read only for experts the step's
