@@ -107,8 +107,8 @@ class GpuProfile(_Profile):
     # L40S 2 -> 8 GPUs); a tensor-parallel size not listed takes the fields above.
     graph_allreduce_by_gpus: dict[int, AllReduceFit] | None = None
     allreduce_by_gpus: dict[int, AllReduceFit] | None = None  # the eager (NCCL) all-reduce per GPU count, alike
-    # vLLM's fused-MoE kernel shape fitted on this GPU (compiler/field/calibrate_aic.py); they replace the engine's
-    # moe_rows_half / moe_cols_half (an H100 fit) for engines that have a shape fit.
+    # vLLM's fused-MoE kernel shape fitted on this GPU (compiler/field/calibrate_aic.py); they replace the
+    # engine's moe_rows_half / moe_cols_half (an H100 fit) for engines that have a shape fit.
     moe_rows_half: Q | None = None
     moe_cols_half: Q | None = None
     elementwise_passes: Q | None = None  # norm/rope/activation/residual traffic per layer, in token x hidden x 2 B
@@ -152,8 +152,8 @@ HF_REPO_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9_.-]*/[A-Za-z0-9][A-Za-z0-9_.-]*$"
 
 
 class HfRepo(_Strict):
-    """Which weights an engine loads: a Hugging Face repo id at a revision (branch, tag or commit), with the key
-    of the source that names it (the config.json the architecture numbers were read from)."""
+    """Which weights an engine loads: a Hugging Face repo id at a revision (branch, tag or commit), with the
+    key of the source that names it (the config.json the architecture numbers were read from)."""
 
     repo: str = Field(pattern=HF_REPO_PATTERN)
     revision: str = Field(default="main", min_length=1)
@@ -179,8 +179,8 @@ class ModelProfile(_Profile):
     moe_intermediate_size: Q | None = None  # one routed expert's intermediate size
     moe_layers: Q | None = None  # layers whose MLP is routed (DeepSeek's first_k_dense_replace, Llama 4's interleave)
     shared_experts: Q | None = None  # always-active experts per MoE layer (counted in the dense parameters)
-    # Multi-head latent attention (DeepSeek-V2/V3): the KV cache holds kv_lora_rank + qk_rope_head_dim per token
-    # and layer. Absent: grouped-query attention with num_kv_heads x head_dim.
+    # Multi-head latent attention (DeepSeek-V2/V3): the KV cache holds kv_lora_rank + qk_rope_head_dim per
+    # token and layer. Absent: grouped-query attention with num_kv_heads x head_dim.
     kv_lora_rank: Q | None = None
     q_lora_rank: Q | None = None
     qk_rope_head_dim: Q | None = None
@@ -189,8 +189,8 @@ class ModelProfile(_Profile):
 
 
 class EngineRelease(BaseModel):
-    """How releases up to ``until`` (inclusive, "major.minor") differ from the engine profile's current one: the
-    fields given replace the profile's (``EngineProfile.at``)."""
+    """How releases up to ``until`` (inclusive, "major.minor") differ from the engine profile's current one:
+    the fields given replace the profile's (``EngineProfile.at``)."""
 
     model_config = ConfigDict(extra="forbid")
     until: str = Field(pattern=r"^\d+\.\d+$")
@@ -223,17 +223,19 @@ class EngineProfile(_Profile):
     # Steps of at most this many tokens replay captured CUDA graphs (vLLM's largest capture size): GEMMs and
     # all-reduces take the GPU's graph_* numbers. Absent = eager steps.
     cuda_graph_max_tokens: Q | None = None
-    # Output tokens per second the serving front end streams (API server detokenising and sending one event per
-    # token per request; docs/cost-model.md): a burst of streamed requests delivers no faster. Absent = no limit.
+    # Output tokens per second the serving front end streams (API server detokenising and sending one event
+    # per token per request; docs/cost-model.md): a burst of streamed requests delivers no faster. Absent = no
+    # limit.
     stream_tokens_per_s: Q | None = None
     max_num_batched_tokens: Q | None = None
     # reserve: admit a request only with KV room for prompt and output (never evicts); on_demand: room for the
     # prompt, preempt and recompute the newest requests when decoding overflows the cache.
     kv_admission: Literal["reserve", "on_demand"] | None = None
-    # How a step's batch is formed while prompts are being prefilled (docs/cost-model.md, "Burst"): mixed = each
-    # step decodes every running request and fills the rest of the token budget with prompt chunks (vLLM's and
-    # TensorRT-LLM's chunked prefill); prefill_first = a step that has prompt tokens to prefill runs them alone and
-    # the running requests decode only in steps with no prefill (SGLang's default scheduler). Absent = mixed.
+    # How a step's batch is formed while prompts are being prefilled (docs/cost-model.md, "Burst"): mixed =
+    # each step decodes every running request and fills the rest of the token budget with prompt chunks
+    # (vLLM's and TensorRT-LLM's chunked prefill); prefill_first = a step that has prompt tokens to prefill
+    # runs them alone and the running requests decode only in steps with no prefill (SGLang's default
+    # scheduler). Absent = mixed.
     prefill_schedule: Literal["mixed", "prefill_first"] | None = None
     # Per-step time added from tensor parallelism tp_sync_min_tp up (docs/cost-model.md, "Step overhead"): the
     # engine runs one worker process per GPU, each prepares and launches every step on its own, and every
@@ -321,17 +323,18 @@ _OVERRIDES: tuple[Path, ...] = ()  # use_profile_dirs
 
 
 def use_profile_dirs(dirs: tuple[Path, ...]) -> None:
-    """For the rest of this process, profiles in ``dirs`` (``gpus/``, ``models/``, ``engines/`` inside, in order)
-    replace the bundled ones of the same name wherever the bundled set is read; ``()`` restores the bundle. For a
-    machine's own measurements in tests and benchmarks (the end-to-end test calibrates the CPU it runs on), where
-    rewriting the bundled files would change the checkout."""
+    """For the rest of this process, profiles in ``dirs`` (``gpus/``, ``models/``, ``engines/`` inside, in
+    order) replace the bundled ones of the same name wherever the bundled set is read; ``()`` restores the
+    bundle. For a machine's own measurements in tests and benchmarks (the end-to-end test calibrates the CPU
+    it runs on), where rewriting the bundled files would change the checkout."""
     global _BUNDLED, _OVERRIDES
     _OVERRIDES = tuple(Path(d) for d in dirs)
     _BUNDLED = None
 
 
 def profile_dirs() -> tuple[Path, ...]:
-    """The directories ``use_profile_dirs`` set (``()``: the bundle alone), so a caller can add one to them."""
+    """The directories ``use_profile_dirs`` set (``()``: the bundle alone), so a caller can add one to
+    them."""
     return _OVERRIDES
 
 
@@ -378,10 +381,11 @@ def value_or(q: Q | None, default: float = 0.0) -> float:
 
 def fp4_kv_problem(model: ModelProfile, gpu: GpuProfile) -> str | None:
     """Why ``model`` on ``gpu`` cannot hold an FP4 (NVFP4) KV cache, or None. It needs FP4 tensor cores
-    (fp4_tflops: Blackwell; vLLM, SGLang and TensorRT-LLM all serve it there; vLLM 0.32 also has an FA2 path on
-    Ampere and Hopper, not modelled: its dequantising attention is unmeasured) and grouped-query attention with
-    head_dim a multiple of 16 (one fp8 scale per 16 values): MLA's latent cache has its own NVFP4 layout in vLLM
-    (nvfp4_ds_mla, DeepSeek's sparse attention). The spec's cross-check and the cost model both ask this."""
+    (fp4_tflops: Blackwell; vLLM, SGLang and TensorRT-LLM all serve it there; vLLM 0.32 also has an FA2 path
+    on Ampere and Hopper, not modelled: its dequantising attention is unmeasured) and grouped-query attention
+    with head_dim a multiple of 16 (one fp8 scale per 16 values): MLA's latent cache has its own NVFP4 layout
+    in vLLM (nvfp4_ds_mla, DeepSeek's sparse attention). The spec's cross-check and the cost model both ask
+    this."""
     if gpu.fp4_tflops is None:
         return (f"an fp4 KV cache needs FP4 tensor cores; {gpu.name} has none (no fp4_tflops in its profile): use "
                 f"kv_dtype fp8 there")
@@ -425,8 +429,8 @@ def expert_size(model: ModelProfile) -> float:
 
 def architecture_params(model: ModelProfile, dense_inter: float, tied: bool) -> tuple[float, float]:
     """(total, active) parameters from the architecture: embeddings (and LM head unless tied), attention and
-    two norms per layer, dense MLPs (3 x hidden x ``dense_inter``) in the non-MoE layers, and in MoE layers the
-    routed experts (all of them in the total, experts_per_token of them in the active count), the shared
+    two norms per layer, dense MLPs (3 x hidden x ``dense_inter``) in the non-MoE layers, and in MoE layers
+    the routed experts (all of them in the total, experts_per_token of them in the active count), the shared
     experts and the router (hidden x experts)."""
     L, H = model.num_layers.value, model.hidden_size.value
     E, k = model.num_experts.value, model.experts_per_token.value
@@ -456,8 +460,8 @@ def model_from_hf_config(path: str | Path, name: str) -> ModelProfile:
     """Build a model profile from a local Hugging Face ``config.json``.
 
     The parameter count is computed from the architecture (``architecture_params``: embeddings, attention or
-    MLA, dense MLPs, routed and shared experts, router, norms), since config.json does not state it; its source
-    says so. Mixture-of-experts keys read: num_local_experts / num_experts / n_routed_experts,
+    MLA, dense MLPs, routed and shared experts, router, norms), since config.json does not state it; its
+    source says so. Mixture-of-experts keys read: num_local_experts / num_experts / n_routed_experts,
     num_experts_per_tok / experts_per_token, n_shared_experts, moe_intermediate_size, first_k_dense_replace,
     interleave_moe_layer_step, mlp_only_layers; MLA: kv_lora_rank, q_lora_rank, qk_rope_head_dim,
     qk_nope_head_dim, v_head_dim. A multimodal config's ``text_config`` is read for the language model.

@@ -19,9 +19,10 @@ CP-SAT solves pure integer programs, so the translation is explicit and conserva
   inside the cost model's bisection tolerance; ``trimtab.gate.analytic`` re-derives the SLOs regardless.
   (Rounding the other way is exact-safe but turned tight optima infeasible and cost a whole replica.)
   ``>=`` rows are negated first. ``==`` rows must scale exactly (demand rows do: coefficient
-  1 over routes, rhs ``floor(rate x S_v)``, at most ``1 / S_v`` rps below the rate; rounded down, not to nearest,
-  so that a row bounding one route by the same rate, ``x <= rate y`` in the adapter MILP, admits the whole
-  demand: rounding up made HiGHS's optimum infeasible there and CP-SAT stopped at 2.40 instead of 1.60 $/h).
+  1 over routes, rhs ``floor(rate x S_v)``, at most ``1 / S_v`` rps below the rate; rounded down, not to
+  nearest, so that a row bounding one route by the same rate, ``x <= rate y`` in the adapter MILP, admits the
+  whole demand: rounding up made HiGHS's optimum infeasible there and CP-SAT stopped at 2.40 instead of 1.60
+  $/h).
 * **Objective** coefficients are scaled by a power of two so the smallest is at least ``1e6`` (capped so the
   objective's activity fits ``2**60``; a tie-break term may then round away) and rounded
   to nearest; the objective reported is recomputed from the original float coefficients, the gap from
@@ -195,8 +196,9 @@ class _Scaled:
                 m = 2.0**k
                 if all(round(a * m) != 0 and abs(a * m - round(a * m)) <= 1e-9 * abs(a * m) for _, a in coefs):
                     self._check_overflow(coefs, m, c.name)
-                    # A row of positive terms (a demand: routes summing to a rate) rounds its rate down, so every
-                    # row bounding one term by that rate (x <= rate y: lora_hold) still admits the whole of it.
+                    # A row of positive terms (a demand: routes summing to a rate) rounds its rate down, so
+                    # every row bounding one term by that rate (x <= rate y: lora_hold) still admits the whole
+                    # of it.
                     r = math.floor(rhs * m + 1e-9) if rhs > 0 and all(a > 0 for _, a in coefs) else round(rhs * m)
                     return [(n, round(a * m)) for n, a in coefs], r, r
             raise ValueError(f"cpsat: equality {c.name} has coefficients that do not scale to integers")

@@ -38,8 +38,8 @@ class Constraint:
     expr: LinExpr
     sense: Literal["<=", ">=", "=="]
     rhs: float
-    # What of the problem's source the row comes from: any object whose str() names it and whose ``whatif`` is the
-    # override path of the one number it names, or None (trimtab: trimtab.spec.paths.SpecPath)
+    # What of the problem's source the row comes from: any object whose str() names it and whose ``whatif`` is
+    # the override path of the one number it names, or None (trimtab: trimtab.spec.paths.SpecPath)
     origin: Origin | None = None
     relaxable: bool = False  # may receive an elastic slack when explaining infeasibility
 
@@ -69,10 +69,11 @@ class MilpModel:
         return sum(coef * values.get(v, 0.0) for v, coef in expr)
 
     def elastic(self, slack_name, integer_families: tuple[str, ...] = ("inventory",)) -> "MilpModel":
-        """A copy in which every ``relaxable`` constraint takes a slack ``slack_name(constraint name)`` (integer for
-        ``integer_families``) and the objective minimises the slacks, each over its right-hand side, with the
-        original objective at 1e-9 as a tie-break: the smallest relaxation that makes the model feasible. Bounds
-        of variables are the caller's (loosen those that only the relaxed rows should limit)."""
+        """A copy in which every ``relaxable`` constraint takes a slack ``slack_name(constraint name)``
+        (integer for ``integer_families``) and the objective minimises the slacks, each over its right-hand
+        side, with the original objective at 1e-9 as a tie-break: the smallest relaxation that makes the model
+        feasible. Bounds of variables are the caller's (loosen those that only the relaxed rows should
+        limit)."""
         m = MilpModel(self.name + ":elastic", dict(self.variables), [], (), "min")
         objective = []
         for c in self.constraints:

@@ -3,7 +3,8 @@
 HiGHS: PuLP builds the model, and its status and solution are read from highspy itself (``_highs``). CBC:
 PuLP's ``prob.status`` can say "Optimal" after a time limit (coin-or/pulp #383, #711); we read ``sol_status``
 too and report ``feasible`` unless optimality is proven. Both stop short of the gap only at a node limit
-(deterministic); the wall-clock time limit is a safety net whose expiry gives no answer (``trimtab.solvers.base``).
+(deterministic); the wall-clock time limit is a safety net whose expiry gives no answer
+(``trimtab.solvers.base``).
 """
 from __future__ import annotations
 
@@ -27,7 +28,8 @@ class PulpBackend(Backend):
         import pulp
 
         if self.name == "highs":
-            # One thread and a node limit: the same model gives the same answer on any machine (trimtab.solvers.base).
+            # One thread and a node limit: the same model gives the same answer on any machine
+            # (trimtab.solvers.base).
             return pulp.HiGHS(msg=options.verbose, timeLimit=options.time_limit_s, gapRel=options.mip_rel_gap,
                               threads=options.threads, mip_max_nodes=options.node_limit)
         return pulp.PULP_CBC_CMD(msg=options.verbose, timeLimit=options.time_limit_s, gapRel=options.mip_rel_gap,
@@ -135,9 +137,9 @@ def _quiet(enabled: bool):
 
 
 def _affine(pulp, pv: dict, expr) -> object:
-    """``sum coef x var`` as one PuLP expression, built from a dict (what ``lpSum`` of products gives, repeated
-    variables summed, in the same order) without PuLP's per-term temporaries: a tenth of the build time on big
-    models."""
+    """``sum coef x var`` as one PuLP expression, built from a dict (what ``lpSum`` of products gives,
+    repeated variables summed, in the same order) without PuLP's per-term temporaries: a tenth of the build
+    time on big models."""
     terms: dict = {}
     for n, coef in expr:
         v = pv[n]

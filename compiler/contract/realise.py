@@ -1,8 +1,8 @@
 """Plan -> the engine's real launch of every deployment (``engine_args``, ``command``, ``context_tokens``).
 
-Entry points: ``realise(plan, ir) -> Plan`` (the last step of every planner, after placement, because a replica
-spanning nodes needs a multi-node launch) and ``deployment_facts(plan, ir)`` (the engine-neutral facts the
-emitters and ``trimtab emit`` read). The numbers come from the plan and the cost model's memory fit
+Entry points: ``realise(plan, ir) -> Plan`` (the last step of every planner, after placement, because a
+replica spanning nodes needs a multi-node launch) and ``deployment_facts(plan, ir)`` (the engine-neutral facts
+the emitters and ``trimtab emit`` read). The numbers come from the plan and the cost model's memory fit
 (``trimtab.cost.factory.replica_model``); the emitters only spell them in their engine's names.
 """
 from __future__ import annotations
@@ -19,15 +19,15 @@ GIB = 1024 ** 3
 
 
 def plan_routes(plan) -> list:
-    """Every route of ``plan``: its own and, with a schedule (docs/online.md), each window's. A deployment of a
-    schedule may serve only in some windows, routed there and nowhere in the plan's own routes."""
+    """Every route of ``plan``: its own and, with a schedule (docs/online.md), each window's. A deployment of
+    a schedule may serve only in some windows, routed there and nowhere in the plan's own routes."""
     sched = getattr(plan, "schedule", None)
     return list(plan.routes) + [r for w in (sched.windows if sched is not None else ()) for r in w.routes]
 
 
 def routed_context(plan, name: str) -> int:
-    """Largest input_tokens_max + output_tokens_max over the buckets routed to deployment ``name`` in any route
-    of the plan (``plan_routes``; 0: none)."""
+    """Largest input_tokens_max + output_tokens_max over the buckets routed to deployment ``name`` in any
+    route of the plan (``plan_routes``; 0: none)."""
     buckets = {(w, b.name): b for w, bs in plan.buckets.items() for b in bs}
     best = 0
     for r in plan_routes(plan):

@@ -33,7 +33,8 @@ class Placement(_Strict):
 
 
 class KvTiers(_Strict):
-    """Where a deployment's KV cache lives (docs/kv-tiers.md); per replica. Present when the spec enables KV tiers."""
+    """Where a deployment's KV cache lives (docs/kv-tiers.md); per replica. Present when the spec enables KV
+    tiers."""
 
     hbm_tokens: int = Field(ge=0, description="KV capacity in GPU memory, tokens")
     offload_gib: float = Field(default=0.0, ge=0, description="host (CPU) memory for KV over PCIe, GiB: the prefix "

@@ -65,7 +65,8 @@ def render(plan, spec, target: str, allow_experimental: bool = False,
 
 
 def stream(files: dict[str, str], target: str) -> str:
-    """Every file as one YAML stream (``kubectl apply -f -``); compose files are separate projects per node."""
+    """Every file as one YAML stream (``kubectl apply -f -``); compose files are separate projects per
+    node."""
     from trimtab.errors import InputError, Problem
 
     if target in ("compose", "llm-d"):

@@ -1,11 +1,11 @@
-"""The autoscaling policy that realises a schedule (docs/online.md, docs/deploy.md): KEDA cron triggers on each
-deployment's ScaledObject, one per run of windows with the same replicas, starting ahead of the run by the
-deployment's start-up time; ``minReplicaCount`` is the fewest replicas any window runs, and the queue trigger
-stays as the reactive backstop (KEDA scales to the largest of its triggers).
+"""The autoscaling policy that realises a schedule (docs/online.md, docs/deploy.md): KEDA cron triggers on
+each deployment's ScaledObject, one per run of windows with the same replicas, starting ahead of the run by
+the deployment's start-up time; ``minReplicaCount`` is the fewest replicas any window runs, and the queue
+trigger stays as the reactive backstop (KEDA scales to the largest of its triggers).
 
-Cron expressions repeat daily, so a schedule realises this way when its period is one day (windows x window_s =
-86,400 s); for any other period ``cron_triggers`` returns None and the ScaledObject keeps the held replicas as its
-minimum (a static plan), which ``trimtab emit`` states as a warning.
+Cron expressions repeat daily, so a schedule realises this way when its period is one day (windows x window_s
+= 86,400 s); for any other period ``cron_triggers`` returns None and the ScaledObject keeps the held replicas
+as its minimum (a static plan), which ``trimtab emit`` states as a warning.
 """
 from __future__ import annotations
 
@@ -25,9 +25,9 @@ def min_replicas(schedule, deployment: str) -> int:
 
 
 def cron_triggers(schedule, deployment: str, startup_s: float) -> list[dict] | None:
-    """KEDA ``cron`` triggers (start, end, desiredReplicas) for the windows where ``deployment`` runs more than its
-    minimum, started ``startup_s`` ahead (the one start-up model, ``trimtab.deploy.common.Target.startup_s``);
-    None when the period is not one day."""
+    """KEDA ``cron`` triggers (start, end, desiredReplicas) for the windows where ``deployment`` runs more
+    than its minimum, started ``startup_s`` ahead (the one start-up model,
+    ``trimtab.deploy.common.Target.startup_s``); None when the period is not one day."""
     ws = schedule.windows
     if len(ws) * schedule.window_s != DAY_S:
         return None

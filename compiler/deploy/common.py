@@ -1,8 +1,9 @@
-"""What every deployment target shares: the plan re-read against its spec, names, and the numbers the manifests
-carry (start-up budget, autoscaling threshold, replica ceiling), each computed once here with its provenance.
+"""What every deployment target shares: the plan re-read against its spec, names, and the numbers the
+manifests carry (start-up budget, autoscaling threshold, replica ceiling), each computed once here with its
+provenance.
 
-Entry point: ``prepare(plan, spec, allow_experimental) -> Bundle`` (raises ``InputError`` for a plan that no engine
-can run as planned, or one made from another spec).
+Entry point: ``prepare(plan, spec, allow_experimental) -> Bundle`` (raises ``InputError`` for a plan that no
+engine can run as planned, or one made from another spec).
 """
 from __future__ import annotations
 
@@ -95,8 +96,9 @@ def engine_process(b: "Bundle", argv) -> tuple[list[str], list[str]]:
 
 
 def k8s_name(name: str) -> str:
-    """A DNS-1035 label (lowercase letters, digits, '-', at most 63, starting with a letter): plan deployment names
-    may carry dots (model names such as llama-3.1-8b); long names keep a hash suffix so they stay distinct."""
+    """A DNS-1035 label (lowercase letters, digits, '-', at most 63, starting with a letter): plan deployment
+    names may carry dots (model names such as llama-3.1-8b); long names keep a hash suffix so they stay
+    distinct."""
     s = re.sub(r"[^a-z0-9-]+", "-", name.lower()).strip("-")
     if not s or not s[0].isalpha():
         s = "d-" + s
@@ -111,9 +113,9 @@ def gpu_labels() -> dict:
 
 
 def queue_threshold(plan, ir, dep) -> int:
-    """Waiting requests per replica worth another replica: the requests that arrive at the replica's planned rate
-    within the tightest TTFT SLO it serves. A queue that long means arrivals outpace what the plan sized the
-    replica for, and a new request would wait about one TTFT budget before its prefill starts."""
+    """Waiting requests per replica worth another replica: the requests that arrive at the replica's planned
+    rate within the tightest TTFT SLO it serves. A queue that long means arrivals outpace what the plan sized
+    the replica for, and a new request would wait about one TTFT budget before its prefill starts."""
     from trimtab.contract.realise import plan_routes
 
     ttft_s = min((ir.workload(r.workload).slo.ttft_ms for r in plan_routes(plan)

@@ -1,8 +1,8 @@
 """docker compose files for a plan, one per node of its placement: each replica a service pinned to the GPU
 indices the placement gave it, on its own host port.
 
-Entry point: ``compose_files(bundle) -> dict[file name, document]``. A replica spanning nodes has no single-host
-form: ``InputError`` naming it (emit ``--to k8s`` instead, which uses a LeaderWorkerSet).
+Entry point: ``compose_files(bundle) -> dict[file name, document]``. A replica spanning nodes has no
+single-host form: ``InputError`` naming it (emit ``--to k8s`` instead, which uses a LeaderWorkerSet).
 """
 from __future__ import annotations
 

@@ -1,7 +1,7 @@
-"""Kubernetes manifests for a plan: per deployment a Deployment (a LeaderWorkerSet when a replica spans nodes),
-a Service, and a KEDA ScaledObject on the engine's queue gauge; a model-cache claim (with ``--pod-monitor``, a
-PodMonitor for the engine pods); Gateway API HTTPRoutes, a routing table for the plan's routes, and a P/D
-router per prefill/decode pair (``trimtab.deploy.pdrouter``).
+"""Kubernetes manifests for a plan: per deployment a Deployment (a LeaderWorkerSet when a replica spans
+nodes), a Service, and a KEDA ScaledObject on the engine's queue gauge; a model-cache claim (with
+``--pod-monitor``, a PodMonitor for the engine pods); Gateway API HTTPRoutes, a routing table for the plan's
+routes, and a P/D router per prefill/decode pair (``trimtab.deploy.pdrouter``).
 
 Entry point: ``manifests(bundle) -> dict[file name, list[object]]``. tests/engines/ validate every object:
 built-in kinds with kubernetes-validate, the CRDs (LeaderWorkerSet, ScaledObject, HTTPRoute, PodMonitor)
@@ -30,7 +30,8 @@ def _labels(t: Target) -> dict:
 
 
 def _k8s_vars(argv) -> list[str]:
-    """Shell-style ${LEADER_ADDRESS}/${NODE_RANK} as Kubernetes $(VAR) references to the variables LWS sets."""
+    """Shell-style ${LEADER_ADDRESS}/${NODE_RANK} as Kubernetes $(VAR) references to the variables LWS
+    sets."""
     return [a.replace("${" + LEADER_ENV + "}", "$(LWS_LEADER_ADDRESS)").replace("${" + RANK_ENV + "}",
                                                                                   "$(LWS_WORKER_INDEX)")
             for a in argv]

@@ -103,8 +103,8 @@ class Launch:
 
 
 def address_and_shape(f: "DeploymentFacts", t: dict) -> list[str]:
-    """The arguments every server command starts with, in its engine's names: address, served name and revision,
-    TP and PP, and the context length the plan routes."""
+    """The arguments every server command starts with, in its engine's names: address, served name and
+    revision, TP and PP, and the context length the plan routes."""
     fl = t["flags"]
     return [kv(fl["host"], "0.0.0.0"), kv(fl["port"], t["port"]),
             kv(fl["served_name"], f.model.served_name), kv(fl["revision"], f.model.revision),
@@ -114,8 +114,8 @@ def address_and_shape(f: "DeploymentFacts", t: dict) -> list[str]:
 
 
 def dtype_args(f: "DeploymentFacts", t: dict) -> list[str]:
-    """fp8 weights and KV, fp4 weights' fp8 KV (the checkpoint names their quantization), or the weights' dtype;
-    a KV precision set apart (``kv_dtype``: an fp4 KV cache) replaces the KV cache's."""
+    """fp8 weights and KV, fp4 weights' fp8 KV (the checkpoint names their quantization), or the weights'
+    dtype; a KV precision set apart (``kv_dtype``: an fp4 KV cache) replaces the KV cache's."""
     fl, val = t["flags"], t["values"]
     cache = val["kv_cache"][f.kv_dtype] if f.kv_dtype else None
     if f.dtype == "fp4":

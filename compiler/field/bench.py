@@ -1,4 +1,5 @@
-"""Microbenchmarks of the operators the cost model prices (``trimtab bench``; needs the ``bench`` extra, PyTorch).
+"""Microbenchmarks of the operators the cost model prices (``trimtab bench``; needs the ``bench`` extra,
+PyTorch).
 
 Entry point: ``run_bench(out_dir, device="cuda", quick=False) -> Path`` writes ``bench.csv`` and
 ``metadata.json`` (device name, driver, library versions, date) into ``out_dir`` and returns the CSV path.
@@ -7,8 +8,8 @@ Operators (one CSV row each: ``op, dtype, m, n, k, batch, context, heads, kv_hea
 flops, bytes_moved, time_ms``):
   * ``gemm``: ``(m x k) @ (k x n)`` over token counts m and layer-sized (n, k), in bf16 (fp16/fp32 where the
     device lacks bf16 matmul), and fp8 via ``torch._scaled_mm`` when the GPU has fp8 tensor cores;
-  * ``attn_prefill`` / ``attn_decode``: ``torch.nn.functional.scaled_dot_product_attention`` (causal prefill of
-    ``context`` tokens; one query token against ``context`` cached tokens), grouped-query heads expanded as
+  * ``attn_prefill`` / ``attn_decode``: ``torch.nn.functional.scaled_dot_product_attention`` (causal prefill
+    of ``context`` tokens; one query token against ``context`` cached tokens), grouped-query heads expanded as
     the engines' kernels read them;
   * ``copy_d2d``, ``copy_h2d``, ``copy_d2h``: device and host<->device copies over sizes;
   * ``allreduce``: NCCL all-reduce over message sizes across every visible GPU (only with more than one).
@@ -43,14 +44,14 @@ def _torch():
 class _Timer:
     """Median time of one call of ``fn`` in ms.
 
-    On a GPU each run is bracketed by CUDA events. A call that takes well under a millisecond is then mostly the
-    host's launch overhead (PyTorch's eager dispatch, ~20 us a call on the H200 machine measured in
-    benchmarks/data/h200-bench/eager: a 1 x 4096 x 4096 bf16 GEMM timed 22.8 us where moving its 32 MiB of weights
-    takes ~8 us), which the engines avoid by replaying decode steps as CUDA graphs. So such calls are timed again
-    the same way: ``GRAPH_CALLS`` back-to-back calls captured in one CUDA graph, the graph replayed, the time
-    divided by the calls (``graph=False`` keeps the eager timing). Copies stay eager: a graph's memcpy nodes ran a
-    1 GiB device copy at 2.8 TB/s against 4.2 TB/s eager on the H200 (they need no launch amortised either).
-    ``self.graphed`` counts the calls timed in a graph."""
+    On a GPU each run is bracketed by CUDA events. A call that takes well under a millisecond is then mostly
+    the host's launch overhead (PyTorch's eager dispatch, ~20 us a call on the H200 machine measured in
+    benchmarks/data/h200-bench/eager: a 1 x 4096 x 4096 bf16 GEMM timed 22.8 us where moving its 32 MiB of
+    weights takes ~8 us), which the engines avoid by replaying decode steps as CUDA graphs. So such calls are
+    timed again the same way: ``GRAPH_CALLS`` back-to-back calls captured in one CUDA graph, the graph
+    replayed, the time divided by the calls (``graph=False`` keeps the eager timing). Copies stay eager: a
+    graph's memcpy nodes ran a 1 GiB device copy at 2.8 TB/s against 4.2 TB/s eager on the H200 (they need no
+    launch amortised either). ``self.graphed`` counts the calls timed in a graph."""
 
     GRAPH_BELOW_MS = 1.0
     GRAPH_CALLS = 20
@@ -191,11 +192,11 @@ def _metadata(torch, device: str) -> dict:
 
 def run_bench(out_dir: str | Path, device: str = "cuda", quick: bool = False, log=print, dtype: str = "auto",
               graph: bool = True) -> Path:
-    """``dtype``: ``auto`` times GEMMs and attention in bf16 on a GPU and fp32 on a CPU (many CPUs lack fast bf16
-    matmul); ``bf16`` forces bf16, which is what vLLM's CPU engine runs on CPUs with AVX512-BF16 or AMX, so a
-    profile of the CPU as a serving device (docs/fidelity.md) is timed in the precision the engine uses.
-    ``graph``: on a GPU, calls under a millisecond are timed inside a CUDA graph (``_Timer``); False keeps every
-    timing eager (the host's launch overhead included), as the bench did before 2026-12-04."""
+    """``dtype``: ``auto`` times GEMMs and attention in bf16 on a GPU and fp32 on a CPU (many CPUs lack fast
+    bf16 matmul); ``bf16`` forces bf16, which is what vLLM's CPU engine runs on CPUs with AVX512-BF16 or AMX,
+    so a profile of the CPU as a serving device (docs/fidelity.md) is timed in the precision the engine uses.
+    ``graph``: on a GPU, calls under a millisecond are timed inside a CUDA graph (``_Timer``); False keeps
+    every timing eager (the host's launch overhead included), as the bench did before 2026-12-04."""
     torch = _torch()
     if dtype not in ("auto", "bf16", "fp32"):
         raise InputError([Problem("--dtype", f"must be auto, bf16 or fp32, got {dtype!r}")])

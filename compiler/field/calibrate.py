@@ -3,8 +3,8 @@
 Entry points:
   * ``read_measurements(folder) -> Measurements``: every CSV under ``folder`` in either format below;
   * ``fit(meas, peaks) -> Fit``: least-squares parameters and the fit error per operation;
-  * ``calibrate(folder, output, base=None) -> CalibrationResult``: both, then writes a GPU profile whose fitted
-    numbers name their measurements (source kind ``fit``; measured peaks kind ``measurement``).
+  * ``calibrate(folder, output, base=None) -> CalibrationResult``: both, then writes a GPU profile whose
+    fitted numbers name their measurements (source kind ``fit``; measured peaks kind ``measurement``).
 
 Formats read:
   * ``trimtab bench`` output: ``bench.csv`` (columns ``op, dtype, m, n, k, batch, context, heads, kv_heads,

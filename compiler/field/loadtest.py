@@ -1,4 +1,5 @@
-"""Replay a spec's traffic against a running OpenAI-compatible server and compare with the plan (``trimtab loadtest``).
+"""Replay a spec's traffic against a running OpenAI-compatible server and compare with the plan (``trimtab
+loadtest``).
 
 Entry point: ``run_loadtest(plan, spec, endpoints, requests=..., duration_s=..., rate_scale=1, seed=0,
 timeout_s=...) -> LoadtestResult``.
@@ -10,13 +11,13 @@ stream; the existing load generators draw their own synthetic prompts and arriva
 Python standard library only (``asyncio`` streams, HTTP/1.1, server-sent events), so ``trimtab loadtest`` adds
 no dependency and timestamps are taken at the socket. docs/loadtest.md.
 
-What is sent: ``POST {endpoint}/v1/completions`` with ``stream: true``, ``ignore_eos: true``, ``max_tokens`` = the
-drawn output length and a prompt of the drawn input length given as token ids (random ids of the model's
-vocabulary, seeded per request, so no prefix is shared and the prompt is exactly that many tokens whatever
-the tokenizer); ``stream_options.include_usage`` makes the server report the prompt and completion token counts,
-and requests whose counts differ from the drawn lengths are counted and reported.
-What is measured: TTFT = first streamed token - send time; TPOT = (last token - first token) / (tokens - 1).
-Requests that fail, time out or are cut short count as SLO misses. Only the addresses given are contacted.
+What is sent: ``POST {endpoint}/v1/completions`` with ``stream: true``, ``ignore_eos: true``, ``max_tokens`` =
+the drawn output length and a prompt of the drawn input length given as token ids (random ids of the model's
+vocabulary, seeded per request, so no prefix is shared and the prompt is exactly that many tokens whatever the
+tokenizer); ``stream_options.include_usage`` makes the server report the prompt and completion token counts,
+and requests whose counts differ from the drawn lengths are counted and reported. What is measured: TTFT =
+first streamed token - send time; TPOT = (last token - first token) / (tokens - 1). Requests that fail, time
+out or are cut short count as SLO misses. Only the addresses given are contacted.
 """
 from __future__ import annotations
 
@@ -52,7 +53,8 @@ class Endpoint:
 
 
 def parse_endpoint(url: str, where: str = "--endpoint") -> Endpoint:
-    """``http://host:port`` (or ``.../v1``, ``.../v1/completions``) -> Endpoint; InputError naming ``where``."""
+    """``http://host:port`` (or ``.../v1``, ``.../v1/completions``) -> Endpoint; InputError naming
+    ``where``."""
     try:
         u = urlsplit(url)
         port = u.port or 80
@@ -290,7 +292,8 @@ class LoadtestResult:
 
 
 def scaled_spec(spec: Spec, rate_scale: float) -> Spec:
-    """The spec with every workload's arrival rate multiplied by ``rate_scale`` (rate_rps, or trace.rate_scale)."""
+    """The spec with every workload's arrival rate multiplied by ``rate_scale`` (rate_rps, or
+    trace.rate_scale)."""
     if rate_scale == 1.0:
         return spec
     return rescaled_spec(spec, {w.name: rate_scale for w in spec.workloads})
@@ -298,7 +301,8 @@ def scaled_spec(spec: Spec, rate_scale: float) -> Spec:
 
 def rescaled_spec(spec: Spec, factors: dict[str, float]) -> Spec:
     """The spec with workload ``name``'s arrival rate multiplied by ``factors[name]`` (rate_rps, or
-    trace.rate_scale; ``trimtab watch`` gives measured rates this way). A rate profile is not rescaled (exit 1)."""
+    trace.rate_scale; ``trimtab watch`` gives measured rates this way). A rate profile is not rescaled (exit
+    1)."""
     from trimtab.ir.lower import workload_rate
     from trimtab.spec.overrides import apply_overrides
 
@@ -319,8 +323,9 @@ def rescaled_spec(spec: Spec, factors: dict[str, float]) -> Spec:
 
 
 def predicted_at(plan: Plan, spec: Spec, percentile: float | None = None) -> dict[str, tuple[float, float]]:
-    """Cost-model TTFT and TPOT (ms) per workload for ``spec``'s traffic, at ``percentile`` (default: each SLO's):
-    the assessment ``check --analytic`` makes (trimtab.gate.analytic), with the percentile substituted."""
+    """Cost-model TTFT and TPOT (ms) per workload for ``spec``'s traffic, at ``percentile`` (default: each
+    SLO's): the assessment ``check --analytic`` makes (trimtab.gate.analytic), with the percentile
+    substituted."""
     from trimtab.gate.analytic import check
     from trimtab.spec.overrides import apply_overrides
 
@@ -388,9 +393,9 @@ def run_loadtest(plan: Plan, spec: Spec, endpoint_values: list[str], *, requests
                  duration_s: float | None = None, rate_scale: float = 1.0, seed: int = 0,
                  timeout_s: float = DEFAULT_TIMEOUT_S, model_names: dict[str, str] | None = None,
                  simulate: bool = True, progress=None) -> LoadtestResult:
-    """Send the spec's traffic (rates x ``rate_scale``) to the endpoints and measure it; the same request stream
-    is simulated and the cost model re-evaluated at the scaled rate, for comparison. ``progress``: told each
-    step as it starts (a run can last minutes: ``--timeout`` defaults to 900 s)."""
+    """Send the spec's traffic (rates x ``rate_scale``) to the endpoints and measure it; the same request
+    stream is simulated and the cost model re-evaluated at the scaled rate, for comparison. ``progress``: told
+    each step as it starts (a run can last minutes: ``--timeout`` defaults to 900 s)."""
     say = progress or (lambda _: None)
     from trimtab.ir.lower import lower
     from trimtab.sim.engine import Simulation

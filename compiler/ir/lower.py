@@ -62,8 +62,8 @@ def spec_hash(spec: Spec, profiles: ProfileSet) -> str:
 
 
 def workload_rate(w: Workload, base_dir: str = ".") -> float:
-    """rate_rps, or the peak of the rate profile (a schedule's static sizing; docs/online.md), or the trace's mean
-    arrival rate x rate_scale."""
+    """rate_rps, or the peak of the rate profile (a schedule's static sizing; docs/online.md), or the trace's
+    mean arrival rate x rate_scale."""
     if w.rate_rps is not None:
         return float(w.rate_rps)
     if w.stages is not None:  # sized for the busiest stage, as a schedule's static sizing takes its peak
@@ -80,8 +80,8 @@ def workload_rate(w: Workload, base_dir: str = ".") -> float:
 
 
 def workload_prefix(w: Workload, base_dir: str = ".") -> tuple[float, int, tuple[tuple[int, float], ...], str]:
-    """(hit rate, working set tokens, LRU curve, source) of a workload's prefix reuse: declared, or measured from
-    its Mooncake trace's hash_ids (docs/prefix-caching.md). Raises InputError for a malformed trace."""
+    """(hit rate, working set tokens, LRU curve, source) of a workload's prefix reuse: declared, or measured
+    from its Mooncake trace's hash_ids (docs/prefix-caching.md). Raises InputError for a malformed trace."""
     p = w.prefix
     if p is None:
         return 0.0, 0, (), ""
@@ -127,9 +127,9 @@ def _max_tp(spec: Spec, gpu: str) -> int:
 
 
 def _host(spec: Spec, gpu: str, count: int, prof) -> tuple[float, float, float]:
-    """(CPU memory of the type's nodes in GiB, of its smallest node, narrowest PCIe GB/s) for the KV offload tier:
-    spec nodes[] where they give them, else the GPU profile's host memory per node (pro rata for a part-filled
-    derived node) and PCIe bandwidth; 0 where neither says."""
+    """(CPU memory of the type's nodes in GiB, of its smallest node, narrowest PCIe GB/s) for the KV offload
+    tier: spec nodes[] where they give them, else the GPU profile's host memory per node (pro rata for a
+    part-filled derived node) and PCIe bandwidth; 0 where neither says."""
     host = prof.host_memory_gib_per_node.value if prof.host_memory_gib_per_node is not None else 0.0
     pcie = prof.pcie_gbps.value if prof.pcie_gbps is not None else 0.0
     per = int(prof.gpus_per_node.value)

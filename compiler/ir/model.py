@@ -1,7 +1,8 @@
 """The IR: an immutable, resolved view of a spec (names resolved to profiles, lengths to buckets).
 
 Built by ``trimtab.ir.lower.lower(spec, profiles)``; read by candidate generation, the MILP, plan extraction
-and ``check``. Frozen dataclasses with tuples, sorted by name, so every later stage iterates deterministically.
+and ``check``. Frozen dataclasses with tuples, sorted by name, so every later stage iterates
+deterministically.
 """
 from __future__ import annotations
 
@@ -28,9 +29,10 @@ class WorkloadIR:
     buckets: tuple[LengthBucket, ...]
     truncated_share: float  # share of sampled requests cut to the model's context window
     index: int  # position in the spec, for error paths
-    # Prefix reuse (docs/prefix-caching.md): share of input tokens served from the prefix cache when it holds the
-    # whole working set (tokens); from a trace also the LRU curve ((cache tokens, hit rate), ascending), which
-    # scales the hit rate to the cache a replica has (without one: uniform popularity, hit x cache / working set).
+    # Prefix reuse (docs/prefix-caching.md): share of input tokens served from the prefix cache when it holds
+    # the whole working set (tokens); from a trace also the LRU curve ((cache tokens, hit rate), ascending),
+    # which scales the hit rate to the cache a replica has (without one: uniform popularity, hit x cache /
+    # working set).
     prefix_hit_rate: float = 0.0
     prefix_working_set: int = 0
     prefix_curve: tuple[tuple[int, float], ...] = ()

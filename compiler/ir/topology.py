@@ -2,7 +2,8 @@
 
 A node is one server: a GPU type, a number of GPUs split into NVLink (or xGMI, or one PCIe switch) domains,
 a NIC bandwidth and a rack. When the spec has no ``nodes:`` section, nodes are derived from ``gpus[]``: each
-pool of ``count`` GPUs fills nodes of the profile's ``gpus_per_node`` (the last one partly), one rack per type.
+pool of ``count`` GPUs fills nodes of the profile's ``gpus_per_node`` (the last one partly), one rack per
+type.
 
 ``Topology.graph()`` builds a networkx graph lazily: node vertices, a switch vertex per rack and a core
 vertex, with edge attribute ``gbps``; ``bandwidth_gbps(a, b)`` is the bottleneck bandwidth between two nodes
@@ -132,13 +133,13 @@ def _node(name, pool, gpus, domain, nic, cpu, pcie, _rack_given, rack) -> Node:
 
 def kv_link_loads(topo: Topology, stages: dict[str, list[tuple[str, int]]], flows: list[tuple[str, str, float]]
                   ) -> dict[str, tuple[float, float, list[str]]]:
-    """KV hand-off load on every network link of a placement: ``stages[deployment]`` lists (node, GPU index) of
-    each replica stage, ``flows`` (prefill, decode, bytes/s) the cross-node P/D routes. Least-outstanding-work
-    routing spreads a route's flow evenly over the replicas of both sides, so the share s_p(N) of the prefill
-    side's stages on node N sends f s_p(N) (1 - s_d(N)) out of N's NIC (the rest stays inside the node); rack
-    uplinks likewise with rack shares. Returns link -> (load, capacity in bytes/s, routes loading it); links:
-    ``nic <node> out|in`` (``nic_gbps``) and ``inter-rack <rack> out|in`` (``network.inter_rack_gbps``, when
-    given)."""
+    """KV hand-off load on every network link of a placement: ``stages[deployment]`` lists (node, GPU index)
+    of each replica stage, ``flows`` (prefill, decode, bytes/s) the cross-node P/D routes.
+    Least-outstanding-work routing spreads a route's flow evenly over the replicas of both sides, so the share
+    s_p(N) of the prefill side's stages on node N sends f s_p(N) (1 - s_d(N)) out of N's NIC (the rest stays
+    inside the node); rack uplinks likewise with rack shares. Returns link -> (load, capacity in bytes/s,
+    routes loading it); links: ``nic <node> out|in`` (``nic_gbps``) and ``inter-rack <rack> out|in``
+    (``network.inter_rack_gbps``, when given)."""
     nodes = {n.name: n for n in topo.nodes}
     out: dict[str, tuple[float, float, list[str]]] = {}
 

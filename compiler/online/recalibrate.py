@@ -6,13 +6,14 @@ traffic measured, moving the engine profile's two overheads within stated bounds
 
 * ``step_overhead_ms`` from TPOT: each engine step emits one token per decoding request, so the mean TPOT is
   the mean step time and a step overhead more or less moves it by as much
-  (``trimtab.cost.model.ReplicaModel.evaluate``). The evidence is the **mean** TPOT (exact: the histogram's sum over count) against the model's
-  at percentile 50 (its mean), per workload with at least ``MIN_REQUESTS`` requests, where the two differ by
-  more than ``Z`` standard errors of the measured mean (the histogram's variance, ``Hist.variance``). The
-  update is the request-weighted mean difference of those workloads.
+  (``trimtab.cost.model.ReplicaModel.evaluate``). The evidence is the **mean** TPOT (exact: the histogram's
+  sum over count) against the model's at percentile 50 (its mean), per workload with at least ``MIN_REQUESTS``
+  requests, where the two differ by more than ``Z`` standard errors of the measured mean (the histogram's
+  variance, ``Hist.variance``). The update is the request-weighted mean difference of those workloads.
 * ``request_overhead_ms`` from TTFT, after the step overhead moved (a step's time is in every prefill too):
-  the measured **median** TTFT (``histogram_quantile``) against the model's at percentile 50, where the prediction
-  lies outside the bucket that holds the measured median (inside it, the buckets cannot tell them apart).
+  the measured **median** TTFT (``histogram_quantile``) against the model's at percentile 50, where the
+  prediction lies outside the bucket that holds the measured median (inside it, the buckets cannot tell them
+  apart).
 
 Bounds: one update moves a parameter by at most ``MAX_MOVE`` of the measured quantity it explains (a burst of
 other load on a shared machine cannot rewrite the profile at once), and never outside ``BOUNDS``. Each update

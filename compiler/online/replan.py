@@ -1,6 +1,6 @@
 """Re-planning a running deployment (``trimtab replan``; docs/online.md, "Re-planning"): after drift (rates,
-lengths, prices, GPU counts in the spec) or failures, the cheapest plan for the new spec that keeps as much of the
-running plan as it can, next to a from-scratch plan.
+lengths, prices, GPU counts in the spec) or failures, the cheapest plan for the new spec that keeps as much of
+the running plan as it can, next to a from-scratch plan.
 
     r = replan(current_plan, spec, max_moves=4, fail=["node=h100-sxm-1"])
     r.plan, r.moves (deployment -> (started, stopped)), r.fresh, r.fresh_moves, r.transition_usd
@@ -9,15 +9,15 @@ The solve is ``trimtab.milp.formulate``'s MILP plus the move rows of ``trimtab.m
 each
 replica started costs its start-up (``trimtab.cost.startup``: price x start-up time, it serves nothing
 meanwhile) plus ``stop_usd`` per replica stopped, against ``horizon_h`` hours of the new plan's $/h; so among
-plans of equal cost the one with the fewest moves wins, and a cheaper plan wins only when it pays back its moves
-within the horizon. A deployment is matched by name (the candidate id, e.g. ``chat-h100-sxm-tp4-t8k``): a
-replica on another GPU type or shape is a stop plus a start. Rounds, validation by simulation and placement are
-the one driver's (``trimtab.planning.driver.drive``) with this planner.
+plans of equal cost the one with the fewest moves wins, and a cheaper plan wins only when it pays back its
+moves within the horizon. A deployment is matched by name (the candidate id, e.g. ``chat-h100-sxm-tp4-t8k``):
+a replica on another GPU type or shape is a stop plus a start. Rounds, validation by simulation and placement
+are the one driver's (``trimtab.planning.driver.drive``) with this planner.
 
 Failures: ``node=NAME`` removes a node of the plan's placement (its GPUs leave the spec's counts, the replicas
-with a stage on it are gone); ``gpus.TYPE=-N`` removes N GPUs of a type, taken from the last nodes of that type
-(the replicas placed on them are gone); ``replica=DEPLOYMENT/INDEX`` is one replica gone (its engine stopped
-answering: ``trimtab watch``), its GPUs kept, so the re-plan may start a replica on them again.
+with a stage on it are gone); ``gpus.TYPE=-N`` removes N GPUs of a type, taken from the last nodes of that
+type (the replicas placed on them are gone); ``replica=DEPLOYMENT/INDEX`` is one replica gone (its engine
+stopped answering: ``trimtab watch``), its GPUs kept, so the re-plan may start a replica on them again.
 """
 from __future__ import annotations
 
@@ -43,7 +43,8 @@ class Failure:
 
 
 def parse_failures(plan: Plan, spec, items: list[str]) -> Failure:
-    """``node=NAME`` / ``gpus.TYPE=-N`` / ``replica=DEPLOYMENT/INDEX`` against the running plan's placement."""
+    """``node=NAME`` / ``gpus.TYPE=-N`` / ``replica=DEPLOYMENT/INDEX`` against the running plan's
+    placement."""
     from trimtab.ir.lower import lower
     from trimtab.ir.topology import build_topology
 

@@ -1,11 +1,11 @@
-"""Watching a plan with a ``schedule`` (``trimtab watch``; docs/online.md, "Schedules"): the window the clock is
-in is the plan. Its static plan (``trimtab.gate.windows.window_plan``: the window's replicas and routes) and
-its spec (``trimtab.spec.rates.window_spec``: each workload at the window's rate) are watched by a ``Watcher``
-as a static plan is; at a window boundary a new one takes over, so the rates and replicas the schedule changes
-on purpose are not read as drift. Only the replicas the window runs are scraped (the others are scaled down by
-the schedule's cron triggers, not failed), and the first interval of a window, which mixes both windows'
-traffic, is not tested (the new watcher's first scrape only starts its intervals). Proposals keep one
-numbering over the windows.
+"""Watching a plan with a ``schedule`` (``trimtab watch``; docs/online.md, "Schedules"): the window the clock
+is in is the plan. Its static plan (``trimtab.gate.windows.window_plan``: the window's replicas and routes)
+and its spec (``trimtab.spec.rates.window_spec``: each workload at the window's rate) are watched by a
+``Watcher`` as a static plan is; at a window boundary a new one takes over, so the rates and replicas the
+schedule changes on purpose are not read as drift. Only the replicas the window runs are scraped (the others
+are scaled down by the schedule's cron triggers, not failed), and the first interval of a window, which mixes
+both windows' traffic, is not tested (the new watcher's first scrape only starts its intervals). Proposals
+keep one numbering over the windows.
 
 Windows are placed on the clock as ``trimtab emit`` places them (``trimtab.deploy.autoscale``: the period from
 midnight UTC, window ``t`` from ``t x window_s``): the time of the period is UTC epoch seconds modulo the

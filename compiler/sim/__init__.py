@@ -2,7 +2,8 @@
 queues, a filling KV cache, routing across replicas. See docs/simulator.md.
 
     from trimtab.sim import simulate
-    res = simulate(plan, spec, requests=20_000, seed=0)   # SimResult: .workloads, .deployments, .ok, .failures()
+    res = simulate(plan, spec, requests=20_000, seed=0)   # SimResult: .workloads, .deployments, .ok,
+    .failures()
 
 Layout: ``engine`` (event loop, arrivals drawn up front), ``arrivals`` (Poisson, Gamma, trace replay),
 ``replica`` (one engine's scheduler; step times from ``trimtab.cost.model.ReplicaModel.iteration_s``),
@@ -36,8 +37,8 @@ DEFAULT_SEED = 0
 
 
 def aim(w) -> float:
-    """Requests of workload ``w`` (an IR workload) a run aims at: MIN_PER_WORKLOAD, and TAIL_SAMPLES beyond its
-    percentile."""
+    """Requests of workload ``w`` (an IR workload) a run aims at: MIN_PER_WORKLOAD, and TAIL_SAMPLES beyond
+    its percentile."""
     return max(MIN_PER_WORKLOAD, TAIL_SAMPLES / max(1 - w.slo.percentile / 100, 1e-6))
 
 
@@ -54,14 +55,15 @@ AIM_SHORT = 0.5  # a workload gets a run of its own length (aim_counts) when a r
 
 
 def aim_counts(plan: Plan, ir: ProblemIR, requests: int, names, runs: int = 1) -> dict[str, int]:
-    """Requests per workload, per run, for the workloads of ``names`` that a run of ``requests`` (split by rate)
-    leaves *short*: under AIM_SHORT of their ``aim`` (MAX_DEFAULT_REQUESTS caps the runs of specs of many
-    workloads; a low-rate p99 workload then gets ~100 requests, too few to show its target). ``runs`` such runs
-    together give each short workload its aim, and every workload it shares a deployment with (``closure``) the
-    same span of arrivals: per closure, the span in which its slowest workload gets aim / ``runs`` requests
-    (never shorter than a run of ``requests``), each workload's rate x that span. All the counts add up to
-    MAX_DEFAULT_REQUESTS at most (scaled down past it). {}: no workload of ``names`` is short. For
-    ``simulate(counts=...)`` in the planner's validating seeds after the first (``trimtab.sim.validate``)."""
+    """Requests per workload, per run, for the workloads of ``names`` that a run of ``requests`` (split by
+    rate) leaves *short*: under AIM_SHORT of their ``aim`` (MAX_DEFAULT_REQUESTS caps the runs of specs of
+    many workloads; a low-rate p99 workload then gets ~100 requests, too few to show its target). ``runs``
+    such runs together give each short workload its aim, and every workload it shares a deployment with
+    (``closure``) the same span of arrivals: per closure, the span in which its slowest workload gets aim /
+    ``runs`` requests (never shorter than a run of ``requests``), each workload's rate x that span. All the
+    counts add up to MAX_DEFAULT_REQUESTS at most (scaled down past it). {}: no workload of ``names`` is
+    short. For ``simulate(counts=...)`` in the planner's validating seeds after the first
+    (``trimtab.sim.validate``)."""
     by_name = {w.name: w for w in ir.workloads}
     total = sum(w.rate_rps for w in ir.workloads)
     if total <= 0:
@@ -92,24 +94,25 @@ def simulate(plan: Plan, spec: Spec, *, ir: ProblemIR | None = None, requests: i
              counts: dict[str, int] | None = None, scenario: Scenario | None = None,
              warmup: bool = True) -> SimResult:
     """Simulate ``plan`` under ``spec``'s traffic. ``requests`` (total, split by rate) or ``duration_s``
-    (seconds of arrivals); neither: ``default_requests``. ``trace`` replays one trace's arrivals and lengths for
-    every workload (or those in ``trace_workloads``), each rescaled to its own rate. ``cache``
+    (seconds of arrivals); neither: ``default_requests``. ``trace`` replays one trace's arrivals and lengths
+    for every workload (or those in ``trace_workloads``), each rescaled to its own rate. ``cache``
     (``trimtab.sim.reuse.RunCache``, the planner's rounds): reuse the deployment runs of the last simulation
-    of this seed whose inputs are unchanged; the result is the same as without it. ``only_workloads``: run only
-    the deployments these workloads are routed to (``closure``: with every workload those serve, and so on) and
-    report those workloads and deployments alone: the workloads exactly as the whole run reports them (the
-    deployments' event loops are independent; the arrivals are drawn for every workload, the same random
-    streams), unless a deployment left out would have stopped the run at its drain limit (``reuse.join_ends``);
-    the deployments' time shares (utilisation, KV) are over this run's end, which can come earlier. ``counts``
-    (workload -> requests; instead of ``requests`` or ``duration_s``, and as ``only_workloads`` its workloads):
-    those workloads alone, each from a random stream of its own (``trimtab.sim.engine.draw_counts``) and
-    measured after the first WARMUP share of its own arrivals (``aim_counts``: runs as long as rare workloads
-    need); ``only_workloads`` then runs only those of them (and their closure). ``scenario``: what
-    ``build_scenario(plan, spec, ir, trace, trace_workloads, arrival_cv)`` returns for these arguments, built once by
-    a caller that simulates the same plan at several seeds (``trimtab.sim.validate.simulate_seeds``): a run never
-    changes its scenario, so the result is the same. ``warmup=False`` measures every request from the first
-    (a load test's own report, cold caches included) rather than after the first WARMUP share of the run
-    (steady state). Runs with the garbage collector paused (``trimtab.util.jobs.gc_paused``)."""
+    of this seed whose inputs are unchanged; the result is the same as without it. ``only_workloads``: run
+    only the deployments these workloads are routed to (``closure``: with every workload those serve, and so
+    on) and report those workloads and deployments alone: the workloads exactly as the whole run reports them
+    (the deployments' event loops are independent; the arrivals are drawn for every workload, the same random
+    streams), unless a deployment left out would have stopped the run at its drain limit
+    (``reuse.join_ends``); the deployments' time shares (utilisation, KV) are over this run's end, which can
+    come earlier. ``counts`` (workload -> requests; instead of ``requests`` or ``duration_s``, and as
+    ``only_workloads`` its workloads): those workloads alone, each from a random stream of its own
+    (``trimtab.sim.engine.draw_counts``) and measured after the first WARMUP share of its own arrivals
+    (``aim_counts``: runs as long as rare workloads need); ``only_workloads`` then runs only those of them
+    (and their closure). ``scenario``: what ``build_scenario(plan, spec, ir, trace, trace_workloads,
+    arrival_cv)`` returns for these arguments, built once by a caller that simulates the same plan at several
+    seeds (``trimtab.sim.validate.simulate_seeds``): a run never changes its scenario, so the result is the
+    same. ``warmup=False`` measures every request from the first (a load test's own report, cold caches
+    included) rather than after the first WARMUP share of the run (steady state). Runs with the garbage
+    collector paused (``trimtab.util.jobs.gc_paused``)."""
     t0 = time.perf_counter()
     ir = ir or lower(spec)
     if requests is None and duration_s is None and counts is None:
@@ -159,8 +162,8 @@ def closure(plan: Plan, workloads) -> tuple[frozenset[str], frozenset[str]]:
 
 
 def rejected_notes(sim) -> list[str]:
-    """Per workload: trace requests whose prompt does not fit the model's context window. A real engine refuses
-    them (longer than --max-model-len); the simulator does the same and counts them as misses."""
+    """Per workload: trace requests whose prompt does not fit the model's context window. A real engine
+    refuses them (longer than --max-model-len); the simulator does the same and counts them as misses."""
     n: dict[int, int] = {}
     for r in sim.requests:
         if r.status == 3:

@@ -1,19 +1,19 @@
 """Simulating prefill/decode pairs: a prefill queue, the KV hand-off, a decode queue.
 
-A request routed to a (prefill, decode) pair is prefilled on a replica of the prefill deployment (``least_request``; an
-ordinary ``Replica`` serving a one-token proxy of it: the prompt and the first token), then its KV moves to the
-decode deployment for ``tokens x kv_bytes_per_token / bandwidth`` seconds (the narrower NIC share of the two
-replicas, ``trimtab.cost.transfer.transfer_s``; for a co-located pair the GPUs' links inside the node); its first
-token is delivered when the KV lands, so the hand-off counts in TTFT as the planner counts it. A
-``DecodeReplica`` of the decode deployment (``least_request``, drawn apart) admits it straight into its decode
-batch (no prompt to compute) while ``max_num_seqs`` and its KV cache allow, and emits one token per step;
-steps are decode-only (``ReplicaModel.iteration_s(batch, context)``).
+A request routed to a (prefill, decode) pair is prefilled on a replica of the prefill deployment
+(``least_request``; an ordinary ``Replica`` serving a one-token proxy of it: the prompt and the first token),
+then its KV moves to the decode deployment for ``tokens x kv_bytes_per_token / bandwidth`` seconds (the
+narrower NIC share of the two replicas, ``trimtab.cost.transfer.transfer_s``; for a co-located pair the GPUs'
+links inside the node); its first token is delivered when the KV lands, so the hand-off counts in TTFT as the
+planner counts it. A ``DecodeReplica`` of the decode deployment (``least_request``, drawn apart) admits it
+straight into its decode batch (no prompt to compute) while ``max_num_seqs`` and its KV cache allow, and emits
+one token per step; steps are decode-only (``ReplicaModel.iteration_s(batch, context)``).
 
 Simplifications (docs/simulator.md): transfers do not contend for the links (the planner keeps them under
 ``trimtab.ir.topology.LINK_UTIL`` of each NIC); a decode replica that must preempt re-admits the request later
 without recomputing its KV. A co-located pair's request goes to the least-loaded decode replica of the prefill
-replica's own group (``PairTarget.group``). A request counts against the prefill deployment when it misses TTFT
-and against the decode deployment otherwise (``worst_deployment`` is then the side to derate).
+replica's own group (``PairTarget.group``). A request counts against the prefill deployment when it misses
+TTFT and against the decode deployment otherwise (``worst_deployment`` is then the side to derate).
 """
 from __future__ import annotations
 
@@ -114,7 +114,8 @@ class DisaggSimulation(Simulation):
             return
         rep = item
         if sc.deployments[rep.dep].view.role != "prefill":
-            # a unified or decode replica: nothing to hand over, the base event (with its fast paths) is the same
+            # a unified or decode replica: nothing to hand over, the base event (with its fast paths) is the
+            # same
             super()._on_event(t, rep)
             return
         rep.finish_step(t)
@@ -140,7 +141,8 @@ class DisaggSimulation(Simulation):
         self._next_step(rep, t)
 
     def _on_arrival(self, i: int, t: float) -> None:
-        """Arrival ``i``: targets past the deployments are pairs; a pair request is prefilled as a one-token proxy."""
+        """Arrival ``i``: targets past the deployments are pairs; a pair request is prefilled as a one-token
+        proxy."""
         sc, replicas, caps = self.sc, self.replicas, self._caps
         d = self._dep[i]
         nd = len(sc.deployments)

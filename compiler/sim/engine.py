@@ -1,8 +1,8 @@
 """The discrete-event core: one event heap per simulation, ordered by (time, sequence number).
 
-``Simulation(scenario, seed, requests | duration_s).run()`` draws every workload's arrivals and lengths up front
-(numpy ``Generator`` seeded per simulation), then advances time event by event: the next arrival (from the
-merged, sorted arrival arrays) or the next end of an engine step (from the heap), arrivals second on ties.
+``Simulation(scenario, seed, requests | duration_s).run()`` draws every workload's arrivals and lengths up
+front (numpy ``Generator`` seeded per simulation), then advances time event by event: the next arrival (from
+the merged, sorted arrival arrays) or the next end of an engine step (from the heap), arrivals second on ties.
 All state (heap, sequence counter, random generator, replicas) belongs to the ``Simulation`` object, so two
 simulations in one process share nothing and the same inputs give the same result.
 """
@@ -66,8 +66,8 @@ class Arrivals:
 
 
 def _workload_arrivals(rng: np.random.Generator, w: SimWorkload, n: int | None, duration_s: float | None):
-    """(times, prompt, output, bucket, trace row) of one workload's requests. A trace row whose prompt does not
-    fit the context window gets bucket -1: a real engine rejects it (longer than --max-model-len)."""
+    """(times, prompt, output, bucket, trace row) of one workload's requests. A trace row whose prompt does
+    not fit the context window gets bucket -1: a real engine rejects it (longer than --max-model-len)."""
     if w.trace is not None:
         rate = w.trace_rate
         if rate is None:
@@ -89,8 +89,8 @@ def _workload_arrivals(rng: np.random.Generator, w: SimWorkload, n: int | None, 
 
 
 def _workload_part(rng: np.random.Generator, w: SimWorkload, wi: int, n: int | None, duration_s: float | None):
-    """One workload's arrivals as the columns of ``Arrivals`` (unsorted): times, workload index, prompt, output,
-    routed deployment, trace row."""
+    """One workload's arrivals as the columns of ``Arrivals`` (unsorted): times, workload index, prompt,
+    output, routed deployment, trace row."""
     t, isl, osl, bucket, row = _workload_arrivals(rng, w, n, duration_s)
     u = rng.random(len(t))
     if w.prompt_set is not None and w.trace is None:  # which user of which group sends each request (drawn
@@ -130,10 +130,10 @@ COUNTS_STREAM = 7919  # the random streams of ``draw_counts`` (apart from every 
 
 
 def draw_counts(sc: Scenario, seed: int, counts: dict[int, int]) -> Arrivals:
-    """``counts[wi]`` requests of workload ``wi`` for each workload in ``counts`` (the others: none), each from a
-    random stream of its own (seeded by (``seed``, COUNTS_STREAM, wi)): a workload's requests do not depend on
-    which others are drawn or how many (``trimtab.sim.aim_counts``: the planner's longer runs of rare
-    workloads)."""
+    """``counts[wi]`` requests of workload ``wi`` for each workload in ``counts`` (the others: none), each
+    from a random stream of its own (seeded by (``seed``, COUNTS_STREAM, wi)): a workload's requests do not
+    depend on which others are drawn or how many (``trimtab.sim.aim_counts``: the planner's longer runs of
+    rare workloads)."""
     return _merge([_workload_part(np.random.default_rng((seed, COUNTS_STREAM, wi)), sc.workloads[wi], wi, n, None)
                    for wi, n in sorted(counts.items())])
 
@@ -162,8 +162,8 @@ def _mix64(x: int) -> int:
 
 def route_base(seed, side: int = 0) -> int:
     """The router's key offset for one simulation's ``seed`` (``side`` 1: the decode side of a P/D pair, drawn
-    apart from its prefill side); a request's key is this plus its id (``least_request``). A numpy integer seed
-    keys as the same Python int."""
+    apart from its prefill side); a request's key is this plus its id (``least_request``). A numpy integer
+    seed keys as the same Python int."""
     seed = tuple(int(x) for x in seed) if isinstance(seed, (tuple, list)) else int(seed)
     return _mix64(zlib.crc32(repr((seed, side)).encode()))
 
@@ -187,11 +187,11 @@ def least_request(group: list, key: int) -> object:
 
 
 class Simulation:
-    # Replicas interact only at arrivals (the router reads its sampled replicas' active requests then): between two
-    # arrivals each one's steps depend on its own state alone, so ``_on_event`` runs a replica's steps up to the
-    # next arrival without interleaving them with the other replicas' events in time order (the same floats, the
-    # same request times: tests/sim/test_rare_runs.py). False where events of one replica act on another (P/D
-    # hand-offs, a schedule's scale events that dispatch waiting requests).
+    # Replicas interact only at arrivals (the router reads its sampled replicas' active requests then):
+    # between two arrivals each one's steps depend on its own state alone, so ``_on_event`` runs a replica's
+    # steps up to the next arrival without interleaving them with the other replicas' events in time order
+    # (the same floats, the same request times: tests/sim/test_rare_runs.py). False where events of one
+    # replica act on another (P/D hand-offs, a schedule's scale events that dispatch waiting requests).
     replicas_apart = True
 
     def __init__(self, scenario: Scenario, seed: int = 0, requests: int | None = None,
@@ -202,24 +202,24 @@ class Simulation:
         self.sc = scenario
         self.seed = seed
         self._route = route_base(seed)  # the router's key offset (``least_request``)
-        # ``counts`` (workload index -> requests; ``draw_counts``): only those workloads, each from its own random
-        # stream, and each measured after the first WARMUP share of its own arrivals (``warmup_from``)
+        # ``counts`` (workload index -> requests; ``draw_counts``): only those workloads, each from its own
+        # random stream, and each measured after the first WARMUP share of its own arrivals (``warmup_from``)
         self.counts = counts
         # Deployment runs reused across the planner's rounds (trimtab.sim.reuse); the deployments of P/D pairs
         # (a subclass) interact and run together, never reused.
         self.cache = cache
         self._cache_slot = (seed, requests, duration_s) if counts is None else (seed, "counts", None)
-        # Deployments to run (by name; None: all): the others' requests are drawn (the same random streams) and
-        # left unserved and unmeasured (``trimtab.sim.simulate(only_workloads=...)`` reports only workloads
-        # served entirely by the deployments run). Runs one event loop per deployment.
+        # Deployments to run (by name; None: all): the others' requests are drawn (the same random streams)
+        # and left unserved and unmeasured (``trimtab.sim.simulate(only_workloads=...)`` reports only
+        # workloads served entirely by the deployments run). Runs one event loop per deployment.
         self.only = only
         self.rng = np.random.default_rng(seed)
         self.arrivals = self._draw_arrivals(requests, duration_s) if counts is None else \
             draw_counts(scenario, seed, counts)
         a = self.arrivals
         self.t_last_arrival = float(a.t[-1]) if len(a.t) else 0.0
-        # per workload index: the arrival time from which its requests are measured (None: the first WARMUP share
-        # of the whole run, trimtab.sim.metrics)
+        # per workload index: the arrival time from which its requests are measured (None: the first WARMUP
+        # share of the whole run, trimtab.sim.metrics)
         self.warmup_from = None if counts is None else _warmup_from(a, len(scenario.workloads))
         self.t_stop = self.t_last_arrival + max(DRAIN_MIN_S, DRAIN_FACTOR * self.t_last_arrival)
         self.timeline_dt = self.t_stop / TIMELINE_BINS if timeline and self.t_stop > 0 else 0.0
@@ -244,14 +244,16 @@ class Simulation:
         return draw_arrivals(self.sc, self.rng, requests, duration_s)
 
     def _kick(self, rep: Replica, t: float) -> None:
-        """Start ``rep``'s next step at ``t`` when it is idle and has work; the step's end goes on the heap."""
+        """Start ``rep``'s next step at ``t`` when it is idle and has work; the step's end goes on the
+        heap."""
         if not rep.busy:
             t_next = rep.start_step(t)
             if t_next >= 0:
                 heappush(self.events.heap, (t_next, next(self.events.seq), rep))
 
     def _next_step(self, rep: Replica, t: float) -> None:
-        """After a step of ``rep`` ended at ``t``: start its next one, if it has work, and put its end on the heap."""
+        """After a step of ``rep`` ended at ``t``: start its next one, if it has work, and put its end on the
+        heap."""
         t_next = rep.start_step(t)
         if t_next >= 0:
             heappush(self.events.heap, (t_next, next(self.events.seq), rep))
@@ -268,8 +270,8 @@ class Simulation:
         return False
 
     def _admit(self, r: Request, d: int, cap: int, t: float) -> None:
-        """An arrived request for deployment ``d``: turned away (``_turned_away``) or queued on the replica the
-        router picks (``least_request``)."""
+        """An arrived request for deployment ``d``: turned away (``_turned_away``) or queued on the replica
+        the router picks (``least_request``)."""
         if self._turned_away(r, d, cap):
             return
         rep = least_request(self.replicas[d], self._route + r.rid)
@@ -279,8 +281,8 @@ class Simulation:
     def run(self, progress: Callable[[float], None] | None = None) -> "Simulation":
         """Advance until every request is done (or t_stop); ``progress(fraction of arrivals)`` now and then.
         With a ``cache`` (the planner), or without P/D pairs and ``progress``, one event loop per deployment
-        (``_run_split``, reusing runs from ``cache`` when given); otherwise one over all arrivals. Both give the
-        same requests, replicas and end (trimtab.sim.reuse)."""
+        (``_run_split``, reusing runs from ``cache`` when given); otherwise one over all arrivals. Both give
+        the same requests, replicas and end (trimtab.sim.reuse)."""
         if self.cache is not None or self.only is not None or (type(self) is Simulation and progress is None):
             self._run_split()
         else:
@@ -291,10 +293,10 @@ class Simulation:
         return self
 
     def _loop(self, order, progress: Callable[[float], None] | None = None) -> tuple[float, bool]:
-        """The one event loop over the arrivals ``order`` (indices, ascending): the next step end (``_on_event``)
-        or the next arrival (``_on_arrival``), arrivals second on ties; subclasses (``trimtab.sim.disagg``)
-        change what an event or an arrival does, not the loop. Returns (time of the last event or arrival,
-        whether it stopped at t_stop with events left)."""
+        """The one event loop over the arrivals ``order`` (indices, ascending): the next step end
+        (``_on_event``) or the next arrival (``_on_arrival``), arrivals second on ties; subclasses
+        (``trimtab.sim.disagg``) change what an event or an arrival does, not the loop. Returns (time of the
+        last event or arrival, whether it stopped at t_stop with events left)."""
         ts = self._ts
         n = len(order)
         heap = self.events.heap
@@ -327,12 +329,12 @@ class Simulation:
                 progress(j / n)
 
     def _run_split(self) -> None:
-        """One event loop per deployment over the arrivals routed to it, each taken from ``cache`` when the last
-        simulation of this seed ran it with the same inputs (``trimtab.sim.reuse.dep_key``); then the requests
-        no replica serves (unrouted, refused, too long, a deployment of 0 replicas). The deployments of P/D pairs
-        (``Scenario.pairs``, route targets past the deployments) hand requests to each other: their arrivals run
-        in one loop together, never reused. Deployments ``only`` leaves out do not run (a skipped pair: none of
-        its deployments named); their requests stay as drawn."""
+        """One event loop per deployment over the arrivals routed to it, each taken from ``cache`` when the
+        last simulation of this seed ran it with the same inputs (``trimtab.sim.reuse.dep_key``); then the
+        requests no replica serves (unrouted, refused, too long, a deployment of 0 replicas). The deployments
+        of P/D pairs (``Scenario.pairs``, route targets past the deployments) hand requests to each other:
+        their arrivals run in one loop together, never reused. Deployments ``only`` leaves out do not run (a
+        skipped pair: none of its deployments named); their requests stay as drawn."""
         from trimtab.sim.reuse import DepRun, dep_key, join_ends
 
         cache = self.cache
@@ -424,8 +426,9 @@ class Simulation:
         return self.requests, t, stopped
 
     def _run_all(self, orders: dict[int, list[int]]) -> dict[int, tuple[list[Request], float, bool]]:
-        """``_run_one`` for each deployment of ``orders`` (d -> arrival indices), in forked processes where the
-        run is large enough (``trimtab.sim.parallel``: the same floats, the same requests); here otherwise."""
+        """``_run_one`` for each deployment of ``orders`` (d -> arrival indices), in forked processes where
+        the run is large enough (``trimtab.sim.parallel``: the same floats, the same requests); here
+        otherwise."""
         from trimtab.util.jobs import jobs_default
         from trimtab.sim import parallel
 

@@ -3,11 +3,11 @@
 After the event loop, each request of a workload that uses adapters is given one, drawn (own random stream,
 so the arrivals and lengths are those of the plan without adapters) from the adapters the plan routes that
 workload to its deployment, in proportion to their traffic. Each replica keeps ``max_loras`` adapters resident
-in GPU slots, least recently used evicted first; a request admitted while its adapter is not resident waits for
-it to be copied from CPU memory (``trimtab.cost.lora.swap_s``, the planner's figure): its first token and all
-later ones come that much later. The load is charged to the request alone (vLLM loads adapters at the start of
-the step that admits the request, which also delays the batch's other requests by as much; at ~1-10 ms per
-load against steps of ~10-30 ms this is noted, not modelled).
+in GPU slots, least recently used evicted first; a request admitted while its adapter is not resident waits
+for it to be copied from CPU memory (``trimtab.cost.lora.swap_s``, the planner's figure): its first token and
+all later ones come that much later. The load is charged to the request alone (vLLM loads adapters at the
+start of the step that admits the request, which also delays the batch's other requests by as much; at ~1-10
+ms per load against steps of ~10-30 ms this is noted, not modelled).
 """
 from __future__ import annotations
 

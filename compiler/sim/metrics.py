@@ -32,21 +32,23 @@ def _q(x: np.ndarray, p: float) -> float:
 
 
 def _at(x: np.ndarray, share: float) -> float:
-    """``x`` at quantile ``share`` (0-1; 1: the largest), an observed value (``inverted_cdf``); nan when empty."""
+    """``x`` at quantile ``share`` (0-1; 1: the largest), an observed value (``inverted_cdf``); nan when
+    empty."""
     if len(x) == 0:
         return math.nan
     return float(np.quantile(x, share, method="inverted_cdf"))
 
 
 def quantile_ci(x: np.ndarray, p: float, confidence: float = 0.95) -> tuple[float, float]:
-    """Distribution-free confidence interval for the ``p``-th percentile of the population ``x`` was drawn from.
+    """Distribution-free confidence interval for the ``p``-th percentile of the population ``x`` was drawn
+    from.
 
     Order statistics: with ``B ~ Binomial(n, p/100)`` the number of samples below the true percentile,
     ``[x_(l), x_(u)]`` covers it with probability ``P(l <= B < u)``; ``l`` and ``u`` are the ``(1-c)/2`` and
-    ``(1+c)/2`` quantiles of ``B`` (``u`` one rank up), so the coverage is at least ``confidence`` whatever the
-    latency distribution. Too few samples for a bound: that end is -inf / +inf (35 samples have no upper bound
-    for a p90 at 95 %). Why: a percentile of 40 requests moves by tens of percent between runs of the same engine,
-    and a comparison with a model must say how far the measurement itself could be off."""
+    ``(1+c)/2`` quantiles of ``B`` (``u`` one rank up), so the coverage is at least ``confidence`` whatever
+    the latency distribution. Too few samples for a bound: that end is -inf / +inf (35 samples have no upper
+    bound for a p90 at 95 %). Why: a percentile of 40 requests moves by tens of percent between runs of the
+    same engine, and a comparison with a model must say how far the measurement itself could be off."""
     from scipy.stats import binom
 
     n = len(x)
@@ -197,8 +199,8 @@ class SimResult:
         return [w.failure() for w in self.workloads.values() if not w.passed]
 
     def latency_at_ms(self, name: str, share: float) -> tuple[float, float] | None:
-        """Workload ``name``'s measured (TTFT, TPOT) in ms at quantile ``share`` (0-1; 1: the worst request), from
-        ``samples``; None when this run did not keep them."""
+        """Workload ``name``'s measured (TTFT, TPOT) in ms at quantile ``share`` (0-1; 1: the worst request),
+        from ``samples``; None when this run did not keep them."""
         got = self.samples.get(name)
         if got is None or not len(got[0]):
             return None
@@ -250,9 +252,9 @@ def summarise(sim, span: tuple[float, float] | None = None, workloads: frozenset
               deployments: frozenset[str] | None = None) -> SimResult:
     """Per workload and deployment statistics of a finished run. ``span`` = (from, to): measure only the
     requests arriving in [from, to) (a window of a schedule simulation, ``trimtab.sim.schedule``) instead of
-    those after the first WARMUP share of the run. ``workloads`` / ``deployments`` (None: all): report only these
-    (a run of some workloads, ``trimtab.sim.simulate(only_workloads=...)``; the others' statistics are not
-    computed)."""
+    those after the first WARMUP share of the run. ``workloads`` / ``deployments`` (None: all): report only
+    these (a run of some workloads, ``trimtab.sim.simulate(only_workloads=...)``; the others' statistics are
+    not computed)."""
     sc = sim.sc
     reqs = sim.requests
     n = len(reqs)

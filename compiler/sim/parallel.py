@@ -2,24 +2,25 @@
 validating runs on 2+ cores).
 
 Entry points: ``run_deployments(sim, orders, jobs) -> {d: (requests, t_last, stopped)}``, called by
-``Simulation._run_all`` for the deployments it has to run (not reused from a former round); ``seeds_in_processes``,
-called by ``trimtab.sim.validate.simulate_seeds`` for the seeds after the first.
+``Simulation._run_all`` for the deployments it has to run (not reused from a former round);
+``seeds_in_processes``, called by ``trimtab.sim.validate.simulate_seeds`` for the seeds after the first.
 
 Why this is exact: the deployments' event loops are independent (``trimtab.sim.reuse``; P/D pairs, which
-interact, run apart, in the parent): each starts from a fresh event queue and touches only its own replicas and
-the requests routed to it. So a deployment's loop run in a forked child (which inherits the drawn arrivals, the
-replicas and their cost models) computes the same floats in the same order as in the parent. The child sends
-back each request's fields and each replica's counters (``pack_run``); the parent rebuilds the ``Request``
-objects and sets the counters on its own replica objects (which the child's run never touched). Only numbers
-travel. A seed's simulation is a function of its seed and the plan alone, so seeds run side by side the same way,
-their deployment runs sent back into the planner's ``RunCache``.
+interact, run apart, in the parent): each starts from a fresh event queue and touches only its own replicas
+and the requests routed to it. So a deployment's loop run in a forked child (which inherits the drawn
+arrivals, the replicas and their cost models) computes the same floats in the same order as in the parent. The
+child sends back each request's fields and each replica's counters (``pack_run``); the parent rebuilds the
+``Request`` objects and sets the counters on its own replica objects (which the child's run never touched).
+Only numbers travel. A seed's simulation is a function of its seed and the plan alone, so seeds run side by
+side the same way, their deployment runs sent back into the planner's ``RunCache``.
 
 The parent and the children take deployments from one queue (the most arrivals first, a shared counter), so a
 process that drew short runs takes more of them. A run that ends with requests still queued or in flight
-(stopped at the drain limit) or on a replica with a prefix cache (an LRU of trace block hashes, too large to send)
-is not sent: the parent runs it. What a child that fails (or is killed) took, the parent runs. Only runs of at
-least ``MIN_ARRIVALS`` requests use children (forking and sending costs ~0.1 s; the test suite's small runs stay in
-one process); ``TRIMTAB_JOBS=1`` turns it off, as for the candidate fan-out (``trimtab.milp.fanout``).
+(stopped at the drain limit) or on a replica with a prefix cache (an LRU of trace block hashes, too large to
+send) is not sent: the parent runs it. What a child that fails (or is killed) took, the parent runs. Only runs
+of at least ``MIN_ARRIVALS`` requests use children (forking and sending costs ~0.1 s; the test suite's small
+runs stay in one process); ``TRIMTAB_JOBS=1`` turns it off, as for the candidate fan-out
+(``trimtab.milp.fanout``).
 """
 from __future__ import annotations
 
@@ -51,16 +52,16 @@ def unpack_request(t: tuple) -> Request:
 
 
 def pack_replica(rep: Replica) -> tuple | None:
-    """(``REPLICA_FIELDS`` values, ids of the requests done in order); None when it still holds requests or has a
-    prefix cache."""
+    """(``REPLICA_FIELDS`` values, ids of the requests done in order); None when it still holds requests or
+    has a prefix cache."""
     if rep.pfx is not None or any(getattr(rep, q) for q in _QUEUES):
         return None
     return _REP(rep), [r.rid for r in rep.done]
 
 
 def pack_run(requests: list[Request], replicas: list[Replica], t_last: float, stopped: bool) -> tuple | None:
-    """A finished deployment run as numbers; None when it cannot travel (stopped at the drain limit, or a replica
-    that ``pack_replica`` cannot send)."""
+    """A finished deployment run as numbers; None when it cannot travel (stopped at the drain limit, or a
+    replica that ``pack_replica`` cannot send)."""
     reps = [pack_replica(r) for r in replicas]
     if stopped or any(x is None for x in reps):
         return None
@@ -68,8 +69,8 @@ def pack_run(requests: list[Request], replicas: list[Replica], t_last: float, st
 
 
 def unpack_run(packed: tuple, replicas: list[Replica]) -> tuple[list[Request], float, bool]:
-    """``pack_run``'s run again: its requests rebuilt, the counters set on ``replicas`` (the parent's own, or blank
-    ones); (requests, time of the last event, stopped)."""
+    """``pack_run``'s run again: its requests rebuilt, the counters set on ``replicas`` (the parent's own, or
+    blank ones); (requests, time of the last event, stopped)."""
     rows, reps, t_last, stopped = packed
     requests = [unpack_request(x) for x in rows]
     by_rid = {r.rid: r for r in requests}
@@ -81,7 +82,8 @@ def unpack_run(packed: tuple, replicas: list[Replica]) -> tuple[list[Request], f
 
 
 def _blank_replica() -> Replica:
-    """A replica to hold a finished run's counters: read, never stepped again (no cost model, empty queues)."""
+    """A replica to hold a finished run's counters: read, never stepped again (no cost model, empty
+    queues)."""
     from collections import deque
 
     rep = Replica.__new__(Replica)
@@ -130,7 +132,8 @@ def _take(queue: list[int], counter):
 
 
 def _child(sim, queue: list[int], orders: dict[int, list[int]], counter, conn) -> None:
-    """Run the deployments this child takes; replies (d, ``pack_run`` of its run, or None: the parent runs it)."""
+    """Run the deployments this child takes; replies (d, ``pack_run`` of its run, or None: the parent runs
+    it)."""
     def work() -> list:
         out = []
         while (d := _take(queue, counter)) is not None:
@@ -142,10 +145,11 @@ def _child(sim, queue: list[int], orders: dict[int, list[int]], counter, conn) -
 
 
 def run_deployments(sim, orders: dict[int, list[int]], jobs: int) -> dict[int, tuple[list[Request], float, bool]]:
-    """Run the event loop of each deployment in ``orders`` (d -> its arrival indices, ascending) in this process
-    and ``jobs - 1`` forked children, each taking the next deployment not yet taken (the most arrivals first)
-    until none is left; d -> (its requests in arrival order, time of its last event, stopped at the drain limit),
-    as ``Simulation._run_one`` returns them. Who runs which deployment changes nothing in the result."""
+    """Run the event loop of each deployment in ``orders`` (d -> its arrival indices, ascending) in this
+    process and ``jobs - 1`` forked children, each taking the next deployment not yet taken (the most arrivals
+    first) until none is left; d -> (its requests in arrival order, time of its last event, stopped at the
+    drain limit), as ``Simulation._run_one`` returns them. Who runs which deployment changes nothing in the
+    result."""
     ctx = multiprocessing.get_context("fork")
     queue = sorted(orders, key=lambda d: (-len(orders[d]), d))
     counter = ctx.Value("l", 0)
@@ -164,8 +168,8 @@ def run_deployments(sim, orders: dict[int, list[int]], jobs: int) -> dict[int, t
 
 
 def jobs_here(jobs: int) -> int:
-    """Processes a simulation may use: ``jobs``, or inside a seed ``run_seeds`` runs beside others, its share of
-    them (on 2 CPUs and 2 seeds: 1, no further forking)."""
+    """Processes a simulation may use: ``jobs``, or inside a seed ``run_seeds`` runs beside others, its share
+    of them (on 2 CPUs and 2 seeds: 1, no further forking)."""
     return min(jobs, _SEED_JOBS[0]) if _SEED_JOBS[0] else jobs
 
 
@@ -177,14 +181,15 @@ def worth_it(sim, arrivals: int, deployments: int, jobs: int) -> bool:
             and not any(r.pfx is not None for g in sim.replicas for r in g))
 
 
-# --------------------------------------------------------------------------------------------- seeds in parallel
+# --------------------------------------------------------------------------------------------- seeds in
+# parallel
 _SEED_JOBS = [0]  # while ``run_seeds`` runs seeds side by side: each one's share of the processes (0: not)
 
 
 def _pack_cache(cache, slot, before: dict) -> list:
-    """The deployment runs ``cache`` holds for ``slot``: (key, ``pack_run``); a run the parent already had for it
-    (``before``: the slot's runs at the fork, the same objects) as (key, None). Runs that cannot travel are left
-    out: the next round runs them again, with the same result."""
+    """The deployment runs ``cache`` holds for ``slot``: (key, ``pack_run``); a run the parent already had for
+    it (``before``: the slot's runs at the fork, the same objects) as (key, None). Runs that cannot travel are
+    left out: the next round runs them again, with the same result."""
     out = []
     for key, run in cache.by_seed.get(slot, {}).items():
         if before.get(key) is run:
@@ -195,8 +200,8 @@ def _pack_cache(cache, slot, before: dict) -> list:
 
 
 def _unpack_cache(packed: list, before: dict) -> dict:
-    """``_pack_cache``'s runs as ``DepRun``s again (``before``: the parent's runs of the slot, for the keys sent
-    alone)."""
+    """``_pack_cache``'s runs as ``DepRun``s again (``before``: the parent's runs of the slot, for the keys
+    sent alone)."""
     from trimtab.sim.reuse import DepRun
 
     used = {}
@@ -211,7 +216,8 @@ def _unpack_cache(packed: list, before: dict) -> dict:
 
 
 def _seed_child(run_one, seed, cache, share, conn) -> None:
-    """Run ``seed``; replies (its ``SimResult``, (this seed's slots packed, hits, misses) or None without a cache)."""
+    """Run ``seed``; replies (its ``SimResult``, (this seed's slots packed, hits, misses) or None without a
+    cache)."""
     def work():
         _SEED_JOBS[0] = share
         h, m = (cache.hits, cache.misses) if cache is not None else (0, 0)
@@ -230,8 +236,8 @@ def run_seeds(run_one, seeds: list, cache, jobs: int) -> list:
     """``run_one(seed) -> SimResult`` for each of ``seeds``, the first here and the others in forked
     children (at most ``jobs`` processes at once, in seed order), each child's deployment runs put into
     ``cache`` (``trimtab.sim.reuse.RunCache``) as if run here; the results in seed order, the same as running
-    them one after another (each seed's simulation is a function of its seed and the plan alone; one seed's runs
-    never reuse another's). A seed whose child fails is run here."""
+    them one after another (each seed's simulation is a function of its seed and the plan alone; one seed's
+    runs never reuse another's). A seed whose child fails is run here."""
     ctx = multiprocessing.get_context("fork")
     results: dict = {}
     pending = list(seeds)
@@ -261,8 +267,8 @@ def run_seeds(run_one, seeds: list, cache, jobs: int) -> list:
 
 
 def seeds_in_processes(run_one, seeds: list, cache, requests: int) -> list:
-    """``run_one`` over ``seeds``: spread over the processes (``run_seeds``) when there are two or more and each
-    run draws at least ``MIN_ARRIVALS`` requests, one after another here otherwise."""
+    """``run_one`` over ``seeds``: spread over the processes (``run_seeds``) when there are two or more and
+    each run draws at least ``MIN_ARRIVALS`` requests, one after another here otherwise."""
     from trimtab.util.jobs import jobs_default
 
     jobs = jobs_default()

@@ -1,4 +1,5 @@
-"""One serving replica: iteration-level continuous batching with chunked prefill (vLLM's scheduler, simplified).
+"""One serving replica: iteration-level continuous batching with chunked prefill (vLLM's scheduler,
+simplified).
 
 Every engine step (``start_step`` .. ``finish_step``):
 
@@ -7,26 +8,27 @@ Every engine step (``start_step`` .. ``finish_step``):
    waiting queue and later recomputes its prompt plus the tokens it had generated): vLLM's recompute policy.
 2. The token budget left (``max_num_batched_tokens`` minus the decode batch) goes to prompt chunks: first to
    admitted requests whose prompt is partly computed, in admission order, then to waiting requests, first come
-   first served, while fewer than ``max_num_seqs`` are running and the KV cache (less a 1 % watermark) can hold
-   the whole prompt (reserved at admission). A head-of-queue request that does not fit blocks the queue.
-3. The step lasts ``ReplicaModel.iteration_s(decode batch, mean decode context, prompt tokens, prompt context)``:
-   the planner's own cost model. Several chunks in one step are passed as their total P with the prior context
-   that gives the same attention work, sum(c x (ctx + c/2)) = P x (ctx_eq + P/(2m)) for m chunks (and m as
-   ``prefill_seqs`` when the cost model takes it).
+   first served, while fewer than ``max_num_seqs`` are running and the KV cache (less a 1 % watermark) can
+   hold the whole prompt (reserved at admission). A head-of-queue request that does not fit blocks the queue.
+3. The step lasts ``ReplicaModel.iteration_s(decode batch, mean decode context, prompt tokens, prompt
+   context)``: the planner's own cost model. Several chunks in one step are passed as their total P with the
+   prior context that gives the same attention work, sum(c x (ctx + c/2)) = P x (ctx_eq + P/(2m)) for m chunks
+   (and m as ``prefill_seqs`` when the cost model takes it).
 4. A request whose prompt completes emits its first token at the end of that step, then one token per step.
 
-Prefix reuse (docs/prefix-caching.md): a replica with a prefix cache (``set_prefix``) keeps that many KV tokens
-out of what requests may use; a request routed to it finds ``cached`` leading prompt tokens there (replayed
-through the replica's LRU of the trace's block hashes; for shared system prompts, its group's prefix, or with
-``prompts_repeat`` its whole prompt, once the replica has served them before (the first request of a group or
-prompt computes it: a cold cache); else the planned hit rate x its input length), computes
-only the rest (with the cached tokens as prior context), holds KV only for what it computes and generates, and
-decodes with its full context. With a host-memory tier (docs/kv-tiers.md) the cache has a second level: a hit
-beyond the HBM LRU found in the host LRU (every block is written through to it) is reloaded over PCIe before the
-request's first chunk, which lengthens the step that admits it by ``ReplicaModel.reload_s`` of those tokens.
+Prefix reuse (docs/prefix-caching.md): a replica with a prefix cache (``set_prefix``) keeps that many KV
+tokens out of what requests may use; a request routed to it finds ``cached`` leading prompt tokens there
+(replayed through the replica's LRU of the trace's block hashes; for shared system prompts, its group's
+prefix, or with ``prompts_repeat`` its whole prompt, once the replica has served them before (the first
+request of a group or prompt computes it: a cold cache); else the planned hit rate x its input length),
+computes only the rest (with the cached tokens as prior context), holds KV only for what it computes and
+generates, and decodes with its full context. With a host-memory tier (docs/kv-tiers.md) the cache has a
+second level: a hit beyond the HBM LRU found in the host LRU (every block is written through to it) is
+reloaded over PCIe before the request's first chunk, which lengthens the step that admits it by
+``ReplicaModel.reload_s`` of those tokens.
 
-Decoding requests are kept as aggregates so a step costs O(1) in the batch size: request i that started decoding
-after step s_i has context c_i + k at step k (c_i = prompt - s_i), so the batch's total context is
+Decoding requests are kept as aggregates so a step costs O(1) in the batch size: request i that started
+decoding after step s_i has context c_i + k at step k (c_i = prompt - s_i), so the batch's total context is
 sum(c_i) + n x k; completions sit in a heap keyed by the step in which the last token comes out.
 """
 from __future__ import annotations
@@ -71,12 +73,12 @@ class Request:
 
 class PrefixCache:
     """A replica's prefix cache in simulation: ``hits`` per workload index (share of input tokens, used when
-    ``hashes`` has no trace for the workload) and an LRU of the trace's block hashes (``trimtab.spec.traces.BlockLRU``
-    of the reserved size) replaying real hits. A host tier (``host_tokens`` > 0): ``host`` per workload is the
-    share of input tokens found only there; replayed hashes go through a second LRU of ``host_tokens``.
-    ``sets``: per workload of shared system prompts, (groups, users per group, prefix tokens, prompts repeat)
-    (``SimWorkload.prompt_set``); the cache holds every group's prefix (and prompt) it has served, as the
-    planner reserves room for all of them."""
+    ``hashes`` has no trace for the workload) and an LRU of the trace's block hashes
+    (``trimtab.spec.traces.BlockLRU`` of the reserved size) replaying real hits. A host tier (``host_tokens``
+    > 0): ``host`` per workload is the share of input tokens found only there; replayed hashes go through a
+    second LRU of ``host_tokens``. ``sets``: per workload of shared system prompts, (groups, users per group,
+    prefix tokens, prompts repeat) (``SimWorkload.prompt_set``); the cache holds every group's prefix (and
+    prompt) it has served, as the planner reserves room for all of them."""
 
     __slots__ = ("hits", "hashes", "lru", "host", "host_lru", "sets", "seen")
 
@@ -94,8 +96,8 @@ class PrefixCache:
         self.host_lru = BlockLRU(host_tokens) if host_tokens > 0 else None
 
     def cached(self, r: Request) -> int:
-        """Leading tokens of ``r`` found in the cache (HBM or host); sets ``r.host`` to those found only in the
-        host tier."""
+        """Leading tokens of ``r`` found in the cache (HBM or host); sets ``r.host`` to those found only in
+        the host tier."""
         hs = self.hashes.get(r.w)
         if hs is not None and r.row >= 0:
             hbm = self.lru.serve(hs[r.row], r.isl)
@@ -139,8 +141,8 @@ _LIN: "weakref.WeakKeyDictionary" = weakref.WeakKeyDictionary()  # cost model ->
 
 
 def _takes_seqs(cls: type, step) -> bool:
-    """Whether ``step`` (the ``iteration_s`` of a cost model of class ``cls``) takes ``prefill_seqs``: once per
-    class (``inspect.signature`` costs more than the rest of a replica's set-up)."""
+    """Whether ``step`` (the ``iteration_s`` of a cost model of class ``cls``) takes ``prefill_seqs``: once
+    per class (``inspect.signature`` costs more than the rest of a replica's set-up)."""
     got = _SEQS_ARG.get(cls)
     if got is None:
         got = _SEQS_ARG[cls] = "prefill_seqs" in inspect.signature(step).parameters
@@ -148,10 +150,10 @@ def _takes_seqs(cls: type, step) -> bool:
 
 
 def _linear_table(model) -> dict:
-    """The decode-step table ``Replica._linear`` fills (decode batch -> (T(n, 0), slope) or False), one per cost
-    model: every replica of a deployment, and every simulation of the plan (its scenarios take the IR's cost
-    models), shares it, so a batch's line is computed once (a function of the cost model alone). A model that
-    cannot be weakly referenced gets a table of its own."""
+    """The decode-step table ``Replica._linear`` fills (decode batch -> (T(n, 0), slope) or False), one per
+    cost model: every replica of a deployment, and every simulation of the plan (its scenarios take the IR's
+    cost models), shares it, so a batch's line is computed once (a function of the cost model alone). A model
+    that cannot be weakly referenced gets a table of its own."""
     try:
         table = _LIN.get(model)
         if table is None:
@@ -167,12 +169,12 @@ BULK_MAX = 4096  # ... at most this many at a time
 
 def _bulk(a: float, slope: float, C: int, n: int, csh: int, kv_pref: int, k: int, m: int, t: float, limit: float,
           top: float, busy: float, kv_area: float, batch_area: float):
-    """Decode-only steps k .. k + m - 1 of ``n`` requests (``Replica.coast``) from ``t``, up to the first whose end
-    is past ``limit`` or at or past ``top`` (taken: it is in flight): the same floats as one step at a time. Each
-    step's time is a + slope x ((C + n j + csh) / n) (integers below 2**53, so numpy's float64 division rounds as
-    Python's does), and the clock and the statistics are running sums, which ``np.add.accumulate`` adds left to
-    right as the loop does. Returns (i: the index of the last step taken, its start, its end, busy, KV area,
-    batch area, its KV tokens)."""
+    """Decode-only steps k .. k + m - 1 of ``n`` requests (``Replica.coast``) from ``t``, up to the first
+    whose end is past ``limit`` or at or past ``top`` (taken: it is in flight): the same floats as one step at
+    a time. Each step's time is a + slope x ((C + n j + csh) / n) (integers below 2**53, so numpy's float64
+    division rounds as Python's does), and the clock and the statistics are running sums, which
+    ``np.add.accumulate`` adds left to right as the loop does. Returns (i: the index of the last step taken,
+    its start, its end, busy, KV area, batch area, its KV tokens)."""
     j = np.arange(k, k + m, dtype=np.int64)
     kv_dec = C + n * j
     dt = a + slope * ((kv_dec + csh) / n)
@@ -200,8 +202,9 @@ class Replica:
         # A cost model whose step time takes the number of prompts in the step (``prefill_seqs``) gets it.
         self.seqs_arg = _takes_seqs(type(model), model.iteration_s)
         self.lin: dict[int, tuple[float, float] | bool] = _linear_table(model)  # decode batch -> linear step time
-        # KV tier (docs/kv-tiers.md): the replica holds HBM plus tier tokens; each step's time takes the share of
-        # its KV in use beyond HBM (``remote_share``), as the cost model's ``evaluate`` does at its steady state.
+        # KV tier (docs/kv-tiers.md): the replica holds HBM plus tier tokens; each step's time takes the share
+        # of its KV in use beyond HBM (``remote_share``), as the cost model's ``evaluate`` does at its steady
+        # state.
         self.hbm = model.memory.kv_cache_tokens
         self.tier = getattr(model, "kv_tier", None) is not None  # (stand-in models in tests have none)
         # the prefix cache's host tier: seconds to reload one token's KV over PCIe (0 without one)
@@ -238,7 +241,8 @@ class Replica:
         self.Csh = 0  # cached prompt tokens of the decoding requests: context they attend to, not their KV
 
     def set_prefix(self, reserved_tokens: int, cache: PrefixCache) -> None:
-        """Keep ``reserved_tokens`` of the KV cache for the prefix cache ``cache`` (docs/prefix-caching.md)."""
+        """Keep ``reserved_tokens`` of the KV cache for the prefix cache ``cache``
+        (docs/prefix-caching.md)."""
         self.cap -= reserved_tokens
         self.admit_cap = self.cap * (1.0 - WATERMARK)
         self.pfx = cache
@@ -273,10 +277,10 @@ class Replica:
 
     # ------------------------------------------------------------------ one step
     def _linear(self, n: int):
-        """(T(n, 0), slope) when a decode-only step of ``n`` requests is linear in the context in the cost model
-        (it is: weights and overheads fixed, KV traffic and attention FLOPs proportional to the context), checked
-        at four contexts; then T(n, ctx) = T(n, 0) + slope x ctx, exactly, without a call per step. False when
-        it is not linear (a future cost model): every step calls it."""
+        """(T(n, 0), slope) when a decode-only step of ``n`` requests is linear in the context in the cost
+        model (it is: weights and overheads fixed, KV traffic and attention FLOPs proportional to the
+        context), checked at four contexts; then T(n, ctx) = T(n, 0) + slope x ctx, exactly, without a call
+        per step. False when it is not linear (a future cost model): every step calls it."""
         t0 = self.it(n, 0.0, 0.0, 0.0)
         slope = (self.it(n, 1024.0, 0.0, 0.0) - t0) / 1024.0
         for ctx in (16384.0, 262144.0):
@@ -374,11 +378,11 @@ class Replica:
         return self._begin(t, dt, n, ptok, kv_dec + self.kv_pref)
 
     def coast(self, t: float, limit: float, top: float) -> tuple[float, float | None]:
-        """Run decode-only steps back to back from the step in flight, which ends at ``t``, while nothing waits
-        or prefills (no arrival comes before ``limit``) and no preemption is due: what ``finish_step`` then
-        ``start_step`` and ``_begin`` compute for such steps (completions included), the same float operations
-        in the same order (the same times and statistics to the last bit), without their calls and branches
-        and without the event heap. Most steps of a run are such stretches (docs/simulator.md).
+        """Run decode-only steps back to back from the step in flight, which ends at ``t``, while nothing
+        waits or prefills (no arrival comes before ``limit``) and no preemption is due: what ``finish_step``
+        then ``start_step`` and ``_begin`` compute for such steps (completions included), the same float
+        operations in the same order (the same times and statistics to the last bit), without their calls and
+        branches and without the event heap. Most steps of a run are such stretches (docs/simulator.md).
 
         A step whose end is at most ``limit`` (the next arrival, the drain limit) and before ``top`` (the next
         event of another replica) is taken at once, as the event loop would take it next. Returns (end of the
@@ -402,9 +406,10 @@ class Replica:
         t_next: float | None = None
         t0 = self.t0
         lim = limit if limit < top else top
-        # The batch's line (a, slope) and whether to try numpy change only when a completion changes the batch:
-        # ``fresh`` then. A try that fails keeps failing until then (the clock only gets later, the next completion
-        # and preemption stay where they are), so it is not repeated every step; either path gives the same floats.
+        # The batch's line (a, slope) and whether to try numpy change only when a completion changes the
+        # batch: ``fresh`` then. A try that fails keeps failing until then (the clock only gets later, the
+        # next completion and preemption stay where they are), so it is not repeated every step; either path
+        # gives the same floats.
         fresh = True
         try_bulk = False
         while True:
@@ -491,8 +496,9 @@ class Replica:
         return t, t_next
 
     def _begin(self, t: float, dt: float, n: int, ptok: int, kv: int) -> float:
-        """Start a step of ``dt`` seconds at ``t`` with ``n`` requests decoding, ``ptok`` prompt tokens and ``kv``
-        KV tokens held: the step's state and the replica's statistics and timeline (every kind of replica)."""
+        """Start a step of ``dt`` seconds at ``t`` with ``n`` requests decoding, ``ptok`` prompt tokens and
+        ``kv`` KV tokens held: the step's state and the replica's statistics and timeline (every kind of
+        replica)."""
         self.busy = True
         self.steps += 1
         self.n_step = n

@@ -3,17 +3,17 @@
 In a plan without prefill/decode pairs the deployments of a simulation do not interact. A request's deployment
 is fixed when the arrivals are drawn (``engine.draw_arrivals``: its route's share against a uniform draw), the
 router then only picks among that deployment's replicas, and a step of a replica touches nothing but that
-replica. So one simulation is exactly the union of one event loop per deployment over the arrivals routed to it:
-the same events in the same order per replica (a deployment's own events keep their (time, sequence) order when
-other deployments' events are taken out of the heap), the same floats, the same ``Request`` timestamps. The one
-global quantity, the end of the run (``Simulation.t_end``), is recovered from the per-deployment ends
+replica. So one simulation is exactly the union of one event loop per deployment over the arrivals routed to
+it: the same events in the same order per replica (a deployment's own events keep their (time, sequence) order
+when other deployments' events are taken out of the heap), the same floats, the same ``Request`` timestamps.
+The one global quantity, the end of the run (``Simulation.t_end``), is recovered from the per-deployment ends
 (``join_ends``).
 
-The arrivals of a seed do not depend on the plan (the random draws are the same whatever the routes), so when the
-planner re-solves and a deployment comes back with the same shape, the same replicas, the same prefix cache and
-the same requests routed to it, its run is the one already done: ``RunCache`` keeps each deployment run of the
-last simulation per seed under a key of all of that (``dep_key``), and the next round's simulation takes it
-instead of running it again. Equivalence is exact, not approximate: the key holds every input of the
+The arrivals of a seed do not depend on the plan (the random draws are the same whatever the routes), so when
+the planner re-solves and a deployment comes back with the same shape, the same replicas, the same prefix
+cache and the same requests routed to it, its run is the one already done: ``RunCache`` keeps each deployment
+run of the last simulation per seed under a key of all of that (``dep_key``), and the next round's simulation
+takes it instead of running it again. Equivalence is exact, not approximate: the key holds every input of the
 deployment's event loop (the replica model is a function of the shape and the spec's IR, fixed within one
 ``plan``), and ``tests/sim/test_reuse.py`` compares reused runs with full ones field by field.
 
@@ -33,8 +33,9 @@ from trimtab.sim.replica import Request
 
 @dataclass
 class DepRun:
-    """One deployment's finished event loop: its requests (in arrival order; never changed after), its replicas,
-    the time of its last event and whether it stopped at the drain limit (then that event's time)."""
+    """One deployment's finished event loop: its requests (in arrival order; never changed after), its
+    replicas, the time of its last event and whether it stopped at the drain limit (then that event's
+    time)."""
 
     requests: list[Request]
     replicas: list
@@ -44,16 +45,16 @@ class DepRun:
 
 class RunCache:
     """Deployment runs of the last simulation of each seed (``Simulation(cache=...)``), reused by the next one
-    with the same seed. Only what the last simulation of a seed used is kept, so memory stays at one plan's runs
-    per seed. Counts ``hits`` and ``misses`` (deployment runs reused and run)."""
+    with the same seed. Only what the last simulation of a seed used is kept, so memory stays at one plan's
+    runs per seed. Counts ``hits`` and ``misses`` (deployment runs reused and run)."""
 
     def __init__(self) -> None:
         self.by_seed: dict[object, dict[str, DepRun]] = {}
         self.hits = 0
         self.misses = 0
-        # whole validations (trimtab.planning.rounds.simulate_and_derate): the deployments and routes of a plan, its seeds
-        # and requests -> the SeedsResult, for a plan simulated again as it was (the drive of one GPU type alone
-        # after the drive of every type: trimtab.planning.driver.single_types)
+        # whole validations (trimtab.planning.rounds.simulate_and_derate): the deployments and routes of a
+        # plan, its seeds and requests -> the SeedsResult, for a plan simulated again as it was (the drive of
+        # one GPU type alone after the drive of every type: trimtab.planning.driver.single_types)
         self.verdicts: dict[str, object] = {}
 
     def begin(self, seed) -> tuple[dict[str, DepRun], dict[str, DepRun]]:
@@ -73,7 +74,8 @@ def clone(r: Request) -> Request:
 
 
 def own(requests: list[Request], r: Request) -> Request:
-    """``r`` replaced in ``requests`` (a simulation's, indexed by request id) by a copy the caller may change."""
+    """``r`` replaced in ``requests`` (a simulation's, indexed by request id) by a copy the caller may
+    change."""
     if r.rid < len(requests) and requests[r.rid] is r:
         r = requests[r.rid] = clone(r)
     return r

@@ -6,9 +6,10 @@ arrays. A route that names an unknown deployment, bucket or workload is skipped 
 requests of a bucket without a route are counted as unserved.
 
 Prefix reuse (docs/prefix-caching.md): a unified deployment serving a workload with prefix reuse keeps the
-planner's prefix cache per replica (``trimtab.milp.candidates.prefix_cache``: reserved tokens and the hit rate they
-get); with a trace that has hash_ids and a measured prefix (``from_trace``) every replica replays the real hits
-through an LRU of the reserved size (the measured validation), otherwise each request reuses hit rate x input.
+planner's prefix cache per replica (``trimtab.milp.candidates.prefix_cache``: reserved tokens and the hit rate
+they get); with a trace that has hash_ids and a measured prefix (``from_trace``) every replica replays the
+real hits through an LRU of the reserved size (the measured validation), otherwise each request reuses hit
+rate x input.
 """
 from __future__ import annotations
 
@@ -29,16 +30,16 @@ from trimtab.spec.traces import Trace, read_trace
 
 @dataclass
 class SimDeployment:
-    """A plan deployment as the event loop runs it: its view (shape, name, replicas), the workloads routed to it,
-    its cost model and, for prefix reuse, the cache the planner gave it."""
+    """A plan deployment as the event loop runs it: its view (shape, name, replicas), the workloads routed to
+    it, its cost model and, for prefix reuse, the cache the planner gave it."""
 
     view: DeploymentSpecView
     workloads: tuple[str, ...]
     model: ReplicaModel
     prefix_reserved: int = 0  # KV tokens per replica kept for the prefix cache
     prefix_hits: dict[str, float] = field(default_factory=dict)  # per workload served: planned hit rate
-    # The prefix cache's host-memory tier (docs/kv-tiers.md): its tokens per replica, and per workload served the
-    # planned share of input tokens found only there (reloaded over PCIe)
+    # The prefix cache's host-memory tier (docs/kv-tiers.md): its tokens per replica, and per workload served
+    # the planned share of input tokens found only there (reloaded over PCIe)
     prefix_host_tokens: int = 0
     prefix_host_hits: dict[str, float] = field(default_factory=dict)
 
@@ -98,8 +99,8 @@ def build_scenario(plan: Plan, spec: Spec, ir: ProblemIR, trace: Trace | None = 
     notes: list[str] = []
     deps: list[SimDeployment] = []
     dep_index: dict[str, int] = {}
-    # The routes by deployment and by (workload, bucket), in plan order, and the workloads by name (the first of a
-    # name, as ``ProblemIR.workload``): one pass each, not one per deployment and bucket
+    # The routes by deployment and by (workload, bucket), in plan order, and the workloads by name (the first
+    # of a name, as ``ProblemIR.workload``): one pass each, not one per deployment and bucket
     served_by: dict[str, set[str]] = {}
     routes_of: dict[tuple[str, str], list] = {}
     for r in plan.routes:
@@ -187,7 +188,8 @@ def build_scenario(plan: Plan, spec: Spec, ir: ProblemIR, trace: Trace | None = 
 
 
 def attach_prefix_caches(sc: Scenario, replicas: list[list]) -> None:
-    """Give every replica of a deployment with a prefix cache its own (``trimtab.sim.replica.PrefixCache``)."""
+    """Give every replica of a deployment with a prefix cache its own
+    (``trimtab.sim.replica.PrefixCache``)."""
     from trimtab.sim.replica import PrefixCache
 
     index = {w.name: i for i, w in enumerate(sc.workloads)}
@@ -206,8 +208,8 @@ def attach_prefix_caches(sc: Scenario, replicas: list[list]) -> None:
 
 
 class PairTarget(tuple):
-    """(prefill, decode) deployment indices; ``group``: (kp, kd) replicas per group of a co-located pair (prefill
-    replica i hands off to a decode replica of group i // kp), else None."""
+    """(prefill, decode) deployment indices; ``group``: (kp, kd) replicas per group of a co-located pair
+    (prefill replica i hands off to a decode replica of group i // kp), else None."""
 
     def __new__(cls, p: int, d: int, group: tuple[int, int] | None = None):
         t = super().__new__(cls, (p, d))

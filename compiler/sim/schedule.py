@@ -1,20 +1,21 @@
-"""A schedule simulated over time (docs/online.md, "Transitions"): consecutive windows as one run of the one event
-loop (``trimtab.sim.engine.Simulation.run``), the rate changing at window boundaries and the fleet following the
-schedule.
+"""A schedule simulated over time (docs/online.md, "Transitions"): consecutive windows as one run of the one
+event loop (``trimtab.sim.engine.Simulation.run``), the rate changing at window boundaries and the fleet
+following the schedule.
 
     sim = ScheduleSimulation(held, segments, events, seed).run()
-    summarise(sim, span=(a, b))          # the requests arriving in [a, b): one window's part, its first minutes
+    summarise(sim, span=(a, b))          # the requests arriving in [a, b): one window's part, its first
+    minutes
 
 * **Arrivals** are non-homogeneous: one segment per window (``Segment``), each drawn as that window's static
   scenario draws them (its rates, burstiness and routes; ``trimtab.sim.engine.draw_arrivals``) and shifted to
   its start. Within a segment the process is the window's renewal process; at a boundary it restarts.
-* **Replicas** are the fleet held (every deployment of the plan at its most replicas); which of them serve follows
-  the schedule (``ScaleEvent``). A replica added for a window becomes available when its start-up ends (a start
-  issued ``lead_s`` before the boundary and taking ``startup_s``); a replica removed at a boundary takes no new
-  request from then on and drains the ones it holds (queued and running).
-* **Routing**: a request goes to a serving replica (``least_request``) of the deployment its window routes it to; with
-  none serving (the deployment's first replica is still starting) it waits at the router and is dispatched, in
-  arrival order, to the first replica that comes up. Nothing is migrated between replicas.
+* **Replicas** are the fleet held (every deployment of the plan at its most replicas); which of them serve
+  follows the schedule (``ScaleEvent``). A replica added for a window becomes available when its start-up ends
+  (a start issued ``lead_s`` before the boundary and taking ``startup_s``); a replica removed at a boundary
+  takes no new request from then on and drains the ones it holds (queued and running).
+* **Routing**: a request goes to a serving replica (``least_request``) of the deployment its window routes it
+  to; with none serving (the deployment's first replica is still starting) it waits at the router and is
+  dispatched, in arrival order, to the first replica that comes up. Nothing is migrated between replicas.
 
 Simulate stage: it reads scenarios (``trimtab.sim.scenario``) and imports no planner.
 """
@@ -55,8 +56,8 @@ def scale_events(counts: list[list[int]], boundaries: list[float], startup_s: li
                  lead_s: list[float]) -> tuple[list[list[int]], list[ScaleEvent]]:
     """The replicas serving at time 0 per deployment, and the events that follow: ``counts[k][d]`` replicas of
     deployment ``d`` in segment ``k`` (``boundaries[k - 1]`` its start); replicas ``counts[k-1][d] ..
-    counts[k][d] - 1`` come up at boundary - lead + startup (never before time 0), those above ``counts[k][d]``
-    drain from the boundary. Replicas are numbered so that the lowest serve longest (as
+    counts[k][d] - 1`` come up at boundary - lead + startup (never before time 0), those above
+    ``counts[k][d]`` drain from the boundary. Replicas are numbered so that the lowest serve longest (as
     ``trimtab.gate.windows.window_plan`` keeps the first ones)."""
     events: list[ScaleEvent] = []
     for k in range(1, len(counts)):
@@ -71,8 +72,8 @@ def scale_events(counts: list[list[int]], boundaries: list[float], startup_s: li
 
 
 class ScheduleSimulation(Simulation):
-    """One run over consecutive windows (module docstring). ``held``: the scenario of the fleet held (replicas =
-    the most at once); ``segments``: the windows' arrivals; ``serving``: per deployment, the replica indices
+    """One run over consecutive windows (module docstring). ``held``: the scenario of the fleet held (replicas
+    = the most at once); ``segments``: the windows' arrivals; ``serving``: per deployment, the replica indices
     serving at time 0; ``events``: what changes after (``scale_events``)."""
 
     replicas_apart = False  # a scale event dispatches waiting requests by the replicas' active requests

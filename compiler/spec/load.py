@@ -125,8 +125,9 @@ def cross_check(spec: Spec, lines: LineMap, source: str, profiles: ProfileSet) -
 
 
 def kv_dtype_check(spec: Spec, profiles: ProfileSet, bad) -> None:
-    """``workloads[].kv_dtype: fp4`` (an NVFP4 KV cache): a GPU of the spec and the workload's model must be able
-    to hold it (``trimtab.profiles.loader.fp4_kv_problem``); with LoRA adapters on the model it is not supported yet."""
+    """``workloads[].kv_dtype: fp4`` (an NVFP4 KV cache): a GPU of the spec and the workload's model must be
+    able to hold it (``trimtab.profiles.loader.fp4_kv_problem``); with LoRA adapters on the model it is not
+    supported yet."""
     from trimtab.profiles.loader import fp4_kv_problem, model_from_hf_config
 
     gpus = [profiles.gpus[g.type] for g in spec.gpus if g.type in profiles.gpus]

@@ -24,7 +24,8 @@ class AdapterIR:
 
 @dataclass(frozen=True, slots=True)
 class WorkloadLora:
-    """Traffic of one workload by adapter: ((adapter name or '' for the base model, share of the workload))."""
+    """Traffic of one workload by adapter: ((adapter name or '' for the base model, share of the
+    workload))."""
 
     workload: str
     tenant: str

@@ -1,4 +1,5 @@
-"""Dotted-path overrides of a spec: ``workloads.chat.rate_rps``, ``gpus.h100-sxm.count``, ``budget_usd_per_hour``.
+"""Dotted-path overrides of a spec: ``workloads.chat.rate_rps``, ``gpus.h100-sxm.count``,
+``budget_usd_per_hour``.
 
 List entries are addressed by their name (workloads, models) or type (gpus), or by index. The result is
 validated again, so an override cannot produce an invalid spec silently.

@@ -5,9 +5,10 @@ spec's ``schedule`` (docs/online.md). Foundation stage: reads the spec and files
     wr.peak("chat")                # the rate a static plan is sized for
 
 ServeGen rate files (``window_start_s, total_rate_rps, ...`` per 10 minutes, ../shared/traces/servegen) are a
-shape: their 10-minute rates are averaged into the schedule's windows, optionally folded into one day (each time
-of day the busiest over all days), and scaled so the busiest window is ``peak_rps``. A window with no traffic in
-the file gets EMPTY_FLOOR x the peak (the planner keeps a route for every workload in every window).
+shape: their 10-minute rates are averaged into the schedule's windows, optionally folded into one day (each
+time of day the busiest over all days), and scaled so the busiest window is ``peak_rps``. A window with no
+traffic in the file gets EMPTY_FLOOR x the peak (the planner keeps a route for every workload in every
+window).
 """
 from __future__ import annotations
 
@@ -128,8 +129,8 @@ def window_rates(spec) -> WindowRates:
 
 
 def profile_problems(spec) -> list[tuple[tuple, str, str]]:
-    """(YAML path, field, message) for schedule/profile mistakes: a profile without a schedule, windows that do
-    not agree, a missing ServeGen file."""
+    """(YAML path, field, message) for schedule/profile mistakes: a profile without a schedule, windows that
+    do not agree, a missing ServeGen file."""
     out = []
     for i, w in enumerate(spec.workloads):
         if w.rate_profile is not None and spec.schedule is None:

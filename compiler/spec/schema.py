@@ -11,8 +11,8 @@ from typing import Literal
 from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, model_validator
 
 SPEC_VERSION = 1
-# The JSON Schema's identifier (``trimtab schema spec``): a URN, since the project publishes no schema URL; editors
-# bind the schema to files by path (docs/spec-reference.md), the $id names it and its version.
+# The JSON Schema's identifier (``trimtab schema spec``): a URN, since the project publishes no schema URL;
+# editors bind the schema to files by path (docs/spec-reference.md), the $id names it and its version.
 SPEC_SCHEMA_ID = f"urn:trimtab:schema:spec:v{SPEC_VERSION}"
 JSON_SCHEMA_DIALECT = "https://json-schema.org/draft/2020-12/schema"
 
@@ -201,7 +201,8 @@ class TraceRef(_Strict):
 
 
 class Prefix(_Strict):
-    """Prefix reuse (prefix caching, docs/prefix-caching.md): declared, or measured from the workload's trace."""
+    """Prefix reuse (prefix caching, docs/prefix-caching.md): declared, or measured from the workload's
+    trace."""
 
     hit_rate: float | None = Field(default=None, ge=0, lt=1,
                                    description="share of input tokens served from the prefix cache when it holds "
@@ -229,7 +230,8 @@ class Prefix(_Strict):
 
 class RateProfile(_Strict):
     """A workload's arrival rate over the schedule's period, one value per window (docs/online.md): declared
-    (``rps``), or the shape of a ServeGen per-10-minute rate file scaled so its busiest window is ``peak_rps``."""
+    (``rps``), or the shape of a ServeGen per-10-minute rate file scaled so its busiest window is
+    ``peak_rps``."""
 
     rps: list[float] | None = Field(default=None, min_length=1, max_length=10_000,
                                     description="requests per second in each window, in order")
@@ -418,8 +420,8 @@ class Startup(_Strict):
 
 
 class Schedule(_Strict):
-    """Plan per window of a period (docs/online.md): replicas per deployment per window, cheapest over the period
-    including the cost of starting replicas."""
+    """Plan per window of a period (docs/online.md): replicas per deployment per window, cheapest over the
+    period including the cost of starting replicas."""
 
     window_s: int = Field(default=3600, ge=60, le=86_400 * 7, description="length of a window, seconds")
     min_lifetime_windows: int = Field(default=1, ge=1, le=1000, description="a started replica runs at least this "

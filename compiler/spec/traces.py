@@ -8,18 +8,18 @@ Entry point: ``read_trace(path, fmt, columns=None) -> Trace``. Formats:
 * ``mooncake``: the Mooncake JSONL trace, one object per line with ``timestamp`` (ms from the trace start),
   ``input_length``, ``output_length`` and ``hash_ids`` (one id per 512-token prefix block: requests that share
   a prompt prefix share the ids of its blocks; kept in ``Trace.hash_ids`` for prefix reuse, see below).
-* ``csv``: a plain CSV with a header naming the columns ``timestamp`` (seconds, or ISO wall-clock times), ``input_tokens`` and
-  ``output_tokens``; other names can be given with ``columns``.
+* ``csv``: a plain CSV with a header naming the columns ``timestamp`` (seconds, or ISO wall-clock times),
+  ``input_tokens`` and ``output_tokens``; other names can be given with ``columns``.
 
-Every row is checked. A malformed row (a missing column, a number that does not parse, a negative or zero input
-length, a time going backwards) is reported with its line number, all of them at once, as ``InputError``: a
-trace is never silently truncated or reordered. Output lengths of 0 (failed requests in the Azure 2024 files)
-are counted as 1 token.
+Every row is checked. A malformed row (a missing column, a number that does not parse, a negative or zero
+input length, a time going backwards) is reported with its line number, all of them at once, as
+``InputError``: a trace is never silently truncated or reordered. Output lengths of 0 (failed requests in the
+Azure 2024 files) are counted as 1 token.
 
-Prefix reuse (docs/prefix-caching.md): ``prefix_stats(trace)`` measures, in arrival order with an unbounded cache,
-the share of input tokens served from the prefix cache and the working set (distinct blocks x block tokens);
-``prefix_hit_curve(trace, capacities)`` the share an LRU cache of each size gets; ``BlockLRU`` is that cache,
-which the simulator keeps per replica.
+Prefix reuse (docs/prefix-caching.md): ``prefix_stats(trace)`` measures, in arrival order with an unbounded
+cache, the share of input tokens served from the prefix cache and the working set (distinct blocks x block
+tokens); ``prefix_hit_curve(trace, capacities)`` the share an LRU cache of each size gets; ``BlockLRU`` is
+that cache, which the simulator keeps per replica.
 """
 from __future__ import annotations
 
@@ -248,16 +248,17 @@ class PrefixStats:
 
 
 def cached_tokens(hit_blocks: int, isl: int, block: int = PREFIX_BLOCK_TOKENS) -> int:
-    """Input tokens a request reuses when its first ``hit_blocks`` blocks are cached: at most isl - 1, because the
-    engine computes at least the last prompt token to produce the first output token (vLLM does the same)."""
+    """Input tokens a request reuses when its first ``hit_blocks`` blocks are cached: at most isl - 1, because
+    the engine computes at least the last prompt token to produce the first output token (vLLM does the
+    same)."""
     return max(min(hit_blocks * block, isl - 1), 0)
 
 
 class BlockLRU:
     """A prefix cache of ``capacity_tokens`` (whole blocks) with least-recently-used eviction, as vLLM's
-    automatic prefix caching and SGLang's radix cache keep it. ``serve(hashes, isl)`` returns the tokens a request
-    reuses (its leading blocks found in the cache: a prefix match stops at the first miss), then caches all its
-    blocks as the most recently used. ``capacity_tokens=None``: unbounded."""
+    automatic prefix caching and SGLang's radix cache keep it. ``serve(hashes, isl)`` returns the tokens a
+    request reuses (its leading blocks found in the cache: a prefix match stops at the first miss), then
+    caches all its blocks as the most recently used. ``capacity_tokens=None``: unbounded."""
 
     __slots__ = ("cap", "blocks", "block")
 
