@@ -106,12 +106,14 @@ class GpuProfile(_Profile):
     # all-reduce crosses the host's root complexes, so its bandwidth per GPU falls with the count (measured:
     # L40S 2 -> 8 GPUs); a tensor-parallel size not listed takes the fields above.
     graph_allreduce_by_gpus: dict[int, AllReduceFit] | None = None
-    allreduce_by_gpus: dict[int, AllReduceFit] | None = None  # the eager (NCCL) all-reduce per GPU count, alike
+    # the eager (NCCL) all-reduce per GPU count, alike
+    allreduce_by_gpus: dict[int, AllReduceFit] | None = None
     # vLLM's fused-MoE kernel shape fitted on this GPU (compiler/field/calibrate_aic.py); they replace the
     # engine's moe_rows_half / moe_cols_half (an H100 fit) for engines that have a shape fit.
     moe_rows_half: Q | None = None
     moe_cols_half: Q | None = None
-    elementwise_passes: Q | None = None  # norm/rope/activation/residual traffic per layer, in token x hidden x 2 B
+    # norm/rope/activation/residual traffic per layer, in token x hidden x 2 B
+    elementwise_passes: Q | None = None
     # Ranges the fitted numbers were measured over, e.g. {gemm_tokens: [1, 4096], allreduce_gpus: [2, 8]}.
     measured_ranges: dict[str, list[float]] | None = None
     # Host side (KV offload tier, docs/kv-tiers.md); spec nodes[].cpu_memory_gib / pcie_gbps override them.
@@ -177,7 +179,8 @@ class ModelProfile(_Profile):
     # Mixture of experts (docs/cost-model.md): absent means every layer is MoE (num_experts > 1), each routed
     # expert of intermediate_size, no shared experts.
     moe_intermediate_size: Q | None = None  # one routed expert's intermediate size
-    moe_layers: Q | None = None  # layers whose MLP is routed (DeepSeek's first_k_dense_replace, Llama 4's interleave)
+    # layers whose MLP is routed (DeepSeek's first_k_dense_replace, Llama 4's interleave)
+    moe_layers: Q | None = None
     shared_experts: Q | None = None  # always-active experts per MoE layer (counted in the dense parameters)
     # Multi-head latent attention (DeepSeek-V2/V3): the KV cache holds kv_lora_rank + qk_rope_head_dim per
     # token and layer. Absent: grouped-query attention with num_kv_heads x head_dim.
@@ -313,7 +316,8 @@ def _load_dir(root: Path) -> dict[str, dict]:
             data, lines = read_yaml_file(path)
             prof = validate(cls, data, lines, str(path), "profile")
             if prof.name != path.stem:
-                raise InputError([Problem("name", f"profile name {prof.name!r} differs from its file name", str(path), 1)])
+                raise InputError([Problem("name", f"profile name {prof.name!r} differs from its file "
+                                                  "name", str(path), 1)])
             out[kind][prof.name] = prof
     return out
 
@@ -387,8 +391,8 @@ def fp4_kv_problem(model: ModelProfile, gpu: GpuProfile) -> str | None:
     in vLLM (nvfp4_ds_mla, DeepSeek's sparse attention). The spec's cross-check and the cost model both ask
     this."""
     if gpu.fp4_tflops is None:
-        return (f"an fp4 KV cache needs FP4 tensor cores; {gpu.name} has none (no fp4_tflops in its profile): use "
-                f"kv_dtype fp8 there")
+        return (f"an fp4 KV cache needs FP4 tensor cores; {gpu.name} has none (no fp4_tflops in its "
+                "profile): use kv_dtype fp8 there")
     if model.kv_lora_rank is not None or model.head_dim.value % 16:
         return (f"an fp4 KV cache is modelled for grouped-query attention with head_dim a multiple of 16; "
                 f"{model.name} has "

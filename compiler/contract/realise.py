@@ -47,7 +47,8 @@ def _nodes_per_replica(d) -> int:
 
 def live_kv_summary(kv) -> str:
     parts = [f"{kv.offload_gib:g} GiB of running requests' KV in host memory" if kv.offload_gib > 0 else "",
-             f"{kv.borrowed_gib:g} GiB borrowed from {', '.join(kv.borrowed_from)}" if kv.borrowed_gib > 0 else "",
+             f"{kv.borrowed_gib:g} GiB borrowed from "
+             f"{', '.join(kv.borrowed_from)}" if kv.borrowed_gib > 0 else "",
              f"lends {kv.lent_gib:g} GiB of its HBM KV" if kv.lent_gib > 0 else ""]
     return "; ".join(p for p in parts if p)
 
@@ -63,7 +64,8 @@ def deployment_facts(plan, ir) -> list[tuple[DeploymentFacts, list[str]]]:
         warns: list[str] = []
         window = int(ir.models[d.model].max_context_tokens.value)
         routed = routed_context(plan, d.name)
-        rank_kv = d.kv_cache_tokens // d.data_parallel  # a request lives on one attention DP rank (MoE layouts)
+        # a request lives on one attention DP rank (MoE layouts)
+        rank_kv = d.kv_cache_tokens // d.data_parallel
         ctx = min(routed or window, window, rank_kv)
         live = d.kv is not None and d.kv.live  # experimental live KV tier: no engine flag realises it
         if live:

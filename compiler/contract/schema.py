@@ -19,8 +19,13 @@ class SolverInfo(_Strict):
     backend: str
     status: Literal["optimal", "feasible"]
     gap: float | None = Field(description="relative MIP gap; 0 when proven optimal, null when unknown")
-    seconds: float | None = Field(None, description="not written: wall time is not reproducible, so it stays out of the plan (`plan -v` prints each stage's seconds); read and ignored in plans written before 2026-12-03, which recorded a 10/60/600 s ladder that a busy machine could still tip")
-    rounds: int = Field(description="solve rounds: 1, plus one per re-solve after the assessment found a miss")
+    seconds: float | None = Field(None, description="not written: wall time is not reproducible, so it stays "
+                                                    "out of the plan (`plan -v` prints each stage's "
+                                                    "seconds); read and ignored in plans written before "
+                                                    "2026-12-03, which recorded a 10/60/600 s ladder that a "
+                                                    "busy machine could still tip")
+    rounds: int = Field(description="solve rounds: 1, plus one per re-solve after the assessment found a "
+                                    "miss")
 
 
 class Placement(_Strict):
@@ -37,15 +42,18 @@ class KvTiers(_Strict):
     tiers."""
 
     hbm_tokens: int = Field(ge=0, description="KV capacity in GPU memory, tokens")
-    offload_gib: float = Field(default=0.0, ge=0, description="host (CPU) memory for KV over PCIe, GiB: the prefix "
-                               "cache's host tier (engine flags in engine_args), or live KV when live")
-    borrowed_gib: float = Field(default=0.0, ge=0, description="spare HBM of other instances on the node, GiB")
+    offload_gib: float = Field(default=0.0, ge=0,
+                               description="host (CPU) memory for KV over PCIe, GiB: the prefix cache's host "
+                                           "tier (engine flags in engine_args), or live KV when live")
+    borrowed_gib: float = Field(default=0.0, ge=0,
+                                description="spare HBM of other instances on the node, GiB")
     borrowed_from: list[str] = Field(default=[], description="lender deployments (same GPU type, same node)")
     lent_gib: float = Field(default=0.0, ge=0, description="HBM KV this deployment lends to borrowers, GiB")
-    live: bool = Field(default=False, description="experimental (defaults.kv_tiers: experimental-live): the tier "
-                       "holds running requests' KV (spill to host memory, borrowing, lending); no engine flag "
-                       "realises it, and trimtab emit refuses the plan without --allow-experimental (omitted "
-                       "when false)")
+    live: bool = Field(default=False, description="experimental (defaults.kv_tiers: experimental-live): the "
+                                                  "tier holds running requests' KV (spill to host memory, "
+                                                  "borrowing, lending); no engine flag realises it, and "
+                                                  "trimtab emit refuses the plan without "
+                                                  "--allow-experimental (omitted when false)")
 
 
 class Deployment(_Strict):
@@ -54,17 +62,20 @@ class Deployment(_Strict):
     gpu: str
     tensor_parallel: int = Field(ge=1)
     pipeline_parallel: int = Field(ge=1)
-    data_parallel: int = Field(default=1, ge=1, description="attention data-parallel ranks of a mixture-of-experts "
-                               "replica (it spans tensor x pipeline x data parallel GPUs; omitted when 1)")
-    expert_parallel: int = Field(default=1, ge=1, description="expert-parallel degree: the experts of a stage are "
-                                 "divided among this many of its GPUs (1: split by tensor parallelism; omitted when 1)")
+    data_parallel: int = Field(default=1, ge=1, description="attention data-parallel ranks of a "
+                                                            "mixture-of-experts replica (it spans tensor x "
+                                                            "pipeline x data parallel GPUs; omitted when 1)")
+    expert_parallel: int = Field(default=1, ge=1,
+                                 description="expert-parallel degree: the experts of a stage are divided "
+                                             "among this many of its GPUs (1: split by tensor parallelism; "
+                                             "omitted when 1)")
     replicas: int = Field(ge=0)
     role: Literal["unified", "prefill", "decode"] = Field(
         description="unified: prefill and decode; prefill / decode: one side of a disaggregated pair")
     dtype: Literal["bf16", "fp8", "fp4"]
     kv_dtype: Literal["bf16", "fp8", "fp4"] | None = Field(
-        default=None, description="KV cache precision when the spec sets it apart from dtype's (fp4: an NVFP4 KV "
-                                  "cache); omitted otherwise: fp8 for fp4 weights, else dtype")
+        default=None, description="KV cache precision when the spec sets it apart from dtype's (fp4: an "
+                                  "NVFP4 KV cache); omitted otherwise: fp8 for fp4 weights, else dtype")
     max_batch_size: int = Field(ge=1, description="vLLM --max-num-seqs")
     max_num_batched_tokens: int = Field(ge=1, description="token budget per engine step (chunked prefill)")
     kv_cache_tokens: int = Field(ge=0, description="KV cache capacity per replica, tokens")
@@ -74,30 +85,42 @@ class Deployment(_Strict):
                                   "meeting its SLO, at its planned traffic mix (the cost model); null for a "
                                   "prefill/decode pair's deployments")
     utilization: float = Field(description="share of engine steps carrying prefill work, at the planned load")
-    engine_args: list[str] = Field(description="the engine's arguments that realise the deployment (after program "
-                                                "and model; names per engine in profiles/engine_flags.yaml)")
-    context_tokens: int = Field(default=0, ge=0, description="longest request (input + output) the engine admits: "
-                                "the largest routed bucket's, capped at the model's window and kv_cache_tokens")
-    command: list[str] = Field(default=[], description="the full launch command of one replica (its first node)")
-    worker_command: list[str] = Field(default=[], description="a replica spanning nodes: the command of its other "
-                                      "nodes ($NODE_RANK, $LEADER_ADDRESS); omitted otherwise")
-    engine_files: dict[str, str] = Field(default={}, description="files the command reads, name -> content (the "
-                                         "TensorRT-LLM extra options YAML); omitted when none")
+    engine_args: list[str] = Field(description="the engine's arguments that realise the deployment (after "
+                                               "program and model; names per engine in "
+                                               "profiles/engine_flags.yaml)")
+    context_tokens: int = Field(default=0, ge=0,
+                                description="longest request (input + output) the engine admits: the largest "
+                                            "routed bucket's, capped at the model's window and "
+                                            "kv_cache_tokens")
+    command: list[str] = Field(default=[], description="the full launch command of one replica (its first "
+                                                       "node)")
+    worker_command: list[str] = Field(default=[],
+                                      description="a replica spanning nodes: the command of its other nodes "
+                                                  "($NODE_RANK, $LEADER_ADDRESS); omitted otherwise")
+    engine_files: dict[str, str] = Field(default={},
+                                         description="files the command reads, name -> content (the "
+                                                     "TensorRT-LLM extra options YAML); omitted when none")
     placement: list[Placement] = Field(default=[], description="one entry per replica and pipeline stage")
-    adapters: list[str] = Field(default=[], description="LoRA adapters this deployment holds (omitted when none)")
-    max_loras: int = Field(default=0, ge=0, description="vLLM --max-loras: adapter slots on the GPU (0: no LoRA)")
+    adapters: list[str] = Field(default=[], description="LoRA adapters this deployment holds (omitted when "
+                                                        "none)")
+    max_loras: int = Field(default=0, ge=0, description="vLLM --max-loras: adapter slots on the GPU (0: no "
+                                                        "LoRA)")
     max_lora_rank: int = Field(default=0, ge=0, description="vLLM --max-lora-rank")
-    max_cpu_loras: int = Field(default=0, ge=0, description="vLLM --max-cpu-loras: adapters kept in CPU memory")
+    max_cpu_loras: int = Field(default=0, ge=0, description="vLLM --max-cpu-loras: adapters kept in CPU "
+                                                            "memory")
     tenants: list[str] = Field(default=[], description="tenants whose traffic it serves (omitted when none)")
-    kv: KvTiers | None = Field(default=None, description="KV tiers: HBM tokens, offload, borrowed and lent GiB "
-                                                          "(omitted unless the spec enables KV tiers)")
-    colocated_with: str | None = Field(default=None, description="co-located prefill/decode pair: the other side; "
-                                       "they hand KV over on NVLink inside shared NVLink domains (omitted "
-                                       "otherwise)")
-    group_replicas: int = Field(default=0, ge=0, description="co-located pair: replicas of this deployment in each "
-                                                             "group placed in one NVLink domain (omitted when 0)")
-    prefix_cache_tokens: int = Field(default=0, ge=0, description="KV tokens per replica kept for prefix reuse, "
-                                                                 "out of kv_cache_tokens (omitted when 0)")
+    kv: KvTiers | None = Field(default=None, description="KV tiers: HBM tokens, offload, borrowed and lent "
+                                                         "GiB (omitted unless the spec enables KV tiers)")
+    colocated_with: str | None = Field(default=None,
+                                       description="co-located prefill/decode pair: the other side; they "
+                                                   "hand KV over on NVLink inside shared NVLink domains "
+                                                   "(omitted otherwise)")
+    group_replicas: int = Field(default=0, ge=0,
+                                description="co-located pair: replicas of this deployment in each group "
+                                            "placed in one NVLink domain (omitted when 0)")
+    prefix_cache_tokens: int = Field(default=0, ge=0,
+                                     description="KV tokens per replica kept for prefix reuse, out of "
+                                                 "kv_cache_tokens (omitted when 0)")
 
     @property
     def gpus_per_replica(self) -> int:
@@ -109,8 +132,10 @@ class Route(_Strict):
     workload: str
     bucket: str
     deployment: str | None = Field(default=None, description="unified deployment; omitted for a P/D pair")
-    prefill: str | None = Field(default=None, description="P/D pair: the prefill deployment (omitted otherwise)")
-    decode: str | None = Field(default=None, description="P/D pair: the decode deployment (omitted otherwise)")
+    prefill: str | None = Field(default=None, description="P/D pair: the prefill deployment (omitted "
+                                                          "otherwise)")
+    decode: str | None = Field(default=None, description="P/D pair: the decode deployment (omitted "
+                                                         "otherwise)")
     share: float = Field(gt=0, le=1, description="share of the workload's requests")
 
 
@@ -128,10 +153,12 @@ class PrefixReuse(_Strict):
 
     source: Literal["declared", "trace", "shared_prefix"] = Field(
         description="declared in the spec, measured from the trace's hash_ids, or from shared_prefix groups")
-    hit_rate: float = Field(description="share of input tokens served from a cache holding the whole working set")
+    hit_rate: float = Field(description="share of input tokens served from a cache holding the whole working "
+                                        "set")
     working_set_tokens: int = Field(description="distinct prefix tokens the cache must hold for hit_rate")
-    hit_rate_planned: dict[str, float] = Field(description="per deployment serving it: the hit rate its replicas' "
-                                                           "prefix cache (prefix_cache_tokens) gets")
+    hit_rate_planned: dict[str, float] = Field(description="per deployment serving it: the hit rate its "
+                                                           "replicas' prefix cache (prefix_cache_tokens) "
+                                                           "gets")
 
 
 class ErrorBar(_Strict):
@@ -176,7 +203,8 @@ class Bucket(_Strict):
     name: str
     share: float = Field(description="share of the workload's requests whose prompt falls in this range")
     input_tokens_min: int = Field(ge=1, description="shortest prompt in the range, tokens")
-    input_tokens_max: int = Field(ge=1, description="longest prompt in the range, tokens (after the context cut)")
+    input_tokens_max: int = Field(ge=1, description="longest prompt in the range, tokens (after the context "
+                                                    "cut)")
     input_tokens_mean: float
     output_tokens_mean: float = Field(description="mean output length of requests in this range")
     output_tokens_max: int = Field(ge=1, description="longest output of requests in this range; with "
@@ -196,10 +224,11 @@ class Simulation(_Strict):
                                                      "pooled over the runs")
     attainment_lower: dict[str, float] = Field(description="per workload: lower one-sided 95% bound of "
                                                            "attainment (batch means over the runs)")
-    undersampled: list[str] = Field(default_factory=list, description="workloads with too few simulated requests "
-                                    "for any lower bound to reach their target (every request meeting the SLO "
-                                    "would not): accepted on pooled attainment at or above target; left out "
-                                    "when empty")
+    undersampled: list[str] = Field(default_factory=list,
+                                    description="workloads with too few simulated requests for any lower "
+                                                "bound to reach their target (every request meeting the SLO "
+                                                "would not): accepted on pooled attainment at or above "
+                                                "target; left out when empty")
 
 
 class Goodput(_Strict):
@@ -222,8 +251,10 @@ class ScheduleWindow(_Strict):
 
     start_s: int = Field(ge=0, description="seconds from the start of the period")
     rates: dict[str, float] = Field(description="per workload: planned arrival rate in this window, rps")
-    replicas: dict[str, int] = Field(description="per deployment: replicas serving in this window (0: stopped)")
-    started: int = Field(ge=0, description="replicas started for this window (ahead of it by their start-up time)")
+    replicas: dict[str, int] = Field(description="per deployment: replicas serving in this window (0: "
+                                                 "stopped)")
+    started: int = Field(ge=0, description="replicas started for this window (ahead of it by their start-up "
+                                           "time)")
     stopped: int = Field(ge=0, description="replicas stopped at its start")
     cost_usd_per_hour: float = Field(description="the replicas serving in this window")
     routes: list[Route] = Field(description="shares in this window (as the plan's routes)")
@@ -240,8 +271,9 @@ class PlanSchedule(_Strict):
     cyclic: bool
     min_lifetime_windows: int
     max_changes_per_window: int | None
-    startup_s: dict[str, float] = Field(description="per deployment: seconds a started replica holds its GPUs "
-                                                    "before serving (weights / load bandwidth + warm-up)")
+    startup_s: dict[str, float] = Field(description="per deployment: seconds a started replica holds its "
+                                                    "GPUs before serving (weights / load bandwidth + "
+                                                    "warm-up)")
     startup_source: str = Field(description="where the load bandwidth and warm-up come from")
     cost_usd_per_hour_mean: float = Field(description="serving cost averaged over the period, plus start-ups")
     startup_usd_per_period: float = Field(description="cost of replicas starting (holding GPUs, not serving)")
@@ -265,15 +297,19 @@ class Plan(_Strict):
                               "or simulation) still shows below their SLO, the reasons under warnings; "
                               "written only by plan --allow-misses, and check and emit refuse such a plan "
                               "unless given --allow-misses too (omitted when empty)")
-    simulation: Simulation | None = Field(default=None, description="validation by simulation; null when skipped")
+    simulation: Simulation | None = Field(default=None,
+                                          description="validation by simulation; null when skipped")
     adapter_routes: list[AdapterRoute] = Field(default=[], description="multi-LoRA plans: routes by adapter "
                                                                        "(omitted when empty)")
-    prefix: dict[str, PrefixReuse] = Field(default={}, description="per workload with prefix reuse (omitted when "
+    prefix: dict[str, PrefixReuse] = Field(default={},
+                                           description="per workload with prefix reuse (omitted when "
                                                                    "none)")
-    goodput: Goodput | None = Field(default=None, description="objective max_goodput only: traffic served; routes "
-                                                               "then carry shares of at most 1 per workload")
-    redundancy: Literal["n+1"] | None = Field(default=None, description="spec redundancy n+1: planned so that "
-                                              "losing any one node keeps every SLO; check then removes each node "
-                                              "(docs/online.md; omitted otherwise)")
+    goodput: Goodput | None = Field(default=None,
+                                    description="objective max_goodput only: traffic served; routes then "
+                                                "carry shares of at most 1 per workload")
+    redundancy: Literal["n+1"] | None = Field(default=None,
+                                              description="spec redundancy n+1: planned so that losing any "
+                                                          "one node keeps every SLO; check then removes each "
+                                                          "node (docs/online.md; omitted otherwise)")
     schedule: PlanSchedule | None = Field(default=None, description="spec schedule only: replicas per window "
                                                                     "(docs/online.md; omitted otherwise)")

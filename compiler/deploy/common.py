@@ -26,7 +26,8 @@ GIB = 1024 ** 3
 PROBE_SLACK = 5
 PROBE_PERIOD_S = 10
 PORT = 8000
-SHM_GIB = 16  # /dev/shm for NCCL and the engine's shared-memory broadcast between TP workers (vLLM docs: >= 1 GiB)
+# /dev/shm for NCCL and the engine's shared-memory broadcast between TP workers (vLLM docs: >= 1 GiB)
+SHM_GIB = 16
 CACHE_CLAIM = "trimtab-model-cache"
 # The one secret convention of every target (docs/deploy.md, "Secrets"): Secret `hf-token` whose key is
 # HF_TOKEN. The key is the variable's name because llm-d's chart reads key HF_TOKEN of its authSecretName and
@@ -62,7 +63,8 @@ class Target:
     weight_bytes: int  # whole replica, from the cost model's memory fit
     startup_s: float  # the start-up model's seconds (trimtab.cost.startup), the schedule's lead
     startup_budget_s: int  # what the start-up probe allows: PROBE_SLACK x startup_s
-    queue_threshold: int | None  # waiting requests per replica above which to add one (None: engine has no gauge)
+    # waiting requests per replica above which to add one (None: engine has no gauge)
+    queue_threshold: int | None
     max_replicas: int  # the GPU inventory of its type allows this many replicas
     gpu_k8s: dict  # resource, label, value (profiles/k8s_gpus.yaml)
 

@@ -14,7 +14,8 @@ CONFIG_DIR = "/etc/trimtab"
 
 
 def compose_files(b: Bundle) -> dict[str, dict]:
-    problems = [Problem(f"deployments ({t.dep.name})", f"a replica spans {t.facts.nodes_per_replica} nodes; docker "
+    problems = [Problem("deployments "
+                        f"({t.dep.name})", f"a replica spans {t.facts.nodes_per_replica} nodes; docker "
                         "compose runs one host: emit --to k8s (LeaderWorkerSet)")
                 for t in b.targets if t.facts.nodes_per_replica > 1]
     if problems:

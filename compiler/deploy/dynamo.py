@@ -46,8 +46,8 @@ def _container(b: Bundle, command: list[str], args: list[str]) -> dict:
 
 def manifests(b: Bundle) -> dict[str, list[dict]]:
     if b.ir.engine.name not in ("vllm", "vllm-cpu"):
-        raise InputError([Problem("defaults.engine", f"--to dynamo is written for vLLM workers; this plan's engine "
-                                  f"is {b.ir.engine.name} (use --to k8s)")], "spec")
+        raise InputError([Problem("defaults.engine", "--to dynamo is written for vLLM workers; this plan's "
+                                                     f"engine is {b.ir.engine.name} (use --to k8s)")], "spec")
     graphs: dict[str, list[dict]] = {}
     targets = [(g, t) for g, ts in pools(b).items() for t in ts]
     for g, t in targets:

@@ -156,7 +156,8 @@ def _scaler(b: Bundle, t: Target, kind: str, api: str) -> dict:
                          # ScaledObject, not a queue of 0 that holds the minimum under any load
                          "ignoreNullValues": "false",
                          "threshold": str(t.queue_threshold)}}]}}
-    if crons is not None:  # a schedule (docs/online.md): the windows' replicas, started ahead by the start-up time
+    # a schedule (docs/online.md): the windows' replicas, started ahead by the start-up time
+    if crons is not None:
         obj["spec"]["minReplicaCount"] = min_replicas(sched, t.dep.name)
         obj["spec"]["triggers"] = crons + obj["spec"]["triggers"]
     return obj

@@ -58,7 +58,8 @@ def values(b: Bundle) -> dict[str, dict]:
     if b.ir.engine.name not in ("vllm", "vllm-cpu"):
         raise InputError([Problem("defaults.engine", f"--to llm-d deploys vLLM; this plan's engine is "
                                   f"{b.ir.engine.name} (use --to k8s)")], "spec")
-    spans = [Problem(f"deployments ({t.dep.name})", f"a replica spans {t.facts.nodes_per_replica} nodes: the chart "
+    spans = [Problem("deployments "
+                     f"({t.dep.name})", f"a replica spans {t.facts.nodes_per_replica} nodes: the chart "
                      "runs one command on every pod of a LeaderWorkerSet, vLLM needs a leader and headless "
                      "workers; use --to k8s") for t in b.targets if t.facts.nodes_per_replica > 1]
     if spans:

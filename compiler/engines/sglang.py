@@ -12,7 +12,8 @@ from trimtab.engines.base import (ADAPTER_DIR, LEADER_ENV, RANK_ENV, DeploymentF
 
 ENGINE = "sglang"
 GIB = 1024 ** 3
-DIST_PORT = 20000  # --dist-init-addr port of a multi-node replica's leader (any free port; fixed for stable bytes)
+# --dist-init-addr port of a multi-node replica's leader (any free port; fixed for stable bytes)
+DIST_PORT = 20000
 
 
 def launch(f: DeploymentFacts) -> Launch:

@@ -49,11 +49,12 @@ def launch(f: DeploymentFacts) -> Launch:
          kv(fl["memory_fraction"], num(f.kv_free_fraction)), kv(fl["extra_options"], fname)]
     warnings = []
     if f.dtype in ("fp8", "fp4"):
-        warnings.append(f"{f.name}: TensorRT-LLM reads {f.dtype} weights from an {f.dtype} checkpoint (ModelOpt); set "
-                        f"models[].hf_id to one, {f.model.model_id} is served as published")
+        warnings.append(f"{f.name}: TensorRT-LLM reads {f.dtype} weights from an {f.dtype} checkpoint "
+                        f"(ModelOpt); set models[].hf_id to one, {f.model.model_id} is served as published")
     if f.dp > 1 and f.tp > 1:
-        warnings.append(f"{f.name}: TensorRT-LLM's attention data parallelism runs attention on one GPU per rank; "
-                        f"this plan's tp {f.tp} x dp {f.dp} layout is served as tp 1 x dp {f.tp * f.dp}")
+        warnings.append(f"{f.name}: TensorRT-LLM's attention data parallelism runs attention on one GPU per "
+                        f"rank; this plan's tp {f.tp} x dp {f.dp} layout is served as tp 1 x dp "
+                        f"{f.tp * f.dp}")
     head = [*t["program"], f.model.model_id]
     # A replica spanning nodes runs under an MPI launcher (mpirun/srun) that starts this same command on every
     # node; trtllm-llmapi-launch joins the ranks. The command is identical on all nodes.

@@ -26,7 +26,8 @@ def launch(f: DeploymentFacts) -> Launch:
         a.append(fl["expert_parallel"])
     if f.prefix_caching:  # on by default in V1; explicit because the plan's prefix_cache_tokens rely on it
         a.append(fl["prefix_caching"])
-    if f.offload_gib > 0:  # OffloadingConnector: evicted prefix blocks in host memory, the whole replica's buffer
+    # OffloadingConnector: evicted prefix blocks in host memory, the whole replica's buffer
+    if f.offload_gib > 0:
         a += [kv(fl["offload_backend"], val["offload_backend"]), kv(fl["offload_size"], num(f.offload_gib))]
     if f.max_loras:
         a += [fl["enable_lora"], kv(fl["max_loras"], f.max_loras), kv(fl["max_lora_rank"], f.max_lora_rank),
@@ -38,7 +39,8 @@ def launch(f: DeploymentFacts) -> Launch:
         a.append(kv(fl["kv_transfer"], json.dumps({"kv_connector": c["kv_connector"], "kv_role": c["kv_role"]},
                                                   separators=(",", ":"))))
     worker: tuple[str, ...] = ()
-    if f.nodes_per_replica > 1:  # multiprocessing executor across nodes: rank 0 serves the API, others headless
+    # multiprocessing executor across nodes: rank 0 serves the API, others headless
+    if f.nodes_per_replica > 1:
         multi = [kv(fl["nnodes"], f.nodes_per_replica), kv(fl["master_addr"], f"${{{LEADER_ENV}}}")]
         head = [*t["program"], f.model.model_id]
         worker = (*head, *a, *multi, kv(fl["node_rank"], f"${{{RANK_ENV}}}"), fl["headless"])

@@ -275,8 +275,8 @@ def run_bench(out_dir: str | Path, device: str = "cuda", quick: bool = False, lo
     md["dtype"] = name16
     if gpu:
         md["timing"] = ("eager, CUDA events" if not graph else
-                        f"CUDA graph of {tm.GRAPH_CALLS} calls for {tm.graphed} of {len(rows)} rows (GEMMs and "
-                        f"attention under {tm.GRAPH_BELOW_MS} ms eager); CUDA events")
+                        f"CUDA graph of {tm.GRAPH_CALLS} calls for {tm.graphed} of {len(rows)} rows (GEMMs "
+                        f"and attention under {tm.GRAPH_BELOW_MS} ms eager); CUDA events")
     (out / "metadata.json").write_text(json.dumps(md, indent=2, sort_keys=True) + "\n", encoding="utf-8")
     return path
 

@@ -167,8 +167,8 @@ def read_measurements(folder: str | Path | list, meas: Measurements | None = Non
             continue
         meas.sources.append(rel)
     if top and not meas.recs:
-        raise InputError([Problem("DIR", "no measurements found: expected trimtab bench CSVs (bench.csv) or Vidur "
-                                         "profiling CSVs (mlp.csv, all_reduce.csv)", str(root))])
+        raise InputError([Problem("DIR", "no measurements found: expected trimtab bench CSVs (bench.csv) or "
+                                         "Vidur profiling CSVs (mlp.csv, all_reduce.csv)", str(root))])
     return meas
 
 
@@ -340,7 +340,8 @@ def _base_profile(base: str | None, meas: Measurements) -> tuple[dict | None, st
         return yaml.safe_load(p.read_text(encoding="utf-8")), str(p)
     profs = load_profiles()
     if base not in profs.gpus:
-        raise InputError([Problem("--base", f"unknown GPU profile {base!r}; known: {', '.join(sorted(profs.gpus))}")])
+        raise InputError([Problem("--base", f"unknown GPU profile {base!r}; known: "
+                                            f"{', '.join(sorted(profs.gpus))}")])
     from trimtab.profiles import data_dir
 
     path = data_dir() / "gpus" / f"{base}.yaml"
@@ -353,7 +354,8 @@ def _q(v: float, src: str, nd: int = 4) -> dict:
 
 def build_profile(name: str, fit_: Fit, meas: Measurements, folder: str, base: dict | None) -> dict:
     today = _dt.date.today().isoformat()
-    files = ", ".join(meas.sources[:6]) + (f" and {len(meas.sources) - 6} more" if len(meas.sources) > 6 else "")
+    files = ", ".join(meas.sources[:6]) + (f" and {len(meas.sources) - 6} "
+                                           "more" if len(meas.sources) > 6 else "")
     fmt = " and ".join(sorted(meas.formats))
     where = f"{fmt} measurements in {folder} ({files})"
     err = fit_.errors
@@ -369,19 +371,22 @@ def build_profile(name: str, fit_: Fit, meas: Measurements, folder: str, base: d
     gemm_ops = [o for o in err if o not in ("elementwise", "attn_prefill", "attn_decode", "allreduce", "gemm_fp8")]
     if "compute_efficiency" in p:
         sources["calib_gemm"] = {"kind": "fit", "ref": (
-            f"trimtab calibrate ({today}): least squares of t = t_k + max(FLOPs/(peak x eta_c), bytes/(peak BW x "
-            f"eta_b)) over {sum(err[o].rows for o in gemm_ops)} GEMM timings from {where}" + errtxt(*gemm_ops))}
+            f"trimtab calibrate ({today}): least squares of t = t_k + max(FLOPs/(peak x eta_c), bytes/(peak "
+            f"BW x eta_b)) over {sum(err[o].rows for o in gemm_ops)} GEMM timings from "
+            f"{where}" + errtxt(*gemm_ops))}
         prof["compute_efficiency"] = _q(p["compute_efficiency"], "calib_gemm", 3)
         prof["bandwidth_efficiency"] = _q(p["bandwidth_efficiency"], "calib_gemm", 3)
         prof["kernel_latency_us"] = _q(p["kernel_latency_us"], "calib_gemm", 2)
     if "fp8_compute_efficiency" in p:
-        sources["calib_gemm_fp8"] = {"kind": "fit", "ref": f"trimtab calibrate ({today}): fp8 GEMMs from {where}"
+        sources["calib_gemm_fp8"] = {"kind": "fit", "ref": f"trimtab calibrate ({today}): fp8 GEMMs from "
+                                                           f"{where}"
                                                           + errtxt("gemm_fp8")}
         prof["fp8_compute_efficiency"] = _q(p["fp8_compute_efficiency"], "calib_gemm_fp8", 3)
     if "elementwise_passes" in p:
         sources["calib_elementwise"] = {"kind": "fit", "ref": (
-            f"trimtab calibrate ({today}): least squares of the summed norm, rope, activation and residual timings "
-            f"per layer as kernels x t_e + passes x tokens x hidden x 2 B / (peak BW x eta_b), from {where}"
+            f"trimtab calibrate ({today}): least squares of the summed norm, rope, activation and residual "
+            "timings per layer as kernels x t_e + passes x tokens x hidden x 2 B / (peak BW x eta_b), from "
+            f"{where}"
             + errtxt("elementwise"))}
         prof["elementwise_passes"] = _q(p["elementwise_passes"], "calib_elementwise", 2)
     if "attention_efficiency" in p:
@@ -391,8 +396,8 @@ def build_profile(name: str, fit_: Fit, meas: Measurements, folder: str, base: d
         prof["attention_efficiency"] = _q(p["attention_efficiency"], "calib_attention", 3)
     if "allreduce_latency_us" in p:
         sources["calib_allreduce"] = {"kind": "fit", "ref": (
-            f"trimtab calibrate ({today}): least squares of t = latency + bytes x 2(n-1)/n / bus bandwidth over "
-            f"single-node all-reduce timings from {where}" + errtxt("allreduce"))}
+            f"trimtab calibrate ({today}): least squares of t = latency + bytes x 2(n-1)/n / bus bandwidth "
+            f"over single-node all-reduce timings from {where}" + errtxt("allreduce"))}
         prof["allreduce_latency_us"] = _q(p["allreduce_latency_us"], "calib_allreduce", 1)
         prof["allreduce_bus_gbps"] = _q(p["allreduce_bus_gbps"], "calib_allreduce", 1)
     ranges = {k: [float(round(v, 1)) for v in rng] for k, rng in fit_.ranges.items()}
@@ -402,14 +407,17 @@ def build_profile(name: str, fit_: Fit, meas: Measurements, folder: str, base: d
     if not base:  # no spec sheet: a profile of what was measured (e.g. a CPU in CI)
         md = meas.metadata
         sources["measured_peak"] = {"kind": "measurement", "ref": (
-            f"trimtab bench ({md.get('date', today)}) on {md.get('device_name', 'unknown device')}: highest GEMM "
-            f"FLOP/s and copy bandwidth measured, taken as the peaks")}
-        sources["host"] = {"kind": "measurement", "ref": f"trimtab bench metadata: {md.get('device_name', '?')}, "
+            f"trimtab bench ({md.get('date', today)}) on {md.get('device_name', 'unknown device')}: highest "
+            "GEMM FLOP/s and copy bandwidth measured, taken as the peaks")}
+        sources["host"] = {"kind": "measurement", "ref": "trimtab bench metadata: "
+                                                         f"{md.get('device_name', '?')}, "
                                                          f"{md.get('memory_gib', 0):.1f} GiB"}
-        sources["assumed"] = {"kind": "assumption", "ref": "no spec sheet for this device; placeholder for numbers "
-                                                           "the bench does not measure (one device, no network)"}
+        sources["assumed"] = {"kind": "assumption", "ref": "no spec sheet for this device; placeholder for "
+                                                           "numbers the bench does not measure (one device, "
+                                                           "no network)"}
         prof.update({
-            "name": name, "description": f"measured by trimtab bench: {md.get('device_name', 'unknown device')}",
+            "name": name, "description": "measured by trimtab bench: "
+                                         f"{md.get('device_name', 'unknown device')}",
             "memory_gib": _q(max(md.get("memory_gib", 1.0), 0.1), "host", 2),
             "hbm_bandwidth_gbps": _q(fit_.peaks["hbm_bps"] / 1e9, "measured_peak", 3),
             "bf16_tflops": _q(fit_.peaks["bf16_flops"] / 1e12, "measured_peak", 4),
@@ -444,8 +452,8 @@ def calibrate(folder: str | Path | list, output: str | Path, base: str | None = 
     out = Path(output)
     where = ", ".join(map(str, folder)) if isinstance(folder, (list, tuple)) else str(folder)
     if not meas.recs:
-        raise InputError([Problem("DIR", "no measurements found: expected trimtab bench CSVs (bench.csv) or Vidur "
-                                         "profiling CSVs (mlp.csv, all_reduce.csv)", where)])
+        raise InputError([Problem("DIR", "no measurements found: expected trimtab bench CSVs (bench.csv) or "
+                                         "Vidur profiling CSVs (mlp.csv, all_reduce.csv)", where)])
     prof = build_profile(out.stem, f, meas, where, base_dict)
     validate(GpuProfile, prof, {}, str(out), "profile")  # refuse to write a profile the loader would reject
     out.parent.mkdir(parents=True, exist_ok=True)

@@ -47,7 +47,8 @@ class Shape:
 @dataclass(frozen=True)
 class ShapeResult:
     shape: Shape
-    ttft_ms: float  # median over the measured requests (other processes on a shared machine make rare long tails)
+    # median over the measured requests (other processes on a shared machine make rare long tails)
+    ttft_ms: float
     tpot_ms: float
     requests: int
 

@@ -84,8 +84,8 @@ def endpoints_for(plan: Plan, values: list[str]) -> dict[str, Endpoint]:
             default = parse_endpoint(v)
     missing = [n for n in names if n not in out and default is None]
     if missing:
-        raise InputError([Problem("--endpoint", f"no endpoint for deployment(s) {', '.join(missing)}: give URL "
-                                                f"(all deployments) or DEPLOYMENT=URL for each")])
+        raise InputError([Problem("--endpoint", f"no endpoint for deployment(s) {', '.join(missing)}: give "
+                                                "URL (all deployments) or DEPLOYMENT=URL for each")])
     return {n: out.get(n, default) for n in names}
 
 
@@ -229,7 +229,8 @@ class WorkloadResult:
     measured: dict  # ttft_p50/p90/pSLO (+ _ci: 95 % interval), tpot_..., attainment (ms; share)
     predicted: dict  # plan's cost-model prediction at the SLO percentile (scaled rate: recomputed)
     simulated: dict  # the simulator on the same request stream
-    length_mismatches: int  # requests whose reported prompt or completion tokens differ from the drawn lengths
+    # requests whose reported prompt or completion tokens differ from the drawn lengths
+    length_mismatches: int
     min_requests: int = 0  # measured requests its percentile needs to be called met (metrics.min_requests)
 
     @property
@@ -437,8 +438,9 @@ def run_loadtest(plan: Plan, spec: Spec, endpoint_values: list[str], *, requests
                 data = await get_json(eps[dep], eps[dep].path.rsplit("/", 1)[0] + "/models")
                 models[dep] = data["data"][0]["id"]
             except (OSError, asyncio.TimeoutError, HttpError, ValueError, KeyError, IndexError) as exc:
-                raise InputError([Problem("--endpoint", f"{eps[dep].url}: no OpenAI-compatible server answers "
-                                                        f"GET /v1/models ({type(exc).__name__}: {exc})")]) from None
+                raise InputError([Problem("--endpoint", f"{eps[dep].url}: no OpenAI-compatible server "
+                                                        f"answers GET /v1/models ({type(exc).__name__}: "
+                                                        f"{exc})")]) from None
         return await _drive(arrivals, dep_names, eps, models, vocab, seed, timeout_s)
 
     w0 = time.perf_counter()
@@ -488,8 +490,8 @@ def run_loadtest(plan: Plan, spec: Spec, endpoint_values: list[str], *, requests
                                           min_requests(wl.percentile))
         samples[wl.name] = {"ttft_ms": (ttft * 1e3).tolist(), "tpot_ms": (tpot * 1e3).tolist()}
         if mism:
-            notes.append(f"{wl.name}: {mism} request(s) reported prompt or completion token counts other than the "
-                         f"drawn lengths (server-side context limit, or a proxy that re-tokenises)")
+            notes.append(f"{wl.name}: {mism} request(s) reported prompt or completion token counts other "
+                         "than the drawn lengths (server-side context limit, or a proxy that re-tokenises)")
         errs = sorted({outs[i].error for i in idx if outs[i].error})
         if errs:
             notes.append(f"{wl.name}: {errors} request(s) failed: {'; '.join(errs[:3])}")

@@ -74,9 +74,11 @@ class ProblemIR:
     engine: EngineProfile
     input_hash: str
     warnings: tuple[str, ...] = ()
-    inter_rack_gbps: float | None = None  # spec network.inter_rack_gbps (KV transfer between disaggregated sides)
+    # spec network.inter_rack_gbps (KV transfer between disaggregated sides)
+    inter_rack_gbps: float | None = None
     lora: object | None = None  # trimtab.spec.lora.LoraIR: adapters and tenants; None when the spec has none
-    kv_tiers: str = "off"  # spec defaults.kv_tiers: off | auto | offload | experimental-live (docs/kv-tiers.md)
+    # spec defaults.kv_tiers: off | auto | offload | experimental-live (docs/kv-tiers.md)
+    kv_tiers: str = "off"
     redundancy: str = "none"  # spec redundancy: none | n+1 (compiler/planning/redundancy.py)
     # Per model: the weights engines load and the served name (trimtab.engines.base.ModelIdentity)
     identities: dict = field(default_factory=dict)

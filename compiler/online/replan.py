@@ -60,13 +60,15 @@ def parse_failures(plan: Plan, spec, items: list[str]) -> Failure:
         if key == "replica":
             dep, _, idx = val.rpartition("/")
             if dep not in deps or not idx.isdigit() or int(idx) >= deps[dep]:
-                problems.append(Problem(f"--fail {it}", f"no replica {val!r}: give DEPLOYMENT/INDEX, INDEX below the "
-                                                        f"deployment's replicas (deployments: {', '.join(deps)})"))
+                problems.append(Problem(f"--fail {it}", f"no replica {val!r}: give DEPLOYMENT/INDEX, INDEX "
+                                                        "below the deployment's replicas (deployments: "
+                                                        f"{', '.join(deps)})"))
                 continue
             replicas.add((dep, int(idx)))
         elif key == "node":
             if val not in by_name:
-                problems.append(Problem(f"--fail {it}", f"no node {val!r}; nodes: {', '.join(sorted(by_name))}"))
+                problems.append(Problem(f"--fail {it}", f"no node {val!r}; nodes: "
+                                                        f"{', '.join(sorted(by_name))}"))
                 continue
             gone_gpus[val] = set(range(by_name[val].gpus))
         elif key.startswith("gpus.") and val.lstrip("-").isdigit() and int(val) < 0:
@@ -175,9 +177,11 @@ def replan(current: Plan, spec, *, max_moves: int | None = None, fail: list[str]
     from trimtab.ir.lower import lower
 
     t0 = time.perf_counter()
-    if spec.redundancy == "n+1":  # the move rows are not combined with the n+1 rows (compiler/planning/redundancy.py) yet
-        raise InputError([Problem("redundancy", "replan does not keep n+1 yet (docs/online.md, \"Redundancy\"): "
-                                                "re-plan with redundancy: none, or plan the spec afresh")], "spec")
+    # the move rows are not combined with the n+1 rows (compiler/planning/redundancy.py) yet
+    if spec.redundancy == "n+1":
+        raise InputError([Problem("redundancy", "replan does not keep n+1 yet (docs/online.md, "
+                                                "\"Redundancy\"): re-plan with redundancy: none, or plan the "
+                                                "spec afresh")], "spec")
     f = parse_failures(current, spec, list(fail))
     new_spec = spec_after(spec, f)
     running = {d.name: d.replicas - f.lost_replicas.get(d.name, 0) for d in current.deployments}

@@ -51,7 +51,8 @@ def default_requests(ir: ProblemIR) -> int:
     return int(min(MAX_DEFAULT_REQUESTS, max(DEFAULT_REQUESTS, need)))
 
 
-AIM_SHORT = 0.5  # a workload gets a run of its own length (aim_counts) when a run gives it under this share of its aim
+# a workload gets a run of its own length (aim_counts) when a run gives it under this share of its aim
+AIM_SHORT = 0.5
 
 
 def aim_counts(plan: Plan, ir: ProblemIR, requests: int, names, runs: int = 1) -> dict[str, int]:
@@ -194,7 +195,8 @@ def prefix_notes(sim) -> list[str]:
             hit[r.w] = hit.get(r.w, 0) + r.cached
             tot[r.w] = tot.get(r.w, 0) + r.isl
     return [f"prefix reuse: {sim.sc.workloads[w].name} found {hit[w] / tot[w]:.1%} of its input tokens cached"
-            + (" (trace block hashes replayed per replica)" if sim.sc.workloads[w].prefix_hashes is not None else "")
+            + (" (trace block hashes replayed per "
+               "replica)" if sim.sc.workloads[w].prefix_hashes is not None else "")
             for w in sorted(tot) if hit[w] and tot[w]]
 
 

@@ -350,7 +350,8 @@ class Simulation:
         names = [sd.view.name for sd in self.sc.deployments]
         skipped: list[int] = []  # deployments ``only`` leaves out
         pairs_skipped = False
-        todo: list[tuple[int, str | None, DepRun | None]] = []  # (d, cache key, its reused run or None: to run)
+        # (d, cache key, its reused run or None: to run)
+        todo: list[tuple[int, str | None, DepRun | None]] = []
         for d in range(nd):
             idx = by_dep[cuts[d]:cuts[d + 1]]
             if not len(idx) or not self.replicas[d] or d in paired:
@@ -399,7 +400,8 @@ class Simulation:
         self.requests = []
         ts = self._ts
         gone = None
-        if skipped:  # their requests: drawn, never run, left out (unmeasured: their workloads are not reported)
+        # their requests: drawn, never run, left out (unmeasured: their workloads are not reported)
+        if skipped:
             gone = np.isin(dep, skipped)
             if self.sc.pairs and pairs_skipped:
                 gone |= dep >= nd  # pair targets (past the deployments)

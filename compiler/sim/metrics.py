@@ -189,7 +189,8 @@ class SimResult:
     # For plots: per workload, measured (TTFT, TPOT, E2E) seconds; per deployment, timeline rows.
     samples: dict[str, tuple[np.ndarray, np.ndarray, np.ndarray]] = field(default_factory=dict, repr=False)
     timeline_dt: float = 0.0
-    timeline: dict[str, np.ndarray] = field(default_factory=dict, repr=False)  # (bins, [busy share, queue, kv share])
+    # (bins, [busy share, queue, kv share])
+    timeline: dict[str, np.ndarray] = field(default_factory=dict, repr=False)
 
     @property
     def ok(self) -> bool:
@@ -234,7 +235,8 @@ def clean(v):
     return v
 
 
-_NAMES = ("arrival", "w", "dep", "osl", "t_first", "t_done", "t_sched", "preempted", "status")  # what summarise reads
+# what summarise reads
+_NAMES = ("arrival", "w", "dep", "osl", "t_first", "t_done", "t_sched", "preempted", "status")
 _FIELDS = attrgetter(*_NAMES)
 
 
@@ -287,7 +289,8 @@ def summarise(sim, span: tuple[float, float] | None = None, workloads: frozenset
     for wi, wl in enumerate(sc.workloads):
         if workloads is not None and wl.name not in workloads:
             continue
-        m = by_w[wi]  # indices (ascending): the same elements, in the same order, as a boolean mask would pick
+        # indices (ascending): the same elements, in the same order, as a boolean mask would pick
+        m = by_w[wi]
         k = len(m)
         okm = meets[m]  # in arrival order
         n_ok = int(okm.sum())

@@ -201,7 +201,8 @@ class Replica:
         self.it = model.iteration_s
         # A cost model whose step time takes the number of prompts in the step (``prefill_seqs``) gets it.
         self.seqs_arg = _takes_seqs(type(model), model.iteration_s)
-        self.lin: dict[int, tuple[float, float] | bool] = _linear_table(model)  # decode batch -> linear step time
+        # decode batch -> linear step time
+        self.lin: dict[int, tuple[float, float] | bool] = _linear_table(model)
         # KV tier (docs/kv-tiers.md): the replica holds HBM plus tier tokens; each step's time takes the share
         # of its KV in use beyond HBM (``remote_share``), as the cost model's ``evaluate`` does at its steady
         # state.
@@ -353,7 +354,8 @@ class Replica:
         if n == 0 and ptok == 0:
             self.busy = False
             return -1.0
-        if self.tier:  # the share of the KV held this step (decoding contexts, prompt tokens computed) in the tier
+        # the share of the KV held this step (decoding contexts, prompt tokens computed) in the tier
+        if self.tier:
             kv = kv_dec + sum(r.done for r in self.prefilling)
             r = (kv - self.hbm) / kv if kv > self.hbm else 0.0
             ctx = (kv_dec + self.Csh) / n if n else 0.0
@@ -366,7 +368,8 @@ class Replica:
             ab = self.lin.get(n)
             if ab is None:
                 ab = self.lin[n] = self._linear(n)
-            ctx = kv_dec + self.Csh  # attention context: own KV plus the cached prefixes read from the prefix cache
+            # attention context: own KV plus the cached prefixes read from the prefix cache
+            ctx = kv_dec + self.Csh
             dt = ab[0] + ab[1] * (ctx / n) if ab else self.it(n, ctx / n, 0.0, 0.0)
         elif self.seqs_arg:
             m = len(sched)
@@ -445,7 +448,8 @@ class Replica:
                     if m >= BULK_MIN:
                         dt0 = a + slope * ((C + n * k + csh) / n)
                         room = lim - t
-                        if room < math.inf and dt0 > 0:  # (step times grow with j: the clock passes room by then)
+                        # (step times grow with j: the clock passes room by then)
+                        if room < math.inf and dt0 > 0:
                             m = min(m, int(room / dt0) + 2)
                         if m >= BULK_MIN:
                             m = min(m, BULK_MAX)
@@ -489,7 +493,8 @@ class Replica:
         if t_next is None:  # finished through ``t``; the next step needs start_step's general path
             return t, self.start_step(t)
         self.t0 = t0
-        if t_next < 0:  # idle, as start_step leaves it with nothing to do (its ``sched`` is empty here already)
+        # idle, as start_step leaves it with nothing to do (its ``sched`` is empty here already)
+        if t_next < 0:
             self.busy = False
         else:
             self.n_step = n

@@ -19,8 +19,10 @@ from trimtab.spec.schema import TokenDist, Workload
 
 GRID = 2000
 _NORMAL = NormalDist()
-INPUT_SPLITS = (0.5, 0.9)  # quantiles where input lengths are cut into buckets (routable prompt-length ranges)
-OUTPUT_SLICES = (0.0, 0.02, 0.05, 0.1, 0.2, 0.35, 0.5, 0.75, 1.0)  # quantiles bounding LengthBucket.osl_points
+# quantiles where input lengths are cut into buckets (routable prompt-length ranges)
+INPUT_SPLITS = (0.5, 0.9)
+# quantiles bounding LengthBucket.osl_points
+OUTPUT_SLICES = (0.0, 0.02, 0.05, 0.1, 0.2, 0.35, 0.5, 0.75, 1.0)
 
 
 class LengthError(ValueError):

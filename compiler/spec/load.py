@@ -31,7 +31,8 @@ def load_spec(source: str | Path, profiles: ProfileSet | None = None, *, text: s
 def spec_from_data(data, lines: LineMap, source: str, base_dir: str, profiles: ProfileSet | None = None,
                    profile_dir: str | Path | None = None) -> Spec:
     if not isinstance(data, dict):
-        raise InputError([Problem("", "a spec is a YAML mapping (version, name, gpus, models, workloads)", source, 1)])
+        raise InputError([Problem("", "a spec is a YAML mapping (version, name, gpus, models, "
+                                      "workloads)", source, 1)])
     spec = validate(Spec, data, lines, source, "spec")
     where = ("profiles", source, line_for(lines, ("profiles",)))
     if profile_dir is not None:  # relative to where the command runs; kept absolute in the spec it replaces
@@ -99,7 +100,8 @@ def cross_check(spec: Spec, lines: LineMap, source: str, profiles: ProfileSet) -
             first.setdefault(v, i)
     for i, g in enumerate(spec.gpus):
         if g.type not in profiles.gpus:
-            bad(("gpus", i, "type"), f"gpus[{i}].type", f"unknown GPU type {g.type!r}; known: {', '.join(sorted(profiles.gpus))}")
+            bad(("gpus", i, "type"), f"gpus[{i}].type", f"unknown GPU type {g.type!r}; known: "
+                                                        f"{', '.join(sorted(profiles.gpus))}")
     for i, m in enumerate(spec.models):
         if m.config is not None:
             p = Path(spec.base_dir) / m.config
@@ -107,7 +109,8 @@ def cross_check(spec: Spec, lines: LineMap, source: str, profiles: ProfileSet) -
                 bad(("models", i, "config"), f"models[{i}] ({m.name}).config", f"file not found: {p}")
         elif m.name not in profiles.models:
             bad(("models", i, "name"), f"models[{i}].name",
-                f"unknown model {m.name!r}; known: {', '.join(sorted(profiles.models))} (or give config: path/to/config.json)")
+                f"unknown model {m.name!r}; known: {', '.join(sorted(profiles.models))} (or give config: "
+                "path/to/config.json)")
     names = {m.name for m in spec.models}
     for i, w in enumerate(spec.workloads):
         if w.model not in names:
@@ -138,8 +141,8 @@ def kv_dtype_check(spec: Spec, profiles: ProfileSet, bad) -> None:
             continue
         why = None
         if m.adapters or m.adapters_from:
-            why = (f"kv_dtype is not supported with LoRA adapters yet ({w.model} has adapters): leave it out (the KV "
-                   f"cache then follows dtype)")
+            why = (f"kv_dtype is not supported with LoRA adapters yet ({w.model} has adapters): leave it out "
+                   "(the KV cache then follows dtype)")
         elif w.kv_dtype == "fp4":
             fp4 = [g for g in gpus if g.fp4_tflops is not None]
             try:

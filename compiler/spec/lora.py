@@ -111,7 +111,8 @@ def cross_check(spec, bad) -> None:
             clash = next((n for n in names if n in seen), None)
             if clash:
                 bad(("models", i, "adapters_from"), f"models[{i}] ({m.name}).adapters_from",
-                    f"generated adapter name {clash!r} is already used (on {seen[clash]}); set a different prefix")
+                    f"generated adapter name {clash!r} is already used (on {seen[clash]}); set a different "
+                    "prefix")
             for n in names:
                 seen.setdefault(n, m.name)
     tenants = {t.name for t in spec.tenants or ()}
@@ -133,7 +134,8 @@ def cross_check(spec, bad) -> None:
     first: dict[str, int] = {}
     for i, t in enumerate(spec.tenants or ()):
         if t.name in first:
-            bad(("tenants", i, "name"), f"tenants[{i}].name", f"duplicate tenant {t.name!r} (also tenants[{first[t.name]}])")
+            bad(("tenants", i, "name"), f"tenants[{i}].name", f"duplicate tenant {t.name!r} (also "
+                                                              f"tenants[{first[t.name]}])")
         first.setdefault(t.name, i)
         for j, o in enumerate(t.not_shared_with):
             if o not in used_tenants:

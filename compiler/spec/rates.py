@@ -27,7 +27,8 @@ class WindowRates:
     window_s: int
     n: int
     rates: dict[str, tuple[float, ...]]  # per workload: rps per window
-    cv: dict[str, tuple[float | None, ...]]  # per workload: inter-arrival cv per window (None: the workload's)
+    # per workload: inter-arrival cv per window (None: the workload's)
+    cv: dict[str, tuple[float | None, ...]]
 
     def peak(self, workload: str) -> float:
         return max(self.rates[workload])
@@ -93,8 +94,9 @@ def window_rates(spec) -> WindowRates:
             prof[w.name] = (list(p.rps), p.cv, where)
             continue
         if window_s % SERVEGEN_STEP_S or (p.fold == "day" and DAY_S % window_s):
-            raise ProfileError(where + ".servegen", f"schedule.window_s ({window_s}) must divide a day and be a "
-                               f"multiple of ServeGen's {SERVEGEN_STEP_S} s windows")
+            raise ProfileError(where + ".servegen", f"schedule.window_s ({window_s}) must divide a day and "
+                                                    f"be a multiple of ServeGen's {SERVEGEN_STEP_S} s "
+                                                    "windows")
         path = Path(spec.base_dir) / p.servegen
         if not path.is_file():
             raise ProfileError(where + ".servegen", f"file not found: {path}")
@@ -107,7 +109,8 @@ def window_rates(spec) -> WindowRates:
             raise ProfileError(where + ".servegen", f"{path}: every window is empty")
         rates = [max(r / top, EMPTY_FLOOR) * p.peak_rps for r in shape]
         if p.cv is not None and len(p.cv) != len(rates):
-            raise ProfileError(where + ".cv", f"{len(p.cv)} values for the {len(rates)} windows of {p.servegen}")
+            raise ProfileError(where + ".cv", f"{len(p.cv)} values for the {len(rates)} windows of "
+                                              f"{p.servegen}")
         prof[w.name] = (rates, p.cv, where)
     lengths = {len(r) for r, _, _ in prof.values()}
     if len(lengths) > 1:
@@ -147,8 +150,10 @@ def profile_problems(spec) -> list[tuple[tuple, str, str]]:
                 out.append((("workloads", idx, "rate_profile"), e.field, str(e)))
     if spec.schedule is not None and any(w.trace is not None for w in spec.workloads):
         i = next(i for i, w in enumerate(spec.workloads) if w.trace is not None)
-        out.append((("workloads", i, "trace"), f"workloads[{i}].trace", "a schedule plans from rate profiles; "
-                    "a trace's own arrivals are not split into windows (give rate_profile instead)"))
+        out.append((("workloads", i, "trace"), f"workloads[{i}].trace", "a schedule plans from rate "
+                                                                        "profiles; a trace's own arrivals "
+                                                                        "are not split into windows (give "
+                                                                        "rate_profile instead)"))
     return out
 
 

@@ -62,14 +62,17 @@ class HistogramDist(_Strict):
     """Piecewise uniform: ``weights[i]`` of the requests fall in ``[edges[i], edges[i+1])``."""
 
     edges: list[int] = Field(min_length=2, max_length=1000,
-                             description="bin edges, tokens, strictly increasing and >= 0; one more than weights")
+                             description="bin edges, tokens, strictly increasing and >= 0; one more than "
+                                         "weights")
     weights: list[float] = Field(min_length=1, max_length=999,
-                                 description="relative share of requests per bin (>= 0, not all 0; normalised)")
+                                 description="relative share of requests per bin (>= 0, not all 0; "
+                                             "normalised)")
 
     @model_validator(mode="after")
     def _shape(self):
         if len(self.edges) != len(self.weights) + 1:
-            raise ValueError(f"{len(self.edges)} edges need {len(self.edges) - 1} weights, got {len(self.weights)}")
+            raise ValueError(f"{len(self.edges)} edges need {len(self.edges) - 1} weights, got "
+                             f"{len(self.weights)}")
         if any(b <= a for a, b in zip(self.edges, self.edges[1:])):
             raise ValueError("edges must be strictly increasing")
         if self.edges[0] < 0:
@@ -89,10 +92,12 @@ class SamplesDist(_Strict):
 class TokenDist(_Strict):
     """Exactly one of the forms below."""
 
-    fixed: int | None = Field(default=None, ge=1, le=10_000_000, description="every request has this many tokens")
+    fixed: int | None = Field(default=None, ge=1, le=10_000_000,
+                              description="every request has this many tokens")
     uniform: UniformDist | None = Field(default=None, description="uniform between min and max tokens")
-    lognormal: LognormalDist | None = Field(default=None, description="lognormal: median and p99, or mu and sigma "
-                                                                      "of ln(tokens)")
+    lognormal: LognormalDist | None = Field(default=None,
+                                            description="lognormal: median and p99, or mu and sigma of "
+                                                        "ln(tokens)")
     histogram: HistogramDist | None = Field(default=None, description="piecewise uniform over bins (edges, "
                                                                       "weights)")
     samples: SamplesDist | None = Field(default=None, description="empirical: token counts from a CSV column")
@@ -116,14 +121,16 @@ Dtype = Literal["bf16", "fp8", "fp4"]
 class Slo(_Strict):
     ttft_ms: float = Field(gt=0, le=3_600_000, description="time to first token, ms, at `percentile`")
     tpot_ms: float = Field(gt=0, le=60_000, description="time per output token after the first, ms")
-    percentile: float = Field(default=99, gt=0, lt=100, description="share of requests (%) that must meet both")
+    percentile: float = Field(default=99, gt=0, lt=100,
+                              description="share of requests (%) that must meet both")
 
 
 class GpuPool(_Strict):
     type: str = Field(description="GPU profile name (trimtab profiles list)")
-    count: int = Field(ge=0, le=1_000_000, description="GPUs of this type available to the plan (an upper bound; "
-                                                        "the plan may use fewer)")
-    usd_per_hour: float | None = Field(default=None, ge=0, le=10_000, description="price per GPU-hour, USD; default: the profile's price")
+    count: int = Field(ge=0, le=1_000_000, description="GPUs of this type available to the plan (an upper "
+                                                       "bound; the plan may use fewer)")
+    usd_per_hour: float | None = Field(default=None, ge=0, le=10_000,
+                                       description="price per GPU-hour, USD; default: the profile's price")
 
 
 LoraModule = Literal["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"]
@@ -135,11 +142,13 @@ class Adapter(_Strict):
     name: str = Field(min_length=1, max_length=100, pattern=r"^[A-Za-z0-9][A-Za-z0-9_.-]*$",
                       description="adapter name, unique per model; requests select it by this name (vLLM "
                                   "--lora-modules); the engine loads it from <adapter dir>/<name>")
-    rank: int = Field(ge=1, le=1024, description="LoRA rank r: sets the adapter's memory and its compute per token")
+    rank: int = Field(ge=1, le=1024, description="LoRA rank r: sets the adapter's memory and its compute per "
+                                                 "token")
     target_modules: list[LoraModule] | None = Field(default=None, min_length=1,
-                                                    description="projections the adapter modifies; default: q_proj, "
-                                                                "k_proj, v_proj, o_proj")
-    weight: float = Field(default=1.0, gt=0, le=1e9, description="relative share of a workload with adapter '*'")
+                                                    description="projections the adapter modifies; default: "
+                                                                "q_proj, k_proj, v_proj, o_proj")
+    weight: float = Field(default=1.0, gt=0, le=1e9,
+                          description="relative share of a workload with adapter '*'")
 
 
 class ZipfTraffic(_Strict):
@@ -147,7 +156,8 @@ class ZipfTraffic(_Strict):
 
 
 class AdapterTraffic(_Strict):
-    zipf: ZipfTraffic = Field(description="Zipf popularity over the adapters in name order (the first is hottest)")
+    zipf: ZipfTraffic = Field(description="Zipf popularity over the adapters in name order (the first is "
+                                          "hottest)")
 
 
 class AdapterPopulation(_Strict):
@@ -156,8 +166,8 @@ class AdapterPopulation(_Strict):
     count: int = Field(ge=1, le=100_000, description="number of adapters generated")
     rank: int = Field(ge=1, le=1024, description="LoRA rank of every generated adapter")
     target_modules: list[LoraModule] | None = Field(default=None, min_length=1,
-                                                    description="projections every adapter modifies; default: "
-                                                                "q_proj, k_proj, v_proj, o_proj")
+                                                    description="projections every adapter modifies; "
+                                                                "default: q_proj, k_proj, v_proj, o_proj")
     traffic: AdapterTraffic | None = Field(default=None, description="split of a workload with adapter '*'; "
                                                                      "default: uniform")
     prefix: str | None = Field(default=None, pattern=r"^[A-Za-z0-9][A-Za-z0-9_.-]*$",
@@ -166,17 +176,23 @@ class AdapterPopulation(_Strict):
 
 class ModelRef(_Strict):
     name: str = Field(description="model profile name (trimtab profiles list), or any name with config")
-    config: str | None = Field(default=None, description="path to a local Hugging Face config.json (relative to the spec)")
-    adapters: list[Adapter] | None = Field(default=None, description="LoRA adapters served on this base model")
-    adapters_from: AdapterPopulation | None = Field(default=None, description="a generated adapter population")
-    hf_id: str | None = Field(default=None, max_length=200, pattern=r"^[A-Za-z0-9][A-Za-z0-9_.-]*/[A-Za-z0-9][A-Za-z0-9_.-]*$",
-                              description="Hugging Face repo id the engines load (e.g. a fine-tune or a quantised "
-                                          "copy); default: the profile's hf.repo")
+    config: str | None = Field(default=None, description="path to a local Hugging Face config.json (relative "
+                                                         "to the spec)")
+    adapters: list[Adapter] | None = Field(default=None,
+                                           description="LoRA adapters served on this base model")
+    adapters_from: AdapterPopulation | None = Field(default=None,
+                                                    description="a generated adapter population")
+    hf_id: str | None = Field(default=None, max_length=200,
+                              pattern=r"^[A-Za-z0-9][A-Za-z0-9_.-]*/[A-Za-z0-9][A-Za-z0-9_.-]*$",
+                              description="Hugging Face repo id the engines load (e.g. a fine-tune or a "
+                                          "quantised copy); default: the profile's hf.repo")
     hf_revision: str | None = Field(default=None, min_length=1, max_length=200,
-                                    description="branch, tag or commit of hf_id; default: the profile's, else main")
-    served_name: str | None = Field(default=None, min_length=1, max_length=200, pattern=r"^[A-Za-z0-9][A-Za-z0-9_./:-]*$",
-                                    description="the model name clients send in OpenAI requests; default: the "
-                                                "model's name in this spec")
+                                    description="branch, tag or commit of hf_id; default: the profile's, "
+                                                "else main")
+    served_name: str | None = Field(default=None, min_length=1, max_length=200,
+                                    pattern=r"^[A-Za-z0-9][A-Za-z0-9_./:-]*$",
+                                    description="the model name clients send in OpenAI requests; default: "
+                                                "the model's name in this spec")
 
 
 class Tenant(_Strict):
@@ -193,8 +209,9 @@ class TraceRef(_Strict):
 
     path: str = Field(description="trace file, relative to the spec file")
     format: Literal["azure", "mooncake", "csv"] = Field(
-        description="azure: TIMESTAMP, ContextTokens, GeneratedTokens CSV; mooncake: JSONL with timestamp (ms), "
-                    "input_length, output_length; csv: columns timestamp (s), input_tokens, output_tokens")
+        description="azure: TIMESTAMP, ContextTokens, GeneratedTokens CSV; mooncake: JSONL with timestamp "
+                    "(ms), input_length, output_length; csv: columns timestamp (s), input_tokens, "
+                    "output_tokens")
     rate_scale: float | None = Field(default=None, gt=0, le=1_000_000,
                                      description="multiply the trace's own arrival rate (time runs this much "
                                                  "faster); default 1; not together with rate_rps")
@@ -205,26 +222,28 @@ class Prefix(_Strict):
     trace."""
 
     hit_rate: float | None = Field(default=None, ge=0, lt=1,
-                                   description="share of input tokens served from the prefix cache when it holds "
-                                               "the whole working set (0 <= x < 1)")
+                                   description="share of input tokens served from the prefix cache when it "
+                                               "holds the whole working set (0 <= x < 1)")
     cached_tokens: int | None = Field(default=None, ge=1, le=1_000_000_000,
-                                      description="the working set: distinct prefix tokens (shared system prompts, "
-                                                  "documents) the cache must hold for hit_rate")
-    from_trace: bool | None = Field(default=None, description="true: measure hit rate, working set and the LRU "
-                                                              "curve from the trace's hash_ids (Mooncake format)")
+                                      description="the working set: distinct prefix tokens (shared system "
+                                                  "prompts, documents) the cache must hold for hit_rate")
+    from_trace: bool | None = Field(default=None,
+                                    description="true: measure hit rate, working set and the LRU curve from "
+                                                "the trace's hash_ids (Mooncake format)")
 
     @model_validator(mode="after")
     def _one_form(self):
         declared = self.hit_rate is not None or self.cached_tokens is not None
         if self.from_trace is False:
-            raise ValueError("from_trace: false means nothing; give hit_rate and cached_tokens, or from_trace: true")
+            raise ValueError("from_trace: false means nothing; give hit_rate and cached_tokens, or "
+                             "from_trace: true")
         if declared and self.from_trace:
             raise ValueError("give either hit_rate and cached_tokens, or from_trace: true, not both")
         if not declared and not self.from_trace:
             raise ValueError("give hit_rate and cached_tokens, or from_trace: true")
         if declared and (self.hit_rate is None or self.cached_tokens is None):
-            raise ValueError("hit_rate and cached_tokens go together (cached_tokens: the prefix tokens the cache "
-                             "must hold for that hit rate)")
+            raise ValueError("hit_rate and cached_tokens go together (cached_tokens: the prefix tokens the "
+                             "cache must hold for that hit rate)")
         return self
 
 
@@ -235,17 +254,20 @@ class RateProfile(_Strict):
 
     rps: list[float] | None = Field(default=None, min_length=1, max_length=10_000,
                                     description="requests per second in each window, in order")
-    servegen: str | None = Field(default=None, description="ServeGen rate CSV (window_start_s, rate, ...; path "
-                                                           "relative to the spec): its 10-minute rates averaged "
-                                                           "into the schedule's windows")
+    servegen: str | None = Field(default=None, description="ServeGen rate CSV (window_start_s, rate, ...; "
+                                                           "path relative to the spec): its 10-minute rates "
+                                                           "averaged into the schedule's windows")
     peak_rps: float | None = Field(default=None, gt=0, le=1_000_000,
-                                   description="servegen: scale the shape so its busiest window has this rate")
-    fold: Literal["day", "none"] = Field(default="day", description="servegen: day = one day of windows, each the "
-                                                                    "busiest of that time of day over all days; "
-                                                                    "none = the whole file")
+                                   description="servegen: scale the shape so its busiest window has this "
+                                               "rate")
+    fold: Literal["day", "none"] = Field(default="day",
+                                         description="servegen: day = one day of windows, each the busiest "
+                                                     "of that time of day over all days; none = the whole "
+                                                     "file")
     cv: list[float] | None = Field(default=None, min_length=1, max_length=10_000,
-                                   description="burstiness per window: coefficient of variation of inter-arrival "
-                                               "gaps in simulation (default: the workload's arrival_cv)")
+                                   description="burstiness per window: coefficient of variation of "
+                                               "inter-arrival gaps in simulation (default: the workload's "
+                                               "arrival_cv)")
 
     @model_validator(mode="after")
     def _one_form(self):
@@ -294,29 +316,34 @@ class Workload(_Strict):
                       description="unique workload name (plan routes, predictions and check name it)")
     model: str = Field(description="name of a models[] entry that serves it")
     rate_rps: float | None = Field(default=None, gt=0, le=1_000_000,
-                                   description="mean arrival rate, requests per second (with trace: optional; "
-                                               "the trace's arrivals are rescaled to it)")
+                                   description="mean arrival rate, requests per second (with trace: "
+                                               "optional; the trace's arrivals are rescaled to it)")
     input_tokens: TokenDist | None = Field(default=None, description="required unless trace is given")
     output_tokens: TokenDist | None = Field(default=None, description="required unless trace is given")
     slo: Slo = Field(description="latency objectives every plan must meet at the percentile")
-    dtype: Dtype | None = Field(default=None, description="weights and KV cache precision; default: defaults.dtype")
-    kv_dtype: Dtype | None = Field(default=None, description="KV cache precision when it differs from dtype's (fp8 "
-                                   "for fp4 weights, else dtype): fp4 is an NVFP4 KV cache, on GPUs with FP4 tensor "
-                                   "cores (B200) and grouped-query attention only (docs/moe.md, FP4)")
-    trace: TraceRef | None = Field(default=None, description="replay this trace: its arrivals for simulation, and "
-                                                             "its lengths (where input/output_tokens are not given) "
-                                                             "and mean rate (where rate_rps is not) for planning")
+    dtype: Dtype | None = Field(default=None, description="weights and KV cache precision; default: "
+                                                          "defaults.dtype")
+    kv_dtype: Dtype | None = Field(default=None,
+                                   description="KV cache precision when it differs from dtype's (fp8 for fp4 "
+                                               "weights, else dtype): fp4 is an NVFP4 KV cache, on GPUs with "
+                                               "FP4 tensor cores (B200) and grouped-query attention only "
+                                               "(docs/moe.md, FP4)")
+    trace: TraceRef | None = Field(default=None,
+                                   description="replay this trace: its arrivals for simulation, and its "
+                                               "lengths (where input/output_tokens are not given) and mean "
+                                               "rate (where rate_rps is not) for planning")
     arrival_cv: float | None = Field(default=None, gt=0, le=20,
-                                     description="coefficient of variation of inter-arrival gaps in simulation "
-                                                 "(1 = Poisson, the default; > 1 bursty, Gamma gaps); ignored "
-                                                 "with a trace")
+                                     description="coefficient of variation of inter-arrival gaps in "
+                                                 "simulation (1 = Poisson, the default; > 1 bursty, Gamma "
+                                                 "gaps); ignored with a trace")
     adapter: str | None = Field(default=None, description="LoRA adapter of the model the requests use; '*': "
                                                           "spread over the model's adapters by their traffic")
     tenant: str | None = Field(default=None, min_length=1, max_length=100, description="owner, for isolation")
-    prefix: Prefix | None = Field(default=None, description="prefix reuse: hits cut prefill work and need cache "
-                                                            "capacity (docs/prefix-caching.md)")
-    rate_profile: RateProfile | None = Field(default=None, description="arrival rate per window of the schedule "
-                                                                       "(docs/online.md); needs schedule")
+    prefix: Prefix | None = Field(default=None, description="prefix reuse: hits cut prefill work and need "
+                                                            "cache capacity (docs/prefix-caching.md)")
+    rate_profile: RateProfile | None = Field(default=None,
+                                             description="arrival rate per window of the schedule "
+                                                         "(docs/online.md); needs schedule")
     arrivals: Literal["poisson", "constant"] | None = Field(
         default=None, description="arrival process in simulation: poisson (the default; arrival_cv shapes "
                                   "its gaps) or constant (fixed intervals of 1 / rate, a load generator's "
@@ -341,7 +368,8 @@ class Workload(_Strict):
             raise ValueError("give shared_prefix or prefix, not both (shared_prefix implies the prefix "
                              "reuse)")
         if self.rate_profile is not None and (self.rate_rps is not None or self.trace is not None):
-            raise ValueError("give rate_profile or rate_rps / trace, not both (rate_profile's peak is the rate)")
+            raise ValueError("give rate_profile or rate_rps / trace, not both (rate_profile's peak is the "
+                             "rate)")
         if self.trace is None:
             need = ("input_tokens", "output_tokens") + (("rate_rps",) if self.rate_profile is None
                                                          and self.stages is None else ())
@@ -360,23 +388,26 @@ class Workload(_Strict):
 
 
 class Defaults(_Strict):
-    dtype: Dtype = Field(default="bf16", description="weights and KV cache precision of workloads that do not set "
-                                                     "dtype: bf16 or fp8 (fp8 weights and KV)")
+    dtype: Dtype = Field(default="bf16", description="weights and KV cache precision of workloads that do "
+                                                     "not set dtype: bf16 or fp8 (fp8 weights and KV)")
     engine: Literal["vllm", "vllm-cpu", "sglang", "trt-llm"] = Field(
-        default="vllm", description="serving engine family whose profile (profiles/engines) the cost model uses")
+        default="vllm", description="serving engine family whose profile (profiles/engines) the cost model "
+                                    "uses")
     kv_tiers: Literal["off", "auto", "offload", "experimental-live"] = Field(
-        default="off", description="KV cache beyond HBM (docs/kv-tiers.md). off (default); auto or offload: a "
-                                   "host-memory tier of the prefix cache (evicted prefix blocks kept in CPU memory "
-                                   "and reloaded over PCIe on a hit: vLLM --kv-offloading-size, SGLang HiCache, "
-                                   "TensorRT-LLM host_cache_size) where its hits pay, for workloads with prefix "
-                                   "reuse; experimental-live: running requests' KV may spill to host memory or "
-                                   "borrow other instances' HBM, which no engine flag realises (trimtab emit "
-                                   "refuses such plans without --allow-experimental)")
+        default="off", description="KV cache beyond HBM (docs/kv-tiers.md). off (default); auto or offload: "
+                                   "a host-memory tier of the prefix cache (evicted prefix blocks kept in "
+                                   "CPU memory and reloaded over PCIe on a hit: vLLM --kv-offloading-size, "
+                                   "SGLang HiCache, TensorRT-LLM host_cache_size) where its hits pay, for "
+                                   "workloads with prefix reuse; experimental-live: running requests' KV may "
+                                   "spill to host memory or borrow other instances' HBM, which no engine "
+                                   "flag realises (trimtab emit refuses such plans without "
+                                   "--allow-experimental)")
 
 
 class SolverOptions(_Strict):
-    backend: Literal["highs", "cbc", "cpsat"] = Field(default="highs", description="MILP solver (docs/solvers.md): "
-                                                                                  "highs (default), cbc or cpsat")
+    backend: Literal["highs", "cbc", "cpsat"] = Field(default="highs",
+                                                      description="MILP solver (docs/solvers.md): highs "
+                                                                  "(default), cbc or cpsat")
     time_limit_s: float = Field(default=60, gt=0, le=86_400, description="wall-clock safety net for the "
                                 "solves of one plan, seconds (default 60): a solve it stops gives no plan "
                                 "(exit 4), so the plan never depends on the machine's load")
@@ -394,15 +425,16 @@ class NodeGroup(_Strict):
     count: int = Field(default=1, ge=1, le=100_000, description="number of such nodes")
     gpus_per_node: int | None = Field(default=None, ge=1, le=1024, description="default: the GPU profile's")
     nvlink_domain: int | None = Field(default=None, ge=1, le=1024,
-                                      description="GPUs per NVLink/xGMI domain inside the node (TP groups stay in "
-                                                  "one); default: the whole node")
+                                      description="GPUs per NVLink/xGMI domain inside the node (TP groups "
+                                                  "stay in one); default: the whole node")
     nic_gbps: float | None = Field(default=None, gt=0, le=100_000, description="node network bandwidth, GB/s")
     cpu_memory_gib: float | None = Field(default=None, gt=0, le=1_000_000,
-                                         description="host memory per node, GiB (the KV offload tier may use half); "
-                                                     "default: the GPU profile's host_memory_gib_per_node")
+                                         description="host memory per node, GiB (the KV offload tier may use "
+                                                     "half); default: the GPU profile's "
+                                                     "host_memory_gib_per_node")
     pcie_gbps: float | None = Field(default=None, gt=0, le=10_000,
-                                    description="host-to-GPU bandwidth per GPU, GB/s per direction (KV offload "
-                                                "reloads); default: the GPU profile's pcie_gbps")
+                                    description="host-to-GPU bandwidth per GPU, GB/s per direction (KV "
+                                                "offload reloads); default: the GPU profile's pcie_gbps")
     rack: str | None = Field(default=None, description="nodes in the same rack share a switch")
 
 
@@ -416,7 +448,8 @@ class Startup(_Strict):
     """What starting a replica takes (defaults: profiles/online.yaml, with sources)."""
 
     load_gbps: float | None = Field(default=None, gt=0, le=10_000, description="weights read per node, GB/s")
-    warmup_s: float | None = Field(default=None, ge=0, le=86_400, description="engine warm-up after loading, s")
+    warmup_s: float | None = Field(default=None, ge=0, le=86_400,
+                                   description="engine warm-up after loading, s")
 
 
 class Schedule(_Strict):
@@ -424,17 +457,22 @@ class Schedule(_Strict):
     period including the cost of starting replicas."""
 
     window_s: int = Field(default=3600, ge=60, le=86_400 * 7, description="length of a window, seconds")
-    min_lifetime_windows: int = Field(default=1, ge=1, le=1000, description="a started replica runs at least this "
+    min_lifetime_windows: int = Field(default=1, ge=1, le=1000,
+                                      description="a started replica runs at least this "
                                                                             "many windows")
     max_changes_per_window: int | None = Field(default=None, ge=0, le=100_000,
-                                               description="replicas started plus stopped at one window boundary")
+                                               description="replicas started plus stopped at one window "
+                                                           "boundary")
     cyclic: bool = Field(default=True, description="the period repeats: window 0 follows the last")
-    startup: Startup = Field(default=Startup(), description="what starting a replica takes: weight loading bandwidth and engine warm-up (defaults: profiles/online.yaml); a started replica serves nothing until then")
+    startup: Startup = Field(default=Startup(), description="what starting a replica takes: weight loading "
+                                                            "bandwidth and engine warm-up (defaults: "
+                                                            "profiles/online.yaml); a started replica serves "
+                                                            "nothing until then")
     validate_windows: int = Field(default=3, ge=1, le=10_000,
-                                  description="plan validates this many of the fullest windows on all its seeds "
-                                              "from the start, besides each workload's peak window and the "
-                                              "fullest bursty one; every other window is screened on one seed "
-                                              "first (docs/online.md)")
+                                  description="plan validates this many of the fullest windows on all its "
+                                              "seeds from the start, besides each workload's peak window and "
+                                              "the fullest bursty one; every other window is screened on one "
+                                              "seed first (docs/online.md)")
 
 
 class Spec(_Strict):
@@ -443,32 +481,38 @@ class Spec(_Strict):
     model_config = ConfigDict(extra="forbid", frozen=True, strict=True,
                               json_schema_extra={"$schema": JSON_SCHEMA_DIALECT, "$id": SPEC_SCHEMA_ID})
     version: Literal[1] = Field(description="spec format version; 1")
-    name: str = Field(min_length=1, max_length=100, description="name of the deployment problem; plans carry it")
+    name: str = Field(min_length=1, max_length=100,
+                      description="name of the deployment problem; plans carry it")
     objective: Literal["min_cost", "max_goodput"] = Field(
-        default="min_cost", description="min_cost: cheapest plan serving all traffic; max_goodput: serve the most "
-                                        "requests/s within the budget and GPU counts, then cheapest (docs/solvers.md)")
+        default="min_cost", description="min_cost: cheapest plan serving all traffic; max_goodput: serve the "
+                                        "most requests/s within the budget and GPU counts, then cheapest "
+                                        "(docs/solvers.md)")
     budget_usd_per_hour: float | None = Field(default=None, gt=0, le=1e9,
-                                              description="most the plan may cost, USD per hour; default: no limit "
-                                                          "(required in effect by max_goodput)")
-    defaults: Defaults = Field(default=Defaults(), description="settings shared by all workloads: dtype, engine, "
+                                              description="most the plan may cost, USD per hour; default: no "
+                                                          "limit (required in effect by max_goodput)")
+    defaults: Defaults = Field(default=Defaults(),
+                               description="settings shared by all workloads: dtype, engine, "
                                                                "KV tiers")
     solver: SolverOptions = Field(default=SolverOptions(), description="MILP backend and time limit")
     gpus: list[GpuPool] = Field(min_length=1, description="GPU types one may rent, with counts and prices")
-    models: list[ModelRef] = Field(min_length=1, description="models to serve (profiles or local config.json), "
-                                                             "with LoRA adapters")
-    workloads: list[Workload] = Field(min_length=1, description="traffic: per workload its model, arrivals, token "
-                                                                "lengths and SLO")
-    nodes: list[NodeGroup] | None = Field(default=None, description="the fleet as servers; default: derived from "
-                                                                    "gpus[] and each profile's GPUs per node")
-    network: Network = Field(default=Network(), description="links between racks (within a node and to its NIC, "
-                                                             "the profiles' figures apply)")
+    models: list[ModelRef] = Field(min_length=1,
+                                   description="models to serve (profiles or local config.json), with LoRA "
+                                               "adapters")
+    workloads: list[Workload] = Field(min_length=1,
+                                      description="traffic: per workload its model, arrivals, token lengths "
+                                                  "and SLO")
+    nodes: list[NodeGroup] | None = Field(default=None,
+                                          description="the fleet as servers; default: derived from gpus[] "
+                                                      "and each profile's GPUs per node")
+    network: Network = Field(default=Network(), description="links between racks (within a node and to its "
+                                                            "NIC, the profiles' figures apply)")
     tenants: list[Tenant] | None = Field(default=None, description="isolation rules (docs/multi-lora.md)")
     schedule: Schedule | None = Field(default=None, description="plan per window of a period with switching "
                                                                 "costs (docs/online.md); workloads give rate_profile")
     redundancy: Literal["none", "n+1"] = Field(
-        default="none", description="n+1: plan so that losing any one node keeps every SLO (each deployment spread "
-                                    "over its pool's nodes, the survivors carry its traffic); none: no spare "
-                                    "(docs/online.md, \"Redundancy\")")
+        default="none", description="n+1: plan so that losing any one node keeps every SLO (each deployment "
+                                    "spread over its pool's nodes, the survivors carry its traffic); none: "
+                                    "no spare (docs/online.md, \"Redundancy\")")
     profiles: str | None = Field(
         default=None,
         description="folder of your own profiles (gpus/, models/, engines/ inside, e.g. written by trimtab "

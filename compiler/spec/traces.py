@@ -40,7 +40,8 @@ from trimtab.errors import InputError, Problem
 FORMATS = ("azure", "mooncake", "csv")
 CSV_COLUMNS = {"timestamp": "timestamp", "input": "input_tokens", "output": "output_tokens"}
 MAX_PROBLEMS = 20  # rows listed before "... and N more"
-PREFIX_BLOCK_TOKENS = 512  # Mooncake's hash block (FAST'25 release README; hash_ids has ceil(input / 512) ids)
+# Mooncake's hash block (FAST'25 release README; hash_ids has ceil(input / 512) ids)
+PREFIX_BLOCK_TOKENS = 512
 
 
 @dataclass(frozen=True)
@@ -51,7 +52,8 @@ class Trace:
     times_s: np.ndarray  # float64, non-decreasing, starts at 0
     input_tokens: np.ndarray  # int64 >= 1
     output_tokens: np.ndarray  # int64 >= 1
-    hash_ids: tuple[tuple[int, ...], ...] | None = None  # per row, prefix-block ids (Mooncake); None: not given
+    # per row, prefix-block ids (Mooncake); None: not given
+    hash_ids: tuple[tuple[int, ...], ...] | None = None
 
     def __len__(self) -> int:
         return len(self.times_s)
@@ -110,7 +112,8 @@ class _Rows:
 
     def finish(self) -> Trace:
         if self.bad > len(self.problems):
-            self.problems.append(Problem("", f"... and {self.bad - len(self.problems)} more malformed rows", self.path))
+            self.problems.append(Problem("", f"... and {self.bad - len(self.problems)} more malformed "
+                                             "rows", self.path))
         if not self.t and not self.problems:
             self.problems.append(Problem("", "the trace has no requests", self.path))
         if self.problems:
@@ -150,7 +153,8 @@ def _csv(path: Path, cols: dict[str, str], timefn) -> Trace:
         try:
             header = next(reader)
         except StopIteration:
-            raise InputError([Problem("", "the trace is empty (no header row)", str(path), 1)], "trace") from None
+            raise InputError([Problem("", "the trace is empty (no header "
+                                          "row)", str(path), 1)], "trace") from None
         header = [h.strip() for h in header]
         missing = [c for c in cols.values() if c not in header]
         if missing:
@@ -231,7 +235,8 @@ def read_trace(path: str | Path, fmt: str, columns: dict[str, str] | None = None
         return _mooncake(path)
     if fmt == "csv":
         return _csv(path, {**CSV_COLUMNS, **(columns or {})}, _seconds)
-    raise InputError([Problem("--trace-format", f"unknown trace format {fmt!r}; known: {', '.join(FORMATS)}")], "trace")
+    raise InputError([Problem("--trace-format", f"unknown trace format {fmt!r}; known: "
+                                                f"{', '.join(FORMATS)}")], "trace")
 
 
 # ---------------------------------------------------------------------------------------------- prefix reuse
@@ -289,8 +294,9 @@ class BlockLRU:
 
 def _require_hashes(trace: Trace) -> tuple[tuple[int, ...], ...]:
     if trace.hash_ids is None:
-        raise InputError([Problem("", "the trace has no hash_ids (prefix-block hashes); prefix reuse can only be "
-                                      "measured from a Mooncake-format trace that has them", trace.source)], "trace")
+        raise InputError([Problem("", "the trace has no hash_ids (prefix-block hashes); prefix reuse can "
+                                      "only be measured from a Mooncake-format trace that has "
+                                      "them", trace.source)], "trace")
     return trace.hash_ids
 
 

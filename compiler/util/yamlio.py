@@ -61,7 +61,8 @@ def load_yaml_with_lines(text: str, source: str) -> tuple[Any, LineMap]:
         line = mark.line + 1 if mark is not None else None
         msg = getattr(exc, "problem", None) or str(exc)
         ctx = getattr(exc, "context", None)
-        raise InputError([Problem("", f"YAML syntax error: {msg}" + (f" ({ctx})" if ctx else ""), source, line)])
+        raise InputError([Problem("", "YAML syntax error: "
+                                      f"{msg}" + (f" ({ctx})" if ctx else ""), source, line)])
     lines: LineMap = {}
     if node is not None:
         _walk(node, (), lines)
