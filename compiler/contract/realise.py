@@ -71,9 +71,9 @@ def deployment_facts(plan, ir) -> list[tuple[DeploymentFacts, list[str]]]:
         if live:
             cut = (f"; routed requests reach {routed} tokens, its command admits {ctx} (the HBM KV)"
                    if routed > ctx else "")
-            warns.append(f"experimental: {d.name} plans live KV beyond HBM (defaults.kv_tiers: experimental-live: "
-                         f"{live_kv_summary(d.kv)}), which no engine flag realises{cut}; trimtab emit refuses the "
-                         "plan unless --allow-experimental")
+            warns.append(f"experimental: {d.name} plans live KV beyond HBM (defaults.kv_tiers: "
+                         f"experimental-live: {live_kv_summary(d.kv)}), which no engine flag realises{cut}; "
+                         "trimtab emit refuses the plan unless --allow-experimental")
         elif routed > ctx:
             warns.append(f"{d.name}: the engine admits {ctx} tokens per request (its KV cache holds "
                          f"{rank_kv}); routed requests reach {routed}")

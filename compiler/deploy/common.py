@@ -144,16 +144,17 @@ def prepare(plan, spec, allow_experimental: bool = False, cluster: Cluster | Non
         if live and not allow_experimental:
             from trimtab.contract.realise import live_kv_summary
             problems.append(Problem(f"deployments[{i}] ({d.name}).kv",
-                                    f"experimental live KV tier ({live_kv_summary(d.kv)}): no engine flag realises "
-                                    "live-KV spill or cross-instance borrowing (docs/kv-tiers.md); re-plan with "
-                                    "defaults.kv_tiers: auto (the prefix cache's host tier) or off, or pass "
-                                    "--allow-experimental"))
+                                    f"experimental live KV tier ({live_kv_summary(d.kv)}): no engine flag "
+                                    "realises live-KV spill or cross-instance borrowing (docs/kv-tiers.md); "
+                                    "re-plan with defaults.kv_tiers: auto (the prefix cache's host tier) or "
+                                    "off, or pass --allow-experimental"))
     if problems:
         raise InputError(problems, "plan")
     warnings = []
     if plan.input_hash != ir.input_hash:
-        warnings.append(f"the plan's input_hash {plan.input_hash} differs from the spec's {ir.input_hash}: it was "
-                        "made from another version of the spec or profiles; commands are re-derived from the spec")
+        warnings.append(f"the plan's input_hash {plan.input_hash} differs from the spec's {ir.input_hash}: "
+                        "it was made from another version of the spec or profiles; commands are re-derived "
+                        "from the spec")
     # Commands are re-derived from plan + spec, so a plan written before engines were recorded emits the same
     # way, and a hand-edited command cannot drift from the deployment it claims to run.
     plan = realise(plan, ir)

@@ -411,9 +411,9 @@ def run_loadtest(plan: Plan, spec: Spec, endpoint_values: list[str], *, requests
         raise InputError([Problem("--rate-scale", f"must be positive, got {rate_scale}")])
     pd = [d.name for d in plan.deployments if d.role != "unified"]
     if pd:
-        raise InputError([Problem("--plan", f"prefill/decode deployments ({', '.join(pd)}) are served behind a P/D "
-                                            "router whose endpoint trimtab does not emit yet; loadtest replays "
-                                            "unified deployments only")])
+        raise InputError([Problem("--plan", f"prefill/decode deployments ({', '.join(pd)}) are served behind "
+                                            "a P/D router whose endpoint trimtab does not emit yet; "
+                                            "loadtest replays unified deployments only")])
     eps = endpoints_for(plan, endpoint_values)
     s = scaled_spec(spec, rate_scale)
     ir = lower(s)

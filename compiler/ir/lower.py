@@ -179,9 +179,9 @@ def lower(spec: Spec, profiles: ProfileSet | None = None) -> ProblemIR:
             continue
         cut = truncation(isl, osl, ctx)
         if cut.requests > 0:
-            warnings.append(f"{w.name}: {cut.requests:.1%} of requests ({cut.tokens:.1%} of their tokens) exceed "
-                            f"{w.model}'s {ctx}-token context: prompts are cut to the window, outputs where prompt "
-                            "+ output exceeds it")
+            warnings.append(f"{w.name}: {cut.requests:.1%} of requests ({cut.tokens:.1%} of their tokens) "
+                            f"exceed {w.model}'s {ctx}-token context: prompts are cut to the window, outputs "
+                            "where prompt + output exceeds it")
         workloads.append(WorkloadIR(
             name=w.name, model=w.model, rate_rps=rate,
             slo=SloIR(w.slo.ttft_ms, w.slo.tpot_ms, w.slo.percentile),

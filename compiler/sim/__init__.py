@@ -177,9 +177,9 @@ def rejected_notes(sim) -> list[str]:
     out = []
     for w, k in sorted(n.items()):
         sw = sim.sc.workloads[w]
-        out.append(f"warning: {k} of {tot[w]} requests of {sw.name} ({k / tot[w]:.2%}) have prompts of at least the "
-                   f"model's {sw.ctx}-token context window: rejected, as an engine rejects a prompt longer than "
-                   "--max-model-len, and counted as misses")
+        out.append(f"warning: {k} of {tot[w]} requests of {sw.name} ({k / tot[w]:.2%}) have prompts of at "
+                   f"least the model's {sw.ctx}-token context window: rejected, as an engine rejects a "
+                   "prompt longer than --max-model-len, and counted as misses")
     return out
 
 

@@ -85,5 +85,5 @@ def apply_adapters(sim, plan, ir, seed: int) -> list[str]:
                 r.t_done += dt
     if not loads:
         return []
-    return [f"adapters: {loads} loads into GPU slots ({evictions} evictions), {load_s / loads * 1e3:.2f} ms each on "
-            "average, added to the TTFT of the requests that waited"]
+    return [f"adapters: {loads} loads into GPU slots ({evictions} evictions), {load_s / loads * 1e3:.2f} ms "
+            "each on average, added to the TTFT of the requests that waited"]

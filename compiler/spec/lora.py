@@ -125,8 +125,8 @@ def cross_check(spec, bad) -> None:
         if w.adapter == "*":
             if not own:
                 bad(("workloads", i, "adapter"), f"workloads[{i}] ({w.name}).adapter",
-                    f"'*' spreads traffic over {w.model}'s adapters, and it has none (give models[].adapters or "
-                    "adapters_from)")
+                    f"'*' spreads traffic over {w.model}'s adapters, and it has none (give models[].adapters "
+                    "or adapters_from)")
         elif w.adapter not in own:
             sample = ", ".join(sorted(own)[:5]) + (", ..." if len(own) > 5 else "")
             bad(("workloads", i, "adapter"), f"workloads[{i}] ({w.name}).adapter",

@@ -116,8 +116,8 @@ def window_rates(spec) -> WindowRates:
     if len(lengths) > 1:
         first = min(prof.values(), key=lambda v: len(v[0]))
         other = max(prof.values(), key=lambda v: len(v[0]))
-        raise ProfileError(other[2], f"{len(other[0])} windows, but {first[2]} has {len(first[0])}; every rate "
-                           "profile covers the same windows")
+        raise ProfileError(other[2], f"{len(other[0])} windows, but {first[2]} has {len(first[0])}; every "
+                                     "rate profile covers the same windows")
     n = lengths.pop() if lengths else 1
     rates, cvs = {}, {}
     for w in spec.workloads:

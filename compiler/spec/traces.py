@@ -101,8 +101,8 @@ class _Rows:
         if o < 0:
             return self.problem(line, f"output length {o} is negative")
         if self.t and t < self.t[-1]:
-            return self.problem(line, f"timestamp goes backwards ({t:.6f} s after {self.t[-1]:.6f} s on an earlier row); "
-                                      "sort the trace by time")
+            return self.problem(line, f"timestamp goes backwards ({t:.6f} s after {self.t[-1]:.6f} s on an "
+                                      "earlier row); sort the trace by time")
         self.t.append(t)
         self.i.append(i)
         self.o.append(max(o, 1))
