@@ -200,7 +200,8 @@ def make_buckets(isl: np.ndarray, osl: np.ndarray, percentile: float, ctx: int |
         tail = min(float(np.quantile(xi, p, method="inverted_cdf")), max(isl_p, float(xi[0])))
         points = []
         for a, b in _cuts(osl, OUTPUT_SLICES[1:-1]):
-            kept = osl[a:b].mean() if ctx is None else capped_output_mean(osl[a:b], (ctx - xi).astype(float)).mean()
+            kept = (osl[a:b].mean() if ctx is None
+                    else capped_output_mean(osl[a:b], (ctx - xi).astype(float)).mean())
             points.append((float(kept), (b - a) / len(osl)))
         osl_mean = sum(o * q for o, q in points)
         osl_max = float(osl[-1] if ctx is None else cut_outputs(xi[0], osl[-1], ctx))
@@ -228,7 +229,8 @@ def length_grids(w: Workload, base_dir: str = ".") -> tuple[np.ndarray, np.ndarr
 
         tr = read_trace(Path(base_dir) / w.trace.path, w.trace.format)
     isl = quantile_grid(w.input_tokens, base_dir) if w.input_tokens is not None else grid_of(tr.input_tokens)
-    osl = quantile_grid(w.output_tokens, base_dir) if w.output_tokens is not None else grid_of(tr.output_tokens)
+    osl = (quantile_grid(w.output_tokens, base_dir) if w.output_tokens is not None
+           else grid_of(tr.output_tokens))
     return isl, osl
 
 

@@ -64,8 +64,8 @@ def _population(m) -> list[AdapterIR]:
         width = len(str(pop.count))
         s = pop.traffic.zipf.s if pop.traffic is not None else 0.0
         for i in range(1, pop.count + 1):
-            out.append(AdapterIR(f"{prefix}{i:0{width}d}", m.name, pop.rank, tuple(pop.target_modules or mods),
-                                 i ** -s))
+            out.append(AdapterIR(f"{prefix}{i:0{width}d}", m.name, pop.rank,
+                                 tuple(pop.target_modules or mods), i ** -s))
     return out
 
 
@@ -77,7 +77,8 @@ def lora_ir(spec) -> LoraIR | None:
     for m in spec.models:
         pop = _population(m)
         # '*' traffic: the generated population when there is one (explicit adapters then get no '*' share)
-        star = [a for a in pop if m.adapters_from is not None and a.name not in {x.name for x in m.adapters or ()}]
+        star = [a for a in pop
+                if m.adapters_from is not None and a.name not in {x.name for x in m.adapters or ()}]
         star = star or pop
         total = sum(a.weight for a in star) or 1.0
         for a in pop:
@@ -87,12 +88,14 @@ def lora_ir(spec) -> LoraIR | None:
     wl = {}
     for w in spec.workloads:
         if w.adapter == "*":
-            split = tuple((n, adapters[n].weight) for n in by_model.get(w.model, ()) if adapters[n].weight > 0)
+            split = tuple((n, adapters[n].weight) for n in by_model.get(w.model, ())
+                          if adapters[n].weight > 0)
         else:
             split = ((w.adapter or "", 1.0),)
         wl[w.name] = WorkloadLora(w.name, w.tenant or NO_TENANT, split)
     dedicated = frozenset(t.name for t in spec.tenants or () if t.dedicated)
-    conflicts = frozenset(frozenset((t.name, o)) for t in spec.tenants or () for o in t.not_shared_with if o != t.name)
+    conflicts = frozenset(frozenset((t.name, o)) for t in spec.tenants or ()
+                          for o in t.not_shared_with if o != t.name)
     return LoraIR(adapters, by_model, wl, dedicated, conflicts)
 
 
@@ -152,6 +155,6 @@ def strip_unset(data: dict) -> dict:
     out = {k: v for k, v in data.items() if not (k == "tenants" and v is None)}
     for section, keys in LORA_KEYS.items():
         if isinstance(out.get(section), list):
-            out[section] = [{k: v for k, v in it.items() if not (k in keys and v is None)} if isinstance(it, dict)
-                            else it for it in out[section]]
+            out[section] = [{k: v for k, v in it.items() if not (k in keys and v is None)}
+                            if isinstance(it, dict) else it for it in out[section]]
     return out

@@ -35,7 +35,8 @@ class SpecPath:
         return cls("workloads", w.name, field, w.index, note)
 
     def __str__(self) -> str:
-        s = self.section + (f"[{self.index}]" if self.index is not None else "") + (f" ({self.key})" if self.key else "")
+        s = (self.section + (f"[{self.index}]" if self.index is not None else "")
+             + (f" ({self.key})" if self.key else ""))
         return s + (f".{self.field}" if self.field else "") + (f": {self.note}" if self.note else "")
 
     @property

@@ -104,7 +104,8 @@ class TokenDist(_Strict):
 
     @model_validator(mode="after")
     def _exactly_one(self):
-        given = [k for k in ("fixed", "uniform", "lognormal", "histogram", "samples") if getattr(self, k) is not None]
+        given = [k for k in ("fixed", "uniform", "lognormal", "histogram", "samples")
+                 if getattr(self, k) is not None]
         if len(given) != 1:
             raise ValueError("give exactly one of fixed, uniform, lognormal, histogram, samples"
                              + (f" (got {', '.join(given)})" if given else ""))
@@ -112,7 +113,8 @@ class TokenDist(_Strict):
 
     @property
     def kind(self) -> str:
-        return next(k for k in ("fixed", "uniform", "lognormal", "histogram", "samples") if getattr(self, k) is not None)
+        return next(k for k in ("fixed", "uniform", "lognormal", "histogram", "samples")
+                    if getattr(self, k) is not None)
 
 
 Dtype = Literal["bf16", "fp8", "fp4"]
@@ -507,8 +509,9 @@ class Spec(_Strict):
     network: Network = Field(default=Network(), description="links between racks (within a node and to its "
                                                             "NIC, the profiles' figures apply)")
     tenants: list[Tenant] | None = Field(default=None, description="isolation rules (docs/multi-lora.md)")
-    schedule: Schedule | None = Field(default=None, description="plan per window of a period with switching "
-                                                                "costs (docs/online.md); workloads give rate_profile")
+    schedule: Schedule | None = Field(default=None,
+                                      description="plan per window of a period with switching costs "
+                                                  "(docs/online.md); workloads give rate_profile")
     redundancy: Literal["none", "n+1"] = Field(
         default="none", description="n+1: plan so that losing any one node keeps every SLO (each deployment "
                                     "spread over its pool's nodes, the survivors carry its traffic); none: "

@@ -230,7 +230,8 @@ def read_trace(path: str | Path, fmt: str, columns: dict[str, str] | None = None
     """Read a trace file; ``InputError`` listing every malformed row (up to MAX_PROBLEMS) with its line."""
     path = Path(path)
     if fmt == "azure":
-        return _csv(path, {"timestamp": "TIMESTAMP", "input": "ContextTokens", "output": "GeneratedTokens"}, _wallclock)
+        return _csv(path, {"timestamp": "TIMESTAMP", "input": "ContextTokens", "output": "GeneratedTokens"},
+                    _wallclock)
     if fmt == "mooncake":
         return _mooncake(path)
     if fmt == "csv":
@@ -308,7 +309,8 @@ def prefix_stats(trace: Trace) -> PrefixStats:
     for hs, isl in zip(hashes, trace.input_tokens.tolist()):
         hit += lru.serve(hs, isl)
     total = int(trace.input_tokens.sum())
-    return PrefixStats(hit / total if total else 0.0, len(lru.blocks) * PREFIX_BLOCK_TOKENS, total, hit, len(trace))
+    return PrefixStats(hit / total if total else 0.0, len(lru.blocks) * PREFIX_BLOCK_TOKENS, total, hit,
+                       len(trace))
 
 
 def prefix_hit_curve(trace: Trace, capacities_tokens) -> tuple[float, ...]:
