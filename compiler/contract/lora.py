@@ -6,7 +6,8 @@ DEPLOYMENT_KEYS = {"adapters": [], "max_loras": 0, "max_lora_rank": 0, "max_cpu_
 
 
 def strip_lora_defaults(data: dict) -> dict:
-    data["deployments"] = [{k: v for k, v in d.items() if not (k in DEPLOYMENT_KEYS and v == DEPLOYMENT_KEYS[k])}
+    data["deployments"] = [{k: v for k, v in d.items()
+                            if not (k in DEPLOYMENT_KEYS and v == DEPLOYMENT_KEYS[k])}
                            for d in data.get("deployments", [])]
     if not data.get("adapter_routes"):
         data.pop("adapter_routes", None)

@@ -79,13 +79,15 @@ def deployment_facts(plan, ir) -> list[tuple[DeploymentFacts, list[str]]]:
                          f"{rank_kv}); routed requests reach {routed}")
         rm = replica_model_of(ir, replace(DeploymentSpecView.of_plan(d), kv_lent_gib=0.0))
         mem = rm.memory
+        # HBM left after weights and workspace: what TensorRT-LLM's share is of
         free = (ir.gpu(d.gpu).profile.memory_gib.value - mem.weights_gib_per_gpu - mem.activation_gib_per_gpu
-                - mem.reserve_gib_per_gpu)  # HBM left after weights and workspace: what TensorRT-LLM's share is of
+                - mem.reserve_gib_per_gpu)
         planned = rank_kv * mem.kv_bytes_per_token_per_gpu / GIB  # each GPU holds its rank's tokens' KV
         frac = math.floor(1000 * planned / free) / 1000 if free > 0 else 0.0
         nodes = _nodes_per_replica(d)
         out.append((DeploymentFacts(
-            name=d.name, model=ids.get(d.model) or ModelIdentity(d.model, d.model, "main", d.model), role=d.role,
+            name=d.name, model=ids.get(d.model) or ModelIdentity(d.model, d.model, "main", d.model),
+            role=d.role,
             tp=d.tensor_parallel, pp=d.pipeline_parallel, dtype=d.dtype, max_batch=d.max_batch_size,
             max_step_tokens=d.max_num_batched_tokens, context_tokens=ctx, kv_cache_tokens=d.kv_cache_tokens,
             memory_fraction=ir.engine.gpu_memory_utilization.value, kv_free_fraction=min(frac, 1.0),

@@ -258,8 +258,10 @@ class ScheduleWindow(_Strict):
     stopped: int = Field(ge=0, description="replicas stopped at its start")
     cost_usd_per_hour: float = Field(description="the replicas serving in this window")
     routes: list[Route] = Field(description="shares in this window (as the plan's routes)")
-    attainment_lower: dict[str, float] = Field(default={}, description="per workload: lower 95% bound of "
-                                               "simulated attainment, for the windows plan simulated (else omitted)")
+    attainment_lower: dict[str, float] = Field(default={},
+                                               description="per workload: lower 95% bound of simulated "
+                                                           "attainment, for the windows plan simulated (else "
+                                                           "omitted)")
 
 
 class PlanSchedule(_Strict):

@@ -43,7 +43,8 @@ def compose_files(b: Bundle) -> dict[str, dict]:
                    "restart": "unless-stopped"}
             if t.launch.files:
                 svc["working_dir"] = CONFIG_DIR
-                svc["volumes"] = svc["volumes"] + [f"./{f}:{CONFIG_DIR}/{f}:ro" for f in sorted(t.launch.files)]
+                svc["volumes"] = svc["volumes"] + [f"./{f}:{CONFIG_DIR}/{f}:ro"
+                                                   for f in sorted(t.launch.files)]
             sc = side_channel(b, t)
             if sc:  # peers reach a P/D side by its service name on the project's network (one node's file)
                 svc["environment"].update({sc["host_env"]: f"{t.name}-r{r}", sc["port_env"]: str(sc["port"])})

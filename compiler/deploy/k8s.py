@@ -54,7 +54,8 @@ def _container(b: Bundle, t: Target, argv, gpus: int, serving: bool) -> dict:
     if sc:
         c["ports"] = [{"name": "nixl", "containerPort": sc["port"]}]
     if t.facts.offload_gib > 0:  # the prefix cache's host tier: pinned host memory the scheduler must find
-        c["resources"]["requests"]["memory"] = f"{math.ceil(t.facts.offload_gib / t.facts.nodes_per_replica)}Gi"
+        c["resources"]["requests"]["memory"] = (
+            f"{math.ceil(t.facts.offload_gib / t.facts.nodes_per_replica)}Gi")
     if t.launch.files:
         mounts.append({"name": "engine-files", "mountPath": CONFIG_DIR, "readOnly": True})
         c["workingDir"] = CONFIG_DIR
@@ -114,7 +115,8 @@ def _workload_object(b: Bundle, t: Target) -> dict:
                                                          "annotations": scrape},
                                             "spec": _pod(b, t, _k8s_vars(t.launch.command), per, True)},
                          "workerTemplate": {"metadata": {"labels": labels},
-                                            "spec": _pod(b, t, _k8s_vars(t.launch.worker_command), per, False)}}}}
+                                            "spec": _pod(b, t, _k8s_vars(t.launch.worker_command), per,
+                                                         False)}}}}
 
 
 def serving_selector(t: Target) -> dict:

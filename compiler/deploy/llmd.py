@@ -47,7 +47,8 @@ def _container(b: Bundle, t: Target, port: int) -> dict:
 
 def _section(b: Bundle, t: Target, port: int) -> dict:
     return {"create": True, "replicas": t.dep.replicas,
-            "parallelism": {"tensor": t.dep.tensor_parallel,  # MoE layouts: dp attention ranks, all on one node
+            # MoE layouts: dp attention ranks, all on one node
+            "parallelism": {"tensor": t.dep.tensor_parallel,
                             **({"data": t.dep.data_parallel, "dataLocal": t.dep.data_parallel}
                                if t.dep.data_parallel > 1 else {})},
             "acceleratorTypes": {"labelKey": t.gpu_k8s["label"], "labelValues": [t.gpu_k8s["value"]]},

@@ -130,7 +130,8 @@ class ReplanPlanner(UnifiedPlanner):
         m = formulate(ir, cands, derate)
         su = {c.id: c.usd_per_hour * candidate_startup_s(self.startup, ir, c) / 3600.0
               for c in cands.candidates + cands.disagg}
-        add_move_rows(m, cands, self.current, su, self.horizon_h, self.stop_usd, self.max_moves, self.fixed_moves)
+        add_move_rows(m, cands, self.current, su, self.horizon_h, self.stop_usd, self.max_moves,
+                      self.fixed_moves)
         return balance_routes(ir, cands, backend, options, backend.solve(m, options), derate)
 
     def infeasible(self, ir, cands, backend, options) -> list[str]:
@@ -167,8 +168,9 @@ def count_moves(moves: dict[str, tuple[int, int]]) -> int:
     return sum(a + b for a, b in moves.values())
 
 
-def replan(current: Plan, spec, *, max_moves: int | None = None, fail: list[str] = (), horizon_h: float = HORIZON_H,
-           stop_usd: float = 0.0, backend: str | None = None, time_limit_s: float | None = None,
+def replan(current: Plan, spec, *, max_moves: int | None = None, fail: list[str] = (),
+           horizon_h: float = HORIZON_H, stop_usd: float = 0.0, backend: str | None = None,
+           time_limit_s: float | None = None,
            validate: bool = True, seed: int = 0, progress=None) -> ReplanResult:
     """The re-plan and a from-scratch plan of the (failed) spec, with the moves each makes from ``current``.
     ``progress``: told each planning step as it starts (``trimtab.planning.driver.drive``)."""
@@ -177,7 +179,7 @@ def replan(current: Plan, spec, *, max_moves: int | None = None, fail: list[str]
     from trimtab.ir.lower import lower
 
     t0 = time.perf_counter()
-    # the move rows are not combined with the n+1 rows (compiler/planning/redundancy.py) yet
+    # refused: the move rows and the n+1 rows (compiler/planning/redundancy.py) are not formulated together
     if spec.redundancy == "n+1":
         raise InputError([Problem("redundancy", "replan does not keep n+1 yet (docs/online.md, "
                                                 "\"Redundancy\"): re-plan with redundancy: none, or plan the "
@@ -206,5 +208,5 @@ def replan(current: Plan, spec, *, max_moves: int | None = None, fail: list[str]
         return round(sum(a * cs[n].usd_per_hour * candidate_startup_s(st, ir, cs[n]) / 3600.0
                          for n, (a, _) in mv.items() if a and n in per and n in cs), 4)
 
-    return ReplanResult(res.plan, fresh, moves, fmoves, start_usd(res.plan, moves), start_usd(fresh, fmoves), f,
-                        time.perf_counter() - t0)
+    return ReplanResult(res.plan, fresh, moves, fmoves, start_usd(res.plan, moves), start_usd(fresh, fmoves),
+                        f, time.perf_counter() - t0)
