@@ -118,7 +118,8 @@ def simulate(plan: Plan, spec: Spec, *, ir: ProblemIR | None = None, requests: i
     ir = ir or lower(spec)
     if requests is None and duration_s is None and counts is None:
         requests = default_requests(ir)
-    sc = scenario if scenario is not None else build_scenario(plan, spec, ir, trace, trace_workloads, arrival_cv)
+    sc = (scenario if scenario is not None
+          else build_scenario(plan, spec, ir, trace, trace_workloads, arrival_cv))
     index = None
     if counts is not None:
         if requests is not None or duration_s is not None or trace is not None:

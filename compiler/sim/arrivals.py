@@ -21,7 +21,8 @@ def _gaps_to_times(gen, n: int | None, duration_s: float | None, rate: float) ->
     return t[t <= duration_s]
 
 
-def poisson(rng: np.random.Generator, rate: float, n: int | None = None, duration_s: float | None = None) -> np.ndarray:
+def poisson(rng: np.random.Generator, rate: float, n: int | None = None,
+            duration_s: float | None = None) -> np.ndarray:
     """Exponential gaps of mean 1 / rate."""
     return _gaps_to_times(lambda m: rng.exponential(1.0 / rate, m), n, duration_s, rate)
 

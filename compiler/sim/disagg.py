@@ -134,8 +134,8 @@ class DisaggSimulation(Simulation):
                     lo, hi = g * grp[1], (g + 1) * grp[1]
                 else:
                     lo, hi = 0, len(replicas[dd])
-                heappush(self.events.heap, (t + real.isl * sc.pair_xfer_s_per_token[pi], next(self.events.seq),
-                                            (real, dd, lo, hi)))
+                heappush(self.events.heap, (t + real.isl * sc.pair_xfer_s_per_token[pi],
+                                            next(self.events.seq), (real, dd, lo, hi)))
             done.clear()  # proxies: the real requests are counted from reqs
         self._seen_done[id(rep)] = len(done)
         self._next_step(rep, t)

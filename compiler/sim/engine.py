@@ -88,7 +88,8 @@ def _workload_arrivals(rng: np.random.Generator, w: SimWorkload, n: int | None, 
     return t, isl.astype(np.int64), osl.astype(np.int64), w.bucket_of_indices(ii), np.full(m, -1, np.int64)
 
 
-def _workload_part(rng: np.random.Generator, w: SimWorkload, wi: int, n: int | None, duration_s: float | None):
+def _workload_part(rng: np.random.Generator, w: SimWorkload, wi: int, n: int | None,
+                   duration_s: float | None):
     """One workload's arrivals as the columns of ``Arrivals`` (unsorted): times, workload index, prompt,
     output, routed deployment, trace row."""
     t, isl, osl, bucket, row = _workload_arrivals(rng, w, n, duration_s)
@@ -114,7 +115,8 @@ def _merge(parts: list) -> Arrivals:
     return Arrivals(t[order], *(np.concatenate([p[i] for p in parts])[order] for i in range(1, 6)))
 
 
-def draw_arrivals(sc: Scenario, rng: np.random.Generator, requests: int | None, duration_s: float | None) -> Arrivals:
+def draw_arrivals(sc: Scenario, rng: np.random.Generator, requests: int | None,
+                  duration_s: float | None) -> Arrivals:
     """``requests`` in total, split across workloads by rate; or every arrival within ``duration_s``."""
     total_rate = sum(w.rate_rps for w in sc.workloads)
     parts = []
@@ -134,7 +136,8 @@ def draw_counts(sc: Scenario, seed: int, counts: dict[int, int]) -> Arrivals:
     from a random stream of its own (seeded by (``seed``, COUNTS_STREAM, wi)): a workload's requests do not
     depend on which others are drawn or how many (``trimtab.sim.aim_counts``: the planner's longer runs of
     rare workloads)."""
-    return _merge([_workload_part(np.random.default_rng((seed, COUNTS_STREAM, wi)), sc.workloads[wi], wi, n, None)
+    return _merge([_workload_part(np.random.default_rng((seed, COUNTS_STREAM, wi)), sc.workloads[wi], wi, n,
+                                  None)
                    for wi, n in sorted(counts.items())])
 
 
@@ -444,7 +447,8 @@ class Simulation:
         (HBM plus a KV tier) and whether requests carry their trace row (prefix replay)."""
         a = self.arrivals
         self._ts = a.t.tolist()
-        self._ws, self._isl, self._osl, self._dep = a.w.tolist(), a.isl.tolist(), a.osl.tolist(), a.dep.tolist()
+        self._ws, self._isl, self._osl, self._dep = (a.w.tolist(), a.isl.tolist(), a.osl.tolist(),
+                                                     a.dep.tolist())
         self._rows = (a.row.tolist() if a.row is not None
                       and any(r.pfx is not None for g in self.replicas for r in g) else None)
         self._caps = [getattr(d.model, "kv_capacity_tokens", d.model.memory.kv_cache_tokens)

@@ -210,17 +210,19 @@ class SimResult:
     def to_dict(self) -> dict:
         ws = {}
         for w in self.workloads.values():
-            d = {k: getattr(w, k) for k in ("requests", "completed", "unserved", "attainment", "target", "ttft_ms",
-                                            "tpot_ms", "e2e_ms", "queue_ms", "goodput_rps", "throughput_rps",
-                                            "preemptions", "worst_deployment")}
+            d = {k: getattr(w, k) for k in ("requests", "completed", "unserved", "attainment", "target",
+                                            "ttft_ms", "tpot_ms", "e2e_ms", "queue_ms", "goodput_rps",
+                                            "throughput_rps", "preemptions", "worst_deployment")}
             d["passed"] = w.passed
             d["slo"] = {"ttft_ms": w.ttft_slo_ms, "tpot_ms": w.tpot_slo_ms, "percentile": w.target * 100}
-            d["by_deployment"] = {k: {"requests": n, "attainment": a} for k, (n, a) in w.by_deployment.items()}
+            d["by_deployment"] = {k: {"requests": n, "attainment": a}
+                                  for k, (n, a) in w.by_deployment.items()}
             ws[w.name] = d
         ds = {d.name: {k: v for k, v in vars(d).items() if k != "name"} for d in self.deployments.values()}
         return clean({"ok": self.ok, "seed": self.seed, "requests": self.requests,
-                      "measured_from_s": self.measured_from_s, "duration_s": self.duration_s, "end_s": self.end_s,
-                      "stopped_early": self.stopped_early, "steps": self.steps, "wall_s": self.wall_s,
+                      "measured_from_s": self.measured_from_s, "duration_s": self.duration_s,
+                      "end_s": self.end_s, "stopped_early": self.stopped_early, "steps": self.steps,
+                      "wall_s": self.wall_s,
                       "failures": self.failures(), "notes": self.notes, "workloads": ws, "deployments": ds})
 
 
@@ -261,7 +263,8 @@ def summarise(sim, span: tuple[float, float] | None = None, workloads: frozenset
     reqs = sim.requests
     n = len(reqs)
     # One pass over the requests (every field a float64: the integers are far below 2**53, so exact)
-    cols = np.fromiter(chain.from_iterable(map(_FIELDS, reqs)), float, n * len(_NAMES)).reshape(n, len(_NAMES)).T
+    cols = np.fromiter(chain.from_iterable(map(_FIELDS, reqs)), float,
+                       n * len(_NAMES)).reshape(n, len(_NAMES)).T
     arrival, osl, t_first, t_done, t_sched = cols[0], cols[3], cols[4], cols[5], cols[6]
     w, dep, preempted, status = (cols[i].astype(np.int64) for i in (1, 2, 7, 8))
     fe = np.array([getattr(d.model, "request_overhead", 0.0) for d in sc.deployments] + [0.0])
@@ -308,7 +311,8 @@ def summarise(sim, span: tuple[float, float] | None = None, workloads: frozenset
         worst = max(sorted(misses), key=lambda d: misses[d]) if misses and max(misses.values()) > 0 else ""
         below = [d for d, (nd, a) in by_dep.items() if a < target and d in dep_names]
         tt, tp, ee = ttft[m], tpot[m], e2e[m]
-        batches = [(int(b.sum()), len(b)) for b in np.array_split(okm, min(BATCHES, max(len(okm), 1))) if len(b)]
+        batches = [(int(b.sum()), len(b)) for b in np.array_split(okm, min(BATCHES, max(len(okm), 1)))
+                   if len(b)]
         wstats[wl.name] = WorkloadStats(
             name=wl.name, requests=k, completed=int(done[m].sum()), unserved=int((status[m] > 0).sum()),
             attainment=float(n_ok) / k if k else 0.0, target=target,
@@ -318,8 +322,8 @@ def summarise(sim, span: tuple[float, float] | None = None, workloads: frozenset
             ttft_miss=float((tt > wl.ttft_s).mean()) if k else 0.0,
             tpot_miss=float((tp > wl.tpot_s).mean()) if k else 0.0,
             goodput_rps=float(n_ok) / window, throughput_rps=k / window,
-            preemptions=int(preempted[m].sum()), by_deployment=by_dep, worst_deployment=worst, below_target=below,
-            batches=batches)
+            preemptions=int(preempted[m].sum()), by_deployment=by_dep, worst_deployment=worst,
+            below_target=below, batches=batches)
         samples[wl.name] = (tt, tp, ee)
     span = max(sim.t_end, 1e-9)
     dstats: dict[str, DeploymentStats] = {}
@@ -340,14 +344,17 @@ def summarise(sim, span: tuple[float, float] | None = None, workloads: frozenset
         R = max(len(reps), 1)
         busy = sum(r.busy_s for r in reps)
         dstats[d.view.name] = DeploymentStats(
-            name=d.view.name, replicas=len(reps), requests=nd, attainment=float(okd.sum()) / nd if nd else math.nan,
+            name=d.view.name, replicas=len(reps), requests=nd,
+            attainment=float(okd.sum()) / nd if nd else math.nan,
             utilization=busy / (R * span), prefill_utilization=sum(r.prefill_s for r in reps) / (R * span),
             decode_batch=sum(r.batch_area for r in reps) / busy if busy else 0.0,
-            kv_mean=sum(r.kv_area for r in reps) / (R * span * cap), kv_max=max((r.kv_max for r in reps), default=0) / cap,
+            kv_mean=sum(r.kv_area for r in reps) / (R * span * cap),
+            kv_max=max((r.kv_max for r in reps), default=0) / cap,
             preemptions=sum(r.preemptions for r in reps), steps=sum(r.steps for r in reps),
             queue_ms_mean=_stats_ms(queue[md])["mean"])
-    res = SimResult(seed=sim.seed, requests=n, measured_from_s=t0, duration_s=sim.t_last_arrival, end_s=sim.t_end,
-                    workloads=wstats, deployments=dstats, notes=list(sc.notes),
-                    steps=sum(r.steps for reps in sim.replicas for r in reps), stopped_early=sim.stopped_early,
+    res = SimResult(seed=sim.seed, requests=n, measured_from_s=t0, duration_s=sim.t_last_arrival,
+                    end_s=sim.t_end, workloads=wstats, deployments=dstats, notes=list(sc.notes),
+                    steps=sum(r.steps for reps in sim.replicas for r in reps),
+                    stopped_early=sim.stopped_early,
                     samples=samples, timeline_dt=sim.timeline_dt, timeline=timeline)
     return res

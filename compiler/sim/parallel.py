@@ -144,7 +144,8 @@ def _child(sim, queue: list[int], orders: dict[int, list[int]], counter, conn) -
     _reply(conn, work)
 
 
-def run_deployments(sim, orders: dict[int, list[int]], jobs: int) -> dict[int, tuple[list[Request], float, bool]]:
+def run_deployments(sim, orders: dict[int, list[int]],
+                    jobs: int) -> dict[int, tuple[list[Request], float, bool]]:
     """Run the event loop of each deployment in ``orders`` (d -> its arrival indices, ascending) in this
     process and ``jobs - 1`` forked children, each taking the next deployment not yet taken (the most arrivals
     first) until none is left; d -> (its requests in arrival order, time of its last event, stopped at the

@@ -167,8 +167,8 @@ BULK_MIN = 48  # decode-only steps in a row from which ``Replica.coast`` takes t
 BULK_MAX = 4096  # ... at most this many at a time
 
 
-def _bulk(a: float, slope: float, C: int, n: int, csh: int, kv_pref: int, k: int, m: int, t: float, limit: float,
-          top: float, busy: float, kv_area: float, batch_area: float):
+def _bulk(a: float, slope: float, C: int, n: int, csh: int, kv_pref: int, k: int, m: int, t: float,
+          limit: float, top: float, busy: float, kv_area: float, batch_area: float):
     """Decode-only steps k .. k + m - 1 of ``n`` requests (``Replica.coast``) from ``t``, up to the first
     whose end is past ``limit`` or at or past ``top`` (taken: it is in flight): the same floats as one step at
     a time. Each step's time is a + slope x ((C + n j + csh) / n) (integers below 2**53, so numpy's float64
@@ -403,7 +403,8 @@ class Replica:
         heap = self.dheap
         k = self.k
         C, csh, kv_pref, cap = self.C, self.Csh, self.kv_pref, self.cap
-        busy, kv_area, batch_area, kv_max, steps = self.busy_s, self.kv_area, self.batch_area, self.kv_max, self.steps
+        busy, kv_area, batch_area, kv_max, steps = (self.busy_s, self.kv_area, self.batch_area, self.kv_max,
+                                                    self.steps)
         tl, tl_dt = self.tl, self.tl_dt
         nbins = len(tl) if tl is not None else 0
         t_next: float | None = None
@@ -453,9 +454,8 @@ class Replica:
                             m = min(m, int(room / dt0) + 2)
                         if m >= BULK_MIN:
                             m = min(m, BULK_MAX)
-                            i, t, t_end, busy, kv_area, batch_area, kv = _bulk(a, slope, C, n, csh, kv_pref, k, m,
-                                                                               t, limit, top, busy, kv_area,
-                                                                               batch_area)
+                            i, t, t_end, busy, kv_area, batch_area, kv = _bulk(
+                                a, slope, C, n, csh, kv_pref, k, m, t, limit, top, busy, kv_area, batch_area)
                             steps += i + 1
                             if kv > kv_max:
                                 kv_max = kv
@@ -489,7 +489,8 @@ class Replica:
                 break
             t = t_end
         self.k, self.n_dec, self.C, self.Csh = k, n, C, csh
-        self.busy_s, self.kv_area, self.batch_area, self.kv_max, self.steps = busy, kv_area, batch_area, kv_max, steps
+        self.busy_s, self.kv_area, self.batch_area, self.kv_max, self.steps = (busy, kv_area, batch_area,
+                                                                               kv_max, steps)
         if t_next is None:  # finished through ``t``; the next step needs start_step's general path
             return t, self.start_step(t)
         self.t0 = t0

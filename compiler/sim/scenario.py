@@ -95,7 +95,8 @@ class Scenario:
 
 
 def build_scenario(plan: Plan, spec: Spec, ir: ProblemIR, trace: Trace | None = None,
-                   trace_workloads: tuple[str, ...] | None = None, arrival_cv: float | None = None) -> Scenario:
+                   trace_workloads: tuple[str, ...] | None = None,
+                   arrival_cv: float | None = None) -> Scenario:
     notes: list[str] = []
     deps: list[SimDeployment] = []
     dep_index: dict[str, int] = {}
@@ -145,8 +146,8 @@ def build_scenario(plan: Plan, spec: Spec, ir: ProblemIR, trace: Trace | None = 
         if names != [b.name for b in w.buckets]:
             raise RuntimeError(f"simulator and planner disagree on {w.name}'s buckets: {names} vs "
                                f"{[b.name for b in w.buckets]}")
-        sim_w = SimWorkload(w.name, w.rate_rps, w.slo.ttft_ms / 1e3, w.slo.tpot_ms / 1e3, w.slo.percentile, ctx,
-                            tuple(names), isl, osl_raw, ins,
+        sim_w = SimWorkload(w.name, w.rate_rps, w.slo.ttft_ms / 1e3, w.slo.tpot_ms / 1e3, w.slo.percentile,
+                            ctx, tuple(names), isl, osl_raw, ins,
                             arrival_cv=arrival_cv or sw.arrival_cv
                             or (0.0 if sw.arrivals == "constant" else 1.0),
                             stages=tuple((s.rate_rps, s.duration_s) for s in sw.stages or ()))
@@ -224,7 +225,8 @@ def pair_targets(plan, ir, deps, dep_index):
 
     names = sorted({(r.prefill, r.decode) for r in plan.routes
                     if r.prefill in dep_index and r.decode in dep_index
-                    and deps[dep_index[r.prefill]].view.role == "prefill" and deps[dep_index[r.decode]].view.role == "decode"})
+                    and deps[dep_index[r.prefill]].view.role == "prefill"
+                    and deps[dep_index[r.decode]].view.role == "decode"})
     pairs, xfer, index = [], [], {}
     by = {d.name: d for d in plan.deployments}
     for p, d in names:
