@@ -148,9 +148,9 @@ def _sizes(quick: bool, device: str) -> dict:
     return {"gemm_m": (1, 8, 32, 64, 128, 256, 512, 1024, 2048, 4096, 8192),
             "gemm_nk": ((4096, 4096), (6144, 4096), (28672, 4096), (4096, 14336), (8192, 8192), (57344, 8192),
                         (8192, 28672), (1024, 8192)),
-            "attn": ((1, 512, 32, 8, 128), (1, 2048, 32, 8, 128), (1, 8192, 32, 8, 128), (4, 1024, 32, 8, 128),
-                     (1, 4096, 64, 8, 128), (16, 1024, 32, 8, 128), (64, 2048, 32, 8, 128), (256, 1024, 32, 8, 128),
-                     (32, 8192, 64, 8, 128)),
+            "attn": ((1, 512, 32, 8, 128), (1, 2048, 32, 8, 128), (1, 8192, 32, 8, 128),
+                     (4, 1024, 32, 8, 128), (1, 4096, 64, 8, 128), (16, 1024, 32, 8, 128),
+                     (64, 2048, 32, 8, 128), (256, 1024, 32, 8, 128), (32, 8192, 64, 8, 128)),
             "copy": (1 << 20, 1 << 24, 1 << 28, 1 << 30), "ar": tuple(1 << s for s in range(12, 29, 2)),
             "warmup": 5, "reps": 20}
 
@@ -166,8 +166,9 @@ def _metadata(torch, device: str) -> dict:
         try:
             import subprocess
 
-            md["driver"] = subprocess.run(["nvidia-smi", "--query-gpu=driver_version", "--format=csv,noheader"],
-                                          capture_output=True, text=True, timeout=10).stdout.strip().splitlines()[0]
+            md["driver"] = subprocess.run(
+                ["nvidia-smi", "--query-gpu=driver_version", "--format=csv,noheader"],
+                capture_output=True, text=True, timeout=10).stdout.strip().splitlines()[0]
         except Exception:  # noqa: BLE001 - best effort: no nvidia-smi on the PATH
             md["driver"] = "unknown"
         try:
@@ -241,14 +242,14 @@ def run_bench(out_dir: str | Path, device: str = "cuda", quick: bool = False, lo
         kv = torch.randn(b, kvh, ctx, hd, device=dev, dtype=dt16)
         kx = kv.repeat_interleave(h // kvh, dim=1)
         ms = tm.median_ms(lambda: sdpa(q, kx, kx, is_causal=True))
-        rows.append(_row(op="attn_prefill", dtype=name16, batch=b, context=ctx, heads=h, kv_heads=kvh, head_dim=hd,
-                         flops=4.0 * b * h * hd * ctx * ctx / 2,
+        rows.append(_row(op="attn_prefill", dtype=name16, batch=b, context=ctx, heads=h, kv_heads=kvh,
+                         head_dim=hd, flops=4.0 * b * h * hd * ctx * ctx / 2,
                          bytes_moved=float(esize * b * ctx * hd * (2 * h + 2 * kvh)), time_ms=ms))
         q1 = torch.randn(b, h, 1, hd, device=dev, dtype=dt16)
         ms = tm.median_ms(lambda: sdpa(q1, kx, kx))
-        rows.append(_row(op="attn_decode", dtype=name16, batch=b, context=ctx, heads=h, kv_heads=kvh, head_dim=hd,
-                         flops=4.0 * b * h * hd * ctx, bytes_moved=float(esize * b * (2 * kvh * ctx * hd + 2 * h * hd)),
-                         time_ms=ms))
+        rows.append(_row(op="attn_decode", dtype=name16, batch=b, context=ctx, heads=h, kv_heads=kvh,
+                         head_dim=hd, flops=4.0 * b * h * hd * ctx,
+                         bytes_moved=float(esize * b * (2 * kvh * ctx * hd + 2 * h * hd)), time_ms=ms))
     for nbytes in sz["copy"]:
         src = torch.empty(nbytes, dtype=torch.uint8, device=dev)
         dst = torch.empty_like(src)

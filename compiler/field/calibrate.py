@@ -79,7 +79,8 @@ def _f(row: dict, key: str, default: float = 0.0) -> float:
 def _read_vidur_mlp(path: Path, rows: list[dict], out: list[Rec]) -> None:
     for row in rows:
         heads, kv, hidden = int(row["n_head"]), int(row["n_kv_head"]), int(row["n_embd"])
-        inter, tp, tokens = int(row["n_expanded_embd"]), int(row["num_tensor_parallel_workers"]), int(row["num_tokens"])
+        inter, tp, tokens = (int(row["n_expanded_embd"]), int(row["num_tensor_parallel_workers"]),
+                             int(row["num_tokens"]))
         hd = hidden // heads
         gated = str(row.get("use_gated_mlp", "True")) == "True"
         shapes = {
@@ -117,7 +118,8 @@ def _read_bench(rows: list[dict], out: list[Rec]) -> None:
                 "allreduce": "allreduce"}.get(op, "copy" if op.startswith("copy") else None)
         if kind is None:
             continue
-        tokens = _f(row, "m") if kind == "gemm" else _f(row, "batch") * (_f(row, "context") if kind == "attn_prefill" else 1)
+        tokens = (_f(row, "m") if kind == "gemm"
+                  else _f(row, "batch") * (_f(row, "context") if kind == "attn_prefill" else 1))
         nbytes = _f(row, "bytes") if kind == "allreduce" else _f(row, "bytes_moved")
         out.append(Rec(op, kind, row.get("dtype", "bf16") or "bf16", _f(row, "flops"), nbytes, t, tokens,
                        int(_f(row, "gpus", 1)), context=_f(row, "context")))
@@ -239,8 +241,8 @@ def fit(meas: Measurements, peaks: dict[str, float] | None) -> Fit:
     if peaks is None:
         # No spec sheet: the best rate measured is the peak (so every efficiency is <= 1 by construction).
         def best(kind, attr, dtype=None):
-            xs = [getattr(r, attr) / r.time_s for r in recs if r.kind == kind and (dtype is None or r.dtype == dtype)
-                  and getattr(r, attr) > 0]
+            xs = [getattr(r, attr) / r.time_s for r in recs
+                  if r.kind == kind and (dtype is None or r.dtype == dtype) and getattr(r, attr) > 0]
             return max(xs) if xs else 0.0
         pb = max(best("copy", "bytes"), best("gemm", "bytes"), 1.0)
         pf = max(best("gemm", "flops", "bf16"), best("gemm", "flops", "fp32"), 1.0)
@@ -368,7 +370,8 @@ def build_profile(name: str, fit_: Fit, meas: Measurements, folder: str, base: d
     prof = dict(base) if base else {}
     sources = dict(prof.get("sources", {}))
     p = fit_.params
-    gemm_ops = [o for o in err if o not in ("elementwise", "attn_prefill", "attn_decode", "allreduce", "gemm_fp8")]
+    gemm_ops = [o for o in err
+                if o not in ("elementwise", "attn_prefill", "attn_decode", "allreduce", "gemm_fp8")]
     if "compute_efficiency" in p:
         sources["calib_gemm"] = {"kind": "fit", "ref": (
             f"trimtab calibrate ({today}): least squares of t = t_k + max(FLOPs/(peak x eta_c), bytes/(peak "

@@ -33,8 +33,9 @@ from trimtab.contract.schema import Deployment, Plan
 # A ~57 M-parameter Llama (8 layers, hidden 768, 12 heads, 4 KV heads, MLP 2048, vocab 4096): big enough that
 # the GEMMs, not Python, dominate a prefill step on a CPU, small enough that a 2-core machine serves ~1
 # request/s.
-SMALL_LLAMA = {"hidden_size": 768, "intermediate_size": 2048, "num_hidden_layers": 8, "num_attention_heads": 12,
-               "num_key_value_heads": 4, "vocab_size": 4096, "max_position_embeddings": 2048}
+SMALL_LLAMA = {"hidden_size": 768, "intermediate_size": 2048, "num_hidden_layers": 8,
+               "num_attention_heads": 12, "num_key_value_heads": 4, "vocab_size": 4096,
+               "max_position_embeddings": 2048}
 
 
 def build_model_dir(path: str | Path, **arch) -> Path:
@@ -100,8 +101,8 @@ def _plan_args(dep: Deployment) -> list[str]:
     return [a for a in dep.engine_args if a.split("=", 1)[0] not in own]
 
 
-def server_command(plan: Plan, deployment: Deployment | str, model_dir: str | Path, *, host: str = "127.0.0.1",
-                   port: int = 8000, device: str = "cpu", python: str | None = None,
+def server_command(plan: Plan, deployment: Deployment | str, model_dir: str | Path, *,
+                   host: str = "127.0.0.1", port: int = 8000, device: str = "cpu", python: str | None = None,
                    threads: int = 1, threads_bind: str = "nobind",
                    min_context: int = 0) -> tuple[list[str], dict[str, str]]:
     """The vLLM OpenAI server command (argv) and the environment variables it needs for one replica of
@@ -149,7 +150,8 @@ def start_server(argv: list[str], env: dict[str, str], log_path: str | Path) -> 
         log.close()
 
 
-def wait_ready(proc: subprocess.Popen, base_url: str, timeout_s: float, log_path: str | Path | None = None) -> float:
+def wait_ready(proc: subprocess.Popen, base_url: str, timeout_s: float,
+               log_path: str | Path | None = None) -> float:
     """Poll ``GET /v1/models`` until it answers; seconds waited. RuntimeError (with the log's tail) when the
     process exits or ``timeout_s`` passes first."""
     t0 = time.monotonic()
@@ -166,7 +168,8 @@ def wait_ready(proc: subprocess.Popen, base_url: str, timeout_s: float, log_path
     tail = ""
     if log_path is not None and Path(log_path).is_file():
         tail = "\n".join(Path(log_path).read_text(errors="replace").splitlines()[-25:])
-    state = f"exited with {proc.returncode}" if proc.poll() is not None else f"not ready after {timeout_s:.0f} s"
+    state = (f"exited with {proc.returncode}" if proc.poll() is not None
+             else f"not ready after {timeout_s:.0f} s")
     raise RuntimeError(f"vLLM server {state}; log tail:\n{tail}")
 
 

@@ -61,8 +61,9 @@ async def _closed_loop(url: str, shape: Shape, vocab: int, rounds: int, seed: in
 
     async def client(c: int) -> None:
         for r in range(rounds + 1):  # round 0 warms the client's connection path and the engine's batch up
-            body = {"model": model, "prompt": rng.integers(3, vocab, shape.isl).tolist(), "max_tokens": shape.osl,
-                    "ignore_eos": True, "stream": True, "temperature": 0.0, "stream_options": {"include_usage": True}}
+            body = {"model": model, "prompt": rng.integers(3, vocab, shape.isl).tolist(),
+                    "max_tokens": shape.osl, "ignore_eos": True, "stream": True, "temperature": 0.0,
+                    "stream_options": {"include_usage": True}}
             o = Outcome()
             await stream_completion(ep, body, o)
             if o.error:

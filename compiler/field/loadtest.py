@@ -274,9 +274,9 @@ class LoadtestResult:
                            "--duration")
             elif not w.passed:
                 out.append(f"workload {w.name}: measured SLO attainment {w.measured['attainment']:.1%} < "
-                           f"{w.target:.0%} (TTFT p{w.target * 100:g} {w.measured['ttft_pslo']:.0f} ms vs SLO "
-                           f"{w.ttft_slo_ms:g}, TPOT p{w.target * 100:g} {w.measured['tpot_pslo']:.1f} ms vs SLO "
-                           f"{w.tpot_slo_ms:g}; {w.errors} failed)")
+                           f"{w.target:.0%} (TTFT p{w.target * 100:g} {w.measured['ttft_pslo']:.0f} ms "
+                           f"vs SLO {w.ttft_slo_ms:g}, TPOT p{w.target * 100:g} "
+                           f"{w.measured['tpot_pslo']:.1f} ms vs SLO {w.tpot_slo_ms:g}; {w.errors} failed)")
         return out
 
     def to_dict(self) -> dict:
@@ -332,7 +332,8 @@ def predicted_at(plan: Plan, spec: Spec, percentile: float | None = None) -> dic
 
     s = spec
     if percentile is not None:
-        s = apply_overrides(spec, {f"workloads.{w.name}.slo.percentile": float(percentile) for w in spec.workloads})
+        s = apply_overrides(spec, {f"workloads.{w.name}.slo.percentile": float(percentile)
+                                   for w in spec.workloads})
     rep = check(plan, s)
     return {k: (v.ttft_ms, v.tpot_ms) for k, v in rep.assessment.workloads.items()}
 
@@ -358,8 +359,8 @@ async def _drive(arrivals, dep_names: list[str], eps: dict[str, Endpoint], model
         if dep not in eps:
             outs[i].error = f"routed to {dep}, which has no replicas"
             continue
-        body = {"model": models[dep], "prompt": _prompt(np.random.default_rng([seed, i]), int(arrivals.isl[i]),
-                                                        vocab[dep]),
+        body = {"model": models[dep],
+                "prompt": _prompt(np.random.default_rng([seed, i]), int(arrivals.isl[i]), vocab[dep]),
                 "max_tokens": int(arrivals.osl[i]), "ignore_eos": True, "stream": True, "temperature": 0.0,
                 "stream_options": {"include_usage": True}}
         delay = t0 + float(arrivals.t[i]) - time.perf_counter()
@@ -426,7 +427,8 @@ def run_loadtest(plan: Plan, spec: Spec, endpoint_values: list[str], *, requests
     sim = Simulation(sc, seed, requests, duration_s, timeline=False)
     arrivals = sim.arrivals
     dep_names = [d.view.name for d in sc.deployments]
-    vocab = {d.name: int(ir.models[d.model].vocab_size.value) for d in plan.deployments if d.model in ir.models}
+    vocab = {d.name: int(ir.models[d.model].vocab_size.value) for d in plan.deployments
+             if d.model in ir.models}
     models = dict(model_names or {})
     notes: list[str] = []
 
@@ -471,7 +473,8 @@ def run_loadtest(plan: Plan, spec: Spec, endpoint_values: list[str], *, requests
             completed += 1
             ttft[j] = o.first - o.sent
             tpot[j] = (o.last - o.first) / (o.tokens - 1) if o.tokens > 1 else 0.0
-            if o.tokens != int(arrivals.osl[i]) or (o.prompt_tokens >= 0 and o.prompt_tokens != int(arrivals.isl[i])):
+            if o.tokens != int(arrivals.osl[i]) or (o.prompt_tokens >= 0
+                                                    and o.prompt_tokens != int(arrivals.isl[i])):
                 mism += 1
         ok = (ttft <= wl.ttft_s) & (tpot <= wl.tpot_s)
         m = {"attainment": float(ok.mean()) if len(idx) else 0.0}
@@ -482,8 +485,8 @@ def run_loadtest(plan: Plan, spec: Spec, endpoint_values: list[str], *, requests
         if simres is not None and wl.name in simres.workloads:
             st = simres.workloads[wl.name]
             simd = {"attainment": st.attainment, "ttft_p50": st.ttft_ms["p50"], "ttft_p90": st.ttft_ms["p90"],
-                    "ttft_pslo": st.ttft_at_target_ms, "tpot_p50": st.tpot_ms["p50"], "tpot_p90": st.tpot_ms["p90"],
-                    "tpot_pslo": st.tpot_at_target_ms}
+                    "ttft_pslo": st.ttft_at_target_ms, "tpot_p50": st.tpot_ms["p50"],
+                    "tpot_p90": st.tpot_ms["p90"], "tpot_pslo": st.tpot_at_target_ms}
         results[wl.name] = WorkloadResult(wl.name, len(idx), completed, errors, wl.percentile / 100.0,
                                           wl.ttft_s * 1e3, wl.tpot_s * 1e3, m,
                                           {"ttft_pslo": p[0], "tpot_pslo": p[1]}, simd, mism,
