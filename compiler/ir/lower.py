@@ -49,7 +49,8 @@ def spec_hash(spec: Spec, profiles: ProfileSet) -> str:
     if not tiers:  # specs without KV tiers keep the hash they had before the switch existed
         data["defaults"] = {k: v for k, v in data["defaults"].items() if k != "kv_tiers"}
     h.update(json.dumps(data, sort_keys=True).encode())
-    used = [("gpus", g.type) for g in spec.gpus] + [("models", m.name) for m in spec.models if m.config is None]
+    used = ([("gpus", g.type) for g in spec.gpus]
+            + [("models", m.name) for m in spec.models if m.config is None])
     used.append(("engines", spec.defaults.engine))
     for kind, name in sorted(set(used)):
         prof = getattr(profiles, kind).get(name)
@@ -79,7 +80,8 @@ def workload_rate(w: Workload, base_dir: str = ".") -> float:
     return tr.rate_rps * (w.trace.rate_scale or 1.0)
 
 
-def workload_prefix(w: Workload, base_dir: str = ".") -> tuple[float, int, tuple[tuple[int, float], ...], str]:
+def workload_prefix(w: Workload,
+                    base_dir: str = ".") -> tuple[float, int, tuple[tuple[int, float], ...], str]:
     """(hit rate, working set tokens, LRU curve, source) of a workload's prefix reuse: declared, or measured
     from its Mooncake trace's hash_ids (docs/prefix-caching.md). Raises InputError for a malformed trace."""
     p = w.prefix
@@ -151,7 +153,8 @@ def lower(spec: Spec, profiles: ProfileSet | None = None) -> ProblemIR:
             profiles = profiles.with_model(model_from_hf_config(Path(spec.base_dir) / m.config, m.name))
     models = {m.name: profiles.models[m.name] for m in spec.models}
     gpus = tuple(sorted(
-        (GpuPoolIR(g.type, g.count, g.usd_per_hour if g.usd_per_hour is not None else profiles.gpus[g.type].usd_per_hour.value,
+        (GpuPoolIR(g.type, g.count,
+                   g.usd_per_hour if g.usd_per_hour is not None else profiles.gpus[g.type].usd_per_hour.value,
                    profiles.gpus[g.type], i, _max_tp(spec, g.type), _min_nic(spec, g.type),
                    *_host(spec, g.type, g.count, profiles.gpus[g.type])) for i, g in enumerate(spec.gpus)),
         key=lambda g: g.type))
@@ -185,7 +188,8 @@ def lower(spec: Spec, profiles: ProfileSet | None = None) -> ProblemIR:
         workloads.append(WorkloadIR(
             name=w.name, model=w.model, rate_rps=rate,
             slo=SloIR(w.slo.ttft_ms, w.slo.tpot_ms, w.slo.percentile),
-            dtype=w.dtype or spec.defaults.dtype, buckets=make_buckets(cut_inputs(isl, ctx), osl, w.slo.percentile, ctx),
+            dtype=w.dtype or spec.defaults.dtype,
+            buckets=make_buckets(cut_inputs(isl, ctx), osl, w.slo.percentile, ctx),
             truncated_share=cut.requests, index=i, prefix_hit_rate=hit, prefix_working_set=working_set,
             prefix_curve=curve, prefix_source=source, kv_dtype=w.kv_dtype,
         ))
@@ -200,5 +204,6 @@ def lower(spec: Spec, profiles: ProfileSet | None = None) -> ProblemIR:
         models=models, workloads=tuple(sorted(workloads, key=lambda w: w.name)),
         engine=profiles.engines[spec.defaults.engine], input_hash=spec_hash(spec, profiles),
         warnings=tuple(warnings), inter_rack_gbps=spec.network.inter_rack_gbps, lora=lora_ir(spec),
-        kv_tiers=spec.defaults.kv_tiers, identities=model_identities(spec, models), redundancy=spec.redundancy,
+        kv_tiers=spec.defaults.kv_tiers, identities=model_identities(spec, models),
+        redundancy=spec.redundancy,
     )

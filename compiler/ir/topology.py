@@ -112,8 +112,8 @@ def build_topology(spec: Spec, ir: ProblemIR) -> Topology:
             if name in names:
                 problems.append(Problem(f"{where}.name", f"node name {name!r} is used twice"))
             names.add(name)
-            nodes.append(_node(name, pool, per, dom, grp.nic_gbps, grp.cpu_memory_gib, grp.pcie_gbps, grp.rack,
-                               grp.rack or "default"))
+            nodes.append(_node(name, pool, per, dom, grp.nic_gbps, grp.cpu_memory_gib, grp.pcie_gbps,
+                               grp.rack, grp.rack or "default"))
     topo = Topology(tuple(nodes), spec.network.inter_rack_gbps, derived=False)
     for pool in ir.gpus:
         have = topo.gpus_of(pool.type)
@@ -131,8 +131,8 @@ def _node(name, pool, gpus, domain, nic, cpu, pcie, _rack_given, rack) -> Node:
     return Node(name, pool.type, gpus, domain, nic_gbps, prof.link_bandwidth_gbps.value, rack, cpu, pcie)
 
 
-def kv_link_loads(topo: Topology, stages: dict[str, list[tuple[str, int]]], flows: list[tuple[str, str, float]]
-                  ) -> dict[str, tuple[float, float, list[str]]]:
+def kv_link_loads(topo: Topology, stages: dict[str, list[tuple[str, int]]],
+                  flows: list[tuple[str, str, float]]) -> dict[str, tuple[float, float, list[str]]]:
     """KV hand-off load on every network link of a placement: ``stages[deployment]`` lists (node, GPU index)
     of each replica stage, ``flows`` (prefill, decode, bytes/s) the cross-node P/D routes.
     Least-outstanding-work routing spreads a route's flow evenly over the replicas of both sides, so the share
