@@ -122,7 +122,8 @@ def dtype_args(f: "DeploymentFacts", t: dict) -> list[str]:
         return [kv(fl["kv_cache_dtype"], cache or val["fp4"]["kv_cache_dtype"])]
     if f.dtype == "fp8":
         fp8 = val["fp8"]
-        return [kv(fl["quantization"], fp8["quantization"]), kv(fl["kv_cache_dtype"], cache or fp8["kv_cache_dtype"])]
+        return [kv(fl["quantization"], fp8["quantization"]),
+                kv(fl["kv_cache_dtype"], cache or fp8["kv_cache_dtype"])]
     return [kv(fl["dtype"], val["dtype"][f.dtype])] + ([kv(fl["kv_cache_dtype"], cache)] if cache else [])
 
 

@@ -7,8 +7,8 @@ SGLang's ``ServerArgs.add_cli_args`` parser when the ``sglang`` package imports 
 """
 from __future__ import annotations
 
-from trimtab.engines.base import (ADAPTER_DIR, LEADER_ENV, RANK_ENV, DeploymentFacts, Launch, address_and_shape,
-                                   dtype_args, flag_table, kv, num)
+from trimtab.engines.base import (ADAPTER_DIR, LEADER_ENV, RANK_ENV, DeploymentFacts, Launch,
+                                   address_and_shape, dtype_args, flag_table, kv, num)
 
 ENGINE = "sglang"
 GIB = 1024 ** 3
@@ -51,7 +51,8 @@ def launch(f: DeploymentFacts) -> Launch:
     head = [*t["program"], kv(t["model"], f.model.model_id)]
     worker: tuple[str, ...] = ()
     if f.nodes_per_replica > 1:
-        multi = [kv(fl["nnodes"], f.nodes_per_replica), kv(fl["master_addr"], f"${{{LEADER_ENV}}}:{DIST_PORT}")]
+        multi = [kv(fl["nnodes"], f.nodes_per_replica),
+                 kv(fl["master_addr"], f"${{{LEADER_ENV}}}:{DIST_PORT}")]
         worker = (*head, *a, *multi, kv(fl["node_rank"], f"${{{RANK_ENV}}}"))
         a += [*multi, kv(fl["node_rank"], 0)]
     return Launch(engine_args=tuple(a), command=(*head, *a), worker_command=worker)

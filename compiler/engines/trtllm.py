@@ -44,8 +44,9 @@ def launch(f: DeploymentFacts) -> Launch:
         extra[ex["cache_transceiver"]] = {"backend": "NIXL"}
     fname = options_file(f.name)
     a = [kv(fl["host"], "0.0.0.0"), kv(fl["port"], t["port"]), kv(fl["backend"], val["backend"]),
-         kv(fl["tensor_parallel"], f.tp * f.dp), kv(fl["pipeline_parallel"], f.pp), kv(fl["context"], f.context_tokens),
-         kv(fl["max_batch"], f.max_batch), kv(fl["max_step_tokens"], f.max_step_tokens),
+         kv(fl["tensor_parallel"], f.tp * f.dp), kv(fl["pipeline_parallel"], f.pp),
+         kv(fl["context"], f.context_tokens), kv(fl["max_batch"], f.max_batch),
+         kv(fl["max_step_tokens"], f.max_step_tokens),
          kv(fl["memory_fraction"], num(f.kv_free_fraction)), kv(fl["extra_options"], fname)]
     warnings = []
     if f.dtype in ("fp8", "fp4"):

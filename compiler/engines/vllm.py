@@ -7,8 +7,8 @@ from __future__ import annotations
 
 import json
 
-from trimtab.engines.base import (ADAPTER_DIR, LEADER_ENV, RANK_ENV, DeploymentFacts, Launch, address_and_shape,
-                                   dtype_args, flag_table, kv, num)
+from trimtab.engines.base import (ADAPTER_DIR, LEADER_ENV, RANK_ENV, DeploymentFacts, Launch,
+                                   address_and_shape, dtype_args, flag_table, kv, num)
 
 ENGINE = "vllm"
 
@@ -36,8 +36,9 @@ def launch(f: DeploymentFacts) -> Launch:
             a += [fl["lora_modules"], *(f"{n}={ADAPTER_DIR}/{n}" for n in f.adapters)]
     if f.role in ("prefill", "decode"):
         c = val["kv_connector"]
-        a.append(kv(fl["kv_transfer"], json.dumps({"kv_connector": c["kv_connector"], "kv_role": c["kv_role"]},
-                                                  separators=(",", ":"))))
+        a.append(kv(fl["kv_transfer"],
+                    json.dumps({"kv_connector": c["kv_connector"], "kv_role": c["kv_role"]},
+                               separators=(",", ":"))))
     worker: tuple[str, ...] = ()
     # multiprocessing executor across nodes: rank 0 serves the API, others headless
     if f.nodes_per_replica > 1:

@@ -102,4 +102,5 @@ def dump_canonical(data: Any) -> str:
 
     _Dumper.add_representer(list, _list)
 
-    return yaml.dump(data, Dumper=_Dumper, sort_keys=False, default_flow_style=False, width=100, allow_unicode=True)
+    return yaml.dump(data, Dumper=_Dumper, sort_keys=False, default_flow_style=False, width=100,
+                     allow_unicode=True)
