@@ -137,7 +137,8 @@ class GpuProfile(_Profile):
                 for f, q in fit:
                     if q.source not in self.sources:
                         raise ValueError(f"{name}.{n}.{f}: source {q.source!r} is not declared under sources")
-        for f in ("compute_efficiency", "bandwidth_efficiency", "fp8_compute_efficiency", "attention_efficiency"):
+        for f in ("compute_efficiency", "bandwidth_efficiency", "fp8_compute_efficiency",
+                  "attention_efficiency"):
             q = getattr(self, f)
             if q is None:
                 continue
@@ -413,7 +414,8 @@ def attention_params(model: ModelProfile) -> float:
         q_dim = heads * model.head_dim.value
         return H * (q_dim + 2 * model.num_kv_heads.value * model.head_dim.value) + q_dim * H
     r_kv, rope = model.kv_lora_rank.value, value_or(model.qk_rope_head_dim)
-    nope, v = value_or(model.qk_nope_head_dim, model.head_dim.value), value_or(model.v_head_dim, model.head_dim.value)
+    nope, v = (value_or(model.qk_nope_head_dim, model.head_dim.value),
+               value_or(model.v_head_dim, model.head_dim.value))
     r_q = value_or(model.q_lora_rank)
     q = (H * r_q + r_q * heads * (nope + rope)) if r_q else H * heads * (nope + rope)
     return q + H * (r_kv + rope) + r_kv * heads * (nope + v) + heads * v * H
@@ -455,7 +457,8 @@ def _moe_layer_count(cfg: dict, layers: int, experts: int) -> int:
     if isinstance(cfg.get("moe_layers"), list):
         return len(cfg["moe_layers"])
     first = cfg.get("first_k_dense_replace") or 0
-    step = cfg.get("interleave_moe_layer_step") or cfg.get("moe_layer_freq") or cfg.get("decoder_sparse_step") or 1
+    step = (cfg.get("interleave_moe_layer_step") or cfg.get("moe_layer_freq")
+            or cfg.get("decoder_sparse_step") or 1)
     only = set(cfg.get("mlp_only_layers") or [])
     return sum(1 for i in range(first, layers) if (i + 1) % step == 0 and i not in only)
 
@@ -481,7 +484,8 @@ def model_from_hf_config(path: str | Path, name: str) -> ModelProfile:
         raise InputError([Problem("config", "config.json is not a JSON object", str(p))])
     if isinstance(cfg.get("text_config"), dict):  # Llama 4 and other multimodal configs
         cfg = {**cfg["text_config"], **{k: v for k, v in cfg.items() if k == "tie_word_embeddings"}}
-    missing = [k for k in ("num_hidden_layers", "hidden_size", "num_attention_heads", "intermediate_size", "vocab_size")
+    missing = [k for k in ("num_hidden_layers", "hidden_size", "num_attention_heads", "intermediate_size",
+                           "vocab_size")
                if not isinstance(cfg.get(k), int)]
     if missing:
         raise InputError([Problem(k, "missing or not an integer in config.json", str(p)) for k in missing])
@@ -493,8 +497,9 @@ def model_from_hf_config(path: str | Path, name: str) -> ModelProfile:
     experts = cfg.get("num_local_experts") or cfg.get("num_experts") or cfg.get("n_routed_experts") or 1
     topk = min(cfg.get("num_experts_per_tok") or cfg.get("experts_per_token") or 1, experts)
     ctx = cfg.get("max_position_embeddings") or 4096
-    for k in ("num_local_experts", "num_experts", "n_routed_experts", "num_experts_per_tok", "experts_per_token",
-              "n_shared_experts", "moe_intermediate_size", "kv_lora_rank", "q_lora_rank", "qk_rope_head_dim"):
+    for k in ("num_local_experts", "num_experts", "n_routed_experts", "num_experts_per_tok",
+              "experts_per_token", "n_shared_experts", "moe_intermediate_size", "kv_lora_rank", "q_lora_rank",
+              "qk_rope_head_dim"):
         if k in cfg and cfg[k] is not None and not (isinstance(cfg[k], int) and cfg[k] >= 0):
             raise InputError([Problem(k, "not a non-negative integer in config.json", str(p))])
     src = {"config": Source(kind="spec_sheet", ref=f"local Hugging Face config.json: {p}"),

@@ -24,5 +24,5 @@ def available_backends() -> list[str]:
     return [n for n in sorted(BACKENDS) if get_backend(n).is_available()]
 
 
-__all__ = ["Backend", "Constraint", "LinExpr", "MilpModel", "SolveOptions", "SolveResult", "Status", "Termination",
-           "Var", "available_backends", "get_backend", "spec_options"]
+__all__ = ["Backend", "Constraint", "LinExpr", "MilpModel", "SolveOptions", "SolveResult", "Status",
+           "Termination", "Var", "available_backends", "get_backend", "spec_options"]

@@ -77,8 +77,8 @@ class CpSatBackend(Backend):
         for coefs, lo, hi in scaled.rows:
             if not coefs:  # 0 <= hi, 0 >= lo or 0 == lo: decided now
                 if (hi is not None and hi < 0) or (lo is not None and lo > 0):
-                    return SolveResult(Status.INFEASIBLE, Termination.INFEASIBLE, seconds=time.perf_counter() - t0,
-                                       backend=self.name)
+                    return SolveResult(Status.INFEASIBLE, Termination.INFEASIBLE,
+                                       seconds=time.perf_counter() - t0, backend=self.name)
                 continue
             expr = sum(c * iv[n] for n, c in coefs)
             if lo == hi:
@@ -194,12 +194,14 @@ class _Scaled:
             # Exact scaling only: find a power of two making every coefficient an integer.
             for k in range(-40, 41):
                 m = 2.0**k
-                if all(round(a * m) != 0 and abs(a * m - round(a * m)) <= 1e-9 * abs(a * m) for _, a in coefs):
+                if all(round(a * m) != 0 and abs(a * m - round(a * m)) <= 1e-9 * abs(a * m)
+                       for _, a in coefs):
                     self._check_overflow(coefs, m, c.name)
                     # A row of positive terms (a demand: routes summing to a rate) rounds its rate down, so
                     # every row bounding one term by that rate (x <= rate y: lora_hold) still admits the whole
                     # of it.
-                    r = math.floor(rhs * m + 1e-9) if rhs > 0 and all(a > 0 for _, a in coefs) else round(rhs * m)
+                    r = (math.floor(rhs * m + 1e-9) if rhs > 0 and all(a > 0 for _, a in coefs)
+                         else round(rhs * m))
                     return [(n, round(a * m)) for n, a in coefs], r, r
             raise ValueError(f"cpsat: equality {c.name} has coefficients that do not scale to integers")
         sign = 1.0 if c.sense == "<=" else -1.0

@@ -81,10 +81,11 @@ class MilpModel:
                 m.constraints.append(c)
                 continue
             top = sum(abs(a) * (m.variables[v].ub or 0.0) for v, a in c.expr)
-            s = m.add_var(slack_name(c.name), "integer" if c.family in integer_families else "continuous", 0.0,
-                          max(top - c.rhs, 0.0) + 1.0)
+            s = m.add_var(slack_name(c.name), "integer" if c.family in integer_families else "continuous",
+                          0.0, max(top - c.rhs, 0.0) + 1.0)
             objective.append((s, 1.0 / max(abs(c.rhs), 1.0)))
-            m.constraints.append(Constraint(c.name, c.family, c.expr + ((s, -1.0 if c.sense == "<=" else 1.0),),
+            m.constraints.append(Constraint(c.name, c.family,
+                                            c.expr + ((s, -1.0 if c.sense == "<=" else 1.0),),
                                             c.sense, c.rhs, c.origin, True))
         m.objective = tuple(objective) + tuple((v, 1e-9 * a) for v, a in self.objective)
         return m

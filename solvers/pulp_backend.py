@@ -32,8 +32,9 @@ class PulpBackend(Backend):
             # (trimtab.solvers.base).
             return pulp.HiGHS(msg=options.verbose, timeLimit=options.time_limit_s, gapRel=options.mip_rel_gap,
                               threads=options.threads, mip_max_nodes=options.node_limit)
-        return pulp.PULP_CBC_CMD(msg=options.verbose, timeLimit=options.time_limit_s, gapRel=options.mip_rel_gap,
-                                 threads=options.threads, maxNodes=options.node_limit)
+        return pulp.PULP_CBC_CMD(msg=options.verbose, timeLimit=options.time_limit_s,
+                                 gapRel=options.mip_rel_gap, threads=options.threads,
+                                 maxNodes=options.node_limit)
 
     def solve(self, model: MilpModel, options: SolveOptions) -> SolveResult:
         import pulp
@@ -47,7 +48,8 @@ class PulpBackend(Backend):
         prob += _affine(pulp, pv, model.objective)
         for i, c in enumerate(model.constraints):
             lhs = _affine(pulp, pv, c.expr)
-            prob += (lhs <= c.rhs if c.sense == "<=" else lhs >= c.rhs if c.sense == ">=" else lhs == c.rhs), f"c{i}"
+            prob += (lhs <= c.rhs if c.sense == "<=" else lhs >= c.rhs if c.sense == ">=" else lhs == c.rhs,
+                     f"c{i}")
         t0 = time.perf_counter()
         if self.name == "highs":
             return self._highs(model, prob, pv, options, t0)
