@@ -1,0 +1,100 @@
+"""No line of the package's code passes the configured width (pyproject's ``[tool.ruff] line-length``).
+
+A ratchet: the modules below still have long lines, at most the count given; a module not listed has none.
+Rewrap a listed module's lines by hand (split expressions at natural points, strings by implicit
+concatenation, comments and docstrings re-flowed), then lower its count here, and drop it at 0. A module that
+would pass MAX_LINES is split into a cohesive new module, never kept short by widening lines.
+
+    python -m pytest tests/architecture/test_line_length.py -q
+"""
+from __future__ import annotations
+
+import tomllib
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[2]
+FOLDERS = ("compiler", "profiles", "solvers")
+
+# Lines over the width per module, as counted when the list was made: the most each may still have.
+ALLOWED = {
+    "compiler/api.py": 7,
+    "compiler/cost/adapters.py": 1,
+    "compiler/cost/factory.py": 19,
+    "compiler/cost/lora.py": 7,
+    "compiler/cost/model.py": 54,
+    "compiler/cost/moe.py": 17,
+    "compiler/cost/physics.py": 12,
+    "compiler/cost/predict.py": 12,
+    "compiler/cost/predictions.py": 16,
+    "compiler/cost/queueing.py": 24,
+    "compiler/cost/records.py": 11,
+    "compiler/cost/roles.py": 7,
+    "compiler/cost/search.py": 7,
+    "compiler/cost/startup.py": 4,
+    "compiler/cost/transfer.py": 6,
+    "compiler/deployment/kvtiers.py": 17,
+    "compiler/deployment/layouts.py": 1,
+    "compiler/deployment/shape.py": 15,
+    "compiler/gate/__init__.py": 1,
+    "compiler/gate/analytic.py": 27,
+    "compiler/gate/lora.py": 11,
+    "compiler/gate/nodeloss.py": 7,
+    "compiler/gate/simulated.py": 2,
+    "compiler/gate/windows.py": 12,
+    "compiler/milp/assess.py": 14,
+    "compiler/milp/candidates.py": 25,
+    "compiler/milp/decompose.py": 14,
+    "compiler/milp/disagg.py": 28,
+    "compiler/milp/extract.py": 10,
+    "compiler/milp/fanout.py": 4,
+    "compiler/milp/formulate.py": 14,
+    "compiler/milp/placement.py": 23,
+    "compiler/milp/solve.py": 9,
+    "compiler/milp/spread.py": 9,
+    "compiler/milp/windows.py": 13,
+    "compiler/planning/driver.py": 30,
+    "compiler/planning/explain.py": 22,
+    "compiler/planning/lora.py": 31,
+    "compiler/planning/planners.py": 1,
+    "compiler/planning/redundancy.py": 18,
+    "compiler/planning/rounds.py": 61,
+    "compiler/planning/schedule.py": 22,
+    "compiler/sim/validate.py": 39,
+    "compiler/study/__init__.py": 1,
+    "compiler/study/pareto.py": 7,
+    "compiler/study/sweep.py": 41,
+}
+
+
+def width() -> int:
+    return tomllib.loads((ROOT / "pyproject.toml").read_text(encoding="utf-8"))["tool"]["ruff"]["line-length"]
+
+
+def long_lines(text: str, limit: int) -> list[int]:
+    """1-based numbers of the lines longer than ``limit`` characters."""
+    return [i for i, line in enumerate(text.splitlines(), 1) if len(line) > limit]
+
+
+def over() -> dict[str, list[int]]:
+    limit = width()
+    out = {}
+    for folder in FOLDERS:
+        for p in sorted((ROOT / folder).rglob("*.py")):
+            found = long_lines(p.read_text(encoding="utf-8"), limit)
+            if found:
+                out[p.relative_to(ROOT).as_posix()] = found
+    return out
+
+
+def test_no_line_past_the_configured_width():
+    bad = {f"{path} ({len(lines)} lines over, at most {ALLOWED.get(path, 0)}; first at line {lines[0]})"
+           for path, lines in over().items() if len(lines) > ALLOWED.get(path, 0)}
+    assert not bad, f"lines over {width()} columns: " + "; ".join(sorted(bad))
+
+
+def test_the_allow_list_names_modules_that_exist():
+    assert [p for p in ALLOWED if not (ROOT / p).is_file()] == []
+
+
+def test_the_check_can_fail():
+    assert long_lines("short\n" + "x" * 111 + "\n" + "y" * 110, 110) == [2]
