@@ -5,9 +5,9 @@ Entry points:
     locally (no download); vLLM serves it with ``--load-format dummy`` (random weights: real kernels, real
     scheduler, real batching and paged KV, so real timings; the text is noise);
   * ``server_command(plan, deployment, model_dir, ...) -> (argv, env)``: the ONE place a plan deployment
-    becomes a vLLM command line. It takes the plan's ``engine_args`` as they are and adds only what a plan
-    does not state yet (model folder, address, context length, the CPU engine's KV size). When the plan
-    carries the full per-engine command (issue #13, another branch), this function shrinks to reading it;
+    becomes a vLLM command line. It takes the plan's ``engine_args`` as they are and adds only what depends
+    on the local model folder and the server's machine (model folder, address, context length, the CPU
+    engine's KV size), so the deployment served is the one the plan states;
   * ``start_server(argv, env, log)`` / ``wait_ready(proc, url, timeout_s)`` / ``stop_server(proc)``: a server
     process in its own session, stopped by its pid (its process group: vLLM starts an engine-core child).
 
