@@ -197,7 +197,8 @@ def run_bench(out_dir: str | Path, device: str = "cuda", quick: bool = False, lo
     bf16 matmul); ``bf16`` forces bf16, which is what vLLM's CPU engine runs on CPUs with AVX512-BF16 or AMX,
     so a profile of the CPU as a serving device (docs/fidelity.md) is timed in the precision the engine uses.
     ``graph``: on a GPU, calls under a millisecond are timed inside a CUDA graph (``_Timer``); False keeps
-    every timing eager (the host's launch overhead included), as the bench did before 2026-12-04."""
+    every timing eager (the host's launch overhead included), comparable with profiles timed without
+    graphs."""
     torch = _torch()
     if dtype not in ("auto", "bf16", "fp32"):
         raise InputError([Problem("--dtype", f"must be auto, bf16 or fp32, got {dtype!r}")])

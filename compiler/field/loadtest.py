@@ -1,5 +1,5 @@
-"""Replay a spec's traffic against a running OpenAI-compatible server and compare with the plan (``trimtab
-loadtest``).
+"""Replay a spec's traffic against a running OpenAI-compatible server and compare with the plan
+(``trimtab loadtest``).
 
 Entry point: ``run_loadtest(plan, spec, endpoints, requests=..., duration_s=..., rate_scale=1, seed=0,
 timeout_s=...) -> LoadtestResult``.
@@ -15,9 +15,9 @@ What is sent: ``POST {endpoint}/v1/completions`` with ``stream: true``, ``ignore
 the drawn output length and a prompt of the drawn input length given as token ids (random ids of the model's
 vocabulary, seeded per request, so no prefix is shared and the prompt is exactly that many tokens whatever the
 tokenizer); ``stream_options.include_usage`` makes the server report the prompt and completion token counts,
-and requests whose counts differ from the drawn lengths are counted and reported. What is measured: TTFT =
-first streamed token - send time; TPOT = (last token - first token) / (tokens - 1). Requests that fail, time
-out or are cut short count as SLO misses. Only the addresses given are contacted.
+and requests whose counts differ from the drawn lengths are counted and reported.
+What is measured: TTFT = first streamed token - send time; TPOT = (last token - first token) / (tokens - 1).
+Requests that fail, time out or are cut short count as SLO misses. Only the addresses given are contacted.
 """
 from __future__ import annotations
 

@@ -10,8 +10,9 @@ Every engine step (``start_step`` .. ``finish_step``):
    admitted requests whose prompt is partly computed, in admission order, then to waiting requests, first come
    first served, while fewer than ``max_num_seqs`` are running and the KV cache (less a 1 % watermark) can
    hold the whole prompt (reserved at admission). A head-of-queue request that does not fit blocks the queue.
-3. The step lasts ``ReplicaModel.iteration_s(decode batch, mean decode context, prompt tokens, prompt
-   context)``: the planner's own cost model. Several chunks in one step are passed as their total P with the
+3. The step lasts
+   ``ReplicaModel.iteration_s(decode batch, mean decode context, prompt tokens, prompt context)``: the
+   planner's own cost model. Several chunks in one step are passed as their total P with the
    prior context that gives the same attention work, sum(c x (ctx + c/2)) = P x (ctx_eq + P/(2m)) for m chunks
    (and m as ``prefill_seqs`` when the cost model takes it).
 4. A request whose prompt completes emits its first token at the end of that step, then one token per step.

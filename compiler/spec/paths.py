@@ -2,12 +2,12 @@
 ways.
 
 A ``SpecPath`` names the part of the spec a row comes from: a top-level number (``budget_usd_per_hour``), a
-field of a list item (``gpus[0] (h100-sxm).count``), or a block plus a note (``gpus[0] (h100-sxm):
-nodes[].cpu_memory_gib``). ``str(path)`` is its display form, as errors name fields; ``path.whatif`` its
-dotted what-if form (``gpus.h100-sxm.count``, ``trimtab.spec.overrides.apply_overrides``), None when it names
-no single number; ``SpecPath.from_whatif`` goes back. ``explain`` reads a relaxable row's origin to say which
-number of the spec to change and offers it as a what-if path, so the model's rows, not retyped strings, decide
-what is named.
+field of a list item (``gpus[0] (h100-sxm).count``), or a block plus a note
+(``gpus[0] (h100-sxm): nodes[].cpu_memory_gib``). ``str(path)`` is its display form, as errors name fields;
+``path.whatif`` its dotted what-if form (``gpus.h100-sxm.count``, ``trimtab.spec.overrides.apply_overrides``),
+None when it names no single number; ``SpecPath.from_whatif`` goes back. ``explain`` reads a relaxable row's
+origin to say which number of the spec to change and offers it as a what-if path, so the model's rows, not
+retyped strings, decide what is named.
 """
 from __future__ import annotations
 
