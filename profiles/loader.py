@@ -317,8 +317,8 @@ def _load_dir(root: Path) -> dict[str, dict]:
             data, lines = read_yaml_file(path)
             prof = validate(cls, data, lines, str(path), "profile")
             if prof.name != path.stem:
-                raise InputError([Problem("name", f"profile name {prof.name!r} differs from its file "
-                                                  "name", str(path), 1)])
+                raise InputError([Problem("name", f"profile name {prof.name!r} differs "
+                                                  "from its file name", str(path), 1)])
             out[kind][prof.name] = prof
     return out
 

@@ -24,8 +24,8 @@ class SolverInfo(_Strict):
                                                     "seconds); read and ignored in plans written before "
                                                     "2026-12-03, which recorded a 10/60/600 s ladder that a "
                                                     "busy machine could still tip")
-    rounds: int = Field(description="solve rounds: 1, plus one per re-solve after the assessment found a "
-                                    "miss")
+    rounds: int = Field(description="solve rounds: 1, plus one per re-solve after "
+                                    "the assessment found a miss")
 
 
 class Placement(_Strict):
@@ -92,8 +92,8 @@ class Deployment(_Strict):
                                 description="longest request (input + output) the engine admits: the largest "
                                             "routed bucket's, capped at the model's window and "
                                             "kv_cache_tokens")
-    command: list[str] = Field(default=[], description="the full launch command of one replica (its first "
-                                                       "node)")
+    command: list[str] = Field(default=[], description="the full launch command of one "
+                                                       "replica (its first node)")
     worker_command: list[str] = Field(default=[],
                                       description="a replica spanning nodes: the command of its other nodes "
                                                   "($NODE_RANK, $LEADER_ADDRESS); omitted otherwise")
@@ -101,13 +101,13 @@ class Deployment(_Strict):
                                          description="files the command reads, name -> content (the "
                                                      "TensorRT-LLM extra options YAML); omitted when none")
     placement: list[Placement] = Field(default=[], description="one entry per replica and pipeline stage")
-    adapters: list[str] = Field(default=[], description="LoRA adapters this deployment holds (omitted when "
-                                                        "none)")
-    max_loras: int = Field(default=0, ge=0, description="vLLM --max-loras: adapter slots on the GPU (0: no "
-                                                        "LoRA)")
+    adapters: list[str] = Field(default=[], description="LoRA adapters this deployment holds "
+                                                        "(omitted when none)")
+    max_loras: int = Field(default=0, ge=0, description="vLLM --max-loras: adapter slots on "
+                                                        "the GPU (0: no LoRA)")
     max_lora_rank: int = Field(default=0, ge=0, description="vLLM --max-lora-rank")
-    max_cpu_loras: int = Field(default=0, ge=0, description="vLLM --max-cpu-loras: adapters kept in CPU "
-                                                            "memory")
+    max_cpu_loras: int = Field(default=0, ge=0, description="vLLM --max-cpu-loras: adapters "
+                                                            "kept in CPU memory")
     tenants: list[str] = Field(default=[], description="tenants whose traffic it serves (omitted when none)")
     kv: KvTiers | None = Field(default=None, description="KV tiers: HBM tokens, offload, borrowed and lent "
                                                          "GiB (omitted unless the spec enables KV tiers)")
@@ -132,10 +132,10 @@ class Route(_Strict):
     workload: str
     bucket: str
     deployment: str | None = Field(default=None, description="unified deployment; omitted for a P/D pair")
-    prefill: str | None = Field(default=None, description="P/D pair: the prefill deployment (omitted "
-                                                          "otherwise)")
-    decode: str | None = Field(default=None, description="P/D pair: the decode deployment (omitted "
-                                                         "otherwise)")
+    prefill: str | None = Field(default=None, description="P/D pair: the prefill deployment "
+                                                          "(omitted otherwise)")
+    decode: str | None = Field(default=None, description="P/D pair: the decode deployment "
+                                                         "(omitted otherwise)")
     share: float = Field(gt=0, le=1, description="share of the workload's requests")
 
 
@@ -153,8 +153,8 @@ class PrefixReuse(_Strict):
 
     source: Literal["declared", "trace", "shared_prefix"] = Field(
         description="declared in the spec, measured from the trace's hash_ids, or from shared_prefix groups")
-    hit_rate: float = Field(description="share of input tokens served from a cache holding the whole working "
-                                        "set")
+    hit_rate: float = Field(description="share of input tokens served from a cache "
+                                        "holding the whole working set")
     working_set_tokens: int = Field(description="distinct prefix tokens the cache must hold for hit_rate")
     hit_rate_planned: dict[str, float] = Field(description="per deployment serving it: the hit rate its "
                                                            "replicas' prefix cache (prefix_cache_tokens) "
@@ -203,8 +203,8 @@ class Bucket(_Strict):
     name: str
     share: float = Field(description="share of the workload's requests whose prompt falls in this range")
     input_tokens_min: int = Field(ge=1, description="shortest prompt in the range, tokens")
-    input_tokens_max: int = Field(ge=1, description="longest prompt in the range, tokens (after the context "
-                                                    "cut)")
+    input_tokens_max: int = Field(ge=1, description="longest prompt in the range, tokens "
+                                                    "(after the context cut)")
     input_tokens_mean: float
     output_tokens_mean: float = Field(description="mean output length of requests in this range")
     output_tokens_max: int = Field(ge=1, description="longest output of requests in this range; with "
@@ -251,10 +251,10 @@ class ScheduleWindow(_Strict):
 
     start_s: int = Field(ge=0, description="seconds from the start of the period")
     rates: dict[str, float] = Field(description="per workload: planned arrival rate in this window, rps")
-    replicas: dict[str, int] = Field(description="per deployment: replicas serving in this window (0: "
-                                                 "stopped)")
-    started: int = Field(ge=0, description="replicas started for this window (ahead of it by their start-up "
-                                           "time)")
+    replicas: dict[str, int] = Field(description="per deployment: replicas serving in "
+                                                 "this window (0: stopped)")
+    started: int = Field(ge=0, description="replicas started for this window (ahead of it "
+                                           "by their start-up time)")
     stopped: int = Field(ge=0, description="replicas stopped at its start")
     cost_usd_per_hour: float = Field(description="the replicas serving in this window")
     routes: list[Route] = Field(description="shares in this window (as the plan's routes)")

@@ -70,8 +70,8 @@ def stream(files: dict[str, str], target: str) -> str:
     from trimtab.errors import InputError, Problem
 
     if target in ("compose", "llm-d"):
-        raise InputError([Problem("-o", f"{target} writes one file per node or release; give a folder, not "
-                                        "'-'")])
+        raise InputError([Problem("-o", f"{target} writes one file per node or release; "
+                                        "give a folder, not '-'")])
     return "---\n".join(t for name, t in files.items() if name.endswith(".yaml"))
 
 

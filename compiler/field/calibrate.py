@@ -381,8 +381,8 @@ def build_profile(name: str, fit_: Fit, meas: Measurements, folder: str, base: d
         prof["bandwidth_efficiency"] = _q(p["bandwidth_efficiency"], "calib_gemm", 3)
         prof["kernel_latency_us"] = _q(p["kernel_latency_us"], "calib_gemm", 2)
     if "fp8_compute_efficiency" in p:
-        sources["calib_gemm_fp8"] = {"kind": "fit", "ref": f"trimtab calibrate ({today}): fp8 GEMMs from "
-                                                           f"{where}"
+        sources["calib_gemm_fp8"] = {"kind": "fit", "ref": f"trimtab calibrate ({today}): fp8 "
+                                                           f"GEMMs from {where}"
                                                           + errtxt("gemm_fp8")}
         prof["fp8_compute_efficiency"] = _q(p["fp8_compute_efficiency"], "calib_gemm_fp8", 3)
     if "elementwise_passes" in p:

@@ -51,8 +51,8 @@ def build_model_dir(path: str | Path, **arch) -> Path:
     cfg = dict(SMALL_LLAMA)
     unknown = sorted(set(arch) - set(cfg))
     if unknown:
-        raise InputError([Problem("model folder", f"unknown architecture field(s) {unknown}; known: "
-                                                  f"{sorted(cfg)}")])
+        raise InputError([Problem("model folder", f"unknown architecture field(s) {unknown}; "
+                                                  f"known: {sorted(cfg)}")])
     cfg.update(arch)
     out = Path(path)
     out.mkdir(parents=True, exist_ok=True)

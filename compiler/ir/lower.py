@@ -177,8 +177,8 @@ def lower(spec: Spec, profiles: ProfileSet | None = None) -> ProblemIR:
             hit, working_set, curve, source = shared_prefix_reuse(w, isl)
         if isl[0] >= ctx:
             problems.append(Problem(f"{where}.input_tokens",
-                                    f"every input length is at or beyond {w.model}'s context window of {ctx} "
-                                    "tokens"))
+                                    f"every input length is at or beyond {w.model}'s "
+                                    f"context window of {ctx} tokens"))
             continue
         cut = truncation(isl, osl, ctx)
         if cut.requests > 0:

@@ -31,8 +31,8 @@ def load_spec(source: str | Path, profiles: ProfileSet | None = None, *, text: s
 def spec_from_data(data, lines: LineMap, source: str, base_dir: str, profiles: ProfileSet | None = None,
                    profile_dir: str | Path | None = None) -> Spec:
     if not isinstance(data, dict):
-        raise InputError([Problem("", "a spec is a YAML mapping (version, name, gpus, models, "
-                                      "workloads)", source, 1)])
+        raise InputError([Problem("", "a spec is a YAML mapping (version, name, "
+                                      "gpus, models, workloads)", source, 1)])
     spec = validate(Spec, data, lines, source, "spec")
     where = ("profiles", source, line_for(lines, ("profiles",)))
     if profile_dir is not None:  # relative to where the command runs; kept absolute in the spec it replaces
@@ -109,8 +109,8 @@ def cross_check(spec: Spec, lines: LineMap, source: str, profiles: ProfileSet) -
                 bad(("models", i, "config"), f"models[{i}] ({m.name}).config", f"file not found: {p}")
         elif m.name not in profiles.models:
             bad(("models", i, "name"), f"models[{i}].name",
-                f"unknown model {m.name!r}; known: {', '.join(sorted(profiles.models))} (or give config: "
-                "path/to/config.json)")
+                f"unknown model {m.name!r}; known: {', '.join(sorted(profiles.models))} (or give "
+                "config: path/to/config.json)")
     names = {m.name for m in spec.models}
     for i, w in enumerate(spec.workloads):
         if w.model not in names:

@@ -114,8 +114,8 @@ def cross_check(spec, bad) -> None:
             clash = next((n for n in names if n in seen), None)
             if clash:
                 bad(("models", i, "adapters_from"), f"models[{i}] ({m.name}).adapters_from",
-                    f"generated adapter name {clash!r} is already used (on {seen[clash]}); set a different "
-                    "prefix")
+                    f"generated adapter name {clash!r} is already used (on "
+                    f"{seen[clash]}); set a different prefix")
             for n in names:
                 seen.setdefault(n, m.name)
     tenants = {t.name for t in spec.tenants or ()}
@@ -128,8 +128,8 @@ def cross_check(spec, bad) -> None:
         if w.adapter == "*":
             if not own:
                 bad(("workloads", i, "adapter"), f"workloads[{i}] ({w.name}).adapter",
-                    f"'*' spreads traffic over {w.model}'s adapters, and it has none (give models[].adapters "
-                    "or adapters_from)")
+                    f"'*' spreads traffic over {w.model}'s adapters, and it has none (give "
+                    "models[].adapters or adapters_from)")
         elif w.adapter not in own:
             sample = ", ".join(sorted(own)[:5]) + (", ..." if len(own) > 5 else "")
             bad(("workloads", i, "adapter"), f"workloads[{i}] ({w.name}).adapter",

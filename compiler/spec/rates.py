@@ -109,8 +109,8 @@ def window_rates(spec) -> WindowRates:
             raise ProfileError(where + ".servegen", f"{path}: every window is empty")
         rates = [max(r / top, EMPTY_FLOOR) * p.peak_rps for r in shape]
         if p.cv is not None and len(p.cv) != len(rates):
-            raise ProfileError(where + ".cv", f"{len(p.cv)} values for the {len(rates)} windows of "
-                                              f"{p.servegen}")
+            raise ProfileError(where + ".cv", f"{len(p.cv)} values for the {len(rates)} "
+                                              f"windows of {p.servegen}")
         prof[w.name] = (rates, p.cv, where)
     lengths = {len(r) for r, _, _ in prof.values()}
     if len(lengths) > 1:

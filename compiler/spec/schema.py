@@ -62,17 +62,17 @@ class HistogramDist(_Strict):
     """Piecewise uniform: ``weights[i]`` of the requests fall in ``[edges[i], edges[i+1])``."""
 
     edges: list[int] = Field(min_length=2, max_length=1000,
-                             description="bin edges, tokens, strictly increasing and >= 0; one more than "
-                                         "weights")
+                             description="bin edges, tokens, strictly increasing and >= "
+                                         "0; one more than weights")
     weights: list[float] = Field(min_length=1, max_length=999,
-                                 description="relative share of requests per bin (>= 0, not all 0; "
-                                             "normalised)")
+                                 description="relative share of requests per bin (>= 0, "
+                                             "not all 0; normalised)")
 
     @model_validator(mode="after")
     def _shape(self):
         if len(self.edges) != len(self.weights) + 1:
-            raise ValueError(f"{len(self.edges)} edges need {len(self.edges) - 1} weights, got "
-                             f"{len(self.weights)}")
+            raise ValueError(f"{len(self.edges)} edges need {len(self.edges) - 1} "
+                             f"weights, got {len(self.weights)}")
         if any(b <= a for a, b in zip(self.edges, self.edges[1:])):
             raise ValueError("edges must be strictly increasing")
         if self.edges[0] < 0:
@@ -96,8 +96,8 @@ class TokenDist(_Strict):
                               description="every request has this many tokens")
     uniform: UniformDist | None = Field(default=None, description="uniform between min and max tokens")
     lognormal: LognormalDist | None = Field(default=None,
-                                            description="lognormal: median and p99, or mu and sigma of "
-                                                        "ln(tokens)")
+                                            description="lognormal: median and p99, or mu and "
+                                                        "sigma of ln(tokens)")
     histogram: HistogramDist | None = Field(default=None, description="piecewise uniform over bins (edges, "
                                                                       "weights)")
     samples: SamplesDist | None = Field(default=None, description="empirical: token counts from a CSV column")
@@ -144,8 +144,8 @@ class Adapter(_Strict):
     name: str = Field(min_length=1, max_length=100, pattern=r"^[A-Za-z0-9][A-Za-z0-9_.-]*$",
                       description="adapter name, unique per model; requests select it by this name (vLLM "
                                   "--lora-modules); the engine loads it from <adapter dir>/<name>")
-    rank: int = Field(ge=1, le=1024, description="LoRA rank r: sets the adapter's memory and its compute per "
-                                                 "token")
+    rank: int = Field(ge=1, le=1024, description="LoRA rank r: sets the adapter's memory and "
+                                                 "its compute per token")
     target_modules: list[LoraModule] | None = Field(default=None, min_length=1,
                                                     description="projections the adapter modifies; default: "
                                                                 "q_proj, k_proj, v_proj, o_proj")
@@ -158,8 +158,8 @@ class ZipfTraffic(_Strict):
 
 
 class AdapterTraffic(_Strict):
-    zipf: ZipfTraffic = Field(description="Zipf popularity over the adapters in name order (the first is "
-                                          "hottest)")
+    zipf: ZipfTraffic = Field(description="Zipf popularity over the adapters in name "
+                                          "order (the first is hottest)")
 
 
 class AdapterPopulation(_Strict):
@@ -178,8 +178,8 @@ class AdapterPopulation(_Strict):
 
 class ModelRef(_Strict):
     name: str = Field(description="model profile name (trimtab profiles list), or any name with config")
-    config: str | None = Field(default=None, description="path to a local Hugging Face config.json (relative "
-                                                         "to the spec)")
+    config: str | None = Field(default=None, description="path to a local Hugging Face config.json "
+                                                         "(relative to the spec)")
     adapters: list[Adapter] | None = Field(default=None,
                                            description="LoRA adapters served on this base model")
     adapters_from: AdapterPopulation | None = Field(default=None,
@@ -189,8 +189,8 @@ class ModelRef(_Strict):
                               description="Hugging Face repo id the engines load (e.g. a fine-tune or a "
                                           "quantised copy); default: the profile's hf.repo")
     hf_revision: str | None = Field(default=None, min_length=1, max_length=200,
-                                    description="branch, tag or commit of hf_id; default: the profile's, "
-                                                "else main")
+                                    description="branch, tag or commit of hf_id; default: "
+                                                "the profile's, else main")
     served_name: str | None = Field(default=None, min_length=1, max_length=200,
                                     pattern=r"^[A-Za-z0-9][A-Za-z0-9_./:-]*$",
                                     description="the model name clients send in OpenAI requests; default: "
@@ -237,8 +237,8 @@ class Prefix(_Strict):
     def _one_form(self):
         declared = self.hit_rate is not None or self.cached_tokens is not None
         if self.from_trace is False:
-            raise ValueError("from_trace: false means nothing; give hit_rate and cached_tokens, or "
-                             "from_trace: true")
+            raise ValueError("from_trace: false means nothing; give hit_rate and "
+                             "cached_tokens, or from_trace: true")
         if declared and self.from_trace:
             raise ValueError("give either hit_rate and cached_tokens, or from_trace: true, not both")
         if not declared and not self.from_trace:
@@ -260,8 +260,8 @@ class RateProfile(_Strict):
                                                            "path relative to the spec): its 10-minute rates "
                                                            "averaged into the schedule's windows")
     peak_rps: float | None = Field(default=None, gt=0, le=1_000_000,
-                                   description="servegen: scale the shape so its busiest window has this "
-                                               "rate")
+                                   description="servegen: scale the shape so its busiest "
+                                               "window has this rate")
     fold: Literal["day", "none"] = Field(default="day",
                                          description="servegen: day = one day of windows, each the busiest "
                                                      "of that time of day over all days; none = the whole "
@@ -323,8 +323,8 @@ class Workload(_Strict):
     input_tokens: TokenDist | None = Field(default=None, description="required unless trace is given")
     output_tokens: TokenDist | None = Field(default=None, description="required unless trace is given")
     slo: Slo = Field(description="latency objectives every plan must meet at the percentile")
-    dtype: Dtype | None = Field(default=None, description="weights and KV cache precision; default: "
-                                                          "defaults.dtype")
+    dtype: Dtype | None = Field(default=None, description="weights and KV cache precision; "
+                                                          "default: defaults.dtype")
     kv_dtype: Dtype | None = Field(default=None,
                                    description="KV cache precision when it differs from dtype's (fp8 for fp4 "
                                                "weights, else dtype): fp4 is an NVFP4 KV cache, on GPUs with "
@@ -370,8 +370,8 @@ class Workload(_Strict):
             raise ValueError("give shared_prefix or prefix, not both (shared_prefix implies the prefix "
                              "reuse)")
         if self.rate_profile is not None and (self.rate_rps is not None or self.trace is not None):
-            raise ValueError("give rate_profile or rate_rps / trace, not both (rate_profile's peak is the "
-                             "rate)")
+            raise ValueError("give rate_profile or rate_rps / trace, not both "
+                             "(rate_profile's peak is the rate)")
         if self.trace is None:
             need = ("input_tokens", "output_tokens") + (("rate_rps",) if self.rate_profile is None
                                                          and self.stages is None else ())
@@ -393,8 +393,8 @@ class Defaults(_Strict):
     dtype: Dtype = Field(default="bf16", description="weights and KV cache precision of workloads that do "
                                                      "not set dtype: bf16 or fp8 (fp8 weights and KV)")
     engine: Literal["vllm", "vllm-cpu", "sglang", "trt-llm"] = Field(
-        default="vllm", description="serving engine family whose profile (profiles/engines) the cost model "
-                                    "uses")
+        default="vllm", description="serving engine family whose profile "
+                                    "(profiles/engines) the cost model uses")
     kv_tiers: Literal["off", "auto", "offload", "experimental-live"] = Field(
         default="off", description="KV cache beyond HBM (docs/kv-tiers.md). off (default); auto or offload: "
                                    "a host-memory tier of the prefix cache (evicted prefix blocks kept in "
@@ -463,8 +463,8 @@ class Schedule(_Strict):
                                       description="a started replica runs at least this "
                                                                             "many windows")
     max_changes_per_window: int | None = Field(default=None, ge=0, le=100_000,
-                                               description="replicas started plus stopped at one window "
-                                                           "boundary")
+                                               description="replicas started plus stopped at "
+                                                           "one window boundary")
     cyclic: bool = Field(default=True, description="the period repeats: window 0 follows the last")
     startup: Startup = Field(default=Startup(), description="what starting a replica takes: weight loading "
                                                             "bandwidth and engine warm-up (defaults: "
@@ -498,11 +498,11 @@ class Spec(_Strict):
     solver: SolverOptions = Field(default=SolverOptions(), description="MILP backend and time limit")
     gpus: list[GpuPool] = Field(min_length=1, description="GPU types one may rent, with counts and prices")
     models: list[ModelRef] = Field(min_length=1,
-                                   description="models to serve (profiles or local config.json), with LoRA "
-                                               "adapters")
+                                   description="models to serve (profiles or local "
+                                               "config.json), with LoRA adapters")
     workloads: list[Workload] = Field(min_length=1,
-                                      description="traffic: per workload its model, arrivals, token lengths "
-                                                  "and SLO")
+                                      description="traffic: per workload its model, arrivals, "
+                                                  "token lengths and SLO")
     nodes: list[NodeGroup] | None = Field(default=None,
                                           description="the fleet as servers; default: derived from gpus[] "
                                                       "and each profile's GPUs per node")

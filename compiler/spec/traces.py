@@ -112,8 +112,8 @@ class _Rows:
 
     def finish(self) -> Trace:
         if self.bad > len(self.problems):
-            self.problems.append(Problem("", f"... and {self.bad - len(self.problems)} more malformed "
-                                             "rows", self.path))
+            self.problems.append(Problem("", f"... and {self.bad - len(self.problems)} "
+                                             "more malformed rows", self.path))
         if not self.t and not self.problems:
             self.problems.append(Problem("", "the trace has no requests", self.path))
         if self.problems:
