@@ -254,10 +254,11 @@ def drive(planner: Planner, spec, ir: ProblemIR, *, backend: str | None = None, 
     own = getattr(planner, "simulate", None)
     if confirmed and simulated and own is None:
         say("probing below the confirmed plan at the capacities its misses measured")
-        ps, pm = probe_measured(planner, spec, ir, cands, be, opts, lowest(start, measured), confirmed, seeds,
-                                sim_requests, runs, warnings, last_round + 1)
+        ps, pm, pn = probe_measured(planner, spec, ir, cands, be, opts, lowest(start, measured), confirmed, seeds,
+                                sim_requests, runs, warnings, rnd + 1)
         solve_s += ps
         sim_s += pm
+        simulations += pn
     # "assess": the time after the candidates outside the solver and the simulator (prechecks, building and
     # assessing each round's plan), so that the stages add up to the total
     assess_s = time.perf_counter() - t2 - solve_s - sim_s
@@ -312,9 +313,9 @@ def _cut(measured: dict[str, float], derate: dict[str, float], at_fault) -> dict
 
 def probe_measured(planner: Planner, spec, ir: ProblemIR, cands, be, opts: SolveOptions, derate: dict[str, float],
                    confirmed: list, seeds, requests: int, runs, warnings: list[str], rnd: int
-                   ) -> tuple[float, float]:
+                   ) -> tuple[float, float, int]:
     """Lazy probes below the cheapest confirmed plan (appended to ``confirmed`` when one is found); returns the
-    seconds (solving, simulating) they took. Each solves at the first solve's derates with only the cuts
+    seconds they took (solving, simulating) and the simulations they ran. Each solves at the first solve's derates with only the cuts
     measured on each shape itself (``derate``: ``measured`` on top of the start), none spread to a workload's other
     shapes nor the prior added after a miss; a cheaper plan is simulated, kept when confirmed, and a miss cuts
     the deployment at fault alone before the next probe (at most PROBES; a plan over the speed-of-light bound or
@@ -328,6 +329,7 @@ def probe_measured(planner: Planner, spec, ir: ProblemIR, cands, be, opts: Solve
     from trimtab.cost.physics import breaches
 
     solve_s = sim_s = 0.0
+    sims = 0
     for k in range(PROBES):
         cheapest = min(c[0] for c in confirmed)
         res = planner.solve(ir, cands, derate, be, opts.after(solve_s))
@@ -351,13 +353,14 @@ def probe_measured(planner: Planner, spec, ir: ProblemIR, cands, be, opts: Solve
         ts = time.perf_counter()
         sim, cut = simulate_and_derate(plan_, spec, ir, seeds, requests, derate, fill, {}, runs)
         sim_s += time.perf_counter() - ts
+        sims += 1
         if sim.ok:
             confirmed.append((plan_.cost_usd_per_hour, rnd + k, plan_, a, res, sim))
             break  # the next probe would solve at the same derates: this plan again
         if cut == derate:
             break  # no deployment at fault to cut: the next probe would repeat this plan
         derate = cut
-    return solve_s, sim_s
+    return solve_s, sim_s, sims
 
 
 def only_type(ir: ProblemIR, gpu: str) -> ProblemIR:

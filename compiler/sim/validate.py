@@ -26,7 +26,7 @@ then move together, so batch means understate the variance (the diurnal example'
 
 Either way, with two or more runs the runs are the independent samples: the standard error is the runs' one
 (independent replications, weighted by requests) and Student's t has (runs - 1) degrees of freedom. So it is
-too wherever the runs spread more than their batches predict at all (se of the replications at or above the
+too wherever the runs spread more than their batches predict at all (se of the replications above the
 batch means' one), test or no test: with three to seven runs the F test rarely rejects, and a bound narrower
 than the runs' own spread accepted plans that fail at unused seeds (the quickstart's summarize at p90: seeds
 0-6 at 86-99 %, batch-means lower bound 90.27 % at SEQUENTIAL_CONFIDENCE, the replications' 87.2 %; seeds
@@ -94,7 +94,7 @@ def interval(runs: list[list[tuple[int, int]]], confidence: float = CONFIDENCE) 
             se_rep = math.sqrt(_weighted_var([(sum(o for o, _ in r), sum(n for _, n in r)) for r in runs],
                                              mean, n_tot) / k)
             ratio = (se_rep / se_batch) ** 2 if se_batch > 0 else (math.inf if se_rep > 0 else 0.0)
-            if ar1 > 1.0 or ratio > float(fdtri(k - 1, m - 1, CONFIDENCE)) or se_rep >= se_batch:
+            if ar1 > 1.0 or ratio > float(fdtri(k - 1, m - 1, CONFIDENCE)) or se_rep > se_batch:
                 se, dof = max(se, se_rep), k - 1
             else:
                 se = max(se, se_batch)

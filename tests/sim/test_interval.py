@@ -162,7 +162,7 @@ def test_extra_seeds_keep_the_false_acceptance_at_the_three_seed_level():
     # ... and at a true 96 %, one point over the target, they accept most plans (three seeds alone: 57 %; up to six
     # one-seed looks at 99.5 %, sessions 14 and before: 81 % over 4,000 draws): what a re-solve that lands a plan
     # just over its target needs, instead of another round. (85.5 % here: with independent batches the runs'
-    # spread is at or above the batch means' in about half the draws, and the bound then takes it, with runs - 1
+    # spread is above the batch means' in about half the draws, and the bound then takes it, with runs - 1
     # degrees of freedom: the price of never being narrower than the runs show; trimtab.sim.validate.)
     rng = np.random.default_rng(5)
     near = sum(_sequential_accepts(rng, 0.96, 0.95) for _ in range(DRAWS)) / DRAWS
