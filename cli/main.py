@@ -439,9 +439,9 @@ def what_if(
     overrides: Annotated[list[str], typer.Option("--set", help="PATH=VALUE, e.g. workloads.chat.rate_rps=8 (repeatable).")],
     output: Annotated[Optional[Path], typer.Option("-o", "--output", help="Write the changed plan here.")] = None,
     fmt: Annotated[TableOrJson, typer.Option("--format", help="table, or json (the document alone on stdout).")] = TableOrJson.table,
-    allow_misses: Annotated[bool, typer.Option("--allow-misses", help="Write the changed plan even when its own "
-                                               "validation still shows a workload below its SLO (marked with "
-                                               "misses; exit 7 all the same).")] = False,
+    allow_misses: Annotated[bool, typer.Option("--allow-misses", help="Write the changed plan even when its "
+                                               "own validation still shows a workload below its SLO (marked "
+                                               "with misses; exit 7 all the same).")] = False,
 ) -> None:
     """Re-plan with changed inputs and show what changes against the base plan. A changed plan whose own
     validation still shows a miss is refused (exit 7) unless --allow-misses.

@@ -32,9 +32,9 @@ def pareto_cmd(
                                                "misses; exit 7 all the same).")] = False,
 ) -> None:
     """Cost vs latency frontier: the cheapest plan at each tighter SLO (each point planned as trimtab plan
-    plans, validated by simulation, unless --analytic), non-dominated points only (one whose own validation still shows a miss
-    is refused, exit 7, unless --allow-misses). The points are planned as
-    Ray tasks when Ray is installed (local, or --address), as trimtab sweep's; --serial: in this process.
+    plans, validated by simulation, unless --analytic), non-dominated points only (one whose own validation
+    still shows a miss is refused, exit 7, unless --allow-misses). The points are planned as Ray tasks when
+    Ray is installed (local, or --address), as trimtab sweep's; --serial: in this process.
 
     Example: trimtab pareto examples/quickstart.yaml --metric ttft_p99 --plot frontier.png
     """

@@ -38,8 +38,8 @@ def replan_cmd(
                                                "misses; exit 7 all the same).")] = False,
 ) -> None:
     """Re-plan a running plan for the spec as it is now, with the fewest replica moves that pay; reports the
-    moves and start-up cost next to a from-scratch plan's. A re-plan whose own validation still shows a miss is
-    refused (exit 7) unless --allow-misses.
+    moves and start-up cost next to a from-scratch plan's. A re-plan whose own validation still shows a miss
+    is refused (exit 7) unless --allow-misses.
 
     Example: trimtab replan --plan plan.yaml --spec examples/quickstart.yaml --fail node=h100-sxm-0
     """

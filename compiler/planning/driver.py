@@ -21,10 +21,10 @@ from trimtab.errors import InfeasibleError, NoSolutionError
 from trimtab.ir.model import ProblemIR
 from trimtab.util.jobs import gc_paused
 from trimtab.contract.schema import Plan
-from trimtab.planning.rounds import (LORA_PREFIX, MAX_ROUNDS, PROBES, SIM_ROUNDS, derate_analytic, derate_breaches,
-                                     family_of,
-                             first_try_worth, lowest, misses_of, prior_derates, prior_on_miss, probe_derates,
-                             simulate_and_derate, simulate_past_misses, stuck)
+from trimtab.planning.rounds import (LORA_PREFIX, MAX_ROUNDS, PROBES, SIM_ROUNDS, derate_analytic,
+                                     derate_breaches, family_of, first_try_worth, lowest, misses_of,
+                                     prior_derates, prior_on_miss, probe_derates, simulate_and_derate,
+                                     simulate_past_misses, stuck)
 from trimtab.solvers import SolveOptions, SolveResult, Status, Termination, get_backend, spec_options
 
 
@@ -81,9 +81,9 @@ def drive(planner: Planner, spec, ir: ProblemIR, *, backend: str | None = None, 
           validate: bool = True, seed: int = 0, t0: float | None = None, profiles: Any = None,
           runs: Any = None, progress: Callable[[str], None] | None = None, above: float | None = None
           ) -> PlanResult | None:
-    """Cheapest plan meeting every SLO. Raises InfeasibleError (exit 3) or NoSolutionError (exit 4). ``above``:
-    None as soon as the first solve with a solution costs that much or more (every later solve is at capacities
-    no higher, so no plan of this drive can cost less; ``single_types``).
+    """Cheapest plan meeting every SLO. Raises InfeasibleError (exit 3) or NoSolutionError (exit 4).
+    ``above``: None as soon as the first solve with a solution costs that much or more (every later solve is
+    at capacities no higher, so no plan of this drive can cost less; ``single_types``).
 
     Rounds: solve on the cost model's capacities; a plan over the speed-of-light bound (``trimtab.cost.physics``) is
     re-solved with those deployments held within it (``trimtab.planning.rounds.derate_breaches``) before anything else;
@@ -107,7 +107,9 @@ def drive(planner: Planner, spec, ir: ProblemIR, *, backend: str | None = None, 
     corrections (each candidate at the lower factor): the simulated ones no longer wait a round behind the
     analytic ones. Each round's simulation takes the runs of deployments the last one already simulated with the
     same inputs (``trimtab.sim.reuse``; the same result as simulating them again). The whole drive runs with the
-    garbage collector paused (``trimtab.util.jobs.gc_paused``). ``progress``, when given, is told each step as
+    garbage collector paused (``trimtab.util.jobs.gc_paused``). After the rounds, the lazy probes
+    (``probe_measured``) look below the cheapest confirmed plan with only the cuts each shape's own misses
+    measured, and the answer is the cheapest plan confirmed. ``progress``, when given, is told each step as
     it starts (a few words: the CLI shows them on stderr, as planning can take minutes)."""
     from trimtab.cost.physics import breaches
     from trimtab.milp.extract import finish_plan
@@ -254,8 +256,8 @@ def drive(planner: Planner, spec, ir: ProblemIR, *, backend: str | None = None, 
     own = getattr(planner, "simulate", None)
     if confirmed and simulated and own is None:
         say("probing below the confirmed plan at the capacities its misses measured")
-        ps, pm, pn = probe_measured(planner, spec, ir, cands, be, opts, lowest(start, measured), confirmed, seeds,
-                                sim_requests, runs, warnings, rnd + 1)
+        ps, pm, pn = probe_measured(planner, spec, ir, cands, be, opts, lowest(start, measured), confirmed,
+                                    seeds, sim_requests, runs, warnings, rnd + 1)
         solve_s += ps
         sim_s += pm
         simulations += pn
@@ -311,21 +313,21 @@ def _cut(measured: dict[str, float], derate: dict[str, float], at_fault) -> dict
     return out
 
 
-def probe_measured(planner: Planner, spec, ir: ProblemIR, cands, be, opts: SolveOptions, derate: dict[str, float],
-                   confirmed: list, seeds, requests: int, runs, warnings: list[str], rnd: int
-                   ) -> tuple[float, float, int]:
-    """Lazy probes below the cheapest confirmed plan (appended to ``confirmed`` when one is found); returns the
-    seconds they took (solving, simulating) and the simulations they ran. Each solves at the first solve's derates with only the cuts
-    measured on each shape itself (``derate``: ``measured`` on top of the start), none spread to a workload's other
-    shapes nor the prior added after a miss; a cheaper plan is simulated, kept when confirmed, and a miss cuts
-    the deployment at fault alone before the next probe (at most PROBES; a plan over the speed-of-light bound or
-    with an analytic miss is cut the same way, unsimulated). Why: the rounds' workload-wide
-    corrections are guesses, and a guess made on one plan's miss can price out a shape no run showed missing, so
-    a spec that only got cheaper took another path to a dearer plan (the quickstart with the A100 price halved:
-    its first plan put summarize on two TP2 A100s, which missed, and every summarize shape was derated, 27.30 $/h,
-    while the plan at the normal price, 24.50 $/h at the halved one, was never shown missing). A plan that is
-    confirmed at the normal price stays feasible here unless a run measured one of its shapes missing at its own
-    load: the probe's optimum is then at most its cost."""
+def probe_measured(planner: Planner, spec, ir: ProblemIR, cands, be, opts: SolveOptions,
+                   derate: dict[str, float], confirmed: list, seeds, requests: int, runs, warnings: list[str],
+                   rnd: int) -> tuple[float, float, int]:
+    """Lazy probes below the cheapest confirmed plan (appended to ``confirmed`` when one is found); returns
+    the seconds they took (solving, simulating) and the simulations they ran. Each solves at the first solve's
+    derates with only the cuts measured on each shape itself (``derate``: ``measured`` on top of the start),
+    none spread to a workload's other shapes nor the prior added after a miss; a cheaper plan is simulated,
+    kept when confirmed, and a miss cuts the deployment at fault alone before the next probe (at most PROBES;
+    a plan over the speed-of-light bound or with an analytic miss is cut the same way, unsimulated). Why: the
+    rounds' workload-wide corrections are guesses, and a guess made on one plan's miss can price out a shape
+    no run showed missing, so a spec that only got cheaper took another path to a dearer plan (the quickstart
+    with the A100 price halved: its first plan put summarize on two TP2 A100s, which missed, and every
+    summarize shape was derated: 27.30 $/h, while the plan at the normal price, 24.50 $/h at the halved one,
+    was never shown missing). A plan confirmed for a harder spec stays feasible here unless a run measured one
+    of its shapes missing at its own load: the probe's optimum is then at most its cost."""
     from trimtab.cost.physics import breaches
 
     solve_s = sim_s = 0.0
@@ -374,20 +376,18 @@ def single_types(planner: Planner, spec, ir: ProblemIR, cands, be, opts: SolveOp
     """The cheapest plan the rounds confirm on one GPU type alone, where it costs less than ``cost`` (the
     cheapest confirmed on every type together); None if there is none. Why: the corrections after a simulated
     miss lower every shape of the missing workload (``trimtab.planning.rounds``), so a miss on one type can
-    price out
-    another type that the rounds, offered it alone, confirm at the model's capacity: more choice gave a dearer
-    plan (a 7B chat on L4, A10G, A100 and H100 against L4 alone). A type is planned (the spec offering it
-    alone, its own candidates and rounds: the plan `plan` gives that spec, ties between equal costs broken the
-    same way) only while the first solve of its own drive is below the best cost so far (``drive``'s
-    ``above``: the rounds only lower capacities, so a lower bound of its plan): one candidate set and one solve
-    per type where none can win. The types are tried in the order of their optimum on ``cands`` at the first
-    solve's derates (``start``), cheapest first. That optimum orders them and bounds nothing: a prefill/decode
-    pair serves a length bucket only where it pays against the cheapest unified shape of any type
-    (``trimtab.milp.disagg.build_pd_candidates``), so offered alone a type can plan cheaper than on ``cands``
-    (the disaggregated example's H100 pairs have no capacity on its longest prompts beside the H200: 93.60 $/h
-    on H100 alone against 101.40 on ``cands``). Where every plan the rounds
-    solved (``solved_on``) used one type alone, the rounds on that type alone would solve the same plans: it is
-    left out."""
+    price out another type that the rounds, offered it alone, confirm at the model's capacity: more choice
+    gave a dearer plan (a 7B chat on L4, A10G, A100 and H100 against L4 alone). A type is planned (the spec
+    offering it alone, its own candidates and rounds: the plan `plan` gives that spec, ties between equal
+    costs broken the same way) only while the first solve of its own drive is below the best cost so far
+    (``drive``'s ``above``: the rounds only lower capacities, so a lower bound of its plan): one candidate set
+    and one solve per type where none can win. The types are tried in the order of their optimum on ``cands``
+    at the first solve's derates (``start``), cheapest first. That optimum orders them and bounds nothing: a
+    prefill/decode pair serves a length bucket only where it pays against the cheapest unified shape of any
+    type (``trimtab.milp.disagg.build_pd_candidates``), so offered alone a type can plan cheaper than on
+    ``cands`` (the disaggregated example's H100 pairs have no capacity on its longest prompts beside the H200:
+    93.60 $/h on H100 alone against 101.40 on ``cands``). Where every plan the rounds solved (``solved_on``)
+    used one type alone, the rounds on that type alone would solve the same plans: it is left out."""
     bounds = []
     for g in ir.gpus:
         if g.count <= 0 or solved_on == {g.type}:

@@ -251,9 +251,10 @@ def plan_point(spec: Spec, point: Point, opts: dict) -> PointResult:
         ok, att = _check(p, s, opts.get("check_seeds", 1))
         checked = ok
     missing = f"its own validation shows {', '.join(p.misses)} below their SLO" if p.misses else ""
-    return PointResult(point.index, point.label, "misses" if p.misses else "ok", round(p.cost_usd_per_hour, 6),
-                       dict(sorted(p.gpus.items())), r.rounds, bool(p.simulation.passed) if p.simulation else None,
-                       checked, att, message=missing, seconds=time.perf_counter() - t0)
+    return PointResult(point.index, point.label, "misses" if p.misses else "ok",
+                       round(p.cost_usd_per_hour, 6), dict(sorted(p.gpus.items())), r.rounds,
+                       bool(p.simulation.passed) if p.simulation else None, checked, att, message=missing,
+                       seconds=time.perf_counter() - t0)
 
 
 def _check(plan, spec: Spec, seeds: int) -> tuple[bool, dict[str, float]]:

@@ -56,8 +56,8 @@ def test_a_plan_that_misses_is_not_a_success(tmp_path):
 
 
 def test_every_command_that_writes_plans_refuses_misses(tmp_path):
-    """``what-if``, ``replan``, ``pareto`` and ``sweep`` refuse a plan with misses as ``plan`` does: exit 7 and
-    nothing written unless --allow-misses (then written, marked, exit 7 all the same); a sweep point with
+    """``what-if``, ``replan``, ``pareto`` and ``sweep`` refuse a plan with misses as ``plan`` does: exit 7
+    and nothing written unless --allow-misses (then written, marked, exit 7 all the same); a sweep point with
     misses has status misses and the sweep exits 7."""
     import json
 
