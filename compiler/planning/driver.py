@@ -259,8 +259,9 @@ def drive(planner: Planner, spec, ir: ProblemIR, *, backend: str | None = None, 
     # somewhere and the three doubled the CPU of a plan for 0-0.1 % of its cost (docs/solvers.md)
     if confirmed and simulated and own is None and first_try_worth(ir):
         say("probing below the confirmed plan at the capacities its misses measured")
-        ps, pm, pn = probe_measured(planner, spec, ir, cands, be, opts, lowest(start, measured), confirmed,
-                                    seeds, sim_requests, runs, warnings, rnd + 1)
+        ps, pm, pn = probe_measured(planner, spec, ir, cands, be, opts.after(solve_s),
+                                    lowest(start, measured), confirmed, seeds, sim_requests, runs, warnings,
+                                    rnd + 1)
         solve_s += ps
         sim_s += pm
         simulations += pn
@@ -339,6 +340,8 @@ def probe_measured(planner: Planner, spec, ir: ProblemIR, cands, be, opts: Solve
         cheapest = min(c[0] for c in confirmed)
         res = planner.solve(ir, cands, derate, be, opts.after(solve_s))
         solve_s += res.seconds
+        if res.termination == Termination.TIME_LIMIT:  # the wall clock never decides (trimtab.solvers.base)
+            raise NoSolutionError(no_solution_lines(be.name, res, rnd + k))
         if not (res.has_solution and res.objective is not None and res.objective < cheapest - 1e-6):
             break  # nothing cheaper within the evidence: the confirmed plan stands
         plan_, a = planner.build(ir, cands, res, rnd + k, warnings)
