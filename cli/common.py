@@ -98,6 +98,34 @@ def refuse_misses(p, plan_path, allow_misses: bool) -> None:
                                "SLO; pass --allow-misses to use this plan anyway"])
 
 
+def with_misses(plans) -> list[str]:
+    """The error lines of the plans (``(name, Plan)`` pairs) marked ``misses``: their planner's own validation
+    still shows a workload below its SLO; [] when none is."""
+    return [f"{n}: {misses_lines(p)[0]}" for n, p in plans if p is not None and p.misses]
+
+
+def refuse_to_write(plans, allow_misses: bool, what: str) -> bool:
+    """What a command other than ``plan`` that writes plans (``replan``, ``what-if``, ``pareto``, ``sweep
+    --robust``) does before reporting or writing any, as ``plan`` does: exit 7 (docs/errors.md) when one is
+    marked ``misses`` and not ``allow_misses``, nothing written; True when one is marked and allowed (the
+    command reports and writes them, marked, then calls ``exit_misses``)."""
+    lines = with_misses(plans)
+    if lines and not allow_misses:
+        raise PlanMissesError(lines + [f"no {what} written; --allow-misses writes it, marked"])
+    return bool(lines)
+
+
+def exit_misses(plans, what: str) -> None:
+    """Exit 7 after a command reported (and wrote) plans marked ``misses``: the lines on stderr, no error
+    document (under ``--format json`` stdout already holds the command's own, which carries the plans)."""
+    lines = with_misses(plans)
+    if lines:
+        err.print("[bold red]error[/] (plan misses):", markup=True)
+        for line in lines + [f"{what} written with --allow-misses, marked with its misses"]:
+            err.print(f"  {line}", markup=False)
+        raise typer.Exit(int(ExitCode.PLAN_MISSES))
+
+
 def process_seconds() -> float:
     """Wall seconds since this process started (Linux: /proc; 0 elsewhere): the start-up that ``plan -v``
     reports before its own stages."""

@@ -15,8 +15,8 @@ from typing import Annotated, Optional
 import typer
 
 from trimtab.cli.common import (Fmt, MarginStat, ProfilesOpt, Solver, TableOrJson, TraceFormat,
-                                _expected_errors, err, misses_lines, out, plan_path as plan_path_of,
-                                process_seconds, refuse_misses, steps)
+                                _expected_errors, err, exit_misses, misses_lines, out, plan_path as plan_path_of,
+                                process_seconds, refuse_misses, refuse_to_write, steps)
 from trimtab.cli.calibrate import bench_cmd, calibrate_cmd
 from trimtab.cli.emit import emit_cmd
 from trimtab.cli.replan import replan_cmd
@@ -459,8 +459,12 @@ def what_if(
     output: Annotated[Optional[Path], typer.Option("-o", "--output", help="Write the changed plan here.")] = None,
     fmt: Annotated[TableOrJson, typer.Option("--format", help="table, or json (the document alone on stdout).")] = TableOrJson.table,
     profiles: ProfilesOpt = None,
+    allow_misses: Annotated[bool, typer.Option("--allow-misses", help="Write the changed plan even when its "
+                                               "own validation still shows a workload below its SLO (marked "
+                                               "with misses; exit 7 all the same).")] = False,
 ) -> None:
-    """Re-plan with changed inputs and show what changes against the base plan.
+    """Re-plan with changed inputs and show what changes against the base plan. A changed plan whose own
+    validation still shows a miss is refused (exit 7) unless --allow-misses.
 
     Example: trimtab what-if examples/quickstart.yaml --set workloads.chat.rate_rps=8
     """
@@ -479,6 +483,7 @@ def what_if(
     with steps(err, f"what-if {s.name}") as say:
         base = do_plan(s, progress=lambda step: say(f"base plan: {step}"))
         alt = do_what_if(s, parsed, progress=lambda step: say(f"changed plan: {step}"))
+    refuse_to_write([("changed plan", alt.plan)], allow_misses, "changed plan")
     lines = diff_plans(base.plan, alt.plan)
     if fmt == TableOrJson.json:
         from trimtab.contract.write import plan_to_data
@@ -490,6 +495,7 @@ def what_if(
             out.print(line, markup=False)
     if output:
         output.write_text(emit(alt.plan), encoding="utf-8")
+    exit_misses([("changed plan", alt.plan)], "changed plan")
 
 
 @profiles_app.command("list")

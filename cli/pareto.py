@@ -9,7 +9,7 @@ from typing import Annotated, Optional
 
 import typer
 
-from trimtab.cli.common import ProfilesOpt, Solver, TableOrJson, err, out
+from trimtab.cli.common import ProfilesOpt, Solver, TableOrJson, err, exit_misses, out, refuse_to_write
 from trimtab.errors import InfeasibleError
 
 
@@ -28,10 +28,14 @@ def pareto_cmd(
     workers: Annotated[Optional[int], typer.Option(min=1, help="Ray tasks in flight (default: the CPUs).")] = None,
     fmt: Annotated[TableOrJson, typer.Option("--format", help="table, or json (the document alone on stdout).")] = TableOrJson.table,
     profiles: ProfilesOpt = None,
+    allow_misses: Annotated[bool, typer.Option("--allow-misses", help="Write the points even when its own "
+                                               "validation still shows a workload below its SLO (marked with "
+                                               "misses; exit 7 all the same).")] = False,
 ) -> None:
     """Cost vs latency frontier: the cheapest plan at each tighter SLO (each point planned as trimtab plan
-    plans, validated by simulation, unless --analytic), non-dominated points only. The points are planned as
-    Ray tasks when Ray is installed (local, or --address), as trimtab sweep's; --serial: in this process.
+    plans, validated by simulation, unless --analytic), non-dominated points only (one whose own validation
+    still shows a miss is refused, exit 7, unless --allow-misses). The points are planned as Ray tasks when
+    Ray is installed (local, or --address), as trimtab sweep's; --serial: in this process.
 
     Example: trimtab pareto examples/quickstart.yaml --metric ttft_p99 --plot frontier.png
     """
@@ -54,6 +58,8 @@ def pareto_cmd(
         ex.close()
     if not pts:
         raise InfeasibleError(["no point of the frontier is feasible (see trimtab explain)"])
+    named = [(f"point {i}", p.plan) for i, p in enumerate(pts, 1)]
+    refuse_to_write(named, allow_misses, "point")
     log = err if fmt == TableOrJson.json else out
     log.print("analytic: cost model only; points are not validated by simulation (check them before use)"
               if analytic else "each point is a plan as trimtab plan makes it (validated by simulation)",
@@ -76,3 +82,4 @@ def pareto_cmd(
     if plot is not None:
         do_plot(pts, str(plot), metric, f"{s.name}: cost vs {metric}")
         log.print(f"plot written to {plot}", markup=False)
+    exit_misses(named, "points")

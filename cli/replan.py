@@ -9,7 +9,7 @@ from typing import Annotated, Optional
 
 import typer
 
-from trimtab.cli.common import ProfilesOpt, Solver, TableOrJson, err, out, plan_path, steps
+from trimtab.cli.common import ProfilesOpt, Solver, TableOrJson, err, exit_misses, out, plan_path, refuse_to_write, steps
 
 
 def replan_cmd(
@@ -34,9 +34,13 @@ def replan_cmd(
     analytic: Annotated[bool, typer.Option("--analytic", help="Cost model only (no validation by "
                                                               "simulation).")] = False,
     profiles: ProfilesOpt = None,
+    allow_misses: Annotated[bool, typer.Option("--allow-misses", help="Write the re-plan even when its own "
+                                               "validation still shows a workload below its SLO (marked with "
+                                               "misses; exit 7 all the same).")] = False,
 ) -> None:
     """Re-plan a running plan for the spec as it is now, with the fewest replica moves that pay; reports the
-    moves and start-up cost next to a from-scratch plan's.
+    moves and start-up cost next to a from-scratch plan's. A re-plan whose own validation still shows a miss
+    is refused (exit 7) unless --allow-misses.
 
     Example: trimtab replan --plan plan.yaml --spec examples/quickstart.yaml --fail node=h100-sxm-0
     """
@@ -51,6 +55,7 @@ def replan_cmd(
         r = replan(cur, s, max_moves=max_moves, fail=list(fail or []), horizon_h=horizon, stop_usd=stop_usd,
                    backend=solver.value if solver else None, time_limit_s=time_limit, validate=not analytic,
                    progress=say)
+    refuse_to_write([("re-plan", r.plan)], allow_misses, "re-plan")
     if output is not None:
         output.write_text(emit(r.plan))
     rows = {"replan": (r.plan, r.moves, r.transition_usd), "from scratch": (r.fresh, r.fresh_moves,
@@ -76,3 +81,4 @@ def replan_cmd(
                                             if x), markup=False)
     if output is not None:
         err.print(f"re-plan written to {output}", markup=False)
+    exit_misses([("re-plan", r.plan)], "re-plan")

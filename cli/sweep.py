@@ -11,7 +11,7 @@ from typing import Annotated, Optional
 import typer
 
 from trimtab.cli.common import ProfilesOpt, Solver, TableOrJson, err, out
-from trimtab.errors import InputError, Problem
+from trimtab.errors import ExitCode, InputError, Problem
 
 
 def sweep_cmd(
@@ -46,7 +46,8 @@ def sweep_cmd(
     profiles: ProfilesOpt = None,
 ) -> None:
     """Plan a spec over a grid of overrides or sampled traffic scenarios (Ray tasks when Ray is installed), or
-    find a robust plan (--robust q --scenarios N).
+    find a robust plan (--robust q --scenarios N). A point whose plan's own validation still shows a miss is
+    reported with status misses and the sweep exits 7; such a plan is never the robust one.
 
     Example: trimtab sweep examples/robust.yaml --scenarios 50 --rate-cv 0.5 --robust 0.95 -o robust.plan.yaml
     """
@@ -105,3 +106,9 @@ def sweep_cmd(
     if plot is not None:
         do_plot(res, points, plot, f"{s.name}: plan cost per point")
         log.print(f"plot written to {plot}", markup=False)
+    missing = [r for r in res if r.status == "misses"]
+    if missing:  # a plan its own validation shows missing is not a success (plan's exit 7)
+        err.print("[bold red]error[/] (plan misses):", markup=True)
+        for r in missing:
+            err.print(f"  point {r.index} ({r.label}): {r.message}", markup=False)
+        raise typer.Exit(int(ExitCode.PLAN_MISSES))

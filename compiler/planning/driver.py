@@ -21,10 +21,10 @@ from trimtab.errors import InfeasibleError, NoSolutionError
 from trimtab.ir.model import ProblemIR
 from trimtab.util.jobs import gc_paused
 from trimtab.contract.schema import Plan
-from trimtab.planning.rounds import (LORA_PREFIX, MAX_ROUNDS, SIM_ROUNDS, derate_analytic, derate_breaches,
-                                     family_of,
-                             first_try_worth, lowest, misses_of, prior_derates, prior_on_miss, probe_derates,
-                             simulate_and_derate, simulate_past_misses, stuck)
+from trimtab.planning.rounds import (LORA_PREFIX, MAX_ROUNDS, PROBES, SIM_ROUNDS, derate_analytic,
+                                     derate_breaches, family_of, first_try_worth, lowest, misses_of,
+                                     prior_derates, prior_on_miss, probe_derates, simulate_and_derate,
+                                     simulate_past_misses, stuck)
 from trimtab.solvers import SolveOptions, SolveResult, Status, Termination, get_backend, spec_options
 
 
@@ -79,8 +79,11 @@ class Planner(Protocol):
 @gc_paused()
 def drive(planner: Planner, spec, ir: ProblemIR, *, backend: str | None = None, time_limit_s: float | None = None,
           validate: bool = True, seed: int = 0, t0: float | None = None, profiles: Any = None,
-          runs: Any = None, progress: Callable[[str], None] | None = None) -> PlanResult:
+          runs: Any = None, progress: Callable[[str], None] | None = None, above: float | None = None
+          ) -> PlanResult | None:
     """Cheapest plan meeting every SLO. Raises InfeasibleError (exit 3) or NoSolutionError (exit 4).
+    ``above``: None as soon as the first solve with a solution costs that much or more (every later solve is
+    at capacities no higher, so no plan of this drive can cost less; ``single_types``).
 
     Rounds: solve on the cost model's capacities; a plan over the speed-of-light bound (``trimtab.cost.physics``) is
     re-solved with those deployments held within it (``trimtab.planning.rounds.derate_breaches``) before anything else;
@@ -104,7 +107,9 @@ def drive(planner: Planner, spec, ir: ProblemIR, *, backend: str | None = None, 
     corrections (each candidate at the lower factor): the simulated ones no longer wait a round behind the
     analytic ones. Each round's simulation takes the runs of deployments the last one already simulated with the
     same inputs (``trimtab.sim.reuse``; the same result as simulating them again). The whole drive runs with the
-    garbage collector paused (``trimtab.util.jobs.gc_paused``). ``progress``, when given, is told each step as
+    garbage collector paused (``trimtab.util.jobs.gc_paused``). After the rounds, the lazy probes
+    (``probe_measured``) look below the cheapest confirmed plan with only the cuts each shape's own misses
+    measured, and the answer is the cheapest plan confirmed. ``progress``, when given, is told each step as
     it starts (a few words: the CLI shows them on stderr, as planning can take minutes)."""
     from trimtab.cost.physics import breaches
     from trimtab.milp.extract import finish_plan
@@ -154,6 +159,9 @@ def drive(planner: Planner, spec, ir: ProblemIR, *, backend: str | None = None, 
     warnings = list(ir.warnings)
     last_round = MAX_ROUNDS + (SIM_ROUNDS if validate else 0)
     solved_on: set[str] = set()  # the GPU types of every plan the rounds solved
+    # candidate -> the capacity factor its own misses measured (cuts on the deployment at fault only; the
+    # workload-wide spread and the prior are left out): the lazy probes' evidence (probe_measured)
+    measured: dict[str, float] = {}
     for rnd in range(1, last_round + 2):
         if rnd > last_round and not probing:
             break  # one round past the limit: the probe's only
@@ -162,6 +170,9 @@ def drive(planner: Planner, spec, ir: ProblemIR, *, backend: str | None = None, 
         say(f"round {rnd}: solving")
         res = planner.solve(ir, cands, derate, be, left)
         solve_s += res.seconds
+        if above is not None and res.has_solution and best is None and not confirmed:
+            if res.objective is not None and res.objective >= above - 1e-6:
+                return None  # this drive's lower bound: nothing it plans can be cheaper than ``above``
         cheapest = min((c[4].objective for c in confirmed), default=None)
         if probing and not (res.has_solution and res.objective < cheapest - 1e-6):
             break  # the probe finds nothing cheaper than the plans confirmed: nothing to simulate
@@ -186,11 +197,13 @@ def drive(planner: Planner, spec, ir: ProblemIR, *, backend: str | None = None, 
             best = (plan_, a, res, rnd, None)
         if broken:  # over the speed-of-light bound: re-solve within it before judging SLOs (derate_breaches)
             derate = derate_breaches(broken, derate, fill)
+            measured = _cut(measured, derate, {b.deployment for b in broken})
             continue
         own = getattr(planner, "simulate", None)  # a schedule simulates every window, derates per window
         analytic = None  # the analytic corrections of this round's misses
         if misses:
             analytic = derate_analytic(misses, derate, _needed(ir, plan_, misses, fill, planner, cands, derate))
+            measured = _cut(measured, analytic, {p.worst_deployment for p in misses if p.worst_deployment})
             if not (simulated and own is None and past_misses):
                 derate = analytic
                 continue
@@ -207,6 +220,7 @@ def drive(planner: Planner, spec, ir: ProblemIR, *, backend: str | None = None, 
             now = misses_of(last_sim, len(seeds), solved_with)
             derate = stuck(derate, now, missed)
             missed = {**missed, **now}
+            measured = _cut(measured, derate, {dep for dep, _, _ in now.values()})
         sim_s += time.perf_counter() - ts
         simulations += 1
         if probing:
@@ -239,6 +253,18 @@ def drive(planner: Planner, spec, ir: ProblemIR, *, backend: str | None = None, 
             # requests in the run for its bound to reach the target at 100 % attainment). The next solve would get
             # the same derates, return this plan and the same seeds the same verdict: stop, with its misses stated.
             break
+    own = getattr(planner, "simulate", None)
+    # Probes only where a plan relaxed to the evidence has a fair chance to pass (first_try_worth; never for
+    # adapter specs, whose first round confirms 40 % of workloads): on 100 workloads each probe missed
+    # somewhere and the three doubled the CPU of a plan for 0-0.1 % of its cost (docs/solvers.md)
+    if confirmed and simulated and own is None and first_try_worth(ir):
+        say("probing below the confirmed plan at the capacities its misses measured")
+        ps, pm, pn = probe_measured(planner, spec, ir, cands, be, opts.after(solve_s),
+                                    lowest(start, measured), confirmed, seeds, sim_requests, runs, warnings,
+                                    rnd + 1)
+        solve_s += ps
+        sim_s += pm
+        simulations += pn
     # "assess": the time after the candidates outside the solver and the simulator (prechecks, building and
     # assessing each round's plan), so that the stages add up to the total
     assess_s = time.perf_counter() - t2 - solve_s - sim_s
@@ -248,7 +274,6 @@ def drive(planner: Planner, spec, ir: ProblemIR, *, backend: str | None = None, 
     # simulation's corrections decide; not for schedules, which simulate their own way, nor n+1 specs, whose
     # planner holds the whole fleet. Its solves have a safety net of their own: an optional search must not
     # spend the one of the plan it may improve.
-    own = getattr(planner, "simulate", None)
     if confirmed and simulated and len(ir.gpus) > 1 and own is None and ir.redundancy != "n+1":
         ts = time.perf_counter()
         say("planning each GPU type alone where it may be cheaper")
@@ -282,6 +307,70 @@ def drive(planner: Planner, spec, ir: ProblemIR, *, backend: str | None = None, 
                       simulations)
 
 
+def _cut(measured: dict[str, float], derate: dict[str, float], at_fault) -> dict[str, float]:
+    """``measured`` with each deployment ``at_fault`` at most at its factor in ``derate`` (the correction
+    computed from its own load when it missed: an absolute capacity that shape was shown not to hold)."""
+    out = dict(measured)
+    for d in at_fault:
+        if d in derate:
+            out[d] = min(out.get(d, 1.0), derate[d])
+    return out
+
+
+def probe_measured(planner: Planner, spec, ir: ProblemIR, cands, be, opts: SolveOptions,
+                   derate: dict[str, float], confirmed: list, seeds, requests: int, runs, warnings: list[str],
+                   rnd: int) -> tuple[float, float, int]:
+    """Lazy probes below the cheapest confirmed plan (appended to ``confirmed`` when one is found); returns
+    the seconds they took (solving, simulating) and the simulations they ran. Each solves at the first solve's
+    derates with only the cuts measured on each shape itself (``derate``: ``measured`` on top of the start),
+    none spread to a workload's other shapes nor the prior added after a miss; a cheaper plan is simulated,
+    kept when confirmed, and a miss cuts the deployment at fault alone before the next probe (at most PROBES;
+    a plan over the speed-of-light bound or with an analytic miss is cut the same way, unsimulated). Why: the
+    rounds' workload-wide corrections are guesses, and a guess made on one plan's miss can price out a shape
+    no run showed missing, so a spec that only got cheaper took another path to a dearer plan (the quickstart
+    with the A100 price halved: its first plan put summarize on two TP2 A100s, which missed, and every
+    summarize shape was derated: 27.30 $/h, while the plan at the normal price, 24.50 $/h at the halved one,
+    was never shown missing). A plan confirmed for a harder spec stays feasible here unless a run measured one
+    of its shapes missing at its own load: the probe's optimum is then at most its cost."""
+    from trimtab.cost.physics import breaches
+
+    solve_s = sim_s = 0.0
+    sims = 0
+    for k in range(PROBES):
+        cheapest = min(c[0] for c in confirmed)
+        res = planner.solve(ir, cands, derate, be, opts.after(solve_s))
+        solve_s += res.seconds
+        if res.termination == Termination.TIME_LIMIT:  # the wall clock never decides (trimtab.solvers.base)
+            raise NoSolutionError(no_solution_lines(be.name, res, rnd + k))
+        if not (res.has_solution and res.objective is not None and res.objective < cheapest - 1e-6):
+            break  # nothing cheaper within the evidence: the confirmed plan stands
+        plan_, a = planner.build(ir, cands, res, rnd + k, warnings)
+        if plan_.cost_usd_per_hour >= cheapest - 1e-6:
+            break
+        fill = planner.fill(cands, res, derate)
+        broken = breaches(plan_, ir)
+        if broken:
+            derate = derate_breaches(broken, derate, fill)
+            continue
+        misses = a.misses()
+        if misses:
+            cut = derate_analytic(misses, derate, _needed(ir, plan_, misses, fill, planner, cands, derate))
+            at_fault = {p.worst_deployment for p in misses if p.worst_deployment}
+            derate = lowest(derate, {d: cut[d] for d in at_fault if d in cut})
+            continue
+        ts = time.perf_counter()
+        sim, cut = simulate_and_derate(plan_, spec, ir, seeds, requests, derate, fill, {}, runs)
+        sim_s += time.perf_counter() - ts
+        sims += 1
+        if sim.ok:
+            confirmed.append((plan_.cost_usd_per_hour, rnd + k, plan_, a, res, sim))
+            break  # the next probe would solve at the same derates: this plan again
+        if cut == derate:
+            break  # no deployment at fault to cut: the next probe would repeat this plan
+        derate = cut
+    return solve_s, sim_s, sims
+
+
 def only_type(ir: ProblemIR, gpu: str) -> ProblemIR:
     """``ir`` with every GPU type but ``gpu`` at count 0: its solves buy that type alone (candidates stay)."""
     return replace(ir, gpus=tuple(g if g.type == gpu else replace(g, count=0) for g in ir.gpus))
@@ -293,14 +382,18 @@ def single_types(planner: Planner, spec, ir: ProblemIR, cands, be, opts: SolveOp
     """The cheapest plan the rounds confirm on one GPU type alone, where it costs less than ``cost`` (the
     cheapest confirmed on every type together); None if there is none. Why: the corrections after a simulated
     miss lower every shape of the missing workload (``trimtab.planning.rounds``), so a miss on one type can
-    price out
-    another type that the rounds, offered it alone, confirm at the model's capacity: more choice gave a dearer
-    plan (a 7B chat on L4, A10G, A100 and H100 against L4 alone). A type is planned (the spec offering it
-    alone, its own candidates and rounds: the plan `plan` gives that spec, ties between equal costs broken the
-    same way) only while its optimum on ``cands`` at the first solve's derates (``start``; the rounds only
-    lower them, so a lower bound of its plan) is below the best cost so far, cheapest bound first: one solve
-    per type where none can win. Where every plan the rounds solved (``solved_on``) used one type alone, the
-    rounds on that type alone would solve the same plans: it is left out."""
+    price out another type that the rounds, offered it alone, confirm at the model's capacity: more choice
+    gave a dearer plan (a 7B chat on L4, A10G, A100 and H100 against L4 alone). A type is planned (the spec
+    offering it alone, its own candidates and rounds: the plan `plan` gives that spec, ties between equal
+    costs broken the same way) only while the first solve of its own drive is below the best cost so far
+    (``drive``'s ``above``: the rounds only lower capacities, so a lower bound of its plan): one candidate set
+    and one solve per type where none can win. The types are tried in the order of their optimum on ``cands``
+    at the first solve's derates (``start``), cheapest first. That optimum orders them and bounds nothing: a
+    prefill/decode pair serves a length bucket only where it pays against the cheapest unified shape of any
+    type (``trimtab.milp.disagg.build_pd_candidates``), so offered alone a type can plan cheaper than on
+    ``cands`` (the disaggregated example's H100 pairs have no capacity on its longest prompts beside the H200:
+    93.60 $/h on H100 alone against 101.40 on ``cands``). Where every plan the rounds solved (``solved_on``)
+    used one type alone, the rounds on that type alone would solve the same plans: it is left out."""
     bounds = []
     for g in ir.gpus:
         if g.count <= 0 or solved_on == {g.type}:
@@ -308,16 +401,14 @@ def single_types(planner: Planner, spec, ir: ProblemIR, cands, be, opts: SolveOp
         res = planner.solve(only_type(ir, g.type), cands, start, be, opts)
         if res.termination == Termination.TIME_LIMIT:
             raise NoSolutionError(no_solution_lines(be.name, res, 0))
-        if res.has_solution and res.objective is not None and res.objective < cost - 1e-6:
-            bounds.append((res.objective, g.type))
+        bounds.append((res.objective if res.has_solution and res.objective is not None else float("inf"),
+                       g.type))
     from trimtab.ir.lower import lower
     from trimtab.spec.load import spec_profiles
 
     profiles = profiles or spec_profiles(spec)
     best = None
-    for bound, gpu in sorted(bounds):
-        if bound >= cost - 1e-6:
-            break
+    for _, gpu in sorted(bounds):
         # The spec offering this type alone, planned as such: the same answer as `plan` gives it (ties between
         # plans of equal cost included, which the solver breaks by the model it is given)
         one = spec.model_copy(update={"gpus": [g for g in spec.gpus if g.type == gpu],
@@ -328,14 +419,14 @@ def single_types(planner: Planner, spec, ir: ProblemIR, cands, be, opts: SolveOp
         try:
             ir_one = lower(one, profiles)
             r = drive(planner, one, ir_one, backend=be.name, time_limit_s=opts.time_limit_s,
-                      validate=validate, seed=seed, profiles=profiles, runs=runs)
+                      validate=validate, seed=seed, profiles=profiles, runs=runs, above=cost)
         except InfeasibleError:
             continue  # (the derates ask for more of the type than the spec has)
         except NoSolutionError as exc:
             if any("safety net" in line for line in exc.lines):
                 raise  # the wall clock never decides (trimtab.solvers.base)
             continue  # a work limit on this type alone: deterministic, and the plan on every type stands
-        if not r.plan.misses and r.plan.cost_usd_per_hour < cost - 1e-6:
+        if r is not None and not r.plan.misses and r.plan.cost_usd_per_hour < cost - 1e-6:
             best, cost = replace(r, plan=r.plan.model_copy(update={"input_hash": ir.input_hash})), \
                 r.plan.cost_usd_per_hour
     return best

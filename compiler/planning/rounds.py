@@ -27,6 +27,7 @@ FAR_MISS = 3.0  # ... whose floor is FAR_FLOOR but in adapter plans (0.85); a wo
 FAR_FLOOR = 0.7  # misses its target allows is a far miss (read at the target, not at ``demonstrable``)
 MARGIN_DERATE = 0.95
 SIM_ROUNDS = 6  # extra rounds allowed for re-solves after a simulated miss
+PROBES = 3  # lazy probes below the cheapest confirmed plan (trimtab.planning.driver.probe_measured)
 LORA_PREFIX = "lora-"  # regimes (and the first-round entry) of specs the adapter planner plans
 STUCK_FACTOR = 0.5  # extra capacity factor for a shape whose attainment did not rise when its load fell (stuck)
 LIGHT_MARGIN = 0.01  # a deployment over its speed-of-light bound is re-solved this far below it (derate_breaches)

@@ -49,7 +49,8 @@ class Point:
 
 @dataclass(frozen=True)
 class PointResult:
-    """A point's plan, summarised. ``status``: ok, infeasible, no_solution, invalid or internal (the
+    """A point's plan, summarised. ``status``: ok, misses (a plan whose own validation still shows a workload
+    below its SLO: not a success, as ``plan``'s exit 7), infeasible, no_solution, invalid or internal (the
     ``TrimtabError`` kinds); ``checked``: ``trimtab check`` by simulation passed (None: not checked)."""
 
     index: int
@@ -249,8 +250,10 @@ def plan_point(spec: Spec, point: Point, opts: dict) -> PointResult:
     if opts.get("check"):
         ok, att = _check(p, s, opts.get("check_seeds", 1))
         checked = ok
-    return PointResult(point.index, point.label, "ok", round(p.cost_usd_per_hour, 6), dict(sorted(p.gpus.items())),
-                       r.rounds, bool(p.simulation.passed) if p.simulation else None, checked, att,
+    missing = f"its own validation shows {', '.join(p.misses)} below their SLO" if p.misses else ""
+    return PointResult(point.index, point.label, "misses" if p.misses else "ok",
+                       round(p.cost_usd_per_hour, 6), dict(sorted(p.gpus.items())), r.rounds,
+                       bool(p.simulation.passed) if p.simulation else None, checked, att, message=missing,
                        seconds=time.perf_counter() - t0)
 
 
@@ -481,7 +484,9 @@ def robust_plan(spec: Spec, q: float, n: int, *, rate_cv: float = 0.0, length_cv
     tasks = [("mean", {}, opts)] + [(f"q{lv:.2f}", _quantile_overrides(spec, mults, lv), opts) for lv in levels]
     planned = ex.map("plan_spec", [(spec, lab, ov, o) for lab, ov, o in tasks],
                      (lambda d, t: progress("plan candidates", d, t)) if progress else None)
-    plans = {lab: (pl, msg) for lab, pl, msg, _ in planned}
+    # a candidate whose own validation still shows a miss is none (plan's exit 7): never the robust plan
+    plans = {lab: (None, f"its own validation shows {', '.join(pl.misses)} below their SLO") if pl is not None
+             and pl.misses else (pl, msg) for lab, pl, msg, _ in planned}
 
     per: dict[str, list[bool]] = {}
 

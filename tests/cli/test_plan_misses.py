@@ -53,3 +53,34 @@ def test_a_plan_that_misses_is_not_a_success(tmp_path):
         assert res.exit_code == ExitCode.PLAN_MISSES and "--allow-misses" in res.output, res.output
         assert run(*cmd, "--allow-misses").exit_code != ExitCode.PLAN_MISSES
     assert (tmp_path / "k8s").exists()
+
+
+def test_every_command_that_writes_plans_refuses_misses(tmp_path):
+    """``what-if``, ``replan``, ``pareto`` and ``sweep`` refuse a plan with misses as ``plan`` does: exit 7
+    and nothing written unless --allow-misses (then written, marked, exit 7 all the same); a sweep point with
+    misses has status misses and the sweep exits 7."""
+    import json
+
+    spec = tmp_path / "spec.yaml"
+    spec.write_text(yaml.safe_dump(FORCED_MISS))
+    out = tmp_path / "changed.yaml"
+    res = run("what-if", spec, "--set", "workloads.chat.rate_rps=5.5", "-o", out)
+    assert res.exit_code == ExitCode.PLAN_MISSES and "no changed plan written" in res.output, res.output
+    assert not out.exists()
+    res = run("what-if", spec, "--set", "workloads.chat.rate_rps=5.5", "-o", out, "--allow-misses")
+    assert res.exit_code == ExitCode.PLAN_MISSES, res.output
+    running = yaml.safe_load(out.read_text())
+    assert running["misses"] == ["chat"]
+
+    res = run("replan", "--plan", out, "--spec", spec, "-o", tmp_path / "re.yaml")
+    assert res.exit_code == ExitCode.PLAN_MISSES and "--allow-misses" in res.output, res.output
+    assert not (tmp_path / "re.yaml").exists()
+
+    res = run("pareto", spec, "--points", "1", "--serial", "-o", tmp_path / "front")
+    assert res.exit_code == ExitCode.PLAN_MISSES and "no point written" in res.output, res.output
+    assert not (tmp_path / "front").exists()
+
+    res = run("sweep", spec, "--set", "workloads.chat.rate_rps=5.5", "--serial", "--format", "json")
+    assert res.exit_code == ExitCode.PLAN_MISSES, res.output
+    doc = json.loads(res.stdout[res.stdout.index("{"):])
+    assert [p["status"] for p in doc["points"]] == ["misses"]

@@ -161,7 +161,34 @@ def test_extra_seeds_keep_the_false_acceptance_at_the_three_seed_level():
     assert power > three + 0.05, (power, three)
     # ... and at a true 96 %, one point over the target, they accept most plans (three seeds alone: 57 %; up to six
     # one-seed looks at 99.5 %, sessions 14 and before: 81 % over 4,000 draws): what a re-solve that lands a plan
-    # just over its target needs, instead of another round
+    # just over its target needs, instead of another round. (85.5 % here: with independent batches the runs'
+    # spread is above the batch means' in about half the draws, and the bound then takes it, with runs - 1
+    # degrees of freedom: the price of never being narrower than the runs show; trimtab.sim.validate.)
     rng = np.random.default_rng(5)
     near = sum(_sequential_accepts(rng, 0.96, 0.95) for _ in range(DRAWS)) / DRAWS
-    assert near >= 0.88, near
+    assert near >= 0.84, near
+
+
+def test_runs_wider_than_their_batches_set_the_bound_below_the_f_test():
+    # The quickstart's summarize at p90 over seeds 0-6 (batch attainments rounded, 475 requests a batch): the
+    # runs spread 1.6 times the variance their batches predict, under the F test's 95 % point (2.23), so the
+    # batch means alone gave a lower bound over the 90 % target at SEQUENTIAL_CONFIDENCE (90.27 %) while 20
+    # unused seeds pooled to 88.55 %. The bound is never narrower than the runs' own spread: replications,
+    # runs - 1 degrees of freedom, and the plan is not accepted.
+    from scipy.special import stdtrit
+
+    from trimtab.sim.validate import SEQUENTIAL_CONFIDENCE
+
+    levels = [[1.0, 1.0, 1.0, 0.74, 0.92, 0.96, 1.0, 0.8, 0.85, 1.0],
+              [0.84, 0.56, 0.79, 0.91, 0.87, 1.0, 1.0, 1.0, 0.91, 0.71],
+              [1.0, 1.0, 1.0, 0.94, 0.96, 0.84, 0.94, 1.0, 0.69, 1.0],
+              [1.0, 0.95, 1.0, 1.0, 0.83, 1.0, 0.73, 0.83, 1.0, 1.0],
+              [1.0, 1.0, 1.0, 1.0, 1.0, 0.78, 0.98, 1.0, 0.76, 1.0],
+              [1.0, 1.0, 0.93, 1.0, 0.94, 1.0, 1.0, 1.0, 0.79, 0.94],
+              [1.0, 1.0, 1.0, 0.97, 0.92, 1.0, 1.0, 1.0, 1.0, 1.0]]
+    runs = [[(round(p * 475), 475) for p in r] for r in levels]
+    iv = interval(runs, SEQUENTIAL_CONFIDENCE)
+    att = np.array([sum(o for o, _ in r) / 4750 for r in runs])
+    expected = att.mean() - stdtrit(6, SEQUENTIAL_CONFIDENCE) * att.std(ddof=1) / np.sqrt(7)
+    assert abs(iv.lower - expected) < 1e-9
+    assert iv.lower < 0.9

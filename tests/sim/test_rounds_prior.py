@@ -89,10 +89,14 @@ def test_a_simulated_miss_corrects_every_candidate_of_the_workload():
             assert not any(c in derate for c in peers[n])
 
 
-def test_the_quickstart_validates_within_two_rounds():
+def test_the_quickstart_validates_within_two_rounds_and_its_probes():
+    # Its first plan misses summarize (p90 at 25.60 $/h: runs of 43-100 %), the second is confirmed; the
+    # answer then comes from the lazy probes below it (trimtab.planning.driver.probe_measured), at most PROBES
+    from trimtab.planning.rounds import PROBES
+
     r = planned("quickstart")
     assert r.plan.simulation is not None and r.plan.simulation.passed
-    assert r.rounds <= 2
+    assert r.rounds <= 2 + 1 + PROBES  # (the 1: the probe round of trimtab.planning.rounds.probe_derates)
     assert {"lower", "candidates", "solve", "simulate", "total"} <= set(r.seconds)
 
 

@@ -19,18 +19,7 @@ EXAMPLES = sorted(p.name for p in (ROOT / "examples").glob("*.yaml"))
 UNUSED = range(2000, 2020)
 
 
-# A known defect, tracked in issue 35 (left open): the quickstart's plan with the measured profiles
-# (25.60 $/h) is accepted by the planner's sequential validation at seeds 0-6 (summarize 93.69 %, lower bound
-# 90.27 % against p90), while 20 unused seeds pool to 88.55 % [85.92 %, 91.19 %] and seed 2007 alone shows a
-# miss (81.10 %, upper bound 89.43 %): the acceptance is too lenient for a workload this close to its target.
-# Not strict: the test still runs, and passes again once the planner's validation asks for margin.
-MARGINAL = {"quickstart.yaml": "planner's validation accepts a plan whose summarize sits at its p90 target "
-                               "(pooled 88.55 % over the 20 unused seeds); issue 35"}
-
-
-@pytest.fixture(scope="module", params=[
-    pytest.param(e, marks=pytest.mark.xfail(reason=MARGINAL[e], strict=False)) if e in MARGINAL else e
-    for e in EXAMPLES])
+@pytest.fixture(scope="module", params=EXAMPLES)
 def planned(request):
     spec = tt.load_spec(ROOT / "examples" / request.param)
     plan = Plan.model_validate(plan_to_data(tt.plan(spec).plan))  # as written to disk
