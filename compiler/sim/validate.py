@@ -26,14 +26,14 @@ then move together, so batch means understate the variance (the diurnal example'
 
 Either way, with two or more runs the runs are the independent samples: the standard error is the runs' one
 (independent replications, weighted by requests) and Student's t has (runs - 1) degrees of freedom. The
-**lower** bound (what ``plan`` requires) takes them wherever the runs spread more than their batches predict at
-all (se of the replications above the batch means' one), test or no test: with three to seven runs the F test
-rarely rejects, and a lower bound narrower than the runs' own spread accepted plans that fail at unused seeds
-(the quickstart's summarize at p90: seeds 0-6 at 86-99 %, batch-means lower bound 90.27 % at
-SEQUENTIAL_CONFIDENCE, the replications' 87.2 %; seeds 0-39 per run 43-100 %, 20 unused seeds pooled
-88.55 %). The **upper** bound (what ``check`` fails on) keeps the tests: with two or three runs the
-replications' t has one or two degrees of freedom, and a single replica that misses at one seed of two
-(attainment 67 % against 90 %) would have an upper bound of 99.6 %, no miss shown. Each bound errs on the side
+**lower** bound (what ``plan`` requires) takes them wherever the runs spread more than their batches predict
+at all (se of the replications above the batch means' one), test or no test: with three to seven runs the F
+test rarely rejects, and a lower bound narrower than the runs' own spread accepted plans that fail at unused
+seeds (the quickstart's summarize at p90: seeds 0-6 at 86-99 %, batch-means lower bound 90.27 % at
+SEQUENTIAL_CONFIDENCE, the replications' 87.2 %; seeds 0-39 per run 43-100 %, 20 unused seeds pooled 88.55 %).
+The **upper** bound (what ``check`` fails on) keeps the tests: with two or three runs the replications' t has
+one or two degrees of freedom, and a single replica that misses at one seed of two (attainment 67 % against 90
+%) would have an upper bound of 99.6 %, no miss shown. Each bound errs on the side
 of its user's caution: ``plan`` accepts less, ``check`` fails no less than before. That also
 holds for a transient (the first minutes after a boundary, where every seed misses early and meets later: its
 batches are correlated, its runs agree). A single run has only the AR(1) correction: its batch variance scaled

@@ -160,7 +160,7 @@ def test_kv_offload_row_binds(tmp_path):
     row = next(c for c in m.constraints if c.name == "kv_offload[h100-sxm]")
     assert row.family == "kv_offload" and "cpu_memory_gib" in str(row.origin)
     res = be.solve(m, opts)
-    assert sum(res.values.get(n_var(c.id), 0) for c in offl) >= 1
+    assert sum(round(res.values.get(n_var(c.id), 0)) for c in offl) >= 1  # integers, within HiGHS's tolerance
     small = replace(ir, gpus=tuple(replace(p, cpu_memory_gib=min(c.kv_offload_gib for c in offl)) for p in ir.gpus))
     res = be.solve(formulate(small, cands), opts)  # HOST_KV_SHARE of it is less than one replica's offload
     assert res.has_solution

@@ -116,14 +116,22 @@ def test_a_plan_over_the_bound_is_re_solved_within_it(tmp_path, monkeypatch):
     from trimtab.gate.analytic import check
 
     # at p99 the cost model's KV check at the percentile (trimtab.cost.queueing.over_caps) already keeps this
-    # batch within the bound; at p60 its margin is small enough that the mean-context count still passes it
-    (tmp_path / "s.yaml").write_text(MISTRAL_L4.replace("percentile: 99", "percentile: 60"))
-    spec = tt.load_spec(tmp_path / "s.yaml")
-    seen = []
+    # batch within the bound; where the margin is small enough that the mean-context count still passes it
+    # depends on the cost model's figures, so the percentiles are scanned and every one over the bound is held
+    # to the contract (at least one must be: the case this test is about)
     real = phys.breaches
-    monkeypatch.setattr(phys, "breaches", lambda plan_, ir: seen.append(real(plan_, ir)) or seen[-1])
-    r = tt.plan(spec, validate=False)
-    assert seen[0] and seen[0][0].unit == "output"  # the first solve was over the bound ...
-    assert r.rounds == 2 and real(r.plan, lower(spec)) == []  # ... the second within it
-    rep = check(r.plan, spec)
-    assert rep.ok, rep.violations
+    over = 0
+    for pct in range(50, 96, 5):
+        (tmp_path / "s.yaml").write_text(MISTRAL_L4.replace("percentile: 99", f"percentile: {pct}"))
+        spec = tt.load_spec(tmp_path / "s.yaml")
+        seen = []
+        monkeypatch.setattr(phys, "breaches", lambda plan_, ir: seen.append(real(plan_, ir)) or seen[-1])
+        r = tt.plan(spec, validate=False)
+        if not seen[0]:
+            continue
+        over += 1
+        assert seen[0][0].unit == "output"  # the first solve was over the bound ...
+        assert r.rounds == 2 and real(r.plan, lower(spec)) == []  # ... the second within it
+        rep = check(r.plan, spec)
+        assert rep.ok, rep.violations
+    assert over, "no percentile put the cost model's first plan over the bound: the case is gone"
