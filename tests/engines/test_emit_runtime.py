@@ -167,7 +167,25 @@ def test_pooling_targets_keep_apart_what_the_plan_does(plan_of):
         if "summarize" in served:
             assert not auto & set(procs), g["metadata"]["name"]
     assert not any("rejects" in w for w in warns)
-    assert any("summarize" in w and "by length" in w for w in warns), warns  # over two graphs
+    # a workload the plan spreads over several graphs is said, with its length rules; one that one graph
+    # serves is not (which case the quickstart is depends on the plan: both are checked)
+    graphs_of: dict[str, int] = {}
+    for g in graphs:
+        for w in g["metadata"]["annotations"]["trimtab.dev/workloads"].split(","):
+            graphs_of[w] = graphs_of.get(w, 0) + 1
+    for w, n in graphs_of.items():
+        said = any(f"workload {w} " in x and "by length" in x for x in warns)
+        assert said == (n > 1), (w, n, warns)
+    # the same plan with summarize's longest bucket moved to a second replica of its own (a longer
+    # --max-model-len, so a graph of its own): the spread is said, with the length rules
+    summ = next(d for d in plan.deployments if d.name.startswith("summarize"))
+    longest = max((r for r in plan.routes if r.workload == "summarize"),
+                  key=lambda r: int(r.bucket.split("-")[-1]))
+    other = summ.model_copy(update={"name": summ.name + "-long", "replicas": 1})
+    routes = [r.model_copy(update={"deployment": other.name}) if r is longest else r for r in plan.routes]
+    spread = plan.model_copy(update={"deployments": [*plan.deployments, other], "routes": routes})
+    warns = render(spread, spec, "dynamo")[1]
+    assert any("workload summarize " in w and "by length" in w for w in warns), warns
     plan, _, spec = plan_of("multi-lora")
     for target in ("dynamo", "llm-d"):
         files, warns = render(plan, spec, target)
