@@ -27,6 +27,17 @@ from trimtab.online import drift
 from trimtab.online.metrics import TTFT, parse, window
 
 
+def watch_once(plan_path, spec_path, out, metrics: list[str]):
+    """``trimtab watch --once`` (analytic, JSON) over these metrics endpoints, in process."""
+    from trimtab.cli.main import app
+
+    args = ["watch", "--plan", str(plan_path), "--spec", str(spec_path), "--out", str(out), "--once",
+            "--interval", "0.2", "--analytic", "--format", "json"]
+    for m in metrics:
+        args += ["--metrics", m]
+    return CliRunner().invoke(app, args)
+
+
 def _text(values, buckets=(1.0, 2.0, 4.0)):
     from prometheus_client import CollectorRegistry, Counter, Histogram, generate_latest
 
@@ -220,7 +231,6 @@ def test_targets_and_input_errors(watched):
 def test_cli_once_json_and_exit_codes(tmp_path):
     from tests.online.test_replan import SPEC
     from trimtab.api import plan as make_plan
-    from trimtab.cli.main import app
     from trimtab.contract.write import emit
     from trimtab.spec.load import load_spec
 
@@ -233,16 +243,13 @@ def test_cli_once_json_and_exit_codes(tmp_path):
     fleet = Fleet(plan, spec, 0)
     try:
         fleet.advance(15.0)
-        args = ["watch", "--plan", str(plan_path), "--spec", str(spec_path), "--out", str(tmp_path / "p"),
-                "--once", "--interval", "0.2", "--analytic", "--format", "json"]
-        for m in fleet.metrics():
-            args += ["--metrics", m]
-        res = CliRunner().invoke(app, args)
+        res = watch_once(plan_path, spec_path, tmp_path / "p", fleet.metrics())
         assert res.exit_code == 0, res.output
         lines = [json.loads(x) for x in res.stdout.splitlines()]
         assert [x["round"] for x in lines] == [0, 1] and lines[1]["failed"] == []
         assert set(lines[1]["deployments"]) == {d.name for d in plan.deployments}
-        bad = CliRunner().invoke(app, args[:-2] + ["--metrics", "nosuch=http://127.0.0.1:1"])
+        bad = watch_once(plan_path, spec_path, tmp_path / "p",
+                         [*fleet.metrics()[:-1], "nosuch=http://127.0.0.1:1"])
         assert bad.exit_code == 1 and "nosuch" in bad.output
     finally:
         fleet.stop()

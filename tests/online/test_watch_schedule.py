@@ -10,6 +10,7 @@ import pytest
 
 from benchmarks.watch import INTERVAL_S, Fleet, first_proposal, run
 from tests.online.test_schedule import tiny
+from tests.online.test_watch import watch_once
 from trimtab.gate.windows import window_plan
 from trimtab.spec.rates import window_rates, window_spec
 
@@ -74,11 +75,9 @@ def test_cli_watches_a_schedule(tmp_path):
     """The command takes a plan with a schedule (it was an input error): the window of the UTC clock."""
     import json
 
-    from typer.testing import CliRunner
 
     from tests.online.test_schedule import TINY
     from trimtab.api import plan as make_plan
-    from trimtab.cli.main import app
     from trimtab.contract.write import emit
 
     spec_path = tmp_path / "tiny.yaml"
@@ -89,11 +88,7 @@ def test_cli_watches_a_schedule(tmp_path):
     plan_path.write_text(emit(plan))
     fleet = Fleet(plan, spec, 22)
     try:
-        args = ["watch", "--plan", str(plan_path), "--spec", str(spec_path), "--out", str(tmp_path / "p"),
-                "--once", "--interval", "0.2", "--analytic", "--format", "json"]
-        for m in fleet.metrics():
-            args += ["--metrics", m]
-        res = CliRunner().invoke(app, args)
+        res = watch_once(plan_path, spec_path, tmp_path / "p", fleet.metrics())
         assert res.exit_code == 0, res.output
         first = json.loads(res.stdout.splitlines()[0])
         assert first["notes"][0].startswith("schedule window ")
