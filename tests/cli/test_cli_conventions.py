@@ -54,9 +54,9 @@ def test_emit_to_stdout_is_one_yaml_stream(tmp_path):
 
 def test_json_output_is_the_document_alone():
     """--format json: stdout parses as one JSON document (tables and progress, if any, go to stderr)."""
-    q = str(ROOT / "examples/quickstart.yaml")
+    q = str(ROOT / "examples/long-context.yaml")  # the example that plans fastest
     cases = {("profiles", "list"): "models", ("profiles", "show", "h100-sxm"): "memory_gib",
-             ("explain", q): "feasible", ("what-if", q, "--set", "workloads.chat.rate_rps=8"): "changes"}
+             ("explain", q): "feasible", ("what-if", q, "--set", "workloads.chat.rate_rps=12"): "changes"}
     for args, key in cases.items():
         r = CliRunner().invoke(app, [*args, "--format", "json"])
         assert r.exit_code == 0, (args, r.output)

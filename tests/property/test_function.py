@@ -96,6 +96,9 @@ def base_plan():
     return planned(BASE)
 
 
+# In the slow suite (about 36 s of one worker): the quick suite keeps the price relaxations of the quickstart
+# (test_the_quickstart_with_a_cheaper_gpu_never_gets_a_dearer_plan) and the choice relaxation (more GPU types).
+@pytest.mark.slow
 @settings(max_examples=6, deadline=None, derandomize=True, suppress_health_check=list(HealthCheck))
 @given(relaxations())
 def test_a_relaxed_spec_never_gets_a_dearer_plan(base_plan, d):
