@@ -234,6 +234,40 @@ def build_candidates(ir: ProblemIR, jobs: int | None = None) -> CandidateSet:
     return CandidateSet(kept, tuple(pruned), tuple(best), build_pd_candidates(ir, kept))
 
 
+def for_one_type(cands: CandidateSet, ir: ProblemIR, one: ProblemIR) -> CandidateSet | None:
+    """The candidates ``build_candidates(one)`` would build, taken from ``cands`` (built for ``ir``), where
+    ``one`` is ``ir`` offering one of its GPU types alone; None where that is not shown to hold (then build).
+    Why: ``trimtab.planning.driver.single_types`` plans each type alone, and building a set per type cost as
+    much as the whole plan at 100 workloads and 8 types. A unified candidate depends on its workload and its
+    own pool only (dominance compares within one GPU type), so the type's unified candidates are those of
+    ``cands``, byte for byte, when the workloads, engine, models and that pool are lowered the same (the pool's
+    position in the spec aside); P/D candidates depend on the other types offered (a pair must beat the
+    cheapest unified shape, over the narrowest NIC) and are built again on ``one``. KV borrowing sizes a shape
+    by other workloads' lenders: built. The set is for solving: ``pruned`` and ``best`` only word the reasons
+    of a plan that cannot be made, and are left empty (a precheck fails on it exactly where it fails on the
+    built set: a workload without candidates, or a bucket none holds)."""
+    from trimtab.milp.disagg import build_pd_candidates
+
+    if len(one.gpus) != 1 or ir.kv_tiers == "experimental-live" or ir.lora is not None:
+        return None
+    (pool,) = one.gpus
+    mine = ir.gpu(pool.type)
+    same = (mine is not None and replace(mine, index=pool.index) == pool and one.workloads == ir.workloads
+            and one.engine == ir.engine and one.models == ir.models and one.kv_tiers == ir.kv_tiers
+            and one.inter_rack_gbps == ir.inter_rack_gbps and one.objective == ir.objective)
+    if not same:
+        return None
+    from trimtab.milp.fanout import build_split
+
+    kept = tuple(c for c in cands.candidates if c.gpu == pool.type)
+
+    def pairs(sub: ProblemIR) -> CandidateSet:  # (per workload, in the fan-out's processes where it pays)
+        mine = tuple(c for c in kept if c.workload in {w.name for w in sub.workloads})
+        return CandidateSet(mine, (), (), build_pd_candidates(sub, mine))
+
+    return build_split(one, pairs) or pairs(one)
+
+
 def _drop_dominated(cands: list[Candidate], pruned: list[Pruned]) -> list[Candidate]:
     """Drop a candidate when another for the same workload costs no more per replica, uses no more GPUs
     and has at least its capacity on every bucket (strictly better somewhere, or an earlier id on ties)."""

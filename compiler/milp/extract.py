@@ -77,7 +77,6 @@ def build_plan(ir: ProblemIR, deps: list[tuple[Candidate, int]], routes: list[Ro
 
     vs = views(deps)
     a = assess(ir, vs, routes)
-    cap = capacities(ir, vs, routes)
     gpus: dict[str, int] = {}
     for c, n in deps:
         gpus[c.gpu] = gpus.get(c.gpu, 0) + n * c.gpus
@@ -89,7 +88,6 @@ def build_plan(ir: ProblemIR, deps: list[tuple[Candidate, int]], routes: list[Ro
                    role=c.role, dtype=c.dtype, kv_dtype=c.kv_dtype, max_batch_size=c.max_num_seqs,
                    max_num_batched_tokens=c.max_batched_tokens, kv_cache_tokens=c.kv_cache_tokens,
                    load_rps_per_replica=a.deployments[c.id].rate_rps_per_replica,
-                   capacity_rps_per_replica=_rounded(cap[c.id]),
                    utilization=a.deployments[c.id].utilization, engine_args=[],  # trimtab.contract.realise fills it
                    prefix_cache_tokens=a.deployments[c.id].prefix_cache_tokens, **colocation(c),
                    kv=_kv(ir, c, kv_alloc))
@@ -205,11 +203,16 @@ def error_bar_of(ir: ProblemIR, serving: list[DeploymentSpecView]) -> ErrorBar:
                     source=f"profiles/{bundled_path().name}: {bars.benchmark}, {bars.date}")
 
 
-def capacities(ir: ProblemIR, views: list[DeploymentSpecView],
-               routes: list[RouteView]) -> dict[str, float | None]:
-    """Per unified deployment: requests per second one replica serves at its SLO with its planned mix
-    (``capacity_at_slo``)."""
-    return {v.name: (capacity_at_slo(ir, v, routes) if v.role == "unified" else None) for v in views}
+def with_capacities(plan: Plan, ir: ProblemIR) -> Plan:
+    """``plan`` with each unified deployment's ``capacity_rps_per_replica``: requests per second one replica
+    serves at its SLO with its planned mix (``capacity_at_slo``). Computed once, for the plan the planner
+    returns (``finish_plan``), not for every plan a round builds: each is a search of ~10 assessments per
+    deployment, a second of a 100-deployment plan."""
+    routes = [RouteView(r.workload, r.bucket, r.deployment or "", r.share, r.prefill or "", r.decode or "")
+              for r in plan.routes]
+    deps = [d.model_copy(update={"capacity_rps_per_replica": _rounded(capacity_at_slo(
+        ir, DeploymentSpecView.of_plan(d), routes))}) if d.role == "unified" else d for d in plan.deployments]
+    return plan.model_copy(update={"deployments": deps})
 
 
 def finish_plan(plan: Plan, spec, ir: ProblemIR, last_sim, sim_requests: int, sim_rounds: int) -> Plan:
@@ -246,4 +249,4 @@ def finish_plan(plan: Plan, spec, ir: ProblemIR, last_sim, sim_requests: int, si
             undersampled=last_sim.undersampled())})
     from trimtab.contract.realise import realise
 
-    return realise(plan, ir)  # the engine's commands, after placement (multi-node replicas)
+    return realise(with_capacities(plan, ir), ir)  # the engine's commands, after placement (multi-node replicas)

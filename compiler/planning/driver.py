@@ -79,11 +79,12 @@ class Planner(Protocol):
 @gc_paused()
 def drive(planner: Planner, spec, ir: ProblemIR, *, backend: str | None = None, time_limit_s: float | None = None,
           validate: bool = True, seed: int = 0, t0: float | None = None, profiles: Any = None,
-          runs: Any = None, progress: Callable[[str], None] | None = None, above: float | None = None
-          ) -> PlanResult | None:
+          runs: Any = None, progress: Callable[[str], None] | None = None, above: float | None = None,
+          cands: Any = None) -> PlanResult | None:
     """Cheapest plan meeting every SLO. Raises InfeasibleError (exit 3) or NoSolutionError (exit 4).
     ``above``: None as soon as the first solve with a solution costs that much or more (every later solve is
-    at capacities no higher, so no plan of this drive can cost less; ``single_types``).
+    at capacities no higher, so no plan of this drive can cost less; ``single_types``). ``cands``: the
+    candidates of ``ir`` where the caller has them (``single_types``); else they are built.
 
     Rounds: solve on the cost model's capacities; a plan over the speed-of-light bound (``trimtab.cost.physics``) is
     re-solved with those deployments held within it (``trimtab.planning.rounds.derate_breaches``) before anything else;
@@ -121,7 +122,7 @@ def drive(planner: Planner, spec, ir: ProblemIR, *, backend: str | None = None, 
     t0 = time.perf_counter() if t0 is None else t0
     t1 = time.perf_counter()
     say("building candidates")
-    cands = planner.candidates(ir)
+    cands = planner.candidates(ir) if cands is None else cands
     t2 = time.perf_counter()
     problems = planner.precheck(ir, cands)
     if problems:
@@ -418,8 +419,10 @@ def single_types(planner: Planner, spec, ir: ProblemIR, cands, be, opts: SolveOp
             continue
         try:
             ir_one = lower(one, profiles)
+            derive = getattr(planner, "for_one_type", None)  # its candidates taken from ``cands``, not rebuilt
             r = drive(planner, one, ir_one, backend=be.name, time_limit_s=opts.time_limit_s,
-                      validate=validate, seed=seed, profiles=profiles, runs=runs, above=cost)
+                      validate=validate, seed=seed, profiles=profiles, runs=runs, above=cost,
+                      cands=derive(cands, ir, ir_one) if derive else None)
         except InfeasibleError:
             continue  # (the derates ask for more of the type than the spec has)
         except NoSolutionError as exc:

@@ -440,9 +440,8 @@ def build_plan(ir, prob: LoraProblem, chosen, flows, res, rounds: int, warnings:
                                                    lora=LoraSlots(c.slots, c.rank, len(held[c.id])) if c.slots else None)
              for c, n in chosen}
     a = assess(ir, list(views.values()), routes)
-    from trimtab.milp.extract import _rounded, capacities, predictions
+    from trimtab.milp.extract import predictions
 
-    cap = capacities(ir, list(views.values()), routes)
     gpus: dict[str, int] = {}
     for c, n in chosen:
         gpus[c.cand.gpu] = gpus.get(c.cand.gpu, 0) + n * c.cand.gpus
@@ -456,7 +455,6 @@ def build_plan(ir, prob: LoraProblem, chosen, flows, res, rounds: int, warnings:
             name=cid, model=k.model, gpu=k.gpu, tensor_parallel=k.tp, pipeline_parallel=k.pp, replicas=n,
             role="unified", dtype=k.dtype, max_batch_size=k.max_num_seqs, max_num_batched_tokens=k.max_batched_tokens,
             kv_cache_tokens=rm.memory.kv_cache_tokens, load_rps_per_replica=a.deployments[cid].rate_rps_per_replica,
-            capacity_rps_per_replica=_rounded(cap[cid]),
             utilization=a.deployments[cid].utilization,
             engine_args=[],  # trimtab.contract.realise fills it (LoRA flags from max_loras etc.)
             adapters=sorted(held[cid]), max_loras=c.slots, max_lora_rank=c.rank,

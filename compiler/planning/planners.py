@@ -6,7 +6,7 @@ planner for specs with adapters or tenants.
 """
 from __future__ import annotations
 
-from trimtab.milp.candidates import build_candidates
+from trimtab.milp.candidates import build_candidates, for_one_type
 from trimtab.deployment.shape import CandidateSet
 from trimtab.planning.explain import precheck, relaxations
 from trimtab.milp.formulate import capacity_fill
@@ -17,6 +17,9 @@ from trimtab.milp.extract import build_plan, chosen
 class UnifiedPlanner:
     def candidates(self, ir) -> CandidateSet:
         return build_candidates(ir)
+
+    def for_one_type(self, cands: CandidateSet, ir, one) -> CandidateSet | None:
+        return for_one_type(cands, ir, one)
 
     def precheck(self, ir, cands: CandidateSet) -> list[str]:
         return precheck(ir, cands)

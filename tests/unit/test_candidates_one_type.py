@@ -1,0 +1,67 @@
+"""A GPU type's candidates taken from the whole set are those its spec alone builds
+(``trimtab.milp.candidates.for_one_type``, which ``single_types`` plans each type alone with)."""
+from __future__ import annotations
+
+from dataclasses import replace
+
+import pytest
+
+import trimtab
+from tests.conftest import ROOT
+from trimtab.ir.lower import lower
+from trimtab.milp.candidates import build_candidates, for_one_type
+from trimtab.spec.load import spec_profiles
+
+# Examples whose sets differ between types in the ways that matter: P/D pairs offered on one type alone
+# (quickstart's and robust's), KV-tier variants (long-context), several NVLink domains (disaggregated).
+EXAMPLES = ["quickstart", "robust", "disaggregated", "long-context", "shared-prefix"]
+
+
+def _alone(spec, gpu: str):
+    return spec.model_copy(update={"gpus": [g for g in spec.gpus if g.type == gpu],
+                                   "nodes": None if spec.nodes is None else
+                                   [n for n in spec.nodes if n.gpu == gpu] or None})
+
+
+@pytest.mark.parametrize("example", EXAMPLES)
+def test_each_type_alone_gets_the_candidates_its_own_spec_builds(example):
+    spec = trimtab.load_spec(ROOT / "examples" / f"{example}.yaml")
+    profiles = spec_profiles(spec)
+    ir = lower(spec, profiles)
+    full = build_candidates(ir)
+    compared = 0
+    for g in spec.gpus:
+        one = _alone(spec, g.type)
+        if spec.nodes is not None and one.nodes is None:
+            continue
+        ir_one = lower(one, profiles)
+        derived = for_one_type(full, ir, ir_one)
+        built = build_candidates(ir_one)
+        assert derived is not None, g.type
+        assert derived.candidates == built.candidates, g.type
+        assert derived.disagg == built.disagg, g.type
+        compared += 1
+    assert compared == len(spec.gpus)
+
+
+def test_pairs_are_rebuilt_for_the_type_alone():
+    """On the quickstart the L40S alone gets P/D pairs that the whole set never offers (a pair must beat the
+    cheapest unified shape of any type offered): a filter of the whole set's pairs would miss them."""
+    spec = trimtab.load_spec(ROOT / "examples" / "quickstart.yaml")
+    profiles = spec_profiles(spec)
+    ir = lower(spec, profiles)
+    full = build_candidates(ir)
+    derived = for_one_type(full, ir, lower(_alone(spec, "l40s"), profiles))
+    assert derived.disagg
+    assert not [c for c in full.disagg if c.gpu == "l40s"]
+
+
+def test_a_type_lowered_differently_is_built_not_derived():
+    spec = trimtab.load_spec(ROOT / "examples" / "quickstart.yaml")
+    profiles = spec_profiles(spec)
+    ir = lower(spec, profiles)
+    one = lower(_alone(spec, "l4"), profiles)
+    moved = replace(one, gpus=(replace(one.gpus[0], usd_per_hour=one.gpus[0].usd_per_hour / 2),))
+    assert for_one_type(build_candidates(ir), ir, moved) is None
+    assert for_one_type(build_candidates(ir), ir, replace(one, workloads=one.workloads[:1])) is None
+    assert for_one_type(build_candidates(ir), ir, one) is not None
