@@ -479,21 +479,24 @@ def ttft_breakdown(run: Run, front_end: float) -> dict[str, float] | None:
             "spread_meas": m["ttft_p90"] - m["ttft_mean"], "spread_pred": p["ttft_p90"] - p["ttft_mean"]}
 
 
-def report_ttft(runs: list[Run], used: dict[str, tuple[float, float]]) -> None:
+def report_ttft(runs: list[Run], used: dict[str, tuple[float, float]], markdown: bool = False) -> None:
     """``ttft_breakdown`` of every served run, with its signed TTFT errors (``--ttft``)."""
     print("\nTTFT per run (ms; signed % errors): mean and p90 = pred - meas = front-end term + step term "
           "(+ spread for p90)")
-    print("run  model  tp  mean  p90  p99 | steps  step pred/meas  front end used/own | mean err = fe + step"
-          " | p90 - mean pred/meas")
+    cols = ["run", "model", "tp", "mean", "p90", "p99", "steps", "step pred/meas", "front end used/own",
+            "mean error = fe + step", "p90 - mean pred/meas"]
+    print("| " + " | ".join(cols) + " |\n|" + "---|" * len(cols) if markdown else "  ".join(cols))
     for r in runs:
         b = ttft_breakdown(r, used[r.model][0]) if r.usable else None
         if b is None:
             continue
         e = {k: r.predicted[k] / r.measured[k] - 1 for k in ("ttft_mean", "ttft_p90", "ttft_p99")}
-        print(f"{r.exp_id[:15]}  {r.name[:20]}  {r.tp}  {e['ttft_mean']:+.0%}  {e['ttft_p90']:+.0%}  "
-              f"{e['ttft_p99']:+.0%} | {b['steps']:.2f}  {b['step_pred']:.2f}/{b['step_meas']:.2f}  "
-              f"{b['fe_used']:.1f}/{b['fe_own']:.1f} | {b['fe_term'] + b['step_term']:+.1f} = "
-              f"{b['fe_term']:+.1f} {b['step_term']:+.1f} | {b['spread_pred']:.1f}/{b['spread_meas']:.1f}")
+        cells = [r.exp_id[:15], r.name[:20], str(r.tp), f"{e['ttft_mean']:+.0%}", f"{e['ttft_p90']:+.0%}",
+                 f"{e['ttft_p99']:+.0%}", f"{b['steps']:.2f}", f"{b['step_pred']:.2f}/{b['step_meas']:.2f}",
+                 f"{b['fe_used']:.1f}/{b['fe_own']:.1f}",
+                 f"{b['fe_term'] + b['step_term']:+.1f} = {b['fe_term']:+.1f} {b['step_term']:+.1f}",
+                 f"{b['spread_pred']:.1f}/{b['spread_meas']:.1f}"]
+        print("| " + " | ".join(cells) + " |" if markdown else "  ".join(cells))
 
 
 # The held-out evaluation split's models, GPUs and TP degrees (the split's README): every combination that
@@ -593,7 +596,7 @@ def main(argv: list[str]) -> int:
           + (" (bundled profile)" if "--no-cv" in argv else " (fitted leave one model out)"))
     report(runs, peer_errors(folder), "--markdown" in argv)
     if "--ttft" in argv:
-        report_ttft(runs, used)
+        report_ttft(runs, used, "--markdown" in argv)
     return 0
 
 
