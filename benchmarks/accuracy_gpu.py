@@ -1,7 +1,7 @@
 """Simulated vs measured latency of real vLLM runs on H100 (the BLIS team's ``blis-dev`` split).
 
 usage: python benchmarks/accuracy_gpu.py [FOLDER] [-v] [--markdown] [--runs=ID,ID] [--no-cv] [--seed=N]
-                                        [--tp-sync-from=N]
+                                        [--tp-sync-from=N] [--ttft]
        python benchmarks/accuracy_gpu.py --coverage
        (default FOLDER: ../shared/groundtruth/blis-dev, relative to the repository root)
        python benchmarks/accuracy_gpu.py --write-error-bars profiles/error_bars.yaml
@@ -34,11 +34,15 @@ published setup only, and simulated with trimtab's discrete-event simulator (``t
     ``shared_prefix`` group (N system prompts each shared by M users) with ``prompts_repeat``:
     inference-perf's shared_prefix generator draws every request from a fixed set of N x M prompts (system
     prompt + one question per user), so with vLLM's prefix caching (on in every run) a warm server finds the
-    whole prompt cached but its last token.
+    whole prompt cached but its last token. N and M are the ones the load generator ran where the run's
+    folder has the configuration it wrote (``ran_prompts``: 10 x 10 on every phase-0 run, whatever its
+    profile asked for), else the columns'.
 
 The table gives, per run, predicted and measured TTFT mean/p90/p99, ITL mean ((E2E - TTFT) / (output - 1), the
 metric every simulator is scored on) and E2E mean/p90/p99, and the median absolute % errors, with the peers'
 published errors (``peer_predictions_trainval.csv``, summary stage) on the same runs beside trimtab's.
+``--ttft`` adds, per served run, what its TTFT error is made of (``ttft_breakdown``: the front end against the
+run's own, the decode steps against the measured ones, and the spread from mean to p90).
 
 Fitted parameters: the engine's front-end overhead (``request_overhead_ms``: API server, tokenisation, first
 token's detokenisation and streaming) is the one number fitted on these runs. It adds to every request's TTFT
@@ -156,8 +160,31 @@ def engine_output_len(r: dict, counted: float | None) -> float:
     return counted or target
 
 
+def ran_prompts(folder: Path, exp_folder: str) -> tuple[int, int] | None:
+    """(system prompts, questions per system prompt) that the load generator ran, from the configuration it
+    wrote beside its results (``raw/<run>/results/config.yaml``), None where the run has none. The run's
+    ``profile.yaml`` asks for ``num_unique_system_prompts`` and ``num_users_per_system_prompt`` (the
+    ``experiments.csv`` columns), but the inference-perf these runs used reads ``num_groups`` and
+    ``num_prompts_per_group`` (the aliases came in kubernetes-sigs/inference-perf#311, 2026-02-05) and ignores
+    keys it does not know: its written configuration shows its defaults, 10 x 10, and no
+    ``enable_multi_turn_chat`` (the prompts do not grow: measured prompt lengths stay at system + question).
+    Its ``SharedPrefixDataGenerator`` then cycles through those 100 prompts, each system prompt + " " + one
+    question."""
+    cfg = folder / "raw" / exp_folder / "results" / "config.yaml"
+    if not exp_folder or not cfg.is_file():
+        return None
+    import yaml
+
+    sp = ((yaml.safe_load(cfg.read_text()) or {}).get("data") or {}).get("shared_prefix") or {}
+    groups = sp.get("num_groups", sp.get("num_unique_system_prompts"))
+    per = sp.get("num_prompts_per_group", sp.get("num_users_per_system_prompt"))
+    return (int(groups), int(per)) if groups and per else None
+
+
 def read_runs(folder: Path) -> list[Run]:
-    """Every run of ``experiments.csv`` (usable or not), measured summary statistics from ``stages.csv``."""
+    """Every run of ``experiments.csv`` (usable or not), measured summary statistics from ``stages.csv``; the
+    number of distinct prompts from the load generator's own configuration where the run's folder has it
+    (``ran_prompts``)."""
     summary = {}
     with open(folder / "stages.csv", newline="") as f:
         for s in csv.DictReader(f):
@@ -178,6 +205,8 @@ def read_runs(folder: Path) -> list[Run]:
                 raise ValueError(f"{folder / 'experiments.csv'}: run {r['exp_id']}: "
                                  f"gpu {r['gpu']!r} has no profile")
             big = gpu in VLLM_BIG_GPUS
+            groups, users = (ran_prompts(folder, r.get("exp_folder", ""))
+                             or (int(r["num_unique_system_prompts"]), int(r["users_per_system_prompt"])))
             runs.append(Run(
                 exp_id=r["exp_id"], model=r["model"], gpu=gpu, usable=r["usable"] == "yes", tp=int(r["tp"]),
                 dtype="fp8" if r["precision_label"].upper().startswith("FP8") else "bf16",
@@ -186,7 +215,7 @@ def read_runs(folder: Path) -> list[Run]:
                 max_model_len=int(r["max_model_len"]) if r["max_model_len"] else None,
                 isl=int(round(isl)), osl=int(round(osl)), osl_client=counted or osl,
                 system_len=int(r["system_prompt_len"]),
-                groups=int(r["num_unique_system_prompts"]), users=int(r["users_per_system_prompt"]),
+                groups=groups, users=users,
                 stages=stages, stages_nominal=nominal, measured=meas))
     return runs
 
@@ -429,6 +458,47 @@ def report(runs: list[Run], peers: dict, markdown: bool) -> dict[str, float]:
     return med
 
 
+def ttft_breakdown(run: Run, front_end: float) -> dict[str, float] | None:
+    """What a served run's TTFT error is made of (ms), None without the measurements. A simulated mean TTFT
+    is the front end plus ``steps`` decode steps (the step in flight, half of it on average, the one formed
+    ahead and the one that computes the prompt's uncached tail: about 2.5 with async scheduling); a step is
+    (E2E - TTFT) / (tokens generated - 1), measured or simulated. With the run's own front end (its measured
+    mean TTFT less ``steps`` measured steps) the mean error splits exactly into a front-end term (the one
+    fitted on the other runs less the run's own) and a step term (``steps`` x the step's error, the ITL error
+    in milliseconds); the p90 error is the mean error plus the error in p90 - mean (the spread)."""
+    m, p = run.measured, run.predicted
+    if not p or any(k not in m for k in ("ttft_mean", "ttft_p90", "e2e_mean")):
+        return None
+    n = max(run.osl - 1, 1)
+    step_m = (m["e2e_mean"] - m["ttft_mean"]) / n
+    step_p = (p["e2e_mean"] - p["ttft_mean"]) / n
+    steps = (p["ttft_mean"] - front_end) / step_p
+    own = m["ttft_mean"] - steps * step_m
+    return {"steps": steps, "step_meas": step_m, "step_pred": step_p, "fe_used": front_end, "fe_own": own,
+            "fe_term": front_end - own, "step_term": steps * (step_p - step_m),
+            "spread_meas": m["ttft_p90"] - m["ttft_mean"], "spread_pred": p["ttft_p90"] - p["ttft_mean"]}
+
+
+def report_ttft(runs: list[Run], used: dict[str, tuple[float, float]], markdown: bool = False) -> None:
+    """``ttft_breakdown`` of every served run, with its signed TTFT errors (``--ttft``)."""
+    print("\nTTFT per run (ms; signed % errors): mean and p90 = pred - meas = front-end term + step term "
+          "(+ spread for p90)")
+    cols = ["run", "model", "tp", "mean", "p90", "p99", "steps", "step pred/meas", "front end used/own",
+            "mean error = fe + step", "p90 - mean pred/meas"]
+    print("| " + " | ".join(cols) + " |\n|" + "---|" * len(cols) if markdown else "  ".join(cols))
+    for r in runs:
+        b = ttft_breakdown(r, used[r.model][0]) if r.usable else None
+        if b is None:
+            continue
+        e = {k: r.predicted[k] / r.measured[k] - 1 for k in ("ttft_mean", "ttft_p90", "ttft_p99")}
+        cells = [r.exp_id[:15], r.name[:20], str(r.tp), f"{e['ttft_mean']:+.0%}", f"{e['ttft_p90']:+.0%}",
+                 f"{e['ttft_p99']:+.0%}", f"{b['steps']:.2f}", f"{b['step_pred']:.2f}/{b['step_meas']:.2f}",
+                 f"{b['fe_used']:.1f}/{b['fe_own']:.1f}",
+                 f"{b['fe_term'] + b['step_term']:+.1f} = {b['fe_term']:+.1f} {b['step_term']:+.1f}",
+                 f"{b['spread_pred']:.1f}/{b['spread_meas']:.1f}"]
+        print("| " + " | ".join(cells) + " |" if markdown else "  ".join(cells))
+
+
 # The held-out evaluation split's models, GPUs and TP degrees (the split's README): every combination that
 # fits must describe and simulate.
 COVERAGE_MODELS = ("meta-llama/Llama-3.1-8B-Instruct", "Qwen/Qwen3-14B",
@@ -525,6 +595,8 @@ def main(argv: list[str]) -> int:
           + ", ".join(f"{m.split('/')[-1]} {fe:.1f}, {sync:.2f}" for m, (fe, sync) in sorted(used.items()))
           + (" (bundled profile)" if "--no-cv" in argv else " (fitted leave one model out)"))
     report(runs, peer_errors(folder), "--markdown" in argv)
+    if "--ttft" in argv:
+        report_ttft(runs, used, "--markdown" in argv)
     return 0
 
 
