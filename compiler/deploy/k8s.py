@@ -269,8 +269,7 @@ def manifests(b: Bundle) -> dict[str, list[dict]]:
 
 
 def warnings(b: Bundle) -> list[str]:
-    routed = "pd_router" in b.engine  # pdrouter emits one per pair
-    return ([] if routed else no_pd_router(b, "k8s")) + network_kv(b) + image_warnings(b)
+    return no_pd_router(b, "k8s") + network_kv(b) + image_warnings(b)
 
 
 def prerequisites(b: Bundle) -> list[str]:
