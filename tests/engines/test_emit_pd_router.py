@@ -105,10 +105,11 @@ def test_each_pair_gets_a_router_that_reaches_its_pods(plan_of, namespace):
 
 def test_an_engine_without_a_pd_router_still_says_so(plan_of):
     """SGLang's and TensorRT-LLM's P/D need routers of their own, which emit does not write (their profiles
-    have no ``pd_router``): the pairs' workloads get no router objects and the warning stays."""
+    have no ``pd_router``): the pairs' workloads get no router objects or services and the warning stays,
+    on k8s and compose."""
     from dataclasses import replace
 
-    from trimtab.deploy import k8s
+    from trimtab.deploy import compose, k8s
     from trimtab.deploy.common import prepare
     from trimtab.engines.base import engine_table
 
@@ -119,6 +120,9 @@ def test_an_engine_without_a_pd_router_still_says_so(plan_of):
     assert any("no P/D router" in w for w in k8s.warnings(b))
     objs = [o for objs in k8s.manifests(b).values() for o in objs]
     assert not any(o["kind"] in ("RoleBinding", "HTTPRoute") for o in objs)
+    assert any("--to compose has no P/D router" in w for w in compose.warnings(b))
+    services = [s for doc in compose.compose_files(b).values() for s in doc["services"]]
+    assert services and not any(s.startswith("pd-") for s in services)
 
 
 def test_pod_monitor_scrapes_every_engine_pod_and_no_router(plan_of):
