@@ -87,8 +87,8 @@ def routers(b: Bundle, placed: dict[str, list[tuple[str, str, int]]]) -> list[tu
         def url(node: str, svc: str, port: int) -> str:
             return f"http://{svc}:{PORT}" if node == home else f"http://{node}:{port}"
 
-        peers = pdrouter.static_args([url(*x) for x in sides[p.name]], [url(*x) for x in sides[d.name]],
-                                     max(p.startup_budget_s, d.startup_budget_s))
+        peers = pdrouter.static_args(b, [url(*x) for x in sides[p.name]], [url(*x) for x in sides[d.name]],
+                                        max(p.startup_budget_s, d.startup_budget_s))
         local = sorted(svc for reps in sides.values() for node, svc, _ in reps if node == home)
         svc = {"image": pr["image"]["ref"], "entrypoint": list(pr["program"]),
                "command": pdrouter.router_args(b, peers),
@@ -109,11 +109,17 @@ def warnings(b: Bundle) -> list[str]:
     split = [f"--to compose: P/D pairs across nodes ({'; '.join(apart)}) reach each other by compose service "
              f"name, which resolves within one node's project only: publish port {sc.get('port')} and set "
              f"{sc.get('host_env')} to the node's address, or emit --to k8s"] if apart and sc else []
-    if apart and "pd_router" in b.engine:  # routers()'s URLs of replicas on other nodes
+    pr = b.engine.get("pd_router") or {}
+    if apart and pr:  # routers()'s URLs of replicas on other nodes
         split.append("--to compose: the P/D routers reach their pairs' replicas on other nodes at "
                      "http://<node>:<published port>, with the plan's node names: each must resolve to that "
                      "node's address where the router runs (DNS or /etc/hosts), or edit the --prefill and "
                      "--decode URLs")
+    if apart and "bootstrap" in pr:  # the decoder dials the host of the router's prefill URL
+        split.append(f"--to compose: P/D pairs across nodes ({'; '.join(apart)}): a decoder fetches KV from "
+                     f"the prefiller's bootstrap server at the host of the router's prefill URL, port "
+                     f"{pr['bootstrap']['port']}, which compose does not publish and which is one port per "
+                     "node: run such pairs with emit --to k8s")
     return no_pd_router(b, "compose") + network_kv(b) + split + image_warnings(b)
 
 

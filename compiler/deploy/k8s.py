@@ -98,7 +98,9 @@ def pod_monitor(b: Bundle) -> dict:
 
 def _workload_object(b: Bundle, t: Target) -> dict:
     labels = _labels(t)
-    scrape = scrape_annotations(b)
+    from trimtab.deploy.pdrouter import pod_annotations
+
+    scrape = {**scrape_annotations(b), **pod_annotations(b, t)}  # where the P/D router finds SGLang's bootstrap
     gpus = t.dep.tensor_parallel * t.dep.pipeline_parallel * t.dep.data_parallel
     meta = {"name": t.name, "labels": labels}
     if t.facts.nodes_per_replica == 1:

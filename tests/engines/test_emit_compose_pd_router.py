@@ -1,13 +1,16 @@
-"""`trimtab emit --to compose` of a P/D plan: a P/D router service (vllm-router, NIXL P/D mode, the same
-command line as --to k8s's but with each replica's URL instead of Kubernetes discovery) per prefill/decode
-pair. Checked: the files against the compose-spec JSON Schema; the router's argv as compose runs it
-(``runtime.compose``) read by vllm-router's own parser and the Rust router's constructor; every URL it is
-given resolved as compose would (a service name on the router's own node's project network, or another
-node's name and published port) to exactly the pair's replicas, listening on that port; ``depends_on``
-naming the pair's replicas of its node, which have health checks; its published port reaching the port it
-listens on, and ``emit``'s prerequisites naming it as the workload's entry point; and the real router run
-with that argv (each URL rewritten to a stand-in peer on 127.0.0.1, as compose's DNS would resolve it to the
-engine) sending each request to a prefiller, then to a decoder with its KV parameters."""
+"""`trimtab emit --to compose` of a P/D plan: a P/D router service per prefill/decode pair, the engine's own
+router with the command line --to k8s gives it but each replica's URL instead of Kubernetes discovery: for
+vLLM vllm-router (NIXL P/D mode), for SGLang sglang-router (P/D mode, each prefill URL with its bootstrap
+port). Checked for both: the files against the compose-spec JSON Schema; the router's argv as compose runs it
+(``runtime.compose``) read by the router package's own parser and its Rust router's constructor; every URL
+resolved as compose would (a service name on the router's own node's project network, or another node's
+name and published port) to exactly the pair's replicas, listening on that port; ``depends_on`` naming the
+pair's replicas of its node, which have health checks; its published port reaching the port it listens on,
+and ``emit``'s prerequisites naming it as the workload's entry point; and the real router run with that argv
+(each URL rewritten to a stand-in peer on 127.0.0.1, as compose's DNS would resolve it to the engine): vLLM's
+sends each request to a prefiller, then to a decoder with its KV parameters; SGLang's sends it to a prefiller
+and a decoder, both told the same bootstrap room and the prefiller's bootstrap address. The SGLang plan is
+the disaggregated example's, realised for SGLang (``defaults.engine``)."""
 from __future__ import annotations
 
 import json
@@ -23,10 +26,28 @@ from tests.engines import runtime
 from trimtab.deploy import compose, emit
 from trimtab.deploy.common import prepare
 from trimtab.util.yamlio import dump_canonical
+from tests.engines.test_emit_pd_router import ROUTERS, router_parse
 
 jsonschema = pytest.importorskip("jsonschema")
 SCHEMA = json.loads((Path(__file__).resolve().parent / "schemas" / "compose-spec.json").read_text())
 PAIR = ("trimtab.dev/prefill", "trimtab.dev/decode")
+ROOT = Path(__file__).resolve().parents[2]
+BOOTSTRAP = 8998  # SGLang's --disaggregation-bootstrap-port default, which emit leaves (engine_flags.yaml)
+
+
+@pytest.fixture(scope="module", params=("vllm", "sglang"))
+def pd_case(request, plan_of, tmp_path_factory):
+    """(engine, plan, spec): the disaggregated example's plan, with the spec's engine set for SGLang (emit
+    re-derives every command from the spec: the same deployments, SGLang's commands and router)."""
+    import trimtab
+
+    plan, _, spec = plan_of("disaggregated")
+    if request.param != "vllm":
+        path = tmp_path_factory.mktemp(request.param) / "spec.yaml"
+        text = (ROOT / "examples/disaggregated.yaml").read_text()
+        path.write_text(text.rstrip() + f"\ndefaults: {{engine: {request.param}}}\n")
+        spec = trimtab.load_spec(path)
+    return request.param, plan, spec
 
 
 def _docs(files: dict[str, str]) -> dict[str, dict]:
@@ -78,15 +99,9 @@ def _resolve(docs: dict[str, dict], home: str, url: str) -> tuple[str, str]:
     return node, name
 
 
-def _router_parse(argv: list[str]):
-    from tests.engines.test_emit_pd_router import _router_parse as parse
-
-    return parse(argv)
-
-
 @pytest.mark.parametrize("where", ("as planned", "one node"))
-def test_each_pair_gets_a_router_reaching_exactly_its_replicas(plan_of, where):
-    plan, _, spec = plan_of("disaggregated")
+def test_each_pair_gets_a_router_reaching_exactly_its_replicas(pd_case, where):
+    engine, plan, spec = pd_case
     e = emit(plan, spec, "compose")
     assert not any("no P/D router" in w for w in e.warnings)
     docs = _docs(e.files if where == "as planned" else _one_node(plan, spec))
@@ -99,15 +114,19 @@ def test_each_pair_gets_a_router_reaching_exactly_its_replicas(plan_of, where):
         pair = (labels[PAIR[0]], labels[PAIR[1]])
         assert pair in pairs
         proc = _proc(docs[home], name)
-        parsed = _router_parse(proc.argv)
-        if parsed is not None:  # without the package the URLs are read from the argv as the parser would
-            assert parsed.vllm_pd_disaggregation and not parsed.service_discovery
-            assert parsed.kv_connector == "nixl" and parsed.port == runtime.listen_port(proc)
-            prefill = [u for u, boot in parsed.prefill_urls]
-            decode = list(parsed.decode_urls)
+        assert proc.argv[:len(ROUTERS[engine][1])] == ROUTERS[engine][1]
+        parsed = router_parse(proc.argv, engine)
+        if parsed is None:
+            pytest.skip(f"the {ROUTERS[engine][0]} package is not installed (the test extra has it)")
+        assert not parsed.service_discovery and parsed.port == runtime.listen_port(proc)
+        if engine == "vllm":
+            assert parsed.vllm_pd_disaggregation and parsed.kv_connector == "nixl"
         else:
-            prefill = [proc.argv[i + 1] for i, a in enumerate(proc.argv) if a == "--prefill"]
-            decode = [proc.argv[i + 1] for i, a in enumerate(proc.argv) if a == "--decode"]
+            assert parsed.pd_disaggregation
+        # SGLang's prefill URLs carry the bootstrap port their servers listen on; vLLM's none
+        assert {boot for _, boot in parsed.prefill_urls} == ({None} if engine == "vllm" else {BOOTSTRAP})
+        prefill = [u for u, _ in parsed.prefill_urls]
+        decode = list(parsed.decode_urls)
         for side, urls in zip(pair, (prefill, decode)):
             reached = [_resolve(docs, home, u) for u in urls]
             replicas = [(n, s) for n, doc in docs.items() for s in doc["services"]
@@ -136,15 +155,38 @@ def _local(argv: list[str], port: int, urls: dict[str, str]) -> list[str]:
     return out + ["--prometheus-port", str(free_port())]
 
 
-def test_the_compose_router_sends_prefill_then_decode(plan_of, tmp_path):
-    pytest.importorskip("vllm_router.router")
+def _sglang_flow(base: str, peers: dict[str, list], n: int = 4) -> None:
+    """SGLang's P/D hand-off: each request goes, whole, to one prefiller and one decoder, both told the same
+    ``bootstrap_room`` and the prefiller's bootstrap server (the host of its URL, the bootstrap port), where
+    the decoder fetches the KV; the client gets the decoder's answer."""
+    import httpx
+
+    for k in range(n):
+        r = httpx.post(f"{base}/v1/completions", timeout=30,
+                       json={"model": "m", "prompt": f"request {k}", "max_tokens": 16})
+        assert r.status_code == 200, r.text
+        assert r.json()["choices"][0]["text"].startswith("from decode-")
+    got = {role: [(s, b) for s in ps for p, b in s.seen if p == "/v1/completions"] for role, ps in peers.items()}
+    assert len(got["prefill"]) == len(got["decode"]) == n
+    rooms = {b["bootstrap_room"]: (s, b) for s, b in got["prefill"]}
+    assert len(rooms) == n
+    for s, b in got["decode"]:
+        pre, pb = rooms[b["bootstrap_room"]]
+        assert b["prompt"] == pb["prompt"] and b["max_tokens"] == pb["max_tokens"] == 16
+        assert (b["bootstrap_host"], b["bootstrap_port"]) == (pre.server_address[0], BOOTSTRAP)
+        assert (pb["bootstrap_host"], pb["bootstrap_port"]) == (pre.server_address[0], BOOTSTRAP)
+
+
+def test_the_compose_router_sends_prefill_then_decode(pd_case, tmp_path):
+    engine, plan, spec = pd_case
+    package, program = ROUTERS[engine]
+    pytest.importorskip(f"{package}.router")
     from tests.engines.test_pd_router_runs import check_flow, peer, running
 
-    plan, _, spec = plan_of("disaggregated")
     docs = _docs(emit(plan, spec, "compose").files)
     (home, name, _), = _routers(docs)
     argv = _proc(docs[home], name).argv
-    assert argv[0] == "vllm-router"
+    assert argv[:len(program)] == program
     peers: dict[str, list] = {"prefill": [], "decode": []}
     urls = {}
     for flag, role in (("--prefill", "prefill"), ("--decode", "decode")):
@@ -155,8 +197,9 @@ def test_the_compose_router_sends_prefill_then_decode(plan_of, tmp_path):
                 urls[argv[i + 1]] = f"http://127.0.0.1:{s.server_port}"
     assert peers["prefill"] and peers["decode"]
     try:
-        with running(_local(argv[1:], free_port(), urls), tmp_path / "router.log") as base:
-            check_flow(base, peers)
+        with running(_local(argv[len(program):], free_port(), urls), tmp_path / "router.log",
+                     package) as base:
+            (check_flow if engine == "vllm" else _sglang_flow)(base, peers)
     finally:
         for ps in peers.values():
             for s in ps:

@@ -93,12 +93,12 @@ def _static(argv: list[str], port: int, prefill: list[str], decode: list[str]) -
 
 
 @contextlib.contextmanager
-def running(args: list[str], log_path):
-    """vllm-router's launcher with ``args`` (listening on 127.0.0.1), until it answers /readiness; yields its
-    base URL and stops it on exit."""
+def running(args: list[str], log_path, package: str = "vllm_router"):
+    """A router package's launcher (vllm-router's, or sglang-router's) with ``args`` (listening on
+    127.0.0.1), until it answers /readiness; yields its base URL and stops it on exit."""
     port = int(args[args.index("--port") + 1])
     log = open(log_path, "w")
-    proc = subprocess.Popen([sys.executable, "-m", "vllm_router.launch_router", *args], stdout=log,
+    proc = subprocess.Popen([sys.executable, "-m", f"{package}.launch_router", *args], stdout=log,
                             stderr=subprocess.STDOUT)
     try:
         base = f"http://127.0.0.1:{port}"
