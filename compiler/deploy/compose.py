@@ -118,8 +118,8 @@ def warnings(b: Bundle) -> list[str]:
     if apart and "bootstrap" in pr:  # the decoder dials the host of the router's prefill URL
         split.append(f"--to compose: P/D pairs across nodes ({'; '.join(apart)}): a decoder fetches KV from "
                      f"the prefiller's bootstrap server at the host of the router's prefill URL, port "
-                     f"{pr['bootstrap']['port']}, which compose does not publish and which is one port per "
-                     "node: run such pairs with emit --to k8s")
+                     f"{pr['bootstrap']['port']}, which compose does not publish (nor could two prefill "
+                     "replicas of a node both publish it): run such pairs with emit --to k8s")
     return no_pd_router(b, "compose") + network_kv(b) + split + image_warnings(b)
 
 

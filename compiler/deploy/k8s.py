@@ -100,7 +100,8 @@ def _workload_object(b: Bundle, t: Target) -> dict:
     labels = _labels(t)
     from trimtab.deploy.pdrouter import pod_annotations
 
-    scrape = {**scrape_annotations(b), **pod_annotations(b, t)}  # where the P/D router finds SGLang's bootstrap
+    # with a prefill pod's bootstrap port where its P/D router looks for it (SGLang)
+    scrape = {**scrape_annotations(b), **pod_annotations(b, t)}
     gpus = t.dep.tensor_parallel * t.dep.pipeline_parallel * t.dep.data_parallel
     meta = {"name": t.name, "labels": labels}
     if t.facts.nodes_per_replica == 1:

@@ -1,10 +1,11 @@
-"""P/D routers: per prefill/decode pair of the plan, the engine project's own router (profiles/engine_flags.yaml
-``pd_router``): for vLLM ``vllm-router`` in its NIXL P/D mode, which sends each request to a prefill engine
-(one token, ``kv_transfer_params.do_remote_decode``) and then to a decode engine with the prefiller's KV
-transfer parameters, so the decoder pulls the KV over NIXL; for SGLang ``sglang-router`` (sgl-router, of
-which vllm-router is a fork) in its P/D mode, which sends each request to both at once, each told the
-prefiller's bootstrap server (``bootstrap``), where the decoder finds the KV. One command line for every
-target and engine (``router_args``, the engine's ``mode``); only how it finds the pair's engines differs:
+"""P/D routers: per prefill/decode pair of the plan, the engine project's own router
+(profiles/engine_flags.yaml ``pd_router``). For vLLM ``vllm-router`` in its NIXL P/D mode, which sends each
+request to a prefill engine (one token, ``kv_transfer_params.do_remote_decode``) and then to a decode engine
+with the prefiller's KV transfer parameters, so the decoder pulls the KV over NIXL; for SGLang
+``sglang-router`` (sgl-router, of which vllm-router is a fork) in its P/D mode, which sends each request to
+both at once, each told the prefiller's bootstrap server (``bootstrap``), where the decoder finds the KV.
+One command line for every target and engine (``router_args``, the engine's ``mode``); only how it finds the
+pair's engines differs:
 
 - ``--to k8s`` (``objects``): a Deployment and Service per pair that finds the pair's pods by Kubernetes
   service discovery (``discovery_args``: the labels the pair's Services select; SGLang's bootstrap port from

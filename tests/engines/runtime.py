@@ -204,8 +204,8 @@ class Route:
 def route_compose(docs: dict[str, dict], workload_backends: set[str]) -> Route:
     """compose has no router for unified deployments: a client sends to a published host port of a service
     that serves its workload (``workload_backends``: the plan's deployment names, as service names
-    ``<deployment>-r<replica>``). A P/D pair's entry point is its router service (test_emit_compose_pd_router).
-    """
+    ``<deployment>-r<replica>``). A P/D pair's entry point is its router service
+    (test_emit_compose_pd_router)."""
     procs, port, hops = {}, None, []
     for fname, doc in docs.items():
         for p in compose(doc):

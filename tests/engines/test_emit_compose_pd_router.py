@@ -72,7 +72,7 @@ def _one_node(plan, spec) -> dict[str, str]:
             pl.append(p.model_copy(update={"node": "one", "gpus": list(range(gpu, gpu + len(p.gpus)))}))
             gpu += len(p.gpus)
         targets.append(replace(t, dep=t.dep.model_copy(update={"placement": pl})))
-    return {f"{n}": dump_canonical(d) for n, d in compose.compose_files(replace(b, targets=targets)).items()}
+    return {n: dump_canonical(d) for n, d in compose.compose_files(replace(b, targets=targets)).items()}
 
 
 def _routers(docs: dict[str, dict]) -> list[tuple[str, str, dict]]:
@@ -166,7 +166,8 @@ def _sglang_flow(base: str, peers: dict[str, list], n: int = 4) -> None:
                        json={"model": "m", "prompt": f"request {k}", "max_tokens": 16})
         assert r.status_code == 200, r.text
         assert r.json()["choices"][0]["text"].startswith("from decode-")
-    got = {role: [(s, b) for s in ps for p, b in s.seen if p == "/v1/completions"] for role, ps in peers.items()}
+    got = {role: [(s, b) for s in ps for p, b in s.seen if p == "/v1/completions"]
+           for role, ps in peers.items()}
     assert len(got["prefill"]) == len(got["decode"]) == n
     rooms = {b["bootstrap_room"]: (s, b) for s, b in got["prefill"]}
     assert len(rooms) == n
