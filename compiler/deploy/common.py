@@ -280,16 +280,17 @@ def pd_workloads(b: Bundle) -> list[str]:
 
 
 def no_pd_router(b: Bundle, target: str) -> list[str]:
-    """A target that runs prefill and decode servers but no P/D router: nothing sends a request to a prefiller
-    and then to a decoder with the prefiller's KV transfer parameters, so these workloads get no answer."""
+    """P/D pairs of an engine whose profile has no P/D router (``pd_router``; --to k8s and compose emit one
+    per pair otherwise, ``trimtab.deploy.pdrouter``): nothing sends a request to a prefiller and then to a
+    decoder with the prefiller's KV transfer parameters, so these workloads get no answer."""
     wl = pd_workloads(b)
-    if not wl:
+    if not wl or "pd_router" in b.engine:
         return []
-    return [f"--to {target} has no P/D router: workload(s) {', '.join(wl)} are routed to prefill/decode "
-            "pairs (routes.yaml lists them), whose servers start but accept no end-to-end request until a "
+    return [f"--to {target} has no P/D router for {b.plan.engine.name}: workload(s) {', '.join(wl)} are "
+            "routed to prefill/decode pairs, whose servers start but accept no end-to-end request until a "
             "P/D proxy sends each request to a prefiller, then to a decoder with its KV transfer parameters; "
-            "deploy one, or emit --to k8s (vLLM: a vllm-router per pair), --to llm-d (routing sidecar and "
-            "endpoint picker) or --to dynamo (frontend), which route pairs"]
+            "deploy one, or emit --to llm-d (routing sidecar and endpoint picker) or --to dynamo (frontend), "
+            "which route pairs"]
 
 
 def network_kv(b: Bundle) -> list[str]:

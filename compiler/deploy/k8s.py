@@ -98,7 +98,10 @@ def pod_monitor(b: Bundle) -> dict:
 
 def _workload_object(b: Bundle, t: Target) -> dict:
     labels = _labels(t)
-    scrape = scrape_annotations(b)
+    from trimtab.deploy.pdrouter import pod_annotations
+
+    # with a prefill pod's bootstrap port where its P/D router looks for it (SGLang)
+    scrape = {**scrape_annotations(b), **pod_annotations(b, t)}
     gpus = t.dep.tensor_parallel * t.dep.pipeline_parallel * t.dep.data_parallel
     meta = {"name": t.name, "labels": labels}
     if t.facts.nodes_per_replica == 1:
@@ -269,8 +272,7 @@ def manifests(b: Bundle) -> dict[str, list[dict]]:
 
 
 def warnings(b: Bundle) -> list[str]:
-    routed = "pd_router" in b.engine  # pdrouter emits one per pair
-    return ([] if routed else no_pd_router(b, "k8s")) + network_kv(b) + image_warnings(b)
+    return no_pd_router(b, "k8s") + network_kv(b) + image_warnings(b)
 
 
 def prerequisites(b: Bundle) -> list[str]:

@@ -1,12 +1,22 @@
-"""P/D routers for ``--to k8s``: per prefill/decode pair of the plan, a Deployment and Service of the vLLM
-project's router (``vllm-router``, profiles/engine_flags.yaml ``pd_router``) in its NIXL P/D mode, which
-sends each request to a prefill pod (one token, ``kv_transfer_params.do_remote_decode``) and then to a decode
-pod with the prefiller's KV transfer parameters, so the decoder pulls the KV over NIXL. It finds the pods of
-the pair by Kubernetes service discovery (the same labels the pair's Services select), so replicas added by
-KEDA join without a restart; a ServiceAccount with a Role to read pods lets it.
+"""P/D routers: per prefill/decode pair of the plan, the engine project's own router
+(profiles/engine_flags.yaml ``pd_router``). For vLLM ``vllm-router`` in its NIXL P/D mode, which sends each
+request to a prefill engine (one token, ``kv_transfer_params.do_remote_decode``) and then to a decode engine
+with the prefiller's KV transfer parameters, so the decoder pulls the KV over NIXL; for SGLang
+``sglang-router`` (sgl-router, of which vllm-router is a fork) in its P/D mode, which sends each request to
+both at once, each told the prefiller's bootstrap server (``bootstrap``), where the decoder finds the KV.
+One command line for every target and engine (``router_args``, the engine's ``mode``); only how it finds the
+pair's engines differs:
 
-Entry point: ``objects(bundle, selector_of) -> (objects, {(prefill, decode): router service name})``; none
-for an engine without a P/D router in its profile (``emit`` then warns, ``common.no_pd_router``).
+- ``--to k8s`` (``objects``): a Deployment and Service per pair that finds the pair's pods by Kubernetes
+  service discovery (``discovery_args``: the labels the pair's Services select; SGLang's bootstrap port from
+  the prefill pods' annotation, ``pod_annotations``), so replicas added by KEDA join without a restart; a
+  ServiceAccount with a Role to read pods lets it.
+- ``--to compose`` (``trimtab.deploy.compose``): a service per pair given each replica's URL
+  (``static_args``), since compose has no discovery and its replicas are fixed.
+
+Entry points: ``objects(bundle, selector_of) -> (objects, {(prefill, decode): router service name})``,
+``pairs``, ``router_name``, ``router_args``, ``static_args``, ``pod_annotations``; none for an engine
+without a P/D router in its profile (TensorRT-LLM: ``emit`` then warns, ``common.no_pd_router``).
 """
 from __future__ import annotations
 
@@ -31,17 +41,47 @@ def router_name(prefill: Target, decode: Target) -> str:
     return k8s_name(f"pd-{prefill.name}-{decode.name}")
 
 
-def router_args(b: Bundle, prefill_sel: dict, decode_sel: dict) -> list[str]:
-    """The router's arguments (after its program): P/D mode over NIXL, each side's pods by their labels."""
-    return ["--host", "0.0.0.0", "--port", str(b.engine["pd_router"]["port"]),
-            "--vllm-pd-disaggregation", "--kv-connector", "nixl",
-            "--service-discovery", "--service-discovery-namespace", f"$({NAMESPACE_ENV})",
+def router_args(b: Bundle, peers: list[str]) -> list[str]:
+    """The router's arguments (after its program): its P/D mode on the profile's port, then ``peers``
+    (how it finds and picks each side's engines: ``discovery_args`` or ``static_args``)."""
+    pr = b.engine["pd_router"]
+    return ["--host", "0.0.0.0", "--port", str(pr["port"]), *pr["mode"], *peers,
+            # its own metrics (port 29000) reachable from Prometheus, not only from inside the container
+            "--prometheus-host", "0.0.0.0"]
+
+
+def discovery_args(prefill_sel: dict, decode_sel: dict) -> list[str]:
+    """Each side's pods by their labels, in the router's own namespace, on the port their engines serve."""
+    return ["--service-discovery", "--service-discovery-namespace", f"$({NAMESPACE_ENV})",
             "--service-discovery-port", str(PORT),
             "--prefill-selector", *(f"{k}={v}" for k, v in sorted(prefill_sel.items())),
             "--decode-selector", *(f"{k}={v}" for k, v in sorted(decode_sel.items())),
-            "--prefill-policy", POLICY, "--decode-policy", POLICY,
-            # its own metrics (port 29000) reachable from Prometheus, not only from inside the pod
-            "--prometheus-host", "0.0.0.0"]
+            "--prefill-policy", POLICY, "--decode-policy", POLICY]
+
+
+def static_args(b: Bundle, prefill_urls: list[str], decode_urls: list[str], startup_s: int) -> list[str]:
+    """Each side's engines by URL, a prefill URL with the engine's bootstrap port where it has one (SGLang;
+    vLLM's NIXL side-channel address travels in the prefiller's answer instead). The router waits for every
+    URL to answer its health check before it serves and exits after ``--worker-startup-timeout-secs`` (600 s
+    by default): ``startup_s``, the pair's start-up budget, so a first model download does not stop it
+    before its engines are up. A side of one engine gets ``round_robin``: the router refuses
+    ``power_of_two`` over fewer than two static workers, and with one there is nothing to pick."""
+    boot = [str(b.engine["pd_router"]["bootstrap"]["port"])] if "bootstrap" in b.engine["pd_router"] else []
+
+    def policy(urls: list[str]) -> str:
+        return POLICY if len(urls) > 1 else "round_robin"
+
+    return [*(a for u in prefill_urls for a in ("--prefill", u, *boot)),
+            *(a for u in decode_urls for a in ("--decode", u)),
+            "--worker-startup-timeout-secs", str(startup_s),
+            "--prefill-policy", policy(prefill_urls), "--decode-policy", policy(decode_urls)]
+
+
+def pod_annotations(b: Bundle, t: Target) -> dict:
+    """A prefill pod's bootstrap port as the annotation the engine's router reads it from under service
+    discovery (SGLang: ``sglang.ai/bootstrap-port``); none for other pods and engines."""
+    boot = b.engine.get("pd_router", {}).get("bootstrap")
+    return {boot["annotation"]: str(boot["port"])} if boot and t.dep.role == "prefill" else {}
 
 
 def _rbac(b: Bundle) -> list[dict]:
@@ -90,5 +130,5 @@ def objects(b: Bundle, selector_of) -> tuple[list[dict], dict[tuple[str, str], s
     for p, d in ps:
         name = router_name(p, d)
         names[(p.name, d.name)] = name
-        objs += _router(b, name, router_args(b, selector_of(p), selector_of(d)))
+        objs += _router(b, name, router_args(b, discovery_args(selector_of(p), selector_of(d))))
     return objs, names

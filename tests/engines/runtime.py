@@ -48,10 +48,16 @@ def _entrypoint(image: str) -> list[str]:
     return list(IMAGE_ENTRYPOINT.get(image.rsplit(":", 1)[0], []))
 
 
-def compose(doc: dict, host_env: dict | None = None) -> list[Proc]:
+PD_ROUTER_LABEL = "trimtab.dev/prefill"  # what marks a compose P/D router service (its pair's prefill side)
+
+
+def compose(doc: dict, host_env: dict | None = None, engines_only: bool = False) -> list[Proc]:
+    """Each service's process; ``engines_only`` leaves out the P/D routers (labelled ``PD_ROUTER_LABEL``)."""
     host = HOST_ENV if host_env is None else host_env
     out = []
     for name, svc in doc["services"].items():
+        if engines_only and PD_ROUTER_LABEL in (svc.get("labels") or {}):
+            continue
         if "entrypoint" in svc:
             argv = list(svc["entrypoint"]) + list(svc.get("command") or [])
         else:
@@ -196,8 +202,10 @@ class Route:
 
 
 def route_compose(docs: dict[str, dict], workload_backends: set[str]) -> Route:
-    """compose has no router: a client sends to a published host port of a service that serves its workload
-    (``workload_backends``: the plan's deployment names, as service names ``<deployment>-r<replica>``)."""
+    """compose has no router for unified deployments: a client sends to a published host port of a service
+    that serves its workload (``workload_backends``: the plan's deployment names, as service names
+    ``<deployment>-r<replica>``). A P/D pair's entry point is its router service
+    (test_emit_compose_pd_router)."""
     procs, port, hops = {}, None, []
     for fname, doc in docs.items():
         for p in compose(doc):

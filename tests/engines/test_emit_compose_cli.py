@@ -32,6 +32,9 @@ def test_compose_files_validate_and_pin_the_placed_gpus(example_plans, example_s
             ports = [s["ports"][0].split(":")[0] for s in doc["services"].values()]
             assert len(set(ports)) == len(ports)
             for svc in doc["services"].values():
+                if "trimtab.dev/prefill" in svc.get("labels", {}):
+                    assert "deploy" not in svc  # a P/D router (test_emit_compose_pd_router) needs no GPU
+                    continue
                 ids = svc["deploy"]["resources"]["reservations"]["devices"][0]["device_ids"]
                 pinned.setdefault(node, []).extend(ids)
         for node, ids in pinned.items():

@@ -20,18 +20,27 @@ def _objs(files: dict[str, str]) -> list[dict]:
     return [o for text in files.values() for o in yaml.safe_load_all(text)]
 
 
-def _router_parse(argv: list[str]):
-    """vllm-router's Python launcher parser (vllm_router/launch_router.py) and its own validation, then the
-    Rust router's constructor, which rejects what its config cannot hold; None without the package."""
+# The P/D router of each engine (profiles/engine_flags.yaml pd_router): its Python package and program
+ROUTERS = {"vllm": ("vllm_router", ["vllm-router"]),
+           "sglang": ("sglang_router", ["python3", "-m", "sglang_router.launch_router"])}
+
+
+def router_parse(argv: list[str], engine: str = "vllm"):
+    """The router's Python launcher parser (``<package>/launch_router.py parse_router_args``) and its own
+    validation, then the Rust router's constructor, which rejects what its config cannot hold; None without
+    the package."""
+    import importlib
+
+    package, program = ROUTERS[engine]
     try:
-        from vllm_router.launch_router import parse_router_args
-        from vllm_router.router import Router
+        launch = importlib.import_module(f"{package}.launch_router")
+        router = importlib.import_module(f"{package}.router")
     except ImportError:
         return None
-    assert argv[0] == "vllm-router"
-    args = parse_router_args(argv[1:])
+    assert argv[:len(program)] == program, argv[:4]
+    args = launch.parse_router_args(argv[len(program):])
     args._validate_router_args()
-    Router.from_args(args)
+    router.Router.from_args(args)
     return args
 
 
@@ -81,7 +90,7 @@ def test_each_pair_gets_a_router_that_reaches_its_pods(plan_of, namespace):
             assert eng.env["VLLM_NIXL_SIDE_CHANNEL_HOST"] == runtime.POD_IP
         assert (picked["prefill"], picked["decode"]) in {(p.replace(".", "-"), d.replace(".", "-"))
                                                           for p, d in pairs}
-        parsed = _router_parse(proc.argv)
+        parsed = router_parse(proc.argv)
         if parsed is not None:
             assert parsed.vllm_pd_disaggregation and parsed.service_discovery
             assert parsed.kv_connector == "nixl"
@@ -104,21 +113,25 @@ def test_each_pair_gets_a_router_that_reaches_its_pods(plan_of, namespace):
 
 
 def test_an_engine_without_a_pd_router_still_says_so(plan_of):
-    """SGLang's and TensorRT-LLM's P/D need routers of their own, which emit does not write (their profiles
-    have no ``pd_router``): the pairs' workloads get no router objects and the warning stays."""
+    """TensorRT-LLM's P/D needs a router of its own, which emit does not write (its profile has no
+    ``pd_router``): the pairs' workloads get no router objects or services and the warning stays, on k8s and
+    compose (shown on the vLLM plan with its router taken out of the profile)."""
     from dataclasses import replace
 
-    from trimtab.deploy import k8s
+    from trimtab.deploy import compose, k8s
     from trimtab.deploy.common import prepare
     from trimtab.engines.base import engine_table
 
-    assert "pd_router" not in engine_table("sglang") and "pd_router" not in engine_table("trt-llm")
+    assert "pd_router" not in engine_table("trt-llm") and "pd_router" in engine_table("sglang")
     plan, _, spec = plan_of("disaggregated")
     b = prepare(plan, spec)
     b = replace(b, engine={k: v for k, v in b.engine.items() if k != "pd_router"})
     assert any("no P/D router" in w for w in k8s.warnings(b))
     objs = [o for objs in k8s.manifests(b).values() for o in objs]
     assert not any(o["kind"] in ("RoleBinding", "HTTPRoute") for o in objs)
+    assert any("--to compose has no P/D router" in w for w in compose.warnings(b))
+    services = [s for doc in compose.compose_files(b).values() for s in doc["services"]]
+    assert services and not any(s.startswith("pd-") for s in services)
 
 
 def test_pod_monitor_scrapes_every_engine_pod_and_no_router(plan_of):
@@ -139,3 +152,42 @@ def test_pod_monitor_scrapes_every_engine_pod_and_no_router(plan_of):
             assert ports <= {p["name"] for c in tmpl["spec"]["containers"] for p in c.get("ports", [])}
     plain = _objs(render(plan, spec, "k8s")[0])
     assert not any(o["kind"] == "PodMonitor" for o in plain)  # an option: the annotations stay the default
+
+
+def test_sglang_pairs_get_sglang_router_that_finds_the_bootstrap_port(plan_of, tmp_path):
+    """The disaggregated plan realised for SGLang (``defaults.engine``): each pair's router is sglang-router
+    in its P/D mode, its argv read by sglang-router's own parser, its selectors each picking exactly the
+    pair's side, and the prefill pods annotated with the bootstrap port under the annotation the router
+    reads it from (its discovery has no other source for it)."""
+    import trimtab
+    from pathlib import Path
+
+    plan, _, _ = plan_of("disaggregated")
+    text = (Path(__file__).resolve().parents[2] / "examples/disaggregated.yaml").read_text()
+    (tmp_path / "spec.yaml").write_text(text.rstrip() + "\ndefaults: {engine: sglang}\n")
+    files, warns = render(plan, trimtab.load_spec(tmp_path / "spec.yaml"), "k8s")
+    assert not any("no P/D router" in w for w in warns)
+    objs = _objs(files)
+    for o in objs:
+        validate(o)
+    procs = runtime.k8s(objs)
+    routers = [o for o in objs if o["kind"] == "Deployment"
+               and o["metadata"]["labels"]["app.kubernetes.io/name"] == APP]
+    assert len(routers) == len({(r.prefill, r.decode) for r in plan.routes if r.prefill}) >= 1
+    engines = {o["metadata"]["name"]: o for o in objs if o["kind"] == "Deployment" and o not in routers}
+    for router in routers:
+        argv = procs[router["metadata"]["name"]][0].argv
+        assert argv[:3] == ROUTERS["sglang"][1]
+        parsed = router_parse(argv, "sglang")
+        if parsed is None:
+            pytest.skip("sglang-router is not installed (the test extra has it)")
+        assert parsed.pd_disaggregation and parsed.service_discovery
+        assert parsed.service_discovery_port == runtime.listen_port(procs[next(iter(engines))][0])
+        for side, sel in (("prefill", parsed.prefill_selector), ("decode", parsed.decode_selector)):
+            hits = [n for n, o in engines.items()
+                    if _labels_match(sel, o["spec"]["template"]["metadata"]["labels"])]
+            assert len(hits) == 1, (side, hits)
+            ann = engines[hits[0]]["spec"]["template"]["metadata"].get("annotations", {})
+            port = ann.get(parsed.bootstrap_port_annotation)
+            assert (port == "8998") if side == "prefill" else port is None, (side, ann)
+            assert f"--disaggregation-mode={side}" in procs[hits[0]][0].argv

@@ -9,6 +9,7 @@ prefiller's parameters (``do_remote_prefill``, its engine id and side-channel ad
 the decoder's answer. Skips without the vllm-router package (the test extra installs it)."""
 from __future__ import annotations
 
+import contextlib
 import json
 import subprocess
 import sys
@@ -61,7 +62,7 @@ class _Peer(BaseHTTPRequestHandler):
                     "usage": {"prompt_tokens": 3, "completion_tokens": 1, "total_tokens": 4}})
 
 
-def _peer(role: str, i: int) -> ThreadingHTTPServer:
+def peer(role: str, i: int) -> ThreadingHTTPServer:
     s = ThreadingHTTPServer(("127.0.0.1", free_port()), _Peer)
     s.role, s.name, s.seen = role, f"{role}-{i}", []
     threading.Thread(target=s.serve_forever, daemon=True).start()
@@ -91,24 +92,19 @@ def _static(argv: list[str], port: int, prefill: list[str], decode: list[str]) -
     return out
 
 
-def test_the_emitted_router_sends_prefill_then_decode_with_the_kv_parameters(plan_of, tmp_path):
-    plan, _, spec = plan_of("disaggregated")
-    objs = [o for t in render(plan, spec, "k8s")[0].values() for o in yaml.safe_load_all(t)]
-    router = next(o for o in objs if o["kind"] == "Deployment"
-                  and o["metadata"]["labels"]["app.kubernetes.io/name"] == APP)
-    argv = runtime.k8s([router])[router["metadata"]["name"]][0].argv
-    peers = {r: [_peer(r, i) for i in range(2)] for r in ("prefill", "decode")}  # power_of_two needs two
-    url = {r: [f"http://127.0.0.1:{s.server_port}" for s in ps] for r, ps in peers.items()}
-    port = free_port()
-    args = _static(argv[1:], port, url["prefill"], url["decode"])
-    log = (tmp_path / "router.log").open("w")
-    proc = subprocess.Popen([sys.executable, "-m", "vllm_router.launch_router", *args], stdout=log,
+@contextlib.contextmanager
+def running(args: list[str], log_path, package: str = "vllm_router"):
+    """A router package's launcher (vllm-router's, or sglang-router's) with ``args`` (listening on
+    127.0.0.1), until it answers /readiness; yields its base URL and stops it on exit."""
+    port = int(args[args.index("--port") + 1])
+    log = open(log_path, "w")
+    proc = subprocess.Popen([sys.executable, "-m", f"{package}.launch_router", *args], stdout=log,
                             stderr=subprocess.STDOUT)
     try:
         base = f"http://127.0.0.1:{port}"
         deadline = time.monotonic() + 60
         while True:
-            assert proc.poll() is None, (tmp_path / "router.log").read_text()[-2000:]
+            assert proc.poll() is None, open(log_path).read()[-2000:]
             try:
                 if httpx.get(f"{base}/readiness", timeout=2).status_code == 200:
                     break
@@ -116,21 +112,25 @@ def test_the_emitted_router_sends_prefill_then_decode_with_the_kv_parameters(pla
                 pass
             assert time.monotonic() < deadline, "router not ready in 60 s"
             time.sleep(0.5)
-        for k in range(4):
-            r = httpx.post(f"{base}/v1/completions", timeout=30,
-                           json={"model": "m", "prompt": f"request {k}", "max_tokens": 16})
-            assert r.status_code == 200, r.text
-            assert r.json()["choices"][0]["text"].startswith("from decode-")
+        yield base
     finally:
         proc.terminate()
         proc.wait(timeout=30)
         log.close()
-        for ps in peers.values():
-            for s in ps:
-                s.shutdown()
+
+
+def check_flow(base: str, peers: dict[str, list[ThreadingHTTPServer]], n: int = 4) -> None:
+    """``n`` requests through the router at ``base``: each to a prefill peer for one token with
+    ``do_remote_decode``, then to a decode peer with that prefiller's KV parameters, whose answer the client
+    gets."""
+    for k in range(n):
+        r = httpx.post(f"{base}/v1/completions", timeout=30,
+                       json={"model": "m", "prompt": f"request {k}", "max_tokens": 16})
+        assert r.status_code == 200, r.text
+        assert r.json()["choices"][0]["text"].startswith("from decode-")
     pre = [b for s in peers["prefill"] for p, b in s.seen if p == "/v1/completions"]
     dec = [b for s in peers["decode"] for p, b in s.seen if p == "/v1/completions"]
-    assert len(pre) == len(dec) == 4
+    assert len(pre) == len(dec) == n
     for b in pre:  # one token, and the prefiller keeps the KV for a remote decoder
         assert b["max_tokens"] == 1 and b["kv_transfer_params"]["do_remote_decode"] is True
     served = {s.name for s in peers["prefill"] if s.seen}
@@ -139,4 +139,22 @@ def test_the_emitted_router_sends_prefill_then_decode_with_the_kv_parameters(pla
         assert b["max_tokens"] == 16 and kv["do_remote_prefill"] is True
         assert kv["remote_engine_id"] in served and kv["remote_host"] == kv["remote_engine_id"]
     prompts = sorted(b["prompt"] for b in dec)
-    assert prompts == sorted(b["prompt"] for b in pre) == [f"request {k}" for k in range(4)]
+    assert prompts == sorted(b["prompt"] for b in pre) == [f"request {k}" for k in range(n)]
+
+
+def test_the_emitted_router_sends_prefill_then_decode_with_the_kv_parameters(plan_of, tmp_path):
+    plan, _, spec = plan_of("disaggregated")
+    objs = [o for t in render(plan, spec, "k8s")[0].values() for o in yaml.safe_load_all(t)]
+    router = next(o for o in objs if o["kind"] == "Deployment"
+                  and o["metadata"]["labels"]["app.kubernetes.io/name"] == APP)
+    argv = runtime.k8s([router])[router["metadata"]["name"]][0].argv
+    peers = {r: [peer(r, i) for i in range(2)] for r in ("prefill", "decode")}  # power_of_two needs two
+    url = {r: [f"http://127.0.0.1:{s.server_port}" for s in ps] for r, ps in peers.items()}
+    args = _static(argv[1:], free_port(), url["prefill"], url["decode"])
+    try:
+        with running(args, tmp_path / "router.log") as base:
+            check_flow(base, peers)
+    finally:
+        for ps in peers.values():
+            for s in ps:
+                s.shutdown()
