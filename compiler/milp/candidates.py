@@ -240,8 +240,8 @@ def for_one_type(cands: CandidateSet, ir: ProblemIR, one: ProblemIR) -> Candidat
     Why: ``trimtab.planning.driver.single_types`` plans each type alone, and building a set per type cost as
     much as the whole plan at 100 workloads and 8 types. A unified candidate depends on its workload and its
     own pool only (dominance compares within one GPU type), so the type's unified candidates are those of
-    ``cands``, byte for byte, when the workloads, engine, models and that pool are lowered the same (the pool's
-    position in the spec aside); P/D candidates depend on the other types offered (a pair must beat the
+    ``cands``, byte for byte, when the workloads, engine, models and that pool are lowered the same (the
+    pool's position in the spec aside); P/D candidates depend on the other types offered (a pair must beat the
     cheapest unified shape, over the narrowest NIC) and are built again on ``one``. KV borrowing sizes a shape
     by other workloads' lenders: built. The set is for solving: ``pruned`` and ``best`` only word the reasons
     of a plan that cannot be made, and are left empty (a precheck fails on it exactly where it fails on the

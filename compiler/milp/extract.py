@@ -249,4 +249,5 @@ def finish_plan(plan: Plan, spec, ir: ProblemIR, last_sim, sim_requests: int, si
             undersampled=last_sim.undersampled())})
     from trimtab.contract.realise import realise
 
-    return realise(with_capacities(plan, ir), ir)  # the engine's commands, after placement (multi-node replicas)
+    # the engine's commands, after placement (multi-node replicas)
+    return realise(with_capacities(plan, ir), ir)

@@ -419,7 +419,7 @@ def single_types(planner: Planner, spec, ir: ProblemIR, cands, be, opts: SolveOp
             continue
         try:
             ir_one = lower(one, profiles)
-            derive = getattr(planner, "for_one_type", None)  # its candidates taken from ``cands``, not rebuilt
+            derive = getattr(planner, "for_one_type", None)  # its candidates from ``cands``, not rebuilt
             r = drive(planner, one, ir_one, backend=be.name, time_limit_s=opts.time_limit_s,
                       validate=validate, seed=seed, profiles=profiles, runs=runs, above=cost,
                       cands=derive(cands, ir, ir_one) if derive else None)
