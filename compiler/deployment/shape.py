@@ -104,9 +104,14 @@ class Candidate(DeploymentShape):
 
 @dataclass(frozen=True, slots=True)
 class Pruned:
+    """A shape not offered to the solver: ``reason`` says why in full; ``cause`` is the short kind that
+    messages group by (``memory``, ``dominated``, ``redundancy n+1``, a layout's own phrase such as
+    ``needs 16 GPUs, ...``), set where the shape is pruned: nothing parses ``reason`` back."""
+
     id: str
     reason: str
     workload: str  # the workload the candidate was made for (ids are for display only)
+    cause: str
 
 
 @dataclass(frozen=True, slots=True)

@@ -157,7 +157,7 @@ def build_candidates(ir: ProblemIR, jobs: int | None = None) -> CandidateSet:
             fitted_once = False
             for cid0, tp, pp, dp, ep, why in layouts(ir, w, pool):
                 if why:
-                    pruned.append(Pruned(cid0, why, w.name))
+                    pruned.append(Pruned(cid0, why, w.name, why))
                     continue
                 sibling: dict[str, float] = {}  # capacity per bucket at the previous token budget: a search guess
                 for mbt in TOKEN_BUDGETS:
@@ -168,7 +168,7 @@ def build_candidates(ir: ProblemIR, jobs: int | None = None) -> CandidateSet:
                     if mem.kv_cache_tokens // dp < longest:  # one request's KV stays on one attention DP rank
                         pruned.append(Pruned(cid, f"memory: {mem.weights_gib_per_gpu:.1f} GiB of weights per GPU leave "
                                                   f"KV room for {mem.kv_cache_tokens} tokens, the longest request needs "
-                                                  f"{longest:.0f}", w.name))
+                                                  f"{longest:.0f}", w.name, "memory"))
                         if tiers and dp == 1:
                             cands += _tier_variants(ir, w, pool, tp, pp, mbt, cid, rm, {}, longest, zero, offload)
                             later.append((w, pool, tp, pp, mbt, cid, rm, {}, longest, zero))
@@ -187,7 +187,8 @@ def build_candidates(ir: ProblemIR, jobs: int | None = None) -> CandidateSet:
                             caps.append((b.name, cap))
                             sibling[b.name] = cap
                     if not caps:
-                        pruned.append(Pruned(cid, "meets the SLO for no length bucket even at low load", w.name))
+                        no_slo = "meets the SLO for no length bucket even at low load"
+                        pruned.append(Pruned(cid, no_slo, w.name, no_slo))
                         continue
                     spare = 0.0
                     if host_prefix and w.prefix_hit_rate and dp == 1:
@@ -247,7 +248,22 @@ def for_one_type(cands: CandidateSet, ir: ProblemIR, one: ProblemIR) -> Candidat
     of a plan that cannot be made, and are left empty (a precheck fails on it exactly where it fails on the
     built set: a workload without candidates, or a bucket none holds)."""
     from trimtab.milp.disagg import build_pd_candidates
+    from trimtab.milp.fanout import build_split
 
+    kept = _unified_of(cands, ir, one)
+    if kept is None:
+        return None
+
+    def pairs(sub: ProblemIR) -> CandidateSet:  # (per workload, in the fan-out's processes where it pays)
+        mine = tuple(c for c in kept if c.workload in {w.name for w in sub.workloads})
+        return CandidateSet(mine, (), (), build_pd_candidates(sub, mine))
+
+    return build_split(one, pairs) or pairs(one)
+
+
+def _unified_of(cands: CandidateSet, ir: ProblemIR, one: ProblemIR) -> tuple[Candidate, ...] | None:
+    """The unified candidates ``build_candidates(one)`` builds, from ``cands``; None where that is not shown
+    to hold (``for_one_type``)."""
     if len(one.gpus) != 1 or ir.kv_tiers == "experimental-live" or ir.lora is not None:
         return None
     (pool,) = one.gpus
@@ -255,17 +271,16 @@ def for_one_type(cands: CandidateSet, ir: ProblemIR, one: ProblemIR) -> Candidat
     same = (mine is not None and replace(mine, index=pool.index) == pool and one.workloads == ir.workloads
             and one.engine == ir.engine and one.models == ir.models and one.kv_tiers == ir.kv_tiers
             and one.inter_rack_gbps == ir.inter_rack_gbps and one.objective == ir.objective)
-    if not same:
-        return None
-    from trimtab.milp.fanout import build_split
+    return tuple(c for c in cands.candidates if c.gpu == pool.type) if same else None
 
-    kept = tuple(c for c in cands.candidates if c.gpu == pool.type)
 
-    def pairs(sub: ProblemIR) -> CandidateSet:  # (per workload, in the fan-out's processes where it pays)
-        mine = tuple(c for c in kept if c.workload in {w.name for w in sub.workloads})
-        return CandidateSet(mine, (), (), build_pd_candidates(sub, mine))
+def one_type_floor(cands: CandidateSet, ir: ProblemIR, one: ProblemIR) -> float:
+    """A lower bound on the cost of any plan of ``one`` (``ir`` offering one GPU type alone), from ``cands``
+    (``trimtab.milp.disagg.cost_floor``); 0.0 where its candidates cannot be taken from ``cands``."""
+    from trimtab.milp.disagg import cost_floor
 
-    return build_split(one, pairs) or pairs(one)
+    kept = _unified_of(cands, ir, one)
+    return 0.0 if kept is None else cost_floor(one, kept)
 
 
 def _drop_dominated(cands: list[Candidate], pruned: list[Pruned]) -> list[Candidate]:
@@ -294,6 +309,6 @@ def _drop_dominated(cands: list[Candidate], pruned: list[Pruned]) -> list[Candid
             keep.append(c)
         else:
             pruned.append(Pruned(c.id, f"dominated by {dom.id} (no more cost, at least its capacity on every "
-                                  "bucket)", c.workload))
+                                  "bucket)", c.workload, "dominated"))
     pruned.sort(key=lambda p: p.id)
     return keep

@@ -135,19 +135,21 @@ def _usd_per_rps(cands, workload: str, bucket: str, role: str) -> float:
                default=math.inf)
 
 
-def _may_pay(ir: ProblemIR, w: WorkloadIR, unified: tuple[Candidate, ...]) -> bool:
-    """A cheap bound before any bisection: per bucket, the prefill side costs at least usd x (prompt service
-    time at full utilisation) and the decode side at least usd x (osl - 1) x T_d(n) / n per request/s, n the
-    largest batch max_num_seqs and the KV cache allow; P/D can only pay where their sum is PD_MARGIN below the best
-    unified cost (``unified``: this workload's unified candidates)."""
+def pd_floor(ir: ProblemIR, w: WorkloadIR) -> tuple[dict[str, float], float]:
+    """(per bucket, the least a prefill/decode pair of ``ir``'s GPUs can cost per request/s of it; the price
+    of the cheapest replica of any layout that fits). A bound before any bisection: the prefill side costs at
+    least usd x (prompt service time at full utilisation), the decode side at least
+    usd x (osl - 1) x T_d(n) / n, n the largest batch max_num_seqs and the KV cache allow."""
     mns = int(ir.engine.max_num_seqs.value)
     pre = {b.name: math.inf for b in w.buckets}
     dec = dict(pre)
+    cheapest = math.inf
     for pool in ir.gpus:
         for _cid, tp, pp, dp, ep, why in layouts(ir, w, pool):
             if why:
                 continue
             usd = replica_usd_per_hour(pool.usd_per_hour, tp, pp, dp)
+            cheapest = min(cheapest, usd)
             rp = replica_model(ir, w.model, pool.type, tp, pp, w.dtype, mns, PD_TOKEN_BUDGET, dp=dp, ep=ep,
                                kv_dtype=w.kv_dtype)
             rd = replica_model(ir, w.model, pool.type, tp, pp, w.dtype, mns, DECODE_TOKEN_BUDGET, dp=dp, ep=ep,
@@ -160,8 +162,41 @@ def _may_pay(ir: ProblemIR, w: WorkloadIR, unified: tuple[Candidate, ...]) -> bo
                 nb = min(mns, rd.memory.kv_cache_tokens // ctx)  # batch / step time grows with the batch
                 if b.osl_mean > 1 and nb >= 1:
                     dec[b.name] = min(dec[b.name], usd * (b.osl_mean - 1) * rd.iteration_s(nb, ctx) / nb)
-    return any(pre[b.name] + dec[b.name] < (1 - PD_MARGIN) * _usd_per_rps(unified, w.name, b.name, "unified")
+    return {b.name: pre[b.name] + dec[b.name] for b in w.buckets}, cheapest
+
+
+def _may_pay(ir: ProblemIR, w: WorkloadIR, unified: tuple[Candidate, ...]) -> bool:
+    """P/D can only pay where its floor (``pd_floor``) is PD_MARGIN below the best unified cost per request/s
+    (``unified``: this workload's unified candidates): checked before any bisection."""
+    floor, _ = pd_floor(ir, w)
+    return any(floor[b.name] < (1 - PD_MARGIN) * _usd_per_rps(unified, w.name, b.name, "unified")
                for b in w.buckets)
+
+
+def cost_floor(ir: ProblemIR, unified: tuple[Candidate, ...]) -> float:
+    """A lower bound on the cost of any plan of ``ir`` whose unified candidates are ``unified`` (inf: some
+    bucket has no way to be served). Per workload, every bucket's traffic at the least cost per request/s of a
+    unified candidate or of a P/D pair (``pd_floor``; a pair is offered only below the unified cost) and at
+    least one replica. The planner's rounds only lower capacities, so no plan they make is cheaper.
+    ``trimtab.planning.driver.single_types`` skips a GPU type whose floor alone is no cheaper than the plan
+    in hand, before building its P/D pairs."""
+    by_workload: dict[str, list[Candidate]] = {}
+    for c in unified:
+        by_workload.setdefault(c.workload, []).append(c)
+    total = 0.0
+    for w in ir.workloads:
+        if w.rate_rps <= 0:
+            continue  # (no traffic: no replica needed)
+        mine = by_workload.get(w.name, [])
+        pd, one = pd_floor(ir, w) if ENABLED else ({}, math.inf)
+        fluid = 0.0
+        for b in w.buckets:
+            best = min(_usd_per_rps(mine, w.name, b.name, "unified"), pd.get(b.name, math.inf))
+            if best == math.inf:
+                return math.inf
+            fluid += w.rate_rps * b.prob * best
+        total += max(fluid, min(one, min((c.usd_per_hour for c in mine), default=math.inf)))
+    return total
 
 
 def _mix_capped(rm, w: WorkloadIR, caps: list, bw: float) -> list:

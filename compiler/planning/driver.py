@@ -395,30 +395,39 @@ def single_types(planner: Planner, spec, ir: ProblemIR, cands, be, opts: SolveOp
     ``cands`` (the disaggregated example's H100 pairs have no capacity on its longest prompts beside the H200:
     93.60 $/h on H100 alone against 101.40 on ``cands``). Where every plan the rounds solved (``solved_on``)
     used one type alone, the rounds on that type alone would solve the same plans: it is left out."""
+    from trimtab.ir.lower import lower
+    from trimtab.spec.load import spec_profiles
+
+    profiles = profiles or spec_profiles(spec)
+    floor = getattr(planner, "one_type_floor", None)
+    alone: dict[str, tuple] = {}  # type -> (the spec offering it alone, its IR)
     bounds = []
     for g in ir.gpus:
         if g.count <= 0 or solved_on == {g.type}:
             continue
+        # The spec offering this type alone, planned as such: the same answer as `plan` gives it (ties between
+        # plans of equal cost included, which the solver breaks by the model it is given)
+        one = spec.model_copy(update={"gpus": [p for p in spec.gpus if p.type == g.type],
+                                      "nodes": None if spec.nodes is None else
+                                      [n for n in spec.nodes if n.gpu == g.type] or None})
+        if spec.nodes is not None and one.nodes is None:
+            continue
+        try:
+            ir_one = lower(one, profiles)
+        except InfeasibleError:
+            continue
+        if floor is not None and floor(cands, ir, ir_one) >= cost - 1e-6:
+            continue  # no plan of this type alone can be cheaper (a fluid bound: before any pair is built)
+        alone[g.type] = (one, ir_one)
         res = planner.solve(only_type(ir, g.type), cands, start, be, opts)
         if res.termination == Termination.TIME_LIMIT:
             raise NoSolutionError(no_solution_lines(be.name, res, 0))
         bounds.append((res.objective if res.has_solution and res.objective is not None else float("inf"),
                        g.type))
-    from trimtab.ir.lower import lower
-    from trimtab.spec.load import spec_profiles
-
-    profiles = profiles or spec_profiles(spec)
     best = None
     for _, gpu in sorted(bounds):
-        # The spec offering this type alone, planned as such: the same answer as `plan` gives it (ties between
-        # plans of equal cost included, which the solver breaks by the model it is given)
-        one = spec.model_copy(update={"gpus": [g for g in spec.gpus if g.type == gpu],
-                                      "nodes": None if spec.nodes is None else
-                                      [n for n in spec.nodes if n.gpu == gpu] or None})
-        if spec.nodes is not None and one.nodes is None:
-            continue
+        one, ir_one = alone[gpu]
         try:
-            ir_one = lower(one, profiles)
             derive = getattr(planner, "for_one_type", None)  # its candidates from ``cands``, not rebuilt
             r = drive(planner, one, ir_one, backend=be.name, time_limit_s=opts.time_limit_s,
                       validate=validate, seed=seed, profiles=profiles, runs=runs, above=cost,

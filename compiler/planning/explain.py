@@ -35,7 +35,7 @@ def precheck(ir: ProblemIR, cands: CandidateSet) -> list[str]:
     best = {(b.workload, b.bucket): b for b in cands.best}
     for w in ir.workloads:
         if w.name not in served and not any(k[0] == w.name for k in best):
-            reasons = sorted({p.reason.split(":")[0] for p in cands.pruned if p.workload == w.name})
+            reasons = sorted({p.cause for p in cands.pruned if p.workload == w.name})
             gpus = ", ".join(f"{g.type} x{g.count}" for g in ir.gpus)
             # live KV beyond HBM is a way out only for memory, and only when the spec has not allowed it yet
             ways = ["Add larger or more GPUs", "use dtype fp8"]

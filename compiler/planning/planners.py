@@ -6,7 +6,7 @@ planner for specs with adapters or tenants.
 """
 from __future__ import annotations
 
-from trimtab.milp.candidates import build_candidates, for_one_type
+from trimtab.milp.candidates import build_candidates, for_one_type, one_type_floor
 from trimtab.deployment.shape import CandidateSet
 from trimtab.planning.explain import precheck, relaxations
 from trimtab.milp.formulate import capacity_fill
@@ -20,6 +20,9 @@ class UnifiedPlanner:
 
     def for_one_type(self, cands: CandidateSet, ir, one) -> CandidateSet | None:
         return for_one_type(cands, ir, one)
+
+    def one_type_floor(self, cands: CandidateSet, ir, one) -> float:
+        return one_type_floor(cands, ir, one)
 
     def precheck(self, ir, cands: CandidateSet) -> list[str]:
         return precheck(ir, cands)

@@ -59,13 +59,14 @@ def redundant_candidates(cands: CandidateSet, pools: dict[str, tuple[int, int]])
         per = pools.get(c.gpu, (0, 0))[1]
         if c.gpus > per:
             pruned.append(Pruned(c.id, f"redundancy n+1: a replica of {c.gpus} GPUs spans nodes of {per}",
-                                 c.workload))
+                                 c.workload, "redundancy n+1"))
         elif c.kv_borrow_gib > 0:
             pruned.append(Pruned(c.id, "redundancy n+1: KV borrowing ties a replica to a lender on its node",
-                                 c.workload))
+                                 c.workload, "redundancy n+1"))
         else:
             keep.append(c)
-    pruned += [Pruned(c.id, "redundancy n+1: prefill/decode pairs are not planned for node loss", c.workload)
+    pruned += [Pruned(c.id, "redundancy n+1: prefill/decode pairs are not planned for node loss", c.workload,
+                       "redundancy n+1")
                for c in cands.disagg]
     return replace(cands, candidates=tuple(keep), pruned=tuple(pruned), disagg=())
 

@@ -24,6 +24,8 @@ IDIOMS = [
     # a what-if path taken apart or compared as text to find the number it names
     re.compile(r"""\b(path|whatif)\.(split|rsplit|partition|rpartition)\("""),
     re.compile(r"""\bpath\s*==\s*f?["']"""),
+    # a pruned shape's kind read back out of its message (``Pruned.cause`` holds it)
+    re.compile(r"""\breason\.(split|rsplit|partition|startswith)\("""),
 ]
 
 
@@ -44,5 +46,6 @@ def test_the_grep_sees_the_idioms():
             'return replace(res, values={k[len(pre):]: v for k, v in res.values.items()})',
             'if c.path == "budget_usd_per_hour":',
             'gpu = c.path.split(".")[1]',
-            'gpu = path.split(".")[1]']
+            'gpu = path.split(".")[1]',
+            'reasons = sorted({p.reason.split(":")[0] for p in cands.pruned if p.workload == w.name})']
     assert [line for line in once if not matching_lines(line, IDIOMS)] == []

@@ -65,3 +65,27 @@ def test_a_type_lowered_differently_is_built_not_derived():
     assert for_one_type(build_candidates(ir), ir, moved) is None
     assert for_one_type(build_candidates(ir), ir, replace(one, workloads=one.workloads[:1])) is None
     assert for_one_type(build_candidates(ir), ir, one) is not None
+
+
+@pytest.mark.parametrize("example", ["quickstart", "robust", "disaggregated", "long-context"])
+def test_the_floor_is_below_the_first_solve_of_each_type_alone(example):
+    """``one_type_floor`` lets ``single_types`` skip a type without building its pairs: it must never exceed the
+    optimum of the type's own first solve (on its own candidates, pairs included), which no later round
+    undercuts; and it must bound something (above zero) for the skip to be worth having."""
+    from trimtab.milp.candidates import one_type_floor
+    from trimtab.planning.planners import UnifiedPlanner
+    from trimtab.solvers import get_backend
+    from trimtab.solvers.base import SolveOptions
+
+    spec = trimtab.load_spec(ROOT / "examples" / f"{example}.yaml")
+    profiles = spec_profiles(spec)
+    ir = lower(spec, profiles)
+    full = build_candidates(ir)
+    planner = UnifiedPlanner()
+    for g in spec.gpus:
+        ir_one = lower(_alone(spec, g.type), profiles)
+        floor = one_type_floor(full, ir, ir_one)
+        res = planner.solve(ir_one, build_candidates(ir_one), {}, get_backend("highs"), SolveOptions())
+        assert 0 < floor
+        if res.has_solution:
+            assert floor <= res.objective + 1e-9, (g.type, floor, res.objective)
