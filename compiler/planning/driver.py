@@ -387,14 +387,17 @@ def single_types(planner: Planner, spec, ir: ProblemIR, cands, be, opts: SolveOp
     gave a dearer plan (a 7B chat on L4, A10G, A100 and H100 against L4 alone). A type is planned (the spec
     offering it alone, its own candidates and rounds: the plan `plan` gives that spec, ties between equal
     costs broken the same way) only while the first solve of its own drive is below the best cost so far
-    (``drive``'s ``above``: the rounds only lower capacities, so a lower bound of its plan): one candidate set
-    and one solve per type where none can win. The types are tried in the order of their optimum on ``cands``
-    at the first solve's derates (``start``), cheapest first. That optimum orders them and bounds nothing: a
-    prefill/decode pair serves a length bucket only where it pays against the cheapest unified shape of any
-    type (``trimtab.milp.disagg.build_pd_candidates``), so offered alone a type can plan cheaper than on
-    ``cands`` (the disaggregated example's H100 pairs have no capacity on its longest prompts beside the H200:
-    93.60 $/h on H100 alone against 101.40 on ``cands``). Where every plan the rounds solved (``solved_on``)
-    used one type alone, the rounds on that type alone would solve the same plans: it is left out."""
+    (``drive``'s ``above``: the rounds only lower capacities, so a lower bound of its plan), and before that
+    only where the planner's cost floor of the type alone (``one_type_floor``: no candidate set, no solve) is
+    below it. Its candidates are taken from ``cands`` where the planner can (``for_one_type``: the type's
+    unified shapes as they are, its P/D pairs built again). The types are tried cheapest floor first (planners
+    without a floor: their optimum on ``cands`` at the first solve's derates, ``start``). Neither orders more
+    than the search: a prefill/decode pair serves a length bucket only where it pays against the cheapest
+    unified shape of any type (``trimtab.milp.disagg.build_pd_candidates``), so offered alone a type can plan
+    cheaper than on ``cands`` (the disaggregated example's H100 pairs have no capacity on its longest prompts
+    beside the H200: 93.60 $/h on H100 alone against 101.40 on ``cands``). Where every plan the rounds solved
+    (``solved_on``) used one type alone, the rounds on that type alone would solve the same plans: it is left
+    out."""
     from trimtab.ir.lower import lower
     from trimtab.spec.load import spec_profiles
 
@@ -416,14 +419,16 @@ def single_types(planner: Planner, spec, ir: ProblemIR, cands, be, opts: SolveOp
             ir_one = lower(one, profiles)
         except InfeasibleError:
             continue
-        if floor is not None and floor(cands, ir, ir_one) >= cost - 1e-6:
+        low = floor(cands, ir, ir_one) if floor is not None else 0.0
+        if low >= cost - 1e-6:
             continue  # no plan of this type alone can be cheaper (a fluid bound: before any pair is built)
         alone[g.type] = (one, ir_one)
-        res = planner.solve(only_type(ir, g.type), cands, start, be, opts)
-        if res.termination == Termination.TIME_LIMIT:
-            raise NoSolutionError(no_solution_lines(be.name, res, 0))
-        bounds.append((res.objective if res.has_solution and res.objective is not None else float("inf"),
-                       g.type))
+        if floor is None:  # no floor to order by: the optimum on ``cands`` at the first solve's derates
+            res = planner.solve(only_type(ir, g.type), cands, start, be, opts)
+            if res.termination == Termination.TIME_LIMIT:
+                raise NoSolutionError(no_solution_lines(be.name, res, 0))
+            low = res.objective if res.has_solution and res.objective is not None else float("inf")
+        bounds.append((low, g.type))
     best = None
     for _, gpu in sorted(bounds):
         one, ir_one = alone[gpu]
