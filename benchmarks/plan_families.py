@@ -44,7 +44,7 @@ from trimtab.spec.load import load_spec  # noqa: E402
 NOT_STAGES = ("generator", "spec", "size", "status", "error", "total", "cpu", "rounds", "simulations",
               "validated", "cost", "gap", "misses", "workloads", "runs_reused", "runs_simulated")
 CSV_FIELDS = ("generator", "size", "spec", "status", "total", "cpu", "lower", "candidates", "solve",
-              "simulate", "other", "rounds", "simulations", "validated", "misses", "gap", "cost", "workloads",
+              "simulate", "assess", "single types", "finish", "other", "rounds", "simulations", "validated", "misses", "gap", "cost", "workloads",
               "runs_reused", "runs_simulated", "error")
 # --generator: specgen (the families the rounds were studied on) or alt (benchmarks/specgen_alt.py, written to
 # differ from it: issue 35 asks for the targets over several independent generators)
@@ -202,7 +202,8 @@ def read_rows(path: Path) -> dict[str, list[dict]]:
     with path.open() as f:
         for r in csv.DictReader(f):
             row = {k: v for k, v in r.items() if v != ""}
-            for k in ("total", "cpu", "lower", "candidates", "solve", "simulate", "other", "cost", "gap"):
+            for k in ("total", "cpu", "lower", "candidates", "solve", "simulate", "assess", "single types",
+                      "finish", "other", "cost", "gap"):
                 if k in row:
                     row[k] = float(row[k])
             for k in ("rounds", "simulations", "runs_reused", "runs_simulated", "misses"):
