@@ -24,7 +24,7 @@ specgen (one implementation of the plumbing); every draw below is its own:
 * rates: even seeds uniform 0.5-20 rps (specgen: log-uniform, cut to a quarter on large models), odd seeds a
   heavy-tailed Zipf law (s 1.0-1.2) over a random order of the workloads with the same mean total, so a few
   workloads carry most of the traffic;
-* GPU pools: eight types (at least two with the HBM for 405B) with uneven counts in whole 8-GPU nodes
+* GPU pools: eight types (one with large HBM, two with room for 405B) with uneven counts in whole 8-GPU nodes
   summing to the size's GPUs, and explicit prices: public on-demand list prices jittered per seed by
   0.8-1.25x (specgen takes the profiles' default prices and splits the GPUs evenly);
 * adapters (``Size.adapters > 0``): hundreds of LoRA adapters on ONE base model (Llama 3.1 8B; more bases
@@ -160,9 +160,10 @@ def _dense(rng: random.Random, size: Size, seed: int) -> dict:
     types = list(PRICES)
     rng.shuffle(types)
     k = max(1, size.gpu_types)
-    if HUGE in models:  # two types with room for 405B, then the rest in the shuffled order
-        big = [t for t in types if t in BIG_HBM][:2]
-        types = big + [t for t in types if t not in big]
+    # one type with large HBM in every pool (two with room for 405B), then the rest in the shuffled order: a
+    # small pool of L4 and A10G alone leaves a 70B or a 30B MoE at these SLOs infeasible, not a benchmark
+    big = [t for t in types if t in BIG_HBM][:2 if HUGE in models else 1]
+    types = big + [t for t in types if t not in big]
     gpus = _pool(rng, types[:k], size.gpus)
     return {"version": 1, "name": f"alt-{size.key}-{law}-s{seed}", "gpus": gpus,
             "models": [{"name": m} for m in models], "workloads": ws}

@@ -9,7 +9,8 @@ import statistics
 import pytest
 
 from benchmarks import specgen
-from benchmarks.specgen_alt import CONTEXT, HUGE, LORA_GPUS, SIZES, family, generate, generate_data, parse_size
+from benchmarks.specgen_alt import (BIG_HBM, CONTEXT, HUGE, LORA_GPUS, SIZES, family, generate, generate_data,
+                                   parse_size)
 from trimtab.ir.lower import lower
 from trimtab.spec.load import load_spec, spec_profiles
 
@@ -56,7 +57,9 @@ def test_target_size_eight_models_in_turn_and_eight_priced_types():
         assert [w["model"] for w in ws] == [models[j % 8] for j in range(100)]
         assert all(g["count"] % 8 == 0 and g["count"] > 0 and g["usd_per_hour"] > 0 for g in gpus)
         assert len({g["count"] for g in gpus}) > 1  # uneven pools, unlike specgen's even split
-        assert sum(g["type"] in ("h200", "b200", "mi300x", "h100-sxm") for g in gpus) >= 2
+        assert sum(g["type"] in BIG_HBM for g in gpus) >= 2
+    for seed in range(10):  # small pools too hold one large-HBM type (not L4 and A10G alone)
+        assert any(g["type"] in BIG_HBM for g in generate_data(SIZES["small"], seed)["gpus"])
 
 
 def test_shapes_tails_and_slos():
@@ -75,7 +78,8 @@ def test_shapes_tails_and_slos():
         if "lognormal" in isl:
             assert isl["lognormal"]["p99"] < ctx
     gens = [w for w in ws if w["name"].startswith("gen-")]
-    assert all("fixed" in w["input_tokens"] and w["output_tokens"]["lognormal"]["median"] >= 100 for w in gens)
+    assert gens and all("fixed" in w["input_tokens"] and w["output_tokens"]["lognormal"]["median"] >= 100
+                        for w in gens)
 
 
 def test_rate_laws_uniform_on_even_seeds_zipf_on_odd():
