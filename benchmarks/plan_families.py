@@ -28,9 +28,12 @@ from __future__ import annotations
 import argparse
 import csv
 import math
+import os
+import signal
 import statistics
 import sys
 import time
+import traceback
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -118,11 +121,16 @@ def run_bounded(name: str, text: str, time_limit: float | None, timeout: float |
     recv, send = ctx.Pipe(duplex=False)
 
     def child() -> None:
-        # a crash is a row too (status: the exception's type), not a silent child the parent waits out
+        # its own process group, so a timeout ends the candidate fan-out's workers with it (killed alone, it
+        # left them writing BrokenPipe tracebacks over the table)
+        os.setpgid(0, 0)
+        # a crash is a row too (status: the exception's type), not a silent child the parent waits out; its
+        # traceback goes to stderr, the finding to report
         t_start = time.perf_counter()
         try:
             row = run_one(name, text, time_limit, validate)
         except Exception as exc:  # noqa: BLE001 (any defect of the planner: reported, the family goes on)
+            traceback.print_exc()
             row = {"spec": name, "status": type(exc).__name__, "total": time.perf_counter() - t_start,
                    "error": str(exc).splitlines()[0] if str(exc) else ""}
         send.send(row)
@@ -130,12 +138,24 @@ def run_bounded(name: str, text: str, time_limit: float | None, timeout: float |
     proc = ctx.Process(target=child, daemon=False)
     t0 = time.perf_counter()
     proc.start()
-    if recv.poll(timeout):
+
+    def stop() -> None:
+        try:
+            os.killpg(proc.pid, signal.SIGKILL)  # the child's group: the child and its workers, nothing else
+        except ProcessLookupError:  # (the child had not made its group yet)
+            proc.kill()
+        proc.join()
+
+    try:
+        ready = recv.poll(timeout)
+    except KeyboardInterrupt:  # Ctrl-C reaches only this group: end the child's too
+        stop()
+        raise
+    if ready:
         row = recv.recv()
         proc.join()
         return row
-    proc.kill()
-    proc.join()
+    stop()
     return {"spec": name, "status": "timeout", "total": time.perf_counter() - t0,
             "error": f"stopped after {timeout:g} s (--spec-timeout)"}
 
