@@ -28,9 +28,9 @@ specgen (one implementation of the plumbing); every draw below is its own:
   summing to the size's GPUs, and explicit prices: public on-demand list prices jittered per seed by
   0.8-1.25x (specgen takes the profiles' default prices and splits the GPUs evenly);
 * adapters (``Size.adapters > 0``): hundreds of LoRA adapters on ONE base model (Llama 3.1 8B; more bases
-  only when ``Size.base_models`` asks), ranks 8-64 per adapter, Zipf popularity as per-adapter weights,
-  ``rate_rps`` in all split over a chat and a RAG ``adapter: "*"`` workload; H100, A100 and L40S on offer
-  (specgen: populations of one rank over several bases, plus tenants).
+  only when ``Size.base_models`` asks, up to four), ranks 8-64 per adapter, Zipf popularity as per-adapter
+  weights, ``rate_rps`` in all split over a chat and a RAG ``adapter: "*"`` workload; H100, A100 and L40S on
+  offer (specgen: populations of one rank over several bases, plus tenants).
 
 Determinism: one ``random.Random(f"alt/{seed}/{size.key}")`` (string seeds hash with SHA-512, not
 PYTHONHASHSEED), ``yaml.safe_dump(sort_keys=False)``: the text is a function of (size, seed).

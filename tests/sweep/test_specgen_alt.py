@@ -140,3 +140,11 @@ def test_plan_families_draws_per_generator_and_keeps_them_apart(tmp_path):
     assert set(by) == {"target", "alt:target"}
     s = pf.summarise(by["alt:target"])
     assert s["gap"] == (0.004, 0.004) and s["missed"] == 1 and s["total"][0] == 12.0
+
+
+def test_context_windows_are_the_profiles():
+    # the generator scales lengths into these windows: they must be the bundled profiles' own
+    from trimtab.profiles.loader import load_profiles
+
+    models = load_profiles().models
+    assert {m: int(models[m].max_context_tokens.value) for m in CONTEXT} == CONTEXT
