@@ -181,6 +181,40 @@ def test_solver_without_solution_exit4(tmp_path, small_spec_path):
     assert "stopped without a plan in round 1" in res.output and "mip_max_nodes 0" in res.output
 
 
+LORA_STOP_SPEC = """\
+version: 1
+name: lora-stop
+solver: {node_limit: 0}
+gpus:
+  - {type: h100-sxm, count: 16}
+  - {type: a100-80gb, count: 16}
+  - {type: l40s, count: 16}
+models:
+  - name: llama-3.1-8b
+    adapters_from: {count: 40, rank: 16, traffic: {zipf: {s: 1.1}}}
+workloads:
+  - name: many
+    model: llama-3.1-8b
+    adapter: "*"
+    rate_rps: 20
+    input_tokens: {lognormal: {median: 700, p99: 4000}}
+    output_tokens: {lognormal: {median: 180, p99: 900}}
+    slo: {ttft_ms: 1500, tpot_ms: 60, percentile: 99}
+"""
+
+
+def test_adapter_planner_solver_without_solution_exit4(tmp_path):
+    # Issue 35 item 5: the adapter (LoRA) planner solves its own MILP (trimtab.planning.lora.solve), where
+    # PuLP's reader once raised IndexError on a solution HiGHS never produced. The real HiGHS held to no
+    # node there too: exit 4 with the solver's reason, no traceback (run() fails on one).
+    path = tmp_path / "lora.yaml"
+    path.write_text(LORA_STOP_SPEC)
+    res = run("plan", path, "-o", tmp_path / "plan.yaml")
+    assert res.exit_code == ExitCode.NO_SOLUTION, res.output
+    assert "stopped without a plan in round 1" in res.output and "mip_max_nodes 0" in res.output
+    assert not (tmp_path / "plan.yaml").exists()
+
+
 def test_predict_json_keys():
     res = run("predict", "--model", "llama-3.1-8b", "--gpu", "h100-sxm", "--tp", "1", "--isl", "1024", "--osl", "256",
               "--concurrency", "32", "--format", "json")
