@@ -111,7 +111,8 @@ def solve_split(ir: ProblemIR, cands: CandidateSet, backend: Backend, options: S
         statuses.add(r.status)
         terms.add(r.termination)
     objective = sum(parts[w.name].objective for w in ir.workloads)  # (priced-out parts: at the spec's prices)
-    status = Status.OPTIMAL if statuses == {Status.OPTIMAL} else Status.FEASIBLE
+    proven = statuses == {Status.OPTIMAL} and (gap_bound is None or gap_bound <= options.mip_rel_gap)
+    status = Status.OPTIMAL if proven else Status.FEASIBLE
     gap = None if any(g is None for g in gaps) else max(gaps, default=0.0)
     if gap is not None and gap_bound is not None:
         gap = max(gap, gap_bound)
@@ -134,6 +135,10 @@ def _used(cands: tuple, parts: dict[str, SolveResult]) -> dict[str, int]:
 
 
 PRICE_STEPS = 24  # evaluations of the price search at most (each re-solves the parts that buy the priced type)
+BREAKPOINT = 1e-3  # relative width of the price bracket at which the search stops halving
+# A priced-out union within this certified gap is the answer where the search cannot close the solver's own gap
+# (rel_gap): the whole MILP of a spec that needs pricing out is the one the solver cannot finish (docs/solvers.md)
+PRICE_GAP = 0.01
 
 
 def _price_out(ir: ProblemIR, pool, cands: tuple, parts: dict[str, SolveResult], part, rel_gap: float):
@@ -190,11 +195,37 @@ def _price_out(ir: ProblemIR, pool, cands: tuple, parts: dict[str, SolveResult],
                 break
         else:
             lo, lo_sol = lam, sol
+        if hi is not None and hi - lo <= BREAKPOINT * hi:
+            break  # at the price where parts switch together: halving further only flips the same ties
     if hi_sol is None:
         return None
-    cost = real(hi_sol, hi)
-    gap = max(cost - best_lb, 0.0) / max(abs(cost), 1e-12)
-    if gap > rel_gap:
-        return None
     # the parts' own objectives at the spec's prices
-    return {n: replace(r, objective=r.objective - hi * buys(r, n)) for n, r in hi_sol.items()}, gap, hi
+    at_hi = {n: replace(r, objective=r.objective - hi * buys(r, n)) for n, r in hi_sol.items()}
+    at_lo = {n: replace(r, objective=r.objective - lo * buys(r, n)) for n, r in lo_sol.items()}
+    out = _repair(at_hi, at_lo, lambda n, r: buys(r, n), count)
+    cost = sum(r.objective for r in out.values())
+    gap = max(cost - best_lb, 0.0) / max(abs(cost), 1e-12)
+    if gap > max(rel_gap, PRICE_GAP):
+        return None
+    return out, gap, hi
+
+
+def _repair(hi: dict[str, SolveResult], lo: dict[str, SolveResult], buys, count: int) -> dict[str, SolveResult]:
+    """The parts at the lowest price found to fit (``hi``), with as many as fit of those that buy more of the
+    priced type just below it (``lo``) taking that plan instead, the largest saving per GPU first (ties by
+    workload name): at the price where many parts switch at once (identical workloads, or ties), the fitting
+    side alone buys far fewer GPUs than the spec has, and the Lagrangian's gap is that slack times the price.
+    Every part keeps a plan that is optimal for its own MILP at some price, so the union stays feasible for every
+    row but the priced type's, which the greedy keeps within ``count`` (the caller checks the others)."""
+    out = dict(hi)
+    used = sum(buys(n, r) for n, r in hi.items())
+    moves = []
+    for n, r in lo.items():
+        extra = buys(n, r) - buys(n, hi[n])
+        saving = hi[n].objective - r.objective
+        if extra > 0 and saving > 0:
+            moves.append((-saving / extra, n, extra))
+    for _, n, extra in sorted(moves):
+        if used + extra <= count:
+            out[n], used = lo[n], used + extra
+    return out

@@ -211,3 +211,53 @@ def test_an_inventory_row_that_binds_is_priced_out_to_the_whole_milps_optimum(ir
             assert sum(round(split.values.get(f"replicas[{c.id}]", 0.0)) * c.gpus
                        for c in cands.candidates + cands.disagg if c.gpu == p.type) <= p.count
         assert split.objective == pytest.approx(whole.objective, rel=2e-4)
+
+
+def test_parts_that_switch_together_are_repaired_to_fit_within_the_certified_gap(ir, monkeypatch):
+    """Identical workloads switch off a priced GPU type at the same price, all at once: just below it they buy
+    more than the spec has, just above it none, and the Lagrangian's gap is that slack times the price. The
+    repair moves back as many as fit (``decompose._repair``). The oracle is the whole MILP solved by HiGHS:
+    the union fits, costs at least the optimum, and within the gap it certifies."""
+    from dataclasses import replace
+
+    monkeypatch.setattr(decompose, "MIN_CANDIDATES", 0)
+    roomy = _roomy(ir)
+    w = max(roomy.workloads, key=lambda w: w.rate_rps)
+    twins = replace(roomy, workloads=tuple(replace(w, name=f"{w.name}-{i}") for i in range(6)))
+    cands = build_candidates(twins, jobs=1)
+    be = get_backend("highs")
+    base = decompose.solve_split(twins, cands, be, SolveOptions())
+    every = cands.candidates + cands.disagg
+    used: dict[str, int] = {}
+    for c in every:
+        used[c.gpu] = used.get(c.gpu, 0) + round(base.values.get(f"replicas[{c.id}]", 0.0)) * c.gpus
+    g = max(used, key=used.get)
+    one = used[g] // 6  # what each twin buys of it unconstrained
+    tight = replace(twins, gpus=tuple(replace(p, count=used[g] - 2 * one) if p.type == g else p
+                                      for p in twins.gpus))
+    split = decompose.solve_split(tight, cands, be, SolveOptions())
+    whole = be.solve(formulate(tight, cands), SolveOptions())
+    assert split is not None and "priced out" in split.message
+    assert sum(round(split.values.get(f"replicas[{c.id}]", 0.0)) * c.gpus for c in every if c.gpu == g) \
+        <= tight.gpu(g).count
+    assert whole.objective - 1e-6 <= split.objective <= whole.objective / (1 - split.gap) + 1e-6
+    assert split.gap <= decompose.PRICE_GAP
+    # the repair is what fits: four twins keep the priced type (without it all six move off it together)
+    kept = [t.name for t in tight.workloads
+            if any(round(split.values.get(f"replicas[{c.id}]", 0.0)) for c in every
+                   if c.gpu == g and c.workload == t.name)]
+    assert len(kept) == 4, kept
+
+
+def test_repair_takes_the_largest_saving_per_gpu_first():
+    """Hand-computed: three parts, 10 GPUs of room beyond the fitting side; a saves 6 for 8 GPUs, b saves 5 for
+    4, c saves 3 for 2: b (1.25/GPU) and c (1.5/GPU) fit, then a does not (14 > 10)."""
+    from trimtab.solvers.base import SolveResult, Status, Termination
+
+    def r(obj: float, n: int) -> SolveResult:
+        return SolveResult(Status.OPTIMAL, Termination.CONVERGED, {"n": n}, obj)
+
+    hi = {"a": r(10, 0), "b": r(10, 0), "c": r(10, 0)}
+    lo = {"a": r(4, 8), "b": r(5, 4), "c": r(7, 2)}
+    out = decompose._repair(hi, lo, lambda _n, res: res.values["n"], 10)
+    assert {n: res.objective for n, res in out.items()} == {"a": 10, "b": 5, "c": 7}
