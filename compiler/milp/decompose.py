@@ -136,8 +136,9 @@ def _used(cands: tuple, parts: dict[str, SolveResult]) -> dict[str, int]:
 
 PRICE_STEPS = 24  # evaluations of the price search at most (each re-solves the parts that buy the priced type)
 BREAKPOINT = 1e-3  # relative width of the price bracket at which the search stops halving
-# A priced-out union within this certified gap is the answer where the search cannot close the solver's own gap
-# (rel_gap): the whole MILP of a spec that needs pricing out is the one the solver cannot finish (docs/solvers.md)
+# A priced-out union within this certified gap is the answer where the search cannot close the solver's own
+# gap (rel_gap): the whole MILP of a spec that needs pricing out is the one the solver cannot finish
+# (docs/solvers.md)
 PRICE_GAP = 0.01
 
 
@@ -210,13 +211,14 @@ def _price_out(ir: ProblemIR, pool, cands: tuple, parts: dict[str, SolveResult],
     return out, gap, hi
 
 
-def _repair(hi: dict[str, SolveResult], lo: dict[str, SolveResult], buys, count: int) -> dict[str, SolveResult]:
+def _repair(hi: dict[str, SolveResult], lo: dict[str, SolveResult], buys,
+            count: int) -> dict[str, SolveResult]:
     """The parts at the lowest price found to fit (``hi``), with as many as fit of those that buy more of the
     priced type just below it (``lo``) taking that plan instead, the largest saving per GPU first (ties by
     workload name): at the price where many parts switch at once (identical workloads, or ties), the fitting
     side alone buys far fewer GPUs than the spec has, and the Lagrangian's gap is that slack times the price.
-    Every part keeps a plan that is optimal for its own MILP at some price, so the union stays feasible for every
-    row but the priced type's, which the greedy keeps within ``count`` (the caller checks the others)."""
+    Every part keeps a plan that is optimal for its own MILP at some price, so the union stays feasible for
+    every row but the priced type's, which the greedy keeps within ``count`` (the caller checks the others)."""
     out = dict(hi)
     used = sum(buys(n, r) for n, r in hi.items())
     moves = []
