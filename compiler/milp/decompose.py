@@ -218,7 +218,8 @@ def _repair(hi: dict[str, SolveResult], lo: dict[str, SolveResult], buys,
     workload name): at the price where many parts switch at once (identical workloads, or ties), the fitting
     side alone buys far fewer GPUs than the spec has, and the Lagrangian's gap is that slack times the price.
     Every part keeps a plan that is optimal for its own MILP at some price, so the union stays feasible for
-    every row but the priced type's, which the greedy keeps within ``count`` (the caller checks the others)."""
+    every row but the priced type's, which the greedy keeps within ``count`` (the caller checks the
+    others)."""
     out = dict(hi)
     used = sum(buys(n, r) for n, r in hi.items())
     moves = []
