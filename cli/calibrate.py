@@ -20,13 +20,17 @@ class BenchDevice(str, Enum):
 
 
 def bench_cmd(
-    output: Annotated[Path, typer.Option("-o", "--output", help="Folder for bench.csv and metadata.json.")] = Path("bench-out"),
+    output: Annotated[Path, typer.Option("-o", "--output",
+                                         help="Folder for bench.csv and metadata.json.")] = Path("bench-out"),
     device: Annotated[BenchDevice, typer.Option(help="Where to run the microbenchmarks.")] = BenchDevice.cuda,
-    quick: Annotated[bool, typer.Option("--quick", help="Tiny sizes and few repeats (seconds; for CI).")] = False,
-    dtype: Annotated[str, typer.Option(help="GEMM/attention precision: auto (bf16 on a GPU, fp32 on a CPU), bf16 "
-                                            "(what vLLM's CPU engine runs on AVX512-BF16 CPUs) or fp32.")] = "auto",
-    eager: Annotated[bool, typer.Option("--eager", help="On a GPU, time every call eagerly (host launch overhead "
-                                                         "included) instead of short calls inside a CUDA graph.")]
+    quick: Annotated[bool, typer.Option("--quick",
+                                        help="Tiny sizes and few repeats (seconds; for CI).")] = False,
+    dtype: Annotated[str, typer.Option(help="GEMM/attention precision: auto (bf16 on a GPU, fp32 on "
+                                            "a CPU), bf16 (what vLLM's CPU engine runs on AVX512-BF16 "
+                                            "CPUs) or fp32.")] = "auto",
+    eager: Annotated[bool, typer.Option("--eager", help="On a GPU, time every call eagerly (host "
+                                                         "launch overhead included) instead of short calls "
+                                                         "inside a CUDA graph.")]
     = False,
     fmt: Annotated[TableOrJson, typer.Option("--format", help="table, or json (the files written, alone on "
                                                               "stdout).")] = TableOrJson.table,
@@ -51,8 +55,8 @@ def calibrate_cmd(
         metavar="DIR...", help="Folders of trimtab bench or Vidur CSVs.")] = None,
     output: Annotated[Optional[Path], typer.Option(
         "-o", "--output", help="GPU profile to write, e.g. profiles/gpus/NAME.yaml.")] = None,
-    base: Annotated[Optional[str], typer.Option(help="GPU profile (name or YAML path) whose spec-sheet peaks and other "
-                                                     "fields the fit starts from.")] = None,
+    base: Annotated[Optional[str], typer.Option(help="GPU profile (name or YAML path) whose spec-sheet "
+                                                     "peaks and other fields the fit starts from.")] = None,
     source: Annotated[Optional[str], typer.Option(
         "--from", help="'aiconfigurator': fit every GPU profile its vLLM kernel tables cover.")] = None,
     data: Annotated[Optional[Path], typer.Option(

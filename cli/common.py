@@ -1,6 +1,6 @@
-"""What every ``trimtab`` command shares: the consoles (tables on stdout, messages on stderr), the option enums,
-the handler that turns expected errors into their exit code (docs/errors.md) without a traceback (as JSON on
-stdout under ``--format json``), progress on stderr, and the one way to name a plan (``--plan``)."""
+"""What every ``trimtab`` command shares: the consoles (tables on stdout, messages on stderr), the option
+enums, the handler that turns expected errors into their exit code (docs/errors.md) without a traceback (as
+JSON on stdout under ``--format json``), progress on stderr, and the one way to name a plan (``--plan``)."""
 from __future__ import annotations
 
 import json

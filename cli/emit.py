@@ -22,18 +22,21 @@ class EmitTarget(str, Enum):
 
 def emit_cmd(
     spec: Annotated[Path, typer.Option("--spec", help="Spec the plan was made from (models, engine, SLOs).")],
-    to: Annotated[EmitTarget, typer.Option("--to", help="k8s (Deployments or LeaderWorkerSets, Services, KEDA "
-                                                        "ScaledObjects, Gateway API routes), compose (one file "
-                                                        "per node), dynamo (DynamoGraphDeployment, vLLM) or "
-                                                        "llm-d (modelservice Helm values, vLLM).")],
+    to: Annotated[EmitTarget, typer.Option("--to", help="k8s (Deployments or LeaderWorkerSets, "
+                                                        "Services, KEDA ScaledObjects, Gateway API routes), "
+                                                        "compose (one file per node), dynamo "
+                                                        "(DynamoGraphDeployment, vLLM) or llm-d "
+                                                        "(modelservice Helm values, vLLM).")],
     output: Annotated[Path, typer.Option("-o", "--output", help="Folder to write the files into; '-': every "
-                                         "document on stdout as one YAML stream (k8s, dynamo), for kubectl apply -f -.")],
+                                         "document on stdout as one YAML stream (k8s, dynamo), for "
+                                         "kubectl apply -f -.")],
     fmt: Annotated[TableOrJson, typer.Option(
         "--format", help="json: on stdout, {files: {name: text}, warnings, prerequisites} with -o -, else "
                          "{written, warnings, prerequisites}.")] = TableOrJson.table,
-    allow_experimental: Annotated[bool, typer.Option("--allow-experimental", help="Emit a plan with an experimental "
-                                                     "live KV tier (kv_tiers: experimental-live: live-KV spill or "
-                                                     "borrowing), which no engine flag realises.")] = False,
+    allow_experimental: Annotated[bool, typer.Option("--allow-experimental", help="Emit a plan with an "
+                                                     "experimental live KV tier (kv_tiers: "
+                                                     "experimental-live: live-KV spill or borrowing), which "
+                                                     "no engine flag realises.")] = False,
     namespace: Annotated[str | None, typer.Option(
         "--namespace", help="Namespace of every object (k8s, dynamo; llm-d: the helm -n in the "
                             "prerequisites); default: kubectl's current one.")] = None,

@@ -15,20 +15,21 @@ from typing import Annotated, Optional
 import typer
 
 from trimtab.cli.common import (Fmt, MarginStat, ProfilesOpt, Solver, TableOrJson, TraceFormat,
-                                _expected_errors, err, exit_misses, misses_lines, out, plan_path as plan_path_of,
-                                process_seconds, refuse_misses, refuse_to_write, steps)
+                                _expected_errors, err, exit_misses, misses_lines, out,
+                                plan_path as plan_path_of, process_seconds, refuse_misses, refuse_to_write,
+                                steps)
 from trimtab.cli.calibrate import bench_cmd, calibrate_cmd
 from trimtab.cli.emit import emit_cmd
 from trimtab.cli.replan import replan_cmd
 from trimtab.cli.watch import watch_cmd
 from trimtab.cli.pareto import pareto_cmd
+from trimtab.cli.profiles import profiles_app
 from trimtab.cli.sweep import sweep_cmd
 from trimtab.errors import ExitCode, InputError, PlanMissesError, Problem
 
 app = typer.Typer(add_completion=True, no_args_is_help=True, rich_markup_mode="rich",
                   context_settings={"help_option_names": ["-h", "--help"]},
                   help="trimtab: plan the cheapest LLM inference deployment that meets every SLO.")
-profiles_app = typer.Typer(no_args_is_help=True, help="List and show GPU, model and engine profiles.")
 app.add_typer(profiles_app, name="profiles")
 
 
@@ -51,12 +52,18 @@ def _root(version: Annotated[bool, typer.Option("--version", callback=_version, 
 @_expected_errors
 def plan(
     spec: Annotated[Path, typer.Argument(help="Spec YAML (see docs/spec-reference.md).")],
-    output: Annotated[Optional[Path], typer.Option("-o", "--output", help="Write the plan here; '-' (or none): the "
-                                                   "plan alone on stdout, the summary on stderr.")] = None,
-    solver: Annotated[Optional[Solver], typer.Option(help="MILP backend; overrides the spec's solver.backend.")] = None,
-    time_limit: Annotated[Optional[float], typer.Option(min=0.01, help="Solver time limit in seconds; overrides solver.time_limit_s.")] = None,
+    output: Annotated[Optional[Path], typer.Option("-o", "--output", help="Write the plan here; '-' "
+                                                   "(or none): the plan alone on stdout, the "
+                                                   "summary on stderr.")] = None,
+    solver: Annotated[Optional[Solver],
+                      typer.Option(help="MILP backend; overrides the spec's solver.backend.")] = None,
+    time_limit: Annotated[Optional[float],
+                          typer.Option(min=0.01, help="Solver time limit in seconds; overrides "
+                                                      "solver.time_limit_s.")] = None,
     fmt: Annotated[Fmt, typer.Option("--format", help="Plan file format.")] = Fmt.yaml,
-    verbose: Annotated[bool, typer.Option("-v", "--verbose", help="Also print the rounds and seconds per stage, and list pruned candidates and why.")] = False,
+    verbose: Annotated[bool, typer.Option("-v", "--verbose", help="Also print the rounds and seconds per "
+                                                                  "stage, and list pruned "
+                                                                  "candidates and why.")] = False,
     allow_misses: Annotated[bool, typer.Option("--allow-misses", help="Write the plan even when its own "
                                                "validation still shows a workload below its SLO (marked with "
                                                "misses; exit 7 all the same).")] = False,
@@ -109,21 +116,25 @@ def check(
     fmt: Annotated[TableOrJson, typer.Option("--format", help="Report format.")] = TableOrJson.table,
     analytic: Annotated[bool, typer.Option("--analytic", help="Judge SLOs by the cost model only (fast), "
                                                               "not by simulation.")] = False,
-    seed: Annotated[Optional[int], typer.Option(help="First simulation seed (default: 1000, past the seeds the "
-                                                     "plan was validated on).")] = None,
+    seed: Annotated[Optional[int], typer.Option(help="First simulation seed (default: 1000, past "
+                                                     "the seeds the plan was validated on).")] = None,
     seeds: Annotated[int, typer.Option(min=1, help="Simulation runs, one per seed from --seed; attainment is "
                                                    "pooled with 95% bounds.")] = 3,
     strict: Annotated[bool, typer.Option(help="Fail a workload unless its lower 95% bound reaches the target "
                                               "(default: fail only a miss the runs show).")] = False,
-    requests: Annotated[Optional[int], typer.Option(min=1, help="Requests per run (default: the plan's).")] = None,
-    duration: Annotated[Optional[float], typer.Option(min=0.001, help="Seconds of arrivals to simulate instead.")] = None,
-    trace: Annotated[Optional[Path], typer.Option(help="Replay this trace's arrivals and lengths, rescaled to each "
-                                                       "workload's rate.")] = None,
+    requests: Annotated[Optional[int], typer.Option(min=1,
+                                                    help="Requests per run (default: the plan's).")] = None,
+    duration: Annotated[Optional[float], typer.Option(min=0.001, help="Seconds of arrivals to "
+                                                                      "simulate instead.")] = None,
+    trace: Annotated[Optional[Path], typer.Option(help="Replay this trace's arrivals and lengths, "
+                                                       "rescaled to each workload's rate.")] = None,
     trace_format: Annotated[TraceFormat, typer.Option(help="Trace file format.")] = TraceFormat.azure,
-    fail_each_node: Annotated[bool, typer.Option("--fail-each-node", help="Also check the plan with each node "
-                                                 "removed (automatic when the spec says redundancy: n+1).")] = False,
-    transitions: Annotated[bool, typer.Option(help="Schedules: also simulate each boundary where replicas are "
-                                                   "added over time (start-up, drain, rate change).")] = True,
+    fail_each_node: Annotated[bool, typer.Option("--fail-each-node", help="Also check the plan "
+                                                 "with each node removed (automatic when the spec says "
+                                                 "redundancy: n+1).")] = False,
+    transitions: Annotated[bool, typer.Option(help="Schedules: also simulate each boundary where "
+                                                   "replicas are added over time (start-up, drain, "
+                                                   "rate change).")] = True,
     start_lead: Annotated[Optional[float], typer.Option(min=0, help="Schedules: seconds before a boundary a "
                                                                     "replica's start is issued (default: its "
                                                                     "start-up time, as planned; 0: at the "
@@ -157,7 +168,8 @@ def check(
     if foreign:  # a plan from another spec: invalid input (exit 1), not a failed check
         raise InputError([Problem(f.where, f.message, str(plan_path)) for f in foreign], "plan")
     mstat = margin_stat.value if margin else None
-    if not analytic and p.schedule is not None and s.schedule is not None and trace is None and duration is None:
+    if not analytic and p.schedule is not None and s.schedule is not None and trace is None \
+            and duration is None:
         if margin:
             raise InputError([Problem("--margin", "checks a static plan: not with a schedule")])
         from trimtab.cli.simulate import schedule_check  # every window of the schedule (docs/online.md)
@@ -187,8 +199,8 @@ def check(
     if not analytic:
         from trimtab.cli.simulate import sim_check
 
-        if not sim_check(p, s, out, err, fmt.value, seed, seeds, requests, duration, trace, trace_format.value,
-                         strict, mstat):
+        if not sim_check(p, s, out, err, fmt.value, seed, seeds, requests, duration, trace,
+                         trace_format.value, strict, mstat):
             raise typer.Exit(int(ExitCode.CHECK_FAILED))
         return
     from trimtab.api import with_margin
@@ -205,11 +217,13 @@ def check(
             out.print(f"note: {n}", markup=False)
         for w in rep.assessment.workloads.values():
             mark = "ok  " if w.slo_met else "FAIL"
-            out.print(f"{mark} {w.workload}: TTFT p{w.percentile:g} {w.ttft_ms:.0f} ms, TPOT {w.tpot_ms:.1f} ms",
+            out.print(f"{mark} {w.workload}: TTFT p{w.percentile:g} {w.ttft_ms:.0f} ms, TPOT "
+                      f"{w.tpot_ms:.1f} ms",
                       markup=False)
         for v in rep.violations:
             out.print(f"FAIL {v}", markup=False)
-        out.print("check passed" if rep.ok else f"check failed: {len(rep.violations)} violation(s)", markup=False)
+        out.print("check passed" if rep.ok else f"check failed: {len(rep.violations)} violation(s)",
+                  markup=False)
     if not rep.ok:
         raise typer.Exit(int(ExitCode.CHECK_FAILED))
 
@@ -222,16 +236,20 @@ def simulate(
                                                                     "plan.")] = None,
     plan_pos: Annotated[Optional[Path], typer.Argument(metavar="PLAN", help="Deprecated spelling of --plan.",
                                                        show_default=False)] = None,
-    requests: Annotated[Optional[int], typer.Option(min=1, help="Requests to simulate, all workloads together.")] = None,
-    duration: Annotated[Optional[float], typer.Option(min=0.001, help="Seconds of arrivals to simulate instead.")] = None,
+    requests: Annotated[Optional[int], typer.Option(min=1, help="Requests to simulate, all "
+                                                                "workloads together.")] = None,
+    duration: Annotated[Optional[float], typer.Option(min=0.001, help="Seconds of arrivals to "
+                                                                      "simulate instead.")] = None,
     seed: Annotated[int, typer.Option(help="Random seed (arrivals, lengths, routing).")] = 0,
-    trace: Annotated[Optional[Path], typer.Option(help="Replay this trace's arrivals and lengths, rescaled to each "
-                                                       "workload's rate.")] = None,
+    trace: Annotated[Optional[Path], typer.Option(help="Replay this trace's arrivals and lengths, "
+                                                       "rescaled to each workload's rate.")] = None,
     trace_format: Annotated[TraceFormat, typer.Option(help="Trace file format.")] = TraceFormat.azure,
-    arrival_cv: Annotated[Optional[float], typer.Option(min=0.01, help="Burstiness: coefficient of variation of "
-                                                                       "inter-arrival gaps (1 = Poisson).")] = None,
+    arrival_cv: Annotated[Optional[float], typer.Option(min=0.01, help="Burstiness: coefficient of "
+                                                                       "variation of inter-arrival gaps "
+                                                                       "(1 = Poisson).")] = None,
     fmt: Annotated[TableOrJson, typer.Option("--format", help="Report format.")] = TableOrJson.table,
-    plot: Annotated[Optional[Path], typer.Option(help="Write latency CDFs and a timeline as PNGs here.")] = None,
+    plot: Annotated[Optional[Path],
+                    typer.Option(help="Write latency CDFs and a timeline as PNGs here.")] = None,
     profiles: ProfilesOpt = None,
 ) -> None:
     """Simulate a plan request by request (continuous batching, chunked prefill, queues, KV cache, routing).
@@ -254,19 +272,24 @@ def predict(
     gpu: Annotated[str, typer.Option(help="GPU profile name.")],
     isl: Annotated[int, typer.Option(min=1, help="Input tokens per request.")],
     osl: Annotated[int, typer.Option(min=1, help="Output tokens per request.")],
-    concurrency: Annotated[str, typer.Option(help="Requests in flight, or 'max' for the most that fit in the KV cache.")],
+    concurrency: Annotated[str, typer.Option(help="Requests in flight, or 'max' for the most that fit in "
+                                                  "the KV cache.")],
     tp: Annotated[int, typer.Option(min=1, help="Tensor parallel size.")] = 1,
     pp: Annotated[int, typer.Option(min=1, help="Pipeline parallel size.")] = 1,
-    dtype: Annotated[str, typer.Option(help="bf16, fp8 or fp4 (weights; fp4 needs FP4 tensor cores: b200).")] = "bf16",
+    dtype: Annotated[str,
+                     typer.Option(help="bf16, fp8 or fp4 (weights; fp4 needs FP4 tensor "
+                                       "cores: b200).")] = "bf16",
     max_num_batched_tokens: Annotated[int, typer.Option(min=1, help="Token budget per engine step.")] = 8192,
     fmt: Annotated[TableOrJson, typer.Option("--format", help="Output format.")] = TableOrJson.table,
-    engine: Annotated[str, typer.Option(help="Engine profile: vllm, sglang or trt-llm (trimtab profiles list).")] = "vllm",
-    kv_dtype: Annotated[Optional[str], typer.Option(help="KV cache precision, bf16, fp8 or fp4 (NVFP4: FP4 tensor "
-                                                        "cores, b200; default: --dtype; fp8 with fp4 weights).")] = None,
-    dp: Annotated[int, typer.Option(min=1, help="Attention data-parallel ranks (MoE models; the replica spans "
-                                                "tp x pp x dp GPUs).")] = 1,
-    ep: Annotated[int, typer.Option(min=1, help="Expert-parallel degree (MoE; 1: experts split by TP; tp x dp: "
-                                                "vLLM --enable-expert-parallel).")] = 1,
+    engine: Annotated[str, typer.Option(help="Engine profile: vllm, sglang or trt-llm (trimtab "
+                                             "profiles list).")] = "vllm",
+    kv_dtype: Annotated[Optional[str], typer.Option(help="KV cache precision, bf16, fp8 or fp4 "
+                                                        "(NVFP4: FP4 tensor cores, b200; default: --dtype; "
+                                                        "fp8 with fp4 weights).")] = None,
+    dp: Annotated[int, typer.Option(min=1, help="Attention data-parallel ranks (MoE models; the "
+                                                "replica spans tp x pp x dp GPUs).")] = 1,
+    ep: Annotated[int, typer.Option(min=1, help="Expert-parallel degree (MoE; 1: experts split by "
+                                                "TP; tp x dp: vLLM --enable-expert-parallel).")] = 1,
     profiles: ProfilesOpt = None,
 ) -> None:
     """Predict TTFT, TPOT and throughput of one replica at a fixed concurrency.
@@ -287,7 +310,8 @@ def predict(
         mprof = profs.models[model]
     else:
         mprof = None
-        problems.append(Problem("--model", f"unknown model {model!r}; known: {', '.join(sorted(profs.models))}"))
+        problems.append(Problem("--model", f"unknown model {model!r}; known: "
+                                           f"{', '.join(sorted(profs.models))}"))
     if gpu not in profs.gpus:
         problems.append(Problem("--gpu", f"unknown GPU {gpu!r}; known: {', '.join(sorted(profs.gpus))}"))
     if dtype not in ("bf16", "fp8", "fp4"):
@@ -295,12 +319,13 @@ def predict(
     if kv_dtype is not None and kv_dtype not in ("bf16", "fp8", "fp4"):
         problems.append(Problem("--kv-dtype", f"must be bf16, fp8 or fp4, got {kv_dtype!r}"))
     if engine not in profs.engines:
-        problems.append(Problem("--engine", f"unknown engine {engine!r}; known: {', '.join(sorted(profs.engines))}"))
+        problems.append(Problem("--engine", f"unknown engine {engine!r}; known: "
+                                            f"{', '.join(sorted(profs.engines))}"))
     if concurrency != "max" and not (concurrency.isdigit() and int(concurrency) >= 1):
         problems.append(Problem("--concurrency", f"must be a positive integer or 'max', got {concurrency!r}"))
     if mprof is not None and (mprof.num_attention_heads.value % tp or mprof.num_layers.value % pp):
-        problems.append(Problem("--tp/--pp", f"tp {tp} must divide {mprof.num_attention_heads.value:g} heads and "
-                                             f"pp {pp} must divide {mprof.num_layers.value:g} layers"))
+        problems.append(Problem("--tp/--pp", f"tp {tp} must divide {mprof.num_attention_heads.value:g} heads "
+                                             f"and pp {pp} must divide {mprof.num_layers.value:g} layers"))
     if not problems:
         from trimtab.cost.moe import check_kv_dtype, check_layout
         try:
@@ -326,16 +351,20 @@ def predict(
 
     fid = fidelity(rm, isl, osl, conc)
     if fmt is TableOrJson.json:
-        d = {k: getattr(pr, k) for k in ("ttft_ms", "tpot_ms", "output_tokens_per_s", "output_tokens_per_s_per_gpu",
-                                         "requests_per_s", "fits", "max_concurrency", "concurrency", "kv_cache_tokens")}
+        d = {k: getattr(pr, k) for k in ("ttft_ms", "tpot_ms", "output_tokens_per_s",
+                                         "output_tokens_per_s_per_gpu",
+                                         "requests_per_s", "fits", "max_concurrency", "concurrency",
+                                         "kv_cache_tokens")}
         d["engine"] = engine
         d["fidelity"] = fid.as_dict()
         sys.stdout.write(json.dumps(d, indent=2) + "\n")
     else:
         shape = f"tp{tp} pp{pp}" + (f" dp{dp}" if dp > 1 else "") + (f" ep{ep}" if ep > 1 else "")
         prediction_table(out, f"{mprof.name} on {gpu} {shape} {dtype}, {engine}, isl {isl}, osl {osl}", pr)
-        out.print(f"fidelity: {fid.level}" + (f"; spec-sheet/assumed: {', '.join(fid.unfitted)}" if fid.unfitted else "")
-                  + (f"; extrapolates: {'; '.join(fid.extrapolation)}" if fid.extrapolation else ""), markup=False)
+        out.print(f"fidelity: {fid.level}" + ("; spec-sheet/assumed: "
+                                              f"{', '.join(fid.unfitted)}" if fid.unfitted else "")
+                  + (f"; extrapolates: {'; '.join(fid.extrapolation)}" if fid.extrapolation else ""),
+                  markup=False)
 
 
 @app.command()
@@ -343,23 +372,27 @@ def predict(
 def loadtest(
     plan_path: Annotated[Path, typer.Option("--plan", help="Plan file written by trimtab plan.")],
     spec: Annotated[Path, typer.Option("--spec", help="Spec whose traffic to replay.")],
-    endpoint: Annotated[list[str], typer.Option(help="OpenAI-compatible server, http://HOST:PORT (every deployment), "
-                                                     "or DEPLOYMENT=http://HOST:PORT (repeatable). Only these "
-                                                     "addresses are contacted.")],
+    endpoint: Annotated[list[str], typer.Option(help="OpenAI-compatible server, http://HOST:PORT (every "
+                                                     "deployment), or DEPLOYMENT=http://HOST:PORT "
+                                                     "(repeatable). Only these addresses are contacted.")],
     requests: Annotated[Optional[int], typer.Option(min=1, help="Requests to send, all workloads together "
                                                                 "(default 200).")] = None,
-    duration: Annotated[Optional[float], typer.Option(min=0.001, help="Seconds of arrivals to send instead.")] = None,
-    rate_scale: Annotated[float, typer.Option(min=1e-6, help="Multiply every workload's arrival rate.")] = 1.0,
+    duration: Annotated[Optional[float], typer.Option(min=0.001,
+                                                      help="Seconds of arrivals to send instead.")] = None,
+    rate_scale: Annotated[float, typer.Option(min=1e-6,
+                                              help="Multiply every workload's arrival rate.")] = 1.0,
     seed: Annotated[int, typer.Option(help="Random seed (arrivals, lengths, routing, prompts).")] = 0,
     timeout: Annotated[float, typer.Option(min=1.0, help="Wall-clock limit of the whole run in seconds; "
-                                                         "requests still running then count as failed.")] = 900.0,
+                                                         "requests still running then "
+                                                         "count as failed.")] = 900.0,
     fmt: Annotated[TableOrJson, typer.Option("--format", help="Report format.")] = TableOrJson.table,
     profiles: ProfilesOpt = None,
 ) -> None:
     """Replay the spec's traffic against a running server; measured vs predicted vs simulated per workload;
     exit 5 when a workload misses its SLO (docs/loadtest.md).
 
-    Example: trimtab loadtest --plan plan.yaml --spec spec.yaml --endpoint http://127.0.0.1:8000 --requests 100"""
+    Example: trimtab loadtest --plan plan.yaml --spec spec.yaml --endpoint http://127.0.0.1:8000 \
+--requests 100"""
     from trimtab.api import load_spec
     from trimtab.gate.analytic import load_plan
     from trimtab.field.loadtest import run_loadtest
@@ -397,11 +430,15 @@ class SchemaName(str, Enum):
 @_expected_errors
 def explain(
     spec: Annotated[Path, typer.Argument(help="Spec YAML.")],
-    solver: Annotated[Optional[Solver], typer.Option(help="MILP backend; overrides the spec's solver.backend.")] = None,
-    time_limit: Annotated[Optional[float], typer.Option(min=0.01, help="Time limit per solve, seconds.")] = None,
+    solver: Annotated[Optional[Solver],
+                      typer.Option(help="MILP backend; overrides the spec's solver.backend.")] = None,
+    time_limit: Annotated[Optional[float], typer.Option(min=0.01,
+                                                        help="Time limit per solve, seconds.")] = None,
     analytic: Annotated[bool, typer.Option("--analytic", help="Skip planning with validation: only the cost "
                                                               "model's price (labelled analytic).")] = False,
-    fmt: Annotated[TableOrJson, typer.Option("--format", help="table, or json (the document alone on stdout).")] = TableOrJson.table,
+    fmt: Annotated[TableOrJson, typer.Option("--format",
+                                             help="table, or json (the document "
+                                                  "alone on stdout).")] = TableOrJson.table,
     profiles: ProfilesOpt = None,
 ) -> None:
     """Why a spec is infeasible and what to relax (verified), or what limits a feasible plan's cost.
@@ -455,9 +492,13 @@ app.command("watch")(_expected_errors(watch_cmd))
 @_expected_errors
 def what_if(
     spec: Annotated[Path, typer.Argument(help="Spec YAML.")],
-    overrides: Annotated[list[str], typer.Option("--set", help="PATH=VALUE, e.g. workloads.chat.rate_rps=8 (repeatable).")],
-    output: Annotated[Optional[Path], typer.Option("-o", "--output", help="Write the changed plan here.")] = None,
-    fmt: Annotated[TableOrJson, typer.Option("--format", help="table, or json (the document alone on stdout).")] = TableOrJson.table,
+    overrides: Annotated[list[str], typer.Option("--set", help="PATH=VALUE, e.g. workloads.chat.rate_rps=8 "
+                                                               "(repeatable).")],
+    output: Annotated[Optional[Path], typer.Option("-o", "--output",
+                                                   help="Write the changed plan here.")] = None,
+    fmt: Annotated[TableOrJson, typer.Option("--format",
+                                             help="table, or json (the document "
+                                                  "alone on stdout).")] = TableOrJson.table,
     profiles: ProfilesOpt = None,
     allow_misses: Annotated[bool, typer.Option("--allow-misses", help="Write the changed plan even when its "
                                                "own validation still shows a workload below its SLO (marked "
@@ -496,84 +537,6 @@ def what_if(
     if output:
         output.write_text(emit(alt.plan), encoding="utf-8")
     exit_misses([("changed plan", alt.plan)], "changed plan")
-
-
-@profiles_app.command("list")
-@_expected_errors
-def profiles_list(
-    fmt: Annotated[TableOrJson, typer.Option("--format", help="table, or json (the document alone on stdout).")] = TableOrJson.table,
-    profiles: ProfilesOpt = None,
-) -> None:
-    """List the GPU, model and engine profiles (the bundled ones, with --profiles DIR's in their place).
-
-    Example: trimtab profiles list
-    """
-    from rich.table import Table
-
-    from trimtab.profiles.loader import load_profiles
-    from trimtab.spec.load import load_profile_folder
-
-    p = load_profiles() if profiles is None else load_profile_folder(profiles)
-    if fmt == TableOrJson.json:
-        q = lambda prof: {f: v.value for f, v in prof if hasattr(v, "value")}  # noqa: E731
-        sys.stdout.write(json.dumps({"gpus": {n: q(g) for n, g in sorted(p.gpus.items())},
-                                     "models": {n: {**q(m), "hf": m.hf.model_dump() if m.hf else None}
-                                                for n, m in sorted(p.models.items())},
-                                     "engines": {n: q(e) for n, e in sorted(p.engines.items())}}, indent=2) + "\n")
-        return
-    t = Table(title="GPUs")
-    for c in ("name", "memory GiB", "HBM GB/s", "bf16 TFLOPS", "fp8 TFLOPS", "link", "per node", "$/h"):
-        t.add_column(c, justify="left" if c in ("name", "link") else "right")
-    for n, g in sorted(p.gpus.items()):
-        t.add_row(n, f"{g.memory_gib.value:g}", f"{g.hbm_bandwidth_gbps.value:g}", f"{g.bf16_tflops.value:g}",
-                  f"{g.fp8_tflops.value:g}", g.interconnect, f"{g.gpus_per_node.value:g}", f"{g.usd_per_hour.value:.2f}")
-    out.print(t)
-    m = Table(title="models")
-    for c in ("name", "params B", "active B", "layers", "hidden", "heads", "KV heads", "context"):
-        m.add_column(c, justify="left" if c == "name" else "right")
-    for n, x in sorted(p.models.items()):
-        m.add_row(n, f"{x.params_billion.value:g}", f"{x.active_params_billion.value:g}", f"{x.num_layers.value:g}",
-                  f"{x.hidden_size.value:g}", f"{x.num_attention_heads.value:g}", f"{x.num_kv_heads.value:g}",
-                  f"{x.max_context_tokens.value:g}")
-    out.print(m)
-    out.print("engines: " + ", ".join(sorted(p.engines)))
-
-
-@profiles_app.command("show")
-@_expected_errors
-def profiles_show(
-    name: Annotated[str, typer.Argument(help="A GPU, model or engine profile name.")],
-    fmt: Annotated[Fmt, typer.Option("--format", help="yaml or json.")] = Fmt.yaml,
-    profiles: ProfilesOpt = None,
-) -> None:
-    """Show one profile with the source of every number.
-
-    Example: trimtab profiles show llama-3.1-70b
-    """
-    import yaml
-
-    from trimtab.profiles.loader import load_profiles
-    from trimtab.spec.load import load_profile_folder
-
-    p = load_profiles() if profiles is None else load_profile_folder(profiles)
-    prof = p.gpus.get(name) or p.models.get(name) or p.engines.get(name)
-    if prof is None:
-        known = sorted(p.gpus) + sorted(p.models) + sorted(p.engines)
-        raise InputError([Problem("NAME", f"no profile named {name!r}; known: {', '.join(known)}")])
-    rows = {}
-    for field, val in prof:
-        if hasattr(val, "value"):
-            src = prof.sources[val.source]
-            rows[field] = {"value": val.value, "source": f"{src.kind}: {src.ref}"}
-        elif hasattr(val, "repo"):  # a model's Hugging Face repo (HfRepo)
-            src = prof.sources[val.source]
-            rows[field] = {"repo": val.repo, "revision": val.revision, "source": f"{src.kind}: {src.ref}"}
-        elif field != "sources":
-            rows[field] = val
-    if fmt == Fmt.json:
-        sys.stdout.write(json.dumps(rows, indent=2) + "\n")
-    else:
-        sys.stdout.write(yaml.safe_dump(rows, sort_keys=False, width=120))
 
 
 def main() -> None:

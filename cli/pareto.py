@@ -1,5 +1,5 @@
-"""``trimtab pareto``: the cost vs latency frontier, its points planned as Ray tasks when Ray is installed (logic in
-``trimtab.study.pareto``; docs/solvers.md "Pareto", docs/scale.md)."""
+"""``trimtab pareto``: the cost vs latency frontier, its points planned as Ray tasks when Ray is installed
+(logic in ``trimtab.study.pareto``; docs/solvers.md "Pareto", docs/scale.md)."""
 from __future__ import annotations
 
 import json
@@ -15,18 +15,28 @@ from trimtab.errors import InfeasibleError
 
 def pareto_cmd(
     spec: Annotated[Path, typer.Argument(help="Spec YAML.")],
-    metric: Annotated[str, typer.Option(help="ttft_p99 (TTFT at each workload's SLO percentile), ttft or tpot.")] = "ttft_p99",
-    workload: Annotated[Optional[list[str]], typer.Option(help="Tighten only this workload's SLO (repeatable; default all).")] = None,
+    metric: Annotated[str, typer.Option(help="ttft_p99 (TTFT at each workload's SLO percentile), "
+                                             "ttft or tpot.")] = "ttft_p99",
+    workload: Annotated[Optional[list[str]], typer.Option(help="Tighten only this workload's SLO "
+                                                               "(repeatable; default all).")] = None,
     points: Annotated[int, typer.Option(min=1, max=50, help="SLO levels to try.")] = 8,
     plot: Annotated[Optional[Path], typer.Option(help="Write the frontier as a PNG here.")] = None,
-    output: Annotated[Optional[Path], typer.Option("-o", "--output", help="Write point-NN.yaml (plan) and point-NN.spec.yaml here.")] = None,
-    solver: Annotated[Optional[Solver], typer.Option(help="MILP backend; overrides the spec's solver.backend.")] = None,
-    analytic: Annotated[bool, typer.Option("--analytic", help="Plan each point with the cost model only (fast; "
-                                                              "points are not validated by simulation).")] = False,
-    serial: Annotated[bool, typer.Option("--serial", help="Plan in this process, one point after another.")] = False,
-    address: Annotated[Optional[str], typer.Option(help="Ray cluster to join (default: a local Ray).")] = None,
-    workers: Annotated[Optional[int], typer.Option(min=1, help="Ray tasks in flight (default: the CPUs).")] = None,
-    fmt: Annotated[TableOrJson, typer.Option("--format", help="table, or json (the document alone on stdout).")] = TableOrJson.table,
+    output: Annotated[Optional[Path], typer.Option("-o", "--output", help="Write point-NN.yaml (plan) and "
+                                                                          "point-NN.spec.yaml here.")] = None,
+    solver: Annotated[Optional[Solver],
+                      typer.Option(help="MILP backend; overrides the spec's solver.backend.")] = None,
+    analytic: Annotated[bool, typer.Option("--analytic", help="Plan each point with the cost model "
+                                                              "only (fast; points are not validated by "
+                                                              "simulation).")] = False,
+    serial: Annotated[bool, typer.Option("--serial",
+                                         help="Plan in this process, one point after another.")] = False,
+    address: Annotated[Optional[str],
+                       typer.Option(help="Ray cluster to join (default: a local Ray).")] = None,
+    workers: Annotated[Optional[int], typer.Option(min=1,
+                                                   help="Ray tasks in flight (default: the CPUs).")] = None,
+    fmt: Annotated[TableOrJson, typer.Option("--format",
+                                             help="table, or json (the document "
+                                                  "alone on stdout).")] = TableOrJson.table,
     profiles: ProfilesOpt = None,
     allow_misses: Annotated[bool, typer.Option("--allow-misses", help="Write the points even when its own "
                                                "validation still shows a workload below its SLO (marked with "
@@ -71,13 +81,15 @@ def pareto_cmd(
     else:
         out.print(f"{'#':>3} {'SLO factor':>10} {'cost $/h':>10} {metric + ' ms':>14}", markup=False)
         for i, p in enumerate(pts, 1):
-            out.print(f"{i:>3} {p.factor:>10.3f} {p.cost_usd_per_hour:>10.2f} {p.metric_ms:>14.1f}", markup=False)
+            out.print(f"{i:>3} {p.factor:>10.3f} {p.cost_usd_per_hour:>10.2f} {p.metric_ms:>14.1f}",
+                      markup=False)
     if output is not None:
         output.mkdir(parents=True, exist_ok=True)
         for i, p in enumerate(pts, 1):
             (output / f"point-{i:02d}.yaml").write_text(emit(p.plan), encoding="utf-8")
             (output / f"point-{i:02d}.spec.yaml").write_text(
-                yaml.safe_dump(p.spec.model_dump(mode="json", exclude_none=True), sort_keys=False), encoding="utf-8")
+                yaml.safe_dump(p.spec.model_dump(mode="json", exclude_none=True), sort_keys=False),
+                encoding="utf-8")
         log.print(f"{len(pts)} plans written to {output}", markup=False)
     if plot is not None:
         do_plot(pts, str(plot), metric, f"{s.name}: cost vs {metric}")

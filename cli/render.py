@@ -16,7 +16,8 @@ def _ms(v: float | None) -> str:
 
 
 def _ms_ci(v: float, ci) -> str:
-    """A measured percentile with its 95 % interval; an open end (too few requests to bound it) reads 'inf'."""
+    """A measured percentile with its 95 % interval; an open end (too few requests to bound it) reads
+    'inf'."""
     lo, hi = ci
     end = lambda x: "inf" if x is None or math.isinf(x) else _ms(x)  # noqa: E731
     return f"{_ms(v)} [{end(lo)}-{end(hi)}]"
@@ -26,7 +27,8 @@ def plan_summary(console: Console, r: PlanResult, verbose: bool = False) -> None
     p = r.plan
     t = Table(title=f"plan for {p.spec}: {p.cost_usd_per_hour:,.2f} $/h on "
                     + ", ".join(f"{n} x {g}" for g, n in p.gpus.items()))
-    moe = any(d.data_parallel > 1 or d.expert_parallel > 1 for d in p.deployments)  # MoE layouts: dp, ep columns
+    # MoE layouts: dp, ep columns
+    moe = any(d.data_parallel > 1 or d.expert_parallel > 1 for d in p.deployments)
     cols = ("deployment", "gpu", "tp", "pp") + (("dp", "ep") if moe else ()) + (
         "replicas", "$/h", "load rps/replica", "capacity at SLO", "prefill util")
     for col in cols:
@@ -63,26 +65,28 @@ def plan_summary(console: Console, r: PlanResult, verbose: bool = False) -> None
                   f"planned in {r.seconds.get('total', 0):.2f} s")
     if p.schedule is not None:  # docs/online.md
         sc = p.schedule
-        console.print(f"schedule: {len(sc.windows)} windows of {sc.window_s} s, {sc.cost_usd_per_hour_mean:,.2f} $/h "
-                      f"over the period (start-ups {sc.startup_usd_per_period:,.2f} $ per period, "
-                      f"{sum(w.started for w in sc.windows)} replicas started); the table shows the fleet held "
-                      f"(the most each deployment runs at once)")
+        console.print(f"schedule: {len(sc.windows)} windows of {sc.window_s} s, "
+                      f"{sc.cost_usd_per_hour_mean:,.2f} $/h over the period (start-ups "
+                      f"{sc.startup_usd_per_period:,.2f} $ per period, {sum(w.started for w in sc.windows)} "
+                      "replicas started); the table shows the fleet held (the most each deployment "
+                      "runs at once)")
     for msg in p.warnings:
         console.print(f"[yellow]warning:[/] {msg}")
     if p.simulation is not None and p.simulation.undersampled:  # trimtab.sim.validate.SeedsResult.too_few
         names = p.simulation.undersampled
-        console.print(f"note: {len(names)} workload(s) had too few simulated requests for a lower bound to reach "
-                      f"their percentile; accepted on attainment at or above target: {', '.join(names)} "
+        console.print(f"note: {len(names)} workload(s) had too few simulated requests for a lower "
+                      "bound to reach their percentile; accepted on attainment at or above target: "
+                      f"{', '.join(names)} "
                       "(`trimtab check --seeds N` with more seeds gathers more)", markup=False)
     if verbose:
         named = {k: v for k, v in r.seconds.items() if k != "total"}
         other = max(0.0, r.seconds.get("total", 0.0) - sum(named.values()))
-        console.print(f"rounds: {r.rounds} ({p.simulation.rounds if p.simulation else 0} after a simulated miss, "
-                      f"{r.simulations} simulated); "
+        console.print(f"rounds: {r.rounds} ({p.simulation.rounds if p.simulation else 0} after a "
+                      f"simulated miss, {r.simulations} simulated); "
                       "seconds: " + ", ".join(f"{k} {v:.2f}" for k, v in {**named, "other": other}.items()))
         if any(r.sim_runs):
-            console.print(f"simulation: {r.sim_runs[1]} deployment runs simulated, {r.sim_runs[0]} taken unchanged "
-                          "from a former round")
+            console.print(f"simulation: {r.sim_runs[1]} deployment runs simulated, {r.sim_runs[0]} "
+                          "taken unchanged from a former round")
         pt = Table(title="pruned candidates")
         pt.add_column("candidate")
         pt.add_column("reason")
@@ -107,17 +111,20 @@ def prediction_table(console: Console, title: str, pr: ClosedLoopPrediction) -> 
 
 
 def loadtest_table(res) -> Table:
-    """Measured vs predicted (cost model) vs simulated (same request stream) per workload, ``trimtab loadtest``."""
-    t = Table(title=f"load test (rates x {res.rate_scale:g}, seed {res.seed}): measured vs predicted vs simulated")
+    """Measured vs predicted (cost model) vs simulated (same request stream) per workload, ``trimtab
+    loadtest``."""
+    t = Table(title=f"load test (rates x {res.rate_scale:g}, seed {res.seed}): measured vs predicted "
+                    "vs simulated")
     for col in ("workload", "reqs", "failed", "TTFT p50", "TTFT p90", "TTFT pSLO", "pred", "sim", "TPOT p50",
                 "TPOT p90", "TPOT pSLO", "pred ", "sim ", "attain", "sim att", "target", "met"):
         t.add_column(col, justify="left" if col == "workload" else "right")
     for w in res.workloads.values():
         m, p, s = w.measured, w.predicted, w.simulated
-        t.add_row(w.name, str(w.requests), str(w.errors), _ms(m["ttft_p50"]), _ms(m["ttft_p90"]), _ms_ci(m["ttft_pslo"], m["ttft_pslo_ci"]),
+        t.add_row(w.name, str(w.requests), str(w.errors), _ms(m["ttft_p50"]), _ms(m["ttft_p90"]),
+                  _ms_ci(m["ttft_pslo"], m["ttft_pslo_ci"]),
                   _ms(p.get("ttft_pslo")), _ms(s.get("ttft_pslo")), _ms(m["tpot_p50"]), _ms(m["tpot_p90"]),
-                  _ms_ci(m["tpot_pslo"], m["tpot_pslo_ci"]), _ms(p.get("tpot_pslo")), _ms(s.get("tpot_pslo")), f"{m['attainment']:.1%}",
-                  f"{s['attainment']:.1%}" if s else "-", f"{w.target:.0%}",
+                  _ms_ci(m["tpot_pslo"], m["tpot_pslo_ci"]), _ms(p.get("tpot_pslo")), _ms(s.get("tpot_pslo")),
+                  f"{m['attainment']:.1%}", f"{s['attainment']:.1%}" if s else "-", f"{w.target:.0%}",
                   {"met": "yes", "missed": "NO",
                    "insufficient": f"insufficient (<{w.min_requests})"}[w.verdict])
     return t

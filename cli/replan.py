@@ -9,27 +9,30 @@ from typing import Annotated, Optional
 
 import typer
 
-from trimtab.cli.common import ProfilesOpt, Solver, TableOrJson, err, exit_misses, out, plan_path, refuse_to_write, steps
+from trimtab.cli.common import (ProfilesOpt, Solver, TableOrJson, err, exit_misses, out, plan_path,
+                                refuse_to_write, steps)
 
 
 def replan_cmd(
-    spec: Annotated[Path, typer.Option("--spec", help="The spec as it is now (rates, lengths, prices, GPUs).")],
+    spec: Annotated[Path, typer.Option("--spec",
+                                       help="The spec as it is now (rates, lengths, prices, GPUs).")],
     plan_opt: Annotated[Optional[Path], typer.Option("--plan", help="The running plan (written by trimtab "
                                                      "plan).")] = None,
     current: Annotated[Optional[Path], typer.Option("--current", help="Deprecated spelling of "
                                                                       "--plan.")] = None,
     max_moves: Annotated[Optional[int], typer.Option("--max-moves", min=0, help="At most this many replicas "
                                                      "started plus stopped.")] = None,
-    fail: Annotated[Optional[list[str]], typer.Option("--fail", help="node=NAME (a node of the running plan's "
-                                                      "placement), gpus.TYPE=-N (N GPUs lost) or "
-                                                      "replica=DEPLOYMENT/INDEX (one replica gone, its GPUs kept); "
-                                                      "repeatable.")] = None,
-    horizon: Annotated[float, typer.Option(min=0.01, help="Hours the re-plan runs: a cheaper plan must pay back "
-                                                          "its start-ups within them.")] = 24.0,
+    fail: Annotated[Optional[list[str]], typer.Option("--fail", help="node=NAME (a node of the "
+                                                      "running plan's placement), gpus.TYPE=-N (N "
+                                                      "GPUs lost) or replica=DEPLOYMENT/INDEX (one replica "
+                                                      "gone, its GPUs kept); repeatable.")] = None,
+    horizon: Annotated[float, typer.Option(min=0.01, help="Hours the re-plan runs: a cheaper plan "
+                                                          "must pay back its start-ups within them.")] = 24.0,
     stop_usd: Annotated[float, typer.Option(min=0, help="Cost charged per replica stopped, $.")] = 0.0,
     output: Annotated[Optional[Path], typer.Option("-o", "--output", help="Write the re-plan here.")] = None,
     fmt: Annotated[TableOrJson, typer.Option("--format", help="Report format.")] = TableOrJson.table,
-    solver: Annotated[Optional[Solver], typer.Option(help="MILP backend; overrides the spec's solver.backend.")] = None,
+    solver: Annotated[Optional[Solver],
+                      typer.Option(help="MILP backend; overrides the spec's solver.backend.")] = None,
     time_limit: Annotated[Optional[float], typer.Option(min=0.01, help="Solver time limit, seconds.")] = None,
     analytic: Annotated[bool, typer.Option("--analytic", help="Cost model only (no validation by "
                                                               "simulation).")] = False,
@@ -70,14 +73,17 @@ def replan_cmd(
                for k, (p, mv, usd) in rows.items()}}, indent=2) + "\n")
         return
     if r.failure.lost_replicas or r.failure.lost_gpus:
-        out.print(f"failure: lost {', '.join(f'{n} x {g}' for g, n in r.failure.lost_gpus.items())} GPUs; replicas "
-                  f"gone: {', '.join(f'{d} x{n}' for d, n in r.failure.lost_replicas.items()) or 'none'}",
+        out.print(f"failure: lost {', '.join(f'{n} x {g}' for g, n in r.failure.lost_gpus.items())} "
+                  "GPUs; replicas gone: "
+                  f"{', '.join(f'{d} x{n}' for d, n in r.failure.lost_replicas.items()) or 'none'}",
                   markup=False)
     for k, (p, mv, usd) in rows.items():
-        out.print(f"{k}: {p.cost_usd_per_hour:.2f} $/h, {count_moves(mv)} replica move(s), start-ups {usd:.2f} $",
+        out.print(f"{k}: {p.cost_usd_per_hour:.2f} $/h, {count_moves(mv)} replica move(s), "
+                  f"start-ups {usd:.2f} $",
                   markup=False)
         for d, (a, b) in mv.items():
-            out.print(f"  {d}: " + ", ".join(x for x in (f"+{a} started" if a else "", f"-{b} stopped" if b else "")
+            out.print(f"  {d}: " + ", ".join(x for x in (f"+{a} started" if a else "",
+                                                         f"-{b} stopped" if b else "")
                                             if x), markup=False)
     if output is not None:
         err.print(f"re-plan written to {output}", markup=False)

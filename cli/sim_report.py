@@ -41,22 +41,23 @@ def workload_table(res: SimResult, title: str = "simulated workloads") -> Table:
 
 def deployment_table(res: SimResult) -> Table:
     t = Table(title="simulated deployments")
-    for c in ("deployment", "replicas", "requests", "attainment", "busy", "prefill util", "decode batch", "KV mean",
-              "KV max", "preempt", "queue ms"):
+    for c in ("deployment", "replicas", "requests", "attainment", "busy", "prefill util", "decode batch",
+              "KV mean", "KV max", "preempt", "queue ms"):
         t.add_column(c, justify="left" if c == "deployment" else "right")
     for d in res.deployments.values():
         att = "-" if not math.isfinite(d.attainment) else f"{d.attainment:.2%}"
         t.add_row(d.name, str(d.replicas), f"{d.requests:,}", att, f"{d.utilization:.0%}",
-                  f"{d.prefill_utilization:.0%}", f"{d.decode_batch:.1f}", f"{d.kv_mean:.0%}", f"{d.kv_max:.0%}",
-                  str(d.preemptions), _ms(d.queue_ms_mean))
+                  f"{d.prefill_utilization:.0%}", f"{d.decode_batch:.1f}", f"{d.kv_mean:.0%}",
+                  f"{d.kv_max:.0%}", str(d.preemptions), _ms(d.queue_ms_mean))
     return t
 
 
 def summary_line(res: SimResult) -> str:
     rate = res.requests / res.wall_s if res.wall_s > 0 else 0.0
     return (f"simulated {res.requests:,} requests over {res.duration_s:,.0f} s of arrivals (seed {res.seed}, "
-            f"measured after {res.measured_from_s:,.0f} s), {res.steps:,} engine steps, in {res.wall_s:.2f} s wall "
-            f"({rate:,.0f} requests/s)" + ("; stopped before every request finished" if res.stopped_early else ""))
+            f"measured after {res.measured_from_s:,.0f} s), {res.steps:,} engine steps, in "
+            f"{res.wall_s:.2f} s wall ({rate:,.0f} requests/s)"
+            + ("; stopped before every request finished" if res.stopped_early else ""))
 
 
 @contextmanager
@@ -82,8 +83,8 @@ def progress_bar(console: Console, requests: int | None):
 
 
 def write_plots(res: SimResult, folder: str | Path) -> list[Path]:
-    """latency_cdf_<workload>.png (TTFT, TPOT, E2E CDFs with the SLO targets) and timeline.png (per deployment:
-    busy share, waiting requests, KV occupancy over time). Returns the files written."""
+    """latency_cdf_<workload>.png (TTFT, TPOT, E2E CDFs with the SLO targets) and timeline.png (per
+    deployment: busy share, waiting requests, KV occupancy over time). Returns the files written."""
     from trimtab.cli.plots import pyplot
 
     plt = pyplot()
@@ -95,7 +96,8 @@ def write_plots(res: SimResult, folder: str | Path) -> list[Path]:
     for name, (tt, tp, ee) in res.samples.items():
         w = res.workloads[name]
         fig, axes = plt.subplots(1, 3, figsize=(13, 3.8))
-        for ax, x, label, slo in ((axes[0], tt, "TTFT (ms)", w.ttft_slo_ms), (axes[1], tp, "TPOT (ms)", w.tpot_slo_ms),
+        for ax, x, label, slo in ((axes[0], tt, "TTFT (ms)", w.ttft_slo_ms),
+                                  (axes[1], tp, "TPOT (ms)", w.tpot_slo_ms),
                                   (axes[2], ee, "end-to-end (ms)", None)):
             xs = np.sort(x[np.isfinite(x)]) * 1e3
             if len(xs):
@@ -108,7 +110,8 @@ def write_plots(res: SimResult, folder: str | Path) -> list[Path]:
             ax.set_ylim(0, 1.01)
             ax.grid(alpha=0.3)
         axes[0].set_ylabel("share of requests")
-        fig.suptitle(f"{name}: SLO attainment {w.attainment:.2%} (target {w.target:.0%}), {w.requests:,} requests")
+        fig.suptitle(f"{name}: SLO attainment {w.attainment:.2%} (target {w.target:.0%}), "
+                     f"{w.requests:,} requests")
         fig.tight_layout()
         p = folder / f"latency_cdf_{name}.png"
         fig.savefig(p, dpi=110)

@@ -1,4 +1,5 @@
-"""Bodies of ``trimtab simulate`` and the simulating ``trimtab check`` (cli/main.py keeps the commands thin)."""
+"""Bodies of ``trimtab simulate`` and the simulating ``trimtab check`` (cli/main.py keeps the commands
+thin)."""
 from __future__ import annotations
 
 import json
@@ -35,7 +36,8 @@ def sim_report(plan: Plan, spec: Spec, out: Console, err: Console, fmt: str, see
     ir = lower(spec)
     n = requests if requests is not None or duration is not None else default_requests(ir)
     with progress_bar(err, n if duration is None else None) as progress:
-        res = simulate(plan, spec, ir=ir, requests=n if duration is None else None, duration_s=duration, seed=seed,
+        res = simulate(plan, spec, ir=ir, requests=n if duration is None else None, duration_s=duration,
+                       seed=seed,
                        trace=tr, arrival_cv=arrival_cv, timeline=plot is not None, progress=progress)
     files = write_plots(res, plot) if plot is not None else []
     if fmt == "json":
@@ -62,7 +64,8 @@ def sim_check(plan: Plan, spec: Spec, out: Console, err: Console, fmt: str, seed
 
     tr = _args(requests, duration, trace, trace_format)
     runs = 1 if tr is not None else max(seeds, 1)
-    with progress_bar(err, requests * runs if requests is not None and duration is None else None) as progress:
+    with progress_bar(err,
+                      requests * runs if requests is not None and duration is None else None) as progress:
         rep, res = check_simulated(plan, spec, seed=seed, seeds=seeds, requests=requests, duration_s=duration,
                                    trace=tr, strict=strict, progress=progress, margin=margin)
     if fmt == "json":
@@ -73,7 +76,8 @@ def sim_check(plan: Plan, spec: Spec, out: Console, err: Console, fmt: str, seed
                                   "verdict": res.verdict(k), "slo_met": res.verdict(k) != "fail",
                                   "ttft_ms": _fin(max(r.workloads[k].ttft_at_target_ms for r in res.runs)),
                                   "tpot_ms": _fin(max(r.workloads[k].tpot_at_target_ms for r in res.runs)),
-                                  "percentile": res.targets[k] * 100, "worst_deployment": res.worst_deployment(k)}
+                                  "percentile": res.targets[k] * 100,
+                                  "worst_deployment": res.worst_deployment(k)}
                               for k, iv in res.intervals.items()}}
         sys.stdout.write(json.dumps(data, indent=2) + "\n")
         return rep.ok
@@ -90,8 +94,9 @@ def sim_check(plan: Plan, spec: Spec, out: Console, err: Console, fmt: str, seed
     for v in rep.violations:
         out.print(f"FAIL {v}", markup=False)
     seeds_s = ", ".join(str(s) for s in res.seeds)
-    out.print(f"simulated {sum(r.requests for r in res.runs):,} requests (seed{'s' if len(res.seeds) > 1 else ''} "
-              f"{seeds_s}; 95% bounds in brackets) in {sum(r.wall_s for r in res.runs):.1f} s", markup=False)
+    out.print(f"simulated {sum(r.requests for r in res.runs):,} requests "
+              f"(seed{'s' if len(res.seeds) > 1 else ''} {seeds_s}; 95% bounds in brackets) in "
+              f"{sum(r.wall_s for r in res.runs):.1f} s", markup=False)
     out.print("check passed" if rep.ok else f"check failed: {len(rep.violations)} violation(s)", markup=False)
     return rep.ok
 
@@ -117,7 +122,8 @@ def schedule_check(plan: Plan, spec: Spec, out: Console, fmt: str, seed: int | N
     and the worst window named; then (``transitions``) each boundary where replicas are added simulated over
     time (``check_transitions``; ``start_lead``: seconds ahead of the boundary a start is issued, default the
     plan's start-up time), one line per boundary."""
-    from trimtab.gate.windows import (AFTER_S, HEAD_S, TransitionsUnsupported, check_transitions, check_windows,
+    from trimtab.gate.windows import (AFTER_S, HEAD_S, TransitionsUnsupported, check_transitions,
+                                      check_windows,
                                        worst_window)
 
     checks = check_windows(plan, spec, seed=seed, seeds=seeds, requests=requests, strict=strict)
@@ -134,9 +140,11 @@ def schedule_check(plan: Plan, spec: Spec, out: Console, fmt: str, seed: int | N
                 "windows": [{"window": c.window, "start_s": c.start_s, "ok": c.report.ok,
                              "violations": c.report.violations,
                              "attainment": {k: round(iv.mean, 6) for k, iv in c.result.intervals.items()},
-                             "attainment_lower": {k: round(iv.lower, 6) for k, iv in c.result.intervals.items()}}
+                             "attainment_lower": {k: round(iv.lower, 6)
+                                                  for k, iv in c.result.intervals.items()}}
                             for c in checks],
-                "transitions": [{"window": c.window, "start_s": c.start_s, "ok": c.ok, "violations": c.violations,
+                "transitions": [{"window": c.window, "start_s": c.start_s, "ok": c.ok,
+                                 "violations": c.violations,
                                  "started": c.started, "stopped": c.stopped, "ready_s": c.ready_s,
                                  **{part: {k: {"attainment": round(iv.mean, 6),
                                                "attainment_lower": round(iv.lower, 6)}
@@ -152,8 +160,9 @@ def schedule_check(plan: Plan, spec: Spec, out: Console, fmt: str, seed: int | N
         out.print(f"{mark} window {c.window} (t={c.start_s} s): {att}", markup=False)
         for v in c.report.violations:
             out.print(f"FAIL window {c.window}: {v}", markup=False)
-    out.print(f"worst window: {worst.window} (t={worst.start_s} s), lowest margin of the lower 95% bound over "
-              f"target {worst.margin:+.2%}; '~': below target within noise (more --seeds to decide)", markup=False)
+    out.print(f"worst window: {worst.window} (t={worst.start_s} s), lowest margin of the lower "
+              f"95% bound over target {worst.margin:+.2%}; '~': below target within noise (more "
+              "--seeds to decide)", markup=False)
     if skipped:
         out.print(f"note: {skipped}", markup=False)
     for c in trans:
@@ -166,16 +175,16 @@ def schedule_check(plan: Plan, spec: Spec, out: Console, fmt: str, seed: int | N
             out.print(f"FAIL {v}", markup=False)
     bad = sum(not c.report.ok for c in checks)
     bad_t = sum(not c.ok for c in trans)
-    out.print("check passed" if ok else f"check failed: {bad} of {len(checks)} window(s), {bad_t} of {len(trans)} "
-              "transition(s)", markup=False)
+    out.print("check passed" if ok else f"check failed: {bad} of {len(checks)} window(s), {bad_t} of "
+                                        f"{len(trans)} transition(s)", markup=False)
     return ok
 
 
-def node_loss_check(plan: Plan, spec: Spec, out: Console, err: Console, fmt: str, analytic: bool, seed: int | None,
-                    seeds: int, requests: int | None, strict: bool) -> bool:
-    """``check`` with each node removed (``trimtab.gate.nodeloss``; docs/online.md, "Redundancy"): the plan itself,
-    then one line per kind of node loss with each workload's attainment (or predicted latency), and the worst
-    node named."""
+def node_loss_check(plan: Plan, spec: Spec, out: Console, err: Console, fmt: str, analytic: bool,
+                    seed: int | None, seeds: int, requests: int | None, strict: bool) -> bool:
+    """``check`` with each node removed (``trimtab.gate.nodeloss``; docs/online.md, "Redundancy"): the plan
+    itself, then one line per kind of node loss with each workload's attainment (or predicted latency), and
+    the worst node named."""
     from trimtab.gate.analytic import check as analytic_check
     from trimtab.gate.nodeloss import check_each_node, worst_loss
     from trimtab.gate.simulated import check_simulated
@@ -184,7 +193,8 @@ def node_loss_check(plan: Plan, spec: Spec, out: Console, err: Console, fmt: str
         whole = analytic_check(plan, spec)
     else:
         whole, _ = check_simulated(plan, spec, seed=seed, seeds=seeds, requests=requests, strict=strict)
-    losses = check_each_node(plan, spec, analytic=analytic, seed=seed, seeds=seeds, requests=requests, strict=strict)
+    losses = check_each_node(plan, spec, analytic=analytic, seed=seed, seeds=seeds, requests=requests,
+                             strict=strict)
     worst = worst_loss(losses)
     ok = whole.ok and all(x.report.ok for x in losses)
     if fmt == "json":
@@ -194,7 +204,8 @@ def node_loss_check(plan: Plan, spec: Spec, out: Console, err: Console, fmt: str
                                "violations": x.report.violations, "margin": _fin(x.margin),
                                "attainment": {k: round(iv.mean, 6) for k, iv in x.result.intervals.items()}
                                if x.result is not None else {},
-                               "attainment_lower": {k: round(iv.lower, 6) for k, iv in x.result.intervals.items()}
+                               "attainment_lower": {k: round(iv.lower, 6)
+                                                    for k, iv in x.result.intervals.items()}
                                if x.result is not None else {}} for x in losses]}
         sys.stdout.write(json.dumps(data, indent=2) + "\n")
         return ok
@@ -203,7 +214,8 @@ def node_loss_check(plan: Plan, spec: Spec, out: Console, err: Console, fmt: str
     out.print(f"{'ok  ' if whole.ok else 'FAIL'} plan with every node", markup=False)
     for x in losses:
         lost = ", ".join(f"{k} -{n}" for k, n in x.lost.items())
-        nodes = x.nodes[0] + (f" (and {len(x.nodes) - 1} like it: {', '.join(x.nodes[1:])})" if len(x.nodes) > 1
+        nodes = x.nodes[0] + (f" (and {len(x.nodes) - 1} like it: "
+                              f"{', '.join(x.nodes[1:])})" if len(x.nodes) > 1
                               else "")
         if x.result is not None:
             what = ", ".join(f"{k} {iv.mean:.2%} [{iv.lower:.2%}]" for k, iv in x.result.intervals.items())
@@ -221,6 +233,7 @@ def node_loss_check(plan: Plan, spec: Spec, out: Console, err: Console, fmt: str
                   + ")", markup=False)
     bad = sum(not x.report.ok for x in losses)
     out.print("check passed (every node loss)" if ok else
-              f"check failed: {bad} of {len(losses)} kind(s) of node loss" + ("" if whole.ok else ", and the plan"),
+              f"check failed: {bad} of {len(losses)} kind(s) of node loss"
+              + ("" if whole.ok else ", and the plan"),
               markup=False)
     return ok

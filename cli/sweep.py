@@ -1,5 +1,5 @@
-"""``trimtab sweep``: a spec planned over a grid of what-if overrides or sampled traffic scenarios, as Ray tasks
-when Ray is installed, or the robust plan over the scenarios (logic in ``trimtab.study.sweep``;
+"""``trimtab sweep``: a spec planned over a grid of what-if overrides or sampled traffic scenarios, as Ray
+tasks when Ray is installed, or the robust plan over the scenarios (logic in ``trimtab.study.sweep``;
 docs/scale.md)."""
 from __future__ import annotations
 
@@ -17,27 +17,37 @@ from trimtab.errors import ExitCode, InputError, Problem
 def sweep_cmd(
     spec: Annotated[Path, typer.Argument(help="Spec YAML.")],
     sets: Annotated[Optional[list[str]], typer.Option("--set", help="PATH=V1,V2,... over what-if paths, e.g. "
-                                                      "workloads.chat.rate_rps=2,4,8 (repeatable: a grid).")] = None,
-    scenarios: Annotated[Optional[int], typer.Option(min=1, help="Plan N sampled traffic scenarios instead of a "
-                                                                 "grid.")] = None,
+                                                      "workloads.chat.rate_rps=2,4,8 "
+                                                      "(repeatable: a grid).")] = None,
+    scenarios: Annotated[Optional[int], typer.Option(min=1, help="Plan N sampled traffic scenarios "
+                                                                 "instead of a grid.")] = None,
     rate_cv: Annotated[float, typer.Option(min=0, help="Scenarios: CV of each workload's rate (lognormal, "
                                                        "mean 1).")] = 0.0,
-    length_cv: Annotated[float, typer.Option(min=0, help="Scenarios: CV of each workload's output lengths.")] = 0.0,
+    length_cv: Annotated[float, typer.Option(min=0,
+                                             help="Scenarios: CV of each workload's output lengths.")] = 0.0,
     input_cv: Annotated[float, typer.Option(min=0, help="Scenarios: CV of each workload's prompt lengths "
                                                         "(not with --robust).")] = 0.0,
     seed: Annotated[int, typer.Option(help="Scenario sampling seed.")] = 0,
-    robust: Annotated[Optional[float], typer.Option(help="With --scenarios: the cheapest plan that passes check "
-                                                         "in at least this share of them (docs/scale.md).")] = None,
-    check: Annotated[bool, typer.Option("--check", help="Also check each point's plan by simulation.")] = False,
+    robust: Annotated[Optional[float], typer.Option(help="With --scenarios: the cheapest plan that "
+                                                         "passes check in at least this share of them "
+                                                         "(docs/scale.md).")] = None,
+    check: Annotated[bool, typer.Option("--check",
+                                        help="Also check each point's plan by simulation.")] = False,
     check_seeds: Annotated[int, typer.Option(min=1, help="Simulation seeds per check.")] = 1,
-    serial: Annotated[bool, typer.Option("--serial", help="Plan in this process, one point after another.")] = False,
-    address: Annotated[Optional[str], typer.Option(help="Ray cluster to join (default: a local Ray).")] = None,
-    workers: Annotated[Optional[int], typer.Option(min=1, help="Ray tasks in flight (default: the CPUs).")] = None,
+    serial: Annotated[bool, typer.Option("--serial",
+                                         help="Plan in this process, one point after another.")] = False,
+    address: Annotated[Optional[str],
+                       typer.Option(help="Ray cluster to join (default: a local Ray).")] = None,
+    workers: Annotated[Optional[int], typer.Option(min=1,
+                                                   help="Ray tasks in flight (default: the CPUs).")] = None,
     csv_path: Annotated[Optional[Path], typer.Option("--csv", help="Write one row per point here.")] = None,
     plot: Annotated[Optional[Path], typer.Option(help="Write cost per point as a PNG here.")] = None,
-    output: Annotated[Optional[Path], typer.Option("-o", "--output", help="--robust: write the plan here.")] = None,
-    solver: Annotated[Optional[Solver], typer.Option(help="MILP backend; overrides the spec's solver.backend.")] = None,
-    time_limit: Annotated[Optional[float], typer.Option(min=0.01, help="Solver time limit per plan, seconds.")] = None,
+    output: Annotated[Optional[Path], typer.Option("-o", "--output",
+                                                   help="--robust: write the plan here.")] = None,
+    solver: Annotated[Optional[Solver],
+                      typer.Option(help="MILP backend; overrides the spec's solver.backend.")] = None,
+    time_limit: Annotated[Optional[float], typer.Option(min=0.01,
+                                                        help="Solver time limit per plan, seconds.")] = None,
     analytic: Annotated[bool, typer.Option("--analytic", help="Plan points with the cost model only (no "
                                                               "validation by simulation).")] = False,
     fmt: Annotated[TableOrJson, typer.Option("--format", help="table, or json (the document alone on stdout: "
@@ -56,12 +66,14 @@ def sweep_cmd(
     from trimtab.cli.sweep_report import plot as do_plot, progress_bar, results_table, robust_lines, write_csv
 
     if sets and scenarios:
-        raise InputError([Problem("--set/--scenarios", "give a grid (--set) or scenarios (--scenarios), not both")])
+        raise InputError([Problem("--set/--scenarios", "give a grid (--set) or scenarios "
+                                                       "(--scenarios), not both")])
     if robust is not None and not scenarios:
         raise InputError([Problem("--robust", "needs --scenarios N (the scenarios the plan must hold in)")])
     if robust is not None and (csv_path or plot or analytic or check):
-        raise InputError([Problem("--robust", "prints every candidate's cost and share and writes the plan with -o; "
-                                              "--csv, --plot, --analytic and --check do not apply")])
+        raise InputError([Problem("--robust", "prints every candidate's cost and share and writes the "
+                                              "plan with -o; --csv, --plot, --analytic and --check "
+                                              "do not apply")])
     s = load_spec(spec, profile_dir=profiles)
     if robust is None:  # build (and validate) every point before starting Ray
         points = (sw.scenario_points(s, scenarios, rate_cv, length_cv, input_cv, seed) if scenarios
@@ -70,8 +82,8 @@ def sweep_cmd(
     try:
         with progress_bar(err, "planning") as progress:
             if robust is not None:
-                r = sw.robust_plan(s, robust, scenarios, rate_cv=rate_cv, length_cv=length_cv, input_cv=input_cv,
-                                   seed=seed, check_seeds=check_seeds, executor=ex,
+                r = sw.robust_plan(s, robust, scenarios, rate_cv=rate_cv, length_cv=length_cv,
+                                   input_cv=input_cv, seed=seed, check_seeds=check_seeds, executor=ex,
                                    backend=solver.value if solver else None, time_limit_s=time_limit,
                                    progress=lambda lab, d, t: progress(d, t, lab))
             else:

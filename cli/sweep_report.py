@@ -1,7 +1,7 @@
 """Output of ``trimtab sweep``: the results table, CSV, a PNG plot, the robust summary and a progress bar.
 
-Kept apart from ``trimtab.study.sweep`` (what to plan and where) so the command in ``cli/main.py`` stays a few lines
-and the sweep logic stays free of rich and matplotlib.
+Kept apart from ``trimtab.study.sweep`` (what to plan and where) so the command in ``cli/main.py`` stays a few
+lines and the sweep logic stays free of rich and matplotlib.
 """
 from __future__ import annotations
 
@@ -69,7 +69,8 @@ def write_csv(results: list[PointResult], points: list[Point], path: Path) -> No
         out = csv.writer(f)
         out.writerow(list(CSV_FIELDS) + [f"set:{p}" for p in paths] + mcols)
         for r, p in zip(results, points):
-            row = [r.index, r.label, r.status, r.cost_usd_per_hour, _gpus(r), r.rounds, r.validated, r.checked,
+            row = [r.index, r.label, r.status, r.cost_usd_per_hour, _gpus(r), r.rounds, r.validated,
+                   r.checked,
                    min(r.attainment.values()) if r.attainment else "", round(r.seconds, 3), r.message]
             row += [p.overrides.get(k, "") for k in paths]
             row += [round(p.multipliers[w][i], 6) if w in p.multipliers else "" for w in wl for i in range(3)]
@@ -117,8 +118,8 @@ def plot(results: list[PointResult], points: list[Point], path: Path, title: str
 def robust_lines(r: RobustResult) -> list[str]:
     """The summary of a robust plan: chosen candidate, its share, the mean plan's, and every candidate."""
     n = r.scenarios
-    lines = [f"robust plan ({r.chosen_level}): {r.plan.cost_usd_per_hour:.2f} $/h, check passed in {r.passed}/{n} "
-             f"scenarios ({r.share:.0%}; required {r.q:.0%})"]
+    lines = [f"robust plan ({r.chosen_level}): {r.plan.cost_usd_per_hour:.2f} $/h, check passed in "
+             f"{r.passed}/{n} scenarios ({r.share:.0%}; required {r.q:.0%})"]
     if r.mean_plan is not None:
         d = r.plan.cost_usd_per_hour - r.mean_plan.cost_usd_per_hour
         lines.append(f"plan for the mean scenario: {r.mean_plan.cost_usd_per_hour:.2f} $/h, check passed in "
@@ -126,7 +127,9 @@ def robust_lines(r: RobustResult) -> list[str]:
                      f"({d / r.mean_plan.cost_usd_per_hour:+.0%})")
     lines.append("candidates (planned at quantiles of the sampled rate and output-length multipliers):")
     for c in r.candidates:
-        cost = f"{c.cost_usd_per_hour:8.2f} $/h" if c.cost_usd_per_hour is not None else f"no plan: {c.message}"
-        passed = f"passed {c.passed}/{n}" if c.passed is not None else "not checked (no cheaper than the chosen plan)"
+        cost = (f"{c.cost_usd_per_hour:8.2f} $/h" if c.cost_usd_per_hour is not None
+                else f"no plan: {c.message}")
+        passed = (f"passed {c.passed}/{n}" if c.passed is not None
+                  else "not checked (no cheaper than the chosen plan)")
         lines.append(f"  {c.level:>6}: {cost}  {passed if c.cost_usd_per_hour is not None else ''}".rstrip())
     return lines

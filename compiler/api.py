@@ -68,8 +68,8 @@ def plan(spec: Spec, *, backend: str | None = None, time_limit_s: float | None =
 
 def explain(spec: Spec, *, backend: str | None = None, time_limit_s: float | None = None,
             profiles: ProfileSet | None = None):
-    """Why ``spec`` is infeasible and what to relax, or what binds a feasible plan's cost (cost model only), for
-    the problem the spec poses: with adapters or tenants, the adapter-placement problem."""
+    """Why ``spec`` is infeasible and what to relax, or what binds a feasible plan's cost (cost model only),
+    for the problem the spec poses: with adapters or tenants, the adapter-placement problem."""
     from trimtab.planning.explain import explain as explain_unified
     from trimtab.solvers import get_backend, spec_options
 
@@ -86,9 +86,10 @@ def explain(spec: Spec, *, backend: str | None = None, time_limit_s: float | Non
 
 
 def _explain_redundant(spec: Spec, ir, be, opts):
-    """``explain`` of an n+1 spec (docs/online.md, "Redundancy"): feasibility and cost of the problem with its n+1
-    rows (``trimtab.planning.redundancy.RedundantPlanner``: its candidates, solve and infeasibility lines); the binding
-    analysis is that of the same spec without n+1, said so in a note, with that problem's cost."""
+    """``explain`` of an n+1 spec (docs/online.md, "Redundancy"): feasibility and cost of the problem with its
+    n+1 rows (``trimtab.planning.redundancy.RedundantPlanner``: its candidates, solve and infeasibility
+    lines); the binding analysis is that of the same spec without n+1, said so in a note, with that problem's
+    cost."""
     from dataclasses import replace
 
     from trimtab.planning.explain import Explanation, explain as explain_unified, stopped
@@ -103,12 +104,14 @@ def _explain_redundant(spec: Spec, ir, be, opts):
         if res is not None and res.status.value != "infeasible":
             return stopped(be, res)
         return Explanation(False, problems or planner.infeasible(ir, cands, be, opts),
-                           notes=["redundancy: n+1: every SLO must hold with any one node lost; the lines above "
-                                  "name what to relax for that, and what the spec would need without n+1"])
-    cost = planner.build(ir, cands, res, 1, [])[0].cost_usd_per_hour  # the plan this solve gives, as plan builds it
+                           notes=["redundancy: n+1: every SLO must hold with any one node lost; the lines "
+                                  "above name what to relax for that, and what the spec would need without "
+                                  "n+1"])
+    # the plan this solve gives, as plan builds it
+    cost = planner.build(ir, cands, res, 1, [])[0].cost_usd_per_hour
     base = explain_unified(replace(ir, redundancy="none"), be, opts)
-    note = ("redundancy: n+1: the cost is that of the cheapest plan that keeps every SLO with any one node lost; "
-            "the binding analysis is of the same spec without n+1")
+    note = ("redundancy: n+1: the cost is that of the cheapest plan that keeps every SLO with any one node "
+            "lost; the binding analysis is of the same spec without n+1")
     if base.feasible:
         note += f" (whose cheapest plan costs {base.cost_usd_per_hour:.2f} $/h)"
     return Explanation(True, binding=base.binding, cost_usd_per_hour=cost, notes=[note],
@@ -118,12 +121,12 @@ def _explain_redundant(spec: Spec, ir, be, opts):
 def check(plan: Plan, spec: Spec, *, analytic: bool = False, profiles: ProfileSet | None = None,
           seeds: int = CHECK_SEEDS, seed: int | None = None, strict: bool = False,
           margin: str | None = None) -> CheckReport:
-    """The gate ``trimtab check`` runs, so that a script and CI judge a plan alike: the plan's structure against
-    the spec, and its SLOs by simulation at seeds the planner did not use (``trimtab.gate.simulated``);
-    ``analytic=True``: the SLOs by the cost model's predictions only (fast, ``trimtab.gate.analytic``). A plan
-    made from another spec raises InputError (exit 1) naming the plan's field. ``margin`` ("median" or "p90"):
-    also fail a workload whose SLO headroom is smaller than the cost model's error for its deployments
-    (``trimtab.gate.margin``, ``check --margin``)."""
+    """The gate ``trimtab check`` runs, so that a script and CI judge a plan alike: the plan's structure
+    against the spec, and its SLOs by simulation at seeds the planner did not use
+    (``trimtab.gate.simulated``); ``analytic=True``: the SLOs by the cost model's predictions only (fast,
+    ``trimtab.gate.analytic``). A plan made from another spec raises InputError (exit 1) naming the plan's
+    field. ``margin`` ("median" or "p90"): also fail a workload whose SLO headroom is smaller than the cost
+    model's error for its deployments (``trimtab.gate.margin``, ``check --margin``)."""
     if margin is not None and margin not in ("median", "p90"):
         raise InputError([Problem("margin", f"must be 'median' or 'p90', got {margin!r}")])
     if analytic:

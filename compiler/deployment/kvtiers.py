@@ -1,19 +1,20 @@
 """KV tiers in plans: who offloads, who borrows, who lends (docs/kv-tiers.md).
 
-``offload_gib`` is the prefix cache's host-memory tier (``kv_tiers: auto`` / ``offload``, what engines realise)
-or, under ``kv_tiers: experimental-live``, live KV spilled to host memory; borrowing and lending exist only
-under experimental-live (deployments marked ``kv.live``).
+``offload_gib`` is the prefix cache's host-memory tier (``kv_tiers: auto`` / ``offload``, what engines
+realise) or, under ``kv_tiers: experimental-live``, live KV spilled to host memory; borrowing and lending
+exist only under experimental-live (deployments marked ``kv.live``).
 
-The cost model's side is ``trimtab.cost.model.KvTier`` (a replica's KV capacity beyond HBM and the link to it);
-candidates with a tier and the MILP rows ``kv_offload[g]`` / ``kv_borrow[g]`` are in ``trimtab.milp.candidates`` and
-``trimtab.milp.formulate``. This module turns a solved plan's tiers into plan fields and back:
+The cost model's side is ``trimtab.cost.model.KvTier`` (a replica's KV capacity beyond HBM and the link to
+it); candidates with a tier and the MILP rows ``kv_offload[g]`` / ``kv_borrow[g]`` are in
+``trimtab.milp.candidates`` and ``trimtab.milp.formulate``. This module turns a solved plan's tiers into plan
+fields and back:
 
-  * ``allocate`` (plan extraction): per GPU type, the borrowers' GiB are served by the HBM-only deployments with
-    spare KV, in name order, each lending all its spare until the borrowing is covered (the slack lets placement
-    pair borrowers with lenders node by node); every borrower lists the lenders of its type.
-  * a plan deployment's tier and lent GiB are fields of its ``DeploymentSpecView`` (``of_plan``); its cost model
-    (``trimtab.deployment.shape.replica_model_of``) has the tier and, for a lender, its HBM KV less what it
-    lends.
+  * ``allocate`` (plan extraction): per GPU type, the borrowers' GiB are served by the HBM-only deployments
+    with spare KV, in name order, each lending all its spare until the borrowing is covered (the slack lets
+    placement pair borrowers with lenders node by node); every borrower lists the lenders of its type.
+  * a plan deployment's tier and lent GiB are fields of its ``DeploymentSpecView`` (``of_plan``); its cost
+    model (``trimtab.deployment.shape.replica_model_of``) has the tier and, for a lender, its HBM KV less what
+    it lends.
   * ``verify_kv`` (``check``): re-derives the limits from the spec and the cost model, independently of the
     solver: offload within the host memory of the type's nodes and of each node, borrowed within lent per GPU
     type and per node, each lender's lent GiB within its spare HBM KV at the load the plan routes to it.
@@ -66,7 +67,8 @@ def usable_host_gib(ir, node) -> float:
 
 
 def verify_kv(plan, ir, assessment, topo=None) -> list[str]:
-    """Violations of the KV-tier limits (module docstring), one line each naming the deployment and the limit."""
+    """Violations of the KV-tier limits (module docstring), one line each naming the deployment and the
+    limit."""
     from trimtab.cost.factory import HOST_KV_SHARE
     from trimtab.deployment.shape import DeploymentSpecView, replica_model_of
 
@@ -76,11 +78,13 @@ def verify_kv(plan, ir, assessment, topo=None) -> list[str]:
     if not tiered:
         return bad
     if ir.kv_tiers == "off":
-        return [f"deployment {d.name}: uses a KV tier but the spec has defaults.kv_tiers: off" for d in tiered]
+        return [f"deployment {d.name}: uses a KV tier but the spec has defaults.kv_tiers: off"
+                for d in tiered]
     if ir.kv_tiers != "experimental-live":  # the prefix cache's host tier only: no live KV beyond HBM
         bad += [f"deployment {d.name}: holds live KV beyond HBM (live, borrowed or lent KV) but the spec has "
-                f"defaults.kv_tiers: {ir.kv_tiers}, whose tier is the prefix cache's host memory; live KV needs "
-                "experimental-live" for d in tiered if d.kv.live or d.kv.borrowed_gib > 0 or d.kv.lent_gib > 0]
+                f"defaults.kv_tiers: {ir.kv_tiers}, whose tier is the prefix cache's host memory; live KV "
+                "needs experimental-live"
+                for d in tiered if d.kv.live or d.kv.borrowed_gib > 0 or d.kv.lent_gib > 0]
     by = {d.name: d for d in plan.deployments}
     off_by_gpu: dict[str, float] = {}
     bor_by_gpu: dict[str, float] = {}
@@ -97,8 +101,8 @@ def verify_kv(plan, ir, assessment, topo=None) -> list[str]:
         if kv.offload_gib > 0:
             room = pool.cpu_memory_gib_per_node * HOST_KV_SHARE
             if kv.offload_gib > room + TOL_GIB:
-                bad.append(f"deployment {d.name}: offloads {kv.offload_gib:g} GiB of KV per replica, more than the "
-                           f"{room:g} GiB a {d.gpu} node's host memory allows ({HOST_KV_SHARE:g} of "
+                bad.append(f"deployment {d.name}: offloads {kv.offload_gib:g} GiB of KV per replica, more "
+                           f"than the {room:g} GiB a {d.gpu} node's host memory allows ({HOST_KV_SHARE:g} of "
                            f"{pool.cpu_memory_gib_per_node:g} GiB)")
             off_by_gpu[d.gpu] = off_by_gpu.get(d.gpu, 0.0) + kv.offload_gib * d.replicas
         if kv.borrowed_gib > 0:
@@ -106,31 +110,34 @@ def verify_kv(plan, ir, assessment, topo=None) -> list[str]:
             for ln in kv.borrowed_from:
                 lender = by.get(ln)
                 if lender is None or lender.gpu != d.gpu or lender.kv is None or lender.kv.lent_gib <= 0:
-                    bad.append(f"deployment {d.name}: borrows KV from {ln}, which is not a {d.gpu} deployment "
-                               "lending KV")
+                    bad.append(f"deployment {d.name}: borrows KV from {ln}, which is not a {d.gpu} "
+                               "deployment lending KV")
             if not kv.borrowed_from:
-                bad.append(f"deployment {d.name}: borrows {kv.borrowed_gib:g} GiB of KV per replica from no lender")
+                bad.append(f"deployment {d.name}: borrows {kv.borrowed_gib:g} GiB of KV per replica from no "
+                           "lender")
         if kv.lent_gib > 0:
             lent_by_gpu[d.gpu] = lent_by_gpu.get(d.gpu, 0.0) + kv.lent_gib * d.replicas
-            rm = replica_model_of(ir, replace(DeploymentSpecView.of_plan(d), kv_lent_gib=0.0))  # before lending
+            # before lending
+            rm = replica_model_of(ir, replace(DeploymentSpecView.of_plan(d), kv_lent_gib=0.0))
             load = assessment.deployments.get(d.name) if assessment is not None else None
             used = load.kv_tokens_used if load is not None and load.stable else 0.0
             spare = max(rm.memory.kv_cache_tokens - used, 0.0)
             spare_gib = spare * rm.memory.kv_bytes_per_token_per_gpu * rm.tp * rm.pp / GIB
             if kv.lent_gib > spare_gib + TOL_GIB:
-                bad.append(f"deployment {d.name}: lends {kv.lent_gib:g} GiB of KV per replica, its spare HBM KV at "
-                           f"the planned load is {spare_gib:.3f} GiB ({rm.memory.kv_cache_tokens} tokens, "
-                           f"{used:.0f} in use)")
+                bad.append(f"deployment {d.name}: lends {kv.lent_gib:g} GiB of KV per replica, its spare HBM "
+                           f"KV at the planned load is {spare_gib:.3f} GiB ({rm.memory.kv_cache_tokens} "
+                           f"tokens, {used:.0f} in use)")
     for g, off in sorted(off_by_gpu.items()):
         pool = ir.gpu(g)
         limit = pool.cpu_memory_gib * HOST_KV_SHARE
         if off > limit + TOL_GIB:
-            bad.append(f"kv_offload[{g}]: the plan offloads {off:g} GiB of KV, the {g} nodes' host memory allows "
-                       f"{limit:g} GiB ({HOST_KV_SHARE:g} of {pool.cpu_memory_gib:g} GiB)")
+            bad.append(f"kv_offload[{g}]: the plan offloads {off:g} GiB of KV, the {g} nodes' host memory "
+                       f"allows {limit:g} GiB ({HOST_KV_SHARE:g} of {pool.cpu_memory_gib:g} GiB)")
     for g, bor in sorted(bor_by_gpu.items()):
         lent = lent_by_gpu.get(g, 0.0)
         if bor > lent + TOL_GIB:
-            bad.append(f"kv_borrow[{g}]: the plan borrows {bor:g} GiB of KV, its {g} lenders lend {lent:g} GiB")
+            bad.append(f"kv_borrow[{g}]: the plan borrows {bor:g} GiB of KV, its {g} lenders lend {lent:g} "
+                       "GiB")
     if topo is not None:
         bad += _per_node(plan, ir, topo)
     return bad

@@ -11,7 +11,8 @@ An expert group stays inside one NVLink domain (``pool.tp_limit``) unless one no
 weights (``fits_one_node``): then also groups of 2 and 4 whole domains (tp x dp = 2 or 4 x the domain, each
 domain holding dp / k ranks; ``trimtab.deployment.shape.stage_parts``), whose all-to-all crosses the NICs
 every MoE
-layer (the cost model's off-node share; docs/moe.md). Where a node holds the model, that costs more than it saves.
+layer (the cost model's off-node share; docs/moe.md). Where a node holds the model, that costs more than it
+saves.
 """
 from __future__ import annotations
 

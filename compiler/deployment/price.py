@@ -11,7 +11,8 @@ from collections.abc import Iterable
 
 
 def replica_usd_per_hour(gpu_usd_per_hour: float, *sizes: int) -> float:
-    """One replica's $/h: its GPU type's price times each of its sizes in turn (tp, pp, dp; or its GPU count)."""
+    """One replica's $/h: its GPU type's price times each of its sizes in turn (tp, pp, dp; or its GPU
+    count)."""
     usd = gpu_usd_per_hour
     for k in sizes:
         usd *= k
@@ -19,8 +20,8 @@ def replica_usd_per_hour(gpu_usd_per_hour: float, *sizes: int) -> float:
 
 
 def fleet_usd_per_hour(priced: Iterable[tuple[float, float]]) -> float:
-    """A fleet's $/h: the sum of count x $/h of one over (count, $/h of one) pairs, in the order given (replicas
-    and a candidate's price, or GPUs and their type's price)."""
+    """A fleet's $/h: the sum of count x $/h of one over (count, $/h of one) pairs, in the order given
+    (replicas and a candidate's price, or GPUs and their type's price)."""
     cost = 0.0
     for n, usd in priced:
         cost += n * usd

@@ -1,7 +1,7 @@
 """What a deployment is, for every stage: the shapes a model may take on a GPU pool, the candidate records the
 planners build and solve over, and the views assessment takes of a deployment and a route (from a candidate or
-from a plan file). Below candidates, disaggregation, formulation and assessment, so each imports it and none of
-them imports another to get a record.
+from a plan file). Below candidates, disaggregation, formulation and assessment, so each imports it and none
+of them imports another to get a record.
 """
 from __future__ import annotations
 
@@ -22,12 +22,14 @@ PP_OPTIONS = (1, 2, 4)
 TOKEN_BUDGETS = (2048, 8192)  # max_num_batched_tokens: smaller keeps TPOT flat, larger shortens long prefills
 
 
-Role = Literal["unified", "prefill", "decode"]  # unified serves both phases; the others one side of a P/D pair
+# unified serves both phases; the others one side of a P/D pair
+Role = Literal["unified", "prefill", "decode"]
 
 
 @dataclass(frozen=True, slots=True)
 class LoraSlots:
-    """A LoRA deployment's adapter slots (vLLM --max-loras, --max-lora-rank) and how many adapters it holds."""
+    """A LoRA deployment's adapter slots (vLLM --max-loras, --max-lora-rank) and how many adapters it
+    holds."""
 
     max_loras: int
     max_lora_rank: int
@@ -36,11 +38,11 @@ class LoraSlots:
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class DeploymentShape:
-    """How one replica runs, the one record every stage shares: what the engine command and the cost model need,
-    nothing about load. A candidate is a shape with a price and capacities; a deployment view a shape with a name
-    and replicas; a plan deployment converts to a view with ``DeploymentSpecView.of_plan``; the simulator and
-    placement take views. Field names are the cost model's (``tp``, ``max_num_seqs``); the plan file spells
-    them as the engines do (``tensor_parallel``, ``max_batch_size``)."""
+    """How one replica runs, the one record every stage shares: what the engine command and the cost model
+    need, nothing about load. A candidate is a shape with a price and capacities; a deployment view a shape
+    with a name and replicas; a plan deployment converts to a view with ``DeploymentSpecView.of_plan``; the
+    simulator and placement take views. Field names are the cost model's (``tp``, ``max_num_seqs``); the plan
+    file spells them as the engines do (``tensor_parallel``, ``max_batch_size``)."""
 
     model: str
     gpu: str
@@ -50,8 +52,8 @@ class DeploymentShape:
     max_num_seqs: int
     max_batched_tokens: int
     role: Role = "unified"
-    # KV tiers (docs/kv-tiers.md), GiB per replica: host memory it offloads KV to, spare HBM KV it borrows from
-    # other instances on its node, HBM KV it lends to them
+    # KV tiers (docs/kv-tiers.md), GiB per replica: host memory it offloads KV to, spare HBM KV it borrows
+    # from other instances on its node, HBM KV it lends to them
     kv_offload_gib: float = 0.0
     kv_borrow_gib: float = 0.0
     kv_lent_gib: float = 0.0
@@ -71,9 +73,9 @@ class DeploymentShape:
 
 @dataclass(frozen=True, slots=True)
 class PdGroup:
-    """A co-located P/D side's group (``trimtab.milp.disagg.local_group_name``): the group's name, the partner side's
-    candidate id, and how many replicas of this side and of the partner one NVLink domain holds. Carried as data
-    so that formulation, extraction and pairing never read it back out of an id."""
+    """A co-located P/D side's group (``trimtab.milp.disagg.local_group_name``): the group's name, the partner
+    side's candidate id, and how many replicas of this side and of the partner one NVLink domain holds.
+    Carried as data so that formulation, extraction and pairing never read it back out of an id."""
 
     name: str
     partner: str
@@ -139,10 +141,10 @@ class CandidateSet:
 
 def stage_parts(tp: int, dp: int, domain: int) -> tuple[int, int]:
     """(parts, GPUs per part) of one pipeline stage's tp x dp GPUs as placement packs and check verifies them:
-    one part inside an NVLink domain of ``domain`` GPUs, or, for an expert group wider than a domain (attention
-    data parallelism across nodes, ``trimtab.deployment.layouts``), k = tp x dp / domain parts of ``domain`` GPUs each, every
-    part holding dp / k whole data-parallel ranks (the engines' ranks per node: vLLM infers
-    --data-parallel-size-local from --nnodes, SGLang from --nnodes)."""
+    one part inside an NVLink domain of ``domain`` GPUs, or, for an expert group wider than a domain
+    (attention data parallelism across nodes, ``trimtab.deployment.layouts``), k = tp x dp / domain parts of
+    ``domain`` GPUs each, every part holding dp / k whole data-parallel ranks (the engines' ranks per node:
+    vLLM infers --data-parallel-size-local from --nnodes, SGLang from --nnodes)."""
     g = tp * dp
     if domain <= 0 or g <= domain or g % domain or domain % tp:
         return 1, g
@@ -155,8 +157,8 @@ def candidate_id(workload: str, gpu: str, tp: int, pp: int, mbt: int, dp: int = 
 
 
 def fits_one_node(ir: ProblemIR, w: WorkloadIR, pool: GpuPoolIR) -> bool:
-    """Whether one node of ``pool`` holds the workload's model weights within the engine's memory share: when it
-    does not, replicas span nodes (pipeline stages, ``shapes``; expert groups,
+    """Whether one node of ``pool`` holds the workload's model weights within the engine's memory share: when
+    it does not, replicas span nodes (pipeline stages, ``shapes``; expert groups,
     ``trimtab.deployment.layouts``)."""
     arch = ir.models[w.model]
     weights_gib = arch.params_billion.value * 1e9 * {"fp8": 1.0, "fp4": 0.5625}.get(w.dtype, 2.0) / 1024**3
@@ -174,7 +176,8 @@ def shapes(ir: ProblemIR, w: WorkloadIR, pool: GpuPoolIR):
     fp4 = "dtype" if w.dtype == "fp4" else "kv_dtype" if w.kv_dtype == "fp4" else ""
     if fp4 and pool.profile.fp4_tflops is None:
         yield (candidate_id(w.name, pool.type, 1, 1, TOKEN_BUDGETS[0]), 1, 1,
-               f"{pool.type} has no FP4 tensor cores (no fp4_tflops in its profile): {fp4} fp4 needs a GPU with them")
+               f"{pool.type} has no FP4 tensor cores (no fp4_tflops in its profile): {fp4} fp4 needs a GPU "
+               "with them")
         return
     for tp in TP_OPTIONS:
         for pp in PP_OPTIONS:
@@ -197,8 +200,8 @@ def shapes(ir: ProblemIR, w: WorkloadIR, pool: GpuPoolIR):
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class DeploymentSpecView(DeploymentShape):
-    """A named deployment of ``replicas`` replicas of a shape: what assessment, placement and the simulator take
-    (from a chosen candidate, ``of_candidate``, or from a plan file, ``of_plan``)."""
+    """A named deployment of ``replicas`` replicas of a shape: what assessment, placement and the simulator
+    take (from a chosen candidate, ``of_candidate``, or from a plan file, ``of_plan``)."""
 
     name: str
     replicas: int
@@ -229,10 +232,11 @@ def shape_fields(s: DeploymentShape) -> dict:
 def replica_model_of(ir: ProblemIR, s: DeploymentShape) -> ReplicaModel:
     """The cost model of one replica of shape ``s``: LoRA slots, KV tier, MoE layout and lent KV applied
     (``trimtab.cost.factory.replica_model`` makes it)."""
-    lora = lora_kwargs(ir, s.model, s.lora.max_loras, s.lora.max_lora_rank, s.lora.adapters) if s.lora else None
-    rm = replica_model(ir, s.model, s.gpu, s.tp, s.pp, s.dtype, s.max_num_seqs, s.max_batched_tokens, lora=lora,
-                       kv_offload_gib=s.kv_offload_gib, kv_borrow_gib=s.kv_borrow_gib, dp=s.dp, ep=s.ep,
-                       kv_dtype=s.kv_dtype)
+    lora = (lora_kwargs(ir, s.model, s.lora.max_loras, s.lora.max_lora_rank, s.lora.adapters)
+            if s.lora else None)
+    rm = replica_model(ir, s.model, s.gpu, s.tp, s.pp, s.dtype, s.max_num_seqs, s.max_batched_tokens,
+                       lora=lora, kv_offload_gib=s.kv_offload_gib, kv_borrow_gib=s.kv_borrow_gib, dp=s.dp,
+                       ep=s.ep, kv_dtype=s.kv_dtype)
     return lend(rm, s.kv_lent_gib)
 
 

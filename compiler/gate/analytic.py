@@ -44,7 +44,8 @@ def load_plan(path: str | Path) -> Plan:
 
 def check(plan: Plan, spec: Spec, profiles: ProfileSet | None = None) -> CheckReport:
     """Verify ``plan`` against ``spec``. A plan that names GPU types, models, workloads or length buckets the
-    spec lacks was made from another spec: InputError (exit 1) with the plan's field path, not a failed check."""
+    spec lacks was made from another spec: InputError (exit 1) with the plan's field path, not a failed
+    check."""
     ir = lower(spec, profiles)
     foreign = plan_references(plan, ir)
     if foreign:
@@ -81,7 +82,8 @@ def verify(plan: Plan, ir: ProblemIR, topo: Topology | None = None, slo: bool = 
         priced.append((n, pool.usd_per_hour))
         view = DeploymentSpecView.of_plan(d)
         try:
-            rm = replica_model_of(ir, replace(view, kv_lent_gib=0.0))  # the HBM the plan claims, before lending
+            # the HBM the plan claims, before lending
+            rm = replica_model_of(ir, replace(view, kv_lent_gib=0.0))
         except ValueError as exc:
             bad.append(f"deployment {d.name}: {exc}")
             continue
@@ -89,10 +91,12 @@ def verify(plan: Plan, ir: ProblemIR, topo: Topology | None = None, slo: bool = 
         if mem.kv_cache_tokens <= 0:
             bad.append(f"deployment {d.name}: {d.model} does not fit "
                        f"{d.gpus_per_replica} x "
-                       f"{d.gpu} ({mem.weights_gib_per_gpu:.1f} GiB weights per GPU, {mem.usable_gib_per_gpu:.1f} usable)")
+                       f"{d.gpu} ({mem.weights_gib_per_gpu:.1f} GiB weights per GPU, "
+                       f"{mem.usable_gib_per_gpu:.1f} usable)")
             continue
         if d.kv_cache_tokens > mem.kv_cache_tokens * 1.001:
-            bad.append(f"deployment {d.name}: claims {d.kv_cache_tokens} KV tokens, only {mem.kv_cache_tokens} fit")
+            bad.append(f"deployment {d.name}: claims {d.kv_cache_tokens} KV tokens, only "
+                       f"{mem.kv_cache_tokens} fit")
         deps.append(view)
     cost = fleet_usd_per_hour(priced)
     for g, n in sorted(used.items()):
@@ -102,7 +106,8 @@ def verify(plan: Plan, ir: ProblemIR, topo: Topology | None = None, slo: bool = 
     if ir.budget_usd_per_hour is not None and cost > ir.budget_usd_per_hour + 1e-6:
         bad.append(f"budget: plan costs {cost:.2f} $/h, spec allows {ir.budget_usd_per_hour:g}")
     if abs(cost - plan.cost_usd_per_hour) > 0.01 * max(cost, 1.0):
-        bad.append(f"cost: plan states {plan.cost_usd_per_hour:g} $/h, its GPUs at the spec's prices cost {cost:.2f}")
+        bad.append(f"cost: plan states {plan.cost_usd_per_hour:g} $/h, its GPUs at the spec's prices cost "
+                   f"{cost:.2f}")
 
     from trimtab.cost.physics import breaches
 
@@ -126,32 +131,37 @@ def verify(plan: Plan, ir: ProblemIR, topo: Topology | None = None, slo: bool = 
             bad.append(f"route {r.workload}/{r.bucket}: unknown deployment {r.deployment}")
             continue
         elif names[r.deployment].role != "unified":
-            bad.append(f"route {r.workload}/{r.bucket}: deployment {r.deployment} is a {names[r.deployment].role} "
+            bad.append(f"route {r.workload}/{r.bucket}: deployment {r.deployment} is a "
+                       f"{names[r.deployment].role} "
                        "deployment; a route to it must name a prefill/decode pair")
             continue
         if w.bucket(r.bucket) is None:
             bad.append(f"route {r.workload}/{r.bucket}: no such length bucket in the spec's {r.workload} "
-                       f"(buckets: {', '.join(b.name for b in w.buckets)}); was the plan made from another spec?")
+                       f"(buckets: {', '.join(b.name for b in w.buckets)}); was the plan made from another "
+                       "spec?")
             continue
         if r.deployment is not None and names[r.deployment].model != w.model:
             bad.append(f"route {r.workload}: deployment {r.deployment} serves {names[r.deployment].model}, "
                        f"the workload needs {w.model}")
             continue
         per_bucket[(w.name, r.bucket)] = per_bucket.get((w.name, r.bucket), 0.0) + r.share
-        routes.append(RouteView(r.workload, r.bucket, r.deployment or "", r.share, r.prefill or "", r.decode or ""))
+        routes.append(RouteView(r.workload, r.bucket, r.deployment or "", r.share, r.prefill or "",
+                                r.decode or ""))
     for w in ir.workloads:
         for b in w.buckets:
             got = per_bucket.get((w.name, b.name), 0.0)
             if ir.objective == "max_goodput":  # a bucket may be served in part, never beyond its share
                 if got > b.prob + SHARE_TOL:
-                    bad.append(f"routing {w.name}: bucket {b.name} holds {b.prob:.4f} of requests, routes carry "
-                               f"{got:.4f}")
+                    bad.append(f"routing {w.name}: bucket {b.name} holds {b.prob:.4f} of requests, routes "
+                               f"carry {got:.4f}")
                 continue
             if abs(got - b.prob) > SHARE_TOL:
-                bad.append(f"routing {w.name}: bucket {b.name} holds {b.prob:.4f} of requests, routes carry {got:.4f}")
+                bad.append(f"routing {w.name}: bucket {b.name} holds {b.prob:.4f} of requests, routes carry "
+                           f"{got:.4f}")
 
     if ir.objective == "max_goodput":
-        served = sum(per_bucket.values()) and sum(ir.workload(k[0]).rate_rps * v for k, v in per_bucket.items())
+        served = sum(per_bucket.values()) and sum(ir.workload(k[0]).rate_rps * v
+                                                  for k, v in per_bucket.items())
         stated = plan.goodput.served_rps if plan.goodput is not None else None
         if stated is None or abs(stated - served) > 1e-3 * max(served, 1.0):
             bad.append(f"goodput: plan states {stated} rps served, its routes carry {served:.4f}")
@@ -173,7 +183,8 @@ def verify(plan: Plan, ir: ProblemIR, topo: Topology | None = None, slo: bool = 
         if not math.isfinite(p.ttft_ms) or not math.isfinite(p.tpot_ms):
             bad.append(f"workload {w.name}: overloaded{at}: {p.reason}")
         elif p.ttft_ms > w.slo.ttft_ms:
-            bad.append(f"workload {w.name}: TTFT p{w.slo.percentile:g} {p.ttft_ms:.0f} ms > SLO {w.slo.ttft_ms:g} ms{at}")
+            bad.append(f"workload {w.name}: TTFT p{w.slo.percentile:g} {p.ttft_ms:.0f} ms > SLO "
+                       f"{w.slo.ttft_ms:g} ms{at}")
         else:
             bad.append(f"workload {w.name}: TPOT {p.tpot_ms:.1f} ms > SLO {w.slo.tpot_ms:g} ms{at}")
     return CheckReport(not bad, bad, notes, a)
@@ -185,19 +196,20 @@ def plan_references(plan: Plan, ir: ProblemIR) -> list[Problem]:
     hint = "; was the plan made from another spec?"
     for i, d in enumerate(plan.deployments):
         if ir.gpu(d.gpu) is None:
-            out.append(Problem(f"deployments[{i}] ({d.name}).gpu", f"GPU type {d.gpu!r} is not in the spec (gpus: "
-                               f"{', '.join(g.type for g in ir.gpus)}){hint}"))
+            out.append(Problem(f"deployments[{i}] ({d.name}).gpu", f"GPU type {d.gpu!r} is not in the spec "
+                               f"(gpus: {', '.join(g.type for g in ir.gpus)}){hint}"))
         if d.model not in ir.models:
-            out.append(Problem(f"deployments[{i}] ({d.name}).model", f"model {d.model!r} is not in the spec (models: "
-                               f"{', '.join(sorted(ir.models))}){hint}"))
+            out.append(Problem(f"deployments[{i}] ({d.name}).model", f"model {d.model!r} is not in the spec "
+                               f"(models: {', '.join(sorted(ir.models))}){hint}"))
     for i, r in enumerate(plan.routes):
         w = ir.workload(r.workload)
         if w is None:
-            out.append(Problem(f"routes[{i}].workload", f"workload {r.workload!r} is not in the spec (workloads: "
-                               f"{', '.join(w.name for w in ir.workloads)}){hint}"))
+            out.append(Problem(f"routes[{i}].workload", f"workload {r.workload!r} is not in the spec "
+                               f"(workloads: {', '.join(w.name for w in ir.workloads)}){hint}"))
         elif w.bucket(r.bucket) is None:
-            out.append(Problem(f"routes[{i}].bucket", f"length bucket {r.bucket!r} is not in the spec's workload "
-                               f"{r.workload} (buckets: {', '.join(b.name for b in w.buckets)}){hint}"))
+            out.append(Problem(f"routes[{i}].bucket", f"length bucket {r.bucket!r} is not in the spec's "
+                               f"workload {r.workload} (buckets: "
+                               f"{', '.join(b.name for b in w.buckets)}){hint}"))
     return out
 
 
@@ -231,8 +243,8 @@ def verify_placement(plan: Plan, topo: Topology) -> list[str]:
                            f"indices of {p.node} (0..{n.gpus - 1})")
                 continue
             if len({g // n.nvlink_domain for g in p.gpus}) > 1:
-                bad.append(f"placement {d.name} replica {p.replica}: TP group {p.gpus} spans NVLink domains of "
-                           f"{p.node}")
+                bad.append(f"placement {d.name} replica {p.replica}: TP group {p.gpus} spans NVLink domains "
+                           f"of {p.node}")
             for g in p.gpus:
                 me = (d.name, p.replica, p.stage)
                 other = taken.setdefault((p.node, g), me)
@@ -243,12 +255,12 @@ def verify_placement(plan: Plan, topo: Topology) -> list[str]:
 
 
 def verify_kv_links(plan: Plan, ir: ProblemIR, topo: Topology) -> list[str]:
-    """P/D hand-offs against the links of the placement the plan states (independent of the solver): co-located
-    pairs name each other, form whole groups and keep each group in one NVLink domain, and their KV flow per
-    group fits LINK_UTIL of the group's NVLink; the KV of cross-node pairs fits LINK_UTIL of every node NIC and
-    inter-rack link it crosses (``trimtab.ir.topology.kv_link_loads``). Deployments without placement (plans
-    written by hand) are checked against their NIC share instead. One line per fault: route, link, load vs
-    capacity."""
+    """P/D hand-offs against the links of the placement the plan states (independent of the solver):
+    co-located pairs name each other, form whole groups and keep each group in one NVLink domain, and their KV
+    flow per group fits LINK_UTIL of the group's NVLink; the KV of cross-node pairs fits LINK_UTIL of every
+    node NIC and inter-rack link it crosses (``trimtab.ir.topology.kv_link_loads``). Deployments without
+    placement (plans written by hand) are checked against their NIC share instead. One line per fault: route,
+    link, load vs capacity."""
     from trimtab.cost.transfer import is_local_pair, local_bytes_per_s, nic_bytes_per_s
     from trimtab.milp.disagg import pair_flows
     from trimtab.ir.topology import LINK_UTIL, kv_link_loads
@@ -261,16 +273,16 @@ def verify_kv_links(plan: Plan, ir: ProblemIR, topo: Topology) -> list[str]:
             continue
         o = by.get(d.colocated_with)
         if o is None or not is_local_pair(d, o) or {d.role, o.role} != {"prefill", "decode"}:
-            bad.append(f"co-located pair {d.name}: its partner {d.colocated_with} is not a {d.gpu} deployment of the "
-                       "other role naming it back")
+            bad.append(f"co-located pair {d.name}: its partner {d.colocated_with} is not a {d.gpu} "
+                       "deployment of the other role naming it back")
             continue
         if d.role != "prefill":
             continue
         kp, kd = d.group_replicas, o.group_replicas
         if kp < 1 or kd < 1 or d.pipeline_parallel != 1 or o.pipeline_parallel != 1 \
                 or d.replicas * kd != o.replicas * kp or d.replicas % kp:
-            bad.append(f"co-located pair {d.name} + {o.name}: {d.replicas} + {o.replicas} replicas do not form whole "
-                       f"groups of {kp} + {kd} (pipeline parallel 1)")
+            bad.append(f"co-located pair {d.name} + {o.name}: {d.replicas} + {o.replicas} replicas do not "
+                       f"form whole groups of {kp} + {kd} (pipeline parallel 1)")
             continue
         if d.placement and o.placement:
             per: dict[tuple[str, int], list[int]] = {}
@@ -282,14 +294,15 @@ def verify_kv_links(plan: Plan, ir: ProblemIR, topo: Topology) -> list[str]:
                     per.setdefault((s.node, s.gpus[0] // n.nvlink_domain), [0, 0])[k] += 1
             for (node, dom), (np_, nd) in sorted(per.items()):
                 if np_ * kd != nd * kp or np_ % kp:
-                    bad.append(f"co-located pair {d.name} + {o.name}: NVLink domain {dom} of {node} holds {np_} "
-                               f"prefill and {nd} decode replicas, not whole groups of {kp} + {kd}; the hand-off "
-                               "would leave the node")
+                    bad.append(f"co-located pair {d.name} + {o.name}: NVLink domain {dom} of {node} holds "
+                               f"{np_} prefill and {nd} decode replicas, not whole groups of {kp} + {kd}; "
+                               "the hand-off would leave the node")
     flows = pair_flows(plan, ir)
     for p, d, f, local in flows:
         dp, dd = by[p], by[d]
         if dp.colocated_with and not local:
-            bad.append(f"route {p} -> {d}: {p} is co-located with {dp.colocated_with}; its KV may only go there")
+            bad.append(f"route {p} -> {d}: {p} is co-located with {dp.colocated_with}; its KV may only go "
+                       "there")
             continue
         if local:
             groups = dp.replicas // max(dp.group_replicas, 1)
@@ -298,20 +311,21 @@ def verify_kv_links(plan: Plan, ir: ProblemIR, topo: Topology) -> list[str]:
             cap = local_bytes_per_s(ir.gpu(dp.gpu), dp.group_replicas * dp.tensor_parallel,
                                     dd.group_replicas * dd.tensor_parallel)
             if f / groups > LINK_UTIL * cap * (1 + 1e-6):
-                bad.append(f"route {p} -> {d}: KV hand-off {f / groups / 1e9:.2f} GB/s per group over the NVLink of "
-                           f"its group, more than {LINK_UTIL:.0%} of {cap / 1e9:g} GB/s")
+                bad.append(f"route {p} -> {d}: KV hand-off {f / groups / 1e9:.2f} GB/s per group over the "
+                           f"NVLink of its group, more than {LINK_UTIL:.0%} of {cap / 1e9:g} GB/s")
             continue
         for side in (dp, dd):
             if not side.placement and side.replicas and ir.gpu(side.gpu) is not None:
                 cap = nic_bytes_per_s(ir.gpu(side.gpu),
                                       side.tensor_parallel * side.pipeline_parallel * side.data_parallel)
                 if f / side.replicas > LINK_UTIL * cap * (1 + 1e-6):
-                    bad.append(f"route {p} -> {d}: KV {f / side.replicas / 1e9:.2f} GB/s per replica of {side.name} "
-                               f"over its NIC share, more than {LINK_UTIL:.0%} of {cap / 1e9:g} GB/s")
+                    bad.append(f"route {p} -> {d}: KV {f / side.replicas / 1e9:.2f} GB/s per replica of "
+                               f"{side.name} over its NIC share, more than {LINK_UTIL:.0%} of {cap / 1e9:g} "
+                               "GB/s")
     stages = {d.name: [(s.node, 0) for s in d.placement] for d in plan.deployments if d.placement}
     cross = [(p, d, f) for p, d, f, local in flows if not local and p in stages and d in stages]
     for link, (load, cap, routes) in sorted(kv_link_loads(topo, stages, cross).items()):
         if load > LINK_UTIL * cap * (1 + 1e-6):
-            bad.append(f"route {', '.join(routes)}: link {link} carries {load / 1e9:.2f} GB/s of KV, more than "
-                       f"{LINK_UTIL:.0%} of its {cap / 1e9:g} GB/s")
+            bad.append(f"route {', '.join(routes)}: link {link} carries {load / 1e9:.2f} GB/s of KV, more "
+                       f"than {LINK_UTIL:.0%} of its {cap / 1e9:g} GB/s")
     return bad

@@ -20,22 +20,27 @@ def verify_lora(plan, ir) -> list[str]:
     adapters = lo.adapters if lo is not None else {}
     for d in plan.deployments:
         if d.adapters and not d.max_loras:
-            bad.append(f"deployment {d.name}: holds {len(d.adapters)} adapter(s) with max_loras 0 (LoRA disabled)")
+            bad.append(f"deployment {d.name}: holds {len(d.adapters)} adapter(s) with max_loras 0 (LoRA "
+                       "disabled)")
         if d.max_loras:
             # vLLM and SGLang take --enable-lora; TensorRT-LLM a lora_config in its extra options file
-            if "--enable-lora" not in d.engine_args and not any("lora_config:" in t for t in d.engine_files.values()):
-                bad.append(f"deployment {d.name}: max_loras {d.max_loras} without LoRA enabled in engine_args")
+            if "--enable-lora" not in d.engine_args \
+                    and not any("lora_config:" in t for t in d.engine_files.values()):
+                bad.append(f"deployment {d.name}: max_loras {d.max_loras} without LoRA enabled in "
+                           "engine_args")
             if d.max_cpu_loras < max(d.max_loras, len(d.adapters)):
-                bad.append(f"deployment {d.name}: max_cpu_loras {d.max_cpu_loras} is below max_loras {d.max_loras} "
-                           f"or the {len(d.adapters)} adapters it holds")
+                bad.append(f"deployment {d.name}: max_cpu_loras {d.max_cpu_loras} is below max_loras "
+                           f"{d.max_loras} or the {len(d.adapters)} adapters it holds")
         for a in d.adapters:
             ad = adapters.get(a)
             if ad is None:
                 bad.append(f"deployment {d.name}: adapter {a} is not in the spec")
             elif ad.model != d.model:
-                bad.append(f"deployment {d.name}: adapter {a} is for {ad.model}, the deployment serves {d.model}")
+                bad.append(f"deployment {d.name}: adapter {a} is for {ad.model}, the deployment serves "
+                           f"{d.model}")
             elif ad.rank > d.max_lora_rank:
-                bad.append(f"deployment {d.name}: adapter {a} has rank {ad.rank} > max_lora_rank {d.max_lora_rank}")
+                bad.append(f"deployment {d.name}: adapter {a} has rank {ad.rank} > max_lora_rank "
+                           f"{d.max_lora_rank}")
     if lo is None:
         if plan.adapter_routes:
             bad.append("adapter_routes: the spec has no adapters")
@@ -58,7 +63,8 @@ def verify_lora(plan, ir) -> list[str]:
             bad.append(f"adapter route {r.workload}/{r.adapter}: unknown deployment {r.deployment}")
             continue
         if r.adapter not in held[r.deployment]:
-            bad.append(f"adapter route {r.workload}/{r.adapter}: deployment {r.deployment} does not hold the adapter")
+            bad.append(f"adapter route {r.workload}/{r.adapter}: deployment {r.deployment} does not hold the "
+                       "adapter")
         got[(r.workload, r.adapter)] = got.get((r.workload, r.adapter), 0.0) + r.share
         key = (r.workload, r.deployment)
         per_dep[key] = per_dep.get(key, 0.0) + r.share * split[r.adapter]
@@ -85,12 +91,13 @@ def verify_lora(plan, ir) -> list[str]:
             if key[0] != name:
                 continue
             if abs(route_dep.get(key, 0.0) - per_dep.get(key, 0.0)) > 10 * TOL:
-                bad.append(f"adapter routing {name}: deployment {key[1]} gets {route_dep.get(key, 0.0):.4f} of the "
-                           f"workload by its routes, {per_dep.get(key, 0.0):.4f} by its adapter routes")
+                bad.append(f"adapter routing {name}: deployment {key[1]} gets {route_dep.get(key, 0.0):.4f} "
+                           f"of the workload by its routes, {per_dep.get(key, 0.0):.4f} by its adapter "
+                           "routes")
             d = deps.get(key[1])
             if d is not None and not d.max_loras and route_dep.get(key, 0.0) > 0:
-                bad.append(f"route {name}: deployment {d.name} has LoRA disabled, the workload's requests need "
-                           "adapters")
+                bad.append(f"route {name}: deployment {d.name} has LoRA disabled, the workload's requests "
+                           "need adapters")
     # Tenant isolation, from the routes (not from what the plan states).
     for dname, ts in sorted(served.items()):
         tl = sorted(ts)
@@ -98,10 +105,11 @@ def verify_lora(plan, ir) -> list[str]:
             for b in tl[i + 1:]:
                 if not lo.may_share(a, b):
                     why = "dedicated" if (a in lo.dedicated or b in lo.dedicated) else "must not share"
-                    bad.append(f"isolation: deployment {dname} serves tenants {a or '(none)'} and {b or '(none)'} "
-                               f"({why})")
+                    bad.append(f"isolation: deployment {dname} serves tenants {a or '(none)'} and "
+                               f"{b or '(none)'} ({why})")
         stated = set(deps[dname].tenants)
         real = {t for t in ts if t != NO_TENANT}
         if deps[dname].tenants and stated != real:
-            bad.append(f"deployment {dname}: states tenants {sorted(stated)}, its routes serve {sorted(real)}")
+            bad.append(f"deployment {dname}: states tenants {sorted(stated)}, its routes serve "
+                       f"{sorted(real)}")
     return bad

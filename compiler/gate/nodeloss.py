@@ -1,11 +1,12 @@
-"""``check --fail-each-node`` (docs/online.md, "Redundancy"): the plan with each node removed, checked like the plan.
+"""``check --fail-each-node`` (docs/online.md, "Redundancy"): the plan with each node removed, checked like
+the plan.
 
 A node lost takes every replica with a stage on it. The router keeps each route's deployment and share, so a
 deployment's surviving replicas carry all of its traffic (the simulator's router spreads it over them); a
-deployment left with no replica has its routes' shares re-spread over the other deployments of the same workload
-and length bucket, in proportion to their shares; a bucket left with none is unserved (a violation). Nodes that
-lose the same replicas of the same deployments are equivalent: one of each kind is checked, and the report names
-them all. Nodes holding no replica change nothing and are skipped.
+deployment left with no replica has its routes' shares re-spread over the other deployments of the same
+workload and length bucket, in proportion to their shares; a bucket left with none is unserved (a violation).
+Nodes that lose the same replicas of the same deployments are equivalent: one of each kind is checked, and the
+report names them all. Nodes holding no replica change nothing and are skipped.
 
     losses = check_each_node(plan, spec)                 # simulated on unused seeds, as ``check``
     losses = check_each_node(plan, spec, analytic=True)  # the cost model's assessment
@@ -34,8 +35,8 @@ class NodeLoss:
 
     @property
     def margin(self) -> float:
-        """Simulated: lowest (lower 95 % bound - target) over the workloads. Analytic: lowest share of an SLO left
-        over TTFT and TPOT (1 - predicted / SLO). -inf when a bucket is left unserved."""
+        """Simulated: lowest (lower 95 % bound - target) over the workloads. Analytic: lowest share of an SLO
+        left over TTFT and TPOT (1 - predicted / SLO). -inf when a bucket is left unserved."""
         if self.result is not None:
             r = self.result
             return min(r.intervals[n].lower - r.targets[n] for n in r.intervals)
@@ -97,8 +98,9 @@ def without_node(plan: Plan, node: str, ir: ProblemIR) -> tuple[Plan, list[str]]
 
 def check_each_node(plan: Plan, spec, *, analytic: bool = False, seed: int | None = None, seeds: int = 3,
                     requests: int | None = None, strict: bool = False, profiles=None) -> list[NodeLoss]:
-    """One check per kind of node loss (module docstring), simulated (``trimtab.gate.simulated.check_simulated``) or,
-    with ``analytic``, by the cost model (``trimtab.gate.analytic.verify``)."""
+    """One check per kind of node loss (module docstring), simulated
+    (``trimtab.gate.simulated.check_simulated``) or, with ``analytic``, by the cost model
+    (``trimtab.gate.analytic.verify``)."""
     from trimtab.gate.simulated import check_simulated
 
     ir = lower(spec, profiles)
@@ -116,8 +118,8 @@ def check_each_node(plan: Plan, spec, *, analytic: bool = False, seed: int | Non
         elif analytic:
             rep = verify(reduced, ir, topo)
         else:
-            rep, res = check_simulated(reduced, spec, profiles=profiles, seed=seed, seeds=seeds, requests=requests,
-                                       strict=strict)
+            rep, res = check_simulated(reduced, spec, profiles=profiles, seed=seed, seeds=seeds,
+                                       requests=requests, strict=strict)
         out.append(NodeLoss(tuple(nodes), dict(sig), rep, res,
                             {w.name: (w.slo.ttft_ms, w.slo.tpot_ms) for w in ir.workloads}))
     return out

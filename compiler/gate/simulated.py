@@ -1,5 +1,6 @@
-"""``check`` by simulation: the plan's structure is verified as in ``trimtab.gate.analytic.verify`` (inventory, budget,
-cost, memory, routing), and its SLOs by simulating it under the spec's traffic on several seeds.
+"""``check`` by simulation: the plan's structure is verified as in ``trimtab.gate.analytic.verify``
+(inventory, budget, cost, memory, routing), and its SLOs by simulating it under the spec's traffic on several
+seeds.
 
 Seeds default to ones the planner did not use (``trimtab.sim.validate.check_seeds``: CHECK_SEEDS seeds from
 1000, past the plan's own). Per workload the runs are pooled into an attainment with one-sided 95 % bounds
@@ -32,7 +33,8 @@ def check_simulated(plan: Plan, spec: Spec, *, profiles: ProfileSet | None = Non
     ir = lower(spec, profiles)
     rep = verify(plan, ir, build_topology(spec, ir), slo=False)
     recorded = plan.simulation
-    run_seeds = check_seeds(1 if trace is not None else seeds, seed, tuple(recorded.seeds) if recorded else ())
+    run_seeds = check_seeds(1 if trace is not None else seeds, seed,
+                            tuple(recorded.seeds) if recorded else ())
     if requests is None and duration_s is None and recorded is not None:
         requests = recorded.requests
     res = simulate_seeds(plan, spec, ir, run_seeds, requests, duration_s=duration_s, trace=trace,

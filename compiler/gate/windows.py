@@ -1,6 +1,6 @@
-"""``check`` of a schedule (docs/online.md): every window (or the ones asked for) simulated as the static plan it
-runs (its replicas, routes and placement) under its own rates and burstiness, on seeds the planner did not use;
-the report gives each window's attainment and names the worst window.
+"""``check`` of a schedule (docs/online.md): every window (or the ones asked for) simulated as the static plan
+it runs (its replicas, routes and placement) under its own rates and burstiness, on seeds the planner did not
+use; the report gives each window's attainment and names the worst window.
 
 Each window is simulated in steady state (``check_windows``); the boundaries where replicas are added are
 simulated over time (``check_transitions``: the end of one window and the start of the next as one run of
@@ -41,10 +41,13 @@ def window_plan(plan: Plan, t: int) -> Plan:
         n = w.replicas.get(d.name, 0)
         if n <= 0:
             continue
-        deps.append(d.model_copy(update={"replicas": n, "placement": [p for p in d.placement if p.replica < n]}))
+        deps.append(d.model_copy(update={"replicas": n,
+                                         "placement": [p for p in d.placement if p.replica < n]}))
         gpus[d.gpu] = gpus.get(d.gpu, 0) + n * d.gpus_per_replica
-    return plan.model_copy(update={"deployments": deps, "routes": list(w.routes), "gpus": dict(sorted(gpus.items())),
-                                   "cost_usd_per_hour": w.cost_usd_per_hour, "schedule": None, "simulation": None})
+    return plan.model_copy(update={"deployments": deps, "routes": list(w.routes),
+                                   "gpus": dict(sorted(gpus.items())),
+                                   "cost_usd_per_hour": w.cost_usd_per_hour, "schedule": None,
+                                   "simulation": None})
 
 
 def check_windows(plan: Plan, spec, *, seed: int | None = None, seeds: int = 3, requests: int | None = None,
@@ -56,15 +59,17 @@ def check_windows(plan: Plan, spec, *, seed: int | None = None, seeds: int = 3, 
     sched = plan.schedule
     out = []
     if sched is None or len(sched.windows) != wr.n:
-        raise ValueError(f"the plan has {len(sched.windows) if sched else 0} schedule windows, the spec {wr.n}")
+        raise ValueError(f"the plan has {len(sched.windows) if sched else 0} schedule windows, the spec "
+                         f"{wr.n}")
     for t in (windows if windows is not None else range(wr.n)):
         w = sched.windows[t]
-        rep, res = check_simulated(window_plan(plan, t), window_spec(spec, wr, t), profiles=profiles, seed=seed,
-                                   seeds=seeds, requests=requests, strict=strict)
+        rep, res = check_simulated(window_plan(plan, t), window_spec(spec, wr, t), profiles=profiles,
+                                   seed=seed, seeds=seeds, requests=requests, strict=strict)
         stale = [f"{k}: planned for {w.rates.get(k)} rps, the spec has {v} rps" for k, v in wr.at(t).items()
                  if abs(w.rates.get(k, -1.0) - v) > RATE_TOL * max(v, 1.0)]
         if stale:
-            rep = CheckReport(False, rep.violations + [f"window {t}: {s}" for s in stale], rep.notes, rep.assessment)
+            rep = CheckReport(False, rep.violations + [f"window {t}: {s}" for s in stale], rep.notes,
+                              rep.assessment)
         out.append(WindowCheck(t, w.start_s, rep, res))
     return out
 
@@ -86,9 +91,9 @@ class TransitionsUnsupported(ValueError):
 @dataclass
 class TransitionCheck:
     """One boundary simulated as one run (``trimtab.sim.schedule``): window ``window - 1``'s last BEFORE_S
-    seconds, then window ``window``'s first AFTER_S, the fleet scaling at the boundary. ``before``: the requests
-    arriving in the earlier window (after warm-up); ``head``: in the first HEAD_S seconds of ``window``;
-    ``after``: in all of its simulated part."""
+    seconds, then window ``window``'s first AFTER_S, the fleet scaling at the boundary. ``before``: the
+    requests arriving in the earlier window (after warm-up); ``head``: in the first HEAD_S seconds of
+    ``window``; ``after``: in all of its simulated part."""
 
     window: int
     start_s: int
@@ -142,7 +147,8 @@ def check_transitions(plan: Plan, spec, *, windows: list[int] | None = None, see
     wr = window_rates(spec)
     sched = plan.schedule
     if sched is None or len(sched.windows) != wr.n:
-        raise ValueError(f"the plan has {len(sched.windows) if sched else 0} schedule windows, the spec {wr.n}")
+        raise ValueError(f"the plan has {len(sched.windows) if sched else 0} schedule windows, the spec "
+                         f"{wr.n}")
     held = plan.model_copy(update={"schedule": None, "simulation": None})
     run_seeds = check_seeds(seeds, seed, tuple(plan.simulation.seeds) if plan.simulation else ())
     out = []
@@ -151,10 +157,11 @@ def check_transitions(plan: Plan, spec, *, windows: list[int] | None = None, see
             continue  # the period starts from nothing: no window before it
         pair = [(t - 1) % wr.n, t]
         scs = [build_scenario(held.model_copy(update={"routes": list(sched.windows[w].routes)}),
-                              window_spec(spec, wr, w), lower(window_spec(spec, wr, w), profiles)) for w in pair]
+                              window_spec(spec, wr, w), lower(window_spec(spec, wr, w), profiles))
+               for w in pair]
         if any(sc.pairs for sc in scs):
-            raise TransitionsUnsupported("the schedule routes to prefill/decode pairs: their boundaries are not "
-                                         "simulated over time (each window is, in steady state)")
+            raise TransitionsUnsupported("the schedule routes to prefill/decode pairs: their boundaries are "
+                                         "not simulated over time (each window is, in steady state)")
         names = [d.view.name for d in scs[0].deployments]
         counts = [[sched.windows[w].replicas.get(n, 0) for n in names] for w in pair]
         st = [float(sched.startup_s.get(n, 0.0)) for n in names]

@@ -1,1 +1,2 @@
-"""Stage 16, studies over many plans: sweeps over grids and sampled scenarios, robust plans, Pareto frontiers."""
+"""Stage 16, studies over many plans: sweeps over grids and sampled scenarios, robust plans, Pareto
+frontiers."""

@@ -3,9 +3,9 @@
 The frontier is over ``min_cost`` plans (a ``max_goodput`` spec is planned as ``min_cost`` here). Each
 point tightens the chosen SLO of the chosen workloads by a common factor ``f <= 1`` of the spec's
 value and plans the cheapest deployment for it (``trimtab.api.plan``, validated by simulation as ``trimtab
-plan`` validates, so the point at factor 1 is ``plan``'s own plan; ``validate=False``: cost model only). The factors
-run geometrically from 1 down to just above the best zero-load latency any candidate reaches (below it no
-plan exists). Points that are infeasible are dropped, and so are dominated ones (costlier and no faster),
+plan`` validates, so the point at factor 1 is ``plan``'s own plan; ``validate=False``: cost model only). The
+factors run geometrically from 1 down to just above the best zero-load latency any candidate reaches (below it
+no plan exists). Points that are infeasible are dropped, and so are dominated ones (costlier and no faster),
 so the list runs from cheapest-and-slowest to fastest-and-costliest. Every point carries its plan and the
 tightened spec, so it can be written out and checked (``trimtab check point.yaml --spec point.spec.yaml``).
 
@@ -14,8 +14,8 @@ SLO percentile; ``ttft_p99`` names the usual case) or TPOT among the chosen work
 
 The points are independent plans: they run as tasks of a ``trimtab.study.sweep`` executor (``executor``:
 serial in
-this process by default; ``trimtab pareto`` uses Ray when it is installed, as ``trimtab sweep`` does), each the
-same ``trimtab.api.plan`` call in a Ray worker as here, so the frontier is the same (docs/scale.md).
+this process by default; ``trimtab pareto`` uses Ray when it is installed, as ``trimtab sweep`` does), each
+the same ``trimtab.api.plan`` call in a Ray worker as here, so the frontier is the same (docs/scale.md).
 """
 from __future__ import annotations
 
@@ -41,9 +41,9 @@ class ParetoPoint:
 def pareto(spec: Spec, metric: str = "ttft_p99", workloads: list[str] | None = None, points: int = 8,
            backend: str | None = None, time_limit_s: float | None = None, validate: bool = True,
            executor=None, progress=None) -> list[ParetoPoint]:
-    """The frontier (see the module docstring). ``executor``: a ``trimtab.study.sweep`` executor for the points' plans
-    (default: serial); ``progress(done, total)`` as they finish. A point no plan meets is dropped; any other error
-    of a point's plan is raised (``InternalError`` naming the point)."""
+    """The frontier (see the module docstring). ``executor``: a ``trimtab.study.sweep`` executor for the
+    points' plans (default: serial); ``progress(done, total)`` as they finish. A point no plan meets is
+    dropped; any other error of a point's plan is raised (``InternalError`` naming the point)."""
     from trimtab.milp.candidates import build_candidates
     from trimtab.errors import InternalError
     from trimtab.ir.lower import lower
@@ -51,7 +51,8 @@ def pareto(spec: Spec, metric: str = "ttft_p99", workloads: list[str] | None = N
     from trimtab.spec.overrides import apply_overrides
 
     if metric not in METRICS:
-        raise InputError([Problem("--metric", f"unknown metric {metric!r}; choose from {', '.join(METRICS)}")])
+        raise InputError([Problem("--metric",
+                                  f"unknown metric {metric!r}; choose from {', '.join(METRICS)}")])
     key = METRICS[metric]
     names = workloads or [w.name for w in spec.workloads]
     known = {w.name: w for w in spec.workloads}
@@ -71,10 +72,12 @@ def pareto(spec: Spec, metric: str = "ttft_p99", workloads: list[str] | None = N
     n = max(points, 1)
     factors = [1.0] if n == 1 else [f_min ** (i / (n - 1)) for i in range(n)]
     slos = [{w: round(getattr(known[w].slo, key) * f, 3) for w in names} for f in factors]
-    overrides = [{"objective": "min_cost", **{f"workloads.{w}.slo.{key}": v for w, v in slo.items()}} for slo in slos]
+    overrides = [{"objective": "min_cost",
+                  **{f"workloads.{w}.slo.{key}": v for w, v in slo.items()}} for slo in slos]
     opts = {"backend": backend, "time_limit_s": time_limit_s, "validate": validate, "seed": 0}
     ex = executor or SerialExecutor()
-    planned = ex.map("plan_spec", [(spec, f"{f:.6g}", ov, opts) for f, ov in zip(factors, overrides)], progress)
+    planned = ex.map("plan_spec", [(spec, f"{f:.6g}", ov, opts) for f, ov in zip(factors, overrides)],
+                     progress)
     out: list[ParetoPoint] = []
     for f, slo, ov, (label, p, msg, status) in zip(factors, slos, overrides, planned):
         if p is None:

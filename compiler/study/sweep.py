@@ -6,20 +6,23 @@ Ray tasks; and robust planning (the cheapest plan that meets SLOs in at least a 
     results = run_points(spec, points, executor=make_executor("ray"))      # [PointResult], in point order
     rob = robust_plan(spec, q=0.9, n=50, rate_cv=0.3, seed=0)              # RobustResult
 
-Nothing here re-derives the planner: every point is ``apply_overrides`` (the what-if paths) + ``trimtab.api.plan``,
-every scenario check is ``trimtab.gate.simulated.check_simulated`` (``trimtab check``). What this module adds is which
-specs to plan (grids, sampled scenarios, quantile candidates) and where to run them.
+Nothing here re-derives the planner: every point is ``apply_overrides`` (the what-if paths) +
+``trimtab.api.plan``, every scenario check is ``trimtab.gate.simulated.check_simulated`` (``trimtab check``).
+What this module adds is which specs to plan (grids, sampled scenarios, quantile candidates) and where to run
+them.
 
-Determinism: a scenario's multipliers come from ``numpy.random.default_rng([seed, index])``, so scenario i is the
-same whether it runs first, last, alone or on another machine; points are planned independently and returned in
-point order. Serial and Ray runs of the same points give the same results (``PointResult`` compares everything
-but wall seconds); the one exception is the planner's own, a solve cut short by its time limit.
+Determinism: a scenario's multipliers come from ``numpy.random.default_rng([seed, index])``, so scenario i is
+the same whether it runs first, last, alone or on another machine; points are planned independently and
+returned in point order. Serial and Ray runs of the same points give the same results (``PointResult``
+compares everything but wall seconds); the one exception is the planner's own, a solve cut short by its time
+limit.
 
 Scenarios scale, per workload, ``rate_rps`` by a lognormal multiplier of mean 1 and coefficient of variation
-``rate_cv``, the output-length distribution by one of CV ``length_cv`` and the prompt-length distribution by one
-of CV ``input_cv`` (each a multiplier of every length, so the shape and tail of the distribution are kept). Robust
-planning checks one plan against every scenario, and a plan's routes name prompt-length ranges of the spec it was
-made from (``trimtab.spec.lengths``): scaled prompts are other ranges, so ``robust_plan`` refuses ``input_cv > 0``.
+``rate_cv``, the output-length distribution by one of CV ``length_cv`` and the prompt-length distribution by
+one of CV ``input_cv`` (each a multiplier of every length, so the shape and tail of the distribution are
+kept). Robust planning checks one plan against every scenario, and a plan's routes name prompt-length ranges
+of the spec it was made from (``trimtab.spec.lengths``): scaled prompts are other ranges, so ``robust_plan``
+refuses ``input_cv > 0``.
 """
 from __future__ import annotations
 
@@ -44,7 +47,8 @@ class Point:
     index: int
     label: str
     overrides: dict[str, object]
-    multipliers: dict[str, tuple[float, float, float]] = field(default_factory=dict)  # scenarios: w -> (rate, out, in)
+    # scenarios: w -> (rate, out, in)
+    multipliers: dict[str, tuple[float, float, float]] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
@@ -97,8 +101,8 @@ def _split_values(text: str) -> list[str]:
 
 
 def parse_sets(sets: list[str]) -> list[tuple[str, list[object]]]:
-    """``PATH=V1,V2,...`` options to (path, values); each value parsed as YAML (``8`` an int, ``[1,2]`` a list).
-    InputError naming ``--set`` and the option on a malformed one."""
+    """``PATH=V1,V2,...`` options to (path, values); each value parsed as YAML (``8`` an int, ``[1,2]`` a
+    list). InputError naming ``--set`` and the option on a malformed one."""
     import yaml
 
     axes: list[tuple[str, list[object]]] = []
@@ -110,7 +114,8 @@ def parse_sets(sets: list[str]) -> list[tuple[str, list[object]]]:
         path, raw = (x.strip() for x in s.split("=", 1))
         vals = _split_values(raw)
         if not path or any(v == "" for v in vals):
-            problems.append(Problem("--set", f"{s!r}: a path and non-empty values are needed (PATH=V1,V2,...)"))
+            problems.append(Problem("--set",
+                                    f"{s!r}: a path and non-empty values are needed (PATH=V1,V2,...)"))
             continue
         if any(p == path for p, _ in axes):
             problems.append(Problem("--set", f"{path} is given twice; list its values in one --set"))
@@ -118,7 +123,8 @@ def parse_sets(sets: list[str]) -> list[tuple[str, list[object]]]:
         try:
             axes.append((path, [yaml.safe_load(v) for v in vals]))
         except yaml.YAMLError as exc:
-            problems.append(Problem(f"--set {path}", f"a value is not valid YAML: {str(exc).splitlines()[0]}"))
+            problems.append(Problem(f"--set {path}",
+                                    f"a value is not valid YAML: {str(exc).splitlines()[0]}"))
     if problems:
         raise InputError(problems, "--set")
     return axes
@@ -137,7 +143,8 @@ def grid_points(spec: Spec, axes: list[tuple[str, list[object]]]) -> list[Point]
         try:
             apply_overrides(spec, ov)
         except InputError as exc:
-            raise InputError([Problem(f"--set {pr.where}", pr.message) for pr in exc.problems], "--set") from None
+            raise InputError([Problem(f"--set {pr.where}", pr.message) for pr in exc.problems],
+                             "--set") from None
         points.append(Point(i, ", ".join(f"{p}={v}" for p, v in ov.items()), ov))
     return points
 
@@ -159,7 +166,8 @@ def _scale_dist(d: dict, m: float, where: str) -> dict:
     if kind == "histogram":
         return {"histogram": {"edges": [e * m for e in body["edges"]], "weights": body["weights"]}}
     raise InputError([Problem(where, f"a {kind} distribution cannot be scaled by --length-cv/--input-cv; "
-                                     "give it as fixed, uniform, lognormal or histogram, or set the cv to 0")])
+                                     "give it as fixed, uniform, lognormal or histogram, or set the cv "
+                                     "to 0")])
 
 
 def _lognormal_multipliers(rng: np.random.Generator, cv: float, k: int) -> np.ndarray:
@@ -193,7 +201,8 @@ def scenario_multipliers(spec: Spec, n: int, rate_cv: float, length_cv: float, i
 
 
 def scaled_overrides(spec: Spec, mult: dict[str, tuple[float, float, float]]) -> dict[str, object]:
-    """What-if overrides that apply the multipliers: rates (or a trace's rate_scale) and length distributions."""
+    """What-if overrides that apply the multipliers: rates (or a trace's rate_scale) and length
+    distributions."""
     data = {w["name"]: w for w in spec.model_dump(mode="python", exclude_none=True)["workloads"]}
     ov: dict[str, object] = {}
     for w, (rm, om, im) in mult.items():
@@ -206,15 +215,16 @@ def scaled_overrides(spec: Spec, mult: dict[str, tuple[float, float, float]]) ->
         for key, m in (("output_tokens", om), ("input_tokens", im)):
             if m != 1.0:
                 if key not in wd:
-                    raise InputError([Problem(f"workloads.{w}.{key}", "lengths come from a trace and cannot be "
-                                                                       "scaled; set that cv to 0")])
+                    raise InputError([Problem(f"workloads.{w}.{key}", "lengths come from a trace and cannot "
+                                                                       "be scaled; set that cv to 0")])
                 ov[f"workloads.{w}.{key}"] = _scale_dist(wd[key], m, f"workloads.{w}.{key}")
     return ov
 
 
 def scenario_points(spec: Spec, n: int, rate_cv: float = 0.0, length_cv: float = 0.0, input_cv: float = 0.0,
                     seed: int = 0) -> list[Point]:
-    """``n`` sampled traffic scenarios of ``spec`` (see the module docstring), each validated as it is built."""
+    """``n`` sampled traffic scenarios of ``spec`` (see the module docstring), each validated as it is
+    built."""
     points = []
     for i, mult in enumerate(scenario_multipliers(spec, n, rate_cv, length_cv, input_cv, seed)):
         ov = scaled_overrides(spec, mult)
@@ -274,13 +284,14 @@ def check_scenario(plan, spec: Spec, point: Point, seeds: int) -> tuple[int, boo
 
 
 def _plan_spec(spec: Spec, label: str, overrides: dict, opts: dict):
-    """Plan ``spec`` with overrides; (label, Plan or None, message, status: ``ok`` or ``_status`` of the error).
-    Robust planning's candidate task and a ``trimtab pareto`` point's (``opts['validate']``: False plans with the
-    cost model only)."""
+    """Plan ``spec`` with overrides; (label, Plan or None, message, status: ``ok`` or ``_status`` of the
+    error). Robust planning's candidate task and a ``trimtab pareto`` point's (``opts['validate']``: False
+    plans with the cost model only)."""
     from trimtab.api import plan
 
     try:
-        r = plan(apply_overrides(spec, overrides), backend=opts.get("backend"), time_limit_s=opts.get("time_limit_s"),
+        r = plan(apply_overrides(spec, overrides), backend=opts.get("backend"),
+                 time_limit_s=opts.get("time_limit_s"),
                  validate=opts.get("validate", True), seed=opts.get("seed", 0))
     except TrimtabError as exc:
         return label, None, exc.lines[0] if exc.lines else type(exc).__name__, _status(exc)
@@ -291,7 +302,8 @@ def _call(fn_name: str, args: tuple):
     """The one entry point of a task, by name, so a Ray worker imports this module and nothing else is pickled
     but the arguments. Tasks plan serially inside (TRIMTAB_JOBS=1): the parallelism is the tasks'."""
     os.environ["TRIMTAB_JOBS"] = "1"
-    return {"plan_point": plan_point, "check_scenario": check_scenario, "plan_spec": _plan_spec}[fn_name](*args)
+    return {"plan_point": plan_point, "check_scenario": check_scenario,
+            "plan_spec": _plan_spec}[fn_name](*args)
 
 
 # ---------------------------------------------------------------------------------------------- executors
@@ -307,7 +319,8 @@ class SerialExecutor:
     def map(self, fn_name: str, args: list[tuple], progress: Progress | None = None) -> list:
         out = []
         for i, a in enumerate(args):
-            fn = {"plan_point": plan_point, "check_scenario": check_scenario, "plan_spec": _plan_spec}[fn_name]
+            fn = {"plan_point": plan_point, "check_scenario": check_scenario,
+                  "plan_spec": _plan_spec}[fn_name]
             out.append(fn(*a))
             if progress:
                 progress(i + 1, len(args))
@@ -320,9 +333,9 @@ class SerialExecutor:
 class RayExecutor:
     """Tasks as Ray tasks (one CPU each), at most ``workers`` in flight, results in submission order.
 
-    ``address=None`` starts a local Ray with ``workers`` CPUs (stopped again by ``close``); an address joins an
-    existing cluster (``ray://host:10001`` or ``auto``) and leaves it running. A Ray already initialised in this
-    process (a test's, a notebook's) is used as it is."""
+    ``address=None`` starts a local Ray with ``workers`` CPUs (stopped again by ``close``); an address joins
+    an existing cluster (``ray://host:10001`` or ``auto``) and leaves it running. A Ray already initialised in
+    this process (a test's, a notebook's) is used as it is."""
 
     name = "ray"
 
@@ -330,8 +343,9 @@ class RayExecutor:
         try:
             import ray
         except ImportError:
-            raise InputError([Problem("--address/--workers", "Ray is not installed: pip install 'trimtab[sweep]', "
-                                                             "or run with --serial")]) from None
+            raise InputError([Problem("--address/--workers", "Ray is not installed: pip install "
+                                                             "'trimtab[sweep]', or run with --serial")]
+                             ) from None
         self.ray = ray
         self.workers = workers or (os.cpu_count() or 1)
         self.owned = False
@@ -343,7 +357,8 @@ class RayExecutor:
                 ray.init(address=address, **kw)
             except (ConnectionError, ValueError, RuntimeError) as exc:
                 why = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
-                raise InputError([Problem("--address", f"cannot start or join Ray at {address or 'local'}: {why}")]
+                raise InputError([Problem("--address", f"cannot start or join Ray at {address or 'local'}: "
+                                                       f"{why}")]
                                  ) from None
             self.owned = True
         self.remote = ray.remote(num_cpus=1)(_call)
@@ -388,12 +403,12 @@ def make_executor(kind: str = "auto", address: str | None = None, workers: int |
 
 
 def run_points(spec: Spec, points: list[Point], *, executor=None, check: bool = False, check_seeds: int = 1,
-               backend: str | None = None, time_limit_s: float | None = None, validate: bool = True, seed: int = 0,
-               progress: Progress | None = None) -> list[PointResult]:
+               backend: str | None = None, time_limit_s: float | None = None, validate: bool = True,
+               seed: int = 0, progress: Progress | None = None) -> list[PointResult]:
     """Plan every point (and check it with ``check``); results in point order."""
     ex = executor or SerialExecutor()
-    opts = {"backend": backend, "time_limit_s": time_limit_s, "validate": validate, "seed": seed, "check": check,
-            "check_seeds": check_seeds}
+    opts = {"backend": backend, "time_limit_s": time_limit_s, "validate": validate, "seed": seed,
+            "check": check, "check_seeds": check_seeds}
     return ex.map("plan_point", [(spec, p, opts) for p in points], progress)
 
 
@@ -409,7 +424,8 @@ class RobustCandidate:
 
 @dataclass
 class RobustResult:
-    """The chosen plan (cheapest candidate passing >= q of the scenarios) and the plan for the mean scenario."""
+    """The chosen plan (cheapest candidate passing >= q of the scenarios) and the plan for the mean
+    scenario."""
 
     q: float
     scenarios: int
@@ -442,46 +458,50 @@ def _quantile_overrides(spec: Spec, mults: list[dict[str, tuple[float, float, fl
     """The spec at the ``level`` quantile of each workload's sampled rate and output-length multipliers
     (separately per workload: every workload at its own ``level`` quantile at once, a joint envelope)."""
     names = [w.name for w in spec.workloads]
-    q = {w: tuple(float(np.quantile([m[w][k] for m in mults], level, method="inverted_cdf")) for k in range(3))
+    q = {w: tuple(float(np.quantile([m[w][k] for m in mults], level,
+                                    method="inverted_cdf")) for k in range(3))
          for w in names}
     return scaled_overrides(spec, {w: (rm, om, 1.0) for w, (rm, om, _im) in q.items()})
 
 
 def robust_plan(spec: Spec, q: float, n: int, *, rate_cv: float = 0.0, length_cv: float = 0.0,
-                input_cv: float = 0.0, seed: int = 0, check_seeds: int = 1, levels: tuple[float, ...] = ROBUST_LEVELS,
+                input_cv: float = 0.0, seed: int = 0, check_seeds: int = 1,
+                levels: tuple[float, ...] = ROBUST_LEVELS,
                 executor=None, backend: str | None = None, time_limit_s: float | None = None,
                 progress: Callable[[str, int, int], None] | None = None) -> RobustResult:
-    """The cheapest plan, among the candidates below, whose ``trimtab check`` passes in at least ``q`` of ``n``
-    sampled scenarios.
+    """The cheapest plan, among the candidates below, whose ``trimtab check`` passes in at least ``q`` of
+    ``n`` sampled scenarios.
 
     Candidates: ``trimtab.api.plan`` (validated by simulation as ``trimtab plan`` does) of the spec with every
     workload's rate and output lengths at the ``level`` quantile of its sampled multipliers, for each of
     ``levels``, and of the spec itself (the mean scenario: the multipliers have mean 1). All candidates are
     planned (in parallel), then checked against every scenario's spec (one Ray task per scenario) in order of
     increasing cost until one passes in >= q of them; costlier ones are not checked, and a candidate whose
-    deployments, routes and check runs equal a checked one's takes its verdicts (the same check). The mean plan is always
-    checked, for the comparison. InfeasibleError (exit 3) when no candidate reaches q.
+    deployments, routes and check runs equal a checked one's takes its verdicts (the same check). The mean
+    plan is always checked, for the comparison. InfeasibleError (exit 3) when no candidate reaches q.
 
     What it guarantees: the chosen plan passed ``check`` (simulation at ``check_seeds`` seeds past the plan's
-    own, the check's own verdict: no shown miss) in at least ``q`` of these ``n`` scenarios, and is the cheapest of
-    the candidates that did. Not guaranteed: the cheapest plan over all deployments with that property (the
-    candidates are quantile envelopes; a plan tuned to a scenario mix could be cheaper), nor the share on other
-    scenarios than the sampled ones (with n scenarios the share has a sampling error of about sqrt(q(1-q)/n)).
+    own, the check's own verdict: no shown miss) in at least ``q`` of these ``n`` scenarios, and is the
+    cheapest of the candidates that did. Not guaranteed: the cheapest plan over all deployments with that
+    property (the candidates are quantile envelopes; a plan tuned to a scenario mix could be cheaper), nor the
+    share on other scenarios than the sampled ones (with n scenarios the share has a sampling error of about
+    sqrt(q(1-q)/n)).
     """
     if not 0 < q <= 1:
         raise InputError([Problem("--robust", f"must be a share in (0, 1], got {q}")])
     if input_cv > 0:
-        raise InputError([Problem("--input-cv", "robust planning checks one plan against every scenario, and a "
-                                                 "plan's routes name the prompt-length ranges of its own spec; "
-                                                 "prompt-length uncertainty is not supported here (use --length-cv "
-                                                 "for output lengths)")])
+        raise InputError([Problem("--input-cv", "robust planning checks one plan against every scenario, and "
+                                                 "a plan's routes name the prompt-length ranges of its own "
+                                                 "spec; prompt-length uncertainty is not supported here (use "
+                                                 "--length-cv for output lengths)")])
     ex = executor or SerialExecutor()
     mults = scenario_multipliers(spec, n, rate_cv, length_cv, 0.0, seed)
     points = [Point(i, f"scenario {i}", scaled_overrides(spec, m), m) for i, m in enumerate(mults)]
     for p in points:
         apply_overrides(spec, p.overrides)
     opts = {"backend": backend, "time_limit_s": time_limit_s, "seed": 0}
-    tasks = [("mean", {}, opts)] + [(f"q{lv:.2f}", _quantile_overrides(spec, mults, lv), opts) for lv in levels]
+    tasks = [("mean", {}, opts)] + [(f"q{lv:.2f}", _quantile_overrides(spec, mults, lv),
+                                     opts) for lv in levels]
     planned = ex.map("plan_spec", [(spec, lab, ov, o) for lab, ov, o in tasks],
                      (lambda d, t: progress("plan candidates", d, t)) if progress else None)
     # a candidate whose own validation still shows a miss is none (plan's exit 7): never the robust plan
@@ -527,4 +547,5 @@ def robust_plan(spec: Spec, q: float, n: int, *, rate_cv: float = 0.0, length_cv
                               + [f"  {c.level}: " + (f"{c.cost_usd_per_hour:.2f} $/h, passed {c.passed}/{n}"
                                                      if c.cost_usd_per_hour is not None else c.message)
                                  for c in cands])
-    return RobustResult(q, n, chosen, plans[chosen][0], sum(per[chosen]), plans["mean"][0], mean_passed, cands, per)
+    return RobustResult(q, n, chosen, plans[chosen][0], sum(per[chosen]), plans["mean"][0], mean_passed,
+                        cands, per)

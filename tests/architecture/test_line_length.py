@@ -13,11 +13,10 @@ import tomllib
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
-FOLDERS = ("compiler", "profiles", "solvers")
+FOLDERS = ("compiler", "profiles", "solvers", "cli")
 
 # Lines over the width per module, as counted when the list was made: the most each may still have.
 ALLOWED = {
-    "compiler/api.py": 7,
     "compiler/cost/adapters.py": 1,
     "compiler/cost/factory.py": 19,
     "compiler/cost/lora.py": 7,
@@ -32,16 +31,6 @@ ALLOWED = {
     "compiler/cost/search.py": 7,
     "compiler/cost/startup.py": 4,
     "compiler/cost/transfer.py": 6,
-    "compiler/deployment/kvtiers.py": 17,
-    "compiler/deployment/layouts.py": 1,
-    "compiler/deployment/price.py": 2,
-    "compiler/deployment/shape.py": 15,
-    "compiler/gate/__init__.py": 1,
-    "compiler/gate/analytic.py": 27,
-    "compiler/gate/lora.py": 11,
-    "compiler/gate/nodeloss.py": 7,
-    "compiler/gate/simulated.py": 2,
-    "compiler/gate/windows.py": 12,
     "compiler/milp/assess.py": 14,
     "compiler/milp/candidates.py": 24,
     "compiler/milp/decompose.py": 13,
@@ -61,9 +50,6 @@ ALLOWED = {
     "compiler/planning/rounds.py": 61,
     "compiler/planning/schedule.py": 20,
     "compiler/sim/validate.py": 39,
-    "compiler/study/__init__.py": 1,
-    "compiler/study/pareto.py": 7,
-    "compiler/study/sweep.py": 41,
 }
 
 

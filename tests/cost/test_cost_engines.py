@@ -2,9 +2,6 @@
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
-from pathlib import Path
 
 from typer.testing import CliRunner
 
@@ -13,7 +10,6 @@ from trimtab.cost.predict import fidelity, replica
 from trimtab.profiles.loader import load_profiles
 
 runner = CliRunner()
-ROOT = Path(__file__).resolve().parents[2]
 ARGS = ["predict", "--model", "llama-3.1-8b", "--gpu", "h100-sxm", "--isl", "512", "--osl", "128",
         "--concurrency", "8", "--format", "json"]
 
@@ -75,7 +71,7 @@ def test_spec_engine_selects_profile(tmp_path):
     assert res.exit_code == 1 and "engine" in res.output
 
 
-def test_accuracy_script_on_fixture(tmp_path):
+def test_accuracy_script_on_fixture(tmp_path, capsys):
     csv_text = (
         "source,model,gpu,num_gpus,tp,pp,engine,isl,osl,concurrency_or_rate,metric,value,unit,notes\n"
         'doc,Llama-2-7B,A100-SXM-80GB,1,1,1,"TensorRT-LLM v0.6.1 (static batch)",128,128,batch=64,'
@@ -87,7 +83,10 @@ def test_accuracy_script_on_fixture(tmp_path):
         "total_token_throughput,4000,tok/s,BF16\n")
     f = tmp_path / "rows.csv"
     f.write_text(csv_text)
-    r = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "accuracy.py"), str(f)], capture_output=True,
-                       text=True, timeout=120)
-    assert r.returncode == 0, r.stderr
-    assert "median" in r.stdout and "worst" in r.stdout and "4 rows" in r.stdout
+    from benchmarks.accuracy import main  # the script's main, in this process: no Python start-up per run
+
+    capsys.readouterr()
+    code = main([str(f)])
+    out = capsys.readouterr()
+    assert code == 0, out.err
+    assert "median" in out.out and "worst" in out.out and "4 rows" in out.out

@@ -6,8 +6,6 @@ from __future__ import annotations
 import csv
 import inspect
 import re
-import subprocess
-import sys
 from pathlib import Path
 
 from benchmarks.groundtruth import (METRIC_UNITS, check_file, check_row, gpu_profile, model_profile, mode,
@@ -16,7 +14,17 @@ from trimtab.cost.predict import replica
 
 ROOT = Path(__file__).resolve().parents[2]
 CSV = ROOT / "benchmarks" / "data" / "moe_groundtruth.csv"
-SCRIPT = ROOT / "benchmarks" / "accuracy.py"
+
+
+def accuracy(capsys, *args) -> tuple[int, str, str]:
+    """``python benchmarks/accuracy.py ARGS`` run in this process: its exit code, stdout and stderr (what the
+    script does is under test, not a Python start-up)."""
+    from benchmarks.accuracy import main
+
+    capsys.readouterr()
+    code = main([str(a) for a in args])
+    out = capsys.readouterr()
+    return code, out.out, out.err
 
 
 def _rows() -> list[dict]:
@@ -101,11 +109,10 @@ def _fixture(tmp_path) -> Path:
     return f
 
 
-def test_accuracy_predicts_what_it_can_and_names_every_skip(tmp_path):
+def test_accuracy_predicts_what_it_can_and_names_every_skip(tmp_path, capsys):
     f = _fixture(tmp_path)
-    r = subprocess.run([sys.executable, str(SCRIPT), str(f), "--cv"], capture_output=True, text=True, timeout=300)
-    assert r.returncode == 0, r.stderr
-    out = r.stdout
+    code, out, err = accuracy(capsys, f, "--cv")
+    assert code == 0, err
     has_dp = "dp" in inspect.signature(replica).parameters
     predicted = 3 if has_dp else 2
     assert f"{predicted} rows from {f} ({6 - predicted} more skipped, listed below)" in out
@@ -116,12 +123,12 @@ def test_accuracy_predicts_what_it_can_and_names_every_skip(tmp_path):
     assert "leave-one-source-out" in out and "docA" in out and "docB" in out
 
 
-def test_accuracy_rejects_a_malformed_table(tmp_path):
+def test_accuracy_rejects_a_malformed_table(tmp_path, capsys):
     f = tmp_path / "bad.csv"
     f.write_text(HEADER + f"doc [x @abc1234],Mixtral-8x7B,H100-SXM-80GB,2,1,1,{TRT},128,128,offline (64 prompts),"
                  "output_throughput,-5,tok/s,FP8,,,\n")
-    r = subprocess.run([sys.executable, str(SCRIPT), str(f)], capture_output=True, text=True, timeout=60)
-    assert r.returncode == 2
-    assert f"{f}:2: value: '-5' is not a positive number" in r.stderr
-    assert f"{f}:2: num_gpus: 2 != tp 1 x pp 1 x dp 1" in r.stderr
-    assert "Traceback" not in r.stderr
+    code, _, err = accuracy(capsys, f)
+    assert code == 2
+    assert f"{f}:2: value: '-5' is not a positive number" in err
+    assert f"{f}:2: num_gpus: 2 != tp 1 x pp 1 x dp 1" in err
+    assert "Traceback" not in err

@@ -19,7 +19,10 @@ def plans(tmp_path_factory):
     d = tmp_path_factory.mktemp("p")
     without = d / "without.yaml"
     without.write_text("\n".join(l for l in EXAMPLE.read_text().splitlines() if "prefix:" not in l) + "\n")
-    return golden_plan("shared-prefix"), make_plan(load_spec(without)).plan  # the example's: tests/golden
+    # the example's plan (tests/golden), and the cost model's plan without the prefix block: the simulation
+    # rounds only derate capacity, so a validated plan costs no less (15.60 $/h here, 11.70 without them) and
+    # the comparison below is the harder one, at a twentieth of the CPU
+    return golden_plan("shared-prefix"), make_plan(load_spec(without), validate=False).plan
 
 
 def test_prefix_makes_the_example_cheaper(plans):
