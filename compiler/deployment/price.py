@@ -19,6 +19,13 @@ def replica_usd_per_hour(gpu_usd_per_hour: float, *sizes: int) -> float:
     return usd
 
 
+def startup_usd(usd_per_hour: float, startup_s: float, starts: float = 1) -> float:
+    """What ``starts`` replica starts cost: each holds its GPUs at ``usd_per_hour`` for ``startup_s`` seconds
+    serving nothing (the start-up model: ``trimtab.cost.startup``). Schedules, their MILP and re-plans price
+    switching with it."""
+    return starts * usd_per_hour * startup_s / 3600.0
+
+
 def fleet_usd_per_hour(priced: Iterable[tuple[float, float]]) -> float:
     """A fleet's $/h: the sum of count x $/h of one over (count, $/h of one) pairs, in the order given
     (replicas and a candidate's price, or GPUs and their type's price)."""

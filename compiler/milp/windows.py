@@ -28,6 +28,7 @@ from __future__ import annotations
 
 from dataclasses import replace
 
+from trimtab.deployment.price import startup_usd
 from trimtab.deployment.shape import CandidateSet
 from trimtab.milp.formulate import formulate, n_var
 from trimtab.ir.model import ProblemIR
@@ -124,7 +125,7 @@ def formulate_schedule(ir: ProblemIR, cands: CandidateSet, rates: list[dict[str,
             m.add_var(up_var(t, c.id), "continuous", 0.0, float(ub))
             m.add_var(down_var(t, c.id), "continuous", 0.0, float(ub))
     for c in allc:
-        su = c.usd_per_hour * startup_s.get(c.id, 0.0) / 3600.0
+        su = startup_usd(c.usd_per_hour, startup_s.get(c.id, 0.0))
         for t in range(T):
             now = wvar(t, n_var(c.id))
             if t > 0 or cyclic:

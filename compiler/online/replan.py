@@ -28,6 +28,7 @@ from trimtab.errors import InputError, Problem
 from trimtab.milp.formulate import formulate
 from trimtab.milp.windows import add_move_rows
 from trimtab.cost.startup import candidate_startup_s, startup_for
+from trimtab.deployment.price import startup_usd
 from trimtab.contract.schema import Plan
 from trimtab.planning.planners import UnifiedPlanner
 from trimtab.milp.solve import balance_routes
@@ -128,7 +129,7 @@ class ReplanPlanner(UnifiedPlanner):
 
     def solve(self, ir, cands, derate, backend, options):
         m = formulate(ir, cands, derate)
-        su = {c.id: c.usd_per_hour * candidate_startup_s(self.startup, ir, c) / 3600.0
+        su = {c.id: startup_usd(c.usd_per_hour, candidate_startup_s(self.startup, ir, c))
               for c in cands.candidates + cands.disagg}
         add_move_rows(m, cands, self.current, su, self.horizon_h, self.stop_usd, self.max_moves,
                       self.fixed_moves)
@@ -205,7 +206,7 @@ def replan(current: Plan, spec, *, max_moves: int | None = None, fail: list[str]
     def start_usd(p: Plan, mv) -> float:
         per = {d.name: d for d in p.deployments}
         cs = {c.id: c for c in cands.candidates + cands.disagg}
-        return round(sum(a * cs[n].usd_per_hour * candidate_startup_s(st, ir, cs[n]) / 3600.0
+        return round(sum(startup_usd(cs[n].usd_per_hour, candidate_startup_s(st, ir, cs[n]), a)
                          for n, (a, _) in mv.items() if a and n in per and n in cs), 4)
 
     return ReplanResult(res.plan, fresh, moves, fmoves, start_usd(res.plan, moves), start_usd(fresh, fmoves),

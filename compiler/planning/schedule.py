@@ -17,7 +17,7 @@ from trimtab.milp.windows import (WindowKey, formulate_schedule, switching, wind
 from trimtab.spec.rates import window_rates, window_spec
 from trimtab.cost.startup import candidate_startup_s, startup_for
 from trimtab.milp.extract import build_plan, chosen
-from trimtab.deployment.price import fleet_usd_per_hour
+from trimtab.deployment.price import fleet_usd_per_hour, startup_usd
 from trimtab.contract.schema import PlanSchedule, Route, ScheduleWindow
 from trimtab.planning.planners import UnifiedPlanner
 from trimtab.deployment.shape import CandidateSet
@@ -134,7 +134,7 @@ class SchedulePlanner(UnifiedPlanner):
             for c, _ in deps:
                 up = max(0, reps[c.id] - round(self.windows[t - 1][1].values.get(n_var(c.id), 0.0))) \
                     if (t > 0 or s.cyclic) else reps[c.id]
-                start_usd += up * c.usd_per_hour * st[c.id] / 3600.0
+                start_usd += startup_usd(c.usd_per_hour, st[c.id], up)
         hours = wr.n * wr.window_s / 3600.0
         return PlanSchedule(window_s=wr.window_s, cyclic=s.cyclic, min_lifetime_windows=s.min_lifetime_windows,
                             max_changes_per_window=s.max_changes_per_window,
