@@ -29,9 +29,7 @@ ALLOWED = {
     "compiler/milp/spread.py": 9,
     "compiler/milp/windows.py": 12,
     "compiler/planning/driver.py": 30,
-    "compiler/planning/lora.py": 29,
     "compiler/planning/planners.py": 1,
-    "compiler/planning/redundancy.py": 18,
 }
 
 
