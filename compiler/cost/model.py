@@ -153,8 +153,8 @@ class ReplicaModel(ReplicaRoles, ReplicaPredictions, ReplicaTiers):
         if self.moe is None:
             weights = self.params * self.wbytes / gpus
         else:
-            # dense weights split by TP (replicated over dp ranks), routed experts over the tp x dp expert
-            # group
+            # dense weights split by TP (replicated over dp ranks), routed experts over the tp x dp
+            # expert group
             weights = (self.dense_params * self.wbytes / self.tp
                        + moe_layers(self.model) * self.moe.weight_bytes_per_gpu()) / self.pp
         inter = self.model.intermediate_size.value
@@ -218,8 +218,8 @@ class ReplicaModel(ReplicaRoles, ReplicaPredictions, ReplicaTiers):
         wb, H = self.wbytes, self.H
         q_dim = self.heads * self.head_dim
         qkv_n = (q_dim + 2 * self.kv_heads * self.head_dim) / tp
-        # attention projections (QKV and O): weight seconds, activation seconds per token, FLOP seconds
-        # per token
+        # attention projections (QKV and O): weight seconds, activation seconds per token,
+        # FLOP seconds per token
         a_w = self.attn_params * wb / tp / bw
         a_act = (qkv_n + H + H + q_dim / tp) * 2 / bw
         a_fl = 2 * self.attn_params / tp / fl

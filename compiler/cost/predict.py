@@ -102,8 +102,8 @@ def fidelity(rm: ReplicaModel, isl: float = 0.0, osl: float = 0.0, batch: float 
     if "attention_context" in rng and isl + osl > rng["attention_context"][1]:
         extra.append(f"context {isl + osl:.0f} beyond the measured attention range (<= "
                      f"{rng['attention_context'][1]:g})")
-    if rm.dtype in ("fp8", "fp4") and sources.get("gpu.fp8_compute_efficiency") in ("assumption",
-                                                                                    "spec_sheet"):
+    if (rm.dtype in ("fp8", "fp4")
+            and sources.get("gpu.fp8_compute_efficiency") in ("assumption", "spec_sheet")):
         extra.append(f"{rm.dtype} GEMM efficiency not measured on this GPU")
     return Fidelity(LEVEL[worst], sources, extra, unfitted)
 

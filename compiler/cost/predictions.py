@@ -145,8 +145,8 @@ class ReplicaPredictions:
         first = [-1.0] * n
         tpot = [0.0] * n
         kv_used = 0.0  # reserve: reserved tokens; on_demand: tokens held now
-        # running: [prompt tokens left, prompt length, tokens generated since admission, tokens still owed,
-        # index]
+        # running: [prompt tokens left, prompt length, tokens generated since admission,
+        # tokens still owed, index]
         running: list[list[float]] = []
         t = 0.0
         done = 0

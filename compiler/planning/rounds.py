@@ -247,7 +247,8 @@ def simulate_and_derate(plan, spec, ir, seeds: tuple[int, ...], requests: int, d
             used = min(1.0, (fill or {}).get(worst, 1.0))
             f = sim_derate(res, name, far=not written.adapter_routes)
             for cid in {worst, *(peers or {}).get(name, ())}:
-                out[cid] = out.get(cid, 1.0) * f * used  # (old * f) * used, as before: the same floats
+                # (old * f) * used, in that order: another order rounds differently, and plans hang on it
+                out[cid] = out.get(cid, 1.0) * f * used
     return res, out
 
 
