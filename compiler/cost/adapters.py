@@ -19,8 +19,8 @@ def modules_of(ir, model: str) -> tuple[str, ...]:
 
 
 def lora_kwargs(ir, model: str, max_loras: int, max_lora_rank: int, n_adapters: int) -> dict | None:
-    """Keyword arguments of ``replica_model(..., lora=...)``; None for a deployment without LoRA. More adapters
-    than GPU slots: every request is charged one swap-in (see trimtab.cost.lora)."""
+    """Keyword arguments of ``replica_model(..., lora=...)``; None for a deployment without LoRA. More
+    adapters than GPU slots: every request is charged one swap-in (see trimtab.cost.lora)."""
     if max_loras <= 0:
         return None
     mods = modules_of(ir, model)

@@ -12,35 +12,38 @@ from trimtab.spec.lengths import LengthBucket
 
 def replica_model(ir: ProblemIR, model: str, gpu: str, tp: int, pp: int, dtype: str, max_num_seqs: int,
                   max_batched_tokens: int, lora: dict | None = None, kv_offload_gib: float = 0.0,
-                  kv_borrow_gib: float = 0.0, dp: int = 1, ep: int = 1, kv_dtype: str | None = None) -> ReplicaModel:
+                  kv_borrow_gib: float = 0.0, dp: int = 1, ep: int = 1,
+                  kv_dtype: str | None = None) -> ReplicaModel:
     """The one place a ``ReplicaModel`` is made from IR names (planner and check share it). ``lora``: keyword
-    arguments of ``trimtab.cost.lora.LoraReplicaModel`` (slots, rank, modules, swap_wait_s) for a LoRA replica.
-    ``kv_offload_gib`` / ``kv_borrow_gib``: a KV tier of that many GiB per replica (``kv_tier``): host memory
-    for the prefix cache's evicted blocks (``prefix_tier``), or, with ``kv_tiers: experimental-live``, live KV
-    beyond HBM (offload or borrowing; docs/kv-tiers.md). ``dp`` / ``ep``: a mixture-of-experts layout (attention
-    data-parallel ranks, expert-parallel degree; docs/moe.md), without tiers or LoRA. ``kv_dtype``: the KV cache
-    precision when it is not the one ``dtype`` implies (an fp4 KV cache, ``WorkloadIR.kv_dtype``)."""
+    arguments of ``trimtab.cost.lora.LoraReplicaModel`` (slots, rank, modules, swap_wait_s) for a LoRA
+    replica. ``kv_offload_gib`` / ``kv_borrow_gib``: a KV tier of that many GiB per replica (``kv_tier``):
+    host memory for the prefix cache's evicted blocks (``prefix_tier``), or, with ``kv_tiers:
+    experimental-live``, live KV beyond HBM (offload or borrowing; docs/kv-tiers.md). ``dp`` / ``ep``: a
+    mixture-of-experts layout (attention data-parallel ranks, expert-parallel degree; docs/moe.md), without
+    tiers or LoRA. ``kv_dtype``: the KV cache precision when it is not the one ``dtype`` implies (an fp4 KV
+    cache, ``WorkloadIR.kv_dtype``)."""
     pool = ir.gpu(gpu)
     if dp > 1 or ep > 1:
         return ReplicaModel(ir.models[model], pool.profile, ir.engine, tp, pp, dtype, max_num_seqs,
                             max_batched_tokens, kv_dtype, dp=dp, ep=ep)
     if kv_offload_gib > 0 and not live_tiers(ir):
-        rm = ReplicaModel(ir.models[model], pool.profile, ir.engine, tp, pp, dtype, max_num_seqs, max_batched_tokens,
-                          kv_dtype)
+        rm = ReplicaModel(ir.models[model], pool.profile, ir.engine, tp, pp, dtype, max_num_seqs,
+                          max_batched_tokens, kv_dtype)
         return ReplicaModel(ir.models[model], pool.profile, ir.engine, tp, pp, dtype, max_num_seqs,
                             max_batched_tokens, kv_dtype,
                             prefix_tier=kv_tier(ir, gpu, rm, kv_offload_gib, 0.0, "prefix"))
     if kv_offload_gib > 0 or kv_borrow_gib > 0:
-        rm = ReplicaModel(ir.models[model], pool.profile, ir.engine, tp, pp, dtype, max_num_seqs, max_batched_tokens,
-                          kv_dtype)
+        rm = ReplicaModel(ir.models[model], pool.profile, ir.engine, tp, pp, dtype, max_num_seqs,
+                          max_batched_tokens, kv_dtype)
         return ReplicaModel(ir.models[model], pool.profile, ir.engine, tp, pp, dtype, max_num_seqs,
-                            max_batched_tokens, kv_dtype, kv_tier=kv_tier(ir, gpu, rm, kv_offload_gib, kv_borrow_gib))
+                            max_batched_tokens, kv_dtype,
+                            kv_tier=kv_tier(ir, gpu, rm, kv_offload_gib, kv_borrow_gib))
     if lora:
         from trimtab.cost.lora import LoraReplicaModel
         return LoraReplicaModel(ir.models[model], pool.profile, ir.engine, tp, pp, dtype, max_num_seqs,
                                 max_batched_tokens, kv_dtype, **lora)
-    return ReplicaModel(ir.models[model], pool.profile, ir.engine, tp, pp, dtype, max_num_seqs, max_batched_tokens,
-                        kv_dtype)
+    return ReplicaModel(ir.models[model], pool.profile, ir.engine, tp, pp, dtype, max_num_seqs,
+                        max_batched_tokens, kv_dtype)
 
 
 def lend(rm: ReplicaModel, lent_gib: float) -> ReplicaModel:
@@ -56,24 +59,26 @@ def lend(rm: ReplicaModel, lent_gib: float) -> ReplicaModel:
 
 
 def live_tiers(ir: ProblemIR) -> bool:
-    """Whether the spec's KV tiers hold live KV (``kv_tiers: experimental-live``: offload and borrowing of running
-    requests' KV, realised by no engine flag) rather than the prefix cache's host tier (docs/kv-tiers.md)."""
+    """Whether the spec's KV tiers hold live KV (``kv_tiers: experimental-live``: offload and borrowing of
+    running requests' KV, realised by no engine flag) rather than the prefix cache's host tier
+    (docs/kv-tiers.md)."""
     return getattr(ir, "kv_tiers", "off") == "experimental-live"
 
 
 def traffic_class(b: LengthBucket, rate_rps: float, w: WorkloadIR | None = None,
                   rm: ReplicaModel | None = None) -> TrafficClass:
     """The cost model's class for bucket ``b`` at a per-replica rate; with the workload ``w`` and the replica
-    ``rm``, its prefix reuse (``prefix_hits``): cached tokens per request (of which from the host tier) and the
-    replica's reserve."""
+    ``rm``, its prefix reuse (``prefix_hits``): cached tokens per request (of which from the host tier) and
+    the replica's reserve."""
     if w is None or rm is None or not w.prefix_hit_rate:
         return TrafficClass(rate_rps, b.isl_mean, b.osl_mean, b.isl_tail, b.isl_cv2, osl_points=b.osl_points)
     reserved, hbm, hit = prefix_hits(w, rm)
-    return TrafficClass(rate_rps, b.isl_mean, b.osl_mean, b.isl_tail, b.isl_cv2, hit * b.isl_mean, float(reserved),
-                        b.osl_points, (hit - hbm) * b.isl_mean)
+    return TrafficClass(rate_rps, b.isl_mean, b.osl_mean, b.isl_tail, b.isl_cv2, hit * b.isl_mean,
+                        float(reserved), b.osl_points, (hit - hbm) * b.isl_mean)
 
 
-PREFIX_RESERVE_SHARES = (1.0, 0.5, 0.25, 0.125)  # of min(working set, spare HBM KV) tried for the prefix cache
+# Shares of min(working set, spare HBM KV) tried for the prefix cache
+PREFIX_RESERVE_SHARES = (1.0, 0.5, 0.25, 0.125)
 
 
 def prefix_hit(w: WorkloadIR, tokens: float) -> float:
@@ -95,8 +100,8 @@ def prefix_hit(w: WorkloadIR, tokens: float) -> float:
 
 
 def prefix_cache(w: WorkloadIR, rm: ReplicaModel) -> tuple[int, float]:
-    """(KV tokens reserved for ``w``'s prefix cache on one replica of ``rm``, hit rate it gets, HBM and host tier
-    together): ``prefix_hits`` without the split."""
+    """(KV tokens reserved for ``w``'s prefix cache on one replica of ``rm``, hit rate it gets, HBM and host
+    tier together): ``prefix_hits`` without the split."""
     reserved, _, hit = prefix_hits(w, rm)
     return reserved, hit
 
@@ -108,13 +113,14 @@ def host_tier_tokens(rm: ReplicaModel) -> int:
 
 
 def prefix_hits(w: WorkloadIR, rm: ReplicaModel) -> tuple[int, float, float]:
-    """(KV tokens reserved for ``w``'s prefix cache on one replica of ``rm``, hit rate of that HBM cache, hit rate
-    with the host tier). The cache can take what the HBM KV spares after the workload's longest request, at most
-    the working set; of the shares ``PREFIX_RESERVE_SHARES`` of that, the one with the highest capacity for the
-    workload's mean request at its SLO (a bigger cache saves more prefill but leaves less KV for running
-    requests). Host tier (``rm.prefix_tier``, docs/kv-tiers.md): every computed block is also stored in host
-    memory (vLLM's offloading connector writes through), so the two levels hit like one LRU of
-    max(reserve, host tokens); the hits beyond the HBM cache's are reloaded over PCIe. Once per replica model."""
+    """(KV tokens reserved for ``w``'s prefix cache on one replica of ``rm``, hit rate of that HBM cache, hit
+    rate with the host tier). The cache can take what the HBM KV spares after the workload's longest request,
+    at most the working set; of the shares ``PREFIX_RESERVE_SHARES`` of that, the one with the highest
+    capacity for the workload's mean request at its SLO (a bigger cache saves more prefill but leaves less KV
+    for running requests). Host tier (``rm.prefix_tier``, docs/kv-tiers.md): every computed block is also
+    stored in host memory (vLLM's offloading connector writes through), so the two levels hit like one LRU of
+    max(reserve, host tokens); the hits beyond the HBM cache's are reloaded over PCIe. Once per replica
+    model."""
     memo = rm.__dict__.setdefault("_prefix_cache", {})
     key = (w.name, w.prefix_hit_rate, w.prefix_working_set, w.prefix_curve, w.buckets, w.slo)
     if key in memo:
@@ -146,9 +152,9 @@ HOST_KV_SHARE = 0.5  # share of a node's CPU memory the KV offload tier may use 
 def kv_tier(ir: ProblemIR, gpu: str, rm: ReplicaModel, offload_gib: float, borrow_gib: float,
             kind: str | None = None) -> KvTier:
     """The ``KvTier`` of a replica of ``rm``'s shape with ``offload_gib`` of host memory or ``borrow_gib`` of
-    borrowed HBM (GiB per replica, one tier). Offload runs over each GPU's PCIe link (spec nodes[].pcie_gbps, else
-    the GPU profile's); borrowing over NVLink (the profile's link bandwidth), or PCIe where the GPU has none.
-    ``kind``: ``prefix`` for the prefix cache's host tier; default live ``offload`` / ``borrow``."""
+    borrowed HBM (GiB per replica, one tier). Offload runs over each GPU's PCIe link (spec nodes[].pcie_gbps,
+    else the GPU profile's); borrowing over NVLink (the profile's link bandwidth), or PCIe where the GPU has
+    none. ``kind``: ``prefix`` for the prefix cache's host tier; default live ``offload`` / ``borrow``."""
     if offload_gib > 0 and borrow_gib > 0:
         raise ValueError("a replica has one KV tier: offload or borrow, not both")
     pool = ir.gpu(gpu)
@@ -160,7 +166,8 @@ def kv_tier(ir: ProblemIR, gpu: str, rm: ReplicaModel, offload_gib: float, borro
     if offload_gib > 0:
         bw = pcie
     else:
-        bw = prof.link_bandwidth_gbps.value if prof.interconnect != "pcie" else (pcie or prof.link_bandwidth_gbps.value)
+        bw = (prof.link_bandwidth_gbps.value if prof.interconnect != "pcie"
+              else (pcie or prof.link_bandwidth_gbps.value))
     if not bw > 0:
         raise ValueError(f"{gpu}: no PCIe bandwidth known for a KV offload tier; give nodes[].pcie_gbps")
     return KvTier(kind or ("offload" if offload_gib > 0 else "borrow"), tokens, float(bw))

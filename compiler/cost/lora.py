@@ -13,13 +13,14 @@ Serving", MLSys 2024, arXiv:2310.18547, section 4) and S-LoRA (MBGMM, Sheng et a
 section 5): per layer and target module a shrink (x A) and an expand (x B) kernel. Each distinct adapter in
 the batch has its A and B read once from HBM, so at the small ranks of LoRA the kernels are memory-bound and
 their time grows linearly with the distinct adapters in the batch D:
-    t_lora = layers x ( sum_m max((D x r x (in_m + out_m) x 2 B + T x (in_m + out_m + 2r) x 2 B) / (tp BW_eff),
+    t_lora = layers x ( sum_m max((D x r x (in_m + out_m) x 2 B + T x (in_m + out_m + 2r) x 2 B)
+                                  / (tp BW_eff),
                                   2 T r (in_m + out_m) / (tp F_eff))  +  2 x packed groups x t_kernel )
 with D = min(max_loras, requests in the step) (planning assumes every request of a full step uses a different
 adapter: the worst case). Punica reports its kernels add about 2 ms per token over a single-model baseline at
-batch 32 of distinct rank-16 adapters on an A100 (abstract and section 7); this roofline gives 1.0 to 2.3 ms per
-step for 7-8B models (rank 16, attention modules) on L40S/A100/H100 at D = 1 to 32, about 1.7 ms on the A100 at
-D = 32 (tests/test_lora.py keeps it within that figure's range).
+batch 32 of distinct rank-16 adapters on an A100 (abstract and section 7); this roofline gives 1.0 to 2.3 ms
+per step for 7-8B models (rank 16, attention modules) on L40S/A100/H100 at D = 1 to 32, about 1.7 ms on the
+A100 at D = 32 (tests/test_lora.py keeps it within that figure's range).
 
 Swap-in: when more adapters are assigned to a replica than it has GPU slots, a request whose adapter is not
 resident waits for it to be copied from CPU memory: adapter bytes / host-to-device bandwidth (the spec node's
@@ -68,18 +69,21 @@ class LoraReplicaModel(ReplicaModel):
     """A replica serving adapters: ``slots`` = max_loras, ``rank`` = max_lora_rank, ``modules`` the target
     modules preallocated, ``swap_wait_s`` added to every TTFT (0 when all assigned adapters stay resident)."""
 
-    def __init__(self, *args, slots: int, rank: int, modules: tuple[str, ...], swap_wait_s: float = 0.0, **kw):
+    def __init__(self, *args, slots: int, rank: int, modules: tuple[str, ...], swap_wait_s: float = 0.0,
+                 **kw):
         super().__init__(*args, **kw)
         self.lora_slots, self.lora_rank, self.lora_modules = int(slots), int(rank), tuple(modules)
         self.swap_wait_s = float(swap_wait_s)
         self._dims = [module_dims(self.model, m) for m in self.lora_modules]
-        # vLLM packs q/k/v and gate/up into one LoRA layer each: one shrink + one expand launch per packed group
+        # vLLM packs q/k/v and gate/up into one LoRA layer each: one shrink + one expand launch per
+        # packed group
         self._groups = len({PACKED.get(m, m) for m in self.lora_modules})
 
     @cached_property
     def memory(self) -> MemoryFit:
         base = ReplicaModel.memory.func(self)
-        lora = self.lora_slots * adapter_bytes(self.model, self.lora_rank, self.lora_modules) / (self.tp * self.pp)
+        lora = (self.lora_slots * adapter_bytes(self.model, self.lora_rank, self.lora_modules)
+                / (self.tp * self.pp))
         kv = base.kv_gib_per_gpu * GIB - lora
         tokens = int(kv // base.kv_bytes_per_token_per_gpu) if kv > 0 else 0
         return replace(base, kv_gib_per_gpu=max(kv, 0.0) / GIB, kv_cache_tokens=tokens)
@@ -108,4 +112,5 @@ class LoraReplicaModel(ReplicaModel):
         if not self.swap_wait_s or not st.stable:
             return st
         w = self.swap_wait_s
-        return replace(st, ttft_s=tuple(t + w for t in st.ttft_s), ttft_mean_s=tuple(t + w for t in st.ttft_mean_s))
+        return replace(st, ttft_s=tuple(t + w for t in st.ttft_s),
+                       ttft_mean_s=tuple(t + w for t in st.ttft_mean_s))

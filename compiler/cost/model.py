@@ -20,14 +20,17 @@ from __future__ import annotations
 import math
 from functools import cached_property
 
-from trimtab.cost.moe import (MoeLayer, attention_flops_per_ctx, attention_kernels, attention_params, check_kv_dtype,
-                               check_layout, expert_params, is_mla, kernel_shape, kv_elements, moe_layers)
+from trimtab.cost.moe import (MoeLayer, attention_flops_per_ctx, attention_kernels, attention_params,
+                              check_kv_dtype, check_layout, expert_params, is_mla, kernel_shape, kv_elements,
+                              moe_layers)
 from trimtab.cost.predictions import ReplicaPredictions
-from trimtab.cost.queueing import _Aitken, _prefill_queue, _z, ctx_sq, gamma_q, map_slope, over_caps, tpot_tail
+from trimtab.cost.queueing import (_Aitken, _prefill_queue, _z, ctx_sq, gamma_q, map_slope, over_caps,
+                                   tpot_tail)
 from trimtab.cost.records import (BYTES, GIB, UNSTABLE, BatchPrediction, BurstPrediction,
                                    ClosedLoopPrediction, KvTier, MemoryFit, ReplicaState, TrafficClass)
 from trimtab.cost.roles import ReplicaRoles
 from trimtab.cost.search import bisect_max, bracket
+from trimtab.cost.tiers import ReplicaTiers
 from trimtab.profiles.loader import EngineProfile, GpuProfile, ModelProfile, value_or
 
 # Re-exported: the records and the search are the cost model's vocabulary for its callers.
@@ -37,15 +40,16 @@ __all__ = ["BYTES", "GIB", "UNSTABLE", "BatchPrediction", "BurstPrediction", "Cl
 FIRST_HALVINGS = 2  # bisection points tried before asking whether any rate meets the SLOs (capacity_rps)
 
 
-class ReplicaModel(ReplicaRoles, ReplicaPredictions):
-    """Analytic model of one serving replica: ``tp`` x ``pp`` GPUs running one copy of the model. The step time,
-    memory fit, steady state and capacity are here; the disaggregated roles (``compiler/cost/roles.py``) and the
-    benchmark-style predictions (``compiler/cost/predictions.py``) are mixed in."""
+class ReplicaModel(ReplicaRoles, ReplicaPredictions, ReplicaTiers):
+    """Analytic model of one serving replica: ``tp`` x ``pp`` GPUs running one copy of the model. The step
+    time, memory fit, steady state and capacity are here; the disaggregated roles
+    (``compiler/cost/roles.py``), the benchmark-style predictions (``compiler/cost/predictions.py``) and the
+    KV tiers' transfer times (``compiler/cost/tiers.py``) are mixed in."""
 
     def __init__(self, model: ModelProfile, gpu: GpuProfile, engine: EngineProfile, tp: int = 1, pp: int = 1,
                  dtype: str = "bf16", max_num_seqs: int | None = None, max_batched_tokens: int = 8192,
-                 kv_dtype: str | None = None, kv_tier: KvTier | None = None, prefix_tier: KvTier | None = None,
-                 dp: int = 1, ep: int = 1):
+                 kv_dtype: str | None = None, kv_tier: KvTier | None = None,
+                 prefix_tier: KvTier | None = None, dp: int = 1, ep: int = 1):
         if tp < 1 or pp < 1 or dp < 1 or ep < 1:
             raise ValueError("tp, pp, dp and ep must be >= 1")
         if dtype not in BYTES:
@@ -61,8 +65,8 @@ class ReplicaModel(ReplicaRoles, ReplicaPredictions):
             raise ValueError("prefix_tier must be a KvTier of kind prefix")
         self.prefix_tier = prefix_tier  # host-memory tier of the prefix cache (docs/kv-tiers.md)
         self.tp, self.pp, self.dtype, self.kv_dtype = tp, pp, dtype, kv_dtype
-        # Attention data parallelism: dp engine ranks, each with its own batch limit and token budget (vLLM's and
-        # SGLang's flags are per rank); the replica holds dp x as many requests and tokens per step.
+        # Attention data parallelism: dp engine ranks, each with its own batch limit and token budget (vLLM's
+        # and SGLang's flags are per rank); the replica holds dp x as many requests and tokens per step.
         self.dp, self.ep = dp, ep
         self.gpus = tp * pp * dp
         self.max_num_seqs = int(max_num_seqs or engine.max_num_seqs.value) * dp
@@ -87,16 +91,19 @@ class ReplicaModel(ReplicaRoles, ReplicaPredictions):
         eta_c = g.compute_efficiency.value * keff
         if dtype == "fp4" and g.fp4_tflops is not None:  # FP4 tensor cores at fp8's efficiency; without them
             # (Hopper) fp4 is weight-only: 4-bit weights read, the GEMM at the bf16 rate (the else branch)
-            eta8 = g.fp8_compute_efficiency.value if g.fp8_compute_efficiency is not None else g.compute_efficiency.value
+            eta8 = (g.fp8_compute_efficiency.value if g.fp8_compute_efficiency is not None
+                    else g.compute_efficiency.value)
             self.flops_linear = g.fp4_tflops.value * 1e12 * eta8 * keff
         elif dtype == "fp8" and g.fp8_tflops.value > g.bf16_tflops.value:
             # fp8 tensor cores: their own (usually lower) efficiency; without fp8 units the weights are
             # dequantised and the GEMM runs at the bf16 rate.
-            eta8 = g.fp8_compute_efficiency.value if g.fp8_compute_efficiency is not None else g.compute_efficiency.value
+            eta8 = (g.fp8_compute_efficiency.value if g.fp8_compute_efficiency is not None
+                    else g.compute_efficiency.value)
             self.flops_linear = g.fp8_tflops.value * 1e12 * eta8 * keff
         else:
             self.flops_linear = g.bf16_tflops.value * 1e12 * eta_c
-        eta_a = g.attention_efficiency.value if g.attention_efficiency is not None else g.compute_efficiency.value
+        eta_a = (g.attention_efficiency.value if g.attention_efficiency is not None
+                 else g.compute_efficiency.value)
         self.flops_attn = g.bf16_tflops.value * 1e12 * eta_a * keff
         self.bw = g.hbm_bandwidth_gbps.value * 1e9 * g.bandwidth_efficiency.value
         self.kernel_s = (g.kernel_latency_us.value if g.kernel_latency_us is not None else 0.0) * 1e-6
@@ -122,13 +129,15 @@ class ReplicaModel(ReplicaRoles, ReplicaPredictions):
         graph = (engine.cuda_graph_max_tokens is not None and g.graph_kernel_latency_us is not None
                  and g.graph_allreduce_latency_us is not None and g.graph_allreduce_bus_gbps is not None)
         self.graph_tokens = engine.cuda_graph_max_tokens.value if graph else 0.0
-        # Per-layer weights (whole model, before sharding): attention projections from the architecture (GQA or
-        # MLA); the LM head is vocab x hidden; the dense MLP is the rest of the parameter count, per layer.
+        # Per-layer weights (whole model, before sharding): attention projections from the architecture (GQA
+        # or MLA); the LM head is vocab x hidden; the dense MLP is the rest of the parameter count, per layer.
         self.attn_params = attention_params(m)
         self.attn_kernels_s = attention_kernels(m) * self.kernel_s  # MLA: more, smaller projections (moe.py)
         self.head_params = self.vocab * self.H
-        embed = 2 * self.head_params if self.params > 2 * self.head_params + self.L * self.attn_params else self.head_params
-        self.mlp_params = max((self.dense_params - embed) / self.L - self.attn_params, 0.0)  # dense MLP per layer
+        embed = (2 * self.head_params if self.params > 2 * self.head_params + self.L * self.attn_params
+                 else self.head_params)
+        # dense MLP per layer
+        self.mlp_params = max((self.dense_params - embed) / self.L - self.attn_params, 0.0)
 
     def plain(self, max_num_seqs: int) -> "ReplicaModel":
         """A plain replica of this shape (no KV tier, no adapters) with another batch limit."""
@@ -138,48 +147,41 @@ class ReplicaModel(ReplicaRoles, ReplicaPredictions):
 
     @cached_property
     def memory(self) -> MemoryFit:
-        """Per-GPU memory budget (vLLM's profile run: utilisation x HBM, minus weights, activations, reserve)."""
+        """Per-GPU memory budget (vLLM's profile run: utilisation x HBM, minus weights, activations,
+        reserve)."""
         gpus = self.tp * self.pp
         if self.moe is None:
             weights = self.params * self.wbytes / gpus
-        else:  # dense weights split by TP (replicated over dp ranks), routed experts over the tp x dp expert group
+        else:
+            # dense weights split by TP (replicated over dp ranks), routed experts over the tp x dp
+            # expert group
             weights = (self.dense_params * self.wbytes / self.tp
                        + moe_layers(self.model) * self.moe.weight_bytes_per_gpu()) / self.pp
         inter = self.model.intermediate_size.value
-        # Peak activations of a full token budget: hidden states, QKV, MLP intermediate (per TP shard), 2 bytes each.
-        act = self.rank_batched_tokens * (4 * self.H + (self.heads + 2 * self.kv_heads) * self.head_dim / self.tp
+        # Peak activations of a full token budget: hidden states, QKV, MLP intermediate (per TP shard),
+        # 2 bytes each.
+        act = self.rank_batched_tokens * (4 * self.H
+                                         + (self.heads + 2 * self.kv_heads) * self.head_dim / self.tp
                                          + 2 * inter / self.tp) * 2
         reserve = self.engine.runtime_reserve_gib.value * GIB
         usable = self.gpu.memory_gib.value * GIB * self.engine.gpu_memory_utilization.value
         kv = usable - weights - act - reserve
-        # KV heads are split across TP ranks, or replicated when TP exceeds the number of KV heads; MLA's latent
-        # is held whole by every TP rank. Each of the dp ranks holds its own requests' KV.
+        # KV heads are split across TP ranks, or replicated when TP exceeds the number of KV heads; MLA's
+        # latent is held whole by every TP rank. Each of the dp ranks holds its own requests' KV.
         if self.mla:
             kv_per_tok = (self.L / self.pp) * kv_elements(self.model)[0] * self.kvbytes
         else:
-            kv_per_tok = 2 * (self.L / self.pp) * max(self.kv_heads / self.tp, 1.0) * self.head_dim * self.kvbytes
+            kv_per_tok = (2 * (self.L / self.pp) * max(self.kv_heads / self.tp, 1.0) * self.head_dim
+                          * self.kvbytes)
         tokens = int(kv // kv_per_tok) * self.dp if kv > 0 else 0
-        return MemoryFit(weights / GIB, act / GIB, reserve / GIB, usable / GIB, max(kv, 0.0) / GIB, kv_per_tok, tokens)
+        return MemoryFit(weights / GIB, act / GIB, reserve / GIB, usable / GIB, max(kv, 0.0) / GIB,
+                         kv_per_tok, tokens)
 
     @cached_property
     def kv_capacity_tokens(self) -> int:
         """KV tokens the replica may hold: HBM (``memory.kv_cache_tokens``) plus its tier's, if any."""
         hbm = self.memory.kv_cache_tokens
         return hbm + self.kv_tier.tokens if self.kv_tier is not None and hbm > 0 else hbm
-
-    def reload_s(self, tokens: float) -> float:
-        """Seconds to reload ``tokens`` prefix-cache tokens from the host tier into HBM: each GPU copies its KV
-        shard over its own PCIe link (``prefix_tier.gbps_per_gpu``). Counted as engine time before the request's
-        first prefill chunk, not overlapped (conservative: vLLM's connector loads asynchronously)."""
-        if not tokens or self.prefix_tier is None:
-            return 0.0
-        return tokens * self.memory.kv_bytes_per_token_per_gpu / (self.prefix_tier.gbps_per_gpu * 1e9)
-
-    def remote_share(self, kv_tokens_used: float) -> float:
-        """Share of the KV in use that lives in the tier: max(0, used - HBM) / used (0 without a tier)."""
-        if self.kv_tier is None or kv_tokens_used <= 0:
-            return 0.0
-        return max(0.0, kv_tokens_used - self.memory.kv_cache_tokens) / kv_tokens_used
 
     def _gemm_s(self, tokens: float, weight_bytes: float, flops: float, n_out: float, k_in: float,
                 kernels: float) -> float:
@@ -216,7 +218,8 @@ class ReplicaModel(ReplicaRoles, ReplicaPredictions):
         wb, H = self.wbytes, self.H
         q_dim = self.heads * self.head_dim
         qkv_n = (q_dim + 2 * self.kv_heads * self.head_dim) / tp
-        # attention projections (QKV and O): weight seconds, activation seconds per token, FLOP seconds per token
+        # attention projections (QKV and O): weight seconds, activation seconds per token,
+        # FLOP seconds per token
         a_w = self.attn_params * wb / tp / bw
         a_act = (qkv_n + H + H + q_dim / tp) * 2 / bw
         a_fl = 2 * self.attn_params / tp / fl
@@ -242,14 +245,17 @@ class ReplicaModel(ReplicaRoles, ReplicaPredictions):
         h_fl = 2 * self.head_params / tp / fl
         hop0 = (pp - 1) * self.ar_lat if pp > 1 else 0.0
         hop1 = (pp - 1) * H * 2 / (self.nic_bw_per_gpu * tp) if pp > 1 else 0.0
-        # KV tier: the same KV bytes per token of context over the tier link (per GPU: each moves its own shard)
+        # KV tier: the same KV bytes per token of context over the tier link (per GPU: each moves its
+        # own shard)
         kv_r = kv_s * bw / (self.kv_tier.gbps_per_gpu * 1e9) if self.kv_tier is not None else 0.0
         Ls = self.L / pp  # layers per stage
         a_k = 2 * ks if not self.mla else attention_kernels(self.model) * ks  # attention projections' kernels
-        if self.gpu.attention_kernel_us is not None:  # and the attention kernel's own fixed time, once a layer
+        # and the attention kernel's own fixed time, once a layer
+        if self.gpu.attention_kernel_us is not None:
             a_k += self.gpu.attention_kernel_us.value * 1e-6
         moe = self.moe
-        # MoE: the block's three terms as bound methods; comm_s is 0.0 with ep = dp = 1 (left out: changes nothing)
+        # MoE: the block's three terms as bound methods; comm_s is 0.0 with ep = dp = 1 (left out:
+        # changes nothing)
         moe_terms = (None, None, None) if moe is None else \
             (moe.compute_s, moe.router_s, moe.comm_s if moe.ep > 1 or moe.dp > 1 else None)
         return (a_w, a_act, a_fl, m_w, m_act, m_fl, kv_s, att_fl, elem, ar0, ar1, h_w, h_act, h_fl,
@@ -262,26 +268,27 @@ class ReplicaModel(ReplicaRoles, ReplicaPredictions):
         ``prefill_seqs`` prompts.
 
         Per pipeline stage (1/pp of the layers, 1/pp of the batch as one micro-batch), per layer and GPU:
-          GEMMs     = for attention projections and MLP each: max(bytes / BW_eff, FLOPs / F_eff) + kernels x t_k
+          GEMMs     = for attention projections and MLP each:
+                      max(bytes / BW_eff, FLOPs / F_eff) + kernels x t_k
           attention = decode: max(KV bytes / BW_eff, FLOPs / F_attn); prefill: FLOPs / F_attn
           other     = elementwise passes x tokens x hidden x 2 B / BW_eff (norms, rope, activation, residual)
           comms     = 2 all-reduces (latency + bytes x 2(tp-1)/tp / bus bandwidth) when tp > 1
         plus the LM head once per step; step = pp x stage + (pp - 1) x hand-off + engine overhead.
         The per-replica factors of these terms are folded once in ``_step``.
 
-        Mixture of experts (``compiler/cost/moe.py``, docs/cost-model.md): the routed experts the step's T tokens
-        touch, the router and the expert dispatch are added to the MLP term. With ``dp`` attention ranks the
-        attention-side terms take the busiest rank's tokens (b / dp decoding, a prompt's chunk on one rank),
-        the experts all ranks' tokens.
+        Mixture of experts (``compiler/cost/moe.py``, docs/cost-model.md): the routed experts the step's T
+        tokens touch, the router and the expert dispatch are added to the MLP term. With ``dp`` attention
+        ranks the attention-side terms take the busiest rank's tokens (b / dp decoding, a prompt's chunk on
+        one rank), the experts all ranks' tokens.
 
-        KV tier (``kv_tier``; docs/kv-tiers.md): ``remote_share`` r of the context KV lives in the tier. Decode
-        attention reads (1 - r) of its KV bytes from HBM (inside the roofline max) and r over the tier link at
-        ``kv_tier.gbps_per_gpu``, added, not overlapped (conservative); so does the prior-context KV a prefill
-        chunk reads. A share r of the KV a prefill chunk writes goes to the tier too (swap-out), which lengthens
-        prefill steps and so TTFT. With r = 0 every term is the HBM-only one.
+        KV tier (``kv_tier``; docs/kv-tiers.md): ``remote_share`` r of the context KV lives in the tier.
+        Decode attention reads (1 - r) of its KV bytes from HBM (inside the roofline max) and r over the tier
+        link at ``kv_tier.gbps_per_gpu``, added, not overlapped (conservative); so does the prior-context KV a
+        prefill chunk reads. A share r of the KV a prefill chunk writes goes to the tier too (swap-out), which
+        lengthens prefill steps and so TTFT. With r = 0 every term is the HBM-only one.
         """
-        (a_w, a_act, a_fl, m_w, m_act, m_fl, kv_s, att_fl, elem, ar0, ar1, h_w, h_act, h_fl, hop1, k2, ks, a_k,
-         pLs, fixed, kv_r, att_fl_p, pp, dp, moe_compute, moe_router, moe_comm) = \
+        (a_w, a_act, a_fl, m_w, m_act, m_fl, kv_s, att_fl, elem, ar0, ar1, h_w, h_act, h_fl, hop1, k2, ks,
+         a_k, pLs, fixed, kv_r, att_fl_p, pp, dp, moe_compute, moe_router, moe_comm) = \
             self._step_graph if (graph := decode_batch + prefill_tokens <= self.graph_tokens * self.pp) \
             else self._step
         tp_ar = self._ar_eager if graph else None
@@ -289,7 +296,8 @@ class ReplicaModel(ReplicaRoles, ReplicaPredictions):
         p = prefill_tokens / pp
         seqs = (prefill_seqs if prefill_seqs > 1.0 else 1.0) / pp if p > 0 else 0.0
         T = b + p  # tokens through the experts (all dp ranks')
-        if dp > 1:  # attention DP: the decode batch splits over the ranks, a prompt's chunk stays on one rank;
+        if dp > 1:
+            # attention DP: the decode batch splits over the ranks, a prompt's chunk stays on one rank;
             spread = (1.0 if 1.0 > seqs else seqs) if p > 0 else 1.0  # ranks step in lockstep: the busiest;
             spread = spread if spread < dp else float(dp)  # min(float(dp), max(seqs, 1.0)) without builtins
             b, p, seqs = b / dp, p / spread, seqs / spread
@@ -305,7 +313,8 @@ class ReplicaModel(ReplicaRoles, ReplicaPredictions):
             else:
                 t_mlp += moe_compute(T) + moe_router(Ta) + moe_comm(T)
         ar = ar0 + Ta * ar1
-        if graph and tp_ar:  # the engine sends a large message to NCCL when that is faster than its custom kernel
+        # the engine sends a large message to NCCL when that is faster than its custom kernel
+        if graph and tp_ar:
             x = tp_ar[0] + Ta * tp_ar[1]
             ar = x if x < ar else ar
         layer = t_attn_proj + t_mlp + Ta * elem + ar
@@ -315,8 +324,8 @@ class ReplicaModel(ReplicaRoles, ReplicaPredictions):
                 bc = b * decode_ctx
                 layer += max((1 - r) * bc * kv_s, bc * att_fl) + r * bc * kv_r
             if p > 0:
-                layer += (p * (prefill_ctx + p / seqs / 2) * att_fl_p + seqs * prefill_ctx * ((1 - r) * kv_s + r * kv_r)
-                          + r * p * kv_r)
+                layer += (p * (prefill_ctx + p / seqs / 2) * att_fl_p
+                          + seqs * prefill_ctx * ((1 - r) * kv_s + r * kv_r) + r * p * kv_r)
         else:
             if b > 0:
                 bc = b * decode_ctx
@@ -332,8 +341,8 @@ class ReplicaModel(ReplicaRoles, ReplicaPredictions):
     def prefill_s(self, isl: float, decode_batch: float, decode_ctx: float, remote_share: float = 0.0,
                   cached: float = 0.0) -> float:
         """Prefill of one prompt in chunks of the token budget left after the decode batch (``remote_share``:
-        see ``iteration_s``). ``cached``: leading tokens found in the prefix cache (docs/prefix-caching.md); only
-        the other ``isl - cached`` are computed, with the cached ones as prior context."""
+        see ``iteration_s``). ``cached``: leading tokens found in the prefix cache (docs/prefix-caching.md);
+        only the other ``isl - cached`` are computed, with the cached ones as prior context."""
         chunk = self.max_batched_tokens - decode_batch
         if chunk <= 0:
             return UNSTABLE
@@ -345,19 +354,21 @@ class ReplicaModel(ReplicaRoles, ReplicaPredictions):
         if remote_share:
             for i in range(n - 1):
                 t += self.iteration_s(decode_batch, decode_ctx, chunk, cached + i * chunk, 1.0, remote_share)
-            return t + self.iteration_s(decode_batch, decode_ctx, last, cached + (n - 1) * chunk, 1.0, remote_share)
+            return t + self.iteration_s(decode_batch, decode_ctx, last, cached + (n - 1) * chunk, 1.0,
+                                        remote_share)
         for i in range(n - 1):
             t += self.iteration_s(decode_batch, decode_ctx, chunk, cached + i * chunk)
         return t + self.iteration_s(decode_batch, decode_ctx, last, cached + (n - 1) * chunk)
 
     def evaluate(self, classes: list[TrafficClass] | tuple[TrafficClass, ...], percentile: float = 99.0,
-                 max_iter: int = 200, slo_ms: tuple[float, float] | None = None, b0: float = 0.0) -> ReplicaState:
+                 max_iter: int = 200, slo_ms: tuple[float, float] | None = None,
+                 b0: float = 0.0) -> ReplicaState:
         """Steady state of continuous batching with chunked prefill at the offered per-replica load.
 
         ``slo_ms`` = (TTFT, TPOT) switches to decision mode (capacity bisection): ``meets(state, *slo_ms)``
         is what it is without it, but ``ttft_mean_s`` is ``ttft_s``, and ``tpot_s`` only compares right with
-        the TPOT SLO (the mean TPOT when within it, infinity when not; the percentile search is skipped, and so
-        is the TPOT tail when TTFT already misses). The fixed point is accelerated (``_Aitken``): it lands
+        the TPOT SLO (the mean TPOT when within it, infinity when not; the percentile search is skipped, and
+        so is the TPOT tail when TTFT already misses). The fixed point is accelerated (``_Aitken``): it lands
         within the same tolerance, closer to the exact fixed point than plain iteration, which approaches it
         from below, so a rate that meets the SLO in decision mode meets it in a plain evaluation too (up to
         the tolerance; capacities move by less than the bisection's ``rel_tol``). ``b0`` starts the iteration
@@ -383,7 +394,8 @@ class ReplicaModel(ReplicaRoles, ReplicaPredictions):
             t1 = self.iteration_s(1, 0)
             return ReplicaState(True, "", t1, ttft, mean, 0.0, 0.0, 0.0, 0.0, 0.0, t1)
         D = sum(c.rate_rps * c.osl_mean for c in classes)
-        ctx_dec = sum(c.rate_rps * c.osl_mean * (c.isl_mean + c.osl_mean / 2) for c in classes) / max(D, 1e-12)
+        ctx_dec = (sum(c.rate_rps * c.osl_mean * (c.isl_mean + c.osl_mean / 2) for c in classes)
+                   / max(D, 1e-12))
         K = self.max_batched_tokens
         b = max(b0, 0.0) if b0 < min(self.max_num_seqs, K - 1) else 0.0
         kv_cap = self.kv_capacity_tokens  # HBM, plus the KV tier's when the replica has one
@@ -396,12 +408,13 @@ class ReplicaModel(ReplicaRoles, ReplicaPredictions):
             kv_cap -= max(c.prefix_reserved for c in classes)
         tier = self.kv_tier is not None
         r, kv_pre = 0.0, 0.0  # remote share of the KV in use (tier), KV of the prompts being prefilled
-        # The share is at least that of the longest (tail) request decoding alone: at low load the mean KV in use
-        # may fit HBM while a long request, on its own, does not (its TPOT is what the percentile sees).
+        # The share is at least that of the longest (tail) request decoding alone: at low load the mean KV in
+        # use may fit HBM while a long request, on its own, does not (its TPOT is what the percentile sees).
         kv_floor = max(c.tail + c.osl_mean / 2 for c in classes) if tier else 0.0
-        # ... and the KV in use is taken at the percentile of the number of requests holding it (Poisson around
-        # the mean, normal approximation, as in ``evaluate_decode``): a tier slows every step more the more KV is
-        # out of HBM, so a burst feeds on itself; the mean alone would miss that (docs/kv-tiers.md).
+        # ... and the KV in use is taken at the percentile of the number of requests holding it (Poisson
+        # around the mean, normal approximation, as in ``evaluate_decode``): a tier slows every step more the
+        # more KV is out of HBM, so a burst feeds on itself; the mean alone would miss
+        # that (docs/kv-tiers.md).
         z = _z(percentile) if tier and percentile > 50 else 0.0
 
         def kv_at_p(kv_mean: float) -> float:
@@ -410,11 +423,12 @@ class ReplicaModel(ReplicaRoles, ReplicaPredictions):
 
         def unstable(reason: str) -> ReplicaState:
             inf = (UNSTABLE,) * n
-            return ReplicaState(False, reason, UNSTABLE, inf, inf, 1.0, b, UNSTABLE, UNSTABLE, UNSTABLE, UNSTABLE)
+            return ReplicaState(False, reason, UNSTABLE, inf, inf, 1.0, b, UNSTABLE, UNSTABLE, UNSTABLE,
+                                UNSTABLE)
 
         def load(b: float, chunk: float, r: float) -> tuple[float, float, list[float], list[float]]:
-            # at decode batch b, ``chunk`` tokens a step left for prompts: (prefill utilisation rho, prefill-carrying
-            # steps a second, per class the seconds and the steps of one prompt's prefill)
+            # at decode batch b, ``chunk`` tokens a step left for prompts: (prefill utilisation rho,
+            # prefill-carrying steps a second, per class the seconds and the steps of one prompt's prefill)
             rho, prefill_steps, s, nsteps = 0.0, 0.0, [], []
             for c in classes:
                 new = c.isl_mean - c.cached_tokens  # prefix hits: only the uncached tokens are computed
@@ -431,8 +445,9 @@ class ReplicaModel(ReplicaRoles, ReplicaPredictions):
                 prefill_steps += c.rate_rps * steps
             return rho, prefill_steps, s, nsteps
 
-        # Decision mode (capacity bisection) accelerates the fixed point; plain iteration climbs to it from below,
-        # so the stated predictions (assess, check) are not more pessimistic than the capacities assumed.
+        # Decision mode (capacity bisection) accelerates the fixed point; plain iteration climbs to it from
+        # below, so the stated predictions (assess, check) are not more pessimistic than the
+        # capacities assumed.
         accel = _Aitken(min(self.max_num_seqs, K - 1), on=slo_ms is not None, start=b)
         step_s = self.iteration_s  # (the loop's hot path: a local, and min/max as conditional expressions)
         for _ in range(max_iter):
@@ -472,7 +487,8 @@ class ReplicaModel(ReplicaRoles, ReplicaPredictions):
         kv_used = b * ctx_dec + rho * pre_tokens / max(prefill_steps, 1e-12)
         if prefix:  # a request's cached tokens are blocks of the prefix cache, shared, not its own KV
             kv_used -= (b * sum(c.rate_rps * c.osl_mean * c.cached_tokens for c in classes) / max(D, 1e-12)
-                        + rho * sum(c.rate_rps * c.cached_tokens for c in classes) / max(prefill_steps, 1e-12))
+                        + rho * sum(c.rate_rps * c.cached_tokens for c in classes)
+                        / max(prefill_steps, 1e-12))
         if kv_used > kv_cap:
             return unstable(f"KV cache needs {kv_used:.0f} tokens > capacity {kv_cap}")
         if tier:  # (a tier holds the KV beyond HBM: its remote share is taken at the percentile)
@@ -490,7 +506,8 @@ class ReplicaModel(ReplicaRoles, ReplicaPredictions):
                 return D / (steps2 + (1 - rho2) / step_s(x, ctx_dec)) if rho2 < 1 else None
 
             slope = map_slope(batch_map, b_in, b)
-            if why := over_caps(b, kv_used, ctx_dec, ctx_sq(classes), percentile, self.max_num_seqs, kv_cap, slope):
+            if why := over_caps(b, kv_used, ctx_dec, ctx_sq(classes), percentile, self.max_num_seqs, kv_cap,
+                                slope):
                 return unstable(why)
         if slo_ms is not None:  # decision mode (see the docstring)
             tpot_p = tpot if max(ttft) * 1e3 > slo_ms[0] else \
@@ -505,34 +522,6 @@ class ReplicaModel(ReplicaRoles, ReplicaPredictions):
         if tier:
             tpot_p = max(tpot_p, self._tier_decode_s(b, ctx_dec, kv_pre, kv_floor, z))
         return ReplicaState(True, "", tpot_p, ttft, ttft_mean, rho, b, kv_used, wait_p, wait_mean, tpot)
-
-    def _tier_decode_s(self, b: float, ctx: float, kv_pre: float, kv_floor: float, z: float | None = None) -> float:
-        """Decode step time a request sees on a replica with a KV tier, over the number of requests decoding with
-        it: itself plus N ~ Poisson(b) others (M/G/inf), each step with N' = 1 + N requests of context ``ctx``
-        whose KV beyond HBM (at least ``kv_floor``, plus ``kv_pre`` of prompts being prefilled) is read over the
-        tier link. The mean E[T(N')] (``z`` None), or T at N' = 1 + b + z sqrt(b) (a percentile; normal
-        approximation). The step time grows faster than linearly in N' once KV spills to the tier, so the mean
-        over N' is longer than the step at the mean: bursts of long requests slow each other down."""
-        def step(n: float, own: float = ctx) -> float:
-            held = own + (n - 1.0) * ctx  # the request's own context plus n - 1 others of the mean context
-            kv = max(held + kv_pre, kv_floor)
-            return self.iteration_s(n, held / n, 0.0, 0.0, 1.0, self.remote_share(kv))
-
-        b = max(b, 0.0)
-        if z is not None:  # the request at the percentile: a tail-length one (its own KV spills most), in a burst
-            return step(min(1.0 + b + z * math.sqrt(b), float(self.max_num_seqs)), max(kv_floor, ctx))
-        if b > 40:  # normal approximation at 16 equally likely points
-            from statistics import NormalDist
-            nd = NormalDist(b, math.sqrt(b))
-            pts = [min(max(1.0 + nd.inv_cdf((i + 0.5) / 16), 1.0), float(self.max_num_seqs)) for i in range(16)]
-            return sum(step(n) for n in pts) / 16
-        total, pmf, cum, n = 0.0, math.exp(-b), 0.0, 0
-        while cum < 1 - 1e-6 and n <= self.max_num_seqs:
-            total += pmf * step(1.0 + n)
-            cum += pmf
-            n += 1
-            pmf *= b / n
-        return total / max(cum, 1e-12)
 
     def meets(self, state: ReplicaState, ttft_ms: float, tpot_ms: float) -> bool:
         return state.stable and max(state.ttft_s) * 1e3 <= ttft_ms and state.tpot_s * 1e3 <= tpot_ms
@@ -555,8 +544,8 @@ class ReplicaModel(ReplicaRoles, ReplicaPredictions):
         if self.kv_capacity_tokens - cls.prefix_reserved < cls.tail - cls.tail_cached + cls.osl_mean:
             return 0.0
 
-        # Decision mode skips the TPOT percentile search; only where ``evaluate`` is not overridden (a subclass
-        # may adjust the state after the base evaluation).
+        # Decision mode skips the TPOT percentile search; only where ``evaluate`` is not overridden (a
+        # subclass may adjust the state after the base evaluation).
         slo = (ttft_ms, tpot_ms) if type(self).evaluate is ReplicaModel.evaluate else None
 
         known = [0.0, math.inf]  # highest rate known to meet the SLOs, lowest known to miss
@@ -581,11 +570,13 @@ class ReplicaModel(ReplicaRoles, ReplicaPredictions):
                 known[1] = min(known[1], rate)
             return met
 
-        # Upper bound: prefill alone saturates at chunk / (isl x T_m(0)); decode alone at max_num_seqs / (osl x T_d).
+        # Upper bound: prefill alone saturates at chunk / (isl x T_m(0)); decode alone at
+        # max_num_seqs / (osl x T_d).
         new = cls.isl_mean - cls.cached_tokens
         per_step = min(new, self.max_batched_tokens)
         prefill_t = new / per_step * self.iteration_s(0, 0, per_step, cls.cached_tokens)
-        hi = min(1.0 / prefill_t, self.max_num_seqs / (cls.osl_mean * self.iteration_s(1, cls.isl_mean))) * 1.01
+        hi = min(1.0 / prefill_t,
+                 self.max_num_seqs / (cls.osl_mean * self.iteration_s(1, cls.isl_mean))) * 1.01
         if guess is not None and 0.0 < guess < hi:
             bracket(ok, guess, hi, rel_tol)  # fills ``known``
         top = hi

@@ -4,10 +4,10 @@
 
 Entry points:
   * ``attention_params(model)`` (from trimtab.profiles.loader, shared with the config import): attention
-  weights of
-    one layer (GQA/MHA projections, or MLA's low-rank ones)
-  * ``kv_elements(model)`` -> (elements per token per layer, split across TP?): GQA 2 x kv_heads x head_dim, split
-    over TP ranks; MLA kv_lora_rank + qk_rope_head_dim, one latent per token, replicated on every TP rank
+    weights of one layer (GQA/MHA projections, or MLA's low-rank ones)
+  * ``kv_elements(model)`` -> (elements per token per layer, split across TP?): GQA 2 x kv_heads x
+    head_dim, split over TP ranks; MLA kv_lora_rank + qk_rope_head_dim, one latent per token, replicated on
+    every TP rank
   * ``expert_params(model)``: routed experts' parameters (all MoE layers), 0 for a dense model
   * ``experts_touched(tokens, experts, topk)``: expected share of a layer's experts some token is routed to
   * ``busiest_rank_factor(tokens, experts, topk, ep)``: the busiest EP rank's expert assignments over the mean
@@ -19,8 +19,8 @@ import math
 from dataclasses import dataclass
 from functools import cached_property, lru_cache
 
-from trimtab.profiles.loader import (GpuProfile, ModelProfile, attention_params, expert_size, fp4_kv_problem, moe_layers,
-                               value_or)
+from trimtab.profiles.loader import (GpuProfile, ModelProfile, attention_params, expert_size, fp4_kv_problem,
+                                     moe_layers, value_or)
 
 __all__ = ["ACT_BYTES", "MoeLayer", "attention_flops_per_ctx", "attention_kernels", "attention_params",
            "busiest_rank_factor", "check_kv_dtype", "check_layout", "expected_max_normal", "expert_params",
@@ -36,8 +36,8 @@ def check_layout(model: ModelProfile, gpu: GpuProfile, tp: int, dp: int, ep: int
     4-bit weights dequantised in the GEMM at the bf16 rate (``ReplicaModel``), as the engines' MXFP4 / NVFP4
     weight-only kernels do on Hopper (gpt-oss-120b on H100)."""
     if (dp > 1 or ep > 1) and model.num_experts.value <= 1:
-        raise ValueError(f"{model.name} is dense: attention data parallelism (dp) and expert parallelism (ep) "
-                         f"apply to mixture-of-experts models")
+        raise ValueError(f"{model.name} is dense: attention data parallelism (dp) and expert "
+                         f"parallelism (ep) apply to mixture-of-experts models")
     if (tp * dp) % ep:
         raise ValueError(f"ep {ep} must divide tp x dp = {tp * dp} (the GPUs of a stage's expert group)")
     if ep > model.num_experts.value:
@@ -79,7 +79,8 @@ def attention_flops_per_ctx(model: ModelProfile) -> tuple[float, float]:
         f = 4 * heads * model.head_dim.value
         return f, f
     r_kv, rope = model.kv_lora_rank.value, value_or(model.qk_rope_head_dim)
-    nope, v = value_or(model.qk_nope_head_dim, model.head_dim.value), value_or(model.v_head_dim, model.head_dim.value)
+    nope, v = (value_or(model.qk_nope_head_dim, model.head_dim.value),
+               value_or(model.v_head_dim, model.head_dim.value))
     return 2 * heads * (2 * r_kv + rope), 2 * heads * (nope + rope + v)
 
 
@@ -120,8 +121,8 @@ def _touched_share(experts: float, topk: float):
 @lru_cache(maxsize=None)
 def expected_max_normal(n: int) -> float:
     """E[max of n independent standard normals] = integral of x n phi(x) Phi(x)^(n-1) dx (the expected largest
-    order statistic; David and Nagaraja, Order Statistics, 3rd ed., sec. 3.1), by the trapezoid rule on [-10, 10]
-    in steps of 1e-3 (exact to ~1e-6). 0 for n = 1; 1/sqrt(pi) = 0.5642 for n = 2."""
+    order statistic; David and Nagaraja, Order Statistics, 3rd ed., sec. 3.1), by the trapezoid rule on
+    [-10, 10] in steps of 1e-3 (exact to ~1e-6). 0 for n = 1; 1/sqrt(pi) = 0.5642 for n = 2."""
     if n <= 1:
         return 0.0
     h, total = 1e-3, 0.0
@@ -134,13 +135,13 @@ def expected_max_normal(n: int) -> float:
 
 
 def busiest_rank_factor(tokens: float, experts: float, topk: float, ep: int) -> float:
-    """E[assignments on the busiest of ``ep`` expert-parallel ranks] / mean, for ``tokens`` tokens each routed to
-    ``topk`` distinct experts of ``experts`` uniformly, the experts split evenly over the ranks. A token's
+    """E[assignments on the busiest of ``ep`` expert-parallel ranks] / mean, for ``tokens`` tokens each routed
+    to ``topk`` distinct experts of ``experts`` uniformly, the experts split evenly over the ranks. A token's
     assignments to one rank are hypergeometric (k draws from E, E/ep of them on the rank): mean k/ep, variance
-    k (1/ep)(1 - 1/ep)(E - k)/(E - 1); over T independent tokens the rank's load is close to normal, so the busiest
-    rank carries mean + sd x E[max of ep standard normals] (``expected_max_normal``). The grouped GEMMs of a step
-    end when the busiest rank's do: its FLOPs and activations set the time. 1 for ep = 1; uniform routing is the
-    balanced router's aim, so real (skewed) routing is at least this imbalanced."""
+    k (1/ep)(1 - 1/ep)(E - k)/(E - 1); over T independent tokens the rank's load is close to normal, so the
+    busiest rank carries mean + sd x E[max of ep standard normals] (``expected_max_normal``). The grouped
+    GEMMs of a step end when the busiest rank's do: its FLOPs and activations set the time. 1 for ep = 1;
+    uniform routing is the balanced router's aim, so real (skewed) routing is at least this imbalanced."""
     return _busiest_rank(experts, topk, ep)(tokens)
 
 
@@ -166,8 +167,8 @@ def _busiest_rank(experts: float, topk: float, ep: int):
 
 def kernel_shape(gpu: GpuProfile, engine) -> tuple[float, float]:
     """Fused-MoE kernel shape (rows_half, cols_half) of ``MoeLayer``: the GPU's own fit of the engine's
-    kernels where the engine has a shape fit and the GPU profile one (compiler/field/calibrate_aic.py), else the
-    engine's."""
+    kernels where the engine has a shape fit and the GPU profile one (compiler/field/calibrate_aic.py), else
+    the engine's."""
     if engine.moe_rows_half is None or gpu.moe_rows_half is None or gpu.moe_cols_half is None:
         return value_or(engine.moe_rows_half), value_or(engine.moe_cols_half)
     return gpu.moe_rows_half.value, gpu.moe_cols_half.value
@@ -179,8 +180,8 @@ class MoeLayer:
 
     The expert group of a pipeline stage is its G = tp x dp GPUs. ``ep`` = 1: every expert is split G ways by
     tensor parallelism (vLLM without ``--enable-expert-parallel``); ``ep`` > 1: the experts are divided among
-    ``ep`` ranks, each expert split G / ep ways (vLLM's EP has ep = G). ``share`` = MoE layers / layers, so the
-    per-layer terms average over dense and MoE layers."""
+    ``ep`` ranks, each expert split G / ep ways (vLLM's EP has ep = G). ``share`` = MoE layers / layers, so
+    the per-layer terms average over dense and MoE layers."""
 
     experts: float
     topk: float
@@ -212,8 +213,8 @@ class MoeLayer:
         g = gpu
         return cls(model.num_experts.value, model.experts_per_token.value, expert_size(model),
                    moe_layers(model) / model.num_layers.value, model.hidden_size.value,
-                   value_or(model.moe_intermediate_size, model.intermediate_size.value), tp * dp, ep, wbytes, bw, flops,
-                   kernel_s, g.allreduce_latency_us.value * 1e-6, g.allreduce_bus_gbps.value * 1e9,
+                   value_or(model.moe_intermediate_size, model.intermediate_size.value), tp * dp, ep, wbytes,
+                   bw, flops, kernel_s, g.allreduce_latency_us.value * 1e-6, g.allreduce_bus_gbps.value * 1e9,
                    g.link_bandwidth_gbps.value * 1e9, g.node_network_gbps.value * 1e9 / g.gpus_per_node.value,
                    int(g.gpus_per_node.value), tp, dp, moe_eff, rows_half, cols_half)
 
@@ -229,8 +230,8 @@ class MoeLayer:
         cols = self.cols_half * self.group / (self.inter * self.ep)
         rows_e = 2 * self.expert_params / self.group * self.rows_half * self.experts  # x touched share
         return (self.experts, self.topk, self.expert_params, self.wbytes, self.group, self.ep, self.bw,
-                self.share, 2 * self.hidden + 3 * self.inter * self.ep / self.group, self.flops * self.moe_eff,
-                4 * self.kernel_s, _touched_share(self.experts, self.topk),
+                self.share, 2 * self.hidden + 3 * self.inter * self.ep / self.group,
+                self.flops * self.moe_eff, 4 * self.kernel_s, _touched_share(self.experts, self.topk),
                 _busiest_rank(self.experts, self.topk, self.ep), 1.0 + cols, rows_e)
 
     @cached_property
@@ -242,8 +243,8 @@ class MoeLayer:
         G = self.group
         mode = 0 if self.ep == 1 and self.dp == 1 else 1 if self.ep == 1 else 2
         bus = self.coll_bw if G <= self.gpus_per_node else min(self.coll_bw, self.nic_bw)
-        return (mode, G, self.hidden, self.topk, self.ep, self.share, self.coll_lat_s, 2 * self.coll_lat_s, bus,
-                G - 1, self.ep - 1, self.link_bw)
+        return (mode, G, self.hidden, self.topk, self.ep, self.share, self.coll_lat_s, 2 * self.coll_lat_s,
+                bus, G - 1, self.ep - 1, self.link_bw)
 
     @cached_property
     def _spread_fold(self) -> tuple:
@@ -260,11 +261,11 @@ class MoeLayer:
 
     def compute_s(self, tokens: float) -> float:
         """Routed-expert GEMMs of ``tokens`` tokens (all dp ranks' tokens of the step) on one GPU:
-        weights read = touched experts' bytes / G (balanced), FLOPs = 2 T k P_e / G x imbalance at the fused-MoE
-        rate (``moe_eff`` x the linear-layer rate), activations of the T k / ep assignments a rank computes
-        x imbalance (``busiest_rank_factor``: the busiest EP rank sets the step); four kernels per layer: the two
-        grouped GEMMs (gate-up, down) and the routing (top-k selection, sorting tokens by expert), as fused-MoE
-        implementations run them."""
+        weights read = touched experts' bytes / G (balanced), FLOPs = 2 T k P_e / G x imbalance at the
+        fused-MoE rate (``moe_eff`` x the linear-layer rate), activations of the T k / ep assignments a rank
+        computes x imbalance (``busiest_rank_factor``: the busiest EP rank sets the step); four kernels per
+        layer: the two grouped GEMMs (gate-up, down) and the routing (top-k selection, sorting tokens by
+        expert), as fused-MoE implementations run them."""
         E, k, Pe, wb, G, ep, bw, share, act_per, rate, k4, touched, busiest, shape, rows_e = \
             self._compute_fold
         imb = busiest(tokens)  # busiest_rank_factor(tokens, E, k, ep)

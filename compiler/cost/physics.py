@@ -2,16 +2,17 @@
 
 The cost model is fitted and can be wrong; this bound uses nothing of it, only spec-sheet numbers (the GPU's
 peak HBM bandwidth and peak dense FLOP/s, the model's parameter count and KV geometry), so a plan that breaks
-it is a bug in trimtab, not a property of the traffic (``check`` fails; ``plan`` re-solves a plan over it within it,
-``trimtab.planning.rounds.derate_breaches``, and raises ``InternalError`` for one still over it when its rounds run out).
+it is a bug in trimtab, not a property of the traffic (``check`` fails; ``plan`` re-solves a plan over it
+within it, ``trimtab.planning.rounds.derate_breaches``, and raises ``InternalError`` for one still over it
+when its rounds run out).
 
-Per replica of a deployment that decodes (unified or decode role), with the load-weighted mean prompt ``i`` and
-output ``o`` of the requests routed to it and the batch ``B`` its KV cache holds
+Per replica of a deployment that decodes (unified or decode role), with the load-weighted mean prompt ``i``
+and output ``o`` of the requests routed to it and the batch ``B`` its KV cache holds
 (``min(max_batch_size, kv_cache_tokens / (i + o))``):
 
     step   >= (active weight bytes + B (i + o/2) KV bytes per token) / (HBM bandwidth x GPUs)
-    request >= o step / B  +  2 x active params x i / (peak FLOP/s x GPUs)       (the prefill term: unified only,
-                                                                                  and not where prefixes are reused)
+    request >= o step / B  +  2 x active params x i / (peak FLOP/s x GPUs)
+                (the prefill term: unified only, and not where prefixes are reused)
     output tokens/s <= o / request x B / B  =  o / request
 
 A prefill deployment's prompt tokens/s are at most peak FLOP/s x GPUs / (2 x active params). Every term is a
@@ -36,12 +37,13 @@ class Breach:
     unit: str  # "output" or "prompt"
 
     def line(self) -> str:
-        return (f"deployment {self.deployment}: promises {self.promised:,.0f} {self.unit} tokens/s, above its "
-                f"speed-of-light bound of {self.bound:,.0f} (peak HBM bandwidth and FLOP/s of its GPUs)")
+        return (f"deployment {self.deployment}: promises {self.promised:,.0f} {self.unit} tokens/s, above "
+                f"its speed-of-light bound of {self.bound:,.0f} (peak HBM bandwidth and FLOP/s of its GPUs)")
 
 
 def _kv_bytes_per_token(model, dtype: str) -> float:
-    if model.kv_lora_rank is not None:  # MLA: one latent of kv_lora_rank + qk_rope_head_dim per token and layer
+    # MLA: one latent of kv_lora_rank + qk_rope_head_dim per token and layer
+    if model.kv_lora_rank is not None:
         rope = model.qk_rope_head_dim.value if model.qk_rope_head_dim is not None else 0.0
         return model.num_layers.value * (model.kv_lora_rank.value + rope) * BYTES[dtype]
     return (2 * model.num_layers.value * model.num_kv_heads.value * model.head_dim.value * BYTES[dtype])
@@ -54,11 +56,11 @@ def _peak_flops(gpu, dtype: str) -> float:
 
 def decode_bound(model, gpu, gpus: int, dtype: str, batch: float, isl: float, osl: float,
                  prefill: bool, kv_dtype: str | None = None) -> float:
-    """Output tokens/s one replica can deliver at most (see the module docstring); ``kv_dtype``: the KV cache's
-    precision where the plan sets it apart from ``dtype``."""
+    """Output tokens/s one replica can deliver at most (see the module docstring); ``kv_dtype``: the KV
+    cache's precision where the plan sets it apart from ``dtype``."""
     params = model.active_params_billion.value * 1e9
-    step = (params * BYTES[dtype] + batch * (isl + osl / 2) * _kv_bytes_per_token(model, kv_dtype or dtype)) / (
-        gpu.hbm_bandwidth_gbps.value * 1e9 * gpus)
+    step = ((params * BYTES[dtype] + batch * (isl + osl / 2) * _kv_bytes_per_token(model, kv_dtype or dtype))
+            / (gpu.hbm_bandwidth_gbps.value * 1e9 * gpus))
     flops = _peak_flops(gpu, dtype) * gpus
     per_request = osl * step / batch + (2 * params * isl / flops if prefill else 0.0)
     return osl / per_request
@@ -104,11 +106,14 @@ def breaches(plan, ir) -> list[Breach]:
             continue
         isl, osl = ptoks / rps, otoks / rps
         kv = d.kv_cache_tokens
-        if d.kv is not None:  # KV beyond HBM holds more requests (read here at HBM speed: still an upper bound)
-            kv += (d.kv.offload_gib + d.kv.borrowed_gib) * 2**30 / _kv_bytes_per_token(model, d.kv_dtype or d.dtype)
+        # KV beyond HBM holds more requests (read here at HBM speed: still an upper bound)
+        if d.kv is not None:
+            kv += ((d.kv.offload_gib + d.kv.borrowed_gib) * 2**30
+                   / _kv_bytes_per_token(model, d.kv_dtype or d.dtype))
         batch = max(1.0, min(float(d.max_batch_size), kv / (isl + osl)))
         bound = d.replicas * decode_bound(model, gpu, gpus, d.dtype, batch, isl, osl,
-                                          prefill=d.role == "unified" and d.name not in prefix, kv_dtype=d.kv_dtype)
+                                          prefill=d.role == "unified" and d.name not in prefix,
+                                          kv_dtype=d.kv_dtype)
         if otoks > bound:
             out.append(Breach(d.name, otoks, bound, "output"))
     return out

@@ -20,7 +20,8 @@ class ReplicaPredictions:
             tpot = self.iteration_s(1, cls.tail + cls.osl_mean / 2)
             return ttft * 1e3, tpot * 1e3
         ctx = cls.tail + cls.osl_mean / 2
-        ttft = self.request_overhead + self.prefill_s(cls.tail, 0, 0, self.remote_share(cls.tail), cls.tail_cached)
+        ttft = self.request_overhead + self.prefill_s(cls.tail, 0, 0, self.remote_share(cls.tail),
+                                                      cls.tail_cached)
         tpot = self.iteration_s(1, ctx, 0.0, 0.0, 1.0, self.remote_share(ctx))
         return ttft * 1e3, tpot * 1e3
 
@@ -94,37 +95,40 @@ class ReplicaPredictions:
         maxc = self.max_concurrency(isl, osl)
         conc = rate_rps * (st.ttft_mean_s[0] + max(osl - 1, 0) * st.tpot_mean_s) if st.stable else UNSTABLE
         return ClosedLoopPrediction(
-            ttft_ms=st.ttft_mean_s[0] * 1e3, tpot_ms=st.tpot_mean_s * 1e3, requests_per_s=rate_rps if st.stable else 0.0,
+            ttft_ms=st.ttft_mean_s[0] * 1e3, tpot_ms=st.tpot_mean_s * 1e3,
+            requests_per_s=rate_rps if st.stable else 0.0,
             output_tokens_per_s=rate_rps * osl if st.stable else 0.0,
             output_tokens_per_s_per_gpu=rate_rps * osl / (self.gpus) if st.stable else 0.0,
-            concurrency=int(math.ceil(conc)) if math.isfinite(conc) else 0, fits=st.stable, max_concurrency=maxc,
-            kv_cache_tokens=mem.kv_cache_tokens)
+            concurrency=int(math.ceil(conc)) if math.isfinite(conc) else 0, fits=st.stable,
+            max_concurrency=maxc, kv_cache_tokens=mem.kv_cache_tokens)
 
     def predict_burst(self, isl: list[float] | tuple[float, ...], osl: list[float] | tuple[float, ...],
                       frontend: bool = False, streaming: bool = False) -> "BurstPrediction":
-        """All requests (``isl[i]``, ``osl[i]``) queued at time 0 and served to the end, step by step, the way a
-        continuous-batching engine does: admit in order while a slot (max_num_seqs) and KV room are free; a step
-        carries prompt chunks (the token budget left, first come first served) only while admitted prompts have
-        tokens left to prefill, so once they are all prefilled the steps are pure decode; a request leaves after
-        its last token. Whether the running requests decode in a step that carries chunks follows the engine
-        profile's ``prefill_schedule`` (docs/cost-model.md, "Bursts"): ``mixed`` (absent too) decodes them in
-        the same step, the budget less one token each (vLLM V1's scheduler, vllm/v1/core/sched/scheduler.py;
-        TensorRT-LLM's in-flight batching with chunked context); ``prefill_first`` runs the chunks alone, with
-        the whole budget, and the running requests wait for the next step without prompt work (SGLang's
-        Scheduler.get_next_batch_to_run runs a prefill batch first whenever one can be formed, and
-        --enable-mixed-chunk is off by default, python/sglang/srt/server_args.py).
-        KV admission follows the engine profile's ``kv_admission``: ``reserve`` (room for prompt and output,
-        never evicts: TensorRT-LLM's guaranteed-no-evict) or ``on_demand`` (room for the prompt; when decode
-        growth overflows the cache the newest requests are preempted and recomputed later: vLLM, SGLang).
-        ``streaming``: the requests are served over the engine's HTTP front end, one streamed event per output
-        token; with the engine profile's ``stream_tokens_per_s`` S a step that emits n tokens (one per decoding
-        request, one per finished prompt) is delivered in no less than n / S (the front end is one serial server
-        per replica: API server and detokeniser; docs/cost-model.md). Offline benchmarks (trtllm-bench) stream nothing.
-        Deterministic; reports the makespan, throughputs, mean TTFT (queueing included) and mean TPOT, the
-        statistic ``vllm bench serve`` prints (vllm/benchmarks/serve.py, calculate_metrics): the mean over the
-        requests with more than one output token of (e2e - TTFT) / (output tokens - 1), TTFT the end of the step
-        that finishes the prompt (a preempted request keeps its first) and e2e the end of its last token's step.
-        This is the drain that steady-state formulas miss: as long requests finish last, the batch thins out."""
+        """All requests (``isl[i]``, ``osl[i]``) queued at time 0 and served to the end, step by step, the way
+        a continuous-batching engine does: admit in order while a slot (max_num_seqs) and KV room are free; a
+        step carries prompt chunks (the token budget left, first come first served) only while admitted
+        prompts have tokens left to prefill, so once they are all prefilled the steps are pure decode; a
+        request leaves after its last token. Whether the running requests decode in a step that carries chunks
+        follows the engine profile's ``prefill_schedule`` (docs/cost-model.md, "Bursts"): ``mixed`` (absent
+        too) decodes them in the same step, the budget less one token each (vLLM V1's scheduler,
+        vllm/v1/core/sched/scheduler.py; TensorRT-LLM's in-flight batching with chunked context);
+        ``prefill_first`` runs the chunks alone, with the whole budget, and the running requests wait for the
+        next step without prompt work (SGLang's Scheduler.get_next_batch_to_run runs a prefill batch first
+        whenever one can be formed, and --enable-mixed-chunk is off by default,
+        python/sglang/srt/server_args.py). KV admission follows the engine profile's ``kv_admission``:
+        ``reserve`` (room for prompt and output, never evicts: TensorRT-LLM's guaranteed-no-evict) or
+        ``on_demand`` (room for the prompt; when decode growth overflows the cache the newest requests are
+        preempted and recomputed later: vLLM, SGLang). ``streaming``: the requests are served over the
+        engine's HTTP front end, one streamed event per output token; with the engine profile's
+        ``stream_tokens_per_s`` S a step that emits n tokens (one per decoding request, one per finished
+        prompt) is delivered in no less than n / S (the front end is one serial server per replica: API server
+        and detokeniser; docs/cost-model.md). Offline benchmarks (trtllm-bench) stream nothing. Deterministic;
+        reports the makespan, throughputs, mean TTFT (queueing included) and mean TPOT, the statistic ``vllm
+        bench serve`` prints (vllm/benchmarks/serve.py, calculate_metrics): the mean over the requests with
+        more than one output token of (e2e - TTFT) / (output tokens - 1), TTFT the end of the step that
+        finishes the prompt (a preempted request keeps its first) and e2e the end of its last token's step.
+        This is the drain that steady-state formulas miss: as long requests finish last, the batch thins
+        out."""
         from collections import deque
 
         n = len(isl)
@@ -141,7 +145,8 @@ class ReplicaPredictions:
         first = [-1.0] * n
         tpot = [0.0] * n
         kv_used = 0.0  # reserve: reserved tokens; on_demand: tokens held now
-        # running: [prompt tokens left, prompt length, tokens generated since admission, tokens still owed, index]
+        # running: [prompt tokens left, prompt length, tokens generated since admission,
+        # tokens still owed, index]
         running: list[list[float]] = []
         t = 0.0
         done = 0
@@ -207,5 +212,7 @@ class ReplicaPredictions:
         gpus = self.gpus
         multi = max(sum(1 for o in osl if o > 1), 1)
         return BurstPrediction(makespan_s=t, requests_per_s=n / t, output_tokens_per_s=out_tok / t,
-                               output_tokens_per_s_per_gpu=out_tok / t / gpus, total_tokens_per_s=(in_tok + out_tok) / t,
-                               ttft_ms=1e3 * (sum(first) / n + fe), tpot_ms=1e3 * sum(tpot) / multi, requests=n)
+                               output_tokens_per_s_per_gpu=out_tok / t / gpus,
+                               total_tokens_per_s=(in_tok + out_tok) / t,
+                               ttft_ms=1e3 * (sum(first) / n + fe), tpot_ms=1e3 * sum(tpot) / multi,
+                               requests=n)

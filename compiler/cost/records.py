@@ -1,6 +1,7 @@
 """The cost model's records: what a replica is offered (``TrafficClass``), where its KV may live beyond HBM
-(``KvTier``), what fits in its memory (``MemoryFit``) and what it predicts (``ReplicaState`` and the benchmark-
-style predictions). Plain frozen values, so every stage can hold them without importing the arithmetic.
+(``KvTier``), what fits in its memory (``MemoryFit``) and what it predicts (``ReplicaState`` and the
+benchmark-style predictions). Plain frozen values, so every stage can hold them without importing the
+arithmetic.
 """
 from __future__ import annotations
 
@@ -28,17 +29,18 @@ class TrafficClass:
     osl_mean: float
     isl_tail: float | None = None  # input length whose TTFT is reported at the percentile
     isl_cv2: float = 0.0  # squared coefficient of variation of input length
-    # Prefix reuse (docs/prefix-caching.md): mean input tokens per request served from the prefix cache (prefill
-    # computes only isl - cached, attending to the cached tokens as prior context; the decode context is the full
-    # isl), and the KV tokens the replica keeps for this workload's prefix cache (not available to requests).
+    # Prefix reuse (docs/prefix-caching.md): mean input tokens per request served from the prefix cache
+    # (prefill computes only isl - cached, attending to the cached tokens as prior context; the decode context
+    # is the full isl), and the KV tokens the replica keeps for this workload's prefix cache (not available to
+    # requests).
     cached_tokens: float = 0.0
     prefix_reserved: float = 0.0
     # Output lengths in the class as ((length, probability), ...): a router cannot split requests by output
     # length, so one class mixes short and long outputs, and a short one's TPOT is the noisier (its mean over
     # fewer steps). Empty: every request has osl_mean.
     osl_points: tuple[tuple[float, float], ...] = ()
-    # Of ``cached_tokens``, those found only in the replica's host-memory prefix tier (docs/kv-tiers.md): reloaded
-    # over PCIe into the GPU prefix cache before the request's prefill (``ReplicaModel.reload_s``).
+    # Of ``cached_tokens``, those found only in the replica's host-memory prefix tier (docs/kv-tiers.md):
+    # reloaded over PCIe into the GPU prefix cache before the request's prefill (``ReplicaModel.reload_s``).
     host_cached_tokens: float = 0.0
 
     @property
@@ -56,8 +58,9 @@ class TrafficClass:
         return self.tail * self.host_cached_tokens / self.isl_mean if self.host_cached_tokens else 0.0
 
     def at_rates(self):
-        """A function rate -> ``replace(self, rate_rps=rate)``: the same value, without ``replace``'s walk over
-        the fields at every call (a capacity search builds ~10^5 classes); the other fields are read once."""
+        """A function rate -> ``replace(self, rate_rps=rate)``: the same value, without ``replace``'s walk
+        over the fields at every call (a capacity search builds ~10^5 classes); the other fields are read
+        once."""
         cls = type(self)
         rest = tuple(getattr(self, f.name) for f in fields(cls) if f.name != "rate_rps")
         assert fields(cls)[0].name == "rate_rps"  # passed positionally first
@@ -68,11 +71,12 @@ class TrafficClass:
 class KvTier:
     """KV capacity beyond HBM for one replica (docs/kv-tiers.md).
 
-    ``kind``: ``prefix`` (host CPU memory over PCIe holding evicted prefix-cache blocks, reloaded on a hit: what
-    vLLM's KV offloading, LMCache and SGLang's HiCache do), or, under ``kv_tiers: experimental-live`` only, live KV
-    of running requests: ``offload`` (host CPU memory over PCIe) or ``borrow`` (spare HBM of other instances on the
-    same node, over NVLink, or PCIe where the GPU has none). ``tokens``: KV tokens the tier holds for this replica.
-    ``gbps_per_gpu``: bandwidth from each GPU of the replica to the tier, GB/s (each GPU moves its own shard)."""
+    ``kind``: ``prefix`` (host CPU memory over PCIe holding evicted prefix-cache blocks, reloaded on a hit:
+    what vLLM's KV offloading, LMCache and SGLang's HiCache do), or, under ``kv_tiers: experimental-live``
+    only, live KV of running requests: ``offload`` (host CPU memory over PCIe) or ``borrow`` (spare HBM of
+    other instances on the same node, over NVLink, or PCIe where the GPU has none). ``tokens``: KV tokens the
+    tier holds for this replica. ``gbps_per_gpu``: bandwidth from each GPU of the replica to the tier, GB/s
+    (each GPU moves its own shard)."""
 
     kind: str
     tokens: int
@@ -106,7 +110,8 @@ class ReplicaState:
 
     stable: bool
     reason: str  # why not stable ("" when stable)
-    tpot_s: float  # per-request TPOT at the percentile (over all classes' requests); the mean at percentile 50
+    # per-request TPOT at the percentile (over all classes' requests); the mean at percentile 50
+    tpot_s: float
     ttft_s: tuple[float, ...]  # per class: TTFT at the percentile (queueing + prefill of isl_tail)
     ttft_mean_s: tuple[float, ...]  # per class: mean TTFT (mean wait + prefill of isl_mean)
     utilization: float  # share of engine steps that carry prefill work (prefill server utilisation)

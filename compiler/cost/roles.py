@@ -24,10 +24,11 @@ class ReplicaRoles:
 
     def evaluate_prefill(self, classes: list[TrafficClass] | tuple[TrafficClass, ...],
                          percentile: float = 99.0) -> ReplicaState:
-        """Steady state of a prefill-only replica: every step carries prompt chunks and nothing decodes (the first
-        token comes out of the prefill, the rest on a decode replica). The same M/G/1 prefill server as
-        ``evaluate`` with a decode batch of 0: service of a prompt = isl / chunk steps of T(0, chunk), waiting time
-        at the percentile from the exponential tail. KV: only the prompts being prefilled (handed off after)."""
+        """Steady state of a prefill-only replica: every step carries prompt chunks and nothing decodes (the
+        first token comes out of the prefill, the rest on a decode replica). The same M/G/1 prefill server as
+        ``evaluate`` with a decode batch of 0: service of a prompt = isl / chunk steps of T(0, chunk), waiting
+        time at the percentile from the exponential tail. KV: only the prompts being prefilled (handed off
+        after)."""
         lam = sum(c.rate_rps for c in classes)
         n = len(classes)
         fe = self.request_overhead
@@ -58,11 +59,11 @@ class ReplicaRoles:
                         percentile: float = 99.0, max_iter: int = 200) -> ReplicaState:
         """Steady state of a decode-only replica: requests arrive with their prompt's KV (transferred) and
         decode osl - 1 tokens; every step is decode-only, T_d = T(b, mean context). Little's law gives
-        b = (sum rate x (osl - 1)) x T_d; iterate to the fixed point. Without prompts interleaved the step time
-        does not jump, so TPOT at the percentile is the step time at the batch size the number of
+        b = (sum rate x (osl - 1)) x T_d; iterate to the fixed point. Without prompts interleaved the step
+        time does not jump, so TPOT at the percentile is the step time at the batch size the number of
         requests in the system reaches at that percentile, b_p = b + z sd (normal approximation; variance
-        ``batch_var``: Poisson, widened by the batch's feedback on its own step time; the batch changes on the time
-        scale of a request's own decode, so its steps do not average it out)."""
+        ``batch_var``: Poisson, widened by the batch's feedback on its own step time; the batch changes on the
+        time scale of a request's own decode, so its steps do not average it out)."""
         n = len(classes)
         D = sum(c.rate_rps * max(c.osl_mean - 1, 0.0) for c in classes)
         if D <= 0:
@@ -76,7 +77,8 @@ class ReplicaRoles:
             b_new = D * t_d
             if b_new > self.max_num_seqs:
                 inf = (UNSTABLE,) * n
-                return ReplicaState(False, f"needs a decode batch of {b_new:.0f} > max_num_seqs {self.max_num_seqs}",
+                return ReplicaState(False,
+                                    f"needs a decode batch of {b_new:.0f} > max_num_seqs {self.max_num_seqs}",
                                     UNSTABLE, inf, inf, 1.0, b_new, UNSTABLE, 0.0, 0.0, UNSTABLE)
             if abs(b_new - b) <= 1e-4 * (1.0 if 1.0 > b_new else b_new):  # max(b_new, 1.0)
                 b_in, b = b, b_new
@@ -99,8 +101,8 @@ class ReplicaRoles:
             tpot_p = self.iteration_s(max(b + z * math.sqrt(batch_var(max(b, 1.0), slope)), 1.0), ctx)
         return ReplicaState(True, "", tpot_p, (0.0,) * n, (0.0,) * n, 0.0, b, kv_used, 0.0, 0.0, tpot)
 
-    def capacity_rps_role(self, role: str, cls: TrafficClass, ttft_ms: float, tpot_ms: float, percentile: float,
-                          transfer_s: float = 0.0, rel_tol: float = 0.005) -> float:
+    def capacity_rps_role(self, role: str, cls: TrafficClass, ttft_ms: float, tpot_ms: float,
+                          percentile: float, transfer_s: float = 0.0, rel_tol: float = 0.005) -> float:
         """``capacity_rps`` for a ``prefill`` replica (TTFT, the KV hand-off ``transfer_s`` included, within
         ``ttft_ms``) or a ``decode`` replica (TPOT within ``tpot_ms``, prompt plus output in its KV cache)."""
         if role == "prefill":

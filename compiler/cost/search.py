@@ -1,12 +1,13 @@
 """The one search of the project: where a monotone predicate turns from true to false.
 
 Every capacity, percentile and threshold search calls one of these (issue 12): the per-replica capacity
-(``ReplicaModel.capacity_rps``, the P/D roles, the adapter mixes, the P/D prefill pool), the TPOT percentile of
-the tail (``trimtab.cost.queueing.tpot_tail``), the closed-loop rate of ``predict`` and the smallest relaxation of
-``explain``. All assume ``pred`` holds below some point and fails above it; they differ only in when they stop
-and which end of the final interval they return:
+(``ReplicaModel.capacity_rps``, the P/D roles, the adapter mixes, the P/D prefill pool), the TPOT percentile
+of the tail (``trimtab.cost.queueing.tpot_tail``), the closed-loop rate of ``predict`` and the smallest
+relaxation of ``explain``. All assume ``pred`` holds below some point and fails above it; they differ only in
+when they stop and which end of the final interval they return:
 
-* ``bisect_max``: the last point known true, to a relative tolerance (capacities: a rate known to meet the SLO);
+* ``bisect_max``: the last point known true, to a relative tolerance (capacities: a rate known to meet
+  the SLO);
 * ``bisect_width``: the first point known false, to an absolute width (a percentile: at or above the answer);
 * ``bisect_steps``: a fixed number of halvings, the last point known true;
 * ``grow``: the bracket, stepping up geometrically until ``pred`` fails;
@@ -18,8 +19,8 @@ from __future__ import annotations
 
 
 def _halve(pred, lo: float, hi: float, narrow_enough) -> tuple[float, float]:
-    """The one bisection: halve [lo, hi], keeping ``pred(lo)`` true and ``pred(hi)`` false (both assumed), until
-    ``narrow_enough(lo, hi, halvings done)``; returns the final (lo, hi)."""
+    """The one bisection: halve [lo, hi], keeping ``pred(lo)`` true and ``pred(hi)`` false (both assumed),
+    until ``narrow_enough(lo, hi, halvings done)``; returns the final (lo, hi)."""
     k = 0
     while not narrow_enough(lo, hi, k):
         mid = (lo + hi) / 2
@@ -50,7 +51,8 @@ def bisect_steps(pred, lo: float, hi: float, steps: int) -> float:
 
 
 def grow(pred, lo: float, hi: float, limit: float) -> tuple[float, float]:
-    """A bracket (lo, hi) from doubling hi while ``pred(hi)`` holds and hi < ``limit`` (lo: the last hi that held)."""
+    """A bracket (lo, hi) from doubling hi while ``pred(hi)`` holds and hi < ``limit`` (lo: the last hi that
+    held)."""
     while pred(hi) and hi < limit:
         lo, hi = hi, hi * 2
     return lo, hi
@@ -81,9 +83,9 @@ def bracket(ok, guess: float, bound: float, rel_tol: float) -> tuple[float, floa
 
 
 def smallest_true(ok, lo: float, hi: float, integer: bool, rel: float = 0.02) -> float | None:
-    """Smallest value in (lo, hi] with ok(value), for ``ok`` false below some point and true above it: hi grows
-    geometrically from lo (doubling; integers by at least one) until ok holds, then bisection to ``rel`` of the
-    value (integers: to one). None when ok(hi) does not hold."""
+    """Smallest value in (lo, hi] with ok(value), for ``ok`` false below some point and true above it: hi
+    grows geometrically from lo (doubling; integers by at least one) until ok holds, then bisection to ``rel``
+    of the value (integers: to one). None when ok(hi) does not hold."""
     x = lo
     top = None
     while True:

@@ -3,9 +3,9 @@
     startup_s = weight bytes / (load_gbps x nodes the replica spans) + warmup_s
 
 Weight bytes = the model profile's parameters x bytes per parameter of the dtype (bf16: 2, fp8: 1). The two
-constants come from profiles/online.yaml (each with its source) unless the spec's ``schedule.startup`` overrides
-them. The schedule charges a started replica its price for this long (it is started ahead of its window and
-serves nothing meanwhile).
+constants come from profiles/online.yaml (each with its source) unless the spec's ``schedule.startup``
+overrides them. The schedule charges a started replica its price for this long (it is started ahead of its
+window and serves nothing meanwhile).
 """
 from __future__ import annotations
 
@@ -46,10 +46,13 @@ def load_startup_profile() -> StartupProfile:
 def startup_for(spec_startup) -> Startup:
     """The profile's numbers, each replaced by the spec's ``schedule.startup`` value where given."""
     prof = load_startup_profile()
-    load = spec_startup.load_gbps if spec_startup and spec_startup.load_gbps is not None else prof.load_gbps.value
-    warm = spec_startup.warmup_s if spec_startup and spec_startup.warmup_s is not None else prof.warmup_s.value
-    src = ", ".join(f"{k}: {'spec' if spec_startup and getattr(spec_startup, k) is not None else 'profiles/online.yaml'}"
-                    for k in ("load_gbps", "warmup_s"))
+    load = (spec_startup.load_gbps if spec_startup and spec_startup.load_gbps is not None
+            else prof.load_gbps.value)
+    warm = (spec_startup.warmup_s if spec_startup and spec_startup.warmup_s is not None
+            else prof.warmup_s.value)
+    src = ", ".join(
+        f"{k}: {'spec' if spec_startup and getattr(spec_startup, k) is not None else 'profiles/online.yaml'}"
+        for k in ("load_gbps", "warmup_s"))
     return Startup(float(load), float(warm), src)
 
 

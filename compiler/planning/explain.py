@@ -40,11 +40,11 @@ def precheck(ir: ProblemIR, cands: CandidateSet) -> list[str]:
             # live KV beyond HBM is a way out only for memory, and only when the spec has not allowed it yet
             ways = ["Add larger or more GPUs", "use dtype fp8"]
             if "memory" in reasons and getattr(ir, "kv_tiers", "off") != "experimental-live":
-                ways.append("let live KV exceed HBM with defaults.kv_tiers: experimental-live (host memory or "
-                            "other instances' HBM; no engine flag realises it, docs/kv-tiers.md)")
-            out.append(f"{w.name}: model {w.model} ({w.dtype}) fits no GPU in the spec at any tensor/pipeline "
-                       f"parallelism ({gpus}); pruned for: {', '.join(reasons) or 'no candidates'}. "
-                       f"{', '.join(ways[:-1])} or {ways[-1]}.")
+                ways.append("let live KV exceed HBM with defaults.kv_tiers: experimental-live (host memory "
+                            "or other instances' HBM; no engine flag realises it, docs/kv-tiers.md)")
+            out.append(f"{w.name}: model {w.model} ({w.dtype}) fits no GPU in the spec at any "
+                       f"tensor/pipeline parallelism ({gpus}); pruned for: "
+                       f"{', '.join(reasons) or 'no candidates'}. {', '.join(ways[:-1])} or {ways[-1]}.")
             continue
         for b in w.buckets:
             if any(c.workload == w.name and c.capacity(b.name) > 0 for c in cands.candidates):
@@ -52,37 +52,40 @@ def precheck(ir: ProblemIR, cands: CandidateSet) -> list[str]:
             bb = best.get((w.name, b.name))
             share = f"{b.prob:.0%} of requests, inputs {b.name}"
             if bb is None:
-                out.append(f"{w.name}: no candidate can hold requests of bucket {b.name} ({share}) in its KV cache")
+                out.append(f"{w.name}: no candidate can hold requests of bucket {b.name} ({share}) "
+                           f"in its KV cache")
             elif bb.ttft_ms > w.slo.ttft_ms:
-                out.append(f"{w.name}: TTFT p{w.slo.percentile:g} {w.slo.ttft_ms:g} ms cannot be met for {share}; "
-                           f"the fastest candidate ({bb.ttft_by}) reaches {math.ceil(bb.ttft_ms)} ms even at low load. "
+                out.append(f"{w.name}: TTFT p{w.slo.percentile:g} {w.slo.ttft_ms:g} ms cannot be met for "
+                           f"{share}; the fastest candidate ({bb.ttft_by}) reaches "
+                           f"{math.ceil(bb.ttft_ms)} ms even at low load. "
                            f"Relax workloads[{w.index}].slo.ttft_ms to at least {math.ceil(bb.ttft_ms)}.")
             elif bb.tpot_ms > w.slo.tpot_ms:
-                out.append(f"{w.name}: TPOT {w.slo.tpot_ms:g} ms cannot be met for {share}; the fastest candidate "
-                           f"({bb.tpot_by}) reaches {bb.tpot_ms:.1f} ms even at low load. "
-                           f"Relax workloads[{w.index}].slo.tpot_ms to at least {math.ceil(bb.tpot_ms)}.")
+                out.append(f"{w.name}: TPOT {w.slo.tpot_ms:g} ms cannot be met for {share}; the fastest "
+                           f"candidate ({bb.tpot_by}) reaches {bb.tpot_ms:.1f} ms even at low load. Relax "
+                           f"workloads[{w.index}].slo.tpot_ms to at least {math.ceil(bb.tpot_ms)}.")
             else:
-                out.append(f"{w.name}: no candidate meets TTFT {w.slo.ttft_ms:g} ms and TPOT {w.slo.tpot_ms:g} ms "
-                           f"together for {share} (best low-load TTFT {bb.ttft_ms:.0f} ms on {bb.ttft_by}, "
-                           f"TPOT {bb.tpot_ms:.1f} ms on {bb.tpot_by})")
+                out.append(f"{w.name}: no candidate meets TTFT {w.slo.ttft_ms:g} ms and TPOT "
+                           f"{w.slo.tpot_ms:g} ms together for {share} (best low-load TTFT "
+                           f"{bb.ttft_ms:.0f} ms on {bb.ttft_by}, TPOT {bb.tpot_ms:.1f} ms on {bb.tpot_by})")
     if not out and ir.budget_usd_per_hour is not None and ir.objective == "min_cost":
         floor = 0.0
         for w in ir.workloads:
             mine = [c.usd_per_hour for c in cands.candidates if c.workload == w.name]
             floor += min(mine) if mine else 0.0
         if floor > ir.budget_usd_per_hour + 1e-9:
-            out.append(f"budget_usd_per_hour {ir.budget_usd_per_hour:g} is below {floor:.2f} $/h, one replica of the "
-                       f"cheapest candidate of each of the {len(ir.workloads)} workload(s). "
+            out.append(f"budget_usd_per_hour {ir.budget_usd_per_hour:g} is below {floor:.2f} $/h, one "
+                       f"replica of the cheapest candidate of each of the {len(ir.workloads)} workload(s). "
                        f"raise budget_usd_per_hour from {ir.budget_usd_per_hour:g} to at least "
                        f"{math.ceil(floor * 100) / 100:.2f}")
     return out
 
 
-def elastic_changes(ir: ProblemIR, model: MilpModel, backend: Backend, options: SolveOptions) -> list[Change] | None:
-    """The smallest joint relaxation of ``model``'s relaxable rows (``MilpModel.elastic``; ``model`` built with the
-    bounds only those rows should limit loosened, e.g. ``formulate(..., elastic=True)``), each row's slack
-    turned into a change of the spec number its ``origin`` names (``SpecPath``). None: no relaxation of those
-    rows repairs the model; []: it needs none (numerically infeasible)."""
+def elastic_changes(ir: ProblemIR, model: MilpModel, backend: Backend,
+                    options: SolveOptions) -> list[Change] | None:
+    """The smallest joint relaxation of ``model``'s relaxable rows (``MilpModel.elastic``; ``model`` built
+    with the bounds only those rows should limit loosened, e.g. ``formulate(..., elastic=True)``), each row's
+    slack turned into a change of the spec number its ``origin`` names (``SpecPath``). None: no relaxation of
+    those rows repairs the model; []: it needs none (numerically infeasible)."""
     res = backend.solve(model.elastic(slack_var), options)
     if not res.has_solution:
         return None
@@ -109,7 +112,8 @@ def relaxation_lines(changes: list[Change] | None) -> list[str]:
     if changes is None:
         return ["the spec is infeasible and no relaxation of GPU counts or budget repairs it"]
     if not changes:
-        return ["the solver reports infeasibility but the elastic model needs no relaxation (numerical issue)"]
+        return ["the solver reports infeasibility but the elastic model needs no relaxation "
+                "(numerical issue)"]
     return [c.render() for c in changes]
 
 
@@ -160,7 +164,8 @@ class Explanation:
     alternatives: list[list[Change]] = field(default_factory=list)  # each set alone makes the spec feasible
     binding: list[str] = field(default_factory=list)  # feasible specs: what limits the plan's cost
     cost_usd_per_hour: float | None = None  # the cost model's cheapest plan (analytic)
-    validated_cost_usd_per_hour: float | None = None  # ``trimtab plan``'s (validated by simulation), when known
+    # ``trimtab plan``'s (validated by simulation), when known
+    validated_cost_usd_per_hour: float | None = None
     notes: list[str] = field(default_factory=list)  # what the analysis covers and what it does not
     # The cost every binding row's price is a difference against: a cost model's cheapest plan (this spec's,
     # or without n+1 its relaxed spec's), because each relaxation is priced by one more cost-model solve
@@ -184,8 +189,8 @@ class Explanation:
                 out.append(f"analytic (cost model only, not validated): the cheapest plan costs "
                            f"{self.cost_usd_per_hour:.2f} $/h")
             else:
-                out.append(f"feasible (analytic: cost model only, not validated by simulation): the cheapest plan "
-                           f"costs {self.cost_usd_per_hour:.2f} $/h")
+                out.append("feasible (analytic: cost model only, not validated by simulation): the cheapest "
+                           f"plan costs {self.cost_usd_per_hour:.2f} $/h")
             if self.binding:
                 base = self.binding_base_usd_per_hour
                 base = self.cost_usd_per_hour if base is None else base
@@ -193,8 +198,8 @@ class Explanation:
                            f"{base:.2f} $/h" + ("" if self.validated_cost_usd_per_hour is None else
                                                 f", not against the validated "
                                                 f"{self.validated_cost_usd_per_hour:.2f} $/h"))
-            out += ["binding: " + b for b in self.binding] or ["binding: nothing (no GPU count, budget or SLO "
-                                                               "limits the plan)"]
+            out += ["binding: " + b for b in self.binding] or ["binding: nothing (no GPU count, budget or "
+                                                               "SLO limits the plan)"]
             return out + ["note: " + n for n in self.notes]
         out.append("infeasible:")
         out += ["  " + p for p in self.problems]
@@ -211,7 +216,8 @@ def _num(x: float) -> str:
     return f"{x:.2f}" if abs(x - round(x)) > 1e-9 else f"{int(round(x))}"
 
 
-def _min_cost(ir: ProblemIR, cands: CandidateSet, backend: Backend, options: SolveOptions) -> SolveResult | None:
+def _min_cost(ir: ProblemIR, cands: CandidateSet, backend: Backend,
+              options: SolveOptions) -> SolveResult | None:
     """The round-1 solve of ``plan`` (min cost), or None when pre-checks or the MILP say infeasible."""
     if precheck(ir, cands):
         return None
@@ -307,7 +313,8 @@ def _dedupe(alts: list[list[Change]]) -> list[list[Change]]:
     return out
 
 
-def _elastic_changes(ir: ProblemIR, cands: CandidateSet, backend: Backend, options: SolveOptions) -> list[Change]:
+def _elastic_changes(ir: ProblemIR, cands: CandidateSet, backend: Backend,
+                     options: SolveOptions) -> list[Change]:
     changes = elastic_changes(ir, formulate(ir, cands, elastic=True, objective="min_cost"), backend, options)
     if not changes:
         return []
@@ -341,8 +348,8 @@ def _explain_feasible(ir: ProblemIR, cands: CandidateSet, backend: Backend, opti
             continue
         more = max(pool.count * 2, pool.count + 8)
         r = _min_cost(*_with_count(ir, pool.type, more), backend, options)
-        binding.append(f"gpus[{pool.index}] ({pool.type}).count: {used.get(pool.type, 0)} of {pool.count} used; "
-                       f"with {more}, {delta(r)}")
+        binding.append(f"gpus[{pool.index}] ({pool.type}).count: {used.get(pool.type, 0)} of {pool.count} "
+                       f"used; with {more}, {delta(r)}")
     if ir.budget_usd_per_hour is not None:
         cheapest = min(c.usd_per_hour for c in cands.candidates)
         if ir.budget_usd_per_hour - base < cheapest:
@@ -355,7 +362,7 @@ def _explain_feasible(ir: ProblemIR, cands: CandidateSet, backend: Backend, opti
         r = _min_cost(*_with_workload(ir, cands, w2), backend, options)
         d = delta(r)
         if d != "no cheaper plan":
-            binding.append(f"workloads[{w.index}] ({w.name}).slo: TTFT {w.slo.ttft_ms:g} ms, TPOT {w.slo.tpot_ms:g} ms; "
-                           f"{slo_relax - 1:.0%} looser, {d}")
+            binding.append(f"workloads[{w.index}] ({w.name}).slo: TTFT {w.slo.ttft_ms:g} ms, TPOT "
+                           f"{w.slo.tpot_ms:g} ms; {slo_relax - 1:.0%} looser, {d}")
     return Explanation(True, binding=binding, cost_usd_per_hour=base, binding_base_usd_per_hour=base)
 

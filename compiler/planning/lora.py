@@ -12,11 +12,11 @@ docs/multi-lora.md describes the model; the notation, on top of compiler/milp/fo
     n[c] in Z+ replicas; x[u,c] >= 0 rps; y[a,c] in {0,1}: hot adapter a held by c; z[k,c] in Z+: adapters of
         cold class k held by c; slots[c]: adapters c may hold (1 for L = 1, else MAX_CPU_LORAS)
 Constraints (family names as in the model):
-    sum_c x[u,c] == rate[u]                                  (demand)
-    sum_u x[u,c] / (cap[w(u),c] derate[c]) <= n[c]           (capacity)
-    x[u,c] <= rate[u] y[a(u),c]                              (lora_hold: adapter traffic only where it is held)
-    x[k,c] <= rmax_k z[k,c];   sum_c z[k,c] >= N_k           (lora_class, lora_cover)
-    sum_a y[a,c] + sum_k z[k,c] <= slots[c]                  (lora_slots: --max-cpu-loras)
+    sum_c x[u,c] == rate[u]                                (demand)
+    sum_u x[u,c] / (cap[w(u),c] derate[c]) <= n[c]         (capacity)
+    x[u,c] <= rate[u] y[a(u),c]                            (lora_hold: adapter traffic only where it is held)
+    x[k,c] <= rmax_k z[k,c];   sum_c z[k,c] >= N_k         (lora_class, lora_cover)
+    sum_a y[a,c] + sum_k z[k,c] <= slots[c]                (lora_slots: --max-cpu-loras)
     inventory[g], budget as in compiler/milp/formulate.py
 Objective: min sum_c usd[c] n[c] + EPS_GPU x GPUs + EPS_HOLD x (sum y + sum z) (hold nothing needlessly).
 Rank: every candidate of G has max_lora_rank = the largest rank among G's adapters (so any adapter fits).
@@ -33,8 +33,8 @@ from trimtab.milp.assess import assess
 from trimtab.cost.factory import replica_model, traffic_class
 from trimtab.cost.lora import vllm_rank
 from trimtab.cost.search import bisect_max
-from trimtab.deployment.shape import (TOKEN_BUDGETS, Candidate, CandidateSet, DeploymentSpecView, LoraSlots, RouteView,
-                                 replica_model_of, shapes)
+from trimtab.deployment.shape import (TOKEN_BUDGETS, Candidate, CandidateSet, DeploymentSpecView, LoraSlots,
+                                      RouteView, replica_model_of, shapes)
 from trimtab.errors import InfeasibleError
 from trimtab.milp.formulate import EPS_GPU, n_var
 from trimtab.deployment.price import fleet_usd_per_hour, replica_usd_per_hour
@@ -129,7 +129,8 @@ def build(ir) -> LoraProblem:
         prob.colors[gname] = colors
         ncol = max(colors.values()) + 1
         # colour 0 (tenant-less traffic and every tenant free to share) keeps the plain name
-        label = {k: ("" if k == 0 else "-" + min(t for t, c in colors.items() if c == k)) for k in range(ncol)}
+        label = {k: ("" if k == 0 else "-" + min(t for t, c in colors.items() if c == k))
+                 for k in range(ncol)}
         longest = max(b.isl_max + b.osl_max for w in ws for b in w.buckets)
         for pool in ir.gpus:
             for _cid, tp, pp, why in shapes(ir, ws[0], pool):
@@ -153,8 +154,8 @@ def build(ir) -> LoraProblem:
                         shape = f"{pool.type}-tp{tp}" + (f"-pp{pp}" if pp > 1 else "") + f"-t{mbt // 1024}k"
                         for k in range(ncol):
                             cid = f"{gname}{label[k]}-{shape}" + (f"-l{L}" if L else "")
-                            cand = Candidate(id=cid, workload=ws[0].name, model=model, gpu=pool.type, tp=tp, pp=pp,
-                                             dtype=dtype, max_num_seqs=mns, max_batched_tokens=mbt,
+                            cand = Candidate(id=cid, workload=ws[0].name, model=model, gpu=pool.type, tp=tp,
+                                             pp=pp, dtype=dtype, max_num_seqs=mns, max_batched_tokens=mbt,
                                              kv_cache_tokens=rm.memory.kv_cache_tokens,
                                              usd_per_hour=replica_usd_per_hour(pool.usd_per_hour, tp, pp),
                                              capacity_rps=())
@@ -199,9 +200,10 @@ def build(ir) -> LoraProblem:
 
 
 def mix_capacity(rm, w, rel_tol: float = 0.01, below: float | None = None) -> float:
-    """Highest per-replica rate of workload ``w``'s whole length mix (buckets at their shares, served together)
-    at which every bucket meets w's TTFT and TPOT at its percentile; 0 if none. One bisection per workload.
-    ``below``: a known upper bound (the capacity with fewer adapter slots), which narrows the search."""
+    """Highest per-replica rate of workload ``w``'s whole length mix (buckets at their shares, served
+    together) at which every bucket meets w's TTFT and TPOT at its percentile; 0 if none. One bisection per
+    workload. ``below``: a known upper bound (the capacity with fewer adapter slots), which narrows the
+    search."""
     def ok(rate: float) -> bool:
         return rm.meets(rm.evaluate([traffic_class(b, rate * b.prob) for b in w.buckets], w.slo.percentile),
                         w.slo.ttft_ms, w.slo.tpot_ms)
@@ -262,17 +264,18 @@ def x_name(u: Unit, c: LoraCandidate) -> str:
 
 def formulate(ir, prob: LoraProblem, derate: dict[str, float], group: str | None = None,
               elastic: bool = False, goodput_floor: float | None = None) -> MilpModel:
-    """The MILP of ``prob`` (or of one group's part of it: that group's candidates and units only). ``elastic``:
-    replicas bounded by what carries all the traffic the candidate may serve instead of by the inventory, for
-    ``MilpModel.elastic`` (inventory and budget rows are relaxable;
+    """The MILP of ``prob`` (or of one group's part of it: that group's candidates and units only).
+    ``elastic``: replicas bounded by what carries all the traffic the candidate may serve instead of by the
+    inventory, for ``MilpModel.elastic`` (inventory and budget rows are relaxable;
     ``trimtab.planning.explain.elastic_changes``).
-    ``max_goodput`` specs: demand rows become ``<=``; without ``goodput_floor`` the objective is the served rate
-    (maximised), with it the cost subject to serving at least that much (the two stages of compiler/milp/solve.py)."""
+    ``max_goodput`` specs: demand rows become ``<=``; without ``goodput_floor`` the objective is the served
+    rate (maximised), with it the cost subject to serving at least that much (the two stages of
+    compiler/milp/solve.py)."""
     goodput = ir.objective == "max_goodput"
     served = []
     if group is not None:
-        prob = LoraProblem([c for c in prob.cands if c.group == group], [u for u in prob.units if u.group == group],
-                           prob.colors)
+        prob = LoraProblem([c for c in prob.cands if c.group == group],
+                           [u for u in prob.units if u.group == group], prob.colors)
     m = MilpModel(name=f"trimtab-lora:{ir.name}" + (f"/{group}" if group else ""))
     for c in prob.cands:
         ub = ir.gpu(c.cand.gpu).count // c.cand.gpus
@@ -298,18 +301,18 @@ def formulate(ir, prob: LoraProblem, derate: dict[str, float], group: str | None
                     m.add_var(y, "integer", 0, 1)
                     holds[c.id].append((y, 1.0))
                     hold_cost.append((y, EPS_HOLD))
-                m.add(Constraint(f"lora_hold[{u.id},{c.id}]", "lora_hold", ((x, 1.0), (y, -u.rate)), "<=", 0.0,
-                                 origin=SpecPath.workload(ir.workload(u.workload), "adapter")))
+                m.add(Constraint(f"lora_hold[{u.id},{c.id}]", "lora_hold", ((x, 1.0), (y, -u.rate)), "<=",
+                                 0.0, origin=SpecPath.workload(ir.workload(u.workload), "adapter")))
             elif u.kind == "class":
                 z = m.add_var(f"hold[{u.id},{c.id}]", "integer", 0, min(len(u.members), max(c.cpu_slots, 1)))
                 holds[c.id].append((z, 1.0))
                 hold_cost.append((z, EPS_HOLD))
                 cover.append((z, 1.0))
-                m.add(Constraint(f"lora_class[{u.id},{c.id}]", "lora_class", ((x, 1.0), (z, -u.rmax)), "<=", 0.0,
-                                 origin=SpecPath.workload(ir.workload(u.workload), "adapter")))
+                m.add(Constraint(f"lora_class[{u.id},{c.id}]", "lora_class", ((x, 1.0), (z, -u.rmax)), "<=",
+                                 0.0, origin=SpecPath.workload(ir.workload(u.workload), "adapter")))
         if not terms:
-            raise InfeasibleError([f"{u.workload}: no deployment of {u.group} meets its SLO with LoRA enabled "
-                                   f"({u.id})"])
+            raise InfeasibleError([f"{u.workload}: no deployment of {u.group} meets its SLO with LoRA "
+                                   f"enabled ({u.id})"])
         m.add(Constraint(f"demand[{u.id}]", "demand", tuple(terms), "<=" if goodput else "==", u.rate,
                          origin=SpecPath.workload(ir.workload(u.workload), "rate_rps")))
         served += terms
@@ -317,20 +320,23 @@ def formulate(ir, prob: LoraProblem, derate: dict[str, float], group: str | None
             m.add(Constraint(f"lora_cover[{u.id}]", "lora_cover", tuple(cover), ">=", float(len(u.members)),
                              origin=SpecPath.workload(ir.workload(u.workload), "adapter")))
     for c in prob.cands:
-        m.add(Constraint(f"capacity[{c.id}]", "capacity", tuple(cap_terms[c.id]) + ((n_var(c.id), -1.0),), "<=",
-                         0.0, origin=SpecPath("workloads", field="slo")))
+        m.add(Constraint(f"capacity[{c.id}]", "capacity", tuple(cap_terms[c.id]) + ((n_var(c.id), -1.0),),
+                         "<=", 0.0, origin=SpecPath("workloads", field="slo")))
         if holds[c.id]:
-            m.add(Constraint(f"lora_slots[{c.id}]", "lora_slots", tuple(holds[c.id]), "<=", float(c.cpu_slots),
-                             origin=SpecPath("adapters", note="max_cpu_loras")))
+            m.add(Constraint(f"lora_slots[{c.id}]", "lora_slots", tuple(holds[c.id]), "<=",
+                             float(c.cpu_slots), origin=SpecPath("adapters", note="max_cpu_loras")))
     for pool in ir.gpus:
         cs = [c for c in prob.cands if c.cand.gpu == pool.type]
-        m.add(Constraint(f"inventory[{pool.type}]", "inventory", tuple((n_var(c.id), float(c.cand.gpus)) for c in cs),
+        m.add(Constraint(f"inventory[{pool.type}]", "inventory",
+                         tuple((n_var(c.id), float(c.cand.gpus)) for c in cs),
                          "<=", float(pool.count), origin=SpecPath.gpu(pool, "count"), relaxable=True))
     if ir.budget_usd_per_hour is not None:
-        m.add(Constraint("budget", "budget", tuple((n_var(c.id), c.cand.usd_per_hour) for c in prob.cands), "<=",
-                         ir.budget_usd_per_hour, origin=SpecPath("budget_usd_per_hour"), relaxable=True))
+        m.add(Constraint("budget", "budget", tuple((n_var(c.id), c.cand.usd_per_hour) for c in prob.cands),
+                         "<=", ir.budget_usd_per_hour, origin=SpecPath("budget_usd_per_hour"),
+                         relaxable=True))
     if goodput and goodput_floor is not None:
-        m.add(Constraint("goodput[total]", "goodput", tuple(served), ">=", goodput_floor, origin=SpecPath("objective")))
+        m.add(Constraint("goodput[total]", "goodput", tuple(served), ">=", goodput_floor,
+                         origin=SpecPath("objective")))
     m.objective = tuple([(n_var(c.id), c.cand.usd_per_hour + EPS_GPU * c.cand.gpus) for c in prob.cands]
                         + hold_cost)
     if goodput and goodput_floor is None and not elastic:
@@ -341,7 +347,8 @@ def formulate(ir, prob: LoraProblem, derate: dict[str, float], group: str | None
 def solve(ir, prob: LoraProblem, derate: dict[str, float], be, opts: SolveOptions):
     """Solve group by group (groups share only the GPU inventories and the budget); when the union of the
     groups' optima breaks neither, it is the optimum of the whole MILP. Otherwise solve the whole MILP.
-    ``max_goodput``: the most traffic served, then the cheapest plan serving it (``trimtab.milp.solve.two_stage``)."""
+    ``max_goodput``: the most traffic served, then the cheapest plan serving it
+    (``trimtab.milp.solve.two_stage``)."""
     if ir.objective == "max_goodput":
         from trimtab.milp.solve import two_stage
 
@@ -437,7 +444,8 @@ def build_plan(ir, prob: LoraProblem, chosen, flows, res, rounds: int, warnings:
             if s > 1e-12:
                 routes.append(RouteView(w, b.name, d, s))
     views = {c.id: DeploymentSpecView.of_candidate(c.cand, n, name=c.id,
-                                                   lora=LoraSlots(c.slots, c.rank, len(held[c.id])) if c.slots else None)
+                                                   lora=(LoraSlots(c.slots, c.rank, len(held[c.id]))
+                                                         if c.slots else None))
              for c, n in chosen}
     a = assess(ir, list(views.values()), routes)
     from trimtab.milp.extract import predictions
@@ -453,8 +461,9 @@ def build_plan(ir, prob: LoraProblem, chosen, flows, res, rounds: int, warnings:
         rm = replica_model_of(ir, views[cid])
         deployments.append(Deployment(
             name=cid, model=k.model, gpu=k.gpu, tensor_parallel=k.tp, pipeline_parallel=k.pp, replicas=n,
-            role="unified", dtype=k.dtype, max_batch_size=k.max_num_seqs, max_num_batched_tokens=k.max_batched_tokens,
-            kv_cache_tokens=rm.memory.kv_cache_tokens, load_rps_per_replica=a.deployments[cid].rate_rps_per_replica,
+            role="unified", dtype=k.dtype, max_batch_size=k.max_num_seqs,
+            max_num_batched_tokens=k.max_batched_tokens, kv_cache_tokens=rm.memory.kv_cache_tokens,
+            load_rps_per_replica=a.deployments[cid].rate_rps_per_replica,
             utilization=a.deployments[cid].utilization,
             engine_args=[],  # trimtab.contract.realise fills it (LoRA flags from max_loras etc.)
             adapters=sorted(held[cid]), max_loras=c.slots, max_lora_rank=c.rank,
@@ -462,7 +471,8 @@ def build_plan(ir, prob: LoraProblem, chosen, flows, res, rounds: int, warnings:
     from trimtab.cost.predict import fidelity_warnings
 
     plan = Plan(
-        spec=ir.name, input_hash=ir.input_hash, cost_usd_per_hour=round(cost, 4), gpus=dict(sorted(gpus.items())),
+        spec=ir.name, input_hash=ir.input_hash, cost_usd_per_hour=round(cost, 4),
+        gpus=dict(sorted(gpus.items())),
         solver=SolverInfo(backend=res.backend, status=res.status.value, gap=res.gap, rounds=rounds),
         deployments=deployments,
         routes=[Route(workload=r.workload, bucket=r.bucket, deployment=r.deployment, share=r.share)
@@ -495,7 +505,8 @@ class LoraPlanner:
         return build_plan(ir, prob, chosen, flows, res, rounds, warnings)
 
     def fill(self, prob: LoraProblem, res, derate) -> dict[str, float]:
-        """The left side of each bought candidate's ``capacity`` row over its replicas (as in ``formulate``)."""
+        """The left side of each bought candidate's ``capacity`` row over its replicas (as in
+        ``formulate``)."""
         out = {}
         for c in prob.cands:
             n = round(res.values.get(n_var(c.id), 0.0))
@@ -509,18 +520,18 @@ class LoraPlanner:
         from trimtab.planning.explain import elastic_changes, relaxation_lines
 
         changes = elastic_changes(ir, formulate(ir, prob, {}, elastic=True), backend, options)
-        return (["no deployment meets every SLO within the GPU counts and budget with the adapters and tenant "
-                 "isolation of the spec:"] + ["  " + line for line in relaxation_lines(changes)])
+        return (["no deployment meets every SLO within the GPU counts and budget with the adapters and "
+                 "tenant isolation of the spec:"] + ["  " + line for line in relaxation_lines(changes)])
 
     def explain(self, ir, backend, options):
-        """``trimtab explain`` for the adapter problem: infeasible, the smallest relaxation of the relaxable rows
-        (GPU counts, budget; read off each row's ``origin``), verified by re-solving; feasible, each relaxable row
-        that binds and what relaxing it would save."""
+        """``trimtab explain`` for the adapter problem: infeasible, the smallest relaxation of the relaxable
+        rows (GPU counts, budget; read off each row's ``origin``), verified by re-solving; feasible, each
+        relaxable row that binds and what relaxing it would save."""
         from trimtab.planning.explain import Explanation, elastic_changes, relaxed_ir
         prob = self.candidates(ir)
         res = solve(ir, prob, {}, backend, options)
-        problem = ("no deployment meets every SLO within the GPU counts and budget with the adapters and tenant "
-                   "isolation of the spec")
+        problem = ("no deployment meets every SLO within the GPU counts and budget with the adapters and "
+                   "tenant isolation of the spec")
         if not res.has_solution:
             changes = elastic_changes(ir, formulate(ir, prob, {}, elastic=True), backend, options)
             ok = bool(changes) and self._cost(relaxed_ir(ir, ((c.origin, c.new) for c in changes)), backend,
@@ -557,10 +568,10 @@ class LoraPlanner:
 
     def peers(self, prob: LoraProblem, fitted: bool = False) -> dict[str, tuple[str, ...]]:
         """workload -> the ids of the shared candidates it may use (its group and tenant colour), for
-        ``trimtab.planning.rounds``: the capacity prior of the ``lora-`` regimes and the workload-wide correction after a
-        simulated miss. A candidate shared by several workloads is listed under each (the prior takes the lowest
-        factor; a correction derates it for all of them). Every candidate is of the kind the ``lora-`` regimes
-        were fitted on, so ``fitted`` changes nothing."""
+        ``trimtab.planning.rounds``: the capacity prior of the ``lora-`` regimes and the workload-wide
+        correction after a simulated miss. A candidate shared by several workloads is listed under each (the
+        prior takes the lowest factor; a correction derates it for all of them). Every candidate is of the
+        kind the ``lora-`` regimes were fitted on, so ``fitted`` changes nothing."""
         out: dict[str, set[str]] = {}
         for u in prob.units:
             out.setdefault(u.workload, set()).update(c.id for c in prob.cands if _usable(u, c))

@@ -1,12 +1,13 @@
 """``redundancy: n+1`` (docs/online.md, "Redundancy"): plans in which losing any one node keeps every SLO.
 
-Failure model: a node lost takes every replica with a stage on it; the router keeps each deployment's routes and
-shares (a route names a deployment, not replicas), so a deployment's surviving replicas carry all of its traffic.
-Placement (``trimtab.milp.spread``) spreads each deployment over the nodes of its GPU type, each replica inside one
-node, so a node holds at most ceil(n[c] / N_g) replicas of c; every deployment must carry its load with that many
-fewer replicas, all deployments at once (a node may hold several). That is a fixed-share scenario per
-deployment, linear in the MILP's own routes: no per-failure routes are needed, and it is exactly what the
-simulator's router does after a loss, so ``check --fail-each-node`` (``trimtab.gate.nodeloss``) tests the same thing.
+Failure model: a node lost takes every replica with a stage on it; the router keeps each deployment's routes
+and shares (a route names a deployment, not replicas), so a deployment's surviving replicas carry all of its
+traffic. Placement (``trimtab.milp.spread``) spreads each deployment over the nodes of its GPU type, each
+replica inside one node, so a node holds at most ceil(n[c] / N_g) replicas of c; every deployment must carry
+its load with that many fewer replicas, all deployments at once (a node may hold several). That is a
+fixed-share scenario per deployment, linear in the MILP's own routes: no per-failure routes are needed, and it
+is exactly what the simulator's router does after a loss, so ``check --fail-each-node``
+(``trimtab.gate.nodeloss``) tests the same thing.
 
 Notation (with ``compiler/milp/formulate.py``'s):
     N_g: nodes of GPU type g; G_g: GPUs of its smallest node
@@ -15,10 +16,10 @@ Constraints (origin ``redundancy``), for every unified candidate c on g:
     N_g l[c] - n[c] >= 0                              (spread[c]: l[c] >= ceil(n[c] / N_g))
     sum_b x[b,c] / cap[b,c] <= n[c] - l[c]            (survive[c]: the survivors carry c's traffic)
     sum_{c on g} gpus[c] l[c] <= G_g                  (node_room[g]: a node has room for l[c] of every c)
-so a deployment on a pool of one node (l >= n) can carry nothing, and each pool's nodes hold the spread placement
-(a node gets at most l[c] replicas of each c, together at most G_g GPUs). Candidates whose replica spans more
-than one node, prefill/decode pairs and KV borrowers (which must share a node with lenders) are left out.
-Routing balance (as ``trimtab.milp.solve.balance_routes``, over the survivors): with n and l fixed,
+so a deployment on a pool of one node (l >= n) can carry nothing, and each pool's nodes hold the spread
+placement (a node gets at most l[c] replicas of each c, together at most G_g GPUs). Candidates whose replica
+spans more than one node, prefill/decode pairs and KV borrowers (which must share a node with lenders) are
+left out. Routing balance (as ``trimtab.milp.solve.balance_routes``, over the survivors): with n and l fixed,
     sum_b x[b,c] / cap[b,c] <= u[w] (n[c] - l[c])     for c of w;   min sum_w u[w]
 so each workload's busiest deployment after a node loss is as idle as the replicas bought allow.
 """
@@ -53,7 +54,8 @@ def pools_of(topo) -> dict[str, tuple[int, int]]:
 
 
 def redundant_candidates(cands: CandidateSet, pools: dict[str, tuple[int, int]]) -> CandidateSet:
-    """The candidates n+1 plans over: unified, one node per replica, no KV borrowing; the others pruned with why."""
+    """The candidates n+1 plans over: unified, one node per replica, no KV borrowing; the others pruned with
+    why."""
     keep, pruned = [], list(cands.pruned)
     for c in cands.candidates:
         per = pools.get(c.gpu, (0, 0))[1]
@@ -89,7 +91,8 @@ def add_redundancy_rows(m: MilpModel, cands: CandidateSet, pools: dict[str, tupl
                          origin=ORIGIN))
         room.setdefault(c.gpu, []).append((lv, float(c.gpus)))
     for g, terms in sorted(room.items()):
-        m.add(Constraint(f"node_room[{g}]", "node_room", tuple(terms), "<=", float(pools[g][1]), origin=ORIGIN))
+        m.add(Constraint(f"node_room[{g}]", "node_room", tuple(terms), "<=", float(pools[g][1]),
+                         origin=ORIGIN))
 
 
 def redundant_model(ir: ProblemIR, cands: CandidateSet, pools, derate=None, **kw) -> MilpModel:
@@ -112,9 +115,9 @@ def solve_redundant(ir: ProblemIR, cands: CandidateSet, pools, backend: Backend,
 
 def balance_survivors(ir: ProblemIR, cands: CandidateSet, pools, backend: Backend, options: SolveOptions,
                       res: SolveResult, derate: dict[str, float] | None = None) -> SolveResult:
-    """``res`` with its routes re-spread so that each workload's busiest deployment after a node loss is as idle
-    as it can be (module docstring); replicas, cost and status are the MILP's. ``res`` unchanged when the LP
-    gives no solution."""
+    """``res`` with its routes re-spread so that each workload's busiest deployment after a node loss is as
+    idle as it can be (module docstring); replicas, cost and status are the MILP's. ``res`` unchanged when the
+    LP gives no solution."""
     if not res.has_solution:
         return res
     bought = {c.id: round(res.values.get(n_var(c.id), 0.0)) for c in cands.candidates}
@@ -143,8 +146,8 @@ def balance_survivors(ir: ProblemIR, cands: CandidateSet, pools, backend: Backen
 
 
 class RedundantPlanner(UnifiedPlanner):
-    """The unified planner with the n+1 rows and candidates (module docstring); placement is ``trimtab.milp.spread``'s
-    (``trimtab.milp.extract.finish_plan`` picks it from ``ir.redundancy``)."""
+    """The unified planner with the n+1 rows and candidates (module docstring); placement is
+    ``trimtab.milp.spread``'s (``trimtab.milp.extract.finish_plan`` picks it from ``ir.redundancy``)."""
 
     def __init__(self, topo):
         self.topo, self.pools = topo, pools_of(topo)
@@ -156,10 +159,11 @@ class RedundantPlanner(UnifiedPlanner):
         return cands
 
     def simulate(self, plan_, spec, ir, seeds, requests, derate, fill):
-        """The plan as ``trimtab.planning.rounds.simulate_and_derate`` validates any plan, then, placed as it will be, with
-        each kind of node loss (``trimtab.gate.nodeloss``): the survivors run fuller than the cost model's capacity
-        may allow, and a miss there derates the deployment at fault at the survivors' fill, so the next solve
-        buys it more spare. Returns the first failing runs (or the whole plan's) and the derates."""
+        """The plan as ``trimtab.planning.rounds.simulate_and_derate`` validates any plan, then, placed as it
+        will be, with each kind of node loss (``trimtab.gate.nodeloss``): the survivors run fuller than the
+        cost model's capacity may allow, and a miss there derates the deployment at fault at the survivors'
+        fill, so the next solve buys it more spare. Returns the first failing runs (or the whole plan's) and
+        the derates."""
         from trimtab.deployment.shape import DeploymentSpecView
         from trimtab.gate.nodeloss import losses_by_node, without_node
         from trimtab.milp.extract import with_placement
@@ -169,8 +173,8 @@ class RedundantPlanner(UnifiedPlanner):
         res, out = simulate_and_derate(plan_, spec, ir, seeds, requests, derate, fill, self._peers)
         if not res.ok:
             return res, out
-        placed = with_placement(plan_, place_spread([DeploymentSpecView.of_plan(d) for d in plan_.deployments],
-                                                    self.topo))
+        placed = with_placement(plan_, place_spread(
+            [DeploymentSpecView.of_plan(d) for d in plan_.deployments], self.topo))
         kinds: dict[tuple, str] = {}
         for node, lost in losses_by_node(placed).items():
             kinds.setdefault(tuple(lost.items()), node)
@@ -190,10 +194,13 @@ class RedundantPlanner(UnifiedPlanner):
         return solve_redundant(ir, cands, self.pools, backend, options, derate)
 
     def infeasible(self, ir, cands, backend, options) -> list[str]:
-        pools = ", ".join(f"{g} {n} node{'s' if n > 1 else ''} of {k} GPUs" for g, (n, k) in sorted(self.pools.items()))
-        rest = [x for x in super().infeasible(ir, cands, backend, options)[1:] if "needs no relaxation" not in x]
-        return (["no deployment keeps every SLO after the loss of any one node (redundancy: n+1) within the GPU "
-                 "counts, the nodes and the budget; more nodes per GPU type, a larger budget, or redundancy: none",
-                 f"  nodes: {pools}; a node lost takes ceil(replicas / nodes) replicas of each deployment, so a "
-                 "pool of one node carries nothing"]
+        pools = ", ".join(f"{g} {n} node{'s' if n > 1 else ''} of {k} GPUs"
+                          for g, (n, k) in sorted(self.pools.items()))
+        rest = [x for x in super().infeasible(ir, cands, backend, options)[1:]
+                if "needs no relaxation" not in x]
+        return (["no deployment keeps every SLO after the loss of any one node (redundancy: n+1) within the "
+                 "GPU counts, the nodes and the budget; more nodes per GPU type, a larger budget, or "
+                 "redundancy: none",
+                 f"  nodes: {pools}; a node lost takes ceil(replicas / nodes) replicas of each deployment, "
+                 "so a pool of one node carries nothing"]
                 + (["  without n+1 the spec would also need:"] + rest if rest else []))

@@ -1,7 +1,7 @@
 """The schedule planner (spec ``schedule``; docs/online.md): a ``trimtab.planning.driver.Planner`` whose
 solve is the
-schedule MILP of ``trimtab.milp.windows`` over the unified planner's candidates, and whose validation simulates
-every window. The one driver (``trimtab.planning.driver.drive``) runs its rounds.
+schedule MILP of ``trimtab.milp.windows`` over the unified planner's candidates, and whose validation
+simulates every window. The one driver (``trimtab.planning.driver.drive``) runs its rounds.
 
     ir (lowered at each workload's peak rate) --candidates (UnifiedPlanner)--> schedule MILP
         --per window: balance LP, extraction--> window plans; the plan = the fleet held (max per deployment)
@@ -24,9 +24,12 @@ from trimtab.deployment.shape import CandidateSet
 from trimtab.milp.solve import balance_routes, solve_ir
 
 
-SCHEDULE_GAP = 0.02  # relative MIP gap the schedule MILP stops at (windows x candidates: proving 1e-4 takes minutes)
-SCREEN_SHARE = 0.25  # share of the validation requests a window outside the fullest is first screened with ...
-SCREEN_MIN = 2_000  # ... and at least this many
+# relative MIP gap the schedule MILP stops at (windows x candidates: proving 1e-4 takes minutes)
+SCHEDULE_GAP = 0.02
+# A window outside the fullest is first screened with SCREEN_SHARE of the validation requests, and at least
+# SCREEN_MIN of them
+SCREEN_SHARE = 0.25
+SCREEN_MIN = 2_000
 
 
 class SchedulePlanner(UnifiedPlanner):
@@ -37,9 +40,11 @@ class SchedulePlanner(UnifiedPlanner):
         self.wr = window_rates(spec)
         self.startup = startup_for(self.sched.startup)
         self.windows: list = []  # per window: (ir_t, balanced SolveResult) of the solve being built
-        self._solved: dict[int, tuple] = {}  # id(schedule result) -> (result, its windows): build reads its own
+        # id(schedule result) -> (result, its windows): build reads its own
+        self._solved: dict[int, tuple] = {}
         self.sims: dict[int, object] = {}  # window -> SeedsResult of the last validation
-        self._passed: dict[tuple, object] = {}  # (window plan, rates, burstiness, seeds, requests) -> passing result
+        # (window plan, rates, burstiness, seeds, requests) -> passing result
+        self._passed: dict[tuple, object] = {}
 
     def rates(self) -> list[dict[str, float]]:
         return [self.wr.at(t) for t in range(self.wr.n)]
@@ -50,12 +55,13 @@ class SchedulePlanner(UnifiedPlanner):
     def screen(self, ir, cands, derate, backend, options) -> tuple[CandidateSet, float]:
         """The candidates some window's own cheapest static plan uses (``trimtab.milp.solve.solve_ir`` per
         window,
-        distinct rate vectors once): the schedule MILP chooses among these. Returns them and the seconds spent."""
+        distinct rate vectors once): the schedule MILP chooses among these. Returns them and the seconds
+        spent."""
         keep: set[str] = set()
         spent = 0.0
         for t, r in enumerate(self.rates()):
-            # each window's static solve gets the whole limit: one that stops early on a busy machine would make
-            # the candidate set, hence the plan, depend on the machine's load (plans are byte-stable)
+            # each window's static solve gets the whole limit: one that stops early on a busy machine would
+            # make the candidate set, hence the plan, depend on the machine's load (plans are byte-stable)
             res = solve_ir(window_ir(ir, r), cands, backend, options, window_derate(derate, t))
             spent += res.seconds
             keep |= {c.id for c in cands.candidates + cands.disagg if res.values.get(n_var(c.id), 0.0) > 0.5}
@@ -65,8 +71,9 @@ class SchedulePlanner(UnifiedPlanner):
                        disagg=tuple(c for c in cands.disagg if c.id in keep)), spent
 
     def solve(self, ir, cands, derate, backend, options):
-        """Screening and the schedule MILP, each round with the spec's whole time limit (not what earlier rounds
-        left, as for a static plan: a schedule's MILP stopped early keeps a poor incumbent, costly and churning)."""
+        """Screening and the schedule MILP, each round with the spec's whole time limit (not what earlier
+        rounds left, as for a static plan: a schedule's MILP stopped early keeps a poor incumbent, costly and
+        churning)."""
         s = self.sched
         options = replace(options, time_limit_s=max(options.time_limit_s, self.time_limit_s or 0.0))
         small, spent = self.screen(ir, cands, derate, backend, options)
@@ -96,8 +103,8 @@ class SchedulePlanner(UnifiedPlanner):
         return max(range(len(r)), key=lambda t: (r[t], -t))
 
     def build(self, ir, cands, res, rounds, warnings):
-        """The fleet held (max replicas per deployment over the windows) with each workload's routes of its peak
-        window, assessed at the peak rates; ``schedule`` gives every window."""
+        """The fleet held (max replicas per deployment over the windows) with each workload's routes of its
+        peak window, assessed at the peak rates; ``schedule`` gives every window."""
         self.use(res)
         # The fleet held is the most replicas any window runs. The MILP's held[c] is bounded below by them but
         # pushed down only by an epsilon term (EPS_HELD) a solver may leave inside its gap: read it off the
@@ -106,7 +113,8 @@ class SchedulePlanner(UnifiedPlanner):
                 for c in cands.candidates + cands.disagg}
         per_window = [chosen(ir_t, cands, r_t) for ir_t, r_t in self.windows]
         deps = [(c, n) for c in cands.candidates + cands.disagg if (n := held[c.id]) > 0]
-        routes = [r for w in ir.workloads for r in per_window[self.peak_window(w.name)][1] if r.workload == w.name]
+        routes = [r for w in ir.workloads for r in per_window[self.peak_window(w.name)][1]
+                  if r.workload == w.name]
         plan, a = build_plan(ir, deps, routes, res, rounds, warnings)
         return plan.model_copy(update={"schedule": self.schedule_block(ir, cands, res, deps, per_window)}), a
 
@@ -136,11 +144,13 @@ class SchedulePlanner(UnifiedPlanner):
                     if (t > 0 or s.cyclic) else reps[c.id]
                 start_usd += startup_usd(c.usd_per_hour, st[c.id], up)
         hours = wr.n * wr.window_s / 3600.0
-        return PlanSchedule(window_s=wr.window_s, cyclic=s.cyclic, min_lifetime_windows=s.min_lifetime_windows,
+        return PlanSchedule(window_s=wr.window_s, cyclic=s.cyclic,
+                            min_lifetime_windows=s.min_lifetime_windows,
                             max_changes_per_window=s.max_changes_per_window,
                             startup_s={c.id: round(st[c.id], 1) for c, _ in deps},
                             startup_source=self.startup.source,
-                            cost_usd_per_hour_mean=round((total * wr.window_s / 3600.0 + start_usd) / hours, 4),
+                            cost_usd_per_hour_mean=round(
+                                (total * wr.window_s / 3600.0 + start_usd) / hours, 4),
                             startup_usd_per_period=round(start_usd, 4), windows=windows)
 
     def fill(self, cands, res, derate) -> dict[str, float]:
@@ -153,10 +163,10 @@ class SchedulePlanner(UnifiedPlanner):
         return out
 
     def fullest(self, cands, derate, k: int) -> list[int]:
-        """The ``k`` windows whose busiest deployment is the fullest (then the busiest traffic, then earliest),
-        each workload's peak window (the held plan's routes come from it), and for each distinct burstiness
-        (rate_profile.cv) other than the default the fullest window with it: burstier arrivals miss at a lower
-        fill."""
+        """The ``k`` windows whose busiest deployment is the fullest (then the busiest traffic, then
+        earliest), each workload's peak window (the held plan's routes come from it), and for each distinct
+        burstiness (rate_profile.cv) other than the default the fullest window with it: burstier arrivals miss
+        at a lower fill."""
         score = []
         for t, (_, r_t) in enumerate(self.windows):
             f = capacity_fill(cands, r_t, window_derate(derate, t))
@@ -177,24 +187,25 @@ class SchedulePlanner(UnifiedPlanner):
         return ir_t, plan
 
     def simulate(self, plan, spec, ir, seeds, requests, derate, fill):
-        """Validation of a schedule: **every window**, each simulated as a static plan (its replicas and routes)
-        under its own rates and burstiness (``validate_window``). A miss derates the deployment at fault
-        (``trimtab.planning.rounds.simulate_and_derate``: to the fill it missed at) in that window and in
-        every window where it runs at least as full with at least as bursty traffic and on no more replicas
+        """Validation of a schedule: **every window**, each simulated as a static plan (its replicas and
+        routes) under its own rates and burstiness (``validate_window``). A miss derates the deployment at
+        fault (``trimtab.planning.rounds.simulate_and_derate``: to the fill it missed at) in that window and
+        in every window where it runs at least as full with at least as bursty traffic and on no more replicas
         (keys ``WindowKey(t, cid)``). Returns the worst window's result (the lowest margin of the lower bound
         over target) and the derates."""
         cands = self._cands
         self.sims = {}
         out = dict(derate)
-        fills = [capacity_fill(cands, r_t, window_derate(derate, t)) for t, (_, r_t) in enumerate(self.windows)]
+        fills = [capacity_fill(cands, r_t, window_derate(derate, t))
+                 for t, (_, r_t) in enumerate(self.windows)]
         reps = [{c.id: r_t.values.get(n_var(c.id), 0.0) for c in cands.candidates + cands.disagg}
                 for _, r_t in self.windows]
         burst = [max((c or 1.0) for w in self.wr.cv for c in (self.wr.cv[w][t],)) for t in range(self.wr.n)]
         full = set(self.fullest(cands, derate, self.sched.validate_windows))
         worst, worst_margin = None, None
         for t in range(self.wr.n):
-            res_t, new = self.validate_window(ir, spec, t, seeds, requests, window_derate(derate, t), fills[t],
-                                              t in full)
+            res_t, new = self.validate_window(ir, spec, t, seeds, requests, window_derate(derate, t),
+                                              fills[t], t in full)
             self.sims[t] = res_t
             d_t = window_derate(derate, t)
             for cid, v in new.items():
@@ -203,7 +214,8 @@ class SchedulePlanner(UnifiedPlanner):
                 factor = v / d_t.get(cid, 1.0)
                 n_t = reps[t].get(cid, 0.0)
                 for t2 in range(self.wr.n):
-                    if (fills[t2].get(cid, 0.0) >= fills[t].get(cid, 0.0) - 1e-9 and burst[t2] >= burst[t] - 1e-9
+                    if (fills[t2].get(cid, 0.0) >= fills[t].get(cid, 0.0) - 1e-9
+                            and burst[t2] >= burst[t] - 1e-9
                             and reps[t2].get(cid, 0.0) <= n_t + 1e-9):
                         key = WindowKey(t2, cid)
                         out[key] = min(out.get(key, 1.0), derate.get(key, 1.0) * factor)
@@ -213,10 +225,10 @@ class SchedulePlanner(UnifiedPlanner):
         return worst, out
 
     def validate_window(self, ir, spec, t, seeds, requests, d_t, fill_t, full: bool):
-        """Window ``t``'s validation: the fullest windows (``full``: ``fullest``) on ``seeds`` with ``requests``
-        each; every other window first screened on one seed with SCREEN_SHARE of the requests, and validated in
-        full only when the screen neither shows a miss (its derates are taken) nor a clear pass
-        (``trimtab.sim.validate.clear_pass``). A window whose plan and traffic a previous round already
+        """Window ``t``'s validation: the fullest windows (``full``: ``fullest``) on ``seeds`` with
+        ``requests`` each; every other window first screened on one seed with SCREEN_SHARE of the requests,
+        and validated in full only when the screen neither shows a miss (its derates are taken) nor a clear
+        pass (``trimtab.sim.validate.clear_pass``). A window whose plan and traffic a previous round already
         validated as passing is not simulated again. Returns (SeedsResult, derates) as
         ``trimtab.planning.rounds.simulate_and_derate``."""
         from trimtab.planning.rounds import simulate_and_derate

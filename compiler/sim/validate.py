@@ -3,9 +3,9 @@ confidence").
 
 One simulation is one random sample of the traffic: a plan tuned until seed 0 passes may fail at seed 1.
 So ``plan`` validates on ``PLAN_SEEDS`` seeds and keeps a plan only when every workload's attainment has a
-**lower** 95 % bound at or above its target; ``check`` replays seeds the planner did not use and fails a workload
-only when its **upper** bound is below the target (a miss the evidence shows); a point estimate under the target
-with the target inside the interval is reported as inconclusive (``--strict`` fails it too).
+**lower** 95 % bound at or above its target; ``check`` replays seeds the planner did not use and fails a
+workload only when its **upper** bound is below the target (a miss the evidence shows); a point estimate under
+the target with the target inside the interval is reported as inconclusive (``--strict`` fails it too).
 
 The interval uses batch means: each run's measured requests of a workload, in arrival order, are cut into
 ``BATCHES`` consecutive batches; the batch attainments over all seeds give the variance of the pooled mean
@@ -50,10 +50,14 @@ PLAN_SEEDS = 3  # plan validates on seeds seed .. seed + PLAN_SEEDS - 1
 CHECK_SEEDS = 3  # check's default number of seeds ...
 CHECK_SEED_BASE = 1000  # ... starting here (moved past any seed the plan records)
 CONFIDENCE = 0.95  # one-sided
-EARLY_ACCEPT = 0.5  # plan stops after one seed when every lower bound leaves at most this share of allowed misses
-EXTRA_SEEDS = 12  # plan runs at most this many more seeds, on the workloads the PLAN_SEEDS leave undecided ...
-SEQUENTIAL_CONFIDENCE = 0.9975  # ... whose bounds are then at this confidence (repeated looks; docs/simulator.md),
-LOOK_SEEDS = 2  # ... this many seeds a look, run side by side (trimtab.sim.parallel)
+# plan stops after one seed when every lower bound leaves at most this share of allowed misses
+EARLY_ACCEPT = 0.5
+# plan runs at most EXTRA_SEEDS more seeds, on the workloads the PLAN_SEEDS leave undecided, whose bounds are
+# then at SEQUENTIAL_CONFIDENCE (repeated looks; docs/simulator.md), LOOK_SEEDS seeds a look, run side by side
+# (trimtab.sim.parallel)
+EXTRA_SEEDS = 12
+SEQUENTIAL_CONFIDENCE = 0.9975
+LOOK_SEEDS = 2
 R_MAX = 0.9  # cap on the lag-1 batch autocorrelation used to widen the interval (factor 19 on the variance)
 
 
@@ -94,8 +98,8 @@ def interval(runs: list[list[tuple[int, int]]], confidence: float = CONFIDENCE) 
         ar1 = _ar1_factor(runs, mean, float(ndtri(CONFIDENCE)))
         k = len(runs)
         if k >= 2 and m > k:
-            # Several runs: when batches are correlated or the runs disagree more than their batches allow, the
-            # runs themselves are the independent samples (right for a transient every seed shares too).
+            # Several runs: when batches are correlated or the runs disagree more than their batches allow,
+            # the runs themselves are the independent samples (right for a transient every seed shares too).
             se_rep = math.sqrt(_weighted_var([(sum(o for o, _ in r), sum(n for _, n in r)) for r in runs],
                                              mean, n_tot) / k)
             ratio = (se_rep / se_batch) ** 2 if se_batch > 0 else (math.inf if se_rep > 0 else 0.0)
@@ -149,8 +153,8 @@ class SeedsResult:
     targets: dict[str, float]
 
     def runs_of(self, name: str) -> list[SimResult]:
-        """The runs that report workload ``name`` (every run but the ones a planner's selective seeds left it out
-        of: ``simulate_seeds``)."""
+        """The runs that report workload ``name`` (every run but the ones a planner's selective seeds left it
+        out of: ``simulate_seeds``)."""
         return [r for r in self.runs if name in r.workloads]
 
     def at_target(self, name: str) -> bool:
@@ -169,8 +173,8 @@ class SeedsResult:
         return interval(perfect).lower < self.targets[name] - 1e-12
 
     def accepted(self, name: str) -> bool:
-        """What ``plan`` requires of a workload: demonstrated, or, where the runs hold too few of its requests to
-        demonstrate anything (``too_few``), a pooled attainment at or above its target (the point estimate
+        """What ``plan`` requires of a workload: demonstrated, or, where the runs hold too few of its requests
+        to demonstrate anything (``too_few``), a pooled attainment at or above its target (the point estimate
         ``check`` calls a pass)."""
         if self.demonstrated(name):
             return True
@@ -192,8 +196,8 @@ class SeedsResult:
 
     @property
     def ok(self) -> bool:
-        """Every workload accepted (the planner's criterion: demonstrated, or too rare to demonstrate and at or
-        above target)."""
+        """Every workload accepted (the planner's criterion: demonstrated, or too rare to demonstrate and at
+        or above target)."""
         return all(self.accepted(n) for n in self.intervals)
 
     def worst_deployment(self, name: str) -> str:
@@ -221,14 +225,15 @@ class SeedsResult:
 
     def describe(self, name: str) -> str:
         iv, t = self.intervals[name], self.targets[name]
-        return (f"attainment {iv.mean:.2%} (95% bounds {iv.lower:.2%}-{iv.upper:.2%}, {iv.requests:,} requests, "
-                f"{len(self.runs_of(name))} seed(s)) vs target {t:.0%}")
+        return (f"attainment {iv.mean:.2%} (95% bounds {iv.lower:.2%}-{iv.upper:.2%}, {iv.requests:,} "
+                f"requests, {len(self.runs_of(name))} seed(s)) vs target {t:.0%}")
 
 
-def combine(seeds: tuple[int, ...], runs: list[SimResult], looked: frozenset[str] = frozenset()) -> SeedsResult:
+def combine(seeds: tuple[int, ...], runs: list[SimResult],
+            looked: frozenset[str] = frozenset()) -> SeedsResult:
     """The runs of ``seeds`` pooled per workload (the first run reports every workload; later ones may report
-    fewer: ``simulate_seeds``). ``looked``: workloads given extra seeds after an undecided verdict, whose bounds
-    are at SEQUENTIAL_CONFIDENCE."""
+    fewer: ``simulate_seeds``). ``looked``: workloads given extra seeds after an undecided verdict, whose
+    bounds are at SEQUENTIAL_CONFIDENCE."""
     names = list(runs[0].workloads)
     return SeedsResult(seeds, runs,
                        {n: interval([r.workloads[n].batches for r in runs if n in r.workloads],
@@ -249,24 +254,24 @@ def clear_pass(res: SeedsResult) -> bool:
 
 def simulate_seeds(plan, spec, ir, seeds: tuple[int, ...], requests: int | None, *, fail_fast: bool = False,
                    **kwargs) -> SeedsResult:
-    """Simulate ``plan`` once per seed. ``fail_fast`` (the planner): after the first run, the other seeds run only
-    the workloads it did not show ``clearly`` (with the deployments they share: ``closure``), and nothing more
-    when it already shows a clear pass (``clear_pass``: the one-run lower 95 % bound, over fewer batches and so
-    wider, far enough above every target that the other seeds could not be needed to demonstrate it); those that
-    passed clearly keep their one-run interval. Where the first run shows a miss (``missed``: the upper bound below
-    the target), the other seeds run only those of them at or above target that share no deployment with one below
-    it (``apart``), and none when there are none: the planner re-solves anyway, and those workloads' verdict, on
-    deployments the re-solve has no reason to change, is then known in this round instead of the next
-    (docs/simulator.md, "Seeds and confidence"). An adapter plan's runs are whole (adapter loads tie its workloads'
-    replicas together), so every seed runs whatever the first showed: a workload at target on the first seed and
-    below it on another is then derated in this round, not found in the next (the adapter family, seeds 0-19: 4 of
-    the 8 specs that took a third round had such a workload in their second). Workloads the seeds leave
-    ``undecided`` get up to EXTRA_SEEDS more, LOOK_SEEDS at a time side by side, those ``apart`` from any below
-    target (before: none while any was below target). In the planner's
-    seeds after the first, a workload the run gives too few requests (``trimtab.sim.aim_counts``) runs on its own
-    (with its closure) for as long as it needs, in a run of its own at that seed (docs/simulator.md, "Runs of their
-    own length"). The seeds after the first run side by side in forked processes where each run is large enough
-    (``trimtab.sim.parallel``); the result is the same."""
+    """Simulate ``plan`` once per seed. ``fail_fast`` (the planner): after the first run, the other seeds run
+    only the workloads it did not show ``clearly`` (with the deployments they share: ``closure``), and nothing
+    more when it already shows a clear pass (``clear_pass``: the one-run lower 95 % bound, over fewer batches
+    and so wider, far enough above every target that the other seeds could not be needed to demonstrate it);
+    those that passed clearly keep their one-run interval. Where the first run shows a miss (``missed``: the
+    upper bound below the target), the other seeds run only those of them at or above target that share no
+    deployment with one below it (``apart``), and none when there are none: the planner re-solves anyway, and
+    those workloads' verdict, on deployments the re-solve has no reason to change, is then known in this round
+    instead of the next (docs/simulator.md, "Seeds and confidence"). An adapter plan's runs are whole (adapter
+    loads tie its workloads' replicas together), so every seed runs whatever the first showed: a workload at
+    target on the first seed and below it on another is then derated in this round, not found in the next (the
+    adapter family, seeds 0-19: 4 of the 8 specs that took a third round had such a workload in their second).
+    Workloads the seeds leave ``undecided`` get up to EXTRA_SEEDS more, LOOK_SEEDS at a time side by side,
+    those ``apart`` from any below target (before: none while any was below target). In the planner's
+    seeds after the first, a workload the run gives too few requests (``trimtab.sim.aim_counts``) runs on its
+    own (with its closure) for as long as it needs, in a run of its own at that seed (docs/simulator.md, "Runs
+    of their own length"). The seeds after the first run side by side in forked processes where each run is
+    large enough (``trimtab.sim.parallel``); the result is the same."""
     from trimtab.sim import aim_counts, default_requests, parallel, simulate
     from trimtab.sim.scenario import build_scenario
 
@@ -274,18 +279,19 @@ def simulate_seeds(plan, spec, ir, seeds: tuple[int, ...], requests: int | None,
     # One scenario for every run of this plan (every seed; a run never changes it): built once, not per run
     if ir is not None and not set(kwargs) & {"trace", "trace_workloads", "arrival_cv", "scenario"}:
         kwargs = {**kwargs, "scenario": build_scenario(plan, spec, ir)}
-    # The planner's later seeds: workloads a run of ``requests`` gives too few requests run on their own, as long
-    # as they need (``trimtab.sim.aim_counts``): every rare workload's count, their aim over the seeds after the
-    # first together (the first run's few requests of them rarely decide), the same draws whichever of them a seed
-    # runs, so a later round takes the runs of deployments it did not change from the run cache (trimtab.sim.reuse)
+    # The planner's later seeds: workloads a run of ``requests`` gives too few requests run on their own, as
+    # long as they need (``trimtab.sim.aim_counts``): every rare workload's count, their aim over the seeds
+    # after the first together (the first run's few requests of them rarely decide), the same draws whichever
+    # of them a seed runs, so a later round takes the runs of deployments it did not change from the run cache
+    # (trimtab.sim.reuse)
     own_length = (fail_fast and ir is not None and requests is not None and not plan.adapter_routes
                   and not set(kwargs) - {"cache", "scenario"})
     rare = aim_counts(plan, ir, requests, frozenset(w.name for w in ir.workloads), max(len(seeds) - 1, 1)) \
         if own_length else {}
 
     def some(s: int, names: frozenset[str]) -> list:
-        """Seed ``s``'s runs of ``names``: at ``requests`` (with their closure) and, for rare ones, of their own
-        length; one run or two. An adapter plan's run is whole (adapter loads tie its workloads' replicas
+        """Seed ``s``'s runs of ``names``: at ``requests`` (with their closure) and, for rare ones, of their
+        own length; one run or two. An adapter plan's run is whole (adapter loads tie its workloads' replicas
         together), reporting only ``names``."""
         if plan.adapter_routes:
             run = simulate(plan, spec, ir=ir, seed=s, requests=requests, timeline=False, **kwargs)
@@ -314,8 +320,8 @@ def simulate_seeds(plan, spec, ir, seeds: tuple[int, ...], requests: int | None,
             only = apart(plan, first, only) if shown else only
         if shown and not plan.adapter_routes and not only:
             return first
-    # The other seeds side by side where worth it (trimtab.sim.parallel), sized by the requests each run draws;
-    # 0 (one after another): a progress bar to drive, a run by duration, or no IR to size it from.
+    # The other seeds side by side where worth it (trimtab.sim.parallel), sized by the requests each run
+    # draws; 0 (one after another): a progress bar to drive, a run by duration, or no IR to size it from.
     size = (0 if kwargs.get("progress") is not None else requests if requests is not None
             else default_requests(ir) if ir is not None and kwargs.get("duration_s") is None else 0)
     for got in parallel.seeds_in_processes(one, list(seeds[1:]), kwargs.get("cache"), size):
@@ -351,14 +357,14 @@ def apart(plan, res: SeedsResult, names: frozenset[str]) -> frozenset[str]:
 
 
 def undecided(res: SeedsResult) -> frozenset[str]:
-    """Workloads at or above target on their pooled attainment whose runs do not yet accept it (the lower bound
-    below target): the planner runs more seeds on these alone (``simulate_seeds``, at most EXTRA_SEEDS, on those
-    that share no deployment with a workload below target: ``apart``) instead of derating deployments no run showed
-    missing. Each look at further seeds (LOOK_SEEDS of them) is another look at the same question, and the chance
-    that noise alone lifts a bound over the target grows with the looks (at a true attainment equal to the target:
-    4 % with the three seeds, 13.5 % with up to EXTRA_SEEDS more at 95 %); so the bounds of the workloads looked
-    at again are at SEQUENTIAL_CONFIDENCE, which keeps it near 5 % (tests/sim/test_interval.py). An adapter plan's
-    further seeds are whole runs (``simulate_seeds``)."""
+    """Workloads at or above target on their pooled attainment whose runs do not yet accept it (the lower
+    bound below target): the planner runs more seeds on these alone (``simulate_seeds``, at most EXTRA_SEEDS,
+    on those that share no deployment with a workload below target: ``apart``) instead of derating deployments
+    no run showed missing. Each look at further seeds (LOOK_SEEDS of them) is another look at the same
+    question, and the chance that noise alone lifts a bound over the target grows with the looks (at a true
+    attainment equal to the target: 4 % with the three seeds, 13.5 % with up to EXTRA_SEEDS more at 95 %); so
+    the bounds of the workloads looked at again are at SEQUENTIAL_CONFIDENCE, which keeps it near 5 %
+    (tests/sim/test_interval.py). An adapter plan's further seeds are whole runs (``simulate_seeds``)."""
     return frozenset(n for n in res.intervals if not res.accepted(n) and res.at_target(n))
 
 
@@ -368,7 +374,8 @@ def validation_seeds(first: int) -> tuple[int, ...]:
 
 
 def check_seeds(n: int, first: int | None, used: tuple[int, ...] = ()) -> tuple[int, ...]:
-    """``n`` seeds from ``first`` (default: CHECK_SEED_BASE, moved past the seeds the plan was validated on)."""
+    """``n`` seeds from ``first`` (default: CHECK_SEED_BASE, moved past the seeds the plan was validated
+    on)."""
     if first is None:
         first = max([CHECK_SEED_BASE - 1, *used]) + 1
     return tuple(range(first, first + max(n, 1)))
