@@ -159,12 +159,21 @@ def _price_out(ir: ProblemIR, pool, cands: tuple, parts: dict[str, SolveResult],
     def buys(r: SolveResult, n: str) -> int:
         return sum(round(r.values.get(n_var(c.id), 0.0)) * c.gpus for c in by_w[n] if c.gpu == gpu)
 
-    def evaluate(lam: float, base: dict[str, SolveResult]):
+    def evaluate(lam: float, base: dict[str, SolveResult], lo: float, above: dict[str, SolveResult] | None,
+                 hi: float | None):
+        """The parts at ``lam``, from ``base`` (at ``lo`` < lam) and ``above`` (at ``hi`` > lam, if known)."""
         out = {}
         for w in ir.workloads:
             r0 = base[w.name]
-            if buys(r0, w.name) == 0:  # priced out already (at this or a lower lam): unchanged
+            k = buys(r0, w.name)
+            if k == 0:  # priced out already (at this or a lower lam): unchanged
                 out[w.name] = r0
+                continue
+            r1 = above[w.name] if above is not None else None
+            if r1 is not None and hi is not None and _same_plan(r0, r1, k, buys(r1, w.name), lo, hi):
+                # one plan optimal at both ends buys the same GPUs: it is optimal between (z_w is concave in
+                # lam, and this plan's line meets it at both ends), so the part needs no solve
+                out[w.name] = replace(r0, objective=r0.objective + (lam - lo) * k)
                 continue
             r = part(w, lam, gpu)
             if r is None:
@@ -185,7 +194,7 @@ def _price_out(ir: ProblemIR, pool, cands: tuple, parts: dict[str, SolveResult],
     step = max(pool.usd_per_hour, 1e-6) / 4
     for _ in range(PRICE_STEPS):
         lam = step if hi is None and lo == 0.0 else (lo * 2 if hi is None else (lo + hi) / 2)
-        sol = evaluate(lam, lo_sol)
+        sol = evaluate(lam, lo_sol, lo, hi_sol, hi)
         if sol is None:
             return None
         best_lb = max(best_lb, bound(lam, sol))
@@ -209,6 +218,15 @@ def _price_out(ir: ProblemIR, pool, cands: tuple, parts: dict[str, SolveResult],
     if gap > max(rel_gap, PRICE_GAP):
         return None
     return out, gap, hi
+
+
+def _same_plan(r0: SolveResult, r1: SolveResult, k0: int, k1: int, lo: float, hi: float) -> bool:
+    """Whether a part's solutions at prices ``lo`` and ``hi`` are one plan for the interval: both proven
+    optimal, buying as many GPUs of the priced type, at the same cost at the spec's prices."""
+    if k0 != k1 or r0.gap or r1.gap or r0.objective is None or r1.objective is None:
+        return False
+    c0, c1 = r0.objective - lo * k0, r1.objective - hi * k1
+    return abs(c0 - c1) <= 1e-9 * max(abs(c0), 1.0)
 
 
 def _repair(hi: dict[str, SolveResult], lo: dict[str, SolveResult], buys,
