@@ -1,4 +1,5 @@
-"""Decomposition of the ``min_cost`` MILP by workload, when the shared rows do not bind (or one is priced out).
+"""Decomposition of the ``min_cost`` MILP by workload, when the shared rows do not bind (or one is priced
+out).
 
 Entry point: ``solve_split(ir, cands, backend, options, derate) -> SolveResult | None`` (None: solve whole).
 
@@ -7,10 +8,11 @@ inventory rows (per GPU type) and the budget row couple workloads. Solving each 
 those rows kept (each alone is a relaxation of the shared row), gives per-workload optima whose sum is a lower
 bound on the whole problem's optimum. When the union of the per-workload solutions also satisfies the shared
 rows, it is feasible for the whole problem and so optimal, to the largest per-workload gap (the sum of the
-parts' gaps, each relative to its part, is at most the largest of them relative to the whole). When exactly one
-GPU type's row is broken (and there is no budget row), ``_price_out`` prices that type up until the parts fit and
-keeps the union when its Lagrangian bound certifies it optimal to the MIP gap. Otherwise the caller solves the
-whole MILP as before.
+parts' gaps, each relative to its part, is at most the largest of them relative to the whole). When exactly
+one GPU type's row is broken (and there is no budget row), ``_price_out`` prices that type up until the parts
+fit and keeps the union when its Lagrangian bound certifies it within ``PRICE_GAP`` (optimal to the MIP gap
+where the search reaches it); parts that have no other type and already need more than it has make the whole
+problem infeasible (``_cannot_fit``). Otherwise the caller solves the whole MILP.
 
 Used only where it pays and is sound: ``min_cost``, at least two workloads, at least ``MIN_CANDIDATES``
 candidates, and no inter-rack KV-link row (shared by every workload's P/D candidates).
@@ -20,8 +22,8 @@ from __future__ import annotations
 from dataclasses import replace
 
 from trimtab.deployment.shape import CandidateSet
-from trimtab.deployment.price import fleet_usd_per_hour
-from trimtab.milp.formulate import formulate, n_var
+from trimtab.deployment.price import fleet_usd_per_hour, replica_usd_per_hour
+from trimtab.milp.formulate import EPS_GPU, formulate, n_var
 from trimtab.ir.model import ProblemIR
 from trimtab.solvers.base import Backend, SolveOptions, SolveResult, Status, Termination
 
@@ -30,11 +32,11 @@ MIN_CANDIDATES = 300  # below this the whole MILP solves in well under a second
 
 def solve_split(ir: ProblemIR, cands: CandidateSet, backend: Backend, options: SolveOptions,
                 derate: dict[str, float] | None = None, memo: dict | None = None) -> SolveResult | None:
-    """``memo`` (one per planning run, across its rounds): each workload's MILP solved to optimality is kept under
-    the derates of its own candidates; a later round whose derates leave them unchanged takes that solution
-    instead of solving the same MILP again (the backend is deterministic: the same answer). Rounds change the
-    derates of a few workloads, so from the second round on most of the 100 MILPs of a large spec are not
-    re-solved."""
+    """``memo`` (one per planning run, across its rounds): each workload's MILP solved to optimality is kept
+    under the derates of its own candidates; a later round whose derates leave them unchanged takes that
+    solution instead of solving the same MILP again (the backend is deterministic: the same answer). Rounds
+    change the derates of a few workloads, so from the second round on most of the 100 MILPs of a large spec
+    are not re-solved."""
     pd = tuple(getattr(cands, "disagg", ()))
     if (ir.objective != "min_cost" or len(ir.workloads) < 2 or len(cands.candidates) < MIN_CANDIDATES
             or (pd and getattr(ir, "inter_rack_gbps", None))
@@ -53,13 +55,15 @@ def solve_split(ir: ProblemIR, cands: CandidateSet, backend: Backend, options: S
     stopped: list[SolveResult] = []  # a part the wall-clock safety net stopped: the answer of the whole split
 
     def part(w, price: float = 0.0, gpu: str = "") -> SolveResult | None:
-        """Workload ``w``'s MILP, the candidates on ``gpu`` at ``price`` more per GPU-hour (``_price_out``)."""
+        """Workload ``w``'s MILP, the candidates on ``gpu`` at ``price`` more per GPU-hour
+        (``_price_out``)."""
         nonlocal spent
         own = (*mine[w.name], *mine_pd[w.name])
         key = (id(ir), id(cands), backend.name, options.mip_rel_gap, options.threads, w.name,
                tuple(derate.get(c.id, 1.0) for c in own), (gpu, price) if price else ())
         hit = memo.get(key) if memo is not None else None
-        if hit is not None and hit[0] is ir and hit[1] is cands:  # (the objects themselves: ids can be reused)
+        # (the objects themselves: ids can be reused)
+        if hit is not None and hit[0] is ir and hit[1] is cands:
             return hit[2]
         cs, pds = tuple(mine[w.name]), tuple(mine_pd[w.name])
         if price:
@@ -92,13 +96,19 @@ def solve_split(ir: ProblemIR, cands: CandidateSet, backend: Backend, options: S
     if over:
         if len(over) > 1 or ir.budget_usd_per_hour is not None:
             return None
+        if _cannot_fit(ir, over[0], cands.candidates + pd, parts):
+            why = (f"{note}: the workloads that use {over[0].type} have no other type and need more than "
+                   f"its {over[0].count} GPUs")
+            return SolveResult(Status.INFEASIBLE, Termination.CONVERGED, seconds=spent, backend=backend.name,
+                               message=why)
         priced = _price_out(ir, over[0], cands.candidates + pd, parts, part, options.mip_rel_gap)
         if stopped:
             return stopped[0]
         if priced is None:
             return None
         parts, gap_bound, lam = priced
-        used = _used(cands.candidates + pd, parts)  # the parts moved off the priced type: the other rows again
+        # the parts moved off the priced type: the other rows again
+        used = _used(cands.candidates + pd, parts)
         if any(used.get(p.type, 0) > p.count for p in ir.gpus):
             return None
         note += f", {over[0].type} priced out at +{lam:g} $/GPU-h (Lagrangian; certified gap {gap_bound:.2e})"
@@ -134,7 +144,8 @@ def _used(cands: tuple, parts: dict[str, SolveResult]) -> dict[str, int]:
     return used
 
 
-PRICE_STEPS = 24  # evaluations of the price search at most (each re-solves the parts that buy the priced type)
+# evaluations of the price search at most (each re-solves the parts that buy the priced type)
+PRICE_STEPS = 24
 BREAKPOINT = 1e-3  # relative width of the price bracket at which the search stops halving
 # A priced-out union within this certified gap is the answer where the search cannot close the solver's own
 # gap (rel_gap): the whole MILP of a spec that needs pricing out is the one the solver cannot finish
@@ -142,16 +153,51 @@ BREAKPOINT = 1e-3  # relative width of the price bracket at which the search sto
 PRICE_GAP = 0.01
 
 
+def _only_on(cands: tuple, pool) -> dict[str, bool]:
+    """Per workload with candidates: whether every one of them is on ``pool``'s type, priced per GPU (a
+    replica's $/h its GPUs x the type's price: cost and GPUs of any of its plans are then proportional)."""
+    out: dict[str, bool] = {}
+    for c in cands:
+        per_gpu = abs(c.usd_per_hour - replica_usd_per_hour(pool.usd_per_hour, c.gpus)) \
+            <= 1e-9 * max(c.usd_per_hour, 1.0)
+        out[c.workload] = out.get(c.workload, True) and c.gpu == pool.type and per_gpu
+    return out
+
+
+def _cannot_fit(ir: ProblemIR, pool, cands: tuple, parts: dict[str, SolveResult]) -> bool:
+    """Whether the parts that buy ``pool``'s type, with candidates on it alone, need more GPUs than it has:
+    a part's cost is then (price + EPS_GPU) x its GPUs (one price per GPU of the type), so its optimum, less
+    its own gap, bounds the GPUs any of its plans needs from below, and no price makes it buy fewer (a GPU
+    type offered alone, ``trimtab.planning.driver.single_types``). True only where every part that buys the
+    type is such a part: the whole MILP is then infeasible."""
+    alone = _only_on(cands, pool)
+    need = 0.0
+    for w in ir.workloads:
+        r = parts[w.name]
+        buys = sum(round(r.values.get(n_var(c.id), 0.0)) * c.gpus for c in cands
+                   if c.workload == w.name and c.gpu == pool.type)
+        if not buys:
+            continue
+        if not alone.get(w.name, False):
+            return False
+        need += r.objective * (1 - (r.gap or 0.0)) / (pool.usd_per_hour + EPS_GPU)
+    return need > pool.count + 1e-6
+
+
 def _price_out(ir: ProblemIR, pool, cands: tuple, parts: dict[str, SolveResult], part, rel_gap: float):
-    """The parts re-solved with ``pool``'s GPUs at a price lam more per GPU-hour, for the smallest lam (doubling,
-    then bisection) at which they buy no more of them than the spec has: a Lagrangian relaxation of that one
-    inventory row. For every lam, L(lam) = sum_w z_w(lam) - lam x count (z_w: workload w's optimum at the raised
-    price) is a lower bound on the whole MILP's optimum, and the parts' union at a lam where they fit is feasible
-    for it; when the two meet to ``rel_gap`` (exactly so when the parts buy all ``count`` GPUs: complementary
-    slackness) the union is optimal to that gap, and it is returned with its certified gap and lam. Else None: the
-    whole MILP decides, as before. A part that buys none of the type at some lam buys none at any higher lam (its
-    plan's cost is unchanged and every other plan's only rose), so only the others are re-solved going up."""
+    """The parts re-solved with ``pool``'s GPUs at a price lam more per GPU-hour, for the smallest lam
+    (doubling, then bisection) at which they buy no more of them than the spec has: a Lagrangian relaxation of
+    that one inventory row. For every lam, L(lam) = sum_w z_w(lam) - lam x count (z_w: workload w's optimum at
+    the raised price) is a lower bound on the whole MILP's optimum, and the parts' union at a lam where they
+    fit is feasible for it; when the two meet to ``rel_gap`` (exactly so when the parts buy all ``count``
+    GPUs: complementary slackness) the union is optimal to that gap. The search stops there, or where the
+    bracket is ``BREAKPOINT`` wide (parts switching together, ``_repair``); the union is returned with its
+    certified gap and lam when that gap is within ``PRICE_GAP``, else None: the whole MILP decides. A part
+    that buys none of the type at some lam buys none at any higher lam (its plan's cost is unchanged and every
+    other plan's only rose), so only the others are re-solved going up; a part whose plan is the same at both
+    ends of the bracket, or that has no other type, is not re-solved between them."""
     gpu, count = pool.type, pool.count
+    alone = _only_on(cands, pool)
     by_w: dict[str, list] = {w.name: [] for w in ir.workloads}
     for c in cands:
         by_w[c.workload].append(c)
@@ -168,6 +214,9 @@ def _price_out(ir: ProblemIR, pool, cands: tuple, parts: dict[str, SolveResult],
             k = buys(r0, w.name)
             if k == 0:  # priced out already (at this or a lower lam): unchanged
                 out[w.name] = r0
+                continue
+            if alone[w.name]:  # its cost is (price + lam) x its GPUs: the same plan is optimal at any lam
+                out[w.name] = replace(r0, objective=r0.objective + (lam - lo) * k)
                 continue
             r1 = above[w.name] if above is not None else None
             if r1 is not None and hi is not None and _same_plan(r0, r1, k, buys(r1, w.name), lo, hi):

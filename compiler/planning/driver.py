@@ -186,7 +186,9 @@ def drive(planner: Planner, spec, ir: ProblemIR, *, backend: str | None = None, 
                 continue
             if best is not None:
                 break  # the corrections ask for more than the spec has: the last plan, its misses stated
-            raise InfeasibleError(planner.infeasible(ir, cands, be, opts))
+            # (a search below ``above`` shows no reasons: relaxations take a solve each)
+            raise InfeasibleError(planner.infeasible(ir, cands, be, opts) if above is None
+                                  else ["no plan within the spec's GPUs and budget"])
         plan_, a = planner.build(ir, cands, res, rnd, warnings)
         solved_on |= {g for g, n in plan_.gpus.items() if n}
         fill = planner.fill(cands, res, derate)  # (of the derates this plan was solved with)

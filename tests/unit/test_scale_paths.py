@@ -261,3 +261,30 @@ def test_repair_takes_the_largest_saving_per_gpu_first():
     lo = {"a": r(4, 8), "b": r(5, 4), "c": r(7, 2)}
     out = decompose._repair(hi, lo, lambda _n, res: res.values["n"], 10)
     assert {n: res.objective for n, res in out.items()} == {"a": 10, "b": 5, "c": 7}
+
+
+def test_a_type_offered_alone_that_cannot_hold_the_parts_is_infeasible_without_pricing(ir, monkeypatch):
+    """Offered one GPU type alone (``single_types``), a part's cost is its GPUs x the price: no price makes it
+    buy fewer, so the Lagrangian search cannot fit them. The decomposition says infeasible at once when the
+    parts' own optima already need more GPUs than the type has; the oracle is the whole MILP (HiGHS), which
+    finds no plan either. With one GPU fewer cut off than that, the decomposition answers as the MILP does."""
+    from dataclasses import replace
+
+    from trimtab.solvers.base import Status
+
+    monkeypatch.setattr(decompose, "MIN_CANDIDATES", 0)
+    roomy = _roomy(ir)
+    g = roomy.gpus[0]
+    alone = replace(roomy, gpus=(g,))
+    cands = build_candidates(alone, jobs=1)
+    be = get_backend("highs")
+    base = decompose.solve_split(alone, cands, be, SolveOptions())
+    need = sum(round(base.values.get(f"replicas[{c.id}]", 0.0)) * c.gpus for c in cands.candidates + cands.disagg)
+    short = replace(alone, gpus=(replace(g, count=need - 1),))
+    split = decompose.solve_split(short, cands, be, SolveOptions())
+    assert split is not None and split.status == Status.INFEASIBLE and "no other type" in split.message
+    assert be.solve(formulate(short, cands), SolveOptions()).status == Status.INFEASIBLE
+    exact = replace(alone, gpus=(replace(g, count=need),))
+    fits = decompose.solve_split(exact, cands, be, SolveOptions())
+    assert fits is not None and fits.has_solution
+    assert fits.objective == pytest.approx(be.solve(formulate(exact, cands), SolveOptions()).objective, rel=2e-4)
