@@ -234,8 +234,14 @@ def _price_out(ir: ProblemIR, pool, cands: tuple, parts: dict[str, SolveResult],
         # each part's optimum is at least its objective less its own gap
         return sum(r.objective * (1 - (r.gap or 0.0)) for r in sol.values()) - lam * count
 
-    def real(sol: dict[str, SolveResult], lam: float) -> float:
-        return sum(r.objective for r in sol.values()) - lam * sum(buys(r, n) for n, r in sol.items())
+    def union() -> tuple[dict[str, SolveResult], float]:
+        # the fitting parts with as many of those below the bracket as fit (_repair), at the spec's prices;
+        # its gap to the best Lagrangian bound so far
+        at_hi = {n: replace(r, objective=r.objective - hi * buys(r, n)) for n, r in hi_sol.items()}
+        at_lo = {n: replace(r, objective=r.objective - lo * buys(r, n)) for n, r in lo_sol.items()}
+        out = _repair(at_hi, at_lo, lambda n, r: buys(r, n), count)
+        cost = sum(r.objective for r in out.values())
+        return out, max(cost - best_lb, 0.0) / max(abs(cost), 1e-12)
 
     best_lb = bound(0.0, parts)
     lo, lo_sol = 0.0, parts
@@ -249,21 +255,17 @@ def _price_out(ir: ProblemIR, pool, cands: tuple, parts: dict[str, SolveResult],
         best_lb = max(best_lb, bound(lam, sol))
         if sum(buys(r, n) for n, r in sol.items()) <= count:
             hi, hi_sol = lam, sol
-            cost = real(sol, lam)
-            if cost - best_lb <= rel_gap * abs(cost):
-                break
         else:
             lo, lo_sol = lam, sol
+        if hi_sol is not None:
+            out, gap = union()
+            if gap <= rel_gap:
+                break  # certified optimal to the MIP gap
         if hi is not None and hi - lo <= BREAKPOINT * hi:
             break  # at the price where parts switch together: halving further only flips the same ties
     if hi_sol is None:
         return None
-    # the parts' own objectives at the spec's prices
-    at_hi = {n: replace(r, objective=r.objective - hi * buys(r, n)) for n, r in hi_sol.items()}
-    at_lo = {n: replace(r, objective=r.objective - lo * buys(r, n)) for n, r in lo_sol.items()}
-    out = _repair(at_hi, at_lo, lambda n, r: buys(r, n), count)
-    cost = sum(r.objective for r in out.values())
-    gap = max(cost - best_lb, 0.0) / max(abs(cost), 1e-12)
+    out, gap = union()
     if gap > max(rel_gap, PRICE_GAP):
         return None
     return out, gap, hi
