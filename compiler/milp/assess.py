@@ -63,11 +63,12 @@ def assess(ir: ProblemIR, deployments: list[DeploymentSpecView], routes: list[Ro
             classes.append(traffic_class(b, rate, w, rm))
             keys.append((r.workload, r.bucket))
         if not classes:
-            loads[name] = DeploymentLoad(name, 0.0, 0.0, 0.0, 0.0, rm.memory.kv_cache_tokens, 0.0, True, "no traffic")
+            loads[name] = DeploymentLoad(name, 0.0, 0.0, 0.0, 0.0, rm.memory.kv_cache_tokens, 0.0, True,
+                                         "no traffic")
             continue
         if reps == 0:
-            loads[name] = DeploymentLoad(name, math.inf, 1.0, 0.0, 0.0, rm.memory.kv_cache_tokens, math.inf, False,
-                                         "traffic routed to a deployment with 0 replicas")
+            loads[name] = DeploymentLoad(name, math.inf, 1.0, 0.0, 0.0, rm.memory.kv_cache_tokens, math.inf,
+                                         False, "traffic routed to a deployment with 0 replicas")
             for k in keys:
                 ttft[(k[0], k[1], name)] = math.inf
             dep_tpot[name] = math.inf
@@ -80,9 +81,10 @@ def assess(ir: ProblemIR, deployments: list[DeploymentSpecView], routes: list[Ro
                 if ir.workload(k[0]).slo.percentile == p:
                     ttft[(k[0], k[1], name)] = t * 1e3
         dep_tpot[name] = state.tpot_s * 1e3
-        loads[name] = DeploymentLoad(name, sum(c.rate_rps for c in classes), state.utilization, state.decode_batch,
-                                     state.kv_tokens_used, rm.memory.kv_cache_tokens, state.tpot_s * 1e3,
-                                     state.stable, state.reason, int(max(c.prefix_reserved for c in classes)))
+        loads[name] = DeploymentLoad(name, sum(c.rate_rps for c in classes), state.utilization,
+                                     state.decode_batch, state.kv_tokens_used, rm.memory.kv_cache_tokens,
+                                     state.tpot_s * 1e3, state.stable, state.reason,
+                                     int(max(c.prefix_reserved for c in classes)))
     if any(r.prefill for r in routes):
         from trimtab.milp.disagg import assess_pairs
 
@@ -117,12 +119,12 @@ def assess(ir: ProblemIR, deployments: list[DeploymentSpecView], routes: list[Ro
 
 def load_factor_to_meet(ir: ProblemIR, view: DeploymentSpecView, routes: list[RouteView], workload: str,
                         steps: int = 8) -> float:
-    """Largest share f of ``routes`` (each to ``view``, a unified deployment) at which the cost model has ``view``
-    meet ``workload``'s SLO (this module's ``assess`` of that deployment alone, every route's share scaled by f;
-    bisection to 2**-steps); 1.0 when it already does, 0.0 when even the lightest load tried misses (a prompt mix
-    whose tail the deployment cannot serve at any load). What the analytic rounds derate by
-    (``trimtab.planning.rounds.derate_analytic``), instead of a fixed step per round: a tail that barely responds to load
-    needs a large step, and repeated small ones cost a solve each."""
+    """Largest share f of ``routes`` (each to ``view``, a unified deployment) at which the cost model has
+    ``view`` meet ``workload``'s SLO (this module's ``assess`` of that deployment alone, every route's share
+    scaled by f; bisection to 2**-steps); 1.0 when it already does, 0.0 when even the lightest load tried
+    misses (a prompt mix whose tail the deployment cannot serve at any load). What the analytic rounds derate
+    by (``trimtab.planning.rounds.derate_analytic``), instead of a fixed step per round: a tail that barely
+    responds to load needs a large step, and repeated small ones cost a solve each."""
     def meets(f: float) -> bool:
         scaled = [RouteView(r.workload, r.bucket, view.name, r.share * f) for r in routes]
         p = assess(ir, [view], scaled).workloads[workload]
@@ -144,13 +146,14 @@ def analytic_needs(ir: ProblemIR, plan, deployment: str, workload: str, fill: fl
                    derate: dict[str, float] | None = None) -> dict[str, float]:
     """Capacity factors (candidate id -> factor < 1) at which the cost model has ``workload``'s traffic mix on
     ``deployment`` of ``plan`` meet its SLO: for that deployment, ``load_factor_to_meet`` of its routes x its
-    ``fill`` (its share of its derated capacity in use); for each candidate of ``peers`` (``Candidate`` records of
-    the same workload, unified), the same mix of the workload's buckets (their shares on ``deployment``) at the
-    per-replica rate that fills the candidate's derated capacity. The solver can only see capacities per bucket;
-    a mix of prompt-length ranges on one replica has a longer tail than each alone, and a shape that misses with
-    it hands it to a sibling shape that misses the same way in the next round unless every shape's factor is
-    known at once (the target family's seed 16: 5 analytic rounds hopping over GPU types for one workload). Empty
-    where this does not apply (a deployment of a prefill/decode pair, whose latency is set with its partner's)."""
+    ``fill`` (its share of its derated capacity in use); for each candidate of ``peers`` (``Candidate``
+    records of the same workload, unified), the same mix of the workload's buckets (their shares on
+    ``deployment``) at the per-replica rate that fills the candidate's derated capacity. The solver can only
+    see capacities per bucket; a mix of prompt-length ranges on one replica has a longer tail than each alone,
+    and a shape that misses with it hands it to a sibling shape that misses the same way in the next round
+    unless every shape's factor is known at once (the target family's seed 16: 5 analytic rounds hopping over
+    GPU types for one workload). Empty where this does not apply (a deployment of a prefill/decode pair, whose
+    latency is set with its partner's)."""
     d = next((x for x in plan.deployments if x.name == deployment), None)
     if d is None or d.role != "unified":
         return {}
@@ -158,8 +161,8 @@ def analytic_needs(ir: ProblemIR, plan, deployment: str, workload: str, fill: fl
     if not mine:
         return {}
     out: dict[str, float] = {}
-    f = load_factor_to_meet(ir, DeploymentSpecView.of_plan(d), [RouteView(r.workload, r.bucket, deployment, r.share)
-                                                                for r in mine], workload)
+    f = load_factor_to_meet(ir, DeploymentSpecView.of_plan(d),
+                            [RouteView(r.workload, r.bucket, deployment, r.share) for r in mine], workload)
     if f < 1.0:
         out[deployment] = f * min(1.0, fill)
     w = ir.workload(workload)

@@ -7,12 +7,13 @@ dtype, role ``unified``. Its capacity for each of the workload's length buckets 
 request rate at which the bucket still meets the workload's TTFT and TPOT SLOs at its percentile, including
 queueing (``ReplicaModel.capacity_rps``). Candidates that cannot serve any bucket are pruned with a reason.
 
-KV tiers (``defaults.kv_tiers``, docs/kv-tiers.md): ``auto`` / ``offload`` add, for a workload with prefix reuse,
-a variant of each shape whose prefix cache has a host-memory tier (``-off``: what vLLM's KV offloading, LMCache and
-SGLang's HiCache do) where it raises some bucket's capacity. ``experimental-live`` instead lets live KV exceed
-HBM: where a shape does not fit the longest request or its capacity is bound by HBM KV, variants with a CPU
-offload tier (``-off``) or borrowed HBM (``-kvb``) are added when they raise some bucket's capacity; HBM-only
-shapes record the spare HBM KV they can lend (``kv_spare_gib``). No engine flag realises those.
+KV tiers (``defaults.kv_tiers``, docs/kv-tiers.md): ``auto`` / ``offload`` add, for a workload with prefix
+reuse, a variant of each shape whose prefix cache has a host-memory tier (``-off``: what vLLM's KV offloading,
+LMCache and SGLang's HiCache do) where it raises some bucket's capacity. ``experimental-live`` instead lets
+live KV exceed HBM: where a shape does not fit the longest request or its capacity is bound by HBM KV,
+variants with a CPU offload tier (``-off``) or borrowed HBM (``-kvb``) are added when they raise some bucket's
+capacity; HBM-only shapes record the spare HBM KV they can lend (``kv_spare_gib``). No engine flag
+realises those.
 """
 from __future__ import annotations
 
@@ -25,15 +26,16 @@ from trimtab.ir.model import GpuPoolIR, ProblemIR, WorkloadIR
 from trimtab.deployment.layouts import layouts
 from trimtab.deployment.price import replica_usd_per_hour
 
-KV_TIER_MODES = {"auto": ("prefix",), "offload": ("prefix",), "experimental-live": ("offload", "borrow"), "off": ()}
+KV_TIER_MODES = {"auto": ("prefix",), "offload": ("prefix",), "experimental-live": ("offload", "borrow"),
+                 "off": ()}
 KV_LIMITED = 0.95  # a bucket's capacity is KV-bound when the KV in use at it reaches this share of HBM KV
 TIER_REQUESTS = 4  # a KV tier holds this many of the workload's longest requests (docs/kv-tiers.md)
 MIN_LEND = 0.05  # a shape lends spare HBM KV only when at least this share of it is spare
 
 
 def _kv_bound(rm: ReplicaModel, w: WorkloadIR, caps: list[tuple[str, float]]) -> tuple[bool, float]:
-    """(whether some bucket's capacity is bound by HBM KV, most HBM KV tokens in use over the buckets, each alone
-    at its capacity: the lender's planned operating point, conservatively the worst bucket)."""
+    """(whether some bucket's capacity is bound by HBM KV, most HBM KV tokens in use over the buckets, each
+    alone at its capacity: the lender's planned operating point, conservatively the worst bucket)."""
     hbm = rm.memory.kv_cache_tokens
     K = rm.max_batched_tokens
     bound, worst = False, 0.0
@@ -55,10 +57,11 @@ def _tier_variants(ir: ProblemIR, w: WorkloadIR, pool: GpuPoolIR, tp: int, pp: i
                    kinds: tuple[str, ...] = ("offload",), borrow_cap_gib: float = 0.0) -> list[Candidate]:
     """Copies of a shape with a KV tier (``-off``: host memory over PCIe; ``-kvb``: HBM borrowed on the node),
     kept only where the tier raises the capacity of some bucket above the HBM-only shape's (or makes it fit).
-    Tier size: max(HBM KV, TIER_REQUESTS x longest request) tokens (room for several long requests at once: the
-    steady-state KV check sees only the mean in use, and a request waits for KV room at admission); offload at
-    most ``HOST_KV_SHARE`` of one node's CPU memory; borrowing at most ``borrow_cap_gib`` (the most one lender
-    replica that fits on the node beside it can spare: placement pairs each borrower with lenders on its node)."""
+    Tier size: max(HBM KV, TIER_REQUESTS x longest request) tokens (room for several long requests at once:
+    the steady-state KV check sees only the mean in use, and a request waits for KV room at admission);
+    offload at most ``HOST_KV_SHARE`` of one node's CPU memory; borrowing at most ``borrow_cap_gib`` (the most
+    one lender replica that fits on the node beside it can spare: placement pairs each borrower with
+    lenders on its node)."""
     hbm = base.memory.kv_cache_tokens
     if hbm <= 0:
         return []
@@ -77,13 +80,15 @@ def _tier_variants(ir: ProblemIR, w: WorkloadIR, pool: GpuPoolIR, tp: int, pp: i
             off, bor, suffix = min(gib, room), 0.0, "-off"
         else:
             off, suffix = 0.0, "-kvb"
-        off, bor = round(off, 3), round(bor, 3)  # as the plan states them: assess, check and the simulator agree
-        rm = replica_model(ir, w.model, pool.type, tp, pp, w.dtype, base.max_num_seqs, mbt, kv_offload_gib=off,
-                           kv_borrow_gib=bor, kv_dtype=w.kv_dtype)
+        # as the plan states them: assess, check and the simulator agree
+        off, bor = round(off, 3), round(bor, 3)
+        rm = replica_model(ir, w.model, pool.type, tp, pp, w.dtype, base.max_num_seqs, mbt,
+                           kv_offload_gib=off, kv_borrow_gib=bor, kv_dtype=w.kv_dtype)
         caps = []
         for b in w.buckets:
             cls = traffic_class(b, 0.0, w, rm)
-            cap = rm.capacity_rps(cls, w.slo.ttft_ms, w.slo.tpot_ms, w.slo.percentile, guess=base_caps.get(b.name))
+            cap = rm.capacity_rps(cls, w.slo.ttft_ms, w.slo.tpot_ms, w.slo.percentile,
+                                  guess=base_caps.get(b.name))
             if cap > 0:
                 caps.append((b.name, cap))
         if not any(cap > base_caps.get(name, 0.0) * 1.01 for name, cap in caps):
@@ -91,8 +96,8 @@ def _tier_variants(ir: ProblemIR, w: WorkloadIR, pool: GpuPoolIR, tp: int, pp: i
         if not base_caps:
             for b in w.buckets:
                 t0, d0 = rm.zero_load(traffic_class(b, 0.0, w, rm))
-                zero[b.name].append((t0, f"{pool.type} tp{tp}" + (f" pp{pp}" if pp > 1 else "") + f" {suffix[1:]}",
-                                     d0, cid + suffix))
+                zero[b.name].append((t0, f"{pool.type} tp{tp}" + (f" pp{pp}" if pp > 1 else "")
+                                     + f" {suffix[1:]}", d0, cid + suffix))
         out.append(Candidate(
             id=cid + suffix, workload=w.name, model=w.model, gpu=pool.type, tp=tp, pp=pp, dtype=w.dtype,
             max_num_seqs=base.max_num_seqs, max_batched_tokens=mbt, kv_cache_tokens=hbm,
@@ -103,10 +108,11 @@ def _tier_variants(ir: ProblemIR, w: WorkloadIR, pool: GpuPoolIR, tp: int, pp: i
 
 def _prefix_tier_variant(ir: ProblemIR, w: WorkloadIR, pool: GpuPoolIR, tp: int, pp: int, mbt: int, cid: str,
                          base: ReplicaModel, base_caps: dict[str, float]) -> list[Candidate]:
-    """A copy of an HBM-fitting shape whose prefix cache keeps evicted blocks in host memory (``-off``): room for
-    the workload's working set, at most the replica's share (its GPUs of the node's) of ``HOST_KV_SHARE`` of a
-    node's host memory, so that any packing of replicas onto nodes holds their tiers. Kept only where the larger
-    hit rate raises some bucket's capacity by more than 1 %; requests still fit HBM, as the engine needs."""
+    """A copy of an HBM-fitting shape whose prefix cache keeps evicted blocks in host memory (``-off``): room
+    for the workload's working set, at most the replica's share (its GPUs of the node's) of ``HOST_KV_SHARE``
+    of a node's host memory, so that any packing of replicas onto nodes holds their tiers. Kept only where the
+    larger hit rate raises some bucket's capacity by more than 1 %; requests still fit HBM, as the
+    engine needs."""
     pcie = pool.pcie_gbps or (pool.profile.pcie_gbps.value if pool.profile.pcie_gbps is not None else 0.0)
     per_node = int(pool.profile.gpus_per_node.value)
     room = pool.cpu_memory_gib_per_node * HOST_KV_SHARE * min(tp * pp / per_node, 1.0)
@@ -125,8 +131,8 @@ def _prefix_tier_variant(ir: ProblemIR, w: WorkloadIR, pool: GpuPoolIR, tp: int,
             caps.append((b.name, cap))
     if not any(cap > base_caps.get(name, 0.0) * 1.01 for name, cap in caps):
         return []  # the host tier's hits do not pay on any bucket
-    return [Candidate(id=cid + "-off", workload=w.name, model=w.model, gpu=pool.type, tp=tp, pp=pp, dtype=w.dtype,
-                      max_num_seqs=base.max_num_seqs, max_batched_tokens=mbt,
+    return [Candidate(id=cid + "-off", workload=w.name, model=w.model, gpu=pool.type, tp=tp, pp=pp,
+                      dtype=w.dtype, max_num_seqs=base.max_num_seqs, max_batched_tokens=mbt,
                       kv_cache_tokens=base.memory.kv_cache_tokens,
                       usd_per_hour=replica_usd_per_hour(pool.usd_per_hour, tp, pp),
                       capacity_rps=tuple(caps), kv_offload_gib=gib, kv_dtype=w.kv_dtype)]
@@ -159,18 +165,20 @@ def build_candidates(ir: ProblemIR, jobs: int | None = None) -> CandidateSet:
                 if why:
                     pruned.append(Pruned(cid0, why, w.name, why))
                     continue
-                sibling: dict[str, float] = {}  # capacity per bucket at the previous token budget: a search guess
+                # capacity per bucket at the previous token budget: a search guess
+                sibling: dict[str, float] = {}
                 for mbt in TOKEN_BUDGETS:
                     cid = candidate_id(w.name, pool.type, tp, pp, mbt, dp, ep)
-                    rm = replica_model(ir, w.model, pool.type, tp, pp, w.dtype, max_num_seqs, mbt, dp=dp, ep=ep,
-                                       kv_dtype=w.kv_dtype)
+                    rm = replica_model(ir, w.model, pool.type, tp, pp, w.dtype, max_num_seqs, mbt, dp=dp,
+                                       ep=ep, kv_dtype=w.kv_dtype)
                     mem = rm.memory
                     if mem.kv_cache_tokens // dp < longest:  # one request's KV stays on one attention DP rank
-                        pruned.append(Pruned(cid, f"memory: {mem.weights_gib_per_gpu:.1f} GiB of weights per GPU leave "
-                                                  f"KV room for {mem.kv_cache_tokens} tokens, the longest request needs "
-                                                  f"{longest:.0f}", w.name, "memory"))
+                        pruned.append(Pruned(cid, f"memory: {mem.weights_gib_per_gpu:.1f} GiB of weights per "
+                                                  f"GPU leave KV room for {mem.kv_cache_tokens} tokens, the "
+                                                  f"longest request needs {longest:.0f}", w.name, "memory"))
                         if tiers and dp == 1:
-                            cands += _tier_variants(ir, w, pool, tp, pp, mbt, cid, rm, {}, longest, zero, offload)
+                            cands += _tier_variants(ir, w, pool, tp, pp, mbt, cid, rm, {}, longest, zero,
+                                                    offload)
                             later.append((w, pool, tp, pp, mbt, cid, rm, {}, longest, zero))
                         continue
                     fitted_once = True
@@ -178,8 +186,8 @@ def build_candidates(ir: ProblemIR, jobs: int | None = None) -> CandidateSet:
                     for b in w.buckets:
                         cls = traffic_class(b, 0.0, w, rm)
                         t0, d0 = rm.zero_load(cls)
-                        shape = (f"{pool.type} tp{tp}" + (f" pp{pp}" if pp > 1 else "") + (f" dp{dp}" if dp > 1 else "")
-                                 + (f" ep{ep}" if ep > 1 else ""))
+                        shape = (f"{pool.type} tp{tp}" + (f" pp{pp}" if pp > 1 else "")
+                                 + (f" dp{dp}" if dp > 1 else "") + (f" ep{ep}" if ep > 1 else ""))
                         zero[b.name].append((t0, shape, d0, cid))
                         cap = rm.capacity_rps(cls, w.slo.ttft_ms, w.slo.tpot_ms, w.slo.percentile,
                                               guess=sibling.get(b.name))
@@ -198,12 +206,13 @@ def build_candidates(ir: ProblemIR, jobs: int | None = None) -> CandidateSet:
                         if "borrow" in modes and worst < (1 - MIN_LEND) * mem.kv_cache_tokens:
                             spare = round(tier_gib(rm, mem.kv_cache_tokens - worst), 3)
                         if bound:
-                            cands += _tier_variants(ir, w, pool, tp, pp, mbt, cid, rm, dict(caps), longest, zero,
-                                                    offload)
+                            cands += _tier_variants(ir, w, pool, tp, pp, mbt, cid, rm, dict(caps), longest,
+                                                    zero, offload)
                             later.append((w, pool, tp, pp, mbt, cid, rm, dict(caps), longest, zero))
                     cands.append(Candidate(
                         id=cid, workload=w.name, model=w.model, gpu=pool.type, tp=tp, pp=pp, dtype=w.dtype,
-                        max_num_seqs=max_num_seqs, max_batched_tokens=mbt, kv_cache_tokens=mem.kv_cache_tokens,
+                        max_num_seqs=max_num_seqs, max_batched_tokens=mbt,
+                        kv_cache_tokens=mem.kv_cache_tokens,
                         usd_per_hour=replica_usd_per_hour(pool.usd_per_hour, tp, pp, dp),
                         capacity_rps=tuple(caps), kv_spare_gib=spare, dp=dp, ep=ep, kv_dtype=w.kv_dtype))
             del fitted_once
@@ -229,7 +238,8 @@ def build_candidates(ir: ProblemIR, jobs: int | None = None) -> CandidateSet:
                 cands += _tier_variants(ir, *args, kinds=("borrow",), borrow_cap_gib=cap)
         borrowing = {c.gpu for c in cands if c.kv_borrow_gib > 0}
         # spare HBM KV is worth something (in dominance and the kv_borrow rows) only where some shape borrows
-        cands = [c if c.gpu in borrowing or not c.kv_spare_gib else replace(c, kv_spare_gib=0.0) for c in cands]
+        cands = [c if c.gpu in borrowing or not c.kv_spare_gib else replace(c, kv_spare_gib=0.0)
+                 for c in cands]
         cands.sort(key=lambda c: c.id)
     kept = tuple(_drop_dominated(cands, pruned))
     return CandidateSet(kept, tuple(pruned), tuple(best), build_pd_candidates(ir, kept))
@@ -295,7 +305,8 @@ def _drop_dominated(cands: list[Candidate], pruned: list[Pruned]) -> list[Candid
         for o in group[(c.workload, c.gpu)]:
             if o is c or o.workload != c.workload or o.usd_per_hour > c.usd_per_hour or o.gpus > c.gpus:
                 continue
-            if o.kv_offload_gib > c.kv_offload_gib or o.kv_borrow_gib > c.kv_borrow_gib or o.kv_spare_gib < c.kv_spare_gib:
+            if (o.kv_offload_gib > c.kv_offload_gib or o.kv_borrow_gib > c.kv_borrow_gib
+                    or o.kv_spare_gib < c.kv_spare_gib):
                 continue  # a KV tier takes host memory or lenders' HBM; lending spare HBM is worth something
             if o.gpu != c.gpu:
                 continue  # different pools have separate inventories: never dominated across GPU types

@@ -1,7 +1,7 @@
 """Prefill/decode disaggregation: candidates, MILP rows, pairing and assessment of P/D deployments.
 
-A bucket is served by unified replicas, or by a prefill deployment paired with a decode deployment (possibly on
-different GPU types). The prefill side computes the prompt and the first token, then hands the prompt's KV
+A bucket is served by unified replicas, or by a prefill deployment paired with a decode deployment (possibly
+on different GPU types). The prefill side computes the prompt and the first token, then hands the prompt's KV
 (input tokens x ``ReplicaModel.kv_bytes_per_token``) to the decode side over the network; the hand-off time is
 added to TTFT. The decode side only decodes, so its TPOT has no prefill interference.
 
@@ -23,9 +23,9 @@ Co-located pairs (``-local-`` candidates, offered only where the network cannot 
 a group L = kp prefill replicas of tp_p GPUs + kd decode replicas of tp_d GPUs of one GPU type, pp = 1, inside
 one NVLink domain (kp tp_p + kd tp_d <= domain). Its hand-off runs over the GPUs' own links (NVLink, or PCIe
 where the GPU has none): nvl[L] = min(kp tp_p, kd tp_d) x link_bandwidth_gbps. Per group, an integer g[L]:
-    n[Pl] == kp g[L];  n[Dl] == kd g[L]                           (colocate[L])
-    xp[b,Pl] - xd[b,Dl] == 0                                     for b (pd_local[L/b]: decoded where prefilled)
-    sum_b xp[b,Pl] bytes[b] <= LINK_UTIL nvl[L] g[L]               (kv_link[Pl], no NIC row, no inter-rack term)
+    n[Pl] == kp g[L];  n[Dl] == kd g[L]                 (colocate[L])
+    xp[b,Pl] - xd[b,Dl] == 0                            for b (pd_local[L/b]: decoded where prefilled)
+    sum_b xp[b,Pl] bytes[b] <= LINK_UTIL nvl[L] g[L]    (kv_link[Pl], no NIC row, no inter-rack term)
 Inter-rack (when ``network.inter_rack_gbps`` is given): ``pair_routes`` pairs each bucket's flows of the same
 GPU type first (co-located pairs with their own partner only), so the flow that must change GPU type, hence
 rack in a derived topology, is exactly sum_g max(0, P[b,g] - D[b,g]) (P, D: cross-node prefill and decode flow
@@ -63,8 +63,8 @@ def pd_id(workload: str, gpu: str, tp: int, pp: int, role: str, dp: int = 1, ep:
 
 
 def local_group_name(workload: str, gpu: str, tp_p: int, kp: int, tp_d: int, kd: int) -> str:
-    """A co-located group: ``kp`` prefill replicas of ``tp_p`` GPUs and ``kd`` decode replicas of ``tp_d`` GPUs
-    share one NVLink domain. Its sides' ids are the name and the role."""
+    """A co-located group: ``kp`` prefill replicas of ``tp_p`` GPUs and ``kd`` decode replicas of ``tp_d``
+    GPUs share one NVLink domain. Its sides' ids are the name and the role."""
     return f"{workload}-{gpu}-local-p{kp}xtp{tp_p}-d{kd}xtp{tp_d}"
 
 
@@ -97,11 +97,13 @@ def _role_candidates(ir: ProblemIR, w: WorkloadIR, role: str, transfer_bw: float
     for pool in ir.gpus:
         if local_d is not None and pool.type not in local_d:
             continue
-        # MoE models: each phase over its own tp x dp x ep layouts (compiler/deployment/layouts.py); co-located pairs dense-style
+        # MoE models: each phase over its own tp x dp x ep layouts (compiler/deployment/layouts.py);
+        # co-located pairs dense-style
         for _cid, tp, pp, dp, ep, why in layouts(ir, w, pool):
             if why or (local_d is not None and (pp > 1 or dp > 1 or ep > 1)):
                 continue
-            rm = replica_model(ir, w.model, pool.type, tp, pp, w.dtype, mns, mbt, dp=dp, ep=ep, kv_dtype=w.kv_dtype)
+            rm = replica_model(ir, w.model, pool.type, tp, pp, w.dtype, mns, mbt, dp=dp, ep=ep,
+                               kv_dtype=w.kv_dtype)
             if rm.memory.kv_cache_tokens <= 0:
                 continue
             if local_d is not None:
@@ -152,8 +154,8 @@ def pd_floor(ir: ProblemIR, w: WorkloadIR) -> tuple[dict[str, float], float]:
             cheapest = min(cheapest, usd)
             rp = replica_model(ir, w.model, pool.type, tp, pp, w.dtype, mns, PD_TOKEN_BUDGET, dp=dp, ep=ep,
                                kv_dtype=w.kv_dtype)
-            rd = replica_model(ir, w.model, pool.type, tp, pp, w.dtype, mns, DECODE_TOKEN_BUDGET, dp=dp, ep=ep,
-                               kv_dtype=w.kv_dtype)
+            rd = replica_model(ir, w.model, pool.type, tp, pp, w.dtype, mns, DECODE_TOKEN_BUDGET, dp=dp,
+                               ep=ep, kv_dtype=w.kv_dtype)
             for b in w.buckets:
                 step = min(b.isl_mean, PD_TOKEN_BUDGET)
                 s = b.isl_mean / step * rp.iteration_s(0, 0, step, (b.isl_mean - step) / 2)
@@ -200,10 +202,10 @@ def cost_floor(ir: ProblemIR, unified: tuple[Candidate, ...]) -> float:
 
 
 def _mix_capped(rm, w: WorkloadIR, caps: list, bw: float) -> list:
-    """Prefill capacities safe when the replica serves its buckets mixed (long prompts lengthen the short ones'
-    wait): the highest utilisation rho_mix at which the workload's own mix of these buckets still meets TTFT
-    (hand-off included) for every bucket; a bucket's capacity is then at most rho_mix / its service time, so the
-    capacity row sum_b x[b] / cap[b] <= n keeps the utilisation of any mix under rho_mix."""
+    """Prefill capacities safe when the replica serves its buckets mixed (long prompts lengthen the short
+    ones' wait): the highest utilisation rho_mix at which the workload's own mix of these buckets still meets
+    TTFT (hand-off included) for every bucket; a bucket's capacity is then at most rho_mix / its service time,
+    so the capacity row sum_b x[b] / cap[b] <= n keeps the utilisation of any mix under rho_mix."""
     from trimtab.cost.model import TrafficClass
     from trimtab.cost.search import bisect_max
 
@@ -269,11 +271,12 @@ def build_pd_candidates(ir: ProblemIR, unified: tuple[Candidate, ...] = ()) -> t
 HANDOFF_SHARE = 0.1  # a hand-off over the network taking more than this share of TTFT counts as heavy KV
 
 
-def _heavy_kv(ir: ProblemIR, w: WorkloadIR, pre: list[Candidate], dec: list[Candidate], narrow: float) -> bool:
+def _heavy_kv(ir: ProblemIR, w: WorkloadIR, pre: list[Candidate], dec: list[Candidate],
+              narrow: float) -> bool:
     """The network cannot carry the workload's KV (co-located pairs are offered only then; elsewhere nothing
-    changes): some P/D candidate's KV flow at its capacity exceeds LINK_UTIL of its NIC share, or the workload's
-    whole KV flow exceeds LINK_UTIL of ``network.inter_rack_gbps``, or the hand-off of a bucket's tail input over
-    the narrowest NIC share takes more than HANDOFF_SHARE of the TTFT SLO."""
+    changes): some P/D candidate's KV flow at its capacity exceeds LINK_UTIL of its NIC share, or the
+    workload's whole KV flow exceeds LINK_UTIL of ``network.inter_rack_gbps``, or the hand-off of a bucket's
+    tail input over the narrowest NIC share takes more than HANDOFF_SHARE of the TTFT SLO."""
     if not dec:
         return False
     kvb = kv_bytes(ir, dec[0])
@@ -288,10 +291,11 @@ def _heavy_kv(ir: ProblemIR, w: WorkloadIR, pre: list[Candidate], dec: list[Cand
 
 
 def _local_candidates(ir: ProblemIR, w: WorkloadIR, dec: list[Candidate], unified) -> list[Candidate]:
-    """Both sides of every co-located group (kp x prefill tp_p + kd x decode tp_d in one NVLink domain, one GPU
-    type, pp = 1) that beats the best unified candidate by PD_MARGIN on some bucket, with those buckets. Dense-style
-    on both sides, as ``_role_candidates`` makes the prefill side: a mixture-of-experts decode layout with
-    attention-DP or expert parallelism is left out (its id, ``local_group_name``, would not tell it from the plain one)."""
+    """Both sides of every co-located group (kp x prefill tp_p + kd x decode tp_d in one NVLink domain, one
+    GPU type, pp = 1) that beats the best unified candidate by PD_MARGIN on some bucket, with those buckets.
+    Dense-style on both sides, as ``_role_candidates`` makes the prefill side: a mixture-of-experts decode
+    layout with attention-DP or expert parallelism is left out (its id, ``local_group_name``, would not
+    tell it from the plain one)."""
     dec = [c for c in dec if c.pp == 1 and c.dp == 1 and c.ep == 1]
     dmin: dict[str, int] = {}
     for c in dec:
@@ -314,7 +318,8 @@ def _local_candidates(ir: ProblemIR, w: WorkloadIR, dec: list[Candidate], unifie
                     ids = {r: f"{group}-{r}" for r in ("prefill", "decode")}
                     sides = ((p, "prefill", "decode", kp, kd), (d, "decode", "prefill", kd, kp))
                     for c, role, other, k, ko in sides:
-                        out.append(replace(c, id=ids[role], capacity_rps=tuple((b, c.capacity(b)) for b in keep),
+                        out.append(replace(c, id=ids[role],
+                                           capacity_rps=tuple((b, c.capacity(b)) for b in keep),
                                            pd_group=PdGroup(group, ids[other], k, ko)))
     return out
 
@@ -357,7 +362,8 @@ def add_rows(m, ir: ProblemIR, pd: tuple[Candidate, ...], derate: dict[str, floa
         w = ir.workload(c.workload)
         expr = [(xp_var(c.workload, b, c.id), 1.0 / (cap * f)) for b, cap in c.capacity_rps]
         expr.append((n_var(c.id), -1.0))
-        m.add(Constraint(f"capacity[{c.id}]", "capacity", tuple(expr), "<=", 0.0, origin=SpecPath.workload(w, "slo")))
+        m.add(Constraint(f"capacity[{c.id}]", "capacity", tuple(expr), "<=", 0.0,
+                         origin=SpecPath.workload(w, "slo")))
         kvb = kv_bytes(ir, c)
         link = [(xp_var(c.workload, b, c.id), w.bucket(b).isl_mean * kvb / 1e9) for b, _ in c.capacity_rps]
         grp = local_group(c)
@@ -366,15 +372,16 @@ def add_rows(m, ir: ProblemIR, pd: tuple[Candidate, ...], derate: dict[str, floa
                 _add_group_rows(m, ir, c, ids[grp.partner], grp, link, n_var)
             continue
         link.append((n_var(c.id), -LINK_UTIL * nic_bytes_per_s(ir.gpu(c.gpu), c.gpus) / 1e9))
-        m.add(Constraint(f"kv_link[{c.id}]", "kv_link", tuple(link), "<=", 0.0, origin=SpecPath.gpu(ir.gpu(c.gpu), note="NIC bandwidth (nodes[].nic_gbps)")))
+        m.add(Constraint(f"kv_link[{c.id}]", "kv_link", tuple(link), "<=", 0.0,
+                         origin=SpecPath.gpu(ir.gpu(c.gpu), note="NIC bandwidth (nodes[].nic_gbps)")))
         inter.append((c, link[:-1]))
     if ir.inter_rack_gbps and inter:
         _add_inter_rack_rows(m, ir, inter)
 
 
 def _add_group_rows(m, ir: ProblemIR, p: Candidate, d: Candidate, grp: PdGroup, link: list, n_var) -> None:
-    """Rows of one co-located group (module docstring): replicas in the group's ratio, every request decoded in
-    the group it was prefilled in, and the hand-off under LINK_UTIL of the group's NVLink."""
+    """Rows of one co-located group (module docstring): replicas in the group's ratio, every request decoded
+    in the group it was prefilled in, and the hand-off under LINK_UTIL of the group's NVLink."""
     from trimtab.solvers.model import Constraint
 
     kp, kd = grp.per_group, grp.partner_per_group
@@ -388,12 +395,12 @@ def _add_group_rows(m, ir: ProblemIR, p: Candidate, d: Candidate, grp: PdGroup, 
     w = ir.workload(p.workload)
     for b, _ in p.capacity_rps:
         if d.capacity(b) > 0:
-            m.add(Constraint(f"pd_local[{p.id}/{b}]", "pd_balance", ((xp_var(w.name, b, p.id), 1.0),
-                                                                     (xp_var(w.name, b, d.id), -1.0)), "==", 0.0,
+            m.add(Constraint(f"pd_local[{p.id}/{b}]", "pd_balance",
+                             ((xp_var(w.name, b, p.id), 1.0), (xp_var(w.name, b, d.id), -1.0)), "==", 0.0,
                              origin=SpecPath.workload(w)))
         else:
-            m.add(Constraint(f"pd_local[{p.id}/{b}]", "pd_balance", ((xp_var(w.name, b, p.id), 1.0),), "==", 0.0,
-                             origin=SpecPath.workload(w)))
+            m.add(Constraint(f"pd_local[{p.id}/{b}]", "pd_balance", ((xp_var(w.name, b, p.id), 1.0),), "==",
+                             0.0, origin=SpecPath.workload(w)))
     nvl = local_bytes_per_s(ir.gpu(p.gpu), kp * p.gpus, kd * d.gpus)
     m.add(Constraint(f"kv_link[{p.id}]", "kv_link", tuple(link) + ((g, -LINK_UTIL * nvl / 1e9),), "<=", 0.0,
                      origin=SpecPath.gpu(ir.gpu(p.gpu), note="NVLink bandwidth (GPU profile)")))
@@ -425,10 +432,10 @@ def _add_inter_rack_rows(m, ir: ProblemIR, inter: list) -> None:
 
 
 def pair_routes(ir: ProblemIR, flows: dict[tuple[str, str], tuple[list, list]], cands: dict[str, Candidate]):
-    """Per bucket, match prefill flows to decode flows (candidate ids with their rates; ``cands`` by id): a route
-    per (prefill, decode) pair with the share of the workload's requests it carries. Co-located sides only with
-    their own partner; then each GPU type's flows among themselves (they need not change racks), then the rest;
-    each step north-west corner, sorted by name."""
+    """Per bucket, match prefill flows to decode flows (candidate ids with their rates; ``cands`` by id): a
+    route per (prefill, decode) pair with the share of the workload's requests it carries. Co-located sides
+    only with their own partner; then each GPU type's flows among themselves (they need not change racks),
+    then the rest; each step north-west corner, sorted by name."""
     from trimtab.deployment.shape import RouteView
 
     out = []
@@ -487,8 +494,9 @@ def assess_pairs(ir: ProblemIR, deps: dict, routes, loads: dict, ttft: dict, dep
                 classes.append(traffic_class(b, w.rate_rps * r.share / reps if reps else math.inf))
                 keys.append(r)
             if not reps:
-                loads[name] = DeploymentLoad(name, math.inf, 1.0, 0.0, 0.0, rm.memory.kv_cache_tokens, math.inf,
-                                             False, "traffic routed to a deployment with 0 replicas")
+                loads[name] = DeploymentLoad(name, math.inf, 1.0, 0.0, 0.0, rm.memory.kv_cache_tokens,
+                                             math.inf, False,
+                                             "traffic routed to a deployment with 0 replicas")
                 dep_tpot[name] = math.inf
                 for r in keys:
                     ttft[(r.workload, r.bucket, name)] = math.inf
@@ -519,8 +527,8 @@ def assess_pairs(ir: ProblemIR, deps: dict, routes, loads: dict, ttft: dict, dep
                 st = rm.evaluate_decode(mcls, pct)
                 dep_tpot[name] = st.tpot_s * 1e3
             loads[name] = DeploymentLoad(name, sum(merged.values()), st.utilization, st.decode_batch,
-                                         st.kv_tokens_used, rm.memory.kv_cache_tokens, st.tpot_s * 1e3, st.stable,
-                                         st.reason)
+                                         st.kv_tokens_used, rm.memory.kv_cache_tokens, st.tpot_s * 1e3,
+                                         st.stable, st.reason)
 
 
 def verify_pair_route(r, names: dict, w) -> str:
@@ -555,7 +563,8 @@ def pair_flows(plan, ir: ProblemIR) -> list[tuple[str, str, float, bool]]:
         if b is None or ir.gpu(p.gpu) is None:
             continue
         kvb = kv_bytes_per_token(ir, p.model, p.gpu, p.dtype, p.kv_dtype)
-        acc[(r.prefill, r.decode)] = acc.get((r.prefill, r.decode), 0.0) + r.share * w.rate_rps * b.isl_mean * kvb
+        acc[(r.prefill, r.decode)] = (acc.get((r.prefill, r.decode), 0.0)
+                                      + r.share * w.rate_rps * b.isl_mean * kvb)
     return [(p, d, f, is_local_pair(by[p], by[d])) for (p, d), f in sorted(acc.items())]
 
 

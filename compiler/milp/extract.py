@@ -23,11 +23,13 @@ def plan_buckets(ir: ProblemIR) -> dict[str, list[Bucket]]:
     """The plan's ``buckets``: each workload's length ranges as the planner cut them."""
     return {w.name: [Bucket(name=b.name, share=b.prob, input_tokens_min=int(b.isl_min),
                             input_tokens_max=int(b.isl_max), input_tokens_mean=b.isl_mean,
-                            output_tokens_mean=b.osl_mean, output_tokens_max=int(b.osl_max)) for b in w.buckets]
+                            output_tokens_mean=b.osl_mean, output_tokens_max=int(b.osl_max))
+                     for b in w.buckets]
             for w in ir.workloads}
 
 
-def chosen(ir: ProblemIR, cands: CandidateSet, res: SolveResult) -> tuple[list[tuple[Candidate, int]], list[RouteView]]:
+def chosen(ir: ProblemIR, cands: CandidateSet,
+           res: SolveResult) -> tuple[list[tuple[Candidate, int]], list[RouteView]]:
     deps = []
     for c in cands.candidates + cands.disagg:
         n = int(round(res.values.get(n_var(c.id), 0.0)))
@@ -83,12 +85,13 @@ def build_plan(ir: ProblemIR, deps: list[tuple[Candidate, int]], routes: list[Ro
     cost = fleet_usd_per_hour((n, c.usd_per_hour) for c, n in deps)
     kv_alloc = allocate(deps) if ir.kv_tiers != "off" else {}
     deployments = [
-        Deployment(name=c.id, model=c.model, gpu=c.gpu, tensor_parallel=c.tp, pipeline_parallel=c.pp, replicas=n,
-                   data_parallel=c.dp, expert_parallel=c.ep,
+        Deployment(name=c.id, model=c.model, gpu=c.gpu, tensor_parallel=c.tp, pipeline_parallel=c.pp,
+                   replicas=n, data_parallel=c.dp, expert_parallel=c.ep,
                    role=c.role, dtype=c.dtype, kv_dtype=c.kv_dtype, max_batch_size=c.max_num_seqs,
                    max_num_batched_tokens=c.max_batched_tokens, kv_cache_tokens=c.kv_cache_tokens,
                    load_rps_per_replica=a.deployments[c.id].rate_rps_per_replica,
-                   utilization=a.deployments[c.id].utilization, engine_args=[],  # trimtab.contract.realise fills it
+                   utilization=a.deployments[c.id].utilization,
+                   engine_args=[],  # trimtab.contract.realise fills it
                    prefix_cache_tokens=a.deployments[c.id].prefix_cache_tokens, **colocation(c),
                    kv=_kv(ir, c, kv_alloc))
         for c, n in sorted(deps, key=lambda d: d[0].id)]
@@ -99,7 +102,8 @@ def build_plan(ir: ProblemIR, deps: list[tuple[Candidate, int]], routes: list[Ro
         deployments=deployments,
         routes=[Route(workload=r.workload, bucket=r.bucket, deployment=r.deployment or None,
                       prefill=r.prefill or None, decode=r.decode or None, share=r.share)
-                for r in sorted(routes, key=lambda r: (r.workload, r.bucket, r.deployment, r.prefill, r.decode))],
+                for r in sorted(routes,
+                                key=lambda r: (r.workload, r.bucket, r.deployment, r.prefill, r.decode))],
         predictions=predictions(ir, a, vs, routes),
         buckets=plan_buckets(ir),
         warnings=warnings + fidelity_warnings(ir, deps),
@@ -116,7 +120,8 @@ def _rounded(v: float | None) -> float | None:
 
 def prefix_of(ir: ProblemIR, deps: list[tuple[Candidate, int]], a: Assessment) -> dict[str, PrefixReuse]:
     """Per workload with prefix reuse: the hit rate assumed (declared or measured) and what each deployment's
-    prefix cache gets of it (with its host-memory tier, if any: the two levels hit as one LRU of the larger)."""
+    prefix cache gets of it (with its host-memory tier, if any: the two levels hit as one LRU of
+    the larger)."""
     from trimtab.cost.factory import host_tier_tokens, prefix_hit, replica_model
 
     def host(c: Candidate) -> int:
@@ -133,7 +138,8 @@ def prefix_of(ir: ProblemIR, deps: list[tuple[Candidate, int]], a: Assessment) -
         planned = {c.id: round(prefix_hit(w, max(a.deployments[c.id].prefix_cache_tokens, host(c))), 6)
                    for c, _ in deps if c.workload == w.name and c.id in a.deployments}
         out[w.name] = PrefixReuse(source=w.prefix_source, hit_rate=w.prefix_hit_rate,
-                                  working_set_tokens=w.prefix_working_set, hit_rate_planned=dict(sorted(planned.items())))
+                                  working_set_tokens=w.prefix_working_set,
+                                  hit_rate_planned=dict(sorted(planned.items())))
     return out
 
 
@@ -153,7 +159,8 @@ def goodput_of(ir: ProblemIR, routes: list[RouteView]) -> Goodput:
         w = ir.workload(r.workload)
         if w is not None and r.workload in per:
             per[r.workload] += r.share * w.rate_rps
-    return Goodput(served_rps=sum(per.values()), offered_rps=sum(w.rate_rps for w in ir.workloads), workloads=per)
+    return Goodput(served_rps=sum(per.values()), offered_rps=sum(w.rate_rps for w in ir.workloads),
+                   workloads=per)
 
 
 def with_placement(plan: Plan, placements: dict) -> Plan:
@@ -217,8 +224,8 @@ def with_capacities(plan: Plan, ir: ProblemIR) -> Plan:
 
 def finish_plan(plan: Plan, spec, ir: ProblemIR, last_sim, sim_requests: int, sim_rounds: int) -> Plan:
     """The last stage of every planner: place the replicas on nodes (CP-SAT when greedy packing fails) and
-    record the validating simulation runs (``trimtab.sim.validate.SeedsResult``), so ``check`` knows which seeds
-    the plan was fitted on."""
+    record the validating simulation runs (``trimtab.sim.validate.SeedsResult``), so ``check`` knows which
+    seeds the plan was fitted on."""
     from trimtab.errors import InternalError
     from trimtab.deployment.kvtiers import usable_host_gib
     from trimtab.cost.physics import breaches
@@ -232,7 +239,8 @@ def finish_plan(plan: Plan, spec, ir: ProblemIR, last_sim, sim_requests: int, si
                              "please report it with the spec):"] + ["  " + b.line() for b in broken])
     topo = build_topology(spec, ir)
     groups, flows = placement_inputs(plan, ir)  # P/D: co-located groups, rack affinity of KV-heavy pairs
-    kv = {d.name: (d.kv.borrowed_gib, d.kv.lent_gib, d.kv.offload_gib) for d in plan.deployments if d.kv is not None}
+    kv = {d.name: (d.kv.borrowed_gib, d.kv.lent_gib, d.kv.offload_gib)
+          for d in plan.deployments if d.kv is not None}
     host = {n.name: usable_host_gib(ir, n) for n in topo.nodes} if kv else {}
     views_ = [DeploymentSpecView.of_plan(d) for d in plan.deployments]
     if ir.redundancy == "n+1":  # each deployment spread over its nodes (trimtab.milp.spread; docs/online.md)

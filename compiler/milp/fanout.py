@@ -11,8 +11,9 @@ order), is the set built for all at once, byte for byte, whatever the number of 
 Processes are forked (the IR is inherited, not pickled); only specs with enough work use them
 (``MIN_WORK`` workload x GPU-type pairs), so small specs and the test suite stay in one process.
 ``TRIMTAB_JOBS`` sets the number of processes (default: the CPUs this process may use; 1 turns it off).
-Specs with LoRA tenants (shared adapters across workloads) are built serially, and so are specs that may borrow
-KV (``defaults.kv_tiers: experimental-live``: a borrower's size depends on the spare HBM of other workloads' shapes).
+Specs with LoRA tenants (shared adapters across workloads) are built serially, and so are specs that may
+borrow KV (``defaults.kv_tiers: experimental-live``: a borrower's size depends on the spare HBM of other
+workloads' shapes).
 """
 from __future__ import annotations
 
@@ -60,11 +61,13 @@ def _mergeable() -> bool:
 
     from trimtab.deployment.shape import CandidateSet
 
-    return all(f.name in MERGED for f in fields(CandidateSet))  # a new field: build serially until merged here
+    # a new field: build serially until merged here
+    return all(f.name in MERGED for f in fields(CandidateSet))
 
 
 def merge(parts):
-    """Per-workload ``CandidateSet``s (in workload order) -> one, ordered as ``build_candidates`` orders it."""
+    """Per-workload ``CandidateSet``s (in workload order) -> one, ordered as
+    ``build_candidates`` orders it."""
     from trimtab.deployment.shape import CandidateSet
 
     key = (lambda x: x.id)

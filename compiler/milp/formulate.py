@@ -16,15 +16,15 @@ Constraints:
     their replicas count in inventory, budget and cost like any candidate's.
 Objective ``min_cost``:
     min sum_c usd[c] n[c] + EPS_GPU x sum_c gpus[c] n[c]   (cost, then fewer GPUs)
-Routing balance (``min_cost``; ``trimtab.milp.solve.balance_routes``, an LP after the MILP): the MILP's routes are any split that
-fits the capacities, often one deployment at 100 % beside another half idle. With every n[c] fixed at the MILP's
-value, and u[w] in [0, 1] the highest utilisation among w's deployments,
+Routing balance (``min_cost``; ``trimtab.milp.solve.balance_routes``, an LP after the MILP): the MILP's routes
+are any split that fits the capacities, often one deployment at 100 % beside another half idle. With every
+n[c] fixed at the MILP's value, and u[w] in [0, 1] the highest utilisation among w's deployments,
     sum_b x[b,c] / cap[b,c] <= u[w] n[c]           for unified c of w    (capacity[c], n fixed)
     min sum_w u[w]
 spreads each workload's traffic so that its busiest deployment is as idle as the replicas bought allow: the
 same cost and replicas, with the most headroom on every deployment the load can be moved off.
-Objective ``max_goodput`` (two solves, ``trimtab.milp.solve.solve_ir``): demand rows become ``<=`` (a bucket may be served in
-part), then
+Objective ``max_goodput`` (two solves, ``trimtab.milp.solve.solve_ir``): demand rows become ``<=`` (a bucket
+may be served in part), then
     1. max sum_{b,c} x[b,c]                                 (served requests per second, all workloads)
     2. min cost  s.t.  sum_{b,c} x[b,c] >= (1 - GOODPUT_TOL) x goodput of 1   (goodput[total])
 so among the plans that serve the most traffic under the budget and GPU counts, the cheapest.
@@ -64,9 +64,9 @@ def slack_var(cname: str) -> str:
 
 
 def capacity_fill(cands: CandidateSet, res: SolveResult, derate: dict[str, float]) -> dict[str, float]:
-    """Per deployment bought (unified, prefill and decode pools): the left side of its ``capacity`` row over its
-    replicas (1: full). P/D pools too, so that a simulated miss on one derates it below the load it carries (a
-    derate above it leaves the plan as it was: one round per 3-5 % step before)."""
+    """Per deployment bought (unified, prefill and decode pools): the left side of its ``capacity`` row over
+    its replicas (1: full). P/D pools too, so that a simulated miss on one derates it below the load it
+    carries (a derate above it leaves the plan as it was: one round per 3-5 % step before)."""
     out = {}
     for c in (*cands.candidates, *cands.disagg):
         n = res.values.get(n_var(c.id), 0.0)
@@ -80,14 +80,17 @@ def capacity_fill(cands: CandidateSet, res: SolveResult, derate: dict[str, float
 def _replicas_to_carry_all(ir: ProblemIR, c, derate: float) -> int:
     """Replicas of ``c`` that carry all of its workload's traffic: more are never useful."""
     w = ir.workload(c.workload)
-    need = sum(w.rate_rps * b.prob / (c.capacity(b.name) * derate) for b in w.buckets if c.capacity(b.name) > 0)
+    need = sum(w.rate_rps * b.prob / (c.capacity(b.name) * derate)
+               for b in w.buckets if c.capacity(b.name) > 0)
     return math.ceil(need * (1 + 1e-9)) + 1
 
 
 def formulate(ir: ProblemIR, cands: CandidateSet, derate: dict[str, float] | None = None,
-              elastic: bool = False, objective: str | None = None, goodput_floor: float | None = None) -> MilpModel:
+              elastic: bool = False, objective: str | None = None,
+              goodput_floor: float | None = None) -> MilpModel:
     """The MILP of ``ir`` over ``cands``. ``objective`` defaults to the spec's; with ``max_goodput``,
-    ``goodput_floor=None`` gives stage 1 (max served rate) and a number gives stage 2 (min cost at that rate)."""
+    ``goodput_floor=None`` gives stage 1 (max served rate) and a number gives stage 2 (min cost at
+    that rate)."""
     derate = derate or {}
     objective = objective or ir.objective
     if objective not in OBJECTIVES:
@@ -102,7 +105,8 @@ def formulate(ir: ProblemIR, cands: CandidateSet, derate: dict[str, float] | Non
         by_gpu.setdefault(c.gpu, []).append(c)
     pd = cands.disagg  # prefill/decode candidates (trimtab.milp.disagg)
     for c in pd:
-        ub = _replicas_to_carry_all(ir, c, derate.get(c.id, 1.0)) if elastic else ir.gpu(c.gpu).count // c.gpus
+        ub = (_replicas_to_carry_all(ir, c, derate.get(c.id, 1.0)) if elastic
+              else ir.gpu(c.gpu).count // c.gpus)
         m.add_var(n_var(c.id), "integer", 0, ub)
         by_gpu.setdefault(c.gpu, []).append(c)
     served: list[tuple[str, float]] = []
@@ -114,7 +118,8 @@ def formulate(ir: ProblemIR, cands: CandidateSet, derate: dict[str, float] | Non
                     terms.append((m.add_var(x_var(w.name, b.name, c.id), "continuous", family="route"), 1.0))
             for c in pd:
                 if c.workload == w.name and c.capacity(b.name) > 0:
-                    v = m.add_var(x_var(w.name, b.name, c.id), "continuous", 0.0, w.rate_rps * b.prob, "route")
+                    v = m.add_var(x_var(w.name, b.name, c.id), "continuous", 0.0, w.rate_rps * b.prob,
+                                  "route")
                     if c.role == "prefill":
                         terms.append((v, 1.0))
             served += terms
@@ -135,15 +140,17 @@ def formulate(ir: ProblemIR, cands: CandidateSet, derate: dict[str, float] | Non
     relax: list[Constraint] = []
     for pool in ir.gpus:
         cs = by_gpu.get(pool.type, [])
-        con = Constraint(f"inventory[{pool.type}]", "inventory", tuple((n_var(c.id), float(c.gpus)) for c in cs),
-                         "<=", float(pool.count), origin=SpecPath.gpu(pool, "count"), relaxable=True)
+        con = Constraint(f"inventory[{pool.type}]", "inventory",
+                         tuple((n_var(c.id), float(c.gpus)) for c in cs), "<=", float(pool.count),
+                         origin=SpecPath.gpu(pool, "count"), relaxable=True)
         relax.append(con)
     if ir.budget_usd_per_hour is not None:
         con = Constraint("budget", "budget", tuple((n_var(c.id), c.usd_per_hour) for c in allc),
                          "<=", ir.budget_usd_per_hour, origin=SpecPath("budget_usd_per_hour"), relaxable=True)
         relax.append(con)
     if goodput and goodput_floor is not None:
-        m.add(Constraint("goodput[total]", "goodput", tuple(served), ">=", goodput_floor, origin=SpecPath("objective")))
+        m.add(Constraint("goodput[total]", "goodput", tuple(served), ">=", goodput_floor,
+                         origin=SpecPath("objective")))
     cost = [(n_var(c.id), c.usd_per_hour + EPS_GPU * c.gpus) for c in allc]
     if goodput and goodput_floor is None and not elastic:
         m.sense = "max"
@@ -158,9 +165,10 @@ def formulate(ir: ProblemIR, cands: CandidateSet, derate: dict[str, float] | Non
 
 def add_kv_tier_rows(m: MilpModel, ir: ProblemIR, cands: CandidateSet) -> None:
     """KV tiers (docs/kv-tiers.md), per GPU type g, over the unified candidates:
-        sum_{c on g} offload_gib[c] n[c] <= HOST_KV_SHARE x CPU memory of g's nodes          (kv_offload[g])
-        sum_{c on g} borrow_gib[c] n[c] <= sum_{l on g} spare_gib[l] n[l]                      (kv_borrow[g])
-        n[c] <= sum_{l on g: spare_gib[l] >= borrow_gib[c], gpus[l] + gpus[c] <= node} n[l]   (kv_borrow_pair[c])
+        sum_{c on g} offload_gib[c] n[c] <= HOST_KV_SHARE x CPU memory of g's nodes   (kv_offload[g])
+        sum_{c on g} borrow_gib[c] n[c] <= sum_{l on g} spare_gib[l] n[l]             (kv_borrow[g])
+        n[c] <= sum_{l on g: spare_gib[l] >= borrow_gib[c],
+                     gpus[l] + gpus[c] <= node} n[l]                                  (kv_borrow_pair[c])
     spare_gib[l]: HBM KV a replica of the HBM-only candidate l leaves free at its planned operating point
     (each bucket alone at its capacity, the worst one). Rows only where some candidate has such a tier."""
     from trimtab.cost.factory import HOST_KV_SHARE
@@ -177,15 +185,15 @@ def add_kv_tier_rows(m: MilpModel, ir: ProblemIR, cands: CandidateSet) -> None:
             lend = tuple((n_var(c.id), -c.kv_spare_gib) for c in cs if c.kv_spare_gib > 0)
             m.add(Constraint(f"kv_borrow[{pool.type}]", "kv_borrow", bor + lend, "<=", 0.0,
                              origin=SpecPath.gpu(pool, note="spare HBM KV of lenders")))
-            # Each borrower replica pairs with a lender replica that can spare its GiB alone and fits beside it on a
-            # node (borrowing runs over the node's NVLink; trimtab.milp.placement.place_kv places them
+            # Each borrower replica pairs with a lender replica that can spare its GiB alone and fits beside
+            # it on a node (borrowing runs over the node's NVLink; trimtab.milp.placement.place_kv places them
             # together).
             per_node = int(pool.profile.gpus_per_node.value)
             for c in cs:
                 if c.kv_borrow_gib > 0:
                     ok = tuple((n_var(l.id), -1.0) for l in cs if l.kv_spare_gib >= c.kv_borrow_gib - 1e-9
                                and l.gpus + c.gpus <= per_node)
-                    m.add(Constraint(f"kv_borrow_pair[{c.id}]", "kv_borrow", ((n_var(c.id), 1.0),) + ok, "<=", 0.0,
-                                     origin=SpecPath.gpu(pool, note="lenders on the node")))
+                    m.add(Constraint(f"kv_borrow_pair[{c.id}]", "kv_borrow", ((n_var(c.id), 1.0),) + ok, "<=",
+                                     0.0, origin=SpecPath.gpu(pool, note="lenders on the node")))
 
 

@@ -14,9 +14,9 @@ tensor-parallel group that must stay inside one domain):
 
 A first-fit-decreasing packing is tried first; it is tight for power-of-two group and domain sizes, so the
 CP-SAT model runs only when it fails. Counting stages per bin (not binaries per stage) keeps the model small
-for thousands of GPUs. Inside a bin,
-groups get contiguous GPU indices, largest first. Stages of one pipeline replica are placed in bin order, so they
-tend to share a rack. CP-SAT runs with one worker and a fixed seed, so placements are deterministic.
+for thousands of GPUs. Inside a bin, groups get contiguous GPU indices, largest first. Stages of one pipeline
+replica are placed in bin order, so they tend to share a rack. CP-SAT runs with one worker and a fixed seed,
+so placements are deterministic.
 
 Prefill/decode pairs (``trimtab.milp.disagg``): a co-located pair's groups (kp prefill + kd decode replicas)
 are
@@ -35,7 +35,8 @@ from trimtab.ir.topology import Topology
 
 @dataclass(frozen=True, slots=True)
 class StagePlacement:
-    """Where one pipeline stage of one replica runs: a node and the GPU indices of its tensor-parallel group."""
+    """Where one pipeline stage of one replica runs: a node and the GPU indices of its
+    tensor-parallel group."""
 
     replica: int
     stage: int
@@ -45,8 +46,8 @@ class StagePlacement:
 
 @dataclass(frozen=True, slots=True)
 class LocalGroup:
-    """A co-located P/D pair: ``kp`` replicas of ``prefill`` and ``kd`` of ``decode`` per group, each group in one
-    NVLink domain (the hand-off runs over the GPUs' links)."""
+    """A co-located P/D pair: ``kp`` replicas of ``prefill`` and ``kd`` of ``decode`` per group, each group in
+    one NVLink domain (the hand-off runs over the GPUs' links)."""
     prefill: str
     decode: str
     kp: int
@@ -79,8 +80,9 @@ def place(deployments: list[DeploymentSpecView], topo: Topology, time_limit_s: f
 def _stage_groups(deployments: list[DeploymentSpecView], topo: Topology) -> list[DeploymentSpecView]:
     """What placement packs per pipeline stage: its TP group times its attention data-parallel ranks (MoE
     layouts), all in one NVLink domain; an expert group wider than the GPU type's domain is that many whole
-    domains, each its share of the ranks (``trimtab.deployment.shape.stage_parts``), placed as consecutive "stages".
-    Below, ``tp`` is a part's width and ``pp`` the parts of a replica (idempotent: ``dp`` becomes 1)."""
+    domains, each its share of the ranks (``trimtab.deployment.shape.stage_parts``), placed as consecutive
+    "stages". Below, ``tp`` is a part's width and ``pp`` the parts of a replica (idempotent: ``dp``
+    becomes 1)."""
     out = []
     for d in deployments:
         if d.dp > 1:
@@ -92,7 +94,8 @@ def _stage_groups(deployments: list[DeploymentSpecView], topo: Topology) -> list
 
 def _place_groups(deployments: list[DeploymentSpecView], topo: Topology, time_limit_s: float, groups, flows):
     """Each co-located group becomes one unit (a pseudo deployment of kp tp_p + kd tp_d GPUs, pp 1) for the
-    packing; its GPUs are then split: the first kp x tp_p to the prefill replicas, the rest to the decode ones."""
+    packing; its GPUs are then split: the first kp x tp_p to the prefill replicas, the rest to the
+    decode ones."""
     by = {d.name: d for d in deployments if d.replicas > 0}
     units, split = [], {}
     for g in groups:
@@ -101,12 +104,13 @@ def _place_groups(deployments: list[DeploymentSpecView], topo: Topology, time_li
             continue
         n = p.replicas // g.kp
         if p.pp != 1 or d.pp != 1 or p.gpu != d.gpu or p.replicas != n * g.kp or d.replicas != n * g.kd:
-            raise InfeasibleError([f"co-located pair {p.name} + {d.name}: {p.replicas} and {d.replicas} replicas "
-                                   f"(pp {p.pp}, {d.pp}) do not form whole groups of {g.kp} + {g.kd} on one GPU type"])
+            raise InfeasibleError([f"co-located pair {p.name} + {d.name}: {p.replicas} and {d.replicas} "
+                                   f"replicas (pp {p.pp}, {d.pp}) do not form whole groups of {g.kp} + "
+                                   f"{g.kd} on one GPU type"])
         size = g.kp * p.tp + g.kd * d.tp
         if size > topo.max_domain(p.gpu):
-            raise InfeasibleError([f"no placement exists: co-located pair {p.name} + {d.name} needs {size} {p.gpu} "
-                                   f"in one NVLink domain; the largest domain in the nodes has "
+            raise InfeasibleError([f"no placement exists: co-located pair {p.name} + {d.name} needs {size} "
+                                   f"{p.gpu} in one NVLink domain; the largest domain in the nodes has "
                                    f"{topo.max_domain(p.gpu)}"])
         name = f"{p.name}+{d.name}"
         units.append(replace(p, name=name, tp=size, pp=1, replicas=n))  # one group: a replica of kp + kd
@@ -129,14 +133,15 @@ def _place_groups(deployments: list[DeploymentSpecView], topo: Topology, time_li
 
 def _rack_affine(deps: list[DeploymentSpecView], bins: list, topo: Topology, placed: dict, flows) -> dict:
     """Keep P/D pairs in one rack when the placement found loads an inter-rack link beyond LINK_UTIL: pairs
-    joined by a route form a component; components (most GPUs first) go first-fit into the first rack that holds
-    them all, then the other deployments first-fit. Refuses, naming the link and by how much it is over, when
-    no rack-local packing is found (greedy: a packing may exist that it misses)."""
+    joined by a route form a component; components (most GPUs first) go first-fit into the first rack that
+    holds them all, then the other deployments first-fit. Refuses, naming the link and by how much it is over,
+    when no rack-local packing is found (greedy: a packing may exist that it misses)."""
     from trimtab.ir.topology import LINK_UTIL, kv_link_loads
 
     def over(pl):
         st = {k: [(s.node, 0) for s in v] for k, v in pl.items()}
-        return [(link, load, cap) for link, (load, cap, _) in sorted(kv_link_loads(topo, st, list(flows)).items())
+        return [(link, load, cap)
+                for link, (load, cap, _) in sorted(kv_link_loads(topo, st, list(flows)).items())
                 if link.startswith("inter-rack") and load > LINK_UTIL * cap * (1 + 1e-9)]
 
     bad = over(placed)
@@ -177,7 +182,8 @@ def _rack_affine(deps: list[DeploymentSpecView], bins: list, topo: Topology, pla
     done = set()
     for key in sorted(members, key=lambda k: (-sum(deps[i].tp * deps[i].pp * deps[i].replicas
                                                     for i in members[k]), k)):
-        got = next((c for r in racks if (c := fill(members[key], lambda n, r=r: n.rack == r)) is not None), None)
+        got = next((c for r in racks
+                    if (c := fill(members[key], lambda n, r=r: n.rack == r)) is not None), None)
         if got is None:
             break
         counts.update(got)
@@ -192,8 +198,8 @@ def _rack_affine(deps: list[DeploymentSpecView], bins: list, topo: Topology, pla
     link, load, cap = bad[0]
     raise InfeasibleError([f"no placement keeps the KV hand-offs within the network: link {link} carries "
                            f"{load / 1e9:.2f} GB/s of KV, over {LINK_UTIL:.0%} of its {cap / 1e9:g} GB/s by "
-                           f"{(load - LINK_UTIL * cap) / 1e9:.2f} GB/s, and the prefill/decode pairs do not fit in "
-                           "one rack each; add GPUs to a rack or raise network.inter_rack_gbps"])
+                           f"{(load - LINK_UTIL * cap) / 1e9:.2f} GB/s, and the prefill/decode pairs do not "
+                           "fit in one rack each; add GPUs to a rack or raise network.inter_rack_gbps"])
 
 
 def _first_fit_decreasing(deps: list[DeploymentSpecView], bins: list) -> dict[tuple[int, int], int] | None:
@@ -213,7 +219,8 @@ def _first_fit_decreasing(deps: list[DeploymentSpecView], bins: list) -> dict[tu
     return counts
 
 
-def _solve_cpsat(deps: list[DeploymentSpecView], bins: list, time_limit_s: float, extra=None) -> dict[tuple[int, int], int]:
+def _solve_cpsat(deps: list[DeploymentSpecView], bins: list, time_limit_s: float,
+                 extra=None) -> dict[tuple[int, int], int]:
     """``extra(m, cnt)``: adds further constraints over the stage counts (KV tiers: ``place_kv``)."""
     from ortools.sat.python import cp_model
 
@@ -255,8 +262,9 @@ def _solve_cpsat(deps: list[DeploymentSpecView], bins: list, time_limit_s: float
         raise NoSolutionError([f"placement: the wall-clock safety net ({10 * time_limit_s:g} s) expired"])
     if status not in (cp_model.OPTIMAL, cp_model.FEASIBLE):
         if status == cp_model.INFEASIBLE:
-            raise InfeasibleError(["no placement exists: the tensor-parallel groups cannot be packed into the "
-                                   "nodes' NVLink domains (fragmentation); give nodes larger domains or more GPUs"])
+            raise InfeasibleError(["no placement exists: the tensor-parallel groups cannot be packed into "
+                                   "the nodes' NVLink domains (fragmentation); give nodes larger domains or "
+                                   "more GPUs"])
         raise InfeasibleError([f"no placement found within {time_limit_s:g} deterministic s "
                                f"({solver.status_name(status)})"])
     return {key: int(solver.value(v)) for key, v in cnt.items() if solver.value(v)}
@@ -296,8 +304,8 @@ def _obvious_impossibility(deps: list[DeploymentSpecView], topo: Topology) -> li
         need[d.gpu] = need.get(d.gpu, 0) + d.tp * d.pp * d.replicas
         dom = topo.max_domain(d.gpu)
         if d.tp > dom:
-            out.append(f"deployment {d.name} needs tensor-parallel groups of {d.tp} {d.gpu} inside one NVLink "
-                       f"domain; the largest domain in the nodes has {dom}")
+            out.append(f"deployment {d.name} needs tensor-parallel groups of {d.tp} {d.gpu} inside one "
+                       f"NVLink domain; the largest domain in the nodes has {dom}")
     for g, n in sorted(need.items()):
         have = topo.gpus_of(g)
         if n > have:
@@ -306,14 +314,15 @@ def _obvious_impossibility(deps: list[DeploymentSpecView], topo: Topology) -> li
 
 
 def place_kv(deployments: list[DeploymentSpecView], topo: Topology, kv: dict[str, tuple[float, float, float]],
-             host_gib: dict[str, float], time_limit_s: float = 20.0, **kw) -> dict[str, tuple[StagePlacement, ...]]:
-    """``place`` for plans with KV tiers (docs/kv-tiers.md). ``kv``: deployment -> (borrowed, lent, offloaded) GiB
-    per replica; ``host_gib``: node -> host memory the offload tier may use. Borrowing runs over the node's NVLink,
-    so on every node
+             host_gib: dict[str, float], time_limit_s: float = 20.0,
+             **kw) -> dict[str, tuple[StagePlacement, ...]]:
+    """``place`` for plans with KV tiers (docs/kv-tiers.md). ``kv``: deployment -> (borrowed, lent, offloaded)
+    GiB per replica; ``host_gib``: node -> host memory the offload tier may use. Borrowing runs over the
+    node's NVLink, so on every node
         sum_d (borrowed[d] - lent[d]) / pp[d] x stages of d on the node <= 0
         sum_d offloaded[d] / pp[d] x stages of d on the node <= host_gib[node]
-    The ordinary placement is kept when it satisfies both; else CP-SAT packs with them (in MiB, integers); when no
-    packing exists the error says so plainly."""
+    The ordinary placement is kept when it satisfies both; else CP-SAT packs with them (in MiB, integers);
+    when no packing exists the error says so plainly."""
     deployments = _stage_groups(deployments, topo)
     out = place(deployments, topo, time_limit_s, **kw)
     kv = {k: v for k, v in kv.items() if any(x > 0 for x in v)}
@@ -323,8 +332,9 @@ def place_kv(deployments: list[DeploymentSpecView], topo: Topology, kv: dict[str
     if not _kv_violations(deps, out, kv, host_gib):
         return out
     if kw.get("groups"):
-        raise InfeasibleError(["no placement exists that keeps every KV borrower on a node with its lenders and the "
-                               "offloaded KV within each node's host memory, next to co-located P/D pairs"])
+        raise InfeasibleError(["no placement exists that keeps every KV borrower on a node with its lenders "
+                               "and the offloaded KV within each node's host memory, next to co-located P/D "
+                               "pairs"])
     bins = [(n, j) for n in topo.nodes for j in range(n.domains)]
     mib = {d.name: tuple(int(round(x * 1024 / d.pp)) for x in kv.get(d.name, (0.0, 0.0, 0.0))) for d in deps}
 
@@ -343,9 +353,9 @@ def place_kv(deployments: list[DeploymentSpecView], topo: Topology, kv: dict[str
     try:
         counts = _solve_cpsat(deps, bins, time_limit_s, extra)
     except InfeasibleError:
-        raise InfeasibleError(["no placement exists that keeps every KV borrower on a node with enough lent HBM "
-                               "and the offloaded KV within each node's host memory; lend more (more lender "
-                               "replicas), borrow less, or give the nodes more CPU memory"]) from None
+        raise InfeasibleError(["no placement exists that keeps every KV borrower on a node with enough lent "
+                               "HBM and the offloaded KV within each node's host memory; lend more (more "
+                               "lender replicas), borrow less, or give the nodes more CPU memory"]) from None
     return _expand(deps, bins, counts)
 
 
@@ -357,7 +367,8 @@ def _kv_violations(deps, placed, kv, host_gib) -> list[str]:
         for sp in placed.get(d.name, ()):
             net[sp.node] = net.get(sp.node, 0.0) + (b - l) / d.pp
             off[sp.node] = off.get(sp.node, 0.0) + o / d.pp
-    return sorted([n for n, v in net.items() if v > 1e-3] + [n for n, v in off.items() if v > host_gib.get(n, 0.0) + 1e-3])
+    return sorted([n for n, v in net.items() if v > 1e-3]
+                  + [n for n, v in off.items() if v > host_gib.get(n, 0.0) + 1e-3])
 
 
 def placement_inputs(plan, ir):

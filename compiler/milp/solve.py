@@ -1,8 +1,8 @@
 """Solving the formulated MILP for the spec's objective: split by workload where nothing couples them
 (``trimtab.milp.decompose``), else whole; then re-spread the routes over the replicas bought
-(``balance_routes``);
-``max_goodput`` in two stages. Above ``trimtab.milp.formulate`` (the model) and ``trimtab.milp.decompose`` (its split).
-The balance LP's notation is in compiler/milp/formulate.py's docstring ("Routing balance").
+(``balance_routes``); ``max_goodput`` in two stages. Above ``trimtab.milp.formulate`` (the model) and
+``trimtab.milp.decompose`` (its split). The balance LP's notation is in compiler/milp/formulate.py's
+docstring ("Routing balance").
 """
 from __future__ import annotations
 
@@ -21,12 +21,13 @@ def util_var(workload: str) -> str:
 
 def balance_routes(ir: ProblemIR, cands: CandidateSet, backend: Backend, options: SolveOptions,
                    res: SolveResult, derate: dict[str, float] | None = None) -> SolveResult:
-    """``res`` with its routes re-spread by the balance LP (module docstring); replicas, cost, status and gap are
-    the MILP's. Returns ``res`` unchanged when it has no solution or the LP gives none (the MILP's routes stand)."""
+    """``res`` with its routes re-spread by the balance LP (module docstring); replicas, cost, status and gap
+    are the MILP's. Returns ``res`` unchanged when it has no solution or the LP gives none (the MILP's
+    routes stand)."""
     if not res.has_solution:
         return res
-    # Only the deployments bought: a candidate with no replicas carries no traffic, so its routes stay 0 (and the
-    # LP is the size of the plan, not of the candidate set).
+    # Only the deployments bought: a candidate with no replicas carries no traffic, so its routes stay 0 (and
+    # the LP is the size of the plan, not of the candidate set).
     bought = lambda c: round(res.values.get(n_var(c.id), 0.0)) > 0  # noqa: E731
     cands = replace(cands, candidates=tuple(c for c in cands.candidates if bought(c)),
                     disagg=tuple(c for c in cands.disagg if bought(c)))
@@ -55,10 +56,11 @@ def balance_routes(ir: ProblemIR, cands: CandidateSet, backend: Backend, options
 
 def solve_balance(m, rows, util: dict[str, str], backend: Backend, options: SolveOptions,
                   res: SolveResult) -> SolveResult:
-    """Solve a balance LP (``m`` with its constraints replaced by ``rows``) minimising the sum of the per-workload
-    utilisation variables ``util``, in the time ``res`` left; ``res`` with its route values replaced by the LP's
-    (the other values, status and gap are the MILP's), or unchanged but for the seconds when the LP has none.
-    Shared by ``balance_routes`` and ``trimtab.planning.redundancy.balance_survivors``."""
+    """Solve a balance LP (``m`` with its constraints replaced by ``rows``) minimising the sum of the
+    per-workload utilisation variables ``util``, in the time ``res`` left; ``res`` with its route values
+    replaced by the LP's (the other values, status and gap are the MILP's), or unchanged but for the seconds
+    when the LP has none. Shared by ``balance_routes`` and
+    ``trimtab.planning.redundancy.balance_survivors``."""
     m.constraints = rows
     m.objective = tuple((u, 1.0) for u in sorted(util.values()))
     m.sense = "min"
@@ -85,8 +87,9 @@ def solve_ir(ir: ProblemIR, cands: CandidateSet, backend: Backend, options: Solv
 
 
 def two_stage(model, backend: Backend, options: SolveOptions) -> SolveResult:
-    """``max_goodput`` in two solves: ``model(None)`` maximises the served rate, ``model(floor)`` minimises cost
-    serving at least (1 - GOODPUT_TOL) of it. The result's ``seconds`` covers both; the time limit is shared."""
+    """``max_goodput`` in two solves: ``model(None)`` maximises the served rate, ``model(floor)`` minimises
+    cost serving at least (1 - GOODPUT_TOL) of it. The result's ``seconds`` covers both; the time
+    limit is shared."""
     first = backend.solve(model(None), options)
     if not first.has_solution:
         return first
@@ -99,4 +102,5 @@ def two_stage(model, backend: Backend, options: SolveOptions) -> SolveResult:
     gaps = [g for g in (first.gap, second.gap) if g is not None]
     return replace(second, seconds=first.seconds + second.seconds,
                    gap=max(gaps) if len(gaps) == 2 else None,
-                   status=Status.OPTIMAL if Status.FEASIBLE not in (first.status, second.status) else Status.FEASIBLE)
+                   status=(Status.OPTIMAL if Status.FEASIBLE not in (first.status, second.status)
+                           else Status.FEASIBLE))

@@ -1,5 +1,5 @@
-"""Placement for ``redundancy: n+1`` (docs/online.md, "Redundancy"): every deployment spread over the nodes of its
-GPU type, so that one node holds at most
+"""Placement for ``redundancy: n+1`` (docs/online.md, "Redundancy"): every deployment spread over the nodes of
+its GPU type, so that one node holds at most
 
     cap[d] = ceil(replicas[d] / N_g)        N_g: nodes of d's GPU type
 
@@ -7,10 +7,11 @@ of its replicas, and each replica (all its pipeline stages) inside one node. A n
 cap[d] replicas of every deployment d, which is what the MILP rows of ``trimtab.planning.redundancy`` plan for
 (``spread[c]``, ``survive[c]``, ``node_room[g]``; their notation is there).
 
-Greedy: deployments by replica size (largest first, then name), each replica to the node of its type holding the
-fewest replicas of that deployment so far (ties: the earliest node), stages on contiguous GPU indices inside one
-NVLink domain. ``node_room[g]`` (every node has room for cap[d] replicas of every d) makes this always succeed
-when domains are whole nodes; smaller domains can fragment, and then no placement is claimed: the error says so.
+Greedy: deployments by replica size (largest first, then name), each replica to the node of its type holding
+the fewest replicas of that deployment so far (ties: the earliest node), stages on contiguous GPU indices
+inside one NVLink domain. ``node_room[g]`` (every node has room for cap[d] replicas of every d) makes this
+always succeed when domains are whole nodes; smaller domains can fragment, and then no placement is
+claimed: the error says so.
 """
 from __future__ import annotations
 
@@ -27,9 +28,12 @@ def node_cap(replicas: int, nodes: int) -> int:
     return math.ceil(replicas / nodes) if nodes > 0 else replicas
 
 
-def place_spread(deployments: list[DeploymentSpecView], topo: Topology) -> dict[str, tuple[StagePlacement, ...]]:
-    """Replicas onto nodes and GPU indices, at most ``node_cap`` of a deployment per node (module docstring)."""
-    deps = sorted((d for d in _stage_groups(deployments, topo) if d.replicas > 0), key=lambda d: (-d.tp * d.pp, d.name))
+def place_spread(deployments: list[DeploymentSpecView],
+                 topo: Topology) -> dict[str, tuple[StagePlacement, ...]]:
+    """Replicas onto nodes and GPU indices, at most ``node_cap`` of a deployment per node
+    (module docstring)."""
+    deps = sorted((d for d in _stage_groups(deployments, topo) if d.replicas > 0),
+                  key=lambda d: (-d.tp * d.pp, d.name))
     # free[node][domain]: next free GPU offset inside the domain (groups are allocated contiguously)
     free = {n.name: [0] * n.domains for n in topo.nodes}
     out: dict[str, tuple[StagePlacement, ...]] = {}
@@ -56,9 +60,10 @@ def place_spread(deployments: list[DeploymentSpecView], topo: Topology) -> dict[
                     got = (n, trial, picks)
                     break
             if got is None:
-                raise InfeasibleError([f"no n+1 placement exists: replica {r} of {d.name} ({d.tp * d.pp} {d.gpu}) "
-                                       f"finds no node with room holding fewer than {cap} of its replicas; give "
-                                       f"the {d.gpu} nodes more GPUs or larger NVLink domains"])
+                raise InfeasibleError([f"no n+1 placement exists: replica {r} of {d.name} "
+                                       f"({d.tp * d.pp} {d.gpu}) finds no node with room holding fewer than "
+                                       f"{cap} of its replicas; give the {d.gpu} nodes more GPUs or larger "
+                                       f"NVLink domains"])
             n, trial, picks = got
             free[n.name] = trial
             held[n.name] += 1

@@ -42,7 +42,8 @@ EPS_HELD = 1e-6  # share of a held replica's $/h: ties only
 
 def window_ir(ir: ProblemIR, rates: dict[str, float]) -> ProblemIR:
     """``ir`` with each workload's rate replaced by its rate in one window."""
-    return replace(ir, workloads=tuple(replace(w, rate_rps=rates.get(w.name, w.rate_rps)) for w in ir.workloads))
+    return replace(ir, workloads=tuple(replace(w, rate_rps=rates.get(w.name, w.rate_rps))
+                                       for w in ir.workloads))
 
 
 def wvar(t: int, name: str) -> str:
@@ -80,8 +81,8 @@ def down_var(t: int, cid: str) -> str:
 
 
 def formulate_schedule(ir: ProblemIR, cands: CandidateSet, rates: list[dict[str, float]], window_s: int,
-                       startup_s: dict[str, float], derate: dict[str, float] | None = None, *, cyclic: bool = True,
-                       min_lifetime: int = 1, max_changes: int | None = None,
+                       startup_s: dict[str, float], derate: dict[str, float] | None = None, *,
+                       cyclic: bool = True, min_lifetime: int = 1, max_changes: int | None = None,
                        current: dict[str, int] | None = None) -> tuple[MilpModel, list[dict[str, str]]]:
     """The schedule MILP (module docstring) over windows with ``rates[t]`` per workload, and per window its
     variables' names in ``trimtab.milp.formulate``'s model (``window_result`` reads a window's solution
@@ -104,8 +105,9 @@ def formulate_schedule(ir: ProblemIR, cands: CandidateSet, rates: list[dict[str,
             m.add(replace(con, name=wvar(t, con.name), expr=tuple((wvar(t, n), a) for n, a in con.expr)))
         objective += [(wvar(t, n), a * hours) for n, a in mt.objective]
         if ir.budget_usd_per_hour is not None:
-            m.add(Constraint(wvar(t, "budget"), "budget", tuple((wvar(t, n_var(c.id)), c.usd_per_hour) for c in allc),
-                             "<=", ir.budget_usd_per_hour, origin=SpecPath("budget_usd_per_hour"), relaxable=True))
+            m.add(Constraint(wvar(t, "budget"), "budget",
+                             tuple((wvar(t, n_var(c.id)), c.usd_per_hour) for c in allc), "<=",
+                             ir.budget_usd_per_hour, origin=SpecPath("budget_usd_per_hour"), relaxable=True))
     by_gpu: dict[str, list] = {}
     for c in allc:
         ub = ir.gpu(c.gpu).count // c.gpus
@@ -113,12 +115,14 @@ def formulate_schedule(ir: ProblemIR, cands: CandidateSet, rates: list[dict[str,
         objective.append((held_var(c.id), EPS_HELD * c.usd_per_hour))
         by_gpu.setdefault(c.gpu, []).append(c)
         for t in range(T):
-            m.add(Constraint(f"held[{t},{c.id}]", "held", ((wvar(t, n_var(c.id)), 1.0), (held_var(c.id), -1.0)),
-                             "<=", 0.0, origin=SpecPath("schedule")))
+            m.add(Constraint(f"held[{t},{c.id}]", "held",
+                             ((wvar(t, n_var(c.id)), 1.0), (held_var(c.id), -1.0)), "<=", 0.0,
+                             origin=SpecPath("schedule")))
     for pool in ir.gpus:
         cs = by_gpu.get(pool.type, [])
-        m.add(Constraint(f"inventory[{pool.type}]", "inventory", tuple((held_var(c.id), float(c.gpus)) for c in cs),
-                         "<=", float(pool.count), origin=SpecPath.gpu(pool, "count"), relaxable=True))
+        m.add(Constraint(f"inventory[{pool.type}]", "inventory",
+                         tuple((held_var(c.id), float(c.gpus)) for c in cs), "<=", float(pool.count),
+                         origin=SpecPath.gpu(pool, "count"), relaxable=True))
     for c in allc:
         ub = ir.gpu(c.gpu).count // c.gpus
         for t in range(T):
@@ -134,8 +138,9 @@ def formulate_schedule(ir: ProblemIR, cands: CandidateSet, rates: list[dict[str,
             else:
                 prev, before = (), float((current or {}).get(c.id, 0))
             # up >= now - prev  <=>  now - prev - up <= 0 ; down >= prev - now  <=>  prev - now - down <= 0
-            m.add(Constraint(f"switch_up[{t},{c.id}]", "switch", ((now, 1.0),) + prev + ((up_var(t, c.id), -1.0),),
-                             "<=", before, origin=SpecPath("schedule")))
+            m.add(Constraint(f"switch_up[{t},{c.id}]", "switch",
+                             ((now, 1.0),) + prev + ((up_var(t, c.id), -1.0),), "<=", before,
+                             origin=SpecPath("schedule")))
             m.add(Constraint(f"switch_down[{t},{c.id}]", "switch",
                              ((now, -1.0),) + tuple((n, -a) for n, a in prev) + ((down_var(t, c.id), -1.0),),
                              "<=", -before, origin=SpecPath("schedule")))
@@ -149,10 +154,12 @@ def formulate_schedule(ir: ProblemIR, cands: CandidateSet, rates: list[dict[str,
     if max_changes is not None:
         for t in range(T):
             if t == 0 and not cyclic and current is None:
-                continue  # the first window of a period starting from nothing: starting its fleet is not a change
+                # the first window of a period starting from nothing: starting its fleet is not a change
+                continue
             m.add(Constraint(f"changes[{t}]", "changes",
                              tuple((v(t, c.id), 1.0) for c in allc for v in (up_var, down_var)), "<=",
-                             float(max_changes), origin=SpecPath("schedule", field="max_changes_per_window"), relaxable=True))
+                             float(max_changes), origin=SpecPath("schedule", field="max_changes_per_window"),
+                             relaxable=True))
     m.objective = tuple(objective)
     return m, names
 
@@ -194,7 +201,8 @@ def move_var(kind: str, cid: str) -> str:
 
 
 def add_move_rows(m: MilpModel, cands: CandidateSet, current: dict[str, int], start_usd: dict[str, float],
-                  horizon_h: float, stop_usd: float = 0.0, max_moves: int | None = None, fixed_moves: int = 0) -> None:
+                  horizon_h: float, stop_usd: float = 0.0, max_moves: int | None = None,
+                  fixed_moves: int = 0) -> None:
     """Re-planning from a running deployment (``trimtab replan``; docs/online.md, "Re-planning"), on a
     ``trimtab.milp.formulate`` model:
         start[c] >= n[c] - cur[c];  stop[c] >= cur[c] - n[c]                      (move[c])
@@ -202,7 +210,8 @@ def add_move_rows(m: MilpModel, cands: CandidateSet, current: dict[str, int], st
         min  horizon_h x (the model's $/h objective) + sum_c (su[c] + EPS_SWITCH) start[c]
                                                      + (stop_usd + EPS_SWITCH) stop[c]
     cur[c]: replicas of c running now (after failures); su[c]: a start's cost (trimtab.cost.startup);
-    ``fixed_moves``: replicas that stop whatever the plan (deployments no candidate of the new spec matches)."""
+    ``fixed_moves``: replicas that stop whatever the plan (deployments no candidate of the new
+    spec matches)."""
     m.objective = tuple((n, a * horizon_h) for n, a in m.objective)
     obj = list(m.objective)
     moves = []
@@ -219,6 +228,6 @@ def add_move_rows(m: MilpModel, cands: CandidateSet, current: dict[str, int], st
         obj += [(up, start_usd.get(c.id, 0.0) + EPS_SWITCH), (down, stop_usd + EPS_SWITCH)]
         moves += [(up, 1.0), (down, 1.0)]
     if max_moves is not None:
-        m.add(Constraint("moves", "moves", tuple(moves), "<=", float(max_moves - fixed_moves), origin=SpecPath("--max-moves", note="an option of trimtab replan"),
-                         relaxable=True))
+        m.add(Constraint("moves", "moves", tuple(moves), "<=", float(max_moves - fixed_moves),
+                         origin=SpecPath("--max-moves", note="an option of trimtab replan"), relaxable=True))
     m.objective = tuple(obj)

@@ -1,8 +1,7 @@
 """The planner for specs without adapters: unified candidates, P/D pairs and KV-tier variants
 (``trimtab.milp.candidates``, ``trimtab.milp.disagg``), the MILP of ``compiler/milp/formulate.py``,
-extraction to a plan
-(``trimtab.milp.extract``). ``trimtab.planning.driver.drive`` runs its rounds; ``trimtab.planning.lora.LoraPlanner`` is the
-planner for specs with adapters or tenants.
+extraction to a plan (``trimtab.milp.extract``). ``trimtab.planning.driver.drive`` runs its rounds;
+``trimtab.planning.lora.LoraPlanner`` is the planner for specs with adapters or tenants.
 """
 from __future__ import annotations
 
