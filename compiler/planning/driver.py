@@ -1,7 +1,8 @@
 """The one planning driver: every kind of spec goes through the same rounds.
 
-    candidates --precheck--> ( solve --build--> Plan + Assessment --assess--> derate )*  --simulate on seeds-->
-        ( derate --solve-- ... )*  --finish (placement, physics guard, simulation record)--> PlanResult
+    candidates --precheck--> ( solve --build--> Plan + Assessment --assess--> derate )*
+        --simulate on seeds--> ( derate --solve-- ... )*
+        --finish (placement, physics guard, simulation record)--> PlanResult
 
 A ``Planner`` supplies the stages that differ between unified serving
 (``trimtab.planning.planners.UnifiedPlanner``:
@@ -77,41 +78,41 @@ class Planner(Protocol):
 
 
 @gc_paused()
-def drive(planner: Planner, spec, ir: ProblemIR, *, backend: str | None = None, time_limit_s: float | None = None,
-          validate: bool = True, seed: int = 0, t0: float | None = None, profiles: Any = None,
-          runs: Any = None, progress: Callable[[str], None] | None = None, above: float | None = None,
-          cands: Any = None) -> PlanResult | None:
+def drive(planner: Planner, spec, ir: ProblemIR, *, backend: str | None = None,
+          time_limit_s: float | None = None, validate: bool = True, seed: int = 0, t0: float | None = None,
+          profiles: Any = None, runs: Any = None, progress: Callable[[str], None] | None = None,
+          above: float | None = None, cands: Any = None) -> PlanResult | None:
     """Cheapest plan meeting every SLO. Raises InfeasibleError (exit 3) or NoSolutionError (exit 4).
     ``above``: None as soon as the first solve with a solution costs that much or more (every later solve is
     at capacities no higher, so no plan of this drive can cost less; ``single_types``). ``cands``: the
     candidates of ``ir`` where the caller has them (``single_types``); else they are built.
 
-    Rounds: solve on the cost model's capacities; a plan over the speed-of-light bound (``trimtab.cost.physics``) is
-    re-solved with those deployments held within it (``trimtab.planning.rounds.derate_breaches``) before anything else;
-    where the cost model's assessment of the solved plan finds a
-    miss, derate the deployment at fault and re-solve (at most MAX_ROUNDS); once it finds none and ``validate``,
-    simulate on PLAN_SEEDS seeds from ``seed`` and derate (every candidate of the workload) while a workload's lower
-    95 % bound on attainment is below target (SIM_ROUNDS more). After the first simulated miss every candidate the
-    prior was fitted on is also held to the capacity prior fitted against the simulator
-    (``trimtab.planning.rounds.prior_derates``; dropped if no plan meets it): a plan the simulation confirms on the model's
-    capacities keeps their lower cost, the others reach a confirmed plan in about one more round. A planner with
-    its own ``simulate`` (schedules: derates per window) gets no prior. A spec of so many workloads that a first
-    plan on the model's capacities would almost surely miss (``trimtab.planning.rounds.first_try_worth``) starts at the
-    prior instead (dropped, as above, if no plan meets it). Adapter specs (``trimtab.planning.rounds.family_of``) take the
-    prior per workload a round shows missing instead (``trimtab.planning.rounds.prior_on_miss``). A workload that misses
-    again on the same shape after it was derated, no better than before, has that shape alone cut further
+    Rounds: solve on the cost model's capacities; a plan over the speed-of-light bound
+    (``trimtab.cost.physics``) is re-solved with those deployments held within it
+    (``trimtab.planning.rounds.derate_breaches``) before anything else; where the cost model's assessment of
+    the solved plan finds a miss, derate the deployment at fault and re-solve (at most MAX_ROUNDS); once it
+    finds none and ``validate``, simulate on PLAN_SEEDS seeds from ``seed`` and derate (every candidate of the
+    workload) while a workload's lower 95 % bound on attainment is below target (SIM_ROUNDS more). After the
+    first simulated miss every candidate the prior was fitted on is also held to the capacity prior fitted
+    against the simulator (``trimtab.planning.rounds.prior_derates``; dropped if no plan meets it): a plan the
+    simulation confirms on the model's capacities keeps their lower cost, the others reach a confirmed plan in
+    about one more round. A planner with its own ``simulate`` (schedules: derates per window) gets no prior. A
+    spec of so many workloads that a first plan on the model's capacities would almost surely miss
+    (``trimtab.planning.rounds.first_try_worth``) starts at the prior instead (dropped, as above, if no plan
+    meets it). Adapter specs (``trimtab.planning.rounds.family_of``) take the prior per workload a round shows
+    missing instead (``trimtab.planning.rounds.prior_on_miss``). A workload that misses again on the same
+    shape after it was derated, no better than before, has that shape alone cut further
     (``trimtab.planning.rounds.stuck``: its tail is not set by load). A simulated miss that leaves the derates
-    unchanged ends the rounds (the next solve would repeat this plan and its verdict). Where a first plan would
-    almost surely miss in simulation as well (``trimtab.planning.rounds.simulate_past_misses``: many
-    workloads, or
-    adapters), a plan with an analytic miss is simulated in the same round and the next solve takes both
-    corrections (each candidate at the lower factor): the simulated ones no longer wait a round behind the
-    analytic ones. Each round's simulation takes the runs of deployments the last one already simulated with the
-    same inputs (``trimtab.sim.reuse``; the same result as simulating them again). The whole drive runs with the
-    garbage collector paused (``trimtab.util.jobs.gc_paused``). After the rounds, the lazy probes
-    (``probe_measured``) look below the cheapest confirmed plan with only the cuts each shape's own misses
-    measured, and the answer is the cheapest plan confirmed. ``progress``, when given, is told each step as
-    it starts (a few words: the CLI shows them on stderr, as planning can take minutes)."""
+    unchanged ends the rounds (the next solve would repeat this plan and its verdict). Where a first plan
+    would almost surely miss in simulation as well (``trimtab.planning.rounds.simulate_past_misses``: many
+    workloads, or adapters), a plan with an analytic miss is simulated in the same round and the next solve
+    takes both corrections (each candidate at the lower factor): the simulated ones no longer wait a round
+    behind the analytic ones. Each round's simulation takes the runs of deployments the last one already
+    simulated with the same inputs (``trimtab.sim.reuse``; the same result as simulating them again). The
+    whole drive runs with the garbage collector paused (``trimtab.util.jobs.gc_paused``). After the rounds,
+    the lazy probes (``probe_measured``) look below the cheapest confirmed plan with only the cuts each
+    shape's own misses measured, and the answer is the cheapest plan confirmed. ``progress``, when given, is
+    told each step as it starts (a few words: the CLI shows them on stderr, as planning can take minutes)."""
     from trimtab.cost.physics import breaches
     from trimtab.milp.extract import finish_plan
     from trimtab.sim import default_requests
@@ -132,13 +133,14 @@ def drive(planner: Planner, spec, ir: ProblemIR, *, backend: str | None = None, 
     simulated = validate and ir.objective != "max_goodput"
     peers = planner.peers(cands) if simulated else {}
     # Where the simulation will judge the plan and a first plan on the cost model's own capacities misses, go
-    # straight to the capacities it confirms (trimtab.planning.rounds): the cheap plan is tried first, the prior bounds the
-    # rounds after a miss.
+    # straight to the capacities it confirms (trimtab.planning.rounds): the cheap plan is tried first, the
+    # prior bounds the rounds after a miss.
     prior = prior_derates(ir, planner.peers(cands, fitted=True) if simulated else {})
     derate: dict[str, float] = {}
     with_prior: tuple | None = None  # (derates with the prior, derates without it) once added; None: not yet
     per_workload = family_of(ir) == LORA_PREFIX  # the prior goes to the workloads a round shows missing only
-    past_misses = simulate_past_misses(ir)  # an analytic miss is simulated in the same round, not re-solved first
+    # an analytic miss is simulated in the same round, not re-solved first
+    past_misses = simulate_past_misses(ir)
     if prior and getattr(planner, "simulate", None) is None and not per_workload and not first_try_worth(ir):
         derate, with_prior = dict(prior), (dict(prior), {})  # many workloads: the cheap first plan would miss
     start = dict(derate)  # the first solve's derates (single_types' bounds)
@@ -152,7 +154,8 @@ def drive(planner: Planner, spec, ir: ProblemIR, *, backend: str | None = None, 
     # (trimtab.sim.reuse; shared with the drives of single_types)
     runs = RunCache() if runs is None else runs
     last_sim = None
-    missed: dict[str, tuple[str, float, float]] = {}  # workload -> its last simulated miss (trimtab.planning.rounds.stuck)
+    # workload -> its last simulated miss (trimtab.planning.rounds.stuck)
+    missed: dict[str, tuple[str, float, float]] = {}
     best = None  # (plan, assessment, result, round, simulation) of the last plan solved outside the probe
     confirmed: list[tuple] = []  # (cost, round, plan, assessment, result, simulation) of each plan confirmed
     # this round re-solves at trimtab.planning.rounds.probe_derates after a plan was confirmed
@@ -181,7 +184,8 @@ def drive(planner: Planner, spec, ir: ProblemIR, *, backend: str | None = None, 
             if res.status != Status.INFEASIBLE:  # a solver that stopped without an answer is one (exit 4)
                 raise NoSolutionError(no_solution_lines(be.name, res, rnd))
             if with_prior is not None and derate == with_prior[0]:
-                derate = with_prior[1]  # the prior asks for more GPUs or budget than the spec has: rounds decide alone
+                # the prior asks for more GPUs or budget than the spec has: rounds decide alone
+                derate = with_prior[1]
                 with_prior = (None, None)  # tried once
                 continue
             if best is not None:
@@ -205,12 +209,14 @@ def drive(planner: Planner, spec, ir: ProblemIR, *, backend: str | None = None, 
         own = getattr(planner, "simulate", None)  # a schedule simulates every window, derates per window
         analytic = None  # the analytic corrections of this round's misses
         if misses:
-            analytic = derate_analytic(misses, derate, _needed(ir, plan_, misses, fill, planner, cands, derate))
+            analytic = derate_analytic(misses, derate,
+                                       _needed(ir, plan_, misses, fill, planner, cands, derate))
             measured = _cut(measured, analytic, {p.worst_deployment for p in misses if p.worst_deployment})
             if not (simulated and own is None and past_misses):
                 derate = analytic
                 continue
-            # many workloads: the simulation would miss too; take its corrections in this round (simulate_past_misses)
+            # many workloads: the simulation would miss too; take its corrections in this round
+            # (simulate_past_misses)
         if not simulated:
             confirmed.append((plan_.cost_usd_per_hour, rnd, plan_, a, res, None))
             break  # (the simulator offers every workload's full rate; a goodput plan serves part of it)
@@ -219,7 +225,8 @@ def drive(planner: Planner, spec, ir: ProblemIR, *, backend: str | None = None, 
         if own is not None:
             last_sim, derate = own(plan_, spec, ir, seeds, sim_requests, derate, fill)
         else:
-            last_sim, derate = simulate_and_derate(plan_, spec, ir, seeds, sim_requests, derate, fill, peers, runs)
+            last_sim, derate = simulate_and_derate(plan_, spec, ir, seeds, sim_requests, derate, fill, peers,
+                                                   runs)
             now = misses_of(last_sim, len(seeds), solved_with)
             derate = stuck(derate, now, missed)
             missed = {**missed, **now}
@@ -247,14 +254,16 @@ def drive(planner: Planner, spec, ir: ProblemIR, *, backend: str | None = None, 
             alone = derate  # the candidates of the workloads this round did not confirm at most at the prior
             derate = prior_on_miss(ir, last_sim, len(seeds), derate, prior, peers)
             with_prior = (derate, alone)
-        elif with_prior is None and prior and own is None:  # first simulated miss: fitted candidates at most at prior
+        elif with_prior is None and prior and own is None:
+            # first simulated miss: fitted candidates at most at prior
             alone = derate
             derate = lowest(derate, prior)
             with_prior = (derate, alone)
         if derate == solved_with:
-            # Nothing to correct: every workload the runs do not confirm has no miss to derate (e.g. too few of its
-            # requests in the run for its bound to reach the target at 100 % attainment). The next solve would get
-            # the same derates, return this plan and the same seeds the same verdict: stop, with its misses stated.
+            # Nothing to correct: every workload the runs do not confirm has no miss to derate (e.g. too few
+            # of its requests in the run for its bound to reach the target at 100 % attainment). The next
+            # solve would get the same derates, return this plan and the same seeds the same verdict: stop,
+            # with its misses stated.
             break
     own = getattr(planner, "simulate", None)
     # Probes only where a plan relaxed to the evidence has a fair chance to pass (first_try_worth; never for
@@ -291,11 +300,12 @@ def drive(planner: Planner, spec, ir: ProblemIR, *, backend: str | None = None, 
         _, rnd, plan_, a, res, last_sim = min(confirmed, key=lambda c: (c[0], c[1]))
     else:
         plan_, a, res, rnd, last_sim = best
-    extra = [f"{p.workload}: could not be brought within its SLO after {rnd} rounds ({p.reason})" for p in a.misses()]
+    extra = [f"{p.workload}: could not be brought within its SLO after {rnd} rounds ({p.reason})"
+             for p in a.misses()]
     missing = sorted({p.workload for p in a.misses()})
     if not extra and last_sim is not None and not last_sim.ok:
-        extra = [f"{line.removeprefix('workload ')}; not brought within its SLO by simulation after {rnd} rounds"
-                 for line in last_sim.failures()]
+        extra = [f"{line.removeprefix('workload ')}; not brought within its SLO by simulation after "
+                 f"{rnd} rounds" for line in last_sim.failures()]
         missing = sorted(n for n in last_sim.intervals if not last_sim.accepted(n))
     ts = time.perf_counter()
     if extra:
@@ -463,11 +473,10 @@ def no_solution_lines(backend: str, res: SolveResult, rnd: int) -> list[str]:
 
 def _needed(ir: ProblemIR, plan_: Plan, misses, fill: dict[str, float], planner, cands,
             derate: dict[str, float]) -> dict[str, float]:
-    """Candidate id -> the capacity factor at which the cost model has it meet the SLO of an analytic miss, for the
-    deployment at fault and the other unified candidates of its workload given the same traffic mix
+    """Candidate id -> the capacity factor at which the cost model has it meet the SLO of an analytic miss,
+    for the deployment at fault and the other unified candidates of its workload given the same traffic mix
     (``trimtab.milp.assess.analytic_needs``; for ``trimtab.planning.rounds.derate_analytic``). The lowest
-    factor where two
-    misses name the same candidate."""
+    factor where two misses name the same candidate."""
     from trimtab.milp.assess import analytic_needs
 
     cset = planner.candidate_set(cands)
