@@ -173,6 +173,11 @@ def plan_path(option: Path | None, old: Path | None, old_spelling: str) -> Path:
     return old
 
 
+# The commands that plan many points (sweep, pareto) run them on Ray, or in this process.
+SerialOpt = Annotated[bool, typer.Option("--serial", help="Plan in this process, one point after another.")]
+AddressOpt = Annotated[Optional[str], typer.Option(help="Ray cluster to join (default: a local Ray).")]
+WorkersOpt = Annotated[Optional[int], typer.Option(min=1, help="Ray tasks in flight (default: the CPUs).")]
+
 # Every command that reads a spec takes the user's own profile folder (docs/spec-reference.md, `profiles`).
 ProfilesOpt = Annotated[Optional[Path], typer.Option(
     "--profiles", metavar="DIR",

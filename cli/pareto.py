@@ -9,7 +9,8 @@ from typing import Annotated, Optional
 
 import typer
 
-from trimtab.cli.common import ProfilesOpt, Solver, TableOrJson, err, exit_misses, out, refuse_to_write
+from trimtab.cli.common import (AddressOpt, ProfilesOpt, SerialOpt, Solver, TableOrJson, WorkersOpt, err,
+                                exit_misses, out, refuse_to_write)
 from trimtab.errors import InfeasibleError
 
 
@@ -28,12 +29,9 @@ def pareto_cmd(
     analytic: Annotated[bool, typer.Option("--analytic", help="Plan each point with the cost model "
                                                               "only (fast; points are not validated by "
                                                               "simulation).")] = False,
-    serial: Annotated[bool, typer.Option("--serial",
-                                         help="Plan in this process, one point after another.")] = False,
-    address: Annotated[Optional[str],
-                       typer.Option(help="Ray cluster to join (default: a local Ray).")] = None,
-    workers: Annotated[Optional[int], typer.Option(min=1,
-                                                   help="Ray tasks in flight (default: the CPUs).")] = None,
+    serial: SerialOpt = False,
+    address: AddressOpt = None,
+    workers: WorkersOpt = None,
     fmt: Annotated[TableOrJson, typer.Option("--format",
                                              help="table, or json (the document "
                                                   "alone on stdout).")] = TableOrJson.table,

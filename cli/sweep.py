@@ -10,7 +10,7 @@ from typing import Annotated, Optional
 
 import typer
 
-from trimtab.cli.common import ProfilesOpt, Solver, TableOrJson, err, out
+from trimtab.cli.common import AddressOpt, ProfilesOpt, SerialOpt, Solver, TableOrJson, WorkersOpt, err, out
 from trimtab.errors import ExitCode, InputError, Problem
 
 
@@ -34,12 +34,9 @@ def sweep_cmd(
     check: Annotated[bool, typer.Option("--check",
                                         help="Also check each point's plan by simulation.")] = False,
     check_seeds: Annotated[int, typer.Option(min=1, help="Simulation seeds per check.")] = 1,
-    serial: Annotated[bool, typer.Option("--serial",
-                                         help="Plan in this process, one point after another.")] = False,
-    address: Annotated[Optional[str],
-                       typer.Option(help="Ray cluster to join (default: a local Ray).")] = None,
-    workers: Annotated[Optional[int], typer.Option(min=1,
-                                                   help="Ray tasks in flight (default: the CPUs).")] = None,
+    serial: SerialOpt = False,
+    address: AddressOpt = None,
+    workers: WorkersOpt = None,
     csv_path: Annotated[Optional[Path], typer.Option("--csv", help="Write one row per point here.")] = None,
     plot: Annotated[Optional[Path], typer.Option(help="Write cost per point as a PNG here.")] = None,
     output: Annotated[Optional[Path], typer.Option("-o", "--output",
