@@ -58,17 +58,23 @@ def _selector(argv: list[str], flag: str) -> dict:
     return out
 
 
-@pytest.mark.parametrize("namespace", (None, "llm"))
-def test_each_pair_gets_a_router_that_reaches_its_pods(plan_of, namespace):
-    plan, _, spec = plan_of("disaggregated")
-    files, warns = render(plan, spec, "k8s", cluster=Cluster(namespace=namespace))
+def _routed(plan, spec, cluster=None):
+    """(objects, the processes Kubernetes would start, the P/D router Deployments) of ``emit --to k8s``, every
+    object valid against its schema and no warning that a pair has no router."""
+    files, warns = render(plan, spec, "k8s", **({"cluster": cluster} if cluster is not None else {}))
     assert not any("no P/D router" in w for w in warns)
     objs = _objs(files)
     for o in objs:
         validate(o)
-    procs = runtime.k8s(objs)
     routers = [o for o in objs if o["kind"] == "Deployment"
                and o["metadata"]["labels"]["app.kubernetes.io/name"] == APP]
+    return objs, runtime.k8s(objs), routers
+
+
+@pytest.mark.parametrize("namespace", (None, "llm"))
+def test_each_pair_gets_a_router_that_reaches_its_pods(plan_of, namespace):
+    plan, _, spec = plan_of("disaggregated")
+    objs, procs, routers = _routed(plan, spec, Cluster(namespace=namespace))
     pairs = {(r.prefill, r.decode) for r in plan.routes if r.prefill}
     assert len(routers) == len(pairs) >= 1
     engines = {o["metadata"]["name"]: o for o in objs if o["kind"] == "Deployment" and o not in routers}
@@ -165,14 +171,7 @@ def test_sglang_pairs_get_sglang_router_that_finds_the_bootstrap_port(plan_of, t
     plan, _, _ = plan_of("disaggregated")
     text = (Path(__file__).resolve().parents[2] / "examples/disaggregated.yaml").read_text()
     (tmp_path / "spec.yaml").write_text(text.rstrip() + "\ndefaults: {engine: sglang}\n")
-    files, warns = render(plan, trimtab.load_spec(tmp_path / "spec.yaml"), "k8s")
-    assert not any("no P/D router" in w for w in warns)
-    objs = _objs(files)
-    for o in objs:
-        validate(o)
-    procs = runtime.k8s(objs)
-    routers = [o for o in objs if o["kind"] == "Deployment"
-               and o["metadata"]["labels"]["app.kubernetes.io/name"] == APP]
+    objs, procs, routers = _routed(plan, trimtab.load_spec(tmp_path / "spec.yaml"))
     assert len(routers) == len({(r.prefill, r.decode) for r in plan.routes if r.prefill}) >= 1
     engines = {o["metadata"]["name"]: o for o in objs if o["kind"] == "Deployment" and o not in routers}
     for router in routers:
