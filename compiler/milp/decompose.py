@@ -171,11 +171,14 @@ def _cannot_fit(ir: ProblemIR, pool, cands: tuple, parts: dict[str, SolveResult]
     type offered alone, ``trimtab.planning.driver.single_types``). True only where every part that buys the
     type is such a part: the whole MILP is then infeasible."""
     alone = _only_on(cands, pool)
+    on_type: dict[str, list] = {}
+    for c in cands:
+        if c.gpu == pool.type:
+            on_type.setdefault(c.workload, []).append(c)
     need = 0.0
     for w in ir.workloads:
         r = parts[w.name]
-        buys = sum(round(r.values.get(n_var(c.id), 0.0)) * c.gpus for c in cands
-                   if c.workload == w.name and c.gpu == pool.type)
+        buys = sum(round(r.values.get(n_var(c.id), 0.0)) * c.gpus for c in on_type.get(w.name, ()))
         if not buys:
             continue
         if not alone.get(w.name, False):
