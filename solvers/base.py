@@ -70,6 +70,9 @@ class SolveResult:
     seconds: float = 0.0
     backend: str = ""
     message: str = ""
+    # an LP's row duals by row name, the objective's change per unit of the row's right-hand side (a binding
+    # <= row of a minimisation: <= 0); empty for a MILP or where the backend gives none
+    duals: dict[str, float] = field(default_factory=dict)
 
     @property
     def has_solution(self) -> bool:

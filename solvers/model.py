@@ -42,6 +42,9 @@ class Constraint:
     # the override path of the one number it names, or None (trimtab: trimtab.spec.paths.SpecPath)
     origin: Origin | None = None
     relaxable: bool = False  # may receive an elastic slack when explaining infeasibility
+    # the domain object the row is about (an inventory row's GPU type), for stages that read a row's value or
+    # dual back without parsing its name
+    key: object = None
 
 
 @dataclass
@@ -64,6 +67,11 @@ class MilpModel:
             if v not in self.variables:
                 raise ValueError(f"constraint {c.name} uses unknown variable {v}")
         self.constraints.append(c)
+
+    def relaxed(self) -> "MilpModel":
+        """The LP relaxation: every integer variable continuous (same names, bounds and rows)."""
+        cont = {n: Var(v.name, "continuous", v.lb, v.ub, v.family) for n, v in self.variables.items()}
+        return MilpModel(self.name + ":relaxed", cont, list(self.constraints), self.objective, self.sense)
 
     def evaluate(self, expr: LinExpr, values: dict[str, float]) -> float:
         return sum(coef * values.get(v, 0.0) for v, coef in expr)

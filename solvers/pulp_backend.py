@@ -113,11 +113,26 @@ class PulpBackend(Backend):
                 values[n] = col[i]
         obj = model.evaluate(model.objective, values)
         if st == S.kOptimal:
-            return SolveResult(Status.OPTIMAL, Termination.CONVERGED, values, obj, 0.0, secs, self.name)
+            return SolveResult(Status.OPTIMAL, Termination.CONVERGED, values, obj, 0.0, secs, self.name,
+                               duals=_duals(model, prob, h))
         gap = float(info.mip_gap) if info.mip_gap < float("inf") else None
         return SolveResult(Status.FEASIBLE, Termination.WORK_LIMIT, values, obj, gap, secs, self.name,
                            f"HiGHS stopped at its work limit: {why} (mip_max_nodes {options.node_limit})")
 
+
+
+def _duals(model: MilpModel, prob, h) -> dict[str, float]:
+    """An LP's row duals by the model's row names (HiGHS's sign: d objective / d right-hand side); none for a
+    MILP, whose duals HiGHS does not give."""
+    if any(v.kind == "integer" for v in model.variables.values()):
+        return {}
+    dual = list(h.getSolution().row_dual)
+    out = {}
+    for i, c in enumerate(model.constraints):
+        row = getattr(prob.constraints.get(f"c{i}"), "index", None)  # (a row PuLP left out has none)
+        if row is not None and row < len(dual):
+            out[c.name] = float(dual[row])
+    return out
 
 
 @contextlib.contextmanager

@@ -12,7 +12,10 @@ parts' gaps, each relative to its part, is at most the largest of them relative 
 one GPU type's row is broken (and there is no budget row), ``_price_out`` prices that type up until the parts
 fit and keeps the union when its Lagrangian bound certifies it within ``PRICE_GAP`` (optimal to the MIP gap
 where the search reaches it); parts that have no other type and already need more than it has make the whole
-problem infeasible (``_cannot_fit``). Otherwise the caller solves the whole MILP.
+problem infeasible (``_cannot_fit``). When several rows are broken, or pricing one out breaks another,
+``trimtab.milp.columns`` prices every row at once, with the same certificate. Otherwise the caller solves
+the whole MILP: on such specs it is the one the solver does not finish (its LP bound is far below the parts'
+integer optima), so the decomposition is the answer wherever it can certify one.
 
 Used only where it pays and is sound: ``min_cost``, at least two workloads, at least ``MIN_CANDIDATES``
 candidates, and no inter-rack KV-link row (shared by every workload's P/D candidates).
@@ -23,6 +26,8 @@ from dataclasses import replace
 
 from trimtab.deployment.shape import CandidateSet
 from trimtab.deployment.price import fleet_usd_per_hour, replica_usd_per_hour
+from trimtab.milp.columns import price_rows
+from trimtab.milp.parts import Parts, Plan
 from trimtab.milp.formulate import EPS_GPU, formulate, n_var
 from trimtab.ir.model import ProblemIR
 from trimtab.solvers.base import Backend, SolveOptions, SolveResult, Status, Termination
@@ -42,48 +47,24 @@ def solve_split(ir: ProblemIR, cands: CandidateSet, backend: Backend, options: S
             or (pd and getattr(ir, "inter_rack_gbps", None))
             or any(c.kv_offload_gib or c.kv_borrow_gib for c in cands.candidates)):  # KV-tier rows are shared
         return None
-    mine: dict[str, list] = {w.name: [] for w in ir.workloads}
-    mine_pd: dict[str, list] = {w.name: [] for w in ir.workloads}
-    for group, cs in ((mine, cands.candidates), (mine_pd, pd)):
-        for c in cs:
-            if c.workload not in group:
-                return None
-            group[c.workload].append(c)
     derate = derate or {}
-    parts: dict[str, SolveResult] = {}
-    spent = 0.0
-    stopped: list[SolveResult] = []  # a part the wall-clock safety net stopped: the answer of the whole split
+    memo = {} if memo is None else memo  # (within this solve at least: the price searches repeat prices)
+    ps = Parts(ir, cands, backend, options, derate, memo)
+    if not ps.split():
+        return None
 
-    def part(w, price: float = 0.0, gpu: str = "") -> SolveResult | None:
-        """Workload ``w``'s MILP, the candidates on ``gpu`` at ``price`` more per GPU-hour
-        (``_price_out``)."""
-        nonlocal spent
-        own = (*mine[w.name], *mine_pd[w.name])
-        key = (id(ir), id(cands), backend.name, options.mip_rel_gap, options.threads, w.name,
-               tuple(derate.get(c.id, 1.0) for c in own), (gpu, price) if price else ())
-        hit = memo.get(key) if memo is not None else None
-        # (the objects themselves: ids can be reused)
-        if hit is not None and hit[0] is ir and hit[1] is cands:
-            return hit[2]
-        cs, pds = tuple(mine[w.name]), tuple(mine_pd[w.name])
-        if price:
-            cs, pds = _priced(cs, gpu, price), _priced(pds, gpu, price)
-        sub = replace(cands, candidates=cs, pruned=(), best=())
-        if pd:
-            sub = replace(sub, disagg=pds)
-        r = backend.solve(formulate(replace(ir, workloads=(w,)), sub, derate), options.after(spent))
-        spent += r.seconds
-        if r.termination == Termination.TIME_LIMIT:  # the safety net: no answer, nor a whole solve after it
-            stopped.append(replace(r, seconds=spent))
-        if memo is not None and r.status == Status.OPTIMAL and r.termination == Termination.CONVERGED:
-            memo[key] = (ir, cands, r)
-        return r if r.has_solution and r.objective is not None else None  # None: the whole solve says why
+    def at_prices(prices: dict[str, float]) -> dict[str, tuple[Plan, float]] | None:
+        """Every part at ``prices``: its plan at the spec's prices and a lower bound of its optimum at
+        ``prices`` (``trimtab.milp.columns``)."""
+        got = ps.solve([w.name for w in ir.workloads], prices)
+        if any(r is None for r in got.values()):
+            return None
+        return {n: (ps.plan(n, r, prices), r.objective * (1 - (r.gap or 0.0))) for n, r in got.items()}
 
-    for w in ir.workloads:
-        r = part(w)
-        if r is None:
-            return stopped[0] if stopped else None
-        parts[w.name] = r
+    first = ps.solve([w.name for w in ir.workloads])
+    if any(r is None for r in first.values()):
+        return ps.stopped[0] if ps.stopped else None
+    parts: dict[str, SolveResult] = dict(first)
     used = _used(cands.candidates + pd, parts)
     over = [p for p in ir.gpus if used.get(p.type, 0) > p.count]
     if ir.budget_usd_per_hour is not None:
@@ -94,24 +75,42 @@ def solve_split(ir: ProblemIR, cands: CandidateSet, backend: Backend, options: S
     note = f"decomposed into {len(ir.workloads)} workload MILPs"
     gap_bound = None
     if over:
-        if len(over) > 1 or ir.budget_usd_per_hour is not None:
+        if ir.budget_usd_per_hour is not None:
             return None
-        if _cannot_fit(ir, over[0], cands.candidates + pd, parts):
+        if len(over) == 1 and _cannot_fit(ir, over[0], cands.candidates + pd, parts):
             why = (f"{note}: the workloads that use {over[0].type} have no other type and need more than "
                    f"its {over[0].count} GPUs")
-            return SolveResult(Status.INFEASIBLE, Termination.CONVERGED, seconds=spent, backend=backend.name,
-                               message=why)
-        priced = _price_out(ir, over[0], cands.candidates + pd, parts, part, options.mip_rel_gap)
-        if stopped:
-            return stopped[0]
-        if priced is None:
-            return None
-        parts, gap_bound, lam = priced
+            return SolveResult(Status.INFEASIBLE, Termination.CONVERGED, seconds=ps.spent,
+                               backend=backend.name, message=why)
+        priced = (_price_out(ir, over[0], cands.candidates + pd, parts, ps.solve, options.mip_rel_gap)
+                  if len(over) == 1 else None)
+        if ps.stopped:
+            return ps.stopped[0]
         # the parts moved off the priced type: the other rows again
-        used = _used(cands.candidates + pd, parts)
-        if any(used.get(p.type, 0) > p.count for p in ir.gpus):
-            return None
-        note += f", {over[0].type} priced out at +{lam:g} $/GPU-h (Lagrangian; certified gap {gap_bound:.2e})"
+        if priced is not None and not any(_used(cands.candidates + pd, priced[0]).get(p.type, 0) > p.count
+                                          for p in ir.gpus):
+            parts, gap_bound, lam = priced
+            note += (f", {over[0].type} priced out at +{lam:g} $/GPU-h (Lagrangian; certified gap "
+                     f"{gap_bound:.2e})")
+        else:
+            # the prices the last round ended at, where it priced rows of this IR and set (most parts are the
+            # same and in the memo at those prices), else the LP relaxation's
+            last = memo.get(("prices", id(ir), id(cands)))
+            start = (last[2] if last is not None and last[0] is ir and last[1] is cands
+                     else _lp_prices(ir, cands, derate, backend, options.after(ps.spent)))
+            floor = sum(r.objective * (1 - (r.gap or 0.0)) for r in parts.values())
+            rows = price_rows({w.name: list(ps.seen[w.name]) for w in ir.workloads},
+                              {p.type: p.count for p in ir.gpus}, max(p.usd_per_hour for p in ir.gpus), floor,
+                              start, at_prices, backend, options.after(ps.spent), options.mip_rel_gap)
+            if ps.stopped:
+                return ps.stopped[0]
+            if rows is None or rows.gap > max(options.mip_rel_gap, PRICE_GAP):
+                return None
+            parts, gap_bound = rows.chosen, rows.gap
+            memo[("prices", id(ir), id(cands))] = (ir, cands, rows.prices)
+            raised = ", ".join(f"{t} +{p:.4g}" for t, p in sorted(rows.prices.items()) if p)
+            note += (f", GPU types priced out together ({raised} $/GPU-h; {rows.steps} price steps, "
+                     f"certified gap {gap_bound:.2e})")
     values: dict[str, float] = {}
     gaps, statuses, terms = [], set(), set()
     for w in ir.workloads:
@@ -127,12 +126,16 @@ def solve_split(ir: ProblemIR, cands: CandidateSet, backend: Backend, options: S
     if gap is not None and gap_bound is not None:
         gap = max(gap, gap_bound)
     term = Termination.WORK_LIMIT if Termination.WORK_LIMIT in terms else Termination.CONVERGED
-    return SolveResult(status, term, values, objective, gap, spent, backend.name, note)
+    return SolveResult(status, term, values, objective, gap, ps.spent, backend.name, note)
 
 
-def _priced(cs: tuple, gpu: str, price: float) -> tuple:
-    """``cs`` with the candidates on ``gpu`` ``price`` more per GPU-hour (per replica: x its GPUs)."""
-    return tuple(replace(c, usd_per_hour=c.usd_per_hour + price * c.gpus) if c.gpu == gpu else c for c in cs)
+def _lp_prices(ir: ProblemIR, cands: CandidateSet, derate: dict[str, float], backend: Backend,
+               options: SolveOptions) -> dict[str, float]:
+    """Each GPU type's inventory price in the whole MILP's LP relaxation (the row's dual, $ per GPU-hour);
+    empty where the backend gives no duals."""
+    m = formulate(ir, cands, derate)
+    r = backend.solve(m.relaxed(), options)
+    return {c.key: max(-r.duals.get(c.name, 0.0), 0.0) for c in m.constraints if c.family == "inventory"}
 
 
 def _used(cands: tuple, parts: dict[str, SolveResult]) -> dict[str, int]:
@@ -187,7 +190,7 @@ def _cannot_fit(ir: ProblemIR, pool, cands: tuple, parts: dict[str, SolveResult]
     return need > pool.count + 1e-6
 
 
-def _price_out(ir: ProblemIR, pool, cands: tuple, parts: dict[str, SolveResult], part, rel_gap: float):
+def _price_out(ir: ProblemIR, pool, cands: tuple, parts: dict[str, SolveResult], solve, rel_gap: float):
     """The parts re-solved with ``pool``'s GPUs at a price lam more per GPU-hour, for the smallest lam
     (doubling, then bisection) at which they buy no more of them than the spec has: a Lagrangian relaxation of
     that one inventory row. For every lam, L(lam) = sum_w z_w(lam) - lam x count (z_w: workload w's optimum at
@@ -211,7 +214,7 @@ def _price_out(ir: ProblemIR, pool, cands: tuple, parts: dict[str, SolveResult],
     def evaluate(lam: float, base: dict[str, SolveResult], lo: float, above: dict[str, SolveResult] | None,
                  hi: float | None):
         """The parts at ``lam``, from ``base`` (at ``lo`` < lam) and ``above`` (at ``hi`` > lam, if known)."""
-        out = {}
+        out, todo = {}, []
         for w in ir.workloads:
             r0 = base[w.name]
             k = buys(r0, w.name)
@@ -227,11 +230,11 @@ def _price_out(ir: ProblemIR, pool, cands: tuple, parts: dict[str, SolveResult],
                 # lam, and this plan's line meets it at both ends), so the part needs no solve
                 out[w.name] = replace(r0, objective=r0.objective + (lam - lo) * k)
                 continue
-            r = part(w, lam, gpu)
-            if r is None:
-                return None
-            out[w.name] = r
-        return out
+            todo.append(w.name)
+        got = solve(todo, {gpu: lam})
+        if any(r is None for r in got.values()):
+            return None
+        return {w.name: out[w.name] if w.name in out else got[w.name] for w in ir.workloads}
 
     def bound(lam: float, sol: dict[str, SolveResult]) -> float:
         # each part's optimum is at least its objective less its own gap

@@ -142,7 +142,7 @@ def formulate(ir: ProblemIR, cands: CandidateSet, derate: dict[str, float] | Non
         cs = by_gpu.get(pool.type, [])
         con = Constraint(f"inventory[{pool.type}]", "inventory",
                          tuple((n_var(c.id), float(c.gpus)) for c in cs), "<=", float(pool.count),
-                         origin=SpecPath.gpu(pool, "count"), relaxable=True)
+                         origin=SpecPath.gpu(pool, "count"), relaxable=True, key=pool.type)
         relax.append(con)
     if ir.budget_usd_per_hour is not None:
         con = Constraint("budget", "budget", tuple((n_var(c.id), c.usd_per_hour) for c in allc),

@@ -86,3 +86,21 @@ def test_elastic_model_names_the_relaxation():
     cs = CandidateSet((cand("B", "h100-sxm", 1, 3.5, 2.0, b),), ())  # needs 3 replicas for 5 rps
     lines = relaxations(ir, cs, get_backend("highs"), SolveOptions())
     assert lines == ["raise gpus[0] (h100-sxm).count from 1 to at least 3"]
+
+
+def test_lp_duals_are_the_objectives_rate_per_unit_of_right_hand_side():
+    """Hand-computed: min x + 2y with x + y >= 3 and x <= 2 has x = 2, y = 1 (cost 4). One more unit of demand
+    is a y (+2); one more unit of room for x replaces a y (-1). The integer model has no duals; its
+    relaxation does (``MilpModel.relaxed``)."""
+    from trimtab.solvers.model import Constraint, MilpModel
+
+    m = MilpModel("duals")
+    x, y = m.add_var("x", "integer"), m.add_var("y", "integer")
+    m.add(Constraint("demand", "demand", ((x, 1.0), (y, 1.0)), ">=", 3.0))
+    m.add(Constraint("room", "inventory", ((x, 1.0),), "<=", 2.0))
+    m.objective = ((x, 1.0), (y, 2.0))
+    be = get_backend("highs")
+    assert be.solve(m, SolveOptions()).duals == {}
+    lp = be.solve(m.relaxed(), SolveOptions())
+    assert lp.objective == pytest.approx(4.0)
+    assert lp.duals["demand"] == pytest.approx(2.0) and lp.duals["room"] == pytest.approx(-1.0)

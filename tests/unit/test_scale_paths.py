@@ -288,3 +288,59 @@ def test_a_type_offered_alone_that_cannot_hold_the_parts_is_infeasible_without_p
     fits = decompose.solve_split(exact, cands, be, SolveOptions())
     assert fits is not None and fits.has_solution
     assert fits.objective == pytest.approx(be.solve(formulate(exact, cands), SolveOptions()).objective, rel=2e-4)
+
+
+def _bought(res, cands) -> dict[str, int]:
+    used: dict[str, int] = {}
+    for c in cands.candidates + cands.disagg:
+        used[c.gpu] = used.get(c.gpu, 0) + round(res.values.get(f"replicas[{c.id}]", 0.0)) * c.gpus
+    return used
+
+
+def test_rows_that_bind_in_turn_are_priced_out_together(ir, monkeypatch):
+    """Pricing the most-bought GPU type out moves its parts onto another type; hold that one to fewer GPUs
+    than they then want and both rows bind: one price searched alone cannot fit both, so the decomposition
+    prices them together (``trimtab.milp.columns``). The oracle is the whole MILP solved by HiGHS: the union
+    fits every row, and costs the optimum within the gap it certifies."""
+    from dataclasses import replace
+
+    monkeypatch.setattr(decompose, "MIN_CANDIDATES", 0)
+    roomy = _roomy(ir)
+    cands = build_candidates(roomy, jobs=1)
+    be = get_backend("highs")
+    used = _bought(decompose.solve_split(roomy, cands, be, SolveOptions()), cands)
+    g = max(used, key=used.get)
+    tight = replace(roomy, gpus=tuple(replace(p, count=used[g] - 2) if p.type == g else p for p in roomy.gpus))
+    moved = _bought(decompose.solve_split(tight, cands, be, SolveOptions()), cands)
+    h = max((t for t in moved if t != g), key=lambda t: moved[t] - used.get(t, 0))
+    assert moved[h] > used.get(h, 0) + 1, (used, moved)
+    both = replace(tight, gpus=tuple(replace(p, count=(used.get(h, 0) + moved[h]) // 2) if p.type == h else p
+                                     for p in tight.gpus))
+    split = decompose.solve_split(both, cands, be, SolveOptions())
+    whole = be.solve(formulate(both, cands), SolveOptions())
+    assert split is not None and "priced out together" in split.message, split
+    got = _bought(split, cands)
+    assert all(got.get(p.type, 0) <= p.count for p in both.gpus), got
+    assert whole.objective - 1e-6 <= split.objective <= whole.objective / (1 - split.gap) + 1e-6
+    assert split.gap <= decompose.PRICE_GAP
+
+
+def test_parts_solved_in_processes_are_the_parts_solved_in_one(ir, monkeypatch):
+    """The workload MILPs of a price search are solved in forked processes when there are many; each part's
+    answer is the same in any process, so the split's answer does not depend on ``TRIMTAB_JOBS``."""
+    import trimtab.milp.parts as parts
+
+    monkeypatch.setattr(decompose, "MIN_CANDIDATES", 0)
+    monkeypatch.setattr(parts, "MIN_FORK", 2)
+    roomy = _roomy(ir)
+    cands = build_candidates(roomy, jobs=1)
+    be = get_backend("highs")
+    got = {}
+    for jobs in ("1", "2"):
+        monkeypatch.setenv("TRIMTAB_JOBS", jobs)
+        ps = parts.Parts(roomy, cands, be, SolveOptions(), {}, {})
+        assert ps.split()
+        prices = {roomy.gpus[0].type: 1.5}
+        got[jobs] = {n: (r.objective, r.values) for n, r in ps.solve([w.name for w in roomy.workloads],
+                                                                      prices).items()}
+    assert got["1"] == got["2"]

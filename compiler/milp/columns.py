@@ -1,0 +1,147 @@
+"""Several inventory rows priced at once: the workload MILPs of ``trimtab.milp.decompose`` joined by column
+generation over the rows their union breaks.
+
+Entry point: ``price_rows(plans, count, solve, backend, options, rel_gap) -> Priced | None``.
+
+Why: ``decompose._price_out`` searches one price for one broken row. On specs where one GPU type is much the
+cheapest for most workloads, pricing it out moves its parts onto the next cheapest type, whose row then
+breaks in turn; one price searched after the other undoes the first search's work, and the whole MILP is
+the one the solver does not finish (its LP bound is far below the parts' integer optima). Column generation
+prices every row together and keeps every plan it meets:
+
+    plans P_w: every plan of workload w solved so far, at any prices; c_p its cost at the spec's prices,
+               g_p[t] its GPUs of type t
+    master (the dual of the restricted master LP, so that its variables are the prices):
+        max  sum_w u_w - sum_t count_t lam_t
+        s.t. u_w <= c_p + sum_t g_p[t] lam_t          for every plan p of w
+             lam_t in [0, LAM_MAX] and within STEP of the best prices so far (a trust region: plain
+             cutting planes jump between the corners of the price box)
+    Its value without the trust region, V, bounds from above what any prices give over the known plans;
+    each part solved at the master's prices lam gives z_w(lam), and L(lam) = sum_w z_w(lam) - lam . count
+    bounds the whole MILP's optimum from below (the inventory rows relaxed with multipliers lam). The plans
+    found join P_w and the master is solved again, until V - max L <= rel_gap V or ``STEPS``.
+    selection (MILP):  min sum_p c_p y_p  s.t.  sum_{p of w} y_p = 1,  sum_p g_p[t] y_p <= count_t,
+                       y_p binary
+    the cheapest union of known plans that fits every row; its gap to the best L is certified.
+
+Each part is solved at its own types' prices only (``solve``), so a part none of whose types moved is not
+solved again (``decompose``'s memo).
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from trimtab.milp.parts import Plan, same_plan
+from trimtab.solvers.base import Backend, SolveOptions, SolveResult, Status
+from trimtab.solvers.model import Constraint, MilpModel
+
+STEPS = 30  # master solves at most
+LAM_MAX = 16.0  # the price box, in multiples of the dearest GPU type's price per GPU-hour
+# the trust region's half-width, in the same multiples; halved after a step that gains nothing, doubled after
+# one that gains at its edge
+STEP = 0.1
+
+
+@dataclass(frozen=True)
+class Priced:
+    chosen: dict[str, SolveResult]  # workload -> its selected plan (objective at the spec's prices)
+    gap: float  # certified: (selection - best L) / selection
+    prices: dict[str, float]  # the prices of the best L, per type ($ per GPU-hour more)
+    steps: int
+
+
+def price_rows(plans: dict[str, list[Plan]], count: dict[str, int], unit: float, floor: float,
+               start: dict[str, float], solve, backend: Backend, options: SolveOptions,
+               rel_gap: float) -> Priced | None:
+    """``plans``: per workload, the plans known so far (at least one each; extended in place). ``floor``: L
+    at the spec's prices (the sum of the parts' lower bounds). ``start``: the prices tried first (the whole
+    LP relaxation's duals, which are usually close: the parts' integrality moves them little).
+    ``count``: GPUs of each type. ``unit``: the dearest type's price per GPU-hour (scales the box).
+    ``solve(prices) -> {workload: (Plan, lower bound of its optimum at those prices)} | None`` solves every
+    part at the given prices. None: a part has no answer, or no selection of known plans fits every row."""
+    types = sorted(count)
+    lam_max, step = LAM_MAX * unit, STEP * unit
+    best_lb, best = floor, {t: 0.0 for t in types}
+    lam: dict[str, float] | None = {t: min(max(start.get(t, 0.0), 0.0), lam_max) for t in types}
+    k = 0
+    while k < STEPS:
+        k += 1
+        if k > 1 or not any(lam.values()):
+            lam, _ = _master(plans, count, types, best, step, lam_max, backend, options)
+            if lam is None:
+                return None
+        got = solve(lam)
+        if got is None:
+            return None
+        lb = -sum(count[t] * lam[t] for t in types)
+        for w in plans:
+            plan, low = got[w]
+            if all(not same_plan(plan, p) for p in plans[w]):
+                plans[w].append(plan)
+            lb += low
+        if lb > best_lb + 1e-9 * max(abs(best_lb), 1.0):
+            if k > 1 and any(abs(lam[t] - best[t]) >= step * (1 - 1e-9) for t in types):
+                step = min(2 * step, lam_max)  # a gain at the region's edge: the best prices may lie further
+            best_lb, best = lb, lam
+        elif k > 1:
+            step /= 2  # a null step: the master's model of L is wrong this far out
+        _, top = _master(plans, count, types, best, None, lam_max, backend, options)
+        chosen = _select(plans, count, types, backend, options)
+        if chosen is not None:
+            cost = sum(r.objective for r in chosen.values())
+            if cost - best_lb <= rel_gap * max(abs(cost), 1e-12):
+                break  # certified optimal to the MIP gap
+        if top is not None and top - best_lb <= rel_gap * max(abs(top), 1e-12):
+            break  # the prices are the best the plans allow: more steps find no better bound
+    if chosen is None:
+        return None
+    return Priced(chosen, max(cost - best_lb, 0.0) / max(abs(cost), 1e-12), best, k)
+
+
+def _master(plans: dict[str, list[Plan]], count: dict[str, int], types: list[str], centre: dict[str, float],
+            step: float | None, lam_max: float, backend: Backend, options: SolveOptions):
+    """The master's prices and value, within ``step`` of ``centre`` (None: the whole box)."""
+    m = MilpModel("price rows", sense="max")
+    for t in types:
+        lo, hi = (0.0, lam_max)
+        if step is not None:
+            lo, hi = max(centre[t] - step, 0.0), min(centre[t] + step, lam_max)
+        m.add_var(f"lam[{t}]", "continuous", lo, hi, family="price")
+    objective = [(f"lam[{t}]", -float(count[t])) for t in types]
+    for w, ps in plans.items():
+        top = max(p.result.objective + lam_max * sum(p.gpus.values()) for p in ps)
+        u = m.add_var(f"u[{w}]", "continuous", 0.0, top, family="bound")
+        objective.append((u, 1.0))
+        for i, p in enumerate(ps):
+            expr = ((u, 1.0),) + tuple((f"lam[{t}]", -float(n)) for t, n in sorted(p.gpus.items()) if n)
+            m.add(Constraint(f"plan[{w}/{i}]", "plan", expr, "<=", p.result.objective))
+    m.objective = tuple(objective)
+    r = backend.solve(m, options)
+    if not r.has_solution or r.objective is None:
+        return None, None
+    return {t: r.values.get(f"lam[{t}]", 0.0) for t in types}, r.objective
+
+
+def _select(plans: dict[str, list[Plan]], count: dict[str, int], types: list[str], backend: Backend,
+            options: SolveOptions) -> dict[str, SolveResult] | None:
+    """The cheapest choice of one known plan per workload within every type's count."""
+    m = MilpModel("select plans")
+    use: dict[str, list] = {t: [] for t in types}
+    objective = []
+    for w, ps in plans.items():
+        ys = [m.add_var(f"y[{w}/{i}]", "integer", 0.0, 1.0, family="plan") for i in range(len(ps))]
+        m.add(Constraint(f"one[{w}]", "one", tuple((y, 1.0) for y in ys), "==", 1.0))
+        for y, p in zip(ys, ps):
+            objective.append((y, p.result.objective))
+            for t, n in p.gpus.items():
+                if n:
+                    use[t].append((y, float(n)))
+    for t in types:
+        if use[t]:
+            m.add(Constraint(f"inventory[{t}]", "inventory", tuple(use[t]), "<=", float(count[t])))
+    m.objective = tuple(objective)
+    r = backend.solve(m, options)
+    if not r.has_solution or r.status not in (Status.OPTIMAL, Status.FEASIBLE):
+        return None
+    return {w: next(p.result for i, p in enumerate(ps) if round(r.values.get(f"y[{w}/{i}]", 0.0)) == 1)
+            for w, ps in plans.items()}

@@ -1,0 +1,155 @@
+"""The workload MILPs of a decomposed solve (``trimtab.milp.decompose``): each solved at given GPU-type
+prices, remembered across the rounds of a planning run, and many at once in forked processes.
+
+Entry point: ``Parts(ir, cands, backend, options, derate, memo).solve(names, prices)``.
+
+Why processes: a price search solves the parts of a 100-workload spec again at every step, about 30-50 ms
+each in the solver, and the parts are independent; forked workers inherit the candidates (nothing is
+pickled but the prices in and the solutions out), and each part's answer is the same in any process, so
+the result does not depend on the number of processes (``TRIMTAB_JOBS``).
+"""
+from __future__ import annotations
+
+import multiprocessing
+import time
+from dataclasses import dataclass, replace
+
+from trimtab.deployment.shape import CandidateSet
+from trimtab.ir.model import ProblemIR
+from trimtab.milp.formulate import formulate, n_var
+from trimtab.solvers.base import Backend, SolveOptions, SolveResult, Status, Termination
+from trimtab.util.jobs import jobs_default
+
+MIN_FORK = 8  # parts to solve below which one process is faster than forking
+
+_PARTS: "Parts | None" = None  # the parts the forked workers inherit
+
+
+@dataclass(frozen=True)
+class Plan:
+    """One plan of a workload's MILP: its solution, at the spec's prices, and its GPUs per type."""
+
+    result: SolveResult  # objective: the cost at the spec's prices
+    gpus: dict[str, int]
+
+
+def same_plan(a: Plan, b: Plan) -> bool:
+    return a.gpus == b.gpus and abs(a.result.objective - b.result.objective) <= 1e-9 * max(
+        abs(a.result.objective), 1.0)
+
+
+class Parts:
+    """``memo`` (one per planning run, across its rounds): each part solved to optimality is kept under the
+    derates of its own candidates and the prices of its own GPU types; a later solve with the same ones takes
+    that solution (the backend is deterministic: the same answer). ``seen``: every plan of each part met,
+    at the spec's prices (the columns of ``trimtab.milp.columns``). ``stopped``: a part the wall-clock
+    safety net stopped, the answer of the whole split."""
+
+    def __init__(self, ir: ProblemIR, cands: CandidateSet, backend: Backend, options: SolveOptions,
+                 derate: dict[str, float], memo: dict):
+        self.ir, self.cands, self.backend, self.options = ir, cands, backend, options
+        self.derate, self.memo = derate, memo
+        self.pd = tuple(getattr(cands, "disagg", ()))
+        self.mine: dict[str, list] = {w.name: [] for w in ir.workloads}
+        self.mine_pd: dict[str, list] = {w.name: [] for w in ir.workloads}
+        self.spent = 0.0
+        self.stopped: list[SolveResult] = []
+        self.seen: dict[str, list[Plan]] = {}
+
+    def split(self) -> bool:
+        """Each candidate given to its workload's part; False where one belongs to no workload of the IR."""
+        for group, cs in ((self.mine, self.cands.candidates), (self.mine_pd, self.pd)):
+            for c in cs:
+                if c.workload not in group:
+                    return False
+                group[c.workload].append(c)
+        return True
+
+    def own(self, name: str) -> tuple:
+        return (*self.mine[name], *self.mine_pd[name])
+
+    def _priced(self, name: str, prices: dict[str, float] | None) -> tuple:
+        """The prices of the part's own types (a price that moved elsewhere finds the same solve)."""
+        types = {c.gpu for c in self.own(name)}
+        return tuple(sorted((g, p) for g, p in (prices or {}).items() if p and g in types))
+
+    def _key(self, name: str, priced: tuple) -> tuple:
+        return (id(self.ir), id(self.cands), self.backend.name, self.options.mip_rel_gap,
+                self.options.threads, name, tuple(self.derate.get(c.id, 1.0) for c in self.own(name)), priced)
+
+    def solve(self, names, prices: dict[str, float] | None = None) -> dict[str, SolveResult | None]:
+        """Each part of ``names`` with its candidates on each type at ``prices`` more per GPU-hour; None for
+        a part with no solution (the whole solve says why)."""
+        out: dict[str, SolveResult | None] = {}
+        todo = []
+        for name in names:
+            priced = self._priced(name, prices)
+            hit = self.memo.get(self._key(name, priced))
+            # (the objects themselves: ids can be reused)
+            if hit is not None and hit[0] is self.ir and hit[1] is self.cands:
+                out[name] = self._seen(name, hit[2], priced)
+            else:
+                todo.append((name, priced))
+        if not todo:
+            return out
+        limit = self.options.after(self.spent)
+        t0 = time.perf_counter()
+        jobs = min(jobs_default(), len(todo))
+        if jobs > 1 and len(todo) >= MIN_FORK and "fork" in multiprocessing.get_all_start_methods():
+            global _PARTS
+            _PARTS = self
+            try:
+                with multiprocessing.get_context("fork").Pool(jobs) as pool:
+                    got = pool.starmap(_solve_forked, [(n, p, limit) for n, p in todo], chunksize=1)
+            finally:
+                _PARTS = None
+        else:
+            got = [self._solve(n, p, limit) for n, p in todo]
+        # (the safety net's clock: wall time, whatever the number of processes)
+        self.spent += time.perf_counter() - t0
+        for (name, priced), r in zip(todo, got):
+            if r.termination == Termination.TIME_LIMIT:
+                self.stopped.append(replace(r, seconds=self.spent))
+            if r.status == Status.OPTIMAL and r.termination == Termination.CONVERGED:
+                self.memo[self._key(name, priced)] = (self.ir, self.cands, r)
+            out[name] = self._seen(name, r, priced) if r.has_solution and r.objective is not None else None
+        return {n: out[n] for n in names}
+
+    def _solve(self, name: str, priced: tuple, options: SolveOptions) -> SolveResult:
+        cs, pds = tuple(self.mine[name]), tuple(self.mine_pd[name])
+        if priced:
+            cs, pds = priced_at(cs, dict(priced)), priced_at(pds, dict(priced))
+        sub = replace(self.cands, candidates=cs, pruned=(), best=())
+        if self.pd:
+            sub = replace(sub, disagg=pds)
+        w = self.ir.workload(name)
+        return self.backend.solve(formulate(replace(self.ir, workloads=(w,)), sub, self.derate), options)
+
+    def _seen(self, name: str, r: SolveResult, priced: tuple) -> SolveResult:
+        plan = self.plan(name, r, dict(priced))
+        known = self.seen.setdefault(name, [])
+        if not any(same_plan(plan, q) for q in known):
+            known.append(plan)
+        return r
+
+    def plan(self, name: str, r: SolveResult, prices: dict[str, float]) -> Plan:
+        """A part's solution at ``prices`` as a plan: its GPUs per type, its cost at the spec's prices."""
+        gpus: dict[str, int] = {}
+        for c in self.own(name):
+            n = round(r.values.get(n_var(c.id), 0.0))
+            if n:
+                gpus[c.gpu] = gpus.get(c.gpu, 0) + n * c.gpus
+        cost = r.objective - sum(p * gpus.get(g, 0) for g, p in prices.items())
+        return Plan(replace(r, objective=cost), gpus)
+
+
+def _solve_forked(name: str, priced: tuple, options: SolveOptions) -> SolveResult:
+    assert _PARTS is not None
+    return _PARTS._solve(name, priced, options)
+
+
+def priced_at(cs: tuple, prices: dict[str, float]) -> tuple:
+    """``cs`` with the candidates on each type of ``prices`` that much more per GPU-hour (per replica: x its
+    GPUs)."""
+    return tuple(replace(c, usd_per_hour=c.usd_per_hour + prices[c.gpu] * c.gpus) if c.gpu in prices else c
+                 for c in cs)
