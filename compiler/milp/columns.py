@@ -1,13 +1,14 @@
 """Several inventory rows priced at once: the workload MILPs of ``trimtab.milp.decompose`` joined by column
 generation over the rows their union breaks.
 
-Entry point: ``price_rows(plans, count, solve, backend, options, rel_gap) -> Priced | None``.
+Entry point: ``price_rows(plans, count, unit, floor, start, solve, backend, options, rel_gap)``
+-> ``Priced | None``.
 
-Why: ``decompose._price_out`` searches one price for one broken row. On specs where one GPU type is much the
-cheapest for most workloads, pricing it out moves its parts onto the next cheapest type, whose row then
-breaks in turn; one price searched after the other undoes the first search's work, and the whole MILP is
-the one the solver does not finish (its LP bound is far below the parts' integer optima). Column generation
-prices every row together and keeps every plan it meets:
+Why: on specs where one GPU type is much the cheapest for most workloads, the parts' union buys more of it
+than the spec has; pricing it out alone moves its parts onto the next cheapest type, whose row then breaks
+in turn, and one price searched after another undoes the other's work. The whole MILP is the one the
+solver does not finish (its LP bound is far below the parts' integer optima). Column generation prices
+every row together and keeps every plan it meets:
 
     plans P_w: every plan of workload w solved so far, at any prices; c_p its cost at the spec's prices,
                g_p[t] its GPUs of type t
@@ -19,7 +20,8 @@ prices every row together and keeps every plan it meets:
     Its value without the trust region, V, bounds from above what any prices give over the known plans;
     each part solved at the master's prices lam gives z_w(lam), and L(lam) = sum_w z_w(lam) - lam . count
     bounds the whole MILP's optimum from below (the inventory rows relaxed with multipliers lam). The plans
-    found join P_w and the master is solved again, until V - max L <= rel_gap V or ``STEPS``.
+    found join P_w and the master is solved again, until the selection below or V is within rel_gap of
+    max L, or ``STEPS``.
     selection (MILP):  min sum_p c_p y_p  s.t.  sum_{p of w} y_p = 1,  sum_p g_p[t] y_p <= count_t,
                        y_p binary
     the cheapest union of known plans that fits every row; its gap to the best L is certified.

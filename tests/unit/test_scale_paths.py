@@ -213,10 +213,11 @@ def test_an_inventory_row_that_binds_is_priced_out_to_the_whole_milps_optimum(ir
         assert split.objective == pytest.approx(whole.objective, rel=2e-4)
 
 
-def test_parts_that_switch_together_are_repaired_to_fit_within_the_certified_gap(ir, monkeypatch):
+def test_parts_that_switch_together_are_selected_to_fit_within_the_certified_gap(ir, monkeypatch):
     """Identical workloads switch off a priced GPU type at the same price, all at once: just below it they buy
     more than the spec has, just above it none, and the Lagrangian's gap is that slack times the price. The
-    repair moves back as many as fit (``decompose._repair``). The oracle is the whole MILP solved by HiGHS:
+    selection over the plans met keeps as many as fit (``trimtab.milp.columns``). The oracle is the whole
+    MILP solved by HiGHS:
     the union fits, costs at least the optimum, and within the gap it certifies."""
     from dataclasses import replace
 
@@ -247,47 +248,6 @@ def test_parts_that_switch_together_are_repaired_to_fit_within_the_certified_gap
             if any(round(split.values.get(f"replicas[{c.id}]", 0.0)) for c in every
                    if c.gpu == g and c.workload == t.name)]
     assert len(kept) == 4, kept
-
-
-def test_repair_takes_the_largest_saving_per_gpu_first():
-    """Hand-computed: three parts, 10 GPUs of room beyond the fitting side; a saves 6 for 8 GPUs, b saves 5 for
-    4, c saves 3 for 2: b (1.25/GPU) and c (1.5/GPU) fit, then a does not (14 > 10)."""
-    from trimtab.solvers.base import SolveResult, Status, Termination
-
-    def r(obj: float, n: int) -> SolveResult:
-        return SolveResult(Status.OPTIMAL, Termination.CONVERGED, {"n": n}, obj)
-
-    hi = {"a": r(10, 0), "b": r(10, 0), "c": r(10, 0)}
-    lo = {"a": r(4, 8), "b": r(5, 4), "c": r(7, 2)}
-    out = decompose._repair(hi, lo, lambda _n, res: res.values["n"], 10)
-    assert {n: res.objective for n, res in out.items()} == {"a": 10, "b": 5, "c": 7}
-
-
-def test_a_type_offered_alone_that_cannot_hold_the_parts_is_infeasible_without_pricing(ir, monkeypatch):
-    """Offered one GPU type alone (``single_types``), a part's cost is its GPUs x the price: no price makes it
-    buy fewer, so the Lagrangian search cannot fit them. The decomposition says infeasible at once when the
-    parts' own optima already need more GPUs than the type has; the oracle is the whole MILP (HiGHS), which
-    finds no plan either. With one GPU fewer cut off than that, the decomposition answers as the MILP does."""
-    from dataclasses import replace
-
-    from trimtab.solvers.base import Status
-
-    monkeypatch.setattr(decompose, "MIN_CANDIDATES", 0)
-    roomy = _roomy(ir)
-    g = roomy.gpus[0]
-    alone = replace(roomy, gpus=(g,))
-    cands = build_candidates(alone, jobs=1)
-    be = get_backend("highs")
-    base = decompose.solve_split(alone, cands, be, SolveOptions())
-    need = sum(round(base.values.get(f"replicas[{c.id}]", 0.0)) * c.gpus for c in cands.candidates + cands.disagg)
-    short = replace(alone, gpus=(replace(g, count=need - 1),))
-    split = decompose.solve_split(short, cands, be, SolveOptions())
-    assert split is not None and split.status == Status.INFEASIBLE and "no other type" in split.message
-    assert be.solve(formulate(short, cands), SolveOptions()).status == Status.INFEASIBLE
-    exact = replace(alone, gpus=(replace(g, count=need),))
-    fits = decompose.solve_split(exact, cands, be, SolveOptions())
-    assert fits is not None and fits.has_solution
-    assert fits.objective == pytest.approx(be.solve(formulate(exact, cands), SolveOptions()).objective, rel=2e-4)
 
 
 def _bought(res, cands) -> dict[str, int]:
