@@ -42,6 +42,7 @@ LAM_MAX = 16.0  # the price box, in multiples of the dearest GPU type's price pe
 # the trust region's half-width, in the same multiples; halved after a step that gains nothing, doubled after
 # one that gains at its edge
 STEP = 0.1
+STEP_NEAR = 0.02  # from the last round's prices: a few workloads' derates moved them
 
 
 @dataclass(frozen=True)
@@ -54,15 +55,16 @@ class Priced:
 
 def price_rows(plans: dict[str, list[Plan]], count: dict[str, int], unit: float, floor: float,
                start: dict[str, float], solve, backend: Backend, options: SolveOptions,
-               rel_gap: float) -> Priced | None:
+               rel_gap: float, near: bool = False) -> Priced | None:
     """``plans``: per workload, the plans known so far (at least one each; extended in place). ``floor``: L
     at the spec's prices (the sum of the parts' lower bounds). ``start``: the prices tried first (the whole
-    LP relaxation's duals, which are usually close: the parts' integrality moves them little).
+    LP relaxation's duals, which are usually close: the parts' integrality moves them little). ``near``:
+    ``start`` is where the last round's search ended, so the trust region starts small (``STEP_NEAR``).
     ``count``: GPUs of each type. ``unit``: the dearest type's price per GPU-hour (scales the box).
     ``solve(prices) -> {workload: (Plan, lower bound of its optimum at those prices)} | None`` solves every
     part at the given prices. None: a part has no answer, or no selection of known plans fits every row."""
     types = sorted(count)
-    lam_max, step = LAM_MAX * unit, STEP * unit
+    lam_max, step = LAM_MAX * unit, (STEP_NEAR if near else STEP) * unit
     best_lb, best = floor, {t: 0.0 for t in types}
     lam: dict[str, float] | None = {t: min(max(start.get(t, 0.0), 0.0), lam_max) for t in types}
     k = 0

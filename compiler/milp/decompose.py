@@ -84,12 +84,13 @@ def solve_split(ir: ProblemIR, cands: CandidateSet, backend: Backend, options: S
         # the prices the last round ended at, where it priced rows of this IR and set (most parts are the
         # same and in the memo at those prices), else the LP relaxation's
         last = memo.get(("prices", id(ir), id(cands)))
-        start = (last[2] if last is not None and last[0] is ir and last[1] is cands
-                 else _lp_prices(ir, cands, derate, backend, options.after(ps.spent)))
+        near = last is not None and last[0] is ir and last[1] is cands
+        start = last[2] if near else _lp_prices(ir, cands, derate, backend, options.after(ps.spent))
         floor = sum(r.objective * (1 - (r.gap or 0.0)) for r in parts.values())
-        rows = price_rows({w.name: list(ps.seen[w.name]) for w in ir.workloads},
+        rows = price_rows({w.name: list(ps.known(w.name)) for w in ir.workloads},
                           {p.type: p.count for p in ir.gpus}, max(p.usd_per_hour for p in ir.gpus), floor,
-                          start, at_prices, backend, options.after(ps.spent), options.mip_rel_gap)
+                          start, at_prices, backend, options.after(ps.spent), options.mip_rel_gap,
+                          near=near)
         if ps.stopped:
             return ps.stopped[0]
         if rows is None or rows.gap > max(options.mip_rel_gap, PRICE_GAP):

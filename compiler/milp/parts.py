@@ -41,9 +41,9 @@ def same_plan(a: Plan, b: Plan) -> bool:
 class Parts:
     """``memo`` (one per planning run, across its rounds): each part solved to optimality is kept under the
     derates of its own candidates and the prices of its own GPU types; a later solve with the same ones takes
-    that solution (the backend is deterministic: the same answer). ``seen``: every plan of each part met,
-    at the spec's prices (the columns of ``trimtab.milp.columns``). ``stopped``: a part the wall-clock
-    safety net stopped, the answer of the whole split."""
+    that solution (the backend is deterministic: the same answer), and so are the plans each part showed
+    (``known``: the columns of ``trimtab.milp.columns``). ``stopped``: a part the wall-clock safety net
+    stopped, the answer of the whole split."""
 
     def __init__(self, ir: ProblemIR, cands: CandidateSet, backend: Backend, options: SolveOptions,
                  derate: dict[str, float], memo: dict):
@@ -54,7 +54,6 @@ class Parts:
         self.mine_pd: dict[str, list] = {w.name: [] for w in ir.workloads}
         self.spent = 0.0
         self.stopped: list[SolveResult] = []
-        self.seen: dict[str, list[Plan]] = {}
 
     def split(self) -> bool:
         """Each candidate given to its workload's part; False where one belongs to no workload of the IR."""
@@ -95,7 +94,10 @@ class Parts:
         limit = self.options.after(self.spent)
         t0 = time.perf_counter()
         jobs = min(jobs_default(), len(todo))
-        if jobs > 1 and len(todo) >= MIN_FORK and "fork" in multiprocessing.get_all_start_methods():
+        # (one solver thread: a child forked from a process whose solver holds worker threads could wait on
+        # threads it does not have)
+        if (jobs > 1 and len(todo) >= MIN_FORK and self.options.threads == 1
+                and "fork" in multiprocessing.get_all_start_methods()):
             global _PARTS
             _PARTS = self
             try:
@@ -125,9 +127,20 @@ class Parts:
         w = self.ir.workload(name)
         return self.backend.solve(formulate(replace(self.ir, workloads=(w,)), sub, self.derate), options)
 
+    def known(self, name: str) -> list[Plan]:
+        """Every plan of the part met so far, at the spec's prices, in this solve and in the rounds before it
+        whose derates left the part's candidates unchanged (kept in the memo: a round's price search then
+        starts from the plans the last one found)."""
+        key = ("plans",) + self._key(name, ())[:-1]
+        entry = self.memo.get(key)
+        if entry is None or entry[0] is not self.ir or entry[1] is not self.cands:
+            entry = (self.ir, self.cands, [])
+            self.memo[key] = entry
+        return entry[2]
+
     def _seen(self, name: str, r: SolveResult, priced: tuple) -> SolveResult:
         plan = self.plan(name, r, dict(priced))
-        known = self.seen.setdefault(name, [])
+        known = self.known(name)
         if not any(same_plan(plan, q) for q in known):
             known.append(plan)
         return r
