@@ -21,8 +21,6 @@ candidates, and no inter-rack KV-link row (shared by every workload's P/D candid
 """
 from __future__ import annotations
 
-from dataclasses import replace
-
 from trimtab.deployment.shape import CandidateSet
 from trimtab.deployment.price import fleet_usd_per_hour, replica_usd_per_hour
 from trimtab.milp.columns import price_rows
@@ -32,6 +30,10 @@ from trimtab.ir.model import ProblemIR
 from trimtab.solvers.base import Backend, SolveOptions, SolveResult, Status, Termination
 
 MIN_CANDIDATES = 300  # below this the whole MILP solves in well under a second
+# A union of the parts within this certified gap is the answer where the price search cannot close the
+# solver's own gap (rel_gap): the whole MILP of a spec that needs pricing out is the one the solver cannot
+# finish (docs/solvers.md)
+PRICE_GAP = 0.01
 
 
 def solve_split(ir: ProblemIR, cands: CandidateSet, backend: Backend, options: SolveOptions,
@@ -64,7 +66,11 @@ def solve_split(ir: ProblemIR, cands: CandidateSet, backend: Backend, options: S
     if any(r is None for r in first.values()):
         return ps.stopped[0] if ps.stopped else None
     parts: dict[str, SolveResult] = dict(first)
-    used = _used(cands.candidates + pd, parts)
+    bought = {n: ps.plan(n, r, {}).gpus for n, r in parts.items()}  # GPUs per type, per part
+    used: dict[str, int] = {}
+    for gpus in bought.values():
+        for t, k in gpus.items():
+            used[t] = used.get(t, 0) + k
     over = [p for p in ir.gpus if used.get(p.type, 0) > p.count]
     if ir.budget_usd_per_hour is not None:
         usd = fleet_usd_per_hour((round(parts[c.workload].values.get(n_var(c.id), 0.0)), c.usd_per_hour)
@@ -76,7 +82,7 @@ def solve_split(ir: ProblemIR, cands: CandidateSet, backend: Backend, options: S
     if over:
         if ir.budget_usd_per_hour is not None:
             return None
-        if len(over) == 1 and _cannot_fit(ir, over[0], cands.candidates + pd, parts):
+        if len(over) == 1 and _cannot_fit(ir, over[0], cands.candidates + pd, parts, bought):
             why = (f"{note}: the workloads that use {over[0].type} have no other type and need more than "
                    f"its {over[0].count} GPUs")
             return SolveResult(Status.INFEASIBLE, Termination.CONVERGED, seconds=ps.spent,
@@ -127,21 +133,6 @@ def _lp_prices(ir: ProblemIR, cands: CandidateSet, derate: dict[str, float], bac
     return {c.key: max(-r.duals.get(c.name, 0.0), 0.0) for c in m.constraints if c.family == "inventory"}
 
 
-def _used(cands: tuple, parts: dict[str, SolveResult]) -> dict[str, int]:
-    """GPUs per type the parts' solutions buy."""
-    used: dict[str, int] = {}
-    for c in cands:
-        n = round(parts[c.workload].values.get(n_var(c.id), 0.0))
-        used[c.gpu] = used.get(c.gpu, 0) + n * c.gpus
-    return used
-
-
-# A union of the parts within this certified gap is the answer where the price search cannot close the
-# solver's own gap (rel_gap): the whole MILP of a spec that needs pricing out is the one the solver cannot
-# finish (docs/solvers.md)
-PRICE_GAP = 0.01
-
-
 def _only_on(cands: tuple, pool) -> dict[str, bool]:
     """Per workload with candidates: whether every one of them is on ``pool``'s type, priced per GPU (a
     replica's $/h its GPUs x the type's price: cost and GPUs of any of its plans are then proportional)."""
@@ -153,22 +144,18 @@ def _only_on(cands: tuple, pool) -> dict[str, bool]:
     return out
 
 
-def _cannot_fit(ir: ProblemIR, pool, cands: tuple, parts: dict[str, SolveResult]) -> bool:
+def _cannot_fit(ir: ProblemIR, pool, cands: tuple, parts: dict[str, SolveResult],
+                bought: dict[str, dict[str, int]]) -> bool:
     """Whether the parts that buy ``pool``'s type, with candidates on it alone, need more GPUs than it has:
     a part's cost is then (price + EPS_GPU) x its GPUs (one price per GPU of the type), so its optimum, less
     its own gap, bounds the GPUs any of its plans needs from below, and no price makes it buy fewer (a GPU
     type offered alone, ``trimtab.planning.driver.single_types``). True only where every part that buys the
     type is such a part: the whole MILP is then infeasible."""
     alone = _only_on(cands, pool)
-    on_type: dict[str, list] = {}
-    for c in cands:
-        if c.gpu == pool.type:
-            on_type.setdefault(c.workload, []).append(c)
     need = 0.0
     for w in ir.workloads:
         r = parts[w.name]
-        buys = sum(round(r.values.get(n_var(c.id), 0.0)) * c.gpus for c in on_type.get(w.name, ()))
-        if not buys:
+        if not bought[w.name].get(pool.type, 0):
             continue
         if not alone.get(w.name, False):
             return False
