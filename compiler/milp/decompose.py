@@ -21,6 +21,8 @@ candidates, and no inter-rack KV-link row (shared by every workload's P/D candid
 """
 from __future__ import annotations
 
+import time
+
 from trimtab.deployment.shape import CandidateSet
 from trimtab.deployment.price import fleet_usd_per_hour, replica_usd_per_hour
 from trimtab.milp.columns import price_rows
@@ -89,6 +91,7 @@ def solve_split(ir: ProblemIR, cands: CandidateSet, backend: Backend, options: S
                                backend=backend.name, message=why)
         # the prices the last round ended at, where it priced rows of this IR and set (most parts are the
         # same and in the memo at those prices), else the LP relaxation's
+        t0, spent0 = time.perf_counter(), ps.spent  # (the LP, masters and selections count too)
         last = memo.get(("prices", id(ir), id(cands)))
         near = last is not None and last[0] is ir and last[1] is cands
         start = last[2] if near else _lp_prices(ir, cands, derate, backend, options.after(ps.spent))
@@ -97,6 +100,7 @@ def solve_split(ir: ProblemIR, cands: CandidateSet, backend: Backend, options: S
                           {p.type: p.count for p in ir.gpus}, max(p.usd_per_hour for p in ir.gpus), floor,
                           start, at_prices, backend, options.after(ps.spent), options.mip_rel_gap,
                           near=near)
+        ps.spent = spent0 + time.perf_counter() - t0
         if ps.stopped:
             return ps.stopped[0]
         if rows is None or rows.gap > max(options.mip_rel_gap, PRICE_GAP):
