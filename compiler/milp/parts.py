@@ -94,9 +94,10 @@ class Parts:
         limit = self.options.after(self.spent)
         t0 = time.perf_counter()
         jobs = min(jobs_default(), len(todo))
-        # (one solver thread: a child forked from a process whose solver holds worker threads could wait on
-        # threads it does not have)
+        # Forked only with one solver thread (a child forked from a process whose solver holds worker threads
+        # could wait on threads it does not have) and not from a daemonic worker (it may not have children)
         if (jobs > 1 and len(todo) >= MIN_FORK and self.options.threads == 1
+                and not multiprocessing.current_process().daemon
                 and "fork" in multiprocessing.get_all_start_methods()):
             global _PARTS
             _PARTS = self
