@@ -77,7 +77,8 @@ def deployment_facts(plan, ir) -> list[tuple[DeploymentFacts, list[str]]]:
         elif routed > ctx:
             warns.append(f"{d.name}: the engine admits {ctx} tokens per request (its KV cache holds "
                          f"{rank_kv}); routed requests reach {routed}")
-        rm = replica_model_of(ir, replace(DeploymentSpecView.of_plan(d), kv_lent_gib=0.0))
+        shape = DeploymentSpecView.of_plan(d)
+        rm = replica_model_of(ir, replace(shape, kv_lent_gib=0.0))
         mem = rm.memory
         # HBM left after weights and workspace: what TensorRT-LLM's share is of
         free = (ir.gpu(d.gpu).profile.memory_gib.value - mem.weights_gib_per_gpu - mem.activation_gib_per_gpu
@@ -86,17 +87,12 @@ def deployment_facts(plan, ir) -> list[tuple[DeploymentFacts, list[str]]]:
         frac = math.floor(1000 * planned / free) / 1000 if free > 0 else 0.0
         nodes = _nodes_per_replica(d)
         out.append((DeploymentFacts(
-            name=d.name, model=ids.get(d.model) or ModelIdentity(d.model, d.model, "main", d.model),
-            role=d.role,
-            tp=d.tensor_parallel, pp=d.pipeline_parallel, dtype=d.dtype, max_batch=d.max_batch_size,
-            max_step_tokens=d.max_num_batched_tokens, context_tokens=ctx, kv_cache_tokens=d.kv_cache_tokens,
+            shape=shape, model=ids.get(d.model) or ModelIdentity(d.model, d.model, "main", d.model),
+            context_tokens=ctx, kv_cache_tokens=d.kv_cache_tokens,
             memory_fraction=ir.engine.gpu_memory_utilization.value, kv_free_fraction=min(frac, 1.0),
-            prefix_caching=d.prefix_cache_tokens > 0,
-            offload_gib=d.kv.offload_gib if d.kv is not None and not live else 0.0,
-            adapters=tuple(d.adapters), max_loras=d.max_loras, max_lora_rank=d.max_lora_rank,
+            prefix_caching=d.prefix_cache_tokens > 0, live_kv=live, adapters=tuple(d.adapters),
             max_cpu_loras=d.max_cpu_loras, nodes_per_replica=nodes,
-            gpus_per_node=d.gpus_per_replica // nodes,
-            dp=d.data_parallel, ep=d.expert_parallel, kv_dtype=d.kv_dtype), warns))
+            gpus_per_node=d.gpus_per_replica // nodes), warns))
     return out
 
 

@@ -129,7 +129,7 @@ def queue_threshold(plan, ir, dep) -> int:
 def prepare(plan, spec, allow_experimental: bool = False, cluster: Cluster | None = None) -> Bundle:
     """Re-lower the spec, refuse what no engine runs, and compute each deployment's target numbers."""
     from trimtab.cost.startup import replica_startup_s, startup_for
-    from trimtab.deployment.shape import DeploymentSpecView, replica_model_of
+    from trimtab.deployment.shape import replica_model_of
     from trimtab.gate.analytic import plan_references
     from trimtab.contract.realise import launches, realise
     from trimtab.ir.lower import lower
@@ -167,7 +167,7 @@ def prepare(plan, spec, allow_experimental: bool = False, cluster: Cluster | Non
     st = startup_for(spec.schedule.startup if getattr(spec, "schedule", None) is not None else None)
     targets = []
     for d, (f, ln, w) in zip(plan.deployments, launches(plan, ir)):
-        mem = replica_model_of(ir, replace(DeploymentSpecView.of_plan(d), kv_lent_gib=0.0)).memory
+        mem = replica_model_of(ir, replace(f.shape, kv_lent_gib=0.0)).memory
         gpus = d.gpus_per_replica
         weight_bytes = int(mem.weights_gib_per_gpu * GIB * gpus)
         # the plan's own number where its schedule recorded one (the same model, with the spec's overrides)

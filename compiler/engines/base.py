@@ -64,31 +64,31 @@ def model_identities(spec, models: dict) -> dict[str, ModelIdentity]:
 
 @dataclass(frozen=True, slots=True)
 class DeploymentFacts:
-    """Everything an emitter needs about one plan deployment, engine-neutral and already computed."""
+    """Everything an emitter needs about one plan deployment, engine-neutral and already computed: the
+    deployment's shape, as every stage sees it, and what a shape does not say (which weights, the lengths and
+    memory shares the engine admits, how the replica lies on nodes)."""
 
-    name: str
+    # trimtab.deployment.shape.DeploymentSpecView, made by its of_plan: name, tp, pp, dtype, max_num_seqs,
+    # max_batched_tokens, role, KV tiers and precision, LoRA slots, MoE layout. Named, not imported: engines
+    # is a lower stage than deployment (tests/architecture/test_imports.py).
+    shape: DeploymentSpecView
     model: ModelIdentity
-    role: str  # unified | prefill | decode
-    tp: int
-    pp: int
-    dtype: str  # bf16 | fp8 | fp4
-    max_batch: int
-    max_step_tokens: int
     context_tokens: int  # largest input + output routed, capped at the model's window and the KV capacity
     kv_cache_tokens: int
     memory_fraction: float  # the engine profile's gpu_memory_utilization (vLLM, SGLang)
     kv_free_fraction: float  # planned KV / memory free after weights, activations, reserve (TensorRT-LLM)
     prefix_caching: bool
-    offload_gib: float  # host-memory KV tier per replica (0: none)
-    adapters: tuple[str, ...] = ()
-    max_loras: int = 0
-    max_lora_rank: int = 0
-    max_cpu_loras: int = 0
+    live_kv: bool = False  # the plan's KV tier is experimental-live, which no engine flag realises
+    adapters: tuple[str, ...] = ()  # the shape counts the adapters (lora.adapters); the engine needs names
+    max_cpu_loras: int = 0  # adapters kept in host memory (the plan's): no cost the shape prices reads it
     nodes_per_replica: int = 1
     gpus_per_node: int = 0  # GPUs of the replica on each node when it spans nodes
-    dp: int = 1  # attention data-parallel ranks (MoE layouts, docs/moe.md)
-    ep: int = 1  # expert-parallel degree (1: experts split by TP)
-    kv_dtype: str | None = None  # KV precision set apart from dtype's (an fp4 KV cache); None: dtype's
+
+    @property
+    def offload_gib(self) -> float:
+        """The host-memory KV tier per replica an engine flag realises (0: none): the shape's, unless the tier
+        is live, whose host memory holds running requests' KV rather than a prefix cache's."""
+        return 0.0 if self.live_kv else self.shape.kv_offload_gib
 
 
 @dataclass(frozen=True, slots=True)
@@ -105,26 +105,26 @@ class Launch:
 def address_and_shape(f: "DeploymentFacts", t: dict) -> list[str]:
     """The arguments every server command starts with, in its engine's names: address, served name and
     revision, TP and PP, and the context length the plan routes."""
-    fl = t["flags"]
+    fl, s = t["flags"], f.shape
     return [kv(fl["host"], "0.0.0.0"), kv(fl["port"], t["port"]),
             kv(fl["served_name"], f.model.served_name), kv(fl["revision"], f.model.revision),
-            kv(fl["tensor_parallel"], f.tp * f.dp if t.get("tp_counts_dp_ranks") else f.tp),
-            kv(fl["pipeline_parallel"], f.pp),
+            kv(fl["tensor_parallel"], s.tp * s.dp if t.get("tp_counts_dp_ranks") else s.tp),
+            kv(fl["pipeline_parallel"], s.pp),
             kv(fl["context"], f.context_tokens)]
 
 
 def dtype_args(f: "DeploymentFacts", t: dict) -> list[str]:
     """fp8 weights and KV, fp4 weights' fp8 KV (the checkpoint names their quantization), or the weights'
     dtype; a KV precision set apart (``kv_dtype``: an fp4 KV cache) replaces the KV cache's."""
-    fl, val = t["flags"], t["values"]
-    cache = val["kv_cache"][f.kv_dtype] if f.kv_dtype else None
-    if f.dtype == "fp4":
+    fl, val, s = t["flags"], t["values"], f.shape
+    cache = val["kv_cache"][s.kv_dtype] if s.kv_dtype else None
+    if s.dtype == "fp4":
         return [kv(fl["kv_cache_dtype"], cache or val["fp4"]["kv_cache_dtype"])]
-    if f.dtype == "fp8":
+    if s.dtype == "fp8":
         fp8 = val["fp8"]
         return [kv(fl["quantization"], fp8["quantization"]),
                 kv(fl["kv_cache_dtype"], cache or fp8["kv_cache_dtype"])]
-    return [kv(fl["dtype"], val["dtype"][f.dtype])] + ([kv(fl["kv_cache_dtype"], cache)] if cache else [])
+    return [kv(fl["dtype"], val["dtype"][s.dtype])] + ([kv(fl["kv_cache_dtype"], cache)] if cache else [])
 
 
 def kv(flag: str, value) -> str:

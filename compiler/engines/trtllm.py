@@ -19,43 +19,43 @@ def options_file(name: str) -> str:
 
 def launch(f: DeploymentFacts) -> Launch:
     t = flag_table()[ENGINE]
-    fl, val, ex = t["flags"], t["values"], t["extra_options"]
+    fl, val, ex, s = t["flags"], t["values"], t["extra_options"], f.shape
     extra: dict = {ex["chunked_prefill"]: True}
     cache: dict = {}
     if f.prefix_caching:
         cache[ex["block_reuse"]] = True
-    if f.kv_dtype:  # a KV precision set apart from dtype's (an NVFP4 KV cache)
-        cache[ex["kv_dtype"]] = val["kv_cache"][f.kv_dtype]
-    elif f.dtype in ("fp8", "fp4"):  # fp4 weights serve an fp8 KV cache
+    if s.kv_dtype:  # a KV precision set apart from dtype's (an NVFP4 KV cache)
+        cache[ex["kv_dtype"]] = val["kv_cache"][s.kv_dtype]
+    elif s.dtype in ("fp8", "fp4"):  # fp4 weights serve an fp8 KV cache
         cache[ex["kv_dtype"]] = "fp8"
     if f.offload_gib > 0:  # host tier of the block-reuse (prefix) cache, bytes per rank
-        cache[ex["host_cache_bytes"]] = int(f.offload_gib * GIB / (f.tp * f.pp))
+        cache[ex["host_cache_bytes"]] = int(f.offload_gib * GIB / (s.tp * s.pp))
     if cache:
         extra[ex["kv_cache_config"]] = cache
-    if f.max_loras:
+    if s.lora:
         extra[ex["lora_config"]] = {"lora_dir": [f"{ADAPTER_DIR}/{n}" for n in f.adapters],
-                                    "max_lora_rank": f.max_lora_rank, "max_loras": f.max_loras,
+                                    "max_lora_rank": s.lora.max_lora_rank, "max_loras": s.lora.max_loras,
                                     "max_cpu_loras": f.max_cpu_loras}
-    if f.dp > 1:
+    if s.dp > 1:
         extra[ex["attention_dp"]] = True
-    if f.ep > 1:
-        extra[ex["moe_ep"]] = f.ep
-    if f.role in ("prefill", "decode"):
+    if s.ep > 1:
+        extra[ex["moe_ep"]] = s.ep
+    if s.role in ("prefill", "decode"):
         extra[ex["cache_transceiver"]] = {"backend": "NIXL"}
-    fname = options_file(f.name)
+    fname = options_file(s.name)
     a = [kv(fl["host"], "0.0.0.0"), kv(fl["port"], t["port"]), kv(fl["backend"], val["backend"]),
-         kv(fl["tensor_parallel"], f.tp * f.dp), kv(fl["pipeline_parallel"], f.pp),
-         kv(fl["context"], f.context_tokens), kv(fl["max_batch"], f.max_batch),
-         kv(fl["max_step_tokens"], f.max_step_tokens),
+         kv(fl["tensor_parallel"], s.tp * s.dp), kv(fl["pipeline_parallel"], s.pp),
+         kv(fl["context"], f.context_tokens), kv(fl["max_batch"], s.max_num_seqs),
+         kv(fl["max_step_tokens"], s.max_batched_tokens),
          kv(fl["memory_fraction"], num(f.kv_free_fraction)), kv(fl["extra_options"], fname)]
     warnings = []
-    if f.dtype in ("fp8", "fp4"):
-        warnings.append(f"{f.name}: TensorRT-LLM reads {f.dtype} weights from an {f.dtype} checkpoint "
+    if s.dtype in ("fp8", "fp4"):
+        warnings.append(f"{s.name}: TensorRT-LLM reads {s.dtype} weights from an {s.dtype} checkpoint "
                         f"(ModelOpt); set models[].hf_id to one, {f.model.model_id} is served as published")
-    if f.dp > 1 and f.tp > 1:
-        warnings.append(f"{f.name}: TensorRT-LLM's attention data parallelism runs attention on one GPU per "
-                        f"rank; this plan's tp {f.tp} x dp {f.dp} layout is served as tp 1 x dp "
-                        f"{f.tp * f.dp}")
+    if s.dp > 1 and s.tp > 1:
+        warnings.append(f"{s.name}: TensorRT-LLM's attention data parallelism runs attention on one GPU per "
+                        f"rank; this plan's tp {s.tp} x dp {s.dp} layout is served as tp 1 x dp "
+                        f"{s.tp * s.dp}")
     head = [*t["program"], f.model.model_id]
     # A replica spanning nodes runs under an MPI launcher (mpirun/srun) that starts this same command on every
     # node; trtllm-llmapi-launch joins the ranks. The command is identical on all nodes.

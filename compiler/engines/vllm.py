@@ -15,26 +15,26 @@ ENGINE = "vllm"
 
 def launch(f: DeploymentFacts) -> Launch:
     t = flag_table()[ENGINE]
-    fl, val = t["flags"], t["values"]
+    fl, val, s = t["flags"], t["values"], f.shape
     a = address_and_shape(f, t) + [
-         kv(fl["max_batch"], f.max_batch), kv(fl["max_step_tokens"], f.max_step_tokens),
+         kv(fl["max_batch"], s.max_num_seqs), kv(fl["max_step_tokens"], s.max_batched_tokens),
          fl["chunked_prefill"], kv(fl["memory_fraction"], num(f.memory_fraction))]
     a += dtype_args(f, t)
-    if f.dp > 1:  # attention data parallelism: dp engine ranks of tp GPUs
-        a.append(kv(fl["data_parallel"], f.dp))
-    if f.ep > 1:  # experts divided over the tp x dp GPUs (vLLM's EP degree is always tp x dp)
+    if s.dp > 1:  # attention data parallelism: dp engine ranks of tp GPUs
+        a.append(kv(fl["data_parallel"], s.dp))
+    if s.ep > 1:  # experts divided over the tp x dp GPUs (vLLM's EP degree is always tp x dp)
         a.append(fl["expert_parallel"])
     if f.prefix_caching:  # on by default in V1; explicit because the plan's prefix_cache_tokens rely on it
         a.append(fl["prefix_caching"])
     # OffloadingConnector: evicted prefix blocks in host memory, the whole replica's buffer
     if f.offload_gib > 0:
         a += [kv(fl["offload_backend"], val["offload_backend"]), kv(fl["offload_size"], num(f.offload_gib))]
-    if f.max_loras:
-        a += [fl["enable_lora"], kv(fl["max_loras"], f.max_loras), kv(fl["max_lora_rank"], f.max_lora_rank),
-              kv(fl["max_cpu_loras"], f.max_cpu_loras)]
+    if s.lora:
+        a += [fl["enable_lora"], kv(fl["max_loras"], s.lora.max_loras),
+              kv(fl["max_lora_rank"], s.lora.max_lora_rank), kv(fl["max_cpu_loras"], f.max_cpu_loras)]
         if f.adapters:  # nargs="+": the flag, then one name=path per adapter
             a += [fl["lora_modules"], *(f"{n}={ADAPTER_DIR}/{n}" for n in f.adapters)]
-    if f.role in ("prefill", "decode"):
+    if s.role in ("prefill", "decode"):
         c = val["kv_connector"]
         a.append(kv(fl["kv_transfer"],
                     json.dumps({"kv_connector": c["kv_connector"], "kv_role": c["kv_role"]},

@@ -52,16 +52,24 @@ def for_engine(plan, ir, engine: str):
 
 
 def _facts(**kw):
-    """A 405B fp8 TP8 x PP2 replica over two 8-GPU nodes (no example spans nodes)."""
+    """A 405B fp8 TP8 x PP2 replica over two 8-GPU nodes (no example spans nodes). A keyword named as a field
+    of the shape (``DeploymentSpecView``: tp, dp, role, ...) changes the shape; the others the facts; ``model``
+    (a ModelIdentity) both."""
+    from dataclasses import fields
+
+    from trimtab.deployment.shape import DeploymentSpecView
     from trimtab.engines.base import DeploymentFacts, ModelIdentity
 
-    base = dict(name="big-h100-sxm-tp8-pp2-t2k", model=ModelIdentity("llama-3.1-405b",
-                "meta-llama/Llama-3.1-405B-Instruct", "main", "llama-405b"), role="unified", tp=8, pp=2,
-                dtype="fp8", max_batch=128, max_step_tokens=2048, context_tokens=8192, kv_cache_tokens=90000,
-                memory_fraction=0.9, kv_free_fraction=0.8, prefix_caching=False, offload_gib=0.0,
-                nodes_per_replica=2, gpus_per_node=8)
-    base.update(kw)
-    return DeploymentFacts(**base)
+    model = kw.pop("model", ModelIdentity("llama-3.1-405b", "meta-llama/Llama-3.1-405B-Instruct", "main",
+                                          "llama-405b"))
+    in_shape = {f.name for f in fields(DeploymentSpecView)}
+    shape = dict(name="big-h100-sxm-tp8-pp2-t2k", model=model.name, gpu="h100-sxm", replicas=1, tp=8, pp=2,
+                 dtype="fp8", max_num_seqs=128, max_batched_tokens=2048)
+    shape.update({k: v for k, v in kw.items() if k in in_shape})
+    base = dict(model=model, context_tokens=8192, kv_cache_tokens=90000, memory_fraction=0.9,
+                kv_free_fraction=0.8, prefix_caching=False, nodes_per_replica=2, gpus_per_node=8)
+    base.update({k: v for k, v in kw.items() if k not in in_shape})
+    return DeploymentFacts(shape=DeploymentSpecView(**shape), **base)
 
 
 @pytest.fixture(scope="session")

@@ -103,8 +103,8 @@ def test_sglang_counts_every_gpu_of_the_group_over_its_nodes(planned):
     _, ir, p = planned
     (f,) = [f for f, _ in deployment_facts(p, ir)]
     a = sglang_emitter.launch(f).engine_args
-    g = f.tp * f.dp
-    assert {f"--tp-size={g}", f"--dp-size={f.dp}", "--enable-dp-attention", f"--ep-size={g}",
+    g = f.shape.tp * f.shape.dp
+    assert {f"--tp-size={g}", f"--dp-size={f.shape.dp}", "--enable-dp-attention", f"--ep-size={g}",
             f"--nnodes={g // 8}", "--node-rank=0"} <= set(a)
 
 

@@ -39,8 +39,9 @@ def test_sglang_tp_size_counts_every_gpu_with_dp_attention():
     a = sglang_emitter.launch(moe_facts()).engine_args
     assert "--tp-size=8" in a and "--dp-size=4" in a and "--enable-dp-attention" in a and "--ep-size=8" in a
     f = moe_facts()  # SGLang divides the running requests among the ranks; each rank has its own KV pool
-    assert f"--max-running-requests={f.max_batch * 4}" in a and f"--max-total-tokens={f.kv_cache_tokens // 4}" in a
-    assert f"--chunked-prefill-size={f.max_step_tokens * 4}" in a
+    assert f"--max-running-requests={f.shape.max_num_seqs * 4}" in a
+    assert f"--max-total-tokens={f.kv_cache_tokens // 4}" in a
+    assert f"--chunked-prefill-size={f.shape.max_batched_tokens * 4}" in a
     sa = pytest.importorskip("sglang.srt.server_args")
     import argparse
 

@@ -65,7 +65,7 @@ def test_trtllm_memory_fraction_is_a_share_of_memory_free_after_weights(example_
     plan, ir = example_plans["quickstart"]
     plan, ir = for_engine(plan, ir, "trt-llm")
     for f, _ in deployment_facts(plan, ir):
-        d = next(x for x in plan.deployments if x.name == f.name)
+        d = next(x for x in plan.deployments if x.name == f.shape.name)
         mem = replica_model(ir, d.model, d.gpu, d.tensor_parallel, d.pipeline_parallel, d.dtype,
                             d.max_batch_size, d.max_num_batched_tokens).memory
         free = ir.gpu(d.gpu).profile.memory_gib.value - mem.weights_gib_per_gpu - mem.activation_gib_per_gpu \
@@ -102,3 +102,19 @@ def test_realise_is_deterministic(example_plans):
             a, _ = for_engine(plan0, ir0, engine)
             b, _ = for_engine(plan0, ir0, engine)
             assert emit(a) == emit(b)
+
+
+def test_facts_carry_the_plans_shape_and_repeat_none_of_it(example_plans):
+    """An emitter reads tp, batch sizes, role, LoRA slots, the MoE layout and the KV tier from the deployment's
+    shape, the view every stage takes of a plan deployment; the facts add only what a shape does not say."""
+    from dataclasses import fields
+
+    from trimtab.deployment.shape import DeploymentSpecView
+    from trimtab.engines.base import DeploymentFacts
+
+    shared = {f.name for f in fields(DeploymentFacts)} & {f.name for f in fields(DeploymentSpecView)}
+    assert shared == {"model"}  # the facts' is the weights' identity, the shape's the profile name
+    for stem in ("multi-lora", "moe", "disaggregated", "long-context"):
+        plan, ir = example_plans[stem]
+        for d, (f, _) in zip(plan.deployments, deployment_facts(plan, ir)):
+            assert f.shape == DeploymentSpecView.of_plan(d) and f.model.name == d.model
