@@ -95,6 +95,10 @@ def solve_split(ir: ProblemIR, cands: CandidateSet, backend: Backend, options: S
         last = memo.get(("prices", id(ir), id(cands)))
         near = last is not None and last[0] is ir and last[1] is cands
         start = last[2] if near else _lp_prices(ir, cands, derate, backend, options.after(ps.spent))
+        if start is None:  # no fractional plan fits the rows, so no plan does
+            ps.spent = spent0 + time.perf_counter() - t0
+            return SolveResult(Status.INFEASIBLE, Termination.CONVERGED, seconds=ps.spent,
+                               backend=backend.name, message=f"{note}: its LP relaxation is infeasible")
         floor = sum(r.objective * (1 - (r.gap or 0.0)) for r in parts.values())
         rows = price_rows({w.name: list(ps.known(w.name)) for w in ir.workloads},
                           {p.type: p.count for p in ir.gpus}, max(p.usd_per_hour for p in ir.gpus), floor,
@@ -129,11 +133,13 @@ def solve_split(ir: ProblemIR, cands: CandidateSet, backend: Backend, options: S
 
 
 def _lp_prices(ir: ProblemIR, cands: CandidateSet, derate: dict[str, float], backend: Backend,
-               options: SolveOptions) -> dict[str, float]:
+               options: SolveOptions) -> dict[str, float] | None:
     """Each GPU type's inventory price in the whole MILP's LP relaxation (the row's dual, $ per GPU-hour);
-    empty where the backend gives no duals."""
+    empty where the backend gives no duals; None where the relaxation is infeasible (then so is the MILP)."""
     m = formulate(ir, cands, derate)
     r = backend.solve(m.relaxed(), options)
+    if r.status == Status.INFEASIBLE:
+        return None
     return {c.key: max(-r.duals.get(c.name, 0.0), 0.0) for c in m.constraints if c.family == "inventory"}
 
 
