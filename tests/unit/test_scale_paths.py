@@ -304,3 +304,27 @@ def test_parts_solved_in_processes_are_the_parts_solved_in_one(ir, monkeypatch):
         got[jobs] = {n: (r.objective, r.values) for n, r in ps.solve([w.name for w in roomy.workloads],
                                                                       prices).items()}
     assert got["1"] == got["2"]
+
+
+def test_rows_no_fractional_plan_fits_make_the_split_infeasible(ir, monkeypatch):
+    """Each GPU type held to the most any one workload buys of it: every part fits alone, their union does
+    not, and no price can fit it (the LP relaxation is infeasible), so the split answers infeasible at once
+    instead of searching prices. The oracle is the whole MILP solved by HiGHS."""
+    from dataclasses import replace
+
+    from trimtab.milp.parts import Parts
+
+    monkeypatch.setattr(decompose, "MIN_CANDIDATES", 0)
+    roomy = _roomy(ir)
+    cands = build_candidates(roomy, jobs=1)
+    be = get_backend("highs")
+    ps = Parts(roomy, cands, be, SolveOptions(), {}, {})
+    assert ps.split()
+    most: dict[str, int] = {}
+    for n, r in ps.solve([w.name for w in roomy.workloads]).items():
+        for t, k in ps.plan(n, r, {}).gpus.items():
+            most[t] = max(most.get(t, 0), k)
+    held = replace(roomy, gpus=tuple(replace(p, count=most.get(p.type, 0)) for p in roomy.gpus))
+    assert be.solve(formulate(held, cands), SolveOptions()).status.value == "infeasible"
+    split = decompose.solve_split(held, cands, be, SolveOptions())
+    assert split is not None and split.status.value == "infeasible", split
