@@ -46,6 +46,33 @@ def replica_model(ir: ProblemIR, model: str, gpu: str, tp: int, pp: int, dtype: 
                         max_batched_tokens, kv_dtype)
 
 
+SHARED_LIMIT = 4096  # plain replica models ``shared_replica_model`` keeps (specgen's target spec 2: 666)
+_SHARED: dict[tuple, tuple] = {}  # arguments -> (model, GPU and engine profiles it was made from, the model)
+
+
+def shared_replica_model(ir: ProblemIR, model: str, gpu: str, tp: int, pp: int, dtype: str, max_num_seqs: int,
+                         max_batched_tokens: int, dp: int = 1, ep: int = 1,
+                         kv_dtype: str | None = None) -> ReplicaModel:
+    """``replica_model`` of a plain replica (no KV tier, no adapters), one object per arguments and profiles
+    in this process. Why: candidate building makes a shape's model for its capacities, again for its P/D sides
+    and their cost floor, and again for every workload of the same model (a fan-out worker builds many): on
+    specgen's target spec 2, 21,000 models of which 666 differ, each made and its step terms folded
+    (``ReplicaModel._step``) anew. The model is the same whoever asks: its caches (memory fit, step terms,
+    prefix cache) are functions of its inputs. Read-only: whatever changes a model (``lend``) makes its own
+    with ``replica_model``."""
+    key = (model, gpu, tp, pp, dtype, max_num_seqs, max_batched_tokens, dp, ep, kv_dtype)
+    made = _SHARED.get(key)
+    prof, pool, engine = ir.models[model], ir.gpu(gpu).profile, ir.engine
+    if made is not None and made[0] is prof and made[1] is pool and made[2] is engine:
+        return made[3]
+    if len(_SHARED) >= SHARED_LIMIT:
+        _SHARED.clear()
+    rm = replica_model(ir, model, gpu, tp, pp, dtype, max_num_seqs, max_batched_tokens, dp=dp, ep=ep,
+                       kv_dtype=kv_dtype)
+    _SHARED[key] = (prof, pool, engine, rm)
+    return rm
+
+
 def lend(rm: ReplicaModel, lent_gib: float) -> ReplicaModel:
     """``rm`` with its HBM KV reduced by the ``lent_gib`` GiB per replica it lends to instances on its node
     (docs/kv-tiers.md); ``rm`` itself when it lends none."""

@@ -134,6 +134,10 @@ class CandidateSet:
     pruned: tuple[Pruned, ...]
     best: tuple[BucketBest, ...] = field(default=())
     disagg: tuple[Candidate, ...] = field(default=())  # prefill and decode candidates (trimtab.milp.disagg)
+    # P/D sides and cost floors made while building the set, by workload, GPU type and layout
+    # (trimtab.milp.disagg.side): a GPU type offered alone rebuilds its pairs from them (for_one_type). Not
+    # part of the set's value: left out of its comparisons and repr.
+    pd_memo: dict = field(default_factory=dict, compare=False, repr=False)
 
     def by_id(self) -> dict[str, Candidate]:
         return {c.id: c for c in self.candidates}

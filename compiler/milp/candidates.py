@@ -19,7 +19,8 @@ from __future__ import annotations
 
 from dataclasses import replace
 
-from trimtab.cost.factory import HOST_KV_SHARE, replica_model, tier_gib, traffic_class
+from trimtab.cost.factory import (HOST_KV_SHARE, replica_model, shared_replica_model, tier_gib,
+                                   traffic_class)
 from trimtab.cost.model import ReplicaModel
 from trimtab.deployment.shape import TOKEN_BUDGETS, BucketBest, Candidate, CandidateSet, Pruned, candidate_id
 from trimtab.ir.model import GpuPoolIR, ProblemIR, WorkloadIR
@@ -169,8 +170,8 @@ def build_candidates(ir: ProblemIR, jobs: int | None = None) -> CandidateSet:
                 sibling: dict[str, float] = {}
                 for mbt in TOKEN_BUDGETS:
                     cid = candidate_id(w.name, pool.type, tp, pp, mbt, dp, ep)
-                    rm = replica_model(ir, w.model, pool.type, tp, pp, w.dtype, max_num_seqs, mbt, dp=dp,
-                                       ep=ep, kv_dtype=w.kv_dtype)
+                    rm = shared_replica_model(ir, w.model, pool.type, tp, pp, w.dtype, max_num_seqs, mbt,
+                                              dp=dp, ep=ep, kv_dtype=w.kv_dtype)
                     mem = rm.memory
                     if mem.kv_cache_tokens // dp < longest:  # one request's KV stays on one attention DP rank
                         pruned.append(Pruned(cid, f"memory: {mem.weights_gib_per_gpu:.1f} GiB of weights per "
@@ -242,7 +243,8 @@ def build_candidates(ir: ProblemIR, jobs: int | None = None) -> CandidateSet:
                  for c in cands]
         cands.sort(key=lambda c: c.id)
     kept = tuple(_drop_dominated(cands, pruned))
-    return CandidateSet(kept, tuple(pruned), tuple(best), build_pd_candidates(ir, kept))
+    memo: dict = {}
+    return CandidateSet(kept, tuple(pruned), tuple(best), build_pd_candidates(ir, kept, memo), memo)
 
 
 def for_one_type(cands: CandidateSet, ir: ProblemIR, one: ProblemIR) -> CandidateSet | None:
@@ -253,7 +255,8 @@ def for_one_type(cands: CandidateSet, ir: ProblemIR, one: ProblemIR) -> Candidat
     own pool only (dominance compares within one GPU type), so the type's unified candidates are those of
     ``cands``, byte for byte, when the workloads, engine, models and that pool are lowered the same (the
     pool's position in the spec aside); P/D candidates depend on the other types offered (a pair must beat the
-    cheapest unified shape, over the narrowest NIC) and are built again on ``one``. KV borrowing sizes a shape
+    cheapest unified shape, over the narrowest NIC) and are built again on ``one``, from the sides and floors
+    ``cands`` made on this type where they are the same (``CandidateSet.pd_memo``). KV borrowing sizes a shape
     by other workloads' lenders: built. The set is for solving: ``pruned`` and ``best`` only word the reasons
     of a plan that cannot be made, and are left empty (a precheck fails on it exactly where it fails on the
     built set: a workload without candidates, or a bucket none holds)."""
@@ -266,7 +269,7 @@ def for_one_type(cands: CandidateSet, ir: ProblemIR, one: ProblemIR) -> Candidat
 
     def pairs(sub: ProblemIR) -> CandidateSet:  # (per workload, in the fan-out's processes where it pays)
         mine = tuple(c for c in kept if c.workload in {w.name for w in sub.workloads})
-        return CandidateSet(mine, (), (), build_pd_candidates(sub, mine))
+        return CandidateSet(mine, (), (), build_pd_candidates(sub, mine, cands.pd_memo))
 
     return build_split(one, pairs) or pairs(one)
 
@@ -290,7 +293,7 @@ def one_type_floor(cands: CandidateSet, ir: ProblemIR, one: ProblemIR) -> float:
     from trimtab.milp.disagg import cost_floor
 
     kept = _unified_of(cands, ir, one)
-    return 0.0 if kept is None else cost_floor(one, kept)
+    return 0.0 if kept is None else cost_floor(one, kept, cands.pd_memo)
 
 
 def _drop_dominated(cands: list[Candidate], pruned: list[Pruned]) -> list[Candidate]:

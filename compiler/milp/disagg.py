@@ -40,11 +40,11 @@ from __future__ import annotations
 import math
 from dataclasses import replace
 
-from trimtab.cost.factory import replica_model, traffic_class
+from trimtab.cost.factory import replica_model, shared_replica_model, traffic_class
 from trimtab.cost.transfer import (is_local_pair, kv_bytes_per_token, local_bytes_per_s, nic_bytes_per_s,
                                      transfer_s)
 from trimtab.deployment.shape import Candidate, PdGroup
-from trimtab.ir.model import ProblemIR, WorkloadIR
+from trimtab.ir.model import GpuPoolIR, ProblemIR, WorkloadIR
 from trimtab.deployment.layouts import layouts
 from trimtab.deployment.price import fleet_usd_per_hour, replica_usd_per_hour
 from trimtab.spec.paths import SpecPath
@@ -88,12 +88,10 @@ def xp_var(workload: str, bucket: str, cid: str) -> str:
 
 
 def _role_candidates(ir: ProblemIR, w: WorkloadIR, role: str, transfer_bw: float | None,
-                     local_d: dict[str, int] | None = None) -> list[Candidate]:
+                     local_d: dict[str, int] | None = None, memo: dict | None = None) -> list[Candidate]:
     """``local_d``: prefill sides of co-located pairs (pp = 1), the hand-off over the GPUs' links to a decode
-    replica of at least ``local_d[gpu type]`` GPUs."""
-    out = []
-    mns = int(ir.engine.max_num_seqs.value)
-    mbt = PD_TOKEN_BUDGET if role == "prefill" else DECODE_TOKEN_BUDGET
+    replica of at least ``local_d[gpu type]`` GPUs. ``memo``: sides already made for this IR (``side``)."""
+    out, memo = [], {} if memo is None else memo
     for pool in ir.gpus:
         if local_d is not None and pool.type not in local_d:
             continue
@@ -102,33 +100,48 @@ def _role_candidates(ir: ProblemIR, w: WorkloadIR, role: str, transfer_bw: float
         for _cid, tp, pp, dp, ep, why in layouts(ir, w, pool):
             if why or (local_d is not None and (pp > 1 or dp > 1 or ep > 1)):
                 continue
-            rm = replica_model(ir, w.model, pool.type, tp, pp, w.dtype, mns, mbt, dp=dp, ep=ep,
-                               kv_dtype=w.kv_dtype)
-            if rm.memory.kv_cache_tokens <= 0:
-                continue
-            if local_d is not None:
-                bw = local_bytes_per_s(pool, tp, local_d[pool.type])
-            else:
-                bw = nic_bytes_per_s(pool, tp * pp * dp)
-            if transfer_bw is not None:
-                bw = min(bw, transfer_bw)
-            caps = []
-            for b in w.buckets:
-                xfer = b.isl_tail * rm.kv_bytes_per_token / bw if role == "prefill" else 0.0
-                cap = rm.capacity_rps_role(role, traffic_class(b, 0.0), w.slo.ttft_ms, w.slo.tpot_ms,
-                                           w.slo.percentile, xfer)
-                if cap > 0:
-                    caps.append((b.name, cap))
-            if role == "prefill" and len(caps) > 1:
-                caps = _mix_capped(rm, w, caps, bw)
-            if caps:
-                out.append(Candidate(
-                    id=pd_id(w.name, pool.type, tp, pp, role, dp, ep), workload=w.name, model=w.model,
-                    gpu=pool.type, tp=tp, pp=pp, dtype=w.dtype, max_num_seqs=mns, max_batched_tokens=mbt,
-                    kv_cache_tokens=rm.memory.kv_cache_tokens,
-                    usd_per_hour=replica_usd_per_hour(pool.usd_per_hour, tp, pp, dp),
-                    capacity_rps=tuple(caps), role=role, dp=dp, ep=ep, kv_dtype=w.kv_dtype))
+            bw = (local_bytes_per_s(pool, tp, local_d[pool.type]) if local_d is not None
+                  else nic_bytes_per_s(pool, tp * pp * dp))
+            bw = bw if transfer_bw is None else min(bw, transfer_bw)
+            if (c := side(ir, w, pool, role, (tp, pp, dp, ep), bw, memo)) is not None:
+                out.append(c)
     return out
+
+
+def side(ir: ProblemIR, w: WorkloadIR, pool: GpuPoolIR, role: str, layout: tuple[int, int, int, int],
+         bw: float, memo: dict) -> Candidate | None:
+    """The ``role`` side of ``w`` on one (tp, pp, dp, ep) layout of ``pool``, its prefill hand-off at ``bw``
+    bytes/s (None: it serves no bucket). A function of the workload, pool, engine and model (and a prefill
+    side's ``bw``) only: ``memo``, by workload, GPU type, layout, role and bandwidth, serves every IR with the
+    same of those, the whole spec's and each GPU type's alone (``trimtab.milp.candidates.for_one_type``)."""
+    key = ("side", w.name, pool.type, layout, role, bw if role == "prefill" else None)
+    if key in memo:
+        return memo[key]
+    tp, pp, dp, ep = layout
+    mns = int(ir.engine.max_num_seqs.value)
+    mbt = PD_TOKEN_BUDGET if role == "prefill" else DECODE_TOKEN_BUDGET
+    rm = shared_replica_model(ir, w.model, pool.type, tp, pp, w.dtype, mns, mbt, dp=dp, ep=ep,
+                              kv_dtype=w.kv_dtype)
+    c = None
+    if rm.memory.kv_cache_tokens > 0:
+        caps = []
+        for b in w.buckets:
+            xfer = b.isl_tail * rm.kv_bytes_per_token / bw if role == "prefill" else 0.0
+            cap = rm.capacity_rps_role(role, traffic_class(b, 0.0), w.slo.ttft_ms, w.slo.tpot_ms,
+                                       w.slo.percentile, xfer)
+            if cap > 0:
+                caps.append((b.name, cap))
+        if role == "prefill" and len(caps) > 1:
+            caps = _mix_capped(rm, w, caps, bw)
+        if caps:
+            c = Candidate(
+                id=pd_id(w.name, pool.type, tp, pp, role, dp, ep), workload=w.name, model=w.model,
+                gpu=pool.type, tp=tp, pp=pp, dtype=w.dtype, max_num_seqs=mns, max_batched_tokens=mbt,
+                kv_cache_tokens=rm.memory.kv_cache_tokens,
+                usd_per_hour=replica_usd_per_hour(pool.usd_per_hour, tp, pp, dp),
+                capacity_rps=tuple(caps), role=role, dp=dp, ep=ep, kv_dtype=w.kv_dtype)
+    memo[key] = c
+    return c
 
 
 def _usd_per_rps(cands, workload: str, bucket: str, role: str) -> float:
@@ -137,51 +150,65 @@ def _usd_per_rps(cands, workload: str, bucket: str, role: str) -> float:
                default=math.inf)
 
 
-def pd_floor(ir: ProblemIR, w: WorkloadIR) -> tuple[dict[str, float], float]:
+def pd_floor(ir: ProblemIR, w: WorkloadIR, memo: dict | None = None) -> tuple[dict[str, float], float]:
     """(per bucket, the least a prefill/decode pair of ``ir``'s GPUs can cost per request/s of it; the price
     of the cheapest replica of any layout that fits). A bound before any bisection: the prefill side costs at
     least usd x (prompt service time at full utilisation), the decode side at least
-    usd x (osl - 1) x T_d(n) / n, n the largest batch max_num_seqs and the KV cache allow."""
+    usd x (osl - 1) x T_d(n) / n, n the largest batch max_num_seqs and the KV cache allow. The least over the
+    GPU types of each type's own (``_pool_floor``; ``memo`` as ``side``'s)."""
+    floors = [_pool_floor(ir, w, pool, {} if memo is None else memo) for pool in ir.gpus]
+    return ({b.name: min((f[0][b.name] for f in floors), default=math.inf)
+             + min((f[1][b.name] for f in floors), default=math.inf) for b in w.buckets},
+            min((f[2] for f in floors), default=math.inf))
+
+
+def _pool_floor(ir: ProblemIR, w: WorkloadIR, pool: GpuPoolIR,
+                memo: dict) -> tuple[dict[str, float], dict[str, float], float]:
+    """``pd_floor``'s terms on one GPU type: (per bucket the prefill side's least cost per request/s, the
+    decode side's, the cheapest replica), each the least over the type's layouts (inf: none)."""
+    key = ("floor", w.name, pool.type)
+    if key in memo:
+        return memo[key]
     mns = int(ir.engine.max_num_seqs.value)
     pre = {b.name: math.inf for b in w.buckets}
     dec = dict(pre)
     cheapest = math.inf
-    for pool in ir.gpus:
-        for _cid, tp, pp, dp, ep, why in layouts(ir, w, pool):
-            if why:
-                continue
-            usd = replica_usd_per_hour(pool.usd_per_hour, tp, pp, dp)
-            cheapest = min(cheapest, usd)
-            rp = replica_model(ir, w.model, pool.type, tp, pp, w.dtype, mns, PD_TOKEN_BUDGET, dp=dp, ep=ep,
-                               kv_dtype=w.kv_dtype)
-            rd = replica_model(ir, w.model, pool.type, tp, pp, w.dtype, mns, DECODE_TOKEN_BUDGET, dp=dp,
-                               ep=ep, kv_dtype=w.kv_dtype)
-            for b in w.buckets:
-                step = min(b.isl_mean, PD_TOKEN_BUDGET)
-                s = b.isl_mean / step * rp.iteration_s(0, 0, step, (b.isl_mean - step) / 2)
-                pre[b.name] = min(pre[b.name], usd * s)
-                ctx = b.isl_mean + b.osl_mean / 2
-                nb = min(mns, rd.memory.kv_cache_tokens // ctx)  # batch / step time grows with the batch
-                if b.osl_mean > 1 and nb >= 1:
-                    dec[b.name] = min(dec[b.name], usd * (b.osl_mean - 1) * rd.iteration_s(nb, ctx) / nb)
-    return {b.name: pre[b.name] + dec[b.name] for b in w.buckets}, cheapest
+    for _cid, tp, pp, dp, ep, why in layouts(ir, w, pool):
+        if why:
+            continue
+        usd = replica_usd_per_hour(pool.usd_per_hour, tp, pp, dp)
+        cheapest = min(cheapest, usd)
+        rp = shared_replica_model(ir, w.model, pool.type, tp, pp, w.dtype, mns, PD_TOKEN_BUDGET, dp=dp,
+                                  ep=ep, kv_dtype=w.kv_dtype)
+        rd = shared_replica_model(ir, w.model, pool.type, tp, pp, w.dtype, mns, DECODE_TOKEN_BUDGET, dp=dp,
+                                  ep=ep, kv_dtype=w.kv_dtype)
+        for b in w.buckets:
+            step = min(b.isl_mean, PD_TOKEN_BUDGET)
+            s = b.isl_mean / step * rp.iteration_s(0, 0, step, (b.isl_mean - step) / 2)
+            pre[b.name] = min(pre[b.name], usd * s)
+            ctx = b.isl_mean + b.osl_mean / 2
+            nb = min(mns, rd.memory.kv_cache_tokens // ctx)  # batch / step time grows with the batch
+            if b.osl_mean > 1 and nb >= 1:
+                dec[b.name] = min(dec[b.name], usd * (b.osl_mean - 1) * rd.iteration_s(nb, ctx) / nb)
+    memo[key] = (pre, dec, cheapest)
+    return pre, dec, cheapest
 
 
-def _may_pay(ir: ProblemIR, w: WorkloadIR, unified: tuple[Candidate, ...]) -> bool:
+def _may_pay(ir: ProblemIR, w: WorkloadIR, unified: tuple[Candidate, ...], memo: dict | None = None) -> bool:
     """P/D can only pay where its floor (``pd_floor``) is PD_MARGIN below the best unified cost per request/s
     (``unified``: this workload's unified candidates): checked before any bisection."""
-    floor, _ = pd_floor(ir, w)
+    floor, _ = pd_floor(ir, w, memo)
     return any(floor[b.name] < (1 - PD_MARGIN) * _usd_per_rps(unified, w.name, b.name, "unified")
                for b in w.buckets)
 
 
-def cost_floor(ir: ProblemIR, unified: tuple[Candidate, ...]) -> float:
+def cost_floor(ir: ProblemIR, unified: tuple[Candidate, ...], memo: dict | None = None) -> float:
     """A lower bound on the cost of any plan of ``ir`` whose unified candidates are ``unified`` (inf: some
     bucket has no way to be served). Per workload, every bucket's traffic at the least cost per request/s of a
     unified candidate or of a P/D pair (``pd_floor``; a pair is offered only below the unified cost) and at
     least one replica. The planner's rounds only lower capacities, so no plan they make is cheaper.
     ``trimtab.planning.driver.single_types`` skips a GPU type whose floor alone is no cheaper than the plan
-    in hand, before building its P/D pairs."""
+    in hand, before building its P/D pairs. ``memo``: as ``side``'s."""
     by_workload: dict[str, list[Candidate]] = {}
     for c in unified:
         by_workload.setdefault(c.workload, []).append(c)
@@ -190,7 +217,7 @@ def cost_floor(ir: ProblemIR, unified: tuple[Candidate, ...]) -> float:
         if w.rate_rps <= 0:
             continue  # (no traffic: no replica needed)
         mine = by_workload.get(w.name, [])
-        pd, one = pd_floor(ir, w) if ENABLED else ({}, math.inf)
+        pd, one = pd_floor(ir, w, memo) if ENABLED else ({}, math.inf)
         fluid = 0.0
         for b in w.buckets:
             best = min(_usd_per_rps(mine, w.name, b.name, "unified"), pd.get(b.name, math.inf))
@@ -229,11 +256,13 @@ def _mix_capped(rm, w: WorkloadIR, caps: list, bw: float) -> list:
     return [(n, min(c, rho / s)) for (n, c), s in zip(caps, svc)]
 
 
-def build_pd_candidates(ir: ProblemIR, unified: tuple[Candidate, ...] = ()) -> tuple[Candidate, ...]:
+def build_pd_candidates(ir: ProblemIR, unified: tuple[Candidate, ...] = (),
+                        memo: dict | None = None) -> tuple[Candidate, ...]:
     """Prefill and decode candidates of every workload, for the buckets where a P/D pair pays: the cheapest
     prefill plus the cheapest decode cost per request/s at least PD_MARGIN below the cheapest unified
     candidate's (a fluid bound; the MILP then decides with whole replicas). Decode candidates first: the
-    narrowest NIC share among them bounds the hand-off time every prefill candidate plans for."""
+    narrowest NIC share among them bounds the hand-off time every prefill candidate plans for. ``memo``: the
+    sides and floors made so far for IRs with these workloads, engine and models (``side``); filled here."""
     out: list[Candidate] = []
     local: list[Candidate] = []
     if not ENABLED:
@@ -243,15 +272,15 @@ def build_pd_candidates(ir: ProblemIR, unified: tuple[Candidate, ...] = ()) -> t
         by_workload.setdefault(c.workload, []).append(c)
     for w in ir.workloads:
         mine = tuple(by_workload.get(w.name, ()))  # the comparisons below are per workload: scan its own only
-        if unified and not _may_pay(ir, w, mine):  # (no unified candidate at all: nothing to beat)
+        if unified and not _may_pay(ir, w, mine, memo):  # (no unified candidate at all: nothing to beat)
             continue
-        dec = _role_candidates(ir, w, "decode", None)
+        dec = _role_candidates(ir, w, "decode", None, memo=memo)
         if not dec:
             continue
         narrow = min(nic_bytes_per_s(ir.gpu(c.gpu), c.gpus) for c in dec)
         if ir.inter_rack_gbps:
             narrow = min(narrow, ir.inter_rack_gbps * 1e9)
-        pre = _role_candidates(ir, w, "prefill", narrow)
+        pre = _role_candidates(ir, w, "prefill", narrow, memo=memo)
         pre_b = {b for c in pre for b, _ in c.capacity_rps}
         dec_b = {b for c in dec for b, _ in c.capacity_rps}
         both = {b for b in pre_b & dec_b
@@ -262,7 +291,7 @@ def build_pd_candidates(ir: ProblemIR, unified: tuple[Candidate, ...] = ()) -> t
             if caps:
                 out.append(replace(c, capacity_rps=caps))
         if _heavy_kv(ir, w, pre, dec, narrow):
-            local += _local_candidates(ir, w, dec, mine)
+            local += _local_candidates(ir, w, dec, mine, memo)
     out.sort(key=lambda c: c.id)
     local.sort(key=lambda c: c.id)
     return tuple(sorted(_drop_dominated_role(out) + local, key=lambda c: c.id))
@@ -290,7 +319,8 @@ def _heavy_kv(ir: ProblemIR, w: WorkloadIR, pre: list[Candidate], dec: list[Cand
     return any(b.isl_tail * kvb / narrow * 1e3 > HANDOFF_SHARE * w.slo.ttft_ms for b in w.buckets)
 
 
-def _local_candidates(ir: ProblemIR, w: WorkloadIR, dec: list[Candidate], unified) -> list[Candidate]:
+def _local_candidates(ir: ProblemIR, w: WorkloadIR, dec: list[Candidate], unified,
+                      memo: dict | None = None) -> list[Candidate]:
     """Both sides of every co-located group (kp x prefill tp_p + kd x decode tp_d in one NVLink domain, one
     GPU type, pp = 1) that beats the best unified candidate by PD_MARGIN on some bucket, with those buckets.
     Dense-style on both sides, as ``_role_candidates`` makes the prefill side: a mixture-of-experts decode
@@ -303,7 +333,7 @@ def _local_candidates(ir: ProblemIR, w: WorkloadIR, dec: list[Candidate], unifie
     out = []
     # the best unified cost per bucket, once per bucket, not per (pair, kp, kd): each is a scan of ``unified``
     unified_usd = {b.name: _usd_per_rps(unified, w.name, b.name, "unified") for b in w.buckets}
-    for p in _role_candidates(ir, w, "prefill", None, dmin):
+    for p in _role_candidates(ir, w, "prefill", None, dmin, memo):
         dom = ir.gpu(p.gpu).tp_limit
         for d in (c for c in dec if c.gpu == p.gpu):
             common = [b for b, _ in p.capacity_rps if d.capacity(b) > 0]

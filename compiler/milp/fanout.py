@@ -53,7 +53,7 @@ def build_split(ir: ProblemIR, build, jobs: int | None = None):
     return merge(parts)
 
 
-MERGED = ("candidates", "pruned", "best", "disagg")  # CandidateSet fields merge knows how to order
+MERGED = ("candidates", "pruned", "best", "disagg", "pd_memo")  # CandidateSet fields merge knows how to order
 
 
 def _mergeable() -> bool:
@@ -76,4 +76,6 @@ def merge(parts):
            "best": tuple(b for p in parts for b in p.best)}
     if hasattr(parts[0] if parts else None, "disagg"):
         out["disagg"] = tuple(sorted((c for p in parts for c in p.disagg), key=key))
+    # (entries by workload: the parts' are disjoint; sent back from the workers for later rebuilds here)
+    out["pd_memo"] = {k: v for p in parts for k, v in getattr(p, "pd_memo", {}).items()}
     return CandidateSet(**out)

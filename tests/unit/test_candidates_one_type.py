@@ -56,6 +56,34 @@ def test_pairs_are_rebuilt_for_the_type_alone():
     assert not [c for c in full.disagg if c.gpu == "l40s"]
 
 
+@pytest.mark.parametrize("example", ["quickstart", "disaggregated"])
+def test_pairs_of_a_type_alone_reuse_the_sides_the_whole_set_made(example, monkeypatch):
+    """The prefill and decode sides the whole set made on a type are those its spec alone makes
+    (``CandidateSet.pd_memo``): with them the type's pairs take fewer capacity searches, and are the same."""
+    import trimtab.cost.model as model
+
+    spec = trimtab.load_spec(ROOT / "examples" / f"{example}.yaml")
+    profiles = spec_profiles(spec)
+    ir = lower(spec, profiles)
+    full = build_candidates(ir)
+    searches = []
+    role = model.ReplicaModel.capacity_rps_role
+    monkeypatch.setattr(model.ReplicaModel, "capacity_rps_role",
+                        lambda self, *a, **k: searches.append(1) or role(self, *a, **k))
+    fewer = 0
+    for g in spec.gpus:
+        ir_one = lower(_alone(spec, g.type), profiles)
+        searches.clear()
+        reused = for_one_type(replace(full, pd_memo=dict(full.pd_memo)), ir, ir_one)
+        n_reused = len(searches)
+        searches.clear()
+        rebuilt = for_one_type(replace(full, pd_memo={}), ir, ir_one)
+        assert reused.disagg == rebuilt.disagg, g.type
+        assert n_reused <= len(searches), g.type
+        fewer += n_reused < len(searches)
+    assert fewer
+
+
 def test_a_type_lowered_differently_is_built_not_derived():
     spec = trimtab.load_spec(ROOT / "examples" / "quickstart.yaml")
     profiles = spec_profiles(spec)

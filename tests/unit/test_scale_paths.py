@@ -24,7 +24,10 @@ def ir():
 def test_split_build_is_the_serial_build(ir, monkeypatch):
     monkeypatch.setattr(fanout, "MIN_WORK", 0)
     assert fanout.build_split(ir, lambda sub: build_candidates(sub, jobs=1), 2) is not None  # the split ran
-    assert build_candidates(ir, jobs=2) == build_candidates(ir, jobs=1)
+    split, serial = build_candidates(ir, jobs=2), build_candidates(ir, jobs=1)
+    assert split == serial
+    # the workers send back the P/D sides and floors they made, for the GPU types rebuilt alone later
+    assert split.pd_memo and split.pd_memo == serial.pd_memo
 
 
 def _roomy(ir):
