@@ -43,6 +43,9 @@ def spec_hash(spec: Spec, profiles: ProfileSet) -> str:
     data.pop("profiles", None)
     if data["solver"].get("node_limit", 0) is None:  # specs without a node limit keep their hash
         del data["solver"]["node_limit"]
+    # The wall-clock safety net never changes a plan (a solve it stops gives none: exit 4), so it is no input
+    # of one: every spec hashes with the value that was the default when plans first kept a hash
+    data["solver"]["time_limit_s"] = 60.0
     if data.get("redundancy") == "none":  # specs without redundancy keep the hash they had before it existed
         del data["redundancy"]
     tiers = spec.defaults.kv_tiers != "off"

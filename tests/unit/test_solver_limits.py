@@ -44,3 +44,21 @@ def test_work_limit_answers_the_same_twice():
     be = get_backend("highs")
     a, b = (be.solve(market_split(m=2, n=24, seed=3), SolveOptions(node_limit=200)) for _ in range(2))
     assert a.termination == b.termination and a.status == b.status and a.values == b.values
+
+
+def test_the_safety_net_is_no_input_of_a_plan():
+    """The wall-clock limit never changes a plan (a solve it stops gives none), so a spec's input hash is the
+    same whatever limit it sets, and the quickstart's is still its golden plan's."""
+    from trimtab.ir.lower import lower
+    from trimtab.spec.load import load_spec
+    from tests.conftest import QUICKSTART
+
+    text = QUICKSTART.read_text()
+    hashes = {lower(load_spec(QUICKSTART)).input_hash}
+    for limit in (5, 60, 900):
+        spec = load_spec(QUICKSTART, text=text + f"\nsolver:\n  time_limit_s: {limit}\n")
+        assert spec.solver.time_limit_s == limit
+        hashes.add(lower(spec).input_hash)
+    assert len(hashes) == 1
+    golden = (QUICKSTART.parent.parent / "tests" / "golden" / "quickstart.plan.yaml").read_text()
+    assert f"input_hash: {hashes.pop()}\n" in golden
