@@ -127,6 +127,26 @@ class Deployment(_Strict):
         """GPUs one replica spans: tensor x pipeline x data parallel."""
         return self.tensor_parallel * self.pipeline_parallel * self.data_parallel
 
+    @classmethod
+    def of_view(cls, v, *, kv_cache_tokens: int, load_rps_per_replica: float, utilization: float,
+                **plan_only) -> Deployment:
+        """The plan file's record of a deployment view (``trimtab.deployment.shape.DeploymentSpecView``: a
+        shape, a name, replicas), the inverse of ``DeploymentSpecView.of_plan``, so both planners spell the
+        shape one way. ``plan_only``: what the view does not carry (``prefix_cache_tokens``, the ``kv``
+        record, ``adapters``, ``tenants``, ``group_replicas``); ``kv_cache_tokens`` is the caller's because
+        the planners size it differently (the candidate's, or the replica model of the adapters held).
+        ``engine_args`` is left empty for ``trimtab.contract.realise`` to fill. A LoRA shape's CPU slots
+        hold every adapter it serves and at least its GPU slots."""
+        lora = v.lora
+        return cls(name=v.name, model=v.model, gpu=v.gpu, tensor_parallel=v.tp, pipeline_parallel=v.pp,
+                   data_parallel=v.dp, expert_parallel=v.ep, replicas=v.replicas, role=v.role, dtype=v.dtype,
+                   kv_dtype=v.kv_dtype, max_batch_size=v.max_num_seqs,
+                   max_num_batched_tokens=v.max_batched_tokens, kv_cache_tokens=kv_cache_tokens,
+                   load_rps_per_replica=load_rps_per_replica, utilization=utilization, engine_args=[],
+                   colocated_with=v.colocated_with or None,
+                   max_loras=lora.max_loras if lora else 0, max_lora_rank=lora.max_lora_rank if lora else 0,
+                   max_cpu_loras=max(lora.max_loras, lora.adapters) if lora else 0, **plan_only)
+
 
 class Route(_Strict):
     workload: str

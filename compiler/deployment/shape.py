@@ -40,9 +40,10 @@ class LoraSlots:
 class DeploymentShape:
     """How one replica runs, the one record every stage shares: what the engine command and the cost model
     need, nothing about load. A candidate is a shape with a price and capacities; a deployment view a shape
-    with a name and replicas; a plan deployment converts to a view with ``DeploymentSpecView.of_plan``; the
-    simulator and placement take views. Field names are the cost model's (``tp``, ``max_num_seqs``); the plan
-    file spells them as the engines do (``tensor_parallel``, ``max_batch_size``)."""
+    with a name and replicas; a plan deployment converts to a view with ``DeploymentSpecView.of_plan`` and a
+    view to a plan deployment with ``trimtab.contract.schema.Deployment.of_view``; the simulator and placement
+    take views. Field names are the cost model's (``tp``, ``max_num_seqs``); the plan file spells them as the
+    engines do (``tensor_parallel``, ``max_batch_size``)."""
 
     model: str
     gpu: str
@@ -216,7 +217,8 @@ class DeploymentSpecView(DeploymentShape):
 
     @classmethod
     def of_plan(cls, d) -> DeploymentSpecView:
-        """The view of a plan file's deployment (``trimtab.contract.schema.Deployment``)."""
+        """The view of a plan file's deployment (``trimtab.contract.schema.Deployment``). Its inverse,
+        ``Deployment.of_view``, lives in the contract: this stage is below it and may not import it."""
         kv = d.kv
         return cls(name=d.name, replicas=d.replicas, model=d.model, gpu=d.gpu, tp=d.tensor_parallel,
                    pp=d.pipeline_parallel, dtype=d.dtype, max_num_seqs=d.max_batch_size,

@@ -84,17 +84,14 @@ def build_plan(ir: ProblemIR, deps: list[tuple[Candidate, int]], routes: list[Ro
         gpus[c.gpu] = gpus.get(c.gpu, 0) + n * c.gpus
     cost = fleet_usd_per_hour((n, c.usd_per_hour) for c, n in deps)
     kv_alloc = allocate(deps) if ir.kv_tiers != "off" else {}
+    view = {v.name: v for v in vs}
     deployments = [
-        Deployment(name=c.id, model=c.model, gpu=c.gpu, tensor_parallel=c.tp, pipeline_parallel=c.pp,
-                   replicas=n, data_parallel=c.dp, expert_parallel=c.ep,
-                   role=c.role, dtype=c.dtype, kv_dtype=c.kv_dtype, max_batch_size=c.max_num_seqs,
-                   max_num_batched_tokens=c.max_batched_tokens, kv_cache_tokens=c.kv_cache_tokens,
-                   load_rps_per_replica=a.deployments[c.id].rate_rps_per_replica,
-                   utilization=a.deployments[c.id].utilization,
-                   engine_args=[],  # trimtab.contract.realise fills it
-                   prefix_cache_tokens=a.deployments[c.id].prefix_cache_tokens, **colocation(c),
-                   kv=_kv(ir, c, kv_alloc))
-        for c, n in sorted(deps, key=lambda d: d[0].id)]
+        Deployment.of_view(view[c.id], kv_cache_tokens=c.kv_cache_tokens,
+                           load_rps_per_replica=a.deployments[c.id].rate_rps_per_replica,
+                           utilization=a.deployments[c.id].utilization,
+                           prefix_cache_tokens=a.deployments[c.id].prefix_cache_tokens,
+                           group_replicas=colocation(c).get("group_replicas", 0), kv=_kv(ir, c, kv_alloc))
+        for c, _ in sorted(deps, key=lambda d: d[0].id)]
     plan = Plan(
         spec=ir.name, input_hash=ir.input_hash, cost_usd_per_hour=round(cost, 4),
         gpus=dict(sorted(gpus.items())),

@@ -61,8 +61,10 @@ class LoraCandidate:
     cand: Candidate  # .workload holds the group's first workload (for fidelity warnings)
     group: str
     color: int
-    slots: int  # max_loras (0: LoRA off)
-    rank: int  # max_lora_rank
+    # adapter slots (None: LoRA off), adapters = those its capacities were priced with; kept here, not in
+    # cand.lora, because the driver's analytic derating (trimtab.milp.assess.analytic_needs over
+    # candidate_set) prices cand as a shape, and with cand.lora it would price the adapters too
+    lora: LoraSlots | None
     cpu_slots: int
     cap: dict[str, float]  # workload -> per-replica rps at its SLO (its whole length mix)
     tenants: tuple[str, ...]  # tenants of this colour
@@ -70,6 +72,16 @@ class LoraCandidate:
     @property
     def id(self) -> str:
         return self.cand.id
+
+    @property
+    def slots(self) -> int:
+        """--max-loras (0: LoRA off)."""
+        return self.lora.max_loras if self.lora else 0
+
+    @property
+    def rank(self) -> int:
+        """--max-lora-rank (0: LoRA off)."""
+        return self.lora.max_lora_rank if self.lora else 0
 
 
 @dataclass(frozen=True)
@@ -139,7 +151,8 @@ def build(ir) -> LoraProblem:
                 for mbt in TOKEN_BUDGETS:
                     prev: dict[str, float] = {}
                     for L in slots:
-                        lk = lora_kwargs(ir, model, L, rank, len(names) if L > 1 else 1) if L else None
+                        slot = LoraSlots(L, rank, len(names) if L > 1 else 1) if L else None
+                        lk = lora_kwargs(ir, model, L, rank, slot.adapters) if slot else None
                         rm = replica_model(ir, model, pool.type, tp, pp, dtype, mns, mbt, lora=lk)
                         if rm.memory.kv_cache_tokens < longest:
                             continue
@@ -160,7 +173,7 @@ def build(ir) -> LoraProblem:
                                              usd_per_hour=replica_usd_per_hour(pool.usd_per_hour, tp, pp),
                                              capacity_rps=())
                             prob.cands.append(LoraCandidate(
-                                cand, gname, k, L, rank if L else 0,
+                                cand, gname, k, slot,
                                 (L if L == len(names) or L <= 1 else MAX_CPU_LORAS) if L else 0, cap,
                                 tuple(sorted(t for t, c in colors.items() if c == k))))
         # Traffic units: base traffic, hot adapters (exact), cold classes.
@@ -417,7 +430,6 @@ def extract(ir, prob: LoraProblem, values: dict[str, float]):
 
 def build_plan(ir, prob: LoraProblem, chosen, flows, res, rounds: int, warnings: list[str]):
     lo = ir.lora
-    by_id = {c.id: (c, n) for c, n in chosen}
     held: dict[str, set[str]] = {c.id: set() for c, _ in chosen}
     tenants: dict[str, set[str]] = {c.id: set() for c, _ in chosen}
     wd: dict[tuple[str, str], float] = {}
@@ -443,9 +455,8 @@ def build_plan(ir, prob: LoraProblem, chosen, flows, res, rounds: int, warnings:
             s = min(b.prob * r / (ir.workload(w).rate_rps if goodput else wtot[w]), 1.0)
             if s > 1e-12:
                 routes.append(RouteView(w, b.name, d, s))
-    views = {c.id: DeploymentSpecView.of_candidate(c.cand, n, name=c.id,
-                                                   lora=(LoraSlots(c.slots, c.rank, len(held[c.id]))
-                                                         if c.slots else None))
+    views = {c.id: DeploymentSpecView.of_candidate(
+                 c.cand, n, name=c.id, lora=replace(c.lora, adapters=len(held[c.id])) if c.lora else None)
              for c, n in chosen}
     a = assess(ir, list(views.values()), routes)
     from trimtab.milp.extract import predictions
@@ -455,19 +466,13 @@ def build_plan(ir, prob: LoraProblem, chosen, flows, res, rounds: int, warnings:
         gpus[c.cand.gpu] = gpus.get(c.cand.gpu, 0) + n * c.cand.gpus
     cost = fleet_usd_per_hour((n, c.cand.usd_per_hour) for c, n in chosen)
     deployments = []
-    for cid in sorted(by_id):
-        c, n = by_id[cid]
-        k = c.cand
-        rm = replica_model_of(ir, views[cid])
-        deployments.append(Deployment(
-            name=cid, model=k.model, gpu=k.gpu, tensor_parallel=k.tp, pipeline_parallel=k.pp, replicas=n,
-            role="unified", dtype=k.dtype, max_batch_size=k.max_num_seqs,
-            max_num_batched_tokens=k.max_batched_tokens, kv_cache_tokens=rm.memory.kv_cache_tokens,
+    for cid in sorted(views):
+        v = views[cid]
+        deployments.append(Deployment.of_view(
+            v, kv_cache_tokens=replica_model_of(ir, v).memory.kv_cache_tokens,
             load_rps_per_replica=a.deployments[cid].rate_rps_per_replica,
-            utilization=a.deployments[cid].utilization,
-            engine_args=[],  # trimtab.contract.realise fills it (LoRA flags from max_loras etc.)
-            adapters=sorted(held[cid]), max_loras=c.slots, max_lora_rank=c.rank,
-            max_cpu_loras=max(c.slots, len(held[cid])) if c.slots else 0, tenants=sorted(tenants[cid])))
+            utilization=a.deployments[cid].utilization, adapters=sorted(held[cid]),
+            tenants=sorted(tenants[cid])))
     from trimtab.cost.predict import fidelity_warnings
 
     plan = Plan(
