@@ -6,6 +6,7 @@ docstring ("Routing balance").
 """
 from __future__ import annotations
 
+import time
 from dataclasses import replace
 
 from trimtab.milp.decompose import solve_split
@@ -79,8 +80,14 @@ def solve_ir(ir: ProblemIR, cands: CandidateSet, backend: Backend, options: Solv
     """Solve for the spec's objective: one solve for ``min_cost``, two for ``max_goodput`` (max served
     rate, then min cost keeping it). The result's ``seconds`` covers both; the time limit is shared."""
     if ir.objective != "max_goodput":
+        t0 = time.perf_counter()
         split = solve_split(ir, cands, backend, options, derate, memo)
-        res = split if split is not None else backend.solve(formulate(ir, cands, derate), options)
+        if split is not None:
+            res = split
+        else:  # the split's time (a price search that could not certify) counts against the safety net too
+            tried = time.perf_counter() - t0
+            res = backend.solve(formulate(ir, cands, derate), options.after(tried))
+            res = replace(res, seconds=res.seconds + tried)
         return balance_routes(ir, cands, backend, options, res, derate)
     return two_stage(lambda floor: formulate(ir, cands, derate, objective="max_goodput", goodput_floor=floor),
                      backend, options)
