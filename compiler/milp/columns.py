@@ -26,15 +26,15 @@ every row together and keeps every plan it meets:
                        y_p binary
     the cheapest union of known plans that fits every row; its gap to the best L is certified.
 
-Each part is solved at its own types' prices only (``solve``), so a part none of whose types moved is not
-solved again (``decompose``'s memo).
+Each part is solved at its own types' prices only, so a part none of whose types moved is not solved again
+(the memo of ``trimtab.milp.parts.Parts``).
 """
 from __future__ import annotations
 
 from dataclasses import dataclass
 
 from trimtab.milp.parts import Plan, same_plan
-from trimtab.solvers.base import Backend, SolveOptions, SolveResult, Status
+from trimtab.solvers.base import Backend, SolveOptions, SolveResult
 from trimtab.solvers.model import Constraint, MilpModel
 
 STEPS = 30  # master solves at most
@@ -145,7 +145,7 @@ def _select(plans: dict[str, list[Plan]], count: dict[str, int], types: list[str
             m.add(Constraint(f"inventory[{t}]", "inventory", tuple(use[t]), "<=", float(count[t])))
     m.objective = tuple(objective)
     r = backend.solve(m, options)
-    if not r.has_solution or r.status not in (Status.OPTIMAL, Status.FEASIBLE):
+    if not r.has_solution:
         return None
     return {w: next(p.result for i, p in enumerate(ps) if round(r.values.get(f"y[{w}/{i}]", 0.0)) == 1)
             for w, ps in plans.items()}
