@@ -55,7 +55,7 @@ gpus:
   - {{type: {gpu}, count: 1, usd_per_hour: 1.0}}
 models:
   - {{name: {model}, config: model/config.json}}
-defaults: {{engine: {engine}}}
+defaults: {{engine: {engine}, dtype: {dtype}}}
 workloads:
   - name: chat
     model: {model}
@@ -69,12 +69,23 @@ CPU = {"gpu": "cpu-xeon-2c", "engine": "vllm-cpu", "model": "tiny-llama", "isl":
 GPU_SHAPES_SCALE = 8  # --device cuda: shapes x 8 (real-size models, prompts of 512-4096 tokens)
 
 
+def cpu_dtype() -> str:
+    """The precision the CPU case is served in: bf16 where this CPU has it natively, else fp32 (an AVX2-only
+    CPU: vLLM's CPU kernels run bf16 there at an eighth of the fp32 rate, so a 256-token prompt takes 2.9 s;
+    ``trimtab.field.bench.cpu_bf16_native``). ``calibrate_device`` times the GEMMs in the same precision."""
+    import torch
+
+    from trimtab.field.bench import cpu_bf16_native
+
+    return "bf16" if cpu_bf16_native(torch) else "fp32"
+
+
 def write_case(workdir: Path, device: str, model: str | None, gpu: str | None, rate: float) -> tuple[Path, dict]:
     """Model folder + spec in ``workdir``; returns (spec path, case parameters)."""
     from trimtab.field.engine_run import build_model_dir
 
     if device == "cpu":
-        case = dict(CPU)
+        case = {**CPU, "dtype": cpu_dtype()}
         build_model_dir(workdir / "model")
     else:
         from trimtab.profiles.loader import load_profiles
@@ -86,15 +97,17 @@ def write_case(workdir: Path, device: str, model: str | None, gpu: str | None, r
                         num_attention_heads=v["num_attention_heads"], num_key_value_heads=v["num_kv_heads"],
                         intermediate_size=v["intermediate_size"], vocab_size=v["vocab_size"],
                         max_position_embeddings=8192)
-        case = {"gpu": gpu, "engine": "vllm", "model": model, "isl": 2048, "osl": 256, "ttft": 2000, "tpot": 50}
+        case = {"gpu": gpu, "engine": "vllm", "model": model, "isl": 2048, "osl": 256, "ttft": 2000, "tpot": 50,
+                "dtype": "bf16"}
     spec = workdir / "spec.yaml"
     spec.write_text(SPEC.format(rate=rate, **case), encoding="utf-8")
     return spec, case
 
 
 def calibrate_device(workdir: Path) -> Path:
-    """Measure the CPU this runs on (``trimtab bench --device cpu --dtype bf16``, one thread as ``server_command``
-    runs vLLM) and fit its device profile (``trimtab calibrate``) under the bundled name ``CPU["gpu"]`` in
+    """Measure the CPU this runs on (``trimtab bench --device cpu``, one thread as ``server_command`` runs vLLM,
+    in the precision vLLM's CPU kernels compute in: bf16 where the CPU has it natively, else fp32,
+    ``trimtab.field.bench.cpu_bf16_native``) and fit its device profile (``trimtab calibrate``) under the bundled name ``CPU["gpu"]`` in
     ``workdir/profiles/gpus``; returns ``workdir/profiles``, for
     ``trimtab.profiles.loader.use_profile_dirs``. The
     bundled profile describes the CPU it was measured on; another CPU (CI machines vary: an AMD EPYC measured
@@ -110,7 +123,7 @@ def calibrate_device(workdir: Path) -> Path:
     bench = workdir / "cpu-bench"
     out = workdir / "profiles"
     (out / "gpus").mkdir(parents=True, exist_ok=True)
-    run("bench", "--device", "cpu", "--dtype", "bf16", "-o", str(bench))
+    run("bench", "--device", "cpu", "--dtype", "auto", "-o", str(bench))
     run("calibrate", str(bench), "-o", str(out / "gpus" / f"{CPU['gpu']}.yaml"))
     return out
 
@@ -206,7 +219,7 @@ def fit_engine(server: Server, spec, plan, case: dict, device: str, scale: int =
     mprof, gpu = ir.models[d.model], ir.gpu(d.gpu).profile
     eng_name = case["engine"]
     cal = enginefit.calibrate_engine(server.url, mprof, gpu, ir.engine, d.max_num_batched_tokens, PARAMS,
-                                     scale)
+                                     scale, dtype=d.dtype)
     base = yaml.safe_load((data_dir() / "engines" / f"{eng_name}.yaml").read_text(encoding="utf-8"))
     # The CPU engine profile describes this machine's engine and is replaced; a GPU fit is written beside the data
     # (the bundled vllm profile is fitted to published rows of many GPUs: adopting one GPU's fit is a choice).

@@ -25,9 +25,10 @@ def bench_cmd(
     device: Annotated[BenchDevice, typer.Option(help="Where to run the microbenchmarks.")] = BenchDevice.cuda,
     quick: Annotated[bool, typer.Option("--quick",
                                         help="Tiny sizes and few repeats (seconds; for CI).")] = False,
-    dtype: Annotated[str, typer.Option(help="GEMM/attention precision: auto (bf16 on a GPU, fp32 on "
-                                            "a CPU), bf16 (what vLLM's CPU engine runs on AVX512-BF16 "
-                                            "CPUs) or fp32.")] = "auto",
+    dtype: Annotated[str, typer.Option(help="GEMM/attention precision: auto (bf16 on a GPU and on a "
+                                            "CPU with native bf16, AVX512-BF16 or AMX; fp32 on other "
+                                            "CPUs, as vLLM's CPU kernels compute there), bf16 or fp32.")
+                 ] = "auto",
     eager: Annotated[bool, typer.Option("--eager", help="On a GPU, time every call eagerly (host "
                                                          "launch overhead included) instead of short calls "
                                                          "inside a CUDA graph.")]
@@ -81,6 +82,9 @@ def calibrate_cmd(
     ] = False,
     scale: Annotated[int, typer.Option(min=1, help="--engine: multiply the timed prompt and output lengths "
                                                    "(64-512 prompt tokens at 1).")] = 1,
+    engine_dtype: Annotated[str, typer.Option(
+        "--dtype", help="--engine: the precision the server runs the model in (its --dtype): bf16, or fp32 "
+                        "(a CPU without native bf16).")] = "bf16",
     profiles: ProfilesOpt = None,
     fmt: Annotated[TableOrJson, typer.Option(
         "--format", help="table, or json (the fit errors per operation and the parameters, alone on "
@@ -95,7 +99,7 @@ def calibrate_cmd(
 """
     if engine_url is not None:
         return _engine(engine_url, model, gpu, engine_profile, out_dir or Path("my-profiles"), profiles,
-                       max_num_batched_tokens, kernel_share, scale, fmt)
+                       max_num_batched_tokens, kernel_share, scale, fmt, engine_dtype)
     if source is not None:
         if source != "aiconfigurator":
             raise InputError([Problem("--from", f"unknown source {source!r}; known: aiconfigurator")])
@@ -132,17 +136,20 @@ def calibrate_cmd(
     out.print(f"profile written to {r.output}", markup=False)
 
 
-def _engine(url, model, gpu, engine, out_dir, profiles, max_tokens, kernel_share, scale, fmt) -> None:
+def _engine(url, model, gpu, engine, out_dir, profiles, max_tokens, kernel_share, scale, fmt, dtype) -> None:
     """``calibrate --engine``: time requests against the server, fit, write the engine profile, print the fit.
     """
     if model is None or gpu is None:
         raise InputError([Problem("--model/--gpu",
                                   "--engine needs the model the server runs and its GPU profile")])
+    if dtype not in ("bf16", "fp32"):
+        raise InputError([Problem("--dtype", f"must be bf16 or fp32, got {dtype!r}")])
     from trimtab.field.enginefit import calibrate_server
 
     err.print(f"timing requests against {url} ...", markup=False)
     cal, path = calibrate_server(url, model, gpu, engine, out_dir, profile_dir=profiles,
-                                 max_batched_tokens=max_tokens, kernel_share=kernel_share, scale=scale)
+                                 max_batched_tokens=max_tokens, kernel_share=kernel_share, scale=scale,
+                                 dtype=dtype)
     if fmt == TableOrJson.json:
         from trimtab.sim.metrics import clean
 

@@ -92,6 +92,10 @@ class GpuProfile(_Profile):
     # FP4 tensor cores (Blackwell NVFP4/MXFP4), dense peak; absent: the GPU cannot serve dtype fp4. fp4 GEMMs
     # run at fp8_compute_efficiency (or compute_efficiency) of this peak.
     fp4_tflops: Q | None = None
+    # fp32 GEMM peak, for a device served in fp32 (a CPU without native bf16, where vLLM's CPU kernels run
+    # bf16 several times slower than fp32); absent: the device cannot serve dtype fp32 (a GPU's fp32 units
+    # are not what its engines serve on). fp32 GEMMs run at compute_efficiency of this peak.
+    fp32_tflops: Q | None = None
     attention_efficiency: Q | None = None  # achieved / peak bf16 FLOP/s of prefill attention (flash kernels)
     kernel_latency_us: Q | None = None  # fixed time per GEMM kernel (launch, tail) on top of its roofline
     # Inside a captured CUDA graph (docs/cost-model.md, "CUDA graphs"): the fixed time per GEMM kernel

@@ -94,6 +94,8 @@ class ReplicaModel(ReplicaRoles, ReplicaPredictions, ReplicaTiers):
             eta8 = (g.fp8_compute_efficiency.value if g.fp8_compute_efficiency is not None
                     else g.compute_efficiency.value)
             self.flops_linear = g.fp4_tflops.value * 1e12 * eta8 * keff
+        elif dtype == "fp32" and g.fp32_tflops is not None:
+            self.flops_linear = g.fp32_tflops.value * 1e12 * eta_c
         elif dtype == "fp8" and g.fp8_tflops.value > g.bf16_tflops.value:
             # fp8 tensor cores: their own (usually lower) efficiency; without fp8 units the weights are
             # dequantised and the GEMM runs at the bf16 rate.
@@ -104,7 +106,8 @@ class ReplicaModel(ReplicaRoles, ReplicaPredictions, ReplicaTiers):
             self.flops_linear = g.bf16_tflops.value * 1e12 * eta_c
         eta_a = (g.attention_efficiency.value if g.attention_efficiency is not None
                  else g.compute_efficiency.value)
-        self.flops_attn = g.bf16_tflops.value * 1e12 * eta_a * keff
+        peak_attn = g.fp32_tflops if dtype == "fp32" and g.fp32_tflops is not None else g.bf16_tflops
+        self.flops_attn = peak_attn.value * 1e12 * eta_a * keff
         self.bw = g.hbm_bandwidth_gbps.value * 1e9 * g.bandwidth_efficiency.value
         self.kernel_s = (g.kernel_latency_us.value if g.kernel_latency_us is not None else 0.0) * 1e-6
         self.elem_passes = g.elementwise_passes.value if g.elementwise_passes is not None else 0.0

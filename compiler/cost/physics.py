@@ -26,7 +26,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-BYTES = {"bf16": 2.0, "fp8": 1.0, "fp4": 0.5}  # fp4: the 4-bit values alone (scales left out: a lower bound)
+BYTES = {"bf16": 2.0, "fp8": 1.0, "fp4": 0.5, "fp32": 4.0}  # fp4: the 4-bit values alone (scales left out: a lower bound)
 
 
 @dataclass(frozen=True)
@@ -50,7 +50,7 @@ def _kv_bytes_per_token(model, dtype: str) -> float:
 
 
 def _peak_flops(gpu, dtype: str) -> float:
-    q = {"fp8": gpu.fp8_tflops, "fp4": gpu.fp4_tflops}.get(dtype) or gpu.bf16_tflops
+    q = {"fp8": gpu.fp8_tflops, "fp4": gpu.fp4_tflops, "fp32": gpu.fp32_tflops}.get(dtype) or gpu.bf16_tflops
     return q.value * 1e12
 
 

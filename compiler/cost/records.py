@@ -9,11 +9,11 @@ from dataclasses import dataclass, fields
 
 # Bytes per weight. fp4: NVFP4, 4-bit values plus one fp8 scale per 16 (4.5 bits; NVIDIA's NVFP4 format, as
 # TensorRT Model Optimizer writes it); MXFP4's one 8-bit scale per 32 (4.25 bits) is within 6 % of it.
-BYTES = {"bf16": 2.0, "fp8": 1.0, "fp4": 0.5625}
+BYTES = {"bf16": 2.0, "fp8": 1.0, "fp4": 0.5625, "fp32": 4.0}
 # KV cache precisions the engines serve. fp4 is NVFP4: 4-bit values and one fp8 scale per 16, 0.5625 bytes an
 # element, as vLLM lays it out (head_size / 2 + head_size / 16 bytes per head; vllm/utils/torch_utils.py,
 # nvfp4_kv_cache_full_dim); on GPUs with FP4 tensor cores only (``trimtab.cost.moe.check_kv_dtype``).
-KV_DTYPES = ("bf16", "fp8", "fp4")
+KV_DTYPES = ("bf16", "fp8", "fp4", "fp32")
 
 
 GIB = 1024**3

@@ -17,7 +17,7 @@ from trimtab.profiles.loader import Q, _Profile
 from trimtab.util.validation import validate
 from trimtab.util.yamlio import read_yaml_file
 
-DTYPE_BYTES = {"bf16": 2.0, "fp8": 1.0}
+DTYPE_BYTES = {"bf16": 2.0, "fp8": 1.0, "fp32": 4.0}
 
 
 class StartupProfile(_Profile):

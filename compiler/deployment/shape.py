@@ -10,6 +10,7 @@ from typing import Literal
 
 from trimtab.cost.factory import lend, replica_model
 from trimtab.cost.model import ReplicaModel
+from trimtab.cost.records import BYTES
 from trimtab.ir.model import GpuPoolIR, ProblemIR, WorkloadIR
 from trimtab.cost.adapters import lora_kwargs
 
@@ -166,7 +167,7 @@ def fits_one_node(ir: ProblemIR, w: WorkloadIR, pool: GpuPoolIR) -> bool:
     it does not, replicas span nodes (pipeline stages, ``shapes``; expert groups,
     ``trimtab.deployment.layouts``)."""
     arch = ir.models[w.model]
-    weights_gib = arch.params_billion.value * 1e9 * {"fp8": 1.0, "fp4": 0.5625}.get(w.dtype, 2.0) / 1024**3
+    weights_gib = arch.params_billion.value * 1e9 * BYTES[w.dtype] / 1024**3
     per_node = int(pool.profile.gpus_per_node.value)
     return weights_gib < ir.engine.gpu_memory_utilization.value * pool.profile.memory_gib.value * per_node
 
@@ -183,6 +184,11 @@ def shapes(ir: ProblemIR, w: WorkloadIR, pool: GpuPoolIR):
         yield (candidate_id(w.name, pool.type, 1, 1, TOKEN_BUDGETS[0]), 1, 1,
                f"{pool.type} has no FP4 tensor cores (no fp4_tflops in its profile): {fp4} fp4 needs a GPU "
                "with them")
+        return
+    if w.dtype == "fp32" and pool.profile.fp32_tflops is None:
+        yield (candidate_id(w.name, pool.type, 1, 1, TOKEN_BUDGETS[0]), 1, 1,
+               f"{pool.type} has no measured fp32 rate (no fp32_tflops in its profile): dtype fp32 is for a "
+               "CPU device without native bf16, its profile written by trimtab bench and calibrate")
         return
     for tp in TP_OPTIONS:
         for pp in PP_OPTIONS:

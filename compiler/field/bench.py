@@ -191,11 +191,41 @@ def _metadata(torch, device: str) -> dict:
     return md
 
 
+# bf16 / fp32 time of one linear-layer GEMM above which a CPU has no native bf16: with it (AVX512-BF16, AMX)
+# bf16 runs at most as long as fp32; an AVX2-only AMD EPYC (2026-12-06) ran it 8x as long (9.4 GFLOP/s
+# against 77, oneDNN converting to fp32)
+EMULATED_BF16_RATIO = 3.0
+
+
+def cpu_bf16_native(torch) -> bool:
+    """Whether this CPU computes bf16 GEMMs natively: the median of five 128 x 1024 x 1024 linear-layer GEMMs
+    on one thread in bf16 within EMULATED_BF16_RATIO of fp32."""
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        a, b = torch.randn(128, 1024), torch.randn(1024, 1024).t()
+
+        def median_s(x, y) -> float:
+            x @ y
+            times = []
+            for _ in range(5):
+                t = time.perf_counter()
+                x @ y
+                times.append(time.perf_counter() - t)
+            return sorted(times)[2]
+
+        return median_s(a.bfloat16(), b.bfloat16()) <= EMULATED_BF16_RATIO * median_s(a, b)
+    finally:
+        torch.set_num_threads(threads)
+
+
 def run_bench(out_dir: str | Path, device: str = "cuda", quick: bool = False, log=print, dtype: str = "auto",
               graph: bool = True) -> Path:
-    """``dtype``: ``auto`` times GEMMs and attention in bf16 on a GPU and fp32 on a CPU (many CPUs lack fast
-    bf16 matmul); ``bf16`` forces bf16, which is what vLLM's CPU engine runs on CPUs with AVX512-BF16 or AMX,
-    so a profile of the CPU as a serving device (docs/fidelity.md) is timed in the precision the engine uses.
+    """``dtype``: ``auto`` times GEMMs and attention in bf16 on a GPU; on a CPU in bf16 where the CPU computes
+    it natively (``cpu_bf16_native``: AVX512-BF16 or AMX, as vLLM's CPU engine then runs it), else in fp32
+    (AVX2 only: torch's bf16 GEMM is emulated there, about 80x slower than fp32, while vLLM's CPU kernels
+    serve a bf16 model at the fp32 rate, docs/fidelity.md); ``bf16`` or ``fp32`` force one, so a profile of
+    the CPU as a serving device is timed in the precision the engine computes in.
     ``graph``: on a GPU, calls under a millisecond are timed inside a CUDA graph (``_Timer``); False keeps
     every timing eager (the host's launch overhead included), comparable with profiles timed without
     graphs."""
@@ -209,16 +239,20 @@ def run_bench(out_dir: str | Path, device: str = "cuda", quick: bool = False, lo
     tm = _Timer(torch, device, sz["warmup"], sz["reps"], graph=graph, log=log)
     rows: list[dict] = []
     gpu = device.startswith("cuda")
-    # bf16 GEMMs where the device has them; CPUs without fast bf16 matmul are timed in fp32 and labelled so.
-    use16 = dtype == "bf16" or (dtype == "auto" and gpu)
+    # bf16 GEMMs where the device has them; CPUs without native bf16 matmul are timed in fp32 and labelled so.
+    use16 = dtype == "bf16" or (dtype == "auto" and (gpu or cpu_bf16_native(torch)))
     dt16 = torch.bfloat16 if use16 else torch.float32
     name16 = "bf16" if use16 else "fp32"
     esize = 2 if use16 else 4
+    # As the engines' linear layers call it: weights stored (n, k), x @ w.T. On a CPU without native bf16 the
+    # layout decides the kernel: a bf16 (m, k) @ (k, n) matmul ran 0.9 GFLOP/s on an AVX2-only AMD EPYC, the
+    # same GEMM as a linear layer 9.4 (oneDNN), as vLLM's CPU engine serves it (docs/fidelity.md).
+    linear = torch.nn.functional.linear
     for (n, k) in sz["gemm_nk"]:
-        w = torch.randn(k, n, device=dev, dtype=dt16)
+        w = torch.randn(n, k, device=dev, dtype=dt16)
         for m in sz["gemm_m"]:
             x = torch.randn(m, k, device=dev, dtype=dt16)
-            ms = tm.median_ms(lambda: torch.matmul(x, w))
+            ms = tm.median_ms(lambda: linear(x, w))
             rows.append(_row(op="gemm", dtype=name16, m=m, n=n, k=k, flops=2.0 * m * n * k,
                              bytes_moved=float(esize * (m * k + k * n + m * n)), time_ms=ms))
     if gpu and torch.cuda.get_device_capability(0) >= (8, 9) and hasattr(torch, "_scaled_mm"):

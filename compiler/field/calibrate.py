@@ -429,6 +429,10 @@ def build_profile(name: str, fit_: Fit, meas: Measurements, folder: str, base: d
             "gpus_per_node": _q(1, "assumed"), "usd_per_hour": _q(0.0, "assumed"),
             "node_network_gbps": _q(1.0, "assumed"),
         })
+        if md.get("dtype") == "fp32":  # a CPU without native bf16 (trimtab.field.bench.cpu_bf16_native)
+            prof["fp32_tflops"] = _q(fit_.peaks["bf16_flops"] / 1e12, "measured_peak", 4)
+            sources["measured_peak"]["ref"] += ("; GEMMs timed in fp32 (no native bf16): fp32_tflops, and "
+                                                "bf16_tflops as the same rate, unmeasured in bf16")
         for f in ("allreduce_latency_us", "allreduce_bus_gbps"):
             prof.setdefault(f, _q(50.0 if f.endswith("us") else 1.0, "assumed"))
         for f in ("compute_efficiency", "bandwidth_efficiency"):

@@ -127,13 +127,14 @@ def server_command(plan: Plan, deployment: Deployment | str, model_dir: str | Pa
     ctx = min(max(context_len(plan, dep, model_ctx), min_context), model_ctx)
     argv = [python or sys.executable, "-m", "vllm.entrypoints.openai.api_server", "--model", str(md),
             "--load-format", "dummy", "--host", host, "--port", str(port),
-            "--dtype", "bfloat16" if dep.dtype == "bf16" else "auto", f"--max-model-len={ctx}",
+            "--dtype", {"bf16": "bfloat16", "fp32": "float32"}.get(dep.dtype, "auto"), f"--max-model-len={ctx}",
             *_plan_args(dep)]
     if dep.prefix_cache_tokens == 0:
         argv.append("--no-enable-prefix-caching")  # the plan assumed no prefix reuse; random prompts get none
     env: dict[str, str] = {}
     if device == "cpu":
-        gib = dep.kv_cache_tokens * _kv_bytes_per_token(md, "bf16" if dep.dtype == "bf16" else "fp8") / 2**30
+        kv_dtype = dep.kv_dtype or ("fp8" if dep.dtype in ("fp8", "fp4") else dep.dtype)
+        gib = dep.kv_cache_tokens * _kv_bytes_per_token(md, kv_dtype) / 2**30
         env["VLLM_CPU_KVCACHE_SPACE"] = str(max(1, int(gib)))
         env["OMP_NUM_THREADS"] = str(threads)
         env["VLLM_CPU_OMP_THREADS_BIND"] = threads_bind

@@ -89,14 +89,14 @@ def with_params(engine: EngineProfile, params: dict[str, float], source: str = "
 
 
 def predict(rows: list[ShapeResult], model: ModelProfile, gpu: GpuProfile, engine: EngineProfile,
-            max_batched_tokens: int) -> np.ndarray:
+            max_batched_tokens: int, dtype: str = "bf16") -> np.ndarray:
     """(n, 2) predicted mean TTFT and TPOT in ms. One client (concurrency 1) sends its next request when the
     last ends, so a request never waits for another: the cost model's lone-request time (``zero_load``);
     several clients: its closed-loop mode (``predict_closed_loop``, Little's law over the open-loop steady
     state)."""
     out = []
     for r in rows:
-        rm = ReplicaModel(model, gpu, engine, 1, 1, "bf16", max_batched_tokens=max_batched_tokens)
+        rm = ReplicaModel(model, gpu, engine, 1, 1, dtype, max_batched_tokens=max_batched_tokens)
         if r.shape.concurrency == 1:
             out.append(rm.zero_load(TrafficClass(1e-9, r.shape.isl, r.shape.osl)))
             continue
@@ -112,9 +112,9 @@ class EngineFit:
     fit_errors: dict  # in-sample: {"ttft": [...%], "tpot": [...%]}
 
 
-def errors(rows: list[ShapeResult], model, gpu, engine, max_batched_tokens: int) -> dict:
+def errors(rows: list[ShapeResult], model, gpu, engine, max_batched_tokens: int, dtype: str = "bf16") -> dict:
     """Per-shape |predicted - measured| / measured in %, for TTFT and TPOT, plus their medians."""
-    pred = predict(rows, model, gpu, engine, max_batched_tokens)
+    pred = predict(rows, model, gpu, engine, max_batched_tokens, dtype)
     meas = np.array([(r.ttft_ms, r.tpot_ms) for r in rows], float)
     e = np.abs(pred - meas) / meas * 100
     return {"ttft": e[:, 0].tolist(), "tpot": e[:, 1].tolist(), "ttft_median": float(np.median(e[:, 0])),
@@ -129,7 +129,7 @@ _BOUNDS = {"step_overhead_ms": (0.0, 1000.0), "request_overhead_ms": (0.0, 5000.
 
 
 def fit_engine(rows: list[ShapeResult], model: ModelProfile, gpu: GpuProfile, engine: EngineProfile,
-               max_batched_tokens: int, params: tuple[str, ...] = PARAMS) -> EngineFit:
+               max_batched_tokens: int, params: tuple[str, ...] = PARAMS, dtype: str = "bf16") -> EngineFit:
     """Least squares of log(predicted / measured) TTFT and TPOT over ``rows`` in ``params`` (a subset of
     ``PARAMS``; the others keep ``engine``'s values)."""
     from scipy.optimize import least_squares
@@ -138,7 +138,7 @@ def fit_engine(rows: list[ShapeResult], model: ModelProfile, gpu: GpuProfile, en
 
     def resid(x):
         e = with_params(engine, dict(zip(params, x)))
-        pred = predict(rows, model, gpu, e, max_batched_tokens)
+        pred = predict(rows, model, gpu, e, max_batched_tokens, dtype)
         return (np.log(np.maximum(pred, 1e-9)) - meas).ravel()
 
     x0 = [getattr(engine, k).value if getattr(engine, k) is not None else _START[k] for k in params]
@@ -147,7 +147,7 @@ def fit_engine(rows: list[ShapeResult], model: ModelProfile, gpu: GpuProfile, en
     res = least_squares(resid, x0, bounds=(list(lo), list(hi)), diff_step=1e-3)
     params = {k: float(v) for k, v in zip(params, res.x)}
     e = with_params(engine, params)
-    return EngineFit(params, e, errors(rows, model, gpu, e, max_batched_tokens))
+    return EngineFit(params, e, errors(rows, model, gpu, e, max_batched_tokens, dtype))
 
 
 # Fit: lone requests over prompt lengths (prefill rate, front end, step overhead) and one batched shape;
@@ -179,17 +179,18 @@ class EngineCalibration:
 
 def calibrate_engine(url: str, model: ModelProfile, gpu: GpuProfile, engine: EngineProfile,
                      max_batched_tokens: int, params: tuple[str, ...] = OVERHEADS, scale: int = 1,
-                     rounds: int = 4) -> EngineCalibration:
+                     rounds: int = 4, dtype: str = "bf16") -> EngineCalibration:
     """Measure ``FIT_SHAPES`` and ``HELD_SHAPES`` (lengths x ``scale``) against the server at ``url``, fit
-    ``params`` on the first, evaluate the fitted profile on the second. The one fit ``trimtab calibrate
-    --engine`` and ``benchmarks/engine_fidelity.py`` run."""
+    ``params`` on the first, evaluate the fitted profile on the second, the cost model's replica in ``dtype``
+    (the server's precision). The one fit ``trimtab calibrate --engine`` and ``benchmarks/engine_fidelity.py``
+    run."""
     vocab = int(model.vocab_size.value)
     fit_shapes = [Shape(s.isl * scale, s.osl * scale, s.concurrency) for s in FIT_SHAPES]
     held_shapes = [Shape(s.isl * scale, s.osl * scale, s.concurrency) for s in HELD_SHAPES]
     fit_rows = measure(url, fit_shapes, vocab, rounds)
     held_rows = measure(url, held_shapes, vocab, rounds)
-    f = fit_engine(fit_rows, model, gpu, engine, max_batched_tokens, params)
-    held = errors(held_rows, model, gpu, f.engine, max_batched_tokens)
+    f = fit_engine(fit_rows, model, gpu, engine, max_batched_tokens, params, dtype)
+    held = errors(held_rows, model, gpu, f.engine, max_batched_tokens, dtype)
     return EngineCalibration(f, fit_rows, held, held_rows)
 
 
@@ -210,7 +211,7 @@ def write_engine_profile(cal: EngineCalibration, base: dict, path, command: str,
 
 def calibrate_server(url: str, model: str, gpu: str, engine: str, out_dir, *, profile_dir=None,
                      max_batched_tokens: int = 8192, kernel_share: bool = False, scale: int = 1,
-                     rounds: int = 4) -> tuple[EngineCalibration, "Path"]:
+                     rounds: int = 4, dtype: str = "bf16") -> tuple[EngineCalibration, "Path"]:
     """``trimtab calibrate --engine URL``: the server's overheads fitted on the model (a profile name or a
     ``config.json``) and GPU (profile names, the bundled ones or ``profile_dir``'s), written as
     ``out_dir``/engines/``engine``.yaml: a profile folder to plan with (``--profiles``, the spec's
@@ -242,7 +243,7 @@ def calibrate_server(url: str, model: str, gpu: str, engine: str, out_dir, *, pr
 
     try:
         cal = calibrate_engine(url, mprof, profs.gpus[gpu], profs.engines[engine], max_batched_tokens,
-                               PARAMS if kernel_share else OVERHEADS, scale, rounds)
+                               PARAMS if kernel_share else OVERHEADS, scale, rounds, dtype)
     except (OSError, HttpError, RuntimeError, ValueError, KeyError) as exc:  # refused, reset, HTTP, JSON
         raise InputError([Problem("--engine", f"{url}: no OpenAI-compatible server answers timed completions "
                                               f"there ({type(exc).__name__}: {exc})")]) from None

@@ -61,6 +61,8 @@ def spec_hash(spec: Spec, profiles: ProfileSet) -> str:
         # The host-side GPU fields matter only to KV tiers: without them they leave the hash as it was.
         host = {} if tiers or kind != "gpus" else {"host_memory_gib_per_node": True, "pcie_gbps": True,
                                                      "sources": {"host", "pcie"}}
+        if kind == "gpus" and prof is not None and prof.fp32_tflops is None:  # as before fp32 existed
+            host = {**host, "fp32_tflops": True}
         h.update(prof.model_dump_json(exclude=host).encode() if prof is not None else b"-")
     return "sha256:" + h.hexdigest()[:16]
 

@@ -117,7 +117,7 @@ class TokenDist(_Strict):
                     if getattr(self, k) is not None)
 
 
-Dtype = Literal["bf16", "fp8", "fp4"]
+Dtype = Literal["bf16", "fp8", "fp4", "fp32"]
 
 
 class Slo(_Strict):
@@ -391,7 +391,9 @@ class Workload(_Strict):
 
 class Defaults(_Strict):
     dtype: Dtype = Field(default="bf16", description="weights and KV cache precision of workloads that do "
-                                                     "not set dtype: bf16 or fp8 (fp8 weights and KV)")
+                                                     "not set dtype: bf16, fp8 (fp8 weights and KV), "
+                                                     "fp4, or fp32 (a CPU device without native bf16: "
+                                                     "its profile's fp32_tflops)")
     engine: Literal["vllm", "vllm-cpu", "sglang", "trt-llm"] = Field(
         default="vllm", description="serving engine family whose profile "
                                     "(profiles/engines) the cost model uses")
