@@ -127,7 +127,8 @@ def server_command(plan: Plan, deployment: Deployment | str, model_dir: str | Pa
     ctx = min(max(context_len(plan, dep, model_ctx), min_context), model_ctx)
     argv = [python or sys.executable, "-m", "vllm.entrypoints.openai.api_server", "--model", str(md),
             "--load-format", "dummy", "--host", host, "--port", str(port),
-            "--dtype", {"bf16": "bfloat16", "fp32": "float32"}.get(dep.dtype, "auto"), f"--max-model-len={ctx}",
+            "--dtype", {"bf16": "bfloat16", "fp32": "float32"}.get(dep.dtype, "auto"),
+            f"--max-model-len={ctx}",
             *_plan_args(dep)]
     if dep.prefix_cache_tokens == 0:
         argv.append("--no-enable-prefix-caching")  # the plan assumed no prefix reuse; random prompts get none

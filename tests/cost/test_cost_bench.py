@@ -29,6 +29,13 @@ def test_bench_cpu_quick_then_calibrate(tmp_path):
     res = runner.invoke(app, ["calibrate", str(out), "-o", str(prof_path)])
     assert res.exit_code == 0, res.output
     prof = GpuProfile.model_validate(yaml.safe_load(prof_path.read_text()))
+    # GEMMs in the precision a CPU engine computes in: bf16 where the CPU has it natively, else fp32, whose rate
+    # the profile then states (fp32_tflops: the device can serve dtype fp32)
+    from trimtab.field.bench import cpu_bf16_native
+
+    assert md["dtype"] == ("bf16" if cpu_bf16_native(torch) else "fp32")
+    assert {r["dtype"] for r in rows if r["op"] == "gemm"} == {md["dtype"]}
+    assert (prof.fp32_tflops is not None) == (md["dtype"] == "fp32")
     assert prof.kinds()["compute_efficiency"] == "fit"
     assert prof.kinds()["bf16_tflops"] == "measurement"  # no spec sheet for a CPU: the best measured rate
     assert 0 < prof.compute_efficiency.value <= 1 and 0 < prof.bandwidth_efficiency.value <= 1

@@ -86,7 +86,8 @@ def test_server_runs_the_plans_deployment(served):
         assert flag in srv.argv
     assert "--max-model-len=288" in srv.argv  # 256 input + 32 output tokens, the plan's only bucket
     assert d.context_tokens == 288  # ... which is also the context the plan's own command gives vLLM
-    kv_gib = d.kv_cache_tokens * 8192 / 2**30  # 8 layers x 4 KV heads x 64 x 2 (K, V) x 2 B per token
+    value_bytes = {"bf16": 2, "fp32": 4}[d.dtype]  # the served precision (benchmarks/engine_fidelity.cpu_dtype)
+    kv_gib = d.kv_cache_tokens * 8 * 4 * 64 * 2 * value_bytes / 2**30  # layers x KV heads x dim x (K, V)
     assert srv.env["VLLM_CPU_KVCACHE_SPACE"] == str(max(1, int(kv_gib)))
     # vLLM's own account of its KV cache: the GiB the plan's KV room converts to, and never more tokens than the
     # plan assumed (vLLM's token count for the same GiB varies with its block layout and --max-model-len).

