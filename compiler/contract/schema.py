@@ -73,7 +73,7 @@ class Deployment(_Strict):
     role: Literal["unified", "prefill", "decode"] = Field(
         description="unified: prefill and decode; prefill / decode: one side of a disaggregated pair")
     dtype: Literal["bf16", "fp8", "fp4", "fp32"]
-    kv_dtype: Literal["bf16", "fp8", "fp4", "fp32"] | None = Field(
+    kv_dtype: Literal["bf16", "fp8", "fp4"] | None = Field(
         default=None, description="KV cache precision when the spec sets it apart from dtype's (fp4: an "
                                   "NVFP4 KV cache); omitted otherwise: fp8 for fp4 weights, else dtype")
     max_batch_size: int = Field(ge=1, description="vLLM --max-num-seqs")

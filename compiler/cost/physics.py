@@ -26,7 +26,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-BYTES = {"bf16": 2.0, "fp8": 1.0, "fp4": 0.5, "fp32": 4.0}  # fp4: the 4-bit values alone (scales left out: a lower bound)
+# fp4: the 4-bit values alone (scales left out: a lower bound)
+BYTES = {"bf16": 2.0, "fp8": 1.0, "fp4": 0.5, "fp32": 4.0}
 
 
 @dataclass(frozen=True)

@@ -13,7 +13,7 @@ BYTES = {"bf16": 2.0, "fp8": 1.0, "fp4": 0.5625, "fp32": 4.0}
 # KV cache precisions the engines serve. fp4 is NVFP4: 4-bit values and one fp8 scale per 16, 0.5625 bytes an
 # element, as vLLM lays it out (head_size / 2 + head_size / 16 bytes per head; vllm/utils/torch_utils.py,
 # nvfp4_kv_cache_full_dim); on GPUs with FP4 tensor cores only (``trimtab.cost.moe.check_kv_dtype``).
-KV_DTYPES = ("bf16", "fp8", "fp4", "fp32")
+KV_DTYPES = ("bf16", "fp8", "fp4", "fp32")  # fp32: fp32 weights' (a CPU device)
 
 
 GIB = 1024**3

