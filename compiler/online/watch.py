@@ -148,7 +148,10 @@ class Watcher:
             return f"{type(exc).__name__}: {exc}"[:200]
         return ""
 
-    def _scrape(self, t: Target, now: float) -> Snapshot | None:
+    def _scrape(self, t: Target, now: float | None) -> Snapshot | None:
+        """``now``: the time the step is for (a replay's clock); None: each endpoint's counters are dated when
+        it answered (the midpoint of the request), since an engine under load can take seconds to render them
+        and a window dated by the step's start would then cover more than its seconds."""
         import httpx
 
         try:
@@ -159,10 +162,11 @@ class Watcher:
                 if snap is None:
                     raise ValueError(f"Prometheus' scrape of {t.url} failed (up 0)")
             else:
+                sent = self.clock() if now is None else now
                 r = self.client.get(t.url)
                 if r.status_code != 200:
                     raise ValueError(f"HTTP {r.status_code}")
-                snap = parse(r.text, now)
+                snap = parse(r.text, (sent + self.clock()) / 2 if now is None else now)
         except (httpx.HTTPError, ValueError, KeyError) as exc:
             self.fails[t.url] = self.fails.get(t.url, 0) + 1
             self.errors[t.url] = f"{type(exc).__name__}: {exc}"[:200]
@@ -201,6 +205,7 @@ class Watcher:
 
     # ------------------------------------------------------------------ one step
     def step(self, now: float | None = None) -> Observation:
+        at = now
         now = self.clock() if now is None else now
         obs = Observation(self.round, now)
         if self.prometheus:
@@ -212,7 +217,7 @@ class Watcher:
                 return obs
         per_dep: dict[str, list] = {}
         for t in self.targets:
-            snap = self._scrape(t, now)
+            snap = self._scrape(t, at)
             if snap is None:
                 continue
             prev = self.last.get(t.url)

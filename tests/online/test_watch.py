@@ -408,3 +408,24 @@ def test_longer_prompts_are_a_length_change_and_refit_the_spec(watched):
     b = next(x for x in s2.workloads if x.name == "b")
     assert b.input_tokens.fixed == 1500 and b.output_tokens.fixed == 300
     assert next(x for x in s2.workloads if x.name == "a") is next(x for x in spec.workloads if x.name == "a")
+
+
+def test_a_slow_scrape_is_dated_when_the_engine_answered(watched):
+    """Live (no ``now`` given): each endpoint's counters are dated at the midpoint of its request, not at the
+    step's start. An engine under load took seconds to answer /metrics (tests/e2e/test_watch_vllm_cpu.py); a
+    window dated by the step's start then held the requests of more seconds than it said, and a rate step read
+    several times too large."""
+    _, _, fleet, w = watched(seed=0)
+    clock = {"t": 1000.0}
+    real = w.client
+
+    class Slow:
+        def get(self, url):
+            clock["t"] += 6.0  # the engine takes 6 s to answer
+            return real.get(url)
+
+    w.client, w.clock = Slow(), lambda: clock["t"]
+    t = w.targets[0]
+    snap = w._scrape(t, None)
+    assert snap.t == pytest.approx(1003.0)
+    assert w._scrape(t, 50.0).t == 50.0  # a replay's clock dates every scrape of its step
