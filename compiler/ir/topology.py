@@ -93,36 +93,62 @@ def build_topology(spec: Spec, ir: ProblemIR) -> Topology:
                 left -= k
                 i += 1
         return Topology(tuple(nodes), spec.network.inter_rack_gbps, derived=True)
-    problems = []
+    problems = [Problem(where, msg) for _, where, msg in
+                node_problems(spec, {p.type: int(p.profile.gpus_per_node.value) for p in ir.gpus})]
+    if problems:
+        raise InputError(problems, "spec")
     nodes = []
-    names = set()
+    for grp in spec.nodes:
+        pool = ir.gpu(grp.gpu)
+        per = grp.gpus_per_node or int(pool.profile.gpus_per_node.value)
+        for i in range(grp.count):
+            name = f"{grp.name}-{i}" if grp.count > 1 else grp.name
+            nodes.append(_node(name, pool, per, grp.nvlink_domain or per, grp.nic_gbps, grp.cpu_memory_gib,
+                               grp.pcie_gbps, grp.rack, grp.rack or "default"))
+    topo = Topology(tuple(nodes), spec.network.inter_rack_gbps, derived=False)
+    return topo
+
+
+def node_problems(spec: Spec, gpus_per_node: dict[str, int]) -> list[tuple[tuple, str, str]]:
+    """What is wrong with the spec's ``nodes`` as (YAML location, field, message): a group of a GPU type
+    ``gpus`` lacks, an NVLink domain that does not divide its node, a node name used twice, a pool whose
+    ``count`` the nodes cannot hold. ``gpus_per_node``: the profile's per GPU type (types without a profile
+    are left to the loader's unknown-type error). The loader runs it with the YAML's lines, before any
+    planning (a bad ``nodes`` section used to be found only when the first plan was placed, seconds or minutes
+    later and without a line); ``build_topology`` runs it again for specs built in code."""
+    if spec.nodes is None:
+        return []
+    out: list[tuple[tuple, str, str]] = []
+    listed = {g.type for g in spec.gpus}
+    names: set[str] = set()
+    held: dict[str, int] = {}
     for gi, grp in enumerate(spec.nodes):
         where = f"nodes[{gi}] ({grp.name})"
-        pool = ir.gpu(grp.gpu)
-        if pool is None:
-            problems.append(Problem(f"{where}.gpu", f"GPU type {grp.gpu!r} is not listed under gpus"))
+        if grp.gpu not in listed:
+            out.append((("nodes", gi, "gpu"), f"{where}.gpu",
+                        f"GPU type {grp.gpu!r} is not listed under gpus"))
             continue
-        per = grp.gpus_per_node or int(pool.profile.gpus_per_node.value)
+        if grp.gpu not in gpus_per_node:
+            continue
+        per = grp.gpus_per_node or gpus_per_node[grp.gpu]
         dom = grp.nvlink_domain or per
         if per % dom:
-            problems.append(Problem(f"{where}.nvlink_domain", f"{dom} does not divide gpus_per_node {per}"))
-            continue
+            out.append((("nodes", gi, "nvlink_domain"), f"{where}.nvlink_domain",
+                        f"{dom} does not divide gpus_per_node {per}"))
+        # the group's GPUs count towards its pool whatever its domain (a bad domain is its own error, not
+        # "the nodes hold only 0")
+        held[grp.gpu] = held.get(grp.gpu, 0) + per * grp.count
         for i in range(grp.count):
             name = f"{grp.name}-{i}" if grp.count > 1 else grp.name
             if name in names:
-                problems.append(Problem(f"{where}.name", f"node name {name!r} is used twice"))
+                out.append((("nodes", gi, "name"), f"{where}.name", f"node name {name!r} is used twice"))
+                break
             names.add(name)
-            nodes.append(_node(name, pool, per, dom, grp.nic_gbps, grp.cpu_memory_gib, grp.pcie_gbps,
-                               grp.rack, grp.rack or "default"))
-    topo = Topology(tuple(nodes), spec.network.inter_rack_gbps, derived=False)
-    for pool in ir.gpus:
-        have = topo.gpus_of(pool.type)
-        if pool.count > have:
-            problems.append(Problem(f"gpus[{pool.index}] ({pool.type}).count",
-                                    f"{pool.count} GPUs listed but the nodes hold only {have} {pool.type}"))
-    if problems:
-        raise InputError(problems, "spec")
-    return topo
+    for pi, g in enumerate(spec.gpus):
+        if g.type in gpus_per_node and g.count > held.get(g.type, 0):
+            out.append((("gpus", pi, "count"), f"gpus[{pi}] ({g.type}).count",
+                        f"{g.count} GPUs listed but the nodes hold only {held.get(g.type, 0)} {g.type}"))
+    return out
 
 
 def _node(name, pool, gpus, domain, nic, cpu, pcie, _rack_given, rack) -> Node:
