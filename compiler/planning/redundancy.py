@@ -194,7 +194,8 @@ class RedundantPlanner(UnifiedPlanner):
         return solve_redundant(ir, cands, self.pools, backend, options, derate)
 
     def infeasible(self, ir, cands, backend, options) -> list[str]:
-        pools = ", ".join(f"{g} {n} node{'s' if n > 1 else ''} of {k} GPUs"
+        # k is the smallest node's GPUs (``pools_of``): "7 nodes of 7 GPUs" read as 49 GPUs for a pool of 55
+        pools = ", ".join(f"{g} 1 node of {k} GPUs" if n == 1 else f"{g} {n} nodes (the smallest of {k} GPUs)"
                           for g, (n, k) in sorted(self.pools.items()))
         rest = [x for x in super().infeasible(ir, cands, backend, options)[1:]
                 if "needs no relaxation" not in x]
