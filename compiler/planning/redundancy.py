@@ -195,7 +195,8 @@ class RedundantPlanner(UnifiedPlanner):
 
     def infeasible(self, ir, cands, backend, options) -> list[str]:
         # k is the smallest node's GPUs (``pools_of``): "7 nodes of 7 GPUs" read as 49 GPUs for a pool of 55
-        pools = ", ".join(f"{g} 1 node of {k} GPUs" if n == 1 else f"{g} {n} nodes (the smallest of {k} GPUs)"
+        pools = ", ".join(f"{g} 1 node of {k} GPUs" if n == 1
+                          else f"{g} {n} nodes (the smallest of {k} GPU{'s' if k != 1 else ''})"
                           for g, (n, k) in sorted(self.pools.items()))
         rest = [x for x in super().infeasible(ir, cands, backend, options)[1:]
                 if "needs no relaxation" not in x]

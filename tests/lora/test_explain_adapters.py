@@ -88,8 +88,9 @@ def test_tenant_spec_beyond_any_gpu_says_what_to_relax():
     no GPU reaches stopped at its first such workload with "no deployment of llama-3.1-8b meets its SLO with
     LoRA enabled (w/base)": no field, no value, and LoRA for a model without adapters. The adapter planner's
     precheck now says it as the plain planner does, for every workload."""
-    text = SPEC.replace("COUNT", "16").replace("""    adapters_from: {count: 20, rank: 16, traffic: {zipf: {s: 1.1}}}
-""", "").replace('    adapter: "*"\n', "    tenant: acme\n").replace("ttft_ms: 1500", "ttft_ms: 5")
+    population = "    adapters_from: {count: 20, rank: 16, traffic: {zipf: {s: 1.1}}}\n"
+    text = SPEC.replace("COUNT", "16").replace(population, "")
+    text = text.replace('    adapter: "*"\n', "    tenant: acme\n").replace("ttft_ms: 1500", "ttft_ms: 5")
     text += "tenants: [{name: acme, dedicated: true}]\n"
     with pytest.raises(InfeasibleError) as e:
         tt.plan(tt.load_spec("t.yaml", text=text))
