@@ -73,10 +73,12 @@ def precheck(ir: ProblemIR, cands: CandidateSet) -> list[str]:
             mine = [c.usd_per_hour for c in cands.candidates if c.workload == w.name]
             floor += min(mine) if mine else 0.0
         if floor > ir.budget_usd_per_hour + 1e-9:
-            out.append(f"budget_usd_per_hour {ir.budget_usd_per_hour:g} is below {floor:.2f} $/h, one "
+            # one number, rounded up to the cent (a budget of it passes this check), in both places: "below
+            # 51.90 ... at least 51.91" read as two
+            need = math.ceil(floor * 100) / 100
+            out.append(f"budget_usd_per_hour {ir.budget_usd_per_hour:g} is below {need:.2f} $/h, one "
                        f"replica of the cheapest candidate of each of the {len(ir.workloads)} workload(s). "
-                       f"raise budget_usd_per_hour from {ir.budget_usd_per_hour:g} to at least "
-                       f"{math.ceil(floor * 100) / 100:.2f}")
+                       f"raise budget_usd_per_hour from {ir.budget_usd_per_hour:g} to at least {need:.2f}")
     return out
 
 
