@@ -559,6 +559,9 @@ class LoraPlanner:
         relaxable row that binds and what relaxing it would save."""
         from trimtab.planning.explain import Explanation, elastic_changes, relaxed_ir
         prob = self.candidates(ir)
+        problems = self.precheck(ir, prob)
+        if problems:  # traffic no candidate carries: what plan says (the MILP cannot even be built)
+            return Explanation(False, problems, [])
         res = solve(ir, prob, {}, backend, options)
         problem = ("no deployment meets every SLO within the GPU counts and budget with the adapters and "
                    "tenant isolation of the spec")
