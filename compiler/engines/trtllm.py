@@ -56,8 +56,8 @@ def launch(f: DeploymentFacts) -> Launch:
     # say so where the spec asked for either, not deploy another revision, or another name, without a word
     if f.model.revision != "main":
         warnings.append(f"{s.name}: trtllm-serve has no revision flag: {f.model.model_id} is served at its "
-                        f"default branch, not models[].hf_revision {f.model.revision}; point models[].hf_id at "
-                        "a copy (a repo or a local folder) holding that revision")
+                        f"default branch, not models[].hf_revision {f.model.revision}; point "
+                        "models[].hf_id at a copy (a repo or a local folder) holding that revision")
     if f.model.served_name != f.model.name:
         warnings.append(f"{s.name}: trtllm-serve has no served-name flag: clients send the model id "
                         f"{f.model.model_id}, not models[].served_name {f.model.served_name}")

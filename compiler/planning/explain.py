@@ -247,6 +247,29 @@ def _with_count(ir: ProblemIR, gpu: str, count: int) -> tuple[ProblemIR, Candida
 SLO_MAX = {"ttft_ms": 3_600_000.0, "tpot_ms": 60_000.0}  # the spec's upper limits
 
 
+def adapter_precheck(ir: ProblemIR, stuck: list[tuple[str, str, str]]) -> list[str]:
+    """The adapter planner's precheck (``trimtab.planning.lora.LoraPlanner``): ``stuck`` lists its traffic
+    units no candidate carries as (workload, base model group, "base", "class" or the adapter). Before, the
+    MILP's build stopped at the first with "no deployment of <model> meets its SLO with LoRA enabled", naming
+    no field and no value, and saying LoRA for tenants' workloads without adapters. LoRA only adds work and
+    memory to a replica, so what the plain candidates cannot meet no adapter candidate meets either: their
+    ``precheck`` lines come first (the plain candidates are built only here, on a failure); a unit it lets
+    through (its SLO needs the replica without LoRA's overhead) is named with its workload's SLO."""
+    out = precheck(ir, build_candidates(ir))
+    named = {line.split(":", 1)[0] for line in out}
+    for workload, group, what in stuck:
+        if workload in named:
+            continue
+        named.add(workload)
+        w = ir.workload(workload)
+        traffic = {"base": "its base model", "class": "its cold adapters"}.get(what,
+                                                                                 f"adapter traffic ({what})")
+        out.append(f"{workload}: no deployment of {group} meets its SLO (TTFT p{w.slo.percentile:g} "
+                   f"{w.slo.ttft_ms:g} ms, TPOT {w.slo.tpot_ms:g} ms) for {traffic} with LoRA enabled on the "
+                   f"GPUs of the spec; relax workloads[{w.index}].slo or add faster GPUs")
+    return out
+
+
 def stopped(backend: Backend, res: SolveResult) -> Explanation:
     """The explanation when the solver stops without proving feasibility either way."""
     return Explanation(False, [f"solver {backend.name} stopped without an answer ({res.termination.value}); "

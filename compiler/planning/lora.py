@@ -500,32 +500,15 @@ class LoraPlanner:
         return build(ir)
 
     def precheck(self, ir, prob: LoraProblem) -> list[str]:
-        """Traffic no candidate can carry: what cannot be met and the closest reachable value, as the plain
-        planner's ``trimtab.planning.explain.precheck`` says it, for every such workload (before: the MILP's
-        build stopped at the first with "no deployment of <model> meets its SLO with LoRA enabled", naming
-        no field and no value, and saying LoRA for tenants' workloads without adapters: specgen_mix seeds 62,
-        77). LoRA only adds work and memory to a replica, so what the plain candidates cannot meet no adapter
-        candidate meets either; the plain candidates are built only when some unit has no usable candidate.
-        Units the plain precheck lets through (their SLO needs the replica without LoRA's overhead) are listed
-        by workload with the adapter it uses."""
-        stuck = [u for u in prob.units if not any(_usable(u, c) for c in prob.cands)]
+        """Traffic no candidate carries, said as the plain planner says it, for every such workload
+        (``trimtab.planning.explain.adapter_precheck``; specgen_mix seeds 62 and 77)."""
+        stuck = [(u.workload, u.group, u.adapter if u.kind == "hot" else u.kind) for u in prob.units
+                 if not any(_usable(u, c) for c in prob.cands)]
         if not stuck:
             return []
-        from trimtab.milp.candidates import build_candidates
-        from trimtab.planning.explain import precheck as plain_precheck
+        from trimtab.planning.explain import adapter_precheck
 
-        out = plain_precheck(ir, build_candidates(ir))
-        named = {line.split(":", 1)[0] for line in out}
-        for u in stuck:
-            if u.workload in named:
-                continue
-            named.add(u.workload)
-            w = ir.workload(u.workload)
-            what = "its base model" if u.kind == "base" else f"adapter traffic ({u.id.split('/', 1)[1]})"
-            out.append(f"{u.workload}: no deployment of {u.group} meets its SLO (TTFT p{w.slo.percentile:g} "
-                       f"{w.slo.ttft_ms:g} ms, TPOT {w.slo.tpot_ms:g} ms) for {what} with LoRA enabled on "
-                       f"the GPUs of the spec; relax workloads[{w.index}].slo or add faster GPUs")
-        return out
+        return adapter_precheck(ir, stuck)
 
     def solve(self, ir, prob: LoraProblem, derate, backend, options):
         return solve(ir, prob, derate, backend, options)

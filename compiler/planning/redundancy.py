@@ -176,8 +176,9 @@ class RedundantPlanner(UnifiedPlanner):
         for name in moved:
             why = sorted({p.reason.removeprefix("redundancy n+1: ") for p in cands.pruned
                           if p.workload == name and p.cause == "redundancy n+1"})
+            more = "; ..." if len(why) > 3 else ""
             keep.append(f"{name}: with redundancy n+1 no candidate that meets its SLO is left ("
-                        f"{'; '.join(why[:3])}{'; ...' if len(why) > 3 else ''}): each replica must fit in the "
+                        f"{'; '.join(why[:3])}{more}): each replica must fit in the "
                         f"smallest node of its GPU type ({pools}); give nodes that hold its replicas "
                         "(nodes[].gpus_per_node, or a pool count in whole nodes) or redundancy: none")
         return keep

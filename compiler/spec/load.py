@@ -131,7 +131,7 @@ def cross_check(spec: Spec, lines: LineMap, source: str, profiles: ProfileSet) -
         what = "a schedule" if spec.schedule is not None else "adapters or tenants"
         bad(("redundancy",), "redundancy", f"n+1 is not supported with {what} yet (docs/online.md, "
                                            "\"Redundancy\"); plan without it")
-    from trimtab.ir.topology import node_problems
+    from trimtab.spec.nodes import node_problems
 
     per_node = {k: int(p.gpus_per_node.value) for k, p in profiles.gpus.items()}
     for loc, where, msg in node_problems(spec, per_node):

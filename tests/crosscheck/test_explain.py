@@ -79,9 +79,9 @@ def test_cli_explain(tmp_path):
 
 
 def test_budget_precheck_says_one_number():
-    """specgen_mix seed 1 (issue 35): "budget_usd_per_hour 5 is below 51.90 $/h ... raise budget_usd_per_hour
-    from 5 to at least 51.91": the floor printed rounded, the advice rounded up. Both are now the floor rounded
-    up to the cent, and a budget of it passes the check."""
+    """specgen_mix seed 1 (issue 35): "budget_usd_per_hour 5 is below 51.90 $/h ... raise
+    budget_usd_per_hour from 5 to at least 51.91": the floor printed rounded, the advice rounded up. Both are
+    now the floor rounded up to the cent, and a budget of it passes the check."""
     text = INFEASIBLE["budget_precheck"].replace("usd_per_hour: 0.8", "usd_per_hour: 0.8003")
     with pytest.raises(InfeasibleError) as e:
         plan(load_spec("b.yaml", text=text), validate=False)

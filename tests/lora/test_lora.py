@@ -216,7 +216,8 @@ def test_unknown_tenant_reference():
 
 
 def test_tenant_naming_itself_is_an_input_error():
-    """specgen_mix probe (issue 35): ``not_shared_with`` naming the tenant itself was dropped without a word."""
+    """specgen_mix probe (issue 35): ``not_shared_with`` naming the tenant itself was dropped without a
+    word."""
     with pytest.raises(InputError) as exc:
         _spec(TENANTS.replace("not_shared_with: [initech]", "not_shared_with: [initech, globex]"))
     p = exc.value.problems[0]

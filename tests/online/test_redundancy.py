@@ -223,18 +223,18 @@ def test_one_node_spec_is_infeasible_with_the_reason():
 
 
 def test_replicas_larger_than_the_smallest_node_are_named():
-    """specgen_mix seed 87 (issue 35): 70B needs 2+ H100 per replica; 17 H100 make nodes of 8, 8 and 1, and n+1
-    keeps each replica inside the smallest node, so no candidate was left and the precheck said "no candidate
-    meets TTFT 3000 ms and TPOT 100 ms together" beside low-load values far inside them. It now says n+1 left
-    none, and why."""
+    """specgen_mix seed 87 (issue 35): 70B needs 2+ H100 per replica; 17 H100 make nodes of 8, 8 and 1, and
+    n+1 keeps each replica inside the smallest node, so no candidate was left and the precheck said "no
+    candidate meets TTFT 3000 ms and TPOT 100 ms together" beside low-load values far inside them. It now says
+    n+1 left none, and why."""
     from trimtab.errors import InfeasibleError
 
     text = BIG.replace("count: 40", "count: 17").replace("name: big\n", "name: big\nredundancy: n+1\n")
     with pytest.raises(InfeasibleError) as e:
         plan(load_spec("odd.yaml", text=text), validate=False)
     msg = str(e.value)
-    assert "chat: with redundancy n+1 no candidate that meets its SLO is left (a replica of 2 GPUs spans nodes " \
-           "of 1" in msg and "(h100-sxm 1 GPU)" in msg and "together" not in msg, msg
+    head = "chat: with redundancy n+1 no candidate that meets its SLO is left (a replica of 2 GPUs spans"
+    assert head + " nodes of 1" in msg and "(h100-sxm 1 GPU)" in msg and "together" not in msg, msg
 
 
 def test_node_losses_simulated(plans):

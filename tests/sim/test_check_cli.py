@@ -165,13 +165,14 @@ def test_goodput_plan_simulates_its_served_share(tmp_path):
 def test_goodput_plan_whose_simulation_misses_exits_7(tmp_path):
     """specgen_mix seeds 42 and 66 (issue 35): a max_goodput plan was never simulated by `plan`, so one whose
     served traffic misses its SLO was written with exit 0 and failed `check` (exit 5). `plan` now validates it
-    by simulation once (at the served shares) and refuses it (exit 7) unless --allow-misses; a plan that serves
-    a workload 0 rps and the rest within their SLOs is still written (exit 0)."""
+    by simulation once (at the served shares) and refuses it (exit 7) unless --allow-misses; a plan that
+    serves a workload 0 rps and the rest within their SLOs is still written (exit 0)."""
     sp = tmp_path / "g.yaml"
     sp.write_text(GOODPUT_SPEC.replace("BUDGET", "8.5").replace("RATE", "60"))
     res = run("plan", sp, "-o", tmp_path / "p.yaml")
     assert res.exit_code == ExitCode.PLAN_MISSES, res.output
-    assert "max_goodput plans are validated by simulation" in res.output and not (tmp_path / "p.yaml").exists()
+    assert "max_goodput plans are validated by simulation" in res.output
+    assert not (tmp_path / "p.yaml").exists()
     sp.write_text(GOODPUT_SPEC.replace("BUDGET", "4.5").replace("RATE", "200"))
     res = run("plan", sp, "-o", tmp_path / "p.yaml")
     assert res.exit_code == ExitCode.OK, res.output
