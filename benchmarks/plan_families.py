@@ -39,7 +39,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from benchmarks import specgen, specgen_alt  # noqa: E402
+from benchmarks import specgen, specgen_alt, specgen_mix  # noqa: E402
 from trimtab.api import plan  # noqa: E402
 from trimtab.errors import TrimtabError  # noqa: E402
 from trimtab.spec.load import load_spec  # noqa: E402
@@ -50,8 +50,9 @@ CSV_FIELDS = ("generator", "size", "spec", "status", "total", "cpu", "lower", "c
               "simulate", "assess", "single types", "finish", "other", "rounds", "simulations", "validated", "misses", "gap", "cost", "workloads",
               "runs_reused", "runs_simulated", "error")
 # --generator: specgen (the families the rounds were studied on) or alt (benchmarks/specgen_alt.py, written to
-# differ from it: issue 35 asks for the targets over several independent generators)
-GENERATORS = {"specgen": specgen, "alt": specgen_alt}
+# differ from it: issue 35 asks for the targets over several independent generators); mix
+# (benchmarks/specgen_mix.py): small specs combining the spec's features, many refused or infeasible by design
+GENERATORS = {"specgen": specgen, "alt": specgen_alt, "mix": specgen_mix}
 TARGETS = {"target": "median <= 10 s, p90 <= 20 s", "lora": "<= 30 s", "quickstart": "<= 2 s",
            "lora-one": "median <= 10 s, p90 <= 20 s"}
 
@@ -79,16 +80,40 @@ def cpu_s() -> float:
     return a.ru_utime + a.ru_stime + b.ru_utime + b.ru_stime
 
 
-def run_one(name: str, text: str, time_limit: float | None, validate: bool = True) -> dict:
-    """Plan one spec; a row of seconds per stage, rounds, validation, cost (or the error's first line)."""
-    spec = load_spec(f"{name}.yaml", text=text)
-    c0 = cpu_s()
-    t0 = time.perf_counter()
-    try:
-        r = plan(spec, time_limit_s=time_limit, validate=validate)
-    except TrimtabError as exc:
-        return {"spec": name, "status": type(exc).__name__, "total": time.perf_counter() - t0, "cpu": cpu_s() - c0,
-                "error": exc.lines[0] if exc.lines else ""}
+def spec_files(generator: str, size_name: str, name: str) -> dict[str, str]:
+    """The files a generated spec names beside itself (specgen_mix's samples, traces, rate files): {} for
+    the generators that name none."""
+    gen = GENERATORS[generator]
+    if not hasattr(gen, "generate_files") or size_name == "quickstart":
+        return {}
+    return gen.generate_files(gen.parse_size(size_name), int(name.rsplit("-s", 1)[1]))
+
+
+def run_one(name: str, text: str, time_limit: float | None, validate: bool = True,
+            files: dict[str, str] | None = None) -> dict:
+    """Plan one spec; a row of seconds per stage, rounds, validation, cost (or the error's first line). With
+    ``files`` the spec is written with them into a temporary folder and loaded from there, so its relative
+    paths resolve; a spec the loader refuses is a row too (specgen_mix draws such specs on purpose)."""
+    import tempfile
+
+    with tempfile.TemporaryDirectory() as tmp:  # the files are read while planning too (samples, traces)
+        try:
+            if files:
+                for k, v in {f"{name}.yaml": text, **files}.items():
+                    Path(tmp, k).write_text(v)
+                spec = load_spec(Path(tmp, f"{name}.yaml"))
+            else:
+                spec = load_spec(f"{name}.yaml", text=text)
+        except TrimtabError as exc:
+            return {"spec": name, "status": type(exc).__name__, "total": 0.0, "cpu": 0.0,
+                    "error": exc.lines[0] if exc.lines else ""}
+        c0 = cpu_s()
+        t0 = time.perf_counter()
+        try:
+            r = plan(spec, time_limit_s=time_limit, validate=validate)
+        except TrimtabError as exc:
+            return {"spec": name, "status": type(exc).__name__, "total": time.perf_counter() - t0,
+                    "cpu": cpu_s() - c0, "error": exc.lines[0] if exc.lines else ""}
     wall = time.perf_counter() - t0
     row = {"spec": name, "status": "ok", "total": wall, "cpu": cpu_s() - c0, "rounds": r.rounds,
            "validated": bool(r.plan.simulation and r.plan.simulation.passed),
@@ -110,11 +135,11 @@ def run_one(name: str, text: str, time_limit: float | None, validate: bool = Tru
 
 
 def run_bounded(name: str, text: str, time_limit: float | None, timeout: float | None,
-                validate: bool = True) -> dict:
+                validate: bool = True, files: dict[str, str] | None = None) -> dict:
     """``run_one`` in a forked child killed after ``timeout`` s (row status ``timeout``, total = the timeout: a
     lower bound), so one pathological spec cannot eat a shared machine's afternoon. No timeout: in-process."""
     if not timeout:
-        return run_one(name, text, time_limit, validate)
+        return run_one(name, text, time_limit, validate, files)
     import multiprocessing as mp
 
     ctx = mp.get_context("fork")
@@ -128,7 +153,7 @@ def run_bounded(name: str, text: str, time_limit: float | None, timeout: float |
         # traceback goes to stderr, the finding to report
         t_start = time.perf_counter()
         try:
-            row = run_one(name, text, time_limit, validate)
+            row = run_one(name, text, time_limit, validate, files)
         except Exception as exc:  # noqa: BLE001 (any defect of the planner: reported, the family goes on)
             traceback.print_exc()
             row = {"spec": name, "status": type(exc).__name__, "total": time.perf_counter() - t_start,
@@ -240,8 +265,10 @@ def main() -> None:
     ap.add_argument("--sizes", default="small,medium", help="comma-separated: quickstart, small, medium, large, "
                     "target, lora-small, lora, W/G/N[/M] or lora:A/B[/RATE]")
     ap.add_argument("--generator", choices=sorted(GENERATORS), default="specgen", help="spec families: "
-                    "specgen (benchmarks/specgen.py) or alt (benchmarks/specgen_alt.py, written to differ "
-                    "from it; its sizes add lora-one: 300 adapters on one base model)")
+                    "specgen (benchmarks/specgen.py), alt (benchmarks/specgen_alt.py, written to differ "
+                    "from it; its sizes add lora-one: 300 adapters on one base model) or mix "
+                    "(benchmarks/specgen_mix.py: feature combinations at small sizes, sizes mix and "
+                    "mix-small)")
     ap.add_argument("--n", type=int, default=20, help="specs per size (seeds seed..seed+n-1)")
     ap.add_argument("--seed", type=int, default=0, help="first seed")
     ap.add_argument("--time-limit", type=float, default=None, help="solver time limit per plan, seconds")
@@ -274,7 +301,8 @@ def main() -> None:
     for size_name in [s.strip() for s in args.sizes.split(",") if s.strip()]:
         rows = []
         for name, text in specs_for(size_name, args.n, args.seed, args.generator):
-            row = run_bounded(name, text, args.time_limit, args.spec_timeout, not args.analytic)
+            row = run_bounded(name, text, args.time_limit, args.spec_timeout, not args.analytic,
+                              spec_files(args.generator, size_name, name))
             row["size"], row["generator"] = size_name, args.generator
             rows.append(row)
             if writer:

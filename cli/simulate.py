@@ -68,12 +68,16 @@ def sim_check(plan: Plan, spec: Spec, out: Console, err: Console, fmt: str, seed
                       requests * runs if requests is not None and duration is None else None) as progress:
         rep, res = check_simulated(plan, spec, seed=seed, seeds=seeds, requests=requests, duration_s=duration,
                                    trace=tr, strict=strict, progress=progress, margin=margin)
+    # a max_goodput plan's workloads served not at all: no attainment to show (check_simulated skips them)
+    unserved = ({n for n, rps in plan.goodput.workloads.items() if rps <= 0} if plan.goodput is not None
+                else set())
     if fmt == "json":
         data = {"ok": rep.ok, "violations": rep.violations, "notes": rep.notes, "mode": "simulation",
                 "seeds": list(res.seeds), "requests": sum(r.requests for r in res.runs),
                 "workloads": {k: {"attainment": round(iv.mean, 6), "attainment_lower": round(iv.lower, 6),
                                   "attainment_upper": round(iv.upper, 6), "target": res.targets[k],
-                                  "verdict": res.verdict(k), "slo_met": res.verdict(k) != "fail",
+                                  "verdict": "unserved" if k in unserved else res.verdict(k),
+                                  "slo_met": k in unserved or res.verdict(k) != "fail",
                                   "ttft_ms": _fin(max(r.workloads[k].ttft_at_target_ms for r in res.runs)),
                                   "tpot_ms": _fin(max(r.workloads[k].tpot_at_target_ms for r in res.runs)),
                                   "percentile": res.targets[k] * 100,
@@ -85,6 +89,9 @@ def sim_check(plan: Plan, spec: Spec, out: Console, err: Console, fmt: str, seed
         out.print(f"note: {n}", markup=False)
     marks = {"pass": "ok  ", "inconclusive": "~   ", "fail": "FAIL"}
     for k, iv in res.intervals.items():
+        if k in unserved:
+            out.print(f"-    {k}: not served (max_goodput: the plan's goodput serves it 0 rps)", markup=False)
+            continue
         ws = [r.workloads[k] for r in res.runs]
         pct = f"p{res.targets[k] * 100:g}"
         out.print(f"{marks[res.verdict(k)]} {k}: simulated SLO attainment {iv.mean:.2%} [{iv.lower:.2%}, "

@@ -52,6 +52,15 @@ def launch(f: DeploymentFacts) -> Launch:
     if s.dtype in ("fp8", "fp4"):
         warnings.append(f"{s.name}: TensorRT-LLM reads {s.dtype} weights from an {s.dtype} checkpoint "
                         f"(ModelOpt); set models[].hf_id to one, {f.model.model_id} is served as published")
+    # trtllm-serve takes the model positionally and has no revision or served-name flag (docs/deploy.md):
+    # say so where the spec asked for either, not deploy another revision, or another name, without a word
+    if f.model.revision != "main":
+        warnings.append(f"{s.name}: trtllm-serve has no revision flag: {f.model.model_id} is served at its "
+                        f"default branch, not models[].hf_revision {f.model.revision}; point "
+                        "models[].hf_id at a copy (a repo or a local folder) holding that revision")
+    if f.model.served_name != f.model.name:
+        warnings.append(f"{s.name}: trtllm-serve has no served-name flag: clients send the model id "
+                        f"{f.model.model_id}, not models[].served_name {f.model.served_name}")
     if s.dp > 1 and s.tp > 1:
         warnings.append(f"{s.name}: TensorRT-LLM's attention data parallelism runs attention on one GPU per "
                         f"rank; this plan's tp {s.tp} x dp {s.dp} layout is served as tp 1 x dp "

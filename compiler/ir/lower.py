@@ -180,6 +180,15 @@ def lower(spec: Spec, profiles: ProfileSet | None = None) -> ProblemIR:
             continue
         if w.shared_prefix is not None:
             hit, working_set, curve, source = shared_prefix_reuse(w, isl)
+            mean_isl = float(sum(isl) / len(isl))
+            sp = w.shared_prefix
+            if not sp.prompts_repeat and sp.prefix_tokens > mean_isl - 1:
+                # the cap of shared_prefix_reuse, said: a prefix longer than the prompts that start with it is
+                # a spec that means something else (specgen_mix probe, issue 35)
+                warnings.append(f"{w.name}: shared_prefix.prefix_tokens {sp.prefix_tokens} is not shorter "
+                                f"than the mean prompt ({mean_isl:.0f} tokens): the hit rate is capped at "
+                                f"{hit:.0%} (the prompt less the token an engine always computes) and the "
+                                "cache still holds groups x prefix_tokens")
         if isl[0] >= ctx:
             problems.append(Problem(f"{where}.input_tokens",
                                     f"every input length is at or beyond {w.model}'s "

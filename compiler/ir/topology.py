@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING
 
 from trimtab.errors import InputError, Problem
 from trimtab.ir.model import ProblemIR
+from trimtab.spec.nodes import node_problems
 from trimtab.spec.schema import Spec
 
 LINK_UTIL = 0.5  # share of a NIC (or the inter-rack links) the KV hand-offs may use at the planned load
@@ -93,35 +94,19 @@ def build_topology(spec: Spec, ir: ProblemIR) -> Topology:
                 left -= k
                 i += 1
         return Topology(tuple(nodes), spec.network.inter_rack_gbps, derived=True)
-    problems = []
-    nodes = []
-    names = set()
-    for gi, grp in enumerate(spec.nodes):
-        where = f"nodes[{gi}] ({grp.name})"
-        pool = ir.gpu(grp.gpu)
-        if pool is None:
-            problems.append(Problem(f"{where}.gpu", f"GPU type {grp.gpu!r} is not listed under gpus"))
-            continue
-        per = grp.gpus_per_node or int(pool.profile.gpus_per_node.value)
-        dom = grp.nvlink_domain or per
-        if per % dom:
-            problems.append(Problem(f"{where}.nvlink_domain", f"{dom} does not divide gpus_per_node {per}"))
-            continue
-        for i in range(grp.count):
-            name = f"{grp.name}-{i}" if grp.count > 1 else grp.name
-            if name in names:
-                problems.append(Problem(f"{where}.name", f"node name {name!r} is used twice"))
-            names.add(name)
-            nodes.append(_node(name, pool, per, dom, grp.nic_gbps, grp.cpu_memory_gib, grp.pcie_gbps,
-                               grp.rack, grp.rack or "default"))
-    topo = Topology(tuple(nodes), spec.network.inter_rack_gbps, derived=False)
-    for pool in ir.gpus:
-        have = topo.gpus_of(pool.type)
-        if pool.count > have:
-            problems.append(Problem(f"gpus[{pool.index}] ({pool.type}).count",
-                                    f"{pool.count} GPUs listed but the nodes hold only {have} {pool.type}"))
+    problems = [Problem(where, msg) for _, where, msg in
+                node_problems(spec, {p.type: int(p.profile.gpus_per_node.value) for p in ir.gpus})]
     if problems:
         raise InputError(problems, "spec")
+    nodes = []
+    for grp in spec.nodes:
+        pool = ir.gpu(grp.gpu)
+        per = grp.gpus_per_node or int(pool.profile.gpus_per_node.value)
+        for i in range(grp.count):
+            name = f"{grp.name}-{i}" if grp.count > 1 else grp.name
+            nodes.append(_node(name, pool, per, grp.nvlink_domain or per, grp.nic_gbps, grp.cpu_memory_gib,
+                               grp.pcie_gbps, grp.rack, grp.rack or "default"))
+    topo = Topology(tuple(nodes), spec.network.inter_rack_gbps, derived=False)
     return topo
 
 

@@ -307,6 +307,18 @@ def drive(planner: Planner, spec, ir: ProblemIR, *, backend: str | None = None,
         extra = [f"{line.removeprefix('workload ')}; not brought within its SLO by simulation after "
                  f"{rnd} rounds" for line in last_sim.failures()]
         missing = sorted(n for n in last_sim.intervals if not last_sim.accepted(n))
+    if (validate and not extra and ir.objective == "max_goodput" and ir.lora is None
+            and getattr(planner, "simulate", None) is None):
+        say(f"simulating the plan on {len(seeds)} seed(s)")
+        tv = time.perf_counter()
+        last_sim = goodput_validation(plan_, spec, ir, seeds, sim_requests, runs)
+        seconds["simulate"] += time.perf_counter() - tv
+        simulations += 1
+        sim_rounds = 1
+        if not last_sim.ok:
+            extra = [f"{line.removeprefix('workload ')}; max_goodput plans are validated by simulation, not "
+                     "corrected by it (docs/solvers.md, \"Objectives\")" for line in last_sim.failures()]
+            missing = sorted(n for n in last_sim.intervals if not last_sim.accepted(n))
     ts = time.perf_counter()
     if extra:
         plan_, a = planner.build(ir, cands, res, rnd, warnings + extra)
@@ -319,6 +331,20 @@ def drive(planner: Planner, spec, ir: ProblemIR, *, backend: str | None = None,
     return PlanResult(plan_, ir, planner.candidate_set(cands), a, res, rnd, seconds, (runs.hits, runs.misses),
                       simulations)
 
+
+def goodput_validation(plan_, spec, ir, seeds, requests, runs):
+    """The validating simulation of a ``max_goodput`` plan, run once after its solve: the rounds correct
+    min_cost plans only (their probes and single-type searches compare costs), but a plan whose
+    simulation misses must not be written as a plan to deploy (exit 7, issue 35: specgen_mix seeds 42 and
+    66 passed ``plan`` and failed ``check``). The simulator offers each deployment the share the plan
+    routes to it and sheds the rest (``trimtab.sim.engine.SHED``); workloads the plan serves 0 rps have
+    nothing to judge and are left out of the result (as ``check`` leaves them out)."""
+    from trimtab.sim.validate import simulate_seeds
+
+    res = simulate_seeds(plan_, spec, ir, seeds, requests, cache=runs)
+    unserved = {n for n, rps in plan_.goodput.workloads.items() if rps <= 0} if plan_.goodput else set()
+    return replace(res, intervals={k: v for k, v in res.intervals.items() if k not in unserved},
+                   targets={k: v for k, v in res.targets.items() if k not in unserved})
 
 def _cut(measured: dict[str, float], derate: dict[str, float], at_fault) -> dict[str, float]:
     """``measured`` with each deployment ``at_fault`` at most at its factor in ``derate`` (the correction

@@ -73,10 +73,12 @@ def precheck(ir: ProblemIR, cands: CandidateSet) -> list[str]:
             mine = [c.usd_per_hour for c in cands.candidates if c.workload == w.name]
             floor += min(mine) if mine else 0.0
         if floor > ir.budget_usd_per_hour + 1e-9:
-            out.append(f"budget_usd_per_hour {ir.budget_usd_per_hour:g} is below {floor:.2f} $/h, one "
+            # one number, rounded up to the cent (a budget of it passes this check), in both places: "below
+            # 51.90 ... at least 51.91" read as two
+            need = math.ceil(floor * 100) / 100
+            out.append(f"budget_usd_per_hour {ir.budget_usd_per_hour:g} is below {need:.2f} $/h, one "
                        f"replica of the cheapest candidate of each of the {len(ir.workloads)} workload(s). "
-                       f"raise budget_usd_per_hour from {ir.budget_usd_per_hour:g} to at least "
-                       f"{math.ceil(floor * 100) / 100:.2f}")
+                       f"raise budget_usd_per_hour from {ir.budget_usd_per_hour:g} to at least {need:.2f}")
     return out
 
 
@@ -243,6 +245,29 @@ def _with_count(ir: ProblemIR, gpu: str, count: int) -> tuple[ProblemIR, Candida
 
 
 SLO_MAX = {"ttft_ms": 3_600_000.0, "tpot_ms": 60_000.0}  # the spec's upper limits
+
+
+def adapter_precheck(ir: ProblemIR, stuck: list[tuple[str, str, str]]) -> list[str]:
+    """The adapter planner's precheck (``trimtab.planning.lora.LoraPlanner``): ``stuck`` lists its traffic
+    units no candidate carries as (workload, base model group, "base", "class" or the adapter). Before, the
+    MILP's build stopped at the first with "no deployment of <model> meets its SLO with LoRA enabled", naming
+    no field and no value, and saying LoRA for tenants' workloads without adapters. LoRA only adds work and
+    memory to a replica, so what the plain candidates cannot meet no adapter candidate meets either: their
+    ``precheck`` lines come first (the plain candidates are built only here, on a failure); a unit it lets
+    through (its SLO needs the replica without LoRA's overhead) is named with its workload's SLO."""
+    out = precheck(ir, build_candidates(ir))
+    named = {line.split(":", 1)[0] for line in out}
+    for workload, group, what in stuck:
+        if workload in named:
+            continue
+        named.add(workload)
+        w = ir.workload(workload)
+        traffic = {"base": "its base model", "class": "its cold adapters"}.get(what,
+                                                                                 f"adapter traffic ({what})")
+        out.append(f"{workload}: no deployment of {group} meets its SLO (TTFT p{w.slo.percentile:g} "
+                   f"{w.slo.ttft_ms:g} ms, TPOT {w.slo.tpot_ms:g} ms) for {traffic} with LoRA enabled on the "
+                   f"GPUs of the spec; relax workloads[{w.index}].slo or add faster GPUs")
+    return out
 
 
 def stopped(backend: Backend, res: SolveResult) -> Explanation:

@@ -500,7 +500,15 @@ class LoraPlanner:
         return build(ir)
 
     def precheck(self, ir, prob: LoraProblem) -> list[str]:
-        return []
+        """Traffic no candidate carries, said as the plain planner says it, for every such workload
+        (``trimtab.planning.explain.adapter_precheck``; specgen_mix seeds 62 and 77)."""
+        stuck = [(u.workload, u.group, u.adapter if u.kind == "hot" else u.kind) for u in prob.units
+                 if not any(_usable(u, c) for c in prob.cands)]
+        if not stuck:
+            return []
+        from trimtab.planning.explain import adapter_precheck
+
+        return adapter_precheck(ir, stuck)
 
     def solve(self, ir, prob: LoraProblem, derate, backend, options):
         return solve(ir, prob, derate, backend, options)
@@ -534,6 +542,9 @@ class LoraPlanner:
         relaxable row that binds and what relaxing it would save."""
         from trimtab.planning.explain import Explanation, elastic_changes, relaxed_ir
         prob = self.candidates(ir)
+        problems = self.precheck(ir, prob)
+        if problems:  # traffic no candidate carries: what plan says (the MILP cannot even be built)
+            return Explanation(False, problems, [])
         res = solve(ir, prob, {}, backend, options)
         problem = ("no deployment meets every SLO within the GPU counts and budget with the adapters and "
                    "tenant isolation of the spec")

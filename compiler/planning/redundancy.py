@@ -158,6 +158,31 @@ class RedundantPlanner(UnifiedPlanner):
         self._peers = self.peers(cands)
         return cands
 
+    def precheck(self, ir, cands: CandidateSet) -> list[str]:
+        """The plain precheck, except where n+1's own pruning (``redundant_candidates``: a replica inside one
+        node, the smallest of its type; no pairs, no borrowing) left a workload's buckets without a candidate
+        the plain candidates have: that is said as such, with the smallest node of each type, instead of
+        "no candidate meets TTFT and TPOT together" beside low-load values far inside the SLO (specgen_mix
+        seed 87: gpt-oss-120b, whose candidates need 4-8 GPUs, on pools whose last node holds 1-3)."""
+        out = super().precheck(ir, cands)
+        if not out:
+            return out
+        from trimtab.planning.explain import precheck as plain_precheck
+
+        plain = set(plain_precheck(ir, UnifiedPlanner.candidates(self, ir)))
+        keep = [line for line in out if line in plain]
+        moved = sorted({line.split(":", 1)[0] for line in out if line not in plain})
+        pools = ", ".join(f"{g} {k} GPU{'s' if k != 1 else ''}" for g, (_, k) in sorted(self.pools.items()))
+        for name in moved:
+            why = sorted({p.reason.removeprefix("redundancy n+1: ") for p in cands.pruned
+                          if p.workload == name and p.cause == "redundancy n+1"})
+            more = "; ..." if len(why) > 3 else ""
+            keep.append(f"{name}: with redundancy n+1 no candidate that meets its SLO is left ("
+                        f"{'; '.join(why[:3])}{more}): each replica must fit in the "
+                        f"smallest node of its GPU type ({pools}); give nodes that hold its replicas "
+                        "(nodes[].gpus_per_node, or a pool count in whole nodes) or redundancy: none")
+        return keep
+
     def simulate(self, plan_, spec, ir, seeds, requests, derate, fill):
         """The plan as ``trimtab.planning.rounds.simulate_and_derate`` validates any plan, then, placed as it
         will be, with each kind of node loss (``trimtab.gate.nodeloss``): the survivors run fuller than the
@@ -194,7 +219,9 @@ class RedundantPlanner(UnifiedPlanner):
         return solve_redundant(ir, cands, self.pools, backend, options, derate)
 
     def infeasible(self, ir, cands, backend, options) -> list[str]:
-        pools = ", ".join(f"{g} {n} node{'s' if n > 1 else ''} of {k} GPUs"
+        # k is the smallest node's GPUs (``pools_of``): "7 nodes of 7 GPUs" read as 49 GPUs for a pool of 55
+        pools = ", ".join(f"{g} 1 node of {k} GPUs" if n == 1
+                          else f"{g} {n} nodes (the smallest of {k} GPU{'s' if k != 1 else ''})"
                           for g, (n, k) in sorted(self.pools.items()))
         rest = [x for x in super().infeasible(ir, cands, backend, options)[1:]
                 if "needs no relaxation" not in x]

@@ -29,6 +29,9 @@ DRAIN_MIN_S = 120.0
 TIMELINE_BINS = 200
 NO_ROUTE = -1  # Arrivals.dep of a request whose prompt-length range the plan does not route
 REJECTED = -2  # ... of a trace request whose prompt does not fit the context window (the engine refuses it)
+# ... of a request a max_goodput plan does not serve: its bucket's traffic beyond the share the plan's routes
+# carry (the plan states it in ``goodput``); turned away like NO_ROUTE and not measured (``summarise``)
+SHED = -3
 
 
 class EventQueue:
@@ -97,11 +100,13 @@ def _workload_part(rng: np.random.Generator, w: SimWorkload, wi: int, n: int | N
     if w.prompt_set is not None and w.trace is None:  # which user of which group sends each request (drawn
         # last: every other draw is as it would be without shared prompts)
         row = rng.integers(0, w.prompt_set[0] * w.prompt_set[1], len(t)).astype(np.int64)
-    dep = np.where(bucket < 0, REJECTED, NO_ROUTE)
+    dep = np.where(bucket < 0, REJECTED, SHED if w.sheds else NO_ROUTE)
     for b, (idx, cum) in enumerate(w.routes):
         sel = bucket == b
         if len(idx) and sel.any():
-            dep[sel] = idx[np.minimum(np.searchsorted(cum, u[sel], side="right"), len(idx) - 1)]
+            k = np.searchsorted(cum, u[sel], side="right")
+            # cum ends at 1 but for a max_goodput plan's bucket served in part: past its end, shed
+            dep[sel] = np.where(k < len(idx), idx[np.minimum(k, len(idx) - 1)], SHED)
     return t, np.full(len(t), wi, np.int64), isl, osl, dep, row
 
 

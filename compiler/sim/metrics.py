@@ -268,7 +268,7 @@ def summarise(sim, span: tuple[float, float] | None = None, workloads: frozenset
     arrival, osl, t_first, t_done, t_sched = cols[0], cols[3], cols[4], cols[5], cols[6]
     w, dep, preempted, status = (cols[i].astype(np.int64) for i in (1, 2, 7, 8))
     fe = np.array([getattr(d.model, "request_overhead", 0.0) for d in sc.deployments] + [0.0])
-    over = fe[dep]  # dep -1 picks the trailing 0
+    over = fe[np.where(dep >= 0, dep, len(fe) - 1)]  # unrouted, refused or shed (dep < 0): the trailing 0
     done = t_done >= 0
     ttft = np.where(t_first >= 0, t_first - arrival + over, np.inf)
     e2e = np.where(done, t_done - arrival + over, np.inf)
@@ -281,6 +281,9 @@ def summarise(sim, span: tuple[float, float] | None = None, workloads: frozenset
         t0 = float(warm.min()) if len(warm) else 0.0
     else:
         measured = (arrival >= t0) & (arrival < t1)
+    # a max_goodput plan's shed requests (``trimtab.sim.engine.SHED``) are traffic the plan states it does not
+    # serve (its ``goodput``): not measured, as ``check --analytic`` skips its unrouted buckets
+    measured = measured & (dep != -3)
     window = max(min(sim.t_last_arrival, t1) - t0, 1e-9)
     dep_names = [d.view.name for d in sc.deployments]
     slo_ttft = np.array([wl.ttft_s for wl in sc.workloads], float)

@@ -68,6 +68,9 @@ class SimWorkload:
     prompt_set: tuple[int, int, int, bool] | None = None
     # Per bucket: (deployment indices, cumulative shares within the bucket); empty when unrouted.
     routes: list[tuple[np.ndarray, np.ndarray]] = field(default_factory=list)
+    # A max_goodput plan's workload: the cumulative shares end at the share of the bucket the plan serves
+    # (not 1), the rest, and unrouted buckets, are shed (``trimtab.sim.engine.SHED``), not offered
+    sheds: bool = False
 
     def bucket_of_values(self, isl: np.ndarray) -> np.ndarray:
         """Bucket of each prompt length by value (trace requests): what a router sees at admission."""
@@ -164,6 +167,10 @@ def build_scenario(plan: Plan, spec: Spec, ir: ProblemIR, trace: Trace | None = 
         elif w.prefix_source == "shared_prefix" and sim_w.trace is None:
             sp = sw.shared_prefix
             sim_w.prompt_set = (sp.groups, sp.users_per_group, sp.prefix_tokens, sp.prompts_repeat)
+        # max_goodput: route shares are the served shares of the workload (docs/solvers.md, "Objectives");
+        # the simulation offers each deployment what the plan routes to it, not the whole bucket
+        sim_w.sheds = plan.goodput is not None
+        bucket_share = {bk.name: bk.prob for bk in w.buckets}
         for b in names:
             mine = routes_of.get((w.name, b), ())
             rs = [r for r in mine if r.deployment in dep_index]
@@ -178,8 +185,9 @@ def build_scenario(plan: Plan, spec: Spec, ir: ProblemIR, trace: Trace | None = 
                 sim_w.routes.append((np.zeros(0, np.int64), np.zeros(0)))
                 continue
             idx = np.array(idx, np.int64)
-            cum = np.cumsum([r.share / total for r in rs])
-            cum[-1] = 1.0
+            served = min(1.0, total / bucket_share[b]) if sim_w.sheds and bucket_share[b] > 0 else 1.0
+            cum = np.cumsum([r.share / total for r in rs]) * served
+            cum[-1] = 1.0 if served >= 1.0 - 1e-6 else served
             sim_w.routes.append((idx, cum))
         workloads.append(sim_w)
     for d in deps:

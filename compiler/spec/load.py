@@ -124,6 +124,18 @@ def cross_check(spec: Spec, lines: LineMap, source: str, profiles: ProfileSet) -
         bad(loc, where, msg)
     if spec.budget_usd_per_hour is not None and all(g.count == 0 for g in spec.gpus):
         bad(("gpus",), "gpus", "every GPU pool has count 0")
+    from trimtab.spec.lora import active as lora_active
+
+    if spec.redundancy == "n+1" and (spec.schedule is not None or lora_active(spec)):
+        # also in ``trimtab.ir.lower`` (specs built in code); here with the line, before any profile reading
+        what = "a schedule" if spec.schedule is not None else "adapters or tenants"
+        bad(("redundancy",), "redundancy", f"n+1 is not supported with {what} yet (docs/online.md, "
+                                           "\"Redundancy\"); plan without it")
+    from trimtab.spec.nodes import node_problems
+
+    per_node = {k: int(p.gpus_per_node.value) for k, p in profiles.gpus.items()}
+    for loc, where, msg in node_problems(spec, per_node):
+        bad(loc, where, msg)
     return out
 
 

@@ -141,7 +141,11 @@ def cross_check(spec, bad) -> None:
                                                               f"tenants[{first[t.name]}])")
         first.setdefault(t.name, i)
         for j, o in enumerate(t.not_shared_with):
-            if o not in used_tenants:
+            if o == t.name:  # was dropped without a word (``lora_ir``): a rule that says nothing is a mistake
+                bad(("tenants", i, "not_shared_with", j), f"tenants[{i}] ({t.name}).not_shared_with[{j}]",
+                    f"tenant {o!r} names itself; list the other tenants it must not share GPUs with (its own "
+                    "workloads always may share), or give dedicated: true to serve nobody else")
+            elif o not in used_tenants:
                 bad(("tenants", i, "not_shared_with", j), f"tenants[{i}] ({t.name}).not_shared_with[{j}]",
                     f"unknown tenant {o!r} (tenants: {', '.join(sorted(used_tenants)) or 'none'})")
 

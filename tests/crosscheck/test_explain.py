@@ -76,3 +76,16 @@ def test_cli_explain(tmp_path):
     assert res.exit_code == ExitCode.OK, res.output
     assert "raise gpus[" in res.output and "to at least" in res.output
     assert res.exception is None or isinstance(res.exception, SystemExit)
+
+
+def test_budget_precheck_says_one_number():
+    """specgen_mix seed 1 (issue 35): "budget_usd_per_hour 5 is below 51.90 $/h ... raise
+    budget_usd_per_hour from 5 to at least 51.91": the floor printed rounded, the advice rounded up. Both are
+    now the floor rounded up to the cent, and a budget of it passes the check."""
+    text = INFEASIBLE["budget_precheck"].replace("usd_per_hour: 0.8", "usd_per_hour: 0.8003")
+    with pytest.raises(InfeasibleError) as e:
+        plan(load_spec("b.yaml", text=text), validate=False)
+    assert ("budget_usd_per_hour 0.5 is below 0.81 $/h" in str(e.value)
+            and "raise budget_usd_per_hour from 0.5 to at least 0.81" in str(e.value)), str(e.value)
+    plan(load_spec("b.yaml", text=text.replace("budget_usd_per_hour: 0.5", "budget_usd_per_hour: 0.81")),
+         validate=False)

@@ -60,3 +60,25 @@ def test_bad_model_identity_names_the_field(tmp_path, bad, field):
 def test_profiles_show_prints_the_repo():
     r = CliRunner().invoke(app, ["profiles", "show", "llama-3.1-70b"])
     assert r.exit_code == 0 and "meta-llama/Llama-3.1-70B-Instruct" in r.output
+
+
+def test_trtllm_says_it_cannot_take_a_revision_or_served_name(tmp_path):
+    """specgen_mix probe (issue 35): trtllm-serve takes the model positionally, with no revision or
+    served-name flag (docs/deploy.md), and `emit --to k8s` dropped `hf_revision` and `served_name` without a
+    word: a deployment of another revision of the weights. Now each is a warning naming the field; a model
+    that sets neither gets none."""
+    path = tmp_path / "ids.yaml"
+    path.write_text(SPEC.replace("name: ids\n", "name: ids\ndefaults: {engine: trt-llm}\n"))
+    import trimtab
+
+    plan = trimtab.plan(load_spec(path)).plan
+    plan_path = tmp_path / "plan.json"
+    from trimtab.contract.write import emit
+
+    plan_path.write_text(emit(plan))
+    res = CliRunner().invoke(app, ["emit", "--plan", str(plan_path), "--spec", str(path), "--to", "k8s",
+                                   "-o", str(tmp_path / "k8s")])
+    assert res.exit_code == 0, res.output
+    out = res.output
+    assert "not models[].hf_revision v2" in out and "not models[].served_name support" in out
+    assert "Qwen/Qwen3-8B is served at its default branch" not in out and "served_name qwen3-8b" not in out

@@ -215,6 +215,16 @@ def test_unknown_tenant_reference():
     assert p.where == "tenants[1] (globex).not_shared_with[0]" and p.line is not None
 
 
+def test_tenant_naming_itself_is_an_input_error():
+    """specgen_mix probe (issue 35): ``not_shared_with`` naming the tenant itself was dropped without a
+    word."""
+    with pytest.raises(InputError) as exc:
+        _spec(TENANTS.replace("not_shared_with: [initech]", "not_shared_with: [initech, globex]"))
+    p = exc.value.problems[0]
+    assert p.where == "tenants[1] (globex).not_shared_with[1]" and p.line is not None
+    assert "names itself" in p.message
+
+
 def test_specs_without_adapters_keep_their_hash():
     from tests.conftest import QUICKSTART
 

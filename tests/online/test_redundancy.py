@@ -126,6 +126,21 @@ def test_schedule_with_n_plus_1_is_refused():
     assert "redundancy" in str(e.value) and "schedule" in str(e.value)
 
 
+def test_n_plus_1_refusals_name_their_line():
+    """specgen_mix (issue 35): n+1 with a schedule, adapters or tenants was refused in ``lower`` without the
+    line, unlike every other field's error; the loader now names it (``lower`` keeps the check for specs built
+    in code)."""
+    text = SMALL.format(extra="redundancy: n+1\nschedule: {window_s: 3600}\n").replace(
+        "rate_rps: 20", "rate_profile: {rps: [10, 20]}").replace("rate_rps: 8", "rate_profile: {rps: [4, 8]}")
+    with pytest.raises(InputError) as e:
+        load_spec("s.yaml", text=text)
+    assert e.value.lines[0].startswith("s.yaml:3: redundancy: n+1 is not supported with a schedule yet")
+    text = SMALL.format(extra="redundancy: n+1\ntenants: [{name: acme}]\n")
+    with pytest.raises(InputError) as e:
+        load_spec("s.yaml", text=text)
+    assert e.value.lines[0].startswith("s.yaml:3: redundancy: n+1 is not supported with adapters or tenants")
+
+
 @pytest.fixture(scope="module")
 def plans():
     none = load_spec("small.yaml", text=SMALL.format(extra=""))
@@ -205,6 +220,21 @@ def test_one_node_spec_is_infeasible_with_the_reason():
     with pytest.raises(InfeasibleError) as e:
         plan(load_spec("one.yaml", text=text), validate=False)
     assert "loss of any one node" in str(e.value) and "h100-sxm 1 node of 8 GPUs" in str(e.value)
+
+
+def test_replicas_larger_than_the_smallest_node_are_named():
+    """specgen_mix seed 87 (issue 35): 70B needs 2+ H100 per replica; 17 H100 make nodes of 8, 8 and 1, and
+    n+1 keeps each replica inside the smallest node, so no candidate was left and the precheck said "no
+    candidate meets TTFT 3000 ms and TPOT 100 ms together" beside low-load values far inside them. It now says
+    n+1 left none, and why."""
+    from trimtab.errors import InfeasibleError
+
+    text = BIG.replace("count: 40", "count: 17").replace("name: big\n", "name: big\nredundancy: n+1\n")
+    with pytest.raises(InfeasibleError) as e:
+        plan(load_spec("odd.yaml", text=text), validate=False)
+    msg = str(e.value)
+    head = "chat: with redundancy n+1 no candidate that meets its SLO is left (a replica of 2 GPUs spans"
+    assert head + " nodes of 1" in msg and "(h100-sxm 1 GPU)" in msg and "together" not in msg, msg
 
 
 def test_node_losses_simulated(plans):

@@ -50,6 +50,27 @@ def test_nodes_must_hold_the_listed_gpus():
     assert "gpus[0] (h100-sxm).count: 8 GPUs listed but the nodes hold only 4" in exc.value.lines[0]
 
 
+def test_bad_nodes_are_refused_at_load_with_their_line():
+    """specgen_mix seed 32 (issue 35): an NVLink domain of 3 on 2-GPU nodes planned for 15 s and was refused
+    only when the plan was placed, without a line, and beside it a false "the nodes hold only 0 h100-sxm"
+    (the group with the bad domain was not counted). The loader now names each problem with its line before
+    any planning, and counts the group's GPUs."""
+    bad_domain = NODES.replace("count: 2, gpus_per_node: 8, nvlink_domain: 4",
+                               "count: 4, gpus_per_node: 2, nvlink_domain: 3")
+    with pytest.raises(InputError) as exc:
+        load_spec("s.yaml", text=SMALL_SPEC + bad_domain)
+    assert exc.value.lines == ["s.yaml:17: nodes[0] (hgx).nvlink_domain: 3 does not divide gpus_per_node 2"]
+    unlisted = NODES + "  - {name: big, gpu: b200, count: 1}\n"
+    unlisted = SMALL_SPEC + unlisted.replace("network: {inter_rack_gbps: 50}\n", "") + "network: {}\n"
+    with pytest.raises(InputError) as exc:
+        load_spec("s.yaml", text=unlisted)
+    assert exc.value.lines == ["s.yaml:19: nodes[2] (big).gpu: GPU type 'b200' is not listed under gpus"]
+    twice = NODES.replace("{name: pcie,", "{name: hgx-1,")
+    with pytest.raises(InputError) as exc:
+        load_spec("s.yaml", text=SMALL_SPEC + twice)
+    assert exc.value.lines == ["s.yaml:18: nodes[1] (hgx-1).name: node name 'hgx-1' is used twice"]
+
+
 def test_tp_group_stays_in_one_domain():
     s, ir = spec_and_ir(SMALL_SPEC + NODES)
     topo = build_topology(s, ir)

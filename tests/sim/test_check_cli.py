@@ -97,3 +97,82 @@ def test_check_judges_at_seeds_the_plan_did_not_use(tmp_path):
     assert d["seeds"] == [7, 8] and d["requests"] == 1400
     w = d["workloads"]["w"]
     assert w["attainment_lower"] <= w["attainment"] <= w["attainment_upper"] and w["verdict"] == "pass"
+
+
+GOODPUT_SPEC = """\
+version: 1
+name: goodput-check
+objective: max_goodput
+budget_usd_per_hour: BUDGET
+gpus:
+  - {type: h100-sxm, count: 8, usd_per_hour: 4.0}
+models:
+  - name: llama-3.1-8b
+workloads:
+  - name: short
+    model: llama-3.1-8b
+    rate_rps: 5
+    input_tokens: {fixed: 512}
+    output_tokens: {fixed: 64}
+    slo: {ttft_ms: 1000, tpot_ms: 100, percentile: 90}
+  - name: long
+    model: llama-3.1-8b
+    rate_rps: RATE
+    input_tokens: {fixed: 8000}
+    output_tokens: {fixed: 300}
+    slo: {ttft_ms: 3000, tpot_ms: 100, percentile: 90}
+"""
+
+
+def test_goodput_plan_checks_what_it_serves(tmp_path):
+    """specgen_mix seeds 20 and 42 (issue 35): a max_goodput plan that serves a workload not at all (stated in
+    its goodput, which check --analytic accepts) failed `trimtab check` by simulation (exit 5: "17338 of 17338
+    requests unserved"), and one it serves in part was offered the whole rate. The simulation now offers each
+    deployment what the plan routes to it and sheds the rest, and check skips the workloads served 0 rps."""
+    import trimtab as tt
+
+    sp = tmp_path / "g.yaml"
+    sp.write_text(GOODPUT_SPEC.replace("BUDGET", "4.5").replace("RATE", "200"))
+    spec = tt.load_spec(sp)
+    plan = tt.plan(spec).plan
+    assert plan.goodput.workloads["long"] == 0 and plan.goodput.workloads["short"] > 4.99
+    p = tmp_path / "plan.yaml"
+    p.write_text(emit(plan))
+    res = run("check", "--plan", p, "--spec", sp, "--seeds", "1")
+    assert res.exit_code == ExitCode.OK, res.output
+    assert "-    long: not served (max_goodput" in res.output
+    res = run("check", "--plan", p, "--spec", sp, "--seeds", "1", "--format", "json")
+    assert json.loads(res.stdout)["workloads"]["long"]["verdict"] == "unserved"
+
+
+def test_goodput_plan_simulates_its_served_share(tmp_path):
+    """A workload a max_goodput plan serves in part: the simulation offers its deployment the served rate (the
+    plan's goodput), not the whole offered rate; the rest is shed, not measured."""
+    import trimtab as tt
+    from trimtab.sim import simulate
+
+    sp = tmp_path / "g.yaml"
+    sp.write_text(GOODPUT_SPEC.replace("BUDGET", "8.5").replace("RATE", "60"))
+    spec = tt.load_spec(sp)
+    plan = tt.plan(spec).plan
+    served = plan.goodput.workloads["long"]
+    assert 0.5 < served < 30  # in part
+    res = simulate(plan, spec, seed=1, requests=20000)
+    assert abs(res.workloads["long"].throughput_rps - served) < 0.15 * served
+    assert res.workloads["long"].unserved == 0
+
+
+def test_goodput_plan_whose_simulation_misses_exits_7(tmp_path):
+    """specgen_mix seeds 42 and 66 (issue 35): a max_goodput plan was never simulated by `plan`, so one whose
+    served traffic misses its SLO was written with exit 0 and failed `check` (exit 5). `plan` now validates it
+    by simulation once (at the served shares) and refuses it (exit 7) unless --allow-misses; a plan that
+    serves a workload 0 rps and the rest within their SLOs is still written (exit 0)."""
+    sp = tmp_path / "g.yaml"
+    sp.write_text(GOODPUT_SPEC.replace("BUDGET", "8.5").replace("RATE", "60"))
+    res = run("plan", sp, "-o", tmp_path / "p.yaml")
+    assert res.exit_code == ExitCode.PLAN_MISSES, res.output
+    assert "max_goodput plans are validated by simulation" in res.output
+    assert not (tmp_path / "p.yaml").exists()
+    sp.write_text(GOODPUT_SPEC.replace("BUDGET", "4.5").replace("RATE", "200"))
+    res = run("plan", sp, "-o", tmp_path / "p.yaml")
+    assert res.exit_code == ExitCode.OK, res.output

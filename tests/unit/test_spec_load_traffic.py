@@ -49,6 +49,16 @@ def test_stages_size_for_the_busiest_and_shared_prefix_becomes_its_reuse(tmp_pat
     assert w.prefix_working_set == 900 and w.prefix_source == "shared_prefix"
 
 
+def test_shared_prefix_longer_than_the_prompt_is_said(tmp_path):
+    """specgen_mix probe (issue 35): a shared prefix of 5,000 tokens on 547-token prompts was capped at the
+    prompt without a word; the plan now warns (and a prefix shorter than the prompt does not)."""
+    ir = lower(load_spec(_write(tmp_path, GOOD.replace("prefix_tokens: 100", "prefix_tokens: 5000"))))
+    assert ir.workloads[0].prefix_hit_rate == pytest.approx(546 / 547)
+    assert [x for x in ir.warnings if "shared_prefix.prefix_tokens 5000 is not shorter than the mean prompt "
+            "(547 tokens)" in x]
+    assert not [x for x in lower(load_spec(_write(tmp_path, GOOD))).warnings if "shared_prefix" in x]
+
+
 @pytest.mark.parametrize("traffic, field", [
     ("    rate_rps: 3\n    stages: [{rate_rps: 8, duration_s: 600}]", "stages"),
     ("    rate_rps: 3\n    arrivals: constant\n    arrival_cv: 2", "constant"),
