@@ -13,11 +13,10 @@ import math
 from dataclasses import dataclass
 
 import trimtab.profiles as _bundled
+from trimtab.cost.records import BYTES
 from trimtab.profiles.loader import Q, _Profile
 from trimtab.util.validation import validate
 from trimtab.util.yamlio import read_yaml_file
-
-DTYPE_BYTES = {"bf16": 2.0, "fp8": 1.0, "fp32": 4.0}
 
 
 class StartupProfile(_Profile):
@@ -33,7 +32,7 @@ class Startup:
 
     def seconds(self, params_billion: float, dtype: str, gpus: int, gpus_per_node: int) -> float:
         nodes = max(1, math.ceil(gpus / max(gpus_per_node, 1)))
-        gb = params_billion * DTYPE_BYTES.get(dtype, 2.0)
+        gb = params_billion * BYTES[dtype]  # the checkpoint read: the weights at their precision
         return gb / (self.load_gbps * nodes) + self.warmup_s
 
 

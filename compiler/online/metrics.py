@@ -9,7 +9,8 @@ is an engine restart: the later value is the window's, as Prometheus' ``rate`` d
 Names are vLLM's (0.6 to 0.11, V0 and V1 engines; docs/metrics of vLLM): ``vllm:request_success_total``,
 ``vllm:prompt_tokens_total``, ``vllm:generation_tokens_total``, and the histograms
 ``vllm:time_to_first_token_seconds``, ``vllm:request_prompt_tokens``, ``vllm:request_generation_tokens`` and
-one of the per-output-token ones (``TPOT_NAMES``, the first present wins).
+one of the per-output-token ones (``TPOT_NAMES``, the first present wins), and the gauges of requests running and
+waiting (``GAUGES``), whose change over a window, with the requests finished in it, gives its arrivals.
 """
 from __future__ import annotations
 
@@ -28,6 +29,9 @@ TPOT_NAMES = ("vllm:request_time_per_output_token_seconds", "vllm:time_per_outpu
               "vllm:inter_token_latency_seconds")
 HISTOGRAMS = (TTFT, PROMPT_LEN, OUTPUT_LEN) + TPOT_NAMES
 COUNTERS = (REQUESTS, PROMPT_TOKENS, GENERATION_TOKENS)
+# Requests in the engine (scheduled, and waiting to be): with the finished ones, the arrivals of a window
+# (``Series.arrivals``)
+GAUGES = ("vllm:num_requests_running", "vllm:num_requests_waiting")
 LABEL = "model_name"
 
 
@@ -116,10 +120,19 @@ class Hist:
 
 @dataclass(frozen=True)
 class Series:
-    """One ``model_name`` of one endpoint: counters by name, histograms by name."""
+    """One ``model_name`` of one endpoint: counters by name, histograms by name, and the requests in the
+    engine (``GAUGES`` summed: a level in a snapshot, its change in a window)."""
 
     counters: dict[str, float] = field(default_factory=dict)
     hists: dict[str, Hist] = field(default_factory=dict)
+    in_engine: float = 0.0
+
+    @property
+    def arrivals(self) -> float:
+        """Of a window: the requests that arrived in it, those finished plus the change of those in the
+        engine (conservation). An engine past its capacity finishes requests at its own pace, not at the
+        arrival rate; the waiting ones it holds say what came in. Without the gauges: the finished ones."""
+        return self.counters.get(REQUESTS, 0.0) + self.in_engine
 
     @property
     def tpot(self) -> Hist | None:
@@ -131,7 +144,10 @@ class Series:
         for k, v in self.counters.items():
             was = b.counters.get(k, 0.0)
             cnt[k] = v - was if v >= was else v  # down: the engine restarted
-        return Series(cnt, {k: h.minus(b.hists.get(k)) for k, h in self.hists.items()})
+        restarted = any(v < b.counters.get(k, 0.0) for k, v in self.counters.items())
+        # a restart lost the requests it held: the level now is what arrived since (as the counters)
+        return Series(cnt, {k: h.minus(b.hists.get(k)) for k, h in self.hists.items()},
+                      self.in_engine - (0.0 if restarted else b.in_engine))
 
     def plus(self, other: Series) -> Series:
         cnt = {k: self.counters.get(k, 0.0) + other.counters.get(k, 0.0) for k in set(self.counters) | set(
@@ -139,7 +155,7 @@ class Series:
         hists = dict(self.hists)
         for k, h in other.hists.items():
             hists[k] = hists[k].plus(h) if k in hists else h
-        return Series(cnt, hists)
+        return Series(cnt, hists, self.in_engine + other.in_engine)
 
 
 @dataclass(frozen=True)
@@ -177,7 +193,7 @@ def parse(text: str, t: float) -> Snapshot:
 
 
 # One instant query for every series watch reads, and each target's ``up`` (a scrape Prometheus saw fail)
-QUERY = '{__name__=~"up|' + "|".join(list(COUNTERS) + [f"{h}_{x}" for h in HISTOGRAMS
+QUERY = '{__name__=~"up|' + "|".join(list(COUNTERS) + list(GAUGES) + [f"{h}_{x}" for h in HISTOGRAMS
                                                        for x in ("bucket", "sum", "count")]) + '"}'
 
 
@@ -205,6 +221,7 @@ def snapshot(samples, t: float) -> Snapshot:
     """Samples [(name, labels, value)] of one endpoint -> Snapshot: per ``model_name``, the counters and
     histograms watch reads, summed over the other labels."""
     counters: dict[str, dict[str, float]] = {}
+    level: dict[str, float] = {}
     buckets: dict[str, dict[str, dict[float, float]]] = {}
     sums: dict[str, dict[str, float]] = {}
     counts: dict[str, dict[str, float]] = {}
@@ -213,6 +230,9 @@ def snapshot(samples, t: float) -> Snapshot:
         if name in COUNTERS:
             counters.setdefault(model, {}).setdefault(name, 0.0)
             counters[model][name] += value
+            continue
+        if name in GAUGES:
+            level[model] = level.get(model, 0.0) + value
             continue
         base, _, suffix = name.rpartition("_")
         if base not in HISTOGRAMS:
@@ -228,13 +248,13 @@ def snapshot(samples, t: float) -> Snapshot:
             counts.setdefault(model, {}).setdefault(base, 0.0)
             counts[model][base] += value
     models = {}
-    for model in sorted(set(counters) | set(buckets)):
+    for model in sorted(set(counters) | set(buckets) | set(level)):
         hists = {}
         for name, per in buckets.get(model, {}).items():
             bounds = tuple(sorted(per))
             hists[name] = Hist(bounds, tuple(per[b] for b in bounds), sums.get(model, {}).get(name, 0.0),
                                counts.get(model, {}).get(name, per[bounds[-1]]))
-        models[model] = Series(dict(counters.get(model, {})), hists)
+        models[model] = Series(dict(counters.get(model, {})), hists, level.get(model, 0.0))
     return Snapshot(t, models)
 
 

@@ -237,7 +237,8 @@ class Watcher:
             tot = Series()
             for e in eps:
                 tot = tot.plus(e)
-            n = tot.counters.get(REQUESTS, tot.hists[TTFT].count if TTFT in tot.hists else 0.0)
+            n = (tot.arrivals if REQUESTS in tot.counters
+                 else tot.hists[TTFT].count if TTFT in tot.hists else 0.0)
             sec = sum(w.seconds for w in wins) / len(wins)
             self.hist.setdefault(d, deque(maxlen=self.windows)).append((self.round, n, sec, tot, eps))
             per_label: dict[str, float] = {}  # served model or adapter -> requests (reported, not tested)

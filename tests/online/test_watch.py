@@ -429,3 +429,24 @@ def test_a_slow_scrape_is_dated_when_the_engine_answered(watched):
     snap = w._scrape(t, None)
     assert snap.t == pytest.approx(1003.0)
     assert w._scrape(t, 50.0).t == 50.0  # a replay's clock dates every scrape of its step
+
+
+def test_arrivals_are_the_finished_plus_the_change_in_the_engine():
+    """An engine past its capacity finishes requests at its own pace: the arrivals of a window are those it
+    finished plus the growth of those running and waiting (vLLM's gauges); an engine that restarted lost what
+    it held, so its level now is what arrived since."""
+    def text(done, running, waiting):
+        return ("# TYPE vllm:request_success_total counter\n"
+                f'vllm:request_success_total{{model_name="m",finished_reason="length"}} {done}\n'
+                "# TYPE vllm:num_requests_running gauge\n"
+                f'vllm:num_requests_running{{model_name="m"}} {running}\n'
+                "# TYPE vllm:num_requests_waiting gauge\n"
+                f'vllm:num_requests_waiting{{model_name="m"}} {waiting}\n')
+
+    a, b = parse(text(100, 4, 0), 0.0), parse(text(130, 8, 26), 10.0)
+    w = window(a, b).total()
+    assert w.counters["vllm:request_success_total"] == 30 and w.arrivals == 30 + (8 + 26) - 4
+    after_restart = window(b, parse(text(5, 2, 1), 20.0)).total()
+    assert after_restart.arrivals == 5 + 3
+    plain = window(parse(text(100, 0, 0), 0.0), parse(text(120, 0, 0), 10.0)).total()
+    assert plain.arrivals == 20
