@@ -3,8 +3,8 @@ rate, a change of length mix and an SLO at risk, each at a stated false-alarm ra
 
 **Rate.** Requests arriving in an interval of ``dt`` seconds at rate ``r`` (``Series.arrivals``: finished plus
 the change of those in the engine) are a Poisson count of mean ``r dt`` (a renewal process with inter-arrival
-CV ``c`` has variance ``c**2 r dt`` over windows much longer than a gap: the counts are scaled by ``1 / c**2``,
-quasi-Poisson). Over the last ``W`` intervals each suffix (the
+CV ``c`` has variance ``c**2 r dt`` over windows much longer than a gap: the counts are scaled by
+``1 / c**2``, quasi-Poisson). Over the last ``W`` intervals each suffix (the
 last 1, 2, ..., W intervals) is tested two-sided against the reference count at ``alpha / W`` (Bonferroni over
 the suffixes), so one look declares a change under the reference rate with probability at most ``alpha``. A
 short suffix catches a large step in one interval, a long one a small step. The change began at the latest

@@ -9,8 +9,8 @@ is an engine restart: the later value is the window's, as Prometheus' ``rate`` d
 Names are vLLM's (0.6 to 0.11, V0 and V1 engines; docs/metrics of vLLM): ``vllm:request_success_total``,
 ``vllm:prompt_tokens_total``, ``vllm:generation_tokens_total``, and the histograms
 ``vllm:time_to_first_token_seconds``, ``vllm:request_prompt_tokens``, ``vllm:request_generation_tokens`` and
-one of the per-output-token ones (``TPOT_NAMES``, the first present wins), and the gauges of requests running and
-waiting (``GAUGES``), whose change over a window, with the requests finished in it, gives its arrivals.
+one of the per-output-token ones (``TPOT_NAMES``, the first present wins), and the gauges of requests running
+and waiting (``GAUGES``), whose change over a window, with the requests finished in it, gives its arrivals.
 """
 from __future__ import annotations
 
