@@ -131,8 +131,9 @@ class Series:
     def arrivals(self) -> float:
         """Of a window: the requests that arrived in it, those finished plus the change of those in the
         engine (conservation). An engine past its capacity finishes requests at its own pace, not at the
-        arrival rate; the waiting ones it holds say what came in. Without the gauges: the finished ones."""
-        return self.counters.get(REQUESTS, 0.0) + self.in_engine
+        arrival rate; the waiting ones it holds say what came in. Without the gauges: the finished ones.
+        Never below 0: requests that left unfinished (aborted, failed) are in neither count."""
+        return max(0.0, self.counters.get(REQUESTS, 0.0) + self.in_engine)
 
     @property
     def tpot(self) -> Hist | None:

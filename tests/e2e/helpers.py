@@ -1,4 +1,4 @@
-"""What the end-to-end tests share beyond fixtures (tests/e2e/conftest.py)."""
+"""What the end-to-end tests share."""
 from __future__ import annotations
 
 import socket
