@@ -9,7 +9,7 @@ from pathlib import Path
 from rich.console import Console
 
 from trimtab.errors import InputError, Problem
-from trimtab.contract.schema import Plan
+from trimtab.contract.schema import Goodput, Plan
 from trimtab.spec.schema import Spec
 
 
@@ -69,8 +69,7 @@ def sim_check(plan: Plan, spec: Spec, out: Console, err: Console, fmt: str, seed
         rep, res = check_simulated(plan, spec, seed=seed, seeds=seeds, requests=requests, duration_s=duration,
                                    trace=tr, strict=strict, progress=progress, margin=margin)
     # a max_goodput plan's workloads served not at all: no attainment to show (check_simulated skips them)
-    unserved = ({n for n, rps in plan.goodput.workloads.items() if rps <= 0} if plan.goodput is not None
-                else set())
+    unserved = Goodput.unserved(plan)
     if fmt == "json":
         data = {"ok": rep.ok, "violations": rep.violations, "notes": rep.notes, "mode": "simulation",
                 "seeds": list(res.seeds), "requests": sum(r.requests for r in res.runs),

@@ -258,6 +258,15 @@ class Goodput(_Strict):
     offered_rps: float = Field(description="the spec's total rate_rps")
     workloads: dict[str, float] = Field(description="served rps per workload")
 
+    @staticmethod
+    def unserved(plan: "Plan") -> set[str]:
+        """The workloads a ``max_goodput`` plan serves not at all (none for another plan): nothing of theirs
+        is offered in simulation (``trimtab.sim.engine.SHED``), so neither ``plan`` nor ``check`` judges
+        them."""
+        if plan.goodput is None:
+            return set()
+        return {n for n, rps in plan.goodput.workloads.items() if rps <= 0}
+
 
 class EngineInfo(_Strict):
     """The serving engine the plan's commands are written for."""

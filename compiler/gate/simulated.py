@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from trimtab.gate.analytic import CheckReport, verify
 from trimtab.ir.lower import lower
-from trimtab.contract.schema import Plan
+from trimtab.contract.schema import Goodput, Plan
 from trimtab.profiles.loader import ProfileSet
 from trimtab.sim.validate import CHECK_SEEDS, SeedsResult, check_seeds, simulate_seeds
 from trimtab.spec.schema import Spec
@@ -44,8 +44,7 @@ def check_simulated(plan: Plan, spec: Spec, *, profiles: ProfileSet | None = Non
     # a max_goodput plan's workloads it serves not at all (stated in its goodput, which ``verify`` checks
     # against the routes): nothing of theirs is offered in simulation (``trimtab.sim.engine.SHED``), so there
     # is no attainment to judge, as ``check --analytic`` skips their unrouted buckets
-    unserved = ({n for n, rps in plan.goodput.workloads.items() if rps <= 0} if plan.goodput is not None
-                else set())
+    unserved = Goodput.unserved(plan)
     for name in res.intervals:
         if name in unserved:
             continue

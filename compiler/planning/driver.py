@@ -21,7 +21,7 @@ from trimtab.milp.assess import Assessment
 from trimtab.errors import InfeasibleError, NoSolutionError
 from trimtab.ir.model import ProblemIR
 from trimtab.util.jobs import gc_paused
-from trimtab.contract.schema import Plan
+from trimtab.contract.schema import Goodput, Plan
 from trimtab.planning.rounds import (LORA_PREFIX, MAX_ROUNDS, PROBES, SIM_ROUNDS, derate_analytic,
                                      derate_breaches, family_of, first_try_worth, lowest, misses_of,
                                      prior_derates, prior_on_miss, probe_derates, simulate_and_derate,
@@ -342,7 +342,7 @@ def goodput_validation(plan_, spec, ir, seeds, requests, runs):
     from trimtab.sim.validate import simulate_seeds
 
     res = simulate_seeds(plan_, spec, ir, seeds, requests, cache=runs)
-    unserved = {n for n, rps in plan_.goodput.workloads.items() if rps <= 0} if plan_.goodput else set()
+    unserved = Goodput.unserved(plan_)
     return replace(res, intervals={k: v for k, v in res.intervals.items() if k not in unserved},
                    targets={k: v for k, v in res.targets.items() if k not in unserved})
 
