@@ -30,7 +30,13 @@ from trimtab.solvers.model import MilpModel
 
 
 def precheck(ir: ProblemIR, cands: CandidateSet) -> list[str]:
-    out = []
+    return [line for _, line in precheck_by_workload(ir, cands)]
+
+
+def precheck_by_workload(ir: ProblemIR, cands: CandidateSet) -> list[tuple[str | None, str]]:
+    """``precheck``'s lines, each with the workload it is about (None: the budget's), for the planners that
+    set their own lines beside these (``RedundantPlanner.precheck``, ``adapter_precheck``)."""
+    out: list[tuple[str | None, str]] = []
     served = {c.workload for c in cands.candidates}
     best = {(b.workload, b.bucket): b for b in cands.best}
     for w in ir.workloads:
@@ -42,9 +48,9 @@ def precheck(ir: ProblemIR, cands: CandidateSet) -> list[str]:
             if "memory" in reasons and getattr(ir, "kv_tiers", "off") != "experimental-live":
                 ways.append("let live KV exceed HBM with defaults.kv_tiers: experimental-live (host memory "
                             "or other instances' HBM; no engine flag realises it, docs/kv-tiers.md)")
-            out.append(f"{w.name}: model {w.model} ({w.dtype}) fits no GPU in the spec at any "
+            out.append((w.name, f"{w.name}: model {w.model} ({w.dtype}) fits no GPU in the spec at any "
                        f"tensor/pipeline parallelism ({gpus}); pruned for: "
-                       f"{', '.join(reasons) or 'no candidates'}. {', '.join(ways[:-1])} or {ways[-1]}.")
+                       f"{', '.join(reasons) or 'no candidates'}. {', '.join(ways[:-1])} or {ways[-1]}."))
             continue
         for b in w.buckets:
             if any(c.workload == w.name and c.capacity(b.name) > 0 for c in cands.candidates):
@@ -52,21 +58,21 @@ def precheck(ir: ProblemIR, cands: CandidateSet) -> list[str]:
             bb = best.get((w.name, b.name))
             share = f"{b.prob:.0%} of requests, inputs {b.name}"
             if bb is None:
-                out.append(f"{w.name}: no candidate can hold requests of bucket {b.name} ({share}) "
-                           f"in its KV cache")
+                out.append((w.name, f"{w.name}: no candidate can hold requests of bucket {b.name} "
+                                    f"({share}) in its KV cache"))
             elif bb.ttft_ms > w.slo.ttft_ms:
-                out.append(f"{w.name}: TTFT p{w.slo.percentile:g} {w.slo.ttft_ms:g} ms cannot be met for "
-                           f"{share}; the fastest candidate ({bb.ttft_by}) reaches "
+                out.append((w.name, f"{w.name}: TTFT p{w.slo.percentile:g} {w.slo.ttft_ms:g} ms cannot be "
+                           f"met for {share}; the fastest candidate ({bb.ttft_by}) reaches "
                            f"{math.ceil(bb.ttft_ms)} ms even at low load. "
-                           f"Relax workloads[{w.index}].slo.ttft_ms to at least {math.ceil(bb.ttft_ms)}.")
+                           f"Relax workloads[{w.index}].slo.ttft_ms to at least {math.ceil(bb.ttft_ms)}."))
             elif bb.tpot_ms > w.slo.tpot_ms:
-                out.append(f"{w.name}: TPOT {w.slo.tpot_ms:g} ms cannot be met for {share}; the fastest "
-                           f"candidate ({bb.tpot_by}) reaches {bb.tpot_ms:.1f} ms even at low load. Relax "
-                           f"workloads[{w.index}].slo.tpot_ms to at least {math.ceil(bb.tpot_ms)}.")
+                out.append((w.name, f"{w.name}: TPOT {w.slo.tpot_ms:g} ms cannot be met for {share}; the "
+                           f"fastest candidate ({bb.tpot_by}) reaches {bb.tpot_ms:.1f} ms even at low load. "
+                           f"Relax workloads[{w.index}].slo.tpot_ms to at least {math.ceil(bb.tpot_ms)}."))
             else:
-                out.append(f"{w.name}: no candidate meets TTFT {w.slo.ttft_ms:g} ms and TPOT "
+                out.append((w.name, f"{w.name}: no candidate meets TTFT {w.slo.ttft_ms:g} ms and TPOT "
                            f"{w.slo.tpot_ms:g} ms together for {share} (best low-load TTFT "
-                           f"{bb.ttft_ms:.0f} ms on {bb.ttft_by}, TPOT {bb.tpot_ms:.1f} ms on {bb.tpot_by})")
+                           f"{bb.ttft_ms:.0f} ms on {bb.ttft_by}, TPOT {bb.tpot_ms:.1f} ms on {bb.tpot_by})"))
     if not out and ir.budget_usd_per_hour is not None and ir.objective == "min_cost":
         floor = 0.0
         for w in ir.workloads:
@@ -76,9 +82,9 @@ def precheck(ir: ProblemIR, cands: CandidateSet) -> list[str]:
             # one number, rounded up to the cent (a budget of it passes this check), in both places: "below
             # 51.90 ... at least 51.91" read as two
             need = math.ceil(floor * 100) / 100
-            out.append(f"budget_usd_per_hour {ir.budget_usd_per_hour:g} is below {need:.2f} $/h, one "
+            out.append((None, f"budget_usd_per_hour {ir.budget_usd_per_hour:g} is below {need:.2f} $/h, one "
                        f"replica of the cheapest candidate of each of the {len(ir.workloads)} workload(s). "
-                       f"raise budget_usd_per_hour from {ir.budget_usd_per_hour:g} to at least {need:.2f}")
+                       f"raise budget_usd_per_hour from {ir.budget_usd_per_hour:g} to at least {need:.2f}"))
     return out
 
 
@@ -255,8 +261,9 @@ def adapter_precheck(ir: ProblemIR, stuck: list[tuple[str, str, str]]) -> list[s
     memory to a replica, so what the plain candidates cannot meet no adapter candidate meets either: their
     ``precheck`` lines come first (the plain candidates are built only here, on a failure); a unit it lets
     through (its SLO needs the replica without LoRA's overhead) is named with its workload's SLO."""
-    out = precheck(ir, build_candidates(ir))
-    named = {line.split(":", 1)[0] for line in out}
+    lines = precheck_by_workload(ir, build_candidates(ir))
+    out = [line for _, line in lines]
+    named = {w for w, _ in lines if w is not None}
     for workload, group, what in stuck:
         if workload in named:
             continue

@@ -164,14 +164,14 @@ class RedundantPlanner(UnifiedPlanner):
         the plain candidates have: that is said as such, with the smallest node of each type, instead of
         "no candidate meets TTFT and TPOT together" beside low-load values far inside the SLO (specgen_mix
         seed 87: gpt-oss-120b, whose candidates need 4-8 GPUs, on pools whose last node holds 1-3)."""
-        out = super().precheck(ir, cands)
-        if not out:
-            return out
-        from trimtab.planning.explain import precheck as plain_precheck
+        from trimtab.planning.explain import precheck_by_workload
 
-        plain = set(plain_precheck(ir, UnifiedPlanner.candidates(self, ir)))
-        keep = [line for line in out if line in plain]
-        moved = sorted({line.split(":", 1)[0] for line in out if line not in plain})
+        out = precheck_by_workload(ir, cands)
+        if not out:
+            return []
+        plain = {line for _, line in precheck_by_workload(ir, UnifiedPlanner.candidates(self, ir))}
+        keep = [line for _, line in out if line in plain]
+        moved = sorted({w for w, line in out if line not in plain and w is not None})
         pools = ", ".join(f"{g} {k} GPU{'s' if k != 1 else ''}" for g, (_, k) in sorted(self.pools.items()))
         for name in moved:
             why = sorted({p.reason.removeprefix("redundancy n+1: ") for p in cands.pruned
