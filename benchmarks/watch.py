@@ -49,7 +49,7 @@ class SyntheticEngine:
     """One replica's ``/metrics``, advanced interval by interval (module docstring)."""
 
     def __init__(self, model: str, seed: int):
-        from prometheus_client import CollectorRegistry, Counter, Histogram, start_http_server
+        from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, start_http_server
 
         self.model = model
         self.rng = np.random.default_rng(seed)
@@ -67,15 +67,17 @@ class SyntheticEngine:
                              registry=reg)
         self.osl = Histogram("vllm:request_generation_tokens", "output lengths", lab, buckets=LEN_BUCKETS,
                              registry=reg)
+        self.waiting = Gauge("vllm:num_requests_waiting", "requests waiting", lab, registry=reg)
         self.server, self.thread = start_http_server(0, addr="127.0.0.1", registry=reg)
         self.url = f"http://127.0.0.1:{self.server.server_port}/metrics"
 
     def advance(self, seconds: float, rate_rps: float,
-                classes: list[tuple[float, float, float, float, float]]) -> int:
+                classes: list[tuple[float, float, float, float, float]], waiting: float = 0.0) -> int:
         """``seconds`` of serving at ``rate_rps``: classes [(weight, prompt mean, output mean, TTFT median s,
         TPOT median s)]; lengths uniform +-20 % around their means, TTFT lognormal (sigma SIGMA_TTFT), a
         request's TPOT (a mean over its tokens) lognormal (SIGMA_TPOT); a TPOT median of 0 (a prefill side's
-        one-token requests) observes none."""
+        one-token requests) observes none. ``waiting``: the requests waiting for admission at its end."""
+        self.waiting.labels(self.model).set(waiting)
         n = int(self.rng.poisson(rate_rps * seconds))
         if n == 0:
             return 0
@@ -114,6 +116,7 @@ class Fleet:
                 self.engines.append((d.name, i, SyntheticEngine(d.model, seed * 1000 + len(self.engines))))
         self.scale: dict[str, float] = {}  # workload -> rate multiplier
         self.slow: dict[str, float] = {}  # deployment -> latency multiplier
+        self.queued: dict[str, float] = {}  # deployment -> requests waiting for admission on each replica
         self.longer: dict[str, tuple[float, float]] = {}  # workload -> (prompt, output) length multipliers
         self.dead: set[tuple[str, int]] = set()
 
@@ -155,7 +158,8 @@ class Fleet:
             lf = {w: self.longer.get(w, (1.0, 1.0)) for w, _, _, _, _ in rs}
             e.advance(seconds, sum(rps), [
                 (x, isl * lf[w][0], 1.0 if osl is None else osl * lf[w][1], self.p50[w][0] * f * part,
-                 0.0 if osl is None else self.p50[w][1] * f) for x, (w, _, isl, osl, part) in zip(rps, rs)])
+                 0.0 if osl is None else self.p50[w][1] * f) for x, (w, _, isl, osl, part) in zip(rps, rs)],
+                self.queued.get(d, 0.0))
 
     def kill(self, d: str, i: int) -> None:
         for dd, j, e in self.engines:

@@ -31,7 +31,8 @@ HISTOGRAMS = (TTFT, PROMPT_LEN, OUTPUT_LEN) + TPOT_NAMES
 COUNTERS = (REQUESTS, PROMPT_TOKENS, GENERATION_TOKENS)
 # Requests in the engine (scheduled, and waiting to be): with the finished ones, the arrivals of a window
 # (``Series.arrivals``)
-GAUGES = ("vllm:num_requests_running", "vllm:num_requests_waiting")
+WAITING = "vllm:num_requests_waiting"
+GAUGES = ("vllm:num_requests_running", WAITING)
 LABEL = "model_name"
 
 
@@ -120,12 +121,14 @@ class Hist:
 
 @dataclass(frozen=True)
 class Series:
-    """One ``model_name`` of one endpoint: counters by name, histograms by name, and the requests in the
-    engine (``GAUGES`` summed: a level in a snapshot, its change in a window)."""
+    """One ``model_name`` of one endpoint: counters by name, histograms by name, the requests in the engine
+    (``GAUGES`` summed: a level in a snapshot, its change in a window) and those waiting for admission
+    (``WAITING``: a level in a snapshot, in a window the larger of its two ends' levels)."""
 
     counters: dict[str, float] = field(default_factory=dict)
     hists: dict[str, Hist] = field(default_factory=dict)
     in_engine: float = 0.0
+    waiting: float = 0.0
 
     @property
     def arrivals(self) -> float:
@@ -148,7 +151,7 @@ class Series:
         restarted = any(v < b.counters.get(k, 0.0) for k, v in self.counters.items())
         # a restart lost the requests it held: the level now is what arrived since (as the counters)
         return Series(cnt, {k: h.minus(b.hists.get(k)) for k, h in self.hists.items()},
-                      self.in_engine - (0.0 if restarted else b.in_engine))
+                      self.in_engine - (0.0 if restarted else b.in_engine), max(self.waiting, b.waiting))
 
     def plus(self, other: Series) -> Series:
         cnt = {k: self.counters.get(k, 0.0) + other.counters.get(k, 0.0) for k in set(self.counters) | set(
@@ -156,7 +159,7 @@ class Series:
         hists = dict(self.hists)
         for k, h in other.hists.items():
             hists[k] = hists[k].plus(h) if k in hists else h
-        return Series(cnt, hists, self.in_engine + other.in_engine)
+        return Series(cnt, hists, self.in_engine + other.in_engine, self.waiting + other.waiting)
 
 
 @dataclass(frozen=True)
@@ -223,6 +226,7 @@ def snapshot(samples, t: float) -> Snapshot:
     histograms watch reads, summed over the other labels."""
     counters: dict[str, dict[str, float]] = {}
     level: dict[str, float] = {}
+    waiting: dict[str, float] = {}
     buckets: dict[str, dict[str, dict[float, float]]] = {}
     sums: dict[str, dict[str, float]] = {}
     counts: dict[str, dict[str, float]] = {}
@@ -234,6 +238,8 @@ def snapshot(samples, t: float) -> Snapshot:
             continue
         if name in GAUGES:
             level[model] = level.get(model, 0.0) + value
+            if name == WAITING:
+                waiting[model] = waiting.get(model, 0.0) + value
             continue
         base, _, suffix = name.rpartition("_")
         if base not in HISTOGRAMS:
@@ -255,7 +261,8 @@ def snapshot(samples, t: float) -> Snapshot:
             bounds = tuple(sorted(per))
             hists[name] = Hist(bounds, tuple(per[b] for b in bounds), sums.get(model, {}).get(name, 0.0),
                                counts.get(model, {}).get(name, per[bounds[-1]]))
-        models[model] = Series(dict(counters.get(model, {})), hists, level.get(model, 0.0))
+        models[model] = Series(dict(counters.get(model, {})), hists, level.get(model, 0.0),
+                               waiting.get(model, 0.0))
     return Snapshot(t, models)
 
 

@@ -12,8 +12,13 @@ traffic measured, moving the engine profile's two overheads within stated bounds
   variance, ``Hist.variance``). The update is the request-weighted mean difference of those workloads.
 * ``request_overhead_ms`` from TTFT, after the step overhead moved (a step's time is in every prefill too):
   the measured **median** TTFT (``histogram_quantile``) against the model's at percentile 50, where the
-  prediction lies outside the bucket that holds the measured median (inside it, the buckets cannot tell them
-  apart).
+  prediction lies outside the median's confidence interval as the buckets resolve it: from the bucket that
+  holds rank n/2 - Z sqrt(n)/2 to the one that holds rank n/2 + Z sqrt(n)/2 (the order statistics' normal
+  bounds; inside it, neither the sample nor the buckets can tell the two apart).
+
+The measurements are the watcher's steady intervals (``trimtab.online.watch.Watcher._is_steady``: no request
+waiting for admission), and the prediction is made at the rate measured over those intervals: past an
+engine's capacity the first-token times hold a growing queue, not an overhead.
 
 Bounds: one update moves a parameter by at most ``MAX_MOVE`` of the measured quantity it explains (a burst of
 other load on a shared machine cannot rewrite the profile at once), and never outside ``BOUNDS``. Each update
@@ -30,7 +35,7 @@ import math
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
-MIN_REQUESTS = 200  # per workload in the recent intervals
+MIN_REQUESTS = 30  # per workload in the evidence (the normal bounds of the tests above need no fewer)
 Z = 3.0  # standard errors of the measured mean TPOT a difference must exceed
 MAX_MOVE = 0.5  # share of the measured quantity one update may move a parameter by
 BOUNDS = {"step_overhead_ms": (0.0, 200.0), "request_overhead_ms": (0.0, 10_000.0)}
@@ -42,6 +47,7 @@ class Evidence:
     requests: int
     measured_ms: float
     predicted_ms: float
+    rate_rps: float | None = None  # the workload's, measured with the latencies: the prediction's
 
 
 @dataclass(frozen=True)
@@ -89,9 +95,10 @@ def _write(engine, values: dict[str, float], note: str, out_dir: Path) -> Path:
 
 
 def recalibrate(plan, spec, measured: dict, out_dir: str | Path) -> list[Update]:
-    """``measured``: workload -> (TTFT histogram, TPOT histogram) over the recent intervals; ``spec`` at the
-    measured rates. The updates made (none without evidence); module docstring."""
+    """``measured``: workload -> (TTFT histogram, TPOT histogram) over the watcher's steady intervals;
+    ``spec`` at the rates measured over them. The updates made (none without evidence); module docstring."""
     from trimtab.field.loadtest import predicted_at
+    from trimtab.ir.lower import workload_rate
     from trimtab.spec.load import spec_profiles
 
     if plan.engine is None:
@@ -105,6 +112,7 @@ def recalibrate(plan, spec, measured: dict, out_dir: str | Path) -> list[Update]
     values: dict[str, float] = {}
     today = _dt.date.today().isoformat()
 
+    rate = {w.name: workload_rate(w, spec.base_dir) for w in spec.workloads}
     pred = predicted_at(plan, spec, 50.0)
     ev, diffs = [], []
     for w, (_, tp) in sorted(measured.items()):
@@ -113,7 +121,7 @@ def recalibrate(plan, spec, measured: dict, out_dir: str | Path) -> list[Update]
         m, p = tp.mean * 1e3, pred[w][1]
         se = math.sqrt(max(tp.variance(), 0.0) / tp.count) * 1e3
         if abs(m - p) > Z * se:
-            ev.append(Evidence(w, int(tp.count), m, p))
+            ev.append(Evidence(w, int(tp.count), m, p, rate.get(w)))
             diffs.append((tp.count, m, p))
     if diffs:
         old = engine.step_overhead_ms.value
@@ -126,9 +134,10 @@ def recalibrate(plan, spec, measured: dict, out_dir: str | Path) -> list[Update]
         if tt is None or tt.count < MIN_REQUESTS or w not in pred or not math.isfinite(pred[w][0]):
             continue
         m, p = tt.quantile(0.5) * 1e3, pred[w][0]
-        lo, hi = _bucket(tt, 0.5)
+        half = Z * math.sqrt(tt.count) / 2
+        lo, hi = _bucket(tt, tt.count / 2 - half)[0], _bucket(tt, tt.count / 2 + half)[1]
         if not lo * 1e3 <= p <= hi * 1e3:
-            ev.append(Evidence(w, int(tt.count), m, p))
+            ev.append(Evidence(w, int(tt.count), m, p, rate.get(w)))
             diffs.append((tt.count, m, p))
     if diffs:
         old = engine.request_overhead_ms.value
@@ -147,9 +156,9 @@ def recalibrate(plan, spec, measured: dict, out_dir: str | Path) -> list[Update]
     return updates
 
 
-def _bucket(h, q: float) -> tuple[float, float]:
-    """The bounds of the bucket that holds quantile ``q`` of histogram ``h``."""
-    rank, lo = q * h.count, 0.0
+def _bucket(h, rank: float) -> tuple[float, float]:
+    """The bounds of the bucket of histogram ``h`` that holds the observation of ``rank`` (1-based)."""
+    lo = 0.0
     for b, c in zip(h.bounds, h.cum):
         if c >= rank:
             return lo, b

@@ -39,6 +39,7 @@ from trimtab.online.metrics import (OUTPUT_LEN, PROMPT_LEN, QUERY, REQUESTS, TTF
 SCRAPE_TIMEOUT_S = 5.0
 DEAD_AFTER = 2  # failed scrapes in a row that make an endpoint a failed replica (one may be a hiccup)
 MIN_LIFETIME = 6  # intervals after a proposal before the next one (a new failure excepted)
+STEADY = 4  # the calibration's evidence: the steady intervals among the last STEADY x windows
 
 
 def _refuse(plan) -> None:
@@ -110,6 +111,9 @@ class Watcher:
         self.declared: dict[str, int] = {}  # group -> the last round its rate change was declared
         self.len_factor: dict[tuple[str, str], float] = {}  # (workload, prompt|output) -> re-fit so far
         self.len_changes: dict[str, list] = {}  # this step's length changes per group
+        # per deployment, its recent steady intervals (``_steady``), the evidence --calibrate reads: (round,
+        # Series, requests, expected at the reference)
+        self.steady: dict[str, deque] = {}
 
     def _group(self) -> None:
         """Connected components of the routes' workload-deployment graph (module docstring); ``since``: the
@@ -241,6 +245,9 @@ class Watcher:
                  else tot.hists[TTFT].count if TTFT in tot.hists else 0.0)
             sec = sum(w.seconds for w in wins) / len(wins)
             self.hist.setdefault(d, deque(maxlen=self.windows)).append((self.round, n, sec, tot, eps))
+            if self._is_steady(d, eps):
+                self.steady.setdefault(d, deque(maxlen=STEADY * self.windows)).append(
+                    (self.round, tot, n, self._dep_ref(d) * self._watched_share(d) * sec))
             per_label: dict[str, float] = {}  # served model or adapter -> requests (reported, not tested)
             for w in wins:
                 for m, s in w.models.items():
@@ -254,6 +261,16 @@ class Watcher:
         self._decide(obs, changes, risks)
         self.round += 1
         return obs
+
+    def _is_steady(self, d: str, eps: list[Series]) -> bool:
+        """An interval of deployment ``d`` whose latencies can calibrate the engine profile: every endpoint
+        answered, and none had a request waiting for admission at either scrape. A waiting request means the
+        engine's admission limit (batch slots, token budget, KV) was reached: its first-token times then hold
+        a queue whose length is the backlog's history, which no per-request or per-step overhead explains
+        (an engine past its capacity grows that queue without bound)."""
+        live = [t for t in self.targets if t.deployment == d and self.fails.get(t.url, 0) == 0]
+        return (len(eps) == len(live) and (d, self.round) not in self.short
+                and all(e.waiting == 0 for e in eps))
 
     def _rates(self, obs: Observation) -> dict[str, drift.RateChange]:
         """The rate test per group over its recent intervals since its ``since`` round."""
@@ -431,6 +448,11 @@ class Watcher:
         if len(lens) < len(self.len_changes):
             obs.notes.append("length change declared in the last interval; its mean is measured over the "
                              "next one before a proposal")
+        idle = sorted(g for g, ch in changes.items() if ch.factor <= 0)
+        if idle:  # a plan for no traffic has no replica: the reference stays until requests come again
+            obs.notes.append(f"{', '.join(idle)}: no request arrived since the rate change; no re-plan "
+                             "for it until requests arrive")
+            changes = {g: ch for g, ch in changes.items() if g not in idle}
         if not (changes or risks or new_fail or lens):
             return
         if self.round - self.last_round < self.min_lifetime and not new_fail:
@@ -477,6 +499,8 @@ class Watcher:
         self.ref, self.len_factor = ref, len_factor
         for g in set(changes) | set(lens):  # the reference moved: the test starts over from it
             self.since[g] = self.round + 1
+            for d in self.groups[g][1]:  # and the calibration's evidence, taken at the old one
+                self.steady.pop(d, None)
         if p is None:
             where = self.out_dir / "calibration"
             obs.notes += [f"calibration: {u['parameter']} {u['old']:g} -> {u['new']:g} ms from "
@@ -508,7 +532,12 @@ class Watcher:
         if self.calibrate:  # before the re-plan, which then prices replicas with the moved overheads
             from trimtab.online.recalibrate import recalibrate
 
-            cal = recalibrate(self.plan, spec, self._measured(), self.out_dir / "calibration")
+            measured, at = self._measured()
+            steady = rescaled_lengths(rescaled_spec(self.spec, {w: r / self.spec_rate[w] for w, r in at.items()
+                                                                if self.spec_rate[w] > 0}), len_factor)
+            cal = recalibrate(self.plan, steady, measured, self.out_dir / "calibration")
+            if cal:  # the evidence is spent: the next update needs intervals measured after this one
+                self.steady = {}
             self.calibrated = [u.to_dict() for u in cal]
             reasons = reasons + [
                 f"calibration: {u.engine} {u.parameter} {u.old:.3g} -> {u.new:.3g} ms ({u.measured}: "
@@ -546,19 +575,28 @@ class Watcher:
         self.proposals.append(prop)
         return prop
 
-    def _measured(self) -> dict:
-        """Per workload: its deployments' TTFT and TPOT histograms pooled over the recent intervals."""
-        out = {}
-        for w in sorted(self.wl):
-            tot = Series()
-            deps = sorted({dd for (ww, dd) in self.ref if ww == w})
-            if any(d in self.pre_of for d in deps):  # its TTFT is two engines': not a profile's overhead
-                continue
+    def _measured(self) -> tuple[dict, dict[str, float]]:
+        """The calibration's evidence: per workload, its deployments' TTFT and TPOT histograms pooled over
+        their steady intervals (``_is_steady``) since the group's reference last moved, and the workload's
+        rate over those intervals (its reference times the group's measured factor there), at which the cost
+        model's prediction is compared."""
+        out, rates = {}, {}
+        for g, (ws, deps) in self.groups.items():
+            n = mu = 0.0
+            recent = self.round - STEADY * self.windows
             for d in deps:
-                for _, _, _, s, _ in self.hist.get(d, ()):
-                    tot = tot.plus(s)
-            out[w] = (tot.hists.get(TTFT), tot.tpot)
-        return out
+                for _, _, k, e in (x for x in self.steady.get(d, ()) if x[0] > recent):
+                    n, mu = n + k, mu + e
+            if mu <= 0 or n <= 0 or any(d in self.pre_of for d in deps):
+                continue  # a decode side's TTFT is two engines': not one profile's overhead
+            for w in ws:
+                tot = Series()
+                for d in sorted({dd for (ww, dd) in self.ref if ww == w}):
+                    for _, s, _, _ in (x for x in self.steady.get(d, ()) if x[0] > recent):
+                        tot = tot.plus(s)
+                out[w] = (tot.hists.get(TTFT), tot.tpot)
+                rates[w] = sum(v for (ww, _), v in self.ref.items() if ww == w) * n / mu
+        return out, rates
 
     def _kubectl(self, folder: Path) -> str:
         import subprocess
@@ -580,6 +618,7 @@ class Watcher:
         self.ref, self.pre_ref = route_refs(plan, rates)
         self.pre_of = prefill_of(plan)
         self.hist = {d: self.hist.get(d, deque(maxlen=self.windows)) for d in self.replicas}
+        self.steady = {}  # measured on the replicas and at the references that ran before
         # The endpoints of replicas the proposal stopped go away with them (not failures); replicas it started
         # have endpoints this watch was not given: restart it with them to watch them too.
         self.targets = [t for t in self.targets if t.replica < self.replicas.get(t.deployment, 0)]

@@ -44,8 +44,9 @@ START_TIMEOUT_S = 600
 INTERVAL_S = 10.0
 # TRIMTAB_E2E_STATIONARY_S: a longer stationary stretch, for the false-alarm figure docs/online.md reports
 STATIONARY_S = float(os.environ.get("TRIMTAB_E2E_STATIONARY_S", "120"))
-STEP_S = 60.0
-STEP = 3.0
+STEP_S = 90.0
+STEP = 8.0
+DOWN_S = 60.0
 DEAD_S = 30.0
 DRAIN_S = 60.0
 STEP_BY = 4  # intervals after the first whole interval at the new rate
@@ -93,12 +94,12 @@ def test_watch_declares_the_step_and_the_stopped_server(two_servers):
     wd, spec, plan, servers = two_servers
     dep = plan.deployments[0].name
     w = Watcher(plan, spec, targets_for(plan, [f"{dep}={s.url}/metrics" for s in servers]),
-                out_dir=wd / "proposals", analytic=True, min_lifetime=3)
-    step_at: list[float] = []
+                out_dir=wd / "proposals", analytic=True, min_lifetime=3, calibrate=True)
+    step_at: list[float] = []  # the step up, then down (server 0's load generator)
 
     def drive(url: str, k: int) -> None:
-        for i, (secs, f) in enumerate(((STATIONARY_S, 1.0), (STEP_S, STEP))):
-            if i == 1 and k == 0:
+        for i, (secs, f) in enumerate(((STATIONARY_S, 1.0), (STEP_S, STEP), (DOWN_S, 1.0))):
+            if i >= 1 and k == 0:
                 step_at.append(time.monotonic())
             run_loadtest(plan, spec, [url], duration_s=secs, rate_scale=0.5 * f, seed=10 * k + i,
                          timeout_s=secs + DRAIN_S, simulate=False)
@@ -123,6 +124,7 @@ def test_watch_declares_the_step_and_the_stopped_server(two_servers):
     declared = [(t, o) for t, o in after if o.groups.get("chat", {}).get("rate_change")]
     failed = [(t, o) for t, o in obs if stopped_at <= t and o.failed]
     proposals = [o.proposal for _, o in obs if o.proposal is not None]
+    timed = [(round(t - step_at[0], 1), o.proposal) for t, o in obs if o.proposal is not None]
     report = {"intervals_stationary": len(before),
               "rate_changes_stationary": sum(bool(o.groups.get("chat", {}).get("rate_change"))
                                              for o in before),
@@ -130,8 +132,13 @@ def test_watch_declares_the_step_and_the_stopped_server(two_servers):
               "step_declared_after_s": round(declared[0][0] - step_at[0], 1) if declared else None,
               "step_factor": declared[0][1].groups["chat"]["rate_change"]["factor"] if declared else None,
               "failure_declared_after_s": round(failed[0][0] - stopped_at, 1) if failed else None,
+              "proposals_after_step_s": [t for t, _ in timed],
+              "notes": [(round(t - t0, 1), n) for t, o in obs for n in o.notes],
               "proposals": [p.to_dict() for p in proposals]}
     (wd / "watch-e2e.json").write_text(json.dumps(report, indent=2) + "\n")
+    with (wd / "watch-e2e-steps.jsonl").open("w") as f:  # every look, for the figures in docs/online.md
+        for t, o in obs:
+            f.write(json.dumps({"after_step_s": round(t - step_at[0], 1), **o.to_dict()}) + "\n")
     print(json.dumps({k: v for k, v in report.items() if k != "proposals"}), file=sys.stderr)
     text = json.dumps(report, indent=1)
     assert report["rate_changes_stationary"] == 0, text

@@ -64,6 +64,23 @@ def test_series_per_served_model():
     assert per == {"base": 7, "adapter-7": 3}
 
 
+def test_waiting_is_a_level_and_a_window_keeps_its_larger_end():
+    from prometheus_client import CollectorRegistry, Gauge, generate_latest
+
+    def scrape(running, waiting, t):
+        reg = CollectorRegistry()
+        Gauge("vllm:num_requests_running", "r", ["model_name"], registry=reg).labels("m").set(running)
+        Gauge("vllm:num_requests_waiting", "w", ["model_name"], registry=reg).labels("m").set(waiting)
+        return parse(generate_latest(reg).decode(), t)
+
+    a, b, c = scrape(4, 0, 0.0), scrape(9, 3, 10.0), scrape(2, 0, 20.0)
+    assert (a.models["m"].in_engine, b.models["m"].waiting) == (4, 3)
+    # a request waiting at either scrape marks the window (the engine reached its admission limit in it)
+    assert window(a, b).models["m"].waiting == 3 and window(b, c).models["m"].waiting == 3
+    assert window(a, scrape(5, 0, 10.0)).models["m"].waiting == 0
+    assert window(b, c).models["m"].in_engine == -10  # running and waiting: 12 -> 2
+
+
 def test_histogram_quantile_share_and_reset():
     snap = parse(_text([0.5] * 10 + [1.5] * 10 + [3.0] * 20), 0.0)
     h = snap.models["m"].hists[TTFT]
@@ -280,6 +297,56 @@ def test_calibration_moves_the_overheads_toward_a_slower_engine(watched, tmp_pat
         assert json.loads(log[0])["parameter"] == "step_overhead_ms"
     finally:
         use_profile_dirs(before)
+
+
+def test_calibration_leaves_out_intervals_with_a_queue(watched):
+    from trimtab.profiles.loader import profile_dirs, use_profile_dirs
+
+    before = profile_dirs()
+    try:
+        plan, _, fleet, w = watched(seed=6, calibrate=True)
+        _, t = run(fleet, w, 8, 0.0)
+        # past its capacity: twice as slow as the profile says because requests queue for admission (an
+        # engine's waiting gauge), not because its steps or front end are slower
+        fleet.slow.update({d.name: 2.0 for d in plan.deployments})
+        fleet.queued.update({d.name: 5.0 for d in plan.deployments})
+        obs, _ = run(fleet, w, 4, t)
+        risky = [o for o in obs if any(v["at_risk"] for v in o.workloads.values())]
+        assert risky and w.calibrated, [o.notes for o in obs]
+        # the evidence is the 8 steady intervals, where the engines were as fast as the profile (within a few
+        # per cent: the model's prediction at the rate those intervals had), never the queued ones at 2x
+        ev = [e for u in w.calibrated for e in u["evidence"]]
+        assert ev and all(abs(e["measured_ms"] / e["predicted_ms"] - 1) < 0.1 for e in ev), ev
+        assert all(e["requests"] < 8 * 15 * 40 for e in ev)  # 8 intervals of 15 s, a and b below 40 rps
+    finally:
+        use_profile_dirs(before)
+
+
+def test_calibration_predicts_at_the_rate_measured_with_the_latencies(watched):
+    # alpha so small that the rate test declares nothing: the references stay the plan's
+    plan, spec, fleet, w = watched(seed=8, calibrate=True, alpha=1e-12)
+    fleet.scale["a"] = 1.1
+    obs, _ = run(fleet, w, 9, 0.0)
+    assert not any(g["rate_change"] for o in obs for g in o.groups.values())
+    assert obs[-1].groups["a"]["reference_rps"] == pytest.approx(20.0)
+    measured, rates = w._measured()
+    assert set(measured) == {"a", "b"} and all(m[0].count > 0 and m[1].count > 0 for m in measured.values())
+    # a's rate as those intervals measured it, not its reference
+    assert rates["a"] > 1.05 * 20 and rates["a"] == pytest.approx(obs[-1].groups["a"]["rate_rps"], rel=0.02)
+    fleet.queued.update({d.name: 1.0 for d in plan.deployments})  # from here on, no interval is steady
+    run(fleet, w, 2, 15.0 * 9)
+    assert w._measured()[1] == pytest.approx(rates)
+
+
+def test_traffic_that_stops_is_not_planned_for_zero(watched):
+    _, _, fleet, w = watched(seed=9)
+    _, t = run(fleet, w, 9, 0.0)
+    fleet.scale["a"] = 0.0
+    obs, _ = run(fleet, w, 4, t)
+    assert any(g["rate_change"] and g["rate_change"]["factor"] == 0 for o in obs for g in o.groups.values())
+    notes = [n for o in obs for n in o.notes]
+    assert any("no request arrived" in n for n in notes), notes
+    assert not any(n.startswith("re-plan failed") for n in notes), notes
 
 
 def test_apply_runs_kubectl_and_adopts_the_proposal(watched, tmp_path, monkeypatch):
