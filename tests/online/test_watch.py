@@ -17,6 +17,8 @@ import json
 import math
 import os
 
+from pathlib import Path
+
 import numpy as np
 import pytest
 from typer.testing import CliRunner
@@ -79,6 +81,20 @@ def test_waiting_is_a_level_and_a_window_keeps_its_larger_end():
     assert window(a, b).models["m"].waiting == 3 and window(b, c).models["m"].waiting == 3
     assert window(a, scrape(5, 0, 10.0)).models["m"].waiting == 0
     assert window(b, c).models["m"].in_engine == -10  # running and waiting: 12 -> 2
+
+
+def test_a_steady_interval_neither_queues_nor_grows_nor_drains():
+    from trimtab.online.metrics import REQUESTS, Series
+    from trimtab.online.watch import steady
+
+    def interval(done, change, waiting=0.0):
+        return Series({REQUESTS: done}, {}, change, waiting)
+
+    # 20 finished, the engine's count up 3: about what a stable queue does in an interval (3 sd: 19)
+    assert steady(interval(20, 3)) and steady(interval(20, -3)) and steady(interval(0, 0))
+    # 20 finished while 30 more came than left (the batch grows: past capacity), or 30 fewer (draining)
+    assert not steady(interval(20, 30)) and not steady(interval(50, -30))
+    assert not steady(interval(20, 0, waiting=2))  # a request waited for admission
 
 
 def test_histogram_quantile_share_and_reset():
@@ -347,6 +363,53 @@ def test_traffic_that_stops_is_not_planned_for_zero(watched):
     notes = [n for o in obs for n in o.notes]
     assert any("no request arrived" in n for n in notes), notes
     assert not any(n.startswith("re-plan failed") for n in notes), notes
+
+
+CPU_SPEC = """\
+version: 1
+name: cpu-watch
+gpus:
+  - {type: cpu-xeon-2c, count: 6, usd_per_hour: 1.0}
+models:
+  - {name: tiny, config: model/config.json}
+defaults: {engine: vllm-cpu}
+workloads:
+  - name: chat
+    model: tiny
+    rate_rps: 20
+    input_tokens: {fixed: 256}
+    output_tokens: {fixed: 32}
+    slo: {ttft_ms: 3000, tpot_ms: 100, percentile: 90}
+"""
+
+
+def test_a_proposal_stands_without_manifests_where_a_device_has_none(tmp_path):
+    from tests.loadtest.test_loadtest import CONFIG
+    from trimtab.api import plan as make_plan
+    from trimtab.online.watch import Watcher, targets_for
+    from trimtab.spec.load import load_spec
+
+    (tmp_path / "model").mkdir()
+    (tmp_path / "model" / "config.json").write_text(json.dumps(CONFIG))
+    (tmp_path / "spec.yaml").write_text(CPU_SPEC)
+    spec = load_spec(tmp_path / "spec.yaml")
+    plan = make_plan(spec, validate=False).plan
+    fleet = Fleet(plan, spec, 0)
+    try:
+        w = Watcher(plan, spec, targets_for(plan, fleet.metrics()), out_dir=tmp_path / "out", analytic=True,
+                    dead_after=2, apply=True)
+        _, t = run(fleet, w, 6, 0.0)
+        fleet.scale["chat"] = 4.0
+        obs, _ = run(fleet, w, 6, t)
+    finally:
+        fleet.stop()
+    p = next(o.proposal for o in obs if o.proposal is not None)
+    # a CPU device has no Kubernetes resource: the plan is proposed, checked and written all the same
+    assert p.check_ok and sum(b for _, b in p.replicas.values()) > sum(d.replicas for d in plan.deployments)
+    assert p.manifests.startswith("not written") and "cpu-xeon-2c" in p.manifests
+    assert (Path(p.folder) / "plan.yaml").is_file() and not (Path(p.folder) / "k8s").exists()
+    assert p.applied.startswith("not applied: no manifests")
+    assert json.loads((Path(p.folder) / "proposal.json").read_text())["manifests"] == p.manifests
 
 
 def test_apply_runs_kubectl_and_adopts_the_proposal(watched, tmp_path, monkeypatch):
