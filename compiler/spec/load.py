@@ -124,12 +124,9 @@ def cross_check(spec: Spec, lines: LineMap, source: str, profiles: ProfileSet) -
         bad(loc, where, msg)
     if spec.budget_usd_per_hour is not None and all(g.count == 0 for g in spec.gpus):
         bad(("gpus",), "gpus", "every GPU pool has count 0")
-    from trimtab.spec.lora import active as lora_active
-
-    if spec.redundancy == "n+1" and (spec.schedule is not None or lora_active(spec)):
+    if spec.redundancy == "n+1" and spec.schedule is not None:
         # also in ``trimtab.ir.lower`` (specs built in code); here with the line, before any profile reading
-        what = "a schedule" if spec.schedule is not None else "adapters or tenants"
-        bad(("redundancy",), "redundancy", f"n+1 is not supported with {what} yet (docs/online.md, "
+        bad(("redundancy",), "redundancy", "n+1 is not supported with a schedule yet (docs/online.md, "
                                            "\"Redundancy\"); plan without it")
     from trimtab.spec.nodes import node_problems
 
