@@ -270,7 +270,8 @@ class RedundantLoraPlanner(SurvivesNodeLoss, LoraPlanner):
     """The adapter planner (``trimtab.planning.lora``) with the same n+1 rule: its MILP gets
     ``add_survival_rows`` over each shared candidate's capacity row (every traffic unit it carries: base
     traffic, hot adapters, cold classes), so a node loss leaves each deployment enough survivors for all the
-    adapters and tenants it serves; adapter routes name deployments, as routes do, so the survivors carry them.
+    adapters and tenants it serves; adapter routes name deployments, as routes do, so the survivors carry
+    them.
     Candidates whose replica spans nodes are left out; the groups are solved as one MILP (``node_room``
     couples the groups of a GPU type). Placement, validation and the node-loss check are the unified n+1
     plan's (``SurvivesNodeLoss``, ``trimtab.milp.spread``, ``trimtab.gate.nodeloss``)."""
