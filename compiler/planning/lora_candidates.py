@@ -1,7 +1,7 @@
 """The adapter planner's candidates and traffic units (``trimtab.planning.lora``'s module docstring has
-the notation): shared candidates per group (base model, dtype) and tenant colour, each priced with the LoRA
-cost model over every workload of its group, and the traffic units (base traffic, hot adapters, classes of
-cold adapters) the MILP routes.
+the notation): shared candidates per group (base model, dtype, KV cache precision) and tenant colour, each
+priced with the LoRA cost model over every workload of its group, and the traffic units (base traffic, hot
+adapters, classes of cold adapters) the MILP routes.
 """
 from __future__ import annotations
 
@@ -87,16 +87,17 @@ def _colors(lo, tenants: list[str]) -> dict[str, int]:
 
 def build(ir) -> LoraProblem:
     lo = ir.lora
-    groups: dict[tuple[str, str], list] = {}
+    # a replica has one KV cache precision (an engine flag), so workloads of different kv_dtype never share
+    groups: dict[tuple[str, str, str], list] = {}
     for w in ir.workloads:
-        groups.setdefault((w.model, w.dtype), []).append(w)
-    dtypes: dict[str, int] = {}
-    for m, _ in groups:
-        dtypes[m] = dtypes.get(m, 0) + 1
+        groups.setdefault((w.model, w.dtype, w.kv_dtype or ""), []).append(w)
+    dtypes: dict[str, set[str]] = {}
+    for m, d, _ in groups:
+        dtypes.setdefault(m, set()).add(d)
     mns = int(ir.engine.max_num_seqs.value)
     prob = LoraProblem([], [], {})
-    for (model, dtype), ws in sorted(groups.items()):
-        gname = model + (f"-{dtype}" if dtypes[model] > 1 else "")
+    for (model, dtype, kv), ws in sorted(groups.items()):
+        gname = model + (f"-{dtype}" if len(dtypes[model]) > 1 else "") + (f"-kv{kv}" if kv else "")
         wl = {w.name: lo.workloads[w.name] for w in ws}
         names = sorted({a for x in wl.values() for a, p in x.adapters if a and p > 0})
         has_base = any(a == "" for x in wl.values() for a, _ in x.adapters)
@@ -120,7 +121,8 @@ def build(ir) -> LoraProblem:
                     for L in slots:
                         slot = LoraSlots(L, rank, len(names) if L > 1 else 1) if L else None
                         lk = lora_kwargs(ir, model, L, rank, slot.adapters) if slot else None
-                        rm = replica_model(ir, model, pool.type, tp, pp, dtype, mns, mbt, lora=lk)
+                        rm = replica_model(ir, model, pool.type, tp, pp, dtype, mns, mbt, lora=lk,
+                                           kv_dtype=kv or None)
                         if rm.memory.kv_cache_tokens < longest:
                             continue
                         cap = {}
@@ -138,7 +140,7 @@ def build(ir) -> LoraProblem:
                                              pp=pp, dtype=dtype, max_num_seqs=mns, max_batched_tokens=mbt,
                                              kv_cache_tokens=rm.memory.kv_cache_tokens,
                                              usd_per_hour=replica_usd_per_hour(pool.usd_per_hour, tp, pp),
-                                             capacity_rps=())
+                                             capacity_rps=(), kv_dtype=kv or None)
                             prob.cands.append(LoraCandidate(
                                 cand, gname, k, slot,
                                 (L if L == len(names) or L <= 1 else MAX_CPU_LORAS) if L else 0, cap,
