@@ -4,7 +4,8 @@ and traffic units are built by ``trimtab.planning.lora_candidates``).
 Used by ``trimtab.api.plan`` when the spec has adapters or tenants (``ir.lora``); other specs never come here.
 docs/multi-lora.md describes the model; the notation, on top of compiler/milp/formulate.py's:
 
-    G: groups (base model, dtype, KV cache precision); k: a tenant colour (conflicting tenants get different colours, greedily)
+    G: groups (base model, dtype, KV cache precision); k: a tenant colour (conflicting tenants get different
+        colours, greedily)
     C_G,k: shared candidates (GPU type, TP, PP, token budget, L = max_loras) of group G for colour k; each
         serves any workload of G of colour k. cap[w,c]: per-replica rate of workload w's whole length mix at
         w's SLO on c (harmonic over its buckets), computed with the LoRA cost model (compiler/cost/lora.py).

@@ -12,14 +12,17 @@ is exactly what the simulator's router does after a loss, so ``check --fail-each
 Notation (with ``compiler/milp/formulate.py``'s):
     N_g: nodes of GPU type g; G_g: GPUs of its smallest node
     l[c] in Z+: replicas of c one node may hold (``spread[c]``), so the most one node loss removes
-Constraints (origin ``redundancy``), for every unified candidate c on g:
+Constraints (origin ``redundancy``), for every unified candidate c on g (and every shared candidate of the
+adapter planner, ``RedundantLoraPlanner``, its routes x[u,c] being traffic units: base traffic, hot adapters,
+cold classes, cap[u,c] the capacity of u's workload):
     N_g l[c] - n[c] >= 0                              (spread[c]: l[c] >= ceil(n[c] / N_g))
     sum_b x[b,c] / cap[b,c] <= n[c] - l[c]            (survive[c]: the survivors carry c's traffic)
     sum_{c on g} gpus[c] l[c] <= G_g                  (node_room[g]: a node has room for l[c] of every c)
 so a deployment on a pool of one node (l >= n) can carry nothing, and each pool's nodes hold the spread
 placement (a node gets at most l[c] replicas of each c, together at most G_g GPUs). Candidates whose replica
 spans more than one node, prefill/decode pairs and KV borrowers (which must share a node with lenders) are
-left out. Routing balance (as ``trimtab.milp.solve.balance_routes``, over the survivors): with n and l fixed,
+left out. Routing balance of unified plans (as ``trimtab.milp.solve.balance_routes``, over the survivors;
+the adapter planner balances none, with n+1 or without): with n and l fixed,
     sum_b x[b,c] / cap[b,c] <= u[w] (n[c] - l[c])     for c of w;   min sum_w u[w]
 so each workload's busiest deployment after a node loss is as idle as the replicas bought allow.
 """
@@ -294,19 +297,18 @@ class RedundantLoraPlanner(SurvivesNodeLoss, LoraPlanner):
         return prob
 
     def precheck(self, ir, prob: LoraProblem) -> list[str]:
-        """The adapter precheck; a workload whose traffic only n+1's pruning left without a candidate is said
-        as such (as ``RedundantPlanner.precheck`` says it)."""
-        out = super().precheck(ir, prob)
+        """The adapter precheck of the spec without n+1 where that fails; a workload whose traffic only n+1's
+        pruning left without a candidate is said as such (as ``RedundantPlanner.precheck`` says it)."""
         plain = self._plain if self._plain is not None else build_lora(ir)
-        if not out or LoraPlanner.precheck(self, ir, plain):
-            return out  # impossible without n+1 as well: said as the adapter planner says it
-        lines = []
-        for name in sorted({u.workload for u in prob.units if not any(_usable(u, c) for c in prob.cands)}):
+        now, before = stuck(prob), stuck(plain)
+        if not now:
+            return []
+        out = LoraPlanner.precheck(self, ir, plain) if before else []
+        for name in sorted(now - before):
             group = next(u.group for u in prob.units if u.workload == name)
-            lines.append(self.pruned_line(name, sorted({
-                spans_nodes(c.cand, self.pools) for c in plain.cands
-                if c.group == group and spans_nodes(c.cand, self.pools)})))
-        return lines
+            out.append(self.pruned_line(name, sorted({spans_nodes(c.cand, self.pools) for c in plain.cands
+                                                      if c.group == group} - {""})))
+        return out
 
     def model(self, ir, prob: LoraProblem, derate: dict[str, float], **kw) -> MilpModel:
         """The adapter MILP (``trimtab.planning.lora.formulate``, whole) with the n+1 rows."""
@@ -326,6 +328,11 @@ class RedundantLoraPlanner(SurvivesNodeLoss, LoraPlanner):
     def infeasible(self, ir, prob, backend, options) -> list[str]:
         plain = self._plain if self._plain is not None else prob
         return self.infeasible_lines(super().infeasible(ir, plain, backend, options)[1:])
+
+
+def stuck(prob: LoraProblem) -> set[str]:
+    """The workloads with traffic no candidate of ``prob`` may carry."""
+    return {u.workload for u in prob.units if not any(_usable(u, c) for c in prob.cands)}
 
 
 def redundant_planner(spec, ir) -> SurvivesNodeLoss:
