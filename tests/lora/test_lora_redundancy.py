@@ -90,6 +90,7 @@ def short_of(p, spec) -> list[str]:
     reps = {d.name: d.replicas for d in p.deployments}
     losses = [(f"node {n}", lost) for n, lost in losses_by_node(p).items()]
     losses += [(f"one replica of {d}", {d: 1}) for d in reps]
+    held = {d.name: set(d.adapters) for d in p.deployments}
     out = []
     for what, lost in losses:
         for d, per in load.items():
@@ -97,6 +98,10 @@ def short_of(p, spec) -> list[str]:
             left = reps[d] - lost.get(d, 0)
             if need > left + 1e-6:
                 out.append(f"{what}: {d} needs {need:.3f} replicas, {left} left")
+        for r in p.adapter_routes:  # every adapter's routes still reach a replica that holds it
+            if r.share > 0 and (reps[r.deployment] - lost.get(r.deployment, 0) < 1
+                                or r.adapter not in held[r.deployment]):
+                out.append(f"{what}: adapter {r.adapter} of {r.workload} loses {r.deployment}")
     return out
 
 
@@ -212,6 +217,46 @@ workloads:
     msg = str(e.value)
     head = "chat: with redundancy n+1 no candidate that meets its SLO is left (a replica of 2 GPUs spans"
     assert head + " nodes of 1" in msg and "(h100-sxm 1 GPU)" in msg, msg
+
+
+def test_precheck_names_each_workload_by_its_own_cause():
+    """One workload no deployment serves even without n+1 (a TPOT of 1 ms), one that only n+1's pruning
+    strands (70B replicas of 2+ GPUs, a node of 1): the first said as the adapter planner says it, the
+    second as n+1's."""
+    text = """version: 1
+name: two
+redundancy: n+1
+gpus:
+  - {type: h100-sxm, count: 17, usd_per_hour: 4.0}
+models:
+  - name: llama-3.1-70b
+    adapters:
+      - {name: law, rank: 16}
+  - name: llama-3.1-8b
+    adapters:
+      - {name: tiny, rank: 8}
+workloads:
+  - name: big
+    model: llama-3.1-70b
+    adapter: law
+    rate_rps: 2
+    input_tokens: {fixed: 1000}
+    output_tokens: {fixed: 200}
+    slo: {ttft_ms: 3000, tpot_ms: 100, percentile: 90}
+  - name: fast
+    model: llama-3.1-8b
+    adapter: tiny
+    rate_rps: 2
+    input_tokens: {fixed: 500}
+    output_tokens: {fixed: 100}
+    slo: {ttft_ms: 3000, tpot_ms: 1, percentile: 90}
+"""
+    with pytest.raises(InfeasibleError) as e:
+        plan(load_spec("two.yaml", text=text), validate=False)
+    lines = e.value.lines
+    assert any(x.startswith("big: with redundancy n+1 no candidate") for x in lines), lines
+    assert any(x.startswith("fast: ") and "TPOT" in x and "n+1" not in x for x in lines), lines
+    assert not any(x.startswith("big: ") and "n+1" not in x for x in lines), lines
 
 
 def test_explain_solves_the_n_plus_1_adapter_problem(plans):
