@@ -4,12 +4,12 @@ n+1 rows (``trimtab.planning.redundancy.RedundantLoraPlanner``).
 Oracle: the plan read by hand. For every node, the replicas of each deployment placed on it are removed; the
 traffic the plan routes to the deployment (spec rate x route shares, every workload, adapter and tenant it
 serves) must fit in the survivors: sum_w load[w] / cap[w] <= replicas left, and every adapter route must
-still reach a replica holding the adapter. cap[w] (one replica's rate of workload w's whole length mix at w's
-SLO) is the cost model's (``trimtab.planning.lora_candidates.mix_capacity``, read off the candidate the deployment was
-bought as): a queueing capacity has no practical hand computation, so it is the one number taken from the
-project. The same spec planned without n+1 fails that check (the oracle
-can tell), and the node-loss check of ``trimtab.gate.nodeloss`` agrees both ways. Plans are analytic (cost
-model only) except one validated by simulation.
+still reach a replica holding the adapter. cap[w] (one replica's rate of workload w's whole length mix at
+w's SLO) is the cost model's (``trimtab.planning.lora_candidates.mix_capacity``, read off the candidate the
+deployment was bought as): a queueing capacity has no practical hand computation, so it is the one number
+taken from the project. The same spec planned without n+1 fails that check (the oracle can tell), and the
+node-loss check of ``trimtab.gate.nodeloss`` agrees both ways. Plans are analytic (cost model only) except
+one validated by simulation.
 """
 from __future__ import annotations
 
