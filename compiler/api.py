@@ -52,12 +52,10 @@ def plan(spec: Spec, *, backend: str | None = None, time_limit_s: float | None =
                     t0=t0, progress=progress)
         return replace(res, plan=sp.with_windows_validated(res.plan))
     if ir.redundancy == "n+1":  # losing any one node keeps every SLO (compiler/planning/redundancy.py)
-        from trimtab.planning.redundancy import RedundantPlanner
-        from trimtab.ir.topology import build_topology
+        from trimtab.planning.redundancy import redundant_planner
 
-        return drive(RedundantPlanner(build_topology(spec, ir)), spec, ir, backend=backend,
-                     time_limit_s=time_limit_s, validate=validate, seed=seed, t0=t0, profiles=profiles,
-                     progress=progress)
+        return drive(redundant_planner(spec, ir), spec, ir, backend=backend, time_limit_s=time_limit_s,
+                     validate=validate, seed=seed, t0=t0, profiles=profiles, progress=progress)
     if ir.lora is not None:
         from trimtab.planning.lora import LoraPlanner as P
     else:
@@ -76,27 +74,26 @@ def explain(spec: Spec, *, backend: str | None = None, time_limit_s: float | Non
     ir = lower(spec, profiles or spec_profiles(spec))
     be = get_backend(backend or spec.solver.backend)
     opts = spec_options(spec, time_limit_s)
+    if ir.redundancy == "n+1":
+        return _explain_redundant(spec, ir, be, opts)
     if ir.lora is not None:
         from trimtab.planning.lora import LoraPlanner
 
         return LoraPlanner().explain(ir, be, opts)
-    if ir.redundancy == "n+1":
-        return _explain_redundant(spec, ir, be, opts)
     return explain_unified(ir, be, opts)
 
 
 def _explain_redundant(spec: Spec, ir, be, opts):
     """``explain`` of an n+1 spec (docs/online.md, "Redundancy"): feasibility and cost of the problem with its
-    n+1 rows (``trimtab.planning.redundancy.RedundantPlanner``: its candidates, solve and infeasibility
-    lines); the binding analysis is that of the same spec without n+1, said so in a note, with that problem's
-    cost."""
+    n+1 rows (``trimtab.planning.redundancy.redundant_planner``: its candidates, solve and infeasibility
+    lines; with adapters or tenants, the adapter problem's); the binding analysis is that of the same spec
+    without n+1, said so in a note, with that problem's cost."""
     from dataclasses import replace
 
     from trimtab.planning.explain import Explanation, explain as explain_unified, stopped
-    from trimtab.planning.redundancy import RedundantPlanner
-    from trimtab.ir.topology import build_topology
+    from trimtab.planning.redundancy import redundant_planner
 
-    planner = RedundantPlanner(build_topology(spec, ir))
+    planner = redundant_planner(spec, ir)
     cands = planner.candidates(ir)
     problems = planner.precheck(ir, cands)
     res = None if problems else planner.solve(ir, cands, {}, be, opts)
@@ -109,7 +106,12 @@ def _explain_redundant(spec: Spec, ir, be, opts):
                                   "n+1"])
     # the plan this solve gives, as plan builds it
     cost = planner.build(ir, cands, res, 1, [])[0].cost_usd_per_hour
-    base = explain_unified(replace(ir, redundancy="none"), be, opts)
+    if ir.lora is not None:
+        from trimtab.planning.lora import LoraPlanner
+
+        base = LoraPlanner().explain(replace(ir, redundancy="none"), be, opts)
+    else:
+        base = explain_unified(replace(ir, redundancy="none"), be, opts)
     note = ("redundancy: n+1: the cost is that of the cheapest plan that keeps every SLO with any one node "
             "lost; the binding analysis is of the same spec without n+1")
     if base.feasible:

@@ -207,9 +207,8 @@ def lower(spec: Spec, profiles: ProfileSet | None = None) -> ProblemIR:
             truncated_share=cut.requests, index=i, prefix_hit_rate=hit, prefix_working_set=working_set,
             prefix_curve=curve, prefix_source=source, kv_dtype=w.kv_dtype,
         ))
-    if spec.redundancy == "n+1" and (spec.schedule is not None or lora_ir(spec) is not None):
-        what = "a schedule" if spec.schedule is not None else "adapters or tenants"
-        problems.append(Problem("redundancy", f"n+1 is not supported with {what} yet (docs/online.md, "
+    if spec.redundancy == "n+1" and spec.schedule is not None:
+        problems.append(Problem("redundancy", "n+1 is not supported with a schedule yet (docs/online.md, "
                                               "\"Redundancy\"); plan without it"))
     if problems:
         raise InputError(problems, "spec")

@@ -124,12 +124,9 @@ def cross_check(spec: Spec, lines: LineMap, source: str, profiles: ProfileSet) -
         bad(loc, where, msg)
     if spec.budget_usd_per_hour is not None and all(g.count == 0 for g in spec.gpus):
         bad(("gpus",), "gpus", "every GPU pool has count 0")
-    from trimtab.spec.lora import active as lora_active
-
-    if spec.redundancy == "n+1" and (spec.schedule is not None or lora_active(spec)):
+    if spec.redundancy == "n+1" and spec.schedule is not None:
         # also in ``trimtab.ir.lower`` (specs built in code); here with the line, before any profile reading
-        what = "a schedule" if spec.schedule is not None else "adapters or tenants"
-        bad(("redundancy",), "redundancy", f"n+1 is not supported with {what} yet (docs/online.md, "
+        bad(("redundancy",), "redundancy", "n+1 is not supported with a schedule yet (docs/online.md, "
                                            "\"Redundancy\"); plan without it")
     from trimtab.spec.nodes import node_problems
 
@@ -141,8 +138,8 @@ def cross_check(spec: Spec, lines: LineMap, source: str, profiles: ProfileSet) -
 
 def kv_dtype_check(spec: Spec, profiles: ProfileSet, bad) -> None:
     """``workloads[].kv_dtype: fp4`` (an NVFP4 KV cache): a GPU of the spec and the workload's model must be
-    able to hold it (``trimtab.profiles.loader.fp4_kv_problem``); with LoRA adapters on the model it is not
-    supported yet."""
+    able to hold it (``trimtab.profiles.loader.fp4_kv_problem``). With LoRA adapters too: the adapter planner
+    prices its replicas' KV cache at the workload's kv_dtype (``trimtab.planning.lora_candidates``)."""
     from trimtab.profiles.loader import fp4_kv_problem, model_from_hf_config
 
     gpus = [profiles.gpus[g.type] for g in spec.gpus if g.type in profiles.gpus]
@@ -152,10 +149,7 @@ def kv_dtype_check(spec: Spec, profiles: ProfileSet, bad) -> None:
         if w.kv_dtype is None or m is None:
             continue
         why = None
-        if m.adapters or m.adapters_from:
-            why = (f"kv_dtype is not supported with LoRA adapters yet ({w.model} has adapters): leave it out "
-                   "(the KV cache then follows dtype)")
-        elif w.kv_dtype == "fp4":
+        if w.kv_dtype == "fp4":
             fp4 = [g for g in gpus if g.fp4_tflops is not None]
             try:
                 prof = (model_from_hf_config(Path(spec.base_dir) / m.config, m.name) if m.config is not None

@@ -110,8 +110,6 @@ def test_h100s_are_left_out_with_the_reason(tmp_path):
 @pytest.mark.parametrize("change, field_msg", [
     ({"type: b200": "type: h100-sxm"}, "none of the spec's gpus (h100-sxm) has them"),
     ({"llama-3.1-70b": "deepseek-v3"}, "MLA"),
-    ({"  - name: llama-3.1-70b\n": "  - name: llama-3.1-70b\n    adapters: [{name: a, rank: 8}]\n"},
-     "not supported with LoRA adapters"),
 ])
 def test_what_cannot_serve_it_is_an_error_naming_the_field_and_line(change, field_msg):
     text = SPEC
