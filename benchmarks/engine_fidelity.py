@@ -236,7 +236,9 @@ def fit_engine(server: Server, spec, plan, case: dict, device: str, scale: int =
 
 def fidelity_rows(server: Server, spec, plan, loads: list[float], requests: int, seed: int = 0,
                   timeout_s: float = 900.0) -> list[dict]:
-    """One row per load: measured vs predicted (cost model) vs simulated (same request stream)."""
+    """One row per load: measured vs predicted (cost model) vs simulated (same request stream), and what the
+    gate says of the plan at that load (``check``, simulated at its own seeds; ``check --margin median``)."""
+    from trimtab.api import check
     from trimtab.field.loadtest import predicted_at, run_loadtest, scaled_spec
 
     cap = capacity_rps(spec, plan)
@@ -249,6 +251,7 @@ def fidelity_rows(server: Server, spec, plan, loads: list[float], requests: int,
                            timeout_s=timeout_s)
         s = scaled_spec(spec, scale)
         p50, p90 = predicted_at(plan, s, 50.0), predicted_at(plan, s, 90.0)
+        gate = {"check_ok": check(plan, s).ok, "check_margin_ok": check(plan, s, margin="median").ok}
         for name, w in res.workloads.items():
             m, sim = w.measured, w.simulated
             row = {"load": load, "rate_rps": base_rate * scale, "capacity_rps": cap, "requests": w.requests,
@@ -258,7 +261,8 @@ def fidelity_rows(server: Server, spec, plan, loads: list[float], requests: int,
                    "tpot_p90": m["tpot_p90"], "pred_ttft_p50": p50[name][0], "pred_ttft_p90": p90[name][0],
                    "pred_tpot_p50": p50[name][1], "pred_tpot_p90": p90[name][1],
                    "sim_ttft_p50": sim["ttft_p50"], "sim_ttft_p90": sim["ttft_p90"], "sim_tpot_p50": sim["tpot_p50"],
-                   "sim_tpot_p90": sim["tpot_p90"], "attainment": m["attainment"], "sim_attainment": sim["attainment"]}
+                   "sim_tpot_p90": sim["tpot_p90"], "attainment": m["attainment"], "sim_attainment": sim["attainment"],
+                   "target": spec.workloads[0].slo.percentile / 100, **gate}
             for k in ("ttft_p50", "ttft_p90", "tpot_p50", "tpot_p90"):
                 row[f"{k}_ci"] = m[f"{k}_ci"]
                 row[f"err_{k}"] = _err(row[f"pred_{k}"], row[k])

@@ -127,6 +127,7 @@ class Watcher:
         # per deployment, its recent steady intervals (``_steady``), the evidence --calibrate reads: (round,
         # Series, requests, expected at the reference)
         self.steady: dict[str, deque] = {}
+        self.was_steady: dict[str, int] = {}  # per deployment, the last round its interval was steady
 
     def _group(self) -> None:
         """Connected components of the routes' workload-deployment graph (module docstring); ``since``: the
@@ -258,9 +259,14 @@ class Watcher:
                  else tot.hists[TTFT].count if TTFT in tot.hists else 0.0)
             sec = sum(w.seconds for w in wins) / len(wins)
             self.hist.setdefault(d, deque(maxlen=self.windows)).append((self.round, n, sec, tot, eps))
-            if self._is_steady(d, eps):
+            # evidence only where the interval before was steady too: a request finishing in this one may
+            # have arrived in that one, and queued behind its backlog
+            ok = self._is_steady(d, eps)
+            if ok and self.was_steady.get(d) == self.round - 1:
                 self.steady.setdefault(d, deque(maxlen=STEADY * self.windows)).append(
                     (self.round, tot, n, self._dep_ref(d) * self._watched_share(d) * sec))
+            if ok:
+                self.was_steady[d] = self.round
             per_label: dict[str, float] = {}  # served model or adapter -> requests (reported, not tested)
             for w in wins:
                 for m, s in w.models.items():
