@@ -3,6 +3,7 @@ the ``Proposal`` it makes, each with its ``--format json`` form."""
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from pathlib import Path
 
 
 @dataclass
@@ -56,3 +57,17 @@ class Observation:
                 "deployments": self.deployments, "workloads": self.workloads, "failed": self.failed,
                 "errors": self.errors, "notes": self.notes,
                 "proposal": self.proposal.to_dict() if self.proposal else None}
+
+
+def kubectl_apply(folder: Path) -> str:
+    """``watch --apply``: ``kubectl apply -f`` a proposal's manifests; its outcome, said."""
+    import subprocess
+
+    try:
+        res = subprocess.run(["kubectl", "apply", "-f", str(folder)], capture_output=True, text=True,
+                             timeout=120)
+    except (OSError, subprocess.TimeoutExpired) as exc:
+        return f"kubectl failed: {exc}"
+    if res.returncode == 0:
+        return "applied"
+    return f"kubectl exit {res.returncode}: {res.stderr.strip()[:300]}"

@@ -16,9 +16,9 @@ traffic measured, moving the engine profile's two overheads within stated bounds
   holds rank n/2 - Z sqrt(n)/2 to the one that holds rank n/2 + Z sqrt(n)/2 (the order statistics' normal
   bounds; inside it, neither the sample nor the buckets can tell the two apart).
 
-The measurements are the watcher's steady intervals (``trimtab.online.watch.Watcher._is_steady``: no request
-waiting for admission), and the prediction is made at the rate measured over those intervals: past an
-engine's capacity the first-token times hold a growing queue, not an overhead.
+The measurements are the watcher's steady intervals (``steady``, pooled by ``SteadyIntervals``: no request
+waiting for admission, no batch growing or draining), and the prediction is made at the rate measured over
+those intervals: past an engine's capacity the latencies hold a growing queue, not an overhead.
 
 Bounds: one update moves a parameter by at most ``MAX_MOVE`` of the measured quantity it explains (a burst of
 other load on a shared machine cannot rewrite the profile at once), and never outside ``BOUNDS``. Each update
@@ -32,13 +32,79 @@ from __future__ import annotations
 import datetime as _dt
 import json
 import math
+from collections import deque
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
+from trimtab.online.metrics import REQUESTS, TTFT, Series
+
+STEADY = 4  # the evidence: the steady intervals among the last STEADY x windows
+STEADY_Z = 3.0  # standard deviations of a stable queue's change in one interval (``steady``)
 MIN_REQUESTS = 30  # per workload in the evidence (the normal bounds of the tests above need no fewer)
 Z = 3.0  # standard errors of the measured mean TPOT a difference must exceed
 MAX_MOVE = 0.5  # share of the measured quantity one update may move a parameter by
 BOUNDS = {"step_overhead_ms": (0.0, 200.0), "request_overhead_ms": (0.0, 10_000.0)}
+
+
+def steady(e: Series) -> bool:
+    """One endpoint's interval ``e`` (a window's Series) as an engine within its capacity serves: no request
+    waiting for admission at either scrape (its admission limit -- batch slots, token budget, KV -- reached),
+    and its count of requests in the engine moved by no more than ``STEADY_Z`` standard deviations of a stable
+    queue's (the interval's arrivals and finished requests, each Poisson-like: sqrt(arrived + finished)). An
+    engine past its capacity grows its batch or its queue interval after interval, and one draining a backlog
+    shrinks them: the latencies of either are the backlog's history, which no per-request or per-step
+    overhead explains."""
+    done = e.counters.get(REQUESTS, 0.0)
+    return e.waiting <= 0 and abs(e.in_engine) <= STEADY_Z * math.sqrt(max(1.0, e.arrivals + done))
+
+
+
+class SteadyIntervals:
+    """The calibration's evidence (``trimtab.online.watch.Watcher``): per deployment, its steady intervals
+    (``steady`` at every endpoint) among the last ``STEADY`` x ``windows`` rounds, each kept only where the
+    interval before it was steady too (a request finishing in one may have arrived in the one before, and
+    queued behind its backlog): (round, Series, requests, requests expected at the reference)."""
+
+    def __init__(self, windows: int):
+        self.keep = STEADY * windows
+        self.per: dict[str, deque] = {}
+        self.last: dict[str, int] = {}  # per deployment, the last round its interval was steady
+
+    def add(self, d: str, rnd: int, ok: bool, tot: Series, n: float, expected: float) -> None:
+        if ok and self.last.get(d) == rnd - 1:
+            self.per.setdefault(d, deque(maxlen=self.keep)).append((rnd, tot, n, expected))
+        if ok:
+            self.last[d] = rnd
+
+    def drop(self, d: str | None = None) -> None:
+        """Forget deployment ``d``'s intervals (all with None): taken at a reference or on replicas gone."""
+        if d is None:
+            self.per = {}
+        else:
+            self.per.pop(d, None)
+
+    def measured(self, groups: dict, ref: dict, pre_of: dict, rnd: int) -> tuple[dict, dict[str, float]]:
+        """Per workload, its deployments' TTFT and TPOT histograms pooled over their intervals here, and its
+        rate over them (its reference times the group's measured factor there), at which the cost model's
+        prediction is compared. ``groups``: name -> (workloads, deployments); ``ref``: (workload, deployment)
+        -> reference rate; ``pre_of``: decode deployments with prefill sides, whose TTFT is two engines' and
+        not one profile's overhead (left out)."""
+        out, rates = {}, {}
+        recent = rnd - self.keep
+        rows = {d: [x for x in xs if x[0] > recent] for d, xs in self.per.items()}
+        for ws, deps in groups.values():
+            n = sum(k for d in deps for _, _, k, _ in rows.get(d, ()))
+            mu = sum(e for d in deps for _, _, _, e in rows.get(d, ()))
+            if mu <= 0 or n <= 0 or any(d in pre_of for d in deps):
+                continue
+            for w in ws:
+                tot = Series()
+                for d in sorted({dd for (ww, dd) in ref if ww == w}):
+                    for _, s, _, _ in rows.get(d, ()):
+                        tot = tot.plus(s)
+                out[w] = (tot.hists.get(TTFT), tot.tpot)
+                rates[w] = sum(v for (ww, _), v in ref.items() if ww == w) * n / mu
+        return out, rates
 
 
 @dataclass(frozen=True)

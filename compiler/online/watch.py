@@ -30,7 +30,8 @@ from pathlib import Path
 
 from trimtab.errors import InputError, Problem, TrimtabError
 from trimtab.online import drift
-from trimtab.online.proposal import Observation, Proposal
+from trimtab.online.proposal import Observation, Proposal, kubectl_apply
+from trimtab.online.recalibrate import SteadyIntervals, steady
 from trimtab.online.roles import FirstToken, prefill_of, route_refs
 from trimtab.online.targets import Target, targets_for  # noqa: F401 (targets_for: part of this API)
 from trimtab.online.metrics import (OUTPUT_LEN, PROMPT_LEN, QUERY, REQUESTS, TTFT, Series, Snapshot, parse,
@@ -39,8 +40,6 @@ from trimtab.online.metrics import (OUTPUT_LEN, PROMPT_LEN, QUERY, REQUESTS, TTF
 SCRAPE_TIMEOUT_S = 5.0
 DEAD_AFTER = 2  # failed scrapes in a row that make an endpoint a failed replica (one may be a hiccup)
 MIN_LIFETIME = 6  # intervals after a proposal before the next one (a new failure excepted)
-STEADY = 4  # the calibration's evidence: the steady intervals among the last STEADY x windows
-STEADY_Z = 3.0  # standard deviations of a stable queue's change in one interval (``Watcher._is_steady``)
 
 
 def _refuse(plan) -> None:
@@ -48,18 +47,6 @@ def _refuse(plan) -> None:
         why = ("the plan is a schedule over windows; Watcher compares a static plan's rates "
                "(trimtab.online.schedule_watch.ScheduleWatcher watches a schedule window by window)")
         raise InputError([Problem("schedule", why)], "plan")
-
-
-def steady(e: Series) -> bool:
-    """One endpoint's interval ``e`` (a window's Series) as an engine within its capacity serves: no request
-    waiting for admission at either scrape (its admission limit -- batch slots, token budget, KV -- reached),
-    and its count of requests in the engine moved by no more than ``STEADY_Z`` standard deviations of a stable
-    queue's (the interval's arrivals and finished requests, each Poisson-like: sqrt(arrived + finished)). An
-    engine past its capacity grows its batch or its queue interval after interval, and one draining a backlog
-    shrinks them: the latencies of either are the backlog's history, which no per-request or per-step
-    overhead explains."""
-    done = e.counters.get(REQUESTS, 0.0)
-    return e.waiting <= 0 and abs(e.in_engine) <= STEADY_Z * math.sqrt(max(1.0, e.arrivals + done))
 
 
 def _r(x: float, nd: int = 4):
@@ -124,10 +111,7 @@ class Watcher:
         self.declared: dict[str, int] = {}  # group -> the last round its rate change was declared
         self.len_factor: dict[tuple[str, str], float] = {}  # (workload, prompt|output) -> re-fit so far
         self.len_changes: dict[str, list] = {}  # this step's length changes per group
-        # per deployment, its recent steady intervals (``_steady``), the evidence --calibrate reads: (round,
-        # Series, requests, expected at the reference)
-        self.steady: dict[str, deque] = {}
-        self.was_steady: dict[str, int] = {}  # per deployment, the last round its interval was steady
+        self.steady = SteadyIntervals(self.windows)  # the evidence --calibrate reads
 
     def _group(self) -> None:
         """Connected components of the routes' workload-deployment graph (module docstring); ``since``: the
@@ -259,14 +243,8 @@ class Watcher:
                  else tot.hists[TTFT].count if TTFT in tot.hists else 0.0)
             sec = sum(w.seconds for w in wins) / len(wins)
             self.hist.setdefault(d, deque(maxlen=self.windows)).append((self.round, n, sec, tot, eps))
-            # evidence only where the interval before was steady too: a request finishing in this one may
-            # have arrived in that one, and queued behind its backlog
-            ok = self._is_steady(d, eps)
-            if ok and self.was_steady.get(d) == self.round - 1:
-                self.steady.setdefault(d, deque(maxlen=STEADY * self.windows)).append(
-                    (self.round, tot, n, self._dep_ref(d) * self._watched_share(d) * sec))
-            if ok:
-                self.was_steady[d] = self.round
+            self.steady.add(d, self.round, self._is_steady(d, eps), tot, n,
+                            self._dep_ref(d) * self._watched_share(d) * sec)
             per_label: dict[str, float] = {}  # served model or adapter -> requests (reported, not tested)
             for w in wins:
                 for m, s in w.models.items():
@@ -285,7 +263,8 @@ class Watcher:
         """An interval of deployment ``d`` whose latencies can calibrate the engine profile: every endpoint
         answered, and each one's interval is ``steady``."""
         live = [t for t in self.targets if t.deployment == d and self.fails.get(t.url, 0) == 0]
-        return (len(eps) == len(live) and (d, self.round) not in self.short and all(steady(e) for e in eps))
+        return (len(eps) == len(live) and (d, self.round) not in self.short
+                and all(steady(e) for e in eps))
 
     def _rates(self, obs: Observation) -> dict[str, drift.RateChange]:
         """The rate test per group over its recent intervals since its ``since`` round."""
@@ -515,7 +494,7 @@ class Watcher:
         for g in set(changes) | set(lens):  # the reference moved: the test starts over from it
             self.since[g] = self.round + 1
             for d in self.groups[g][1]:  # and the calibration's evidence, taken at the old one
-                self.steady.pop(d, None)
+                self.steady.drop(d)
         if p is None:
             where = self.out_dir / "calibration"
             obs.notes += [f"calibration: {u['parameter']} {u['old']:g} -> {u['new']:g} ms from "
@@ -547,12 +526,12 @@ class Watcher:
         if self.calibrate:  # before the re-plan, which then prices replicas with the moved overheads
             from trimtab.online.recalibrate import recalibrate
 
-            measured, at = self._measured()
-            steady = rescaled_lengths(rescaled_spec(self.spec, {w: r / self.spec_rate[w] for w, r in at.items()
-                                                                if self.spec_rate[w] > 0}), len_factor)
-            cal = recalibrate(self.plan, steady, measured, self.out_dir / "calibration")
+            measured, at = self.steady.measured(self.groups, self.ref, self.pre_of, self.round)
+            at_rates = {w: r / self.spec_rate[w] for w, r in at.items() if self.spec_rate[w] > 0}
+            cal = recalibrate(self.plan, rescaled_lengths(rescaled_spec(self.spec, at_rates), len_factor),
+                              measured, self.out_dir / "calibration")
             if cal:  # the evidence is spent: the next update needs intervals measured after this one
-                self.steady = {}
+                self.steady.drop()
             self.calibrated = [u.to_dict() for u in cal]
             reasons = reasons + [
                 f"calibration: {u.engine} {u.parameter} {u.old:.3g} -> {u.new:.3g} ms ({u.measured}: "
@@ -590,47 +569,12 @@ class Watcher:
         if self.apply and manifests != "k8s":
             prop.applied = f"not applied: no manifests ({manifests})"
         elif self.apply:
-            prop.applied = self._kubectl(folder / "k8s")
+            prop.applied = kubectl_apply(folder / "k8s")
             if prop.applied == "applied":
                 self._adopt(r.plan, rates)
         (folder / "proposal.json").write_text(json.dumps(prop.to_dict(), indent=2) + "\n")
         self.proposals.append(prop)
         return prop
-
-    def _measured(self) -> tuple[dict, dict[str, float]]:
-        """The calibration's evidence: per workload, its deployments' TTFT and TPOT histograms pooled over
-        their steady intervals (``_is_steady``) since the group's reference last moved, and the workload's
-        rate over those intervals (its reference times the group's measured factor there), at which the cost
-        model's prediction is compared."""
-        out, rates = {}, {}
-        for g, (ws, deps) in self.groups.items():
-            n = mu = 0.0
-            recent = self.round - STEADY * self.windows
-            for d in deps:
-                for _, _, k, e in (x for x in self.steady.get(d, ()) if x[0] > recent):
-                    n, mu = n + k, mu + e
-            if mu <= 0 or n <= 0 or any(d in self.pre_of for d in deps):
-                continue  # a decode side's TTFT is two engines': not one profile's overhead
-            for w in ws:
-                tot = Series()
-                for d in sorted({dd for (ww, dd) in self.ref if ww == w}):
-                    for _, s, _, _ in (x for x in self.steady.get(d, ()) if x[0] > recent):
-                        tot = tot.plus(s)
-                out[w] = (tot.hists.get(TTFT), tot.tpot)
-                rates[w] = sum(v for (ww, _), v in self.ref.items() if ww == w) * n / mu
-        return out, rates
-
-    def _kubectl(self, folder: Path) -> str:
-        import subprocess
-
-        try:
-            res = subprocess.run(["kubectl", "apply", "-f", str(folder)], capture_output=True, text=True,
-                                 timeout=120)
-        except (OSError, subprocess.TimeoutExpired) as exc:
-            return f"kubectl failed: {exc}"
-        if res.returncode == 0:
-            return "applied"
-        return f"kubectl exit {res.returncode}: {res.stderr.strip()[:300]}"
 
     def _adopt(self, plan, rates: dict[str, float]) -> None:
         """After --apply: the proposal is what runs; its routes carry the measured rates from now on."""
@@ -640,7 +584,7 @@ class Watcher:
         self.ref, self.pre_ref = route_refs(plan, rates)
         self.pre_of = prefill_of(plan)
         self.hist = {d: self.hist.get(d, deque(maxlen=self.windows)) for d in self.replicas}
-        self.steady = {}  # measured on the replicas and at the references that ran before
+        self.steady.drop()  # measured on the replicas and at the references that ran before
         # The endpoints of replicas the proposal stopped go away with them (not failures); replicas it started
         # have endpoints this watch was not given: restart it with them to watch them too.
         self.targets = [t for t in self.targets if t.replica < self.replicas.get(t.deployment, 0)]

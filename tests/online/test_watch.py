@@ -85,7 +85,7 @@ def test_waiting_is_a_level_and_a_window_keeps_its_larger_end():
 
 def test_a_steady_interval_neither_queues_nor_grows_nor_drains():
     from trimtab.online.metrics import REQUESTS, Series
-    from trimtab.online.watch import steady
+    from trimtab.online.recalibrate import steady
 
     def interval(done, change, waiting=0.0):
         return Series({REQUESTS: done}, {}, change, waiting)
@@ -345,13 +345,13 @@ def test_calibration_predicts_at_the_rate_measured_with_the_latencies(watched):
     obs, _ = run(fleet, w, 9, 0.0)
     assert not any(g["rate_change"] for o in obs for g in o.groups.values())
     assert obs[-1].groups["a"]["reference_rps"] == pytest.approx(20.0)
-    measured, rates = w._measured()
+    measured, rates = w.steady.measured(w.groups, w.ref, w.pre_of, w.round)
     assert set(measured) == {"a", "b"} and all(m[0].count > 0 and m[1].count > 0 for m in measured.values())
     # a's rate as those intervals measured it, not its reference
     assert rates["a"] > 1.05 * 20 and rates["a"] == pytest.approx(obs[-1].groups["a"]["rate_rps"], rel=0.02)
     fleet.queued.update({d.name: 1.0 for d in plan.deployments})  # from here on, no interval is steady
     run(fleet, w, 2, 15.0 * 9)
-    assert w._measured()[1] == pytest.approx(rates)
+    assert w.steady.measured(w.groups, w.ref, w.pre_of, w.round)[1] == pytest.approx(rates)
 
 
 def test_traffic_that_stops_is_not_planned_for_zero(watched):
