@@ -273,6 +273,26 @@ def fidelity_rows(server: Server, spec, plan, loads: list[float], requests: int,
     return rows
 
 
+def check_edge(spec, plan, lo: float = 0.05, hi: float = 1.5, tol: float = 0.01) -> float:
+    """The largest share of the cost model's capacity (to ``tol``) at which ``check`` (simulated, as ``trimtab
+    check`` runs it) passes the plan: where the gate stops passing it, the load whose engine verdict says
+    whether the gate can be fooled near capacity."""
+    from trimtab.api import check
+    from trimtab.field.loadtest import scaled_spec
+
+    cap, base = capacity_rps(spec, plan), spec.workloads[0].rate_rps
+
+    def ok(load: float) -> bool:
+        return check(plan, scaled_spec(spec, load * cap / base)).ok
+
+    if not ok(lo):
+        return lo
+    while hi - lo > tol:
+        mid = (lo + hi) / 2
+        lo, hi = (mid, hi) if ok(mid) else (lo, mid)
+    return round(lo, 3)
+
+
 def _err(pred: float, meas: float) -> float:
     if not (math.isfinite(pred) and math.isfinite(meas)) or meas <= 0:
         return math.inf
@@ -343,7 +363,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--fit-engine", action="store_true", help="fit and write the engine profile first")
     ap.add_argument("--calibrate-device", action="store_true",
                     help="--device cpu: measure this CPU and plan with its profile instead of the bundled one")
-    ap.add_argument("--loads", default="0.3,0.55,0.8", help="shares of the cost model's capacity")
+    ap.add_argument("--loads", default="0.3,0.55,0.8",
+                    help="shares of the cost model's capacity; 'edge' in the list: the largest share at which "
+                         "check (simulated) passes the plan, found by bisection after any engine fit")
     ap.add_argument("--requests", type=int, default=80, help="requests per load")
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--port", type=int, default=8731)
@@ -352,7 +374,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--start-timeout", type=float, default=600.0)
     ap.add_argument("--json", type=Path, default=None, help="also write the rows here")
     a = ap.parse_args(argv)
-    loads = [float(x) for x in a.loads.split(",")]
+    loads = [x for x in a.loads.split(",")]
     workdir = a.workdir or Path(tempfile.mkdtemp(prefix="trimtab-fidelity-"))
     workdir.mkdir(parents=True, exist_ok=True)
     t0 = time.monotonic()
@@ -378,6 +400,7 @@ def main(argv: list[str] | None = None) -> int:
                   f"{ef['fit']['tpot_median']:.1f} %; held out TTFT {ef['held_out']['ttft_median']:.1f} %, TPOT "
                   f"{ef['held_out']['tpot_median']:.1f} %; wrote {ef['profile']}", flush=True)
             spec, plan = plan_spec(spec_path)
+        loads = [check_edge(spec, plan) if x == "edge" else float(x) for x in loads]
         rows = fidelity_rows(srv, spec, plan, loads, a.requests, a.seed)
     out["rows"] = rows
     out["summary"] = summary(rows)
