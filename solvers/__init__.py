@@ -5,8 +5,8 @@
 """
 from __future__ import annotations
 
-from trimtab.solvers.base import (Backend, NetExpired, SafetyNet, SolveOptions, SolveResult, Status, Termination,
-                                  spec_options)
+from trimtab.solvers.base import (Backend, NetExpired, SafetyNet, SolveOptions, SolveResult, Status,
+                                  Termination, spec_options)
 from trimtab.solvers.model import Constraint, LinExpr, MilpModel, Var
 from trimtab.solvers.cpsat import CpSatBackend
 from trimtab.solvers.pulp_backend import PulpBackend

@@ -62,17 +62,22 @@ NET_SAFE_POINTS_ENV = "TRIMTAB_TEST_NET_SAFE_POINTS"
 
 class NetExpired(Exception):
     """Raised inside a step that checks the net itself (a schedule's validation, window by window) to its
-    caller, which says what was not done; ``str``: where it stopped."""
+    caller, which says what was not done; ``str``: where it stopped; ``sims``: the validating simulations the
+    step ran before it stopped."""
+
+    def __init__(self, where: str, sims: int = 0):
+        super().__init__(where)
+        self.sims = sims
 
 
 class SafetyNet:
     """The wall-clock safety net of one planning run (``--time-limit``, ``solver.time_limit_s``): ``limit_s``
     seconds from ``start`` (``time.perf_counter``) for everything the run does, solves and validating
-    simulations alike. A solve gets what is left as its own limit (``options``); between steps (before a solve,
-    before a simulation, between a schedule's windows) the run asks ``expired`` and stops there, with no plan:
-    a step is never cut mid-way, and a run the net stopped is said as such (exit 4), never as a plan, whose
-    bytes would then depend on the machine's load. A run that ends within the net is unchanged by it: the net
-    is read, never acted on, until it expires."""
+    simulations alike. A solve gets what is left as its own limit (``options``); between steps (before a
+    solve, before a simulation, between a schedule's windows) the run asks ``expired`` and stops there, with
+    no plan: a step is never cut mid-way, and a run the net stopped is said as such (exit 4), never as a plan,
+    whose bytes would then depend on the machine's load. A run that ends within the net is unchanged by it:
+    the net is read, never acted on, until it expires."""
 
     def __init__(self, limit_s: float, start: float | None = None):
         self.limit_s = limit_s
@@ -95,7 +100,8 @@ class SafetyNet:
         return self.left() <= 0
 
     def options(self, options: SolveOptions) -> SolveOptions:
-        """``options`` for a solve starting now: the net's time left as its wall-clock limit (at least 0.01 s)."""
+        """``options`` for a solve starting now: the net's time left as its wall-clock limit (at least
+        0.01 s)."""
         return replace(options, time_limit_s=max(self.left(), 0.01))
 
 

@@ -26,8 +26,8 @@ from trimtab.planning.rounds import (LORA_PREFIX, MAX_ROUNDS, PROBES, SIM_ROUNDS
                                      derate_breaches, family_of, first_try_worth, lowest, misses_of,
                                      prior_derates, prior_on_miss, probe_derates, simulate_and_derate,
                                      simulate_past_misses, stuck)
-from trimtab.solvers import (NetExpired, SafetyNet, SolveOptions, SolveResult, Status, Termination, get_backend,
-                             spec_options)
+from trimtab.solvers import (NetExpired, SafetyNet, SolveOptions, SolveResult, Status, Termination,
+                             get_backend, spec_options)
 
 
 @dataclass(frozen=True)
@@ -76,7 +76,7 @@ class Planner(Protocol):
 
     # Optional: ``simulate(plan, spec, ir, seeds, requests, derate, fill, net) -> (SeedsResult, derate)``
     # replaces ``trimtab.planning.rounds.simulate_and_derate`` (the schedule planner simulates every window);
-    # where it runs several simulations it asks ``net`` (``SafetyNet``) between them and raises ``NetExpired``.
+    # where it runs several simulations it asks ``net`` (``SafetyNet``) between them, raising ``NetExpired``.
 
 
 @gc_paused()
@@ -119,8 +119,8 @@ def drive(planner: Planner, spec, ir: ProblemIR, *, backend: str | None = None,
     ``net``: the run's wall-clock safety net (``trimtab.solvers.SafetyNet``; by default ``time_limit_s`` from
     ``t0``), shared by every solve and simulation of the drive and of those it starts (``single_types``). Each
     solve gets what is left of it; before each solve and each validating simulation, and before the search
-    below a confirmed plan and the finish, the drive stops if it expired: ``SafetyNetError`` (exit 4, no plan),
-    saying how far it got and what was not validated (``net_lines``)."""
+    below a confirmed plan and the finish, the drive stops if it expired: ``SafetyNetError`` (exit 4, no
+    plan), saying how far it got and what was not validated (``net_lines``)."""
     from trimtab.cost.physics import breaches
     from trimtab.milp.extract import finish_plan
     from trimtab.sim import default_requests
@@ -177,9 +177,11 @@ def drive(planner: Planner, spec, ir: ProblemIR, *, backend: str | None = None,
     measured: dict[str, float] = {}
     sim_round = 0  # the round of the last validating simulation
 
-    def stop(where: str, unsimulated: tuple[int, float] | None = None):
-        """The safety net expired (``net``): stop here, saying what was not validated."""
-        raise SafetyNetError(net_lines(net, where, simulations, confirmed, last_sim, sim_round, unsimulated))
+    def stop(where: str, unsimulated: tuple[int, float] | None = None, sims: int = 0):
+        """The safety net expired (``net``): stop here, saying what was not validated (``sims``: simulations
+        the step that stopped ran, beside those counted)."""
+        n = simulations + sims
+        raise SafetyNetError(net_lines(net, where, n, confirmed, last_sim, sim_round, unsimulated), where, n)
 
     for rnd in range(1, last_round + 2):
         if rnd > last_round and not probing:
@@ -295,10 +297,10 @@ def drive(planner: Planner, spec, ir: ProblemIR, *, backend: str | None = None,
     if confirmed and simulated and own is None and first_try_worth(ir):
         say("probing below the confirmed plan at the capacities its misses measured")
         try:
-            ps, pm, pn = probe_measured(planner, spec, ir, cands, be, opts, lowest(start, measured), confirmed,
-                                        seeds, sim_requests, runs, warnings, rnd + 1, net)
+            ps, pm, pn = probe_measured(planner, spec, ir, cands, be, opts, lowest(start, measured),
+                                        confirmed, seeds, sim_requests, runs, warnings, rnd + 1, net)
         except NetExpired as exc:
-            stop(f"in the probes below the confirmed plan ({exc})")
+            stop(f"in the probes below the confirmed plan ({exc})", sims=exc.sims)
         solve_s += ps
         sim_s += pm
         simulations += pn
@@ -316,8 +318,11 @@ def drive(planner: Planner, spec, ir: ProblemIR, *, backend: str | None = None,
         say("planning each GPU type alone where it may be cheaper")
         if net.expired():
             stop("before the search on each GPU type alone")
-        single = single_types(planner, spec, ir, cands, be, opts, validate, seed,
-                              min(c[0] for c in confirmed), solved_on, start, profiles, runs, net)
+        try:
+            single = single_types(planner, spec, ir, cands, be, opts, validate, seed,
+                                  min(c[0] for c in confirmed), solved_on, start, profiles, runs, net)
+        except NetExpired as exc:
+            stop(f"in the search on each GPU type alone ({exc})", sims=exc.sims)
         seconds["single types"] = time.perf_counter() - ts
         if single is not None:  # its plan and rounds; the simulations and runs of both drives
             seconds.update({"finish": 0.0, "total": time.perf_counter() - t0})
@@ -410,7 +415,7 @@ def probe_measured(planner: Planner, spec, ir: ProblemIR, cands, be, opts: Solve
     for k in range(PROBES):
         cheapest = min(c[0] for c in confirmed)
         if net.expired():
-            raise NetExpired(f"before probe {k + 1}'s solve")
+            raise NetExpired(f"before probe {k + 1}'s solve", sims)
         res = planner.solve(ir, cands, derate, be, net.options(opts))
         solve_s += res.seconds
         if res.termination == Termination.TIME_LIMIT:  # the wall clock never decides (trimtab.solvers.base)
@@ -432,7 +437,8 @@ def probe_measured(planner: Planner, spec, ir: ProblemIR, cands, be, opts: Solve
             derate = lowest(derate, {d: cut[d] for d in at_fault if d in cut})
             continue
         if net.expired():
-            raise NetExpired(f"before probe {k + 1}'s simulation, of a plan at {plan_.cost_usd_per_hour:.2f} $/h")
+            raise NetExpired(f"before probe {k + 1}'s simulation (a plan at {plan_.cost_usd_per_hour:.2f} "
+                             "$/h)", sims)
         ts = time.perf_counter()
         sim, cut = simulate_and_derate(plan_, spec, ir, seeds, requests, derate, fill, {}, runs)
         sim_s += time.perf_counter() - ts
@@ -471,7 +477,8 @@ def single_types(planner: Planner, spec, ir: ProblemIR, cands, be, opts: SolveOp
     cheaper than on ``cands`` (the disaggregated example's H100 pairs have no capacity on its longest prompts
     beside the H200: 93.60 $/h on H100 alone against 101.40 on ``cands``). Where every plan the rounds solved
     (``solved_on``) used one type alone, the rounds on that type alone would solve the same plans: it is left
-    out. Its solves and drives share the run's safety net (``net``): its expiry stops the run, as anywhere."""
+    out. Its solves and drives share the run's safety net (``net``): its expiry stops the run, as anywhere
+    (``NetExpired``, with the simulations run: the drive that called this one says what was not done)."""
     from trimtab.ir.lower import lower
     from trimtab.spec.load import spec_profiles
 
@@ -513,8 +520,8 @@ def single_types(planner: Planner, spec, ir: ProblemIR, cands, be, opts: SolveOp
                       cands=derive(cands, ir, ir_one) if derive else None, net=net)
         except InfeasibleError:
             continue  # (the derates ask for more of the type than the spec has)
-        except SafetyNetError:
-            raise  # the run's net expired: the run stops, whichever drive it was in
+        except SafetyNetError as exc:  # the run's net expired: the run stops, whichever drive it was in
+            raise NetExpired(f"on {gpu} alone, {exc.where}", exc.sims) from None
         except NoSolutionError as exc:
             if any("safety net" in line for line in exc.lines):
                 raise  # the wall clock never decides (trimtab.solvers.base)

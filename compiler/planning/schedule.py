@@ -193,8 +193,8 @@ class SchedulePlanner(UnifiedPlanner):
         fault (``trimtab.planning.rounds.simulate_and_derate``: to the fill it missed at) in that window and
         in every window where it runs at least as full with at least as bursty traffic and on no more replicas
         (keys ``WindowKey(t, cid)``). Returns the worst window's result (the lowest margin of the lower bound
-        over target) and the derates. ``net`` (``trimtab.solvers.SafetyNet``), asked between windows: its expiry
-        raises ``NetExpired`` (a window's simulation is never cut)."""
+        over target) and the derates. ``net`` (``trimtab.solvers.SafetyNet``), asked between windows: its
+        expiry raises ``NetExpired`` (a window's simulation is never cut)."""
         cands = self._cands
         self.sims = {}
         out = dict(derate)
