@@ -22,6 +22,7 @@ from trimtab.errors import InfeasibleError, NoSolutionError, SafetyNetError
 from trimtab.ir.model import ProblemIR
 from trimtab.util.jobs import gc_paused
 from trimtab.contract.schema import Goodput, Plan
+from trimtab.planning.net import net_lines
 from trimtab.planning.rounds import (LORA_PREFIX, MAX_ROUNDS, PROBES, SIM_ROUNDS, derate_analytic,
                                      derate_breaches, family_of, first_try_worth, lowest, misses_of,
                                      prior_derates, prior_on_miss, probe_derates, simulate_and_derate,
@@ -177,7 +178,7 @@ def drive(planner: Planner, spec, ir: ProblemIR, *, backend: str | None = None,
     measured: dict[str, float] = {}
     sim_round = 0  # the round of the last validating simulation
 
-    def stop(where: str, unsimulated: tuple[int, float] | None = None, sims: int = 0):
+    def stop(where: str, unsimulated: tuple[int, float, str] | None = None, sims: int = 0):
         """The safety net expired (``net``): stop here, saying what was not validated (``sims``: simulations
         the step that stopped ran, beside those counted)."""
         n = simulations + sims
@@ -240,14 +241,15 @@ def drive(planner: Planner, spec, ir: ProblemIR, *, backend: str | None = None,
             confirmed.append((plan_.cost_usd_per_hour, rnd, plan_, a, res, None))
             break  # (the simulator offers every workload's full rate; a goodput plan serves part of it)
         if net.expired():
-            stop(f"before round {rnd}'s simulation", (rnd, plan_.cost_usd_per_hour))
+            stop(f"before round {rnd}'s simulation", (rnd, plan_.cost_usd_per_hour, "was not simulated"))
         ts = time.perf_counter()
         say(f"round {rnd}: simulating the plan on {len(seeds)} seed(s)")
         if own is not None:
             try:
                 last_sim, derate = own(plan_, spec, ir, seeds, sim_requests, derate, fill, net)
             except NetExpired as exc:
-                stop(f"in round {rnd}'s simulation ({exc})", (rnd, plan_.cost_usd_per_hour))
+                stop(f"in round {rnd}'s simulation ({exc})",
+                     (rnd, plan_.cost_usd_per_hour, "was simulated in part only"), exc.sims)
         else:
             last_sim, derate = simulate_and_derate(plan_, spec, ir, seeds, sim_requests, derate, fill, peers,
                                                    runs)
@@ -342,7 +344,8 @@ def drive(planner: Planner, spec, ir: ProblemIR, *, backend: str | None = None,
     if (validate and not extra and ir.objective == "max_goodput" and ir.lora is None
             and getattr(planner, "simulate", None) is None):
         if net.expired():
-            stop("before the validating simulation of the max_goodput plan", (rnd, plan_.cost_usd_per_hour))
+            stop("before the validating simulation of the max_goodput plan",
+                 (rnd, plan_.cost_usd_per_hour, "was not simulated"))
         say(f"simulating the plan on {len(seeds)} seed(s)")
         tv = time.perf_counter()
         last_sim = goodput_validation(plan_, spec, ir, seeds, sim_requests, runs)
@@ -530,37 +533,6 @@ def single_types(planner: Planner, spec, ir: ProblemIR, cands, be, opts: SolveOp
             best, cost = replace(r, plan=r.plan.model_copy(update={"input_hash": ir.input_hash})), \
                 r.plan.cost_usd_per_hour
     return best
-
-
-def net_lines(net: SafetyNet, where: str, sims: int, confirmed: list, last_sim, sim_round: int,
-              unsimulated: tuple[int, float] | None = None) -> list[str]:
-    """What ``SafetyNetError`` says of a run the wall-clock safety net stopped ``where`` (a step not taken):
-    how far it got, what was not validated (``unsimulated``: the round and cost of a plan solved but not
-    simulated; ``last_sim``: the last simulation, of round ``sim_round``), and that no plan is written."""
-    head = (f"planning stopped by the wall-clock time limit (--time-limit or solver.time_limit_s: "
-            f"{net.limit_s:g} s, a safety net) after {net.spent():.1f} s, {where}; {sims} validating "
-            f"simulation(s) run")
-    if confirmed:
-        cost, rnd = min((c[0], c[1]) for c in confirmed)
-        what = [f"round {rnd}'s plan ({cost:.2f} $/h) was validated; the search for a cheaper plan was not "
-                "finished"]
-    else:
-        what = [] if unsimulated is None else \
-            [f"round {unsimulated[0]}'s plan ({unsimulated[1]:.2f} $/h) was not simulated"]
-        failed = sorted(n for n in last_sim.intervals if not last_sim.accepted(n)) if last_sim else []
-        if last_sim is None:
-            what.append("no workload validated" if what else "no plan was simulated: no workload validated")
-        elif failed:
-            what.append(f"the last plan simulated (round {sim_round}) did not confirm workloads "
-                        f"{_some(failed)}")
-        what = ["not validated: " + "; ".join(what)]
-    return [head, *what, "no plan written (where a run the wall clock stopped had got to depends on the "
-                         "machine's load); raise --time-limit"]
-
-
-def _some(names: list[str], k: int = 8) -> str:
-    """``names`` joined, the first ``k`` of them and how many more."""
-    return ", ".join(names[:k]) + (f" and {len(names) - k} more" if len(names) > k else "")
 
 
 def no_solution_lines(backend: str, res: SolveResult, rnd: int) -> list[str]:
