@@ -313,8 +313,8 @@ def drive(planner: Planner, spec, ir: ProblemIR, *, backend: str | None = None,
                "assess": assess_s}
     # The cheapest plan confirmed on one GPU type alone, if cheaper than the rest (single_types): where the
     # simulation's corrections decide; not for schedules, which simulate their own way, nor n+1 specs, whose
-    # planner holds the whole fleet. Its solves have a safety net of their own: an optional search must not
-    # spend the one of the plan it may improve.
+    # planner holds the whole fleet. Its solves and simulations are under the run's safety net: --time-limit
+    # bounds the whole run, and a search it stops gives no plan (a plan then would depend on the load).
     if confirmed and simulated and len(ir.gpus) > 1 and own is None and ir.redundancy != "n+1":
         ts = time.perf_counter()
         say("planning each GPU type alone where it may be cheaper")
