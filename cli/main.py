@@ -60,7 +60,8 @@ def plan(
     time_limit: Annotated[Optional[float],
                           typer.Option(min=0.01, help="Wall-clock safety net for the whole run (solves "
                                                       "and validating simulations), seconds; its expiry is "
-                                                      "exit 4, no plan; overrides solver.time_limit_s.")] = None,
+                                                      "exit 4, no plan; overrides "
+                                                      "solver.time_limit_s.")] = None,
     fmt: Annotated[Fmt, typer.Option("--format", help="Plan file format.")] = Fmt.yaml,
     verbose: Annotated[bool, typer.Option("-v", "--verbose", help="Also print the rounds and seconds per "
                                                                   "stage, and list pruned "

@@ -417,9 +417,9 @@ class SolverOptions(_Strict):
     # over several rounds on a loaded 2-core machine, come near 60 s): the machine's load must never decide
     # whether a plan is found; the deterministic node limit stops a search that does not converge
     time_limit_s: float = Field(default=300, gt=0, le=86_400, description="wall-clock safety net for one "
-                                "planning run, solves and validating simulations, seconds (default 300): a run "
-                                "it stops gives no plan (exit 4), so the plan never depends on the machine's "
-                                "load")
+                                "planning run, solves and validating simulations, seconds (default 300): a "
+                                "run it stops gives no plan (exit 4), so the plan never depends on the "
+                                "machine's load")
     node_limit: int | None = Field(default=None, ge=0, le=10**9, description="deterministic work limit per "
                                    "solve: branch-and-bound nodes for highs and cbc (default 50000); a solve "
                                    "it stops keeps its best plan with the gap, or stops without one (exit 4)")
