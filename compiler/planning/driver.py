@@ -200,6 +200,8 @@ def drive(planner: Planner, spec, ir: ProblemIR, *, backend: str | None = None,
         cheapest = min((c[4].objective for c in confirmed), default=None)
         if probing and not (res.has_solution and res.objective < cheapest - 1e-6):
             break  # the probe finds nothing cheaper than the plans confirmed: nothing to simulate
+        if res.termination == Termination.TIME_LIMIT:  # the net expired in the solve: no answer from it
+            stop(f"in round {rnd}'s solve, stopped after {res.seconds:.1f} s")
         if not res.has_solution:
             if res.status != Status.INFEASIBLE:  # a solver that stopped without an answer is one (exit 4)
                 raise NoSolutionError(no_solution_lines(be.name, res, rnd))
@@ -422,7 +424,7 @@ def probe_measured(planner: Planner, spec, ir: ProblemIR, cands, be, opts: Solve
         res = planner.solve(ir, cands, derate, be, net.options(opts))
         solve_s += res.seconds
         if res.termination == Termination.TIME_LIMIT:  # the wall clock never decides (trimtab.solvers.base)
-            raise NoSolutionError(no_solution_lines(be.name, res, rnd + k))
+            raise NetExpired(f"in probe {k + 1}'s solve, stopped after {res.seconds:.1f} s", sims)
         if not (res.has_solution and res.objective is not None and res.objective < cheapest - 1e-6):
             break  # nothing cheaper within the evidence: the confirmed plan stands
         plan_, a = planner.build(ir, cands, res, rnd + k, warnings)
@@ -509,8 +511,8 @@ def single_types(planner: Planner, spec, ir: ProblemIR, cands, be, opts: SolveOp
         alone[g.type] = (one, ir_one)
         if floor is None:  # no floor to order by: the optimum on ``cands`` at the first solve's derates
             res = planner.solve(only_type(ir, g.type), cands, start, be, net.options(opts))
-            if res.termination == Termination.TIME_LIMIT:
-                raise NoSolutionError(no_solution_lines(be.name, res, 0))
+            if res.termination == Termination.TIME_LIMIT:  # the net expired: no answer from it
+                raise NetExpired(f"in the solve on {g.type} alone, stopped after {res.seconds:.1f} s")
             low = res.objective if res.has_solution and res.objective is not None else float("inf")
         bounds.append((low, g.type))
     best = None
