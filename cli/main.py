@@ -58,7 +58,9 @@ def plan(
     solver: Annotated[Optional[Solver],
                       typer.Option(help="MILP backend; overrides the spec's solver.backend.")] = None,
     time_limit: Annotated[Optional[float],
-                          typer.Option(min=0.01, help="Solver time limit in seconds; overrides "
+                          typer.Option(min=0.01, help="Wall-clock safety net for the whole run (solves "
+                                                      "and validating simulations), seconds; its expiry is "
+                                                      "exit 4, no plan; overrides "
                                                       "solver.time_limit_s.")] = None,
     fmt: Annotated[Fmt, typer.Option("--format", help="Plan file format.")] = Fmt.yaml,
     verbose: Annotated[bool, typer.Option("-v", "--verbose", help="Also print the rounds and seconds per "

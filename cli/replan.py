@@ -33,7 +33,9 @@ def replan_cmd(
     fmt: Annotated[TableOrJson, typer.Option("--format", help="Report format.")] = TableOrJson.table,
     solver: Annotated[Optional[Solver],
                       typer.Option(help="MILP backend; overrides the spec's solver.backend.")] = None,
-    time_limit: Annotated[Optional[float], typer.Option(min=0.01, help="Solver time limit, seconds.")] = None,
+    time_limit: Annotated[Optional[float],
+                          typer.Option(min=0.01, help="Wall-clock safety net per plan (solves and "
+                                                      "simulations), seconds.")] = None,
     analytic: Annotated[bool, typer.Option("--analytic", help="Cost model only (no validation by "
                                                               "simulation).")] = False,
     profiles: ProfilesOpt = None,

@@ -44,7 +44,8 @@ def sweep_cmd(
     solver: Annotated[Optional[Solver],
                       typer.Option(help="MILP backend; overrides the spec's solver.backend.")] = None,
     time_limit: Annotated[Optional[float], typer.Option(min=0.01,
-                                                        help="Solver time limit per plan, seconds.")] = None,
+                                                        help="Wall-clock safety net per plan (solves and "
+                                                             "simulations), seconds.")] = None,
     analytic: Annotated[bool, typer.Option("--analytic", help="Plan points with the cost model only (no "
                                                               "validation by simulation).")] = False,
     fmt: Annotated[TableOrJson, typer.Option("--format", help="table, or json (the document alone on stdout: "

@@ -47,7 +47,7 @@ def plan(spec: Spec, *, backend: str | None = None, time_limit_s: float | None =
     if spec.schedule is not None:  # plans per window (docs/online.md)
         from trimtab.planning.schedule import SchedulePlanner
 
-        sp = SchedulePlanner(spec, time_limit_s)
+        sp = SchedulePlanner(spec)
         res = drive(sp, spec, ir, backend=backend, time_limit_s=time_limit_s, validate=validate, seed=seed,
                     t0=t0, progress=progress)
         return replace(res, plan=sp.with_windows_validated(res.plan))

@@ -72,6 +72,17 @@ class NoSolutionError(TrimtabError):
     exit_code = ExitCode.NO_SOLUTION
 
 
+class SafetyNetError(NoSolutionError):
+    """The wall-clock safety net (``--time-limit``) expired during a planning run, which stopped at the next
+    step (before a solve or a simulation): no plan, the lines say how far it got and what was not validated.
+    ``where``: the step not taken; ``sims``: the validating simulations run."""
+
+    def __init__(self, lines: list[str] | str, where: str = "", sims: int = 0):
+        super().__init__(lines)
+        self.where = where
+        self.sims = sims
+
+
 class CheckFailedError(TrimtabError):
     """A plan violates its spec (raised only by the CLI; the API returns a CheckReport)."""
 

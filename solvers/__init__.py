@@ -5,7 +5,8 @@
 """
 from __future__ import annotations
 
-from trimtab.solvers.base import Backend, SolveOptions, SolveResult, Status, Termination, spec_options
+from trimtab.solvers.base import (Backend, NetExpired, SafetyNet, SolveOptions, SolveResult, Status,
+                                  Termination, spec_options)
 from trimtab.solvers.model import Constraint, LinExpr, MilpModel, Var
 from trimtab.solvers.cpsat import CpSatBackend
 from trimtab.solvers.pulp_backend import PulpBackend
@@ -24,5 +25,5 @@ def available_backends() -> list[str]:
     return [n for n in sorted(BACKENDS) if get_backend(n).is_available()]
 
 
-__all__ = ["Backend", "Constraint", "LinExpr", "MilpModel", "SolveOptions", "SolveResult", "Status",
-           "Termination", "Var", "available_backends", "get_backend", "spec_options"]
+__all__ = ["Backend", "Constraint", "LinExpr", "MilpModel", "NetExpired", "SafetyNet", "SolveOptions",
+           "SolveResult", "Status", "Termination", "Var", "available_backends", "get_backend", "spec_options"]

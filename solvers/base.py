@@ -2,6 +2,8 @@
 from __future__ import annotations
 
 import importlib.util
+import os
+import time
 from dataclasses import dataclass, field, replace
 from enum import Enum
 
@@ -51,6 +53,56 @@ class SolveOptions:
         """These options for a solve after others took ``spent_s`` seconds of the wall-clock safety net (at
         least 0.01 s left), with ``changes``; the work limits carry over."""
         return replace(self, time_limit_s=max(self.time_limit_s - spent_s, 0.01), **changes)
+
+
+# Tests only: the number of safe points (``SafetyNet.expired``) the net lets pass before it counts as expired,
+# whatever the clock says, so that a test stops a real planning run at a chosen point on any machine
+NET_SAFE_POINTS_ENV = "TRIMTAB_TEST_NET_SAFE_POINTS"
+
+
+class NetExpired(Exception):
+    """Raised inside a step that checks the net itself (a schedule's validation, window by window) to its
+    caller, which says what was not done; ``str``: where it stopped; ``sims``: the validating simulations the
+    step ran before it stopped."""
+
+    def __init__(self, where: str, sims: int = 0):
+        super().__init__(where)
+        self.sims = sims
+
+
+class SafetyNet:
+    """The wall-clock safety net of one planning run (``--time-limit``, ``solver.time_limit_s``): ``limit_s``
+    seconds from ``start`` (``time.perf_counter``) for everything the run does, solves and validating
+    simulations alike. A solve gets what is left as its own limit (``options``); between steps (before a
+    solve, before a simulation, between a schedule's windows) the run asks ``expired`` and stops there, with
+    no plan: a step is never cut mid-way, and a run the net stopped is said as such (exit 4), never as a plan,
+    whose bytes would then depend on the machine's load. A run that ends within the net is unchanged by it:
+    the net is read, never acted on, until it expires."""
+
+    def __init__(self, limit_s: float, start: float | None = None):
+        self.limit_s = limit_s
+        self.start = time.perf_counter() if start is None else start
+        self.passed = 0  # safe points passed (NET_SAFE_POINTS_ENV)
+        forced = os.environ.get(NET_SAFE_POINTS_ENV, "").strip()
+        self.forced = int(forced) if forced.isdigit() else None
+
+    def spent(self) -> float:
+        return time.perf_counter() - self.start
+
+    def left(self) -> float:
+        return self.limit_s - self.spent()
+
+    def expired(self) -> bool:
+        """Whether the run must stop at this safe point (each call is one)."""
+        self.passed += 1
+        if self.forced is not None and self.passed > self.forced:
+            return True
+        return self.left() <= 0
+
+    def options(self, options: SolveOptions) -> SolveOptions:
+        """``options`` for a solve starting now: the net's time left as its wall-clock limit (at least
+        0.01 s)."""
+        return replace(options, time_limit_s=max(self.left(), 0.01))
 
 
 def spec_options(spec, time_limit_s: float | None = None) -> SolveOptions:

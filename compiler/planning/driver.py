@@ -18,15 +18,17 @@ from dataclasses import dataclass, field, replace
 from typing import Any, Callable, Protocol
 
 from trimtab.milp.assess import Assessment
-from trimtab.errors import InfeasibleError, NoSolutionError
+from trimtab.errors import InfeasibleError, NoSolutionError, SafetyNetError
 from trimtab.ir.model import ProblemIR
 from trimtab.util.jobs import gc_paused
 from trimtab.contract.schema import Goodput, Plan
+from trimtab.planning.net import net_lines
 from trimtab.planning.rounds import (LORA_PREFIX, MAX_ROUNDS, PROBES, SIM_ROUNDS, derate_analytic,
                                      derate_breaches, family_of, first_try_worth, lowest, misses_of,
                                      prior_derates, prior_on_miss, probe_derates, simulate_and_derate,
                                      simulate_past_misses, stuck)
-from trimtab.solvers import SolveOptions, SolveResult, Status, Termination, get_backend, spec_options
+from trimtab.solvers import (NetExpired, SafetyNet, SolveOptions, SolveResult, Status, Termination,
+                             get_backend, spec_options)
 
 
 @dataclass(frozen=True)
@@ -73,15 +75,16 @@ class Planner(Protocol):
         ``trimtab.planning.rounds``);
         ``fitted``: only those of a kind ``profiles/sim_capacity.yaml`` was fitted on."""
 
-    # Optional: ``simulate(plan, spec, ir, seeds, requests, derate, fill) -> (SeedsResult, derate)`` replaces
-    # ``trimtab.planning.rounds.simulate_and_derate`` (the schedule planner simulates every window).
+    # Optional: ``simulate(plan, spec, ir, seeds, requests, derate, fill, net) -> (SeedsResult, derate)``
+    # replaces ``trimtab.planning.rounds.simulate_and_derate`` (the schedule planner simulates every window);
+    # where it runs several simulations it asks ``net`` (``SafetyNet``) between them, raising ``NetExpired``.
 
 
 @gc_paused()
 def drive(planner: Planner, spec, ir: ProblemIR, *, backend: str | None = None,
           time_limit_s: float | None = None, validate: bool = True, seed: int = 0, t0: float | None = None,
           profiles: Any = None, runs: Any = None, progress: Callable[[str], None] | None = None,
-          above: float | None = None, cands: Any = None) -> PlanResult | None:
+          above: float | None = None, cands: Any = None, net: SafetyNet | None = None) -> PlanResult | None:
     """Cheapest plan meeting every SLO. Raises InfeasibleError (exit 3) or NoSolutionError (exit 4).
     ``above``: None as soon as the first solve with a solution costs that much or more (every later solve is
     at capacities no higher, so no plan of this drive can cost less; ``single_types``). ``cands``: the
@@ -112,7 +115,13 @@ def drive(planner: Planner, spec, ir: ProblemIR, *, backend: str | None = None,
     whole drive runs with the garbage collector paused (``trimtab.util.jobs.gc_paused``). After the rounds,
     the lazy probes (``probe_measured``) look below the cheapest confirmed plan with only the cuts each
     shape's own misses measured, and the answer is the cheapest plan confirmed. ``progress``, when given, is
-    told each step as it starts (a few words: the CLI shows them on stderr, as planning can take minutes)."""
+    told each step as it starts (a few words: the CLI shows them on stderr, as planning can take minutes).
+
+    ``net``: the run's wall-clock safety net (``trimtab.solvers.SafetyNet``; by default ``time_limit_s`` from
+    ``t0``), shared by every solve and simulation of the drive and of those it starts (``single_types``). Each
+    solve gets what is left of it; before each solve and each validating simulation, and before the search
+    below a confirmed plan and the finish, the drive stops if it expired: ``SafetyNetError`` (exit 4, no
+    plan), saying how far it got and what was not validated (``net_lines``)."""
     from trimtab.cost.physics import breaches
     from trimtab.milp.extract import finish_plan
     from trimtab.sim import default_requests
@@ -130,6 +139,7 @@ def drive(planner: Planner, spec, ir: ProblemIR, *, backend: str | None = None,
         raise InfeasibleError(problems)
     be = get_backend(backend or spec.solver.backend)
     opts = spec_options(spec, time_limit_s)
+    net = SafetyNet(opts.time_limit_s, t0) if net is None else net
     simulated = validate and ir.objective != "max_goodput"
     peers = planner.peers(cands) if simulated else {}
     # Where the simulation will judge the plan and a first plan on the cost model's own capacities misses, go
@@ -166,10 +176,20 @@ def drive(planner: Planner, spec, ir: ProblemIR, *, backend: str | None = None,
     # candidate -> the capacity factor its own misses measured (cuts on the deployment at fault only; the
     # workload-wide spread and the prior are left out): the lazy probes' evidence (probe_measured)
     measured: dict[str, float] = {}
+    sim_round = 0  # the round of the last validating simulation
+
+    def stop(where: str, unsimulated: tuple[int, float, str] | None = None, sims: int = 0):
+        """The safety net expired (``net``): stop here, saying what was not validated (``sims``: simulations
+        the step that stopped ran, beside those counted)."""
+        n = simulations + sims
+        raise SafetyNetError(net_lines(net, where, n, confirmed, last_sim, sim_round, unsimulated), where, n)
+
     for rnd in range(1, last_round + 2):
         if rnd > last_round and not probing:
             break  # one round past the limit: the probe's only
-        left = opts.after(solve_s)
+        if net.expired():
+            stop(f"before round {rnd}'s solve")
+        left = net.options(opts)
         solved_with = derate
         say(f"round {rnd}: solving")
         res = planner.solve(ir, cands, derate, be, left)
@@ -180,6 +200,8 @@ def drive(planner: Planner, spec, ir: ProblemIR, *, backend: str | None = None,
         cheapest = min((c[4].objective for c in confirmed), default=None)
         if probing and not (res.has_solution and res.objective < cheapest - 1e-6):
             break  # the probe finds nothing cheaper than the plans confirmed: nothing to simulate
+        if res.termination == Termination.TIME_LIMIT:  # the net expired in the solve: no answer from it
+            stop(f"in round {rnd}'s solve, stopped after {res.seconds:.1f} s")
         if not res.has_solution:
             if res.status != Status.INFEASIBLE:  # a solver that stopped without an answer is one (exit 4)
                 raise NoSolutionError(no_solution_lines(be.name, res, rnd))
@@ -220,10 +242,16 @@ def drive(planner: Planner, spec, ir: ProblemIR, *, backend: str | None = None,
         if not simulated:
             confirmed.append((plan_.cost_usd_per_hour, rnd, plan_, a, res, None))
             break  # (the simulator offers every workload's full rate; a goodput plan serves part of it)
+        if net.expired():
+            stop(f"before round {rnd}'s simulation", (rnd, plan_.cost_usd_per_hour, "was not simulated"))
         ts = time.perf_counter()
         say(f"round {rnd}: simulating the plan on {len(seeds)} seed(s)")
         if own is not None:
-            last_sim, derate = own(plan_, spec, ir, seeds, sim_requests, derate, fill)
+            try:
+                last_sim, derate = own(plan_, spec, ir, seeds, sim_requests, derate, fill, net)
+            except NetExpired as exc:
+                stop(f"in round {rnd}'s simulation ({exc})",
+                     (rnd, plan_.cost_usd_per_hour, "was simulated in part only"), exc.sims)
         else:
             last_sim, derate = simulate_and_derate(plan_, spec, ir, seeds, sim_requests, derate, fill, peers,
                                                    runs)
@@ -233,6 +261,7 @@ def drive(planner: Planner, spec, ir: ProblemIR, *, backend: str | None = None,
             measured = _cut(measured, derate, {dep for dep, _, _ in now.values()})
         sim_s += time.perf_counter() - ts
         simulations += 1
+        sim_round = rnd
         if probing:
             if last_sim.ok:
                 confirmed.append((plan_.cost_usd_per_hour, rnd, plan_, a, res, last_sim))
@@ -271,9 +300,11 @@ def drive(planner: Planner, spec, ir: ProblemIR, *, backend: str | None = None,
     # somewhere and the three doubled the CPU of a plan for 0-0.1 % of its cost (docs/solvers.md)
     if confirmed and simulated and own is None and first_try_worth(ir):
         say("probing below the confirmed plan at the capacities its misses measured")
-        ps, pm, pn = probe_measured(planner, spec, ir, cands, be, opts.after(solve_s),
-                                    lowest(start, measured), confirmed, seeds, sim_requests, runs, warnings,
-                                    rnd + 1)
+        try:
+            ps, pm, pn = probe_measured(planner, spec, ir, cands, be, opts, lowest(start, measured),
+                                        confirmed, seeds, sim_requests, runs, warnings, rnd + 1, net)
+        except NetExpired as exc:
+            stop(f"in the probes below the confirmed plan ({exc})", sims=exc.sims)
         solve_s += ps
         sim_s += pm
         simulations += pn
@@ -284,13 +315,18 @@ def drive(planner: Planner, spec, ir: ProblemIR, *, backend: str | None = None,
                "assess": assess_s}
     # The cheapest plan confirmed on one GPU type alone, if cheaper than the rest (single_types): where the
     # simulation's corrections decide; not for schedules, which simulate their own way, nor n+1 specs, whose
-    # planner holds the whole fleet. Its solves have a safety net of their own: an optional search must not
-    # spend the one of the plan it may improve.
+    # planner holds the whole fleet. Its solves and simulations are under the run's safety net: --time-limit
+    # bounds the whole run, and a search it stops gives no plan (a plan then would depend on the load).
     if confirmed and simulated and len(ir.gpus) > 1 and own is None and ir.redundancy != "n+1":
         ts = time.perf_counter()
         say("planning each GPU type alone where it may be cheaper")
-        single = single_types(planner, spec, ir, cands, be, opts, validate, seed,
-                              min(c[0] for c in confirmed), solved_on, start, profiles, runs)
+        if net.expired():
+            stop("before the search on each GPU type alone")
+        try:
+            single = single_types(planner, spec, ir, cands, be, opts, validate, seed,
+                                  min(c[0] for c in confirmed), solved_on, start, profiles, runs, net)
+        except NetExpired as exc:
+            stop(f"in the search on each GPU type alone ({exc})", sims=exc.sims)
         seconds["single types"] = time.perf_counter() - ts
         if single is not None:  # its plan and rounds; the simulations and runs of both drives
             seconds.update({"finish": 0.0, "total": time.perf_counter() - t0})
@@ -309,6 +345,9 @@ def drive(planner: Planner, spec, ir: ProblemIR, *, backend: str | None = None,
         missing = sorted(n for n in last_sim.intervals if not last_sim.accepted(n))
     if (validate and not extra and ir.objective == "max_goodput" and ir.lora is None
             and getattr(planner, "simulate", None) is None):
+        if net.expired():
+            stop("before the validating simulation of the max_goodput plan",
+                 (rnd, plan_.cost_usd_per_hour, "was not simulated"))
         say(f"simulating the plan on {len(seeds)} seed(s)")
         tv = time.perf_counter()
         last_sim = goodput_validation(plan_, spec, ir, seeds, sim_requests, runs)
@@ -319,6 +358,8 @@ def drive(planner: Planner, spec, ir: ProblemIR, *, backend: str | None = None,
             extra = [f"{line.removeprefix('workload ')}; max_goodput plans are validated by simulation, not "
                      "corrected by it (docs/solvers.md, \"Objectives\")" for line in last_sim.failures()]
             missing = sorted(n for n in last_sim.intervals if not last_sim.accepted(n))
+    if net.expired():
+        stop("before placing the plan's replicas on nodes and its final checks")
     ts = time.perf_counter()
     if extra:
         plan_, a = planner.build(ir, cands, res, rnd, warnings + extra)
@@ -358,7 +399,7 @@ def _cut(measured: dict[str, float], derate: dict[str, float], at_fault) -> dict
 
 def probe_measured(planner: Planner, spec, ir: ProblemIR, cands, be, opts: SolveOptions,
                    derate: dict[str, float], confirmed: list, seeds, requests: int, runs, warnings: list[str],
-                   rnd: int) -> tuple[float, float, int]:
+                   rnd: int, net: SafetyNet) -> tuple[float, float, int]:
     """Lazy probes below the cheapest confirmed plan (appended to ``confirmed`` when one is found); returns
     the seconds they took (solving, simulating) and the simulations they ran. Each solves at the first solve's
     derates with only the cuts measured on each shape itself (``derate``: ``measured`` on top of the start),
@@ -370,17 +411,20 @@ def probe_measured(planner: Planner, spec, ir: ProblemIR, cands, be, opts: Solve
     with the A100 price halved: its first plan put summarize on two TP2 A100s, which missed, and every
     summarize shape was derated: 27.30 $/h, while the plan at the normal price, 24.50 $/h at the halved one,
     was never shown missing). A plan confirmed for a harder spec stays feasible here unless a run measured one
-    of its shapes missing at its own load: the probe's optimum is then at most its cost."""
+    of its shapes missing at its own load: the probe's optimum is then at most its cost. Raises ``NetExpired``
+    where ``net`` expired before a probe's solve or simulation."""
     from trimtab.cost.physics import breaches
 
     solve_s = sim_s = 0.0
     sims = 0
     for k in range(PROBES):
         cheapest = min(c[0] for c in confirmed)
-        res = planner.solve(ir, cands, derate, be, opts.after(solve_s))
+        if net.expired():
+            raise NetExpired(f"before probe {k + 1}'s solve", sims)
+        res = planner.solve(ir, cands, derate, be, net.options(opts))
         solve_s += res.seconds
         if res.termination == Termination.TIME_LIMIT:  # the wall clock never decides (trimtab.solvers.base)
-            raise NoSolutionError(no_solution_lines(be.name, res, rnd + k))
+            raise NetExpired(f"in probe {k + 1}'s solve, stopped after {res.seconds:.1f} s", sims)
         if not (res.has_solution and res.objective is not None and res.objective < cheapest - 1e-6):
             break  # nothing cheaper within the evidence: the confirmed plan stands
         plan_, a = planner.build(ir, cands, res, rnd + k, warnings)
@@ -397,6 +441,9 @@ def probe_measured(planner: Planner, spec, ir: ProblemIR, cands, be, opts: Solve
             at_fault = {p.worst_deployment for p in misses if p.worst_deployment}
             derate = lowest(derate, {d: cut[d] for d in at_fault if d in cut})
             continue
+        if net.expired():
+            raise NetExpired(f"before probe {k + 1}'s simulation (a plan at {plan_.cost_usd_per_hour:.2f} "
+                             "$/h)", sims)
         ts = time.perf_counter()
         sim, cut = simulate_and_derate(plan_, spec, ir, seeds, requests, derate, fill, {}, runs)
         sim_s += time.perf_counter() - ts
@@ -416,8 +463,8 @@ def only_type(ir: ProblemIR, gpu: str) -> ProblemIR:
 
 
 def single_types(planner: Planner, spec, ir: ProblemIR, cands, be, opts: SolveOptions, validate: bool,
-                 seed: int, cost: float, solved_on: set[str], start: dict[str, float], profiles, runs
-                 ) -> PlanResult | None:
+                 seed: int, cost: float, solved_on: set[str], start: dict[str, float], profiles, runs,
+                 net: SafetyNet) -> PlanResult | None:
     """The cheapest plan the rounds confirm on one GPU type alone, where it costs less than ``cost`` (the
     cheapest confirmed on every type together); None if there is none. Why: the corrections after a simulated
     miss lower every shape of the missing workload (``trimtab.planning.rounds``), so a miss on one type can
@@ -435,7 +482,8 @@ def single_types(planner: Planner, spec, ir: ProblemIR, cands, be, opts: SolveOp
     cheaper than on ``cands`` (the disaggregated example's H100 pairs have no capacity on its longest prompts
     beside the H200: 93.60 $/h on H100 alone against 101.40 on ``cands``). Where every plan the rounds solved
     (``solved_on``) used one type alone, the rounds on that type alone would solve the same plans: it is left
-    out."""
+    out. Its solves and drives share the run's safety net (``net``): its expiry stops the run, as anywhere
+    (``NetExpired``, with the simulations run: the drive that called this one says what was not done)."""
     from trimtab.ir.lower import lower
     from trimtab.spec.load import spec_profiles
 
@@ -462,9 +510,9 @@ def single_types(planner: Planner, spec, ir: ProblemIR, cands, be, opts: SolveOp
             continue  # no plan of this type alone can be cheaper (a fluid bound: before any pair is built)
         alone[g.type] = (one, ir_one)
         if floor is None:  # no floor to order by: the optimum on ``cands`` at the first solve's derates
-            res = planner.solve(only_type(ir, g.type), cands, start, be, opts)
-            if res.termination == Termination.TIME_LIMIT:
-                raise NoSolutionError(no_solution_lines(be.name, res, 0))
+            res = planner.solve(only_type(ir, g.type), cands, start, be, net.options(opts))
+            if res.termination == Termination.TIME_LIMIT:  # the net expired: no answer from it
+                raise NetExpired(f"in the solve on {g.type} alone, stopped after {res.seconds:.1f} s")
             low = res.objective if res.has_solution and res.objective is not None else float("inf")
         bounds.append((low, g.type))
     best = None
@@ -474,9 +522,11 @@ def single_types(planner: Planner, spec, ir: ProblemIR, cands, be, opts: SolveOp
             derive = getattr(planner, "for_one_type", None)  # its candidates from ``cands``, not rebuilt
             r = drive(planner, one, ir_one, backend=be.name, time_limit_s=opts.time_limit_s,
                       validate=validate, seed=seed, profiles=profiles, runs=runs, above=cost,
-                      cands=derive(cands, ir, ir_one) if derive else None)
+                      cands=derive(cands, ir, ir_one) if derive else None, net=net)
         except InfeasibleError:
             continue  # (the derates ask for more of the type than the spec has)
+        except SafetyNetError as exc:  # the run's net expired: the run stops, whichever drive it was in
+            raise NetExpired(f"on {gpu} alone, {exc.where}", exc.sims) from None
         except NoSolutionError as exc:
             if any("safety net" in line for line in exc.lines):
                 raise  # the wall clock never decides (trimtab.solvers.base)

@@ -200,13 +200,15 @@ class SurvivesNodeLoss:
                  "so a pool of one node carries nothing"]
                 + (["  without n+1 the spec would also need:"] + rest if rest else []))
 
-    def simulate(self, plan_, spec, ir, seeds, requests, derate, fill):
+    def simulate(self, plan_, spec, ir, seeds, requests, derate, fill, net=None):
         """The plan as ``trimtab.planning.rounds.simulate_and_derate`` validates any plan, then, placed as it
         will be, with each kind of node loss (``trimtab.gate.nodeloss``): the survivors run fuller than the
         cost model's capacity may allow, and a miss there derates the deployment at fault at the survivors'
         fill, so the next solve buys it more spare. Returns the first failing runs (or the whole plan's) and
-        the derates."""
+        the derates. ``net`` (``trimtab.solvers.SafetyNet``), asked between simulations: its expiry raises
+        ``NetExpired``."""
         from trimtab.deployment.shape import DeploymentSpecView
+        from trimtab.solvers import NetExpired
         from trimtab.gate.nodeloss import losses_by_node, without_node
         from trimtab.milp.extract import with_placement
         from trimtab.planning.rounds import simulate_and_derate
@@ -222,6 +224,8 @@ class SurvivesNodeLoss:
             kinds.setdefault(tuple(lost.items()), node)
         reps = {d.name: d.replicas for d in placed.deployments}
         for sig, node in sorted(kinds.items(), key=lambda kv: kv[1]):
+            if net is not None and net.expired():
+                raise NetExpired(f"before the simulation without node {node}")
             reduced, unserved = without_node(placed, node, ir)
             if unserved:  # the rows make this impossible; check reports it if it happens
                 continue

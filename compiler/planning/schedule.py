@@ -20,8 +20,8 @@ from trimtab.milp.extract import build_plan, chosen
 from trimtab.deployment.price import fleet_usd_per_hour, startup_usd
 from trimtab.contract.schema import PlanSchedule, Route, ScheduleWindow
 from trimtab.planning.planners import UnifiedPlanner
-from trimtab.deployment.shape import CandidateSet
 from trimtab.milp.solve import balance_routes, solve_ir
+from trimtab.solvers import NetExpired, Termination
 
 
 # relative MIP gap the schedule MILP stops at (windows x candidates: proving 1e-4 takes minutes)
@@ -33,9 +33,8 @@ SCREEN_MIN = 2_000
 
 
 class SchedulePlanner(UnifiedPlanner):
-    def __init__(self, spec, time_limit_s: float | None = None):
+    def __init__(self, spec):
         self.spec = spec
-        self.time_limit_s = time_limit_s or spec.solver.time_limit_s
         self.sched = spec.schedule
         self.wr = window_rates(spec)
         self.startup = startup_for(self.sched.startup)
@@ -52,35 +51,37 @@ class SchedulePlanner(UnifiedPlanner):
     def startup_s(self, ir, cands) -> dict[str, float]:
         return {c.id: candidate_startup_s(self.startup, ir, c) for c in cands.candidates + cands.disagg}
 
-    def screen(self, ir, cands, derate, backend, options) -> tuple[CandidateSet, float]:
+    def screen(self, ir, cands, derate, backend, options):
         """The candidates some window's own cheapest static plan uses (``trimtab.milp.solve.solve_ir`` per
         window,
-        distinct rate vectors once): the schedule MILP chooses among these. Returns them and the seconds
-        spent."""
+        distinct rate vectors once): the schedule MILP chooses among these. Returns them, the seconds spent
+        and the window solve the safety net stopped (None: none did)."""
         keep: set[str] = set()
         spent = 0.0
         for t, r in enumerate(self.rates()):
-            # each window's static solve gets the whole limit: one that stops early on a busy machine would
-            # make the candidate set, hence the plan, depend on the machine's load (plans are byte-stable)
-            res = solve_ir(window_ir(ir, r), cands, backend, options, window_derate(derate, t))
+            res = solve_ir(window_ir(ir, r), cands, backend, options.after(spent), window_derate(derate, t))
             spent += res.seconds
+            if res.termination == Termination.TIME_LIMIT:
+                # the safety net stopped it: no answer, and a candidate set without this window's shapes
+                # would make the plan depend on the machine's load
+                return cands, spent, res
             keep |= {c.id for c in cands.candidates + cands.disagg if res.values.get(n_var(c.id), 0.0) > 0.5}
         if not keep:
-            return cands, spent
+            return cands, spent, None
         return replace(cands, candidates=tuple(c for c in cands.candidates if c.id in keep),
-                       disagg=tuple(c for c in cands.disagg if c.id in keep)), spent
+                       disagg=tuple(c for c in cands.disagg if c.id in keep)), spent, None
 
     def solve(self, ir, cands, derate, backend, options):
-        """Screening and the schedule MILP, each round with the spec's whole time limit (not what earlier
-        rounds left, as for a static plan: a schedule's MILP stopped early keeps a poor incumbent, costly and
-        churning)."""
+        """Screening and the schedule MILP, within what the run's safety net has left (``options``): a solve
+        it stops gives no answer (exit 4), like any other."""
         s = self.sched
-        options = replace(options, time_limit_s=max(options.time_limit_s, self.time_limit_s or 0.0))
-        small, spent = self.screen(ir, cands, derate, backend, options)
+        small, spent, stopped = self.screen(ir, cands, derate, backend, options)
+        if stopped is not None:
+            return replace(stopped, seconds=spent)
         m, names = formulate_schedule(ir, small, self.rates(), s.window_s, self.startup_s(ir, small), derate,
                                cyclic=s.cyclic, min_lifetime=s.min_lifetime_windows,
                                max_changes=s.max_changes_per_window)
-        res = backend.solve(m, replace(options, mip_rel_gap=max(options.mip_rel_gap, SCHEDULE_GAP)))
+        res = backend.solve(m, options.after(spent, mip_rel_gap=max(options.mip_rel_gap, SCHEDULE_GAP)))
         spent += res.seconds
         windows = []
         if res.has_solution:
@@ -186,13 +187,14 @@ class SchedulePlanner(UnifiedPlanner):
         plan, _ = build_plan(ir_t, deps, routes, r_t, rounds, [])
         return ir_t, plan
 
-    def simulate(self, plan, spec, ir, seeds, requests, derate, fill):
+    def simulate(self, plan, spec, ir, seeds, requests, derate, fill, net=None):
         """Validation of a schedule: **every window**, each simulated as a static plan (its replicas and
         routes) under its own rates and burstiness (``validate_window``). A miss derates the deployment at
         fault (``trimtab.planning.rounds.simulate_and_derate``: to the fill it missed at) in that window and
         in every window where it runs at least as full with at least as bursty traffic and on no more replicas
         (keys ``WindowKey(t, cid)``). Returns the worst window's result (the lowest margin of the lower bound
-        over target) and the derates."""
+        over target) and the derates. ``net`` (``trimtab.solvers.SafetyNet``), asked between windows: its
+        expiry raises ``NetExpired`` (a window's simulation is never cut)."""
         cands = self._cands
         self.sims = {}
         out = dict(derate)
@@ -204,6 +206,8 @@ class SchedulePlanner(UnifiedPlanner):
         full = set(self.fullest(cands, derate, self.sched.validate_windows))
         worst, worst_margin = None, None
         for t in range(self.wr.n):
+            if t and net is not None and net.expired():
+                raise NetExpired(f"after {t} of its {self.wr.n} windows")
             res_t, new = self.validate_window(ir, spec, t, seeds, requests, window_derate(derate, t),
                                               fills[t], t in full)
             self.sims[t] = res_t

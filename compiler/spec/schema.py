@@ -416,9 +416,10 @@ class SolverOptions(_Strict):
     # A safety net well above the solver time of any plan measured (the largest generated specs, priced out
     # over several rounds on a loaded 2-core machine, come near 60 s): the machine's load must never decide
     # whether a plan is found; the deterministic node limit stops a search that does not converge
-    time_limit_s: float = Field(default=300, gt=0, le=86_400, description="wall-clock safety net for the "
-                                "solves of one plan, seconds (default 300): a solve it stops gives no plan "
-                                "(exit 4), so the plan never depends on the machine's load")
+    time_limit_s: float = Field(default=300, gt=0, le=86_400, description="wall-clock safety net for one "
+                                "planning run, solves and validating simulations, seconds (default 300): a "
+                                "run it stops gives no plan (exit 4), so the plan never depends on the "
+                                "machine's load")
     node_limit: int | None = Field(default=None, ge=0, le=10**9, description="deterministic work limit per "
                                    "solve: branch-and-bound nodes for highs and cbc (default 50000); a solve "
                                    "it stops keeps its best plan with the gap, or stops without one (exit 4)")
