@@ -137,6 +137,7 @@ def test_inter_rack_row_bounds_cross_type_flow(tmp_path):
     assert cross <= LINK_UTIL * 1e9 * (1 + 1e-6)
 
 
+@pytest.mark.slow  # quick suite within 3 minutes; .ci/run runs the slow suite
 def test_simulation_validates_colocated_plan(tmp_path):
     """The simulator hands KV over on the group's NVLink (``transfer_s(local=True)``); the emitted co-located
     plan's recorded attainment is replayed by ``check``'s simulation."""

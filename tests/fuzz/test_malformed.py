@@ -120,6 +120,7 @@ VALUES = st.one_of(st.none(), st.booleans(), st.integers(-10**15, 10**15),
                                                                             st.integers(-3, 10**8), max_size=2))
 
 
+@pytest.mark.slow  # quick suite within 3 minutes; .ci/run runs the slow suite
 @settings(max_examples=40, deadline=None, derandomize=True, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(field=st.sampled_from(FIELDS), value=VALUES)
 def test_fuzzed_field_never_tracebacks(tmp_path, field, value):

@@ -267,6 +267,7 @@ def test_explain_solves_the_n_plus_1_adapter_problem(plans):
     assert any("n+1" in n and f"{p0.cost_usd_per_hour:.2f}" in n for n in e.notes)
 
 
+@pytest.mark.slow  # quick suite within 3 minutes; .ci/run runs the slow suite
 def test_validated_plan_simulates_each_node_loss():
     """The rounds simulate the plan and each kind of node loss (``SurvivesNodeLoss.simulate``); the plan
     records a passed simulation and still survives every loss by hand."""

@@ -166,6 +166,7 @@ def _two_replicas() -> dict:
     return {"workloads.a.rate_rps": _rate_with_two_replicas()}
 
 
+@pytest.mark.slow  # quick suite within 3 minutes; .ci/run runs the slow suite
 def test_stationary_stretch_no_false_alarm(watched):
     plan, _, fleet, w = watched(seed=3)
     obs, _ = run(fleet, w, 121, 0.0)  # 30 minutes of 15 s intervals

@@ -47,6 +47,7 @@ def _roles(plan):
     return pre, dec
 
 
+@pytest.mark.slow  # quick suite within 3 minutes; .ci/run runs the slow suite
 def test_stationary_pd_reads_each_request_once(pd):
     plan, fleet, w = pd(11)
     pre, dec = _roles(plan)

@@ -130,6 +130,7 @@ def robust_executor(request):
     return request.getfixturevalue("ray_executor")
 
 
+@pytest.mark.slow  # quick suite within 3 minutes; .ci/run runs the slow suite
 def test_robust_plan_holds_in_q_of_its_scenarios(spec, robust_executor):
     """The chosen plan passes check in >= q of the scenarios, re-checked here one by one; it costs at least
     as much as the mean scenario's plan and is the cheapest candidate that passed."""
