@@ -58,7 +58,6 @@ def steady(e: Series) -> bool:
     return e.waiting <= 0 and abs(e.in_engine) <= STEADY_Z * math.sqrt(max(1.0, e.arrivals + done))
 
 
-
 class SteadyIntervals:
     """The calibration's evidence (``trimtab.online.watch.Watcher``): per deployment, its steady intervals
     (``steady`` at every endpoint) among the last ``STEADY`` x ``windows`` rounds, each kept only where the
