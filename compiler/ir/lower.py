@@ -20,7 +20,7 @@ from trimtab.engines.base import model_identities
 from trimtab.ir.model import GpuPoolIR, ProblemIR, SloIR, WorkloadIR
 from trimtab.spec.lengths import LengthError, cut_inputs, length_grids, make_buckets, truncation
 from trimtab.profiles.loader import ProfileSet, model_from_hf_config
-from trimtab.spec.load import spec_profiles
+from trimtab.spec.load import kind_problems, spec_profiles
 from trimtab.spec.schema import Spec, Workload
 
 
@@ -207,9 +207,7 @@ def lower(spec: Spec, profiles: ProfileSet | None = None) -> ProblemIR:
             truncated_share=cut.requests, index=i, prefix_hit_rate=hit, prefix_working_set=working_set,
             prefix_curve=curve, prefix_source=source, kv_dtype=w.kv_dtype,
         ))
-    if spec.redundancy == "n+1" and spec.schedule is not None:
-        problems.append(Problem("redundancy", "n+1 is not supported with a schedule yet (docs/online.md, "
-                                              "\"Redundancy\"); plan without it"))
+    problems += [Problem(where, msg) for _, where, msg in kind_problems(spec)]
     if problems:
         raise InputError(problems, "spec")
     return ProblemIR(

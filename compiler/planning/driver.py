@@ -21,7 +21,8 @@ from trimtab.milp.assess import Assessment
 from trimtab.errors import InfeasibleError, NoSolutionError, SafetyNetError
 from trimtab.ir.model import ProblemIR
 from trimtab.util.jobs import gc_paused
-from trimtab.contract.schema import Goodput, Plan
+from trimtab.contract.schema import Plan
+from trimtab.planning.goodput import refine as refine_goodput
 from trimtab.planning.net import net_lines
 from trimtab.planning.rounds import (LORA_PREFIX, MAX_ROUNDS, PROBES, SIM_ROUNDS, derate_analytic,
                                      derate_breaches, family_of, first_try_worth, lowest, misses_of,
@@ -140,7 +141,12 @@ def drive(planner: Planner, spec, ir: ProblemIR, *, backend: str | None = None,
     be = get_backend(backend or spec.solver.backend)
     opts = spec_options(spec, time_limit_s)
     net = SafetyNet(opts.time_limit_s, t0) if net is None else net
-    simulated = validate and ir.objective != "max_goodput"
+    simulated = validate
+    # max_goodput: the rounds correct its plans as they do min_cost ones (a miss derates the deployment at
+    # fault, and the next solve serves what the corrected capacities carry), but the plan kept is the one
+    # serving the most traffic, and nothing below it is searched by cost (probes, single types)
+    goodput = ir.objective == "max_goodput"
+    failed_with = None  # the derates of the last plan the simulation refuted (max_goodput's search)
     peers = planner.peers(cands) if simulated else {}
     # Where the simulation will judge the plan and a first plan on the cost model's own capacities misses, go
     # straight to the capacities it confirms (trimtab.planning.rounds): the cheap plan is tried first, the
@@ -241,7 +247,7 @@ def drive(planner: Planner, spec, ir: ProblemIR, *, backend: str | None = None,
             # (simulate_past_misses)
         if not simulated:
             confirmed.append((plan_.cost_usd_per_hour, rnd, plan_, a, res, None))
-            break  # (the simulator offers every workload's full rate; a goodput plan serves part of it)
+            break
         if net.expired():
             stop(f"before round {rnd}'s simulation", (rnd, plan_.cost_usd_per_hour, "was not simulated"))
         ts = time.perf_counter()
@@ -273,12 +279,14 @@ def drive(planner: Planner, spec, ir: ProblemIR, *, backend: str | None = None,
                 continue  # the assessment's misses alone: re-solve on its corrections
         elif last_sim.ok:
             confirmed.append((plan_.cost_usd_per_hour, rnd, plan_, a, res, last_sim))
-            derate = probe_derates(solved_with, prior if own is None else {}, missed, peers)
+            derate = solved_with if goodput else probe_derates(solved_with, prior if own is None else {},
+                                                               missed, peers)
             if derate == solved_with:
                 break
             probing = True  # a cheaper plan may pass where the rounds lowered capacities on others' evidence
             continue
         sim_rounds += 1
+        failed_with = solved_with
         if per_workload and prior and own is None and with_prior != (None, None):
             alone = derate  # the candidates of the workloads this round did not confirm at most at the prior
             derate = prior_on_miss(ir, last_sim, len(seeds), derate, prior, peers)
@@ -298,13 +306,24 @@ def drive(planner: Planner, spec, ir: ProblemIR, *, backend: str | None = None,
     # Probes only where a plan relaxed to the evidence has a fair chance to pass (first_try_worth; never for
     # adapter specs, whose first round confirms 40 % of workloads): on 100 workloads each probe missed
     # somewhere and the three doubled the CPU of a plan for 0-0.1 % of its cost (docs/solvers.md)
-    if confirmed and simulated and own is None and first_try_worth(ir):
+    if confirmed and simulated and own is None and not goodput and first_try_worth(ir):
         say("probing below the confirmed plan at the capacities its misses measured")
         try:
             ps, pm, pn = probe_measured(planner, spec, ir, cands, be, opts, lowest(start, measured),
                                         confirmed, seeds, sim_requests, runs, warnings, rnd + 1, net)
         except NetExpired as exc:
             stop(f"in the probes below the confirmed plan ({exc})", sims=exc.sims)
+        solve_s += ps
+        sim_s += pm
+        simulations += pn
+    # (a max_goodput drive stops at its first confirmed plan: ``solved_with`` holds its derates)
+    if confirmed and goodput and own is None and failed_with is not None:
+        say("searching between the confirmed and the refuted capacities for more goodput")
+        try:
+            ps, pm, pn = refine_goodput(planner, spec, ir, cands, be, opts, solved_with, failed_with,
+                                        confirmed, seeds, sim_requests, runs, warnings, rnd + 1, net)
+        except NetExpired as exc:
+            stop(f"in the goodput search ({exc})", sims=exc.sims)
         solve_s += ps
         sim_s += pm
         simulations += pn
@@ -317,7 +336,8 @@ def drive(planner: Planner, spec, ir: ProblemIR, *, backend: str | None = None,
     # simulation's corrections decide; not for schedules, which simulate their own way, nor n+1 specs, whose
     # planner holds the whole fleet. Its solves and simulations are under the run's safety net: --time-limit
     # bounds the whole run, and a search it stops gives no plan (a plan then would depend on the load).
-    if confirmed and simulated and len(ir.gpus) > 1 and own is None and ir.redundancy != "n+1":
+    if (confirmed and simulated and len(ir.gpus) > 1 and own is None and ir.redundancy != "n+1"
+            and not goodput):
         ts = time.perf_counter()
         say("planning each GPU type alone where it may be cheaper")
         if net.expired():
@@ -333,7 +353,9 @@ def drive(planner: Planner, spec, ir: ProblemIR, *, backend: str | None = None,
             return replace(single, ir=ir, candidates=planner.candidate_set(cands), seconds=seconds,
                            simulations=simulations + single.simulations)  # (runs: shared, counted there)
     if confirmed:  # the cheapest plan confirmed (the earliest of equal cost)
-        _, rnd, plan_, a, res, last_sim = min(confirmed, key=lambda c: (c[0], c[1]))
+        # (max_goodput: the plan serving the most, which the search found last)
+        _, rnd, plan_, a, res, last_sim = (confirmed[-1] if goodput
+                                           else min(confirmed, key=lambda c: (c[0], c[1])))
     else:
         plan_, a, res, rnd, last_sim = best
     extra = [f"{p.workload}: could not be brought within its SLO after {rnd} rounds ({p.reason})"
@@ -343,21 +365,6 @@ def drive(planner: Planner, spec, ir: ProblemIR, *, backend: str | None = None,
         extra = [f"{line.removeprefix('workload ')}; not brought within its SLO by simulation after "
                  f"{rnd} rounds" for line in last_sim.failures()]
         missing = sorted(n for n in last_sim.intervals if not last_sim.accepted(n))
-    if (validate and not extra and ir.objective == "max_goodput" and ir.lora is None
-            and getattr(planner, "simulate", None) is None):
-        if net.expired():
-            stop("before the validating simulation of the max_goodput plan",
-                 (rnd, plan_.cost_usd_per_hour, "was not simulated"))
-        say(f"simulating the plan on {len(seeds)} seed(s)")
-        tv = time.perf_counter()
-        last_sim = goodput_validation(plan_, spec, ir, seeds, sim_requests, runs)
-        seconds["simulate"] += time.perf_counter() - tv
-        simulations += 1
-        sim_rounds = 1
-        if not last_sim.ok:
-            extra = [f"{line.removeprefix('workload ')}; max_goodput plans are validated by simulation, not "
-                     "corrected by it (docs/solvers.md, \"Objectives\")" for line in last_sim.failures()]
-            missing = sorted(n for n in last_sim.intervals if not last_sim.accepted(n))
     if net.expired():
         stop("before placing the plan's replicas on nodes and its final checks")
     ts = time.perf_counter()
@@ -372,20 +379,6 @@ def drive(planner: Planner, spec, ir: ProblemIR, *, backend: str | None = None,
     return PlanResult(plan_, ir, planner.candidate_set(cands), a, res, rnd, seconds, (runs.hits, runs.misses),
                       simulations)
 
-
-def goodput_validation(plan_, spec, ir, seeds, requests, runs):
-    """The validating simulation of a ``max_goodput`` plan, run once after its solve: the rounds correct
-    min_cost plans only (their probes and single-type searches compare costs), but a plan whose
-    simulation misses must not be written as a plan to deploy (exit 7, issue 35: specgen_mix seeds 42 and
-    66 passed ``plan`` and failed ``check``). The simulator offers each deployment the share the plan
-    routes to it and sheds the rest (``trimtab.sim.engine.SHED``); workloads the plan serves 0 rps have
-    nothing to judge and are left out of the result (as ``check`` leaves them out)."""
-    from trimtab.sim.validate import simulate_seeds
-
-    res = simulate_seeds(plan_, spec, ir, seeds, requests, cache=runs)
-    unserved = Goodput.unserved(plan_)
-    return replace(res, intervals={k: v for k, v in res.intervals.items() if k not in unserved},
-                   targets={k: v for k, v in res.targets.items() if k not in unserved})
 
 def _cut(measured: dict[str, float], derate: dict[str, float], at_fault) -> dict[str, float]:
     """``measured`` with each deployment ``at_fault`` at most at its factor in ``derate`` (the correction

@@ -228,7 +228,7 @@ def simulate_and_derate(plan, spec, ir, seeds: tuple[int, ...], requests: int, d
     bound is wide, and its verdict waits for the runs on every seed (derating it cost rounds and GPUs for
     misses no run showed; ``to_derate``). Returns (the ``SeedsResult``, the new derates)."""
     from trimtab.contract.write import plan_to_data
-    from trimtab.contract.schema import Plan
+    from trimtab.contract.schema import Goodput, Plan
     from trimtab.sim.validate import simulate_seeds
 
     data = plan_to_data(plan)
@@ -237,7 +237,8 @@ def simulate_and_derate(plan, spec, ir, seeds: tuple[int, ...], requests: int, d
                 [data.get(k) for k in ("deployments", "routes", "adapter_routes", "prefix")]))
     res = getattr(cache, "verdicts", {}).get(key)  # the same plan, simulated before: the same result
     if res is None:
-        res = simulate_seeds(written, spec, ir, seeds, requests, fail_fast=True, cache=cache)
+        res = simulate_seeds(written, spec, ir, seeds, requests, fail_fast=True, cache=cache,
+                             skip=frozenset(Goodput.unserved(written)))
         if cache is not None:
             cache.verdicts[key] = res
     out = dict(derate)

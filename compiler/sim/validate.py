@@ -229,12 +229,12 @@ class SeedsResult:
                 f"requests, {len(self.runs_of(name))} seed(s)) vs target {t:.0%}")
 
 
-def combine(seeds: tuple[int, ...], runs: list[SimResult],
-            looked: frozenset[str] = frozenset()) -> SeedsResult:
+def combine(seeds: tuple[int, ...], runs: list[SimResult], looked: frozenset[str] = frozenset(),
+            skip: frozenset[str] = frozenset()) -> SeedsResult:
     """The runs of ``seeds`` pooled per workload (the first run reports every workload; later ones may report
     fewer: ``simulate_seeds``). ``looked``: workloads given extra seeds after an undecided verdict, whose
-    bounds are at SEQUENTIAL_CONFIDENCE."""
-    names = list(runs[0].workloads)
+    bounds are at SEQUENTIAL_CONFIDENCE. ``skip``: workloads left out (nothing of theirs offered)."""
+    names = [n for n in runs[0].workloads if n not in skip]
     return SeedsResult(seeds, runs,
                        {n: interval([r.workloads[n].batches for r in runs if n in r.workloads],
                                     SEQUENTIAL_CONFIDENCE if n in looked else CONFIDENCE) for n in names},
@@ -253,25 +253,27 @@ def clear_pass(res: SeedsResult) -> bool:
 
 
 def simulate_seeds(plan, spec, ir, seeds: tuple[int, ...], requests: int | None, *, fail_fast: bool = False,
-                   **kwargs) -> SeedsResult:
-    """Simulate ``plan`` once per seed. ``fail_fast`` (the planner): after the first run, the other seeds run
-    only the workloads it did not show ``clearly`` (with the deployments they share: ``closure``), and nothing
-    more when it already shows a clear pass (``clear_pass``: the one-run lower 95 % bound, over fewer batches
-    and so wider, far enough above every target that the other seeds could not be needed to demonstrate it);
-    those that passed clearly keep their one-run interval. Where the first run shows a miss (``missed``: the
-    upper bound below the target), the other seeds run only those of them at or above target that share no
-    deployment with one below it (``apart``), and none when there are none: the planner re-solves anyway, and
-    those workloads' verdict, on deployments the re-solve has no reason to change, is then known in this round
-    instead of the next (docs/simulator.md, "Seeds and confidence"). An adapter plan's runs are whole (adapter
-    loads tie its workloads' replicas together), so every seed runs whatever the first showed: a workload at
-    target on the first seed and below it on another is then derated in this round, not found in the next (the
-    adapter family, seeds 0-19: 4 of the 8 specs that took a third round had such a workload in their second).
-    Workloads the seeds leave ``undecided`` get up to EXTRA_SEEDS more, LOOK_SEEDS at a time side by side,
-    those ``apart`` from any below target (before: none while any was below target). In the planner's
-    seeds after the first, a workload the run gives too few requests (``trimtab.sim.aim_counts``) runs on its
-    own (with its closure) for as long as it needs, in a run of its own at that seed (docs/simulator.md, "Runs
-    of their own length"). The seeds after the first run side by side in forked processes where each run is
-    large enough (``trimtab.sim.parallel``); the result is the same."""
+                   skip: frozenset[str] = frozenset(), **kwargs) -> SeedsResult:
+    """Simulate ``plan`` once per seed, judging every workload but ``skip`` (the planner's: those a
+    max_goodput plan serves 0 rps, whose runs hold none of their requests). ``fail_fast`` (the planner): after
+    the first run, the other seeds run only the workloads it did not show ``clearly`` (with the deployments
+    they share: ``closure``), and nothing more when it already shows a clear pass (``clear_pass``: the one-run
+    lower 95 % bound, over fewer batches and so wider, far enough above every target that the other seeds
+    could not be needed to demonstrate it); those that passed clearly keep their one-run interval. Where the
+    first run shows a miss (``missed``: the upper bound below the target), the other seeds run only those of
+    them at or above target that share no deployment with one below it (``apart``), and none when there are
+    none: the planner re-solves anyway, and those workloads' verdict, on deployments the re-solve has no
+    reason to change, is then known in this round instead of the next (docs/simulator.md, "Seeds and
+    confidence"). An adapter plan's runs are whole (adapter loads tie its workloads' replicas together), so
+    every seed runs whatever the first showed: a workload at target on the first seed and below it on another
+    is then derated in this round, not found in the next (the adapter family, seeds 0-19: 4 of the 8 specs
+    that took a third round had such a workload in their second). Workloads the seeds leave ``undecided`` get
+    up to EXTRA_SEEDS more, LOOK_SEEDS at a time side by side, those ``apart`` from any below target (before:
+    none while any was below target). In the planner's seeds after the first, a workload the run gives too few
+    requests (``trimtab.sim.aim_counts``) runs on its own (with its closure) for as long as it needs, in a run
+    of its own at that seed (docs/simulator.md, "Runs of their own length"). The seeds after the first run
+    side by side in forked processes where each run is large enough (``trimtab.sim.parallel``); the result is
+    the same."""
     from trimtab.sim import aim_counts, default_requests, parallel, simulate
     from trimtab.sim.scenario import build_scenario
 
@@ -311,7 +313,7 @@ def simulate_seeds(plan, spec, ir, seeds: tuple[int, ...], requests: int | None,
 
     runs = one(seeds[0])
     if fail_fast and len(seeds) > 1:
-        first = combine(seeds[:1], runs)
+        first = combine(seeds[:1], runs, skip=skip)
         if clear_pass(first):
             return first
         shown = any(first.missed(n) for n in first.intervals)  # a miss this run already shows
@@ -326,7 +328,7 @@ def simulate_seeds(plan, spec, ir, seeds: tuple[int, ...], requests: int | None,
             else default_requests(ir) if ir is not None and kwargs.get("duration_s") is None else 0)
     for got in parallel.seeds_in_processes(one, list(seeds[1:]), kwargs.get("cache"), size):
         runs += got
-    res = combine(seeds, runs)
+    res = combine(seeds, runs, skip=skip)
     if not fail_fast or len(runs) < 2:
         return res
     looked: frozenset[str] = frozenset()
@@ -340,7 +342,7 @@ def simulate_seeds(plan, spec, ir, seeds: tuple[int, ...], requests: int | None,
             runs += got
         seeds += tuple(batch)
         looked |= pending
-        res = combine(seeds, runs, looked)
+        res = combine(seeds, runs, looked, skip)
     return res
 
 

@@ -124,15 +124,27 @@ def cross_check(spec: Spec, lines: LineMap, source: str, profiles: ProfileSet) -
         bad(loc, where, msg)
     if spec.budget_usd_per_hour is not None and all(g.count == 0 for g in spec.gpus):
         bad(("gpus",), "gpus", "every GPU pool has count 0")
-    if spec.redundancy == "n+1" and spec.schedule is not None:
-        # also in ``trimtab.ir.lower`` (specs built in code); here with the line, before any profile reading
-        bad(("redundancy",), "redundancy", "n+1 is not supported with a schedule yet (docs/online.md, "
-                                           "\"Redundancy\"); plan without it")
+    for loc, where, msg in kind_problems(spec):  # (also in trimtab.ir.lower, for specs built in code)
+        bad(loc, where, msg)
     from trimtab.spec.nodes import node_problems
 
     per_node = {k: int(p.gpus_per_node.value) for k, p in profiles.gpus.items()}
     for loc, where, msg in node_problems(spec, per_node):
         bad(loc, where, msg)
+    return out
+
+
+def kind_problems(spec: Spec) -> list[tuple[tuple, str, str]]:
+    """(location, field, message) of each pair of spec kinds that do not compose yet. A schedule's planner
+    sizes every window to its whole rate: with ``max_goodput`` it served nothing and wrote a 0 $/h
+    schedule."""
+    out = []
+    if spec.redundancy == "n+1" and spec.schedule is not None:
+        out.append((("redundancy",), "redundancy", "n+1 is not supported with a schedule yet "
+                                                   "(docs/online.md, \"Redundancy\"); plan without it"))
+    if spec.objective == "max_goodput" and spec.schedule is not None:
+        out.append((("objective",), "objective", "max_goodput is not supported with a schedule yet "
+                                                 "(docs/online.md); plan it with objective: min_cost"))
     return out
 
 

@@ -189,6 +189,17 @@ def test_bad_profiles_name_the_field_and_line(change, field, msg):
     assert field in s and msg in s and "bad.yaml:" in s
 
 
+def test_max_goodput_with_a_schedule_is_refused_with_its_line():
+    """The diurnal example with objective max_goodput and a budget (issue 35) was planned as a schedule that
+    served nothing at 0.00 $/h, written with exit 0; once max_goodput plans were simulated it crashed in the
+    windows' validation. The schedule planner sizes every window to its whole rate, so the pair is refused,
+    naming the field and line."""
+    text = "objective: max_goodput\nbudget_usd_per_hour: 2\n" + TINY.format(extra="")
+    with pytest.raises(InputError) as e:
+        load_spec("tiny.yaml", text=text)
+    assert e.value.lines[0].startswith("tiny.yaml:1: objective: max_goodput is not supported with a schedule")
+
+
 def test_profiles_of_different_lengths_are_an_error():
     text = TINY.format(extra="") + """  - name: v
     model: llama-3.1-8b
