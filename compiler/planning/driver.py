@@ -303,27 +303,31 @@ def drive(planner: Planner, spec, ir: ProblemIR, *, backend: str | None = None,
             # with its misses stated.
             break
     own = getattr(planner, "simulate", None)
-    # Probes only where a plan relaxed to the evidence has a fair chance to pass (first_try_worth; never for
-    # adapter specs, whose first round confirms 40 % of workloads): on 100 workloads each probe missed
-    # somewhere and the three doubled the CPU of a plan for 0-0.1 % of its cost (docs/solvers.md)
-    if confirmed and simulated and own is None and not goodput and first_try_worth(ir):
-        say("probing below the confirmed plan at the capacities its misses measured")
+    # After a confirmed plan, one search below it (both simulate what they find and keep it only confirmed).
+    # min_cost: probes, only where a plan relaxed to the evidence has a fair chance to pass (first_try_worth;
+    # never for adapter specs, whose first round confirms 40 % of workloads): on 100 workloads each probe
+    # missed somewhere and the three doubled the CPU of a plan for 0-0.1 % of its cost (docs/solvers.md).
+    # max_goodput: between the capacities confirmed and refuted, for more traffic served; the drive stopped
+    # at its first confirmed plan, so ``solved_with`` holds that plan's derates.
+    search = None
+    if confirmed and simulated and own is None:
+        if goodput and failed_with is not None:
+            search = ("searching between the confirmed and the refuted capacities for more goodput",
+                      "in the goodput search", lambda: refine_goodput(
+                          planner, spec, ir, cands, be, opts, solved_with, failed_with, confirmed, seeds,
+                          sim_requests, runs, warnings, rnd + 1, net))
+        elif not goodput and first_try_worth(ir):
+            search = ("probing below the confirmed plan at the capacities its misses measured",
+                      "in the probes below the confirmed plan", lambda: probe_measured(
+                          planner, spec, ir, cands, be, opts, lowest(start, measured), confirmed, seeds,
+                          sim_requests, runs, warnings, rnd + 1, net))
+    if search is not None:
+        what, where, run_search = search
+        say(what)
         try:
-            ps, pm, pn = probe_measured(planner, spec, ir, cands, be, opts, lowest(start, measured),
-                                        confirmed, seeds, sim_requests, runs, warnings, rnd + 1, net)
+            ps, pm, pn = run_search()
         except NetExpired as exc:
-            stop(f"in the probes below the confirmed plan ({exc})", sims=exc.sims)
-        solve_s += ps
-        sim_s += pm
-        simulations += pn
-    # (a max_goodput drive stops at its first confirmed plan: ``solved_with`` holds its derates)
-    if confirmed and goodput and own is None and failed_with is not None:
-        say("searching between the confirmed and the refuted capacities for more goodput")
-        try:
-            ps, pm, pn = refine_goodput(planner, spec, ir, cands, be, opts, solved_with, failed_with,
-                                        confirmed, seeds, sim_requests, runs, warnings, rnd + 1, net)
-        except NetExpired as exc:
-            stop(f"in the goodput search ({exc})", sims=exc.sims)
+            stop(f"{where} ({exc})", sims=exc.sims)
         solve_s += ps
         sim_s += pm
         simulations += pn
