@@ -196,9 +196,16 @@ def extract(ir, prob: LoraProblem, values: dict[str, float]):
             for d, r in got:
                 add(u.workload, u.adapter, d, r)
             continue
-        # Water-fill the class's adapters (largest first) into its deployments in proportion to their flows.
-        total = sum(r for _, r in got) or 1.0
-        targets = [[d, r * u.rate / total] for d, r in sorted(got)]
+        # Water-fill the class's adapters (largest first) into its deployments in proportion to their flows:
+        # the class's whole rate (min_cost serves it all: the flows sum to it but for the solver's tolerance);
+        # a max_goodput plan serves what its flows carry, the largest adapters first, none of a class it does
+        # not serve.
+        if not got:
+            continue
+        total = sum(r for _, r in got)
+        goodput = ir.objective == "max_goodput"
+        served = min(total, u.rate) if goodput else u.rate
+        targets = [[d, r * served / total] for d, r in sorted(got)]
         i = 0
         for a, r in u.members:
             left = r
@@ -210,7 +217,7 @@ def extract(ir, prob: LoraProblem, values: dict[str, float]):
                 targets[i][1] -= take
                 if targets[i][1] <= TOL:
                     i += 1
-            if left > TOL:  # rounding: the rest to the last deployment
+            if left > TOL and not goodput:  # rounding: the rest to the last deployment
                 add(u.workload, a, targets[-1][0], left)
     return chosen, flows
 
