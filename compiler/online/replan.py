@@ -12,7 +12,8 @@ meanwhile) plus ``stop_usd`` per replica stopped, against ``horizon_h`` hours of
 plans of equal cost the one with the fewest moves wins, and a cheaper plan wins only when it pays back its
 moves within the horizon. A deployment is matched by name (the candidate id, e.g. ``chat-h100-sxm-tp4-t8k``):
 a replica on another GPU type or shape is a stop plus a start. Rounds, validation by simulation and placement
-are the one driver's (``trimtab.planning.driver.drive``) with this planner.
+are the one driver's (``trimtab.planning.driver.drive``) with this planner; a ``redundancy: n+1`` spec keeps
+n+1 (``RedundantReplanPlanner``: the move rows on the n+1 MILP over the nodes the failures leave).
 
 Failures: ``node=NAME`` removes a node of the plan's placement (its GPUs leave the spec's counts, the replicas
 with a stage on it are gone); ``gpus.TYPE=-N`` removes N GPUs of a type, taken from the last nodes of that
@@ -25,12 +26,14 @@ import time
 from dataclasses import dataclass
 
 from trimtab.errors import InputError, Problem
+from trimtab.ir.topology import build_topology
 from trimtab.milp.formulate import formulate
 from trimtab.milp.windows import add_move_rows
 from trimtab.cost.startup import candidate_startup_s, startup_for
 from trimtab.deployment.price import startup_usd
 from trimtab.contract.schema import Plan
 from trimtab.planning.planners import UnifiedPlanner
+from trimtab.planning.redundancy import RedundantPlanner, balance_survivors, redundant_model
 from trimtab.milp.solve import balance_routes
 
 HORIZON_H = 24.0  # hours a re-plan is expected to run: a cheaper plan must pay back its moves within it
@@ -129,17 +132,39 @@ class ReplanPlanner(UnifiedPlanner):
 
     def solve(self, ir, cands, derate, backend, options):
         m = formulate(ir, cands, derate)
+        self.add_moves(m, ir, cands)
+        return balance_routes(ir, cands, backend, options, backend.solve(m, options), derate)
+
+    def add_moves(self, m, ir, cands) -> None:
+        """The move rows and costs from the running plan (``add_move_rows``) on model ``m`` of ``cands``."""
         su = {c.id: startup_usd(c.usd_per_hour, candidate_startup_s(self.startup, ir, c))
               for c in cands.candidates + cands.disagg}
         add_move_rows(m, cands, self.current, su, self.horizon_h, self.stop_usd, self.max_moves,
                       self.fixed_moves)
-        return balance_routes(ir, cands, backend, options, backend.solve(m, options), derate)
 
     def infeasible(self, ir, cands, backend, options) -> list[str]:
         lines = super().infeasible(ir, cands, backend, options)
         if self.max_moves is not None:
             lines.append(f"  or allow more than --max-moves {self.max_moves} replica starts and stops")
         return lines
+
+
+class RedundantReplanPlanner(ReplanPlanner, RedundantPlanner):
+    """The re-plan of a ``redundancy: n+1`` spec, which keeps n+1: the move rows on the n+1 MILP
+    (``trimtab.planning.redundancy.redundant_model``: the ``spread``, ``survive`` and ``node_room`` rows over
+    the nodes left after the failures), the routes balanced over the survivors, and n+1's candidates,
+    precheck, validation of each kind of node loss and infeasibility lines (``RedundantPlanner``), with the
+    re-plan's --max-moves line after them. The moves only add columns and a relaxable row to that MILP, so
+    the two compose without a row of either changing."""
+
+    def __init__(self, topo, *args):
+        ReplanPlanner.__init__(self, *args)
+        RedundantPlanner.__init__(self, topo)
+
+    def solve(self, ir, cands, derate, backend, options):
+        m = redundant_model(ir, cands, self.pools, derate)
+        self.add_moves(m, ir, cands)
+        return balance_survivors(ir, cands, self.pools, backend, options, backend.solve(m, options), derate)
 
 
 @dataclass(frozen=True)
@@ -180,18 +205,17 @@ def replan(current: Plan, spec, *, max_moves: int | None = None, fail: list[str]
     from trimtab.ir.lower import lower
 
     t0 = time.perf_counter()
-    # refused: the move rows and the n+1 rows (compiler/planning/redundancy.py) are not formulated together
-    if spec.redundancy == "n+1":
-        raise InputError([Problem("redundancy", "replan does not keep n+1 yet (docs/online.md, "
-                                                "\"Redundancy\"): re-plan with redundancy: none, or plan the "
-                                                "spec afresh")], "spec")
     f = parse_failures(current, spec, list(fail))
     new_spec = spec_after(spec, f)
     running = {d.name: d.replicas - f.lost_replicas.get(d.name, 0) for d in current.deployments}
     running = {k: v for k, v in running.items() if v > 0}
     ir = lower(new_spec)
     st = startup_for(spec.schedule.startup if spec.schedule else None)
-    planner = ReplanPlanner(running, max_moves, horizon_h, stop_usd, st, 0)
+    args = (running, max_moves, horizon_h, stop_usd, st, 0)
+    if ir.redundancy == "n+1":  # over the nodes the failures left
+        planner = RedundantReplanPlanner(build_topology(new_spec, ir), *args)
+    else:
+        planner = ReplanPlanner(*args)
     cands = planner.candidates(ir)
     known = {c.id for c in cands.candidates + cands.disagg}
     planner.fixed_moves = sum(n for d, n in running.items() if d not in known)
