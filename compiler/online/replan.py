@@ -210,6 +210,11 @@ def replan(current: Plan, spec, *, max_moves: int | None = None, fail: list[str]
     running = {d.name: d.replicas - f.lost_replicas.get(d.name, 0) for d in current.deployments}
     running = {k: v for k, v in running.items() if v > 0}
     ir = lower(new_spec)
+    if ir.lora is not None:  # the unified MILP below has no adapter rows: its plan would drop them all
+        raise InputError([Problem("adapters" if ir.lora.adapters else "tenants",
+                                  "replan does not re-plan adapters or tenants yet: its move rows are on the "
+                                  "unified MILP, not on the adapter-placement MILP (trimtab.planning.lora); "
+                                  "plan the spec afresh with trimtab plan")], "spec")
     st = startup_for(spec.schedule.startup if spec.schedule else None)
     args = (running, max_moves, horizon_h, stop_usd, st, 0)
     if ir.redundancy == "n+1":  # over the nodes the failures left

@@ -94,3 +94,18 @@ def test_bad_failures_are_input_errors(setup, bad):
     spec, cur = setup
     with pytest.raises(InputError, match="--fail"):
         parse_failures(cur, spec, [bad])
+
+
+@pytest.mark.parametrize("extra", ["tenants: [{name: acme}]\n", "adapters"])
+def test_adapter_and_tenant_specs_are_refused_naming_the_missing_piece(setup, extra):
+    """The re-plan's move rows are on the unified MILP: an adapter or tenant spec re-planned there came back
+    with every adapter and tenant dropped (multi-lora: its deployments holding none), beside a from-scratch
+    plan that kept them. Refused, saying what is missing, until the adapter MILP gets move rows."""
+    spec, cur = setup
+    text = SPEC + extra if extra != "adapters" else SPEC.replace(
+        "  - name: llama-3.1-8b\n", "  - name: llama-3.1-8b\n    adapters: [{name: x, rank: 8}]\n", 1).replace(
+        "    rate_rps: 8\n", "    adapter: x\n    rate_rps: 8\n")
+    with pytest.raises(InputError) as e:
+        replan(cur, load_spec("small.yaml", text=text), validate=False)
+    assert "adapter-placement MILP" in str(e.value)
+    assert e.value.lines[0].startswith("tenants: " if extra != "adapters" else "adapters: ")
