@@ -8,8 +8,9 @@ A ``Planner`` supplies the stages that differ between unified serving
 (``trimtab.planning.planners.UnifiedPlanner``:
 unified, P/D and KV-tier candidates, the MILP of ``compiler/milp/formulate.py``) and adapters
 (``trimtab.planning.lora.LoraPlanner``: shared candidates and the adapter-placement MILP). The driver owns the
-loop and nothing else: each round is a function of the derates it is given, and the corrections
-(``trimtab.planning.rounds``) return new derates instead of editing them.
+loop and nothing else: each round is a function of the derates it is given, and the round policy
+(``trimtab.planning.policy.RoundPolicy``) says what each round's evidence makes of them for the next solve,
+its steps the corrections of ``trimtab.planning.rounds``, which return new derates instead of editing them.
 """
 from __future__ import annotations
 
@@ -23,10 +24,9 @@ from trimtab.ir.model import ProblemIR
 from trimtab.util.jobs import gc_paused
 from trimtab.contract.schema import Goodput, Plan
 from trimtab.planning.net import net_lines
-from trimtab.planning.rounds import (LORA_PREFIX, MAX_ROUNDS, PROBES, SIM_ROUNDS, derate_analytic,
-                                     derate_breaches, family_of, first_try_worth, lowest, misses_of,
-                                     prior_derates, prior_on_miss, probe_derates, simulate_and_derate,
-                                     simulate_past_misses, stuck)
+from trimtab.planning.policy import RoundPolicy
+from trimtab.planning.rounds import (MAX_ROUNDS, PROBES, SIM_ROUNDS, derate_analytic, derate_breaches, lowest,
+                                     simulate_and_derate)
 from trimtab.solvers import (NetExpired, SafetyNet, SolveOptions, SolveResult, Status, Termination,
                              get_backend, spec_options)
 
@@ -141,19 +141,7 @@ def drive(planner: Planner, spec, ir: ProblemIR, *, backend: str | None = None,
     opts = spec_options(spec, time_limit_s)
     net = SafetyNet(opts.time_limit_s, t0) if net is None else net
     simulated = validate and ir.objective != "max_goodput"
-    peers = planner.peers(cands) if simulated else {}
-    # Where the simulation will judge the plan and a first plan on the cost model's own capacities misses, go
-    # straight to the capacities it confirms (trimtab.planning.rounds): the cheap plan is tried first, the
-    # prior bounds the rounds after a miss.
-    prior = prior_derates(ir, planner.peers(cands, fitted=True) if simulated else {})
-    derate: dict[str, float] = {}
-    with_prior: tuple | None = None  # (derates with the prior, derates without it) once added; None: not yet
-    per_workload = family_of(ir) == LORA_PREFIX  # the prior goes to the workloads a round shows missing only
-    # an analytic miss is simulated in the same round, not re-solved first
-    past_misses = simulate_past_misses(ir)
-    if prior and getattr(planner, "simulate", None) is None and not per_workload and not first_try_worth(ir):
-        derate, with_prior = dict(prior), (dict(prior), {})  # many workloads: the cheap first plan would miss
-    start = dict(derate)  # the first solve's derates (single_types' bounds)
+    policy = RoundPolicy(ir, planner, cands, simulated)  # the derates each round solves with
     solve_s = 0.0
     sim_s = 0.0
     sim_rounds = 0
@@ -164,8 +152,6 @@ def drive(planner: Planner, spec, ir: ProblemIR, *, backend: str | None = None,
     # (trimtab.sim.reuse; shared with the drives of single_types)
     runs = RunCache() if runs is None else runs
     last_sim = None
-    # workload -> its last simulated miss (trimtab.planning.rounds.stuck)
-    missed: dict[str, tuple[str, float, float]] = {}
     best = None  # (plan, assessment, result, round, simulation) of the last plan solved outside the probe
     confirmed: list[tuple] = []  # (cost, round, plan, assessment, result, simulation) of each plan confirmed
     # this round re-solves at trimtab.planning.rounds.probe_derates after a plan was confirmed
@@ -173,9 +159,6 @@ def drive(planner: Planner, spec, ir: ProblemIR, *, backend: str | None = None,
     warnings = list(ir.warnings)
     last_round = MAX_ROUNDS + (SIM_ROUNDS if validate else 0)
     solved_on: set[str] = set()  # the GPU types of every plan the rounds solved
-    # candidate -> the capacity factor its own misses measured (cuts on the deployment at fault only; the
-    # workload-wide spread and the prior are left out): the lazy probes' evidence (probe_measured)
-    measured: dict[str, float] = {}
     sim_round = 0  # the round of the last validating simulation
 
     def stop(where: str, unsimulated: tuple[int, float, str] | None = None, sims: int = 0):
@@ -190,9 +173,9 @@ def drive(planner: Planner, spec, ir: ProblemIR, *, backend: str | None = None,
         if net.expired():
             stop(f"before round {rnd}'s solve")
         left = net.options(opts)
-        solved_with = derate
+        solved_with = policy.derate
         say(f"round {rnd}: solving")
-        res = planner.solve(ir, cands, derate, be, left)
+        res = planner.solve(ir, cands, solved_with, be, left)
         solve_s += res.seconds
         if above is not None and res.has_solution and best is None and not confirmed:
             if res.objective is not None and res.objective >= above - 1e-6:
@@ -205,10 +188,7 @@ def drive(planner: Planner, spec, ir: ProblemIR, *, backend: str | None = None,
         if not res.has_solution:
             if res.status != Status.INFEASIBLE:  # a solver that stopped without an answer is one (exit 4)
                 raise NoSolutionError(no_solution_lines(be.name, res, rnd))
-            if with_prior is not None and derate == with_prior[0]:
-                # the prior asks for more GPUs or budget than the spec has: rounds decide alone
-                derate = with_prior[1]
-                with_prior = (None, None)  # tried once
+            if policy.drop_prior():  # it asked for more GPUs or budget than the spec has
                 continue
             if best is not None:
                 break  # the corrections ask for more than the spec has: the last plan, its misses stated
@@ -217,28 +197,21 @@ def drive(planner: Planner, spec, ir: ProblemIR, *, backend: str | None = None,
                                   else ["no plan within the spec's GPUs and budget"])
         plan_, a = planner.build(ir, cands, res, rnd, warnings)
         solved_on |= {g for g, n in plan_.gpus.items() if n}
-        fill = planner.fill(cands, res, derate)  # (of the derates this plan was solved with)
+        fill = planner.fill(cands, res, solved_with)
         broken = breaches(plan_, ir)
         misses = a.misses()
         if probing and (broken or misses):
             break  # the probe's plan is kept only as it is, confirmed
         if not probing:
             best = (plan_, a, res, rnd, None)
-        if broken:  # over the speed-of-light bound: re-solve within it before judging SLOs (derate_breaches)
-            derate = derate_breaches(broken, derate, fill)
-            measured = _cut(measured, derate, {b.deployment for b in broken})
+        if broken:  # over the speed-of-light bound: re-solve within it before judging SLOs
+            policy.breaches(broken, fill)
             continue
-        own = getattr(planner, "simulate", None)  # a schedule simulates every window, derates per window
-        analytic = None  # the analytic corrections of this round's misses
+        analytic = None  # the analytic corrections of this round's misses, taken with its simulation
         if misses:
-            analytic = derate_analytic(misses, derate,
-                                       _needed(ir, plan_, misses, fill, planner, cands, derate))
-            measured = _cut(measured, analytic, {p.worst_deployment for p in misses if p.worst_deployment})
-            if not (simulated and own is None and past_misses):
-                derate = analytic
-                continue
-            # many workloads: the simulation would miss too; take its corrections in this round
-            # (simulate_past_misses)
+            analytic = policy.analytic(misses, _needed(ir, plan_, misses, fill, planner, cands, solved_with))
+            if analytic is None:
+                continue  # re-solve on them first
         if not simulated:
             confirmed.append((plan_.cost_usd_per_hour, rnd, plan_, a, res, None))
             break  # (the simulator offers every workload's full rate; a goodput plan serves part of it)
@@ -246,19 +219,11 @@ def drive(planner: Planner, spec, ir: ProblemIR, *, backend: str | None = None,
             stop(f"before round {rnd}'s simulation", (rnd, plan_.cost_usd_per_hour, "was not simulated"))
         ts = time.perf_counter()
         say(f"round {rnd}: simulating the plan on {len(seeds)} seed(s)")
-        if own is not None:
-            try:
-                last_sim, derate = own(plan_, spec, ir, seeds, sim_requests, derate, fill, net)
-            except NetExpired as exc:
-                stop(f"in round {rnd}'s simulation ({exc})",
-                     (rnd, plan_.cost_usd_per_hour, "was simulated in part only"), exc.sims)
-        else:
-            last_sim, derate = simulate_and_derate(plan_, spec, ir, seeds, sim_requests, derate, fill, peers,
-                                                   runs)
-            now = misses_of(last_sim, len(seeds), solved_with)
-            derate = stuck(derate, now, missed)
-            missed = {**missed, **now}
-            measured = _cut(measured, derate, {dep for dep, _, _ in now.values()})
+        try:
+            last_sim = policy.simulate(plan_, spec, seeds, sim_requests, fill, solved_with, runs, net)
+        except NetExpired as exc:  # (only a planner's own simulate asks the net between its runs)
+            stop(f"in round {rnd}'s simulation ({exc})",
+                 (rnd, plan_.cost_usd_per_hour, "was simulated in part only"), exc.sims)
         sim_s += time.perf_counter() - ts
         simulations += 1
         sim_round = rnd
@@ -268,40 +233,27 @@ def drive(planner: Planner, spec, ir: ProblemIR, *, backend: str | None = None,
             break
         best = (plan_, a, res, rnd, last_sim)
         if analytic is not None:
-            derate = lowest(derate, analytic)
+            policy.take(analytic)
             if last_sim.ok:
                 continue  # the assessment's misses alone: re-solve on its corrections
         elif last_sim.ok:
             confirmed.append((plan_.cost_usd_per_hour, rnd, plan_, a, res, last_sim))
-            derate = probe_derates(solved_with, prior if own is None else {}, missed, peers)
-            if derate == solved_with:
+            if not policy.probe(solved_with):
                 break
             probing = True  # a cheaper plan may pass where the rounds lowered capacities on others' evidence
             continue
         sim_rounds += 1
-        if per_workload and prior and own is None and with_prior != (None, None):
-            alone = derate  # the candidates of the workloads this round did not confirm at most at the prior
-            derate = prior_on_miss(ir, last_sim, len(seeds), derate, prior, peers)
-            with_prior = (derate, alone)
-        elif with_prior is None and prior and own is None:
-            # first simulated miss: fitted candidates at most at prior
-            alone = derate
-            derate = lowest(derate, prior)
-            with_prior = (derate, alone)
-        if derate == solved_with:
+        policy.missed_in_simulation(last_sim, len(seeds))
+        if policy.derate == solved_with:
             # Nothing to correct: every workload the runs do not confirm has no miss to derate (e.g. too few
             # of its requests in the run for its bound to reach the target at 100 % attainment). The next
             # solve would get the same derates, return this plan and the same seeds the same verdict: stop,
             # with its misses stated.
             break
-    own = getattr(planner, "simulate", None)
-    # Probes only where a plan relaxed to the evidence has a fair chance to pass (first_try_worth; never for
-    # adapter specs, whose first round confirms 40 % of workloads): on 100 workloads each probe missed
-    # somewhere and the three doubled the CPU of a plan for 0-0.1 % of its cost (docs/solvers.md)
-    if confirmed and simulated and own is None and first_try_worth(ir):
+    if confirmed and policy.probes_worth():
         say("probing below the confirmed plan at the capacities its misses measured")
         try:
-            ps, pm, pn = probe_measured(planner, spec, ir, cands, be, opts, lowest(start, measured),
+            ps, pm, pn = probe_measured(planner, spec, ir, cands, be, opts, policy.probe_start(),
                                         confirmed, seeds, sim_requests, runs, warnings, rnd + 1, net)
         except NetExpired as exc:
             stop(f"in the probes below the confirmed plan ({exc})", sims=exc.sims)
@@ -313,18 +265,17 @@ def drive(planner: Planner, spec, ir: ProblemIR, *, backend: str | None = None,
     assess_s = time.perf_counter() - t2 - solve_s - sim_s
     seconds = {"lower": t1 - t0, "candidates": t2 - t1, "solve": solve_s, "simulate": sim_s,
                "assess": assess_s}
-    # The cheapest plan confirmed on one GPU type alone, if cheaper than the rest (single_types): where the
-    # simulation's corrections decide; not for schedules, which simulate their own way, nor n+1 specs, whose
-    # planner holds the whole fleet. Its solves and simulations are under the run's safety net: --time-limit
-    # bounds the whole run, and a search it stops gives no plan (a plan then would depend on the load).
-    if confirmed and simulated and len(ir.gpus) > 1 and own is None and ir.redundancy != "n+1":
+    # The cheapest plan confirmed on one GPU type alone, if cheaper than the rest (single_types). Its solves
+    # and simulations are under the run's safety net: --time-limit bounds the whole run, and a search it stops
+    # gives no plan (a plan then would depend on the load).
+    if confirmed and policy.single_types_worth():
         ts = time.perf_counter()
         say("planning each GPU type alone where it may be cheaper")
         if net.expired():
             stop("before the search on each GPU type alone")
         try:
             single = single_types(planner, spec, ir, cands, be, opts, validate, seed,
-                                  min(c[0] for c in confirmed), solved_on, start, profiles, runs, net)
+                                  min(c[0] for c in confirmed), solved_on, policy.start, profiles, runs, net)
         except NetExpired as exc:
             stop(f"in the search on each GPU type alone ({exc})", sims=exc.sims)
         seconds["single types"] = time.perf_counter() - ts
@@ -386,16 +337,6 @@ def goodput_validation(plan_, spec, ir, seeds, requests, runs):
     unserved = Goodput.unserved(plan_)
     return replace(res, intervals={k: v for k, v in res.intervals.items() if k not in unserved},
                    targets={k: v for k, v in res.targets.items() if k not in unserved})
-
-def _cut(measured: dict[str, float], derate: dict[str, float], at_fault) -> dict[str, float]:
-    """``measured`` with each deployment ``at_fault`` at most at its factor in ``derate`` (the correction
-    computed from its own load when it missed: an absolute capacity that shape was shown not to hold)."""
-    out = dict(measured)
-    for d in at_fault:
-        if d in derate:
-            out[d] = min(out.get(d, 1.0), derate[d])
-    return out
-
 
 def probe_measured(planner: Planner, spec, ir: ProblemIR, cands, be, opts: SolveOptions,
                    derate: dict[str, float], confirmed: list, seeds, requests: int, runs, warnings: list[str],
