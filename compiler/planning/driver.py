@@ -294,8 +294,7 @@ def drive(planner: Planner, spec, ir: ProblemIR, *, backend: str | None = None,
         extra = [f"{line.removeprefix('workload ')}; not brought within its SLO by simulation after "
                  f"{rnd} rounds" for line in last_sim.failures()]
         missing = sorted(n for n in last_sim.intervals if not last_sim.accepted(n))
-    if (validate and not extra and ir.objective == "max_goodput" and ir.lora is None
-            and getattr(planner, "simulate", None) is None):
+    if validate and not extra and policy.validates_goodput():
         if net.expired():
             stop("before the validating simulation of the max_goodput plan",
                  (rnd, plan_.cost_usd_per_hour, "was not simulated"))

@@ -10,7 +10,7 @@ takes (``derate``) and the evidence they rest on.
 What differs between planners is read once, here: a planner with its own ``simulate`` (schedules: derates
 per window) gets no prior and no search after the rounds; the adapter family (``family_of``) takes the prior
 per workload a round shows missing; n+1 plans are not searched per GPU type (their planner holds the whole
-fleet).
+fleet); a ``max_goodput`` plan of a spec with adapters or tenants is not yet simulated after its solve.
 """
 from __future__ import annotations
 
@@ -137,3 +137,9 @@ class RoundPolicy:
         whole fleet."""
         return (self.simulated and len(self.ir.gpus) > 1 and self.own is None
                 and self.ir.redundancy != "n+1")
+
+    def validates_goodput(self) -> bool:
+        """Whether a ``max_goodput`` plan (which the rounds do not correct) is simulated once after its solve
+        (``trimtab.planning.driver.goodput_validation``): not yet for specs with adapters or tenants, whose
+        simulation routes by adapter, nor for a planner that simulates its own way."""
+        return self.ir.objective == "max_goodput" and self.ir.lora is None and self.own is None

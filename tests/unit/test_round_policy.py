@@ -5,6 +5,7 @@ rounds; analytic corrections wait for the round's simulation only where that sim
 On the quickstart's real candidates and the fitted prior table."""
 from __future__ import annotations
 
+from dataclasses import replace
 from pathlib import Path
 from types import SimpleNamespace
 
@@ -47,6 +48,9 @@ def test_prior_added_on_the_first_simulated_miss_and_dropped_once(quickstart):
     pol.missed_in_simulation(None, 3)  # dropped: not added again
     assert pol.derate == {}
     assert pol.probes_worth() and pol.single_types_worth()
+    assert not pol.validates_goodput()  # min_cost: the rounds validate it
+    goodput = RoundPolicy(replace(ir, objective="max_goodput"), planner, cands, simulated=False)
+    assert goodput.validates_goodput() and not goodput.probes_worth()
 
 
 def test_a_planner_that_simulates_its_own_way_gets_no_prior(quickstart):
