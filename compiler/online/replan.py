@@ -5,15 +5,16 @@ the running plan as it can, next to a from-scratch plan.
     r = replan(current_plan, spec, max_moves=4, fail=["node=h100-sxm-1"])
     r.plan, r.moves (deployment -> (started, stopped)), r.fresh, r.fresh_moves, r.transition_usd
 
-The solve is ``trimtab.milp.formulate``'s MILP plus the move rows of ``trimtab.milp.windows.add_move_rows``:
-each
-replica started costs its start-up (``trimtab.cost.startup``: price x start-up time, it serves nothing
-meanwhile) plus ``stop_usd`` per replica stopped, against ``horizon_h`` hours of the new plan's $/h; so among
-plans of equal cost the one with the fewest moves wins, and a cheaper plan wins only when it pays back its
-moves within the horizon. A deployment is matched by name (the candidate id, e.g. ``chat-h100-sxm-tp4-t8k``):
-a replica on another GPU type or shape is a stop plus a start. Rounds, validation by simulation and placement
-are the one driver's (``trimtab.planning.driver.drive``) with this planner; a ``redundancy: n+1`` spec keeps
-n+1 (``RedundantReplanPlanner``: the move rows on the n+1 MILP over the nodes the failures leave).
+The solve is the planner's MILP (``trimtab.milp.formulate``'s for unified specs) plus the move rows of
+``trimtab.milp.windows.add_move_rows``: each replica started costs its start-up (``trimtab.cost.startup``:
+price x start-up time, it serves nothing meanwhile) plus ``stop_usd`` per replica stopped, against
+``horizon_h`` hours of the new plan's $/h; so among plans of equal cost the one with the fewest moves wins,
+and a cheaper plan wins only when it pays back its moves within the horizon. A deployment is matched by name
+(the candidate id, e.g. ``chat-h100-sxm-tp4-t8k``): a replica on another GPU type or shape is a stop plus a
+start. Rounds, validation by simulation and placement are the one driver's (``trimtab.planning.driver.drive``)
+with this planner; a ``redundancy: n+1`` spec keeps n+1 (``RedundantReplanPlanner``: the move rows on the n+1
+MILP over the nodes the failures leave), and a spec with adapters or tenants is re-planned on the
+adapter-placement MILP (``LoraReplanPlanner``; with n+1, ``RedundantLoraReplanPlanner``).
 
 Failures: ``node=NAME`` removes a node of the plan's placement (its GPUs leave the spec's counts, the replicas
 with a stage on it are gone); ``gpus.TYPE=-N`` removes N GPUs of a type, taken from the last nodes of that
@@ -33,7 +34,10 @@ from trimtab.cost.startup import candidate_startup_s, startup_for
 from trimtab.deployment.price import startup_usd
 from trimtab.contract.schema import Plan
 from trimtab.planning.planners import UnifiedPlanner
-from trimtab.planning.redundancy import RedundantPlanner, balance_survivors, redundant_model
+from trimtab.deployment.shape import CandidateSet
+from trimtab.planning.lora import LoraPlanner, formulate as lora_formulate
+from trimtab.planning.redundancy import (RedundantLoraPlanner, RedundantPlanner, balance_survivors,
+                                         redundant_model)
 from trimtab.milp.solve import balance_routes
 
 HORIZON_H = 24.0  # hours a re-plan is expected to run: a cheaper plan must pay back its moves within it
@@ -122,25 +126,34 @@ def spec_after(spec, f: Failure):
     return out
 
 
-class ReplanPlanner(UnifiedPlanner):
-    """The unified planner whose solve also pays for moving away from ``current`` (module docstring)."""
+class Moves:
+    """What a re-plan adds to a planner (module docstring): the running plan (``current``: deployment ->
+    replicas still running) and the price of moving away from it, as rows on the planner's own MILP
+    (``add_moves``), and the --max-moves line after the planner's own infeasibility lines. Mixed in before a
+    planner, so each kind of spec is re-planned by its own planner: unified, n+1, adapters and tenants, or
+    n+1 with adapters or tenants."""
 
     def __init__(self, current: dict[str, int], max_moves: int | None, horizon_h: float, stop_usd: float,
                  startup, fixed_moves: int):
         self.current, self.max_moves, self.horizon_h = current, max_moves, horizon_h
         self.stop_usd, self.startup, self.fixed_moves = stop_usd, startup, fixed_moves
+        self._built: tuple | None = None  # (IR, its candidates)
 
-    def solve(self, ir, cands, derate, backend, options):
-        m = formulate(ir, cands, derate)
-        self.add_moves(m, ir, cands)
-        return balance_routes(ir, cands, backend, options, backend.solve(m, options), derate)
+    def candidates(self, ir):
+        """The planner's candidates of ``ir``, built once per IR: ``replan`` reads them to count the running
+        replicas no candidate matches, and the driver asks again; a search on one GPU type alone
+        (``trimtab.planning.driver.single_types``) asks for its own IR's."""
+        if self._built is None or self._built[0] is not ir:
+            self._built = (ir, super().candidates(ir))
+        return self._built[1]
 
-    def add_moves(self, m, ir, cands) -> None:
-        """The move rows and costs from the running plan (``add_move_rows``) on model ``m`` of ``cands``."""
+    def add_moves(self, m, ir, cands: CandidateSet, replicas: dict | None = None) -> None:
+        """The move rows and costs from the running plan (``add_move_rows``) on model ``m`` of ``cands``
+        (``replicas``: each candidate's n[c] where ``m`` is not ``formulate``'s)."""
         su = {c.id: startup_usd(c.usd_per_hour, candidate_startup_s(self.startup, ir, c))
               for c in cands.candidates + cands.disagg}
         add_move_rows(m, cands, self.current, su, self.horizon_h, self.stop_usd, self.max_moves,
-                      self.fixed_moves)
+                      self.fixed_moves, replicas)
 
     def infeasible(self, ir, cands, backend, options) -> list[str]:
         lines = super().infeasible(ir, cands, backend, options)
@@ -149,7 +162,16 @@ class ReplanPlanner(UnifiedPlanner):
         return lines
 
 
-class RedundantReplanPlanner(ReplanPlanner, RedundantPlanner):
+class ReplanPlanner(Moves, UnifiedPlanner):
+    """The unified planner whose solve also pays for moving away from ``current`` (module docstring)."""
+
+    def solve(self, ir, cands, derate, backend, options):
+        m = formulate(ir, cands, derate)
+        self.add_moves(m, ir, cands)
+        return balance_routes(ir, cands, backend, options, backend.solve(m, options), derate)
+
+
+class RedundantReplanPlanner(Moves, RedundantPlanner):
     """The re-plan of a ``redundancy: n+1`` spec, which keeps n+1: the move rows on the n+1 MILP
     (``trimtab.planning.redundancy.redundant_model``: the ``spread``, ``survive`` and ``node_room`` rows over
     the nodes left after the failures), the routes balanced over the survivors, and n+1's candidates,
@@ -158,13 +180,39 @@ class RedundantReplanPlanner(ReplanPlanner, RedundantPlanner):
     the two compose without a row of either changing."""
 
     def __init__(self, topo, *args):
-        ReplanPlanner.__init__(self, *args)
+        Moves.__init__(self, *args)
         RedundantPlanner.__init__(self, topo)
 
     def solve(self, ir, cands, derate, backend, options):
         m = redundant_model(ir, cands, self.pools, derate)
         self.add_moves(m, ir, cands)
         return balance_survivors(ir, cands, self.pools, backend, options, backend.solve(m, options), derate)
+
+
+class LoraReplanPlanner(Moves, LoraPlanner):
+    """The re-plan of a spec with adapters or tenants: the move rows on the adapter-placement MILP
+    (``trimtab.planning.lora.formulate``, whole: the --max-moves row couples its groups), over its shared
+    candidates, whose ids are the running plan's deployment names as a unified candidate's are; the adapters
+    each deployment holds and the adapter routes are the adapter planner's extraction of the new solution."""
+
+    def solve(self, ir, prob, derate, backend, options):
+        m, ix = lora_formulate(ir, prob, derate)
+        self.add_moves(m, ir, self.candidate_set(prob), ix.replicas)
+        return backend.solve(m, options)
+
+
+class RedundantLoraReplanPlanner(Moves, RedundantLoraPlanner):
+    """The re-plan of an n+1 spec with adapters or tenants: the move rows on the adapter MILP with its n+1
+    rows (``RedundantLoraPlanner.model``), over the nodes the failures leave."""
+
+    def __init__(self, topo, *args):
+        Moves.__init__(self, *args)
+        RedundantLoraPlanner.__init__(self, topo)
+
+    def solve(self, ir, prob, derate, backend, options):
+        m, ix = self.indexed_model(ir, prob, derate)
+        self.add_moves(m, ir, self.candidate_set(prob), ix.replicas)
+        return backend.solve(m, options)
 
 
 @dataclass(frozen=True)
@@ -210,21 +258,18 @@ def replan(current: Plan, spec, *, max_moves: int | None = None, fail: list[str]
     running = {d.name: d.replicas - f.lost_replicas.get(d.name, 0) for d in current.deployments}
     running = {k: v for k, v in running.items() if v > 0}
     ir = lower(new_spec)
-    if ir.lora is not None:  # the unified MILP below has no adapter rows: its plan would drop them all
-        raise InputError([Problem("adapters" if ir.lora.adapters else "tenants",
-                                  "replan does not re-plan adapters or tenants yet: its move rows are on the "
-                                  "unified MILP, not on the adapter-placement MILP (trimtab.planning.lora); "
-                                  "plan the spec afresh with trimtab plan")], "spec")
     st = startup_for(spec.schedule.startup if spec.schedule else None)
     args = (running, max_moves, horizon_h, stop_usd, st, 0)
+    lora = ir.lora is not None  # adapters or tenants: the adapter planner's MILP
     if ir.redundancy == "n+1":  # over the nodes the failures left
-        planner = RedundantReplanPlanner(build_topology(new_spec, ir), *args)
+        topo = build_topology(new_spec, ir)
+        planner = RedundantLoraReplanPlanner(topo, *args) if lora else RedundantReplanPlanner(topo, *args)
     else:
-        planner = ReplanPlanner(*args)
+        planner = LoraReplanPlanner(*args) if lora else ReplanPlanner(*args)
     cands = planner.candidates(ir)
-    known = {c.id for c in cands.candidates + cands.disagg}
+    cset = planner.candidate_set(cands)
+    known = {c.id for c in cset.candidates + cset.disagg}
     planner.fixed_moves = sum(n for d, n in running.items() if d not in known)
-    planner.candidates = lambda _ir: cands  # the driver asks again; same set
     say = progress or (lambda _: None)
     res = drive(planner, new_spec, ir, backend=backend, time_limit_s=time_limit_s, validate=validate,
                 seed=seed, progress=lambda step: say(f"re-plan: {step}"))
@@ -234,7 +279,7 @@ def replan(current: Plan, spec, *, max_moves: int | None = None, fail: list[str]
 
     def start_usd(p: Plan, mv) -> float:
         per = {d.name: d for d in p.deployments}
-        cs = {c.id: c for c in cands.candidates + cands.disagg}
+        cs = {c.id: c for c in cset.candidates + cset.disagg}
         return round(sum(startup_usd(cs[n].usd_per_hour, candidate_startup_s(st, ir, cs[n]), a)
                          for n, (a, _) in mv.items() if a and n in per and n in cs), 4)
 

@@ -33,7 +33,7 @@ from dataclasses import replace
 from trimtab.deployment.shape import CandidateSet, Pruned
 from trimtab.milp.formulate import formulate, n_var, x_var
 from trimtab.ir.model import ProblemIR
-from trimtab.planning.lora import LoraPlanner, formulate as lora_formulate
+from trimtab.planning.lora import LoraIndex, LoraPlanner, formulate as lora_formulate
 from trimtab.planning.lora_candidates import LoraProblem, build as build_lora, usable
 from trimtab.planning.planners import UnifiedPlanner
 from trimtab.milp.solve import solve_balance, two_stage, util_var
@@ -316,14 +316,18 @@ class RedundantLoraPlanner(SurvivesNodeLoss, LoraPlanner):
         return out
 
     def model(self, ir, prob: LoraProblem, derate: dict[str, float], **kw) -> MilpModel:
+        return self.indexed_model(ir, prob, derate, **kw)[0]
+
+    def indexed_model(self, ir, prob: LoraProblem, derate: dict[str, float],
+                      **kw) -> tuple[MilpModel, LoraIndex]:
         """The adapter MILP (``trimtab.planning.lora.formulate``, whole) with the n+1 rows, each over its
-        candidate's capacity row (found by the row's key) less the replicas term."""
+        candidate's capacity row (found by the row's key) less the replicas term, and the MILP's index."""
         m, ix = lora_formulate(ir, prob, derate, **kw)
         rows = {con.key: con for con in m.constraints if con.family == "capacity"}
         add_survival_rows(m, ((c.id, ix.replicas[c], c.gpu, c.gpus,
                                tuple(t for t in rows[c].expr if t[0] != ix.replicas[c]))
                               for c in prob.cands), self.pools)
-        return m
+        return m, ix
 
     def solve(self, ir, prob: LoraProblem, derate, backend, options):
         if ir.objective == "max_goodput":

@@ -1,7 +1,7 @@
 """The adapter planner on the shared deployment records (issue 37): its candidates are ``Candidate`` records
-with their LoRA slots in ``lora`` and their group, colour and per-workload capacities in ``lora_group``, and its
-MILP's variables come with a typed index (``trimtab.planning.lora.LoraIndex``) that extraction, fill, explain
-and n+1 read the solution through, on the multi-LoRA example."""
+with their LoRA slots in ``lora`` and their group, colour and per-workload capacities in ``lora_group``, and
+its MILP's variables come with a typed index (``trimtab.planning.lora.LoraIndex``) that extraction, fill,
+explain and n+1 read the solution through, on the multi-LoRA example."""
 from __future__ import annotations
 
 from pathlib import Path

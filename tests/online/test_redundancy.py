@@ -203,10 +203,10 @@ def test_cli_fail_each_node(plans, tmp_path):
 
 
 def test_replan_keeps_n_plus_1(plans):
-    """Refused before (exit 1, "replan does not keep n+1 yet"): the re-plan of an n+1 spec is an n+1 plan over
-    the nodes the failures leave. Without drift it keeps the running plan; with a node of a two-node type lost,
-    that type's one node left can carry nothing under n+1 (a node lost would take every replica), so the
-    re-plan moves everything off it, and survives every node loss of the spec after the failure."""
+    """The re-plan of an n+1 spec is an n+1 plan over the nodes the failures leave (``replan`` refused it
+    before: exit 1). Without drift it keeps the running plan; with a node of a two-node type lost, that
+    type's one node left can carry nothing under n+1 (a node lost would take every replica), so the re-plan
+    moves everything off it, and survives every node loss of the spec after the failure."""
     from trimtab.online.replan import count_moves, replan, spec_after
 
     _, _, spec, p = plans
