@@ -38,7 +38,8 @@ from trimtab.deployment.shape import CandidateSet
 from trimtab.planning.lora import LoraPlanner, formulate as lora_formulate
 from trimtab.planning.redundancy import (RedundantLoraPlanner, RedundantPlanner, balance_survivors,
                                          redundant_model)
-from trimtab.milp.solve import balance_routes
+from trimtab.milp.solve import balance_routes, two_stage
+from trimtab.solvers.base import SolveResult
 
 HORIZON_H = 24.0  # hours a re-plan is expected to run: a cheaper plan must pay back its moves within it
 
@@ -129,7 +130,7 @@ def spec_after(spec, f: Failure):
 class Moves:
     """What a re-plan adds to a planner (module docstring): the running plan (``current``: deployment ->
     replicas still running) and the price of moving away from it, as rows on the planner's own MILP
-    (``add_moves``), and the --max-moves line after the planner's own infeasibility lines. Mixed in before a
+    (``solve_moved``), and the --max-moves line after the planner's own infeasibility lines. Mixed in before a
     planner, so each kind of spec is re-planned by its own planner: unified, n+1, adapters and tenants, or
     n+1 with adapters or tenants."""
 
@@ -147,13 +148,28 @@ class Moves:
             self._built = (ir, super().candidates(ir))
         return self._built[1]
 
-    def add_moves(self, m, ir, cands: CandidateSet, replicas: dict | None = None) -> None:
-        """The move rows and costs from the running plan (``add_move_rows``) on model ``m`` of ``cands``
-        (``replicas``: each candidate's n[c] where ``m`` is not ``formulate``'s)."""
+    def solve_moved(self, ir, model, cands: CandidateSet, backend, options) -> SolveResult:
+        """Solve the planner's MILP with the move rows (``add_move_rows``). ``model(floor)`` -> (MILP,
+        replicas: each candidate's n[c] where the MILP is not ``formulate``'s, else None), ``floor`` as in
+        ``trimtab.milp.solve.two_stage``. ``min_cost``: one solve of the cost over the horizon plus the
+        moves' price. ``max_goodput``: the most traffic served within --max-moves (stage 1 keeps its own
+        objective: the moves' price added to a maximised served rate would buy moves), then the cheapest plan,
+        moves priced, that serves it."""
         su = {c.id: startup_usd(c.usd_per_hour, candidate_startup_s(self.startup, ir, c))
               for c in cands.candidates + cands.disagg}
-        add_move_rows(m, cands, self.current, su, self.horizon_h, self.stop_usd, self.max_moves,
-                      self.fixed_moves, replicas)
+
+        def moved(floor):
+            m, replicas = model(floor)
+            served, sense = m.objective, m.sense
+            add_move_rows(m, cands, self.current, su, self.horizon_h, self.stop_usd, self.max_moves,
+                          self.fixed_moves, replicas)
+            if sense == "max":
+                m.objective = served
+            return m
+
+        if ir.objective == "max_goodput":
+            return two_stage(moved, backend, options)
+        return backend.solve(moved(None), options)
 
     def infeasible(self, ir, cands, backend, options) -> list[str]:
         lines = super().infeasible(ir, cands, backend, options)
@@ -166,9 +182,11 @@ class ReplanPlanner(Moves, UnifiedPlanner):
     """The unified planner whose solve also pays for moving away from ``current`` (module docstring)."""
 
     def solve(self, ir, cands, derate, backend, options):
-        m = formulate(ir, cands, derate)
-        self.add_moves(m, ir, cands)
-        return balance_routes(ir, cands, backend, options, backend.solve(m, options), derate)
+        res = self.solve_moved(ir, lambda floor: (formulate(ir, cands, derate, goodput_floor=floor), None),
+                               cands, backend, options)
+        if ir.objective == "max_goodput":  # not balanced (trimtab.milp.solve.solve_ir)
+            return res
+        return balance_routes(ir, cands, backend, options, res, derate)
 
 
 class RedundantReplanPlanner(Moves, RedundantPlanner):
@@ -184,9 +202,12 @@ class RedundantReplanPlanner(Moves, RedundantPlanner):
         RedundantPlanner.__init__(self, topo)
 
     def solve(self, ir, cands, derate, backend, options):
-        m = redundant_model(ir, cands, self.pools, derate)
-        self.add_moves(m, ir, cands)
-        return balance_survivors(ir, cands, self.pools, backend, options, backend.solve(m, options), derate)
+        res = self.solve_moved(ir, lambda floor: (redundant_model(ir, cands, self.pools, derate,
+                                                                  goodput_floor=floor), None),
+                               cands, backend, options)
+        if ir.objective == "max_goodput":  # not balanced (trimtab.planning.redundancy.solve_redundant)
+            return res
+        return balance_survivors(ir, cands, self.pools, backend, options, res, derate)
 
 
 class LoraReplanPlanner(Moves, LoraPlanner):
@@ -196,9 +217,11 @@ class LoraReplanPlanner(Moves, LoraPlanner):
     each deployment holds and the adapter routes are the adapter planner's extraction of the new solution."""
 
     def solve(self, ir, prob, derate, backend, options):
-        m, ix = lora_formulate(ir, prob, derate)
-        self.add_moves(m, ir, self.candidate_set(prob), ix.replicas)
-        return backend.solve(m, options)
+        def model(floor):
+            m, ix = lora_formulate(ir, prob, derate, goodput_floor=floor)
+            return m, ix.replicas
+
+        return self.solve_moved(ir, model, self.candidate_set(prob), backend, options)
 
 
 class RedundantLoraReplanPlanner(Moves, RedundantLoraPlanner):
@@ -210,9 +233,11 @@ class RedundantLoraReplanPlanner(Moves, RedundantLoraPlanner):
         RedundantLoraPlanner.__init__(self, topo)
 
     def solve(self, ir, prob, derate, backend, options):
-        m, ix = self.indexed_model(ir, prob, derate)
-        self.add_moves(m, ir, self.candidate_set(prob), ix.replicas)
-        return backend.solve(m, options)
+        def model(floor):
+            m, ix = self.indexed_model(ir, prob, derate, goodput_floor=floor)
+            return m, ix.replicas
+
+        return self.solve_moved(ir, model, self.candidate_set(prob), backend, options)
 
 
 @dataclass(frozen=True)

@@ -126,13 +126,14 @@ def redundant_model(ir: ProblemIR, cands: CandidateSet, pools, derate=None, **kw
 
 def solve_redundant(ir: ProblemIR, cands: CandidateSet, pools, backend: Backend, options: SolveOptions,
                     derate: dict[str, float] | None = None) -> SolveResult:
-    """The MILP with the n+1 rows (whole: ``node_room`` couples the workloads of a GPU type), then the balance
-    over the survivors."""
+    """The MILP with the n+1 rows (whole: ``node_room`` couples the workloads of a GPU type), then, for
+    ``min_cost``, the balance over the survivors. A ``max_goodput`` plan is not balanced, as a unified one is
+    not (``trimtab.milp.solve.solve_ir``): its demand rows are ``<=``, so the balance LP, which minimises
+    utilisation, would route nothing (served 0 rps beside the replicas bought)."""
     if ir.objective == "max_goodput":
-        res = two_stage(lambda floor: redundant_model(ir, cands, pools, derate, objective="max_goodput",
-                                                      goodput_floor=floor), backend, options)
-    else:
-        res = backend.solve(redundant_model(ir, cands, pools, derate), options)
+        return two_stage(lambda floor: redundant_model(ir, cands, pools, derate, objective="max_goodput",
+                                                       goodput_floor=floor), backend, options)
+    res = backend.solve(redundant_model(ir, cands, pools, derate), options)
     return balance_survivors(ir, cands, pools, backend, options, res, derate)
 
 

@@ -225,6 +225,18 @@ def test_replan_keeps_n_plus_1(plans):
     assert losses and all(x.report.ok for x in losses)
 
 
+def test_n_plus_1_max_goodput_plan_serves_and_survives_every_node_loss():
+    """n+1 with ``max_goodput``: the two stages' routes stand (the survivors' balance LP, which minimises
+    utilisation over ``<=`` demand rows, routed nothing: served 0 rps beside 4 replicas bought)."""
+    spec = load_spec("g.yaml", text=SMALL.format(extra="redundancy: n+1\nobjective: max_goodput\n"
+                                                        "budget_usd_per_hour: 12\n"))
+    p = plan(spec, validate=False).plan
+    assert p.redundancy == "n+1" and p.cost_usd_per_hour <= 12
+    assert p.goodput.served_rps > 0.8 * p.goodput.offered_rps
+    losses = check_each_node(p, spec, analytic=True)
+    assert losses and all(x.report.ok for x in losses)
+
+
 def test_one_node_spec_is_infeasible_with_the_reason():
     from trimtab.errors import InfeasibleError
 

@@ -148,3 +148,18 @@ def test_validated_adapter_replan_searches_each_gpu_type_on_its_own_candidates(a
     r = replan(cur, spec)
     assert not r.plan.misses and r.plan.adapter_routes
     assert any(d.adapters == ["x"] and d.tenants == ["acme"] for d in r.plan.deployments)
+
+
+@pytest.mark.parametrize("base", ["unified", "adapters"])
+def test_max_goodput_spec_replanned_serves_what_it_served(base):
+    """A ``max_goodput`` re-plan in two stages as ``plan``'s: the most traffic within --max-moves, then the
+    cheapest plan, moves priced, serving it. With the moves' price added to the maximised served rate, the
+    re-plan bought moves and served 0 rps (the small spec under a 12 $/h budget: 11.10 $/h, 3 moves)."""
+    text = (SPEC if base == "unified" else ADAPTER).replace(
+        "name: small\n", "name: small\nobjective: max_goodput\nbudget_usd_per_hour: 12\n")
+    spec = load_spec("goodput.yaml", text=text)
+    cur = plan(spec, validate=False).plan
+    r = replan(cur, spec, validate=False)
+    assert r.moves == {} and r.plan.cost_usd_per_hour == pytest.approx(cur.cost_usd_per_hour)
+    assert r.plan.goodput.served_rps == pytest.approx(cur.goodput.served_rps, rel=1e-5)
+    assert r.plan.goodput.served_rps > 0.9 * r.plan.goodput.offered_rps
