@@ -16,26 +16,32 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass, field, replace
-from typing import Any, Callable, Protocol
+from typing import Any, Callable, Protocol, TypeVar
 
 from trimtab.milp.assess import Assessment
 from trimtab.errors import InfeasibleError, NoSolutionError, SafetyNetError
 from trimtab.ir.model import ProblemIR
 from trimtab.util.jobs import gc_paused
 from trimtab.contract.schema import Goodput, Plan
+from trimtab.deployment.shape import CandidateSet
 from trimtab.planning.net import net_lines
 from trimtab.planning.policy import RoundPolicy
 from trimtab.planning.rounds import (MAX_ROUNDS, PROBES, SIM_ROUNDS, derate_analytic, derate_breaches, lowest,
                                      simulate_and_derate)
-from trimtab.solvers import (NetExpired, SafetyNet, SolveOptions, SolveResult, Status, Termination,
+from trimtab.solvers import (Backend, NetExpired, SafetyNet, SolveOptions, SolveResult, Status, Termination,
                              get_backend, spec_options)
+
+# A planner's candidate structure: a CandidateSet (unified, P/D, KV tiers; schedules, n+1, re-plans), or the
+# adapter planner's LoraProblem (shared candidates and traffic units). Only the planner reads inside it; the
+# driver passes it from one stage to the next and asks for a CandidateSet of it (candidate_set).
+C = TypeVar("C")
 
 
 @dataclass(frozen=True)
 class PlanResult:
     plan: Plan
     ir: ProblemIR
-    candidates: Any  # trimtab.milp.candidates.CandidateSet
+    candidates: CandidateSet
     assessment: Assessment
     solve: SolveResult
     rounds: int
@@ -46,31 +52,31 @@ class PlanResult:
     simulations: int = 0  # validating simulations run, one per round that simulated
 
 
-class Planner(Protocol):
+class Planner(Protocol[C]):
     """The stages of one kind of planning problem (``C``: its candidate structure)."""
 
-    def candidates(self, ir: ProblemIR) -> Any: ...
+    def candidates(self, ir: ProblemIR) -> C: ...
 
-    def precheck(self, ir: ProblemIR, cands: Any) -> list[str]:
+    def precheck(self, ir: ProblemIR, cands: C) -> list[str]:
         """Impossibilities found before solving (each a line for ``InfeasibleError``)."""
 
-    def solve(self, ir: ProblemIR, cands: Any, derate: dict[str, float], backend, options: SolveOptions
-              ) -> SolveResult: ...
+    def solve(self, ir: ProblemIR, cands: C, derate: dict[str, float], backend: Backend,
+              options: SolveOptions) -> SolveResult: ...
 
-    def build(self, ir: ProblemIR, cands: Any, res: SolveResult, rounds: int,
+    def build(self, ir: ProblemIR, cands: C, res: SolveResult, rounds: int,
               warnings: list[str]) -> tuple[Plan, Assessment]:
         """The plan of a solution, with the predictions of its deployments under their real traffic."""
 
-    def fill(self, cands: Any, res: SolveResult, derate: dict[str, float]) -> dict[str, float]:
+    def fill(self, cands: C, res: SolveResult, derate: dict[str, float]) -> dict[str, float]:
         """Per deployment bought: the share of its (derated) capacity the solution uses."""
 
-    def infeasible(self, ir: ProblemIR, cands: Any, backend, options: SolveOptions) -> list[str]:
+    def infeasible(self, ir: ProblemIR, cands: C, backend: Backend, options: SolveOptions) -> list[str]:
         """Lines saying why no plan exists and what to relax."""
 
-    def candidate_set(self, cands: Any) -> Any:
+    def candidate_set(self, cands: C) -> CandidateSet:
         """The ``CandidateSet`` a ``PlanResult`` carries."""
 
-    def peers(self, cands: Any, fitted: bool = False) -> dict[str, tuple[str, ...]]:
+    def peers(self, cands: C, fitted: bool = False) -> dict[str, tuple[str, ...]]:
         """workload -> ids of the candidates that serve only it ({}: none such; see
         ``trimtab.planning.rounds``);
         ``fitted``: only those of a kind ``profiles/sim_capacity.yaml`` was fitted on."""
@@ -81,10 +87,11 @@ class Planner(Protocol):
 
 
 @gc_paused()
-def drive(planner: Planner, spec, ir: ProblemIR, *, backend: str | None = None,
+def drive(planner: Planner[C], spec, ir: ProblemIR, *, backend: str | None = None,
           time_limit_s: float | None = None, validate: bool = True, seed: int = 0, t0: float | None = None,
           profiles: Any = None, runs: Any = None, progress: Callable[[str], None] | None = None,
-          above: float | None = None, cands: Any = None, net: SafetyNet | None = None) -> PlanResult | None:
+          above: float | None = None, cands: C | None = None,
+          net: SafetyNet | None = None) -> PlanResult | None:
     """Cheapest plan meeting every SLO. Raises InfeasibleError (exit 3) or NoSolutionError (exit 4).
     ``above``: None as soon as the first solve with a solution costs that much or more (every later solve is
     at capacities no higher, so no plan of this drive can cost less; ``single_types``). ``cands``: the
@@ -337,7 +344,7 @@ def goodput_validation(plan_, spec, ir, seeds, requests, runs):
     return replace(res, intervals={k: v for k, v in res.intervals.items() if k not in unserved},
                    targets={k: v for k, v in res.targets.items() if k not in unserved})
 
-def probe_measured(planner: Planner, spec, ir: ProblemIR, cands, be, opts: SolveOptions,
+def probe_measured(planner: Planner[C], spec, ir: ProblemIR, cands: C, be: Backend, opts: SolveOptions,
                    derate: dict[str, float], confirmed: list, seeds, requests: int, runs, warnings: list[str],
                    rnd: int, net: SafetyNet) -> tuple[float, float, int]:
     """Lazy probes below the cheapest confirmed plan (appended to ``confirmed`` when one is found); returns
@@ -402,9 +409,9 @@ def only_type(ir: ProblemIR, gpu: str) -> ProblemIR:
     return replace(ir, gpus=tuple(g if g.type == gpu else replace(g, count=0) for g in ir.gpus))
 
 
-def single_types(planner: Planner, spec, ir: ProblemIR, cands, be, opts: SolveOptions, validate: bool,
-                 seed: int, cost: float, solved_on: set[str], start: dict[str, float], profiles, runs,
-                 net: SafetyNet) -> PlanResult | None:
+def single_types(planner: Planner[C], spec, ir: ProblemIR, cands: C, be: Backend, opts: SolveOptions,
+                 validate: bool, seed: int, cost: float, solved_on: set[str], start: dict[str, float],
+                 profiles, runs, net: SafetyNet) -> PlanResult | None:
     """The cheapest plan the rounds confirm on one GPU type alone, where it costs less than ``cost`` (the
     cheapest confirmed on every type together); None if there is none. Why: the corrections after a simulated
     miss lower every shape of the missing workload (``trimtab.planning.rounds``), so a miss on one type can
@@ -495,8 +502,7 @@ def _needed(ir: ProblemIR, plan_: Plan, misses, fill: dict[str, float], planner,
     factor where two misses name the same candidate."""
     from trimtab.milp.assess import analytic_needs
 
-    cset = planner.candidate_set(cands)
-    by_id = {c.id: c for c in getattr(cset, "candidates", ())}
+    by_id = {c.id: c for c in planner.candidate_set(cands).candidates}
     peers = planner.peers(cands)
     out: dict[str, float] = {}
     for p in misses:
