@@ -39,7 +39,7 @@ def _solve(ir, prob, keep):
 def main() -> None:
     spec_path = sys.argv[1] if len(sys.argv) > 1 else str(ROOT / "examples" / "multi-lora.yaml")
     import trimtab as tt
-    from trimtab.planning.lora import build
+    from trimtab.planning.lora_candidates import build, slots
     from trimtab.ir.lower import lower
 
     spec = tt.load_spec(spec_path)
@@ -59,21 +59,21 @@ def main() -> None:
     cost1, gpus1, deps1 = 0.0, 0, 0
     for u in prob.units:
         for a, rate in (u.members if u.kind == "class" else ((u.adapter, u.rate),)):
-            opts = [(math.ceil(rate / c.cap[u.workload] - 1e-9) * c.cand.usd_per_hour,
-                     math.ceil(rate / c.cap[u.workload] - 1e-9) * c.cand.gpus)
-                    for c in prob.cands if c.group == u.group and c.color == u.color
-                    and c.cap.get(u.workload, 0) > 0 and (c.slots == 1 if a else True)]
+            opts = [(math.ceil(rate / c.lora_group.capacity(u.workload) - 1e-9) * c.usd_per_hour,
+                     math.ceil(rate / c.lora_group.capacity(u.workload) - 1e-9) * c.gpus)
+                    for c in prob.cands if c.lora_group.name == u.group and c.lora_group.color == u.color
+                    and c.lora_group.capacity(u.workload) > 0 and (slots(c) == 1 if a else True)]
             usd, g = min(opts)
             cost1, gpus1, deps1 = cost1 + usd, gpus1 + g, deps1 + 1
     print(f"  one deployment per adapter:   {cost1:8.2f} $/h  {gpus1:3d} GPUs  {deps1} deployments")
     # Everything on one pool: one GPU type and shape for all, the largest slot count per group.
     top = {}
     for c in prob.cands:
-        top[c.group] = max(top.get(c.group, 0), c.slots)
+        top[c.lora_group.name] = max(top.get(c.lora_group.name, 0), slots(c))
     best = None
-    for shape in sorted({(c.cand.gpu, c.cand.tp, c.cand.pp, c.cand.max_batched_tokens) for c in prob.cands}):
-        p2, why2 = _solve(ir, prob, lambda c, s=shape: (c.cand.gpu, c.cand.tp, c.cand.pp, c.cand.max_batched_tokens)
-                          == s and c.slots in (0, top[c.group]))
+    for shape in sorted({(c.gpu, c.tp, c.pp, c.max_batched_tokens) for c in prob.cands}):
+        p2, why2 = _solve(ir, prob, lambda c, s=shape: (c.gpu, c.tp, c.pp, c.max_batched_tokens)
+                          == s and slots(c) in (0, top[c.lora_group.name]))
         if p2 is not None and not why2 and (best is None or p2.cost_usd_per_hour < best[0].cost_usd_per_hour):
             best = (p2, shape)
     if best:

@@ -85,6 +85,29 @@ class PdGroup:
     partner_per_group: int
 
 
+@dataclass(frozen=True, slots=True)
+class LoraGroup:
+    """A shared candidate of the adapter planner (``trimtab.planning.lora``): the group of workloads it may
+    serve (one base model, dtype and KV cache precision) and tenant colour, the tenants of that colour, the
+    adapters it may keep in CPU memory, and per workload the per-replica rate of that workload's whole length
+    mix at its SLO. One candidate serves several workloads, so its capacity is per workload, not per bucket
+    (``Candidate.capacity_rps`` stays empty); carried as data so that formulation, extraction and n+1 never
+    read the group or colour out of an id."""
+
+    name: str
+    color: int
+    tenants: tuple[str, ...]
+    # adapters it may hold (--max-cpu-loras as the MILP counts it): 1 with one slot, else up to MAX_CPU_LORAS
+    cpu_slots: int
+    capacity_rps: tuple[tuple[str, float], ...]  # (workload name, per-replica rate at its SLO), only > 0
+
+    def capacity(self, workload: str) -> float:
+        for w, v in self.capacity_rps:
+            if w == workload:
+                return v
+        return 0.0
+
+
 @dataclass(frozen=True, slots=True, kw_only=True)
 class Candidate(DeploymentShape):
     """A shape the solver may buy for one workload: its price and per-replica capacity per length range."""
@@ -96,6 +119,7 @@ class Candidate(DeploymentShape):
     capacity_rps: tuple[tuple[str, float], ...]  # (bucket name, per-replica rate at SLO), only > 0
     kv_spare_gib: float = 0.0  # spare HBM KV it can lend at its planned operating point (HBM-only shapes)
     pd_group: PdGroup | None = None  # a co-located P/D side only
+    lora_group: LoraGroup | None = None  # a shared candidate of the adapter planner only
 
     def capacity(self, bucket: str) -> float:
         # dict(self.capacity_rps).get(bucket, 0.0) without building the dict (a bucket appears once; the last

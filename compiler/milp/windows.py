@@ -202,7 +202,7 @@ def move_var(kind: str, cid: str) -> str:
 
 def add_move_rows(m: MilpModel, cands: CandidateSet, current: dict[str, int], start_usd: dict[str, float],
                   horizon_h: float, stop_usd: float = 0.0, max_moves: int | None = None,
-                  fixed_moves: int = 0) -> None:
+                  fixed_moves: int = 0, replicas: dict | None = None) -> None:
     """Re-planning from a running deployment (``trimtab replan``; docs/online.md, "Re-planning"), on a
     ``trimtab.milp.formulate`` model:
         start[c] >= n[c] - cur[c];  stop[c] >= cur[c] - n[c]                      (move[c])
@@ -211,19 +211,21 @@ def add_move_rows(m: MilpModel, cands: CandidateSet, current: dict[str, int], st
                                                      + (stop_usd + EPS_SWITCH) stop[c]
     cur[c]: replicas of c running now (after failures); su[c]: a start's cost (trimtab.cost.startup);
     ``fixed_moves``: replicas that stop whatever the plan (deployments no candidate of the new
-    spec matches)."""
+    spec matches). ``replicas``: candidate -> its n[c] where the model is not ``formulate``'s (the adapter
+    MILP's, from its index ``trimtab.planning.lora.LoraIndex``)."""
     m.objective = tuple((n, a * horizon_h) for n, a in m.objective)
     obj = list(m.objective)
     moves = []
     for c in cands.candidates + cands.disagg:
-        ub = float(m.variables[n_var(c.id)].ub or 0.0)
+        n = replicas[c] if replicas is not None else n_var(c.id)
+        ub = float(m.variables[n].ub or 0.0)
         cur = float(current.get(c.id, 0))
         up, down = move_var("start", c.id), move_var("stop", c.id)
         m.add_var(up, "continuous", 0.0, max(ub, 0.0))
         m.add_var(down, "continuous", 0.0, max(cur, 0.0))
-        m.add(Constraint(f"move_start[{c.id}]", "move", ((n_var(c.id), 1.0), (up, -1.0)), "<=", cur,
+        m.add(Constraint(f"move_start[{c.id}]", "move", ((n, 1.0), (up, -1.0)), "<=", cur,
                          origin=SpecPath("--plan", note="the running plan (trimtab replan)")))
-        m.add(Constraint(f"move_stop[{c.id}]", "move", ((n_var(c.id), -1.0), (down, -1.0)), "<=", -cur,
+        m.add(Constraint(f"move_stop[{c.id}]", "move", ((n, -1.0), (down, -1.0)), "<=", -cur,
                          origin=SpecPath("--plan", note="the running plan (trimtab replan)")))
         obj += [(up, start_usd.get(c.id, 0.0) + EPS_SWITCH), (down, stop_usd + EPS_SWITCH)]
         moves += [(up, 1.0), (down, 1.0)]

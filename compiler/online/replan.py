@@ -5,14 +5,16 @@ the running plan as it can, next to a from-scratch plan.
     r = replan(current_plan, spec, max_moves=4, fail=["node=h100-sxm-1"])
     r.plan, r.moves (deployment -> (started, stopped)), r.fresh, r.fresh_moves, r.transition_usd
 
-The solve is ``trimtab.milp.formulate``'s MILP plus the move rows of ``trimtab.milp.windows.add_move_rows``:
-each
-replica started costs its start-up (``trimtab.cost.startup``: price x start-up time, it serves nothing
-meanwhile) plus ``stop_usd`` per replica stopped, against ``horizon_h`` hours of the new plan's $/h; so among
-plans of equal cost the one with the fewest moves wins, and a cheaper plan wins only when it pays back its
-moves within the horizon. A deployment is matched by name (the candidate id, e.g. ``chat-h100-sxm-tp4-t8k``):
-a replica on another GPU type or shape is a stop plus a start. Rounds, validation by simulation and placement
-are the one driver's (``trimtab.planning.driver.drive``) with this planner.
+The solve is the planner's MILP (``trimtab.milp.formulate``'s for unified specs) plus the move rows of
+``trimtab.milp.windows.add_move_rows``: each replica started costs its start-up (``trimtab.cost.startup``:
+price x start-up time, it serves nothing meanwhile) plus ``stop_usd`` per replica stopped, against
+``horizon_h`` hours of the new plan's $/h; so among plans of equal cost the one with the fewest moves wins,
+and a cheaper plan wins only when it pays back its moves within the horizon. A deployment is matched by name
+(the candidate id, e.g. ``chat-h100-sxm-tp4-t8k``): a replica on another GPU type or shape is a stop plus a
+start. Rounds, validation by simulation and placement are the one driver's (``trimtab.planning.driver.drive``)
+with this planner; a ``redundancy: n+1`` spec keeps n+1 (``RedundantReplanPlanner``: the move rows on the n+1
+MILP over the nodes the failures leave), and a spec with adapters or tenants is re-planned on the
+adapter-placement MILP (``LoraReplanPlanner``; with n+1, ``RedundantLoraReplanPlanner``).
 
 Failures: ``node=NAME`` removes a node of the plan's placement (its GPUs leave the spec's counts, the replicas
 with a stage on it are gone); ``gpus.TYPE=-N`` removes N GPUs of a type, taken from the last nodes of that
@@ -25,13 +27,19 @@ import time
 from dataclasses import dataclass
 
 from trimtab.errors import InputError, Problem
+from trimtab.ir.topology import build_topology
 from trimtab.milp.formulate import formulate
 from trimtab.milp.windows import add_move_rows
 from trimtab.cost.startup import candidate_startup_s, startup_for
 from trimtab.deployment.price import startup_usd
 from trimtab.contract.schema import Plan
 from trimtab.planning.planners import UnifiedPlanner
-from trimtab.milp.solve import balance_routes
+from trimtab.deployment.shape import CandidateSet
+from trimtab.planning.lora import LoraPlanner, formulate as lora_formulate
+from trimtab.planning.redundancy import (RedundantLoraPlanner, RedundantPlanner, balance_survivors,
+                                         redundant_model)
+from trimtab.milp.solve import balance_routes, two_stage
+from trimtab.solvers.base import SolveResult
 
 HORIZON_H = 24.0  # hours a re-plan is expected to run: a cheaper plan must pay back its moves within it
 
@@ -119,27 +127,117 @@ def spec_after(spec, f: Failure):
     return out
 
 
-class ReplanPlanner(UnifiedPlanner):
-    """The unified planner whose solve also pays for moving away from ``current`` (module docstring)."""
+class Moves:
+    """What a re-plan adds to a planner (module docstring): the running plan (``current``: deployment ->
+    replicas still running) and the price of moving away from it, as rows on the planner's own MILP
+    (``solve_moved``), and the --max-moves line after the planner's own infeasibility lines. Mixed in before a
+    planner, so each kind of spec is re-planned by its own planner: unified, n+1, adapters and tenants, or
+    n+1 with adapters or tenants."""
 
     def __init__(self, current: dict[str, int], max_moves: int | None, horizon_h: float, stop_usd: float,
                  startup, fixed_moves: int):
         self.current, self.max_moves, self.horizon_h = current, max_moves, horizon_h
         self.stop_usd, self.startup, self.fixed_moves = stop_usd, startup, fixed_moves
+        self._built: tuple | None = None  # (IR, its candidates)
 
-    def solve(self, ir, cands, derate, backend, options):
-        m = formulate(ir, cands, derate)
+    def candidates(self, ir):
+        """The planner's candidates of ``ir``, built once per IR: ``replan`` reads them to count the running
+        replicas no candidate matches, and the driver asks again; a search on one GPU type alone
+        (``trimtab.planning.driver.single_types``) asks for its own IR's."""
+        if self._built is None or self._built[0] is not ir:
+            self._built = (ir, super().candidates(ir))
+        return self._built[1]
+
+    def solve_moved(self, ir, model, cands: CandidateSet, backend, options) -> SolveResult:
+        """Solve the planner's MILP with the move rows (``add_move_rows``). ``model(floor)`` -> (MILP,
+        replicas: each candidate's n[c] where the MILP is not ``formulate``'s, else None), ``floor`` as in
+        ``trimtab.milp.solve.two_stage``. ``min_cost``: one solve of the cost over the horizon plus the
+        moves' price. ``max_goodput``: the most traffic served within --max-moves (stage 1 keeps its own
+        objective: the moves' price added to a maximised served rate would buy moves), then the cheapest plan,
+        moves priced, that serves it."""
         su = {c.id: startup_usd(c.usd_per_hour, candidate_startup_s(self.startup, ir, c))
               for c in cands.candidates + cands.disagg}
-        add_move_rows(m, cands, self.current, su, self.horizon_h, self.stop_usd, self.max_moves,
-                      self.fixed_moves)
-        return balance_routes(ir, cands, backend, options, backend.solve(m, options), derate)
+
+        def moved(floor):
+            m, replicas = model(floor)
+            served, sense = m.objective, m.sense
+            add_move_rows(m, cands, self.current, su, self.horizon_h, self.stop_usd, self.max_moves,
+                          self.fixed_moves, replicas)
+            if sense == "max":
+                m.objective = served
+            return m
+
+        if ir.objective == "max_goodput":
+            return two_stage(moved, backend, options)
+        return backend.solve(moved(None), options)
 
     def infeasible(self, ir, cands, backend, options) -> list[str]:
         lines = super().infeasible(ir, cands, backend, options)
         if self.max_moves is not None:
             lines.append(f"  or allow more than --max-moves {self.max_moves} replica starts and stops")
         return lines
+
+
+class ReplanPlanner(Moves, UnifiedPlanner):
+    """The unified planner whose solve also pays for moving away from ``current`` (module docstring)."""
+
+    def solve(self, ir, cands, derate, backend, options):
+        res = self.solve_moved(ir, lambda floor: (formulate(ir, cands, derate, goodput_floor=floor), None),
+                               cands, backend, options)
+        if ir.objective == "max_goodput":  # not balanced (trimtab.milp.solve.solve_ir)
+            return res
+        return balance_routes(ir, cands, backend, options, res, derate)
+
+
+class RedundantReplanPlanner(Moves, RedundantPlanner):
+    """The re-plan of a ``redundancy: n+1`` spec, which keeps n+1: the move rows on the n+1 MILP
+    (``trimtab.planning.redundancy.redundant_model``: the ``spread``, ``survive`` and ``node_room`` rows over
+    the nodes left after the failures), the routes balanced over the survivors, and n+1's candidates,
+    precheck, validation of each kind of node loss and infeasibility lines (``RedundantPlanner``), with the
+    re-plan's --max-moves line after them. The moves only add columns and a relaxable row to that MILP, so
+    the two compose without a row of either changing."""
+
+    def __init__(self, topo, *args):
+        Moves.__init__(self, *args)
+        RedundantPlanner.__init__(self, topo)
+
+    def solve(self, ir, cands, derate, backend, options):
+        res = self.solve_moved(ir, lambda floor: (redundant_model(ir, cands, self.pools, derate,
+                                                                  goodput_floor=floor), None),
+                               cands, backend, options)
+        if ir.objective == "max_goodput":  # not balanced (trimtab.planning.redundancy.solve_redundant)
+            return res
+        return balance_survivors(ir, cands, self.pools, backend, options, res, derate)
+
+
+class LoraReplanPlanner(Moves, LoraPlanner):
+    """The re-plan of a spec with adapters or tenants: the move rows on the adapter-placement MILP
+    (``trimtab.planning.lora.formulate``, whole: the --max-moves row couples its groups), over its shared
+    candidates, whose ids are the running plan's deployment names as a unified candidate's are; the adapters
+    each deployment holds and the adapter routes are the adapter planner's extraction of the new solution."""
+
+    def solve(self, ir, prob, derate, backend, options):
+        def model(floor):
+            m, ix = lora_formulate(ir, prob, derate, goodput_floor=floor)
+            return m, ix.replicas
+
+        return self.solve_moved(ir, model, self.candidate_set(prob), backend, options)
+
+
+class RedundantLoraReplanPlanner(Moves, RedundantLoraPlanner):
+    """The re-plan of an n+1 spec with adapters or tenants: the move rows on the adapter MILP with its n+1
+    rows (``RedundantLoraPlanner.model``), over the nodes the failures leave."""
+
+    def __init__(self, topo, *args):
+        Moves.__init__(self, *args)
+        RedundantLoraPlanner.__init__(self, topo)
+
+    def solve(self, ir, prob, derate, backend, options):
+        def model(floor):
+            m, ix = self.indexed_model(ir, prob, derate, goodput_floor=floor)
+            return m, ix.replicas
+
+        return self.solve_moved(ir, model, self.candidate_set(prob), backend, options)
 
 
 @dataclass(frozen=True)
@@ -180,22 +278,23 @@ def replan(current: Plan, spec, *, max_moves: int | None = None, fail: list[str]
     from trimtab.ir.lower import lower
 
     t0 = time.perf_counter()
-    # refused: the move rows and the n+1 rows (compiler/planning/redundancy.py) are not formulated together
-    if spec.redundancy == "n+1":
-        raise InputError([Problem("redundancy", "replan does not keep n+1 yet (docs/online.md, "
-                                                "\"Redundancy\"): re-plan with redundancy: none, or plan the "
-                                                "spec afresh")], "spec")
     f = parse_failures(current, spec, list(fail))
     new_spec = spec_after(spec, f)
     running = {d.name: d.replicas - f.lost_replicas.get(d.name, 0) for d in current.deployments}
     running = {k: v for k, v in running.items() if v > 0}
     ir = lower(new_spec)
     st = startup_for(spec.schedule.startup if spec.schedule else None)
-    planner = ReplanPlanner(running, max_moves, horizon_h, stop_usd, st, 0)
+    args = (running, max_moves, horizon_h, stop_usd, st, 0)
+    lora = ir.lora is not None  # adapters or tenants: the adapter planner's MILP
+    if ir.redundancy == "n+1":  # over the nodes the failures left
+        topo = build_topology(new_spec, ir)
+        planner = RedundantLoraReplanPlanner(topo, *args) if lora else RedundantReplanPlanner(topo, *args)
+    else:
+        planner = LoraReplanPlanner(*args) if lora else ReplanPlanner(*args)
     cands = planner.candidates(ir)
-    known = {c.id for c in cands.candidates + cands.disagg}
+    cset = planner.candidate_set(cands)
+    known = {c.id for c in cset.candidates + cset.disagg}
     planner.fixed_moves = sum(n for d, n in running.items() if d not in known)
-    planner.candidates = lambda _ir: cands  # the driver asks again; same set
     say = progress or (lambda _: None)
     res = drive(planner, new_spec, ir, backend=backend, time_limit_s=time_limit_s, validate=validate,
                 seed=seed, progress=lambda step: say(f"re-plan: {step}"))
@@ -205,7 +304,7 @@ def replan(current: Plan, spec, *, max_moves: int | None = None, fail: list[str]
 
     def start_usd(p: Plan, mv) -> float:
         per = {d.name: d for d in p.deployments}
-        cs = {c.id: c for c in cands.candidates + cands.disagg}
+        cs = {c.id: c for c in cset.candidates + cset.disagg}
         return round(sum(startup_usd(cs[n].usd_per_hour, candidate_startup_s(st, ir, cs[n]), a)
                          for n, (a, _) in mv.items() if a and n in per and n in cs), 4)
 

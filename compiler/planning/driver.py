@@ -8,35 +8,41 @@ A ``Planner`` supplies the stages that differ between unified serving
 (``trimtab.planning.planners.UnifiedPlanner``:
 unified, P/D and KV-tier candidates, the MILP of ``compiler/milp/formulate.py``) and adapters
 (``trimtab.planning.lora.LoraPlanner``: shared candidates and the adapter-placement MILP). The driver owns the
-loop and nothing else: each round is a function of the derates it is given, and the corrections
-(``trimtab.planning.rounds``) return new derates instead of editing them.
+loop and nothing else: each round is a function of the derates it is given, and the round policy
+(``trimtab.planning.policy.RoundPolicy``) says what each round's evidence makes of them for the next solve,
+its steps the corrections of ``trimtab.planning.rounds``, which return new derates instead of editing them.
 """
 from __future__ import annotations
 
 import time
 from dataclasses import dataclass, field, replace
-from typing import Any, Callable, Protocol
+from typing import Any, Callable, Protocol, TypeVar
 
 from trimtab.milp.assess import Assessment
 from trimtab.errors import InfeasibleError, NoSolutionError, SafetyNetError
 from trimtab.ir.model import ProblemIR
 from trimtab.util.jobs import gc_paused
 from trimtab.contract.schema import Plan
+from trimtab.deployment.shape import CandidateSet
 from trimtab.planning.goodput import refine as refine_goodput
 from trimtab.planning.net import net_lines
-from trimtab.planning.rounds import (LORA_PREFIX, MAX_ROUNDS, PROBES, SIM_ROUNDS, derate_analytic,
-                                     derate_breaches, family_of, first_try_worth, lowest, misses_of,
-                                     prior_derates, prior_on_miss, probe_derates, simulate_and_derate,
-                                     simulate_past_misses, stuck)
-from trimtab.solvers import (NetExpired, SafetyNet, SolveOptions, SolveResult, Status, Termination,
+from trimtab.planning.policy import RoundPolicy
+from trimtab.planning.rounds import (MAX_ROUNDS, PROBES, SIM_ROUNDS, derate_analytic, derate_breaches, lowest,
+                                     simulate_and_derate)
+from trimtab.solvers import (Backend, NetExpired, SafetyNet, SolveOptions, SolveResult, Status, Termination,
                              get_backend, spec_options)
+
+# A planner's candidate structure: a CandidateSet (unified, P/D, KV tiers; schedules, n+1, re-plans), or the
+# adapter planner's LoraProblem (shared candidates and traffic units). Only the planner reads inside it; the
+# driver passes it from one stage to the next and asks for a CandidateSet of it (candidate_set).
+C = TypeVar("C")
 
 
 @dataclass(frozen=True)
 class PlanResult:
     plan: Plan
     ir: ProblemIR
-    candidates: Any  # trimtab.milp.candidates.CandidateSet
+    candidates: CandidateSet
     assessment: Assessment
     solve: SolveResult
     rounds: int
@@ -47,31 +53,31 @@ class PlanResult:
     simulations: int = 0  # validating simulations run, one per round that simulated
 
 
-class Planner(Protocol):
+class Planner(Protocol[C]):
     """The stages of one kind of planning problem (``C``: its candidate structure)."""
 
-    def candidates(self, ir: ProblemIR) -> Any: ...
+    def candidates(self, ir: ProblemIR) -> C: ...
 
-    def precheck(self, ir: ProblemIR, cands: Any) -> list[str]:
+    def precheck(self, ir: ProblemIR, cands: C) -> list[str]:
         """Impossibilities found before solving (each a line for ``InfeasibleError``)."""
 
-    def solve(self, ir: ProblemIR, cands: Any, derate: dict[str, float], backend, options: SolveOptions
-              ) -> SolveResult: ...
+    def solve(self, ir: ProblemIR, cands: C, derate: dict[str, float], backend: Backend,
+              options: SolveOptions) -> SolveResult: ...
 
-    def build(self, ir: ProblemIR, cands: Any, res: SolveResult, rounds: int,
+    def build(self, ir: ProblemIR, cands: C, res: SolveResult, rounds: int,
               warnings: list[str]) -> tuple[Plan, Assessment]:
         """The plan of a solution, with the predictions of its deployments under their real traffic."""
 
-    def fill(self, cands: Any, res: SolveResult, derate: dict[str, float]) -> dict[str, float]:
+    def fill(self, cands: C, res: SolveResult, derate: dict[str, float]) -> dict[str, float]:
         """Per deployment bought: the share of its (derated) capacity the solution uses."""
 
-    def infeasible(self, ir: ProblemIR, cands: Any, backend, options: SolveOptions) -> list[str]:
+    def infeasible(self, ir: ProblemIR, cands: C, backend: Backend, options: SolveOptions) -> list[str]:
         """Lines saying why no plan exists and what to relax."""
 
-    def candidate_set(self, cands: Any) -> Any:
+    def candidate_set(self, cands: C) -> CandidateSet:
         """The ``CandidateSet`` a ``PlanResult`` carries."""
 
-    def peers(self, cands: Any, fitted: bool = False) -> dict[str, tuple[str, ...]]:
+    def peers(self, cands: C, fitted: bool = False) -> dict[str, tuple[str, ...]]:
         """workload -> ids of the candidates that serve only it ({}: none such; see
         ``trimtab.planning.rounds``);
         ``fitted``: only those of a kind ``profiles/sim_capacity.yaml`` was fitted on."""
@@ -82,10 +88,11 @@ class Planner(Protocol):
 
 
 @gc_paused()
-def drive(planner: Planner, spec, ir: ProblemIR, *, backend: str | None = None,
+def drive(planner: Planner[C], spec, ir: ProblemIR, *, backend: str | None = None,
           time_limit_s: float | None = None, validate: bool = True, seed: int = 0, t0: float | None = None,
           profiles: Any = None, runs: Any = None, progress: Callable[[str], None] | None = None,
-          above: float | None = None, cands: Any = None, net: SafetyNet | None = None) -> PlanResult | None:
+          above: float | None = None, cands: C | None = None,
+          net: SafetyNet | None = None) -> PlanResult | None:
     """Cheapest plan meeting every SLO. Raises InfeasibleError (exit 3) or NoSolutionError (exit 4).
     ``above``: None as soon as the first solve with a solution costs that much or more (every later solve is
     at capacities no higher, so no plan of this drive can cost less; ``single_types``). ``cands``: the
@@ -142,24 +149,7 @@ def drive(planner: Planner, spec, ir: ProblemIR, *, backend: str | None = None,
     opts = spec_options(spec, time_limit_s)
     net = SafetyNet(opts.time_limit_s, t0) if net is None else net
     simulated = validate
-    # max_goodput: the rounds correct its plans as they do min_cost ones (a miss derates the deployment at
-    # fault, and the next solve serves what the corrected capacities carry), but the plan kept is the one
-    # serving the most traffic, and nothing below it is searched by cost (probes, single types)
-    goodput = ir.objective == "max_goodput"
-    failed_with = None  # the derates of the last plan the simulation refuted (max_goodput's search)
-    peers = planner.peers(cands) if simulated else {}
-    # Where the simulation will judge the plan and a first plan on the cost model's own capacities misses, go
-    # straight to the capacities it confirms (trimtab.planning.rounds): the cheap plan is tried first, the
-    # prior bounds the rounds after a miss.
-    prior = prior_derates(ir, planner.peers(cands, fitted=True) if simulated else {})
-    derate: dict[str, float] = {}
-    with_prior: tuple | None = None  # (derates with the prior, derates without it) once added; None: not yet
-    per_workload = family_of(ir) == LORA_PREFIX  # the prior goes to the workloads a round shows missing only
-    # an analytic miss is simulated in the same round, not re-solved first
-    past_misses = simulate_past_misses(ir)
-    if prior and getattr(planner, "simulate", None) is None and not per_workload and not first_try_worth(ir):
-        derate, with_prior = dict(prior), (dict(prior), {})  # many workloads: the cheap first plan would miss
-    start = dict(derate)  # the first solve's derates (single_types' bounds)
+    policy = RoundPolicy(ir, planner, cands, simulated)  # the derates each round solves with
     solve_s = 0.0
     sim_s = 0.0
     sim_rounds = 0
@@ -170,8 +160,6 @@ def drive(planner: Planner, spec, ir: ProblemIR, *, backend: str | None = None,
     # (trimtab.sim.reuse; shared with the drives of single_types)
     runs = RunCache() if runs is None else runs
     last_sim = None
-    # workload -> its last simulated miss (trimtab.planning.rounds.stuck)
-    missed: dict[str, tuple[str, float, float]] = {}
     best = None  # (plan, assessment, result, round, simulation) of the last plan solved outside the probe
     confirmed: list[tuple] = []  # (cost, round, plan, assessment, result, simulation) of each plan confirmed
     # this round re-solves at trimtab.planning.rounds.probe_derates after a plan was confirmed
@@ -179,9 +167,6 @@ def drive(planner: Planner, spec, ir: ProblemIR, *, backend: str | None = None,
     warnings = list(ir.warnings)
     last_round = MAX_ROUNDS + (SIM_ROUNDS if validate else 0)
     solved_on: set[str] = set()  # the GPU types of every plan the rounds solved
-    # candidate -> the capacity factor its own misses measured (cuts on the deployment at fault only; the
-    # workload-wide spread and the prior are left out): the lazy probes' evidence (probe_measured)
-    measured: dict[str, float] = {}
     sim_round = 0  # the round of the last validating simulation
 
     def stop(where: str, unsimulated: tuple[int, float, str] | None = None, sims: int = 0):
@@ -196,9 +181,9 @@ def drive(planner: Planner, spec, ir: ProblemIR, *, backend: str | None = None,
         if net.expired():
             stop(f"before round {rnd}'s solve")
         left = net.options(opts)
-        solved_with = derate
+        solved_with = policy.derate
         say(f"round {rnd}: solving")
-        res = planner.solve(ir, cands, derate, be, left)
+        res = planner.solve(ir, cands, solved_with, be, left)
         solve_s += res.seconds
         if above is not None and res.has_solution and best is None and not confirmed:
             if res.objective is not None and res.objective >= above - 1e-6:
@@ -211,10 +196,7 @@ def drive(planner: Planner, spec, ir: ProblemIR, *, backend: str | None = None,
         if not res.has_solution:
             if res.status != Status.INFEASIBLE:  # a solver that stopped without an answer is one (exit 4)
                 raise NoSolutionError(no_solution_lines(be.name, res, rnd))
-            if with_prior is not None and derate == with_prior[0]:
-                # the prior asks for more GPUs or budget than the spec has: rounds decide alone
-                derate = with_prior[1]
-                with_prior = (None, None)  # tried once
+            if policy.drop_prior():  # it asked for more GPUs or budget than the spec has
                 continue
             if best is not None:
                 break  # the corrections ask for more than the spec has: the last plan, its misses stated
@@ -223,28 +205,21 @@ def drive(planner: Planner, spec, ir: ProblemIR, *, backend: str | None = None,
                                   else ["no plan within the spec's GPUs and budget"])
         plan_, a = planner.build(ir, cands, res, rnd, warnings)
         solved_on |= {g for g, n in plan_.gpus.items() if n}
-        fill = planner.fill(cands, res, derate)  # (of the derates this plan was solved with)
+        fill = planner.fill(cands, res, solved_with)
         broken = breaches(plan_, ir)
         misses = a.misses()
         if probing and (broken or misses):
             break  # the probe's plan is kept only as it is, confirmed
         if not probing:
             best = (plan_, a, res, rnd, None)
-        if broken:  # over the speed-of-light bound: re-solve within it before judging SLOs (derate_breaches)
-            derate = derate_breaches(broken, derate, fill)
-            measured = _cut(measured, derate, {b.deployment for b in broken})
+        if broken:  # over the speed-of-light bound: re-solve within it before judging SLOs
+            policy.breaches(broken, fill)
             continue
-        own = getattr(planner, "simulate", None)  # a schedule simulates every window, derates per window
-        analytic = None  # the analytic corrections of this round's misses
+        analytic = None  # the analytic corrections of this round's misses, taken with its simulation
         if misses:
-            analytic = derate_analytic(misses, derate,
-                                       _needed(ir, plan_, misses, fill, planner, cands, derate))
-            measured = _cut(measured, analytic, {p.worst_deployment for p in misses if p.worst_deployment})
-            if not (simulated and own is None and past_misses):
-                derate = analytic
-                continue
-            # many workloads: the simulation would miss too; take its corrections in this round
-            # (simulate_past_misses)
+            analytic = policy.analytic(misses, _needed(ir, plan_, misses, fill, planner, cands, solved_with))
+            if analytic is None:
+                continue  # re-solve on them first
         if not simulated:
             confirmed.append((plan_.cost_usd_per_hour, rnd, plan_, a, res, None))
             break
@@ -252,19 +227,11 @@ def drive(planner: Planner, spec, ir: ProblemIR, *, backend: str | None = None,
             stop(f"before round {rnd}'s simulation", (rnd, plan_.cost_usd_per_hour, "was not simulated"))
         ts = time.perf_counter()
         say(f"round {rnd}: simulating the plan on {len(seeds)} seed(s)")
-        if own is not None:
-            try:
-                last_sim, derate = own(plan_, spec, ir, seeds, sim_requests, derate, fill, net)
-            except NetExpired as exc:
-                stop(f"in round {rnd}'s simulation ({exc})",
-                     (rnd, plan_.cost_usd_per_hour, "was simulated in part only"), exc.sims)
-        else:
-            last_sim, derate = simulate_and_derate(plan_, spec, ir, seeds, sim_requests, derate, fill, peers,
-                                                   runs)
-            now = misses_of(last_sim, len(seeds), solved_with)
-            derate = stuck(derate, now, missed)
-            missed = {**missed, **now}
-            measured = _cut(measured, derate, {dep for dep, _, _ in now.values()})
+        try:
+            last_sim = policy.simulate(plan_, spec, seeds, sim_requests, fill, solved_with, runs, net)
+        except NetExpired as exc:  # (only a planner's own simulate asks the net between its runs)
+            stop(f"in round {rnd}'s simulation ({exc})",
+                 (rnd, plan_.cost_usd_per_hour, "was simulated in part only"), exc.sims)
         sim_s += time.perf_counter() - ts
         simulations += 1
         sim_round = rnd
@@ -274,53 +241,38 @@ def drive(planner: Planner, spec, ir: ProblemIR, *, backend: str | None = None,
             break
         best = (plan_, a, res, rnd, last_sim)
         if analytic is not None:
-            derate = lowest(derate, analytic)
+            policy.take(analytic)
             if last_sim.ok:
                 continue  # the assessment's misses alone: re-solve on its corrections
         elif last_sim.ok:
             confirmed.append((plan_.cost_usd_per_hour, rnd, plan_, a, res, last_sim))
-            derate = solved_with if goodput else probe_derates(solved_with, prior if own is None else {},
-                                                               missed, peers)
-            if derate == solved_with:
+            if not policy.probe(solved_with):
                 break
             probing = True  # a cheaper plan may pass where the rounds lowered capacities on others' evidence
             continue
         sim_rounds += 1
-        failed_with = solved_with
-        if per_workload and prior and own is None and with_prior != (None, None):
-            alone = derate  # the candidates of the workloads this round did not confirm at most at the prior
-            derate = prior_on_miss(ir, last_sim, len(seeds), derate, prior, peers)
-            with_prior = (derate, alone)
-        elif with_prior is None and prior and own is None:
-            # first simulated miss: fitted candidates at most at prior
-            alone = derate
-            derate = lowest(derate, prior)
-            with_prior = (derate, alone)
-        if derate == solved_with:
+        policy.missed_in_simulation(last_sim, len(seeds), solved_with)
+        if policy.derate == solved_with:
             # Nothing to correct: every workload the runs do not confirm has no miss to derate (e.g. too few
             # of its requests in the run for its bound to reach the target at 100 % attainment). The next
             # solve would get the same derates, return this plan and the same seeds the same verdict: stop,
             # with its misses stated.
             break
-    own = getattr(planner, "simulate", None)
-    # After a confirmed plan, one search below it (both simulate what they find and keep it only confirmed).
-    # min_cost: probes, only where a plan relaxed to the evidence has a fair chance to pass (first_try_worth;
-    # never for adapter specs, whose first round confirms 40 % of workloads): on 100 workloads each probe
-    # missed somewhere and the three doubled the CPU of a plan for 0-0.1 % of its cost (docs/solvers.md).
-    # max_goodput: between the capacities confirmed and refuted, for more traffic served; the drive stopped
-    # at its first confirmed plan, so ``solved_with`` holds that plan's derates.
+    # After a confirmed plan, one search below it (both simulate what they find and keep it only confirmed):
+    # min_cost: probes at the capacities the misses measured; max_goodput: between the capacities confirmed
+    # and refuted, for more traffic served (the drive stopped at its first confirmed plan: ``solved_with``
+    # holds that plan's derates)
     search = None
-    if confirmed and simulated and own is None:
-        if goodput and failed_with is not None:
-            search = ("searching between the confirmed and the refuted capacities for more goodput",
-                      "in the goodput search", lambda: refine_goodput(
-                          planner, spec, ir, cands, be, opts, solved_with, failed_with, confirmed, seeds,
-                          sim_requests, runs, warnings, rnd + 1, net))
-        elif not goodput and first_try_worth(ir):
-            search = ("probing below the confirmed plan at the capacities its misses measured",
-                      "in the probes below the confirmed plan", lambda: probe_measured(
-                          planner, spec, ir, cands, be, opts, lowest(start, measured), confirmed, seeds,
-                          sim_requests, runs, warnings, rnd + 1, net))
+    if confirmed and policy.probes_worth():
+        search = ("probing below the confirmed plan at the capacities its misses measured",
+                  "in the probes below the confirmed plan", lambda: probe_measured(
+                      planner, spec, ir, cands, be, opts, policy.probe_start(), confirmed, seeds,
+                      sim_requests, runs, warnings, rnd + 1, net))
+    elif confirmed and policy.goodput_search_worth():
+        search = ("searching between the confirmed and the refuted capacities for more goodput",
+                  "in the goodput search", lambda: refine_goodput(
+                      planner, spec, ir, cands, be, opts, solved_with, policy.failed_with, confirmed, seeds,
+                      sim_requests, runs, warnings, rnd + 1, net))
     if search is not None:
         what, where, run_search = search
         say(what)
@@ -336,19 +288,17 @@ def drive(planner: Planner, spec, ir: ProblemIR, *, backend: str | None = None,
     assess_s = time.perf_counter() - t2 - solve_s - sim_s
     seconds = {"lower": t1 - t0, "candidates": t2 - t1, "solve": solve_s, "simulate": sim_s,
                "assess": assess_s}
-    # The cheapest plan confirmed on one GPU type alone, if cheaper than the rest (single_types): where the
-    # simulation's corrections decide; not for schedules, which simulate their own way, nor n+1 specs, whose
-    # planner holds the whole fleet. Its solves and simulations are under the run's safety net: --time-limit
-    # bounds the whole run, and a search it stops gives no plan (a plan then would depend on the load).
-    if (confirmed and simulated and len(ir.gpus) > 1 and own is None and ir.redundancy != "n+1"
-            and not goodput):
+    # The cheapest plan confirmed on one GPU type alone, if cheaper than the rest (single_types). Its solves
+    # and simulations are under the run's safety net: --time-limit bounds the whole run, and a search it stops
+    # gives no plan (a plan then would depend on the load).
+    if confirmed and policy.single_types_worth():
         ts = time.perf_counter()
         say("planning each GPU type alone where it may be cheaper")
         if net.expired():
             stop("before the search on each GPU type alone")
         try:
             single = single_types(planner, spec, ir, cands, be, opts, validate, seed,
-                                  min(c[0] for c in confirmed), solved_on, start, profiles, runs, net)
+                                  min(c[0] for c in confirmed), solved_on, policy.start, profiles, runs, net)
         except NetExpired as exc:
             stop(f"in the search on each GPU type alone ({exc})", sims=exc.sims)
         seconds["single types"] = time.perf_counter() - ts
@@ -356,9 +306,8 @@ def drive(planner: Planner, spec, ir: ProblemIR, *, backend: str | None = None,
             seconds.update({"finish": 0.0, "total": time.perf_counter() - t0})
             return replace(single, ir=ir, candidates=planner.candidate_set(cands), seconds=seconds,
                            simulations=simulations + single.simulations)  # (runs: shared, counted there)
-    if confirmed:  # the cheapest plan confirmed (the earliest of equal cost)
-        # (max_goodput: the plan serving the most, which the search found last)
-        _, rnd, plan_, a, res, last_sim = (confirmed[-1] if goodput
+    if confirmed:  # the cheapest plan confirmed (the earliest of equal cost); max_goodput: the search's last
+        _, rnd, plan_, a, res, last_sim = (confirmed[-1] if policy.goodput
                                            else min(confirmed, key=lambda c: (c[0], c[1])))
     else:
         plan_, a, res, rnd, last_sim = best
@@ -384,17 +333,7 @@ def drive(planner: Planner, spec, ir: ProblemIR, *, backend: str | None = None,
                       simulations)
 
 
-def _cut(measured: dict[str, float], derate: dict[str, float], at_fault) -> dict[str, float]:
-    """``measured`` with each deployment ``at_fault`` at most at its factor in ``derate`` (the correction
-    computed from its own load when it missed: an absolute capacity that shape was shown not to hold)."""
-    out = dict(measured)
-    for d in at_fault:
-        if d in derate:
-            out[d] = min(out.get(d, 1.0), derate[d])
-    return out
-
-
-def probe_measured(planner: Planner, spec, ir: ProblemIR, cands, be, opts: SolveOptions,
+def probe_measured(planner: Planner[C], spec, ir: ProblemIR, cands: C, be: Backend, opts: SolveOptions,
                    derate: dict[str, float], confirmed: list, seeds, requests: int, runs, warnings: list[str],
                    rnd: int, net: SafetyNet) -> tuple[float, float, int]:
     """Lazy probes below the cheapest confirmed plan (appended to ``confirmed`` when one is found); returns
@@ -459,9 +398,9 @@ def only_type(ir: ProblemIR, gpu: str) -> ProblemIR:
     return replace(ir, gpus=tuple(g if g.type == gpu else replace(g, count=0) for g in ir.gpus))
 
 
-def single_types(planner: Planner, spec, ir: ProblemIR, cands, be, opts: SolveOptions, validate: bool,
-                 seed: int, cost: float, solved_on: set[str], start: dict[str, float], profiles, runs,
-                 net: SafetyNet) -> PlanResult | None:
+def single_types(planner: Planner[C], spec, ir: ProblemIR, cands: C, be: Backend, opts: SolveOptions,
+                 validate: bool, seed: int, cost: float, solved_on: set[str], start: dict[str, float],
+                 profiles, runs, net: SafetyNet) -> PlanResult | None:
     """The cheapest plan the rounds confirm on one GPU type alone, where it costs less than ``cost`` (the
     cheapest confirmed on every type together); None if there is none. Why: the corrections after a simulated
     miss lower every shape of the missing workload (``trimtab.planning.rounds``), so a miss on one type can
@@ -552,8 +491,7 @@ def _needed(ir: ProblemIR, plan_: Plan, misses, fill: dict[str, float], planner,
     factor where two misses name the same candidate."""
     from trimtab.milp.assess import analytic_needs
 
-    cset = planner.candidate_set(cands)
-    by_id = {c.id: c for c in getattr(cset, "candidates", ())}
+    by_id = {c.id: c for c in planner.candidate_set(cands).candidates}
     peers = planner.peers(cands)
     out: dict[str, float] = {}
     for p in misses:

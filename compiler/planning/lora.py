@@ -29,14 +29,14 @@ the plan independently.
 from __future__ import annotations
 
 import math
-from dataclasses import replace
+from dataclasses import dataclass, replace
 
 from trimtab.milp.assess import assess
-from trimtab.deployment.shape import CandidateSet, DeploymentSpecView, RouteView, replica_model_of
+from trimtab.deployment.shape import Candidate, CandidateSet, DeploymentSpecView, RouteView, replica_model_of
 from trimtab.errors import InfeasibleError
 from trimtab.milp.formulate import EPS_GPU, n_var
 from trimtab.deployment.price import fleet_usd_per_hour
-from trimtab.planning.lora_candidates import LoraCandidate, LoraProblem, Unit, build
+from trimtab.planning.lora_candidates import LoraProblem, Unit, build, usable
 from trimtab.spec.lora import NO_TENANT
 from trimtab.spec.paths import SpecPath
 from trimtab.milp.extract import goodput_of, plan_buckets
@@ -48,23 +48,60 @@ EPS_HOLD = 1e-7
 TOL = 1e-7
 
 
-def _usable(u: Unit, c: LoraCandidate) -> bool:
-    if c.group != u.group or c.color != u.color or c.cap.get(u.workload, 0.0) <= 0:
-        return False
-    if u.kind == "hot":
-        return c.slots >= 1
-    if u.kind == "class":
-        return c.slots >= 2
-    return True
+@dataclass(frozen=True, slots=True)
+class RouteVars:
+    """A traffic unit's route to a shared candidate it may use (``usable``): x[u,c], and the hold variable
+    that gates it: y[a,c] of a hot adapter (one per adapter and candidate, shared by the units of workloads
+    that request the same adapter), z[k,c] of a cold class, "" for base traffic."""
+
+    unit: Unit
+    cand: Candidate
+    x: str
+    hold: str
 
 
-def x_name(u: Unit, c: LoraCandidate) -> str:
-    return f"route[{u.id},{c.id}]"
+@dataclass(frozen=True)
+class LoraIndex:
+    """The adapter MILP's variables by the records they stand for (the module docstring's n[c], x[u,c],
+    y[a,c], z[k,c]), made from the problem before the model: ``formulate`` adds exactly these, and extraction,
+    fill, explain and n+1 read the solver's values through them, so no stage after the solve rebuilds or
+    parses a variable name (names are for display and the backends)."""
+
+    replicas: dict[Candidate, str]  # n[c]
+    routes: dict[Unit, tuple[RouteVars, ...]]  # each unit's routes, in candidate order
+    onto: dict[Candidate, tuple[RouteVars, ...]]  # each candidate's routes, in unit order
+
+    @classmethod
+    def of(cls, prob: LoraProblem) -> LoraIndex:
+        onto: dict[Candidate, list[RouteVars]] = {c: [] for c in prob.cands}
+        routes = {}
+        for u in prob.units:
+            mine = []
+            for c in prob.cands:
+                if not usable(u, c):
+                    continue
+                hold = (f"hold[{u.adapter},{c.id}]" if u.kind == "hot" else f"hold[{u.id},{c.id}]"
+                        if u.kind == "class" else "")
+                r = RouteVars(u, c, f"route[{u.id},{c.id}]", hold)
+                mine.append(r)
+                onto[c].append(r)
+            routes[u] = tuple(mine)
+        return cls({c: n_var(c.id) for c in prob.cands}, routes, {c: tuple(rs) for c, rs in onto.items()})
+
+    def bought(self, values: dict[str, float]) -> dict[Candidate, int]:
+        """Replicas of each candidate in a solution (0 included), in candidate order."""
+        return {c: int(round(values.get(n, 0.0))) for c, n in self.replicas.items()}
+
+
+def _rate_cap(c: Candidate, u: Unit, derate: dict[str, float]) -> float:
+    """Per-replica rate of ``u``'s workload on ``c`` at its SLO, derated: the capacity row's divisor."""
+    return c.lora_group.capacity(u.workload) * derate.get(c.id, 1.0)
 
 
 def formulate(ir, prob: LoraProblem, derate: dict[str, float], group: str | None = None,
-              elastic: bool = False, goodput_floor: float | None = None) -> MilpModel:
-    """The MILP of ``prob`` (or of one group's part of it: that group's candidates and units only).
+              elastic: bool = False, goodput_floor: float | None = None) -> tuple[MilpModel, LoraIndex]:
+    """The MILP of ``prob`` (or of one group's part of it: that group's candidates and units only) and the
+    index of its variables (``LoraIndex``). ``capacity`` rows are keyed by their candidate.
     ``elastic``: replicas bounded by what carries all the traffic the candidate may serve instead of by the
     inventory, for ``MilpModel.elastic`` (inventory and budget rows are relaxable;
     ``trimtab.planning.explain.elastic_changes``).
@@ -74,38 +111,37 @@ def formulate(ir, prob: LoraProblem, derate: dict[str, float], group: str | None
     goodput = ir.objective == "max_goodput"
     served = []
     if group is not None:
-        prob = LoraProblem([c for c in prob.cands if c.group == group],
+        prob = LoraProblem([c for c in prob.cands if c.lora_group.name == group],
                            [u for u in prob.units if u.group == group], prob.colors)
+    ix = LoraIndex.of(prob)
     m = MilpModel(name=f"trimtab-lora:{ir.name}" + (f"/{group}" if group else ""))
     for c in prob.cands:
-        ub = ir.gpu(c.cand.gpu).count // c.cand.gpus
+        ub = ir.gpu(c.gpu).count // c.gpus
         if elastic:
-            ub = math.ceil(sum(u.rate / (c.cap[u.workload] * derate.get(c.id, 1.0)) for u in prob.units
-                               if _usable(u, c))) + 1
-        m.add_var(n_var(c.id), "integer", 0, ub)
-    cap_terms: dict[str, list] = {c.id: [] for c in prob.cands}
-    holds: dict[str, list] = {c.id: [] for c in prob.cands}
+            ub = math.ceil(sum(r.unit.rate / _rate_cap(c, r.unit, derate) for r in ix.onto[c])) + 1
+        m.add_var(ix.replicas[c], "integer", 0, ub)
+    cap_terms: dict[Candidate, list] = {c: [] for c in prob.cands}
+    holds: dict[Candidate, list] = {c: [] for c in prob.cands}
     hold_cost = []
     for u in prob.units:
         terms = []
         cover = []
-        for c in prob.cands:
-            if not _usable(u, c):
-                continue
-            x = m.add_var(x_name(u, c), "continuous", 0.0, u.rate, "route")
+        for r in ix.routes[u]:
+            c = r.cand
+            x = m.add_var(r.x, "continuous", 0.0, u.rate, "route")
             terms.append((x, 1.0))
-            cap_terms[c.id].append((x, 1.0 / (c.cap[u.workload] * derate.get(c.id, 1.0))))
+            cap_terms[c].append((x, 1.0 / _rate_cap(c, u, derate)))
             if u.kind == "hot":
-                y = f"hold[{u.adapter},{c.id}]"
-                if y not in m.variables:
-                    m.add_var(y, "integer", 0, 1)
-                    holds[c.id].append((y, 1.0))
-                    hold_cost.append((y, EPS_HOLD))
-                m.add(Constraint(f"lora_hold[{u.id},{c.id}]", "lora_hold", ((x, 1.0), (y, -u.rate)), "<=",
-                                 0.0, origin=SpecPath.workload(ir.workload(u.workload), "adapter")))
+                if r.hold not in m.variables:  # the adapter's y[a,c], made by its first unit
+                    m.add_var(r.hold, "integer", 0, 1)
+                    holds[c].append((r.hold, 1.0))
+                    hold_cost.append((r.hold, EPS_HOLD))
+                m.add(Constraint(f"lora_hold[{u.id},{c.id}]", "lora_hold", ((x, 1.0), (r.hold, -u.rate)),
+                                 "<=", 0.0, origin=SpecPath.workload(ir.workload(u.workload), "adapter")))
             elif u.kind == "class":
-                z = m.add_var(f"hold[{u.id},{c.id}]", "integer", 0, min(len(u.members), max(c.cpu_slots, 1)))
-                holds[c.id].append((z, 1.0))
+                cpu = c.lora_group.cpu_slots
+                z = m.add_var(r.hold, "integer", 0, min(len(u.members), max(cpu, 1)))
+                holds[c].append((z, 1.0))
                 hold_cost.append((z, EPS_HOLD))
                 cover.append((z, 1.0))
                 m.add(Constraint(f"lora_class[{u.id},{c.id}]", "lora_class", ((x, 1.0), (z, -u.rmax)), "<=",
@@ -120,28 +156,28 @@ def formulate(ir, prob: LoraProblem, derate: dict[str, float], group: str | None
             m.add(Constraint(f"lora_cover[{u.id}]", "lora_cover", tuple(cover), ">=", float(len(u.members)),
                              origin=SpecPath.workload(ir.workload(u.workload), "adapter")))
     for c in prob.cands:
-        m.add(Constraint(f"capacity[{c.id}]", "capacity", tuple(cap_terms[c.id]) + ((n_var(c.id), -1.0),),
-                         "<=", 0.0, origin=SpecPath("workloads", field="slo")))
-        if holds[c.id]:
-            m.add(Constraint(f"lora_slots[{c.id}]", "lora_slots", tuple(holds[c.id]), "<=",
-                             float(c.cpu_slots), origin=SpecPath("adapters", note="max_cpu_loras")))
+        m.add(Constraint(f"capacity[{c.id}]", "capacity", tuple(cap_terms[c]) + ((ix.replicas[c], -1.0),),
+                         "<=", 0.0, origin=SpecPath("workloads", field="slo"), key=c))
+        if holds[c]:
+            m.add(Constraint(f"lora_slots[{c.id}]", "lora_slots", tuple(holds[c]), "<=",
+                             float(c.lora_group.cpu_slots),
+                             origin=SpecPath("adapters", note="max_cpu_loras")))
     for pool in ir.gpus:
-        cs = [c for c in prob.cands if c.cand.gpu == pool.type]
+        cs = [c for c in prob.cands if c.gpu == pool.type]
         m.add(Constraint(f"inventory[{pool.type}]", "inventory",
-                         tuple((n_var(c.id), float(c.cand.gpus)) for c in cs),
+                         tuple((ix.replicas[c], float(c.gpus)) for c in cs),
                          "<=", float(pool.count), origin=SpecPath.gpu(pool, "count"), relaxable=True))
     if ir.budget_usd_per_hour is not None:
-        m.add(Constraint("budget", "budget", tuple((n_var(c.id), c.cand.usd_per_hour) for c in prob.cands),
+        m.add(Constraint("budget", "budget", tuple((ix.replicas[c], c.usd_per_hour) for c in prob.cands),
                          "<=", ir.budget_usd_per_hour, origin=SpecPath("budget_usd_per_hour"),
                          relaxable=True))
     if goodput and goodput_floor is not None:
         m.add(Constraint("goodput[total]", "goodput", tuple(served), ">=", goodput_floor,
                          origin=SpecPath("objective")))
-    m.objective = tuple([(n_var(c.id), c.cand.usd_per_hour + EPS_GPU * c.cand.gpus) for c in prob.cands]
-                        + hold_cost)
+    m.objective = tuple([(ix.replicas[c], c.usd_per_hour + EPS_GPU * c.gpus) for c in prob.cands] + hold_cost)
     if goodput and goodput_floor is None and not elastic:
         m.sense, m.objective = "max", tuple(served)
-    return m
+    return m, ix
 
 
 def solve(ir, prob: LoraProblem, derate: dict[str, float], be, opts: SolveOptions):
@@ -152,13 +188,13 @@ def solve(ir, prob: LoraProblem, derate: dict[str, float], be, opts: SolveOption
     if ir.objective == "max_goodput":
         from trimtab.milp.solve import two_stage
 
-        return two_stage(lambda floor: formulate(ir, prob, derate, goodput_floor=floor), be, opts)
-    groups = sorted({c.group for c in prob.cands})
+        return two_stage(lambda floor: formulate(ir, prob, derate, goodput_floor=floor)[0], be, opts)
+    groups = sorted({c.lora_group.name for c in prob.cands})
     if len(groups) > 1:
         values: dict[str, float] = {}
         secs, gaps, res, worst = 0.0, [], None, Status.OPTIMAL
         for g in groups:
-            res = be.solve(formulate(ir, prob, derate, g), opts.after(secs))
+            res = be.solve(formulate(ir, prob, derate, g)[0], opts.after(secs))
             secs += res.seconds
             if res.termination == Termination.TIME_LIMIT:  # the safety net: no answer (trimtab.solvers.base)
                 return replace(res, seconds=secs)
@@ -168,21 +204,22 @@ def solve(ir, prob: LoraProblem, derate: dict[str, float], be, opts: SolveOption
             gaps.append(res.gap)
             worst = Status.FEASIBLE if res.status == Status.FEASIBLE else worst
         else:
-            whole = formulate(ir, prob, derate)
+            whole, _ = formulate(ir, prob, derate)
             if not whole.violations(values, 1e-5):
                 return replace(res, values=values, seconds=secs, status=worst,
                                gap=None if None in gaps else max(gaps, default=0.0),
                                objective=whole.evaluate(whole.objective, values))
-        res = be.solve(formulate(ir, prob, derate), opts.after(secs))
+        res = be.solve(formulate(ir, prob, derate)[0], opts.after(secs))
         return replace(res, seconds=res.seconds + secs)
-    return be.solve(formulate(ir, prob, derate), opts)
+    return be.solve(formulate(ir, prob, derate)[0], opts)
 
 
 def extract(ir, prob: LoraProblem, values: dict[str, float]):
-    """-> (chosen [(LoraCandidate, replicas)], flows {(workload, adapter): {deployment: rps}})."""
-    chosen = [(c, int(round(values.get(n_var(c.id), 0.0)))) for c in prob.cands]
-    chosen = [(c, n) for c, n in chosen if n > 0]
-    live = {c.id for c, _ in chosen}
+    """-> (chosen [(Candidate, replicas)], flows {(workload, adapter): {deployment: rps}}), read through the
+    MILP's index (``LoraIndex``)."""
+    ix = LoraIndex.of(prob)
+    chosen = [(c, n) for c, n in ix.bought(values).items() if n > 0]
+    live = {c for c, _ in chosen}
     flows: dict[tuple[str, str], dict[str, float]] = {}
 
     def add(w, a, d, r):
@@ -190,7 +227,7 @@ def extract(ir, prob: LoraProblem, values: dict[str, float]):
         f[d] = f.get(d, 0.0) + r
 
     for u in prob.units:
-        got = [(c.id, values.get(x_name(u, c), 0.0)) for c in prob.cands if c.id in live and _usable(u, c)]
+        got = [(r.cand.id, values.get(r.x, 0.0)) for r in ix.routes[u] if r.cand in live]
         got = [(d, r) for d, r in got if r > TOL]
         if u.kind != "class":
             for d, r in got:
@@ -250,15 +287,15 @@ def build_plan(ir, prob: LoraProblem, chosen, flows, res, rounds: int, warnings:
             if s > 1e-12:
                 routes.append(RouteView(w, b.name, d, s))
     views = {c.id: DeploymentSpecView.of_candidate(
-                 c.cand, n, name=c.id, lora=replace(c.lora, adapters=len(held[c.id])) if c.lora else None)
+                 c, n, lora=replace(c.lora, adapters=len(held[c.id])) if c.lora else None)
              for c, n in chosen}
     a = assess(ir, list(views.values()), routes)
     from trimtab.milp.extract import predictions
 
     gpus: dict[str, int] = {}
     for c, n in chosen:
-        gpus[c.cand.gpu] = gpus.get(c.cand.gpu, 0) + n * c.cand.gpus
-    cost = fleet_usd_per_hour((n, c.cand.usd_per_hour) for c, n in chosen)
+        gpus[c.gpu] = gpus.get(c.gpu, 0) + n * c.gpus
+    cost = fleet_usd_per_hour((n, c.usd_per_hour) for c, n in chosen)
     deployments = []
     for cid in sorted(views):
         v = views[cid]
@@ -278,7 +315,7 @@ def build_plan(ir, prob: LoraProblem, chosen, flows, res, rounds: int, warnings:
                 for r in sorted(routes, key=lambda r: (r.workload, r.bucket, r.deployment))],
         predictions=predictions(ir, a, list(views.values()), routes),
         buckets=plan_buckets(ir),
-        warnings=warnings + fidelity_warnings(ir, [(c.cand, n) for c, n in chosen]),
+        warnings=warnings + fidelity_warnings(ir, chosen),
         adapter_routes=sorted(aroutes, key=lambda r: (r.workload, r.adapter, r.deployment)),
         goodput=goodput_of(ir, routes) if goodput else None,
     )
@@ -287,8 +324,7 @@ def build_plan(ir, prob: LoraProblem, chosen, flows, res, rounds: int, warnings:
 
 class LoraPlanner:
     """``trimtab.planning.driver.Planner`` for specs with adapters or tenants: shared candidates per base
-    model, the
-    adapter-placement MILP, adapter routes (the module docstring has the formulation)."""
+    model, the adapter-placement MILP, adapter routes (the module docstring has the formulation)."""
 
     def candidates(self, ir) -> LoraProblem:
         return build(ir)
@@ -297,7 +333,7 @@ class LoraPlanner:
         """Traffic no candidate carries, said as the plain planner says it, for every such workload
         (``trimtab.planning.explain.adapter_precheck``; specgen_mix seeds 62 and 77)."""
         stuck = [(u.workload, u.group, u.adapter if u.kind == "hot" else u.kind) for u in prob.units
-                 if not any(_usable(u, c) for c in prob.cands)]
+                 if not any(usable(u, c) for c in prob.cands)]
         if not stuck:
             return []
         from trimtab.planning.explain import adapter_precheck
@@ -314,19 +350,18 @@ class LoraPlanner:
     def fill(self, prob: LoraProblem, res, derate) -> dict[str, float]:
         """The left side of each bought candidate's ``capacity`` row over its replicas (as in
         ``formulate``)."""
+        ix = LoraIndex.of(prob)
         out = {}
-        for c in prob.cands:
-            n = round(res.values.get(n_var(c.id), 0.0))
+        for c, n in ix.bought(res.values).items():
             if n >= 1:
-                f = derate.get(c.id, 1.0)
-                out[c.id] = sum(res.values.get(x_name(u, c), 0.0) / (c.cap[u.workload] * f)
-                                for u in prob.units if _usable(u, c)) / n
+                out[c.id] = sum(res.values.get(r.x, 0.0) / _rate_cap(c, r.unit, derate)
+                                for r in ix.onto[c]) / n
         return out
 
     def infeasible(self, ir, prob, backend, options) -> list[str]:
         from trimtab.planning.explain import elastic_changes, relaxation_lines
 
-        changes = elastic_changes(ir, formulate(ir, prob, {}, elastic=True), backend, options)
+        changes = elastic_changes(ir, formulate(ir, prob, {}, elastic=True)[0], backend, options)
         return (["no deployment meets every SLO within the GPU counts and budget with the adapters and "
                  "tenant isolation of the spec:"] + ["  " + line for line in relaxation_lines(changes)])
 
@@ -343,12 +378,12 @@ class LoraPlanner:
         problem = ("no deployment meets every SLO within the GPU counts and budget with the adapters and "
                    "tenant isolation of the spec")
         if not res.has_solution:
-            changes = elastic_changes(ir, formulate(ir, prob, {}, elastic=True), backend, options)
+            changes = elastic_changes(ir, formulate(ir, prob, {}, elastic=True)[0], backend, options)
             ok = bool(changes) and self._cost(relaxed_ir(ir, ((c.origin, c.new) for c in changes)), backend,
                                               options)
             return Explanation(False, [problem], [changes] if ok is not None and changes else [])
-        m = formulate(ir, prob, {})
-        base = _fleet_cost(prob, res)
+        m, ix = formulate(ir, prob, {})
+        base = _fleet_cost(ix, res)
         binding = []
         for con in m.constraints:
             if not con.relaxable:
@@ -371,10 +406,12 @@ class LoraPlanner:
         res = solve(ir, prob, {}, backend, options)
         if not res.has_solution:
             return None
-        return _fleet_cost(prob, res)
+        return _fleet_cost(LoraIndex.of(prob), res)
 
     def candidate_set(self, prob: LoraProblem) -> CandidateSet:
-        return CandidateSet(tuple(c.cand for c in prob.cands), ())
+        # capacities are per workload (``Candidate.lora_group``), none per bucket: the driver's analytic
+        # derating of peers (trimtab.milp.assess.analytic_needs) finds nothing to price on them
+        return CandidateSet(tuple(prob.cands), ())
 
     def peers(self, prob: LoraProblem, fitted: bool = False) -> dict[str, tuple[str, ...]]:
         """workload -> the ids of the shared candidates it may use (its group and tenant colour), for
@@ -382,13 +419,13 @@ class LoraPlanner:
         correction after a simulated miss. A candidate shared by several workloads is listed under each (the
         prior takes the lowest factor; a correction derates it for all of them). Every candidate is of the
         kind the ``lora-`` regimes were fitted on, so ``fitted`` changes nothing."""
+        ix = LoraIndex.of(prob)
         out: dict[str, set[str]] = {}
         for u in prob.units:
-            out.setdefault(u.workload, set()).update(c.id for c in prob.cands if _usable(u, c))
+            out.setdefault(u.workload, set()).update(r.cand.id for r in ix.routes[u])
         return {w: tuple(sorted(ids)) for w, ids in sorted(out.items())}
 
 
-def _fleet_cost(prob: LoraProblem, res) -> float:
+def _fleet_cost(ix: LoraIndex, res) -> float:
     """The $/h of the replicas a solution buys."""
-    return fleet_usd_per_hour((round(res.values.get(n_var(c.id), 0.0)), c.cand.usd_per_hour)
-                              for c in prob.cands)
+    return fleet_usd_per_hour((n, c.usd_per_hour) for c, n in ix.bought(res.values).items())

@@ -13,7 +13,7 @@ from trimtab.cost.factory import replica_model, traffic_class
 from trimtab.cost.lora import vllm_rank
 from trimtab.cost.search import bisect_max
 from trimtab.deployment.price import replica_usd_per_hour
-from trimtab.deployment.shape import TOKEN_BUDGETS, Candidate, LoraSlots, shapes
+from trimtab.deployment.shape import TOKEN_BUDGETS, Candidate, LoraGroup, LoraSlots, shapes
 
 SLOT_OPTIONS = (1, 8, 32)  # --max-loras of the candidates (capped at the group's adapter count)
 MAX_CPU_LORAS = 1024  # adapters one deployment may hold in CPU memory (--max-cpu-loras)
@@ -21,34 +21,6 @@ EXACT_MAX = 48  # groups with at most this many adapters get an exact binary per
 HOT_MAX = 16  # otherwise: at most this many hot adapters (exact binaries) ...
 HOT_SHARE = 0.02  # ... each with at least this share of the group's adapter traffic
 COLD_BANDS = 4  # cold adapters of a workload are split into this many classes by rate
-
-
-@dataclass(frozen=True)
-class LoraCandidate:
-    cand: Candidate  # .workload holds the group's first workload (for fidelity warnings)
-    group: str
-    color: int
-    # adapter slots (None: LoRA off), adapters = those its capacities were priced with; kept here, not in
-    # cand.lora, because the driver's analytic derating (trimtab.milp.assess.analytic_needs over
-    # candidate_set) prices cand as a shape, and with cand.lora it would price the adapters too
-    lora: LoraSlots | None
-    cpu_slots: int
-    cap: dict[str, float]  # workload -> per-replica rps at its SLO (its whole length mix)
-    tenants: tuple[str, ...]  # tenants of this colour
-
-    @property
-    def id(self) -> str:
-        return self.cand.id
-
-    @property
-    def slots(self) -> int:
-        """--max-loras (0: LoRA off)."""
-        return self.lora.max_loras if self.lora else 0
-
-    @property
-    def rank(self) -> int:
-        """--max-lora-rank (0: LoRA off)."""
-        return self.lora.max_lora_rank if self.lora else 0
 
 
 @dataclass(frozen=True)
@@ -69,10 +41,29 @@ class Unit:
 
 @dataclass
 class LoraProblem:
-    cands: list[LoraCandidate]
+    cands: list[Candidate]  # each with ``lora`` (None: LoRA off) and ``lora_group`` set
     units: list[Unit]
     colors: dict[str, dict[str, int]]  # group -> tenant -> colour
     pruned: list[str] = field(default_factory=list)
+
+
+def slots(c: Candidate) -> int:
+    """--max-loras of a shared candidate (0: LoRA off)."""
+    return c.lora.max_loras if c.lora else 0
+
+
+def usable(u: Unit, c: Candidate) -> bool:
+    """Whether traffic unit ``u`` may be routed to shared candidate ``c``: same group and tenant colour, a
+    capacity for u's workload, and a slot for an adapter (one for a hot adapter, several for a class that
+    spreads over many): the one rule formulation, extraction, prechecks and n+1 share."""
+    g = c.lora_group
+    if g.name != u.group or g.color != u.color or g.capacity(u.workload) <= 0:
+        return False
+    if u.kind == "hot":
+        return slots(c) >= 1
+    if u.kind == "class":
+        return slots(c) >= 2
+    return True
 
 
 def _colors(lo, tenants: list[str]) -> dict[str, int]:
@@ -136,15 +127,17 @@ def build(ir) -> LoraProblem:
                         shape = f"{pool.type}-tp{tp}" + (f"-pp{pp}" if pp > 1 else "") + f"-t{mbt // 1024}k"
                         for k in range(ncol):
                             cid = f"{gname}{label[k]}-{shape}" + (f"-l{L}" if L else "")
-                            cand = Candidate(id=cid, workload=ws[0].name, model=model, gpu=pool.type, tp=tp,
-                                             pp=pp, dtype=dtype, max_num_seqs=mns, max_batched_tokens=mbt,
-                                             kv_cache_tokens=rm.memory.kv_cache_tokens,
-                                             usd_per_hour=replica_usd_per_hour(pool.usd_per_hour, tp, pp),
-                                             capacity_rps=(), kv_dtype=kv or None)
-                            prob.cands.append(LoraCandidate(
-                                cand, gname, k, slot,
-                                (L if L == len(names) or L <= 1 else MAX_CPU_LORAS) if L else 0, cap,
-                                tuple(sorted(t for t, c in colors.items() if c == k))))
+                            group = LoraGroup(gname, k, tuple(sorted(t for t, c in colors.items() if c == k)),
+                                              (L if L == len(names) or L <= 1 else MAX_CPU_LORAS) if L else 0,
+                                              tuple(cap.items()))
+                            # .workload: the group's first workload (for fidelity warnings); capacities
+                            # are per workload, in lora_group
+                            prob.cands.append(Candidate(
+                                id=cid, workload=ws[0].name, model=model, gpu=pool.type, tp=tp, pp=pp,
+                                dtype=dtype, max_num_seqs=mns, max_batched_tokens=mbt,
+                                kv_cache_tokens=rm.memory.kv_cache_tokens,
+                                usd_per_hour=replica_usd_per_hour(pool.usd_per_hour, tp, pp), capacity_rps=(),
+                                kv_dtype=kv or None, lora=slot, lora_group=group))
         # Traffic units: base traffic, hot adapters (exact), cold classes.
         arate: dict[str, float] = {}
         for w in ws:
@@ -204,25 +197,27 @@ def mix_capacity(rm, w, rel_tol: float = 0.01, below: float | None = None) -> fl
     return bisect_max(ok, lo, hi, rel_tol)
 
 
-def _prune(cands: list[LoraCandidate]) -> list[LoraCandidate]:
+def _prune(cands: list[Candidate]) -> list[Candidate]:
     """Drop a candidate when another of the same group, colour and GPU type costs no more, has at least its
     capacity for every workload and can hold at least as much (same kind of slots: none, one, several)."""
     def kind(c):
-        return 0 if c.slots == 0 else 1 if c.slots == 1 else 2
+        return 0 if slots(c) == 0 else 1 if slots(c) == 1 else 2
 
     keep = []
     for c in cands:
+        cg = c.lora_group
         dom = False
         for o in cands:
-            if o is c or o.group != c.group or o.color != c.color or o.cand.gpu != c.cand.gpu:
+            og = o.lora_group
+            if o is c or og.name != cg.name or og.color != cg.color or o.gpu != c.gpu:
                 continue
-            if kind(o) != kind(c) or o.cpu_slots < c.cpu_slots or o.cand.usd_per_hour > c.cand.usd_per_hour:
+            if kind(o) != kind(c) or og.cpu_slots < cg.cpu_slots or o.usd_per_hour > c.usd_per_hour:
                 continue
-            if o.cand.gpus > c.cand.gpus or any(o.cap.get(w, 0.0) < v for w, v in c.cap.items()):
+            if o.gpus > c.gpus or any(og.capacity(w) < v for w, v in cg.capacity_rps):
                 continue
-            better = (o.cand.usd_per_hour < c.cand.usd_per_hour or o.cand.gpus < c.cand.gpus
-                      or any(o.cap.get(w, 0.0) > v for w, v in c.cap.items()))
-            if better or (o.slots, o.id) < (c.slots, c.id):
+            better = (o.usd_per_hour < c.usd_per_hour or o.gpus < c.gpus
+                      or any(og.capacity(w) > v for w, v in cg.capacity_rps))
+            if better or (slots(o), o.id) < (slots(c), c.id):
                 dom = True
                 break
         if not dom:

@@ -33,8 +33,8 @@ from dataclasses import replace
 from trimtab.deployment.shape import CandidateSet, Pruned
 from trimtab.milp.formulate import formulate, n_var, x_var
 from trimtab.ir.model import ProblemIR
-from trimtab.planning.lora import (LoraPlanner, LoraProblem, _usable, build as build_lora,
-                                  formulate as lora_formulate)
+from trimtab.planning.lora import LoraIndex, LoraPlanner, formulate as lora_formulate
+from trimtab.planning.lora_candidates import LoraProblem, build as build_lora, usable
 from trimtab.planning.planners import UnifiedPlanner
 from trimtab.milp.solve import solve_balance, two_stage, util_var
 from trimtab.spec.paths import SpecPath
@@ -94,22 +94,23 @@ def add_redundancy_rows(m: MilpModel, cands: CandidateSet, pools: dict[str, tupl
         return tuple((x_var(c.workload, b, c.id), 1.0 / (cap * f)) for b, cap in c.capacity_rps
                      if x_var(c.workload, b, c.id) in m.variables)
 
-    add_survival_rows(m, ((c.id, c.gpu, c.gpus, load(c)) for c in cands.candidates), pools)
+    add_survival_rows(m, ((c.id, n_var(c.id), c.gpu, c.gpus, load(c)) for c in cands.candidates), pools)
 
 
 def add_survival_rows(m: MilpModel, reps, pools: dict[str, tuple[int, int]]) -> None:
-    """The n+1 rows (module docstring) for each ``(candidate id, GPU type, GPUs per replica, load)`` of
-    ``reps``, ``load`` being the terms sum_u x[u,c] / cap[u,c] of the candidate's capacity row (whatever its
-    routes are: a bucket's of a unified candidate, a traffic unit's of a shared adapter candidate). The one
-    statement of the rule: ``add_redundancy_rows`` and ``RedundantLoraPlanner`` both come here."""
+    """The n+1 rows (module docstring) for each ``(candidate id, its replicas variable n[c], GPU type, GPUs
+    per replica, load)`` of ``reps``, ``load`` being the terms sum_u x[u,c] / cap[u,c] of the candidate's
+    capacity row (whatever its routes are: a bucket's of a unified candidate, a traffic unit's of a shared
+    adapter candidate). The one statement of the rule: ``add_redundancy_rows`` and ``RedundantLoraPlanner``
+    both come here, each with the replicas variable its own formulation made."""
     room: dict[str, list[tuple[str, float]]] = {}
-    for cid, gpu, gpus, load in reps:
+    for cid, n, gpu, gpus, load in reps:
         nodes, _ = pools.get(gpu, (0, 0))
-        ub = m.variables[n_var(cid)].ub
+        ub = m.variables[n].ub
         lv = m.add_var(spread_var(cid), "integer", 0, ub)
-        m.add(Constraint(f"spread[{cid}]", "spread", ((lv, float(nodes)), (n_var(cid), -1.0)), ">=", 0.0,
+        m.add(Constraint(f"spread[{cid}]", "spread", ((lv, float(nodes)), (n, -1.0)), ">=", 0.0,
                          origin=ORIGIN))
-        m.add(Constraint(f"survive[{cid}]", "survive", tuple(load) + ((n_var(cid), -1.0), (lv, 1.0)), "<=",
+        m.add(Constraint(f"survive[{cid}]", "survive", tuple(load) + ((n, -1.0), (lv, 1.0)), "<=",
                          0.0, origin=ORIGIN))
         room.setdefault(gpu, []).append((lv, float(gpus)))
     for g, terms in sorted(room.items()):
@@ -125,13 +126,14 @@ def redundant_model(ir: ProblemIR, cands: CandidateSet, pools, derate=None, **kw
 
 def solve_redundant(ir: ProblemIR, cands: CandidateSet, pools, backend: Backend, options: SolveOptions,
                     derate: dict[str, float] | None = None) -> SolveResult:
-    """The MILP with the n+1 rows (whole: ``node_room`` couples the workloads of a GPU type), then the balance
-    over the survivors."""
+    """The MILP with the n+1 rows (whole: ``node_room`` couples the workloads of a GPU type), then, for
+    ``min_cost``, the balance over the survivors. A ``max_goodput`` plan is not balanced, as a unified one is
+    not (``trimtab.milp.solve.solve_ir``): its demand rows are ``<=``, so the balance LP, which minimises
+    utilisation, would route nothing (served 0 rps beside the replicas bought)."""
     if ir.objective == "max_goodput":
-        res = two_stage(lambda floor: redundant_model(ir, cands, pools, derate, objective="max_goodput",
-                                                      goodput_floor=floor), backend, options)
-    else:
-        res = backend.solve(redundant_model(ir, cands, pools, derate), options)
+        return two_stage(lambda floor: redundant_model(ir, cands, pools, derate, objective="max_goodput",
+                                                       goodput_floor=floor), backend, options)
+    res = backend.solve(redundant_model(ir, cands, pools, derate), options)
     return balance_survivors(ir, cands, pools, backend, options, res, derate)
 
 
@@ -291,7 +293,7 @@ class RedundantLoraPlanner(SurvivesNodeLoss, LoraPlanner):
         plain = super().candidates(ir)
         keep, pruned = [], list(plain.pruned)
         for c in plain.cands:
-            span = spans_nodes(c.cand, self.pools)
+            span = spans_nodes(c, self.pools)
             if span:
                 pruned.append(f"{c.id}: redundancy n+1: {span}")
             else:
@@ -310,18 +312,23 @@ class RedundantLoraPlanner(SurvivesNodeLoss, LoraPlanner):
         out = LoraPlanner.precheck(self, ir, plain) if before else []
         for name in sorted(now - before):
             group = next(u.group for u in prob.units if u.workload == name)
-            out.append(self.pruned_line(name, sorted({spans_nodes(c.cand, self.pools) for c in plain.cands
-                                                      if c.group == group} - {""})))
+            out.append(self.pruned_line(name, sorted({spans_nodes(c, self.pools) for c in plain.cands
+                                                      if c.lora_group.name == group} - {""})))
         return out
 
     def model(self, ir, prob: LoraProblem, derate: dict[str, float], **kw) -> MilpModel:
-        """The adapter MILP (``trimtab.planning.lora.formulate``, whole) with the n+1 rows."""
-        m = lora_formulate(ir, prob, derate, **kw)
-        rows = {con.name: con for con in m.constraints if con.family == "capacity"}
-        add_survival_rows(m, ((c.id, c.cand.gpu, c.cand.gpus,
-                               tuple(t for t in rows[f"capacity[{c.id}]"].expr if t[0] != n_var(c.id)))
+        return self.indexed_model(ir, prob, derate, **kw)[0]
+
+    def indexed_model(self, ir, prob: LoraProblem, derate: dict[str, float],
+                      **kw) -> tuple[MilpModel, LoraIndex]:
+        """The adapter MILP (``trimtab.planning.lora.formulate``, whole) with the n+1 rows, each over its
+        candidate's capacity row (found by the row's key) less the replicas term, and the MILP's index."""
+        m, ix = lora_formulate(ir, prob, derate, **kw)
+        rows = {con.key: con for con in m.constraints if con.family == "capacity"}
+        add_survival_rows(m, ((c.id, ix.replicas[c], c.gpu, c.gpus,
+                               tuple(t for t in rows[c].expr if t[0] != ix.replicas[c]))
                               for c in prob.cands), self.pools)
-        return m
+        return m, ix
 
     def solve(self, ir, prob: LoraProblem, derate, backend, options):
         if ir.objective == "max_goodput":
@@ -336,7 +343,7 @@ class RedundantLoraPlanner(SurvivesNodeLoss, LoraPlanner):
 
 def stuck(prob: LoraProblem) -> set[str]:
     """The workloads with traffic no candidate of ``prob`` may carry."""
-    return {u.workload for u in prob.units if not any(_usable(u, c) for c in prob.cands)}
+    return {u.workload for u in prob.units if not any(usable(u, c) for c in prob.cands)}
 
 
 def redundant_planner(spec, ir) -> SurvivesNodeLoss:

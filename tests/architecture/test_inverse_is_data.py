@@ -1,7 +1,8 @@
 """The solver's inverse is data (issue 37): stages after the solve find what a variable stands for from the
-variable (``Var.family``) and what a candidate is from the candidate (``Candidate.pd_group``, ``gpu``,
-``Pruned.workload``, a schedule's ``WindowKey`` and per-window names), and what number of the spec a change
-names from its ``SpecPath``, never by parsing a variable name, a candidate id or a what-if path, whose
+variable (``Var.family``) or the adapter MILP's index (``trimtab.planning.lora.LoraIndex``), what a row is
+about from its ``key``, and what a candidate is from the candidate (``Candidate.pd_group``, ``lora_group``,
+``gpu``, ``Pruned.workload``, a schedule's ``WindowKey`` and per-window names), and what number of the spec a
+change names from its ``SpecPath``, never by parsing a variable name, a candidate id or a what-if path, whose
 spelling is for display, the solver backends and the user only. This test greps the planner's stages for the
 parsing idioms that once did it."""
 from __future__ import annotations
@@ -26,6 +27,10 @@ IDIOMS = [
     re.compile(r"""\bpath\s*==\s*f?["']"""),
     # a pruned shape's kind read back out of its message (``Pruned.cause`` holds it)
     re.compile(r"""\breason\.(split|rsplit|partition|startswith)\("""),
+    # a row or variable looked up by a name spelled out again (the adapter MILP's rows carry their candidate
+    # as ``key``, its variables are in ``trimtab.planning.lora.LoraIndex``)
+    re.compile(r"""\[f["']\w+\["""),
+    re.compile(r"""\bvalues\.get\(\w*_name\("""),
 ]
 
 
@@ -47,5 +52,7 @@ def test_the_grep_sees_the_idioms():
             'if c.path == "budget_usd_per_hour":',
             'gpu = c.path.split(".")[1]',
             'gpu = path.split(".")[1]',
-            'reasons = sorted({p.reason.split(":")[0] for p in cands.pruned if p.workload == w.name})']
+            'reasons = sorted({p.reason.split(":")[0] for p in cands.pruned if p.workload == w.name})',
+            'tuple(t for t in rows[f"capacity[{c.id}]"].expr if t[0] != n_var(c.id))',
+            'got = [(c.id, values.get(x_name(u, c), 0.0)) for c in prob.cands if c.id in live]']
     assert [line for line in once if not matching_lines(line, IDIOMS)] == []

@@ -83,7 +83,7 @@ def short_of(p, spec) -> list[str]:
     """Each (node or single replica lost, deployment) whose survivors cannot carry the deployment's traffic
     (module docstring); [] when every loss is survived."""
     rate = {w.name: w.rate_rps for w in spec.workloads}
-    cap = {c.id: c.cap for c in build(lower(spec)).cands}
+    cap = {c.id: dict(c.lora_group.capacity_rps) for c in build(lower(spec)).cands}
     load: dict[str, dict[str, float]] = {}
     for r in p.routes:
         per = load.setdefault(r.deployment, {})

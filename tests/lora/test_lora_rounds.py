@@ -6,7 +6,8 @@ from __future__ import annotations
 from pathlib import Path
 from types import SimpleNamespace
 
-from trimtab.planning.lora import LoraPlanner, _usable
+from trimtab.planning.lora import LoraPlanner
+from trimtab.planning.lora_candidates import usable
 from trimtab.ir.lower import lower
 from trimtab.planning.rounds import (FIRST_TRY_MIN, LORA_PREFIX, capacity_prior_table, family_of,
                                      first_round_share,
@@ -32,8 +33,9 @@ def test_peers_are_the_shared_candidates_of_the_workloads_group_and_tenant_colou
     for w in ir.workloads:
         units = [u for u in prob.units if u.workload == w.name]
         # the oracle: every candidate some unit of the workload may be routed to, and nothing else
-        assert set(peers[w.name]) == {c.id for c in prob.cands for u in units if _usable(u, c)}
-        assert {(by_id[c].group, by_id[c].color) for c in peers[w.name]} == {(u.group, u.color) for u in units}
+        assert set(peers[w.name]) == {c.id for c in prob.cands for u in units if usable(u, c)}
+        groups = {(by_id[c].lora_group.name, by_id[c].lora_group.color) for c in peers[w.name]}
+        assert groups == {(u.group, u.color) for u in units}
     # acme is dedicated: its workload shares no candidate with the other workloads of its base model
     assert not set(peers["acme-legal"]) & (set(peers["globex-support"]) | set(peers["qwen-base"]))
     # globex and the tenant-less base traffic may share replicas

@@ -202,13 +202,39 @@ def test_cli_fail_each_node(plans, tmp_path):
     assert "check passed (every node loss)" in r.output
 
 
-def test_replan_of_an_n_plus_1_spec_is_refused(plans):
-    from trimtab.online.replan import replan
+def test_replan_keeps_n_plus_1(plans):
+    """The re-plan of an n+1 spec is an n+1 plan over the nodes the failures leave (``replan`` refused it
+    before: exit 1). Without drift it keeps the running plan; with a node of a two-node type lost, that
+    type's one node left can carry nothing under n+1 (a node lost would take every replica), so the re-plan
+    moves everything off it, and survives every node loss of the spec after the failure."""
+    from trimtab.online.replan import count_moves, replan, spec_after
 
     _, _, spec, p = plans
-    with pytest.raises(InputError) as e:
-        replan(p, spec, validate=False)
-    assert "redundancy" in str(e.value)
+    same = replan(p, spec, validate=False)
+    assert same.moves == {} and same.plan.redundancy == "n+1"
+    assert same.plan.cost_usd_per_hour == pytest.approx(p.cost_usd_per_hour)
+    used = sorted({d.gpu for d in p.deployments})
+    node = next(s.node for d in p.deployments if d.gpu == used[0] for s in d.placement)
+    r = replan(p, spec, fail=[f"node={node}"], validate=False)
+    assert r.plan.redundancy == "n+1" and r.fresh.redundancy == "n+1"
+    assert used[0] not in r.plan.gpus  # one node of its type left: n+1 puts nothing there
+    assert count_moves(r.moves) <= count_moves(r.fresh_moves)
+    after = spec_after(spec, r.failure)
+    assert sum(n.gpu == used[0] for n in build_topology(after, lower(after)).nodes) == 1
+    losses = check_each_node(r.plan, after, analytic=True)
+    assert losses and all(x.report.ok for x in losses)
+
+
+def test_n_plus_1_max_goodput_plan_serves_and_survives_every_node_loss():
+    """n+1 with ``max_goodput``: the two stages' routes stand (the survivors' balance LP, which minimises
+    utilisation over ``<=`` demand rows, routed nothing: served 0 rps beside 4 replicas bought)."""
+    spec = load_spec("g.yaml", text=SMALL.format(extra="redundancy: n+1\nobjective: max_goodput\n"
+                                                        "budget_usd_per_hour: 12\n"))
+    p = plan(spec, validate=False).plan
+    assert p.redundancy == "n+1" and p.cost_usd_per_hour <= 12
+    assert p.goodput.served_rps > 0.8 * p.goodput.offered_rps
+    losses = check_each_node(p, spec, analytic=True)
+    assert losses and all(x.report.ok for x in losses)
 
 
 def test_one_node_spec_is_infeasible_with_the_reason():

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import pytest
 
-from trimtab.api import plan
+from trimtab.api import check, plan
 from trimtab.errors import InfeasibleError, InputError
 from trimtab.online.replan import count_moves, diff_moves, parse_failures, replan
 from trimtab.spec.load import load_spec
@@ -94,3 +94,72 @@ def test_bad_failures_are_input_errors(setup, bad):
     spec, cur = setup
     with pytest.raises(InputError, match="--fail"):
         parse_failures(cur, spec, [bad])
+
+
+ADAPTER = SPEC.replace("  - name: llama-3.1-8b\n",
+                      "  - name: llama-3.1-8b\n    adapters: [{name: x, rank: 8}]\n", 1)
+ADAPTER = ADAPTER.replace("    rate_rps: 8\n", "    adapter: x\n    tenant: acme\n    rate_rps: 8\n")
+ADAPTER += "tenants: [{name: acme, dedicated: true}]\n"
+
+
+@pytest.fixture(scope="module")
+def adapter_setup():
+    spec = load_spec("adapters.yaml", text=ADAPTER)
+    return spec, plan(spec, validate=False).plan
+
+
+def held(p) -> dict[str, tuple[list[str], list[str]]]:
+    return {d.name: (d.adapters, d.tenants) for d in p.deployments}
+
+
+def test_adapter_spec_is_replanned_on_the_adapter_milp(adapter_setup):
+    """The re-plan's move rows on the adapter-placement MILP (``LoraReplanPlanner``); on the unified MILP an
+    adapter or tenant spec came back with every adapter and tenant dropped (multi-lora: no deployment holding
+    any) beside a from-scratch plan that kept them. Oracles as for unified specs: no drift, no move and the
+    same plan; more traffic, no more moves than from scratch; and the adapter gate passes the re-plan
+    (adapters held where routed, the dedicated tenant alone)."""
+    spec, cur = adapter_setup
+    assert any(d.adapters for d in cur.deployments) and cur.adapter_routes
+    same = replan(cur, spec, validate=False)
+    assert same.moves == {} and held(same.plan) == held(cur)
+    assert same.plan.cost_usd_per_hour == pytest.approx(cur.cost_usd_per_hour)
+    up = apply_overrides(spec, {"workloads.b.rate_rps": 14})
+    r = replan(cur, up, validate=False)
+    assert count_moves(r.moves) >= 1 and count_moves(r.moves) <= count_moves(r.fresh_moves)
+    assert r.plan.adapter_routes and {a.adapter for a in r.plan.adapter_routes} == {"x"}
+    assert all(d.tenants in ([], ["acme"]) for d in r.plan.deployments)
+    assert check(r.plan, up, analytic=True).ok
+
+
+def test_adapter_spec_with_n_plus_1_is_replanned_keeping_both():
+    n1 = ADAPTER.replace("name: small\n", "name: small\nredundancy: n+1\n")
+    spec = load_spec("adapters-n1.yaml", text=n1)
+    cur = plan(spec, validate=False).plan
+    r = replan(cur, spec, validate=False)
+    assert r.moves == {} and r.plan.redundancy == "n+1" and held(r.plan) == held(cur)
+    assert check(r.plan, spec, analytic=True).ok
+
+
+def test_validated_adapter_replan_searches_each_gpu_type_on_its_own_candidates(adapter_setup):
+    """With validation the driver also plans each GPU type alone (``single_types``), asking the planner for
+    the candidates of that type's IR: the re-plan's candidates are built once per IR (``Moves.candidates``),
+    not pinned to the whole spec's, which name GPU types that IR does not have."""
+    spec, cur = adapter_setup
+    r = replan(cur, spec)
+    assert not r.plan.misses and r.plan.adapter_routes
+    assert any(d.adapters == ["x"] and d.tenants == ["acme"] for d in r.plan.deployments)
+
+
+@pytest.mark.parametrize("base", ["unified", "adapters"])
+def test_max_goodput_spec_replanned_serves_what_it_served(base):
+    """A ``max_goodput`` re-plan in two stages as ``plan``'s: the most traffic within --max-moves, then the
+    cheapest plan, moves priced, serving it. With the moves' price added to the maximised served rate, the
+    re-plan bought moves and served 0 rps (the small spec under a 12 $/h budget: 11.10 $/h, 3 moves)."""
+    text = (SPEC if base == "unified" else ADAPTER).replace(
+        "name: small\n", "name: small\nobjective: max_goodput\nbudget_usd_per_hour: 12\n")
+    spec = load_spec("goodput.yaml", text=text)
+    cur = plan(spec, validate=False).plan
+    r = replan(cur, spec, validate=False)
+    assert r.moves == {} and r.plan.cost_usd_per_hour == pytest.approx(cur.cost_usd_per_hour)
+    assert r.plan.goodput.served_rps == pytest.approx(cur.goodput.served_rps, rel=1e-5)
+    assert r.plan.goodput.served_rps > 0.9 * r.plan.goodput.offered_rps
