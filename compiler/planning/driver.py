@@ -474,8 +474,9 @@ def single_types(planner: Planner, spec, ir: ProblemIR, cands, be, opts: SolveOp
     costs broken the same way) only while the first solve of its own drive is below the best cost so far
     (``drive``'s ``above``: the rounds only lower capacities, so a lower bound of its plan), and before that
     only where the planner's cost floor of the type alone (``one_type_floor``: no candidate set, no solve) is
-    below it. Its candidates are taken from ``cands`` where the planner can (``for_one_type``: the type's
-    unified shapes as they are, its P/D pairs built again). The types are tried cheapest floor first (planners
+    below it and the precheck of its candidates passes (``one_type_refused``: known from its unified
+    candidates, before its pairs are built). Its candidates are taken from ``cands`` where the planner can
+    (``for_one_type``: the type's unified shapes as they are, its P/D pairs built again). The types are tried cheapest floor first (planners
     without a floor: their optimum on ``cands`` at the first solve's derates, ``start``). Neither orders more
     than the search: a prefill/decode pair serves a length bucket only where it pays against the cheapest
     unified shape of any type (``trimtab.milp.disagg.build_pd_candidates``), so offered alone a type can plan
@@ -508,6 +509,10 @@ def single_types(planner: Planner, spec, ir: ProblemIR, cands, be, opts: SolveOp
         low = floor(cands, ir, ir_one) if floor is not None else 0.0
         if low >= cost - 1e-6:
             continue  # no plan of this type alone can be cheaper (a fluid bound: before any pair is built)
+        refused = getattr(planner, "one_type_refused", None)
+        if refused is not None and refused(cands, ir, ir_one):
+            continue  # its drive would stop at the precheck (InfeasibleError: skipped below), pairs built for
+            # nothing
         alone[g.type] = (one, ir_one)
         if floor is None:  # no floor to order by: the optimum on ``cands`` at the first solve's derates
             res = planner.solve(only_type(ir, g.type), cands, start, be, net.options(opts))

@@ -5,7 +5,7 @@ extraction to a plan (``trimtab.milp.extract``). ``trimtab.planning.driver.drive
 """
 from __future__ import annotations
 
-from trimtab.milp.candidates import build_candidates, for_one_type, one_type_floor
+from trimtab.milp.candidates import build_candidates, for_one_type, one_type_floor, unified_of
 from trimtab.deployment.shape import CandidateSet
 from trimtab.planning.explain import precheck, relaxations
 from trimtab.milp.formulate import capacity_fill
@@ -22,6 +22,16 @@ class UnifiedPlanner:
 
     def one_type_floor(self, cands: CandidateSet, ir, one) -> float:
         return one_type_floor(cands, ir, one)
+
+    def one_type_refused(self, cands: CandidateSet, ir, one) -> bool:
+        """Whether the precheck refuses the set ``for_one_type`` derives for ``one``, known before its P/D pairs
+        are built: the precheck reads the unified candidates alone (workloads and buckets without one, the
+        budget's floor), and that set takes them from ``cands`` as they are, with no bests. Planners with
+        their own precheck are not answered here (False: the drive decides)."""
+        if type(self).precheck is not UnifiedPlanner.precheck:
+            return False
+        kept = unified_of(cands, ir, one)
+        return kept is not None and bool(precheck(one, CandidateSet(kept, ())))
 
     def precheck(self, ir, cands: CandidateSet) -> list[str]:
         return precheck(ir, cands)

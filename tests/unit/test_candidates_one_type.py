@@ -117,3 +117,39 @@ def test_the_floor_is_below_the_first_solve_of_each_type_alone(example):
         assert 0 < floor
         if res.has_solution:
             assert floor <= res.objective + 1e-9, (g.type, floor, res.objective)
+
+
+@pytest.mark.parametrize("example", ["quickstart", "robust", "disaggregated"])
+def test_a_type_refused_before_its_pairs_is_one_the_precheck_refuses(example):
+    """``single_types`` skips a type whose derived set the precheck would refuse without building its pairs
+    (``one_type_refused``): the same verdict as the precheck of the set ``for_one_type`` builds, with and
+    without a budget one replica of each workload's cheapest shape already breaks on some types."""
+    from trimtab.planning.explain import precheck
+    from trimtab.planning.planners import UnifiedPlanner
+
+    spec = trimtab.load_spec(ROOT / "examples" / f"{example}.yaml")
+    profiles = spec_profiles(spec)
+    planner = UnifiedPlanner()
+    verdicts = []
+    for budget in (None, "tight"):
+        ir = lower(spec, profiles)
+        full = build_candidates(ir)
+        if budget == "tight":  # between the cheapest type's one-replica floor and the dearest's
+            floors = sorted(sum(min(c.usd_per_hour for c in full.candidates if c.workload == w.name
+                                    and c.gpu == g.type) for w in ir.workloads)
+                            for g in ir.gpus if all(any(c.workload == w.name and c.gpu == g.type
+                                                        for c in full.candidates) for w in ir.workloads))
+            spec_b = spec.model_copy(update={"budget_usd_per_hour": (floors[0] + floors[-1]) / 2})
+            ir = lower(spec_b, profiles)
+            full = build_candidates(ir)
+        else:
+            spec_b = spec
+        for g in spec.gpus:
+            one = _alone(spec_b, g.type)
+            if spec.nodes is not None and one.nodes is None:
+                continue
+            ir_one = lower(one, profiles)
+            refused = planner.one_type_refused(full, ir, ir_one)
+            assert refused == bool(precheck(ir_one, for_one_type(full, ir, ir_one))), (g.type, budget)
+            verdicts.append(refused)
+    assert True in verdicts and False in verdicts
