@@ -27,8 +27,8 @@ from trimtab.planning.rounds import (LORA_PREFIX, MAX_ROUNDS, PROBES, SIM_ROUNDS
                                      derate_breaches, family_of, first_try_worth, lowest, misses_of,
                                      prior_derates, prior_on_miss, probe_derates, simulate_and_derate,
                                      simulate_past_misses, stuck)
-from trimtab.solvers import (NetExpired, SafetyNet, SolveOptions, SolveResult, Status, Termination,
-                             get_backend, spec_options)
+from trimtab.solvers import (NetExpired, NettedBackend, SafetyNet, SolveOptions, SolveResult, Status,
+                             Termination, get_backend, spec_options)
 
 
 @dataclass(frozen=True)
@@ -212,9 +212,13 @@ def drive(planner: Planner, spec, ir: ProblemIR, *, backend: str | None = None,
                 continue
             if best is not None:
                 break  # the corrections ask for more than the spec has: the last plan, its misses stated
-            # (a search below ``above`` shows no reasons: relaxations take a solve each)
-            raise InfeasibleError(planner.infeasible(ir, cands, be, opts) if above is None
-                                  else ["no plan within the spec's GPUs and budget"])
+            # (a search below ``above`` shows no reasons: relaxations take a solve each, under the net)
+            try:
+                lines = (planner.infeasible(ir, cands, NettedBackend(be, net, "the relaxations"), opts)
+                         if above is None else ["no plan within the spec's GPUs and budget"])
+            except NetExpired as exc:
+                stop(f"after round {rnd}'s infeasible solve, {exc}")
+            raise InfeasibleError(lines)
         plan_, a = planner.build(ir, cands, res, rnd, warnings)
         solved_on |= {g for g, n in plan_.gpus.items() if n}
         fill = planner.fill(cands, res, derate)  # (of the derates this plan was solved with)
