@@ -89,9 +89,10 @@ def explain(spec: Spec, *, backend: str | None = None, time_limit_s: float | Non
         return explain_unified(ir, be, opts)
     except NetExpired as exc:
         raise SafetyNetError([f"explain stopped by the wall-clock time limit (--time-limit or "
-                              f"solver.time_limit_s: {net.limit_s:g} s, a safety net) after {net.spent():.1f} s, "
-                              f"{exc}", "no explanation written (where a run the wall clock stopped had got to "
-                              "depends on the machine's load); raise --time-limit"], str(exc)) from None
+                              f"solver.time_limit_s: {net.limit_s:g} s, a safety net) after "
+                              f"{net.spent():.1f} s, {exc}", "no explanation written (where a run the wall "
+                              "clock stopped had got to depends on the machine's load); raise --time-limit"],
+                             str(exc)) from None
 
 
 def _explain_redundant(spec: Spec, ir, be, opts):

@@ -157,8 +157,8 @@ class Backend:
 
 
 class NettedBackend:
-    """``backend`` with every solve under a run's safety net (``SafetyNet``), for steps that run many solves of
-    their own (``explain``'s, the relaxations of an infeasible spec): before each solve the net is asked
+    """``backend`` with every solve under a run's safety net (``SafetyNet``), for steps that run many solves
+    of their own (``explain``'s, the relaxations of an infeasible spec): before each solve the net is asked
     (``NetExpired`` once it expired: a solve is never started past it), each solve gets what is left of it as
     its limit, and a solve the net stopped raises ``NetExpired`` instead of handing back its missing answer,
     which the step would read as "no plan at this relaxation" and so word its lines by the machine's load.

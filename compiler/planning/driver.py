@@ -480,15 +480,16 @@ def single_types(planner: Planner, spec, ir: ProblemIR, cands, be, opts: SolveOp
     only where the planner's cost floor of the type alone (``one_type_floor``: no candidate set, no solve) is
     below it and the precheck of its candidates passes (``one_type_refused``: known from its unified
     candidates, before its pairs are built). Its candidates are taken from ``cands`` where the planner can
-    (``for_one_type``: the type's unified shapes as they are, its P/D pairs built again). The types are tried cheapest floor first (planners
-    without a floor: their optimum on ``cands`` at the first solve's derates, ``start``). Neither orders more
-    than the search: a prefill/decode pair serves a length bucket only where it pays against the cheapest
-    unified shape of any type (``trimtab.milp.disagg.build_pd_candidates``), so offered alone a type can plan
-    cheaper than on ``cands`` (the disaggregated example's H100 pairs have no capacity on its longest prompts
-    beside the H200: 93.60 $/h on H100 alone against 101.40 on ``cands``). Where every plan the rounds solved
-    (``solved_on``) used one type alone, the rounds on that type alone would solve the same plans: it is left
-    out. Its solves and drives share the run's safety net (``net``): its expiry stops the run, as anywhere
-    (``NetExpired``, with the simulations run: the drive that called this one says what was not done)."""
+    (``for_one_type``: the type's unified shapes as they are, its P/D pairs built again). The types are tried
+    cheapest floor first (planners without a floor: their optimum on ``cands`` at the first solve's derates,
+    ``start``). Neither orders more than the search: a prefill/decode pair serves a length bucket only where
+    it pays against the cheapest unified shape of any type (``trimtab.milp.disagg.build_pd_candidates``), so
+    offered alone a type can plan cheaper than on ``cands`` (the disaggregated example's H100 pairs have no
+    capacity on its longest prompts beside the H200: 93.60 $/h on H100 alone against 101.40 on ``cands``).
+    Where every plan the rounds solved (``solved_on``) used one type alone, the rounds on that type alone
+    would solve the same plans: it is left out. Its solves and drives share the run's safety net (``net``):
+    its expiry stops the run, as anywhere (``NetExpired``, with the simulations run: the drive that called
+    this one says what was not done)."""
     from trimtab.ir.lower import lower
     from trimtab.spec.load import spec_profiles
 

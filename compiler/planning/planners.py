@@ -24,9 +24,9 @@ class UnifiedPlanner:
         return one_type_floor(cands, ir, one)
 
     def one_type_refused(self, cands: CandidateSet, ir, one) -> bool:
-        """Whether the precheck refuses the set ``for_one_type`` derives for ``one``, known before its P/D pairs
-        are built: the precheck reads the unified candidates alone (workloads and buckets without one, the
-        budget's floor), and that set takes them from ``cands`` as they are, with no bests. Planners with
+        """Whether the precheck refuses the set ``for_one_type`` derives for ``one``, known before its P/D
+        pairs are built: the precheck reads the unified candidates alone (workloads and buckets without one,
+        the budget's floor), and that set takes them from ``cands`` as they are, with no bests. Planners with
         their own precheck are not answered here (False: the drive decides)."""
         if type(self).precheck is not UnifiedPlanner.precheck:
             return False

@@ -131,7 +131,8 @@ def _draw_part(rng: np.random.Generator, w: SimWorkload, n: int | None, duration
 
 
 def _routed(w: SimWorkload, bucket: np.ndarray, u: np.ndarray) -> np.ndarray:
-    """The deployment of each of a workload's requests: its bucket's route picked by its uniform draw ``u``."""
+    """The deployment of each of a workload's requests: its bucket's route, picked by its uniform draw
+    ``u``."""
     dep = np.where(bucket < 0, REJECTED, SHED if w.sheds else NO_ROUTE)
     for b, (idx, cum) in enumerate(w.routes):
         sel = bucket == b
@@ -184,8 +185,8 @@ def draw_for_counts(sc: Scenario, seed: int, counts: dict[int, int]) -> Drawn:
     from a random stream of its own (seeded by (``seed``, COUNTS_STREAM, wi)): a workload's requests do not
     depend on which others are drawn or how many (``trimtab.sim.aim_counts``: the planner's longer runs of
     rare workloads)."""
-    return _merge([(wi, _draw_part(np.random.default_rng((seed, COUNTS_STREAM, wi)), sc.workloads[wi], n, None))
-                   for wi, n in sorted(counts.items())])
+    return _merge([(wi, _draw_part(np.random.default_rng((seed, COUNTS_STREAM, wi)), sc.workloads[wi], n,
+                                   None)) for wi, n in sorted(counts.items())])
 
 
 def draw_counts(sc: Scenario, seed: int, counts: dict[int, int]) -> Arrivals:
@@ -193,8 +194,17 @@ def draw_counts(sc: Scenario, seed: int, counts: dict[int, int]) -> Arrivals:
     return draw_for_counts(sc, seed, counts).route(sc)
 
 
+def _drawn_now(sc: Scenario, rng: np.random.Generator, seed, requests: int | None, duration_s: float | None,
+               counts: dict[int, int] | None) -> tuple[Drawn, bytes]:
+    """A run's draws (``draw``, or ``draw_for_counts`` for ``counts``) and their digest, for
+    ``RunCache.drawn``."""
+    d = draw(sc, rng, requests, duration_s) if counts is None else draw_for_counts(sc, seed, counts)
+    return d, arrivals_digest(d.t, d.w, d.isl, d.osl, d.row)
+
+
 def arrivals_digest(*columns: np.ndarray | None) -> bytes:
-    """A digest of arrival columns (each by dtype, shape and bytes; None: a column of -1, as ``Drawn.row``)."""
+    """A digest of arrival columns (each by dtype, shape and bytes; None: a column of -1, as
+    ``Drawn.row``)."""
     h = hashlib.blake2b(digest_size=20)
     for c in columns:
         if c is None or (c.dtype == np.int64 and len(c) and c[0] == -1 and (c == -1).all()):
@@ -284,7 +294,8 @@ class Simulation:
         # The draws of this seed, taken from the planner's last simulations where they made them
         # (``RunCache.drawn``: the draws do not depend on the routes; the generator left where drawing leaves
         # it); ``digest``: a digest of the drawn columns (``draw_digest``)
-        drawn = (cache.drawn(scenario, seed, requests, duration_s, counts, self.rng)
+        drawn = (cache.drawn(scenario, seed, requests, duration_s, counts, self.rng,
+                             lambda: _drawn_now(scenario, self.rng, seed, requests, duration_s, counts))
                  if cache is not None and type(self)._draw_arrivals is Simulation._draw_arrivals else None)
         self._digest = None if drawn is None else drawn[1]
         if drawn is not None:

@@ -28,7 +28,6 @@ from dataclasses import dataclass, fields
 
 import numpy as np
 
-from trimtab.sim.engine import arrivals_digest, draw, draw_for_counts
 from trimtab.sim.replica import Request
 
 
@@ -61,20 +60,21 @@ class RunCache:
         self.draws: dict[tuple, tuple] = {}
 
     def drawn(self, sc, seed, requests: int | None, duration_s: float | None, counts: dict[int, int] | None,
-              rng: np.random.Generator) -> tuple | None:
-        """(the draws of a run, their digest: ``Simulation.draw_digest``), made once per ``draw_key``: every
-        round simulates the same seeds, and only the routes differ between them. ``rng``: the run's own
-        generator (seeded by ``seed``), left where drawing leaves it. None where ``draw_key`` is (traces)."""
+              rng: np.random.Generator, make) -> tuple | None:
+        """(the draws of a run, their digest: ``Simulation.draw_digest``), made once per ``draw_key`` by
+        ``make()`` (drawing them with ``rng``, the run's own generator): every round simulates the same
+        seeds, and only the routes differ between them. ``rng`` is left where drawing leaves it. None where
+        ``draw_key`` is (traces)."""
         key = draw_key(sc, seed, requests, duration_s, counts)
         if key is None:
             return None
         got = self.draws.get(key)
         if got is None:
-            d = draw(sc, rng, requests, duration_s) if counts is None else draw_for_counts(sc, seed, counts)
+            d, digest = make()
             for c in (d.t, d.w, d.isl, d.osl, d.row, d.bucket, d.u, d.order):
                 if c is not None:
                     c.setflags(write=False)  # shared by every run of this key: never changed
-            got = self.draws[key] = (d, arrivals_digest(d.t, d.w, d.isl, d.osl, d.row), rng.bit_generator.state)
+            got = self.draws[key] = (d, digest, rng.bit_generator.state)
         else:
             rng.bit_generator.state = got[2]
         return got[0], got[1]
