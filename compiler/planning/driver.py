@@ -530,9 +530,14 @@ def single_types(planner: Planner, spec, ir: ProblemIR, cands, be, opts: SolveOp
         one, ir_one = alone[gpu]
         try:
             derive = getattr(planner, "for_one_type", None)  # its candidates from ``cands``, not rebuilt
+            mine = derive(cands, ir, ir_one) if derive else None
+            below = getattr(planner, "may_plan_below", None)  # the LP relaxation's bound, under the net
+            if mine is not None and below is not None and not below(
+                    ir_one, mine, cost, NettedBackend(be, net, f"the LP bound on {gpu} alone"), opts):
+                continue  # the drive would end without a plan below ``cost``
             r = drive(planner, one, ir_one, backend=be.name, time_limit_s=opts.time_limit_s,
-                      validate=validate, seed=seed, profiles=profiles, runs=runs, above=cost,
-                      cands=derive(cands, ir, ir_one) if derive else None, net=net)
+                      validate=validate, seed=seed, profiles=profiles, runs=runs, above=cost, cands=mine,
+                      net=net)
         except InfeasibleError:
             continue  # (the derates ask for more of the type than the spec has)
         except SafetyNetError as exc:  # the run's net expired: the run stops, whichever drive it was in

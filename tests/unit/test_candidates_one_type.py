@@ -119,6 +119,43 @@ def test_the_floor_is_below_the_first_solve_of_each_type_alone(example):
             assert floor <= res.objective + 1e-9, (g.type, floor, res.objective)
 
 
+@pytest.mark.parametrize("example", ["quickstart", "robust", "disaggregated", "long-context"])
+@pytest.mark.parametrize("scale", [1.0, 0.25])
+def test_the_lp_bound_never_cuts_a_type_alone_below_its_solves(example, scale):
+    """``may_plan_below`` lets ``single_types`` skip a type by its MILP's LP relaxation: the relaxation's
+    optimum must never exceed the optimum of any of the type's solves (at no derates or at the capacity
+    prior's, which only lower capacities), and an infeasible relaxation must mean infeasible solves. With a
+    quarter of the GPUs, some types cannot hold the traffic: their relaxations must say so, or bound."""
+    from trimtab.milp.decompose import lp_floor
+    from trimtab.planning.planners import UnifiedPlanner
+    from trimtab.planning.rounds import prior_derates
+    from trimtab.solvers import get_backend
+    from trimtab.solvers.base import SolveOptions
+
+    spec = trimtab.load_spec(ROOT / "examples" / f"{example}.yaml")
+    spec = spec.model_copy(update={"gpus": [g.model_copy(update={"count": max(1, int(g.count * scale))})
+                                            for g in spec.gpus]})
+    profiles = spec_profiles(spec)
+    planner, be = UnifiedPlanner(), get_backend("highs")
+    for g in spec.gpus:
+        ir_one = lower(_alone(spec, g.type), profiles)
+        cands = build_candidates(ir_one)
+        if planner.precheck(ir_one, cands):
+            continue
+        low = lp_floor(ir_one, cands, be, SolveOptions())
+        for derate in ({}, prior_derates(ir_one, planner.peers(cands, fitted=True))):
+            res = planner.solve(ir_one, cands, derate, be, SolveOptions())
+            if low is None:
+                assert not res.has_solution, (g.type, derate)
+            elif res.has_solution:
+                assert low <= res.objective * (1 + 1e-9), (g.type, low, res.objective)
+                assert planner.may_plan_below(ir_one, cands, res.objective * 1.01, be, SolveOptions())
+        if low is not None:
+            assert not planner.may_plan_below(ir_one, cands, low * 0.99, be, SolveOptions())
+        else:
+            assert not planner.may_plan_below(ir_one, cands, 1e12, be, SolveOptions())
+
+
 @pytest.mark.parametrize("example", ["quickstart", "robust", "disaggregated"])
 def test_a_type_refused_before_its_pairs_is_one_the_precheck_refuses(example):
     """``single_types`` skips a type whose derived set the precheck would refuse without building its pairs
