@@ -151,10 +151,10 @@ def _lp_prices(ir: ProblemIR, cands: CandidateSet, derate: dict[str, float], bac
 
 
 def lp_floor(ir: ProblemIR, cands: CandidateSet, backend: Backend, options: SolveOptions) -> float | None:
-    """The optimum of the whole MILP's LP relaxation at the cost model's capacities (no derates): a lower bound
-    of the optimum of every solve on ``cands`` at any derates (they only lower capacities), so of the
-    objective each such solve returns; None where the relaxation is infeasible (then so is every such solve);
-    -inf where the backend gives no optimum (no bound)."""
+    """The optimum of the whole MILP's LP relaxation at the cost model's capacities (no derates): a lower
+    bound of the optimum of every solve on ``cands`` at any derates (they only lower capacities), so of the
+    objective each such solve returns; None where the relaxation is infeasible (then so is every such
+    solve); -inf where the backend gives no optimum (no bound)."""
     _, r = _relaxation(ir, cands, {}, backend, options)
     if r.status == Status.INFEASIBLE:
         return None
