@@ -435,7 +435,10 @@ def explain(
     solver: Annotated[Optional[Solver],
                       typer.Option(help="MILP backend; overrides the spec's solver.backend.")] = None,
     time_limit: Annotated[Optional[float], typer.Option(min=0.01,
-                                                        help="Time limit per solve, seconds.")] = None,
+                                                        help="Wall-clock safety net for the explanation's "
+                                                             "solves together (and, apart, for the plan "
+                                                             "without --analytic), seconds; its expiry is "
+                                                             "exit 4.")] = None,
     analytic: Annotated[bool, typer.Option("--analytic", help="Skip planning with validation: only the cost "
                                                               "model's price (labelled analytic).")] = False,
     fmt: Annotated[TableOrJson, typer.Option("--format",

@@ -17,7 +17,7 @@ import time
 from dataclasses import replace
 
 from trimtab.contract.schema import Plan
-from trimtab.errors import InputError, Problem
+from trimtab.errors import InputError, Problem, SafetyNetError
 from trimtab.gate.analytic import CheckReport, check as check_analytic, plan_references
 from trimtab.gate.simulated import check_simulated
 from trimtab.contract.diff import diff_plans
@@ -26,6 +26,7 @@ from trimtab.ir.lower import lower
 from trimtab.profiles.loader import ProfileSet
 from trimtab.sim import DEFAULT_SEED, simulate
 from trimtab.sim.validate import CHECK_SEEDS
+from trimtab.solvers import NetExpired, NettedBackend, SafetyNet, get_backend, spec_options
 from trimtab.spec.load import load_spec, spec_profiles
 from trimtab.spec.schema import Spec
 from trimtab.spec.overrides import apply_overrides
@@ -67,20 +68,31 @@ def plan(spec: Spec, *, backend: str | None = None, time_limit_s: float | None =
 def explain(spec: Spec, *, backend: str | None = None, time_limit_s: float | None = None,
             profiles: ProfileSet | None = None):
     """Why ``spec`` is infeasible and what to relax, or what binds a feasible plan's cost (cost model only),
-    for the problem the spec poses: with adapters or tenants, the adapter-placement problem."""
+    for the problem the spec poses: with adapters or tenants, the adapter-placement problem. Its solves (one
+    per relaxation tried, per binding row) are under one wall-clock safety net (``time_limit_s``, else the
+    spec's ``solver.time_limit_s``; ``trimtab.solvers.NettedBackend``): once it expires, or a solve stops on
+    it, ``SafetyNetError`` (exit 4), never an explanation worded by the machine's load."""
     from trimtab.planning.explain import explain as explain_unified
-    from trimtab.solvers import get_backend, spec_options
 
+    t0 = time.perf_counter()
     ir = lower(spec, profiles or spec_profiles(spec))
-    be = get_backend(backend or spec.solver.backend)
     opts = spec_options(spec, time_limit_s)
-    if ir.redundancy == "n+1":
-        return _explain_redundant(spec, ir, be, opts)
-    if ir.lora is not None:
-        from trimtab.planning.lora import LoraPlanner
+    net = SafetyNet(opts.time_limit_s, t0)
+    be = NettedBackend(get_backend(backend or spec.solver.backend), net, "the explanation")
+    try:
+        if ir.redundancy == "n+1":
+            return _explain_redundant(spec, ir, be, opts)
+        if ir.lora is not None:
+            from trimtab.planning.lora import LoraPlanner
 
-        return LoraPlanner().explain(ir, be, opts)
-    return explain_unified(ir, be, opts)
+            return LoraPlanner().explain(ir, be, opts)
+        return explain_unified(ir, be, opts)
+    except NetExpired as exc:
+        raise SafetyNetError([f"explain stopped by the wall-clock time limit (--time-limit or "
+                              f"solver.time_limit_s: {net.limit_s:g} s, a safety net) after "
+                              f"{net.spent():.1f} s, {exc}", "no explanation written (where a run the wall "
+                              "clock stopped had got to depends on the machine's load); raise --time-limit"],
+                             str(exc)) from None
 
 
 def _explain_redundant(spec: Spec, ir, be, opts):

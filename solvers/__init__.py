@@ -5,8 +5,8 @@
 """
 from __future__ import annotations
 
-from trimtab.solvers.base import (Backend, NetExpired, SafetyNet, SolveOptions, SolveResult, Status,
-                                  Termination, spec_options)
+from trimtab.solvers.base import (Backend, NetExpired, NettedBackend, SafetyNet, SolveOptions, SolveResult,
+                                  Status, Termination, spec_options)
 from trimtab.solvers.model import Constraint, LinExpr, MilpModel, Var
 from trimtab.solvers.cpsat import CpSatBackend
 from trimtab.solvers.pulp_backend import PulpBackend
@@ -25,5 +25,6 @@ def available_backends() -> list[str]:
     return [n for n in sorted(BACKENDS) if get_backend(n).is_available()]
 
 
-__all__ = ["Backend", "Constraint", "LinExpr", "MilpModel", "NetExpired", "SafetyNet", "SolveOptions",
+__all__ = ["Backend", "Constraint", "LinExpr", "MilpModel", "NetExpired", "NettedBackend", "SafetyNet",
+           "SolveOptions",
            "SolveResult", "Status", "Termination", "Var", "available_backends", "get_backend", "spec_options"]

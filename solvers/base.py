@@ -154,3 +154,26 @@ class Backend:
 
     def solve(self, model: MilpModel, options: SolveOptions) -> SolveResult:  # pragma: no cover - interface
         raise NotImplementedError
+
+
+class NettedBackend:
+    """``backend`` with every solve under a run's safety net (``SafetyNet``), for steps that run many solves
+    of their own (``explain``'s, the relaxations of an infeasible spec): before each solve the net is asked
+    (``NetExpired`` once it expired: a solve is never started past it), each solve gets what is left of it as
+    its limit, and a solve the net stopped raises ``NetExpired`` instead of handing back its missing answer,
+    which the step would read as "no plan at this relaxation" and so word its lines by the machine's load.
+    ``where``: the step, for ``NetExpired``'s message. Everything else is the backend's."""
+
+    def __init__(self, backend: Backend, net: SafetyNet, where: str):
+        self.backend, self.net, self.where = backend, net, where
+
+    def __getattr__(self, name: str):
+        return getattr(self.backend, name)
+
+    def solve(self, model, options: SolveOptions) -> SolveResult:
+        if self.net.expired():
+            raise NetExpired(f"before a solve of {self.where}")
+        res = self.backend.solve(model, self.net.options(options))
+        if res.termination == Termination.TIME_LIMIT:
+            raise NetExpired(f"in a solve of {self.where}, stopped after {res.seconds:.1f} s")
+        return res

@@ -263,7 +263,7 @@ def for_one_type(cands: CandidateSet, ir: ProblemIR, one: ProblemIR) -> Candidat
     from trimtab.milp.disagg import build_pd_candidates
     from trimtab.milp.fanout import build_split
 
-    kept = _unified_of(cands, ir, one)
+    kept = unified_of(cands, ir, one)
     if kept is None:
         return None
 
@@ -274,7 +274,7 @@ def for_one_type(cands: CandidateSet, ir: ProblemIR, one: ProblemIR) -> Candidat
     return build_split(one, pairs) or pairs(one)
 
 
-def _unified_of(cands: CandidateSet, ir: ProblemIR, one: ProblemIR) -> tuple[Candidate, ...] | None:
+def unified_of(cands: CandidateSet, ir: ProblemIR, one: ProblemIR) -> tuple[Candidate, ...] | None:
     """The unified candidates ``build_candidates(one)`` builds, from ``cands``; None where that is not shown
     to hold (``for_one_type``)."""
     if len(one.gpus) != 1 or ir.kv_tiers == "experimental-live" or ir.lora is not None:
@@ -292,7 +292,7 @@ def one_type_floor(cands: CandidateSet, ir: ProblemIR, one: ProblemIR) -> float:
     (``trimtab.milp.disagg.cost_floor``); 0.0 where its candidates cannot be taken from ``cands``."""
     from trimtab.milp.disagg import cost_floor
 
-    kept = _unified_of(cands, ir, one)
+    kept = unified_of(cands, ir, one)
     return 0.0 if kept is None else cost_floor(one, kept, cands.pd_memo)
 
 

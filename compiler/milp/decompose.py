@@ -21,6 +21,7 @@ candidates, and no inter-rack KV-link row (shared by every workload's P/D candid
 """
 from __future__ import annotations
 
+import math
 import time
 
 from trimtab.deployment.shape import CandidateSet
@@ -132,15 +133,32 @@ def solve_split(ir: ProblemIR, cands: CandidateSet, backend: Backend, options: S
     return SolveResult(status, term, values, objective, gap, ps.spent, backend.name, note)
 
 
+def _relaxation(ir: ProblemIR, cands: CandidateSet, derate: dict[str, float], backend: Backend,
+                options: SolveOptions):
+    """(the whole MILP of ``ir`` on ``cands`` at ``derate``, the solve of its LP relaxation)."""
+    m = formulate(ir, cands, derate)
+    return m, backend.solve(m.relaxed(), options)
+
+
 def _lp_prices(ir: ProblemIR, cands: CandidateSet, derate: dict[str, float], backend: Backend,
                options: SolveOptions) -> dict[str, float] | None:
     """Each GPU type's inventory price in the whole MILP's LP relaxation (the row's dual, $ per GPU-hour);
     empty where the backend gives no duals; None where the relaxation is infeasible (then so is the MILP)."""
-    m = formulate(ir, cands, derate)
-    r = backend.solve(m.relaxed(), options)
+    m, r = _relaxation(ir, cands, derate, backend, options)
     if r.status == Status.INFEASIBLE:
         return None
     return {c.key: max(-r.duals.get(c.name, 0.0), 0.0) for c in m.constraints if c.family == "inventory"}
+
+
+def lp_floor(ir: ProblemIR, cands: CandidateSet, backend: Backend, options: SolveOptions) -> float | None:
+    """The optimum of the whole MILP's LP relaxation at the cost model's capacities (no derates): a lower
+    bound of the optimum of every solve on ``cands`` at any derates (they only lower capacities), so of the
+    objective each such solve returns; None where the relaxation is infeasible (then so is every such
+    solve); -inf where the backend gives no optimum (no bound)."""
+    _, r = _relaxation(ir, cands, {}, backend, options)
+    if r.status == Status.INFEASIBLE:
+        return None
+    return r.objective if r.status == Status.OPTIMAL and r.objective is not None else -math.inf
 
 
 def _only_on(cands: tuple, pool) -> dict[str, bool]:

@@ -29,8 +29,8 @@ from trimtab.planning.net import net_lines
 from trimtab.planning.policy import RoundPolicy
 from trimtab.planning.rounds import (MAX_ROUNDS, PROBES, SIM_ROUNDS, derate_analytic, derate_breaches, lowest,
                                      simulate_and_derate)
-from trimtab.solvers import (Backend, NetExpired, SafetyNet, SolveOptions, SolveResult, Status, Termination,
-                             get_backend, spec_options)
+from trimtab.solvers import (Backend, NetExpired, NettedBackend, SafetyNet, SolveOptions, SolveResult, Status,
+                             Termination, get_backend, spec_options)
 
 # A planner's candidate structure: a CandidateSet (unified, P/D, KV tiers; schedules, n+1, re-plans), or the
 # adapter planner's LoraProblem (shared candidates and traffic units). Only the planner reads inside it; the
@@ -200,9 +200,13 @@ def drive(planner: Planner[C], spec, ir: ProblemIR, *, backend: str | None = Non
                 continue
             if best is not None:
                 break  # the corrections ask for more than the spec has: the last plan, its misses stated
-            # (a search below ``above`` shows no reasons: relaxations take a solve each)
-            raise InfeasibleError(planner.infeasible(ir, cands, be, opts) if above is None
-                                  else ["no plan within the spec's GPUs and budget"])
+            # (a search below ``above`` shows no reasons: relaxations take a solve each, under the net)
+            try:
+                lines = (planner.infeasible(ir, cands, NettedBackend(be, net, "the relaxations"), opts)
+                         if above is None else ["no plan within the spec's GPUs and budget"])
+            except NetExpired as exc:
+                stop(f"after round {rnd}'s infeasible solve, {exc}")
+            raise InfeasibleError(lines)
         plan_, a = planner.build(ir, cands, res, rnd, warnings)
         solved_on |= {g for g, n in plan_.gpus.items() if n}
         fill = planner.fill(cands, res, solved_with)
@@ -410,16 +414,18 @@ def single_types(planner: Planner[C], spec, ir: ProblemIR, cands: C, be: Backend
     costs broken the same way) only while the first solve of its own drive is below the best cost so far
     (``drive``'s ``above``: the rounds only lower capacities, so a lower bound of its plan), and before that
     only where the planner's cost floor of the type alone (``one_type_floor``: no candidate set, no solve) is
-    below it. Its candidates are taken from ``cands`` where the planner can (``for_one_type``: the type's
-    unified shapes as they are, its P/D pairs built again). The types are tried cheapest floor first (planners
-    without a floor: their optimum on ``cands`` at the first solve's derates, ``start``). Neither orders more
-    than the search: a prefill/decode pair serves a length bucket only where it pays against the cheapest
-    unified shape of any type (``trimtab.milp.disagg.build_pd_candidates``), so offered alone a type can plan
-    cheaper than on ``cands`` (the disaggregated example's H100 pairs have no capacity on its longest prompts
-    beside the H200: 93.60 $/h on H100 alone against 101.40 on ``cands``). Where every plan the rounds solved
-    (``solved_on``) used one type alone, the rounds on that type alone would solve the same plans: it is left
-    out. Its solves and drives share the run's safety net (``net``): its expiry stops the run, as anywhere
-    (``NetExpired``, with the simulations run: the drive that called this one says what was not done)."""
+    below it and the precheck of its candidates passes (``one_type_refused``: known from its unified
+    candidates, before its pairs are built). Its candidates are taken from ``cands`` where the planner can
+    (``for_one_type``: the type's unified shapes as they are, its P/D pairs built again). The types are tried
+    cheapest floor first (planners without a floor: their optimum on ``cands`` at the first solve's derates,
+    ``start``). Neither orders more than the search: a prefill/decode pair serves a length bucket only where
+    it pays against the cheapest unified shape of any type (``trimtab.milp.disagg.build_pd_candidates``), so
+    offered alone a type can plan cheaper than on ``cands`` (the disaggregated example's H100 pairs have no
+    capacity on its longest prompts beside the H200: 93.60 $/h on H100 alone against 101.40 on ``cands``).
+    Where every plan the rounds solved (``solved_on``) used one type alone, the rounds on that type alone
+    would solve the same plans: it is left out. Its solves and drives share the run's safety net (``net``):
+    its expiry stops the run, as anywhere (``NetExpired``, with the simulations run: the drive that called
+    this one says what was not done)."""
     from trimtab.ir.lower import lower
     from trimtab.spec.load import spec_profiles
 
@@ -444,6 +450,10 @@ def single_types(planner: Planner[C], spec, ir: ProblemIR, cands: C, be: Backend
         low = floor(cands, ir, ir_one) if floor is not None else 0.0
         if low >= cost - 1e-6:
             continue  # no plan of this type alone can be cheaper (a fluid bound: before any pair is built)
+        refused = getattr(planner, "one_type_refused", None)
+        if refused is not None and refused(cands, ir, ir_one):
+            continue  # its drive would stop at the precheck (InfeasibleError: skipped below), pairs built for
+            # nothing
         alone[g.type] = (one, ir_one)
         if floor is None:  # no floor to order by: the optimum on ``cands`` at the first solve's derates
             res = planner.solve(only_type(ir, g.type), cands, start, be, net.options(opts))
@@ -456,9 +466,14 @@ def single_types(planner: Planner[C], spec, ir: ProblemIR, cands: C, be: Backend
         one, ir_one = alone[gpu]
         try:
             derive = getattr(planner, "for_one_type", None)  # its candidates from ``cands``, not rebuilt
+            mine = derive(cands, ir, ir_one) if derive else None
+            below = getattr(planner, "may_plan_below", None)  # the LP relaxation's bound, under the net
+            if mine is not None and below is not None and not below(
+                    ir_one, mine, cost, NettedBackend(be, net, f"the LP bound on {gpu} alone"), opts):
+                continue  # the drive would end without a plan below ``cost``
             r = drive(planner, one, ir_one, backend=be.name, time_limit_s=opts.time_limit_s,
-                      validate=validate, seed=seed, profiles=profiles, runs=runs, above=cost,
-                      cands=derive(cands, ir, ir_one) if derive else None, net=net)
+                      validate=validate, seed=seed, profiles=profiles, runs=runs, above=cost, cands=mine,
+                      net=net)
         except InfeasibleError:
             continue  # (the derates ask for more of the type than the spec has)
         except SafetyNetError as exc:  # the run's net expired: the run stops, whichever drive it was in

@@ -5,10 +5,11 @@ extraction to a plan (``trimtab.milp.extract``). ``trimtab.planning.driver.drive
 """
 from __future__ import annotations
 
-from trimtab.milp.candidates import build_candidates, for_one_type, one_type_floor
+from trimtab.milp.candidates import build_candidates, for_one_type, one_type_floor, unified_of
 from trimtab.deployment.shape import CandidateSet
 from trimtab.planning.explain import precheck, relaxations
 from trimtab.milp.formulate import capacity_fill
+from trimtab.milp.decompose import lp_floor
 from trimtab.milp.solve import solve_ir
 from trimtab.milp.extract import build_plan, chosen
 
@@ -22,6 +23,31 @@ class UnifiedPlanner:
 
     def one_type_floor(self, cands: CandidateSet, ir, one) -> float:
         return one_type_floor(cands, ir, one)
+
+    def one_type_refused(self, cands: CandidateSet, ir, one) -> bool:
+        """Whether the precheck refuses the set ``for_one_type`` derives for ``one``, known before its P/D
+        pairs are built: the precheck reads the unified candidates alone (workloads and buckets without one,
+        the budget's floor), and that set takes them from ``cands`` as they are, with no bests. Planners with
+        their own precheck are not answered here (False: the drive decides)."""
+        if type(self).precheck is not UnifiedPlanner.precheck:
+            return False
+        kept = unified_of(cands, ir, one)
+        return kept is not None and bool(precheck(one, CandidateSet(kept, ())))
+
+    def may_plan_below(self, ir, cands: CandidateSet, cost: float, backend, options) -> bool:
+        """Whether the drive of ``ir`` on ``cands`` (a GPU type alone) may plan below ``cost``, by the LP
+        relaxation of its MILP at the cost model's capacities (``lp_floor``): not where that is infeasible,
+        nor where its optimum is at ``cost`` or above (beyond the LP's tolerance), as every solve of the drive
+        is then infeasible or at least that (``drive``'s ``above``: the drive ends without a plan). Planners
+        with a solve or precheck of their own, and a set the precheck refuses, are left to the drive (True).
+        Why: a type's first solves cost seconds each (with the capacity prior, then without it, where the
+        prior asks for more than the type has), the relaxation a fraction of one."""
+        if type(self).solve is not UnifiedPlanner.solve or type(self).precheck is not UnifiedPlanner.precheck:
+            return True
+        if precheck(ir, cands):
+            return True
+        low = lp_floor(ir, cands, backend, options)
+        return low is not None and low < cost * (1 + 1e-6)
 
     def precheck(self, ir, cands: CandidateSet) -> list[str]:
         return precheck(ir, cands)

@@ -8,9 +8,11 @@ simulations in one process share nothing and the same inputs give the same resul
 """
 from __future__ import annotations
 
+import hashlib
 import itertools
 import math
 import zlib
+from array import array
 from dataclasses import dataclass
 from heapq import heappop, heappush
 from typing import TYPE_CHECKING, Callable
@@ -91,15 +93,46 @@ def _workload_arrivals(rng: np.random.Generator, w: SimWorkload, n: int | None, 
     return t, isl.astype(np.int64), osl.astype(np.int64), w.bucket_of_indices(ii), np.full(m, -1, np.int64)
 
 
-def _workload_part(rng: np.random.Generator, w: SimWorkload, wi: int, n: int | None,
-                   duration_s: float | None):
-    """One workload's arrivals as the columns of ``Arrivals`` (unsorted): times, workload index, prompt,
-    output, routed deployment, trace row."""
+@dataclass
+class Drawn:
+    """A run's random draws before routing: every column of ``Arrivals`` but ``dep`` (sorted by time, then
+    workload), and what routing reads of each workload's part (``parts``: (workload index, start, end) in
+    ``bucket`` and ``u``, the parts as drawn, concatenated; ``order``: their sorted position). The draws do
+    not depend on the routes (``route``), so a plan re-solved with new routes draws the same ones
+    (``trimtab.sim.reuse.RunCache.drawn``). ``row`` None: every request -1 (drawn from distributions)."""
+
+    t: np.ndarray
+    w: np.ndarray
+    isl: np.ndarray
+    osl: np.ndarray
+    row: np.ndarray | None
+    bucket: np.ndarray
+    u: np.ndarray
+    parts: tuple[tuple[int, int, int], ...]
+    order: np.ndarray
+
+    def route(self, sc: Scenario) -> Arrivals:
+        """The ``Arrivals`` of these draws under ``sc``'s routes."""
+        deps = [_routed(sc.workloads[wi], self.bucket[a:b], self.u[a:b]) for wi, a, b in self.parts]
+        dep = np.concatenate(deps)[self.order] if deps else np.zeros(0, np.int64)
+        row = self.row if self.row is not None else np.full(len(self.t), -1, np.int64)
+        return Arrivals(self.t, self.w, self.isl, self.osl, dep, row)
+
+
+def _draw_part(rng: np.random.Generator, w: SimWorkload, n: int | None, duration_s: float | None):
+    """One workload's random draws: (times, prompt, output, bucket, trace row, the uniform draw its route is
+    picked by); the same draws, in the same order, whatever its routes."""
     t, isl, osl, bucket, row = _workload_arrivals(rng, w, n, duration_s)
     u = rng.random(len(t))
     if w.prompt_set is not None and w.trace is None:  # which user of which group sends each request (drawn
         # last: every other draw is as it would be without shared prompts)
         row = rng.integers(0, w.prompt_set[0] * w.prompt_set[1], len(t)).astype(np.int64)
+    return t, isl, osl, bucket, row, u
+
+
+def _routed(w: SimWorkload, bucket: np.ndarray, u: np.ndarray) -> np.ndarray:
+    """The deployment of each of a workload's requests: its bucket's route, picked by its uniform draw
+    ``u``."""
     dep = np.where(bucket < 0, REJECTED, SHED if w.sheds else NO_ROUTE)
     for b, (idx, cum) in enumerate(w.routes):
         sel = bucket == b
@@ -107,21 +140,26 @@ def _workload_part(rng: np.random.Generator, w: SimWorkload, wi: int, n: int | N
             k = np.searchsorted(cum, u[sel], side="right")
             # cum ends at 1 but for a max_goodput plan's bucket served in part: past its end, shed
             dep[sel] = np.where(k < len(idx), idx[np.minimum(k, len(idx) - 1)], SHED)
-    return t, np.full(len(t), wi, np.int64), isl, osl, dep, row
+    return dep
 
 
-def _merge(parts: list) -> Arrivals:
-    """The workloads' parts (``_workload_part``) as one ``Arrivals``, by time, then workload."""
+def _merge(parts: list) -> Drawn:
+    """The workloads' draws (``(wi, _draw_part(...))``) as one ``Drawn``, by time, then workload."""
     if not parts:
         z = np.zeros(0, np.int64)
-        return Arrivals(np.zeros(0), z, z, z, z, z)
-    t = np.concatenate([p[0] for p in parts])
-    order = np.lexsort((np.concatenate([p[1] for p in parts]), t))  # by time, then workload
-    return Arrivals(t[order], *(np.concatenate([p[i] for p in parts])[order] for i in range(1, 6)))
+        return Drawn(np.zeros(0), z, z, z, z, z, np.zeros(0), (), z)
+    t = np.concatenate([p[0] for _, p in parts])
+    w = np.concatenate([np.full(len(p[0]), wi, np.int64) for wi, p in parts])
+    order = np.lexsort((w, t))  # by time, then workload
+    row = np.concatenate([p[4] for _, p in parts])[order]
+    ends = np.cumsum([len(p[0]) for _, p in parts]).tolist()
+    return Drawn(t[order], w[order], *(np.concatenate([p[i] for _, p in parts])[order] for i in (1, 2)),
+                 None if (row == -1).all() else row, np.concatenate([p[3] for _, p in parts]),
+                 np.concatenate([p[5] for _, p in parts]),
+                 tuple((wi, b - len(p[0]), b) for (wi, p), b in zip(parts, ends)), order)
 
 
-def draw_arrivals(sc: Scenario, rng: np.random.Generator, requests: int | None,
-                  duration_s: float | None) -> Arrivals:
+def draw(sc: Scenario, rng: np.random.Generator, requests: int | None, duration_s: float | None) -> Drawn:
     """``requests`` in total, split across workloads by rate; or every arrival within ``duration_s``."""
     total_rate = sum(w.rate_rps for w in sc.workloads)
     parts = []
@@ -129,21 +167,52 @@ def draw_arrivals(sc: Scenario, rng: np.random.Generator, requests: int | None,
         n = None
         if requests is not None:
             n = max(1, int(round(requests * w.rate_rps / total_rate)))
-        parts.append(_workload_part(rng, w, wi, n, duration_s))
+        parts.append((wi, _draw_part(rng, w, n, duration_s)))
     return _merge(parts)
+
+
+def draw_arrivals(sc: Scenario, rng: np.random.Generator, requests: int | None,
+                  duration_s: float | None) -> Arrivals:
+    """``draw``'s requests routed by ``sc``."""
+    return draw(sc, rng, requests, duration_s).route(sc)
 
 
 COUNTS_STREAM = 7919  # the random streams of ``draw_counts`` (apart from every ``Simulation(seed)``'s own)
 
 
-def draw_counts(sc: Scenario, seed: int, counts: dict[int, int]) -> Arrivals:
+def draw_for_counts(sc: Scenario, seed: int, counts: dict[int, int]) -> Drawn:
     """``counts[wi]`` requests of workload ``wi`` for each workload in ``counts`` (the others: none), each
     from a random stream of its own (seeded by (``seed``, COUNTS_STREAM, wi)): a workload's requests do not
     depend on which others are drawn or how many (``trimtab.sim.aim_counts``: the planner's longer runs of
     rare workloads)."""
-    return _merge([_workload_part(np.random.default_rng((seed, COUNTS_STREAM, wi)), sc.workloads[wi], wi, n,
-                                  None)
-                   for wi, n in sorted(counts.items())])
+    return _merge([(wi, _draw_part(np.random.default_rng((seed, COUNTS_STREAM, wi)), sc.workloads[wi], n,
+                                   None)) for wi, n in sorted(counts.items())])
+
+
+def draw_counts(sc: Scenario, seed: int, counts: dict[int, int]) -> Arrivals:
+    """``draw_for_counts``'s requests routed by ``sc``."""
+    return draw_for_counts(sc, seed, counts).route(sc)
+
+
+def _drawn_now(sc: Scenario, rng: np.random.Generator, seed, requests: int | None, duration_s: float | None,
+               counts: dict[int, int] | None) -> tuple[Drawn, bytes]:
+    """A run's draws (``draw``, or ``draw_for_counts`` for ``counts``) and their digest, for
+    ``RunCache.drawn``."""
+    d = draw(sc, rng, requests, duration_s) if counts is None else draw_for_counts(sc, seed, counts)
+    return d, arrivals_digest(d.t, d.w, d.isl, d.osl, d.row)
+
+
+def arrivals_digest(*columns: np.ndarray | None) -> bytes:
+    """A digest of arrival columns (each by dtype, shape and bytes; None: a column of -1, as
+    ``Drawn.row``)."""
+    h = hashlib.blake2b(digest_size=20)
+    for c in columns:
+        if c is None or (c.dtype == np.int64 and len(c) and c[0] == -1 and (c == -1).all()):
+            h.update(b"-1")
+            continue
+        h.update(repr((c.dtype.str, c.shape)).encode())
+        h.update(np.ascontiguousarray(c).tobytes())
+    return h.digest()
 
 
 def _warmup_from(a: Arrivals, n_workloads: int) -> np.ndarray:
@@ -222,8 +291,19 @@ class Simulation:
         # workloads served entirely by the deployments run). Runs one event loop per deployment.
         self.only = only
         self.rng = np.random.default_rng(seed)
-        self.arrivals = self._draw_arrivals(requests, duration_s) if counts is None else \
-            draw_counts(scenario, seed, counts)
+        # The draws of this seed, taken from the planner's last simulations where they made them
+        # (``RunCache.drawn``: the draws do not depend on the routes; the generator left where drawing leaves
+        # it); ``digest``: a digest of the drawn columns (``draw_digest``)
+        drawn = (cache.drawn(scenario, seed, requests, duration_s, counts, self.rng,
+                             lambda: _drawn_now(scenario, self.rng, seed, requests, duration_s, counts))
+                 if cache is not None and type(self)._draw_arrivals is Simulation._draw_arrivals else None)
+        self._digest = None if drawn is None else drawn[1]
+        if drawn is not None:
+            self.arrivals = drawn[0].route(scenario)
+        elif counts is None:
+            self.arrivals = self._draw_arrivals(requests, duration_s)
+        else:
+            self.arrivals = draw_counts(scenario, seed, counts)
         a = self.arrivals
         self.t_last_arrival = float(a.t[-1]) if len(a.t) else 0.0
         # per workload index: the arrival time from which its requests are measured (None: the first WARMUP
@@ -250,6 +330,14 @@ class Simulation:
     def _draw_arrivals(self, requests: int | None, duration_s: float | None) -> Arrivals:
         """Every request of the run (a hook: ``trimtab.sim.schedule`` draws one segment per window)."""
         return draw_arrivals(self.sc, self.rng, requests, duration_s)
+
+    def draw_digest(self) -> bytes:
+        """A digest of every drawn column of the arrivals (all but the routes): with a request's index, what a
+        deployment run's key needs of its arrivals (``trimtab.sim.reuse.dep_key``)."""
+        if self._digest is None:
+            self._digest = arrivals_digest(self.arrivals.t, self.arrivals.w, self.arrivals.isl,
+                                           self.arrivals.osl, self.arrivals.row)
+        return self._digest
 
     def _kick(self, rep: Replica, t: float) -> None:
         """Start ``rep``'s next step at ``t`` when it is idle and has work; the step's end goes on the
@@ -392,12 +480,14 @@ class Simulation:
             for r in live:
                 out[r.rid] = r
             ends.append((run.t_last, run.stopped))
+        pair_idx = None  # the arrivals the pairs' loop took
         if self.sc.pairs:
             idx = np.flatnonzero((dep >= nd) | np.isin(dep, paired))
             pairs_skipped = self.only is not None and not any(names[d] in self.only for d in paired)
             if pairs_skipped:
                 skipped += paired
             elif len(idx):
+                pair_idx = idx
                 self.requests = []
                 self.events = EventQueue()
                 ends.append(self._loop(idx.tolist()))
@@ -413,15 +503,20 @@ class Simulation:
             gone = np.isin(dep, skipped)
             if self.sc.pairs and pairs_skipped:
                 gone |= dep >= nd  # pair targets (past the deployments)
-            gone = gone.tolist()
-        for i in range(n):
-            if out[i] is None and not (gone and gone[i]):
-                self._on_arrival(i, ts[i])  # no replica: a status, no event
+        # The arrivals no loop took (each loop takes every arrival it is given: none comes after the drain
+        # limit) and none left out: no replica serves them, a status and no event
+        taken = np.zeros(n, bool) if gone is None else gone.copy()
+        for d, _, _ in todo:
+            taken[by_dep[cuts[d]:cuts[d + 1]]] = True
+        if pair_idx is not None:
+            taken[pair_idx] = True
+        for i in np.flatnonzero(~taken).tolist():
+            self._on_arrival(i, ts[i])
         for r in self.requests:
             out[r.rid] = r
         # In arrival order; indexed by request id unless deployments were skipped (then only what ran, and the
         # requests no deployment serves)
-        self.requests = [r for r in out if r is not None] if gone else out
+        self.requests = [r for r in out if r is not None] if gone is not None else out
         self.events = EventQueue()
         self.t_end, self.stopped_early = join_ends(self.t_last_arrival, ends)
         if cache is not None:
@@ -451,9 +546,11 @@ class Simulation:
         """Per-run lookups the hooks use: the arrivals as lists (scalar access), each deployment's KV capacity
         (HBM plus a KV tier) and whether requests carry their trace row (prefix replay)."""
         a = self.arrivals
-        self._ts = a.t.tolist()
-        self._ws, self._isl, self._osl, self._dep = (a.w.tolist(), a.isl.tolist(), a.osl.tolist(),
-                                                     a.dep.tolist())
+        # (arrays of machine numbers, not lists: made in one copy and freed at once, where a run of a few
+        # deployments reads a few of 200,000 entries; each read gives the same Python float or int)
+        self._ts = array("d", a.t.astype(np.float64).tobytes())
+        self._ws, self._isl, self._osl, self._dep = (array("q", c.astype(np.int64).tobytes())
+                                                     for c in (a.w, a.isl, a.osl, a.dep))
         self._rows = (a.row.tolist() if a.row is not None
                       and any(r.pfx is not None for g in self.replicas for r in g) else None)
         self._caps = [getattr(d.model, "kv_capacity_tokens", d.model.memory.kv_cache_tokens)

@@ -24,7 +24,7 @@ change a request once its run is over: what comes after the event loop replaces 
 from __future__ import annotations
 
 import hashlib
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
 
 import numpy as np
 
@@ -56,6 +56,28 @@ class RunCache:
         # plan, its seeds and requests -> the SeedsResult, for a plan simulated again as it was (the drive of
         # one GPU type alone after the drive of every type: trimtab.planning.driver.single_types)
         self.verdicts: dict[str, object] = {}
+        # ``draw_key`` -> (its Drawn, their digest, the generator's state after drawing them): ``drawn``
+        self.draws: dict[tuple, tuple] = {}
+
+    def drawn(self, sc, seed, requests: int | None, duration_s: float | None, counts: dict[int, int] | None,
+              rng: np.random.Generator, make) -> tuple | None:
+        """(the draws of a run, their digest: ``Simulation.draw_digest``), made once per ``draw_key`` by
+        ``make()`` (drawing them with ``rng``, the run's own generator): every round simulates the same
+        seeds, and only the routes differ between them. ``rng`` is left where drawing leaves it. None where
+        ``draw_key`` is (traces)."""
+        key = draw_key(sc, seed, requests, duration_s, counts)
+        if key is None:
+            return None
+        got = self.draws.get(key)
+        if got is None:
+            d, digest = make()
+            for c in (d.t, d.w, d.isl, d.osl, d.row, d.bucket, d.u, d.order):
+                if c is not None:
+                    c.setflags(write=False)  # shared by every run of this key: never changed
+            got = self.draws[key] = (d, digest, rng.bit_generator.state)
+        else:
+            rng.bit_generator.state = got[2]
+        return got[0], got[1]
 
     def begin(self, seed) -> tuple[dict[str, DepRun], dict[str, DepRun]]:
         """(the runs kept for ``seed``, an empty dict the new simulation fills); ``end`` swaps them."""
@@ -83,24 +105,36 @@ def own(requests: list[Request], r: Request) -> Request:
 
 def dep_key(sim, d: int, idx: np.ndarray) -> str:
     """Everything deployment ``d``'s event loop depends on: its shape and replicas (the replica model is a
-    function of them within one spec), its prefix cache, the arrivals routed to it (indices, times, lengths,
-    trace rows), the end of arrivals and the drain limit, and whether a timeline
-    is kept. Its name is left out: a deployment renamed between rounds runs the same."""
-    from dataclasses import fields
-
+    function of them within one spec), its prefix cache, the arrivals routed to it (their indices, and the
+    run's drawn columns, times, lengths and trace rows, by their digest: ``Simulation.draw_digest``), the end
+    of arrivals and the drain limit, and whether a timeline is kept. Its name is left out: a deployment
+    renamed between rounds runs the same."""
     sd = sim.sc.deployments[d]
     v = sd.view
     shape = tuple((f.name, getattr(v, f.name)) for f in fields(v) if f.name != "name")
     pfx = (sd.prefix_reserved, sorted(sd.prefix_hits.items()), sd.prefix_host_tokens,
            sorted(sd.prefix_host_hits.items()))
-    a = sim.arrivals
     h = hashlib.blake2b(digest_size=20)
     h.update(repr((type(sim).__name__, shape, pfx, sim.t_last_arrival, sim.t_stop, sim.timeline_dt,
-                   sd.workloads)).encode())
-    for arr in (idx, a.t[idx], a.w[idx], a.isl[idx], a.osl[idx],
-                a.row[idx] if a.row is not None else np.zeros(0)):
-        h.update(np.ascontiguousarray(arr).tobytes())
+                   sd.workloads, sim.draw_digest())).encode())
+    h.update(np.ascontiguousarray(idx, dtype=np.int64).tobytes())
     return h.hexdigest()
+
+
+def draw_key(sc, seed, requests: int | None, duration_s: float | None,
+             counts: dict[int, int] | None) -> tuple | None:
+    """What a run's draws (``trimtab.sim.engine.Drawn``) are a function of: the seed, the run's length and
+    every workload's rate, burstiness, stages, shared-prompt set, context window, bucket cuts and length grids
+    (the grids by digest); None where a workload replays a trace (not remembered)."""
+    ws = []
+    for w in sc.workloads:
+        if w.trace is not None:
+            return None
+        ws.append((w.rate_rps, w.arrival_cv, w.stages, w.prompt_set, w.ctx, tuple(map(tuple, w.in_ranges)),
+                   *(hashlib.blake2b(np.ascontiguousarray(g).tobytes(), digest_size=20).digest() + g.dtype.str
+                     .encode() for g in (w.isl_grid, w.osl_grid))))
+    s = tuple(int(x) for x in seed) if isinstance(seed, (tuple, list)) else int(seed)
+    return s, requests, duration_s, tuple(sorted(counts.items())) if counts is not None else None, tuple(ws)
 
 
 def join_ends(t_last_arrival: float, runs: list[tuple[float, bool]]) -> tuple[float, bool]:

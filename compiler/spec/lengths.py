@@ -7,6 +7,7 @@ lengths never (a router cannot see them), so short and long prompts can be serve
 from __future__ import annotations
 
 import csv
+import hashlib
 import math
 from dataclasses import dataclass
 from functools import cache
@@ -172,6 +173,34 @@ def cut_outputs(isl_cut: np.ndarray | int, osl: np.ndarray | int, ctx: int):
     return np.maximum(1, np.minimum(osl, ctx - isl_cut))
 
 
+# Results of ``truncation`` and ``make_buckets`` by the value of their arguments (``by_value``)
+_BY_VALUE: dict = {}
+BY_VALUE_MAX = 4096  # entries kept before the memo starts afresh
+
+
+def by_value(fn):
+    """``fn(isl, osl, *numbers)`` remembered by the value of its arguments (the grids by dtype, shape and a
+    digest of their bytes): a plan lowers the same workloads once for the spec and again for each GPU type
+    alone (``trimtab.planning.driver.single_types``), and these two are most of a lowering's time. Exact: they
+    are functions of those values alone and return frozen objects, handed out again as they are."""
+    def remembered(isl: np.ndarray, osl: np.ndarray, *numbers, **named):
+        grids = []
+        for a in (isl, osl):
+            a = np.ascontiguousarray(a)
+            grids.append((a.dtype.str, a.shape, hashlib.blake2b(a.tobytes(), digest_size=20).digest()))
+        key = (fn.__name__, *grids, numbers, tuple(sorted(named.items())))
+        got = _BY_VALUE.get(key)
+        if got is None:
+            if len(_BY_VALUE) >= BY_VALUE_MAX:
+                _BY_VALUE.clear()
+            got = _BY_VALUE[key] = fn(isl, osl, *numbers, **named)
+        return got
+
+    remembered.__doc__, remembered.__name__, remembered.__wrapped__ = fn.__doc__, fn.__name__, fn
+    return remembered
+
+
+@by_value
 def truncation(isl: np.ndarray, osl: np.ndarray, ctx: int) -> Truncation:
     """Shares of requests and of tokens cut when inputs and outputs pair independently (every input grid point
     with every output grid point, as the simulator draws them)."""
@@ -186,6 +215,7 @@ def truncation(isl: np.ndarray, osl: np.ndarray, ctx: int) -> Truncation:
     return Truncation(float(np.mean(req)), cut / total if total else 0.0)
 
 
+@by_value
 def make_buckets(isl: np.ndarray, osl: np.ndarray, percentile: float, ctx: int | None = None
                  ) -> tuple[LengthBucket, ...]:
     """Slice the sorted input grid (already cut to the window) into prompt-length ranges; each range's outputs

@@ -20,9 +20,10 @@ from trimtab.solvers.base import NET_SAFE_POINTS_ENV
 from tests.conftest import QUICKSTART, ROOT, SMALL_SPEC
 
 GOLDEN = ROOT / "tests" / "golden" / "quickstart.plan.yaml"
-# The quickstart's run passes the net 15 times: the rounds' solves and simulations (round 1 misses summarize,
-# round 2's plan is confirmed), the probes below it, the search on each GPU type alone, and the finish
-QUICKSTART_STEPS = 15
+# The quickstart's run passes the net 16 times: the rounds' solves and simulations (round 1 misses summarize,
+# round 2's plan is confirmed), the probes below it, the search on each GPU type alone (its LP bounds and
+# drives), and the finish
+QUICKSTART_STEPS = 16
 
 
 def plan(*args, steps: int | None = None):
@@ -93,3 +94,68 @@ def test_the_api_raises_the_nets_error(monkeypatch):
         tt.plan(tt.load_spec(Path("small.yaml"), text=SMALL_SPEC))
     assert err.value.exit_code == ExitCode.NO_SOLUTION
     assert err.value.where == "before round 1's simulation" and err.value.sims == 0
+
+
+def _starved(tmp_path) -> Path:
+    """The quickstart with 2 GPUs of each type: infeasible past the precheck (the MILP finds it), so the run
+    solves relaxations to say what to raise."""
+    spec = tmp_path / "starved.yaml"
+    spec.write_text(QUICKSTART.read_text().replace("count: 16,", "count: 2,").replace("count: 32,", "count: 2,"))
+    return spec
+
+
+def test_the_relaxations_of_an_infeasible_spec_are_under_the_net(tmp_path):
+    """After the infeasible solve the run solves the elastic model to say what to relax: each of those solves
+    is a step of the net (asked before it, given what is left of it), so an expiry there is exit 4, not lines
+    worded by whichever relaxation solves the clock let finish."""
+    spec = _starved(tmp_path)
+    res, text = plan(spec, "-o", tmp_path / "plan.yaml")
+    assert res.exit_code == ExitCode.INFEASIBLE == 3, text
+    assert "raise gpus[0] (h100-sxm).count from 2 to at least" in text
+    res, text = plan(spec, "-o", tmp_path / "plan.yaml", steps=1)  # round 1's solve, then the relaxations
+    assert res.exit_code == ExitCode.NO_SOLUTION, text
+    assert "after round 1's infeasible solve, before a solve of the relaxations" in text
+    assert "raise gpus" not in text and "raise --time-limit" in text
+
+
+@pytest.mark.parametrize("what", ["feasible", "infeasible"])
+def test_explain_runs_its_solves_under_one_net(tmp_path, what):
+    """``explain`` solves once per binding row or relaxation tried, all under one net (before: each solve had
+    the whole --time-limit, so an explanation could run for many times it, and a solve the clock stopped read
+    as "no plan" there)."""
+    spec = QUICKSTART if what == "feasible" else _starved(tmp_path)
+    env = {NET_SAFE_POINTS_ENV: None}
+    done = CliRunner().invoke(app, ["explain", str(spec), "--analytic"], env=env)
+    assert done.exit_code == 0 and "Traceback" not in done.output, done.output
+    env = {NET_SAFE_POINTS_ENV: "1"}  # the first solve, then the net expires
+    res = CliRunner().invoke(app, ["explain", str(spec), "--analytic"], env=env)
+    text = " ".join(res.output.split())
+    assert res.exit_code == ExitCode.NO_SOLUTION, text
+    assert ("explain stopped by the wall-clock time limit (--time-limit or solver.time_limit_s: 300 s, a safety "
+            "net) after") in text
+    assert "before a solve of the explanation" in text and "raise --time-limit" in text
+    assert "Traceback" not in res.output
+
+
+def test_a_solve_the_net_stopped_is_no_answer():
+    """``NettedBackend``: a solve that ends on the wall-clock limit raises ``NetExpired`` (its caller stops,
+    exit 4), and each solve is given what is left of the net."""
+    from trimtab.solvers import NetExpired, NettedBackend, SafetyNet, SolveOptions, SolveResult, Status, \
+        Termination
+
+    class Clock:
+        name = "clock"
+
+        def __init__(self, termination):
+            self.termination, self.limits = termination, []
+
+        def solve(self, model, options):
+            self.limits.append(options.time_limit_s)
+            return SolveResult(Status.NO_SOLUTION, self.termination, seconds=0.5)
+
+    net = SafetyNet(100.0)
+    ok = NettedBackend(Clock(Termination.WORK_LIMIT), net, "a test")
+    assert ok.solve(None, SolveOptions(time_limit_s=1000.0)).termination == Termination.WORK_LIMIT
+    assert ok.name == "clock" and 0 < ok.backend.limits[0] <= 100.0
+    with pytest.raises(NetExpired, match="in a solve of a test, stopped after 0.5 s"):
+        NettedBackend(Clock(Termination.TIME_LIMIT), net, "a test").solve(None, SolveOptions())

@@ -323,3 +323,36 @@ def test_replicas_of_one_cost_model_share_its_decode_step_table():
     assert a.lin is b.lin and a.lin is not c.lin
     a.lin[4] = a._linear(4)
     assert b.lin[4] == c._linear(4)  # the same line, computed once for both replicas of m
+
+
+def test_remembered_draws_are_the_draws_whatever_the_routes():
+    """``RunCache.drawn`` hands a seed's draws to every later run of it (the draws do not depend on the
+    routes): a run of a re-routed plan gets the arrivals, and the generator state, drawing gives it, for whole
+    runs and for runs of some workloads' own length (``counts``)."""
+    import numpy as np
+
+    from trimtab.sim.engine import Simulation, draw_arrivals, draw_counts
+    from trimtab.sim.scenario import build_scenario
+
+    p, spec = _quickstart()
+    ir = planned("quickstart", validate=False).ir
+    # the same plan with the first route of each workload moved to its last deployment: other routes
+    routes = list(p.routes)
+    routes[0] = routes[0].model_copy(update={"deployment": routes[-1].deployment})
+    moved = p.model_copy(update={"routes": routes})
+    cache = RunCache()
+    for plan_ in (p, moved, p):
+        sc = build_scenario(plan_, spec, ir)
+        for kw in ({"requests": 3000}, {"counts": {0: 500, 1: 300}}):
+            sim = Simulation(sc, 5, timeline=False, cache=cache, **kw)
+            rng = np.random.default_rng(5)
+            fresh = (draw_arrivals(sc, rng, 3000, None) if "requests" in kw else draw_counts(sc, 5, kw["counts"]))
+            for col in ("t", "w", "isl", "osl", "dep", "row"):
+                assert np.array_equal(getattr(sim.arrivals, col), getattr(fresh, col)), col
+            if "requests" in kw:
+                assert sim.rng.bit_generator.state == rng.bit_generator.state
+    assert len(cache.draws) == 2
+    # routes changed what the moved plan's requests go to, not what was drawn
+    a = Simulation(build_scenario(p, spec, ir), 5, requests=3000, timeline=False, cache=cache).arrivals
+    b = Simulation(build_scenario(moved, spec, ir), 5, requests=3000, timeline=False, cache=cache).arrivals
+    assert not np.array_equal(a.dep, b.dep) and np.array_equal(a.t, b.t)

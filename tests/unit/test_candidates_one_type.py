@@ -117,3 +117,76 @@ def test_the_floor_is_below_the_first_solve_of_each_type_alone(example):
         assert 0 < floor
         if res.has_solution:
             assert floor <= res.objective + 1e-9, (g.type, floor, res.objective)
+
+
+@pytest.mark.parametrize("example", ["quickstart", "robust", "disaggregated", "long-context"])
+@pytest.mark.parametrize("scale", [1.0, 0.25])
+def test_the_lp_bound_never_cuts_a_type_alone_below_its_solves(example, scale):
+    """``may_plan_below`` lets ``single_types`` skip a type by its MILP's LP relaxation: the relaxation's
+    optimum must never exceed the optimum of any of the type's solves (at no derates or at the capacity
+    prior's, which only lower capacities), and an infeasible relaxation must mean infeasible solves. With a
+    quarter of the GPUs, some types cannot hold the traffic: their relaxations must say so, or bound."""
+    from trimtab.milp.decompose import lp_floor
+    from trimtab.planning.planners import UnifiedPlanner
+    from trimtab.planning.rounds import prior_derates
+    from trimtab.solvers import get_backend
+    from trimtab.solvers.base import SolveOptions
+
+    spec = trimtab.load_spec(ROOT / "examples" / f"{example}.yaml")
+    spec = spec.model_copy(update={"gpus": [g.model_copy(update={"count": max(1, int(g.count * scale))})
+                                            for g in spec.gpus]})
+    profiles = spec_profiles(spec)
+    planner, be = UnifiedPlanner(), get_backend("highs")
+    for g in spec.gpus:
+        ir_one = lower(_alone(spec, g.type), profiles)
+        cands = build_candidates(ir_one)
+        if planner.precheck(ir_one, cands):
+            continue
+        low = lp_floor(ir_one, cands, be, SolveOptions())
+        for derate in ({}, prior_derates(ir_one, planner.peers(cands, fitted=True))):
+            res = planner.solve(ir_one, cands, derate, be, SolveOptions())
+            if low is None:
+                assert not res.has_solution, (g.type, derate)
+            elif res.has_solution:
+                assert low <= res.objective * (1 + 1e-9), (g.type, low, res.objective)
+                assert planner.may_plan_below(ir_one, cands, res.objective * 1.01, be, SolveOptions())
+        if low is not None:
+            assert not planner.may_plan_below(ir_one, cands, low * 0.99, be, SolveOptions())
+        else:
+            assert not planner.may_plan_below(ir_one, cands, 1e12, be, SolveOptions())
+
+
+@pytest.mark.parametrize("example", ["quickstart", "robust", "disaggregated"])
+def test_a_type_refused_before_its_pairs_is_one_the_precheck_refuses(example):
+    """``single_types`` skips a type whose derived set the precheck would refuse without building its pairs
+    (``one_type_refused``): the same verdict as the precheck of the set ``for_one_type`` builds, with and
+    without a budget one replica of each workload's cheapest shape already breaks on some types."""
+    from trimtab.planning.explain import precheck
+    from trimtab.planning.planners import UnifiedPlanner
+
+    spec = trimtab.load_spec(ROOT / "examples" / f"{example}.yaml")
+    profiles = spec_profiles(spec)
+    planner = UnifiedPlanner()
+    verdicts = []
+    for budget in (None, "tight"):
+        ir = lower(spec, profiles)
+        full = build_candidates(ir)
+        if budget == "tight":  # between the cheapest type's one-replica floor and the dearest's
+            floors = sorted(sum(min(c.usd_per_hour for c in full.candidates if c.workload == w.name
+                                    and c.gpu == g.type) for w in ir.workloads)
+                            for g in ir.gpus if all(any(c.workload == w.name and c.gpu == g.type
+                                                        for c in full.candidates) for w in ir.workloads))
+            spec_b = spec.model_copy(update={"budget_usd_per_hour": (floors[0] + floors[-1]) / 2})
+            ir = lower(spec_b, profiles)
+            full = build_candidates(ir)
+        else:
+            spec_b = spec
+        for g in spec.gpus:
+            one = _alone(spec_b, g.type)
+            if spec.nodes is not None and one.nodes is None:
+                continue
+            ir_one = lower(one, profiles)
+            refused = planner.one_type_refused(full, ir, ir_one)
+            assert refused == bool(precheck(ir_one, for_one_type(full, ir, ir_one))), (g.type, budget)
+            verdicts.append(refused)
+    assert True in verdicts and False in verdicts
