@@ -270,7 +270,7 @@ def test_an_analytic_miss_of_a_large_spec_is_simulated_in_the_same_round(monkeyp
     to both corrections, each candidate at the lower factor. The plan kept has no analytic miss and passed its
     simulation; the analytic miss no longer costs a round of its own before the first
     simulation."""
-    import trimtab.planning.driver as drv
+    import trimtab.planning.policy as pol  # (the round policy takes both corrections: RoundPolicy)
     from benchmarks.specgen import family, parse_size
     from trimtab.planning.rounds import simulate_past_misses
 
@@ -281,7 +281,7 @@ def test_an_analytic_miss_of_a_large_spec_is_simulated_in_the_same_round(monkeyp
     text = re.sub(r"ttft_ms: ([0-9.]+)", lambda m: f"ttft_ms: {float(m.group(1)) / 3:g}", text)
     spec = load_spec(f"{name}.yaml", text=text)
     events: list[tuple] = []
-    real_an, real_sim = drv.derate_analytic, drv.simulate_and_derate
+    real_an, real_sim = pol.derate_analytic, pol.simulate_and_derate
 
     def analytic(misses, derate, needed=None):
         out = real_an(misses, derate, needed)
@@ -300,8 +300,8 @@ def test_an_analytic_miss_of_a_large_spec_is_simulated_in_the_same_round(monkeyp
         solved.append(dict(derate))
         return real_planner_solve(self, ir, cands, derate, *a, **k)
 
-    monkeypatch.setattr(drv, "derate_analytic", analytic)
-    monkeypatch.setattr(drv, "simulate_and_derate", simulated)
+    monkeypatch.setattr(pol, "derate_analytic", analytic)
+    monkeypatch.setattr(pol, "simulate_and_derate", simulated)
     monkeypatch.setattr(UnifiedPlanner, "solve", solve)
     r = plan(spec)
     assert simulate_past_misses(r.ir)
