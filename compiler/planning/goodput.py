@@ -19,7 +19,7 @@ from trimtab.solvers import NetExpired, SafetyNet, SolveOptions, Termination
 
 # bisection steps after a confirmed plan: each a solve and, when it serves more, a simulation
 STEPS = 2
-# a plan serving less than this much more (requests/s, relative) is not worth a simulation
+# a plan serving less than this share more than the confirmed one is not worth a simulation
 MORE = 1e-3
 
 
