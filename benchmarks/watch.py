@@ -5,7 +5,7 @@
         [--kill 300:DEP/1]
 
 Each replica of the plan is a ``SyntheticEngine``: a ``prometheus_client`` registry with vLLM's metric names
-and bucket bounds, served over HTTP on 127.0.0.1 (``prometheus_client.start_http_server``), whose counters and
+and bucket bounds, served over HTTP on 127.0.0.1 (``prometheus_client``'s WSGI app), whose counters and
 histograms advance as an engine's would over an interval: a Poisson number of finished requests at the
 replica's share of the deployment's rate, prompt and output lengths drawn from the plan's length buckets
 routed there, TTFT and TPOT lognormal around the plan's cost-model prediction at percentile 50 for the
@@ -26,8 +26,10 @@ import argparse
 import json
 import sys
 import tempfile
+import threading
 import time
 from pathlib import Path
+from wsgiref.simple_server import make_server
 
 import numpy as np
 
@@ -45,11 +47,26 @@ SIGMA_TTFT, SIGMA_TPOT = 0.25, 0.05  # lognormal spreads of a synthetic request'
 PREFILL_TTFT = 0.8
 
 
+POLL_S = 0.05  # the metrics server's serve_forever poll: stop() waits up to one poll (0.5 s by default)
+
+
+def _serve(reg):
+    """The registry's /metrics on an ephemeral 127.0.0.1 port, in a daemon thread: (server, thread).
+    ``prometheus_client.start_http_server`` with a shorter poll, so that a fleet of them stops at once."""
+    from prometheus_client import make_wsgi_app
+    from prometheus_client.exposition import ThreadingWSGIServer, _SilentHandler
+
+    server = make_server("127.0.0.1", 0, make_wsgi_app(reg), ThreadingWSGIServer, handler_class=_SilentHandler)
+    thread = threading.Thread(target=server.serve_forever, args=(POLL_S,), daemon=True)
+    thread.start()
+    return server, thread
+
+
 class SyntheticEngine:
     """One replica's ``/metrics``, advanced interval by interval (module docstring)."""
 
     def __init__(self, model: str, seed: int):
-        from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, start_http_server
+        from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 
         self.model = model
         self.rng = np.random.default_rng(seed)
@@ -68,7 +85,7 @@ class SyntheticEngine:
         self.osl = Histogram("vllm:request_generation_tokens", "output lengths", lab, buckets=LEN_BUCKETS,
                              registry=reg)
         self.waiting = Gauge("vllm:num_requests_waiting", "requests waiting", lab, registry=reg)
-        self.server, self.thread = start_http_server(0, addr="127.0.0.1", registry=reg)
+        self.server, self.thread = _serve(reg)
         self.url = f"http://127.0.0.1:{self.server.server_port}/metrics"
 
     def advance(self, seconds: float, rate_rps: float,

@@ -22,6 +22,8 @@ def planned(example: str, validate: bool = True):
 
 
 GOLDEN = ROOT / "tests" / "golden"
+# The test servers' serve_forever poll: shutdown() waits up to one poll (0.5 s by default, per server)
+POLL_S = 0.05
 
 
 def golden_plan(example: str):

@@ -21,6 +21,7 @@ import httpx
 import pytest
 import yaml
 
+from tests.conftest import POLL_S
 from tests.e2e.helpers import free_port
 from tests.engines import runtime
 from trimtab.deploy import render
@@ -65,7 +66,7 @@ class _Peer(BaseHTTPRequestHandler):
 def peer(role: str, i: int) -> ThreadingHTTPServer:
     s = ThreadingHTTPServer(("127.0.0.1", free_port()), _Peer)
     s.role, s.name, s.seen = role, f"{role}-{i}", []
-    threading.Thread(target=s.serve_forever, daemon=True).start()
+    threading.Thread(target=s.serve_forever, args=(POLL_S,), daemon=True).start()
     return s
 
 

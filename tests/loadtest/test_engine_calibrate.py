@@ -10,7 +10,7 @@ import threading
 import pytest
 import yaml
 
-from tests.conftest import run_cli
+from tests.conftest import POLL_S, run_cli
 from tests.loadtest.test_loadtest import CONFIG, SlowSSE
 from trimtab.field.enginefit import OVERHEADS, Shape, ShapeResult, fit_engine, predict, with_params
 from trimtab.profiles.loader import load_profiles, model_from_hf_config
@@ -38,7 +38,7 @@ def test_overheads_fit_on_recorded_measurements_hand_computed(tmp_path):
 
 def test_calibrate_engine_command_writes_a_profile_folder_to_plan_with(tmp_path):
     srv = SlowSSE(first_s=0.03, gap_s=0.005)
-    threading.Thread(target=srv.serve_forever, daemon=True).start()
+    threading.Thread(target=srv.serve_forever, args=(POLL_S,), daemon=True).start()
     try:
         (tmp_path / "model").mkdir()
         (tmp_path / "model" / "config.json").write_text(json.dumps(CONFIG))

@@ -16,6 +16,7 @@ import numpy as np
 import pytest
 from typer.testing import CliRunner
 
+from tests.conftest import POLL_S
 from trimtab.cli.main import app
 from trimtab.api import load_spec, plan as do_plan
 from trimtab.field.loadtest import endpoints_for, parse_endpoint, run_loadtest
@@ -109,7 +110,7 @@ def server():
 
     def make(first_s=0.08, gap_s=0.03, fail_every=0):
         s = SlowSSE(first_s, gap_s, fail_every)
-        threading.Thread(target=s.serve_forever, daemon=True).start()
+        threading.Thread(target=s.serve_forever, args=(POLL_S,), daemon=True).start()
         started.append(s)
         return s
 

@@ -24,6 +24,7 @@ import pytest
 from typer.testing import CliRunner
 
 from benchmarks.watch import Fleet, first_proposal, run, setup
+from tests.conftest import POLL_S
 from trimtab.errors import InputError
 from trimtab.online import drift
 from trimtab.online.metrics import TTFT, parse, window
@@ -482,7 +483,7 @@ class _Prometheus:
 
         self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
         self.url = f"http://127.0.0.1:{self.server.server_port}"
-        threading.Thread(target=self.server.serve_forever, daemon=True).start()
+        threading.Thread(target=self.server.serve_forever, args=(POLL_S,), daemon=True).start()
 
     def stop(self):
         self.server.shutdown()
