@@ -156,14 +156,36 @@ class BucketBest:
 
 @dataclass(frozen=True)
 class CandidateSet:
+    """Every shape the solver may buy, one tuple of ``Candidate`` records: a P/D side is a candidate whose
+    ``role`` is prefill or decode (and ``pd_group`` where it is co-located), not a record of another kind
+    kept beside the others. The unified candidates come first, then the P/D sides, each in the order they
+    were given (``__post_init__``), so that every stage that walks ``candidates`` walks them in one order;
+    ``unified`` and ``disagg`` are the two views for the stages that treat a side differently (the pair's
+    rows, dominance, n+1's refusal of pairs)."""
+
     candidates: tuple[Candidate, ...]
     pruned: tuple[Pruned, ...]
     best: tuple[BucketBest, ...] = field(default=())
-    disagg: tuple[Candidate, ...] = field(default=())  # prefill and decode candidates (trimtab.milp.disagg)
     # P/D sides and cost floors made while building the set, by workload, GPU type and layout
     # (trimtab.milp.disagg.side): a GPU type offered alone rebuilds its pairs from them (for_one_type). Not
     # part of the set's value: left out of its comparisons and repr.
     pd_memo: dict = field(default_factory=dict, compare=False, repr=False)
+
+    def __post_init__(self) -> None:
+        cs = tuple(self.candidates)
+        unified = tuple(c for c in cs if c.role == "unified")
+        object.__setattr__(self, "candidates", unified + tuple(c for c in cs if c.role != "unified"))
+        object.__setattr__(self, "_unified", len(unified))
+
+    @property
+    def unified(self) -> tuple[Candidate, ...]:
+        """The candidates that serve both phases."""
+        return self.candidates[:self._unified]
+
+    @property
+    def disagg(self) -> tuple[Candidate, ...]:
+        """The prefill and decode sides of P/D pairs (``trimtab.milp.disagg``)."""
+        return self.candidates[self._unified:]
 
     def by_id(self) -> dict[str, Candidate]:
         return {c.id: c for c in self.candidates}

@@ -244,7 +244,7 @@ def build_candidates(ir: ProblemIR, jobs: int | None = None) -> CandidateSet:
         cands.sort(key=lambda c: c.id)
     kept = tuple(_drop_dominated(cands, pruned))
     memo: dict = {}
-    return CandidateSet(kept, tuple(pruned), tuple(best), build_pd_candidates(ir, kept, memo), memo)
+    return CandidateSet(kept + build_pd_candidates(ir, kept, memo), tuple(pruned), tuple(best), memo)
 
 
 def for_one_type(cands: CandidateSet, ir: ProblemIR, one: ProblemIR) -> CandidateSet | None:
@@ -269,7 +269,7 @@ def for_one_type(cands: CandidateSet, ir: ProblemIR, one: ProblemIR) -> Candidat
 
     def pairs(sub: ProblemIR) -> CandidateSet:  # (per workload, in the fan-out's processes where it pays)
         mine = tuple(c for c in kept if c.workload in {w.name for w in sub.workloads})
-        return CandidateSet(mine, (), (), build_pd_candidates(sub, mine, cands.pd_memo))
+        return CandidateSet(mine + build_pd_candidates(sub, mine, cands.pd_memo), (), ())
 
     return build_split(one, pairs) or pairs(one)
 
@@ -284,7 +284,7 @@ def unified_of(cands: CandidateSet, ir: ProblemIR, one: ProblemIR) -> tuple[Cand
     same = (mine is not None and replace(mine, index=pool.index) == pool and one.workloads == ir.workloads
             and one.engine == ir.engine and one.models == ir.models and one.kv_tiers == ir.kv_tiers
             and one.inter_rack_gbps == ir.inter_rack_gbps and one.objective == ir.objective)
-    return tuple(c for c in cands.candidates if c.gpu == pool.type) if same else None
+    return tuple(c for c in cands.unified if c.gpu == pool.type) if same else None
 
 
 def one_type_floor(cands: CandidateSet, ir: ProblemIR, one: ProblemIR) -> float:

@@ -46,10 +46,9 @@ def solve_split(ir: ProblemIR, cands: CandidateSet, backend: Backend, options: S
     solution instead of solving the same MILP again (the backend is deterministic: the same answer). Rounds
     change the derates of a few workloads, so from the second round on most of the 100 MILPs of a large spec
     are not re-solved."""
-    pd = tuple(getattr(cands, "disagg", ()))
-    if (ir.objective != "min_cost" or len(ir.workloads) < 2 or len(cands.candidates) < MIN_CANDIDATES
-            or (pd and getattr(ir, "inter_rack_gbps", None))
-            or any(c.kv_offload_gib or c.kv_borrow_gib for c in cands.candidates)):  # KV-tier rows are shared
+    if (ir.objective != "min_cost" or len(ir.workloads) < 2 or len(cands.unified) < MIN_CANDIDATES
+            or (cands.disagg and getattr(ir, "inter_rack_gbps", None))
+            or any(c.kv_offload_gib or c.kv_borrow_gib for c in cands.unified)):  # KV-tier rows are shared
         return None
     derate = derate or {}
     memo = {} if memo is None else memo  # (within this solve at least: the price searches repeat prices)
@@ -77,7 +76,7 @@ def solve_split(ir: ProblemIR, cands: CandidateSet, backend: Backend, options: S
     over = [p for p in ir.gpus if used.get(p.type, 0) > p.count]
     if ir.budget_usd_per_hour is not None:
         usd = fleet_usd_per_hour((round(parts[c.workload].values.get(n_var(c.id), 0.0)), c.usd_per_hour)
-                                 for c in cands.candidates + pd)
+                                 for c in cands.candidates)
         if usd > ir.budget_usd_per_hour * (1 + 1e-9):
             return None
     note = f"decomposed into {len(ir.workloads)} workload MILPs"
@@ -85,7 +84,7 @@ def solve_split(ir: ProblemIR, cands: CandidateSet, backend: Backend, options: S
     if over:
         if ir.budget_usd_per_hour is not None:
             return None
-        if len(over) == 1 and _cannot_fit(ir, over[0], cands.candidates + pd, parts, bought):
+        if len(over) == 1 and _cannot_fit(ir, over[0], cands.candidates, parts, bought):
             why = (f"{note}: the workloads that use {over[0].type} have no other type and need more than "
                    f"its {over[0].count} GPUs")
             return SolveResult(Status.INFEASIBLE, Termination.CONVERGED, seconds=ps.spent,

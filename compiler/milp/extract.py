@@ -31,7 +31,7 @@ def plan_buckets(ir: ProblemIR) -> dict[str, list[Bucket]]:
 def chosen(ir: ProblemIR, cands: CandidateSet,
            res: SolveResult) -> tuple[list[tuple[Candidate, int]], list[RouteView]]:
     deps = []
-    for c in cands.candidates + cands.disagg:
+    for c in cands.candidates:
         n = int(round(res.values.get(n_var(c.id), 0.0)))
         if n > 0:
             deps.append((c, n))

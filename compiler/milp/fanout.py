@@ -53,7 +53,7 @@ def build_split(ir: ProblemIR, build, jobs: int | None = None):
     return merge(parts)
 
 
-MERGED = ("candidates", "pruned", "best", "disagg", "pd_memo")  # CandidateSet fields merge knows how to order
+MERGED = ("candidates", "pruned", "best", "pd_memo")  # CandidateSet fields merge knows how to order
 
 
 def _mergeable() -> bool:
@@ -71,11 +71,10 @@ def merge(parts):
     from trimtab.deployment.shape import CandidateSet
 
     key = (lambda x: x.id)
+    # (by id: the set puts its unified candidates first, then its P/D sides, each kind in this order)
     out = {"candidates": tuple(sorted((c for p in parts for c in p.candidates), key=key)),
            "pruned": tuple(sorted((x for p in parts for x in p.pruned), key=key)),
            "best": tuple(b for p in parts for b in p.best)}
-    if hasattr(parts[0] if parts else None, "disagg"):
-        out["disagg"] = tuple(sorted((c for p in parts for c in p.disagg), key=key))
     # (entries by workload: the parts' are disjoint; sent back from the workers for later rebuilds here)
     out["pd_memo"] = {k: v for p in parts for k, v in getattr(p, "pd_memo", {}).items()}
     return CandidateSet(**out)

@@ -68,7 +68,7 @@ def capacity_fill(cands: CandidateSet, res: SolveResult, derate: dict[str, float
     its replicas (1: full). P/D pools too, so that a simulated miss on one derates it below the load it
     carries (a derate above it leaves the plan as it was: one round per 3-5 % step before)."""
     out = {}
-    for c in (*cands.candidates, *cands.disagg):
+    for c in cands.candidates:
         n = res.values.get(n_var(c.id), 0.0)
         if n >= 0.5:
             f = derate.get(c.id, 1.0)
@@ -103,29 +103,25 @@ def formulate(ir: ProblemIR, cands: CandidateSet, derate: dict[str, float] | Non
         ub = _replicas_to_carry_all(ir, c, derate.get(c.id, 1.0)) if elastic else pool.count // c.gpus
         m.add_var(n_var(c.id), "integer", 0, ub)
         by_gpu.setdefault(c.gpu, []).append(c)
-    pd = cands.disagg  # prefill/decode candidates (trimtab.milp.disagg)
-    for c in pd:
-        ub = (_replicas_to_carry_all(ir, c, derate.get(c.id, 1.0)) if elastic
-              else ir.gpu(c.gpu).count // c.gpus)
-        m.add_var(n_var(c.id), "integer", 0, ub)
-        by_gpu.setdefault(c.gpu, []).append(c)
+    pd = cands.disagg  # prefill/decode sides (trimtab.milp.disagg)
     served: list[tuple[str, float]] = []
     for w in ir.workloads:
         for b in w.buckets:
             terms = []
             for c in cands.candidates:
-                if c.workload == w.name and c.capacity(b.name) > 0:
+                if c.workload != w.name or c.capacity(b.name) <= 0:
+                    continue
+                if c.role == "unified":
                     terms.append((m.add_var(x_var(w.name, b.name, c.id), "continuous", family="route"), 1.0))
-            for c in pd:
-                if c.workload == w.name and c.capacity(b.name) > 0:
-                    v = m.add_var(x_var(w.name, b.name, c.id), "continuous", 0.0, w.rate_rps * b.prob,
-                                  "route")
-                    if c.role == "prefill":
-                        terms.append((v, 1.0))
+                    continue
+                # a P/D side's route: the bucket's rate through its pair, counted served once (prefill)
+                v = m.add_var(x_var(w.name, b.name, c.id), "continuous", 0.0, w.rate_rps * b.prob, "route")
+                if c.role == "prefill":
+                    terms.append((v, 1.0))
             served += terms
             m.add(Constraint(f"demand[{w.name}/{b.name}]", "demand", tuple(terms), "<=" if goodput else "==",
                              w.rate_rps * b.prob, origin=SpecPath.workload(w, "rate_rps")))
-    for c in cands.candidates:
+    for c in cands.unified:
         f = derate.get(c.id, 1.0)
         expr = [(x_var(c.workload, b, c.id), 1.0 / (cap * f)) for b, cap in c.capacity_rps]
         expr.append((n_var(c.id), -1.0))
@@ -136,7 +132,6 @@ def formulate(ir: ProblemIR, cands: CandidateSet, derate: dict[str, float] | Non
         from trimtab.milp.disagg import add_rows
 
         add_rows(m, ir, pd, derate, n_var)
-    allc = cands.candidates + pd
     relax: list[Constraint] = []
     for pool in ir.gpus:
         cs = by_gpu.get(pool.type, [])
@@ -145,13 +140,13 @@ def formulate(ir: ProblemIR, cands: CandidateSet, derate: dict[str, float] | Non
                          origin=SpecPath.gpu(pool, "count"), relaxable=True, key=pool.type)
         relax.append(con)
     if ir.budget_usd_per_hour is not None:
-        con = Constraint("budget", "budget", tuple((n_var(c.id), c.usd_per_hour) for c in allc),
+        con = Constraint("budget", "budget", tuple((n_var(c.id), c.usd_per_hour) for c in cands.candidates),
                          "<=", ir.budget_usd_per_hour, origin=SpecPath("budget_usd_per_hour"), relaxable=True)
         relax.append(con)
     if goodput and goodput_floor is not None:
         m.add(Constraint("goodput[total]", "goodput", tuple(served), ">=", goodput_floor,
                          origin=SpecPath("objective")))
-    cost = [(n_var(c.id), c.usd_per_hour + EPS_GPU * c.gpus) for c in allc]
+    cost = [(n_var(c.id), c.usd_per_hour + EPS_GPU * c.gpus) for c in cands.candidates]
     if goodput and goodput_floor is None and not elastic:
         m.sense = "max"
         objective = list(served)
@@ -174,7 +169,7 @@ def add_kv_tier_rows(m: MilpModel, ir: ProblemIR, cands: CandidateSet) -> None:
     from trimtab.cost.factory import HOST_KV_SHARE
 
     for pool in ir.gpus:
-        cs = [c for c in cands.candidates if c.gpu == pool.type]
+        cs = [c for c in cands.unified if c.gpu == pool.type]
         off = tuple((n_var(c.id), c.kv_offload_gib) for c in cs if c.kv_offload_gib > 0)
         if off:
             m.add(Constraint(f"kv_offload[{pool.type}]", "kv_offload", off, "<=",

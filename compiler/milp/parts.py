@@ -49,23 +49,20 @@ class Parts:
                  derate: dict[str, float], memo: dict):
         self.ir, self.cands, self.backend, self.options = ir, cands, backend, options
         self.derate, self.memo = derate, memo
-        self.pd = tuple(getattr(cands, "disagg", ()))
         self.mine: dict[str, list] = {w.name: [] for w in ir.workloads}
-        self.mine_pd: dict[str, list] = {w.name: [] for w in ir.workloads}
         self.spent = 0.0
         self.stopped: list[SolveResult] = []
 
     def split(self) -> bool:
         """Each candidate given to its workload's part; False where one belongs to no workload of the IR."""
-        for group, cs in ((self.mine, self.cands.candidates), (self.mine_pd, self.pd)):
-            for c in cs:
-                if c.workload not in group:
-                    return False
-                group[c.workload].append(c)
+        for c in self.cands.candidates:
+            if c.workload not in self.mine:
+                return False
+            self.mine[c.workload].append(c)
         return True
 
     def own(self, name: str) -> tuple:
-        return (*self.mine[name], *self.mine_pd[name])
+        return tuple(self.mine[name])
 
     def _priced(self, name: str, prices: dict[str, float] | None) -> tuple:
         """The prices of the part's own types (a price that moved elsewhere finds the same solve)."""
@@ -119,12 +116,10 @@ class Parts:
         return {n: out[n] for n in names}
 
     def _solve(self, name: str, priced: tuple, options: SolveOptions) -> SolveResult:
-        cs, pds = tuple(self.mine[name]), tuple(self.mine_pd[name])
+        cs = tuple(self.mine[name])
         if priced:
-            cs, pds = priced_at(cs, dict(priced)), priced_at(pds, dict(priced))
+            cs = priced_at(cs, dict(priced))
         sub = replace(self.cands, candidates=cs, pruned=(), best=())
-        if self.pd:
-            sub = replace(sub, disagg=pds)
         w = self.ir.workload(name)
         return self.backend.solve(formulate(replace(self.ir, workloads=(w,)), sub, self.derate), options)
 

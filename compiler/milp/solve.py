@@ -30,8 +30,7 @@ def balance_routes(ir: ProblemIR, cands: CandidateSet, backend: Backend, options
     # Only the deployments bought: a candidate with no replicas carries no traffic, so its routes stay 0 (and
     # the LP is the size of the plan, not of the candidate set).
     bought = lambda c: round(res.values.get(n_var(c.id), 0.0)) > 0  # noqa: E731
-    cands = replace(cands, candidates=tuple(c for c in cands.candidates if bought(c)),
-                    disagg=tuple(c for c in cands.disagg if bought(c)))
+    cands = replace(cands, candidates=tuple(c for c in cands.candidates if bought(c)))
     m = formulate(ir, cands, derate)
     fixed = {}
     for name, v in list(m.variables.items()):
@@ -39,7 +38,7 @@ def balance_routes(ir: ProblemIR, cands: CandidateSet, backend: Backend, options
             val = float(round(res.values.get(name, 0.0)))
             fixed[name] = val
             m.variables[name] = replace(v, lb=val, ub=val)
-    unified = {f"capacity[{c.id}]": c for c in cands.candidates}
+    unified = {f"capacity[{c.id}]": c for c in cands.unified}
     util = {}
     rows = []
     for con in m.constraints:

@@ -90,7 +90,7 @@ def formulate_schedule(ir: ProblemIR, cands: CandidateSet, rates: list[dict[str,
     cyclic."""
     m = MilpModel(name=f"trimtab-schedule:{ir.name}")
     hours = window_s / 3600.0
-    allc = cands.candidates + cands.disagg
+    allc = cands.candidates
     T = len(rates)
     objective: list[tuple[str, float]] = []
     names: list[dict[str, str]] = []
@@ -186,7 +186,7 @@ def switching(res: SolveResult, cands: CandidateSet, T: int, cyclic: bool = True
     """(started, stopped) replicas at the start of each window, from the replicas of consecutive windows (not
     from up and down, which only tie terms bind: within the MIP gap they may hold phantom starts or stops).
     Without a cycle, window 0 starts its whole fleet."""
-    allc = cands.candidates + cands.disagg
+    allc = cands.candidates
     n = [{c.id: round(res.values.get(wvar(t, n_var(c.id)), 0.0)) for c in allc} for t in range(T)]
     out = []
     for t in range(T):
@@ -216,7 +216,7 @@ def add_move_rows(m: MilpModel, cands: CandidateSet, current: dict[str, int], st
     m.objective = tuple((n, a * horizon_h) for n, a in m.objective)
     obj = list(m.objective)
     moves = []
-    for c in cands.candidates + cands.disagg:
+    for c in cands.candidates:
         n = replicas[c] if replicas is not None else n_var(c.id)
         ub = float(m.variables[n].ub or 0.0)
         cur = float(current.get(c.id, 0))

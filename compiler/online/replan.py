@@ -156,7 +156,7 @@ class Moves:
         objective: the moves' price added to a maximised served rate would buy moves), then the cheapest plan,
         moves priced, that serves it."""
         su = {c.id: startup_usd(c.usd_per_hour, candidate_startup_s(self.startup, ir, c))
-              for c in cands.candidates + cands.disagg}
+              for c in cands.candidates}
 
         def moved(floor):
             m, replicas = model(floor)
@@ -293,7 +293,7 @@ def replan(current: Plan, spec, *, max_moves: int | None = None, fail: list[str]
         planner = LoraReplanPlanner(*args) if lora else ReplanPlanner(*args)
     cands = planner.candidates(ir)
     cset = planner.candidate_set(cands)
-    known = {c.id for c in cset.candidates + cset.disagg}
+    known = {c.id for c in cset.candidates}
     planner.fixed_moves = sum(n for d, n in running.items() if d not in known)
     say = progress or (lambda _: None)
     res = drive(planner, new_spec, ir, backend=backend, time_limit_s=time_limit_s, validate=validate,
@@ -304,7 +304,7 @@ def replan(current: Plan, spec, *, max_moves: int | None = None, fail: list[str]
 
     def start_usd(p: Plan, mv) -> float:
         per = {d.name: d for d in p.deployments}
-        cs = {c.id: c for c in cset.candidates + cset.disagg}
+        cs = {c.id: c for c in cset.candidates}
         return round(sum(startup_usd(cs[n].usd_per_hour, candidate_startup_s(st, ir, cs[n]), a)
                          for n, (a, _) in mv.items() if a and n in per and n in cs), 4)
 

@@ -506,7 +506,7 @@ def _needed(ir: ProblemIR, plan_: Plan, misses, fill: dict[str, float], planner,
     factor where two misses name the same candidate."""
     from trimtab.milp.assess import analytic_needs
 
-    by_id = {c.id: c for c in planner.candidate_set(cands).candidates}
+    by_id = {c.id: c for c in planner.candidate_set(cands).unified}
     peers = planner.peers(cands)
     out: dict[str, float] = {}
     for p in misses:

@@ -37,7 +37,7 @@ def precheck_by_workload(ir: ProblemIR, cands: CandidateSet) -> list[tuple[str |
     """``precheck``'s lines, each with the workload it is about (None: the budget's), for the planners that
     set their own lines beside these (``RedundantPlanner.precheck``, ``adapter_precheck``)."""
     out: list[tuple[str | None, str]] = []
-    served = {c.workload for c in cands.candidates}
+    served = {c.workload for c in cands.unified}
     best = {(b.workload, b.bucket): b for b in cands.best}
     for w in ir.workloads:
         if w.name not in served and not any(k[0] == w.name for k in best):
@@ -53,7 +53,7 @@ def precheck_by_workload(ir: ProblemIR, cands: CandidateSet) -> list[tuple[str |
                        f"{', '.join(reasons) or 'no candidates'}. {', '.join(ways[:-1])} or {ways[-1]}."))
             continue
         for b in w.buckets:
-            if any(c.workload == w.name and c.capacity(b.name) > 0 for c in cands.candidates):
+            if any(c.workload == w.name and c.capacity(b.name) > 0 for c in cands.unified):
                 continue
             bb = best.get((w.name, b.name))
             share = f"{b.prob:.0%} of requests, inputs {b.name}"
@@ -76,7 +76,7 @@ def precheck_by_workload(ir: ProblemIR, cands: CandidateSet) -> list[tuple[str |
     if not out and ir.budget_usd_per_hour is not None and ir.objective == "min_cost":
         floor = 0.0
         for w in ir.workloads:
-            mine = [c.usd_per_hour for c in cands.candidates if c.workload == w.name]
+            mine = [c.usd_per_hour for c in cands.unified if c.workload == w.name]
             floor += min(mine) if mine else 0.0
         if floor > ir.budget_usd_per_hour + 1e-9:
             # one number, rounded up to the cent (a budget of it passes this check), in both places: "below
@@ -315,7 +315,7 @@ def explain(ir: ProblemIR, backend: Backend, options: SolveOptions, cands: Candi
         r = _min_cost(replace(ir, budget_usd_per_hour=None), cands, backend, options)
         if r is not None:
             cost = fleet_usd_per_hour((round(r.values.get(n_var(c.id), 0.0)), c.usd_per_hour)
-                                      for c in cands.candidates + cands.disagg)
+                                      for c in cands.candidates)
             need = math.ceil(cost * 100 - 1e-6) / 100
             if _min_cost(replace(ir, budget_usd_per_hour=need), cands, backend, options) is not None:
                 alts.append([Change(SpecPath("budget_usd_per_hour"), b0, need, "raise")])
@@ -375,7 +375,7 @@ def _explain_feasible(ir: ProblemIR, cands: CandidateSet, backend: Backend, opti
                 else "no cheaper plan")
 
     for pool in ir.gpus:
-        smallest = min((c.gpus for c in cands.candidates if c.gpu == pool.type), default=None)
+        smallest = min((c.gpus for c in cands.unified if c.gpu == pool.type), default=None)
         if smallest is None or pool.count - used.get(pool.type, 0) >= smallest:
             continue
         more = max(pool.count * 2, pool.count + 8)
@@ -383,7 +383,7 @@ def _explain_feasible(ir: ProblemIR, cands: CandidateSet, backend: Backend, opti
         binding.append(f"gpus[{pool.index}] ({pool.type}).count: {used.get(pool.type, 0)} of {pool.count} "
                        f"used; with {more}, {delta(r)}")
     if ir.budget_usd_per_hour is not None:
-        cheapest = min(c.usd_per_hour for c in cands.candidates)
+        cheapest = min(c.usd_per_hour for c in cands.unified)
         if ir.budget_usd_per_hour - base < cheapest:
             r = _min_cost(replace(ir, budget_usd_per_hour=None), cands, backend, options)
             binding.append(f"budget_usd_per_hour: {base:.2f} of {ir.budget_usd_per_hour:g} $/h used; "

@@ -76,7 +76,7 @@ class UnifiedPlanner:
         ``trimtab.planning.rounds``;
         ``fitted``: only those of the kind the capacity prior was fitted on (unified serving)."""
         out: dict[str, list[str]] = {}
-        for c in (*cands.candidates, *cands.disagg):
+        for c in cands.candidates:
             if not fitted or c.role == "unified":
                 out.setdefault(c.workload, []).append(c.id)
         return {w: tuple(ids) for w, ids in out.items()}

@@ -69,7 +69,7 @@ def redundant_candidates(cands: CandidateSet, pools: dict[str, tuple[int, int]])
     """The candidates n+1 plans over: unified, one node per replica, no KV borrowing; the others pruned with
     why."""
     keep, pruned = [], list(cands.pruned)
-    for c in cands.candidates:
+    for c in cands.unified:
         span = spans_nodes(c, pools)
         if span:
             pruned.append(Pruned(c.id, f"redundancy n+1: {span}", c.workload, "redundancy n+1"))
@@ -81,7 +81,7 @@ def redundant_candidates(cands: CandidateSet, pools: dict[str, tuple[int, int]])
     pruned += [Pruned(c.id, "redundancy n+1: prefill/decode pairs are not planned for node loss", c.workload,
                        "redundancy n+1")
                for c in cands.disagg]
-    return replace(cands, candidates=tuple(keep), pruned=tuple(pruned), disagg=())
+    return replace(cands, candidates=tuple(keep), pruned=tuple(pruned))
 
 
 def add_redundancy_rows(m: MilpModel, cands: CandidateSet, pools: dict[str, tuple[int, int]],
@@ -145,7 +145,7 @@ def balance_survivors(ir: ProblemIR, cands: CandidateSet, pools, backend: Backen
     if not res.has_solution:
         return res
     bought = {c.id: round(res.values.get(n_var(c.id), 0.0)) for c in cands.candidates}
-    cands = replace(cands, candidates=tuple(c for c in cands.candidates if bought[c.id] > 0), disagg=())
+    cands = replace(cands, candidates=tuple(c for c in cands.unified if bought[c.id] > 0))
     if not cands.candidates:
         return res
     m = redundant_model(ir, cands, pools, derate)

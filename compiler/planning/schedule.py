@@ -49,7 +49,7 @@ class SchedulePlanner(UnifiedPlanner):
         return [self.wr.at(t) for t in range(self.wr.n)]
 
     def startup_s(self, ir, cands) -> dict[str, float]:
-        return {c.id: candidate_startup_s(self.startup, ir, c) for c in cands.candidates + cands.disagg}
+        return {c.id: candidate_startup_s(self.startup, ir, c) for c in cands.candidates}
 
     def screen(self, ir, cands, derate, backend, options):
         """The candidates some window's own cheapest static plan uses (``trimtab.milp.solve.solve_ir`` per
@@ -65,11 +65,10 @@ class SchedulePlanner(UnifiedPlanner):
                 # the safety net stopped it: no answer, and a candidate set without this window's shapes
                 # would make the plan depend on the machine's load
                 return cands, spent, res
-            keep |= {c.id for c in cands.candidates + cands.disagg if res.values.get(n_var(c.id), 0.0) > 0.5}
+            keep |= {c.id for c in cands.candidates if res.values.get(n_var(c.id), 0.0) > 0.5}
         if not keep:
             return cands, spent, None
-        return replace(cands, candidates=tuple(c for c in cands.candidates if c.id in keep),
-                       disagg=tuple(c for c in cands.disagg if c.id in keep)), spent, None
+        return replace(cands, candidates=tuple(c for c in cands.candidates if c.id in keep)), spent, None
 
     def solve(self, ir, cands, derate, backend, options):
         """Screening and the schedule MILP, within what the run's safety net has left (``options``): a solve
@@ -111,9 +110,9 @@ class SchedulePlanner(UnifiedPlanner):
         # pushed down only by an epsilon term (EPS_HELD) a solver may leave inside its gap: read it off the
         # windows, never off the variable (one solve held 15 A100 where no window ran more than 2).
         held = {c.id: max((round(r_t.values.get(n_var(c.id), 0.0)) for _, r_t in self.windows), default=0)
-                for c in cands.candidates + cands.disagg}
+                for c in cands.candidates}
         per_window = [chosen(ir_t, cands, r_t) for ir_t, r_t in self.windows]
-        deps = [(c, n) for c in cands.candidates + cands.disagg if (n := held[c.id]) > 0]
+        deps = [(c, n) for c in cands.candidates if (n := held[c.id]) > 0]
         routes = [r for w in ir.workloads for r in per_window[self.peak_window(w.name)][1]
                   if r.workload == w.name]
         plan, a = build_plan(ir, deps, routes, res, rounds, warnings)
@@ -200,7 +199,7 @@ class SchedulePlanner(UnifiedPlanner):
         out = dict(derate)
         fills = [capacity_fill(cands, r_t, window_derate(derate, t))
                  for t, (_, r_t) in enumerate(self.windows)]
-        reps = [{c.id: r_t.values.get(n_var(c.id), 0.0) for c in cands.candidates + cands.disagg}
+        reps = [{c.id: r_t.values.get(n_var(c.id), 0.0) for c in cands.candidates}
                 for _, r_t in self.windows]
         burst = [max((c or 1.0) for w in self.wr.cv for c in (self.wr.cv[w][t],)) for t in range(self.wr.n)]
         full = set(self.fullest(cands, derate, self.sched.validate_windows))

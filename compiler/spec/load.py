@@ -140,11 +140,15 @@ def kind_problems(spec: Spec) -> list[tuple[tuple, str, str]]:
     schedule."""
     out = []
     if spec.redundancy == "n+1" and spec.schedule is not None:
-        out.append((("redundancy",), "redundancy", "n+1 is not supported with a schedule yet "
-                                                   "(docs/online.md, \"Redundancy\"); plan without it"))
+        out.append((("redundancy",), "redundancy", "n+1 is not supported with a schedule yet: the "
+                                                   "schedule MILP has no survival rows per window and its "
+                                                   "validation simulates no node loss (docs/online.md, "
+                                                   "\"Redundancy\"); plan without one of them"))
     if spec.objective == "max_goodput" and spec.schedule is not None:
-        out.append((("objective",), "objective", "max_goodput is not supported with a schedule yet "
-                                                 "(docs/online.md); plan it with objective: min_cost"))
+        out.append((("objective",), "objective", "max_goodput is not supported with a schedule yet: the "
+                                                 "schedule MILP sizes every window to its whole rate, with "
+                                                 "no served-rate objective (docs/online.md); plan it with "
+                                                 "objective: min_cost"))
     return out
 
 

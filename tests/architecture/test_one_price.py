@@ -49,7 +49,7 @@ def test_candidates_are_priced_by_their_gpus():
     ir = lower(load_spec(ROOT / "examples" / "disaggregated.yaml"))
     cands = build_candidates(ir)
     assert cands.disagg
-    for c in cands.candidates + cands.disagg:
+    for c in cands.candidates:
         assert c.usd_per_hour == ir.gpu(c.gpu).usd_per_hour * c.gpus
         assert c.usd_per_hour == replica_usd_per_hour(ir.gpu(c.gpu).usd_per_hour, c.tp, c.pp, c.dp)
     assert fleet_usd_per_hour([(2, 3.9), (1, 2.2)]) == 2 * 3.9 + 2.2

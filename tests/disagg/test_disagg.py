@@ -48,6 +48,16 @@ def test_pd_plan_passes_check_and_emits_pair_routes(pd_plan):
     assert Plan.model_validate(data) == Plan.model_validate(plan_to_data(Plan.model_validate(data)))
 
 
+def test_explain_prices_the_pd_plan_it_explains(pd_plan):
+    """``explain`` reads the solve's replicas over every candidate, P/D sides too: it stated 0.00 $/h for
+    this example when it read the unified ones alone."""
+    from trimtab.api import explain
+
+    ex = explain(load_spec(EXAMPLE))
+    assert ex.feasible and {"prefill", "decode"} <= roles(pd_plan.plan)
+    assert ex.cost_usd_per_hour == pytest.approx(pd_plan.plan.cost_usd_per_hour, abs=0.005)
+
+
 def test_pd_not_offered_for_short_prompts(small_spec_path):
     r = plan(load_spec(small_spec_path), validate=False)
     assert r.candidates.disagg == ()

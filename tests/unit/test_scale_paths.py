@@ -93,7 +93,7 @@ def test_decomposition_never_returns_a_plan_over_inventory(ir, monkeypatch):
 
     def used(res):
         out: dict[str, int] = {}
-        for c in cands.candidates + cands.disagg:
+        for c in cands.candidates:
             out[c.gpu] = out.get(c.gpu, 0) + round(res.values.get(f"replicas[{c.id}]", 0.0)) * c.gpus
         return out
 
@@ -180,7 +180,7 @@ def test_an_inventory_row_that_binds_is_priced_out_to_the_whole_milps_optimum(ir
     be = get_backend("highs")
     base = decompose.solve_split(roomy, cands, be, SolveOptions())
     used = {}
-    for c in cands.candidates + cands.disagg:
+    for c in cands.candidates:
         used[c.gpu] = used.get(c.gpu, 0) + round(base.values.get(f"replicas[{c.id}]", 0.0)) * c.gpus
     g = max(used, key=used.get)
     priced = 0
@@ -196,7 +196,7 @@ def test_an_inventory_row_that_binds_is_priced_out_to_the_whole_milps_optimum(ir
             continue
         assert "priced out" in split.message
         priced += 1
-        got = sum(round(split.values.get(f"replicas[{c.id}]", 0.0)) * c.gpus for c in cands.candidates + cands.disagg
+        got = sum(round(split.values.get(f"replicas[{c.id}]", 0.0)) * c.gpus for c in cands.candidates
                   if c.gpu == g)
         assert got <= used[g] - less
         assert split.status.value == "optimal" and split.gap <= SolveOptions().mip_rel_gap
@@ -212,7 +212,7 @@ def test_an_inventory_row_that_binds_is_priced_out_to_the_whole_milps_optimum(ir
     if split is not None:
         for p in snug.gpus:
             assert sum(round(split.values.get(f"replicas[{c.id}]", 0.0)) * c.gpus
-                       for c in cands.candidates + cands.disagg if c.gpu == p.type) <= p.count
+                       for c in cands.candidates if c.gpu == p.type) <= p.count
         assert split.objective == pytest.approx(whole.objective, rel=2e-4)
 
 
@@ -231,7 +231,7 @@ def test_parts_that_switch_together_are_selected_to_fit_within_the_certified_gap
     cands = build_candidates(twins, jobs=1)
     be = get_backend("highs")
     base = decompose.solve_split(twins, cands, be, SolveOptions())
-    every = cands.candidates + cands.disagg
+    every = cands.candidates
     used: dict[str, int] = {}
     for c in every:
         used[c.gpu] = used.get(c.gpu, 0) + round(base.values.get(f"replicas[{c.id}]", 0.0)) * c.gpus
@@ -255,7 +255,7 @@ def test_parts_that_switch_together_are_selected_to_fit_within_the_certified_gap
 
 def _bought(res, cands) -> dict[str, int]:
     used: dict[str, int] = {}
-    for c in cands.candidates + cands.disagg:
+    for c in cands.candidates:
         used[c.gpu] = used.get(c.gpu, 0) + round(res.values.get(f"replicas[{c.id}]", 0.0)) * c.gpus
     return used
 
