@@ -85,6 +85,9 @@ def ray_executor():
     ray.shutdown()
 
 
+# Starting a local Ray cluster costs 7-9 s on 2 cores: these run in the slow suite (.ci/run), beside the
+# other tests that start a runtime of their own.
+@pytest.mark.slow
 def test_ray_grid_and_scenarios_equal_serial(spec, ray_executor):
     grid = grid_points(spec, parse_sets(["workloads.short.rate_rps=2,10", "gpus.l4.count=2,8"]))
     scen = scenario_points(spec, 4, rate_cv=0.5, length_cv=0.3, input_cv=0.2, seed=1)
@@ -97,6 +100,7 @@ def test_ray_grid_and_scenarios_equal_serial(spec, ray_executor):
     assert len({r.cost_usd_per_hour for r in serial}) >= 1
 
 
+@pytest.mark.slow
 def test_pareto_points_on_ray_equal_serial(spec, ray_executor):
     """``trimtab pareto``'s points as Ray tasks (issue 16: pareto sweeps on Ray): the same frontier, plans and
     specs as planned one after another in this process, each planned (and simulated) as ``trimtab plan`` plans."""
@@ -112,6 +116,7 @@ def test_pareto_points_on_ray_equal_serial(spec, ray_executor):
     assert all(p.plan.simulation is not None for p in on_ray)  # each point simulated, as trimtab plan does
 
 
+@pytest.mark.slow
 def test_cli_pareto_on_ray_prints_the_serial_frontier(small_spec_path, ray_executor):
     args = ["pareto", str(small_spec_path), "--points", "3", "--analytic", "--format", "json"]
     on_ray = runner.invoke(app, args + ["--workers", "2"])  # joins the Ray this module started
