@@ -56,7 +56,8 @@ def _serve(reg):
     from prometheus_client import make_wsgi_app
     from prometheus_client.exposition import ThreadingWSGIServer, _SilentHandler
 
-    server = make_server("127.0.0.1", 0, make_wsgi_app(reg), ThreadingWSGIServer, handler_class=_SilentHandler)
+    server = make_server("127.0.0.1", 0, make_wsgi_app(reg), ThreadingWSGIServer,
+                         handler_class=_SilentHandler)
     thread = threading.Thread(target=server.serve_forever, args=(POLL_S,), daemon=True)
     thread.start()
     return server, thread

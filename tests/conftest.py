@@ -8,10 +8,10 @@ from pathlib import Path
 
 import pytest
 
-# Bytecode caching on for the test run, also where the environment turns it off (PYTHONDONTWRITEBYTECODE, as on
-# the development machine): otherwise every xdist worker and every CLI subprocess rewrites and compiles each test
-# module and the package again (collection: 7.4 s a process, 2.4 s from the cache). The caches go to the
-# __pycache__ folders .gitignore leaves out.
+# Bytecode caching on for the test run, also where the environment turns it off (PYTHONDONTWRITEBYTECODE, as
+# on the development machine): otherwise every xdist worker and every CLI subprocess rewrites and compiles
+# each test module and the package again (collection: 7.4 s a process, 2.4 s from the cache). The caches go
+# to the __pycache__ folders .gitignore leaves out.
 sys.dont_write_bytecode = False
 
 # Each xdist worker its share of the CPUs for the planner's own processes (simulation, candidates, workload

@@ -393,7 +393,7 @@ def add_rows(m, ir: ProblemIR, pd: tuple[Candidate, ...], derate: dict[str, floa
         expr = [(xp_var(c.workload, b, c.id), 1.0 / (cap * f)) for b, cap in c.capacity_rps]
         expr.append((n_var(c.id), -1.0))
         m.add(Constraint(f"capacity[{c.id}]", "capacity", tuple(expr), "<=", 0.0,
-                         origin=SpecPath.workload(w, "slo")))
+                         origin=SpecPath.workload(w, "slo"), key=c))
         kvb = kv_bytes(ir, c)
         link = [(xp_var(c.workload, b, c.id), w.bucket(b).isl_mean * kvb / 1e9) for b, _ in c.capacity_rps]
         grp = local_group(c)

@@ -126,7 +126,7 @@ def formulate(ir: ProblemIR, cands: CandidateSet, derate: dict[str, float] | Non
         expr = [(x_var(c.workload, b, c.id), 1.0 / (cap * f)) for b, cap in c.capacity_rps]
         expr.append((n_var(c.id), -1.0))
         m.add(Constraint(f"capacity[{c.id}]", "capacity", tuple(expr), "<=", 0.0,
-                         origin=SpecPath.workload(ir.workload(c.workload), "slo")))
+                         origin=SpecPath.workload(ir.workload(c.workload), "slo"), key=c))
     add_kv_tier_rows(m, ir, cands)
     if pd:
         from trimtab.milp.disagg import add_rows

@@ -38,11 +38,11 @@ def balance_routes(ir: ProblemIR, cands: CandidateSet, backend: Backend, options
             val = float(round(res.values.get(name, 0.0)))
             fixed[name] = val
             m.variables[name] = replace(v, lb=val, ub=val)
-    unified = {f"capacity[{c.id}]": c for c in cands.unified}
     util = {}
     rows = []
     for con in m.constraints:
-        c = unified.get(con.name)
+        # a unified candidate's capacity row (a P/D side's stays as it is: the LP evens out the unified ones)
+        c = con.key if con.family == "capacity" and con.key.role == "unified" else None
         if c is not None:
             u = util.get(c.workload) or m.add_var(util_var(c.workload), "continuous", 0.0, 1.0)
             util[c.workload] = u

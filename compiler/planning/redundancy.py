@@ -94,24 +94,25 @@ def add_redundancy_rows(m: MilpModel, cands: CandidateSet, pools: dict[str, tupl
         return tuple((x_var(c.workload, b, c.id), 1.0 / (cap * f)) for b, cap in c.capacity_rps
                      if x_var(c.workload, b, c.id) in m.variables)
 
-    add_survival_rows(m, ((c.id, n_var(c.id), c.gpu, c.gpus, load(c)) for c in cands.candidates), pools)
+    add_survival_rows(m, ((c, n_var(c.id), c.gpu, c.gpus, load(c)) for c in cands.candidates), pools)
 
 
 def add_survival_rows(m: MilpModel, reps, pools: dict[str, tuple[int, int]]) -> None:
-    """The n+1 rows (module docstring) for each ``(candidate id, its replicas variable n[c], GPU type, GPUs
+    """The n+1 rows (module docstring) for each ``(candidate, its replicas variable n[c], GPU type, GPUs
     per replica, load)`` of ``reps``, ``load`` being the terms sum_u x[u,c] / cap[u,c] of the candidate's
     capacity row (whatever its routes are: a bucket's of a unified candidate, a traffic unit's of a shared
     adapter candidate). The one statement of the rule: ``add_redundancy_rows`` and ``RedundantLoraPlanner``
     both come here, each with the replicas variable its own formulation made."""
     room: dict[str, list[tuple[str, float]]] = {}
-    for cid, n, gpu, gpus, load in reps:
+    for c, n, gpu, gpus, load in reps:
+        cid = c.id
         nodes, _ = pools.get(gpu, (0, 0))
         ub = m.variables[n].ub
         lv = m.add_var(spread_var(cid), "integer", 0, ub)
         m.add(Constraint(f"spread[{cid}]", "spread", ((lv, float(nodes)), (n, -1.0)), ">=", 0.0,
                          origin=ORIGIN))
         m.add(Constraint(f"survive[{cid}]", "survive", tuple(load) + ((n, -1.0), (lv, 1.0)), "<=",
-                         0.0, origin=ORIGIN))
+                         0.0, origin=ORIGIN, key=c))
         room.setdefault(gpu, []).append((lv, float(gpus)))
     for g, terms in sorted(room.items()):
         m.add(Constraint(f"node_room[{g}]", "node_room", tuple(terms), "<=", float(pools[g][1]),
@@ -154,11 +155,10 @@ def balance_survivors(ir: ProblemIR, cands: CandidateSet, pools, backend: Backen
         m.variables[n_var(c.id)] = replace(m.variables[n_var(c.id)], lb=n, ub=n)
         lv = float(node_cap(bought[c.id], pools[c.gpu][0]))
         m.variables[spread_var(c.id)] = replace(m.variables[spread_var(c.id)], lb=lv, ub=lv)
-    by = {f"survive[{c.id}]": c for c in cands.candidates}
     util: dict[str, str] = {}
     rows = []
     for con in m.constraints:
-        c = by.get(con.name)
+        c = con.key if con.family == "survive" else None  # (the rows of ``cands``: its model's own)
         if c is not None:
             u = util.get(c.workload) or m.add_var(util_var(c.workload), "continuous", 0.0, 1.0)
             util[c.workload] = u
@@ -325,7 +325,7 @@ class RedundantLoraPlanner(SurvivesNodeLoss, LoraPlanner):
         candidate's capacity row (found by the row's key) less the replicas term, and the MILP's index."""
         m, ix = lora_formulate(ir, prob, derate, **kw)
         rows = {con.key: con for con in m.constraints if con.family == "capacity"}
-        add_survival_rows(m, ((c.id, ix.replicas[c], c.gpu, c.gpus,
+        add_survival_rows(m, ((c, ix.replicas[c], c.gpu, c.gpus,
                                tuple(t for t in rows[c].expr if t[0] != ix.replicas[c]))
                               for c in prob.cands), self.pools)
         return m, ix

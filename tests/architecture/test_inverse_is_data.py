@@ -30,6 +30,7 @@ IDIOMS = [
     # a row or variable looked up by a name spelled out again (the adapter MILP's rows carry their candidate
     # as ``key``, its variables are in ``trimtab.planning.lora.LoraIndex``)
     re.compile(r"""\[f["']\w+\["""),
+    re.compile(r"""\{f["']\w+\[\{"""),  # ... or a table keyed by such names
     re.compile(r"""\bvalues\.get\(\w*_name\("""),
 ]
 
@@ -54,5 +55,6 @@ def test_the_grep_sees_the_idioms():
             'gpu = path.split(".")[1]',
             'reasons = sorted({p.reason.split(":")[0] for p in cands.pruned if p.workload == w.name})',
             'tuple(t for t in rows[f"capacity[{c.id}]"].expr if t[0] != n_var(c.id))',
-            'got = [(c.id, values.get(x_name(u, c), 0.0)) for c in prob.cands if c.id in live]']
+            'got = [(c.id, values.get(x_name(u, c), 0.0)) for c in prob.cands if c.id in live]',
+            'unified = {f"capacity[{c.id}]": c for c in cands.candidates}']
     assert [line for line in once if not matching_lines(line, IDIOMS)] == []

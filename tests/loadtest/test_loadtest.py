@@ -188,8 +188,8 @@ def test_cli_exits_5_when_the_slo_is_missed_and_0_when_met(server, case):
     srv = server(first_s=0.05, gap_s=0.01)
     runner = CliRunner()
     # (four times the spec's rate: the same 12 requests, a quarter of the seconds)
-    base = ["loadtest", "--plan", str(d / "plan.yaml"), "--endpoint", srv.url, "--requests", "12", "--rate-scale", "4",
-            "--format", "json"]
+    base = ["loadtest", "--plan", str(d / "plan.yaml"), "--endpoint", srv.url, "--requests", "12",
+            "--rate-scale", "4", "--format", "json"]
     ok = runner.invoke(app, base + ["--spec", str(d / "median.yaml")])  # a p50 of ~10 requests: enough
     assert ok.exit_code == 0, ok.output
     data = json.loads(ok.stdout)
