@@ -44,6 +44,10 @@ def cost_on(p, d: dict) -> float:
     return sum(dep.replicas * dep.gpus_per_replica * price[dep.gpu] for dep in p.deployments)
 
 
+# In the slow suite (one process, .ci/run): its busy loop holds a core for the whole plan, which in the quick
+# suite is the other xdist worker's (about 10 s of the quick suite's 3 minutes); ../shared/acceptance/function
+# plans every example beside a busy CPU too.
+@pytest.mark.slow
 def test_same_bytes_beside_a_busy_cpu():
     spec = load_spec(QUICKSTART)
     quiet = (GOLDEN / "quickstart.plan.yaml").read_text()  # the quiet machine's bytes (tests/golden)
