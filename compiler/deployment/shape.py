@@ -160,8 +160,8 @@ class CandidateSet:
     ``role`` is prefill or decode (and ``pd_group`` where it is co-located), not a record of another kind
     kept beside the others. The unified candidates come first, then the P/D sides, each in the order they
     were given (``__post_init__``), so that every stage that walks ``candidates`` walks them in one order;
-    ``unified`` and ``disagg`` are the two views for the stages that treat a side differently (the pair's
-    rows, dominance, n+1's refusal of pairs)."""
+    ``unified`` and ``disagg`` are the two views for the stages that treat a side differently (the pair
+    rows, the unified capacity and KV-tier rows, the precheck, n+1's refusal of pairs)."""
 
     candidates: tuple[Candidate, ...]
     pruned: tuple[Pruned, ...]
