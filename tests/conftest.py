@@ -39,8 +39,9 @@ def planned(example: str, validate: bool = True):
 
 
 GOLDEN = ROOT / "tests" / "golden"
-# The test servers' serve_forever poll: shutdown() waits up to one poll (0.5 s by default, per server)
-POLL_S = 0.05
+# The test servers' serve_forever poll, the synthetic engines' own: shutdown() waits up to one poll (0.5 s by
+# default, per server)
+from benchmarks.watch import POLL_S  # noqa: E402
 
 
 def golden_plan(example: str):
