@@ -131,3 +131,29 @@ def test_the_quickstart_with_a_cheaper_gpu_never_gets_a_dearer_plan(quickstart_p
     p = planned(d)
     assert not p.misses
     assert p.cost_usd_per_hour <= cost_on(base, d) + 1e-6, (p.cost_usd_per_hour, cost_on(base, d))
+
+
+@st.composite
+def budget_pairs(draw) -> tuple[dict, float]:
+    """``MIX`` as a ``max_goodput`` spec at a drawn rate and budget, and a larger budget."""
+    d = copy.deepcopy(MIX)
+    d["objective"] = "max_goodput"
+    d["workloads"][0]["rate_rps"] = draw(st.sampled_from([12, 24, 40]))
+    d["budget_usd_per_hour"] = draw(st.sampled_from([1.5, 3.0, 4.5, 6.0]))
+    return d, round(d["budget_usd_per_hour"] * draw(st.sampled_from([1.3, 2.0])), 2)
+
+
+# A larger budget is a relaxation for max_goodput too: the smaller budget's plan still fits it, so the larger
+# one never serves less. In the slow suite (about 10 s of one worker).
+@pytest.mark.slow
+@settings(max_examples=5, deadline=None, derandomize=True, suppress_health_check=list(HealthCheck))
+@given(budget_pairs())
+def test_a_larger_budget_never_serves_less(pair):
+    d, larger = pair
+    small = planned(d)
+    large = planned({**d, "budget_usd_per_hour": larger})
+    assert not small.misses and not large.misses
+    assert small.cost_usd_per_hour <= d["budget_usd_per_hour"] + 1e-6
+    assert large.cost_usd_per_hour <= larger + 1e-6
+    assert large.goodput.served_rps >= small.goodput.served_rps - 1e-9, \
+        (d["budget_usd_per_hour"], larger, small.goodput.served_rps, large.goodput.served_rps)
