@@ -78,8 +78,8 @@ def test_every_example_command_parses_with_the_plan_values(example_plans):
                 w = parse(d.worker_command, {"LEADER_ADDRESS": "10.0.0.1", "NODE_RANK": "1"})
                 assert (w.nnodes, w.node_rank, w.headless) == (2, 1, True), where
             seen += 1
-    assert len(example_plans) == len(EXAMPLES) + 1 and seen == sum(len(p.deployments) for p,
-                                                                   _ in example_plans.values())
+    assert (len(example_plans) == len(EXAMPLES) + 1
+            and seen == sum(len(p.deployments) for p, _ in example_plans.values()))
     assert offloading >= 1  # long-context's RAG deployment keeps evicted prefix blocks in host memory
 
 

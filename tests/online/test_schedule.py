@@ -116,8 +116,8 @@ def test_validated_schedule_passes_every_window_and_check_names_the_worst():
     p = plan(spec).plan
     assert all(w.attainment_lower for w in p.schedule.windows)  # every window simulated, not only the fullest
     cs = check_windows(p, spec, seeds=1, requests=1500)
-    assert [c.window for c in cs] == [0, 1, 2,
-                                      3] and all(c.report.ok for c in cs), [c.report.violations for c in cs]
+    assert [c.window for c in cs] == [0, 1, 2, 3] and all(c.report.ok for c in cs), \
+        [c.report.violations for c in cs]
     # window 2 (9 rps) left on one tp1 replica (4.5 rps at SLO): overloaded, the check must fail it
     wins = list(p.schedule.windows)
     wins[2] = wins[2].model_copy(update={"replicas": {d.name: int(d.name == TP1) for d in p.deployments},

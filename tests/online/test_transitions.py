@@ -105,8 +105,8 @@ def test_arrivals_per_window_match_the_rates():
     segs = [Segment(k * seg_s, (k + 1) * seg_s, scs[k]) for k in range(4)]
     chi2 = 0.0
     for seed in (101, 202):
-        counts = [[p.schedule.windows[w].replicas.get(d.view.name,
-                                                      0) for d in scs[0].deployments] for w in range(4)]
+        counts = [[p.schedule.windows[w].replicas.get(d.view.name, 0) for d in scs[0].deployments]
+                  for w in range(4)]
         serving, events = scale_events(counts, [seg_s * k for k in (1, 2, 3)],
                                        [0.0] * len(counts[0]), [0.0] * len(counts[0]))
         sim = ScheduleSimulation(scs[0], segs, serving, events, seed)

@@ -237,8 +237,8 @@ def test_an_adapter_plan_runs_every_seed_when_the_first_shows_a_miss(tmp_path):
     for s, r in zip(base, res.runs):
         assert set(r.workloads) == names
         whole = simulate(plan, spec, ir=ir, seed=s, requests=REQUESTS, timeline=False)
-        assert {n: w.batches for n, w in r.workloads.items()} == {n: w.batches for n,
-                                                                  w in whole.workloads.items()}
+        assert {n: w.batches for n, w in r.workloads.items()} \
+            == {n: w.batches for n, w in whole.workloads.items()}
     for n in names:  # every workload judged on the three seeds: none waits for the next round
         assert len(res.runs_of(n)) >= len(base)
     assert "qwen-base" in to_derate(res, len(base))

@@ -130,8 +130,8 @@ def _sequential_accepts(rng, truth, target, confidence_of_looks=None):
         if not pending:
             break
         step = min(v.LOOK_SEEDS, end - n)  # a look adds LOOK_SEEDS seeds
-        runs += [_Run([(int(rng.binomial(50, truth)), 50) for _ in range(BATCHES)],
-                      target) for _ in range(step)]
+        runs += [_Run([(int(rng.binomial(50, truth)), 50) for _ in range(BATCHES)], target)
+                 for _ in range(step)]
         n += step
         looked |= pending
         if confidence_of_looks is None:

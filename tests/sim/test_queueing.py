@@ -32,8 +32,8 @@ def lindley(arrivals: np.ndarray, service: np.ndarray) -> np.ndarray:
 
 
 def md1_cdf(t: float, lam: float, d: float) -> float:
-    """P(W <= t) for M/D/1 (Crommelin 1932): (1 - rho) sum_{k=0}^{floor(t/D)} (lam(kD - t))^k / k! e^{-lam(kD
-    - t)}."""
+    """P(W <= t) for M/D/1 (Crommelin 1932): (1 - rho) sum_{k=0}^{floor(t/D)} (lam(kD - t))^k / k!
+    e^{-lam(kD - t)}."""
     rho = lam * d
     s = 0.0
     for k in range(int(math.floor(t / d)) + 1):

@@ -128,8 +128,8 @@ def test_a_workload_too_rare_to_demonstrate_is_accepted_on_attainment(tmp_path, 
     above target and listed in plan.simulation.undersampled, and ``trimtab plan`` says so (before: the planner
     kept re-solving the same plan and ended with the plan marked as failing). The planner's later seeds give
     such a workload runs of its own length (``trimtab.sim.aim_counts``, tests/sim/test_rare_runs.py); here
-    they are off (AIM_SHORT 0), as where even those runs are too short; with them, rare's bound reaches 99
-    %."""
+    they are off (AIM_SHORT 0), as where even those runs are too short; with them, rare's bound
+    reaches 99 %."""
     import trimtab.sim
     from typer.testing import CliRunner
 
@@ -352,8 +352,8 @@ def test_remembered_draws_are_the_draws_whatever_the_routes():
         for kw in ({"requests": 3000}, {"counts": {0: 500, 1: 300}}):
             sim = Simulation(sc, 5, timeline=False, cache=cache, **kw)
             rng = np.random.default_rng(5)
-            fresh = (draw_arrivals(sc, rng, 3000, None) if "requests" in kw else draw_counts(sc, 5,
-                                                                                             kw["counts"]))
+            fresh = (draw_arrivals(sc, rng, 3000, None) if "requests" in kw
+                     else draw_counts(sc, 5, kw["counts"]))
             for col in ("t", "w", "isl", "osl", "dep", "row"):
                 assert np.array_equal(getattr(sim.arrivals, col), getattr(fresh, col)), col
             if "requests" in kw:

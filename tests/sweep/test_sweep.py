@@ -97,8 +97,8 @@ def test_ray_grid_and_scenarios_equal_serial(spec, ray_executor):
     for pts in (grid, scen):
         serial = run_points(spec, pts, executor=SerialExecutor(), validate=False)
         done = []
-        on_ray = run_points(spec, pts, executor=ray_executor, validate=False, progress=lambda d,
-                            t: done.append(d))
+        on_ray = run_points(spec, pts, executor=ray_executor, validate=False,
+                            progress=lambda d, t: done.append(d))
         assert on_ray == serial  # everything but wall seconds
         assert sorted(done) == list(range(1, len(pts) + 1))
     assert len({r.cost_usd_per_hour for r in serial}) >= 1
