@@ -10,8 +10,8 @@ For every row of a table in the format of ``dev.csv`` (source, model, gpu, num_g
 concurrency_or_rate, metric, value, unit, notes) this runs the same prediction ``trimtab predict`` makes
 (``trimtab.cost.predict.replica``), in the benchmark's mode, and prints per metric the median and p90
 absolute percentage error, and the worst rows with their setups. ``-v`` prints every row. ``--fit`` refits
-FIT_PARAMS on the table first (in-sample); ``--cv`` also refits them once per source with that source's rows left
-out and prints the held-out error next to the in-sample one (``cross_validate``).
+FIT_PARAMS on the table first (in-sample); ``--cv`` also refits them once per source with that source's rows
+left out and prints the held-out error next to the in-sample one (``cross_validate``).
 
 How a row becomes a prediction (the setup only; no per-row parameters):
   * engine family from the engine column: TensorRT-LLM and NeMo (which serves through TensorRT-LLM) ->
@@ -20,27 +20,29 @@ How a row becomes a prediction (the setup only; no per-row parameters):
     TRT-LLM performance docs' FP8 setting), "FP8 weights" rows keep a bf16 KV cache;
   * mode from concurrency_or_rate: ``batch=B`` -> static batch (gptSessionBenchmark, vLLM benchmark_latency,
     NeMo), ``max concurrency=C`` -> closed loop, ``R qps Poisson`` -> open loop, ``N prompts at once`` or
-    ``offline (N prompts)`` -> saturated closed loop at min(N, max_num_seqs, what fits in the KV cache); a burst
-    served over HTTP (``N ... prompts at once``, not ``offline``) streams its tokens through the engine's front end
-    (``predict_burst(streaming=True)``: the engine profile's ``stream_tokens_per_s``, docs/cost-model.md);
+    ``offline (N prompts)`` -> saturated closed loop at min(N, max_num_seqs, what fits in the KV cache); a
+    burst served over HTTP (``N ... prompts at once``, not ``offline``) streams its tokens through the
+    engine's front end (``predict_burst(streaming=True)``: the engine profile's ``stream_tokens_per_s``,
+    docs/cost-model.md);
   * ShareGPT rows without lengths use 217 in / 201 out tokens (the ShareGPT means reported in the same table);
   * per-GPU throughput: ``output_throughput_per_gpu`` rows and the TensorRT-LLM A100 ``out tok/s`` table are
-    compared per GPU (the A100 table's header omits /GPU; per GPU is the reading consistent with the H100 table of
-    the same document and with the hardware's roofline: the total for the whole TP group would be 4x lower);
-    serving rows (tp 1) are per replica;
-  * vLLM defaults by version: v0.10 and v0.11 ``vllm serve`` use max_num_seqs 1024 / max_num_batched_tokens 8192
-    on GPUs with 70 GiB or more except A100, 256 / 2048 otherwise (vllm/engine/arg_utils.py; read for v0.11, and
-    the branch cites vLLM PR #17885 of May 2025, before v0.10); the 2024 nightly used 256;
+    compared per GPU (the A100 table's header omits /GPU; per GPU is the reading consistent with the H100
+    table of the same document and with the hardware's roofline: the total for the whole TP group would be 4x
+    lower); serving rows (tp 1) are per replica;
+  * vLLM defaults by version: v0.10 and v0.11 ``vllm serve`` use max_num_seqs 1024 / max_num_batched_tokens
+    8192 on GPUs with 70 GiB or more except A100, 256 / 2048 otherwise (vllm/engine/arg_utils.py; read for
+    v0.11, and the branch cites vLLM PR #17885 of May 2025, before v0.10); the 2024 nightly used 256;
   * the engine's release from the engine column (``engine_version``: "vLLM v0.11.0" -> 0.11; the 2024 nightly
-    -> 0.6): the engine profile as that release behaves (``EngineProfile.at``: vLLM up to 0.11 has its own front
-    end and no async scheduling);
-  * values the notes state win over defaults: TensorRT-LLM ``max_batch_size N`` / ``max_num_tokens N`` and vLLM
-    ``--max-num-batched-tokens N`` (per attention-DP rank, as the engines' flags and ``replica(dp=)`` take them);
-  * MoE table (benchmarks/data/moe_groundtruth.csv): optional ``dp``, ``ep``, ``dtype`` columns; ``dp``/``ep`` go
-    to ``replica`` when its signature has them (the MoE cost model); ``dtype`` wins over the notes; KV-cache dtype
-    from the notes (``benchmarks.groundtruth.precision``). Rows this checkout cannot predict (no model or GPU
-    profile, speculative decoding, dp/ep without the MoE API, a setup the profiles cannot run) are listed as
-    skipped with the reason and their line numbers.
+    -> 0.6): the engine profile as that release behaves (``EngineProfile.at``: vLLM up to 0.11 has its own
+    front end and no async scheduling);
+  * values the notes state win over defaults: TensorRT-LLM ``max_batch_size N`` / ``max_num_tokens N`` and
+    vLLM ``--max-num-batched-tokens N`` (per attention-DP rank, as the engines' flags and ``replica(dp=)``
+    take them);
+  * MoE table (benchmarks/data/moe_groundtruth.csv): optional ``dp``, ``ep``, ``dtype`` columns; ``dp``/``ep``
+    go to ``replica`` when its signature has them (the MoE cost model); ``dtype`` wins over the notes;
+    KV-cache dtype from the notes (``benchmarks.groundtruth.precision``). Rows this checkout cannot predict
+    (no model or GPU profile, speculative decoding, dp/ep without the MoE API, a setup the profiles cannot
+    run) are listed as skipped with the reason and their line numbers.
 """
 from __future__ import annotations
 
@@ -56,7 +58,8 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from benchmarks.groundtruth import check_file, engine_family, gpu_profile, model_profile, precision  # noqa: E402
+from benchmarks.groundtruth import (check_file, engine_family, gpu_profile, model_profile,  # noqa: E402
+                                    precision)
 from benchmarks.groundtruth import mode as parse_mode  # noqa: E402
 from trimtab.cost.predict import replica  # noqa: E402
 from trimtab.profiles.loader import load_profiles  # noqa: E402
@@ -68,7 +71,8 @@ GROUPS = {"throughput": ("output_throughput_per_gpu", "output_throughput", "requ
           "tpot": ("tpot_mean_ms", "itl_mean_ms"),
           "e2e latency": ("e2e_latency_mean_ms",)}
 TARGET = {"throughput": 15.0, "ttft": 20.0, "tpot": 20.0, "e2e latency": 20.0}
-# Keyword parameters of trimtab.cost.predict.replica in this checkout (dp and ep arrive with the MoE cost model).
+# Keyword parameters of trimtab.cost.predict.replica in this checkout (dp and ep arrive with the MoE cost
+# model).
 REPLICA_PARAMS = set(inspect.signature(replica).parameters)
 
 
@@ -100,8 +104,8 @@ class Row:
         return 100.0 * (self.predicted - self.value) / self.value
 
     def setup(self) -> str:
-        par = f"tp{self.tp}" + (f" pp{self.pp}" if self.pp > 1 else "") + (f" dp{self.dp}" if self.dp > 1 else "") \
-            + (f" ep{self.ep}" if self.ep > 1 else "")
+        par = f"tp{self.tp}" + (f" pp{self.pp}" if self.pp > 1 else "") \
+            + (f" dp{self.dp}" if self.dp > 1 else "") + (f" ep{self.ep}" if self.ep > 1 else "")
         return (f"{self.raw['model']} {self.raw['gpu']} {par} {self.engine} {self.dtype}"
                 + (f"/kv {self.kv_dtype}" if self.kv_dtype != self.dtype else "")
                 + f" isl {self.isl} osl {self.osl} {self.mode} {self.amount:g}")
@@ -138,9 +142,10 @@ def parse(path: Path, profiles=None) -> list[Row]:
             dp = int(r.get("dp") or 1)
             ep = int(r.get("ep") or 1)
             model, gpu = model_profile(r["model"]), gpu_profile(r["gpu"])
-            rows.append(Row(i, r, model or r["model"], gpu or r["gpu"], engine, int(r["tp"]), int(r["pp"]), dtype,
-                            kv, isl, osl, mode, amount, r["metric"], float(r["value"]), sharegpt, dp=dp, ep=ep,
-                            skip=_skip_reason(r, model, gpu, dp, ep, profiles)))
+            rows.append(Row(i, r, model or r["model"], gpu or r["gpu"], engine, int(r["tp"]), int(r["pp"]),
+                            dtype,
+                            kv, isl, osl, mode, amount, r["metric"], float(r["value"]), sharegpt, dp=dp,
+                            ep=ep, skip=_skip_reason(r, model, gpu, dp, ep, profiles)))
     return rows
 
 
@@ -174,8 +179,8 @@ def _engine_limits(row: Row, eng) -> tuple[int, int]:
 
 
 def engine_version(text: str) -> str | None:
-    """The release a row's engine column names ("vLLM v0.11.0" -> "0.11"); a 2024 build (vLLM's 2024 nightly perf
-    CI) predates v0.7 (January 2025): "0.6"; None where it says nothing."""
+    """The release a row's engine column names ("vLLM v0.11.0" -> "0.11"); a 2024 build (vLLM's 2024 nightly
+    perf CI) predates v0.7 (January 2025): "0.6"; None where it says nothing."""
     if m := re.search(r"v?(\d+)\.(\d+)", text):
         return f"{m.group(1)}.{m.group(2)}"
     return "0.6" if "2024" in text else None
@@ -211,9 +216,12 @@ def predict_row(row: Row, profiles) -> float:
             isl, osl = [float(row.isl)] * n, [float(row.osl)] * n
         # served bursts stream every token over HTTP (vllm bench serve); offline ones (trtllm-bench) do not
         b = rm.predict_burst(isl, osl, streaming="offline" not in row.raw["concurrency_or_rate"].lower())
-        return {"tpot_mean_ms": b.tpot_ms, "itl_mean_ms": b.tpot_ms, "output_throughput": b.output_tokens_per_s,
-                "request_throughput": b.requests_per_s, "total_token_throughput": b.total_tokens_per_s}[row.metric]
-    return {"ttft_mean_ms": p.ttft_ms, "ttft_ms": p.ttft_ms, "tpot_mean_ms": p.tpot_ms, "itl_mean_ms": p.tpot_ms,
+        return {"tpot_mean_ms": b.tpot_ms, "itl_mean_ms": b.tpot_ms,
+                "output_throughput": b.output_tokens_per_s,
+                "request_throughput": b.requests_per_s,
+                "total_token_throughput": b.total_tokens_per_s}[row.metric]
+    return {"ttft_mean_ms": p.ttft_ms, "ttft_ms": p.ttft_ms, "tpot_mean_ms": p.tpot_ms,
+            "itl_mean_ms": p.tpot_ms,
             "output_throughput": p.output_tokens_per_s, "request_throughput": p.requests_per_s,
             "total_token_throughput": p.requests_per_s * (row.isl + row.osl)}[row.metric]
 
@@ -260,12 +268,14 @@ def report(rows: list[Row], verbose: bool = False, markdown: bool = False, worst
                 summary[g] = {"rows": len(sel), "median": med, "p90": p90, "target": TARGET[g]}
             tgt = f"<= {TARGET[g]:g} %" if (m == "ALL" or len(metrics) == 1) else ""
             if markdown:
-                lines.append(f"| {'**' + name + '**' if tgt else name} | {len(sel)} | {med:.1f} | {p90:.1f} | {tgt} |")
+                lines.append(f"| {'**' + name + '**' if tgt else name} | {len(sel)} | {med:.1f} | "
+                             f"{p90:.1f} | {tgt} |")
             else:
                 lines.append(f"{name:28s} {len(sel):4d} {med:10.1f} {p90:8.1f}  {tgt}")
     allerr = [abs(r.error_pct) for r in rows]
     lines.append(("| all rows | " if markdown else f"{'all rows':28s} ")
-                 + (f"{len(allerr)} | {statistics.median(allerr):.1f} | {_pct(allerr, 0.9):.1f} | |" if markdown else
+                 + (f"{len(allerr)} | {statistics.median(allerr):.1f} | {_pct(allerr, 0.9):.1f} | |"
+                    if markdown else
                     f"{len(allerr):4d} {statistics.median(allerr):10.1f} {_pct(allerr, 0.9):8.1f}"))
     lines.append("")
     lines.append(f"worst {worst} rows:")
@@ -327,23 +337,24 @@ def fit(rows: list[Row], profiles, sweeps: int = 2, log=print):
                 ps = _with(profiles, kind, name, fld, float(v))
                 return sum(abs(math.log(max(predict_row(r, ps), 1e-12) / r.value)) for r in sel)
 
-            res = minimize_scalar(loss, bounds=(lo, hi), method="bounded", options={"xatol": (hi - lo) * 2e-3})
+            res = minimize_scalar(loss, bounds=(lo, hi), method="bounded",
+                                  options={"xatol": (hi - lo) * 2e-3})
             profiles = _with(profiles, kind, name, fld, float(res.x))
             log(f"  {kind}/{name}.{fld} = {res.x:.4g}  (rows {len(sel)}, sum |log err| {res.fun:.3f})")
     return profiles
 
 
 def source_of(row: Row) -> str:
-    """The publication a row comes from (the source column up to its first bracket): rows of one document share
-    its setup, so leaving one row out would still let its siblings inform the fit."""
+    """The publication a row comes from (the source column up to its first bracket): rows of one document
+    share its setup, so leaving one row out would still let its siblings inform the fit."""
     return row.raw["source"].split("[")[0].strip()
 
 
 def cross_validate(rows: list[Row], profiles) -> tuple[dict[int, float], dict[str, list[str]]]:
     """Leave one source out: for each source, fit FIT_PARAMS on the other sources' rows and predict this
-    source's rows. Returns (row number -> out-of-sample prediction, source -> parameters no other source informs).
-    A parameter only this source's rows inform keeps the profile's value, which was itself fitted with these rows
-    in: that leak is reported, not hidden."""
+    source's rows. Returns (row number -> out-of-sample prediction, source -> parameters no other source
+    informs). A parameter only this source's rows inform keeps the profile's value, which was itself fitted
+    with these rows in: that leak is reported, not hidden."""
     out: dict[int, float] = {}
     leaks: dict[str, list[str]] = {}
     for src in sorted({source_of(r) for r in rows}):
@@ -370,7 +381,8 @@ def cv_report(rows: list[Row], cv: dict[int, float], leaks: dict[str, list[str]]
             continue
         a = [err(r, r.predicted) for r in sel]
         b = [err(r, cv[r.n]) for r in sel]
-        print(f"{g:28s} {len(sel):4d} {statistics.median(a):14.1f} {_pct(a, 0.9):6.1f} {statistics.median(b):13.1f} "
+        print(f"{g:28s} {len(sel):4d} {statistics.median(a):14.1f} {_pct(a, 0.9):6.1f} "
+              f"{statistics.median(b):13.1f} "
               f"{_pct(b, 0.9):6.1f}")
     print(f"\n{'source':60s} {'rows':>4s} {'in-sample med':>14s} {'held-out med':>13s}")
     for src in sorted({source_of(r) for r in rows}):
@@ -429,7 +441,8 @@ def main(argv: list[str]) -> int:
         return 2
     profiles = load_profiles()
     every = parse(path, profiles)
-    for r in every:  # a setup the profiles cannot run (weights do not fit, unknown dtype) is a skip, not a crash
+    # a setup the profiles cannot run (weights do not fit, unknown dtype) is a skip, not a crash
+    for r in every:
         if not r.skip:
             try:
                 r.predicted = predict_row(r, profiles)
@@ -443,11 +456,13 @@ def main(argv: list[str]) -> int:
         return 0
     base = profiles
     if "--fit" in argv or "--cv" in argv:
-        print("fitting engine and fp8 parameters (values to copy into profiles/ with this script as their source):")
+        print("fitting engine and fp8 parameters (values to copy into profiles/ with this "
+              "script as their source):")
         profiles = fit(rows, profiles)
         for r in rows:
             r.predicted = predict_row(r, profiles)
-    print(f"{len(rows)} rows from {path}" + (f" ({len(skipped)} more skipped, listed below)" if skipped else ""))
+    print(f"{len(rows)} rows from {path}"
+          + (f" ({len(skipped)} more skipped, listed below)" if skipped else ""))
     report(rows, verbose="-v" in argv, markdown="--markdown" in argv)
     if len({r.raw["model"] for r in rows}) > 1 or "--by-model" in argv:
         by_model(rows, markdown="--markdown" in argv)

@@ -141,8 +141,8 @@ def _stages(r: dict) -> tuple[tuple[tuple[float, float], ...], bool]:
 
 
 def gpu_of(name: str) -> str | None:
-    """The GPU profile of a run's ``gpu`` column, read as ``benchmarks/groundtruth.gpu_profile`` reads it, with
-    a vendor prefix ("NVIDIA A100-SXM4-80GB", as nvidia-smi names it) dropped."""
+    """The GPU profile of a run's ``gpu`` column, read as ``benchmarks/groundtruth.gpu_profile`` reads it,
+    with a vendor prefix ("NVIDIA A100-SXM4-80GB", as nvidia-smi names it) dropped."""
     n = name.strip()
     return gpu_profile(n[len("nvidia"):].strip() if n.lower().startswith("nvidia") else n)
 

@@ -6,7 +6,8 @@ A thin wrapper over ``trimtab calibrate`` (``trimtab.field.calibrate``), which r
 prints the fitted parameters and the fit error per operation for both GPUs. With ``--write`` it rewrites
 ``profiles/gpus/{a100-80gb,h100-sxm}.yaml`` in place (the same as running, from the repository root,
 ``trimtab calibrate ../shared/profiling/vidur/compute/h100 ../shared/profiling/vidur/network/h100_dgx
--o profiles/gpus/h100-sxm.yaml --base h100-sxm`` and likewise for a100 / a100-80gb). The data is not committed.
+-o profiles/gpus/h100-sxm.yaml --base h100-sxm`` and likewise for a100 / a100-80gb). The data is not
+committed.
 """
 from __future__ import annotations
 

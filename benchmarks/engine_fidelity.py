@@ -2,27 +2,28 @@
 
 usage: python benchmarks/engine_fidelity.py [--device cpu|cuda] [--fit-engine] [--calibrate-device]
                                             [--loads 0.3,0.55,0.8]
-                                            [--requests 80] [--lengths fixed|lognormal] [--port 8731] [--workdir DIR] [--json FILE]
+                                            [--requests 80] [--lengths fixed|lognormal] [--port 8731]
+                                            [--workdir DIR] [--json FILE]
 
 Steps (docs/fidelity.md):
-  1. a model folder: ``--device cpu`` a ~57 M-parameter Llama config (``trimtab.field.engine_run.SMALL_LLAMA``) and a
-     local tokenizer; ``--device cuda`` the real-size config of ``--model`` (a trimtab model profile) with dummy
-     weights; the spec ``SPEC`` below plans one workload on the device (``cpu-xeon-2c`` with the ``vllm-cpu``
-     engine, or ``--gpu`` with ``vllm``);
+  1. a model folder: ``--device cpu`` a ~57 M-parameter Llama config
+     (``trimtab.field.engine_run.SMALL_LLAMA``) and a local tokenizer; ``--device cuda`` the real-size config
+     of ``--model`` (a trimtab model profile) with dummy weights; the spec ``SPEC`` below plans one workload
+     on the device (``cpu-xeon-2c`` with the ``vllm-cpu`` engine, or ``--gpu`` with ``vllm``);
   2. ``trimtab plan`` on the spec, then the vLLM server started with the plan's deployment flags
      (``trimtab.field.engine_run.server_command``) on 127.0.0.1, stopped by its pid at the end whatever
      happens;
-  3. ``--fit-engine``: closed-loop runs on ``FIT_SHAPES`` fit the engine profile's step and request overheads and
-     kernel share (``trimtab.field.enginefit``), ``HELD_SHAPES`` evaluate it; the profile is written to
+  3. ``--fit-engine``: closed-loop runs on ``FIT_SHAPES`` fit the engine profile's step and request overheads
+     and kernel share (``trimtab.field.enginefit``), ``HELD_SHAPES`` evaluate it; the profile is written to
      profiles/engines/vllm-cpu.yaml (``--device cpu``; the plan is then made again with it; with
      ``--calibrate-device`` to the workdir's profiles instead, beside the CPU's) or, on a GPU, to
      benchmarks/data/vllm-<gpu>-fit.yaml for review;
   4. per load (a share of the cost model's capacity for the workload at its SLO): ``trimtab loadtest`` with
-     Poisson arrivals (``trimtab.field.loadtest.run_loadtest``), which also simulates the same request stream; the cost
-     model's TTFT and TPOT at p50 and p90 (``predicted_at``); one table row per load.
-``--calibrate-device`` (``--device cpu``): first measure this CPU and plan with its profile (``calibrate_device``)
-instead of the bundled ``cpu-xeon-2c``, as the end-to-end test does (which also fits the engine's overheads on
-the machine: ``calibrate_engine``).
+     Poisson arrivals (``trimtab.field.loadtest.run_loadtest``), which also simulates the same request stream;
+     the cost model's TTFT and TPOT at p50 and p90 (``predicted_at``); one table row per load.
+``--calibrate-device`` (``--device cpu``): first measure this CPU and plan with its profile
+(``calibrate_device``) instead of the bundled ``cpu-xeon-2c``, as the end-to-end test does (which also fits
+the engine's overheads on the machine: ``calibrate_engine``).
 Timings on a shared CPU are noisy: the table states the machine and the date.
 """
 from __future__ import annotations
@@ -66,9 +67,10 @@ workloads:
 """
 CPU = {"gpu": "cpu-xeon-2c", "engine": "vllm-cpu", "model": "tiny-llama", "isl": 256, "osl": 32, "ttft": 3000,
        "tpot": 100}
-# --lengths lognormal (``--device cpu``): issue 34's spec shape, written by someone else to stress the TPOT tail
-# behind prefills (lognormal prompts, median 300 / p99 1,200 tokens; outputs median 48 / p99 200); its SLO
-# stays the CPU case's: at fp32 on an AVX2-only CPU a 300-token prompt alone takes about the issue's 500 ms.
+# --lengths lognormal (``--device cpu``): issue 34's spec shape, written by someone else to stress the TPOT
+# tail behind prefills (lognormal prompts, median 300 / p99 1,200 tokens; outputs median 48 / p99 200); its
+# SLO stays the CPU case's: at fp32 on an AVX2-only CPU a 300-token prompt alone takes about the issue's 500
+# ms.
 LOGNORMAL = {"input_tokens": "{lognormal: {median: 300, p99: 1200}}",
              "output_tokens": "{lognormal: {median: 48, p99: 200}}"}
 GPU_SHAPES_SCALE = 8  # --device cuda: shapes x 8 (real-size models, prompts of 512-4096 tokens)
@@ -104,8 +106,8 @@ def write_case(workdir: Path, device: str, model: str | None, gpu: str | None, r
                         num_attention_heads=v["num_attention_heads"], num_key_value_heads=v["num_kv_heads"],
                         intermediate_size=v["intermediate_size"], vocab_size=v["vocab_size"],
                         max_position_embeddings=8192)
-        case = {"gpu": gpu, "engine": "vllm", "model": model, "isl": 2048, "osl": 256, "ttft": 2000, "tpot": 50,
-                "dtype": "bf16"}
+        case = {"gpu": gpu, "engine": "vllm", "model": model, "isl": 2048, "osl": 256, "ttft": 2000,
+                "tpot": 50, "dtype": "bf16"}
     case.update({"input_tokens": f"{{fixed: {case['isl']}}}", "output_tokens": f"{{fixed: {case['osl']}}}"}
                 if lengths == "fixed" else LOGNORMAL)
     spec = workdir / "spec.yaml"
@@ -114,20 +116,21 @@ def write_case(workdir: Path, device: str, model: str | None, gpu: str | None, r
 
 
 def calibrate_device(workdir: Path) -> Path:
-    """Measure the CPU this runs on (``trimtab bench --device cpu``, one thread as ``server_command`` runs vLLM,
-    in the precision vLLM's CPU kernels compute in: bf16 where the CPU has it natively, else fp32,
-    ``trimtab.field.bench.cpu_bf16_native``) and fit its device profile (``trimtab calibrate``) under the bundled name ``CPU["gpu"]`` in
-    ``workdir/profiles/gpus``; returns ``workdir/profiles``, for
+    """Measure the CPU this runs on (``trimtab bench --device cpu``, one thread as ``server_command`` runs
+    vLLM, in the precision vLLM's CPU kernels compute in: bf16 where the CPU has it natively, else fp32,
+    ``trimtab.field.bench.cpu_bf16_native``) and fit its device profile (``trimtab calibrate``) under the
+    bundled name ``CPU["gpu"]`` in ``workdir/profiles/gpus``; returns ``workdir/profiles``, for
     ``trimtab.profiles.loader.use_profile_dirs``. The
     bundled profile describes the CPU it was measured on; another CPU (CI machines vary: an AMD EPYC measured
     2.6x the bundled Xeon's bf16 GEMM rate and 2x its copy bandwidth) serves at another speed. About 5 s."""
     import subprocess
 
     def run(*args: str) -> None:
-        p = subprocess.run([sys.executable, "-m", "trimtab.cli.main", *args], cwd=ROOT, capture_output=True, text=True,
-                           env={**os.environ, "OMP_NUM_THREADS": "1"})
+        p = subprocess.run([sys.executable, "-m", "trimtab.cli.main", *args], cwd=ROOT, capture_output=True,
+                           text=True, env={**os.environ, "OMP_NUM_THREADS": "1"})
         if p.returncode:
-            raise RuntimeError(f"trimtab {' '.join(args)} exited {p.returncode}: {(p.stderr or p.stdout)[-2000:]}")
+            raise RuntimeError(f"trimtab {' '.join(args)} exited {p.returncode}: "
+                               f"{(p.stderr or p.stdout)[-2000:]}")
 
     bench = workdir / "cpu-bench"
     out = workdir / "profiles"
@@ -139,13 +142,13 @@ def calibrate_device(workdir: Path) -> Path:
 
 def calibrate_engine(workdir: Path, profile_dir: Path, spec, plan, case: dict, port: int, python: str | None,
                      start_timeout_s: float) -> dict:
-    """Fit the CPU engine profile's overheads (step, request, kernel share) on this machine, as ``calibrate_device``
-    measures its CPU: a server of the plan's deployment admitting the fit shapes (its own log, ``fit-server.log``),
-    ``fit_engine`` into ``profile_dir``/engines, the server stopped. The bundled overheads were fitted on the
-    CPU the bundled profile was measured on: a vLLM step's host-side work runs at this CPU's speed (an AMD EPYC
-    fitted a step overhead of 0 ms and a request overhead of 4.9 ms against the bundled Xeon's 3.47 and 0.0, and
-    served TPOT p50 in 6.1-7.4 ms where the bundled overheads predict 10.5-10.7, within 7-12 % of its own fit's
-    prediction). About 1.5 min."""
+    """Fit the CPU engine profile's overheads (step, request, kernel share) on this machine, as
+    ``calibrate_device`` measures its CPU: a server of the plan's deployment admitting the fit shapes (its own
+    log, ``fit-server.log``), ``fit_engine`` into ``profile_dir``/engines, the server stopped. The bundled
+    overheads were fitted on the CPU the bundled profile was measured on: a vLLM step's host-side work runs at
+    this CPU's speed (an AMD EPYC fitted a step overhead of 0 ms and a request overhead of 4.9 ms against the
+    bundled Xeon's 3.47 and 0.0, and served TPOT p50 in 6.1-7.4 ms where the bundled overheads predict
+    10.5-10.7, within 7-12 % of its own fit's prediction). About 1.5 min."""
     longest = max(s.isl + s.osl for s in FIT_SHAPES + HELD_SHAPES)
     with Server(plan, workdir, port, "cpu", python, start_timeout_s, longest, log="fit-server.log") as srv:
         return fit_engine(srv, spec, plan, case, "cpu", profile_dir=profile_dir)
@@ -165,8 +168,8 @@ def plan_spec(spec_path: Path):
 
 
 def capacity_rps(spec, plan) -> float:
-    """The cost model's capacity of the plan's (single) deployment for the workload at its SLO, requests/s: what
-    the plan states (``capacity_rps_per_replica``, at the workload's whole length mix) x its replicas."""
+    """The cost model's capacity of the plan's (single) deployment for the workload at its SLO, requests/s:
+    what the plan states (``capacity_rps_per_replica``, at the workload's whole length mix) x its replicas."""
     d = plan.deployments[0]
     return d.capacity_rps_per_replica * d.replicas
 
@@ -174,12 +177,12 @@ def capacity_rps(spec, plan) -> float:
 class Server:
     """The plan's first deployment served by vLLM on 127.0.0.1; a context manager that always stops it."""
 
-    def __init__(self, plan, workdir: Path, port: int, device: str, python: str | None, start_timeout_s: float,
-                 min_context: int = 0, log: str = "server.log"):
+    def __init__(self, plan, workdir: Path, port: int, device: str, python: str | None,
+                 start_timeout_s: float, min_context: int = 0, log: str = "server.log"):
         from trimtab.field.engine_run import server_command
 
-        self.argv, self.env = server_command(plan, plan.deployments[0], workdir / "model", port=port, device=device,
-                                             python=python, min_context=min_context)
+        self.argv, self.env = server_command(plan, plan.deployments[0], workdir / "model", port=port,
+                                             device=device, python=python, min_context=min_context)
         self.url = f"http://127.0.0.1:{port}"
         self.log = workdir / log
         self.timeout = start_timeout_s
@@ -221,8 +224,9 @@ def fit_engine(server: Server, spec, plan, case: dict, device: str, scale: int =
     cal = enginefit.calibrate_engine(server.url, mprof, gpu, ir.engine, d.max_num_batched_tokens, PARAMS,
                                      scale, dtype=d.dtype)
     base = yaml.safe_load((data_dir() / "engines" / f"{eng_name}.yaml").read_text(encoding="utf-8"))
-    # The CPU engine profile describes this machine's engine and is replaced; a GPU fit is written beside the data
-    # (the bundled vllm profile is fitted to published rows of many GPUs: adopting one GPU's fit is a choice).
+    # The CPU engine profile describes this machine's engine and is replaced; a GPU fit is written beside the
+    # data (the bundled vllm profile is fitted to published rows of many GPUs: adopting one GPU's fit is a
+    # choice).
     path = (profile_dir / "engines" / f"{eng_name}.yaml" if profile_dir is not None
             else data_dir() / "engines" / f"{eng_name}.yaml" if device == "cpu"
             else ROOT / "benchmarks" / "data" / f"{eng_name}-{d.gpu}-fit.yaml")
@@ -266,8 +270,10 @@ def fidelity_rows(server: Server, spec, plan, loads: list[float], requests: int,
                    "ttft_p50": m["ttft_p50"], "ttft_p90": m["ttft_p90"], "tpot_p50": m["tpot_p50"],
                    "tpot_p90": m["tpot_p90"], "pred_ttft_p50": p50[name][0], "pred_ttft_p90": p90[name][0],
                    "pred_tpot_p50": p50[name][1], "pred_tpot_p90": p90[name][1],
-                   "sim_ttft_p50": sim["ttft_p50"], "sim_ttft_p90": sim["ttft_p90"], "sim_tpot_p50": sim["tpot_p50"],
-                   "sim_tpot_p90": sim["tpot_p90"], "attainment": m["attainment"], "sim_attainment": sim["attainment"],
+                   "sim_ttft_p50": sim["ttft_p50"], "sim_ttft_p90": sim["ttft_p90"],
+                   "sim_tpot_p50": sim["tpot_p50"],
+                   "sim_tpot_p90": sim["tpot_p90"], "attainment": m["attainment"],
+                   "sim_attainment": sim["attainment"],
                    "target": spec.workloads[0].slo.percentile / 100, **gate}
             for k in ("ttft_p50", "ttft_p90", "tpot_p50", "tpot_p90"):
                 row[f"{k}_ci"] = m[f"{k}_ci"]
@@ -306,8 +312,9 @@ def _err(pred: float, meas: float) -> float:
 
 
 def _ci_err(pred: float, ci) -> float:
-    """How far (%) a prediction lies outside the measured percentile's 95 % interval (0 inside): the part of the
-    error the measurement's own sampling cannot explain. Relative to the nearer end; an open end never binds."""
+    """How far (%) a prediction lies outside the measured percentile's 95 % interval (0 inside): the part of
+    the error the measurement's own sampling cannot explain. Relative to the nearer end; an open end never
+    binds."""
     lo, hi = ci
     if not math.isfinite(pred):
         return math.inf
@@ -323,11 +330,14 @@ def summary(rows: list[dict]) -> dict:
     r = [x for x in rows if x["load"] <= 0.8 + 1e-9]
     med = lambda k: statistics.median(abs(x[k]) for x in r) if r else math.nan  # noqa: E731
     return {"median_abs_err_tpot_pct": statistics.median([abs(x["err_tpot_p50"]) for x in r]
-                                                         + [abs(x["err_tpot_p90"]) for x in r]) if r else math.nan,
+                                                         + [abs(x["err_tpot_p90"]) for x in r])
+                                                         if r else math.nan,
             "median_abs_err_ttft_p90_pct": med("err_ttft_p90"),
-            # the same, less what the measurement's own 95 % interval explains (0 when the model lies inside it)
+            # the same, less what the measurement's own 95 % interval explains (0 when the model lies
+            # inside it)
             "median_abs_ci_err_tpot_pct": statistics.median([abs(x["ci_err_tpot_p50"]) for x in r]
-                                                            + [abs(x["ci_err_tpot_p90"]) for x in r]) if r else math.nan,
+                                                            + [abs(x["ci_err_tpot_p90"]) for x in r])
+                                                            if r else math.nan,
             "median_abs_ci_err_ttft_p90_pct": med("ci_err_ttft_p90"),
             "max_attainment_gap_points": max((abs(x["attainment"] - x["sim_attainment"]) * 100 for x in r),
                                              default=math.nan)}
@@ -345,8 +355,10 @@ def _machine() -> str:
 
 def table(rows: list[dict]) -> str:
     f = lambda v: "-" if not math.isfinite(v) else (f"{v:.0f}" if abs(v) >= 100 else f"{v:.1f}")  # noqa: E731
-    head = ("| load | rate rps | reqs | TTFT p50 meas / pred / sim (ms) | TTFT p90 meas / pred / sim | err p50 / p90 % "
-            "| TPOT p50 meas / pred / sim (ms) | TPOT p90 meas / pred / sim | err p50 / p90 % | attainment meas / sim |")
+    head = ("| load | rate rps | reqs | TTFT p50 meas / pred / sim (ms) | TTFT p90 meas / pred / "
+            "sim | err p50 / p90 % "
+            "| TPOT p50 meas / pred / sim (ms) | TPOT p90 meas / pred / sim | err p50 / p90 % | "
+            "attainment meas / sim |")
     lines = [head, "|" + "---|" * 10]
     for x in rows:
         lines.append(
@@ -368,16 +380,19 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--gpu", default="h200", help="--device cuda: trimtab GPU profile of the device")
     ap.add_argument("--fit-engine", action="store_true", help="fit and write the engine profile first")
     ap.add_argument("--calibrate-device", action="store_true",
-                    help="--device cpu: measure this CPU and plan with its profile instead of the bundled one")
+                    help="--device cpu: measure this CPU and plan with its profile instead of the "
+                         "bundled one")
     ap.add_argument("--loads", default="0.3,0.55,0.8",
-                    help="shares of the cost model's capacity; 'edge' in the list: the largest share at which "
+                    help="shares of the cost model's capacity; 'edge' in the list: the "
+                         "largest share at which "
                          "check (simulated) passes the plan, found by bisection after any engine fit")
     ap.add_argument("--requests", type=int, default=80, help="requests per load")
     ap.add_argument("--lengths", choices=("fixed", "lognormal"), default="fixed",
                     help="the workload's lengths: the case's fixed ones, or LOGNORMAL (issue 34's shape)")
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--port", type=int, default=8731)
-    ap.add_argument("--workdir", type=Path, default=None, help="keep the model, spec, plan and server log here")
+    ap.add_argument("--workdir", type=Path, default=None,
+                    help="keep the model, spec, plan and server log here")
     ap.add_argument("--python", default=None, help="interpreter with vLLM (default: this one)")
     ap.add_argument("--start-timeout", type=float, default=600.0)
     ap.add_argument("--json", type=Path, default=None, help="also write the rows here")
@@ -386,7 +401,8 @@ def main(argv: list[str] | None = None) -> int:
     workdir = a.workdir or Path(tempfile.mkdtemp(prefix="trimtab-fidelity-"))
     workdir.mkdir(parents=True, exist_ok=True)
     t0 = time.monotonic()
-    own = None  # this machine's profiles (--calibrate-device): the engine fit goes there too, not to the bundle
+    # this machine's profiles (--calibrate-device): the engine fit goes there too, not to the bundle
+    own = None
     if a.calibrate_device and a.device == "cpu":
         from trimtab.profiles.loader import use_profile_dirs
 
@@ -406,8 +422,10 @@ def main(argv: list[str] | None = None) -> int:
         if a.fit_engine:
             out["engine_fit"] = fit_engine(srv, spec, plan, case, a.device, scale, profile_dir=own)
             ef = out["engine_fit"]
-            print(f"engine fit {ef['params']}: in-sample median error TTFT {ef['fit']['ttft_median']:.1f} %, TPOT "
-                  f"{ef['fit']['tpot_median']:.1f} %; held out TTFT {ef['held_out']['ttft_median']:.1f} %, TPOT "
+            print(f"engine fit {ef['params']}: in-sample median error TTFT "
+                  f"{ef['fit']['ttft_median']:.1f} %, TPOT "
+                  f"{ef['fit']['tpot_median']:.1f} %; held out TTFT "
+                  f"{ef['held_out']['ttft_median']:.1f} %, TPOT "
                   f"{ef['held_out']['tpot_median']:.1f} %; wrote {ef['profile']}", flush=True)
             spec, plan = plan_spec(spec_path)
         loads = [check_edge(spec, plan) if x == "edge" else float(x) for x in loads]
@@ -419,7 +437,8 @@ def main(argv: list[str] | None = None) -> int:
     s = out["summary"]
     print(f"median |error| TPOT {s['median_abs_err_tpot_pct']:.1f} % (target 15), TTFT p90 "
           f"{s['median_abs_err_ttft_p90_pct']:.1f} % (target 25); attainment gap sim vs measured up to "
-          f"{s['max_attainment_gap_points']:.1f} points (target 5); outside the measured 95 % intervals: TPOT "
+          f"{s['max_attainment_gap_points']:.1f} points (target 5); outside the measured "
+          "95 % intervals: TPOT "
           f"{s['median_abs_ci_err_tpot_pct']:.1f} %, TTFT p90 {s['median_abs_ci_err_ttft_p90_pct']:.1f} %; "
           f"{out['wall_s']:.0f} s")
     if a.json:

@@ -1,10 +1,12 @@
-"""The README's and docs' example figures, re-measured: every bundled example planned as ``trimtab plan`` plans it
-(validated on three seeds), with the comparison each doc quotes, and ``check`` at seeds the planner did not use.
+"""The README's and docs' example figures, re-measured: \
+every bundled example planned as ``trimtab plan`` plans it
+(validated on three seeds), with the comparison each doc quotes, and ``check`` at seeds the planner did not
+use.
 
     python benchmarks/examples_table.py [--seeds 2000,2001,2002]
 
-Prints one row per (example, variant): $/h, GPUs, solve rounds, wall seconds, the pooled attainment per workload
-at the unused seeds and whether check passes.
+Prints one row per (example, variant): $/h, GPUs, solve rounds, wall seconds, the pooled attainment per
+workload at the unused seeds and whether check passes.
 """
 from __future__ import annotations
 
@@ -43,7 +45,8 @@ def main() -> None:
     first = int(args.seeds.split(",")[0])
     n = len(args.seeds.split(","))
     only = set(filter(None, args.only.split(",")))
-    print(f"{'example':<15} {'variant':<15} {'$/h':>8} {'rounds':>6} {'s':>6}  gpus; attainment at seeds {args.seeds}")
+    print(f"{'example':<15} {'variant':<15} {'$/h':>8} {'rounds':>6} {'s':>6}  gpus; attainment at "
+          f"seeds {args.seeds}")
     for name, variant, over, pd in VARIANTS:
         if only and name not in only:
             continue
@@ -64,7 +67,8 @@ def main() -> None:
             disagg.ENABLED = True
         att = ", ".join(f"{k} {iv.mean:.2%}" for k, iv in res.intervals.items())
         gpus = " + ".join(f"{c} x {g}" for g, c in r.plan.gpus.items())
-        print(f"{name:<15} {variant:<15} {r.plan.cost_usd_per_hour:>8.2f} {r.rounds:>6} {dt:>6.1f}  {gpus}; {att}; "
+        print(f"{name:<15} {variant:<15} {r.plan.cost_usd_per_hour:>8.2f} {r.rounds:>6} "
+              f"{dt:>6.1f}  {gpus}; {att}; "
               f"check {'passes' if rep.ok else 'FAILS'}", flush=True)
 
 

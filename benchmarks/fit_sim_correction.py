@@ -2,12 +2,15 @@
 
     python benchmarks/fit_sim_correction.py --size small --n 40 --seed 100 --csv obs.csv \
         --out profiles/sim_capacity.yaml
-    python benchmarks/fit_sim_correction.py --size lora --n 12 --seed 100 --csv benchmarks/data/sim_fit_lora.csv
+    python benchmarks/fit_sim_correction.py --size lora \
+--n 12 --seed 100 --csv benchmarks/data/sim_fit_lora.csv
     python benchmarks/fit_sim_correction.py --from-csv benchmarks/data/sim_fit_small.csv \
-        benchmarks/data/sim_fit_lora.csv --describe "..." --out profiles/sim_capacity.yaml   # refit, both families
+        benchmarks/data/sim_fit_lora.csv --describe "..." \
+--out profiles/sim_capacity.yaml   # refit, both families
 
 Specs with adapters (the ``lora`` family) are observed under regimes of their own (``lora-p95-mixed``, ...:
-``trimtab.planning.rounds.regime(w, lora=True)``), with their own ``lora-default`` and ``lora-first_round``; the driver
+``trimtab.planning.rounds.regime(w, lora=True)``), with their \
+own ``lora-default`` and ``lora-first_round``; the driver
 applies them per workload shown missing (``trimtab.planning.rounds.prior_on_miss``).
 
 What it measures. Specs of a ``benchmarks/specgen.py`` family are planned with ``trimtab.api.plan`` as
@@ -22,7 +25,8 @@ then censored: a pass at x says x* >= x, a miss says x* < x.
 The fit, per regime: the largest factor f among the observed x (and 1.0) such that, among the observations
 that decide f (misses at x <= f: x* < f for sure; passes at x >= f: x* >= f for sure), at most ``MISS_SHARE``
 (10 %) are misses: a censored estimate of the 10th percentile of x*. A regime with fewer than ``MIN_MISSES``
-(3) misses or ``MIN_OBS`` (3) deciding observations is left out and takes the ``default`` entry, the same fit over every observation. The output is
+(3) misses or ``MIN_OBS`` (3) deciding observations is left out and takes \
+the ``default`` entry, the same fit over every observation. The output is
 ``profiles/sim_capacity.yaml``: each regime's ``{value, source}`` and a ``sources`` block naming this command,
 the family, the seeds and the observation counts.
 
@@ -48,7 +52,8 @@ MIN_MISSES = 3  # a regime of its own only with this many misses; else the defau
 FIELDS = ("spec", "round", "workload", "regime", "x", "passed", "seeds", "attainment", "target")
 
 
-def observe(size_name: str, n: int, seed: int, time_limit: float | None, csv_path: Path | None = None) -> list[dict]:
+def observe(size_name: str, n: int, seed: int, time_limit: float | None,
+            csv_path: Path | None = None) -> list[dict]:
     """Plan the family without the prior; one row per (spec, simulated round, workload), also appended to
     ``csv_path`` as they come (a long run stopped early keeps what it measured)."""
     import trimtab.planning.driver as driver
@@ -109,7 +114,8 @@ def family(reg: str) -> str:
 
 def fit(rows: list[dict]) -> dict[str, dict]:
     """regime -> {value, n_pass, n_miss} (see the module docstring), and per family (unified, ``lora-``) a
-    ``default`` fitted on every row of that family (for its regimes with too few observations of their own)."""
+    ``default`` fitted on every row of that family (for its regimes with too few observations of their
+    own)."""
     out = {}
     fams = sorted({family(r["regime"]) for r in rows})
     for reg in sorted({r["regime"] for r in rows}) + [f + "default" for f in fams]:
@@ -135,24 +141,29 @@ def fit(rows: list[dict]) -> dict[str, dict]:
 
 def first_round(rows: list[dict]) -> dict[str, dict[str, int]]:
     """Per family (its prefix): observations of the first simulated round (the plan on the cost model's own
-    capacities), how many, and how many of them the simulation confirmed. Their ratio q is a workload's chance to
-    pass on the model's capacities; a first plan of W workloads then passes with about q ** W
+    capacities), how many, and how many of them the simulation confirmed. Their ratio q is a workload's chance
+    to pass on the model's capacities; a first plan of W workloads then passes with about q ** W
     (``trimtab.planning.rounds.first_try_worth``)."""
     out = {}
     for fam in sorted({family(r["regime"]) for r in rows}):
         first = [r for r in rows if int(r["round"]) == 1 and family(r["regime"]) == fam]
-        out[fam] = {"passes": sum(1 for r in first if r["passed"] in (True, "True")), "observations": len(first)}
+        out[fam] = {"passes": sum(1 for r in first if r["passed"] in (True, "True")),
+                    "observations": len(first)}
     return out
 
 
 def write_yaml(path: Path, table: dict[str, dict], family_desc: str, n_rows: int,
                first: dict[str, dict[str, int]] | None = None) -> None:
     lines = [
-        "# Capacity prior of the correction rounds (compiler/planning/rounds.py::prior_derates): per regime (SLO percentile",
-        "# band x one or several prompt-length ranges), the factor on the cost model's per-replica capacity at",
+        "# Capacity prior of the correction rounds (compiler/planning/rounds.py::prior_derates): per "
+        "regime (SLO percentile",
+        "# band x one or several prompt-length ranges), the factor on the cost model's "
+        "per-replica capacity at",
         "# which the validating simulation confirms the SLO in about 90 % of cases. Written by",
-        "# benchmarks/fit_sim_correction.py; do not edit by hand (refit instead). Regimes not listed: default.",
-        "# lora-*: specs with adapters (trimtab.planning.lora.LoraPlanner), applied per workload a round shows missing",
+        "# benchmarks/fit_sim_correction.py; do not edit by hand (refit instead). Regimes "
+        "not listed: default.",
+        "# lora-*: specs with adapters (trimtab.planning.lora.LoraPlanner), applied per workload a "
+        "round shows missing",
         "# (compiler/planning/rounds.py::prior_on_miss); regimes of that family not listed: lora-default.",
         "sources:",
         "  fit: {kind: fit, ref: \"benchmarks/fit_sim_correction.py against the simulator (trimtab.sim) on "
@@ -161,9 +172,11 @@ def write_yaml(path: Path, table: dict[str, dict], family_desc: str, n_rows: int
         "regimes:",
     ]
     for reg, e in table.items():
-        lines.append(f"  {reg}: {{value: {e['value']}, source: fit, passes: {e['n_pass']}, misses: {e['n_miss']}}}")
+        lines.append(f"  {reg}: {{value: {e['value']}, source: fit, passes: {e['n_pass']}, "
+                     f"misses: {e['n_miss']}}}")
     if first:
-        lines += ["# first simulated round (plans on the cost model's own capacities), per family: workloads the",
+        lines += ["# first simulated round (plans on the cost model's own capacities), per "
+                  "family: workloads the",
                   "# simulation confirmed, of those observed (compiler/planning/rounds.py::first_try_worth)"]
         for fam, e in first.items():
             lines.append(f"{fam}first_round: {{passes: {e['passes']}, observations: {e['observations']}, "
@@ -178,9 +191,11 @@ def main() -> None:
     ap.add_argument("--seed", type=int, default=100, help="first seed (keep evaluation seeds out: >= 100)")
     ap.add_argument("--time-limit", type=float, default=None)
     ap.add_argument("--csv", type=Path, default=None, help="write the observations here")
-    ap.add_argument("--from-csv", type=Path, nargs="*", default=None, help="fit these observations, plan nothing")
+    ap.add_argument("--from-csv", type=Path, nargs="*", default=None,
+                    help="fit these observations, plan nothing")
     ap.add_argument("--out", type=Path, default=None, help="write the fitted table here (YAML)")
-    ap.add_argument("--describe", default=None, help="with --from-csv: the families the observations came from "
+    ap.add_argument("--describe", default=None,
+                    help="with --from-csv: the families the observations came from "
                     "(for the table's source)")
     args = ap.parse_args()
     if args.from_csv:

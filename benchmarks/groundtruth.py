@@ -1,12 +1,13 @@
-"""The ground-truth table format shared by ``benchmarks/accuracy.py`` and its tests: columns, metrics and their
-units, the benchmark modes of ``concurrency_or_rate``, the mapping of published model and GPU names to profiles,
-the precision a row ran at, and a checker that names the file, line and field of each malformed value.
+"""The ground-truth table format shared by ``benchmarks/accuracy.py`` and its tests: columns, metrics and
+their units, the benchmark modes of ``concurrency_or_rate``, the mapping of published model and GPU names to
+profiles, the precision a row ran at, and a checker that names the file, line and field of each malformed
+value.
 
-Tables: ``../shared/groundtruth/dev.csv`` (dense models) and ``benchmarks/data/moe_groundtruth.csv`` (MoE models),
-columns ``source, model, gpu, num_gpus, tp, pp, engine, isl, osl, concurrency_or_rate, metric, value, unit, notes``
-plus the optional trailing ``dp`` (attention data-parallel ranks; the replica spans tp x pp x dp GPUs), ``ep``
-(expert-parallel degree; 1 = experts sharded by TP) and ``dtype`` (weight precision: bf16, fp16, fp8, fp4), left
-empty where the source does not state them.
+Tables: ``../shared/groundtruth/dev.csv`` (dense models) and ``benchmarks/data/moe_groundtruth.csv`` (MoE
+models), columns ``source, model, gpu, num_gpus, tp, pp, engine, isl, osl, concurrency_or_rate, metric, value,
+unit, notes`` plus the optional trailing ``dp`` (attention data-parallel ranks; the replica spans tp x pp x dp
+GPUs), ``ep`` (expert-parallel degree; 1 = experts sharded by TP) and ``dtype`` (weight precision: bf16, fp16,
+fp8, fp4), left empty where the source does not state them.
 """
 from __future__ import annotations
 
@@ -20,8 +21,8 @@ COLUMNS = ("source", "model", "gpu", "num_gpus", "tp", "pp", "engine", "isl", "o
 OPTIONAL_COLUMNS = ("dp", "ep", "dtype")
 METRIC_UNITS = {
     "output_throughput_per_gpu": "tok/s/GPU", "output_throughput": "tok/s", "total_token_throughput": "tok/s",
-    "request_throughput": "req/s", "ttft_ms": "ms", "ttft_mean_ms": "ms", "tpot_mean_ms": "ms", "itl_mean_ms": "ms",
-    "e2e_latency_mean_ms": "ms",
+    "request_throughput": "req/s", "ttft_ms": "ms", "ttft_mean_ms": "ms", "tpot_mean_ms": "ms",
+    "itl_mean_ms": "ms", "e2e_latency_mean_ms": "ms",
 }
 DTYPES = ("bf16", "fp16", "fp8", "fp4")
 
@@ -30,7 +31,8 @@ DTYPES = ("bf16", "fp16", "fp8", "fp4")
 MODELS = {"llama-2-7b": "llama-2-7b", "llama-2-70b": "llama-2-70b", "gpt-j-6b": "gpt-j-6b",
           "llama-3.1-8b": "llama-3.1-8b", "llama-3-70b": "llama-3-70b", "qwen3-8b": "qwen3-8b",
           "qwen3-14b": "qwen3-14b", "qwen3-32b": "qwen3-32b",
-          "mixtral-8x7b": "mixtral-8x7b", "qwen3-235b-a22b": "qwen3-235b-a22b", "qwen3-30b-a3b": "qwen3-30b-a3b",
+          "mixtral-8x7b": "mixtral-8x7b", "qwen3-235b-a22b": "qwen3-235b-a22b",
+          "qwen3-30b-a3b": "qwen3-30b-a3b",
           "deepseek-v3": "deepseek-v3", "deepseek-r1": "deepseek-v3", "llama-4-maverick": "llama-4-maverick",
           "llama-4-scout": "llama-4-scout", "gpt-oss-120b": "gpt-oss-120b"}
 GPUS = (("h100", "h100-sxm"), ("h200", "h200"), ("b200", "b200"), ("a100", "a100-80gb"), ("l40s", "l40s"))
@@ -47,7 +49,8 @@ def gpu_profile(name: str) -> str | None:
 
 
 def engine_family(text: str) -> str:
-    """TensorRT-LLM and NeMo (which serves through TensorRT-LLM) -> trt-llm; SGLang -> sglang; vLLM -> vllm."""
+    """TensorRT-LLM and NeMo (which serves through TensorRT-LLM) -> trt-llm; SGLang -> sglang; vLLM ->
+    vllm."""
     t = text.lower()
     if "tensorrt" in t or "nemo" in t:
         return "trt-llm"
@@ -59,7 +62,8 @@ def engine_family(text: str) -> str:
 
 
 def mode(text: str) -> tuple[str, float]:
-    """``concurrency_or_rate`` -> (static | closed | open | saturated, batch / concurrency / rate / requests)."""
+    """``concurrency_or_rate`` -> (static | closed | open | saturated, batch / concurrency / rate /
+    requests)."""
     t = text.lower()
     if m := re.match(r"batch=(\d+)", t):
         return "static", float(m.group(1))
@@ -73,11 +77,11 @@ def mode(text: str) -> tuple[str, float]:
 
 
 def precision(notes: str, engine: str, dtype_col: str = "") -> tuple[str, str]:
-    """(weight dtype, KV-cache dtype) of a row. Weights: the ``dtype`` column where given, else FP4 / FP8 named in
-    the notes, else bf16. KV cache: what the notes state ("FP8 KV cache", "FP16 KV cache"); otherwise fp8 for
-    TensorRT-LLM rows with quantized weights (its FP8 setting quantizes the KV cache too, and NVIDIA's quantized
-    checkpoints ship an FP8 KV cache) unless the notes say the quantization is of the weights only ("FP8
-    weights", "MXFP4 expert weights", "weight-only"), bf16 otherwise."""
+    """(weight dtype, KV-cache dtype) of a row. Weights: the ``dtype`` column where given, else FP4 / FP8
+    named in the notes, else bf16. KV cache: what the notes state ("FP8 KV cache", "FP16 KV cache"); otherwise
+    fp8 for TensorRT-LLM rows with quantized weights (its FP8 setting quantizes the KV cache too, and NVIDIA's
+    quantized checkpoints ship an FP8 KV cache) unless the notes say the quantization is of the weights only
+    ("FP8 weights", "MXFP4 expert weights", "weight-only"), bf16 otherwise."""
     low = notes.lower()
     dtype = dtype_col.strip().lower()
     if not dtype:
@@ -128,16 +132,19 @@ def check_row(r: dict) -> list[str]:
             if ints[c] is None:
                 out.append(f"{c}: {r[c]!r} is not a positive integer")
     dp = ints.get("dp") or 1
-    if None not in (ints["num_gpus"], ints["tp"], ints["pp"]) and ints["tp"] * ints["pp"] * dp != ints["num_gpus"]:
+    if (None not in (ints["num_gpus"], ints["tp"], ints["pp"])
+            and ints["tp"] * ints["pp"] * dp != ints["num_gpus"]):
         out.append(f"num_gpus: {ints['num_gpus']} != tp {ints['tp']} x pp {ints['pp']} x dp {dp}")
     ep = ints.get("ep")
     if ep and ints["tp"] and (ints["tp"] * dp) % ep:
-        out.append(f"ep: {ep} does not divide the tp x dp = {ints['tp'] * dp} GPUs the experts are spread over")
+        out.append(f"ep: {ep} does not divide the tp x dp = {ints['tp'] * dp} GPUs the "
+                   "experts are spread over")
     for c in ("isl", "osl"):
         txt = (r.get(c) or "").strip()
         if txt and _positive_int(txt) is None:
             out.append(f"{c}: {txt!r} is not a positive integer")
-        if not txt and "sharegpt" not in ((r.get("concurrency_or_rate") or "") + (r.get("notes") or "")).lower():
+        if not txt and "sharegpt" not in ((r.get("concurrency_or_rate") or "")
+                                          + (r.get("notes") or "")).lower():
             out.append(f"{c}: empty (only ShareGPT rows may leave the lengths to the dataset's means)")
     if (r.get("dtype") or "").strip() and r["dtype"].strip().lower() not in DTYPES:
         out.append(f"dtype: {r['dtype']!r} (known: {', '.join(DTYPES)})")

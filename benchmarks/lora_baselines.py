@@ -7,8 +7,8 @@ usage: python benchmarks/lora_baselines.py [SPEC]        (default: examples/mult
   one-slot candidate x ceil(adapter rate / its capacity); base-model traffic likewise on its own deployment
 * everything on one pool: per base model one deployment holding all its adapters (the largest max_loras),
   all on one GPU type and shape (the cheapest such choice), sized by the same MILP
-All use the same cost model and SLOs; the baselines are solved analytically (no simulation rounds) and with the
-GPU counts lifted (one deployment per adapter needs far more GPUs than the example has).
+All use the same cost model and SLOs; the baselines are solved analytically (no simulation rounds) and with
+the GPU counts lifted (one deployment per adapter needs far more GPUs than the example has).
 """
 from __future__ import annotations
 
@@ -49,7 +49,8 @@ def main() -> None:
     prob = build(ir)
     print(f"spec: {spec_path}")
     print(f"  plan (trimtab plan):          {r.plan.cost_usd_per_hour:8.2f} $/h  "
-          f"{sum(r.plan.gpus.values()):3d} GPUs  {len(r.plan.deployments)} deployments  (validated by simulation)")
+          f"{sum(r.plan.gpus.values()):3d} GPUs  {len(r.plan.deployments)} deployments  "
+          "(validated by simulation)")
     print(f"  plan, analytic only:          {ra.plan.cost_usd_per_hour:8.2f} $/h  "
           f"{sum(ra.plan.gpus.values()):3d} GPUs  {len(ra.plan.deployments)} deployments")
     # The baselines may need more GPUs than the spec has: price them with the inventory lifted.
@@ -78,7 +79,8 @@ def main() -> None:
             best = (p2, shape)
     if best:
         p2, shape = best
-        print(f"  everything on one pool:       {p2.cost_usd_per_hour:8.2f} $/h  {sum(p2.gpus.values()):3d} GPUs  "
+        print(f"  everything on one pool:       {p2.cost_usd_per_hour:8.2f} $/h  "
+              f"{sum(p2.gpus.values()):3d} GPUs  "
               f"(cheapest single shape: {shape[0]} tp{shape[1]} pp{shape[2]}, {shape[3] // 1024}k tokens)")
     else:
         print("  everything on one pool:       no plan")

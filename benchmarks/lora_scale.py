@@ -2,8 +2,8 @@
 
 usage: python benchmarks/lora_scale.py [--adapters 1000] [--models 10] [--no-validate] [--write SPEC]
 
-Generates the spec (one ``adapters_from`` population and one ``adapter: '*'`` workload per base model, three GPU
-types), plans it in-process (validation by simulation included unless --no-validate) and prints the stage
+Generates the spec (one ``adapters_from`` population and one ``adapter: '*'`` workload per base model, three
+GPU types), plans it in-process (validation by simulation included unless --no-validate) and prints the stage
 times, the plan's cost, deployments and adapters held. The target: 1,000 adapters over 10 base models in under
 30 s (docs/multi-lora.md has the figure).
 """
@@ -25,7 +25,8 @@ def make_spec(adapters: int, models: int) -> dict:
         "version": 1, "name": f"lora-scale-{adapters}x{models}",
         "gpus": [{"type": "h100-sxm", "count": 256}, {"type": "a100-80gb", "count": 256},
                  {"type": "l40s", "count": 256}],
-        "models": [{"name": m, "adapters_from": {"count": per + (1 if i < adapters % models else 0), "rank": 16,
+        "models": [{"name": m, "adapters_from": {"count": per + (1 if i < adapters % models else 0),
+                                                 "rank": 16,
                                                  "traffic": {"zipf": {"s": 1.1}}}} for i, m in enumerate(ms)],
         "workloads": [{"name": f"{m}-lora", "model": m, "adapter": "*", "rate_rps": 6 if "70b" in m else 20,
                        "input_tokens": {"lognormal": {"median": 600, "p99": 4000}},
@@ -55,8 +56,10 @@ def main() -> None:
     p = r.plan
     held = sum(len(d.adapters) for d in p.deployments)
     print(f"{args.adapters} adapters over {args.models} base models: planned in {wall:.1f} s "
-          f"(candidates {r.seconds['candidates']:.1f} s, solve {r.seconds['solve']:.1f} s, rounds {r.rounds})")
-    print(f"cost {p.cost_usd_per_hour:.2f} $/h, {sum(p.gpus.values())} GPUs, {len(p.deployments)} deployments, "
+          f"(candidates {r.seconds['candidates']:.1f} s, solve {r.seconds['solve']:.1f} s, "
+          f"rounds {r.rounds})")
+    print(f"cost {p.cost_usd_per_hour:.2f} $/h, {sum(p.gpus.values())} GPUs, "
+          f"{len(p.deployments)} deployments, "
           f"{held} adapter placements, {len(p.adapter_routes)} adapter routes, "
           f"simulation {'passed' if p.simulation and p.simulation.passed else 'skipped or failed'}")
 

@@ -1,7 +1,8 @@
-"""MoE predictions across layouts and precisions (docs/moe.md): for each model, GPU and dtype, every single-node
-layout (tp, dp, ep) that fits, its KV capacity and its closed-loop TPOT and output tokens/s per GPU at the same
-load per GPU (``--per-gpu`` requests in flight per GPU, at most what the KV cache holds); the layout with the most
-tokens/s per GPU within ``--tpot-ms`` is marked. Cost model only (no simulation, no solver).
+"""MoE predictions across layouts and precisions (docs/moe.md): \
+for each model, GPU and dtype, every single-node
+layout (tp, dp, ep) that fits, its KV capacity and its closed-loop TPOT and output tokens/s per GPU at the
+same load per GPU (``--per-gpu`` requests in flight per GPU, at most what the KV cache holds); the layout with
+the most tokens/s per GPU within ``--tpot-ms`` is marked. Cost model only (no simulation, no solver).
 
     PYTHONPATH=. python benchmarks/moe_layouts.py [--isl 1000] [--osl 1000] [--per-gpu 32] [--tpot-ms 50]
         [--models deepseek-v3,...]
@@ -13,8 +14,8 @@ import argparse
 from trimtab.cost.predict import replica
 from trimtab.profiles.loader import load_profiles
 
-MODELS = ("qwen3-30b-a3b", "qwen3-235b-a22b", "deepseek-v3", "llama-4-scout", "llama-4-maverick", "gpt-oss-120b",
-          "mixtral-8x7b")
+MODELS = ("qwen3-30b-a3b", "qwen3-235b-a22b", "deepseek-v3", "llama-4-scout", "llama-4-maverick",
+          "gpt-oss-120b", "mixtral-8x7b")
 GPUS = ("h100-sxm", "h200", "b200")
 DTYPES = ("bf16", "fp8", "fp4")
 LAYOUTS = [(tp, 1, 1) for tp in (1, 2, 4, 8)] + [(tp, 1, tp) for tp in (2, 4, 8)] + \
@@ -32,7 +33,8 @@ def main() -> None:
     P = load_profiles()
     print(f"isl {a.isl}, osl {a.osl}, {a.per_gpu} requests in flight per GPU (vllm engine profile); "
           f"* = most tokens/s per GPU with TPOT <= {a.tpot_ms:g} ms")
-    print(f"{'model':18s} {'gpu':9s} {'dtype':5s} {'layout':14s} {'GPUs':>4s} {'KV tokens':>11s} {'conc':>5s} "
+    print(f"{'model':18s} {'gpu':9s} {'dtype':5s} {'layout':14s} {'GPUs':>4s} "
+          f"{'KV tokens':>11s} {'conc':>5s} "
           f"{'TPOT ms':>8s} {'tok/s/GPU':>9s}")
     for m in a.models.split(","):
         for g in GPUS:

@@ -1,18 +1,22 @@
-"""Plans over time on ServeGen shapes (docs/online.md, "Measured"): the schedule against a static plan sized for
+"""Plans over time on ServeGen shapes (docs/online.md, \
+"Measured"): the schedule against a static plan sized for
 the peak and a reactive HPA-like baseline, attainment per window for each; and re-planning after +30 % on one
 workload (moves against a from-scratch plan's).
 
     python benchmarks/online.py --days 14 --window-h 6 --requests 4000 [--out benchmarks/data/online.json]
 
-Spec: the quickstart's chat (llama-3.1-70b, peak 4 rps) and summarize (llama-3.1-8b, peak 10 rps) workloads and
+Spec: the quickstart's chat (llama-3.1-70b, peak 4 rps) \
+and summarize (llama-3.1-8b, peak 10 rps) workloads and
 GPU pools; chat follows ServeGen m-large's aggregate per-10-minute rates, summarize m-mid's
 (../shared/traces/servegen/aggregated), over the first ``--days`` days averaged into windows of ``--window-h``
 hours, each scaled so its busiest window is the peak. Three policies on the same windows:
 
-- schedule: ``trimtab plan`` with ``schedule`` (the schedule MILP, start-up costs, validated on its fullest windows)
+- schedule: ``trimtab plan`` with ``schedule`` (the schedule \
+MILP, start-up costs, validated on its fullest windows)
 - static peak: ``trimtab plan`` of the spec at each workload's peak rate, held all period
 - reactive: the static plan's deployments, each scaled per window in proportion to its load (replicas =
-  ceil(peak replicas x window rate / peak rate), at least 1), as an HPA holding the per-replica load the static
+  ceil(peak replicas x window rate / peak rate), at least \
+1), as an HPA holding the per-replica load the static
   plan found safe would settle to, with no lag (optimistic for it)
 
 Every window of each policy is simulated as a static plan (``trimtab.gate.windows``) with ``--requests``
@@ -81,13 +85,15 @@ def shape(model: str, days: int, window_s: int, peak: float) -> list[float]:
 
 
 def with_schedule(p, wr, replicas: list[dict[str, int]], costs: list[float], routes):
-    """``p`` (a static plan) with a schedule block of the given replicas per window (for per-window checks)."""
-    wins = [ScheduleWindow(start_s=t * wr.window_s, rates=wr.at(t), replicas=replicas[t], started=0, stopped=0,
+    """``p`` (a static plan) with a schedule block of the given replicas per window (for per-window
+    checks)."""
+    wins = [ScheduleWindow(start_s=t * wr.window_s, rates=wr.at(t), replicas=replicas[t], started=0,
+                           stopped=0,
                            cost_usd_per_hour=round(costs[t], 4), routes=list(routes)) for t in range(wr.n)]
     return p.model_copy(update={"schedule": PlanSchedule(
         window_s=wr.window_s, cyclic=True, min_lifetime_windows=1, max_changes_per_window=None, startup_s={},
-        startup_source="", cost_usd_per_hour_mean=round(sum(costs) / len(costs), 4), startup_usd_per_period=0.0,
-        windows=wins)})
+        startup_source="", cost_usd_per_hour_mean=round(sum(costs) / len(costs), 4),
+        startup_usd_per_period=0.0, windows=wins)})
 
 
 def per_window(p, spec, requests: int) -> dict:
@@ -100,10 +106,11 @@ def per_window(p, spec, requests: int) -> dict:
 
 
 def transitions(p, spec, lead_s: float | None) -> dict:
-    """Every boundary where the schedule adds replicas simulated over time (one seed): starts issued ahead by the
-    start-up time (``lead_s`` None, as planned) or at the boundary (0)."""
+    """Every boundary where the schedule adds replicas simulated over time (one seed): starts issued ahead by
+    the start-up time (``lead_s`` None, as planned) or at the boundary (0)."""
     cs = check_transitions(p, spec, seeds=1, lead_s=lead_s)
-    return {"passed": sum(c.ok for c in cs), "boundaries": len(cs), "failed": [c.window for c in cs if not c.ok],
+    return {"passed": sum(c.ok for c in cs), "boundaries": len(cs),
+            "failed": [c.window for c in cs if not c.ok],
             "worst_margin": round(min((c.margin for c in cs), default=0.0), 4),
             "head_attainment_min": {k: round(min(c.head.intervals[k].mean for c in cs), 4)
                                     for k in (cs[0].head.intervals if cs else {})}}
@@ -128,7 +135,8 @@ def main() -> None:
     base.write_text(text)
     spec = load_spec(base)
     wr = window_rates(spec)
-    out: dict = {"days": args.days, "window_h": args.window_h, "windows": wr.n, "requests_per_window": args.requests}
+    out: dict = {"days": args.days, "window_h": args.window_h, "windows": wr.n,
+                 "requests_per_window": args.requests}
     t0 = time.perf_counter()
     sched = plan(spec).plan
     out["schedule_plan_s"] = round(time.perf_counter() - t0, 1)
@@ -155,13 +163,15 @@ def main() -> None:
     usd = {d.name: price[d.gpu] * d.tensor_parallel * d.pipeline_parallel for d in static.deployments}
     held = {d.name: d.replicas for d in static.deployments}
     st = with_schedule(static, wr, [held] * wr.n, [static.cost_usd_per_hour] * wr.n, static.routes)
-    out["static_peak"] = {"usd_per_hour_mean": static.cost_usd_per_hour, **per_window(st, spec, args.requests)}
+    out["static_peak"] = {"usd_per_hour_mean": static.cost_usd_per_hour,
+                          **per_window(st, spec, args.requests)}
     workload_of = {r.deployment: r.workload for r in static.routes if r.deployment}
     reps = [{d: max(1, math.ceil(n * wr.at(t)[workload_of[d]] / wr.peak(workload_of[d]) - 1e-9))
              for d, n in held.items()} for t in range(wr.n)]
     costs = [sum(usd[d] * n for d, n in r.items()) for r in reps]
     rx = with_schedule(static, wr, reps, costs, static.routes)
-    out["reactive"] = {"usd_per_hour_mean": round(sum(costs) / len(costs), 4), **per_window(rx, spec, args.requests)}
+    out["reactive"] = {"usd_per_hour_mean": round(sum(costs) / len(costs), 4),
+                       **per_window(rx, spec, args.requests)}
     out["peak_window"] = peak_t
     print(json.dumps(out, indent=1), flush=True)
     if not args.skip_replan:
@@ -181,7 +191,8 @@ def main() -> None:
             out["repair_node_" + node] = {
                 "lost_replicas": f.failure.lost_replicas,
                 "replan": {"usd_per_hour": f.plan.cost_usd_per_hour, "moves": count_moves(f.moves)},
-                "from_scratch": {"usd_per_hour": f.fresh.cost_usd_per_hour, "moves": count_moves(f.fresh_moves)}}
+                "from_scratch": {"usd_per_hour": f.fresh.cost_usd_per_hour,
+                                 "moves": count_moves(f.fresh_moves)}}
     text_out = json.dumps(out, indent=1)
     print(text_out)
     if args.out:

@@ -8,14 +8,17 @@ Per size: median / p90 / max of the total seconds of ``trimtab.api.plan`` (valid
 included, as ``trimtab plan`` runs it), of each stage in ``PlanResult.seconds`` (``other``: the total less the
 named stages: building plans, placement and derating between the rounds; ``simulate`` is the validating
 simulation runs), of the rounds, and the share
-of plans validated by simulation within 2 rounds (``plan.simulation.passed`` and ``rounds <= 2``), and within 2
-validating simulations (``PlanResult.simulations <= 2``: a round the cost model's own assessment rejects costs a
+of plans validated by simulation within 2 rounds \
+(``plan.simulation.passed`` and ``rounds <= 2``), and within 2
+validating simulations (``PlanResult.simulations <= 2``: \
+a round the cost model's own assessment rejects costs a
 solve, and a simulation only on specs of many workloads, ``trimtab.planning.rounds.simulate_past_misses``).
 Infeasible or unsolved specs are counted and timed, not dropped. ``quickstart`` plans
 ``examples/quickstart.yaml`` n times (the same spec: the spread is this machine's noise).
 
 Held-out specs: ``--seed 0`` (specs 0-19) is the family the correction rounds were studied on, session after
-session; ``--seed 100`` (specs 100-119, none of them seen while tuning) tells whether a change generalises (issue
+session; ``--seed 100`` (specs 100-119, none of them seen \
+while tuning) tells whether a change generalises (issue
 16's rounds: 89 % within 2 rounds at seed 0, 63 % at seed 100, docs/solvers.md). ``--seed 1`` is not another
 family: it shares 19 of its 20 specs with seed 0.
 
@@ -47,8 +50,8 @@ from trimtab.spec.load import load_spec  # noqa: E402
 NOT_STAGES = ("generator", "spec", "size", "status", "error", "total", "cpu", "rounds", "simulations",
               "validated", "cost", "gap", "misses", "workloads", "runs_reused", "runs_simulated")
 CSV_FIELDS = ("generator", "size", "spec", "status", "total", "cpu", "lower", "candidates", "solve",
-              "simulate", "assess", "single types", "finish", "other", "rounds", "simulations", "validated", "misses", "gap", "cost", "workloads",
-              "runs_reused", "runs_simulated", "error")
+              "simulate", "assess", "single types", "finish", "other", "rounds", "simulations", "validated",
+              "misses", "gap", "cost", "workloads", "runs_reused", "runs_simulated", "error")
 # --generator: specgen (the families the rounds were studied on) or alt (benchmarks/specgen_alt.py, written to
 # differ from it: issue 35 asks for the targets over several independent generators); mix
 # (benchmarks/specgen_mix.py): small specs combining the spec's features, many refused or infeasible by design
@@ -136,8 +139,9 @@ def run_one(name: str, text: str, time_limit: float | None, validate: bool = Tru
 
 def run_bounded(name: str, text: str, time_limit: float | None, timeout: float | None,
                 validate: bool = True, files: dict[str, str] | None = None) -> dict:
-    """``run_one`` in a forked child killed after ``timeout`` s (row status ``timeout``, total = the timeout: a
-    lower bound), so one pathological spec cannot eat a shared machine's afternoon. No timeout: in-process."""
+    """``run_one`` in a forked child killed after ``timeout`` s (row status ``timeout``, total = the timeout:
+    a lower bound), so one pathological spec cannot eat a shared machine's afternoon. No timeout:
+    in-process."""
     if not timeout:
         return run_one(name, text, time_limit, validate, files)
     import multiprocessing as mp
@@ -196,7 +200,8 @@ def summarise(rows: list[dict]) -> dict:
                      max(r["rounds"] for r in ok)) if ok else None
     reused = sum(r.get("runs_reused", 0) for r in ok)
     out["reused"] = reused / max(reused + sum(r.get("runs_simulated", 0) for r in ok), 1)
-    out["within2"] = sum(1 for r in ok if r["validated"] and r["rounds"] <= 2) / len(ok) if ok else float("nan")
+    out["within2"] = (sum(1 for r in ok if r["validated"] and r["rounds"] <= 2) / len(ok) if ok
+                      else float("nan"))
     # the same within 2 simulations (a round the cost model's own assessment rejects costs a solve, and a
     # simulation only on specs of many workloads: trimtab.planning.rounds.simulate_past_misses); rows of
     # older CSVs
@@ -221,7 +226,8 @@ def fmt3(t: tuple | None, d: int = 2) -> str:
 
 def print_header() -> None:
     print("| size | n | ok / failed | total s (median / p90 / max) | CPU s | stages s (median / p90 / max) "
-          "| rounds (median / p90 / max) | validated within 2 rounds | within 2 simulations | deployment runs reused "
+          "| rounds (median / p90 / max) | validated within 2 rounds | within 2 simulations | "
+          "deployment runs reused "
           "| gap % (median / max) | plans with misses | target |")
     print("|---|---:|---:|---:|---:|---|---:|---:|---:|---:|---:|---:|---|")
 
@@ -236,7 +242,8 @@ def print_row(size_name: str, rows: list[dict]) -> None:
     s = summarise(rows)
     stages = "; ".join(f"{k} {fmt3(s[k])}" for k in s["stages"])
     print(f"| {size_name} | {s['n']} | {s['ok']} / {s['failed']} | {fmt3(s['total'])} | {fmt3(s['cpu'])} | "
-          f"{stages} | {fmt3(s['rounds'], 0)} | {s['within2']:.0%} | {s['within2sim']:.0%} | {s['reused']:.0%} | "
+          f"{stages} | {fmt3(s['rounds'], 0)} | {s['within2']:.0%} | {s['within2sim']:.0%} | "
+          f"{s['reused']:.0%} | "
           f"{fmt_gap(s['gap'])} | {s['missed']} | {TARGETS.get(size_name.split(':')[-1], '')} |",
           flush=True)
 
@@ -262,7 +269,8 @@ def read_rows(path: Path) -> dict[str, list[dict]]:
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--sizes", default="small,medium", help="comma-separated: quickstart, small, medium, large, "
+    ap.add_argument("--sizes", default="small,medium",
+                    help="comma-separated: quickstart, small, medium, large, "
                     "target, lora-small, lora, W/G/N[/M] or lora:A/B[/RATE]")
     ap.add_argument("--generator", choices=sorted(GENERATORS), default="specgen", help="spec families: "
                     "specgen (benchmarks/specgen.py), alt (benchmarks/specgen_alt.py, written to differ "
@@ -273,7 +281,8 @@ def main() -> None:
     ap.add_argument("--seed", type=int, default=0, help="first seed")
     ap.add_argument("--time-limit", type=float, default=None, help="solver time limit per plan, seconds")
     ap.add_argument("--csv", type=Path, default=None, help="write one row per planned spec here (as it goes)")
-    ap.add_argument("--spec-timeout", type=float, default=None, help="stop a spec's plan after this many seconds "
+    ap.add_argument("--spec-timeout", type=float, default=None,
+                    help="stop a spec's plan after this many seconds "
                     "(counted as a timeout, its total a lower bound)")
     ap.add_argument("--analytic", action="store_true", help="plan with validate=False (no simulation, no "
                     "simulation-driven rounds): what the cost model and the solver alone take")

@@ -1,6 +1,7 @@
 """Median time to plan a spec, in-process and as the CLI a user runs.
 
-usage: python benchmarks/plan_speed.py [SPEC] [--repeats N]      (default: examples/quickstart.yaml, 7 repeats)
+usage: python benchmarks/plan_speed.py [SPEC] [--repeats N]      (default: examples/quickstart.yaml, 7
+repeats)
 
 Reports the rounds and the median and min/max of: ``trimtab.plan`` in a warm process (per stage: lower,
 candidates, solve, simulate, total), and ``trimtab plan`` as a
@@ -46,10 +47,11 @@ def main() -> None:
     with tempfile.TemporaryDirectory() as d:
         for _ in range(args.repeats):
             t = time.perf_counter()
-            subprocess.run([sys.executable, "-m", "trimtab.cli.main", "plan", args.spec, "-o", f"{d}/p.yaml"], cwd=ROOT,
-                           check=True, capture_output=True)
+            subprocess.run([sys.executable, "-m", "trimtab.cli.main", "plan", args.spec, "-o", f"{d}/p.yaml"],
+                           cwd=ROOT, check=True, capture_output=True)
             cli.append(time.perf_counter() - t)
-    print(f"CLI, fresh process: median {statistics.median(cli):.3f} s   min {min(cli):.3f}   max {max(cli):.3f}")
+    print(f"CLI, fresh process: median {statistics.median(cli):.3f} s   min {min(cli):.3f}   "
+          f"max {max(cli):.3f}")
 
 
 if __name__ == "__main__":

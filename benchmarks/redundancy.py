@@ -1,7 +1,8 @@
-"""The cost of ``redundancy: n+1`` against none (docs/online.md, "Redundancy"), and both plans checked with each
-node removed.
+"""The cost of ``redundancy: n+1`` against none (docs/online.md, "Redundancy"), and both plans checked with
+each node removed.
 
-    python benchmarks/redundancy.py examples/quickstart.yaml [--scale-gpus 4] [--out benchmarks/data/redundancy.json]
+    python benchmarks/redundancy.py examples/quickstart.yaml [--scale-gpus 4] [--out
+    benchmarks/data/redundancy.json]
 
 For each spec: ``plan`` with redundancy none and n+1 (both validated by simulation, as ``trimtab plan``), then
 ``check --fail-each-node`` of both (simulated, 3 unused seeds per kind of node loss). ``--scale-gpus K``
@@ -30,8 +31,8 @@ def one(spec, label: str) -> dict:
     whole, _ = check_simulated(r.plan, spec)
     losses = check_each_node(r.plan, spec)
     worst = worst_loss(losses)
-    return {"label": label, "usd_per_hour": r.plan.cost_usd_per_hour, "gpus": r.plan.gpus, "plan_s": round(plan_s, 1),
-            "rounds": r.rounds, "plan_check_ok": whole.ok,
+    return {"label": label, "usd_per_hour": r.plan.cost_usd_per_hour, "gpus": r.plan.gpus,
+            "plan_s": round(plan_s, 1), "rounds": r.rounds, "plan_check_ok": whole.ok,
             "node_loss_ok": all(x.report.ok for x in losses), "kinds": len(losses),
             "failing_kinds": sum(not x.report.ok for x in losses),
             "worst_node": worst.nodes[0] if worst else None,

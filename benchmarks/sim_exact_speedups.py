@@ -1,14 +1,15 @@
-"""The simulator's two exact speed-ups, off and on, on the same runs (one core): decode-only stretches taken with
-numpy (``trimtab.sim.replica._bulk``, from BULK_MIN steps) and replicas that run apart between arrivals
-(``Simulation.replicas_apart``). Each pair of runs must give the same ``SimResult`` (wall time aside); the script
-stops with an error if not.
+"""The simulator's two exact speed-ups, off and on, on the same runs (one core): decode-only stretches taken
+with numpy (``trimtab.sim.replica._bulk``, from BULK_MIN steps) and replicas that run apart between arrivals
+(``Simulation.replicas_apart``). Each pair of runs must give the same ``SimResult`` (wall time aside); the
+script stops with an error if not.
 
 usage: python benchmarks/sim_exact_speedups.py [--repeats 2] [--target-seeds 0 12]
 
-Runs: ``benchmarks/sim_speed.py``'s hand-built plan (Llama-3.1-8B chat on R H100 replicas, 100,000 requests) at
-R = 8, 24, 64; and for specgen's target family (100 workloads / 8 types / 4,096 GPUs) at each given seed, the
-plan without validation simulated whole (``default_requests``) and as the planner's run of its rare workloads
-(``trimtab.sim.aim_counts`` over two seeds). Prints the median wall seconds off and on and their ratio.
+Runs: ``benchmarks/sim_speed.py``'s hand-built plan (Llama-3.1-8B chat on R H100 replicas, 100,000 requests)
+at R = 8, 24, 64; and for specgen's target family (100 workloads / 8 types / 4,096 GPUs) at each given seed,
+the plan without validation simulated whole (``default_requests``) and as the planner's run of its rare
+workloads (``trimtab.sim.aim_counts`` over two seeds). Prints the median wall seconds off and on and their
+ratio.
 """
 from __future__ import annotations
 
@@ -78,7 +79,8 @@ def main() -> None:
     with tempfile.TemporaryDirectory() as tmp:
         for r in (8, 24, 64):
             p, spec, ir = sim_speed.make(r, Path(tmp))
-            _ab(f"sim_speed, {r} replicas, 100,000 requests", lambda: simulate(p, spec, ir=ir, requests=100_000,
+            _ab(f"sim_speed, {r} replicas, 100,000 requests",
+                lambda: simulate(p, spec, ir=ir, requests=100_000,
                                                                                timeline=False), args.repeats)
     specs = family(parse_size("target"), max(args.target_seeds, default=-1) + 1, 0)
     for k in args.target_seeds:

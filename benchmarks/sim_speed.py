@@ -5,7 +5,8 @@ usage: python benchmarks/sim_speed.py [--requests N] [--replicas R ...] [--profi
 
 The plan is built by hand (no solver): one workload of Llama-3.1-8B chat-like traffic (lognormal prompts,
 median 600 tokens; outputs median 120) on R H100 replicas, each at about 60 % prefill utilisation. Reports
-wall time, requests per second and engine steps per second for each R; ``--profile`` prints the top of a cProfile.
+wall time, requests per second and engine steps per second for each R; ``--profile`` prints the top of a
+cProfile.
 """
 from __future__ import annotations
 
@@ -49,14 +50,17 @@ def make(replicas: int, folder: Path):
     spec = load_spec(p)
     ir = lower(spec)
     rm = replica_model(ir, "llama-3.1-8b", "h100-sxm", 1, 1, "bf16", 256, 8192)
-    dep = Deployment(name="chat-h100", model="llama-3.1-8b", gpu="h100-sxm", tensor_parallel=1, pipeline_parallel=1,
-                     replicas=replicas, role="unified", dtype="bf16", max_batch_size=256, max_num_batched_tokens=8192,
-                     kv_cache_tokens=rm.memory.kv_cache_tokens, load_rps_per_replica=PER_REPLICA_RPS, utilization=0.0,
-                     engine_args=[])
+    dep = Deployment(name="chat-h100", model="llama-3.1-8b", gpu="h100-sxm", tensor_parallel=1,
+                     pipeline_parallel=1,
+                     replicas=replicas, role="unified", dtype="bf16", max_batch_size=256,
+                     max_num_batched_tokens=8192,
+                     kv_cache_tokens=rm.memory.kv_cache_tokens, load_rps_per_replica=PER_REPLICA_RPS,
+                     utilization=0.0, engine_args=[])
     w = ir.workloads[0]
     plan = Plan(spec="bench", input_hash=ir.input_hash, cost_usd_per_hour=0.0, gpus={"h100-sxm": replicas},
                 solver=SolverInfo(backend="highs", status="optimal", gap=0.0, seconds=1.0, rounds=1),
-                deployments=[dep], routes=[Route(workload="chat", bucket=b.name, deployment="chat-h100", share=b.prob)
+                deployments=[dep], routes=[Route(workload="chat", bucket=b.name, deployment="chat-h100",
+                                                 share=b.prob)
                                            for b in w.buckets], predictions={}, buckets={})
     return plan, spec, ir
 

@@ -51,7 +51,8 @@ def main() -> None:
     same = [{k: v for k, v in x.to_dict().items() if k != "wall_s"} for x in (whole, split, again)]
     if not same[0] == same[1] == same[2]:
         sys.exit("per-deployment runs differ from the whole run")
-    print(f"{name}: {len(r.plan.deployments)} deployments, {args.requests:,} requests, {whole.steps:,} engine steps")
+    print(f"{name}: {len(r.plan.deployments)} deployments, {args.requests:,} requests, "
+          f"{whole.steps:,} engine steps")
     print("| run | CPU s | speed-up |\n|---|---:|---:|")
     for label, t in (("one event loop over all arrivals", t_whole), ("one loop per deployment", t_split),
                      (f"same seed again, {cache.hits} of {cache.hits + cache.misses} runs reused", t_again)):

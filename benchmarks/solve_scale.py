@@ -34,9 +34,10 @@ BUNDLED = ["llama-3.1-8b", "mistral-7b", "qwen2.5-7b", "llama-3.1-70b", "qwen2.5
            "mixtral-8x7b"]
 # (layers, hidden, heads, kv heads, intermediate) of synthetic dense models, 1B..14B-ish
 SYNTH = [(16, 2048, 16, 8, 8192), (24, 2048, 16, 8, 8192), (28, 3072, 24, 8, 8192), (32, 3072, 24, 8, 9216),
-         (32, 4096, 32, 8, 11008), (36, 4096, 32, 8, 12288), (40, 5120, 40, 8, 13824), (28, 2560, 20, 4, 6912),
-         (24, 4096, 32, 8, 14336), (30, 3584, 28, 4, 18944), (36, 2048, 16, 8, 11008), (20, 2048, 16, 16, 5632),
-         (48, 5120, 40, 8, 13824)]
+         (32, 4096, 32, 8, 11008), (36, 4096, 32, 8, 12288), (40, 5120, 40, 8, 13824),
+         (28, 2560, 20, 4, 6912),
+         (24, 4096, 32, 8, 14336), (30, 3584, 28, 4, 18944), (36, 2048, 16, 8, 11008),
+         (20, 2048, 16, 16, 5632), (48, 5120, 40, 8, 13824)]
 LENGTHS = [({"fixed": 512}, {"fixed": 64}), ({"lognormal": {"median": 1000, "p99": 8000}}, {"fixed": 256}),
            ({"uniform": {"min": 200, "max": 4000}}, {"lognormal": {"median": 200, "p99": 1200}}),
            ({"histogram": {"edges": [0, 256, 1024, 4096], "weights": [0.5, 0.4, 0.1]}}, {"fixed": 32})]
@@ -59,13 +60,14 @@ def make_spec(models: int, workloads: int, gpu_types: int, gpus: int, folder: Pa
         mrefs.append({"name": f"synth-{i}", "config": f"m{i}.json"})
         names.append(f"synth-{i}")
     per = gpus // gpu_types
-    pools = [{"type": GPU_TYPES[g], "count": per + (1 if g < gpus - per * gpu_types else 0)} for g in range(gpu_types)]
+    pools = [{"type": GPU_TYPES[g], "count": per
+              + (1 if g < gpus - per * gpu_types else 0)} for g in range(gpu_types)]
     ws = []
     for j in range(workloads):
         isl, osl = LENGTHS[j % len(LENGTHS)]
         big = names[j % models] in ("llama-3.1-70b", "qwen2.5-72b", "qwen2.5-32b", "mixtral-8x7b")
-        ws.append({"name": f"w{j:03d}", "model": names[j % models], "rate_rps": round(rng.uniform(0.5, 6.0), 2),
-                   "input_tokens": isl, "output_tokens": osl,
+        ws.append({"name": f"w{j:03d}", "model": names[j % models],
+                   "rate_rps": round(rng.uniform(0.5, 6.0), 2), "input_tokens": isl, "output_tokens": osl,
                    "slo": {"ttft_ms": rng.choice([2000, 4000, 8000]) * (2 if big else 1),
                            "tpot_ms": rng.choice([60, 100, 150]), "percentile": rng.choice([90, 99])}})
     spec = {"version": 1, "name": f"scale-m{models}-w{workloads}-g{gpu_types}-n{gpus}", "gpus": pools,
@@ -94,7 +96,8 @@ def run_one(path: Path, solver: str, repeat: int) -> dict:
     if r is None:
         return {"total_s": total, "error": err, "peak_mib": peak}
     return {"total_s": total, "candidates_s": r.seconds.get("candidates", 0.0), "solve_s": r.solve.seconds,
-            "rounds": r.rounds, "gap": r.solve.gap, "status": r.solve.status.value, "cost": r.plan.cost_usd_per_hour,
+            "rounds": r.rounds, "gap": r.solve.gap, "status": r.solve.status.value,
+            "cost": r.plan.cost_usd_per_hour,
             "candidates": len(r.candidates.candidates), "pruned": len(r.candidates.pruned), "peak_mib": peak}
 
 
@@ -107,7 +110,8 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--solver", default="highs")
     ap.add_argument("--repeat", type=int, default=3, help="runs per size; the median time is reported")
-    ap.add_argument("--sweep", action="store_true", help="also vary one dimension at a time around the target")
+    ap.add_argument("--sweep", action="store_true",
+                    help="also vary one dimension at a time around the target")
     ap.add_argument("--sizes", default="", help="semicolon-separated m,w,g,n tuples instead of the ladder")
     ap.add_argument("--kv-tiers", default="off", choices=["off", "auto", "offload", "experimental-live"],
                     help="defaults.kv_tiers of the generated specs (docs/kv-tiers.md)")
@@ -115,7 +119,8 @@ def main() -> None:
     sizes = [tuple(int(x) for x in s.split(",")) for s in args.sizes.split(";") if s] or LADDER
     if args.sweep:
         sizes += [s for s in SWEEP if s not in sizes]
-    print(f"| models | workloads | GPU types | GPUs | total s (median of {args.repeat}) | candidates s | solve s "
+    print(f"| models | workloads | GPU types | GPUs | total s (median of {args.repeat}) | "
+          "candidates s | solve s "
           f"| rounds | status | gap | cands kept/pruned | peak RSS MiB |")
     print("|---:|---:|---:|---:|---:|---:|---:|---:|---|---:|---:|---:|")
     with tempfile.TemporaryDirectory() as tmp:
@@ -126,9 +131,10 @@ def main() -> None:
                       f"{d['peak_mib']:.0f} |")
                 continue
             gap = "-" if d["gap"] is None else f"{d['gap']:.2%}"
-            print(f"| {m} | {w} | {g} | {n} | {d['total_s']:.2f} | {d['candidates_s']:.2f} | {d['solve_s']:.2f} | "
-                  f"{d['rounds']} | {d['status']} | {gap} | {d['candidates']}/{d['pruned']} | {d['peak_mib']:.0f} |",
-                  flush=True)
+            print(f"| {m} | {w} | {g} | {n} | {d['total_s']:.2f} | {d['candidates_s']:.2f} | "
+                  f"{d['solve_s']:.2f} | "
+                  f"{d['rounds']} | {d['status']} | {gap} | {d['candidates']}/{d['pruned']} | "
+                  f"{d['peak_mib']:.0f} |", flush=True)
 
 
 if __name__ == "__main__":

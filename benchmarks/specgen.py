@@ -1,8 +1,8 @@
 """Seeded generators of random spec families, for benchmarks over specs the planner has not been tuned on.
 
     from benchmarks.specgen import SIZES, generate, parse_size
-    text = generate(SIZES["target"], seed=3)          # YAML text of a spec; the same (size, seed), the same text
-    spec = load_spec("gen.yaml", text=text)
+    text = generate(SIZES["target"], seed=3)          # YAML text of a spec; the same (size, seed), the same
+    text spec = load_spec("gen.yaml", text=text)
 
 Why families and not one spec: the scale work was measured on ``benchmarks/solve_scale.py``'s one spec per
 size, whose regular lengths and SLOs the correction rounds happen to like; a spec it has not seen can be ten
@@ -13,13 +13,14 @@ times slower (issue 16). A family draws, per seed, what real fleets mix:
   8x7B; 405B only in fleets large enough to hold it on GPUs with room for it;
 * workload kinds: ``chat`` (lognormal prompts and answers with heavy tails, p99 4-16x the median),
   ``short`` (autocomplete-like histograms, tight TTFT), ``batch`` (uniform long prompts, fixed outputs, loose
-  SLOs), ``long`` (16k-60k-token prompts, long-context models only) and ``pd`` (long prompts and a tight TPOT on
-  a 70B-class model, where prefill/decode disaggregation pays, as in ``examples/disaggregated.yaml``; the fleet
-  then holds H100 and H200);
+  SLOs), ``long`` (16k-60k-token prompts, long-context models only) and ``pd`` (long prompts and a tight TPOT
+  on a 70B-class model, where prefill/decode disaggregation pays, as in ``examples/disaggregated.yaml``; the
+  fleet then holds H100 and H200);
 * rates log-uniform (0.5-20 rps, a quarter of that on large models), percentiles 90/95/99;
 * adapter families (``Size.adapters > 0``): ``adapters_from`` populations with Zipf traffic over
   ``Size.base_models`` base models, one ``adapter: "*"`` workload per base model (the total rate split by
-  the population sizes), plus two tenant-owned adapters (one tenant dedicated), as in ``examples/multi-lora.yaml``.
+  the population sizes), plus two tenant-owned adapters (one tenant dedicated), as in
+  ``examples/multi-lora.yaml``.
 
 Determinism: everything is drawn from ``random.Random(f"{seed}/{size.key}")`` (string seeds hash with SHA-512,
 not PYTHONHASHSEED) and dumped with ``yaml.safe_dump(sort_keys=False)``, so the text is a function of
@@ -44,7 +45,8 @@ LONG_CONTEXT = {"llama-3.1-8b": 131072, "llama-3.1-70b": 131072, "llama-3.1-405b
 LARGE = set(LARGE_DENSE) | set(HUGE) | set(MOE)
 # GPU types with the HBM to hold 405B in one 8-GPU node at fp8 or two at bf16.
 BIG_HBM = ("h100-sxm", "h200", "b200", "mi300x")
-GPU_TYPES = ("h100-sxm", "h200", "a100-80gb", "l40s", "l4", "a100-40gb", "b200", "a10g", "mi300x", "h100-pcie")
+GPU_TYPES = ("h100-sxm", "h200", "a100-80gb", "l40s", "l4", "a100-40gb", "b200", "a10g", "mi300x",
+             "h100-pcie")
 # The adapter families' base models: the issue-16 case (Llama 3.1 8B/70B, Qwen2.5 7B/32B/72B, Mistral 7B,
 # Mixtral 8x7B), then more small ones.
 LORA_BASES = ("llama-3.1-8b", "llama-3.1-70b", "qwen2.5-7b", "qwen2.5-32b", "qwen2.5-72b", "mistral-7b",
@@ -100,7 +102,8 @@ def parse_size(text: str) -> Size:
         parts = [int(x) for x in text.split("/")]
         return Size(parts[0], parts[1], parts[2], models=parts[3] if len(parts) > 3 else 0)
     except (ValueError, IndexError):
-        raise ValueError(f"size {text!r}: use one of {', '.join(SIZES)}, W/G/N[/M] or lora:A/B[/RATE]") from None
+        raise ValueError(f"size {text!r}: use one of {', '.join(SIZES)}, "
+                         "W/G/N[/M] or lora:A/B[/RATE]") from None
 
 
 def _lognormal(median: float, tail: float) -> dict:
@@ -119,7 +122,8 @@ def _pick_gpus(rng: random.Random, size: Size, need_pd: bool, need_huge: bool) -
 
 
 def _pick_models(rng: random.Random, size: Size) -> list[str]:
-    """Small dense first, then large dense, Mixtral and (fleets of >= 1,024 GPUs) 405B, then more of either."""
+    """Small dense first, then large dense, Mixtral and (fleets of >= 1,024 GPUs) 405B, then more of
+    either."""
     n = size.n_models
     small, large = list(SMALL_DENSE), list(LARGE_DENSE)
     rng.shuffle(small)
@@ -152,7 +156,8 @@ def _workload(rng: random.Random, j: int, model: str, kind: str) -> dict:
         lo = rng.choice((1000, 2000, 3000))
         isl = {"uniform": {"min": lo, "max": lo * rng.choice((2, 3, 4))}}
         osl = {"fixed": rng.choice((100, 200, 400))}
-        slo = {"ttft_ms": rng.choice((4000, 8000, 15000)) * slow, "tpot_ms": rng.choice((80, 120, 200)) * slow}
+        slo = {"ttft_ms": rng.choice((4000, 8000, 15000)) * slow,
+               "tpot_ms": rng.choice((80, 120, 200)) * slow}
     elif kind == "long":
         med = rng.choice((12000, 16000, 24000))
         isl = {"lognormal": {"median": med, "p99": min(60000, med * rng.choice((2, 3)))}}
@@ -204,7 +209,8 @@ def _adapters(rng: random.Random, size: Size, seed: int) -> dict:
         models.append(entry)
         share = max(1, c) / size.adapters
         w = _workload(rng, i, m, "chat")
-        w.update(name=f"{m}-lora", adapter="*", rate_rps=round(size.rate_rps * share * (0.5 if m in LARGE else 1), 3))
+        w.update(name=f"{m}-lora", adapter="*",
+                 rate_rps=round(size.rate_rps * share * (0.5 if m in LARGE else 1), 3))
         ws.append(w)
     if n >= 2:
         for name, tenant, rate in (("acme-legal", "acme", 2.0), ("globex-support", "globex", 3.0)):

@@ -3,7 +3,8 @@
     python benchmarks/sweep_speed.py --spec examples/robust.yaml --scenarios 8 --workers 2 [--analytic]
 
 Plans ``--scenarios`` sampled scenarios (``--rate-cv``, ``--length-cv``, ``--seed``) once serially in this
-process and once as Ray tasks on a local Ray with ``--workers`` CPUs; prints the wall time of each (Ray's start
+process and once as Ray tasks on a local Ray with \
+``--workers`` CPUs; prints the wall time of each (Ray's start
 apart), the speed-up without and with the start, the load average before and after (on a shared machine the
 speed-up is bounded by the idle cores, not by ``--workers``), and whether the two result lists are equal.
 """
@@ -45,10 +46,12 @@ def main() -> None:
     t_ray = time.perf_counter() - t0
     ex.close()
     load1 = os.getloadavg()
-    print(f"| spec | points | CPUs | workers | serial s | Ray start s | Ray s | speed-up | with start | equal | "
+    print("| spec | points | CPUs | workers | serial s | Ray start s | Ray s | speed-up | "
+          "with start | equal | "
           f"load before/after |")
     print("|---|---:|---:|---:|---:|---:|---:|---:|---:|---|---|")
-    print(f"| {spec.name} | {len(pts)} | {os.cpu_count()} | {args.workers} | {t_serial:.1f} | {t_start:.1f} | "
+    print(f"| {spec.name} | {len(pts)} | {os.cpu_count()} | {args.workers} | "
+          f"{t_serial:.1f} | {t_start:.1f} | "
           f"{t_ray:.1f} | {t_serial / t_ray:.2f} | {t_serial / (t_ray + t_start):.2f} | {on_ray == serial} | "
           f"{load0[0]:.1f} / {load1[0]:.1f} |")
 

@@ -70,7 +70,8 @@ workloads:
 """
 
 
-# 8B RAG at 20 rps with 8k-20k-token prompts: heavy KV per request, where prefill/decode pairs pay (tests/disagg)
+# 8B RAG at 20 rps with 8k-20k-token prompts: heavy KV per request, where prefill/decode pairs pay
+# (tests/disagg)
 HEAVY_KV_SPEC = """\
 version: 1
 name: heavy-kv
@@ -109,8 +110,8 @@ def unit(name: str, gpu: str, tp: int, pp: int, replicas: int):
 
 
 def run_cli(*args):
-    """``trimtab ARGS`` in process (typer's runner), failing the test on a traceback or an unexpected exception;
-    the result keeps stdout and stderr apart."""
+    """``trimtab ARGS`` in process (typer's runner), failing the test on a traceback or an unexpected
+    exception; the result keeps stdout and stderr apart."""
     from typer.testing import CliRunner
 
     from trimtab.cli.main import app

@@ -1,5 +1,5 @@
-"""The architecture as the code has it (issues 12 and 37): one installed package, ``trimtab``, whose folders are
-the stages, in one order; no import cycle; no import from a lower stage to a higher one; no module over
+"""The architecture as the code has it (issues 12 and 37): one installed package, ``trimtab``, whose folders
+are the stages, in one order; no import cycle; no import from a lower stage to a higher one; no module over
 MAX_LINES. Imports are read with ``ast`` (function-level imports included: a lazy import is still a
 dependency), so the test sees what a reader sees.
 
@@ -48,7 +48,8 @@ def import_graph() -> nx.DiGraph:
                 targets = [a.name for a in node.names]
             else:
                 continue
-            for t in targets:  # the most specific module named: `from trimtab.sim import arrivals` -> the module
+            # the most specific module named: `from trimtab.sim import arrivals` -> the module
+            for t in targets:
                 if t in mods and t != m:
                     g.add_edge(m, t)
                     break
@@ -80,12 +81,14 @@ def test_no_import_from_a_lower_stage_to_a_higher_one():
 
 
 def test_no_module_over_max_lines():
-    long = {m: n for m, p in modules().items() if (n := len(p.read_text(encoding="utf-8").splitlines())) > MAX_LINES}
+    long = {m: n for m, p in modules().items()
+            if (n := len(p.read_text(encoding="utf-8").splitlines())) > MAX_LINES}
     assert long == {}
 
 
 def test_the_checks_can_fail():
-    """The graph sees function-level imports and the stage map ranks every module (a stale map fails above)."""
+    """The graph sees function-level imports and the stage map ranks every module (a stale map fails
+    above)."""
     g = import_graph()
     assert g.has_edge("trimtab.api", "trimtab.planning.driver")
     assert stage("trimtab.sim.engine") > stage("trimtab.cost.model")
@@ -108,8 +111,8 @@ def test_the_wheel_lists_every_package():
 
 
 def test_nothing_imports_the_folder_names():
-    """Only `trimtab` is installed: an import of `compiler`, `solvers`, `profiles` or `cli` as a top-level package
-    works in a checkout by accident and fails once installed."""
+    """Only `trimtab` is installed: an import of `compiler`, `solvers`, `profiles` or `cli` as a top-level
+    package works in a checkout by accident and fails once installed."""
     bad = []
     for p in [*ROOT.glob("compiler/**/*.py"), *ROOT.glob("solvers/**/*.py"), *ROOT.glob("cli/**/*.py"),
               *ROOT.glob("profiles/**/*.py"), *ROOT.glob("tests/**/*.py"), *ROOT.glob("benchmarks/**/*.py")]:
@@ -129,9 +132,9 @@ NOT_FOR_THE_SIMULATOR = ("trimtab.milp.", "trimtab.planning.", "trimtab.ir.lower
 
 
 def test_the_simulator_reads_plan_and_cost_model_only():
-    """The simulator's scenario and event loop depend on the plan, the spec, the IR, records and the cost model,
-    never on how the planner got the plan (issue 12): no lowering, candidates, formulation, assessment, planner,
-    KV-tier allocation or gate."""
+    """The simulator's scenario and event loop depend on the plan, the spec, the IR, records and the cost
+    model, never on how the planner got the plan (issue 12): no lowering, candidates, formulation, assessment,
+    planner, KV-tier allocation or gate."""
     g = import_graph()
     bad = [f"{a} imports {b}" for a in SIM_CORE if a in g for b in g.successors(a)
            if b.startswith(NOT_FOR_THE_SIMULATOR)]

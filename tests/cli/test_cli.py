@@ -49,7 +49,8 @@ def test_plan_verbose_reports_rounds_and_stage_seconds(tmp_path, small_spec_path
     # the stages account for the process's wall time: what is left to "other" is a few hundredths of a second
     stages = dict(part.rsplit(" ", 1) for part in line.split("seconds: ")[1].split(", "))
     assert float(stages["other"]) <= 0.05 + 0.02 * sum(float(v) for v in stages.values()), line
-    # a small spec simulates only plans its assessment accepts: one simulation per simulated miss, and the last
+    # a small spec simulates only plans its assessment accepts: one simulation per simulated miss, and the
+    # last
     after_miss = int(line.split("(")[1].split()[0])
     assert f"{after_miss} after a simulated miss, {after_miss + 1} simulated)" in line
     sim = next(ln for ln in res.output.splitlines() if ln.startswith("simulation: "))
@@ -58,7 +59,8 @@ def test_plan_verbose_reports_rounds_and_stage_seconds(tmp_path, small_spec_path
 
 
 def test_plan_json_format(tmp_path, small_spec_path):
-    out = tmp_path / "p.json"  # the file format does not depend on the spec: the one-workload one plans fastest
+    # the file format does not depend on the spec: the one-workload one plans fastest
+    out = tmp_path / "p.json"
     assert run("plan", small_spec_path, "-o", out, "--format", "json").exit_code == 0
     assert json.loads(out.read_text())["spec"] == "small"
 
@@ -150,12 +152,14 @@ def test_infeasible_slo_exit3_says_closest_value(tmp_path):
     res = run("plan", p)
     assert res.exit_code == ExitCode.INFEASIBLE
     assert "short: TTFT p90 5 ms cannot be met" in res.output
-    assert "the fastest candidate (" in res.output and "relax workloads[0].slo.ttft_ms to at least" in res.output.lower()
+    assert ("the fastest candidate (" in res.output
+            and "relax workloads[0].slo.ttft_ms to at least" in res.output.lower())
 
 
 def test_infeasible_inventory_exit3_says_what_to_raise(tmp_path):
     p = tmp_path / "s.yaml"
-    p.write_text(SMALL_SPEC.replace("rate_rps: 5", "rate_rps: 5000").replace("budget_usd_per_hour: 100\n", ""))
+    p.write_text(SMALL_SPEC.replace("rate_rps: 5", "rate_rps: 5000").replace("budget_usd_per_hour: 100\n",
+                                                                             ""))
     res = run("plan", p)
     assert res.exit_code == ExitCode.INFEASIBLE
     assert "raise gpus[" in res.output and "count from 8 to at least" in res.output
@@ -216,24 +220,25 @@ def test_adapter_planner_solver_without_solution_exit4(tmp_path):
 
 
 def test_predict_json_keys():
-    res = run("predict", "--model", "llama-3.1-8b", "--gpu", "h100-sxm", "--tp", "1", "--isl", "1024", "--osl", "256",
-              "--concurrency", "32", "--format", "json")
+    res = run("predict", "--model", "llama-3.1-8b", "--gpu", "h100-sxm", "--tp", "1", "--isl", "1024",
+              "--osl", "256", "--concurrency", "32", "--format", "json")
     assert res.exit_code == 0
     d = json.loads(res.stdout)
-    assert {"ttft_ms", "tpot_ms", "output_tokens_per_s", "output_tokens_per_s_per_gpu", "requests_per_s", "fits",
-            "max_concurrency"} <= set(d)
+    assert {"ttft_ms", "tpot_ms", "output_tokens_per_s", "output_tokens_per_s_per_gpu", "requests_per_s",
+            "fits", "max_concurrency"} <= set(d)
     assert d["fits"] is True and d["max_concurrency"] > 32
 
 
 def test_predict_concurrency_max():
-    res = run("predict", "--model", "llama-3.1-70b", "--gpu", "h100-sxm", "--tp", "4", "--isl", "2048", "--osl", "512",
-              "--concurrency", "max", "--format", "json")
+    res = run("predict", "--model", "llama-3.1-70b", "--gpu", "h100-sxm", "--tp", "4", "--isl", "2048",
+              "--osl", "512", "--concurrency", "max", "--format", "json")
     d = json.loads(res.stdout)
     assert d["concurrency"] == d["max_concurrency"] and d["fits"] is True
 
 
 def test_predict_model_that_does_not_fit():
-    args = ("predict", "--model", "llama-3.1-405b", "--gpu", "l4", "--isl", "100", "--osl", "10", "--concurrency")
+    args = ("predict", "--model", "llama-3.1-405b", "--gpu", "l4", "--isl", "100", "--osl", "10",
+            "--concurrency")
     res = run(*args, "1", "--format", "json")
     assert res.exit_code == 0 and json.loads(res.stdout)["fits"] is False
     res = run(*args, "max")
@@ -241,7 +246,8 @@ def test_predict_model_that_does_not_fit():
 
 
 def test_predict_unknown_names_exit1():
-    res = run("predict", "--model", "gpt-5", "--gpu", "h100-sxm", "--isl", "1", "--osl", "1", "--concurrency", "1")
+    res = run("predict", "--model", "gpt-5", "--gpu", "h100-sxm", "--isl", "1", "--osl", "1", "--concurrency",
+              "1")
     assert res.exit_code == ExitCode.INVALID_INPUT and "--model" in res.output
 
 

@@ -70,8 +70,8 @@ def test_every_command_that_reads_a_plan_takes_it_as_plan_option():
     cmds = _commands()
     readers = [k for k, c in cmds.items()
                if any("written by trimtab plan" in (getattr(p, "help", "") or "") for p in c.params)]
-    assert sorted(readers) == [("check",), ("emit",), ("loadtest",), ("replan",), ("simulate",), ("watch",)], \
-        readers
+    assert sorted(readers) == [("check",), ("emit",), ("loadtest",), ("replan",), ("simulate",),
+                               ("watch",)], readers
     for k in readers:
         assert "--plan" in _options(cmds[k]), k
 

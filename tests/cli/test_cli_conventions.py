@@ -42,13 +42,13 @@ def test_plan_to_stdout_is_the_document_alone(small_spec_path):
 
 def test_emit_to_stdout_is_one_yaml_stream(tmp_path):
     plan = ROOT / "tests" / "golden" / "quickstart.plan.yaml"  # trimtab plan's bytes (tests/golden)
-    r = CliRunner().invoke(app, ["emit", str(plan), "--spec", str(ROOT / "examples/quickstart.yaml"), "--to", "k8s",
-                                 "-o", "-"])
+    r = CliRunner().invoke(app, ["emit", str(plan), "--spec", str(ROOT / "examples/quickstart.yaml"), "--to",
+                                 "k8s", "-o", "-"])
     assert r.exit_code == 0, r.output
     docs = list(yaml.safe_load_all(r.stdout))
     assert {d["kind"] for d in docs} >= {"Deployment", "Service", "ScaledObject", "HTTPRoute"}
-    r = CliRunner().invoke(app, ["emit", str(plan), "--spec", str(ROOT / "examples/quickstart.yaml"), "--to", "k8s",
-                                 "-o", str(tmp_path / "out"), "--format", "json"])
+    r = CliRunner().invoke(app, ["emit", str(plan), "--spec", str(ROOT / "examples/quickstart.yaml"), "--to",
+                                 "k8s", "-o", str(tmp_path / "out"), "--format", "json"])
     plan_deps = yaml.safe_load(plan.read_text())["deployments"]
     assert r.exit_code == 0 and len(json.loads(r.stdout)["written"]) == len(plan_deps) + 2  # + shared, router
 

@@ -3,9 +3,10 @@
 a schedule's windows), exits 4 naming the limit and what was not validated, and writes no plan, even with
 ``--allow-misses``. A run that ends within it writes the same bytes as ever.
 
-The net's expiry is forced at a chosen step by ``TRIMTAB_TEST_NET_SAFE_POINTS`` (``trimtab.solvers.SafetyNet``:
-the steps it lets pass before it counts as expired), so these runs stop at the same point on any machine; the
-planner, the simulator and the CLI run for real. One test expires the real clock."""
+The net's expiry is forced at a chosen step by ``TRIMTAB_TEST_NET_SAFE_POINTS``
+(``trimtab.solvers.SafetyNet``: the steps it lets pass before it counts as expired), so these runs stop at the
+same point on any machine; the planner, the simulator and the CLI run for real. One test expires the real
+clock."""
 from __future__ import annotations
 
 import re
@@ -41,10 +42,12 @@ def test_expiry_between_validating_simulations_stops_without_a_plan(tmp_path):
     out = tmp_path / "plan.yaml"
     res, text = plan(QUICKSTART, "-o", out, "--allow-misses", steps=3)  # before round 2's simulation
     assert res.exit_code == ExitCode.NO_SOLUTION == 4, text
-    assert ("planning stopped by the wall-clock time limit (--time-limit or solver.time_limit_s: 300 s, a safety "
+    assert ("planning stopped by the wall-clock time limit (--time-limit or "
+            "solver.time_limit_s: 300 s, a safety "
             "net) after") in text
     assert "before round 2's simulation; 1 validating simulation(s) run" in text
-    assert re.search(r"not validated: round 2's plan \([0-9.]+ \$/h\) was not simulated; the last plan simulated "
+    assert re.search(r"not validated: round 2's plan \([0-9.]+ \$/h\) was not simulated; the "
+                     r"last plan simulated "
                      r"\(round 1\) did not confirm workloads summarize", text), text
     assert "no plan written" in text and "raise --time-limit" in text
     assert not out.exists() and "plan written to" not in text
@@ -55,14 +58,16 @@ def test_expiry_inside_a_schedules_validation_stops_between_windows(tmp_path):
     res, text = plan(ROOT / "examples" / "diurnal.yaml", "-o", out, steps=3)
     assert res.exit_code == ExitCode.NO_SOLUTION, text
     assert "in round 1's simulation (after 2 of its 24 windows); 0 validating simulation(s) run" in text
-    assert re.search(r"round 1's plan \([0-9.]+ \$/h\) was simulated in part only; no workload validated", text)
+    assert re.search(r"round 1's plan \([0-9.]+ \$/h\) was simulated in part only; no workload validated",
+                     text)
     assert not out.exists()
 
 
 @pytest.mark.parametrize("steps", [QUICKSTART_STEPS - 1, QUICKSTART_STEPS])
 def test_a_run_within_the_net_is_unchanged_and_one_past_it_is_no_success(tmp_path, steps):
     """The net asked at every step changes nothing while it holds (the golden bytes); expired at the last step
-    (the finish, after the plan was validated) it is exit 4 all the same: a run the net stopped is no success."""
+    (the finish, after the plan was validated) it is exit 4 all the same: a run the net stopped is no
+    success."""
     out = tmp_path / "plan.yaml"
     res, text = plan(QUICKSTART, "-o", out, steps=steps)
     if steps == QUICKSTART_STEPS:
@@ -100,7 +105,8 @@ def _starved(tmp_path) -> Path:
     """The quickstart with 2 GPUs of each type: infeasible past the precheck (the MILP finds it), so the run
     solves relaxations to say what to raise."""
     spec = tmp_path / "starved.yaml"
-    spec.write_text(QUICKSTART.read_text().replace("count: 16,", "count: 2,").replace("count: 32,", "count: 2,"))
+    spec.write_text(QUICKSTART.read_text().replace("count: 16,", "count: 2,").replace("count: 32,",
+                                                                                      "count: 2,"))
     return spec
 
 
@@ -131,7 +137,8 @@ def test_explain_runs_its_solves_under_one_net(tmp_path, what):
     res = CliRunner().invoke(app, ["explain", str(spec), "--analytic"], env=env)
     text = " ".join(res.output.split())
     assert res.exit_code == ExitCode.NO_SOLUTION, text
-    assert ("explain stopped by the wall-clock time limit (--time-limit or solver.time_limit_s: 300 s, a safety "
+    assert ("explain stopped by the wall-clock time limit (--time-limit or "
+            "solver.time_limit_s: 300 s, a safety "
             "net) after") in text
     assert "before a solve of the explanation" in text and "raise --time-limit" in text
     assert "Traceback" not in res.output

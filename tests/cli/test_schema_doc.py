@@ -22,7 +22,8 @@ def spec_schema() -> dict:
 
 
 def properties(node, where: str = "#"):
-    """Every (JSON pointer, property schema) under any ``properties`` of ``node``, nested definitions included."""
+    """Every (JSON pointer, property schema) under any ``properties`` of ``node``, nested definitions
+    included."""
     if isinstance(node, dict):
         for name, sub in (node.get("properties") or {}).items():
             yield f"{where}/properties/{name}", sub

@@ -1,8 +1,8 @@
-"""The burst simulator's step policy (``ReplicaPredictions.predict_burst``; docs/cost-model.md, "Bursts"): a step
-carries prompt chunks only while admitted prompts have tokens left to prefill; ``prefill_schedule`` says whether
-the running requests decode in those steps (``mixed``: vLLM, TensorRT-LLM) or wait for a prefill-only step to end
-(``prefill_first``: SGLang); TPOT is the benchmark's mean over requests of (e2e - TTFT) / (osl - 1).
-Every expectation is written out step by step from ``iteration_s``."""
+"""The burst simulator's step policy (``ReplicaPredictions.predict_burst``; docs/cost-model.md, "Bursts"): a
+step carries prompt chunks only while admitted prompts have tokens left to prefill; ``prefill_schedule`` says
+whether the running requests decode in those steps (``mixed``: vLLM, TensorRT-LLM) or wait for a prefill-only
+step to end (``prefill_first``: SGLang); TPOT is the benchmark's mean over requests of (e2e - TTFT) / (osl -
+1). Every expectation is written out step by step from ``iteration_s``."""
 from __future__ import annotations
 
 import pytest
@@ -40,8 +40,8 @@ def test_once_every_prompt_is_prefilled_the_steps_are_pure_decode(schedule):
 
 
 def test_mixed_schedule_decodes_alongside_the_chunk():
-    """Budget 150: step 1 prefills prompt A (100) and 50 tokens of B; step 2 decodes A (context 101) with B's last
-    50 tokens (50 of prior context) in the same step; step 3 decodes both (mean context (102 + 101) / 2);
+    """Budget 150: step 1 prefills prompt A (100) and 50 tokens of B; step 2 decodes A (context 101) with B's
+    last 50 tokens (50 of prior context) in the same step; step 3 decodes both (mean context (102 + 101) / 2);
     step 4 decodes B alone (102). TPOT: A (t2 + t3) / 2, B (t3 + t4) / 2, mean of the two."""
     rm = _rm("mixed", budget=150)
     t1 = rm.iteration_s(0, 0.0, 150.0, 0.0, 2)
@@ -54,8 +54,9 @@ def test_mixed_schedule_decodes_alongside_the_chunk():
 
 
 def test_prefill_first_schedule_runs_the_chunk_alone_and_the_decodes_wait():
-    """The same burst under SGLang's policy: step 2 prefills B's last 50 tokens alone (A, already decoding, gets no
-    token), then steps 3 and 4 decode both (contexts 101 and 102). TPOT: A (t2 + t3 + t4) / 2, B (t3 + t4) / 2."""
+    """The same burst under SGLang's policy: step 2 prefills B's last 50 tokens alone (A, already decoding,
+    gets no token), then steps 3 and 4 decode both (contexts 101 and 102). TPOT: A (t2 + t3 + t4) / 2, B (t3 +
+    t4) / 2."""
     rm = _rm("prefill_first", budget=150)
     t1 = rm.iteration_s(0, 0.0, 150.0, 0.0, 2)
     t2 = rm.iteration_s(0, 0.0, 50.0, 50.0, 1)
@@ -69,9 +70,10 @@ def test_prefill_first_schedule_runs_the_chunk_alone_and_the_decodes_wait():
 
 
 def test_tpot_is_the_benchmarks_mean_over_requests_with_more_than_one_token():
-    """vllm bench serve: per request (e2e - TTFT) / (output tokens - 1), averaged over requests with more than one
-    output token. A 1-token request has no TPOT and does not dilute the mean: prompts 100 and 100, outputs 1 and 3,
-    budget 8,192: step 1 prefills both (A finishes), steps 2 and 3 decode B alone (context 101, 102)."""
+    """vllm bench serve: per request (e2e - TTFT) / (output tokens - 1), averaged over requests with more than
+    one output token. A 1-token request has no TPOT and does not dilute the mean: prompts 100 and 100, outputs
+    1 and 3, budget 8,192: step 1 prefills both (A finishes), steps 2 and 3 decode B alone (context 101,
+    102)."""
     rm = _rm(None)
     t2, t3 = rm.iteration_s(1, 101.0), rm.iteration_s(1, 102.0)
     b = rm.predict_burst([100.0, 100.0], [1.0, 3.0])

@@ -1,4 +1,5 @@
-"""``trimtab bench --device cpu --quick`` end to end, then ``trimtab calibrate`` on its output (needs torch)."""
+"""``trimtab bench --device cpu --quick`` end to end, then ``trimtab calibrate`` on its output (needs
+torch)."""
 from __future__ import annotations
 
 import csv
@@ -29,8 +30,8 @@ def test_bench_cpu_quick_then_calibrate(tmp_path):
     res = runner.invoke(app, ["calibrate", str(out), "-o", str(prof_path)])
     assert res.exit_code == 0, res.output
     prof = GpuProfile.model_validate(yaml.safe_load(prof_path.read_text()))
-    # GEMMs in the precision a CPU engine computes in: bf16 where the CPU has it natively, else fp32, whose rate
-    # the profile then states (fp32_tflops: the device can serve dtype fp32)
+    # GEMMs in the precision a CPU engine computes in: bf16 where the CPU has it natively, else fp32, whose
+    # rate the profile then states (fp32_tflops: the device can serve dtype fp32)
     from trimtab.field.bench import cpu_bf16_native
 
     assert md["dtype"] == ("bf16" if cpu_bf16_native(torch) else "fp32")
@@ -54,9 +55,10 @@ def test_bench_eager_option_runs(tmp_path):
 
 
 def test_gpu_timer_regraphs_short_calls_only(monkeypatch):
-    """The GPU path of ``_Timer`` without a GPU (CI has none; benchmarks/data/h200-bench is the run on one): CUDA
-    events that read a fixed eager time; calls under GRAPH_BELOW_MS are timed again in a graph (``_graph_ms``),
-    longer ones, copies (``graph=False``) and a timer made with ``graph=False`` keep the eager median."""
+    """The GPU path of ``_Timer`` without a GPU (CI has none; benchmarks/data/h200-bench is the run on one):
+    CUDA events that read a fixed eager time; calls under GRAPH_BELOW_MS are timed again in a graph
+    (``_graph_ms``), longer ones, copies (``graph=False``) and a timer made with ``graph=False`` keep the
+    eager median."""
     from types import SimpleNamespace
 
     from trimtab.field.bench import _Timer

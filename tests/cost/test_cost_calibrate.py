@@ -35,9 +35,11 @@ def write_vidur(folder):
         for tp in (1, 2):
             for T in (1, 4, 16, 64, 256, 1024, 4096):
                 hd = H // heads
-                shapes = {"attn_pre_proj": (T, (heads + 2 * kv) * hd / tp, H), "attn_post_proj": (T, H, H / tp),
+                shapes = {"attn_pre_proj": (T, (heads + 2 * kv) * hd / tp, H),
+                          "attn_post_proj": (T, H, H / tp),
                           "mlp_up_proj": (T, 2 * inter / tp, H), "mlp_down_proj": (T, H, inter / tp)}
-                row = {"n_head": heads, "n_kv_head": kv, "n_embd": H, "n_expanded_embd": inter, "vocab_size": 32000,
+                row = {"n_head": heads, "n_kv_head": kv, "n_embd": H, "n_expanded_embd": inter,
+                       "vocab_size": 32000,
                        "use_gated_mlp": "True", "num_tokens": T, "num_tensor_parallel_workers": tp}
                 for op, (m, n, k) in shapes.items():
                     row[f"time_stats.{op}.median"] = gemm_time(m, n, k) * 1e3

@@ -22,8 +22,8 @@ def _predict(*extra):
 
 def test_predict_engines_differ_and_keep_keys():
     v, s, t = _predict(), _predict("--engine", "sglang"), _predict("--engine", "trt-llm")
-    keys = {"ttft_ms", "tpot_ms", "output_tokens_per_s", "output_tokens_per_s_per_gpu", "requests_per_s", "fits",
-            "max_concurrency", "fidelity"}
+    keys = {"ttft_ms", "tpot_ms", "output_tokens_per_s", "output_tokens_per_s_per_gpu", "requests_per_s",
+            "fits", "max_concurrency", "fidelity"}
     assert keys <= set(v) and keys <= set(s) and keys <= set(t)
     assert v["engine"] == "vllm" and s["engine"] == "sglang" and t["engine"] == "trt-llm"
     # the engines' front ends and schedulers differ (vLLM 0.15: 12.6 ms and async scheduling, fit on blis-dev;

@@ -21,7 +21,8 @@ def _q(v, s="x"):
 TINY = ModelProfile.model_validate({
     "name": "tiny", "sources": {"x": {"kind": "assumption", "ref": "test"}},
     "num_layers": _q(1), "hidden_size": _q(1024), "num_attention_heads": _q(8), "num_kv_heads": _q(8),
-    "head_dim": _q(128), "intermediate_size": _q(2048), "vocab_size": _q(1000), "params_billion": _q(0.01253376),
+    "head_dim": _q(128), "intermediate_size": _q(2048), "vocab_size": _q(1000),
+    "params_billion": _q(0.01253376),
     "active_params_billion": _q(0.01253376), "max_context_tokens": _q(4096), "num_experts": _q(1),
     "experts_per_token": _q(1)})
 # 100 TFLOP/s, 1000 GB/s, efficiencies 1, no kernel latency or elementwise traffic, 1 GiB.
@@ -70,8 +71,8 @@ def test_decode_step_by_hand():
 
 
 def test_prefill_step_by_hand():
-    # 1000 prompt tokens: the GEMMs are compute-bound at 100 TFLOP/s; causal attention is 4 x p x p/2 x 1024 FLOPs;
-    # the LM head runs for the prompt's last token only (bandwidth-bound).
+    # 1000 prompt tokens: the GEMMs are compute-bound at 100 TFLOP/s; causal attention is 4 x p x p/2 x 1024
+    # FLOPs; the LM head runs for the prompt's last token only (bandwidth-bound).
     gemm = 2 * 1000 * (4 * 1024**2 + 6_291_456) / 1e14
     attn = 4 * 1000 * 500 * 1024 / 1e14
     head = (1000 * 1024 * 2 + (1000 + 1024) * 2) / 1e12

@@ -1,5 +1,6 @@
 """Mixture-of-experts arithmetic (compiler/cost/moe.py) against independent oracles: a seeded simulation of
-routing, hand-computed bytes and memory, the models' published parameter counts, and the speed-of-light bound."""
+routing, hand-computed bytes and memory, the models' published parameter counts, and the speed-of-light
+bound."""
 from __future__ import annotations
 
 import json
@@ -28,8 +29,8 @@ def test_experts_touched_hand_cases():
 
 
 def test_experts_touched_matches_a_routing_simulation():
-    """Each token picks k distinct experts uniformly (seeded); the mean number of distinct experts a batch of T
-    tokens touches matches E x experts_touched within sampling error."""
+    """Each token picks k distinct experts uniformly (seeded); the mean number of distinct experts a batch of
+    T tokens touches matches E x experts_touched within sampling error."""
     rng = random.Random(7)
     E, k = 128, 8
     for T in (1, 4, 16, 64):
@@ -40,8 +41,8 @@ def test_experts_touched_matches_a_routing_simulation():
 
 @pytest.mark.parametrize("name", MOE)
 def test_profiles_architecture_matches_published_counts(name):
-    """Parameters from the profile's architecture (config.json numbers) vs the model card's totals: within 3 %.
-    gpt-oss's card counts active parameters without the input embedding (201088 x 2880)."""
+    """Parameters from the profile's architecture (config.json numbers) vs the model card's totals: within 3
+    %. gpt-oss's card counts active parameters without the input embedding (201088 x 2880)."""
     m = P.models[name]
     dense_inter = 16384 if name == "llama-4-maverick" else m.intermediate_size.value
     total, active = architecture_params(m, dense_inter, tied=False)
@@ -52,8 +53,10 @@ def test_profiles_architecture_matches_published_counts(name):
 
 
 def test_hf_import_reads_deepseek_moe_and_mla(tmp_path):
-    cfg = {"num_hidden_layers": 61, "hidden_size": 7168, "num_attention_heads": 128, "num_key_value_heads": 128,
-           "intermediate_size": 18432, "moe_intermediate_size": 2048, "vocab_size": 129280, "n_routed_experts": 256,
+    cfg = {"num_hidden_layers": 61, "hidden_size": 7168, "num_attention_heads": 128,
+           "num_key_value_heads": 128,
+           "intermediate_size": 18432, "moe_intermediate_size": 2048, "vocab_size": 129280,
+           "n_routed_experts": 256,
            "num_experts_per_tok": 8, "n_shared_experts": 1, "first_k_dense_replace": 3, "kv_lora_rank": 512,
            "q_lora_rank": 1536, "qk_rope_head_dim": 64, "qk_nope_head_dim": 128, "v_head_dim": 128,
            "max_position_embeddings": 163840, "tie_word_embeddings": False}
@@ -77,7 +80,8 @@ def test_hf_import_llama4_text_config_interleaves(tmp_path):
 
 
 def test_memory_under_expert_parallelism_hand_computed():
-    """Qwen3-235B-A22B fp8, tp1 x dp8 x ep8: each GPU holds all dense weights and 1/8 of the routed experts."""
+    """Qwen3-235B-A22B fp8, tp1 x dp8 x ep8: each GPU holds all dense weights and 1/8 of the routed
+    experts."""
     experts = 94 * 128 * 3 * 4096 * 1536  # layers x experts x (gate, up, down) x hidden x moe_intermediate
     dense = 235e9 - experts
     rm = replica(P, "qwen3-235b-a22b", "h200", tp=1, dtype="fp8", dp=8, ep=8)
@@ -92,7 +96,8 @@ def test_memory_under_expert_parallelism_hand_computed():
 
 
 def test_mla_kv_is_the_latent_whole_on_every_tp_rank():
-    """DeepSeek-V3: (kv_lora_rank 512 + qk_rope_head_dim 64) x 61 layers x 1 B (fp8) per token, per GPU at any TP."""
+    """DeepSeek-V3: (kv_lora_rank 512 + qk_rope_head_dim 64) x 61 layers x 1 B (fp8) per token, per GPU at any
+    TP."""
     for tp in (1, 8):
         rm = replica(P, "deepseek-v3", "h200", tp=tp, dtype="fp8")
         assert rm.memory.kv_bytes_per_token_per_gpu == pytest.approx(576 * 61)
@@ -103,18 +108,21 @@ def test_all_to_all_hand_computed():
     """64 tokens, G = ep = 8 on one node, top-8, hidden 7168: each GPU sends 64/8 x 8 x 7168 x 2 B x 7/8 per
     direction over NVLink; dispatch + combine, each with one collective latency."""
     g = P.gpus["h200"]
-    layer = MoeLayer.of(P.models["deepseek-v3"], g, tp=1, dp=8, ep=8, wbytes=1.0, bw=1e12, flops=1e15, kernel_s=0.0)
+    layer = MoeLayer.of(P.models["deepseek-v3"], g, tp=1, dp=8, ep=8, wbytes=1.0, bw=1e12, flops=1e15,
+                        kernel_s=0.0)
     sent = 64 / 8 * 8 * 7168 * 2 * 7 / 8
     want = 58 / 61 * 2 * (g.allreduce_latency_us.value * 1e-6 + sent / (g.link_bandwidth_gbps.value * 1e9))
     assert layer.comm_s(64) == pytest.approx(want, rel=1e-12)
     # across two nodes (G = 16): the half bound for the other node crosses the NICs, which are slower
-    wide = MoeLayer.of(P.models["deepseek-v3"], g, tp=1, dp=16, ep=16, wbytes=1.0, bw=1e12, flops=1e15, kernel_s=0.0)
+    wide = MoeLayer.of(P.models["deepseek-v3"], g, tp=1, dp=16, ep=16, wbytes=1.0, bw=1e12, flops=1e15,
+                       kernel_s=0.0)
     assert wide.comm_s(128) > layer.comm_s(128)
 
 
 def test_decode_reads_more_experts_as_the_batch_grows():
-    """Memory-bound decode: the step grows with the batch because more distinct experts are read, and at a large
-    batch approaches the step that reads all of them; a dense model of the same active size grows far less."""
+    """Memory-bound decode: the step grows with the batch because more distinct experts are read, and at a
+    large batch approaches the step that reads all of them; a dense model of the same active size grows far
+    less."""
     rm = replica(P, "qwen3-30b-a3b", "h100-sxm", dtype="bf16")
     t1, t64, t512 = (rm.iteration_s(b, 500) for b in (1, 64, 512))
     assert t1 < t64 < t512
@@ -127,8 +135,8 @@ CASES = [(m, g, dt) for m in MOE for g in ("h100-sxm", "h200", "b200") for dt in
 
 @pytest.mark.parametrize("model,gpu,dtype", CASES)
 def test_predict_covers_moe_models_within_physics(model, gpu, dtype):
-    """Every MoE model on H100/H200/B200 in bf16/fp8/fp4 (fp4 weight-only where the GPU has no FP4 tensor cores):
-    the smallest single-node layout that fits predicts a throughput below the speed-of-light bound."""
+    """Every MoE model on H100/H200/B200 in bf16/fp8/fp4 (fp4 weight-only where the GPU has no FP4 tensor
+    cores): the smallest single-node layout that fits predicts a throughput below the speed-of-light bound."""
     fits = None
     for tp, dp in ((1, 1), (2, 1), (4, 1), (8, 1), (1, 8), (2, 4)):
         ep = tp * dp if tp * dp > 1 else 1
@@ -155,8 +163,8 @@ def test_layout_errors_name_the_cause():
 
 
 def test_fp4_without_fp4_tensor_cores_is_weight_only():
-    """gpt-oss-120b fp4 on H100 (MXFP4 weight-only kernels): 4-bit weights in memory and read per step, GEMMs at
-    the bf16 rate (the H100 profile has no fp4_tflops); on B200 the FP4 tensor cores' rate."""
+    """gpt-oss-120b fp4 on H100 (MXFP4 weight-only kernels): 4-bit weights in memory and read per step, GEMMs
+    at the bf16 rate (the H100 profile has no fp4_tflops); on B200 the FP4 tensor cores' rate."""
     h100 = replica(P, "gpt-oss-120b", "h100-sxm", dtype="fp4", kv_dtype="bf16")
     bf16 = replica(P, "gpt-oss-120b", "h100-sxm", dtype="bf16")
     assert h100.flops_linear == bf16.flops_linear
@@ -179,7 +187,8 @@ def _cli(args):
 
 def test_predict_cli_dp_ep_and_fp4():
     r = _cli(["predict", "--model", "deepseek-v3", "--gpu", "b200", "--isl", "1000", "--osl", "500",
-              "--concurrency", "64", "--tp", "1", "--dp", "8", "--ep", "8", "--dtype", "fp4", "--format", "json"])
+              "--concurrency", "64", "--tp", "1", "--dp", "8", "--ep", "8", "--dtype", "fp4", "--format",
+              "json"])
     assert r.exit_code == 0, r.output
     out = json.loads(r.output)
     assert out["fits"] and out["output_tokens_per_s_per_gpu"] == pytest.approx(out["output_tokens_per_s"] / 8)

@@ -1,5 +1,6 @@
 """The terms issue 17's fit adds: the busiest expert-parallel rank, the fused-MoE GEMM efficiency, and the
-streaming front end of a served burst (compiler/cost/moe.py, compiler/cost/predictions.py; docs/cost-model.md)."""
+streaming front end of a served burst (compiler/cost/moe.py, compiler/cost/predictions.py;
+docs/cost-model.md)."""
 from __future__ import annotations
 
 import math
@@ -39,7 +40,8 @@ def test_busiest_rank_is_one_without_expert_parallelism():
     assert busiest_rank_factor(1000, 256, 8, 1) == 1.0
     assert busiest_rank_factor(0, 256, 8, 8) == 1.0
     # the relative excess shrinks as 1/sqrt(tokens)
-    assert busiest_rank_factor(100, 256, 8, 8) - 1 == pytest.approx((busiest_rank_factor(400, 256, 8, 8) - 1) * 2)
+    assert busiest_rank_factor(100, 256, 8,
+                               8) - 1 == pytest.approx((busiest_rank_factor(400, 256, 8, 8) - 1) * 2)
 
 
 def _layer(ep: int, moe_eff: float) -> MoeLayer:
@@ -48,15 +50,16 @@ def _layer(ep: int, moe_eff: float) -> MoeLayer:
 
 
 def test_moe_gemm_efficiency_slows_the_compute_bound_step_only():
-    """8,192 tokens (a prefill chunk) are FLOP-bound: half the efficiency doubles the experts' time; one token is
-    bound by reading its experts' weights, which the efficiency does not touch."""
+    """8,192 tokens (a prefill chunk) are FLOP-bound: half the efficiency doubles the experts' time; one token
+    is bound by reading its experts' weights, which the efficiency does not touch."""
     full, half = _layer(8, 1.0), _layer(8, 0.5)
     assert half.compute_s(8192) == pytest.approx(2 * full.compute_s(8192), rel=1e-12)
     assert half.compute_s(1) == full.compute_s(1)
 
 
 def test_expert_parallel_flops_follow_the_busiest_rank():
-    """FLOP-bound, ep 8: the experts' time is the balanced one x busiest_rank_factor (hand: 2 T k P_e / G / F)."""
+    """FLOP-bound, ep 8: the experts' time is the balanced one x busiest_rank_factor (hand: 2 T k P_e / G /
+    F)."""
     m = P.models["deepseek-v3"]
     layer = _layer(8, 1.0)
     T = 8192
@@ -76,9 +79,10 @@ def _with_stream(rate: float | None) -> ProfileSet:
 
 
 def test_streamed_burst_is_delivered_no_faster_than_the_front_end():
-    """100 requests of 10 prompt tokens and 50 output tokens, front end 100 tokens/s, GPU steps of milliseconds:
-    step 1 prefills every prompt and emits 100 first tokens (1 s), then 49 decode steps emit 100 tokens each
-    (1 s each): makespan 50 s, TPOT (50 - 1) / 49 = 1 s. Not streamed (offline), the GPU alone sets the pace."""
+    """100 requests of 10 prompt tokens and 50 output tokens, front end 100 tokens/s, GPU steps of
+    milliseconds: step 1 prefills every prompt and emits 100 first tokens (1 s), then 49 decode steps emit 100
+    tokens each (1 s each): makespan 50 s, TPOT (50 - 1) / 49 = 1 s. Not streamed (offline), the GPU alone
+    sets the pace."""
     slow = replica(_with_stream(100.0), "llama-3.1-8b", "h100-sxm", "vllm", dtype="bf16", max_num_seqs=256)
     b = slow.predict_burst([10.0] * 100, [50.0] * 100, streaming=True)
     assert b.makespan_s == pytest.approx(50.0, rel=1e-9)
@@ -92,14 +96,16 @@ def test_streamed_burst_is_delivered_no_faster_than_the_front_end():
 def test_engine_profile_rejects_unphysical_fit_values():
     eng = P.engines["vllm"]
     with pytest.raises(ValueError, match="moe_gemm_efficiency"):
-        type(eng).model_validate({**eng.model_dump(), "moe_gemm_efficiency": {"value": 1.5, "source": "defaults"}})
+        type(eng).model_validate({**eng.model_dump(),
+                                  "moe_gemm_efficiency": {"value": 1.5, "source": "defaults"}})
     with pytest.raises(ValueError, match="stream_tokens_per_s"):
-        type(eng).model_validate({**eng.model_dump(), "stream_tokens_per_s": {"value": 0, "source": "defaults"}})
+        type(eng).model_validate({**eng.model_dump(),
+                                  "stream_tokens_per_s": {"value": 0, "source": "defaults"}})
 
 
 def test_fit_picks_the_least_log_error_point_and_can_lift_the_stream_limit():
-    """benchmarks/moe_fit.py: the grid point with the least summed |log(predicted / measured)| wins (1.1x beats
-    0.9x: |ln 1.1| < |ln 0.9|); a stream rate of 0 removes the profile's limit instead of keeping it."""
+    """benchmarks/moe_fit.py: the grid point with the least summed |log(predicted / measured)| wins (1.1x
+    beats 0.9x: |ln 1.1| < |ln 0.9|); a stream rate of 0 removes the profile's limit instead of keeping it."""
     from types import SimpleNamespace
 
     from benchmarks.moe_fit import pick, with_point

@@ -1,6 +1,6 @@
-"""The MoE ground truth (issue 17, item 5): every row of benchmarks/data/moe_groundtruth.csv is well formed, the
-checker that says so catches each kind of defect, and benchmarks/accuracy.py predicts the rows this checkout can
-and reports every other row as skipped with its reason."""
+"""The MoE ground truth (issue 17, item 5): every row of benchmarks/data/moe_groundtruth.csv is well formed,
+the checker that says so catches each kind of defect, and benchmarks/accuracy.py predicts the rows this
+checkout can and reports every other row as skipped with its reason."""
 from __future__ import annotations
 
 import csv
@@ -67,11 +67,13 @@ def test_checker_names_each_defect(tmp_path):
         w.writeheader()
         w.writerow(good)
         w.writerow(dict(good, unit="tok/s/GPU"))
-    assert [p for p in check_file(f)] == [f"{f}:3: unit: 'tok/s/GPU' for output_throughput (expected 'tok/s')"]
+    assert [p for p in check_file(f)] == [f"{f}:3: unit: 'tok/s/GPU' for output_throughput "
+                                          "(expected 'tok/s')"]
 
 
 def test_precision_model_and_gpu_names():
-    assert precision("FP8", "trt-llm") == ("fp8", "fp8")  # TensorRT-LLM's FP8 setting quantizes the KV cache too
+    # TensorRT-LLM's FP8 setting quantizes the KV cache too
+    assert precision("FP8", "trt-llm") == ("fp8", "fp8")
     assert precision("FP8 weights (Qwen3-8B-FP8)", "sglang") == ("fp8", "bf16")
     assert precision("BF16", "vllm") == ("bf16", "bf16")
     assert precision("NVFP4 weights, FP8 KV cache", "trt-llm", "fp4") == ("fp4", "fp8")
@@ -85,7 +87,8 @@ def test_precision_model_and_gpu_names():
     assert mode("offline (30000 prompts)") == ("saturated", 30000.0)
 
 
-HEADER = "source,model,gpu,num_gpus,tp,pp,engine,isl,osl,concurrency_or_rate,metric,value,unit,notes,dp,ep,dtype\n"
+HEADER = ("source,model,gpu,num_gpus,tp,pp,engine,isl,osl,concurrency_or_rate,metric,value,unit,notes,"
+          "dp,ep,dtype\n")
 TRT = '"TensorRT-LLM v0.17 (trtllm-bench)"'
 
 
@@ -125,7 +128,8 @@ def test_accuracy_predicts_what_it_can_and_names_every_skip(tmp_path, capsys):
 
 def test_accuracy_rejects_a_malformed_table(tmp_path, capsys):
     f = tmp_path / "bad.csv"
-    f.write_text(HEADER + f"doc [x @abc1234],Mixtral-8x7B,H100-SXM-80GB,2,1,1,{TRT},128,128,offline (64 prompts),"
+    f.write_text(HEADER
+                 + f"doc [x @abc1234],Mixtral-8x7B,H100-SXM-80GB,2,1,1,{TRT},128,128,offline (64 prompts),"
                  "output_throughput,-5,tok/s,FP8,,,\n")
     code, _, err = accuracy(capsys, f)
     assert code == 2

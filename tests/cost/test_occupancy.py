@@ -1,5 +1,5 @@
-"""Seats and KV at the SLO percentile (``trimtab.cost.queueing.over_caps``): hand-computed cases, and a replica
-whose mean batch fits ``max_num_seqs`` but whose batch at p99 does not is unstable."""
+"""Seats and KV at the SLO percentile (``trimtab.cost.queueing.over_caps``): hand-computed cases, and a
+replica whose mean batch fits ``max_num_seqs`` but whose batch at p99 does not is unstable."""
 from __future__ import annotations
 
 import math
@@ -28,8 +28,8 @@ def test_seats_at_the_percentile_by_hand():
 
 
 def test_kv_at_the_percentile_by_hand():
-    # b = 200 requests of context X with E[X^2] = 1e6: KV in use 200,000 on average, sd sqrt(200 x 1e6) = 14,142,
-    # at p99 200,000 + 2.3263 x 14,142 = 232,900 tokens
+    # b = 200 requests of context X with E[X^2] = 1e6: KV in use 200,000 on average, sd sqrt(200 x 1e6) =
+    # 14,142, at p99 200,000 + 2.3263 x 14,142 = 232,900 tokens
     kv_p = 200_000 + Z99 * math.sqrt(200 * 1e6)
     assert kv_p == pytest.approx(232_900, abs=5)
     assert "KV cache at p99" in over_caps(200.0, 200_000.0, 1000.0, 1e6, 99.0, 256, 230_000)
@@ -50,7 +50,8 @@ def test_a_mean_batch_under_the_seats_is_not_enough_at_p99():
     m = rm(mbt=2048, max_num_seqs=64)  # the unit GPU of test_cost_roofline (1 GiB), 64 seats
     cls = lambda rate: TrafficClass(rate, 100, 400)  # noqa: E731
 
-    def batch(rate):  # the mean decode batch (the fixed point does not depend on the percentile); inf: unstable
+    # the mean decode batch (the fixed point does not depend on the percentile); inf: unstable
+    def batch(rate):
         st = m.evaluate([cls(rate)], 50.0)
         return st.decode_batch if st.stable else math.inf
 
@@ -77,8 +78,8 @@ def test_batch_variance_by_hand():
     assert batch_var(100.0, 0.75) == pytest.approx(400.0)
     assert batch_var(100.0, -0.1) == 100.0  # (a map that falls with the batch is taken as flat)
     assert batch_var(100.0, 1.0) == math.inf
-    # b = 150 fits 256 seats at p99 as Poisson (150 + 2.33 x 12.2 = 178.5) and with slope 0.9 (150 + 2.33 x 38.7 =
-    # 240.1), not with slope 0.95 (150 + 2.33 x 54.8 = 277.4)
+    # b = 150 fits 256 seats at p99 as Poisson (150 + 2.33 x 12.2 = 178.5) and with slope 0.9 (150 + 2.33 x
+    # 38.7 = 240.1), not with slope 0.95 (150 + 2.33 x 54.8 = 277.4)
     assert over_caps(150.0, 1.0, 1.0, 1.0, 99.0, 256, 1e9) == ""
     assert over_caps(150.0, 1.0, 1.0, 1.0, 99.0, 256, 1e9, slope=0.9) == ""
     assert "max_num_seqs" in over_caps(150.0, 1.0, 1.0, 1.0, 99.0, 256, 1e9, slope=0.95)
@@ -92,8 +93,8 @@ def test_batch_variance_by_hand():
 
 def _chain(lam: float, osl: float, a: float, c: float) -> tuple[float, float]:
     """Mean and variance of the number of requests decoding, from the birth-death chain itself: arrivals at
-    ``lam``; n requests each emit a token every a + c n seconds and stop after each token with probability 1 / osl
-    (geometric lengths), so requests leave at n / (osl (a + c n)); p(n) = p(n - 1) lam / that."""
+    ``lam``; n requests each emit a token every a + c n seconds and stop after each token with probability 1 /
+    osl (geometric lengths), so requests leave at n / (osl (a + c n)); p(n) = p(n - 1) lam / that."""
     p, weights = 1.0, [1.0]
     for n in range(1, 20_000):
         p *= lam / (n / (osl * (a + c * n)))
@@ -119,12 +120,14 @@ def test_batch_variance_against_the_chain(lam, osl, a, c):
 
 
 def test_batch_variance_holds_for_fixed_output_lengths():
-    """A processor-sharing queue simulated event by event with every output exactly ``osl`` tokens (not geometric):
-    its time-averaged batch has the variance ``batch_var`` gives (insensitivity), 2.5x the Poisson one here."""
+    """A processor-sharing queue simulated event by event with every output exactly ``osl`` tokens (not
+    geometric): its time-averaged batch has the variance ``batch_var`` gives (insensitivity), 2.5x the Poisson
+    one here."""
     import heapq
     import random
 
-    lam, osl, a, c = 30.0, 20, 0.010, 0.001  # D c = 0.6: mean 600 x 0.011 / 0.4 = 16.5, variance 16.5 / 0.4 = 41.25
+    # D c = 0.6: mean 600 x 0.011 / 0.4 = 16.5, variance 16.5 / 0.4 = 41.25
+    lam, osl, a, c = 30.0, 20, 0.010, 0.001
     rng = random.Random(7)
     t, v, n = 0.0, 0.0, 0  # time, tokens each running request has emitted so far (virtual time), requests
     finish: list[float] = []  # the virtual times at which the running requests finish

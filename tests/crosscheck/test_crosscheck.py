@@ -28,7 +28,8 @@ def spec_text(h100: int = 8, l4: int = 8, budget: float | None = 100.0, rate: fl
               objective: str = "min_cost") -> str:
     t = SMALL_SPEC.replace("count: 8, usd_per_hour: 4.0", f"count: {h100}, usd_per_hour: 4.0") \
         .replace("count: 8, usd_per_hour: 0.8", f"count: {l4}, usd_per_hour: 0.8") \
-        .replace("rate_rps: 5", f"rate_rps: {rate}").replace("name: small\n", f"name: small\nobjective: {objective}\n")
+        .replace("rate_rps: 5", f"rate_rps: {rate}").replace("name: small\n",
+                                                             f"name: small\nobjective: {objective}\n")
     if budget is None:
         return t.replace("budget_usd_per_hour: 100\n", "")
     return t.replace("budget_usd_per_hour: 100", f"budget_usd_per_hour: {budget}")
@@ -49,10 +50,12 @@ STANDARD = [
     # rate 5: A alone needs 5 replicas ($5), B alone 1 ($3.5): 1 x B.
     ("cheapest_single", {}, [("A", "l4", 1, 1.0, 1.0), ("B", "h100-sxm", 1, 3.5, 6.0)], 3.5, {"B": 1}),
     # one h100 (4 rps) and the remaining 1 rps on one l4.
-    ("inventory_mix", {"h100": 1}, [("A", "l4", 1, 1.0, 1.0), ("B", "h100-sxm", 1, 3.5, 4.0)], 4.5, {"A": 1, "B": 1}),
+    ("inventory_mix", {"h100": 1}, [("A", "l4", 1, 1.0, 1.0), ("B", "h100-sxm", 1, 3.5, 4.0)], 4.5,
+     {"A": 1, "B": 1}),
     # rate 10, caps 3 and 4 at $1 and $1.2: 2 x A + 1 x B = 10 rps for $3.2 beats 1 A + 2 B ($3.4),
     # 3 x B ($3.6) and 4 x A ($4).
-    ("integer_rounding", {"rate": 10}, [("A", "l4", 1, 1.0, 3.0), ("B", "l4", 1, 1.2, 4.0)], 3.2, {"A": 2, "B": 1}),
+    ("integer_rounding", {"rate": 10}, [("A", "l4", 1, 1.0, 3.0), ("B", "l4", 1, 1.2, 4.0)], 3.2,
+     {"A": 2, "B": 1}),
     # same price and capacity, A on 1 GPU, B on 2: fewer GPUs breaks the tie.
     ("fewer_gpus_tiebreak", {"rate": 2}, [("A", "h100-sxm", 1, 4.0, 2.0), ("B", "l4", 2, 4.0, 2.0)], 4.0,
      {"A": 1, "B": 0}),
@@ -113,7 +116,8 @@ REAL = {
     "adapters": ADAPTERS,  # the adapter planner (trimtab.planning.lora.LoraPlanner)
     "pd": HEAVY_KV_SPEC,  # prefill/decode pairs (trimtab.milp.disagg) inside the unified planner
 }
-# What each special case must exercise, whatever the backend: otherwise it would pass without testing its path.
+# What each special case must exercise, whatever the backend: otherwise it would pass without testing its
+# path.
 SHAPE = {"adapters": lambda p: bool(p.adapter_routes),
          "pd": lambda p: {"prefill", "decode"} <= {d.role for d in p.deployments if d.replicas}}
 

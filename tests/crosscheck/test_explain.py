@@ -55,7 +55,8 @@ def test_every_suggestion_repairs_the_spec(name):
 def test_hand_numbers():
     # budget: one l4 replica at $0.80 is the cheapest way to serve the workload at all
     e = explain(lower(load_spec("b.yaml", text=INFEASIBLE["budget_precheck"])), get_backend("highs"), OPTS)
-    assert ["raise budget_usd_per_hour from 0.50 to at least 0.80"] in [[c.render() for c in a] for a in e.alternatives]
+    assert ["raise budget_usd_per_hour from 0.50 to at least 0.80"] in [[c.render() for c in a]
+                                                                        for a in e.alternatives]
 
 
 def test_feasible_spec_lists_binding_constraints():

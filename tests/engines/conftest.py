@@ -8,7 +8,8 @@ from pathlib import Path
 import pytest
 
 EXAMPLES = sorted(Path(__file__).resolve().parents[2].joinpath("examples").glob("*.yaml"))
-MULTI_NODE = Path(__file__).resolve().parent / "big405b.yaml"  # a replica spanning two nodes (no example does)
+# a replica spanning two nodes (no example does)
+MULTI_NODE = Path(__file__).resolve().parent / "big405b.yaml"
 
 
 GOLDEN = Path(__file__).resolve().parents[1] / "golden"
@@ -53,8 +54,8 @@ def for_engine(plan, ir, engine: str):
 
 def _facts(**kw):
     """A 405B fp8 TP8 x PP2 replica over two 8-GPU nodes (no example spans nodes). A keyword named as a field
-    of the shape (``DeploymentSpecView``: tp, dp, role, ...) changes the shape; the others the facts; ``model``
-    (a ModelIdentity) both."""
+    of the shape (``DeploymentSpecView``: tp, dp, role, ...) changes the shape; the others the facts;
+    ``model`` (a ModelIdentity) both."""
     from dataclasses import fields
 
     from trimtab.deployment.shape import DeploymentSpecView

@@ -52,7 +52,8 @@ def test_every_candidate_spans_nodes_and_the_plan_places_one_part_per_node(plann
     assert cs.candidates and all(c.tp * c.dp > 8 and c.ep == c.tp * c.dp for c in cs.candidates)
     assert any("61 layers" in x.reason for x in cs.pruned) and any("memory" in x.reason for x in cs.pruned)
     (d,) = p.deployments
-    assert d.tensor_parallel * d.data_parallel in (16, 32) and d.expert_parallel == d.tensor_parallel * d.data_parallel
+    assert (d.tensor_parallel * d.data_parallel in (16, 32)
+            and d.expert_parallel == d.tensor_parallel * d.data_parallel)
     parts = d.tensor_parallel * d.data_parallel // 8
     for r in range(d.replicas):
         mine = [x for x in d.placement if x.replica == r]

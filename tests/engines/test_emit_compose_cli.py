@@ -47,9 +47,11 @@ def test_compose_files_validate_and_pin_the_placed_gpus(example_plans, example_s
 
 
 def test_compose_refuses_a_replica_spanning_nodes(tmp_path):
-    r = CliRunner().invoke(app, ["plan", str(ROOT / "tests/engines/big405b.yaml"), "-o", str(tmp_path / "p.yaml")])
+    r = CliRunner().invoke(app, ["plan", str(ROOT / "tests/engines/big405b.yaml"), "-o",
+                                 str(tmp_path / "p.yaml")])
     assert r.exit_code == 0, r.output
-    r = CliRunner().invoke(app, ["emit", str(tmp_path / "p.yaml"), "--spec", str(ROOT / "tests/engines/big405b.yaml"),
+    r = CliRunner().invoke(app, ["emit", str(tmp_path / "p.yaml"), "--spec",
+                                 str(ROOT / "tests/engines/big405b.yaml"),
                                  "--to", "compose", "-o", str(tmp_path / "out")])
     assert r.exit_code == 1 and "spans 2 nodes" in r.output and "Traceback" not in r.output
 

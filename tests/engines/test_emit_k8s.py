@@ -32,7 +32,8 @@ def _pruned(obj, schema, path="") -> list[str]:
         props = schema.get("properties")
         if props is not None and not schema.get("x-kubernetes-preserve-unknown-fields") \
                 and "additionalProperties" not in schema:
-            bad += [f"{path}.{k}" for k in obj if k not in props and not (path == "" and k in ("apiVersion", "kind"))]
+            bad += [f"{path}.{k}" for k in obj if k not in props
+                    and not (path == "" and k in ("apiVersion", "kind"))]
         for k, v in obj.items():
             sub = (props or {}).get(k) or (schema.get("additionalProperties") if isinstance(
                 schema.get("additionalProperties"), dict) else None)
@@ -119,9 +120,11 @@ def test_deployments_carry_the_plan(example_plans, bundles):
             assert "nvidia.com/gpu.product" in pod["nodeSelector"]
             assert {v["name"] for v in pod["volumes"]} >= {"dshm", "model-cache"}
             assert c["startupProbe"]["httpGet"]["path"] == "/health"
-            # the prefix cache's host tier: the pod requests the pinned host memory it holds (long-context's RAG)
+            # the prefix cache's host tier: the pod requests the pinned host memory it holds (long-context's
+            # RAG)
             host = d.kv.offload_gib if d.kv is not None and not d.kv.live else 0.0
-            assert c["resources"]["requests"].get("memory") == (f"{math.ceil(host)}Gi" if host else None), name
+            assert (c["resources"]["requests"].get("memory")
+                    == (f"{math.ceil(host)}Gi" if host else None)), name
             tiered += host > 0
     assert tiered >= 1
 

@@ -17,7 +17,8 @@ except pytest.skip.Exception:
     parse = None
 
 jsonschema = pytest.importorskip("jsonschema")
-SCHEMA = json.loads((Path(__file__).resolve().parent / "schemas" / "llm-d-modelservice.values.schema.json").read_text())
+SCHEMA = json.loads((Path(__file__).resolve().parent / "schemas"
+                     / "llm-d-modelservice.values.schema.json").read_text())
 
 
 def test_every_example_emits_values_the_chart_accepts(example_plans, example_specs):

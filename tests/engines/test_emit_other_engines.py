@@ -1,6 +1,6 @@
-"""Specs served by SGLang or TensorRT-LLM (defaults.engine) end to end: plan -> emit --to k8s, manifests valid,
-the engine's own command in them, TensorRT-LLM's options file mounted, autoscaling on SGLang's queue gauge and
-none for TensorRT-LLM (it exports no waiting-queue gauge)."""
+"""Specs served by SGLang or TensorRT-LLM (defaults.engine) end to end: plan -> emit --to k8s, manifests
+valid, the engine's own command in them, TensorRT-LLM's options file mounted, autoscaling on SGLang's queue
+gauge and none for TensorRT-LLM (it exports no waiting-queue gauge)."""
 from __future__ import annotations
 
 from pathlib import Path
@@ -41,7 +41,8 @@ def test_manifests_validate_and_carry_the_engine_command(engine_bundle):
         if engine == "trt-llm":
             assert c["workingDir"] == "/etc/trimtab"
             (fname, text), = d.engine_files.items()
-            cm = next(o for o in objs if o["kind"] == "ConfigMap" and o["metadata"]["name"] == f"{d.name}-engine-files")
+            cm = next(o for o in objs if o["kind"] == "ConfigMap"
+                      and o["metadata"]["name"] == f"{d.name}-engine-files")
             assert cm["data"] == {fname: text}
     if engine == "sglang":
         assert len(scalers) == len(plan.deployments)

@@ -14,7 +14,8 @@ from tests.engines.conftest import _facts
 def facts(**kw):
     from trimtab.engines.base import ModelIdentity
 
-    base = dict(name="agent-b200-tp1-t2k", model=ModelIdentity("llama-3.1-70b", "meta-llama/Llama-3.1-70B-Instruct",
+    base = dict(name="agent-b200-tp1-t2k",
+                model=ModelIdentity("llama-3.1-70b", "meta-llama/Llama-3.1-70B-Instruct",
                 "main", "llama-3.1-70b"), tp=1, pp=1, nodes_per_replica=1, gpus_per_node=8, dtype="fp8",
                 kv_dtype="fp4")
     base.update(kw)

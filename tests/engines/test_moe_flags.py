@@ -14,7 +14,8 @@ from tests.engines.conftest import _facts
 def moe_facts(**kw):
     from trimtab.engines.base import ModelIdentity
 
-    base = dict(name="chat-h200-tp2-dp4-ep8-t2k", model=ModelIdentity("deepseek-v3", "deepseek-ai/DeepSeek-V3",
+    base = dict(name="chat-h200-tp2-dp4-ep8-t2k",
+                model=ModelIdentity("deepseek-v3", "deepseek-ai/DeepSeek-V3",
                 "main", "deepseek-v3"), tp=2, pp=1, dp=4, ep=8, nodes_per_replica=1, gpus_per_node=8)
     base.update(kw)
     return _facts(**base)
@@ -22,7 +23,8 @@ def moe_facts(**kw):
 
 def test_vllm_flags_name_dp_and_ep():
     a = vllm_emitter.launch(moe_facts()).engine_args
-    assert "--tensor-parallel-size=2" in a and "--data-parallel-size=4" in a and "--enable-expert-parallel" in a
+    assert ("--tensor-parallel-size=2" in a and "--data-parallel-size=4" in a
+            and "--enable-expert-parallel" in a)
     plain = vllm_emitter.launch(moe_facts(dp=1, ep=1)).engine_args
     assert not any(x.startswith("--data-parallel") or x == "--enable-expert-parallel" for x in plain)
 

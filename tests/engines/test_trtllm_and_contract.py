@@ -12,9 +12,11 @@ from tests.engines.conftest import _facts, for_engine
 
 ROOT = Path(__file__).resolve().parents[2]
 # LlmArgs fields the extra options YAML may carry (tensorrt_llm/llmapi/llm_args.py), with their own keys.
-LLM_ARGS = {"enable_chunked_prefill": None, "kv_cache_config": {"enable_block_reuse", "dtype", "host_cache_size"},
+LLM_ARGS = {"enable_chunked_prefill": None,
+            "kv_cache_config": {"enable_block_reuse", "dtype", "host_cache_size"},
             "lora_config": {"lora_dir", "max_lora_rank", "max_loras", "max_cpu_loras"},
-            "cache_transceiver_config": {"backend"}, "enable_attention_dp": None, "moe_expert_parallel_size": None}
+            "cache_transceiver_config": {"backend"}, "enable_attention_dp": None,
+            "moe_expert_parallel_size": None}
 
 
 def _flag_names(args: list[str]) -> list[str]:
@@ -34,7 +36,8 @@ def test_trtllm_commands_use_only_documented_flags(example_plans):
     for name, (plan0, ir0) in example_plans.items():
         plan, _ = for_engine(plan0, ir0, "trt-llm")
         for d in plan.deployments:
-            cmd = d.command[1:] if d.command[0] == "trtllm-llmapi-launch" else d.command  # multi-node: MPI ranks
+            # multi-node: MPI ranks
+            cmd = d.command[1:] if d.command[0] == "trtllm-llmapi-launch" else d.command
             assert (d.command[0] == "trtllm-llmapi-launch") == (name == "big405b"), f"{name}/{d.name}"
             assert cmd[:2] == ["trtllm-serve", "serve"] and cmd[3:] == d.engine_args
             assert set(_flag_names(d.engine_args)) <= documented, f"{name}/{d.name}"
@@ -105,8 +108,9 @@ def test_realise_is_deterministic(example_plans):
 
 
 def test_facts_carry_the_plans_shape_and_repeat_none_of_it(example_plans):
-    """An emitter reads tp, batch sizes, role, LoRA slots, the MoE layout and the KV tier from the deployment's
-    shape, the view every stage takes of a plan deployment; the facts add only what a shape does not say."""
+    """An emitter reads tp, batch sizes, role, LoRA slots, the MoE layout and the KV tier from the
+    deployment's shape, the view every stage takes of a plan deployment; the facts add only what a shape does
+    not say."""
     from dataclasses import fields
 
     from trimtab.deployment.shape import DeploymentSpecView

@@ -41,11 +41,14 @@ def test_every_example_command_parses_with_the_plan_values(example_plans):
             where = f"{name}/{d.name}"
             assert ns.model_tag == ir.identities[d.model].model_id, where
             assert ns.served_model_name == [ir.identities[d.model].served_name], where
-            assert (ns.tensor_parallel_size, ns.pipeline_parallel_size) == (d.tensor_parallel, d.pipeline_parallel)
+            assert (ns.tensor_parallel_size, ns.pipeline_parallel_size) == (d.tensor_parallel,
+                                                                            d.pipeline_parallel)
             assert ns.max_model_len == d.context_tokens, where
-            assert 0 < ns.max_model_len <= d.kv_cache_tokens // d.data_parallel, where  # one request fits a rank
+            # one request fits a rank
+            assert 0 < ns.max_model_len <= d.kv_cache_tokens // d.data_parallel, where
             assert ns.max_model_len <= ir.models[d.model].max_context_tokens.value, where
-            assert (ns.max_num_seqs, ns.max_num_batched_tokens) == (d.max_batch_size, d.max_num_batched_tokens)
+            assert (ns.max_num_seqs, ns.max_num_batched_tokens) == (d.max_batch_size,
+                                                                    d.max_num_batched_tokens)
             assert ns.gpu_memory_utilization == ir.engine.gpu_memory_utilization.value
             assert ns.enable_chunked_prefill is True
             assert (ns.quantization == "fp8") == (d.dtype == "fp8"), where
@@ -60,7 +63,8 @@ def test_every_example_command_parses_with_the_plan_values(example_plans):
             if d.max_loras:
                 assert ns.enable_lora and (ns.max_loras, ns.max_lora_rank, ns.max_cpu_loras) == (
                     d.max_loras, d.max_lora_rank, d.max_cpu_loras), where
-                # (a LoRA shape may carry base-model traffic only: then no --lora-modules, adapters loaded on demand)
+                # (a LoRA shape may carry base-model traffic only: then no --lora-modules, adapters loaded on
+                # demand)
                 assert sorted(m.name for m in ns.lora_modules or ()) == sorted(d.adapters or ()), where
                 assert all(m.path == f"{ADAPTER_DIR}/{m.name}" for m in ns.lora_modules or ())
             if d.kv is not None and d.kv.offload_gib > 0 and not d.kv.live:  # the prefix cache's host tier
@@ -74,20 +78,23 @@ def test_every_example_command_parses_with_the_plan_values(example_plans):
                 w = parse(d.worker_command, {"LEADER_ADDRESS": "10.0.0.1", "NODE_RANK": "1"})
                 assert (w.nnodes, w.node_rank, w.headless) == (2, 1, True), where
             seen += 1
-    assert len(example_plans) == len(EXAMPLES) + 1 and seen == sum(len(p.deployments) for p, _ in example_plans.values())
+    assert (len(example_plans) == len(EXAMPLES) + 1
+            and seen == sum(len(p.deployments) for p, _ in example_plans.values()))
     assert offloading >= 1  # long-context's RAG deployment keeps evicted prefix blocks in host memory
 
 
 def test_context_is_the_largest_routed_request_capped_by_the_kv_cache(example_plans):
     """Issue #13: vLLM refused to start deployments holding less KV than Llama 3.1's 131,072-token window when
-    the plan set no --max-model-len. The context is now the largest routed input + output, capped at the window
-    and at kv_cache_tokens, and no example routes a request longer than its deployment's KV holds (KV tiers hold
-    prefix blocks, not live KV; live tiers are experimental, tests/kvtiers), so none is capped and none warns."""
+    the plan set no --max-model-len. The context is now the largest routed input + output, capped at the
+    window and at kv_cache_tokens, and no example routes a request longer than its deployment's KV holds (KV
+    tiers hold prefix blocks, not live KV; live tiers are experimental, tests/kvtiers), so none is capped and
+    none warns."""
     capped = 0
     for name, (plan, ir) in example_plans.items():
         buckets = {(w, b.name): b for w, bs in plan.buckets.items() for b in bs}
         # a schedule's deployment may serve only in some windows: its windows' routes count (diurnal example)
-        routes = list(plan.routes) + [r for w in (plan.schedule.windows if plan.schedule else ()) for r in w.routes]
+        routes = list(plan.routes) + [r for w in (plan.schedule.windows if plan.schedule else ())
+                                      for r in w.routes]
         for d in plan.deployments:
             routed = max((buckets[(r.workload, r.bucket)].input_tokens_max
                           + buckets[(r.workload, r.bucket)].output_tokens_max
@@ -97,7 +104,8 @@ def test_context_is_the_largest_routed_request_capped_by_the_kv_cache(example_pl
             assert d.context_tokens == min(routed or window, window, rank_kv), (name, d.name)
             capped += routed > rank_kv
             assert d.kv is None or not d.kv.live, (name, d.name)
-        assert not [w for w in plan.warnings if ": the engine admits" in w or w.startswith("experimental")], name
+        assert not [w for w in plan.warnings if ": the engine admits" in w
+                    or w.startswith("experimental")], name
     assert capped == 0
     plan, ir = example_plans["diurnal"]  # deployments that serve only in some windows: their windows' routes
     static = {n for r in plan.routes for n in (r.deployment, r.prefill, r.decode)}

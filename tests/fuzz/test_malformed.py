@@ -41,7 +41,8 @@ CORPUS = [
     ("rate_negative", mutate(("workloads", 0, "rate_rps"), -3), "workloads[0] (short).rate_rps"),
     ("rate_huge", mutate(("workloads", 0, "rate_rps"), 1e12), "workloads[0] (short).rate_rps"),
     ("rate_bool", mutate(("workloads", 0, "rate_rps"), True), "workloads[0] (short).rate_rps"),
-    ("ttft_wrong_unit", mutate(("workloads", 0, "slo", "ttft_ms"), "2 s"), "workloads[0] (short).slo.ttft_ms"),
+    ("ttft_wrong_unit", mutate(("workloads", 0, "slo", "ttft_ms"), "2 s"),
+     "workloads[0] (short).slo.ttft_ms"),
     ("ttft_zero", mutate(("workloads", 0, "slo", "ttft_ms"), 0), "workloads[0] (short).slo.ttft_ms"),
     ("percentile_100", mutate(("workloads", 0, "slo", "percentile"), 100), "slo.percentile"),
     ("count_negative", mutate(("gpus", 0, "count"), -1), "gpus[0] (h100-sxm).count"),
@@ -51,7 +52,8 @@ CORPUS = [
     ("budget_zero", mutate(("budget_usd_per_hour",), 0), "budget_usd_per_hour"),
     ("unknown_gpu", mutate(("gpus", 0, "type"), "h900"), "gpus[0].type"),
     ("unknown_model", mutate(("models", 0, "name"), "llama-9-9b"), "models[0].name"),
-    ("workload_model_not_listed", mutate(("workloads", 0, "model"), "mistral-7b"), "workloads[0] (short).model"),
+    ("workload_model_not_listed", mutate(("workloads", 0, "model"), "mistral-7b"),
+     "workloads[0] (short).model"),
     ("empty_gpus", mutate(("gpus",), []), "gpus"),
     ("empty_workloads", mutate(("workloads",), []), "workloads"),
     ("empty_models", mutate(("models",), []), "models"),
@@ -59,7 +61,8 @@ CORPUS = [
     ("duplicate_workload", {**BASE, "workloads": BASE["workloads"] * 2}, "workloads[1].name"),
     ("unknown_field", mutate(("workloads", 0, "rate"), 5), "workloads[0] (short).rate"),
     ("missing_slo", mutate(("workloads", 0, "slo"), DELETE), "workloads[0] (short).slo"),
-    ("two_length_forms", mutate(("workloads", 0, "input_tokens"), {"fixed": 5, "uniform": {"min": 1, "max": 9}}),
+    ("two_length_forms", mutate(("workloads", 0, "input_tokens"),
+                                {"fixed": 5, "uniform": {"min": 1, "max": 9}}),
      "workloads[0] (short).input_tokens"),
     ("uniform_reversed", mutate(("workloads", 0, "input_tokens"), {"uniform": {"min": 90, "max": 9}}),
      "workloads[0] (short).input_tokens"),
@@ -110,18 +113,22 @@ def test_plan_from_another_spec_is_exit1(tmp_path):
         assert "routes[0].workload" in res.output and "another spec" in res.output
 
 
-FIELDS = [("workloads", 0, "rate_rps"), ("workloads", 0, "slo", "ttft_ms"), ("workloads", 0, "slo", "tpot_ms"),
-          ("workloads", 0, "slo", "percentile"), ("workloads", 0, "input_tokens"), ("workloads", 0, "output_tokens"),
+FIELDS = [("workloads", 0, "rate_rps"), ("workloads", 0, "slo", "ttft_ms"),
+          ("workloads", 0, "slo", "tpot_ms"),
+          ("workloads", 0, "slo", "percentile"), ("workloads", 0, "input_tokens"),
+          ("workloads", 0, "output_tokens"),
           ("gpus", 0, "count"), ("gpus", 1, "usd_per_hour"), ("budget_usd_per_hour",), ("models", 0, "name"),
           ("gpus", 0, "type"), ("name",), ("workloads", 0, "dtype")]
 VALUES = st.one_of(st.none(), st.booleans(), st.integers(-10**15, 10**15),
                    st.floats(allow_nan=True, allow_infinity=True), st.text(max_size=12),
                    st.lists(st.integers(-5, 5), max_size=3), st.dictionaries(st.sampled_from(["fixed", "x"]),
-                                                                            st.integers(-3, 10**8), max_size=2))
+                                                                            st.integers(-3, 10**8),
+                                                                             max_size=2))
 
 
 @pytest.mark.slow  # quick suite within 3 minutes; .ci/run runs the slow suite
-@settings(max_examples=40, deadline=None, derandomize=True, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@settings(max_examples=40, deadline=None, derandomize=True,
+          suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(field=st.sampled_from(FIELDS), value=VALUES)
 def test_fuzzed_field_never_tracebacks(tmp_path, field, value):
     p = tmp_path / "f.yaml"

@@ -39,8 +39,8 @@ def test_plan_bytes_stable_across_hash_seeds(tmp_path):
     this process plans too (a set or dict order that followed the hashes would show here)."""
     seed = "4242" if os.environ.get("PYTHONHASHSEED") == "1" else "1"
     out = tmp_path / "p.yaml"
-    subprocess.run([sys.executable, "-m", "trimtab.cli.main", "plan", str(QUICKSTART), "-o", str(out)], cwd=ROOT,
-                   env=dict(os.environ, PYTHONHASHSEED=seed), check=True, capture_output=True)
+    subprocess.run([sys.executable, "-m", "trimtab.cli.main", "plan", str(QUICKSTART), "-o", str(out)],
+                   cwd=ROOT, env=dict(os.environ, PYTHONHASHSEED=seed), check=True, capture_output=True)
     assert out.read_bytes() == GOLDEN.read_bytes()
 
 
@@ -70,9 +70,9 @@ def single_type_costs(spec, **kwargs) -> dict[str, float | None]:
 
 
 def test_mixed_fleet_is_cheaper_than_any_single_gpu_type():
-    """The optimiser's claim, on the cost model's own capacities (``validate=False``). Validated, the quickstart
-    starts from the simulator-fitted capacity prior (profiles/sim_capacity.yaml), at which h100 alone is
-    cheapest (46.8 $/h in 1 round, against 44.7 $/h with an l40s after 6 rounds before the prior)."""
+    """The optimiser's claim, on the cost model's own capacities (``validate=False``). Validated, the
+    quickstart starts from the simulator-fitted capacity prior (profiles/sim_capacity.yaml), at which h100
+    alone is cheapest (46.8 $/h in 1 round, against 44.7 $/h with an l40s after 6 rounds before the prior)."""
     spec = tt.load_spec(QUICKSTART)
     mixed = planned("quickstart", validate=False).plan
     assert len(mixed.gpus) >= 2

@@ -1,10 +1,12 @@
-"""Experimental live KV tiers (``kv_tiers: experimental-live``, docs/kv-tiers.md): live-KV spill to host memory
-and KV borrowing, end to end. (The tier engines realise, the prefix cache's host memory, is in test_prefix_tier.)
+"""Experimental live KV tiers (``kv_tiers: experimental-live``, docs/kv-tiers.md): live-KV spill to host
+memory and KV borrowing, end to end. (The tier engines realise, the prefix cache's host memory, is in
+test_prefix_tier.)
 
 Both directions: a tier is chosen where it pays (the long-context traffic without prefix reuse, ``LONG_LIVE``,
-borrows and is cheaper than with tiers off; a low-rate 70B RAG spec with loose TPOT offloads) and not where it does
-not (short prompts get no tier candidates). The MILP rows bind, ``check`` rejects plans edited beyond the limits,
-the simulator agrees with the cost model on a tiered replica, and without a tier the cost model is unchanged.
+borrows and is cheaper than with tiers off; a low-rate 70B RAG spec with loose TPOT offloads) and not where it
+does not (short prompts get no tier candidates). The MILP rows bind, ``check`` rejects plans edited beyond the
+limits, the simulator agrees with the cost model on a tiered replica, and without a tier the cost model is
+unchanged.
 """
 from __future__ import annotations
 
@@ -28,7 +30,8 @@ from trimtab.solvers import SolveOptions, get_backend
 from tests.conftest import SMALL_SPEC, unit
 from tests.sim.helpers import one_deployment_plan, write_spec
 
-# The long-context example as it was before prefix reuse: chat beside low-rate RAG without reuse, live tiers on.
+# The long-context example as it was before prefix reuse: chat beside low-rate RAG without reuse, live tiers
+# on.
 LONG_LIVE = """\
 version: 1
 name: long-context-live
@@ -114,7 +117,8 @@ def test_kv_tier_rejects_nonsense():
 
 # ---------------------------------------------------------------------------------------------- candidates
 def test_short_prompts_get_no_tier_candidates(tmp_path):
-    spec = _spec(tmp_path, SMALL_SPEC.replace("name: small\n", "name: small\ndefaults: {kv_tiers: experimental-live}\n"))
+    spec = _spec(tmp_path, SMALL_SPEC.replace("name: small\n",
+                                              "name: small\ndefaults: {kv_tiers: experimental-live}\n"))
     cs = build_candidates(lower(spec), jobs=1)
     assert cs.candidates
     assert not [c.id for c in cs.candidates if c.kv_offload_gib or c.kv_borrow_gib]
@@ -125,7 +129,8 @@ def test_tiers_off_by_default_and_hash_unchanged(tmp_path):
     ir = lower(spec)
     assert ir.kv_tiers == "off"
     assert not [c for c in build_candidates(ir, jobs=1).candidates if c.kv_offload_gib or c.kv_borrow_gib]
-    explicit = _spec(tmp_path, RAG_ONLY.replace("{kv_tiers: experimental-live}", '{kv_tiers: "off"}'), "b.yaml")
+    explicit = _spec(tmp_path, RAG_ONLY.replace("{kv_tiers: experimental-live}", '{kv_tiers: "off"}'),
+                     "b.yaml")
     assert lower(explicit).input_hash == ir.input_hash  # an explicit "off" is the default
     assert lower(_spec(tmp_path, RAG_ONLY, "c.yaml")).input_hash != ir.input_hash
 
@@ -144,7 +149,8 @@ def test_offload_chosen_where_it_pays(tmp_path):
     assert any(w.startswith("experimental: ") for w in tiered.warnings)
     assert analytic_check(tiered, spec).ok
     auto = tt.plan(apply_overrides(spec, {"defaults.kv_tiers": "auto"}), validate=False).plan
-    assert auto.cost_usd_per_hour == off.cost_usd_per_hour  # no prefix reuse: the host tier has nothing to hold
+    # no prefix reuse: the host tier has nothing to hold
+    assert auto.cost_usd_per_hour == off.cost_usd_per_hour
 
 
 def test_kv_offload_row_binds(tmp_path):
@@ -161,7 +167,8 @@ def test_kv_offload_row_binds(tmp_path):
     assert row.family == "kv_offload" and "cpu_memory_gib" in str(row.origin)
     res = be.solve(m, opts)
     assert sum(round(res.values.get(n_var(c.id), 0)) for c in offl) >= 1  # integers, within HiGHS's tolerance
-    small = replace(ir, gpus=tuple(replace(p, cpu_memory_gib=min(c.kv_offload_gib for c in offl)) for p in ir.gpus))
+    small = replace(ir, gpus=tuple(replace(p, cpu_memory_gib=min(c.kv_offload_gib for c in offl))
+                                   for p in ir.gpus))
     res = be.solve(formulate(small, cands), opts)  # HOST_KV_SHARE of it is less than one replica's offload
     assert res.has_solution
     assert sum(res.values.get(n_var(c.id), 0) for c in offl) == 0
@@ -195,7 +202,8 @@ def test_borrowing_chosen_for_long_context_traffic(tmp_path):
     for name, k in kv.items():
         assert k.live == (k.borrowed_gib > 0 or k.lent_gib > 0 or k.offload_gib > 0), name
         if k.live:
-            assert any(w.startswith(f"experimental: {name} plans live KV beyond HBM") and "no engine flag" in w
+            assert any(w.startswith(f"experimental: {name} plans live KV beyond HBM")
+                       and "no engine flag" in w
                        for w in plan.warnings), plan.warnings
     assert not any(": the engine admits" in w for w in plan.warnings)
     # the realisable tier on the same traffic: nothing to gain without prefix reuse, the HBM-only cost
@@ -248,7 +256,8 @@ def test_check_rejects_tiers_when_spec_has_them_off(long_plan):
     assert any("defaults.kv_tiers: off" in v for v in bad.violations)
     # a live plan checked against a spec whose tier is the prefix cache's host memory: live KV is named
     bad = analytic_check(plan, apply_overrides(spec, {"defaults.kv_tiers": "auto"}))
-    assert any("holds live KV beyond HBM" in v and "experimental-live" in v for v in bad.violations), bad.violations
+    assert any("holds live KV beyond HBM" in v
+               and "experimental-live" in v for v in bad.violations), bad.violations
 
 
 # ---------------------------------------------------------------------------------------------- simulator
@@ -257,16 +266,17 @@ def _tiered_replica_plan(tmp_path, rate):
                     gpu="l4", extra="defaults: {kv_tiers: experimental-live}\n")
     plan = one_deployment_plan(sp, gpu="l4", mbt=2048)
     d = plan.deployments[0]
-    d = d.model_copy(update={"kv": KvTiers(hbm_tokens=d.kv_cache_tokens, borrowed_gib=20.0, borrowed_from=["x"])})
+    d = d.model_copy(update={"kv": KvTiers(hbm_tokens=d.kv_cache_tokens, borrowed_gib=20.0,
+                                           borrowed_from=["x"])})
     spec = load_spec(sp)
     rm = replica_model(lower(spec), "llama-3.1-8b", "l4", 1, 1, "bf16", 256, 2048, kv_borrow_gib=20.0)
     return plan.model_copy(update={"deployments": [d]}), spec, rm
 
 
 def test_simulator_agrees_with_cost_model_on_a_tiered_replica(tmp_path):
-    """8B on one L4: 36k tokens of HBM KV, 40k-token prompts; the rest of each request's KV over PCIe. One request
-    at a time, the median TPOT is the cost model's zero-load TPOT (whose remote share is the request's own) within
-    the 2 % of tests/sim/test_cost_model_agreement.py; the median TTFT is its prefill time."""
+    """8B on one L4: 36k tokens of HBM KV, 40k-token prompts; the rest of each request's KV over PCIe. One
+    request at a time, the median TPOT is the cost model's zero-load TPOT (whose remote share is the request's
+    own) within the 2 % of tests/sim/test_cost_model_agreement.py; the median TTFT is its prefill time."""
     plan, spec, rm = _tiered_replica_plan(tmp_path, 0.004)
     assert rm.memory.kv_cache_tokens < 40000 < rm.kv_capacity_tokens
     res = simulate(plan, spec, requests=300, seed=3)
@@ -279,9 +289,9 @@ def test_simulator_agrees_with_cost_model_on_a_tiered_replica(tmp_path):
 
 
 def test_simulator_steady_state_on_a_tiered_replica(tmp_path):
-    """At load, mean TPOT within 25 % of ``evaluate`` (docs/kv-tiers.md: overlapping long requests slow each other
-    down; the cost model's Poisson average of the step time over co-resident requests captures most of it, and
-    is low by about 20 % here: measured 159 ms simulated vs 131 ms)."""
+    """At load, mean TPOT within 25 % of ``evaluate`` (docs/kv-tiers.md: overlapping long requests slow each
+    other down; the cost model's Poisson average of the step time over co-resident requests captures most of
+    it, and is low by about 20 % here: measured 159 ms simulated vs 131 ms)."""
     plan, spec, rm = _tiered_replica_plan(tmp_path, 0.005)
     res = simulate(plan, spec, requests=1500, seed=3)
     st = rm.evaluate([TrafficClass(0.005, 40000, 256)], 90.0)
@@ -290,7 +300,8 @@ def test_simulator_steady_state_on_a_tiered_replica(tmp_path):
     assert res.workloads["w"].tpot_ms["mean"] >= st.tpot_mean_s * 1e3 * 0.98  # the model errs low, not high
 
 
-# ---------------------------------------------------------------------------------------------- placement / spec
+# ---------------------------------------------------------------------------------------------- placement /
+# spec
 def _two_nodes():
     from trimtab.ir.topology import Node, Topology
 
@@ -315,7 +326,8 @@ def test_no_placement_for_borrowing_is_reported_plainly():
     from trimtab.milp.placement import place_kv
 
     deps = [unit("b-borrow", "h100-sxm", 2, 1, 2), unit("c-lend", "h100-sxm", 2, 1, 1)]
-    kv = {"b-borrow": (10.0, 0.0, 0.0), "c-lend": (0.0, 12.0, 0.0)}  # two borrowers, one lender: one is left out
+    # two borrowers, one lender: one is left out
+    kv = {"b-borrow": (10.0, 0.0, 0.0), "c-lend": (0.0, 12.0, 0.0)}
     with pytest.raises(InfeasibleError, match="no placement exists that keeps every KV borrower"):
         place_kv(deps, _two_nodes(), kv, {"n0": 1000.0, "n1": 1000.0})
 
@@ -333,22 +345,25 @@ def test_bad_kv_tiers_value_names_the_field(tmp_path):
 def test_check_rejects_a_borrower_placed_away_from_its_lenders(long_plan):
     plan, spec = long_plan
     borrower = next(d for d in plan.deployments if d.kv.borrowed_gib > 0)
-    lender_nodes = {p.node for d in plan.deployments if d.name in borrower.kv.borrowed_from for p in d.placement}
+    lender_nodes = {p.node for d in plan.deployments if d.name in borrower.kv.borrowed_from
+                    for p in d.placement}
     other = next(n for n in ("h100-sxm-0", "h100-sxm-1") if n not in lender_nodes)
     moved = [p.model_copy(update={"node": other}) for p in borrower.placement]
-    deps = [d.model_copy(update={"placement": moved}) if d.name == borrower.name else d for d in plan.deployments]
+    deps = [d.model_copy(update={"placement": moved}) if d.name == borrower.name else d
+            for d in plan.deployments]
     bad = analytic_check(plan.model_copy(update={"deployments": deps}), spec)
     assert any(v.startswith(f"node {other}: its replicas borrow") for v in bad.violations), bad.violations
 
 
 def test_memory_infeasibility_points_at_kv_tiers(tmp_path):
-    """RAG prompts that no 2-GPU shape holds in HBM: with tiers off the explanation names the way out, and taking
-    it (``kv_tiers: experimental-live``) gives a plan that offloads live KV."""
+    """RAG prompts that no 2-GPU shape holds in HBM: with tiers off the explanation names the way out, and
+    taking it (``kv_tiers: experimental-live``) gives a plan that offloads live KV."""
     from trimtab.errors import InfeasibleError
 
     two = RAG_ONLY.replace("count: 8", "count: 2")
     with pytest.raises(InfeasibleError) as exc:
-        tt.plan(_spec(tmp_path, two.replace("kv_tiers: experimental-live", 'kv_tiers: "off"')), validate=False)
+        tt.plan(_spec(tmp_path, two.replace("kv_tiers: experimental-live", 'kv_tiers: "off"')),
+                validate=False)
     text = "\n".join(exc.value.lines)
     assert "pruned for: memory" in text and "defaults.kv_tiers: experimental-live" in text
     plan = tt.plan(_spec(tmp_path, two, "auto.yaml"), validate=False).plan

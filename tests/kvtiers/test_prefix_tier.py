@@ -1,11 +1,11 @@
-"""The KV tier engines implement (``kv_tiers: auto`` / ``offload``, docs/kv-tiers.md): a host-memory level of the
-prefix cache. Evicted prefix blocks stay in CPU memory and a hit reloads them over PCIe (vLLM's
+"""The KV tier engines implement (``kv_tiers: auto`` / ``offload``, docs/kv-tiers.md): a host-memory level of
+the prefix cache. Evicted prefix blocks stay in CPU memory and a hit reloads them over PCIe (vLLM's
 ``--kv-offloading-backend native --kv-offloading-size``, SGLang's HiCache, TensorRT-LLM's host cache).
 
 Checked against hand-computed figures (reload = KV bytes per GPU / PCIe bandwidth), against recomputation (a
-reload is far cheaper than the prefill it saves), against the simulator (one request at a time), and end to end on
-examples/long-context.yaml: the tier is chosen where it pays (31.2 vs 46.8 $/h with tiers off), every request
-still fits HBM, the commands carry the offload flags, and ``check`` passes.
+reload is far cheaper than the prefill it saves), against the simulator (one request at a time), and end to
+end on examples/long-context.yaml: the tier is chosen where it pays (31.2 vs 46.8 $/h with tiers off), every
+request still fits HBM, the commands carry the offload flags, and ``check`` passes.
 """
 from __future__ import annotations
 
@@ -42,25 +42,29 @@ def _rm(ir, gib: float = 0.0):
 def test_reload_is_kv_bytes_over_pcie_and_adds_no_live_kv(ir):
     rm, base = _rm(ir, 100.0), _rm(ir)
     assert rm.memory.kv_bytes_per_token_per_gpu == KV_BYTES_70B_TP4 == 81920
-    assert rm.prefix_tier.kind == "prefix" and rm.prefix_tier.gbps_per_gpu == 64  # PCIe Gen5 x16 per direction
+    # PCIe Gen5 x16 per direction
+    assert rm.prefix_tier.kind == "prefix" and rm.prefix_tier.gbps_per_gpu == 64
     assert rm.prefix_tier.tokens == int(100 * 1024**3 / 4 // KV_BYTES_70B_TP4)
     assert rm.reload_s(10_000) == pytest.approx(10_000 * 81920 / 64e9)  # 12.8 ms
     # a prefix tier holds no running request's KV: capacity and step times are the HBM-only ones
-    assert rm.kv_tier is None and rm.kv_capacity_tokens == base.kv_capacity_tokens == base.memory.kv_cache_tokens
+    assert (rm.kv_tier is None
+            and rm.kv_capacity_tokens == base.kv_capacity_tokens == base.memory.kv_cache_tokens)
     assert rm.iteration_s(8, 20000.0, 1024.0, 5000.0) == base.iteration_s(8, 20000.0, 1024.0, 5000.0)
     assert base.reload_s(10_000) == 0.0
 
 
 def test_host_hits_cost_their_reload_not_a_recompute(ir):
     rm = _rm(ir, 400.0)
-    host = TrafficClass(0.0, 30000, 512, cached_tokens=18000, prefix_reserved=100000, host_cached_tokens=16000)
+    host = TrafficClass(0.0, 30000, 512, cached_tokens=18000, prefix_reserved=100000,
+                        host_cached_tokens=16000)
     hbm = TrafficClass(0.0, 30000, 512, cached_tokens=18000, prefix_reserved=100000)
     miss = TrafficClass(0.0, 30000, 512, cached_tokens=2000, prefix_reserved=100000)  # host hits recomputed
     t_host, t_hbm, t_miss = (rm.evaluate([c], 90.0).ttft_s[0] for c in (host, hbm, miss))
     assert t_host - t_hbm == pytest.approx(rm.reload_s(16000), rel=1e-9)
     assert t_miss - t_hbm > 20 * (t_host - t_hbm)  # prefilling 16k tokens of 70B vs moving 1.3 GB over PCIe
     # under load the reload occupies the engine too (counted in the prefill server, conservatively)
-    at = [rm.evaluate([TrafficClass(0.3, 30000, 512, None, 0.0, 18000, 100000, (), h)], 90.0) for h in (0, 16000)]
+    at = [rm.evaluate([TrafficClass(0.3, 30000, 512, None, 0.0, 18000, 100000, (), h)],
+                      90.0) for h in (0, 16000)]
     assert at[1].utilization > at[0].utilization and at[1].ttft_s[0] > at[0].ttft_s[0]
 
 
@@ -84,7 +88,8 @@ def test_only_workloads_with_prefix_reuse_get_a_host_tier(ir):
     assert not any(c.kv_borrow_gib or c.kv_spare_gib for c in cs.candidates)  # no live tiers, no lenders
     by = {c.id: c for c in cs.candidates}
     for c in tiered:
-        assert c.id.endswith("-off") and c.kv_offload_gib <= 2048 * 0.5 * c.gpus / 8 + 1e-9  # its share of a node
+        # its share of a node
+        assert c.id.endswith("-off") and c.kv_offload_gib <= 2048 * 0.5 * c.gpus / 8 + 1e-9
         base = by.get(c.id[:-4])
         if base is not None:
             assert all(cap > base.capacity(b) for b, cap in c.capacity_rps)
@@ -112,15 +117,16 @@ def test_simulator_agrees_with_the_cost_model_on_a_host_tier(tmp_path):
     sp = write_spec(tmp_path, rate=0.05, isl="{fixed: 20000}", osl="{fixed: 32}", ttft=60000, tpot=500,
                     extra="defaults: {kv_tiers: auto}\n",
                     name="s.yaml")
-    sp.write_text(sp.read_text().replace("    slo:", "    prefix: {hit_rate: 0.6, cached_tokens: 2000000}\n    slo:"))
+    sp.write_text(sp.read_text().replace("    slo:",
+                                         "    prefix: {hit_rate: 0.6, cached_tokens: 2000000}\n    slo:"))
     spec = load_spec(sp)
     ir = lower(spec)
     w = ir.workloads[0]
     plan = one_deployment_plan(sp, mbt=2048)
     out = {}
     for gib in (0.0, 250.0):
-        d = plan.deployments[0].model_copy(update={"kv": KvTiers(hbm_tokens=plan.deployments[0].kv_cache_tokens,
-                                                                 offload_gib=gib)})
+        d = plan.deployments[0].model_copy(
+            update={"kv": KvTiers(hbm_tokens=plan.deployments[0].kv_cache_tokens, offload_gib=gib)})
         p = plan.model_copy(update={"deployments": [d]})
         rm = replica_model(ir, w.model, "h100-sxm", 1, 1, "bf16", 256, 2048, kv_offload_gib=gib)
         ttft0, _ = rm.zero_load(traffic_class(w.buckets[0], 0.0, w, rm))
@@ -174,7 +180,8 @@ def test_prefix_tier_plan_emits_without_allow_experimental(long_plans):
 def test_check_rejects_a_host_tier_beyond_the_node(long_plans):
     spec, plan, _ = long_plans
     name = next(d.name for d in plan.deployments if d.kv.offload_gib > 0)
-    deps = [d.model_copy(update={"kv": d.kv.model_copy(update={"offload_gib": 1500.0})}) if d.name == name else d
+    deps = [d.model_copy(update={"kv": d.kv.model_copy(update={"offload_gib": 1500.0})}) if d.name == name
+            else d
             for d in plan.deployments]
     bad = analytic_check(plan.model_copy(update={"deployments": deps}), spec)
     assert any(v.startswith(f"deployment {name}: offloads 1500 GiB") for v in bad.violations), bad.violations

@@ -59,13 +59,15 @@ def test_feasible_adapter_spec_names_the_binding_inventory(tmp_path):
     need = tt.plan(_spec(tmp_path, 16), validate=False).plan.gpus["l40s"]
     e = explain(_spec(tmp_path, need))  # exactly enough GPUs: the inventory binds
     assert e.feasible
-    assert any(b.startswith("gpus[0] (l40s).count:") and f"{need} of {need} used" in b for b in e.binding), e.binding
+    assert any(b.startswith("gpus[0] (l40s).count:")
+               and f"{need} of {need} used" in b for b in e.binding), e.binding
 
 
 def test_max_goodput_with_adapters(tmp_path):
     """Under a budget that cannot carry all 30 rps, the adapter planner serves as much as it can: no more than
     the same spec without adapters serves (adapters cost capacity), within the budget, and checked."""
-    text = SPEC.replace("COUNT", "16").replace("name: lora-explain", "name: lora-goodput\nobjective: max_goodput\n"
+    text = SPEC.replace("COUNT", "16").replace("name: lora-explain",
+                                               "name: lora-goodput\nobjective: max_goodput\n"
                                                 "budget_usd_per_hour: 3.6")
     (tmp_path / "g.yaml").write_text(text)
     spec = tt.load_spec(tmp_path / "g.yaml")

@@ -1,4 +1,5 @@
-"""Multi-LoRA co-location and tenant isolation (issue 5): spec, cost model, MILP decisions, verifier, simulator."""
+"""Multi-LoRA co-location and tenant isolation (issue 5): spec, cost model, MILP decisions, verifier,
+simulator."""
 from __future__ import annotations
 
 import pytest
@@ -123,7 +124,8 @@ def test_hot_adapter_gets_its_own_replicas(hot_plan):
     spec, p = hot_plan
     own = [d for d in p.deployments if d.adapters == ["hot"]]
     assert own and sum(d.replicas for d in own) >= 2
-    hot_share = sum(r.share for r in p.adapter_routes if r.adapter == "hot" and r.deployment in {d.name for d in own})
+    hot_share = sum(r.share for r in p.adapter_routes if r.adapter == "hot"
+                    and r.deployment in {d.name for d in own})
     assert hot_share > 0.5
     cold_homes = {d.name for d in p.deployments if any(a.startswith("cold-") for a in d.adapters)}
     assert len(cold_homes) == 1  # the 60 cold adapters share one deployment
@@ -230,8 +232,8 @@ def test_specs_without_adapters_keep_their_hash():
 
     ir = lower(load_spec(QUICKSTART))
     assert ir.lora is None
-    # The LoRA machinery adds nothing to the hash of a spec without adapters: it is the hash the golden plan of
-    # the quickstart was made from (which changes only when the quickstart or its profiles change).
+    # The LoRA machinery adds nothing to the hash of a spec without adapters: it is the hash the golden plan
+    # of the quickstart was made from (which changes only when the quickstart or its profiles change).
     golden = (QUICKSTART.parent.parent / "tests" / "golden" / "quickstart.plan.yaml").read_text()
     assert f"input_hash: {ir.input_hash}\n" in golden
 
@@ -246,7 +248,8 @@ def test_isolation_holds_for_random_tenant_rules(seed):
     for t in tenants:
         ded = rnd.random() < 0.3
         avoid = [o for o in tenants if o != t and rnd.random() < 0.3]
-        rules.append(f"  - {{name: {t}, dedicated: {str(ded).lower()}, not_shared_with: [{', '.join(avoid)}]}}\n")
+        rules.append(f"  - {{name: {t}, dedicated: {str(ded).lower()}, not_shared_with: "
+                     f"[{', '.join(avoid)}]}}\n")
     wls = "".join(f"""  - name: w{i}
     model: llama-3.1-8b
     adapter: a{i % 3}

@@ -1,6 +1,7 @@
-"""The correction rounds for adapter plans (compiler/planning/rounds.py with trimtab.planning.lora.LoraPlanner): which shared
-candidates a workload may use, the ``lora-`` regimes of the capacity prior, and the workload-wide correction after a
-simulated miss, on the real cost model, solver and simulator."""
+"""The correction rounds for adapter plans (compiler/planning/rounds.py with
+trimtab.planning.lora.LoraPlanner): which shared candidates a workload may use, the ``lora-`` regimes of the
+capacity prior, and the workload-wide correction after a simulated miss, on the real cost model, solver and
+simulator."""
 from __future__ import annotations
 
 from pathlib import Path
@@ -45,7 +46,8 @@ def test_peers_are_the_shared_candidates_of_the_workloads_group_and_tenant_colou
 
 def test_adapter_specs_take_the_lora_regimes_of_the_prior():
     ir, planner, prob = _problem()
-    assert family_of(ir) == LORA_PREFIX and family_of(lower(load_spec(ROOT / "examples" / "quickstart.yaml"))) == ""
+    assert (family_of(ir) == LORA_PREFIX
+            and family_of(lower(load_spec(ROOT / "examples" / "quickstart.yaml"))) == "")
     table = capacity_prior_table()
     assert any(k.startswith(LORA_PREFIX) for k in table) and LORA_PREFIX + "default" in table
     peers = planner.peers(prob, fitted=True)

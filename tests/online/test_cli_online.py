@@ -1,5 +1,6 @@
 """The CLI around schedules and re-planning: ``check`` of a schedule reports every window and the worst, and
-exits 5 when a window misses; ``replan`` prints its moves as JSON; bad ``--fail`` is exit 1 without a traceback."""
+exits 5 when a window misses; ``replan`` prints its moves as JSON; bad ``--fail`` is exit 1 without a
+traceback."""
 from __future__ import annotations
 
 import json

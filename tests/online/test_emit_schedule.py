@@ -1,5 +1,5 @@
-"""``trimtab emit --to k8s`` of a daily schedule: the ScaledObjects carry the cron triggers of the schedule and
-validate against KEDA's CRD schema (tests/engines/schemas), like every other manifest."""
+"""``trimtab emit --to k8s`` of a daily schedule: the ScaledObjects carry the cron triggers of the schedule
+and validate against KEDA's CRD schema (tests/engines/schemas), like every other manifest."""
 from __future__ import annotations
 
 import pytest

@@ -2,10 +2,10 @@
 spread
 placement of ``trimtab.milp.spread`` and the node-loss check of ``trimtab.gate.nodeloss``.
 
-Oracles: a hand-computed case (a workload needing 3 replicas of 8 GPUs on 8-GPU nodes needs 4 with n+1, +33 %),
-the same optimum on every solver backend, a pool of one node that can carry nothing, and the node-loss check
-both ways: a plan made without n+1 on a spec where one node holds every replica a workload has fails it, the n+1
-plan of the same spec passes it. Plans are analytic (cost model only), so each test is a few solves.
+Oracles: a hand-computed case (a workload needing 3 replicas of 8 GPUs on 8-GPU nodes needs 4 with n+1, +33
+%), the same optimum on every solver backend, a pool of one node that can carry nothing, and the node-loss
+check both ways: a plan made without n+1 on a spec where one node holds every replica a workload has fails it,
+the n+1 plan of the same spec passes it. Plans are analytic (cost model only), so each test is a few solves.
 """
 from __future__ import annotations
 
@@ -96,7 +96,8 @@ def test_rows_on_every_backend(backend):
     ir, cands, pools, c = hand_case()
     m = redundant_model(ir, cands, pools)
     assert {"spread", "survive", "node_room"} <= {k.family for k in m.constraints}
-    assert all(str(k.origin) == "redundancy" for k in m.constraints if k.family in ("spread", "survive", "node_room"))
+    assert all(str(k.origin) == "redundancy" for k in m.constraints if k.family in ("spread", "survive",
+                                                                                    "node_room"))
     res = get_backend(backend).solve(m, OPTS)
     assert res.has_solution and round(res.values[n_var(c.id)]) == 4
     assert res.objective == pytest.approx(4 * c.usd_per_hour, rel=1e-3)
@@ -162,7 +163,8 @@ def test_n_plus_1_plan_passes_every_node_loss(plans):
     assert p.cost_usd_per_hour > p0.cost_usd_per_hour  # a spare costs something
     topo = build_topology(spec, lower(spec))
     nodes = {g: sum(n.gpu == g for n in topo.nodes) for g in ("h100-sxm", "l40s")}
-    for d in p.deployments:  # spread: at most ceil(n / nodes) replicas of a deployment on one node, each whole
+    # spread: at most ceil(n / nodes) replicas of a deployment on one node, each whole
+    for d in p.deployments:
         per: dict[str, set] = {}
         for s in d.placement:
             per.setdefault(s.node, set()).add(s.replica)
@@ -262,8 +264,8 @@ def test_replicas_larger_than_the_smallest_node_are_named():
 
 
 def test_node_losses_simulated(plans):
-    """The simulated path: one run per kind of node loss, each workload's attainment with its bounds, the worst
-    kind the one with the lowest margin."""
+    """The simulated path: one run per kind of node loss, each workload's attainment with its bounds, the
+    worst kind the one with the lowest margin."""
     _, _, spec, p = plans
     losses = check_each_node(p, spec, seeds=1, requests=1500)
     assert losses and all(x.result is not None for x in losses)
@@ -274,9 +276,9 @@ def test_node_losses_simulated(plans):
 
 
 def test_spread_placement_caps_and_domains():
-    """Five h100 nodes of 8 GPUs in two NVLink domains of 4: 4 + 7 + 5 replicas of 4, 1 and 2 GPUs (each node has
-    room for ceil(n / 5) of every deployment, node_room: 4 x 1 + 1 x 2 + 2 x 1 <= 8). At most that many per node, each replica whole
-    on one node, TP groups inside one domain, no GPU twice."""
+    """Five h100 nodes of 8 GPUs in two NVLink domains of 4: 4 + 7 + 5 replicas of 4, 1 and 2 GPUs (each node
+    has room for ceil(n / 5) of every deployment, node_room: 4 x 1 + 1 x 2 + 2 x 1 <= 8). At most that many
+    per node, each replica whole on one node, TP groups inside one domain, no GPU twice."""
     from trimtab.milp.spread import node_cap, place_spread
     from trimtab.ir.topology import Node, Topology
     from tests.conftest import unit
@@ -298,9 +300,10 @@ def test_spread_placement_caps_and_domains():
 
 
 def test_explain_of_an_n_plus_1_spec_explains_the_n_plus_1_problem(plans):
-    """``explain`` on an n+1 spec: the cost is the n+1 plan's (the analytic plan ``plan`` builds from the same rows),
-    not the cheaper plan without n+1, and a note says which problem the binding analysis is of; a one-node spec
-    is infeasible with n+1's own reason (before, explain ignored redundancy and called both feasible)."""
+    """``explain`` on an n+1 spec: the cost is the n+1 plan's (the analytic plan ``plan`` builds from the same
+    rows), not the cheaper plan without n+1, and a note says which problem the binding analysis is of; a
+    one-node spec is infeasible with n+1's own reason (before, explain ignored redundancy and called both
+    feasible)."""
     from trimtab.api import explain
 
     none, p0, n1, p1 = plans

@@ -58,7 +58,8 @@ def test_plus_30_percent_moves_no_more_than_from_scratch(setup):
     assert count_moves(r.moves) >= 1  # more traffic needs more capacity
     assert count_moves(r.moves) <= count_moves(r.fresh_moves)
     # it may cost more per hour only by what its fewer start-ups save over the 24 h horizon
-    assert r.plan.cost_usd_per_hour * 24 + r.transition_usd <= r.fresh.cost_usd_per_hour * 24 + r.fresh_transition_usd + 1e-6
+    assert (r.plan.cost_usd_per_hour * 24 + r.transition_usd
+            <= r.fresh.cost_usd_per_hour * 24 + r.fresh_transition_usd + 1e-6)
 
 
 def test_node_failure_loses_its_replicas_and_the_repair_fits(setup):
@@ -71,7 +72,8 @@ def test_node_failure_loses_its_replicas_and_the_repair_fits(setup):
     r = replan(cur, spec, fail=[f"node={node}"], validate=False)
     gpu = next(n for n in cur.deployments if n.name == cur.deployments[0].name).gpu
     assert r.plan.gpus.get(gpu, 0) <= 16 - 8  # one 8-GPU node fewer
-    assert all(p.node != node for d in r.plan.deployments for p in d.placement) or r.plan.gpus.get(gpu, 0) <= 8
+    assert all(p.node != node for d in r.plan.deployments
+               for p in d.placement) or r.plan.gpus.get(gpu, 0) <= 8
     running = {d.name: d.replicas - f.lost_replicas.get(d.name, 0) for d in cur.deployments}
     assert r.moves == diff_moves({k: v for k, v in running.items() if v > 0}, r.plan)
     assert count_moves(r.moves) <= count_moves(r.fresh_moves)
@@ -82,7 +84,8 @@ def test_gpu_loss_and_max_moves(setup):
     gpu = cur.deployments[0].gpu
     lost = sum(d.tensor_parallel for d in cur.deployments if d.gpu == gpu and d.replicas)
     have = {g.type: g.count for g in spec.gpus}[gpu]
-    # every GPU of that type gone: whatever ran there must be started elsewhere, so --max-moves 0 is infeasible
+    # every GPU of that type gone: whatever ran there must be started elsewhere, so --max-moves 0 is
+    # infeasible
     with pytest.raises(InfeasibleError, match="max-moves"):
         replan(cur, spec, fail=[f"gpus.{gpu}=-{have}"], max_moves=0, validate=False)
     r = replan(cur, spec, fail=[f"gpus.{gpu}=-{have}"], validate=False)

@@ -2,8 +2,8 @@
 
 The tiny spec has one workload with fixed lengths (one bucket) on one GPU type at 1 $/GPU-h, so each window's
 cheapest fleet can be worked out by hand from the candidates' capacities: tp1 (1 $/h) carries 4.46 rps, tp2
-(2 $/h) 9.76 rps, tp4 (4 $/h) 13.4 rps, tp8 (8 $/h) 16.4 rps (asserted below, so a cost-model change shows here
-first). Windows at 1, 4, 9, 2 rps then need tp1, tp1, tp2, tp1.
+(2 $/h) 9.76 rps, tp4 (4 $/h) 13.4 rps, tp8 (8 $/h) 16.4 rps (asserted below, so a cost-model change shows
+here first). Windows at 1, 4, 9, 2 rps then need tp1, tp1, tp2, tp1.
 """
 from __future__ import annotations
 
@@ -33,7 +33,8 @@ workloads:
     slo: {{ttft_ms: 2000, tpot_ms: 100, percentile: 90}}
 """
 TP1, TP2 = "w-l4-tp1-t2k", "w-l4-tp2-t2k"
-# 8.03 B parameters x 2 bytes (bf16) / 2 GB/s + 60 s warm-up (profiles/online.yaml); l4 nodes hold the tp2 replica
+# 8.03 B parameters x 2 bytes (bf16) / 2 GB/s + 60 s warm-up (profiles/online.yaml); l4 nodes hold the tp2
+# replica
 STARTUP_S = 8.03 * 2 / 2.0 + 60
 
 
@@ -63,7 +64,8 @@ def test_schedule_buys_each_window_what_it_needs():
     assert p.schedule.startup_usd_per_period == pytest.approx(startup_usd, abs=1e-3)
     assert p.schedule.cost_usd_per_hour_mean == pytest.approx((5.0 + startup_usd) / 4, abs=1e-3)
     assert p.schedule.startup_s[TP2] == pytest.approx(STARTUP_S, abs=0.1)
-    # the fleet held (placed once) is the most each deployment runs at once; a static plan would pay 2 $/h all day
+    # the fleet held (placed once) is the most each deployment runs at once; a static plan would pay 2 $/h all
+    # day
     assert {d.name: d.replicas for d in p.deployments} == {TP1: 1, TP2: 1}
     assert p.schedule.cost_usd_per_hour_mean < 2.0
     assert_fleet_is_windows_max(p)
@@ -110,10 +112,12 @@ def test_plan_is_byte_stable_and_passes_static_check():
 
 def test_validated_schedule_passes_every_window_and_check_names_the_worst():
     spec = tiny(", validate_windows: 2")
-    p = plan(spec).plan  # validated by simulation on its fullest windows (the analytic one misses at 4 and 9 rps)
+    # validated by simulation on its fullest windows (the analytic one misses at 4 and 9 rps)
+    p = plan(spec).plan
     assert all(w.attainment_lower for w in p.schedule.windows)  # every window simulated, not only the fullest
     cs = check_windows(p, spec, seeds=1, requests=1500)
-    assert [c.window for c in cs] == [0, 1, 2, 3] and all(c.report.ok for c in cs), [c.report.violations for c in cs]
+    assert [c.window for c in cs] == [0, 1, 2, 3] and all(c.report.ok for c in cs), \
+        [c.report.violations for c in cs]
     # window 2 (9 rps) left on one tp1 replica (4.5 rps at SLO): overloaded, the check must fail it
     wins = list(p.schedule.windows)
     wins[2] = wins[2].model_copy(update={"replicas": {d.name: int(d.name == TP1) for d in p.deployments},
@@ -126,11 +130,13 @@ def test_validated_schedule_passes_every_window_and_check_names_the_worst():
 
 
 def test_validation_covers_a_window_less_full_than_the_fullest():
-    """4, 12 and 1 rps: the cost model puts window 0 on one tp1 replica (4 of its 4.46 rps) and window 1 on three
-    (12 of 13.4), the same fill. Three replicas behind a least-loaded router pool their queues; one alone misses
-    at that fill (the plan that validated only the fullest window, 1, failed window 0 at check). Every window is
-    validated now: window 0's own miss buys it a second replica, and each window passes check at unused seeds."""
-    spec = load_spec("t.yaml", text=TINY.format(extra=", validate_windows: 1").replace("[1, 4, 9, 2]", "[4, 12, 1]"))
+    """4, 12 and 1 rps: the cost model puts window 0 on one tp1 replica (4 of its 4.46 rps) and window 1 on
+    three (12 of 13.4), the same fill. Three replicas behind a least-loaded router pool their queues; one
+    alone misses at that fill (the plan that validated only the fullest window, 1, failed window 0 at check).
+    Every window is validated now: window 0's own miss buys it a second replica, and each window passes check
+    at unused seeds."""
+    spec = load_spec("t.yaml", text=TINY.format(extra=", validate_windows: 1").replace("[1, 4, 9, 2]",
+                                                                                       "[4, 12, 1]"))
     p = plan(spec).plan
     assert all(w.attainment_lower for w in p.schedule.windows)
     assert replicas(p)[0] == {TP1: 2} and replicas(p)[2] == {TP1: 1}
@@ -138,26 +144,30 @@ def test_validation_covers_a_window_less_full_than_the_fullest():
     assert all(c.report.ok for c in cs), [c.report.violations for c in cs]
     # the single replica at 4 rps is what misses: the window as the cost model alone planned it fails check
     one = p.schedule.windows[0].model_copy(update={"replicas": {TP1: 1}, "cost_usd_per_hour": 1.0})
-    bad = p.model_copy(update={"schedule": p.schedule.model_copy(update={"windows": [one] + p.schedule.windows[1:]})})
+    bad = p.model_copy(update={"schedule": p.schedule.model_copy(update={"windows": [one]
+                                                                         + p.schedule.windows[1:]})})
     assert not check_windows(bad, spec, seeds=2, requests=3000, windows=[0])[0].report.ok
 
 
 def test_cron_triggers_realise_a_daily_schedule():
     p = plan(tiny(", window_s: 21600").replace("{window_s: 3600, window_s: 21600}", "{window_s: 21600}")
-             if False else load_spec("t.yaml", text=TINY.format(extra="").replace("window_s: 3600", "window_s: 21600")),
+             if False else load_spec("t.yaml", text=TINY.format(extra="").replace("window_s: 3600",
+                                                                                  "window_s: 21600")),
              validate=False).plan
     assert p.schedule.window_s * len(p.schedule.windows) == 86400
     assert min_replicas(p.schedule, TP2) == 0 and min_replicas(p.schedule, TP1) == 0
     lead = -(-STARTUP_S // 60)  # minutes ahead of the window
     trig = cron_triggers(p.schedule, TP2, p.schedule.startup_s[TP2])
-    assert trig == [{"type": "cron", "metadata": {"timezone": "Etc/UTC", "start": f"{int(60 - lead)} 11 * * *",
+    assert trig == [{"type": "cron", "metadata": {"timezone": "Etc/UTC",
+                                                  "start": f"{int(60 - lead)} 11 * * *",
                                                   "end": "0 18 * * *", "desiredReplicas": "1"}}]
     hourly = plan(tiny(), validate=False).plan
     assert cron_triggers(hourly.schedule, TP2, 60.0) is None  # 4 hourly windows are not a day: no daily cron
 
 
 def test_servegen_shape_by_hand(tmp_path):
-    rates = [1, 2, 3, 4, 5, 6] * 4 + [0] * 6 * 20 + [6, 6, 6, 6, 6, 6] + [0] * 6 * 23  # two days of 10-minute rows
+    # two days of 10-minute rows
+    rates = [1, 2, 3, 4, 5, 6] * 4 + [0] * 6 * 20 + [6, 6, 6, 6, 6, 6] + [0] * 6 * 23
     assert servegen_shape(rates, 3600, "none")[:2] == [3.5, 3.5]
     day = servegen_shape(rates, 3600, "day")
     assert len(day) == 24 and day[0] == 6.0 and day[1] == 3.5 and day[4] == 0.0
@@ -226,7 +236,7 @@ def test_window_plan_counts_every_gpu_of_a_data_parallel_replica():
     w = ScheduleWindow(start_s=0, rates={}, replicas={d.name: 1}, started=0, stopped=0, cost_usd_per_hour=0.0,
                        routes=list(p.routes))
     sched = PlanSchedule(window_s=3600, cyclic=False, min_lifetime_windows=1, max_changes_per_window=None,
-                         startup_s={}, startup_source="test", cost_usd_per_hour_mean=0.0, startup_usd_per_period=0.0,
-                         windows=[w])
+                         startup_s={}, startup_source="test", cost_usd_per_hour_mean=0.0,
+                         startup_usd_per_period=0.0, windows=[w])
     wp = window_plan(p.model_copy(update={"schedule": sched}), 0)
     assert wp.gpus == {d.gpu: d.tensor_parallel * d.pipeline_parallel * d.data_parallel}

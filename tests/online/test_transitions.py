@@ -1,9 +1,9 @@
-"""Schedules simulated over time (docs/online.md, "Transitions"): non-homogeneous arrivals, replicas that serve only
-after their start-up, replicas that drain, one run of the one event loop across a boundary.
+"""Schedules simulated over time (docs/online.md, "Transitions"): non-homogeneous arrivals, replicas that
+serve only after their start-up, replicas that drain, one run of the one event loop across a boundary.
 
-The tiny spec (tests/online/test_schedule.py) at 1 then 6 rps: the schedule runs one tp1 l4 replica (4.46 rps at
-SLO) in window 0 and two in window 1. A tp1 replica of llama-3.1-8b starts in 8.03 B x 2 bytes / 2 GB/s + 60 s =
-68 s (profiles/online.yaml).
+The tiny spec (tests/online/test_schedule.py) at 1 then 6 rps: the schedule runs one tp1 l4 replica (4.46 rps
+at SLO) in window 0 and two in window 1. A tp1 replica of llama-3.1-8b starts in 8.03 B x 2 bytes / 2 GB/s +
+60 s = 68 s (profiles/online.yaml).
 """
 from __future__ import annotations
 
@@ -52,9 +52,10 @@ def ttft_p90(sim, lo: float, hi: float) -> float:
 def test_scale_events_follow_the_counts():
     serving, ev = scale_events([[1, 3], [2, 1]], [100.0], [68.0, 30.0], [0.0, 30.0])
     assert serving == [[0], [0, 1, 2]]
-    # deployment 0 adds replica 1, up 68 s after the boundary; deployment 1 drains replicas 1 and 2 at it; a start
-    # issued ahead by its start-up time serves from the boundary
-    assert ev == [ScaleEvent(100.0, 1, 1, False), ScaleEvent(100.0, 1, 2, False), ScaleEvent(168.0, 0, 1, True)]
+    # deployment 0 adds replica 1, up 68 s after the boundary; deployment 1 drains replicas 1 and 2 at it; a
+    # start issued ahead by its start-up time serves from the boundary
+    assert ev == [ScaleEvent(100.0, 1, 1, False), ScaleEvent(100.0, 1, 2, False),
+                  ScaleEvent(168.0, 0, 1, True)]
     _, ev = scale_events([[0], [1]], [100.0], [30.0], [30.0])
     assert ev == [ScaleEvent(100.0, 0, 0, True)]
 
@@ -71,8 +72,8 @@ def test_a_late_replica_serves_only_after_its_startup_and_ttft_rises_only_meanwh
     # TTFT p90 is over the 2 s SLO in the first minutes ...
     head = ttft_p90(sim, B, up)
     assert head > 2000
-    # ... while after the start-up, once replica 0's backlog is served (it gets no new request while it has more
-    # active requests than replica 1), the window runs at its steady-state TTFT, within the SLO
+    # ... while after the start-up, once replica 0's backlog is served (it gets no new request while it has
+    # more active requests than replica 1), the window runs at its steady-state TTFT, within the SLO
     tail = ttft_p90(sim, B + 600, B + 900)
     assert tail < 1000 and head > 3 * tail
     # with the start issued ahead by its start-up time (the plan's schedule), the same boundary shows no rise
@@ -104,7 +105,8 @@ def test_arrivals_per_window_match_the_rates():
     segs = [Segment(k * seg_s, (k + 1) * seg_s, scs[k]) for k in range(4)]
     chi2 = 0.0
     for seed in (101, 202):
-        counts = [[p.schedule.windows[w].replicas.get(d.view.name, 0) for d in scs[0].deployments] for w in range(4)]
+        counts = [[p.schedule.windows[w].replicas.get(d.view.name, 0) for d in scs[0].deployments]
+                  for w in range(4)]
         serving, events = scale_events(counts, [seg_s * k for k in (1, 2, 3)],
                                        [0.0] * len(counts[0]), [0.0] * len(counts[0]))
         sim = ScheduleSimulation(scs[0], segs, serving, events, seed)

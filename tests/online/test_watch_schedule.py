@@ -1,6 +1,6 @@
 """``trimtab watch`` on a plan with a schedule (docs/online.md, "Watching a deployment", schedules): the
-window the clock is in is the plan. The tiny schedule of tests/online/test_schedule.py (1, 4, 9, 2 rps in hourly
-windows on tp1, tp1, tp2, tp1) served by ``benchmarks.watch`` synthetic engines over HTTP, parsed by
+window the clock is in is the plan. The tiny schedule of tests/online/test_schedule.py (1, 4, 9, 2 rps in
+hourly windows on tp1, tp1, tp2, tp1) served by ``benchmarks.watch`` synthetic engines over HTTP, parsed by
 ``prometheus_client``'s parser, the clock simulated: the planned step from 1 to 4 rps at a window boundary is
 the schedule's, not drift; a step inside a window is proposed against that window's rate, as a static plan of
 that window."""

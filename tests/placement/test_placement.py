@@ -29,7 +29,8 @@ def spec_and_ir(text: str):
 def test_derived_topology_fills_nodes():
     s, ir = spec_and_ir(SMALL_SPEC.replace("count: 8, usd_per_hour: 4.0", "count: 12, usd_per_hour: 4.0"))
     topo = build_topology(s, ir)
-    assert [(n.name, n.gpus) for n in topo.nodes if n.gpu == "h100-sxm"] == [("h100-sxm-0", 8), ("h100-sxm-1", 4)]
+    assert [(n.name, n.gpus) for n in topo.nodes if n.gpu == "h100-sxm"] == [("h100-sxm-0", 8),
+                                                                             ("h100-sxm-1", 4)]
 
 
 def test_declared_topology_and_bandwidths():
@@ -45,7 +46,8 @@ def test_declared_topology_and_bandwidths():
 
 def test_nodes_must_hold_the_listed_gpus():
     with pytest.raises(InputError) as exc:
-        s, ir = spec_and_ir(SMALL_SPEC + NODES.replace("count: 2, gpus_per_node: 8", "count: 1, gpus_per_node: 4"))
+        s, ir = spec_and_ir(SMALL_SPEC + NODES.replace("count: 2, gpus_per_node: 8",
+                                                       "count: 1, gpus_per_node: 4"))
         build_topology(s, ir)
     assert "gpus[0] (h100-sxm).count: 8 GPUs listed but the nodes hold only 4" in exc.value.lines[0]
 

@@ -24,7 +24,8 @@ def shared_prefix_trace(path, n=3000, prompts=8, prefix_blocks=6, suffix_blocks=
     rows, next_id = [], prompts * prefix_blocks
     for k in range(n):
         p = int(rng.integers(prompts))
-        h = [p * prefix_blocks + j for j in range(prefix_blocks)] + list(range(next_id, next_id + suffix_blocks))
+        h = [p * prefix_blocks + j for j in range(prefix_blocks)] \
+            + list(range(next_id, next_id + suffix_blocks))
         next_id += suffix_blocks
         rows.append((int(t[k]), 512 * (prefix_blocks + suffix_blocks), 64, h))
     write_mooncake(path, rows)

@@ -1,5 +1,6 @@
-"""Prefix hits in the cost model: prefill computes only the uncached tokens (attending to the cached ones), TTFT
-falls, capacity rises; the prefix cache's reserve leaves less KV for requests; zero hits change nothing."""
+"""Prefix hits in the cost model: prefill computes only the uncached tokens (attending to the cached ones),
+TTFT falls, capacity rises; the prefix cache's reserve leaves less KV for requests; zero hits change
+nothing."""
 from __future__ import annotations
 
 import pytest

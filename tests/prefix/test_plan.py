@@ -1,5 +1,5 @@
-"""Planning with prefix reuse: the example is cheaper with its declared hits than without, the plan states what
-it assumed, ``check`` passes it; a zero hit rate plans exactly as no prefix block."""
+"""Planning with prefix reuse: the example is cheaper with its declared hits than without, the plan states
+what it assumed, ``check`` passes it; a zero hit rate plans exactly as no prefix block."""
 from __future__ import annotations
 
 import pytest

@@ -1,5 +1,6 @@
-"""The simulator with prefix hits against the cost model (tolerances of tests/sim/test_cost_model_agreement.py),
-and the measured validation: replaying a trace's block hashes through each replica's LRU."""
+"""The simulator with prefix hits against the cost model (tolerances of
+tests/sim/test_cost_model_agreement.py), and the measured validation: replaying a trace's block hashes through
+each replica's LRU."""
 from __future__ import annotations
 
 import pytest
@@ -60,7 +61,8 @@ def test_trace_hits_are_replayed_per_replica(tmp_path):
     spec = load_spec(sp)
     ir, rm = _model(sp)
     w = ir.workloads[0]
-    # 8 prefixes of 6 blocks are reused, suffixes never: after the first few requests 6/10 of the input is cached
+    # 8 prefixes of 6 blocks are reused, suffixes never: after the first few requests 6/10 of the input is
+    # cached
     assert w.prefix_source == "trace"
     assert w.prefix_hit_rate == pytest.approx(0.6, abs=0.01)
     assert w.prefix_working_set == (8 * 6 + 3000 * 4) * 512
@@ -72,8 +74,8 @@ def test_trace_hits_are_replayed_per_replica(tmp_path):
     # The LRU holds the 48 shared blocks as long as the reserve is well above one request's suffixes
     assert reserved >= 20 * 512
     assert replayed == pytest.approx(0.6, abs=0.02)
-    # the planner reads the measured LRU curve at the reserve (uniform popularity would give ~reserve / working
-    # set, a few per cent: popular prefixes are what an LRU keeps)
+    # the planner reads the measured LRU curve at the reserve (uniform popularity would give ~reserve /
+    # working set, a few per cent: popular prefixes are what an LRU keeps)
     assert hit == pytest.approx(prefix_hit(w, reserved))
     assert hit > 0.5 > 0.6 * reserved / w.prefix_working_set * 10
 

@@ -47,7 +47,8 @@ def test_declared_prefix_lowers(tmp_path):
     p = tmp_path / "s.yaml"
     p.write_text(_spec("{hit_rate: 0.4, cached_tokens: 30000}"))
     w = lower(load_spec(p)).workloads[0]
-    assert (w.prefix_hit_rate, w.prefix_working_set, w.prefix_curve, w.prefix_source) == (0.4, 30000, (), "declared")
+    assert (w.prefix_hit_rate, w.prefix_working_set, w.prefix_curve, w.prefix_source) == (0.4, 30000, (),
+                                                                                          "declared")
 
 
 def test_no_prefix_keeps_the_input_hash(tmp_path):

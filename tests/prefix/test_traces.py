@@ -12,7 +12,8 @@ ROWS = [  # (ms, input, output, hash_ids); blocks of 512 tokens
     (10, 1500, 10, [1, 2, 3]),    # blocks 1, 2 cached: 1024
     (20, 600, 10, [1, 4]),        # block 1: 512 (4 is new)
     (30, 1024, 10, [1, 2]),       # both cached, but the last token is always computed: 1023
-    (40, 700, 10, [5, 2]),        # a prefix match stops at the first miss: 0 (block 2 is cached but follows 5)
+    # a prefix match stops at the first miss: 0 (block 2 is cached but follows 5)
+    (40, 700, 10, [5, 2]),
 ]
 HIT = 0 + 1024 + 512 + 1023 + 0
 TOTAL = 1024 + 1500 + 600 + 1024 + 700

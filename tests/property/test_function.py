@@ -101,7 +101,8 @@ def base_plan():
 
 
 # In the slow suite (about 36 s of one worker): the quick suite keeps the price relaxations of the quickstart
-# (test_the_quickstart_with_a_cheaper_gpu_never_gets_a_dearer_plan) and the choice relaxation (more GPU types).
+# (test_the_quickstart_with_a_cheaper_gpu_never_gets_a_dearer_plan) and the choice relaxation (more GPU
+# types).
 @pytest.mark.slow
 @settings(max_examples=6, deadline=None, derandomize=True, suppress_health_check=list(HealthCheck))
 @given(relaxations())
@@ -113,7 +114,8 @@ def test_a_relaxed_spec_never_gets_a_dearer_plan(base_plan, d):
 
 @pytest.fixture(scope="module")
 def quickstart_plan():
-    # the plan trimtab plan writes for the quickstart, held to its bytes by tests/golden: no need to plan it again
+    # the plan trimtab plan writes for the quickstart, held to its bytes by tests/golden: no need to plan it
+    # again
     return golden_plan("quickstart")
 
 

@@ -35,11 +35,13 @@ def specs(draw) -> dict:
     for i in range(draw(st.integers(1, 2))):
         isl = draw(st.sampled_from([{"fixed": 256}, {"fixed": 2000}, {"uniform": {"min": 100, "max": 3000}}]))
         workloads.append({
-            "name": f"w{i}", "model": "llama-3.1-8b", "rate_rps": draw(st.sampled_from([0.5, 2.0, 8.0, 25.0])),
+            "name": f"w{i}", "model": "llama-3.1-8b",
+            "rate_rps": draw(st.sampled_from([0.5, 2.0, 8.0, 25.0])),
             "input_tokens": isl, "output_tokens": {"fixed": draw(st.sampled_from([32, 200]))},
             "slo": {"ttft_ms": draw(st.sampled_from([200, 1000, 5000])),
                     "tpot_ms": draw(st.sampled_from([20, 60, 150])), "percentile": 90}})
-    spec = {"version": 1, "name": "prop", "gpus": [{"type": g, "count": draw(st.integers(0, 8))} for g in gpus],
+    spec = {"version": 1, "name": "prop",
+            "gpus": [{"type": g, "count": draw(st.integers(0, 8))} for g in gpus],
             "models": [{"name": "llama-3.1-8b"}], "workloads": workloads}
     if draw(st.booleans()):
         spec["budget_usd_per_hour"] = draw(st.sampled_from([2.0, 10.0, 50.0]))

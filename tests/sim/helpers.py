@@ -32,7 +32,8 @@ workloads:
 def write_spec(tmp_path, rate=1.0, isl="{fixed: 512}", osl="{fixed: 64}", ttft=1000, tpot=100, pct=90,
                gpu="h100-sxm", extra="", name="spec.yaml"):
     p = tmp_path / name
-    p.write_text(ONE_WORKLOAD.format(rate=rate, isl=isl, osl=osl, ttft=ttft, tpot=tpot, pct=pct, gpu=gpu) + extra)
+    p.write_text(ONE_WORKLOAD.format(rate=rate, isl=isl, osl=osl, ttft=ttft, tpot=tpot, pct=pct, gpu=gpu)
+                 + extra)
     return p
 
 
@@ -43,14 +44,16 @@ def one_deployment_plan(spec_path, replicas=1, gpu="h100-sxm", tp=1, mbt=8192, m
     w0 = ir.workloads[0]
     rm = replica_model(ir, w0.model, gpu, tp, 1, "bf16", max_seqs, mbt)
     price = ir.gpu(gpu).usd_per_hour
-    dep = Deployment(name="d", model=w0.model, gpu=gpu, tensor_parallel=tp, pipeline_parallel=1, replicas=replicas,
+    dep = Deployment(name="d", model=w0.model, gpu=gpu, tensor_parallel=tp, pipeline_parallel=1,
+                     replicas=replicas,
                      role="unified", dtype="bf16", max_batch_size=max_seqs, max_num_batched_tokens=mbt,
                      kv_cache_tokens=rm.memory.kv_cache_tokens, load_rps_per_replica=0.0, utilization=0.0,
                      engine_args=[])
     routes = [Route(workload=w.name, bucket=b.name, deployment="d", share=b.prob) for w in ir.workloads
               for b in w.buckets]
     return Plan(spec=ir.name, input_hash=ir.input_hash, cost_usd_per_hour=price * tp * replicas,
-                gpus={gpu: tp * replicas}, solver=SolverInfo(backend="highs", status="optimal", gap=0.0, seconds=1.0,
+                gpus={gpu: tp * replicas},
+                solver=SolverInfo(backend="highs", status="optimal", gap=0.0, seconds=1.0,
                                                            rounds=1),
                 deployments=[dep], routes=routes, predictions={}, buckets={})
 

@@ -70,8 +70,8 @@ def test_simulate_with_a_trace_and_bad_usage(tmp_path):
     tr = tmp_path / "mc.jsonl"
     tr.write_text("".join(f'{{"timestamp": {i * 300}, "input_length": {200 + 37 * i}, "output_length": 40, '
                           f'"hash_ids": []}}\n' for i in range(50)))
-    res = run("simulate", plan, "--spec", sp, "--trace", tr, "--trace-format", "mooncake", "--requests", "300",
-              "--format", "json")
+    res = run("simulate", plan, "--spec", sp, "--trace", tr, "--trace-format", "mooncake", "--requests",
+              "300", "--format", "json")
     assert res.exit_code == 0, res.output
     assert json.loads(res.stdout)["requests"] == 300
     tr.write_text('{"timestamp": 0, "input_length": 5, "output_length": 1}\n{"timestamp": 1}\n')
@@ -82,7 +82,8 @@ def test_simulate_with_a_trace_and_bad_usage(tmp_path):
 
 
 def test_check_judges_at_seeds_the_plan_did_not_use(tmp_path):
-    """Default seeds start at 1000, past every seed the plan was validated on; the request count is the plan's."""
+    """Default seeds start at 1000, past every seed the plan was validated on; the request count is the
+    plan's."""
     sp = write_spec(tmp_path, rate=2, isl="{fixed: 512}", osl="{fixed: 64}")
     data = yaml.safe_load(emit(one_deployment_plan(sp)))
     data["simulation"] = {"seeds": [999, 1000, 1001], "requests": 700, "rounds": 0, "passed": True,
@@ -147,8 +148,8 @@ def test_goodput_plan_checks_what_it_serves(tmp_path):
 
 def test_goodput_search_serves_more_than_the_first_correction(tmp_path, monkeypatch):
     """The search between the confirmed and the refuted capacities (``trimtab.planning.goodput``) keeps a plan
-    only when the simulation confirms it: with it the plan serves more than the rounds' first correction alone,
-    both within their SLOs by the planner's own simulation."""
+    only when the simulation confirms it: with it the plan serves more than the rounds' first correction
+    alone, both within their SLOs by the planner's own simulation."""
     import trimtab as tt
     from trimtab.planning import goodput
 

@@ -3,8 +3,8 @@
 * One request at a time (low load): TTFT is exactly the cost model's prefill time (plus its per-request
   overhead) and TPOT the mean of its decode steps, within 2 % of ``zero_load``.
 * Steady state at moderate load: mean TPOT, prefill utilisation and decode batch within 6 % of
-  ``ReplicaModel.evaluate``; mean TTFT within 15 % plus one decode step (a request that arrives during a decode
-  step waits for it to end, which the analytic M/G/1 prefill queue leaves out; with async scheduling,
+  ``ReplicaModel.evaluate``; mean TTFT within 15 % plus one decode step (a request that arrives during a
+  decode step waits for it to end, which the analytic M/G/1 prefill queue leaves out; with async scheduling,
   vLLM's, ``evaluate`` adds half a mean step for it and a mean step for the one formed ahead).
   docs/simulator.md states these.
 """

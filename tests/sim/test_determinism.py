@@ -47,7 +47,8 @@ def test_two_simulations_share_no_state(tmp_path):
 
 def test_overload_preempts_and_misses(tmp_path):
     # A small KV cache (L4) under heavy load: requests wait or get preempted, and the SLO is missed.
-    sp = write_spec(tmp_path, rate=40.0, isl="{fixed: 3000}", osl="{fixed: 400}", ttft=1000, tpot=60, gpu="l4")
+    sp = write_spec(tmp_path, rate=40.0, isl="{fixed: 3000}", osl="{fixed: 400}", ttft=1000, tpot=60,
+                    gpu="l4")
     plan = one_deployment_plan(sp, gpu="l4")
     res = simulate(plan, load_spec(sp), requests=1500, seed=0)
     w = res.workloads["w"]

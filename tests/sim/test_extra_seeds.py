@@ -1,11 +1,11 @@
-"""``simulate_seeds``'s extra seeds, driven through the real simulator (the Monte Carlo in test_interval.py covers
-the statistics of ``combine``/``undecided``/``accepted``; this covers the loop that feeds them).
+"""``simulate_seeds``'s extra seeds, driven through the real simulator (the Monte Carlo in test_interval.py
+covers the statistics of ``combine``/``undecided``/``accepted``; this covers the loop that feeds them).
 
-A plan of two deployments, one per workload: ``easy`` (a lax SLO, passes clearly on the first seed) and ``tight``
-(its TTFT SLO set, from the simulated TTFTs themselves, so that its pooled attainment over the PLAN_SEEDS seeds
-lies just above its target: at or above target, lower bound below it; ``_tight_undecided``). The planner's call
-must then run further seeds on ``tight`` alone, pool them at SEQUENTIAL_CONFIDENCE, and stop as soon as nothing is
-undecided; a miss on another deployment does not hold that back."""
+A plan of two deployments, one per workload: ``easy`` (a lax SLO, passes clearly on the first seed) and
+``tight`` (its TTFT SLO set, from the simulated TTFTs themselves, so that its pooled attainment over the
+PLAN_SEEDS seeds lies just above its target: at or above target, lower bound below it; ``_tight_undecided``).
+The planner's call must then run further seeds on ``tight`` alone, pool them at SEQUENTIAL_CONFIDENCE, and
+stop as soon as nothing is undecided; a miss on another deployment does not hold that back."""
 from __future__ import annotations
 
 import numpy as np
@@ -14,7 +14,8 @@ from trimtab.cost.factory import replica_model
 from trimtab.ir.lower import lower
 from trimtab.contract.schema import Deployment, Plan, Route, SolverInfo
 from trimtab.sim import simulate
-from trimtab.sim.validate import (EXTRA_SEEDS, LOOK_SEEDS, SEQUENTIAL_CONFIDENCE, combine, interval, simulate_seeds,
+from trimtab.sim.validate import (EXTRA_SEEDS, LOOK_SEEDS, SEQUENTIAL_CONFIDENCE, combine, interval,
+                                  simulate_seeds,
                                    undecided, validation_seeds)
 from trimtab.spec.load import load_spec
 
@@ -62,7 +63,8 @@ def _setup(tmp_path, ttft_ms: float, bad: str | None = None):
     for name in sorted(set(placed.values())):
         w = ir.workload("easy")
         rm = replica_model(ir, w.model, "h100-sxm", 1, 1, "bf16", 256, 2048)
-        deps.append(Deployment(name=name, model=w.model, gpu="h100-sxm", tensor_parallel=1, pipeline_parallel=1,
+        deps.append(Deployment(name=name, model=w.model, gpu="h100-sxm", tensor_parallel=1,
+                               pipeline_parallel=1,
                                replicas=1, role="unified", dtype="bf16", max_batch_size=256,
                                max_num_batched_tokens=2048, kv_cache_tokens=rm.memory.kv_cache_tokens,
                                load_rps_per_replica=0.0, utilization=0.0, engine_args=[]))
@@ -78,13 +80,14 @@ def _setup(tmp_path, ttft_ms: float, bad: str | None = None):
 
 
 def _tight_undecided(tmp_path, bad: str | None = None):
-    """The plan with ``tight``'s TTFT SLO set so that, on the base seeds, it is undecided (pooled attainment at or
-    above its 90 % target, lower bound below it) and at or above target on the first seed alone: the first of a
-    few pooled TTFT quantiles from 90.2 % up that gives both (the schedule does not depend on the SLO, so the
-    quantiles of a lax run are the attainments the SLO gives)."""
+    """The plan with ``tight``'s TTFT SLO set so that, on the base seeds, it is undecided (pooled attainment
+    at or above its 90 % target, lower bound below it) and at or above target on the first seed alone: the
+    first of a few pooled TTFT quantiles from 90.2 % up that gives both (the schedule does not depend on the
+    SLO, so the quantiles of a lax run are the attainments the SLO gives)."""
     plan, spec, ir = _setup(tmp_path, 1e6, bad)
     base = validation_seeds(0)
-    tt = np.concatenate([simulate(plan, spec, ir=ir, seed=s, requests=REQUESTS, timeline=False).samples["tight"][0]
+    tt = np.concatenate([simulate(plan, spec, ir=ir, seed=s, requests=REQUESTS,
+                                  timeline=False).samples["tight"][0]
                          for s in base])
     for q in (0.902, 0.904, 0.906, 0.908, 0.91, 0.913, 0.916):
         plan, spec, ir = _setup(tmp_path, float(np.quantile(tt, q)) * 1e3, bad)
@@ -105,35 +108,40 @@ def test_an_undecided_workload_gets_extra_seeds_alone_and_is_pooled_at_sequentia
     extra = res.seeds[len(base):]
     assert 1 <= len(extra) <= EXTRA_SEEDS
     assert extra == tuple(range(base[-1] + 1, base[-1] + 1 + len(extra)))  # the next seeds, in order
-    # easy passed clearly on the first seed: every later run, extra seeds included, simulates tight's deployment only
+    # easy passed clearly on the first seed: every later run, extra seeds included, simulates tight's
+    # deployment only
     for r in res.runs[1:]:
         assert set(r.workloads) == {"tight"} and set(r.deployments) == {"d"}
     # tight's interval pools every run, at the stricter confidence; easy keeps its first-seed interval.
     full = [simulate(plan, spec, ir=ir, seed=s, requests=REQUESTS, timeline=False) for s in res.seeds]
-    assert res.intervals["tight"] == interval([r.workloads["tight"].batches for r in full], SEQUENTIAL_CONFIDENCE)
+    assert res.intervals["tight"] == interval([r.workloads["tight"].batches for r in full],
+                                              SEQUENTIAL_CONFIDENCE)
     assert res.intervals["easy"] == interval([runs[0].workloads["easy"].batches])
     assert res.intervals["tight"].lower < interval([r.workloads["tight"].batches for r in full]).lower
     # It stops as soon as nothing is undecided, else after EXTRA_SEEDS; a look adds LOOK_SEEDS seeds.
     assert not undecided(res) or len(extra) == EXTRA_SEEDS
     assert len(extra) % LOOK_SEEDS == 0 or len(extra) == EXTRA_SEEDS
-    for k in range(LOOK_SEEDS, len(extra), LOOK_SEEDS):  # ... and not before: every earlier look left it undecided
-        assert undecided(combine(res.seeds[:len(base) + k], full[:len(base) + k], frozenset({"tight"}))) == {"tight"}
+    # ... and not before: every earlier look left it undecided
+    for k in range(LOOK_SEEDS, len(extra), LOOK_SEEDS):
+        assert undecided(combine(res.seeds[:len(base) + k], full[:len(base) + k],
+                                 frozenset({"tight"}))) == {"tight"}
 
 
 def test_no_extra_seeds_without_fail_fast_or_when_every_workload_is_decided(tmp_path):
     plan, spec, ir, _ = _tight_undecided(tmp_path)
     base = validation_seeds(0)
-    assert simulate_seeds(plan, spec, ir, base, REQUESTS).seeds == base  # check's replay: the seeds asked, no more
+    # check's replay: the seeds asked, no more
+    assert simulate_seeds(plan, spec, ir, base, REQUESTS).seeds == base
     lax, spec2, ir2 = _setup(tmp_path, 1e6)
     res = simulate_seeds(lax, spec2, ir2, base, REQUESTS, fail_fast=True)
     assert res.seeds == base[:len(res.runs)] and not undecided(res) and res.ok
 
 
 def test_a_shown_miss_elsewhere_does_not_hold_back_the_verdict_of_workloads_apart_from_it(tmp_path):
-    """A workload missing on the first seed (``bad``, on its own deployment): the planner re-solves anyway, but
-    tight, which shares no deployment with it, still gets its other seeds and its extra ones in this round (its
-    deployment is not what the re-solve changes); bad keeps its one run. With bad on tight's deployment, tight's
-    verdict waits: the runs stop after the first seed, as before."""
+    """A workload missing on the first seed (``bad``, on its own deployment): the planner re-solves anyway,
+    but tight, which shares no deployment with it, still gets its other seeds and its extra ones in this round
+    (its deployment is not what the re-solve changes); bad keeps its one run. With bad on tight's deployment,
+    tight's verdict waits: the runs stop after the first seed, as before."""
     from trimtab.planning.rounds import to_derate
 
     base = validation_seeds(0)
@@ -145,7 +153,8 @@ def test_a_shown_miss_elsewhere_does_not_hold_back_the_verdict_of_workloads_apar
     for r in res.runs[1:]:
         assert set(r.workloads) == {"tight"} and set(r.deployments) == {"d"}
     k = len(res.seeds)
-    assert res.intervals["tight"] == interval([r.workloads["tight"].batches for r in full[:k]], SEQUENTIAL_CONFIDENCE)
+    assert res.intervals["tight"] == interval([r.workloads["tight"].batches for r in full[:k]],
+                                              SEQUENTIAL_CONFIDENCE)
     assert "bad" in to_derate(res, len(base))
 
     shared, spec2, ir2 = _setup(tmp_path, 1e6, bad="d")
@@ -156,9 +165,9 @@ def test_a_shown_miss_elsewhere_does_not_hold_back_the_verdict_of_workloads_apar
 
 def test_an_adapter_plans_extra_look_is_a_whole_run_counting_the_undecided_workload_only(monkeypatch):
     """Adapter loads tie an adapter plan's workloads' replicas together, so it never simulates part of one: an
-    undecided workload's further seed is a whole run of the plan, which reports that workload only and is pooled
-    into its interval; the other workloads keep their intervals. (Which workload is undecided is forced here;
-    the loop and the pooling are the real ones.)"""
+    undecided workload's further seed is a whole run of the plan, which reports that workload only and is
+    pooled into its interval; the other workloads keep their intervals. (Which workload is undecided is forced
+    here; the loop and the pooling are the real ones.)"""
     from pathlib import Path
 
     import trimtab as tt
@@ -168,7 +177,8 @@ def test_an_adapter_plans_extra_look_is_a_whole_run_counting_the_undecided_workl
 
     root = Path(__file__).resolve().parents[2]
     spec = tt.load_spec(root / "examples" / "multi-lora.yaml")
-    plan = load_plan(root / "tests" / "golden" / "multi-lora.plan.yaml")  # validated: no miss on the first seed
+    # validated: no miss on the first seed
+    plan = load_plan(root / "tests" / "golden" / "multi-lora.plan.yaml")
     ir = lower(spec)
     assert plan.adapter_routes
     names = [w.name for w in ir.workloads]
@@ -196,11 +206,11 @@ def test_an_adapter_plans_extra_look_is_a_whole_run_counting_the_undecided_workl
 
 
 def test_an_adapter_plan_runs_every_seed_when_the_first_shows_a_miss(tmp_path):
-    """An adapter plan's runs are whole, so a miss on the first seed does not stop the round: the other seeds run
-    too, and a workload at target on the first seed is judged on all of them in this round (derated now if they
-    show it missing) instead of waiting for the next. Here ``qwen-base`` gets a TTFT SLO of 1 ms, which every
-    request misses: the result still holds PLAN_SEEDS whole runs, each reporting every workload, and each the
-    very run ``simulate`` gives for that seed."""
+    """An adapter plan's runs are whole, so a miss on the first seed does not stop the round: the other seeds
+    run too, and a workload at target on the first seed is judged on all of them in this round (derated now if
+    they show it missing) instead of waiting for the next. Here ``qwen-base`` gets a TTFT SLO of 1 ms, which
+    every request misses: the result still holds PLAN_SEEDS whole runs, each reporting every workload, and
+    each the very run ``simulate`` gives for that seed."""
     from pathlib import Path
 
     import trimtab as tt
@@ -227,7 +237,8 @@ def test_an_adapter_plan_runs_every_seed_when_the_first_shows_a_miss(tmp_path):
     for s, r in zip(base, res.runs):
         assert set(r.workloads) == names
         whole = simulate(plan, spec, ir=ir, seed=s, requests=REQUESTS, timeline=False)
-        assert {n: w.batches for n, w in r.workloads.items()} == {n: w.batches for n, w in whole.workloads.items()}
+        assert {n: w.batches for n, w in r.workloads.items()} \
+            == {n: w.batches for n, w in whole.workloads.items()}
     for n in names:  # every workload judged on the three seeds: none waits for the next round
         assert len(res.runs_of(n)) >= len(base)
     assert "qwen-base" in to_derate(res, len(base))

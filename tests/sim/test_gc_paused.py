@@ -1,5 +1,6 @@
-"""Planning and simulating run with Python's cyclic garbage collector paused (``trimtab.util.jobs.gc_paused``: issue
-16, the collector's passes over every live request took 6-13 % of a plan), and give it back as they found it."""
+"""Planning and simulating run with Python's cyclic garbage collector paused (``trimtab.util.jobs.gc_paused``:
+issue 16, the collector's passes over every live request took 6-13 % of a plan), and give it back as they
+found it."""
 from __future__ import annotations
 
 import gc

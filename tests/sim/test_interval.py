@@ -130,7 +130,8 @@ def _sequential_accepts(rng, truth, target, confidence_of_looks=None):
         if not pending:
             break
         step = min(v.LOOK_SEEDS, end - n)  # a look adds LOOK_SEEDS seeds
-        runs += [_Run([(int(rng.binomial(50, truth)), 50) for _ in range(BATCHES)], target) for _ in range(step)]
+        runs += [_Run([(int(rng.binomial(50, truth)), 50) for _ in range(BATCHES)], target)
+                 for _ in range(step)]
         n += step
         looked |= pending
         if confidence_of_looks is None:
@@ -141,10 +142,10 @@ def _sequential_accepts(rng, truth, target, confidence_of_looks=None):
 
 
 def test_extra_seeds_keep_the_false_acceptance_at_the_three_seed_level():
-    # A workload exactly at its target (95 %): the three-seed rule accepts it in ~4 % of draws. Looking again (up
-    # to EXTRA_SEEDS (12) more seeds, LOOK_SEEDS (2) a look) while the point estimate is at or above target would
-    # accept it about three times as often at 95 % bounds; the planner's looks use SEQUENTIAL_CONFIDENCE and stay
-    # near 5 %.
+    # A workload exactly at its target (95 %): the three-seed rule accepts it in ~4 % of draws. Looking again
+    # (up to EXTRA_SEEDS (12) more seeds, LOOK_SEEDS (2) a look) while the point estimate is at or above
+    # target would accept it about three times as often at 95 % bounds; the planner's looks use
+    # SEQUENTIAL_CONFIDENCE and stay near 5 %.
     rng = np.random.default_rng(3)
     seq = sum(_sequential_accepts(rng, 0.95, 0.95) for _ in range(DRAWS)) / DRAWS
     rng = np.random.default_rng(3)
@@ -159,11 +160,12 @@ def test_extra_seeds_keep_the_false_acceptance_at_the_three_seed_level():
     three = sum(v.combine((0, 1, 2), [_Run([(int(rng.binomial(50, 0.965)), 50) for _ in range(BATCHES)], 0.95)
                                       for _ in range(3)]).accepted("w") for _ in range(DRAWS)) / DRAWS
     assert power > three + 0.05, (power, three)
-    # ... and at a true 96 %, one point over the target, they accept most plans (three seeds alone: 57 %; up to six
-    # one-seed looks at 99.5 %, sessions 14 and before: 81 % over 4,000 draws): what a re-solve that lands a plan
-    # just over its target needs, instead of another round. (85.5 % here: with independent batches the runs'
-    # spread is above the batch means' in about half the draws, and the bound then takes it, with runs - 1
-    # degrees of freedom: the price of never being narrower than the runs show; trimtab.sim.validate.)
+    # ... and at a true 96 %, one point over the target, they accept most plans (three seeds alone: 57 %; up
+    # to six one-seed looks at 99.5 %, sessions 14 and before: 81 % over 4,000 draws): what a re-solve that
+    # lands a plan just over its target needs, instead of another round. (85.5 % here: with independent
+    # batches the runs' spread is above the batch means' in about half the draws, and the bound then takes it,
+    # with runs - 1 degrees of freedom: the price of never being narrower than the runs show;
+    # trimtab.sim.validate.)
     rng = np.random.default_rng(5)
     near = sum(_sequential_accepts(rng, 0.96, 0.95) for _ in range(DRAWS)) / DRAWS
     assert near >= 0.84, near

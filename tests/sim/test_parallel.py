@@ -27,7 +27,8 @@ def _bytes(res) -> bytes:
 
 
 def _spy(monkeypatch, name: str, what) -> list:
-    """``par.<name>`` replaced by itself recording ``what(*args)`` of each call (in this process); the records."""
+    """``par.<name>`` replaced by itself recording ``what(*args)`` of each call (in this process); the
+    records."""
     seen = []
     real = getattr(par, name)
 
@@ -94,7 +95,8 @@ def test_runs_stopped_at_the_drain_limit_are_run_by_the_parent(monkeypatch, quic
     p, spec = quickstart
     spec = spec.model_copy(update={"workloads": [w.model_copy(update={"rate_rps": w.rate_rps * 16})
                                                  for w in spec.workloads]})
-    small = p.model_copy(update={"deployments": [d.model_copy(update={"replicas": 1}) for d in p.deployments]})
+    small = p.model_copy(update={"deployments": [d.model_copy(update={"replicas": 1})
+                                                 for d in p.deployments]})
     one, two, calls = _both(monkeypatch, small, spec, seed=1, requests=6000)
     assert calls
     assert pickle.loads(one).stopped_early
@@ -114,8 +116,9 @@ def test_a_failing_child_leaves_its_work_to_the_parent(monkeypatch, quickstart):
 
 
 def test_pd_pairs_run_here_and_the_other_deployments_in_children(monkeypatch):
-    """A plan with P/D pairs and unified deployments (a generated spec of 20 workloads; the planner's runs, with a
-    cache): the pairs run together in this process, the unified deployments in children; the same result."""
+    """A plan with P/D pairs and unified deployments (a generated spec of 20 workloads; the planner's runs,
+    with a cache): the pairs run together in this process, the unified deployments in children; the same
+    result."""
     from benchmarks.specgen import family, parse_size
 
     name, text = family(parse_size("20/4/256"), 5, 0)[4]
@@ -157,8 +160,8 @@ def _serial_then(monkeypatch, p, spec, jobs: str) -> list[bytes]:
 
 
 def test_seeds_side_by_side_equal_one_after_another(monkeypatch, quickstart):
-    """The seeds after the first in forked children (``run_seeds``): the same runs in seed order, and the children's
-    deployment runs land in the cache, where the next round reuses them with the same result."""
+    """The seeds after the first in forked children (``run_seeds``): the same runs in seed order, and the
+    children's deployment runs land in the cache, where the next round reuses them with the same result."""
     p, spec = quickstart
     serial = _serial_then(monkeypatch, p, spec, "2")
     batches = _spy(monkeypatch, "run_seeds", lambda run_one, seeds, cache, jobs: list(seeds))
@@ -167,7 +170,8 @@ def test_seeds_side_by_side_equal_one_after_another(monkeypatch, quickstart):
     assert batches == [[1, 2]] and side == serial
     assert {slot[0] for slot in cache.by_seed} == {0, 1, 2}  # seed 2 ran in a child: its runs came back
     n = cache.misses
-    # every deployment run of every seed reused; seed 2's child names the runs the parent already has by key alone
+    # every deployment run of every seed reused; seed 2's child names the runs the parent already has by key
+    # alone
     by_key = _spy(monkeypatch, "_unpack_cache", lambda packed, before: sum(run is None for _, run in packed))
     again = _seeds(p, spec, cache)
     assert again == serial and cache.misses == n and cache.hits == n
@@ -182,8 +186,8 @@ def test_a_failing_seed_child_leaves_its_seed_to_the_parent(monkeypatch, quickst
 
 
 def test_seeds_side_by_side_share_the_processes(monkeypatch, quickstart):
-    """With 4 processes and 2 seeds side by side, each seed's deployment runs use its share (2): forks inside the
-    seed's own child too; the same runs."""
+    """With 4 processes and 2 seeds side by side, each seed's deployment runs use its share (2): forks inside
+    the seed's own child too; the same runs."""
     p, spec = quickstart
     serial = _serial_then(monkeypatch, p, spec, "4")
     shares = _spy(monkeypatch, "run_deployments", lambda sim, orders, jobs: jobs)

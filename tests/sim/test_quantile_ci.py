@@ -1,8 +1,9 @@
-"""The order-statistic interval loadtest reports beside each measured percentile (trimtab.sim.metrics.quantile_ci).
+"""The order-statistic interval loadtest reports beside each measured percentile
+(trimtab.sim.metrics.quantile_ci).
 
 Oracles that share nothing with the code: the textbook interval for a median of 10 (x_(2)..x_(9), coverage
-1 - 2 x 11/1024 = 97.9 %), the exact binomial tail for when an end cannot be bounded, and the coverage of the true
-p90 of an exponential distribution (ln 10 / rate) over many simulated load tests.
+1 - 2 x 11/1024 = 97.9 %), the exact binomial tail for when an end cannot be bounded, and the coverage of the
+true p90 of an exponential distribution (ln 10 / rate) over many simulated load tests.
 """
 from __future__ import annotations
 
@@ -37,6 +38,7 @@ def test_covers_the_true_p90_of_an_exponential_at_least_95_percent_of_the_time()
         hit += lo <= true_p90 <= hi
     se = math.sqrt(0.95 * 0.05 / trials)
     assert hit / trials >= 0.95 - 3 * se
-    # ... and it is not vacuous: with 74 samples a prediction 2x the true p90 lies above the interval almost always.
+    # ... and it is not vacuous: with 74 samples a prediction 2x the true p90 lies above the interval almost
+    # always.
     above = sum(quantile_ci(rng.exponential(1.0, 74), 90)[1] < 2 * true_p90 for _ in range(500))
     assert above / 500 >= 0.9

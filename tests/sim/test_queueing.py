@@ -3,8 +3,8 @@ token, so a request's whole service is one prefill step of ``per_token_s`` x inp
 server, and Poisson arrivals make it M/G/1.
 
 Tolerances (stated in docs/simulator.md): the sample path matches Lindley's recursion exactly (1e-9 s); mean
-waits within 8 % of Pollaczek-Khinchine and the 90th-percentile wait within 10 % of the exact M/D/1 (Crommelin)
-or M/M/1 (rho x exp(-(mu - lambda) t)) value, with 60,000 requests at utilisation 0.6 to 0.7.
+waits within 8 % of Pollaczek-Khinchine and the 90th-percentile wait within 10 % of the exact M/D/1
+(Crommelin) or M/M/1 (rho x exp(-(mu - lambda) t)) value, with 60,000 requests at utilisation 0.6 to 0.7.
 """
 from __future__ import annotations
 
@@ -32,7 +32,8 @@ def lindley(arrivals: np.ndarray, service: np.ndarray) -> np.ndarray:
 
 
 def md1_cdf(t: float, lam: float, d: float) -> float:
-    """P(W <= t) for M/D/1 (Crommelin 1932): (1 - rho) sum_{k=0}^{floor(t/D)} (lam(kD - t))^k / k! e^{-lam(kD - t)}."""
+    """P(W <= t) for M/D/1 (Crommelin 1932): (1 - rho) sum_{k=0}^{floor(t/D)} (lam(kD - t))^k / k!
+    e^{-lam(kD - t)}."""
     rho = lam * d
     s = 0.0
     for k in range(int(math.floor(t / d)) + 1):

@@ -1,6 +1,6 @@
 """Runs of their own length for rare workloads (``trimtab.sim.aim_counts``, ``simulate(counts=...)``) and the
-decode-only steps taken with numpy (``trimtab.sim.replica._bulk``): on the real simulator, against hand-computed
-counts and against the step-by-step loop, to the last bit."""
+decode-only steps taken with numpy (``trimtab.sim.replica._bulk``): on the real simulator, against
+hand-computed counts and against the step-by-step loop, to the last bit."""
 from __future__ import annotations
 
 import math
@@ -29,8 +29,8 @@ def _two(tmp_path):
 
 
 def test_aim_counts_by_hand(tmp_path, monkeypatch):
-    """busy 20 rps at p90 aims at 1,000 requests, rare 0.2 rps at p99 at 20 / 0.01 = 2,000. With runs capped at
-    5,000 requests, a run gives rare 5,000 x 0.2 / 20.2 = 49.5 (under half its aim): it alone gets a run of
+    """busy 20 rps at p90 aims at 1,000 requests, rare 0.2 rps at p99 at 20 / 0.01 = 2,000. With runs capped
+    at 5,000 requests, a run gives rare 5,000 x 0.2 / 20.2 = 49.5 (under half its aim): it alone gets a run of
     2,000 (its own deployments: nothing shares them), busy none (it gets 4,950 >= 1,000)."""
     monkeypatch.setattr(trimtab.sim, "MAX_DEFAULT_REQUESTS", 5000)
     spec, ir = _two(tmp_path)
@@ -45,7 +45,8 @@ def test_aim_counts_by_hand(tmp_path, monkeypatch):
     monkeypatch.setattr(trimtab.sim, "MAX_DEFAULT_REQUESTS", 10 ** 7)
     n = default_requests(ir)
     assert abs(n - 202_000) <= 1 and aim_counts(p, ir, n, ["busy", "rare"]) == {}
-    monkeypatch.setattr(trimtab.sim, "MAX_DEFAULT_REQUESTS", 1000)  # the runs of their own length are capped too
+    # the runs of their own length are capped too
+    monkeypatch.setattr(trimtab.sim, "MAX_DEFAULT_REQUESTS", 1000)
     assert aim_counts(p, ir, 1000, ["rare"]) == {"rare": 1000}
 
 
@@ -80,9 +81,9 @@ def test_a_counts_run_draws_those_workloads_alone_each_measured_after_its_own_wa
 
 
 def test_the_planner_seeds_give_a_rare_workload_its_aim(tmp_path, monkeypatch):
-    """With runs capped at 5,000 requests, rare gets ~50 per run: seeds 1 and 2 run it alone for its aim of 2,000
-    over the two (1,000 each), so its pooled interval holds ~1,900 measured requests and, at 100 % attainment, a
-    lower bound above 99 % (demonstrated, not accepted on its point estimate)."""
+    """With runs capped at 5,000 requests, rare gets ~50 per run: seeds 1 and 2 run it alone for its aim of
+    2,000 over the two (1,000 each), so its pooled interval holds ~1,900 measured requests and, at 100 %
+    attainment, a lower bound above 99 % (demonstrated, not accepted on its point estimate)."""
     monkeypatch.setattr(trimtab.sim, "MAX_DEFAULT_REQUESTS", 5000)
     spec, ir = _two(tmp_path)
     p = plan(spec, validate=False).plan
@@ -90,7 +91,8 @@ def test_the_planner_seeds_give_a_rare_workload_its_aim(tmp_path, monkeypatch):
     iv = res.intervals["rare"]
     assert 0.9 * 2000 < iv.requests < 2100 and len(res.runs_of("rare")) == 3
     assert res.demonstrated("rare") and res.undersampled() == []
-    # Without the runs of their own length (the same seeds, the same cap) it has ~150 requests and cannot show it
+    # Without the runs of their own length (the same seeds, the same cap) it has ~150 requests and cannot show
+    # it
     monkeypatch.setattr(trimtab.sim, "AIM_SHORT", 0.0)
     short = simulate_seeds(p, spec, ir, (0, 1, 2), 5000, fail_fast=True)
     assert short.intervals["rare"].requests < 200 and not short.demonstrated("rare")
@@ -99,7 +101,8 @@ def test_the_planner_seeds_give_a_rare_workload_its_aim(tmp_path, monkeypatch):
 @pytest.mark.parametrize("rate,replicas", [(0.3, 1), (2.0, 2)])
 def test_bulk_decode_steps_are_the_step_by_step_floats(tmp_path, monkeypatch, rate, replicas):
     """Every request's times and every replica statistic are identical whether the decode-only stretches are
-    taken one step at a time or with numpy (forced for every stretch of 1 step or more), and the numpy path ran."""
+    taken one step at a time or with numpy (forced for every stretch of 1 step or more), and the numpy path
+    ran."""
     sp = write_spec(tmp_path, rate=rate, isl="{lognormal: {median: 800, p99: 6000}}",
                     osl="{uniform: {min: 50, max: 900}}", ttft=2000, tpot=100, pct=90)
     p, spec = one_deployment_plan(sp, replicas=replicas), load_spec(sp)

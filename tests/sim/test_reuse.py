@@ -47,7 +47,8 @@ def test_split_run_equals_the_whole_run_when_the_drain_limit_stops_it():
     p, spec = _quickstart()
     spec = spec.model_copy(update={"workloads": [w.model_copy(update={"rate_rps": w.rate_rps * 16})
                                                  for w in spec.workloads]})
-    small = p.model_copy(update={"deployments": [d.model_copy(update={"replicas": 1}) for d in p.deployments]})
+    small = p.model_copy(update={"deployments": [d.model_copy(update={"replicas": 1})
+                                                 for d in p.deployments]})
     whole = _whole(small, spec, seed=1, requests=6000)
     split = simulate(small, spec, seed=1, requests=6000)
     assert whole.stopped_early
@@ -122,12 +123,13 @@ workloads:
 
 
 def test_a_workload_too_rare_to_demonstrate_is_accepted_on_attainment(tmp_path, monkeypatch):
-    """A p99 workload with too few requests in the run (the total is capped) cannot show its bound at 99 % even
-    at 100 % attainment, and no GPU added changes that. It is accepted on its pooled attainment at or above
-    target and listed in plan.simulation.undersampled, and ``trimtab plan`` says so (before: the planner kept
-    re-solving the same plan and ended with the plan marked as failing). The planner's later seeds give such a
-    workload runs of its own length (``trimtab.sim.aim_counts``, tests/sim/test_rare_runs.py); here they are off
-    (AIM_SHORT 0), as where even those runs are too short; with them, rare's bound reaches 99 %."""
+    """A p99 workload with too few requests in the run (the total is capped) cannot show its bound at 99 %
+    even at 100 % attainment, and no GPU added changes that. It is accepted on its pooled attainment at or
+    above target and listed in plan.simulation.undersampled, and ``trimtab plan`` says so (before: the planner
+    kept re-solving the same plan and ended with the plan marked as failing). The planner's later seeds give
+    such a workload runs of its own length (``trimtab.sim.aim_counts``, tests/sim/test_rare_runs.py); here
+    they are off (AIM_SHORT 0), as where even those runs are too short; with them, rare's bound
+    reaches 99 %."""
     import trimtab.sim
     from typer.testing import CliRunner
 
@@ -142,7 +144,8 @@ def test_a_workload_too_rare_to_demonstrate_is_accepted_on_attainment(tmp_path, 
     r = plan(load_spec(p))
     sim = r.plan.simulation
     assert sim.passed and sim.undersampled == ["rare"] and sim.rounds == 0
-    assert sim.attainment["rare"] == 1.0 and sim.attainment_lower["rare"] < 0.99 <= sim.attainment_lower["busy"]
+    assert (sim.attainment["rare"] == 1.0
+            and sim.attainment_lower["rare"] < 0.99 <= sim.attainment_lower["busy"])
     assert r.rounds == 1 and not r.plan.warnings
     out = CliRunner().invoke(app, ["plan", str(p), "-o", str(tmp_path / "plan.yaml")])
     assert out.exit_code == 0, out.output
@@ -151,11 +154,11 @@ def test_a_workload_too_rare_to_demonstrate_is_accepted_on_attainment(tmp_path, 
 
 
 def test_pd_plans_run_their_pairs_together_and_reuse_the_other_deployments():
-    """A plan with P/D pairs and unified deployments: the pairs' deployments hand requests to each other and run
-    in one loop; the unified ones run alone and are reused. Same result as the one loop over all arrivals."""
-    text = (ROOT / "examples" / "disaggregated.yaml").read_text().replace("models:\n  - name: llama-3.1-70b\n",
-                                                                         "models:\n  - name: llama-3.1-70b\n"
-                                                                         "  - name: llama-3.1-8b\n")
+    """A plan with P/D pairs and unified deployments: the pairs' deployments hand requests to each other and
+    run in one loop; the unified ones run alone and are reused. Same result as the one loop over all
+    arrivals."""
+    text = (ROOT / "examples" / "disaggregated.yaml").read_text().replace(
+        "models:\n  - name: llama-3.1-70b\n", "models:\n  - name: llama-3.1-70b\n  - name: llama-3.1-8b\n")
     text += """  - name: chat
     model: llama-3.1-8b
     rate_rps: 8
@@ -196,12 +199,13 @@ def test_plans_with_reuse_are_the_plans_of_full_simulations(monkeypatch):
     monkeypatch.setattr(RunCache, "begin", lambda self, seed: ({}, {}))
     full = plan(spec)
     assert full.sim_runs[0] == 0
-    assert json.dumps(plan_to_data(reused.plan), sort_keys=True) == json.dumps(plan_to_data(full.plan), sort_keys=True)
+    assert json.dumps(plan_to_data(reused.plan), sort_keys=True) == json.dumps(plan_to_data(full.plan),
+                                                                               sort_keys=True)
 
 
 def test_closure_of_workloads_over_shared_deployments():
-    """Hand case: a -> d1; b -> d1 and d2; c -> d3; e -> P/D pair (p1, q1); f -> q1 alone is not a route shape,
-    so f -> d4. {a} pulls in d1, then b (shares d1), then d2; {e} takes both sides of its pair."""
+    """Hand case: a -> d1; b -> d1 and d2; c -> d3; e -> P/D pair (p1, q1); f -> q1 alone is not a route
+    shape, so f -> d4. {a} pulls in d1, then b (shares d1), then d2; {e} takes both sides of its pair."""
     from types import SimpleNamespace as R
 
     from trimtab.sim import closure
@@ -221,8 +225,9 @@ def test_closure_of_workloads_over_shared_deployments():
 
 
 def test_a_run_of_some_workloads_reports_them_exactly_as_the_whole_run():
-    """``simulate(only_workloads=...)`` runs only their deployments; what it reports of them is the whole run's,
-    field by field, and the others are not reported (the planner's selective seeds, trimtab.sim.validate)."""
+    """``simulate(only_workloads=...)`` runs only their deployments; what it reports of them is the whole
+    run's, field by field, and the others are not reported (the planner's selective seeds,
+    trimtab.sim.validate)."""
     p, spec = _quickstart()
     routed = {r.workload for r in p.routes}
     assert len(routed) >= 2
@@ -238,18 +243,19 @@ def test_a_run_of_some_workloads_reports_them_exactly_as_the_whole_run():
         for k in keep:
             assert dp["workloads"][k] == dw["workloads"][k]
         for k in deps:  # (utilisation and KV shares are over the run's end, which the skipped runs can move)
-            same = ("replicas", "requests", "attainment", "decode_batch", "preemptions", "steps", "queue_ms_mean")
+            same = ("replicas", "requests", "attainment", "decode_batch", "preemptions", "steps",
+                    "queue_ms_mean")
             assert {f: dp["deployments"][k][f] for f in same} == {f: dw["deployments"][k][f] for f in same}
         assert part.steps < whole.steps or keep == routed  # the others' deployments did not run
 
 
 @pytest.mark.slow
 def test_planner_seeds_after_the_first_run_only_what_it_did_not_show_clearly(monkeypatch):
-    """``simulate_seeds(fail_fast=True)`` (the planner): a workload the first seed shows ``clearly`` keeps that run;
-    the other seeds run the rest (with their closure), and each is pooled over the runs that report it; those
-    pooled intervals are the ones every seed whole would give for them. (chat at p99.8 aims at more requests a run
-    than the capped run gives it: the runs of its own length, ``trimtab.sim.aim_counts``, are off here,
-    tests/sim/test_rare_runs.py tests them.)"""
+    """``simulate_seeds(fail_fast=True)`` (the planner): a workload the first seed shows ``clearly`` keeps
+    that run; the other seeds run the rest (with their closure), and each is pooled over the runs that report
+    it; those pooled intervals are the ones every seed whole would give for them. (chat at p99.8 aims at more
+    requests a run than the capped run gives it: the runs of its own length, ``trimtab.sim.aim_counts``, are
+    off here, tests/sim/test_rare_runs.py tests them.)"""
     import yaml
 
     import trimtab.sim
@@ -291,8 +297,8 @@ def test_planner_seeds_after_the_first_run_only_what_it_did_not_show_clearly(mon
 
 
 def test_a_plans_seeds_share_one_scenario_and_give_what_a_scenario_per_run_gives(monkeypatch):
-    """``simulate_seeds`` builds the scenario once for every run of the plan (``simulate(scenario=...)``): one build
-    for three seeds, and each seed's result is the one ``simulate`` gives building its own."""
+    """``simulate_seeds`` builds the scenario once for every run of the plan (``simulate(scenario=...)``): one
+    build for three seeds, and each seed's result is the one ``simulate`` gives building its own."""
     import trimtab.sim.scenario as scenario_mod
     from trimtab.ir.lower import lower
     from trimtab.sim.validate import simulate_seeds
@@ -310,8 +316,8 @@ def test_a_plans_seeds_share_one_scenario_and_give_what_a_scenario_per_run_gives
 
 
 def test_replicas_of_one_cost_model_share_its_decode_step_table():
-    """The decode-step lines (``Replica._linear``) are a function of the cost model alone: its replicas share one
-    table, filled once; another model gets its own."""
+    """The decode-step lines (``Replica._linear``) are a function of the cost model alone: its replicas share
+    one table, filled once; another model gets its own."""
     from trimtab.cost.factory import replica_model
     from trimtab.ir.lower import lower
     from trimtab.sim.replica import Replica
@@ -346,7 +352,8 @@ def test_remembered_draws_are_the_draws_whatever_the_routes():
         for kw in ({"requests": 3000}, {"counts": {0: 500, 1: 300}}):
             sim = Simulation(sc, 5, timeline=False, cache=cache, **kw)
             rng = np.random.default_rng(5)
-            fresh = (draw_arrivals(sc, rng, 3000, None) if "requests" in kw else draw_counts(sc, 5, kw["counts"]))
+            fresh = (draw_arrivals(sc, rng, 3000, None) if "requests" in kw
+                     else draw_counts(sc, 5, kw["counts"]))
             for col in ("t", "w", "isl", "osl", "dep", "row"):
                 assert np.array_equal(getattr(sim.arrivals, col), getattr(fresh, col)), col
             if "requests" in kw:

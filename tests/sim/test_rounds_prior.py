@@ -1,5 +1,6 @@
 """The correction rounds' capacity prior and workload-wide corrections (compiler/planning/rounds.py), and the
-planner's early stop on a clear pass (compiler/sim/validate.py), on the real cost model, solver and simulator."""
+planner's early stop on a clear pass (compiler/sim/validate.py), on the real cost model, solver and
+simulator."""
 from __future__ import annotations
 
 import re
@@ -23,7 +24,8 @@ QUICKSTART = ROOT / "examples" / "quickstart.yaml"
 
 def test_prior_table_has_provenance_and_factors_in_range():
     data = yaml.safe_load((ROOT / "profiles" / "sim_capacity.yaml").read_text())
-    assert data["sources"]["fit"]["kind"] == "fit" and "fit_sim_correction.py" in data["sources"]["fit"]["ref"]
+    assert (data["sources"]["fit"]["kind"] == "fit"
+            and "fit_sim_correction.py" in data["sources"]["fit"]["ref"])
     table = capacity_prior_table()
     assert set(table) == set(data["regimes"]) and "default" in table
     for key, e in data["regimes"].items():
@@ -59,8 +61,8 @@ def test_clear_pass_needs_half_the_allowed_misses():
 
 
 def first_simulated_round(spec, planner):
-    """The plan on the cost model's own capacities (no prior, no simulation), then the planner's first simulated
-    round on it with ``planner``'s peers: (``SeedsResult``, the new derates, the peers). Shared with
+    """The plan on the cost model's own capacities (no prior, no simulation), then the planner's first
+    simulated round on it with ``planner``'s peers: (``SeedsResult``, the new derates, the peers). Shared with
     tests/lora/test_lora_rounds.py."""
     r = plan(spec, validate=False)
     cands = planner.candidates(r.ir)
@@ -83,7 +85,8 @@ def test_a_simulated_miss_corrects_every_candidate_of_the_workload():
     for n in missed:
         worst = res.worst_deployment(n)
         assert 0.5 < derate[worst] < 1.0
-        assert all(derate[c] == derate[worst] for c in peers[n])  # the regime, not only the deployment at fault
+        # the regime, not only the deployment at fault
+        assert all(derate[c] == derate[worst] for c in peers[n])
     for n in res.intervals:
         if n not in missed:
             assert not any(c in derate for c in peers[n])
@@ -152,7 +155,8 @@ def _even(total: int, met: int, batches: int = 10) -> list[tuple[int, int]]:
 
 def test_too_few_requests_to_demonstrate_a_p99_are_accepted_on_attainment():
     # 72 requests over 3 runs (the target family's rare workload), all meeting the SLO: the lower bound is
-    # 1 - t(0.95, 29) x sqrt(p (1 - p) / 72), p = 73/74 (the binomial floor): 1 - 1.699 x 0.01361 = 0.9769 < 0.99
+    # 1 - t(0.95, 29) x sqrt(p (1 - p) / 72), p = 73/74 (the binomial floor): 1 - 1.699 x 0.01361 = 0.9769 <
+    # 0.99
     res = _seeds([_even(24, 24), _even(24, 24), _even(24, 24)], 0.99)
     assert abs(res.intervals["w"].lower - 0.9769) < 5e-4
     assert not res.demonstrated("w") and res.too_few("w") and res.accepted("w") and res.ok
@@ -168,7 +172,8 @@ def test_too_few_requests_to_demonstrate_a_p99_are_accepted_on_attainment():
 def test_a_one_seed_screen_derates_only_workloads_below_target():
     from trimtab.planning.rounds import to_derate
 
-    # stopped after the first of 3 seeds: a workload above target on it (298 of 300, 99.3 %; bound 98.3 %) waits
+    # stopped after the first of 3 seeds: a workload above target on it (298 of 300, 99.3 %; bound 98.3 %)
+    # waits
     at_target = _seeds([_even(300, 298)], 0.99)
     assert not at_target.accepted("w") and not at_target.too_few("w") and to_derate(at_target, 3) == []
     below = _seeds([_even(300, 290)], 0.99)
@@ -191,8 +196,9 @@ def test_undersampled_workloads_are_written_only_when_there_are_some():
 
 
 def test_first_try_on_model_capacities_only_while_it_has_an_even_chance():
-    """q ** W >= 1/2 (q: the first round's confirmed share in profiles/sim_capacity.yaml, with its source): a spec of
-    W workloads tries the cost model's own capacities first only while a first plan passes about half the time."""
+    """q ** W >= 1/2 (q: the first round's confirmed share in profiles/sim_capacity.yaml, with its source): a
+    spec of W workloads tries the cost model's own capacities first only while a first plan passes about half
+    the time."""
     import math
     from types import SimpleNamespace
 
@@ -214,13 +220,14 @@ def test_first_try_on_model_capacities_only_while_it_has_an_even_chance():
 def test_fit_script_counts_the_first_round():
     from benchmarks.fit_sim_correction import first_round
 
-    rows = [{"round": "1", "passed": "True"}, {"round": "1", "passed": "False"}, {"round": "2", "passed": "False"},
-            {"round": 1, "passed": True}]
+    rows = [{"round": "1", "passed": "True"}, {"round": "1", "passed": "False"},
+            {"round": "2", "passed": "False"}, {"round": 1, "passed": True}]
     rows = [dict(r, regime="p99-mixed") for r in rows] + [
         {"round": "1", "passed": "False", "regime": "lora-p95-mixed"},
         {"round": "2", "passed": "True", "regime": "lora-p95-mixed"}]
     # per family (its regimes' prefix): the unified rows and the adapter rows counted apart
-    assert first_round(rows) == {"": {"passes": 2, "observations": 3}, "lora-": {"passes": 0, "observations": 1}}
+    assert first_round(rows) == {"": {"passes": 2, "observations": 3},
+                                 "lora-": {"passes": 0, "observations": 1}}
 
 
 def test_fit_keeps_a_default_per_family():
@@ -231,9 +238,10 @@ def test_fit_keeps_a_default_per_family():
             + [{"regime": "lora-p95-mixed", "x": x, "passed": "True"} for x in (0.3, 0.4, 0.5)]
             + [{"regime": "lora-p95-mixed", "x": x, "passed": "False"} for x in (0.6, 0.7, 0.8, 0.9)])
     table = fit(rows)
-    # by hand (MIN_OBS = 3 deciding observations, at most 10 % of them misses): unified, the largest f with three
-    # passes at or above it and no miss at or below it is 0.7; adapters, 0.3. One default over both families
-    # would be 0.5 (six passes at or above it, no miss below): each is fitted on its own family's rows only
+    # by hand (MIN_OBS = 3 deciding observations, at most 10 % of them misses): unified, the largest f with
+    # three passes at or above it and no miss at or below it is 0.7; adapters, 0.3. One default over both
+    # families would be 0.5 (six passes at or above it, no miss below): each is fitted on its own family's
+    # rows only
     assert table["default"]["value"] == 0.7 and table["default"]["n_miss"] == 1
     assert table["lora-default"]["value"] == 0.3 and table["lora-default"]["n_pass"] == 3
     assert table["lora-p95-mixed"]["value"] == 0.3 and "p90-mixed" not in table  # (one miss: too few)
@@ -265,18 +273,18 @@ def test_lowest_takes_each_candidates_lower_factor():
 
 @pytest.mark.slow
 def test_an_analytic_miss_of_a_large_spec_is_simulated_in_the_same_round(monkeypatch):
-    """A spec of 30 generated workloads (a first plan would miss in simulation: ``simulate_past_misses``) whose
-    first plan the assessment finds missing: that plan is simulated in the same round, and the next solve is held
-    to both corrections, each candidate at the lower factor. The plan kept has no analytic miss and passed its
-    simulation; the analytic miss no longer costs a round of its own before the first
+    """A spec of 30 generated workloads (a first plan would miss in simulation: ``simulate_past_misses``)
+    whose first plan the assessment finds missing: that plan is simulated in the same round, and the next
+    solve is held to both corrections, each candidate at the lower factor. The plan kept has no analytic miss
+    and passed its simulation; the analytic miss no longer costs a round of its own before the first
     simulation."""
     import trimtab.planning.policy as pol  # (the round policy takes both corrections: RoundPolicy)
     from benchmarks.specgen import family, parse_size
     from trimtab.planning.rounds import simulate_past_misses
 
-    # (since issue 34's measured profiles the family's first plans have no analytic miss at their own SLOs; with
-    # the TTFT targets cut to a third, this one's has, and its simulation misses too: found by planning the
-    # family's six specs at halved, a third and a quarter of their TTFT targets)
+    # (since issue 34's measured profiles the family's first plans have no analytic miss at their own SLOs;
+    # with the TTFT targets cut to a third, this one's has, and its simulation misses too: found by planning
+    # the family's six specs at halved, a third and a quarter of their TTFT targets)
     name, text = family(parse_size("30/4/1024"), 6, 0)[1]
     text = re.sub(r"ttft_ms: ([0-9.]+)", lambda m: f"ttft_ms: {float(m.group(1)) / 3:g}", text)
     spec = load_spec(f"{name}.yaml", text=text)
@@ -322,19 +330,19 @@ def test_an_analytic_miss_of_a_large_spec_is_simulated_in_the_same_round(monkeyp
 
 def test_a_miss_may_be_derated_past_the_usual_floor_but_in_adapter_plans():
     """sim_derate: 1 / (1 + excess) of the worst run's latency at the percentile over the SLO, between 0.7 and
-    0.97, near misses and far ones (3x the misses its target allows or more, here 93 % against 99 %: 7x) alike;
-    an adapter plan's (``far=False``) stops at 0.85. Hand-computed: TTFT at 2x its SLO asks for 0.5, TTFT at
-    1.25x for 0.8."""
+    0.97, near misses and far ones (3x the misses its target allows or more, here 93 % against 99 %: 7x)
+    alike; an adapter plan's (``far=False``) stops at 0.85. Hand-computed: TTFT at 2x its SLO asks for 0.5,
+    TTFT at 1.25x for 0.8."""
     from types import SimpleNamespace
 
     from trimtab.planning.rounds import FAR_FLOOR, SIM_DERATE_RANGE, sim_derate
 
     def res(mean: float, ttft_at: float):
-        w = SimpleNamespace(attainment=mean, ttft_at_target_ms=ttft_at, ttft_slo_ms=1000.0, tpot_at_target_ms=10.0,
-                            tpot_slo_ms=50.0)
+        w = SimpleNamespace(attainment=mean, ttft_at_target_ms=ttft_at, ttft_slo_ms=1000.0,
+                            tpot_at_target_ms=10.0, tpot_slo_ms=50.0)
         run = SimpleNamespace(workloads={"w": w}, latency_at_ms=lambda _n, _q: None)  # no samples: at target
-        return SimpleNamespace(runs_of=lambda _n: [run], intervals={"w": SimpleNamespace(mean=mean, lower=mean)},
-                               targets={"w": 0.99})
+        return SimpleNamespace(runs_of=lambda _n: [run],
+                               intervals={"w": SimpleNamespace(mean=mean, lower=mean)}, targets={"w": 0.99})
 
     assert SIM_DERATE_RANGE[0] == 0.85 and FAR_FLOOR == 0.7
     assert sim_derate(res(0.98, 2000.0), "w") == 0.7  # 2x the allowed misses (near): the floor
@@ -349,12 +357,12 @@ def test_a_miss_may_be_derated_past_the_usual_floor_but_in_adapter_plans():
 
 
 def test_a_correction_aims_at_the_attainment_the_bound_needs():
-    """sim_derate reads the worst run's latency at the target plus the bound's width (``demonstrable``), not at
-    the target: a plan is kept only once the lower bound reaches the target. Hand-computed on 1,000 requests
-    whose TTFT is 1 ms ... 1000 ms (inverted CDF: quantile q is the ceil(1000 q)-th smallest, ceil(1000 q) ms),
-    SLO 900 ms, target 0.95: a bound of no width reads 950 ms (factor 900 / 950); one 0.02 wide reads 0.97, 970 ms
-    (900 / 970); one wider than every allowed miss (0.05) reads the worst request, 1000 ms (900 / 1000). A far miss
-    (3x the allowed misses or more) is read at the target."""
+    """sim_derate reads the worst run's latency at the target plus the bound's width (``demonstrable``), not
+    at the target: a plan is kept only once the lower bound reaches the target. Hand-computed on 1,000
+    requests whose TTFT is 1 ms ... 1000 ms (inverted CDF: quantile q is the ceil(1000 q)-th smallest,
+    ceil(1000 q) ms), SLO 900 ms, target 0.95: a bound of no width reads 950 ms (factor 900 / 950); one 0.02
+    wide reads 0.97, 970 ms (900 / 970); one wider than every allowed miss (0.05) reads the worst request,
+    1000 ms (900 / 1000). A far miss (3x the allowed misses or more) is read at the target."""
     import numpy as np
 
     from trimtab.planning.rounds import demonstrable, sim_derate
@@ -364,9 +372,10 @@ def test_a_correction_aims_at_the_attainment_the_bound_needs():
     stats = WorkloadStats(name="w", requests=1000, completed=1000, unserved=0, attainment=0.9, target=0.95,
                           ttft_slo_ms=900.0, tpot_slo_ms=50.0, ttft_ms={}, tpot_ms={}, e2e_ms={}, queue_ms={},
                           ttft_at_target_ms=950.0, tpot_at_target_ms=10.0, ttft_miss=0.1, tpot_miss=0.0,
-                          goodput_rps=1.0, throughput_rps=1.0, preemptions=0, by_deployment={}, worst_deployment="d",
-                          below_target=[])
-    run = SimResult(seed=0, requests=1000, measured_from_s=0.0, duration_s=1.0, end_s=1.0, workloads={"w": stats},
+                          goodput_rps=1.0, throughput_rps=1.0, preemptions=0, by_deployment={},
+                          worst_deployment="d", below_target=[])
+    run = SimResult(seed=0, requests=1000, measured_from_s=0.0, duration_s=1.0, end_s=1.0,
+                    workloads={"w": stats},
                     deployments={}, notes=[], samples={"w": (ttft, np.full(1000, 0.010), ttft)})
     assert run.latency_at_ms("w", 0.95) == (950.0, 10.0)
     assert run.latency_at_ms("w", 1.0) == (1000.0, 10.0)
@@ -381,5 +390,6 @@ def test_a_correction_aims_at_the_attainment_the_bound_needs():
     assert abs(sim_derate(res(0.92), "w") - 900 / 970) < 1e-12
     assert demonstrable(res(0.80), "w") == 1.0
     assert abs(sim_derate(res(0.80), "w") - 900 / 1000) < 1e-12
-    far = SeedsResult((0,), [run], {"w": Interval(0.80, 0.70, 0.9, 1000, 10)}, {"w": 0.95})  # 4x the allowed misses
+    # 4x the allowed misses
+    far = SeedsResult((0,), [run], {"w": Interval(0.80, 0.70, 0.9, 1000, 10)}, {"w": 0.95})
     assert abs(sim_derate(far, "w") - 900 / 950) < 1e-12  # a far miss: read at the target

@@ -1,10 +1,10 @@
 """The simulator's router (``trimtab.sim.engine.least_request``): what a deployed router sees and does.
 
-It sees the prompt length, never the output length (issue 11), and picks a replica as Envoy's least-request load
-balancer does with its defaults (the default of Envoy Gateway, which realises the plan's ``HTTPRoute``
+It sees the prompt length, never the output length (issue 11), and picks a replica as Envoy's least-request
+load balancer does with its defaults (the default of Envoy Gateway, which realises the plan's ``HTTPRoute``
 backends): two replicas sampled at random, the one with fewer active requests. The oracles here share nothing
-with the simulator: the sampling probabilities of two choices out of n computed by hand, and the fixed point of
-the supermarket model (Vvedenskaya, Dobrushin and Karpelevich 1996; Mitzenmacher 2001), checked on a queue
+with the simulator: the sampling probabilities of two choices out of n computed by hand, and the fixed point
+of the supermarket model (Vvedenskaya, Dobrushin and Karpelevich 1996; Mitzenmacher 2001), checked on a queue
 written here, not on the simulator's replicas.
 """
 from __future__ import annotations
@@ -43,9 +43,9 @@ def test_routes_do_not_depend_on_output_lengths():
 
 
 def test_two_choices_pick_the_less_busy_of_a_uniform_pair():
-    """Active requests 5, 0, 3 (counting waiting ones): the three pairs are equally likely; {0,1} and {1,2} go to
-    replica 1, {0,2} to replica 2, so 2/3, 1/3 and never replica 0. With equal counts each pair goes to its first
-    sampled replica: each replica 1/3."""
+    """Active requests 5, 0, 3 (counting waiting ones): the three pairs are equally likely; {0,1} and {1,2} go
+    to replica 1, {0,2} to replica 2, so 2/3, 1/3 and never replica 0. With equal counts each pair goes to its
+    first sampled replica: each replica 1/3."""
     base = route_base(7)
     n = 30_000
     busy = [_Server(running=5), _Server(), _Server(running=1, waiting=2)]

@@ -75,7 +75,8 @@ def test_malformed_rows_are_reported_with_line_numbers(tmp_path):
     assert [line.split(":")[1] for line in lines] == ["3", "4", "5", "6", "7"]
     assert "backwards" in lines[3]
     m = tmp_path / "bad.jsonl"
-    m.write_text('{"timestamp": 0, "input_length": 5, "output_length": 1}\n{"timestamp": 1, "input_length": 5}\n'
+    m.write_text('{"timestamp": 0, "input_length": 5, "output_length": 1}\n{"timestamp": 1, '
+                 '"input_length": 5}\n'
                  "{oops\n")
     with pytest.raises(InputError) as exc:
         read_trace(m, "mooncake")
@@ -135,8 +136,8 @@ def test_spec_without_lengths_or_trace_is_rejected(tmp_path):
 
 
 def test_trace_rows_beyond_the_context_window_are_rejected_and_counted(tmp_path):
-    """A real engine refuses a prompt longer than --max-model-len: the replay does the same, counts it as a miss
-    (unserved) and warns, instead of simulating a request of 99,999,999,999 tokens."""
+    """A real engine refuses a prompt longer than --max-model-len: the replay does the same, counts it as a
+    miss (unserved) and warns, instead of simulating a request of 99,999,999,999 tokens."""
     from trimtab.gate.simulated import check_simulated
     from tests.sim.helpers import write_spec
 

@@ -1,5 +1,6 @@
-"""The spec-family generators behind benchmarks/plan_families.py: deterministic, loadable, and drawing what the
-issue-16 families need (405B and MoE models, heavy tails, long contexts, adapters, P/D-shaped workloads)."""
+"""The spec-family generators behind benchmarks/plan_families.py: deterministic, loadable, and drawing what
+the issue-16 families need (405B and MoE models, heavy tails, long contexts, adapters, P/D-shaped
+workloads)."""
 from __future__ import annotations
 
 import pytest

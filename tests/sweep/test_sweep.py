@@ -1,7 +1,8 @@
 """trimtab sweep: grid and scenario points, serial against Ray (local, 2 CPUs), robust planning, bad input.
 
 Every point is planned by the real planner on a one-workload spec (tests/conftest.py SMALL_SPEC); grids run
-analytic (``validate=False``) where the test is about the sweep machinery, and validated where it is about plans.
+analytic (``validate=False``) where the test is about the sweep machinery, and validated where it is about
+plans.
 """
 from __future__ import annotations
 
@@ -30,8 +31,10 @@ def spec():
 def test_grid_is_the_product_last_axis_fastest(spec):
     pts = grid_points(spec, parse_sets(["workloads.short.rate_rps=2,10", "gpus.l4.count=1,8"]))
     assert [p.overrides for p in pts] == [
-        {"workloads.short.rate_rps": 2, "gpus.l4.count": 1}, {"workloads.short.rate_rps": 2, "gpus.l4.count": 8},
-        {"workloads.short.rate_rps": 10, "gpus.l4.count": 1}, {"workloads.short.rate_rps": 10, "gpus.l4.count": 8}]
+        {"workloads.short.rate_rps": 2, "gpus.l4.count": 1},
+        {"workloads.short.rate_rps": 2, "gpus.l4.count": 8},
+        {"workloads.short.rate_rps": 10, "gpus.l4.count": 1},
+        {"workloads.short.rate_rps": 10, "gpus.l4.count": 8}]
 
 
 def test_grid_points_plan_like_what_if(spec):
@@ -94,7 +97,8 @@ def test_ray_grid_and_scenarios_equal_serial(spec, ray_executor):
     for pts in (grid, scen):
         serial = run_points(spec, pts, executor=SerialExecutor(), validate=False)
         done = []
-        on_ray = run_points(spec, pts, executor=ray_executor, validate=False, progress=lambda d, t: done.append(d))
+        on_ray = run_points(spec, pts, executor=ray_executor, validate=False,
+                            progress=lambda d, t: done.append(d))
         assert on_ray == serial  # everything but wall seconds
         assert sorted(done) == list(range(1, len(pts) + 1))
     assert len({r.cost_usd_per_hour for r in serial}) >= 1
@@ -103,7 +107,8 @@ def test_ray_grid_and_scenarios_equal_serial(spec, ray_executor):
 @pytest.mark.slow
 def test_pareto_points_on_ray_equal_serial(spec, ray_executor):
     """``trimtab pareto``'s points as Ray tasks (issue 16: pareto sweeps on Ray): the same frontier, plans and
-    specs as planned one after another in this process, each planned (and simulated) as ``trimtab plan`` plans."""
+    specs as planned one after another in this process, each planned (and simulated) as ``trimtab plan``
+    plans."""
     from trimtab.study.pareto import pareto
 
     serial = pareto(spec, "ttft_p99", points=3)
@@ -112,7 +117,8 @@ def test_pareto_points_on_ray_equal_serial(spec, ray_executor):
     assert len(serial) >= 2 and sorted(done) == [1, 2, 3]
     assert [(p.factor, p.cost_usd_per_hour, p.metric_ms, p.slo_ms) for p in on_ray] == \
         [(p.factor, p.cost_usd_per_hour, p.metric_ms, p.slo_ms) for p in serial]
-    assert [p.plan for p in on_ray] == [p.plan for p in serial] and [p.spec for p in on_ray] == [p.spec for p in serial]
+    assert ([p.plan for p in on_ray] == [p.plan for p in serial]
+            and [p.spec for p in on_ray] == [p.spec for p in serial])
     assert all(p.plan.simulation is not None for p in on_ray)  # each point simulated, as trimtab plan does
 
 
@@ -127,7 +133,8 @@ def test_cli_pareto_on_ray_prints_the_serial_frontier(small_spec_path, ray_execu
 
 @pytest.fixture(scope="module")
 def robust_executor(request):
-    """Ray when installed (its tasks are what the CLI runs), else serial: the guarantee is tested either way."""
+    """Ray when installed (its tasks are what the CLI runs), else serial: the guarantee is tested either
+    way."""
     import importlib.util
 
     if importlib.util.find_spec("ray") is None:

@@ -16,7 +16,8 @@ from tests.sim.helpers import one_deployment_plan, write_spec
 
 def _view_routes(plan, f=1.0):
     d = plan.deployments[0]
-    return DeploymentSpecView.of_plan(d), [RouteView(r.workload, r.bucket, d.name, r.share * f) for r in plan.routes]
+    return DeploymentSpecView.of_plan(d), [RouteView(r.workload, r.bucket, d.name,
+                                                     r.share * f) for r in plan.routes]
 
 
 def _meets(ir, plan, f):
@@ -32,7 +33,8 @@ def test_the_load_factor_is_the_edge_of_meeting_the_slo(tmp_path):
     assert not _meets(ir, plan, 1.0)
     f = load_factor_to_meet(ir, *_view_routes(plan), "w")
     assert 0 < f < 1
-    assert _meets(ir, plan, f) and not _meets(ir, plan, f + 2 ** -8)  # the bisection's edge, at its resolution
+    # the bisection's edge, at its resolution
+    assert _meets(ir, plan, f) and not _meets(ir, plan, f + 2 ** -8)
     # the deployment's factor is that share times its fill
     assert analytic_needs(ir, plan, "d", "w", 0.5) == {"d": f * 0.5}
     assert analytic_needs(ir, plan, "nope", "w", 1.0) == {}
@@ -41,8 +43,10 @@ def test_the_load_factor_is_the_edge_of_meeting_the_slo(tmp_path):
 def test_a_tail_no_load_can_fix_gives_zero_and_a_met_slo_gives_one(tmp_path):
     p = write_spec(tmp_path, rate=1, isl="{fixed: 8192}", osl="{fixed: 16}", ttft=20, tpot=200, pct=90)
     ir = lower(load_spec(p))
-    assert load_factor_to_meet(ir, *_view_routes(one_deployment_plan(p)), "w") == 0.0  # 8k-token prefill > 20 ms
-    p = write_spec(tmp_path, rate=1, isl="{fixed: 256}", osl="{fixed: 16}", ttft=5000, tpot=500, pct=90, name="ok.yaml")
+    # 8k-token prefill > 20 ms
+    assert load_factor_to_meet(ir, *_view_routes(one_deployment_plan(p)), "w") == 0.0
+    p = write_spec(tmp_path, rate=1, isl="{fixed: 256}", osl="{fixed: 16}", ttft=5000, tpot=500, pct=90,
+                   name="ok.yaml")
     ir = lower(load_spec(p))
     plan = one_deployment_plan(p)
     assert load_factor_to_meet(ir, *_view_routes(plan), "w") == 1.0
@@ -53,9 +57,9 @@ MIXED = "{histogram: {edges: [200, 400, 11000, 13000], weights: [0.9, 0, 0.1]}}"
 
 
 def test_peers_get_the_factor_the_same_mix_needs_at_their_own_capacity(tmp_path):
-    """Short and long prompts mixed on one deployment: each bucket's capacity was computed alone, the mix's p99
-    TTFT (the short prompts waiting behind the long ones) is longer. Every other shape of the workload gets the
-    factor at which the same mix, at its full capacity, meets the SLO in the cost model."""
+    """Short and long prompts mixed on one deployment: each bucket's capacity was computed alone, the mix's
+    p99 TTFT (the short prompts waiting behind the long ones) is longer. Every other shape of the workload
+    gets the factor at which the same mix, at its full capacity, meets the SLO in the cost model."""
     p = write_spec(tmp_path, rate=6, isl=MIXED, osl="{fixed: 64}", ttft=3000, tpot=200, pct=99)
     ir = lower(load_spec(p))
     cands = build_candidates(ir, jobs=1)
@@ -68,7 +72,8 @@ def test_peers_get_the_factor_the_same_mix_needs_at_their_own_capacity(tmp_path)
     by_id = {c.id: c for c in mine}
     w = ir.workloads[0]
     mix = [(r.bucket, r.share) for r in plan.routes]
-    for cid, f in peers.items():  # the oracle: assess the mix on one replica of the shape, at f of its capacity
+    # the oracle: assess the mix on one replica of the shape, at f of its capacity
+    for cid, f in peers.items():
         c = by_id[cid]
         rate = 1.0 / sum(sh / c.capacity(b) for b, sh in mix)
 
@@ -88,7 +93,8 @@ class Miss:
 def test_derate_steps():
     m = [Miss("w", "a")]
     assert derate_analytic(m, {}) == {"a": DERATE}  # no cost-model factor: the fixed step, as before
-    assert derate_analytic(m, {"a": 0.8}, {"a": 0.7}) == {"a": 0.8 * 0.7}  # a bigger step where the model asks
+    # a bigger step where the model asks
+    assert derate_analytic(m, {"a": 0.8}, {"a": 0.7}) == {"a": 0.8 * 0.7}
     assert derate_analytic(m, {}, {"a": 0.95}) == {"a": DERATE}  # never less than the fixed step at fault
     assert derate_analytic(m, {}, {"a": 0.0}) == {"a": ANALYTIC_FLOOR}  # at most the floor per round
     # another shape given the same mix: what it needs, no fixed step (it did not miss), the same floor

@@ -57,8 +57,8 @@ def test_faster_gpu_has_more_capacity_per_replica():
 def test_assess_overload_is_reported_not_crashing():
     ir = ir_of(SMALL_SPEC.replace("rate_rps: 5", "rate_rps: 5000"))
     w = ir.workloads[0]
-    dep = DeploymentSpecView(name="d", model="llama-3.1-8b", gpu="h100-sxm", tp=1, pp=1, dtype="bf16", max_num_seqs=256,
-                             max_batched_tokens=2048, replicas=1)
+    dep = DeploymentSpecView(name="d", model="llama-3.1-8b", gpu="h100-sxm", tp=1, pp=1, dtype="bf16",
+                             max_num_seqs=256, max_batched_tokens=2048, replicas=1)
     a = assess(ir, [dep], [RouteView(w.name, b.name, "d", b.prob) for b in w.buckets])
     p = a.workloads[w.name]
     assert not p.slo_met and p.worst_deployment == "d"

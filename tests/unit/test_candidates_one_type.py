@@ -97,8 +97,8 @@ def test_a_type_lowered_differently_is_built_not_derived():
 
 @pytest.mark.parametrize("example", ["quickstart", "robust", "disaggregated", "long-context"])
 def test_the_floor_is_below_the_first_solve_of_each_type_alone(example):
-    """``one_type_floor`` lets ``single_types`` skip a type without building its pairs: it must never exceed the
-    optimum of the type's own first solve (on its own candidates, pairs included), which no later round
+    """``one_type_floor`` lets ``single_types`` skip a type without building its pairs: it must never exceed
+    the optimum of the type's own first solve (on its own candidates, pairs included), which no later round
     undercuts; and it must bound something (above zero) for the skip to be worth having."""
     from trimtab.milp.candidates import one_type_floor
     from trimtab.planning.planners import UnifiedPlanner

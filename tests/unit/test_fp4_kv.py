@@ -40,7 +40,8 @@ workloads:
 def test_kv_bytes_are_vllms_nvfp4_layout():
     """vLLM stores an NVFP4 KV head as head_size / 2 bytes of 4-bit values plus head_size / 16 fp8 scales
     (vllm/utils/torch_utils.py, nvfp4_kv_cache_full_dim): Llama 3.1 70B (80 layers, 8 KV heads of 128) takes
-    2 x 80 x 8 x (64 + 8) = 92,160 bytes a token, against 163,840 in fp8; the same HBM holds 16/9 the tokens."""
+    2 x 80 x 8 x (64 + 8) = 92,160 bytes a token, against 163,840 in fp8; the same HBM holds 16/9 the
+    tokens."""
     P = load_profiles()
     fp4 = replica(P, "llama-3.1-70b", "b200", dtype="fp8", kv_dtype="fp4")
     fp8 = replica(P, "llama-3.1-70b", "b200", dtype="fp8")
@@ -68,8 +69,10 @@ def test_plan_states_the_fp4_kv_cache_and_every_engine_serves_it(planned):
     ir = lower(spec)
     assert p.deployments and all(d.kv_dtype == "fp4" for d in p.deployments)
     for d in p.deployments:
-        rm = replica(load_profiles(), d.model, d.gpu, tp=d.tensor_parallel, pp=d.pipeline_parallel, dtype=d.dtype,
-                     kv_dtype="fp4", max_num_seqs=d.max_batch_size, max_batched_tokens=d.max_num_batched_tokens)
+        rm = replica(load_profiles(), d.model, d.gpu, tp=d.tensor_parallel, pp=d.pipeline_parallel,
+                     dtype=d.dtype,
+                     kv_dtype="fp4", max_num_seqs=d.max_batch_size,
+                     max_batched_tokens=d.max_num_batched_tokens)
         assert d.kv_cache_tokens == rm.memory.kv_cache_tokens
         assert "--kv-cache-dtype=nvfp4" in d.engine_args and "--quantization=fp8" in d.engine_args
     facts = [f for f, _ in deployment_facts(p, ir)]
@@ -82,8 +85,8 @@ def test_plan_states_the_fp4_kv_cache_and_every_engine_serves_it(planned):
 
 
 def test_fp4_kv_plan_is_cheaper_than_the_fp8_one_and_passes_check_at_new_seeds(planned, tmp_path):
-    """Where the KV cache limits the batch, 16/9 the tokens per replica need fewer replicas; and the plan holds
-    at seeds the planner did not use (``check``'s default 1000-1002)."""
+    """Where the KV cache limits the batch, 16/9 the tokens per replica need fewer replicas; and the plan
+    holds at seeds the planner did not use (``check``'s default 1000-1002)."""
     spec, p = planned
     path = tmp_path / "kv8.yaml"
     path.write_text(SPEC.replace("    kv_dtype: fp4\n", ""))
@@ -96,7 +99,8 @@ def test_fp4_kv_plan_is_cheaper_than_the_fp8_one_and_passes_check_at_new_seeds(p
 
 
 def test_h100s_are_left_out_with_the_reason(tmp_path):
-    """A GPU without FP4 tensor cores gets no candidate for the workload, and says why (``plan -v``'s table)."""
+    """A GPU without FP4 tensor cores gets no candidate for the workload, and says why (``plan -v``'s
+    table)."""
     from trimtab.milp.candidates import build_candidates
 
     text = SPEC.replace("  - {type: b200, count: 32}\n",
@@ -136,7 +140,8 @@ def test_predict_cli_takes_kv_dtype_fp4_on_b200_and_names_the_option_elsewhere()
     ok = CliRunner().invoke(app, [*args, "--gpu", "b200"])
     assert ok.exit_code == 0, ok.output
     fp8 = replica(load_profiles(), "llama-3.1-70b", "b200", dtype="fp8")
-    assert json.loads(ok.output)["kv_cache_tokens"] == pytest.approx(fp8.memory.kv_cache_tokens * 16 / 9, abs=1)
+    assert json.loads(ok.output)["kv_cache_tokens"] == pytest.approx(fp8.memory.kv_cache_tokens * 16 / 9,
+                                                                     abs=1)
     bad = CliRunner().invoke(app, [*args, "--gpu", "h100-sxm", "--tp", "2"])
     assert bad.exit_code == ExitCode.INVALID_INPUT
     assert "--kv-dtype: an fp4 KV cache needs FP4 tensor cores" in bad.output

@@ -1,6 +1,7 @@
 """Lowering keeps every token (issue 11): prompts are cut to the context window, outputs only where prompt +
-output exceeds it, pair by pair. The oracle samples each distribution with numpy (nothing of the quantile grid)
-and applies the same rule to each sampled pair; the buckets' mean prompt and output must be within 2 % of it."""
+output exceeds it, pair by pair. The oracle samples each distribution with numpy (nothing of the quantile
+grid) and applies the same rule to each sampled pair; the buckets' mean prompt and output must be within 2 %
+of it."""
 from __future__ import annotations
 
 import math

@@ -73,7 +73,8 @@ def test_tie_break_prefers_fewer_gpus():
     # Same price per replica and capacity: a 2-GPU replica loses to a 1-GPU one.
     ir = ir_with()
     b = ir.workloads[0].buckets[0].name
-    cs = CandidateSet((cand("A-two", "h100-sxm", 2, 4.0, 6.0, b), cand("B-one", "h100-sxm", 1, 4.0, 6.0, b)), ())
+    cs = CandidateSet((cand("A-two", "h100-sxm", 2, 4.0, 6.0, b), cand("B-one", "h100-sxm", 1, 4.0, 6.0, b)),
+                      ())
     _, res = solve(ir, cs, "highs")
     assert round(res.values[n_var("B-one")]) == 1 and round(res.values[n_var("A-two")]) == 0
 

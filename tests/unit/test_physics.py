@@ -35,8 +35,8 @@ workloads:
 def test_decode_bound_by_hand():
     p = load_profiles()
     m, g = p.models["llama-2-7b"], p.gpus["l4"]
-    # Llama-2-7B: 6.74e9 parameters, 32 layers x 32 KV heads x 128 dims x 2 (K and V) x 2 bytes = 524,288 B/token.
-    # L4: 300 GB/s, 121 TFLOP/s bf16. Batch 20, prompt 300, output 200 (mean decode context 400).
+    # Llama-2-7B: 6.74e9 parameters, 32 layers x 32 KV heads x 128 dims x 2 (K and V) x 2 bytes = 524,288
+    # B/token. L4: 300 GB/s, 121 TFLOP/s bf16. Batch 20, prompt 300, output 200 (mean decode context 400).
     step = (6.74e9 * 2 + 20 * 400 * 524288) / 300e9
     request = 200 * step / 20 + 2 * 6.74e9 * 300 / 121e12
     assert decode_bound(m, g, 1, "bf16", 20, 300, 200, prefill=True) == pytest.approx(200 / request, rel=1e-9)
@@ -102,16 +102,18 @@ def test_derate_breaches_holds_each_deployment_to_what_the_bound_allows():
     out = derate_breaches([Breach("a", 1000.0, 800.0, "output"), Breach("b", 500.0, 499.0, "prompt")],
                           {"a": 0.5, "c": 0.7}, {"a": 0.9})
     # a: 0.5 x fill 0.9 x 800 / 1000 x 0.99; b (no fill known: full): 1.0 x 499 / 500 x 0.99; c untouched
-    assert out == pytest.approx({"a": 0.5 * 0.9 * 0.8 * (1 - LIGHT_MARGIN), "b": 0.998 * (1 - LIGHT_MARGIN), "c": 0.7})
+    assert out == pytest.approx({"a": 0.5 * 0.9 * 0.8 * (1 - LIGHT_MARGIN), "b": 0.998 * (1 - LIGHT_MARGIN),
+                                 "c": 0.7})
     # never a factor above 1 - LIGHT_MARGIN, however lightly loaded the deployment was found
     assert derate_breaches([Breach("a", 1000.0, 999.0, "output")], {}, {"a": 1.2})["a"] == 1 - LIGHT_MARGIN
 
 
 def test_a_plan_over_the_bound_is_re_solved_within_it(tmp_path, monkeypatch):
     """Mistral 7B on L4s, whose batch the KV cache limits: the cost model's first plan (``plan`` without
-    validation) loads one L4 past the speed-of-light bound (its batch counts a request's whole context, the cost
-    model a decoding request's mean context). That plan used to stop with an internal error (exit 6; specgen's
-    target family: 2 of 20 specs); the driver now re-solves it within the bound, and ``check`` passes the plan."""
+    validation) loads one L4 past the speed-of-light bound (its batch counts a request's whole context, the
+    cost model a decoding request's mean context). That plan used to stop with an internal error (exit 6;
+    specgen's target family: 2 of 20 specs); the driver now re-solves it within the bound, and ``check``
+    passes the plan."""
     import trimtab.cost.physics as phys
     from trimtab.gate.analytic import check
 

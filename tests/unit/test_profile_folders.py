@@ -100,8 +100,8 @@ def test_plan_and_check_with_the_users_folder(tmp_path):
 
 
 def test_the_processs_own_measurements_stay_on_top_of_the_users_folder(tmp_path):
-    """``use_profile_dirs`` (watch --calibrate's refit engine, the end-to-end test's own CPU) replaces a profile
-    of the user's folder too: it is the newer measurement."""
+    """``use_profile_dirs`` (watch --calibrate's refit engine, the end-to-end test's own CPU) replaces a
+    profile of the user's folder too: it is the newer measurement."""
     from trimtab.profiles.loader import profile_dirs, use_profile_dirs
 
     mine = _own_h100(tmp_path / "mine", tflops_factor=2.0)

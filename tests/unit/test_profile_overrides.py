@@ -1,5 +1,6 @@
-"""``trimtab.profiles.loader.use_profile_dirs``: a folder's profile replaces the bundled one of the same name for the
-process (what the end-to-end test does with this machine's calibrated CPU), and ``()`` restores the bundle."""
+"""``trimtab.profiles.loader.use_profile_dirs``: a folder's profile replaces the bundled one of the same name
+for the process (what the end-to-end test does with this machine's calibrated CPU), and ``()`` restores the
+bundle."""
 from __future__ import annotations
 
 import yaml

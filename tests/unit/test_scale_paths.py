@@ -31,7 +31,8 @@ def test_split_build_is_the_serial_build(ir, monkeypatch):
 
 
 def _roomy(ir):
-    """The quickstart with inventories no workload mix can exhaust and no budget: the shared rows never bind."""
+    """The quickstart with inventories no workload mix can exhaust and no budget: the shared rows never
+    bind."""
     from dataclasses import replace
 
     return replace(ir, budget_usd_per_hour=None, gpus=tuple(replace(p, count=4096) for p in ir.gpus))
@@ -75,7 +76,8 @@ def test_split_memo_resolves_only_the_workloads_whose_derates_changed(ir, monkey
     again = decompose.solve_split(roomy, cands, be, SolveOptions(), {}, memo)
     assert solved == [] and again.values == first.values
     w0 = roomy.workloads[0].name
-    bought = next(c for c in cands.candidates if c.workload == w0 and round(first.values.get(f"replicas[{c.id}]", 0)))
+    bought = next(c for c in cands.candidates if c.workload == w0
+                  and round(first.values.get(f"replicas[{c.id}]", 0)))
     derate = {bought.id: 0.5}
     third = decompose.solve_split(roomy, cands, be, SolveOptions(), derate, memo)
     assert solved == [(w0,)]
@@ -114,17 +116,19 @@ def test_capacity_guess_changes_nothing_but_work(ir):
         cls = traffic_class(b, 0.0)
         ref = rm.capacity_rps(cls, w.slo.ttft_ms, w.slo.tpot_ms, w.slo.percentile)
         for f in (0.3, 0.97, 1.0, 1.003, 1.5, 40.0):
-            got = rm.capacity_rps(cls, w.slo.ttft_ms, w.slo.tpot_ms, w.slo.percentile, guess=max(ref, 0.01) * f)
+            got = rm.capacity_rps(cls, w.slo.ttft_ms, w.slo.tpot_ms, w.slo.percentile,
+                                  guess=max(ref, 0.01) * f)
             assert got == ref
 
 
-def test_capacity_search_without_the_zero_load_probe_first_finds_the_same_rates_in_fewer_evaluations(ir, monkeypatch):
-    """The search evaluates the bisection's first FIRST_HALVINGS points before asking whether the SLO is met at
-    all (a rate of 1e-9): where one of them meets it, that question is answered by monotonicity. With
+def test_capacity_search_without_the_zero_load_probe_first_finds_the_same_rates_in_fewer_evaluations(
+        ir, monkeypatch):
+    """The search evaluates the bisection's first FIRST_HALVINGS points before asking whether the SLO is met
+    at all (a rate of 1e-9): where one of them meets it, that question is answered by monotonicity. With
     FIRST_HALVINGS = 0 the search asks it first, as it did before. Both give the same rates, 0.0 where nothing
     meets the SLO (a TTFT of 1 ms); the default takes fewer evaluations where there is a capacity, and
-    FIRST_HALVINGS more where there is none (rare among the candidates: specgen's target spec 0, 133,343 -> 126,237
-    evaluations in all)."""
+    FIRST_HALVINGS more where there is none (rare among the candidates: specgen's target spec 0, 133,343 ->
+    126,237 evaluations in all)."""
     import trimtab.cost.model as cm
 
     calls = [0]
@@ -146,7 +150,8 @@ def test_capacity_search_without_the_zero_load_probe_first_finds_the_same_rates_
                     rm = replica_model(ir, w.model, ir.gpus[0].type, tp, 1, w.dtype, 256, mbt)
                     for b in w.buckets:
                         ttft = w.slo.ttft_ms if case == "slo" else 1.0  # 1 ms: no rate meets it
-                        rates.append(rm.capacity_rps(traffic_class(b, 0.0), ttft, w.slo.tpot_ms, w.slo.percentile))
+                        rates.append(rm.capacity_rps(traffic_class(b, 0.0), ttft, w.slo.tpot_ms,
+                                                     w.slo.percentile))
             got[k, case], spent[k, case] = rates, calls[0]
     k = cm.FIRST_HALVINGS
     assert k > 0
@@ -164,14 +169,16 @@ def test_decision_mode_decides_like_a_full_evaluation(ir):
             for f in (0.2, 0.6, 0.9, 0.98, 1.05, 1.3, 3.0):
                 rate = max(cap, 0.05) * f
                 full = rm.evaluate([traffic_class(b, rate)], w.slo.percentile)
-                fast = rm.evaluate([traffic_class(b, rate)], w.slo.percentile, slo_ms=(w.slo.ttft_ms, w.slo.tpot_ms))
-                assert rm.meets(fast, w.slo.ttft_ms, w.slo.tpot_ms) == rm.meets(full, w.slo.ttft_ms, w.slo.tpot_ms)
+                fast = rm.evaluate([traffic_class(b, rate)], w.slo.percentile,
+                                   slo_ms=(w.slo.ttft_ms, w.slo.tpot_ms))
+                assert rm.meets(fast, w.slo.ttft_ms, w.slo.tpot_ms) == rm.meets(full, w.slo.ttft_ms,
+                                                                                w.slo.tpot_ms)
 
 
 def test_an_inventory_row_that_binds_is_priced_out_to_the_whole_milps_optimum(ir, monkeypatch):
-    """When the workloads' own optima together buy more of one GPU type than the spec has, the decomposition prices
-    that type up (a Lagrangian relaxation of its inventory row) until they fit, and returns the union only when it
-    is certified optimal to the MIP gap. The oracle is the whole MILP solved by HiGHS."""
+    """When the workloads' own optima together buy more of one GPU type than the spec has, the decomposition
+    prices that type up (a Lagrangian relaxation of its inventory row) until they fit, and returns the union
+    only when it is certified optimal to the MIP gap. The oracle is the whole MILP solved by HiGHS."""
     from dataclasses import replace
 
     monkeypatch.setattr(decompose, "MIN_CANDIDATES", 0)
@@ -185,7 +192,8 @@ def test_an_inventory_row_that_binds_is_priced_out_to_the_whole_milps_optimum(ir
     g = max(used, key=used.get)
     priced = 0
     for less in (1, 2, 4, 8):
-        tight = replace(roomy, gpus=tuple(replace(p, count=used[g] - less) if p.type == g else p for p in roomy.gpus))
+        tight = replace(roomy, gpus=tuple(replace(p, count=used[g] - less) if p.type == g else p
+                                          for p in roomy.gpus))
         whole = be.solve(formulate(tight, cands), SolveOptions())
         split = decompose.solve_split(tight, cands, be, SolveOptions())
         if split is None:
@@ -201,7 +209,8 @@ def test_an_inventory_row_that_binds_is_priced_out_to_the_whole_milps_optimum(ir
         assert got <= used[g] - less
         assert split.status.value == "optimal" and split.gap <= SolveOptions().mip_rel_gap
         assert split.objective == pytest.approx(whole.objective, rel=2e-4)
-        assert split.objective > base.objective  # the row binds: the fit costs more than the unconstrained parts
+        # the row binds: the fit costs more than the unconstrained parts
+        assert split.objective > base.objective
     assert priced, "no tightened inventory took the price-out path"
     # Every other type held to what the parts bought at the spec's prices: moving off the priced type must not
     # break another row (the union is checked again; None sends the whole MILP to decide).
@@ -273,7 +282,8 @@ def test_rows_that_bind_in_turn_are_priced_out_together(ir, monkeypatch):
     be = get_backend("highs")
     used = _bought(decompose.solve_split(roomy, cands, be, SolveOptions()), cands)
     g = max(used, key=used.get)
-    tight = replace(roomy, gpus=tuple(replace(p, count=used[g] - 2) if p.type == g else p for p in roomy.gpus))
+    tight = replace(roomy, gpus=tuple(replace(p, count=used[g] - 2) if p.type == g else p
+                                      for p in roomy.gpus))
     moved = _bought(decompose.solve_split(tight, cands, be, SolveOptions()), cands)
     h = max((t for t in moved if t != g), key=lambda t: moved[t] - used.get(t, 0))
     assert moved[h] > used.get(h, 0) + 1, (used, moved)

@@ -71,7 +71,8 @@ def test_workload_model_must_be_listed():
 
 
 def test_lengths_beyond_context_window_is_error_naming_workload():
-    spec = load_spec("s.yaml", text=SMALL_SPEC.replace("input_tokens: {fixed: 512}", "input_tokens: {fixed: 200000}"))
+    spec = load_spec("s.yaml", text=SMALL_SPEC.replace("input_tokens: {fixed: 512}",
+                                                       "input_tokens: {fixed: 200000}"))
     with pytest.raises(InputError) as exc:
         lower(spec)
     assert "workloads[0] (short).input_tokens" in exc.value.lines[0]
@@ -79,7 +80,8 @@ def test_lengths_beyond_context_window_is_error_naming_workload():
 
 
 def test_partial_truncation_warns():
-    text = SMALL_SPEC.replace("input_tokens: {fixed: 512}", "input_tokens: {uniform: {min: 1000, max: 200000}}")
+    text = SMALL_SPEC.replace("input_tokens: {fixed: 512}",
+                              "input_tokens: {uniform: {min: 1000, max: 200000}}")
     ir = lower(load_spec("s.yaml", text=text))
     assert any("short:" in w and "of requests" in w and "of their tokens" in w and "exceed" in w
                for w in ir.warnings)

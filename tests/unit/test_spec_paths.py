@@ -1,6 +1,6 @@
 """Constraint provenance is typed (issue 12): every row of the real MILP names its origin as a ``SpecPath``; a
-relaxable row's what-if path is one that ``apply_overrides`` accepts and that changes exactly the number the row's
-right-hand side came from; ``from_whatif`` returns the same path."""
+relaxable row's what-if path is one that ``apply_overrides`` accepts and that changes exactly the number the
+row's right-hand side came from; ``from_whatif`` returns the same path."""
 from __future__ import annotations
 
 from trimtab.milp.candidates import build_candidates
@@ -34,6 +34,7 @@ def test_display_and_whatif_forms():
     p = SpecPath("workloads", "chat", "slo.ttft_ms", 2)
     assert str(p) == "workloads[2] (chat).slo.ttft_ms" and p.whatif == "workloads.chat.slo.ttft_ms"
     note = SpecPath("gpus", "l4", index=1, note="nodes[].cpu_memory_gib")
-    assert str(note) == "gpus[1] (l4): nodes[].cpu_memory_gib" and note.whatif is None  # a block, not a number
+    # a block, not a number
+    assert str(note) == "gpus[1] (l4): nodes[].cpu_memory_gib" and note.whatif is None
     assert SpecPath("gpus", "l4").whatif is None
     assert SpecPath("network", field="inter_rack_gbps").whatif == "network.inter_rack_gbps"
