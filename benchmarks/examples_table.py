@@ -1,7 +1,7 @@
-"""The README's and docs' example figures, re-measured: \
-every bundled example planned as ``trimtab plan`` plans it
-(validated on three seeds), with the comparison each doc quotes, and ``check`` at seeds the planner did not
-use.
+"""The README's and docs' example figures, re-measured.
+
+Every bundled example planned as ``trimtab plan`` plans it (validated on three seeds), with the comparison
+each doc quotes, and ``check`` at seeds the planner did not use.
 
     python benchmarks/examples_table.py [--seeds 2000,2001,2002]
 

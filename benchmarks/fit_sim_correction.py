@@ -3,15 +3,14 @@
     python benchmarks/fit_sim_correction.py --size small --n 40 --seed 100 --csv obs.csv \
         --out profiles/sim_capacity.yaml
     python benchmarks/fit_sim_correction.py --size lora \
---n 12 --seed 100 --csv benchmarks/data/sim_fit_lora.csv
+        --n 12 --seed 100 --csv benchmarks/data/sim_fit_lora.csv
     python benchmarks/fit_sim_correction.py --from-csv benchmarks/data/sim_fit_small.csv \
         benchmarks/data/sim_fit_lora.csv --describe "..." \
---out profiles/sim_capacity.yaml   # refit, both families
+        --out profiles/sim_capacity.yaml   # refit, both families
 
 Specs with adapters (the ``lora`` family) are observed under regimes of their own (``lora-p95-mixed``, ...:
-``trimtab.planning.rounds.regime(w, lora=True)``), with their \
-own ``lora-default`` and ``lora-first_round``; the driver
-applies them per workload shown missing (``trimtab.planning.rounds.prior_on_miss``).
+``trimtab.planning.rounds.regime(w, lora=True)``), with their own ``lora-default`` and ``lora-first_round``;
+the driver applies them per workload shown missing (``trimtab.planning.rounds.prior_on_miss``).
 
 What it measures. Specs of a ``benchmarks/specgen.py`` family are planned with ``trimtab.api.plan`` as
 ``trimtab plan`` does, **without** the prior (the rounds start from the cost model's own capacities). Every
@@ -25,9 +24,9 @@ then censored: a pass at x says x* >= x, a miss says x* < x.
 The fit, per regime: the largest factor f among the observed x (and 1.0) such that, among the observations
 that decide f (misses at x <= f: x* < f for sure; passes at x >= f: x* >= f for sure), at most ``MISS_SHARE``
 (10 %) are misses: a censored estimate of the 10th percentile of x*. A regime with fewer than ``MIN_MISSES``
-(3) misses or ``MIN_OBS`` (3) deciding observations is left out and takes \
-the ``default`` entry, the same fit over every observation. The output is
-``profiles/sim_capacity.yaml``: each regime's ``{value, source}`` and a ``sources`` block naming this command,
+(3) misses or ``MIN_OBS`` (3) deciding observations is left out and takes the ``default`` entry, the same fit
+over every observation. The output is ``profiles/sim_capacity.yaml``: each regime's ``{value, source}`` and a
+``sources`` block naming this command,
 the family, the seeds and the observation counts.
 
 Fit seeds are not evaluation seeds: the benchmark tables in docs/solvers.md use ``--seed 0``; fit with

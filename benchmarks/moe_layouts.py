@@ -1,8 +1,9 @@
-"""MoE predictions across layouts and precisions (docs/moe.md): \
-for each model, GPU and dtype, every single-node
-layout (tp, dp, ep) that fits, its KV capacity and its closed-loop TPOT and output tokens/s per GPU at the
-same load per GPU (``--per-gpu`` requests in flight per GPU, at most what the KV cache holds); the layout with
-the most tokens/s per GPU within ``--tpot-ms`` is marked. Cost model only (no simulation, no solver).
+"""MoE predictions across layouts and precisions (docs/moe.md).
+
+For each model, GPU and dtype, every single-node layout (tp, dp, ep) that fits, its KV capacity and its
+closed-loop TPOT and output tokens/s per GPU at the same load per GPU (``--per-gpu`` requests in flight per
+GPU, at most what the KV cache holds); the layout with the most tokens/s per GPU within ``--tpot-ms`` is
+marked. Cost model only (no simulation, no solver).
 
     PYTHONPATH=. python benchmarks/moe_layouts.py [--isl 1000] [--osl 1000] [--per-gpu 32] [--tpot-ms 50]
         [--models deepseek-v3,...]

@@ -1,23 +1,20 @@
-"""Plans over time on ServeGen shapes (docs/online.md, \
-"Measured"): the schedule against a static plan sized for
-the peak and a reactive HPA-like baseline, attainment per window for each; and re-planning after +30 % on one
-workload (moves against a from-scratch plan's).
+"""Plans over time on ServeGen shapes (docs/online.md, "Measured"): the schedule against a static plan sized
+for the peak and a reactive HPA-like baseline, attainment per window for each; and re-planning after +30 % on
+one workload (moves against a from-scratch plan's).
 
     python benchmarks/online.py --days 14 --window-h 6 --requests 4000 [--out benchmarks/data/online.json]
 
-Spec: the quickstart's chat (llama-3.1-70b, peak 4 rps) \
-and summarize (llama-3.1-8b, peak 10 rps) workloads and
-GPU pools; chat follows ServeGen m-large's aggregate per-10-minute rates, summarize m-mid's
+Spec: the quickstart's chat (llama-3.1-70b, peak 4 rps) and summarize (llama-3.1-8b, peak 10 rps) workloads
+and GPU pools; chat follows ServeGen m-large's aggregate per-10-minute rates, summarize m-mid's
 (../shared/traces/servegen/aggregated), over the first ``--days`` days averaged into windows of ``--window-h``
 hours, each scaled so its busiest window is the peak. Three policies on the same windows:
 
-- schedule: ``trimtab plan`` with ``schedule`` (the schedule \
-MILP, start-up costs, validated on its fullest windows)
+- schedule: ``trimtab plan`` with ``schedule`` (the schedule MILP, start-up costs, validated on its fullest
+  windows)
 - static peak: ``trimtab plan`` of the spec at each workload's peak rate, held all period
 - reactive: the static plan's deployments, each scaled per window in proportion to its load (replicas =
-  ceil(peak replicas x window rate / peak rate), at least \
-1), as an HPA holding the per-replica load the static
-  plan found safe would settle to, with no lag (optimistic for it)
+  ceil(peak replicas x window rate / peak rate), at least 1), as an HPA holding the per-replica load the
+  static plan found safe would settle to, with no lag (optimistic for it)
 
 Every window of each policy is simulated as a static plan (``trimtab.gate.windows``) with ``--requests``
 requests on one seed not used by the planner; a window passes when no workload's upper 95 % bound is below

@@ -4,23 +4,20 @@
     python benchmarks/plan_families.py --sizes target --n 5 --csv target.csv
     python benchmarks/plan_families.py --sizes quickstart,lora --n 5
 
-Per size: median / p90 / max of the total seconds of ``trimtab.api.plan`` (validation by simulation
-included, as ``trimtab plan`` runs it), of each stage in ``PlanResult.seconds`` (``other``: the total less the
-named stages: building plans, placement and derating between the rounds; ``simulate`` is the validating
-simulation runs), of the rounds, and the share
-of plans validated by simulation within 2 rounds \
-(``plan.simulation.passed`` and ``rounds <= 2``), and within 2
-validating simulations (``PlanResult.simulations <= 2``: \
-a round the cost model's own assessment rejects costs a
+Per size: median / p90 / max of the total seconds of ``trimtab.api.plan`` (validation by simulation included,
+as ``trimtab plan`` runs it), of each stage in ``PlanResult.seconds`` (``other``: the total less the named
+stages: building plans, placement and derating between the rounds; ``simulate`` is the validating simulation
+runs), of the rounds, and the share of plans validated by simulation within 2 rounds
+(``plan.simulation.passed`` and ``rounds <= 2``), and within 2 validating simulations
+(``PlanResult.simulations <= 2``: a round the cost model's own assessment rejects costs a
 solve, and a simulation only on specs of many workloads, ``trimtab.planning.rounds.simulate_past_misses``).
 Infeasible or unsolved specs are counted and timed, not dropped. ``quickstart`` plans
 ``examples/quickstart.yaml`` n times (the same spec: the spread is this machine's noise).
 
 Held-out specs: ``--seed 0`` (specs 0-19) is the family the correction rounds were studied on, session after
-session; ``--seed 100`` (specs 100-119, none of them seen \
-while tuning) tells whether a change generalises (issue
-16's rounds: 89 % within 2 rounds at seed 0, 63 % at seed 100, docs/solvers.md). ``--seed 1`` is not another
-family: it shares 19 of its 20 specs with seed 0.
+session; ``--seed 100`` (specs 100-119, none of them seen while tuning) tells whether a change generalises
+(issue 16's rounds: 89 % within 2 rounds at seed 0, 63 % at seed 100, docs/solvers.md). ``--seed 1`` is not
+another family: it shares 19 of its 20 specs with seed 0.
 
 Targets (issue 16), reported against, not tuned to: ``target`` (100 workloads / 8 types / 4,096 GPUs) <= 10 s
 median and <= 20 s p90; ``lora`` (1,000 adapters over 7 base models) <= 30 s; ``quickstart`` <= 2 s.

@@ -3,10 +3,9 @@
     python benchmarks/sweep_speed.py --spec examples/robust.yaml --scenarios 8 --workers 2 [--analytic]
 
 Plans ``--scenarios`` sampled scenarios (``--rate-cv``, ``--length-cv``, ``--seed``) once serially in this
-process and once as Ray tasks on a local Ray with \
-``--workers`` CPUs; prints the wall time of each (Ray's start
-apart), the speed-up without and with the start, the load average before and after (on a shared machine the
-speed-up is bounded by the idle cores, not by ``--workers``), and whether the two result lists are equal.
+process and once as Ray tasks on a local Ray with ``--workers`` CPUs; prints the wall time of each (Ray's
+start apart), the speed-up without and with the start, the load average before and after (on a shared machine
+the speed-up is bounded by the idle cores, not by ``--workers``), and whether the two result lists are equal.
 """
 from __future__ import annotations
 
