@@ -255,9 +255,9 @@ SLO_MAX = {"ttft_ms": 3_600_000.0, "tpot_ms": 60_000.0}  # the spec's upper limi
 
 def adapter_precheck(ir: ProblemIR, stuck: list[tuple[str, str, str]]) -> list[str]:
     """The adapter planner's precheck (``trimtab.planning.lora.LoraPlanner``): ``stuck`` lists its traffic
-    units no candidate carries as (workload, base model group, "base", "class" or the adapter). Before, the
-    MILP's build stopped at the first with "no deployment of <model> meets its SLO with LoRA enabled", naming
-    no field and no value, and saying LoRA for tenants' workloads without adapters. LoRA only adds work and
+    units no candidate carries as (workload, base model group, "base", "class" or the adapter). Each gets a
+    line naming its field and the value to relax, as the plain planner's precheck gives, and a tenant's
+    workload without adapters is not told about LoRA. LoRA only adds work and
     memory to a replica, so what the plain candidates cannot meet no adapter candidate meets either: their
     ``precheck`` lines come first (the plain candidates are built only here, on a failure); a unit it lets
     through (its SLO needs the replica without LoRA's overhead) is named with its workload's SLO."""
