@@ -269,11 +269,11 @@ def simulate_seeds(plan, spec, ir, seeds: tuple[int, ...], requests: int | None,
     is then derated in this round, not found in the next (the adapter family, seeds 0-19: 4 of the 8 specs
     that took a third round had such a workload in their second). Workloads the seeds leave ``undecided`` get
     up to EXTRA_SEEDS more, LOOK_SEEDS at a time side by side, those ``apart`` from any below target too (a
-    miss elsewhere does not hold back their verdict). In the planner's seeds after the first, a workload the run gives too few
-    requests (``trimtab.sim.aim_counts``) runs on its own (with its closure) for as long as it needs, in a run
-    of its own at that seed (docs/simulator.md, "Runs of their own length"). The seeds after the first run
-    side by side in forked processes where each run is large enough (``trimtab.sim.parallel``); the result is
-    the same."""
+    miss elsewhere does not hold back their verdict). In the planner's seeds after the first, a workload the
+    run gives too few requests (``trimtab.sim.aim_counts``) runs on its own (with its closure) for as long as
+    it needs, in a run of its own at that seed (docs/simulator.md, "Runs of their own length"). The seeds
+    after the first run side by side in forked processes where each run is large enough
+    (``trimtab.sim.parallel``); the result is the same."""
     from trimtab.sim import aim_counts, default_requests, parallel, simulate
     from trimtab.sim.scenario import build_scenario
 
