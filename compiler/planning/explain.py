@@ -22,6 +22,7 @@ from trimtab.milp.candidates import build_candidates
 from trimtab.cost.search import smallest_true
 from trimtab.deployment.shape import CandidateSet
 from trimtab.deployment.price import fleet_usd_per_hour
+from trimtab.milp.decompose import MIN_CANDIDATES
 from trimtab.milp.formulate import formulate, n_var, slack_var
 from trimtab.ir.model import ProblemIR
 from trimtab.spec.paths import SpecPath
@@ -88,13 +89,27 @@ def precheck_by_workload(ir: ProblemIR, cands: CandidateSet) -> list[tuple[str |
     return out
 
 
+# Above this many integer variables (replica counts) the elastic MILP is not solved, its LP relaxation is: on
+# a spec of 3,110 candidates (benchmarks/specgen_alt.py, target size, seed 16) HiGHS found no solution in
+# 120 s even at a limit of 200 nodes (the root node's work, which no node limit bounds), and the LP took
+# 0.7 s. The threshold is the decomposition's (``MIN_CANDIDATES``: below it the whole MILP solves in well
+# under a second), so a decision by the model's size, the same on any machine.
+EXACT_MAX_INTEGERS = MIN_CANDIDATES
+
+
 def elastic_changes(ir: ProblemIR, model: MilpModel, backend: Backend,
                     options: SolveOptions) -> list[Change] | None:
     """The smallest joint relaxation of ``model``'s relaxable rows (``MilpModel.elastic``; ``model`` built
     with the bounds only those rows should limit loosened, e.g. ``formulate(..., elastic=True)``), each row's
     slack turned into a change of the spec number its ``origin`` names (``SpecPath``). None: no relaxation of
-    those rows repairs the model; []: it needs none (numerically infeasible)."""
-    res = backend.solve(model.elastic(slack_var), options)
+    those rows repairs the model; []: it needs none (numerically infeasible).
+
+    A model of more than EXACT_MAX_INTEGERS integer variables gets its LP relaxation's slacks instead,
+    rounded up: every relaxation that repairs the MILP repairs its LP, so each number is one the spec must
+    reach at least (a lower bound, as ``Change.render`` words it), not one proven to suffice."""
+    elastic = model.elastic(slack_var)
+    exact = sum(v.kind == "integer" for v in model.variables.values()) <= EXACT_MAX_INTEGERS
+    res = backend.solve(elastic if exact else elastic.relaxed(), options)
     if not res.has_solution:
         return None
     changes = []
@@ -103,8 +118,8 @@ def elastic_changes(ir: ProblemIR, model: MilpModel, backend: Backend,
         path = con.origin if s > 1e-6 and con.origin is not None and con.origin.whatif else None
         if path is None:
             continue
-        if con.family == "inventory" and s > 0.5:
-            changes.append(Change(path, int(con.rhs), int(con.rhs) + int(round(s)), "raise"))
+        if con.family == "inventory" and (more := math.ceil(s - 1e-6)) >= 1:
+            changes.append(Change(path, int(con.rhs), int(con.rhs) + more, "raise"))
         elif con.family == "budget":
             changes.append(Change(path, con.rhs, math.ceil((con.rhs + s) * 100) / 100, "raise"))
     return changes

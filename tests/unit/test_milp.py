@@ -89,6 +89,22 @@ def test_elastic_model_names_the_relaxation():
     assert lines == ["raise gpus[0] (h100-sxm).count from 1 to at least 3"]
 
 
+def test_a_large_elastic_model_names_its_lp_bound(monkeypatch):
+    """Hand-computed: 5 rps on replicas of 2 GPUs carrying 2 rps each. The MILP needs 3 replicas (6 GPUs); its
+    LP relaxation 2.5 (5 GPUs), a bound every repair reaches. Past EXACT_MAX_INTEGERS the LP's number is
+    the one named (the MILP there can run for minutes in the solver's root node)."""
+    import trimtab.planning.explain as ex
+
+    ir = ir_with(count_h100=1, count_l4=0, budget=None)
+    b = ir.workloads[0].buckets[0].name
+    cs = CandidateSet((cand("B", "h100-sxm", 2, 7.0, 2.0, b),), ())
+    assert ex.relaxations(ir, cs, get_backend("highs"), SolveOptions()) == \
+        ["raise gpus[0] (h100-sxm).count from 1 to at least 6"]
+    monkeypatch.setattr(ex, "EXACT_MAX_INTEGERS", 0)
+    assert ex.relaxations(ir, cs, get_backend("highs"), SolveOptions()) == \
+        ["raise gpus[0] (h100-sxm).count from 1 to at least 5"]
+
+
 def test_lp_duals_are_the_objectives_rate_per_unit_of_right_hand_side():
     """Hand-computed: min x + 2y with x + y >= 3 and x <= 2 has x = 2, y = 1 (cost 4). One more unit of demand
     is a y (+2); one more unit of room for x replaces a y (-1). The integer model has no duals; its
