@@ -107,14 +107,29 @@ def elastic_changes(ir: ProblemIR, model: MilpModel, backend: Backend,
     A model of more than EXACT_MAX_INTEGERS integer variables gets its LP relaxation's slacks instead,
     rounded up: every relaxation that repairs the MILP repairs its LP, so each number is one the spec must
     reach at least (a lower bound, as ``Change.render`` words it), not one proven to suffice."""
+    return _elastic(model, backend, options)[0]
+
+
+def _exact(model: MilpModel) -> bool:
+    return sum(v.kind == "integer" for v in model.variables.values()) <= EXACT_MAX_INTEGERS
+
+
+def _elastic(model: MilpModel, backend: Backend,
+             options: SolveOptions) -> tuple[list[Change] | None, dict[str, float]]:
+    """(``elastic_changes``, the solution it read them from)."""
     elastic = model.elastic(slack_var)
-    exact = sum(v.kind == "integer" for v in model.variables.values()) <= EXACT_MAX_INTEGERS
-    res = backend.solve(elastic if exact else elastic.relaxed(), options)
+    res = backend.solve(elastic if _exact(model) else elastic.relaxed(), options)
     if not res.has_solution:
-        return None
+        return None, {}
+    return _row_changes(model, {c.name: res.values.get(slack_var(c.name), 0.0) for c in model.constraints
+                                if c.relaxable}), res.values
+
+
+def _row_changes(model: MilpModel, excess: dict[str, float]) -> list[Change]:
+    """What raises each relaxable row of ``model`` by its ``excess`` (row name -> amount), in spec terms."""
     changes = []
     for con in model.constraints:
-        s = res.values.get(slack_var(con.name), 0.0) if con.relaxable else 0.0
+        s = excess.get(con.name, 0.0)
         path = con.origin if s > 1e-6 and con.origin is not None and con.origin.whatif else None
         if path is None:
             continue
@@ -127,8 +142,39 @@ def elastic_changes(ir: ProblemIR, model: MilpModel, backend: Backend,
 
 def relaxations(ir: ProblemIR, cands: CandidateSet, backend: Backend, options: SolveOptions,
                 derate: dict[str, float] | None = None) -> list[str]:
-    """'raise X from A to at least B' lines, from the smallest relaxation of GPU counts and budget."""
-    return relaxation_lines(elastic_changes(ir, formulate(ir, cands, derate, elastic=True), backend, options))
+    """'raise X from A to at least B' lines, from the smallest relaxation of GPU counts and budget. Past
+    EXACT_MAX_INTEGERS that relaxation is its LP's, a bound that may not suffice, so the lines also say what
+    does: the LP's plan with each replica count rounded up (``rounded_up``)."""
+    model = formulate(ir, cands, derate, elastic=True)
+    changes, values = _elastic(model, backend, options)
+    if changes is None or _exact(model):
+        return relaxation_lines(changes)
+    lines = [f"{c.render()} (the LP relaxation's bound)" for c in changes]
+    if more := rounded_up(model, values):
+        lines += ["these together suffice (the LP relaxation's plan with each replica count rounded up):"]
+        lines += [f"  {c.verb} {c.where} from {_num(c.old)} to {_num(c.new)}" for c in more]
+    return lines or ["the solver reports infeasibility, but the LP relaxation of the elastic model needs no "
+                     "relaxation and its plan rounded up breaks a row that no GPU count or budget relaxes"]
+
+
+def rounded_up(model: MilpModel, values: dict[str, float]) -> list[Change] | None:
+    """The changes to the relaxable rows (GPU counts, budget) that hold ``values`` (a solution of the LP
+    relaxation of ``model``'s elastic copy) with every integer variable rounded up: more replicas carry at
+    least the same traffic, so it is a plan of whole replicas, and the changes suffice. None where the
+    rounded plan breaks another row."""
+    up = {n: (math.ceil(values.get(n, 0.0) - 1e-9) if v.kind == "integer" else values.get(n, 0.0))
+          for n, v in model.variables.items()}
+    excess: dict[str, float] = {}
+    for con in model.constraints:
+        lhs = model.evaluate(con.expr, up)
+        over = (lhs - con.rhs if con.sense == "<=" else con.rhs - lhs if con.sense == ">="
+                else abs(lhs - con.rhs))
+        if over <= 1e-6 * max(abs(con.rhs), 1.0):
+            continue
+        if not con.relaxable or con.sense != "<=":
+            return None
+        excess[con.name] = over
+    return _row_changes(model, excess)
 
 
 def relaxation_lines(changes: list[Change] | None) -> list[str]:

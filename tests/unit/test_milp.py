@@ -92,7 +92,8 @@ def test_elastic_model_names_the_relaxation():
 def test_a_large_elastic_model_names_its_lp_bound(monkeypatch):
     """Hand-computed: 5 rps on replicas of 2 GPUs carrying 2 rps each. The MILP needs 3 replicas (6 GPUs); its
     LP relaxation 2.5 (5 GPUs), a bound every repair reaches. Past EXACT_MAX_INTEGERS the LP's number is
-    the one named (the MILP there can run for minutes in the solver's root node)."""
+    named as a bound (the MILP there can run for minutes in the solver's root node), with what suffices: the
+    workload's LP plan rounded up, 3 replicas."""
     import trimtab.planning.explain as ex
 
     ir = ir_with(count_h100=1, count_l4=0, budget=None)
@@ -102,7 +103,9 @@ def test_a_large_elastic_model_names_its_lp_bound(monkeypatch):
         ["raise gpus[0] (h100-sxm).count from 1 to at least 6"]
     monkeypatch.setattr(ex, "EXACT_MAX_INTEGERS", 0)
     assert ex.relaxations(ir, cs, get_backend("highs"), SolveOptions()) == \
-        ["raise gpus[0] (h100-sxm).count from 1 to at least 5"]
+        ["raise gpus[0] (h100-sxm).count from 1 to at least 5 (the LP relaxation's bound)",
+         "these together suffice (the LP relaxation's plan with each replica count rounded up):",
+         "  raise gpus[0] (h100-sxm).count from 1 to 6"]
 
 
 def test_lp_duals_are_the_objectives_rate_per_unit_of_right_hand_side():
