@@ -12,6 +12,7 @@ import typer
 
 from trimtab.cli.common import ProfilesOpt, TableOrJson, err, out
 from trimtab.errors import InputError, Problem
+from trimtab.sim.metrics import clean
 
 
 class BenchDevice(str, Enum):
@@ -107,8 +108,6 @@ def calibrate_cmd(
 
         cals = calibrate_from_aiconfigurator(data, out_dir or Path("profiles-aiconfigurator"))
         if fmt == TableOrJson.json:
-            from trimtab.sim.metrics import clean
-
             sys.stdout.write(json.dumps(clean({"profiles": [
                 {"gpu": c.gpu, "profile": c.profile, "written": str(c.output), "notes": c.notes,
                  "fields": {f: {"before": c.before.get(f), "after": v} for f, v in c.values.items()},
@@ -124,8 +123,6 @@ def calibrate_cmd(
 
     r = do_calibrate([str(f) for f in folders], output, base)
     if fmt == TableOrJson.json:
-        from trimtab.sim.metrics import clean
-
         sys.stdout.write(json.dumps(clean({
             "profile": str(r.output), "params": dict(r.fit.params),
             "errors": {op: {"rows": e.rows, "median_pct": e.median_pct, "p90_pct": e.p90_pct}
@@ -151,8 +148,6 @@ def _engine(url, model, gpu, engine, out_dir, profiles, max_tokens, kernel_share
                                  max_batched_tokens=max_tokens, kernel_share=kernel_share, scale=scale,
                                  dtype=dtype)
     if fmt == TableOrJson.json:
-        from trimtab.sim.metrics import clean
-
         held = {k: cal.held[k] for k in ("ttft_median", "tpot_median")}
         doc = {"profile": str(path), "params": cal.fit.params, "rows": cal.table(), "held_out": held}
         sys.stdout.write(json.dumps(clean(doc), indent=2) + "\n")

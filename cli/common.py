@@ -4,6 +4,7 @@ JSON on stdout under ``--format json``), progress on stderr, and the one way to 
 from __future__ import annotations
 
 import json
+import os
 import sys
 import time
 from contextlib import contextmanager
@@ -130,8 +131,6 @@ def process_seconds() -> float:
     """Wall seconds since this process started (Linux: /proc; 0 elsewhere): the start-up that ``plan -v``
     reports before its own stages."""
     try:
-        import os
-
         start = int(open("/proc/self/stat").read().rsplit(")", 1)[1].split()[19])  # starttime, clock ticks
         uptime = float(open("/proc/uptime").read().split()[0])
         return max(uptime - start / os.sysconf("SC_CLK_TCK"), 0.0)

@@ -11,6 +11,8 @@ from typing import Annotated
 import typer
 
 from trimtab.cli.common import ProfilesOpt, TableOrJson, err, out, plan_path, refuse_misses
+from trimtab.api import load_spec
+from trimtab.gate.analytic import load_plan
 
 
 class EmitTarget(str, Enum):
@@ -78,8 +80,6 @@ def emit_cmd(
     && kubectl apply -f deploy/
     (or -o - | kubectl apply -f -)
     """
-    from trimtab.api import load_spec
-    from trimtab.gate.analytic import load_plan
     from trimtab.deploy import emit, stream, write
     from trimtab.deploy.common import Cluster
 

@@ -2,17 +2,24 @@
 
 Exit codes (docs/errors.md): 0 ok, 1 invalid input, 2 usage, 3 infeasible, 4 no solution within limits,
 5 check failed, 6 internal, 7 plan misses. Expected errors print one line per problem and no traceback.
+
+The command modules import at their top only what ``import trimtab`` loads anyway; a command whose stage is
+heavier (the planners' extras, deploy, field, study, online, the reports) imports it in its body, so
+``trimtab --help`` and the small commands start fast.
 """
 from __future__ import annotations
 
 import json
 import sys
 import time
+from dataclasses import replace
 from enum import Enum
+from importlib.metadata import version
 from pathlib import Path
 from typing import Annotated, Optional
 
 import typer
+import yaml
 
 from trimtab.cli.common import (Fmt, MarginStat, ProfilesOpt, Solver, TableOrJson, TraceFormat,
                                 _expected_errors, err, exit_misses, misses_lines, out,
@@ -26,6 +33,17 @@ from trimtab.cli.pareto import pareto_cmd
 from trimtab.cli.profiles import profiles_app
 from trimtab.cli.sweep import sweep_cmd
 from trimtab.errors import ExitCode, InputError, PlanMissesError, Problem
+from trimtab.api import (diff_plans, explain as do_explain, load_spec, plan as do_plan, what_if as do_what_if,
+                         with_margin)
+from trimtab.contract.schema import Plan
+from trimtab.contract.write import emit, plan_to_data
+from trimtab.cost.model import ReplicaModel
+from trimtab.cost.moe import check_kv_dtype, check_layout
+from trimtab.gate.analytic import check as do_check, load_plan, plan_references
+from trimtab.ir.lower import lower
+from trimtab.profiles.loader import load_profiles, model_from_hf_config
+from trimtab.spec.load import load_profile_folder
+from trimtab.spec.schema import Spec
 
 app = typer.Typer(add_completion=True, no_args_is_help=True, rich_markup_mode="rich",
                   context_settings={"help_option_names": ["-h", "--help"]},
@@ -36,8 +54,6 @@ app.add_typer(profiles_app, name="profiles")
 
 def _version(value: bool) -> None:
     if value:
-        from importlib.metadata import version
-
         out.print(f"trimtab {version('trimtab')}")
         raise typer.Exit()
 
@@ -76,8 +92,6 @@ def plan(
 
     Example: trimtab plan examples/quickstart.yaml -o plan.yaml
     """
-    from trimtab.api import load_spec, plan as do_plan
-    from trimtab.contract.write import emit
     from trimtab.cli.render import plan_summary
 
     t0 = time.perf_counter()
@@ -156,15 +170,10 @@ def check(
 
     Example: trimtab check --plan plan.yaml --spec examples/quickstart.yaml
     """
-    from trimtab.api import load_spec
-    from trimtab.gate.analytic import check as do_check, load_plan
-
     plan_path = plan_path_of(plan_opt, plan_pos, "a positional PLAN")
     p = load_plan(plan_path)
     refuse_misses(p, plan_path, allow_misses)
     s = load_spec(spec, profile_dir=profiles)
-    from trimtab.gate.analytic import plan_references
-    from trimtab.ir.lower import lower
 
     foreign = plan_references(p, lower(s))
     if foreign:  # a plan from another spec: invalid input (exit 1), not a failed check
@@ -205,7 +214,6 @@ def check(
                          trace_format.value, strict, mstat):
             raise typer.Exit(int(ExitCode.CHECK_FAILED))
         return
-    from trimtab.api import with_margin
 
     rep = with_margin(do_check(p, s), p, s, None, mstat)
     if fmt is TableOrJson.json:
@@ -258,8 +266,6 @@ def simulate(
 
     Example: trimtab simulate --plan plan.yaml --spec examples/quickstart.yaml --plot plots/
     """
-    from trimtab.api import load_spec
-    from trimtab.gate.analytic import load_plan
     from trimtab.cli.simulate import sim_report
 
     p = load_plan(plan_path_of(plan_opt, plan_pos, "a positional PLAN"))
@@ -298,11 +304,7 @@ def predict(
 
     Example: trimtab predict --model llama-3.1-8b --gpu h100-sxm --isl 1000 --osl 200 --concurrency 16
     """
-    from trimtab.cost.model import ReplicaModel
-    from trimtab.profiles.loader import load_profiles, model_from_hf_config
     from trimtab.cli.render import prediction_table
-
-    from trimtab.spec.load import load_profile_folder
 
     profs = load_profiles() if profiles is None else load_profile_folder(profiles)
     problems = []
@@ -329,7 +331,6 @@ def predict(
         problems.append(Problem("--tp/--pp", f"tp {tp} must divide {mprof.num_attention_heads.value:g} heads "
                                              f"and pp {pp} must divide {mprof.num_layers.value:g} layers"))
     if not problems:
-        from trimtab.cost.moe import check_kv_dtype, check_layout
         try:
             check_layout(mprof, profs.gpus[gpu], tp, dp, ep, dtype)
         except ValueError as exc:
@@ -395,8 +396,6 @@ def loadtest(
 
     Example: trimtab loadtest --plan plan.yaml --spec spec.yaml --endpoint http://127.0.0.1:8000 \
 --requests 100"""
-    from trimtab.api import load_spec
-    from trimtab.gate.analytic import load_plan
     from trimtab.field.loadtest import run_loadtest
     from trimtab.cli.render import loadtest_table
 
@@ -450,17 +449,11 @@ def explain(
 
     Example: trimtab explain examples/quickstart.yaml
     """
-    from trimtab.api import explain as do_explain, load_spec
-
     s = load_spec(spec, profile_dir=profiles)
     with steps(err, f"explaining {s.name}") as say:
         say("solving the cost model's problem and its relaxations")
         e = do_explain(s, backend=solver.value if solver else None, time_limit_s=time_limit)
         if e.feasible and not analytic:  # the cost a user will get: trimtab plan's, validated by simulation
-            from dataclasses import replace
-
-            from trimtab.api import plan as do_plan
-
             r = do_plan(s, backend=solver.value if solver else None, time_limit_s=time_limit,
                         progress=lambda step: say(f"planning: {step}"))
             e = replace(e, validated_cost_usd_per_hour=r.plan.cost_usd_per_hour)
@@ -477,9 +470,6 @@ def schema(which: Annotated[SchemaName, typer.Argument(help="spec or plan")]) ->
 
     Example: trimtab schema spec > spec.schema.json
     """
-    from trimtab.contract.schema import Plan
-    from trimtab.spec.schema import Spec
-
     model = Spec if which is SchemaName.spec else Plan
     sys.stdout.write(json.dumps(model.model_json_schema(), indent=2) + "\n")
 
@@ -514,11 +504,6 @@ def what_if(
 
     Example: trimtab what-if examples/quickstart.yaml --set workloads.chat.rate_rps=8
     """
-    import yaml
-
-    from trimtab.api import diff_plans, load_spec, plan as do_plan, what_if as do_what_if
-    from trimtab.contract.write import emit
-
     parsed = {}
     for o in overrides:
         if "=" not in o:
@@ -532,8 +517,6 @@ def what_if(
     refuse_to_write([("changed plan", alt.plan)], allow_misses, "changed plan")
     lines = diff_plans(base.plan, alt.plan)
     if fmt == TableOrJson.json:
-        from trimtab.contract.write import plan_to_data
-
         sys.stdout.write(json.dumps({"changes": lines, "base_cost_usd_per_hour": base.plan.cost_usd_per_hour,
                                      "plan": plan_to_data(alt.plan)}, indent=2) + "\n")
     else:

@@ -8,10 +8,13 @@ from pathlib import Path
 from typing import Annotated, Optional
 
 import typer
+import yaml
 
 from trimtab.cli.common import (AddressOpt, ProfilesOpt, SerialOpt, Solver, TableOrJson, WorkersOpt, err,
                                 exit_misses, out, refuse_to_write)
 from trimtab.errors import InfeasibleError
+from trimtab.api import load_spec
+from trimtab.contract.write import emit
 
 
 def pareto_cmd(
@@ -47,13 +50,9 @@ def pareto_cmd(
 
     Example: trimtab pareto examples/quickstart.yaml --metric ttft_p99 --plot frontier.png
     """
-    import yaml
-
     from trimtab.study import sweep as sw
-    from trimtab.api import load_spec
     from trimtab.cli.plots import plot_frontier as do_plot
     from trimtab.study.pareto import pareto as do_pareto
-    from trimtab.contract.write import emit
     from trimtab.cli.sweep_report import progress_bar
 
     s = load_spec(spec, profile_dir=profiles)

@@ -7,9 +7,13 @@ import sys
 from typing import Annotated
 
 import typer
+import yaml
+from rich.table import Table
 
 from trimtab.cli.common import Fmt, ProfilesOpt, TableOrJson, _expected_errors, out
 from trimtab.errors import InputError, Problem
+from trimtab.profiles.loader import load_profiles
+from trimtab.spec.load import load_profile_folder
 
 profiles_app = typer.Typer(no_args_is_help=True, help="List and show GPU, model and engine profiles.")
 
@@ -26,11 +30,6 @@ def profiles_list(
 
     Example: trimtab profiles list
     """
-    from rich.table import Table
-
-    from trimtab.profiles.loader import load_profiles
-    from trimtab.spec.load import load_profile_folder
-
     p = load_profiles() if profiles is None else load_profile_folder(profiles)
     if fmt == TableOrJson.json:
         q = lambda prof: {f: v.value for f, v in prof if hasattr(v, "value")}  # noqa: E731
@@ -70,11 +69,6 @@ def profiles_show(
 
     Example: trimtab profiles show llama-3.1-70b
     """
-    import yaml
-
-    from trimtab.profiles.loader import load_profiles
-    from trimtab.spec.load import load_profile_folder
-
     p = load_profiles() if profiles is None else load_profile_folder(profiles)
     prof = p.gpus.get(name) or p.models.get(name) or p.engines.get(name)
     if prof is None:

@@ -11,6 +11,9 @@ import typer
 
 from trimtab.cli.common import (ProfilesOpt, Solver, TableOrJson, err, exit_misses, out, plan_path,
                                 refuse_to_write, steps)
+from trimtab.api import load_spec
+from trimtab.contract.write import emit
+from trimtab.gate.analytic import load_plan
 
 
 def replan_cmd(
@@ -49,10 +52,7 @@ def replan_cmd(
 
     Example: trimtab replan --plan plan.yaml --spec examples/quickstart.yaml --fail node=h100-sxm-0
     """
-    from trimtab.api import load_spec
-    from trimtab.gate.analytic import load_plan
     from trimtab.online.replan import count_moves, replan
-    from trimtab.contract.write import emit
 
     cur = load_plan(plan_path(plan_opt, current, "--current"))
     s = load_spec(spec, profile_dir=profiles)

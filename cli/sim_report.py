@@ -8,11 +8,14 @@ import math
 from contextlib import contextmanager
 from pathlib import Path
 
+import numpy as np
 from rich.console import Console
+from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
 from trimtab.cli.common import steps
 from trimtab.sim.metrics import SimResult
+from trimtab.cli.plots import pyplot
 
 PROGRESS_MIN_REQUESTS = 50_000  # show a progress bar from this many simulated requests (on a terminal)
 
@@ -74,7 +77,6 @@ def progress_bar(console: Console, requests: int | None):
     if requests is not None and requests < PROGRESS_MIN_REQUESTS:
         yield None
         return
-    from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 
     with Progress(TextColumn("simulating"), BarColumn(), TextColumn("{task.percentage:>3.0f}% of arrivals"),
                   TimeElapsedColumn(), console=console, transient=True) as prog:
@@ -85,10 +87,7 @@ def progress_bar(console: Console, requests: int | None):
 def write_plots(res: SimResult, folder: str | Path) -> list[Path]:
     """latency_cdf_<workload>.png (TTFT, TPOT, E2E CDFs with the SLO targets) and timeline.png (per
     deployment: busy share, waiting requests, KV occupancy over time). Returns the files written."""
-    from trimtab.cli.plots import pyplot
-
     plt = pyplot()
-    import numpy as np
 
     folder = Path(folder)
     folder.mkdir(parents=True, exist_ok=True)

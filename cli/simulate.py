@@ -3,6 +3,7 @@ thin)."""
 from __future__ import annotations
 
 import json
+import math
 import sys
 from pathlib import Path
 
@@ -11,6 +12,15 @@ from rich.console import Console
 from trimtab.errors import InputError, Problem
 from trimtab.contract.schema import Goodput, Plan
 from trimtab.spec.schema import Spec
+from trimtab.cli.sim_report import deployment_table, progress_bar, summary_line, workload_table, write_plots
+from trimtab.gate.analytic import check as analytic_check
+from trimtab.gate.nodeloss import check_each_node, worst_loss
+from trimtab.gate.simulated import check_simulated
+from trimtab.gate.windows import (AFTER_S, HEAD_S, TransitionsUnsupported, check_transitions, check_windows,
+                                  worst_window)
+from trimtab.ir.lower import lower
+from trimtab.sim import default_requests, simulate
+from trimtab.spec.traces import read_trace
 
 
 def _args(requests: int | None, duration: float | None, trace: Path | None, trace_format: str):
@@ -18,8 +28,6 @@ def _args(requests: int | None, duration: float | None, trace: Path | None, trac
         raise InputError([Problem("--requests/--duration", "give one of them, not both")])
     tr = None
     if trace is not None:
-        from trimtab.spec.traces import read_trace
-
         tr = read_trace(trace, trace_format)
     return tr
 
@@ -27,11 +35,6 @@ def _args(requests: int | None, duration: float | None, trace: Path | None, trac
 def sim_report(plan: Plan, spec: Spec, out: Console, err: Console, fmt: str, seed: int, requests: int | None,
                duration: float | None, trace: Path | None, trace_format: str, arrival_cv: float | None,
                plot: Path | None) -> None:
-    from trimtab.ir.lower import lower
-    from trimtab.sim import default_requests, simulate
-    from trimtab.cli.sim_report import (deployment_table, progress_bar, summary_line, workload_table,
-                                        write_plots)
-
     tr = _args(requests, duration, trace, trace_format)
     ir = lower(spec)
     n = requests if requests is not None or duration is not None else default_requests(ir)
@@ -59,9 +62,6 @@ def sim_report(plan: Plan, spec: Spec, out: Console, err: Console, fmt: str, see
 def sim_check(plan: Plan, spec: Spec, out: Console, err: Console, fmt: str, seed: int | None, seeds: int,
               requests: int | None, duration: float | None, trace: Path | None, trace_format: str,
               strict: bool, margin: str | None = None) -> bool:
-    from trimtab.gate.simulated import check_simulated
-    from trimtab.cli.sim_report import progress_bar
-
     tr = _args(requests, duration, trace, trace_format)
     runs = 1 if tr is not None else max(seeds, 1)
     with progress_bar(err,
@@ -108,14 +108,10 @@ def sim_check(plan: Plan, spec: Spec, out: Console, err: Console, fmt: str, seed
 
 
 def _fin(v: float):
-    import math
-
     return round(v, 3) if math.isfinite(v) else None
 
 
 def _num(v: float) -> str:
-    import math
-
     if not math.isfinite(v):
         return "inf"
     return f"{v:.0f}" if v >= 100 else f"{v:.1f}"
@@ -128,10 +124,6 @@ def schedule_check(plan: Plan, spec: Spec, out: Console, fmt: str, seed: int | N
     and the worst window named; then (``transitions``) each boundary where replicas are added simulated over
     time (``check_transitions``; ``start_lead``: seconds ahead of the boundary a start is issued, default the
     plan's start-up time), one line per boundary."""
-    from trimtab.gate.windows import (AFTER_S, HEAD_S, TransitionsUnsupported, check_transitions,
-                                      check_windows,
-                                       worst_window)
-
     checks = check_windows(plan, spec, seed=seed, seeds=seeds, requests=requests, strict=strict)
     worst = worst_window(checks)
     trans, skipped = [], ""
@@ -191,10 +183,6 @@ def node_loss_check(plan: Plan, spec: Spec, out: Console, err: Console, fmt: str
     """``check`` with each node removed (``trimtab.gate.nodeloss``; docs/online.md, "Redundancy"): the plan
     itself, then one line per kind of node loss with each workload's attainment (or predicted latency), and
     the worst node named."""
-    from trimtab.gate.analytic import check as analytic_check
-    from trimtab.gate.nodeloss import check_each_node, worst_loss
-    from trimtab.gate.simulated import check_simulated
-
     if analytic:
         whole = analytic_check(plan, spec)
     else:

@@ -12,6 +12,8 @@ import typer
 
 from trimtab.cli.common import AddressOpt, ProfilesOpt, SerialOpt, Solver, TableOrJson, WorkersOpt, err, out
 from trimtab.errors import ExitCode, InputError, Problem
+from trimtab.api import load_spec
+from trimtab.contract.write import emit
 
 
 def sweep_cmd(
@@ -59,7 +61,6 @@ def sweep_cmd(
 
     Example: trimtab sweep examples/robust.yaml --scenarios 50 --rate-cv 0.5 --robust 0.95 -o robust.plan.yaml
     """
-    from trimtab.api import load_spec
     from trimtab.study import sweep as sw
     from trimtab.cli.sweep_report import plot as do_plot, progress_bar, results_table, robust_lines, write_csv
 
@@ -99,8 +100,6 @@ def sweep_cmd(
             for line in robust_lines(r):
                 out.print(line, markup=False)
         if output is not None:
-            from trimtab.contract.write import emit
-
             output.parent.mkdir(parents=True, exist_ok=True)
             output.write_text(emit(r.plan), encoding="utf-8")
             log.print(f"plan written to {output}", markup=False)

@@ -10,10 +10,12 @@ from contextlib import contextmanager
 from pathlib import Path
 
 from rich.console import Console
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
 from trimtab.cli.common import steps
 from trimtab.study.sweep import Point, PointResult, RobustResult
+from trimtab.cli.plots import pyplot
 
 CSV_FIELDS = ("index", "label", "status", "cost_usd_per_hour", "gpus", "rounds", "validated", "checked",
               "min_attainment", "seconds", "message")
@@ -27,7 +29,6 @@ def progress_bar(console: Console, what: str):
         with steps(console, what) as say:
             yield lambda done, total, label=what: say(f"{label}: {done}/{total} done")
         return
-    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
     with Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
                   console=console, transient=True) as prog:
@@ -80,8 +81,6 @@ def write_csv(results: list[PointResult], points: list[Point], path: Path) -> No
 def plot(results: list[PointResult], points: list[Point], path: Path, title: str) -> None:
     """Cost per point: against the value of a single numeric --set axis, against the total sampled rate for
     scenarios, else against the point index. Infeasible points are marked on the x axis."""
-    from trimtab.cli.plots import pyplot
-
     plt = pyplot()
 
     axes = sorted({k for p in points for k in p.overrides})

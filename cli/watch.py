@@ -3,6 +3,7 @@ propose the next mapping (logic in ``trimtab.online.watch``; docs/online.md, "Wa
 from __future__ import annotations
 
 import json
+import shutil
 import sys
 import time
 from pathlib import Path
@@ -11,6 +12,9 @@ from typing import Annotated, Optional
 import typer
 
 from trimtab.cli.common import ProfilesOpt, TableOrJson, err, out
+from trimtab.api import load_spec
+from trimtab.errors import InputError, Problem
+from trimtab.gate.analytic import load_plan
 
 
 def _table(obs) -> None:
@@ -92,11 +96,6 @@ def watch_cmd(
 
     Example: trimtab watch --plan plan.yaml --spec spec.yaml --metrics chat-l4-tp1-t2k=http://10.0.0.5:8000
     """
-    import shutil
-
-    from trimtab.api import load_spec
-    from trimtab.errors import InputError, Problem
-    from trimtab.gate.analytic import load_plan
     from trimtab.online.schedule_watch import ScheduleWatcher
     from trimtab.online.watch import Watcher, targets_for
 

@@ -46,6 +46,7 @@ def plan(spec: Spec, *, backend: str | None = None, time_limit_s: float | None =
     profiles = profiles or spec_profiles(spec)
     ir = lower(spec, profiles)
     if spec.schedule is not None:  # plans per window (docs/online.md)
+        # lazy: keeps import trimtab light (the planners load on use)
         from trimtab.planning.schedule import SchedulePlanner
 
         sp = SchedulePlanner(spec)
@@ -53,13 +54,16 @@ def plan(spec: Spec, *, backend: str | None = None, time_limit_s: float | None =
                     t0=t0, progress=progress)
         return replace(res, plan=sp.with_windows_validated(res.plan))
     if ir.redundancy == "n+1":  # losing any one node keeps every SLO (compiler/planning/redundancy.py)
+        # lazy: keeps import trimtab light (the planners load on use)
         from trimtab.planning.redundancy import redundant_planner
 
         return drive(redundant_planner(spec, ir), spec, ir, backend=backend, time_limit_s=time_limit_s,
                      validate=validate, seed=seed, t0=t0, profiles=profiles, progress=progress)
     if ir.lora is not None:
+        # lazy: keeps import trimtab light (the planners load on use)
         from trimtab.planning.lora import LoraPlanner as P
     else:
+        # lazy: keeps import trimtab light (the planners load on use)
         from trimtab.planning.planners import UnifiedPlanner as P
     return drive(P(), spec, ir, backend=backend, time_limit_s=time_limit_s, validate=validate, seed=seed,
                  t0=t0, profiles=profiles, progress=progress)
@@ -72,6 +76,7 @@ def explain(spec: Spec, *, backend: str | None = None, time_limit_s: float | Non
     per relaxation tried, per binding row) are under one wall-clock safety net (``time_limit_s``, else the
     spec's ``solver.time_limit_s``; ``trimtab.solvers.NettedBackend``): once it expires, or a solve stops on
     it, ``SafetyNetError`` (exit 4), never an explanation worded by the machine's load."""
+    # lazy: keeps import trimtab light (the planners load on use)
     from trimtab.planning.explain import explain as explain_unified
 
     t0 = time.perf_counter()
@@ -83,6 +88,7 @@ def explain(spec: Spec, *, backend: str | None = None, time_limit_s: float | Non
         if ir.redundancy == "n+1":
             return _explain_redundant(spec, ir, be, opts)
         if ir.lora is not None:
+            # lazy: keeps import trimtab light (the planners load on use)
             from trimtab.planning.lora import LoraPlanner
 
             return LoraPlanner().explain(ir, be, opts)
@@ -100,8 +106,7 @@ def _explain_redundant(spec: Spec, ir, be, opts):
     n+1 rows (``trimtab.planning.redundancy.redundant_planner``: its candidates, solve and infeasibility
     lines; with adapters or tenants, the adapter problem's); the binding analysis is that of the same spec
     without n+1, said so in a note, with that problem's cost."""
-    from dataclasses import replace
-
+    # lazy: keeps import trimtab light (the planners load on use)
     from trimtab.planning.explain import Explanation, explain as explain_unified, stopped
     from trimtab.planning.redundancy import redundant_planner
 
@@ -119,6 +124,7 @@ def _explain_redundant(spec: Spec, ir, be, opts):
     # the plan this solve gives, as plan builds it
     cost = planner.build(ir, cands, res, 1, [])[0].cost_usd_per_hour
     if ir.lora is not None:
+        # lazy: keeps import trimtab light (the planners load on use)
         from trimtab.planning.lora import LoraPlanner
 
         base = LoraPlanner().explain(replace(ir, redundancy="none"), be, opts)
@@ -157,6 +163,7 @@ def with_margin(rep: CheckReport, plan: Plan, spec: Spec, profiles: ProfileSet |
     """An analytic check's report with ``check --margin``'s lines added (the cost model's worst buckets)."""
     if margin is None or rep.assessment is None:
         return rep
+    # lazy: keeps import trimtab light (gate.margin loads the plan extraction)
     from trimtab.gate.margin import margin_violations
 
     seen = {k: (v.ttft_ms, v.tpot_ms) for k, v in rep.assessment.workloads.items()}

@@ -12,6 +12,8 @@ from dataclasses import replace
 
 from trimtab.engines import sglang, trtllm, vllm
 from trimtab.engines.base import DeploymentFacts, Launch, ModelIdentity, engine_table
+from trimtab.contract.schema import EngineInfo
+from trimtab.deployment.shape import DeploymentSpecView, replica_model_of
 
 # Explicit, not registered at import time: a test enumerates it against profiles/engines/*.yaml.
 EMITTERS = {"vllm": vllm.launch, "vllm-cpu": vllm.launch, "sglang": sglang.launch, "trt-llm": trtllm.launch}
@@ -56,8 +58,6 @@ def live_kv_summary(kv) -> str:
 def deployment_facts(plan, ir) -> list[tuple[DeploymentFacts, list[str]]]:
     """Per deployment (plan order): its facts and the warnings they raise (a routed request longer than the
     engine will admit)."""
-    from trimtab.deployment.shape import DeploymentSpecView, replica_model_of
-
     ids = getattr(ir, "identities", None) or {}
     out = []
     for d in plan.deployments:
@@ -108,8 +108,6 @@ def launches(plan, ir) -> list[tuple[DeploymentFacts, Launch, list[str]]]:
 def realise(plan, ir):
     """The plan with ``engine`` set and every deployment's ``engine_args``, ``command``, ``worker_command``,
     ``engine_files`` and ``context_tokens`` filled for the spec's engine (``defaults.engine``)."""
-    from trimtab.contract.schema import EngineInfo
-
     deps, warnings = [], list(plan.warnings)
     for d, (f, ln, w) in zip(plan.deployments, launches(plan, ir)):
         deps.append(d.model_copy(update={

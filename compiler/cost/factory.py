@@ -8,6 +8,7 @@ from dataclasses import replace
 from trimtab.cost.model import GIB, KvTier, ReplicaModel, TrafficClass
 from trimtab.ir.model import ProblemIR, WorkloadIR
 from trimtab.spec.lengths import LengthBucket
+from trimtab.cost.lora import LoraReplicaModel
 
 
 def replica_model(ir: ProblemIR, model: str, gpu: str, tp: int, pp: int, dtype: str, max_num_seqs: int,
@@ -39,7 +40,6 @@ def replica_model(ir: ProblemIR, model: str, gpu: str, tp: int, pp: int, dtype: 
                             max_batched_tokens, kv_dtype,
                             kv_tier=kv_tier(ir, gpu, rm, kv_offload_gib, kv_borrow_gib))
     if lora:
-        from trimtab.cost.lora import LoraReplicaModel
         return LoraReplicaModel(ir.models[model], pool.profile, ir.engine, tp, pp, dtype, max_num_seqs,
                                 max_batched_tokens, kv_dtype, **lora)
     return ReplicaModel(ir.models[model], pool.profile, ir.engine, tp, pp, dtype, max_num_seqs,

@@ -21,6 +21,7 @@ from functools import cached_property, lru_cache
 
 from trimtab.profiles.loader import (GpuProfile, ModelProfile, attention_params, expert_size, fp4_kv_problem,
                                      moe_layers, value_or)
+from trimtab.cost.records import KV_DTYPES
 
 __all__ = ["ACT_BYTES", "MoeLayer", "attention_flops_per_ctx", "attention_kernels", "attention_params",
            "busiest_rank_factor", "check_kv_dtype", "check_layout", "expected_max_normal", "expert_params",
@@ -47,8 +48,6 @@ def check_layout(model: ModelProfile, gpu: GpuProfile, tp: int, dp: int, ep: int
 def check_kv_dtype(model: ModelProfile, gpu: GpuProfile, kv_dtype: str) -> None:
     """ValueError unless the KV cache precision is one the engines serve (``records.KV_DTYPES``) and, for fp4
     (NVFP4), this GPU and model can hold it (``trimtab.profiles.loader.fp4_kv_problem``)."""
-    from trimtab.cost.records import KV_DTYPES
-
     if kv_dtype not in KV_DTYPES:
         raise ValueError(f"kv_dtype must be one of {list(KV_DTYPES)}")
     why = fp4_kv_problem(model, gpu) if kv_dtype == "fp4" else None

@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 
 from trimtab.cost.model import ReplicaModel
 from trimtab.profiles.loader import GpuProfile, ProfileSet
+from trimtab.cost.factory import replica_model
 
 # GPU numbers that carry the step-time arithmetic (peaks alone are spec sheets by nature).
 EFFICIENCY_FIELDS = ("compute_efficiency", "bandwidth_efficiency", "allreduce_latency_us",
@@ -112,8 +113,6 @@ def fidelity_warnings(ir, deps) -> list[str]:
     """One warning per chosen GPU type whose deployments rest on spec-sheet or assumed efficiency numbers, and
     per deployment whose operating point extrapolates beyond the measured ranges 
     (``deps``: (candidate, n))."""
-    from trimtab.cost.factory import replica_model
-
     out: list[str] = []
     seen: set[str] = set()
     for c, _n in sorted(deps, key=lambda d: d[0].id):

@@ -5,6 +5,7 @@ request alone at zero load, a closed loop of N clients, a static batch, an open-
 from __future__ import annotations
 
 import math
+from collections import deque
 
 from trimtab.cost.records import (UNSTABLE, BatchPrediction, BurstPrediction, ClosedLoopPrediction,
                                    MemoryFit, ReplicaState, TrafficClass)
@@ -129,8 +130,6 @@ class ReplicaPredictions:
         finishes the prompt (a preempted request keeps its first) and e2e the end of its last token's step.
         This is the drain that steady-state formulas miss: as long requests finish last, the batch thins
         out."""
-        from collections import deque
-
         n = len(isl)
         if n == 0 or len(osl) != n:
             raise ValueError("isl and osl must be non-empty and of equal length")

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import math
 from functools import cache
+from statistics import NormalDist
 
 from trimtab.cost.records import UNSTABLE
 from trimtab.cost.search import bisect_width
@@ -97,8 +98,6 @@ def _prefill_queue(classes, s: list[float], lam: float, rho: float,
 @cache
 def _normal():
     """The standard normal distribution (made once: ``tpot_tail`` runs hundreds of thousands of times)."""
-    from statistics import NormalDist
-
     return NormalDist()
 
 

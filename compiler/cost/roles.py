@@ -10,6 +10,7 @@ from dataclasses import replace
 from trimtab.cost.queueing import _prefill_queue, _z, batch_var, ctx_sq, map_slope, over_caps
 from trimtab.cost.search import bisect_max
 from trimtab.cost.records import UNSTABLE, ReplicaState, TrafficClass
+from trimtab.cost.moe import kv_elements
 
 
 class ReplicaRoles:
@@ -18,7 +19,6 @@ class ReplicaRoles:
         """KV bytes of one token of context for the whole model (all layers and KV heads): what a prefill
         instance hands to a decode instance per input token (MLA: the compressed latent per layer)."""
         if self.mla:
-            from trimtab.cost.moe import kv_elements
             return self.L * kv_elements(self.model)[0] * self.kvbytes
         return 2 * self.L * self.kv_heads * self.head_dim * self.kvbytes
 

@@ -5,6 +5,7 @@ live KV beyond HBM, and the decode step a request sees while that share is read 
 from __future__ import annotations
 
 import math
+from statistics import NormalDist
 
 
 class ReplicaTiers:
@@ -41,7 +42,6 @@ class ReplicaTiers:
         if z is not None:
             return step(min(1.0 + b + z * math.sqrt(b), float(self.max_num_seqs)), max(kv_floor, ctx))
         if b > 40:  # normal approximation at 16 equally likely points
-            from statistics import NormalDist
             nd = NormalDist(b, math.sqrt(b))
             pts = [min(max(1.0 + nd.inv_cdf((i + 0.5) / 16), 1.0), float(self.max_num_seqs))
                    for i in range(16)]

@@ -13,6 +13,8 @@ from pathlib import Path
 
 from trimtab.deploy.common import Cluster, prepare
 from trimtab.util.yamlio import dump_canonical
+from trimtab.deploy import compose, dynamo, k8s, llmd
+from trimtab.errors import InputError, Problem
 
 TARGETS = ("k8s", "compose", "dynamo", "llm-d")
 
@@ -30,8 +32,6 @@ class Emitted:
 
 def emit(plan, spec, target: str, allow_experimental: bool = False,
          cluster: Cluster | None = None) -> Emitted:
-    from trimtab.deploy import compose, k8s
-
     b = prepare(plan, spec, allow_experimental, cluster)
     if target == "k8s":
         files = {name: _multi(objs) for name, objs in k8s.manifests(b).items()}
@@ -42,13 +42,9 @@ def emit(plan, spec, target: str, allow_experimental: bool = False,
             files.update(t.launch.files)
         mod = compose
     elif target == "dynamo":
-        from trimtab.deploy import dynamo
-
         files = {name: _multi(objs) for name, objs in dynamo.manifests(b).items()}
         mod = dynamo
     elif target == "llm-d":
-        from trimtab.deploy import llmd
-
         files = {name: dump_canonical(doc) for name, doc in llmd.values(b).items()}
         mod = llmd
     else:
@@ -67,8 +63,6 @@ def render(plan, spec, target: str, allow_experimental: bool = False,
 def stream(files: dict[str, str], target: str) -> str:
     """Every file as one YAML stream (``kubectl apply -f -``); compose files are separate projects per
     node."""
-    from trimtab.errors import InputError, Problem
-
     if target in ("compose", "llm-d"):
         raise InputError([Problem("-o", f"{target} writes one file per node or release; "
                                         "give a folder, not '-'")])

@@ -17,6 +17,11 @@ import trimtab.profiles as _bundled
 from trimtab.engines.base import DeploymentFacts, Launch, engine_table
 from trimtab.errors import InputError, Problem
 from trimtab.util.yamlio import read_yaml_file
+from trimtab.contract.realise import launches, live_kv_summary, plan_routes, realise
+from trimtab.cost.startup import replica_startup_s, startup_for
+from trimtab.deployment.shape import replica_model_of
+from trimtab.gate.analytic import plan_references
+from trimtab.ir.lower import lower
 
 GIB = 1024 ** 3
 # Start-up budget (startupProbe): a multiple of the one start-up model (trimtab.cost.startup: weights / load
@@ -118,8 +123,6 @@ def queue_threshold(plan, ir, dep) -> int:
     """Waiting requests per replica worth another replica: the requests that arrive at the replica's planned
     rate within the tightest TTFT SLO it serves. A queue that long means arrivals outpace what the plan sized
     the replica for, and a new request would wait about one TTFT budget before its prefill starts."""
-    from trimtab.contract.realise import plan_routes
-
     ttft_s = min((ir.workload(r.workload).slo.ttft_ms for r in plan_routes(plan)
                   if dep.name in (r.deployment, r.prefill, r.decode) and ir.workload(r.workload) is not None),
                  default=1000.0) / 1000
@@ -128,12 +131,6 @@ def queue_threshold(plan, ir, dep) -> int:
 
 def prepare(plan, spec, allow_experimental: bool = False, cluster: Cluster | None = None) -> Bundle:
     """Re-lower the spec, refuse what no engine runs, and compute each deployment's target numbers."""
-    from trimtab.cost.startup import replica_startup_s, startup_for
-    from trimtab.deployment.shape import replica_model_of
-    from trimtab.gate.analytic import plan_references
-    from trimtab.contract.realise import launches, realise
-    from trimtab.ir.lower import lower
-
     ir = lower(spec)
     foreign = plan_references(plan, ir)
     if foreign:
@@ -142,7 +139,6 @@ def prepare(plan, spec, allow_experimental: bool = False, cluster: Cluster | Non
     for i, d in enumerate(plan.deployments):
         live = d.kv is not None and (d.kv.live or d.kv.borrowed_gib > 0 or d.kv.lent_gib > 0)
         if live and not allow_experimental:
-            from trimtab.contract.realise import live_kv_summary
             problems.append(Problem(f"deployments[{i}] ({d.name}).kv",
                                     f"experimental live KV tier ({live_kv_summary(d.kv)}): no engine flag "
                                     "realises live-KV spill or cross-instance borrowing (docs/kv-tiers.md); "

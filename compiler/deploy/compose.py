@@ -10,6 +10,7 @@ from __future__ import annotations
 from trimtab.deploy.common import (HF_HOME, HF_TOKEN, PORT, SHM_GIB, Bundle, engine_process, network_kv,
                                     image_warnings, no_pd_router, pd_workloads, side_channel)
 from trimtab.errors import InputError, Problem
+from trimtab.deploy import pdrouter
 
 CONFIG_DIR = "/etc/trimtab"
 
@@ -69,8 +70,6 @@ def routers(b: Bundle, placed: dict[str, list[tuple[str, str, int]]]) -> list[tu
     service name and engine port (the project's network), one on another node by that node's plan name and
     published port (compose names resolve within one project only: ``warnings``). It starts once its node's
     engines of the pair are healthy and waits for the others itself (``pdrouter.static_args``)."""
-    from trimtab.deploy import pdrouter
-
     if "pd_router" not in b.engine:
         return []
     pr = b.engine["pd_router"]

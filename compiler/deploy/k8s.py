@@ -17,6 +17,9 @@ from trimtab.deploy.common import (CACHE_CLAIM, GIB, HF_HOME, HF_SECRET, HF_TOKE
                                     secret_prerequisite, side_channel, side_channel_env)
 from trimtab.engines.base import LEADER_ENV, RANK_ENV
 from trimtab.deploy.autoscale import cron_triggers, min_replicas
+from trimtab.deploy import pdrouter
+from trimtab.deploy.pdrouter import pod_annotations
+from trimtab.util.yamlio import dump_canonical
 
 APP = "trimtab"
 CONFIG_DIR = "/etc/trimtab"  # the TensorRT-LLM extra options file, from a ConfigMap; the container's workdir
@@ -98,7 +101,6 @@ def pod_monitor(b: Bundle) -> dict:
 
 def _workload_object(b: Bundle, t: Target) -> dict:
     labels = _labels(t)
-    from trimtab.deploy.pdrouter import pod_annotations
 
     # with a prefill pod's bootstrap port where its P/D router looks for it (SGLang)
     scrape = {**scrape_annotations(b), **pod_annotations(b, t)}
@@ -216,8 +218,6 @@ def gateway_ref(gateway: str) -> dict:
 
 def pd_routers(b: Bundle) -> tuple[list[dict], dict[tuple[str, str], str]]:
     """The P/D routers' objects and each pair's router Service (``trimtab.deploy.pdrouter``)."""
-    from trimtab.deploy import pdrouter
-
     return pdrouter.objects(b, serving_selector)
 
 
@@ -247,8 +247,6 @@ def _http_routes(b: Bundle) -> list[dict]:
 
 def manifests(b: Bundle) -> dict[str, list[dict]]:
     """File name -> objects. One file per deployment, plus shared.yaml (cache claim) and router.yaml."""
-    from trimtab.util.yamlio import dump_canonical
-
     files: dict[str, list[dict]] = {"shared.yaml": [_cache_claim(b)]}
     for t in b.targets:
         objs = [_workload_object(b, t), _service(t)]

@@ -24,6 +24,8 @@ from __future__ import annotations
 from dataclasses import replace
 
 from trimtab.cost.model import GIB
+from trimtab.cost.factory import HOST_KV_SHARE
+from trimtab.deployment.shape import DeploymentSpecView, replica_model_of
 
 TOL_GIB = 1e-3  # rounding of GiB figures in plans
 
@@ -54,8 +56,6 @@ def allocate(deps) -> dict[str, tuple[float, tuple[str, ...]]]:
 
 def usable_host_gib(ir, node) -> float:
     """Host memory of one topology node the KV offload tier may use (HOST_KV_SHARE of it)."""
-    from trimtab.cost.factory import HOST_KV_SHARE
-
     pool = ir.gpu(node.gpu)
     if node.cpu_memory_gib is not None:
         mem = node.cpu_memory_gib
@@ -69,9 +69,6 @@ def usable_host_gib(ir, node) -> float:
 def verify_kv(plan, ir, assessment, topo=None) -> list[str]:
     """Violations of the KV-tier limits (module docstring), one line each naming the deployment and the
     limit."""
-    from trimtab.cost.factory import HOST_KV_SHARE
-    from trimtab.deployment.shape import DeploymentSpecView, replica_model_of
-
     bad: list[str] = []
     deps = [d for d in plan.deployments if d.kv is not None]
     tiered = [d for d in deps if d.kv.offload_gib > 0 or d.kv.borrowed_gib > 0 or d.kv.lent_gib > 0]

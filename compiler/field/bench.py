@@ -26,6 +26,8 @@ import json
 import os
 import platform
 import statistics
+import subprocess
+import tempfile
 import time
 from pathlib import Path
 
@@ -164,8 +166,6 @@ def _metadata(torch, device: str) -> dict:
                   cuda=torch.version.cuda, cudnn=torch.backends.cudnn.version(),
                   compute_capability=f"{p.major}.{p.minor}")
         try:
-            import subprocess
-
             md["driver"] = subprocess.run(
                 ["nvidia-smi", "--query-gpu=driver_version", "--format=csv,noheader"],
                 capture_output=True, text=True, timeout=10).stdout.strip().splitlines()[0]
@@ -319,8 +319,6 @@ def run_bench(out_dir: str | Path, device: str = "cuda", quick: bool = False, lo
 
 def _allreduce(torch, sz) -> list[dict]:
     """All-reduce across every visible GPU, one process per GPU (torch.multiprocessing + NCCL)."""
-    import tempfile
-
     import torch.multiprocessing as mp
 
     n = torch.cuda.device_count()

@@ -38,6 +38,9 @@ import numpy as np
 import yaml
 
 from trimtab.errors import InputError, Problem
+from trimtab.profiles import data_dir
+from trimtab.profiles.loader import GpuProfile, load_profiles
+from trimtab.util.validation import validate
 
 VIDUR_GEMMS = ("attn_pre_proj", "attn_post_proj", "mlp_up_proj", "mlp_down_proj")
 VIDUR_ELEMENTWISE = ("input_layernorm", "attn_rope", "post_attention_layernorm", "mlp_act", "add")
@@ -324,8 +327,6 @@ class CalibrationResult:
 
 def _base_profile(base: str | None, meas: Measurements) -> tuple[dict | None, str | None]:
     """Raw dict of the base GPU profile (a bundled name or a YAML path) and its name."""
-    from trimtab.profiles.loader import load_profiles
-
     if base is None:
         hint = meas.gpu_hint or ""
         guess = {"h100": "h100-sxm", "a100": "a100-80gb", "h200": "h200"}.get(hint)
@@ -344,7 +345,6 @@ def _base_profile(base: str | None, meas: Measurements) -> tuple[dict | None, st
     if base not in profs.gpus:
         raise InputError([Problem("--base", f"unknown GPU profile {base!r}; known: "
                                             f"{', '.join(sorted(profs.gpus))}")])
-    from trimtab.profiles import data_dir
 
     path = data_dir() / "gpus" / f"{base}.yaml"
     return yaml.safe_load(path.read_text(encoding="utf-8")), base
@@ -445,9 +445,6 @@ def build_profile(name: str, fit_: Fit, meas: Measurements, folder: str, base: d
 
 
 def calibrate(folder: str | Path | list, output: str | Path, base: str | None = None) -> CalibrationResult:
-    from trimtab.profiles.loader import GpuProfile
-    from trimtab.util.validation import validate
-
     meas = read_measurements(folder)
     base_dict, base_name = _base_profile(base, meas)
     peaks = None

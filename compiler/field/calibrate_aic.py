@@ -42,6 +42,9 @@ import yaml
 
 from trimtab.field.calibrate import fit_allreduce
 from trimtab.errors import InputError, Problem
+from trimtab.profiles import data_dir
+from trimtab.profiles.loader import GpuProfile
+from trimtab.util.validation import validate
 
 # aiconfigurator's system name -> trimtab's bundled GPU profile (the same part: memory, bandwidth, links).
 # a100_sxm is the 80 GB SXM4 (its systems/a100_sxm.yaml: 2,039 GB/s, 80 GiB); no PCIe H100/A100, L4 or
@@ -531,9 +534,6 @@ def calibrate_from_aiconfigurator(data: str | Path | None, out: str | Path, rele
     """Every GPU of ``data`` (aiconfigurator's ``systems/data``; default the installed package's) that maps to
     a trimtab GPU profile: the profile (from ``base_dir``/gpus, default the bundled ones) refitted, written to
     ``out``/gpus/<name>.yaml, validated by the profile loader's schema first."""
-    from trimtab.profiles.loader import GpuProfile
-    from trimtab.util.validation import validate
-
     if data is None:
         data = default_data_dir()
         if data is None:
@@ -543,7 +543,6 @@ def calibrate_from_aiconfigurator(data: str | Path | None, out: str | Path, rele
     if not data.is_dir():
         raise InputError([Problem("--data", "not a folder", str(data))])
     if base_dir is None:
-        from trimtab.profiles import data_dir
         base_dir = data_dir()
     label = package_label(data)
     outs: list[GpuCalibration] = []

@@ -29,6 +29,9 @@ from pathlib import Path
 
 from trimtab.errors import InputError, Problem
 from trimtab.contract.schema import Deployment, Plan
+from trimtab.cost.model import BYTES
+from trimtab.engines.base import engine_table
+from trimtab.profiles.loader import model_from_hf_config
 
 # A ~57 M-parameter Llama (8 layers, hidden 768, 12 heads, 4 KV heads, MLP 2048, vocab 4096): big enough that
 # the GEMMs, not Python, dominate a prefill step on a CPU, small enough that a 2-core machine serves ~1
@@ -70,9 +73,6 @@ def build_model_dir(path: str | Path, **arch) -> Path:
 
 def _kv_bytes_per_token(model_dir: Path, dtype: str) -> float:
     """KV bytes per token of context from the folder's config.json, by the cost model's own formula."""
-    from trimtab.cost.model import BYTES
-    from trimtab.profiles.loader import model_from_hf_config
-
     m = model_from_hf_config(model_dir / "config.json", model_dir.name)
     return 2 * m.num_layers.value * m.num_kv_heads.value * m.head_dim.value * BYTES[dtype]
 
@@ -94,8 +94,6 @@ def _plan_args(dep: Deployment) -> list[str]:
     """The plan's engine arguments less those this function sets itself for a local server (address, model
     folder's dtype and name, the context it measures): the plan's command targets a cluster
     (docs/deploy.md)."""
-    from trimtab.engines.base import engine_table
-
     fl = engine_table("vllm")["flags"]
     own = {fl[k] for k in ("host", "port", "dtype", "context", "served_name", "revision")}
     return [a for a in dep.engine_args if a.split("=", 1)[0] not in own]

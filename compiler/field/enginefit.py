@@ -27,12 +27,18 @@ import datetime as _dt
 import math
 import statistics
 from dataclasses import dataclass
+from pathlib import Path
 
 import numpy as np
+import yaml
 
 from trimtab.cost.model import ReplicaModel, TrafficClass
-from trimtab.field.loadtest import Outcome, get_json, parse_endpoint, stream_completion
-from trimtab.profiles.loader import EngineProfile, GpuProfile, ModelProfile, Q
+from trimtab.field.loadtest import HttpError, Outcome, get_json, parse_endpoint, stream_completion
+from trimtab.profiles.loader import (EngineProfile, GpuProfile, ModelProfile, Q, load_profiles,
+                                     model_from_hf_config)
+from trimtab.errors import InputError, Problem
+from trimtab.profiles import data_dir
+from trimtab.spec.load import load_profile_folder
 
 PARAMS = ("step_overhead_ms", "request_overhead_ms", "kernel_efficiency")
 
@@ -197,9 +203,6 @@ def calibrate_engine(url: str, model: ModelProfile, gpu: GpuProfile, engine: Eng
 def write_engine_profile(cal: EngineCalibration, base: dict, path, command: str, device: str) -> dict:
     """``engine_profile`` of a calibration, written to ``path`` (a profile folder's engines/NAME.yaml) with a
     header naming the command; returns the profile."""
-    import yaml
-    from pathlib import Path
-
     prof = engine_profile(base, cal.fit, cal.fit_rows, cal.held, cal.held_rows, command, device)
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
@@ -216,15 +219,6 @@ def calibrate_server(url: str, model: str, gpu: str, engine: str, out_dir, *, pr
     ``config.json``) and GPU (profile names, the bundled ones or ``profile_dir``'s), written as
     ``out_dir``/engines/``engine``.yaml: a profile folder to plan with (``--profiles``, the spec's
     ``profiles``), where it replaces the bundled engine of that name. Unknown names are invalid input."""
-    from pathlib import Path
-
-    import yaml
-
-    from trimtab.errors import InputError, Problem
-    from trimtab.profiles import data_dir
-    from trimtab.profiles.loader import load_profiles, model_from_hf_config
-    from trimtab.spec.load import load_profile_folder
-
     profs = load_profile_folder(profile_dir) if profile_dir is not None else load_profiles()
     problems = []
     if model.endswith(".json") or Path(model).is_file():
@@ -239,7 +233,6 @@ def calibrate_server(url: str, model: str, gpu: str, engine: str, out_dir, *, pr
             problems.append(Problem(opt, f"unknown profile {name!r}; known: {', '.join(sorted(known))}"))
     if problems:
         raise InputError(problems)
-    from trimtab.field.loadtest import HttpError
 
     try:
         cal = calibrate_engine(url, mprof, profs.gpus[gpu], profs.engines[engine], max_batched_tokens,

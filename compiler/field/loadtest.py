@@ -32,8 +32,13 @@ import numpy as np
 
 from trimtab.errors import InputError, Problem
 from trimtab.contract.schema import Plan
-from trimtab.sim.metrics import WARMUP, _q, clean, min_requests, quantile_ci
+from trimtab.sim.metrics import WARMUP, _q, clean, min_requests, quantile_ci, summarise
 from trimtab.spec.schema import Spec
+from trimtab.gate.analytic import check, plan_references
+from trimtab.ir.lower import lower, workload_rate
+from trimtab.sim.engine import Simulation
+from trimtab.sim.scenario import build_scenario
+from trimtab.spec.overrides import apply_overrides
 
 DEFAULT_REQUESTS = 200
 DEFAULT_TIMEOUT_S = 900.0
@@ -304,9 +309,6 @@ def rescaled_spec(spec: Spec, factors: dict[str, float]) -> Spec:
     """The spec with workload ``name``'s arrival rate multiplied by ``factors[name]`` (rate_rps, or
     trace.rate_scale; ``trimtab watch`` gives measured rates this way). A rate profile is not rescaled (exit
     1)."""
-    from trimtab.ir.lower import workload_rate
-    from trimtab.spec.overrides import apply_overrides
-
     over: dict[str, object] = {}
     for w in spec.workloads:
         f = factors.get(w.name, 1.0)
@@ -327,9 +329,6 @@ def predicted_at(plan: Plan, spec: Spec, percentile: float | None = None) -> dic
     """Cost-model TTFT and TPOT (ms) per workload for ``spec``'s traffic, at ``percentile`` (default: each
     SLO's): the assessment ``check --analytic`` makes (trimtab.gate.analytic), with the percentile
     substituted."""
-    from trimtab.gate.analytic import check
-    from trimtab.spec.overrides import apply_overrides
-
     s = spec
     if percentile is not None:
         s = apply_overrides(spec, {f"workloads.{w.name}.slo.percentile": float(percentile)
@@ -399,10 +398,6 @@ def run_loadtest(plan: Plan, spec: Spec, endpoint_values: list[str], *, requests
     stream is simulated and the cost model re-evaluated at the scaled rate, for comparison. ``progress``: told
     each step as it starts (a run can last minutes: ``--timeout`` defaults to 900 s)."""
     say = progress or (lambda _: None)
-    from trimtab.ir.lower import lower
-    from trimtab.sim.engine import Simulation
-    from trimtab.sim.metrics import summarise
-    from trimtab.sim.scenario import build_scenario
 
     if requests is not None and duration_s is not None:
         raise InputError([Problem("--requests/--duration", "give one of them, not both")])
@@ -418,7 +413,6 @@ def run_loadtest(plan: Plan, spec: Spec, endpoint_values: list[str], *, requests
     eps = endpoints_for(plan, endpoint_values)
     s = scaled_spec(spec, rate_scale)
     ir = lower(s)
-    from trimtab.gate.analytic import plan_references
 
     foreign = plan_references(plan, ir)
     if foreign:  # a plan from another spec: say so before sending anything (exit 1, as check does)

@@ -21,9 +21,11 @@ from trimtab.ir.lower import lower
 from trimtab.contract.schema import Plan
 from trimtab.profiles.loader import ProfileSet
 from trimtab.spec.schema import Spec
-from trimtab.ir.topology import Topology, build_topology
+from trimtab.ir.topology import LINK_UTIL, Topology, build_topology, kv_link_loads
 from trimtab.util.validation import validate
 from trimtab.util.yamlio import read_yaml_file
+from trimtab.cost.physics import breaches
+from trimtab.cost.transfer import is_local_pair, local_bytes_per_s, nic_bytes_per_s
 
 SHARE_TOL = 1e-3
 
@@ -109,8 +111,6 @@ def verify(plan: Plan, ir: ProblemIR, topo: Topology | None = None, slo: bool = 
         bad.append(f"cost: plan states {plan.cost_usd_per_hour:g} $/h, its GPUs at the spec's prices cost "
                    f"{cost:.2f}")
 
-    from trimtab.cost.physics import breaches
-
     bad += [f"physics: {b.line()}" for b in breaches(plan, ir)]
     names = {d.name: d for d in plan.deployments}
     routes: list[RouteView] = []
@@ -121,6 +121,7 @@ def verify(plan: Plan, ir: ProblemIR, topo: Topology | None = None, slo: bool = 
             bad.append(f"route: workload {r.workload} is not in the spec")
             continue
         if r.deployment is None or r.prefill is not None or r.decode is not None:
+            # lazy: keeps import trimtab light (milp.disagg is the planner's)
             from trimtab.milp.disagg import verify_pair_route
 
             why = verify_pair_route(r, names, w)
@@ -261,9 +262,8 @@ def verify_kv_links(plan: Plan, ir: ProblemIR, topo: Topology) -> list[str]:
     node NIC and inter-rack link it crosses (``trimtab.ir.topology.kv_link_loads``). Deployments without
     placement (plans written by hand) are checked against their NIC share instead. One line per fault: route,
     link, load vs capacity."""
-    from trimtab.cost.transfer import is_local_pair, local_bytes_per_s, nic_bytes_per_s
+    # lazy: keeps import trimtab light (milp.disagg is the planner's)
     from trimtab.milp.disagg import pair_flows
-    from trimtab.ir.topology import LINK_UTIL, kv_link_loads
 
     bad: list[str] = []
     by = {d.name: d for d in plan.deployments}

@@ -23,6 +23,7 @@ from trimtab.deployment.price import fleet_usd_per_hour
 from trimtab.ir.lower import lower
 from trimtab.contract.schema import Placement, Plan
 from trimtab.ir.topology import build_topology
+from trimtab.gate.simulated import check_simulated
 
 
 @dataclass
@@ -101,8 +102,6 @@ def check_each_node(plan: Plan, spec, *, analytic: bool = False, seed: int | Non
     """One check per kind of node loss (module docstring), simulated
     (``trimtab.gate.simulated.check_simulated``) or, with ``analytic``, by the cost model
     (``trimtab.gate.analytic.verify``)."""
-    from trimtab.gate.simulated import check_simulated
-
     ir = lower(spec, profiles)
     topo = build_topology(spec, ir)
     kinds: dict[tuple, list[str]] = {}

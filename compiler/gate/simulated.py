@@ -19,6 +19,7 @@ from trimtab.profiles.loader import ProfileSet
 from trimtab.sim.validate import CHECK_SEEDS, SeedsResult, check_seeds, simulate_seeds
 from trimtab.spec.schema import Spec
 from trimtab.spec.traces import Trace
+from trimtab.ir.topology import build_topology
 
 
 def check_simulated(plan: Plan, spec: Spec, *, profiles: ProfileSet | None = None, seed: int | None = None,
@@ -28,8 +29,6 @@ def check_simulated(plan: Plan, spec: Spec, *, profiles: ProfileSet | None = Non
     """``seed``: the first seed (default: past the plan's); ``seeds``: how many runs. A trace replays the same
     arrivals whatever the seed, so it runs once. ``margin`` ("median" or "p90"): also fail a workload whose
     worst seed leaves less headroom to its SLO than the cost model's error (``trimtab.gate.margin``)."""
-    from trimtab.ir.topology import build_topology
-
     ir = lower(spec, profiles)
     rep = verify(plan, ir, build_topology(spec, ir), slo=False)
     recorded = plan.simulation
@@ -55,6 +54,7 @@ def check_simulated(plan: Plan, spec: Spec, *, profiles: ProfileSet | None = Non
             notes.append(f"workload {name}: below target within noise: {res.describe(name)}; run more seeds "
                          "(--seeds) to decide")
     if margin is not None:
+        # lazy: keeps import trimtab light (gate.margin loads the plan extraction)
         from trimtab.gate.margin import margin_violations
 
         worst = {k: (max(r.workloads[k].ttft_at_target_ms for r in res.runs),

@@ -14,7 +14,11 @@ from trimtab.gate.analytic import CheckReport
 from trimtab.spec.rates import window_rates, window_spec
 from trimtab.contract.schema import Plan
 from trimtab.gate.simulated import check_simulated
-from trimtab.sim.validate import SeedsResult
+from trimtab.sim.validate import SeedsResult, check_seeds, combine
+from trimtab.ir.lower import lower
+from trimtab.sim.metrics import summarise
+from trimtab.sim.scenario import build_scenario
+from trimtab.sim.schedule import ScheduleSimulation, Segment, scale_events
 
 RATE_TOL = 1e-4  # relative: a window's planned rate differs from the spec's
 
@@ -138,12 +142,6 @@ def check_transitions(plan: Plan, spec, *, windows: list[int] | None = None, see
     serves from the issue + ``startup_s``. A boundary fails when the runs show a miss (upper 95 % bound below
     target) in its first ``head_s`` seconds or in the whole part of the window simulated (``strict``: when a
     lower bound is below target)."""
-    from trimtab.ir.lower import lower
-    from trimtab.sim.metrics import summarise
-    from trimtab.sim.scenario import build_scenario
-    from trimtab.sim.schedule import ScheduleSimulation, Segment, scale_events
-    from trimtab.sim.validate import check_seeds, combine
-
     wr = window_rates(spec)
     sched = plan.schedule
     if sched is None or len(sched.windows) != wr.n:

@@ -22,6 +22,7 @@ from trimtab.spec.lengths import LengthError, cut_inputs, length_grids, make_buc
 from trimtab.profiles.loader import ProfileSet, model_from_hf_config
 from trimtab.spec.load import kind_problems, spec_profiles
 from trimtab.spec.schema import Spec, Workload
+from trimtab.spec.traces import measured_prefix, read_trace
 
 
 def spec_hash(spec: Spec, profiles: ProfileSet) -> str:
@@ -77,7 +78,6 @@ def workload_rate(w: Workload, base_dir: str = ".") -> float:
     if w.rate_profile is not None:
         p = w.rate_profile
         return float(max(p.rps)) if p.rps is not None else float(p.peak_rps)
-    from trimtab.spec.traces import read_trace
 
     tr = read_trace(Path(base_dir) / w.trace.path, w.trace.format)
     if tr.rate_rps <= 0:
@@ -94,7 +94,6 @@ def workload_prefix(w: Workload,
         return 0.0, 0, (), ""
     if not p.from_trace:
         return float(p.hit_rate), int(p.cached_tokens), (), "declared"
-    from trimtab.spec.traces import measured_prefix
 
     path = Path(base_dir) / w.trace.path
     try:

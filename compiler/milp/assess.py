@@ -13,6 +13,7 @@ from itertools import accumulate
 from trimtab.cost.factory import traffic_class
 from trimtab.deployment.shape import DeploymentLoad, DeploymentSpecView, RouteView, replica_model_of
 from trimtab.ir.model import ProblemIR
+from trimtab.cost.search import bisect_max, bisect_width, grow
 
 NO_ROUTE = "no route serves this workload"
 
@@ -86,6 +87,7 @@ def assess(ir: ProblemIR, deployments: list[DeploymentSpecView], routes: list[Ro
                                      state.tpot_s * 1e3, state.stable, state.reason,
                                      int(max(c.prefix_reserved for c in classes)))
     if any(r.prefill for r in routes):
+        # lazy: keeps import trimtab light (milp.disagg is the planner's)
         from trimtab.milp.disagg import assess_pairs
 
         assess_pairs(ir, deps, routes, loads, ttft, dep_tpot)
@@ -209,7 +211,6 @@ def mix_percentile(components: list[tuple[float, list[float]]], grid: list[float
     CDF."""
     if not components:
         return math.inf
-    from trimtab.cost.search import bisect_width
 
     k = grid.index(p)
     total = sum(w for w, _ in components)
@@ -274,8 +275,6 @@ def capacity_at_slo(ir: ProblemIR, view: DeploymentSpecView, routes: list[RouteV
     its SLO, its traffic mix as routed (every route's share scaled alike): the planner's own test (``assess``:
     each bucket at its percentile), searched to ``rel_tol`` (``trimtab.cost.search``). None without traffic,
     0.0 when even a trickle of this mix misses."""
-    from trimtab.cost.search import bisect_max, grow
-
     mine = [r for r in routes if r.deployment == view.name and r.share > 0]
     base = sum(ir.workload(r.workload).rate_rps * r.share for r in mine if ir.workload(r.workload))
     if not mine or base <= 0 or view.replicas <= 0:

@@ -26,6 +26,8 @@ from trimtab.deployment.shape import TOKEN_BUDGETS, BucketBest, Candidate, Candi
 from trimtab.ir.model import GpuPoolIR, ProblemIR, WorkloadIR
 from trimtab.deployment.layouts import layouts
 from trimtab.deployment.price import replica_usd_per_hour
+from trimtab.milp.disagg import build_pd_candidates, cost_floor
+from trimtab.milp.fanout import build_split
 
 KV_TIER_MODES = {"auto": ("prefix",), "offload": ("prefix",), "experimental-live": ("offload", "borrow"),
                  "off": ()}
@@ -143,8 +145,6 @@ def build_candidates(ir: ProblemIR, jobs: int | None = None) -> CandidateSet:
     """``jobs``: processes (default ``TRIMTAB_JOBS`` or the CPUs; large specs only, see
     ``trimtab.milp.fanout``);
     the result is the same for any number."""
-    from trimtab.milp.fanout import build_split
-
     split = build_split(ir, lambda sub: build_candidates(sub, jobs=1), jobs)
     if split is not None:
         return split
@@ -225,7 +225,6 @@ def build_candidates(ir: ProblemIR, jobs: int | None = None) -> CandidateSet:
                 best.append(BucketBest(w.name, b.name, t[0], t[1], d[2], d[1]))
     cands.sort(key=lambda c: c.id)
     pruned.sort(key=lambda p: p.id)
-    from trimtab.milp.disagg import build_pd_candidates
 
     if "borrow" in modes:
         for args in later:
@@ -260,9 +259,6 @@ def for_one_type(cands: CandidateSet, ir: ProblemIR, one: ProblemIR) -> Candidat
     by other workloads' lenders: built. The set is for solving: ``pruned`` and ``best`` only word the reasons
     of a plan that cannot be made, and are left empty (a precheck fails on it exactly where it fails on the
     built set: a workload without candidates, or a bucket none holds)."""
-    from trimtab.milp.disagg import build_pd_candidates
-    from trimtab.milp.fanout import build_split
-
     kept = unified_of(cands, ir, one)
     if kept is None:
         return None
@@ -290,8 +286,6 @@ def unified_of(cands: CandidateSet, ir: ProblemIR, one: ProblemIR) -> tuple[Cand
 def one_type_floor(cands: CandidateSet, ir: ProblemIR, one: ProblemIR) -> float:
     """A lower bound on the cost of any plan of ``one`` (``ir`` offering one GPU type alone), from ``cands``
     (``trimtab.milp.disagg.cost_floor``); 0.0 where its candidates cannot be taken from ``cands``."""
-    from trimtab.milp.disagg import cost_floor
-
     kept = unified_of(cands, ir, one)
     return 0.0 if kept is None else cost_floor(one, kept, cands.pd_memo)
 

@@ -43,12 +43,15 @@ from dataclasses import replace
 from trimtab.cost.factory import replica_model, shared_replica_model, traffic_class
 from trimtab.cost.transfer import (is_local_pair, kv_bytes_per_token, local_bytes_per_s, nic_bytes_per_s,
                                      transfer_s)
-from trimtab.deployment.shape import Candidate, PdGroup
+from trimtab.deployment.shape import Candidate, DeploymentLoad, PdGroup, RouteView
 from trimtab.ir.model import GpuPoolIR, ProblemIR, WorkloadIR
 from trimtab.deployment.layouts import layouts
 from trimtab.deployment.price import fleet_usd_per_hour, replica_usd_per_hour
 from trimtab.spec.paths import SpecPath
 from trimtab.ir.topology import LINK_UTIL
+from trimtab.cost.model import TrafficClass
+from trimtab.cost.search import bisect_max
+from trimtab.solvers.model import Constraint
 
 ROLES = ("prefill", "decode")
 ENABLED = True  # False: unified candidates only (for comparisons: benchmarks, tests)
@@ -233,9 +236,6 @@ def _mix_capped(rm, w: WorkloadIR, caps: list, bw: float) -> list:
     ones' wait): the highest utilisation rho_mix at which the workload's own mix of these buckets still meets
     TTFT (hand-off included) for every bucket; a bucket's capacity is then at most rho_mix / its service time,
     so the capacity row sum_b x[b] / cap[b] <= n keeps the utilisation of any mix under rho_mix."""
-    from trimtab.cost.model import TrafficClass
-    from trimtab.cost.search import bisect_max
-
     bs = [w.bucket(n) for n, _ in caps]
     tot = sum(b.prob for b in bs)
     svc = []
@@ -374,8 +374,6 @@ def kv_bytes(ir: ProblemIR, c: Candidate) -> float:
 
 def add_rows(m, ir: ProblemIR, pd: tuple[Candidate, ...], derate: dict[str, float], n_var) -> None:
     """The P/D rows (balance, capacity, links) of ``formulate``; demand terms are added there."""
-    from trimtab.solvers.model import Constraint
-
     inter: list[tuple[str, float]] = []
     for w in ir.workloads:
         for b in w.buckets:
@@ -412,8 +410,6 @@ def add_rows(m, ir: ProblemIR, pd: tuple[Candidate, ...], derate: dict[str, floa
 def _add_group_rows(m, ir: ProblemIR, p: Candidate, d: Candidate, grp: PdGroup, link: list, n_var) -> None:
     """Rows of one co-located group (module docstring): replicas in the group's ratio, every request decoded
     in the group it was prefilled in, and the hand-off under LINK_UTIL of the group's NVLink."""
-    from trimtab.solvers.model import Constraint
-
     kp, kd = grp.per_group, grp.partner_per_group
     g = group_var(grp)
     ub = min(m.variables[n_var(p.id)].ub // kp, m.variables[n_var(d.id)].ub // kd)
@@ -438,8 +434,6 @@ def _add_group_rows(m, ir: ProblemIR, p: Candidate, d: Candidate, grp: PdGroup, 
 
 def _add_inter_rack_rows(m, ir: ProblemIR, inter: list) -> None:
     """e[b,g] >= P[b,g] - D[b,g] and sum e[b,g] bytes[b] <= LINK_UTIL inter_rack (module docstring)."""
-    from trimtab.solvers.model import Constraint
-
     net: dict[tuple[str, str, str], list] = {}
     for c, _ in inter:
         for b, _cap in c.capacity_rps:
@@ -466,8 +460,6 @@ def pair_routes(ir: ProblemIR, flows: dict[tuple[str, str], tuple[list, list]], 
     route per (prefill, decode) pair with the share of the workload's requests it carries. Co-located sides
     only with their own partner; then each GPU type's flows among themselves (they need not change racks),
     then the rest; each step north-west corner, sorted by name."""
-    from trimtab.deployment.shape import RouteView
-
     out = []
     for (wn, bn), (pre, dec) in sorted(flows.items()):
         w = ir.workload(wn)
@@ -507,8 +499,6 @@ def pair_routes(ir: ProblemIR, flows: dict[tuple[str, str], tuple[list, list]], 
 def assess_pairs(ir: ProblemIR, deps: dict, routes, loads: dict, ttft: dict, dep_tpot: dict) -> None:
     """Fill ``assess``'s tables for the P/D routes: TTFT = prefill TTFT at the percentile + KV hand-off of the
     bucket's tail input; TPOT from the decode deployment's decode-only steady state."""
-    from trimtab.deployment.shape import DeploymentLoad
-
     pairs = [r for r in routes if r.prefill and r.decode and r.prefill in deps and r.decode in deps]
     for role in ROLES:
         for name in sorted({getattr(r, role) for r in pairs}):

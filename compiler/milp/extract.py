@@ -5,16 +5,24 @@ import math
 from dataclasses import replace
 
 from trimtab.milp.assess import Assessment, assess, capacity_at_slo, mix_predictions
-from trimtab.cost.factory import live_tiers
+from trimtab.cost.factory import host_tier_tokens, live_tiers, prefix_hit, replica_model
 from trimtab.cost.predict import fidelity_warnings
 from trimtab.deployment.shape import Candidate, CandidateSet, DeploymentSpecView, RouteView
 from trimtab.deployment.price import fleet_usd_per_hour
 from trimtab.milp.formulate import n_var, x_var
 from trimtab.ir.model import ProblemIR
-from trimtab.deployment.kvtiers import allocate
+from trimtab.deployment.kvtiers import allocate, usable_host_gib
 from trimtab.contract.schema import (Bucket, Deployment, ErrorBar, Goodput, KvTiers, Placement, Plan,
-                                  Prediction, PrefixReuse, Route, SolverInfo)
+                                     Prediction, PrefixReuse, Route, Simulation, SolverInfo)
 from trimtab.solvers.base import SolveResult
+from trimtab.contract.realise import realise
+from trimtab.cost.physics import breaches
+from trimtab.errors import InternalError
+from trimtab.ir.topology import build_topology
+from trimtab.milp.disagg import colocation, pair_routes
+from trimtab.milp.placement import place_kv, placement_inputs
+from trimtab.milp.spread import place_spread
+from trimtab.profiles.error_bars import METRICS, bundled_path, error_bar, load_error_bars
 
 ROUTE_TOL = 1e-7  # rps below which a route is solver noise
 
@@ -43,8 +51,6 @@ def chosen(ir: ProblemIR, cands: CandidateSet,
                 if x > ROUTE_TOL and c.role == "unified":
                     routes.append(RouteView(w.name, b.name, c.id, x / w.rate_rps))
     if any(c.role != "unified" for c, _ in deps):
-        from trimtab.milp.disagg import pair_routes
-
         flows: dict = {}
         for w in ir.workloads:
             for b in w.buckets:
@@ -67,16 +73,12 @@ def _normalise(routes: list[RouteView]) -> list[RouteView]:
 
 
 def views(deps: list[tuple[Candidate, int]]) -> list[DeploymentSpecView]:
-    from trimtab.milp.disagg import colocation
-
     return [DeploymentSpecView.of_candidate(c, n, colocated_with=colocation(c).get("colocated_with") or "")
             for c, n in deps]
 
 
 def build_plan(ir: ProblemIR, deps: list[tuple[Candidate, int]], routes: list[RouteView], res: SolveResult,
                rounds: int, warnings: list[str]) -> tuple[Plan, Assessment]:
-    from trimtab.milp.disagg import colocation
-
     vs = views(deps)
     a = assess(ir, vs, routes)
     gpus: dict[str, int] = {}
@@ -119,8 +121,6 @@ def prefix_of(ir: ProblemIR, deps: list[tuple[Candidate, int]], a: Assessment) -
     """Per workload with prefix reuse: the hit rate assumed (declared or measured) and what each deployment's
     prefix cache gets of it (with its host-memory tier, if any: the two levels hit as one LRU of
     the larger)."""
-    from trimtab.cost.factory import host_tier_tokens, prefix_hit, replica_model
-
     def host(c: Candidate) -> int:
         if c.kv_offload_gib <= 0 or live_tiers(ir):
             return 0
@@ -193,8 +193,6 @@ def error_bar_of(ir: ProblemIR, serving: list[DeploymentSpecView]) -> ErrorBar:
     """The error bar of a workload served by ``serving`` (profiles/error_bars.yaml,
     ``trimtab.profiles.error_bars``): per metric the least accurate class among them, with the pooled figure
     where a class has too few runs."""
-    from trimtab.profiles.error_bars import METRICS, bundled_path, error_bar, load_error_bars
-
     bars = load_error_bars()
     keys = sorted({(d.gpu, d.tp, ir.models[d.model].num_experts.value > 1) for d in serving})
     every = {m: [error_bar(bars, g, tp, moe, ir.engine.name, m) for g, tp, moe in keys] for m in METRICS}
@@ -223,13 +221,6 @@ def finish_plan(plan: Plan, spec, ir: ProblemIR, last_sim, sim_requests: int, si
     """The last stage of every planner: place the replicas on nodes (CP-SAT when greedy packing fails) and
     record the validating simulation runs (``trimtab.sim.validate.SeedsResult``), so ``check`` knows which
     seeds the plan was fitted on."""
-    from trimtab.errors import InternalError
-    from trimtab.deployment.kvtiers import usable_host_gib
-    from trimtab.cost.physics import breaches
-    from trimtab.milp.placement import place_kv, placement_inputs
-    from trimtab.contract.schema import Simulation
-    from trimtab.ir.topology import build_topology
-
     broken = breaches(plan, ir)
     if broken:
         raise InternalError(["internal error: the plan breaks the speed-of-light bound (a cost-model bug; "
@@ -241,7 +232,6 @@ def finish_plan(plan: Plan, spec, ir: ProblemIR, last_sim, sim_requests: int, si
     host = {n.name: usable_host_gib(ir, n) for n in topo.nodes} if kv else {}
     views_ = [DeploymentSpecView.of_plan(d) for d in plan.deployments]
     if ir.redundancy == "n+1":  # each deployment spread over its nodes (trimtab.milp.spread; docs/online.md)
-        from trimtab.milp.spread import place_spread
 
         plan = with_placement(plan, place_spread(views_, topo)).model_copy(update={"redundancy": "n+1"})
     else:
@@ -252,7 +242,6 @@ def finish_plan(plan: Plan, spec, ir: ProblemIR, last_sim, sim_requests: int, si
             attainment={k: round(iv.mean, 4) for k, iv in sorted(last_sim.intervals.items())},
             attainment_lower={k: round(iv.lower, 4) for k, iv in sorted(last_sim.intervals.items())},
             undersampled=last_sim.undersampled())})
-    from trimtab.contract.realise import realise
 
     # the engine's commands, after placement (multi-node replicas)
     return realise(with_capacities(plan, ir), ir)

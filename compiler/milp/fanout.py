@@ -18,10 +18,11 @@ workloads' shapes).
 from __future__ import annotations
 
 import multiprocessing
-from dataclasses import replace
+from dataclasses import fields, replace
 
 from trimtab.ir.model import ProblemIR
 from trimtab.util.jobs import jobs_default
+from trimtab.deployment.shape import CandidateSet
 
 MIN_WORK = 40  # workload x GPU-type pairs below which forking costs more than it saves
 
@@ -57,10 +58,6 @@ MERGED = ("candidates", "pruned", "best", "pd_memo")  # CandidateSet fields merg
 
 
 def _mergeable() -> bool:
-    from dataclasses import fields
-
-    from trimtab.deployment.shape import CandidateSet
-
     # a new field: build serially until merged here
     return all(f.name in MERGED for f in fields(CandidateSet))
 
@@ -68,8 +65,6 @@ def _mergeable() -> bool:
 def merge(parts):
     """Per-workload ``CandidateSet``s (in workload order) -> one, ordered as
     ``build_candidates`` orders it."""
-    from trimtab.deployment.shape import CandidateSet
-
     key = (lambda x: x.id)
     # (by id: the set puts its unified candidates first, then its P/D sides, each kind in this order)
     out = {"candidates": tuple(sorted((c for p in parts for c in p.candidates), key=key)),

@@ -45,6 +45,8 @@ from trimtab.ir.model import ProblemIR
 from trimtab.spec.paths import SpecPath
 from trimtab.solvers.base import SolveResult
 from trimtab.solvers.model import Constraint, MilpModel
+from trimtab.cost.factory import HOST_KV_SHARE
+from trimtab.milp.disagg import add_rows
 
 EPS_GPU = 1e-6  # $/h per GPU: below a cent even for 4,096 GPUs, so it only breaks ties
 GOODPUT_TOL = 1e-6  # stage 2 of max_goodput keeps at least (1 - tol) of the best served rate
@@ -129,8 +131,6 @@ def formulate(ir: ProblemIR, cands: CandidateSet, derate: dict[str, float] | Non
                          origin=SpecPath.workload(ir.workload(c.workload), "slo"), key=c))
     add_kv_tier_rows(m, ir, cands)
     if pd:
-        from trimtab.milp.disagg import add_rows
-
         add_rows(m, ir, pd, derate, n_var)
     relax: list[Constraint] = []
     for pool in ir.gpus:
@@ -166,8 +166,6 @@ def add_kv_tier_rows(m: MilpModel, ir: ProblemIR, cands: CandidateSet) -> None:
                      gpus[l] + gpus[c] <= node} n[l]                                  (kv_borrow_pair[c])
     spare_gib[l]: HBM KV a replica of the HBM-only candidate l leaves free at its planned operating point
     (each bucket alone at its capacity, the worst one). Rows only where some candidate has such a tier."""
-    from trimtab.cost.factory import HOST_KV_SHARE
-
     for pool in ir.gpus:
         cs = [c for c in cands.unified if c.gpu == pool.type]
         off = tuple((n_var(c.id), c.kv_offload_gib) for c in cs if c.kv_offload_gib > 0)

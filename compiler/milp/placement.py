@@ -30,7 +30,9 @@ from dataclasses import dataclass, replace
 
 from trimtab.deployment.shape import DeploymentSpecView, stage_parts
 from trimtab.errors import InfeasibleError, NoSolutionError
-from trimtab.ir.topology import Topology
+from trimtab.ir.topology import LINK_UTIL, Topology, kv_link_loads
+from trimtab.cost.transfer import is_local_pair
+from trimtab.milp.disagg import pair_flows
 
 
 @dataclass(frozen=True, slots=True)
@@ -136,8 +138,6 @@ def _rack_affine(deps: list[DeploymentSpecView], bins: list, topo: Topology, pla
     joined by a route form a component; components (most GPUs first) go first-fit into the first rack that
     holds them all, then the other deployments first-fit. Refuses, naming the link and by how much it is over,
     when no rack-local packing is found (greedy: a packing may exist that it misses)."""
-    from trimtab.ir.topology import LINK_UTIL, kv_link_loads
-
     def over(pl):
         st = {k: [(s.node, 0) for s in v] for k, v in pl.items()}
         return [(link, load, cap)
@@ -373,9 +373,6 @@ def _kv_violations(deps, placed, kv, host_gib) -> list[str]:
 
 def placement_inputs(plan, ir):
     """``place``'s ``groups`` (co-located pairs) and ``flows`` (cross-node pairs) of a plan."""
-    from trimtab.cost.transfer import is_local_pair
-    from trimtab.milp.disagg import pair_flows
-
     by = {d.name: d for d in plan.deployments}
     groups = tuple(LocalGroup(d.name, d.colocated_with, d.group_replicas, by[d.colocated_with].group_replicas)
                    for d in plan.deployments if d.role == "prefill" and d.colocated_with in by

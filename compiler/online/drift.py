@@ -34,6 +34,10 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
+from scipy.special import gammainc, gammaincc, ndtri
+
+from trimtab.sim.validate import interval
+
 ALPHA = 1e-4  # default false-alarm probability per look, per deployment and test
 WINDOWS = 8  # default number of recent intervals the tests look at
 
@@ -41,8 +45,6 @@ WINDOWS = 8  # default number of recent intervals the tests look at
 def _poisson_tails(n: float, mu: float) -> tuple[float, float]:
     """P(X <= n), P(X >= n) for X ~ Poisson(mu), continued to non-integer n (the regularized incomplete gamma
     functions, whose integer values are the Poisson tails)."""
-    from scipy.special import gammainc, gammaincc
-
     if mu <= 0:
         return 1.0, (1.0 if n <= 0 else 0.0)
     lower = float(gammaincc(n + 1, mu))
@@ -100,8 +102,6 @@ def _z(hist, planned_mean: float) -> float:
 def length_test(what: str, planned_mean: float, hist, alpha: float = ALPHA) -> LengthChange | None:
     """Two-sided z-test of the histogram's mean against ``planned_mean`` at ``alpha / 2`` (two means a
     look)."""
-    from scipy.special import ndtri
-
     if hist is None or hist.count < 2 or not planned_mean > 0:
         return None
     z = _z(hist, planned_mean)
@@ -114,8 +114,6 @@ def length_change(what: str, planned_mean: float, hists: list, alpha: float = AL
     """``hists``: the recent intervals' length histograms, oldest first. As ``rate_test``: each suffix's mean
     tested at ``alpha / (2 W)`` (two means a look), the shortest that rejects gives the change, its mean over
     the intervals after its oldest one."""
-    from scipy.special import ndtri
-
     hists = [h for h in hists if h is not None and h.count > 0]
     if not hists or not planned_mean > 0:
         return None
@@ -167,8 +165,6 @@ def slo_risk(workload: str, intervals: list[list[tuple[float, float]]], target: 
     (``trimtab.sim.validate.interval``) at 1 - alpha / W has its upper bound below ``target``: as the rate
     test, a recent miss is not diluted by the intervals before it, and one look errs with probability at most
     alpha."""
-    from trimtab.sim.validate import interval
-
     # interval() counts requests: rounding the union bound's fractional met counts down keeps it a lower bound
     def iv(xs, conf):
         return interval([[(int(math.floor(ok)), int(round(n))) for ok, n in xs]], confidence=conf)

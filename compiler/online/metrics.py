@@ -190,7 +190,7 @@ class Window:
 def parse(text: str, t: float) -> Snapshot:
     """The exposition text of one scrape -> Snapshot (ValueError on text that is not the exposition
     format)."""
-    from prometheus_client.parser import text_string_to_metric_families
+    from prometheus_client.parser import text_string_to_metric_families  # lazy: trimtab watch's alone
 
     return snapshot(((s.name, s.labels, s.value) for fam in text_string_to_metric_families(text)
                      for s in fam.samples), t)

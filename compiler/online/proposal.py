@@ -2,6 +2,7 @@
 the ``Proposal`` it makes, each with its ``--format json`` form."""
 from __future__ import annotations
 
+import subprocess
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -61,8 +62,6 @@ class Observation:
 
 def kubectl_apply(folder: Path) -> str:
     """``watch --apply``: ``kubectl apply -f`` a proposal's manifests; its outcome, said."""
-    import subprocess
-
     try:
         res = subprocess.run(["kubectl", "apply", "-f", str(folder)], capture_output=True, text=True,
                              timeout=120)

@@ -37,6 +37,11 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 
 from trimtab.online.metrics import REQUESTS, TTFT, Series
+from trimtab.field.loadtest import predicted_at
+from trimtab.ir.lower import workload_rate
+from trimtab.profiles.loader import EngineProfile, profile_dirs, use_profile_dirs
+from trimtab.spec.load import spec_profiles
+from trimtab.util.yamlio import dump_canonical
 
 STEADY = 4  # the evidence: the steady intervals among the last STEADY x windows
 STEADY_Z = 3.0  # standard deviations of a stable queue's change in one interval (``steady``)
@@ -143,9 +148,6 @@ def _move(name: str, old: float, diffs: list[tuple[float, float, float]]) -> flo
 
 
 def _write(engine, values: dict[str, float], note: str, out_dir: Path) -> Path:
-    from trimtab.profiles.loader import EngineProfile, profile_dirs, use_profile_dirs
-    from trimtab.util.yamlio import dump_canonical
-
     prof = engine.model_dump(mode="json", exclude_none=True)
     prof["sources"] = {**prof.get("sources", {}), "watch_fit": {"kind": "fit", "ref": note}}
     for k, v in values.items():
@@ -162,10 +164,6 @@ def _write(engine, values: dict[str, float], note: str, out_dir: Path) -> Path:
 def recalibrate(plan, spec, measured: dict, out_dir: str | Path) -> list[Update]:
     """``measured``: workload -> (TTFT histogram, TPOT histogram) over the watcher's steady intervals;
     ``spec`` at the rates measured over them. The updates made (none without evidence); module docstring."""
-    from trimtab.field.loadtest import predicted_at
-    from trimtab.ir.lower import workload_rate
-    from trimtab.spec.load import spec_profiles
-
     if plan.engine is None:
         return []
     name = plan.engine.name

@@ -40,6 +40,9 @@ from trimtab.planning.redundancy import (RedundantLoraPlanner, RedundantPlanner,
                                          redundant_model)
 from trimtab.milp.solve import balance_routes, two_stage
 from trimtab.solvers.base import SolveResult
+from trimtab.api import plan as fresh_plan
+from trimtab.ir.lower import lower
+from trimtab.planning.driver import drive
 
 HORIZON_H = 24.0  # hours a re-plan is expected to run: a cheaper plan must pay back its moves within it
 
@@ -54,9 +57,6 @@ class Failure:
 def parse_failures(plan: Plan, spec, items: list[str]) -> Failure:
     """``node=NAME`` / ``gpus.TYPE=-N`` / ``replica=DEPLOYMENT/INDEX`` against the running plan's
     placement."""
-    from trimtab.ir.lower import lower
-    from trimtab.ir.topology import build_topology
-
     topo = build_topology(spec, lower(spec))
     by_name = {n.name: n for n in topo.nodes}
     gone_gpus: dict[str, set] = {}  # node -> GPU indices gone
@@ -273,10 +273,6 @@ def replan(current: Plan, spec, *, max_moves: int | None = None, fail: list[str]
            validate: bool = True, seed: int = 0, progress=None) -> ReplanResult:
     """The re-plan and a from-scratch plan of the (failed) spec, with the moves each makes from ``current``.
     ``progress``: told each planning step as it starts (``trimtab.planning.driver.drive``)."""
-    from trimtab.api import plan as fresh_plan
-    from trimtab.planning.driver import drive
-    from trimtab.ir.lower import lower
-
     t0 = time.perf_counter()
     f = parse_failures(current, spec, list(fail))
     new_spec = spec_after(spec, f)

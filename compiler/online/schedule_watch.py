@@ -17,6 +17,8 @@ import time
 
 from trimtab.errors import InputError, Problem
 from trimtab.online.watch import Watcher
+from trimtab.gate.windows import window_plan
+from trimtab.spec.rates import window_rates, window_spec
 
 
 def _utc_time_of_period(period_s: int):
@@ -27,8 +29,6 @@ class ScheduleWatcher:
     """``step`` and ``proposals`` as ``Watcher``'s, for a plan with a schedule (module docstring)."""
 
     def __init__(self, plan, spec, targets, *, out_dir, time_of_period=None, **kwargs):
-        from trimtab.spec.rates import window_rates
-
         self.plan, self.spec, self.targets, self.out_dir, self.kwargs = plan, spec, targets, out_dir, kwargs
         self.sched = plan.schedule
         self.wr = window_rates(spec)
@@ -47,9 +47,6 @@ class ScheduleWatcher:
         return int(self.time_of_period(now) % self.period_s // self.sched.window_s)
 
     def _enter(self, t: int) -> None:
-        from trimtab.gate.windows import window_plan
-        from trimtab.spec.rates import window_spec
-
         plan = window_plan(self.plan, t)
         running = {d.name: d.replicas for d in plan.deployments}
         targets = [x for x in self.targets if x.replica < running.get(x.deployment, 0)]

@@ -28,14 +28,24 @@ import time
 from collections import deque
 from pathlib import Path
 
+import httpx
+
 from trimtab.errors import InputError, Problem, TrimtabError
 from trimtab.online import drift
 from trimtab.online.proposal import Observation, Proposal, kubectl_apply
-from trimtab.online.recalibrate import SteadyIntervals, steady
+from trimtab.online.recalibrate import SteadyIntervals, recalibrate, steady
 from trimtab.online.roles import FirstToken, prefill_of, route_refs
 from trimtab.online.targets import Target, targets_for  # noqa: F401 (targets_for: part of this API)
 from trimtab.online.metrics import (OUTPUT_LEN, PROMPT_LEN, QUERY, REQUESTS, TTFT, Series, Snapshot, parse,
                                     query_snapshots, window)
+from trimtab.api import check
+from trimtab.contract.write import emit
+from trimtab.deploy import render, write
+from trimtab.field.loadtest import rescaled_spec
+from trimtab.gate.analytic import plan_references
+from trimtab.ir.lower import lower, workload_rate
+from trimtab.online.replan import HORIZON_H, replan
+from trimtab.spec.lengths import rescaled_lengths
 
 SCRAPE_TIMEOUT_S = 5.0
 DEAD_AFTER = 2  # failed scrapes in a row that make an endpoint a failed replica (one may be a hiccup)
@@ -61,11 +71,6 @@ class Watcher:
                  analytic: bool = False, horizon_h: float | None = None, max_moves: int | None = None,
                  apply: bool = False, calibrate: bool = False, prometheus: str | None = None, client=None,
                  clock=time.monotonic, replan_kwargs: dict | None = None):
-        import httpx
-
-        from trimtab.gate.analytic import plan_references
-        from trimtab.ir.lower import lower, workload_rate
-
         _refuse(plan)
         foreign = plan_references(plan, lower(spec))
         if foreign:
@@ -138,8 +143,6 @@ class Watcher:
     def _query(self, now: float) -> str:
         """One instant query of the Prometheus server for every target (``trimtab.online.metrics.QUERY``);
         the error, or "" with ``self.queried`` set."""
-        import httpx
-
         try:
             r = self.client.get(f"{self.prometheus}/api/v1/query", params={"query": QUERY})
             if r.status_code != 200:
@@ -154,8 +157,6 @@ class Watcher:
         """``now``: the time the step is for (a replay's clock); None: each endpoint's counters are dated when
         it answered (the midpoint of the request), since an engine under load can take seconds to render them
         and a window dated by the step's start would then cover more than its seconds."""
-        import httpx
-
         try:
             if self.prometheus:
                 if t.url not in self.queried:
@@ -513,19 +514,10 @@ class Watcher:
         obs.proposal = p
 
     def _propose(self, reasons, rates, base, failed, risks, changes, len_factor) -> Proposal | None:
-        from trimtab.api import check
-        from trimtab.contract.write import emit
-        from trimtab.deploy import render, write
-        from trimtab.field.loadtest import rescaled_spec
-        from trimtab.spec.lengths import rescaled_lengths
-        from trimtab.online.replan import HORIZON_H, replan
-
         factors = {w: rates[w] / base[w] for w in rates if base[w] > 0 and abs(rates[w] / base[w] - 1) > 1e-9}
         spec = rescaled_lengths(rescaled_spec(self.spec, factors), len_factor)
         cal = []
         if self.calibrate:  # before the re-plan, which then prices replicas with the moved overheads
-            from trimtab.online.recalibrate import recalibrate
-
             measured, at = self.steady.measured(self.groups, self.ref, self.pre_of, self.round)
             at_rates = {w: r / self.spec_rate[w] for w, r in at.items() if self.spec_rate[w] > 0}
             cal = recalibrate(self.plan, rescaled_lengths(rescaled_spec(self.spec, at_rates), len_factor),

@@ -18,7 +18,7 @@ import time
 from dataclasses import dataclass, field, replace
 from typing import Any, Callable, Protocol, TypeVar
 
-from trimtab.milp.assess import Assessment
+from trimtab.milp.assess import Assessment, analytic_needs
 from trimtab.errors import InfeasibleError, NoSolutionError, SafetyNetError
 from trimtab.ir.model import ProblemIR
 from trimtab.util.jobs import gc_paused
@@ -31,6 +31,12 @@ from trimtab.planning.rounds import (MAX_ROUNDS, PROBES, SIM_ROUNDS, derate_anal
                                      simulate_and_derate)
 from trimtab.solvers import (Backend, NetExpired, NettedBackend, SafetyNet, SolveOptions, SolveResult, Status,
                              Termination, get_backend, spec_options)
+from trimtab.cost.physics import breaches
+from trimtab.ir.lower import lower
+from trimtab.sim import default_requests
+from trimtab.sim.reuse import RunCache
+from trimtab.sim.validate import validation_seeds
+from trimtab.spec.load import spec_profiles
 
 # A planner's candidate structure: a CandidateSet (unified, P/D, KV tiers; schedules, n+1, re-plans), or the
 # adapter planner's LoraProblem (shared candidates and traffic units). Only the planner reads inside it; the
@@ -130,11 +136,8 @@ def drive(planner: Planner[C], spec, ir: ProblemIR, *, backend: str | None = Non
     solve gets what is left of it; before each solve and each validating simulation, and before the search
     below a confirmed plan and the finish, the drive stops if it expired: ``SafetyNetError`` (exit 4, no
     plan), saying how far it got and what was not validated (``net_lines``)."""
-    from trimtab.cost.physics import breaches
+    # lazy: keeps import trimtab light (the plan extraction loads on use)
     from trimtab.milp.extract import finish_plan
-    from trimtab.sim import default_requests
-    from trimtab.sim.reuse import RunCache
-    from trimtab.sim.validate import validation_seeds
 
     say = progress or (lambda _: None)
     t0 = time.perf_counter() if t0 is None else t0
@@ -353,8 +356,6 @@ def probe_measured(planner: Planner[C], spec, ir: ProblemIR, cands: C, be: Backe
     was never shown missing). A plan confirmed for a harder spec stays feasible here unless a run measured one
     of its shapes missing at its own load: the probe's optimum is then at most its cost. Raises ``NetExpired``
     where ``net`` expired before a probe's solve or simulation."""
-    from trimtab.cost.physics import breaches
-
     solve_s = sim_s = 0.0
     sims = 0
     for k in range(PROBES):
@@ -426,9 +427,6 @@ def single_types(planner: Planner[C], spec, ir: ProblemIR, cands: C, be: Backend
     would solve the same plans: it is left out. Its solves and drives share the run's safety net (``net``):
     its expiry stops the run, as anywhere (``NetExpired``, with the simulations run: the drive that called
     this one says what was not done)."""
-    from trimtab.ir.lower import lower
-    from trimtab.spec.load import spec_profiles
-
     profiles = profiles or spec_profiles(spec)
     floor = getattr(planner, "one_type_floor", None)
     alone: dict[str, tuple] = {}  # type -> (the spec offering it alone, its IR)
@@ -504,8 +502,6 @@ def _needed(ir: ProblemIR, plan_: Plan, misses, fill: dict[str, float], planner,
     for the deployment at fault and the other unified candidates of its workload given the same traffic mix
     (``trimtab.milp.assess.analytic_needs``; for ``trimtab.planning.rounds.derate_analytic``). The lowest
     factor where two misses name the same candidate."""
-    from trimtab.milp.assess import analytic_needs
-
     by_id = {c.id: c for c in planner.candidate_set(cands).unified}
     peers = planner.peers(cands)
     out: dict[str, float] = {}

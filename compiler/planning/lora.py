@@ -39,10 +39,14 @@ from trimtab.deployment.price import fleet_usd_per_hour
 from trimtab.planning.lora_candidates import LoraProblem, Unit, build, usable
 from trimtab.spec.lora import NO_TENANT
 from trimtab.spec.paths import SpecPath
-from trimtab.milp.extract import goodput_of, plan_buckets
+from trimtab.milp.extract import goodput_of, plan_buckets, predictions
 from trimtab.contract.schema import AdapterRoute, Deployment, Plan, Route, SolverInfo
 from trimtab.solvers.base import SolveOptions, Status, Termination
 from trimtab.solvers.model import Constraint, MilpModel
+from trimtab.cost.predict import fidelity_warnings
+from trimtab.milp.solve import two_stage
+from trimtab.planning.explain import (Explanation, adapter_precheck, elastic_changes, relaxation_lines,
+                                      relaxed_ir)
 
 EPS_HOLD = 1e-7
 TOL = 1e-7
@@ -186,8 +190,6 @@ def solve(ir, prob: LoraProblem, derate: dict[str, float], be, opts: SolveOption
     ``max_goodput``: the most traffic served, then the cheapest plan serving it
     (``trimtab.milp.solve.two_stage``)."""
     if ir.objective == "max_goodput":
-        from trimtab.milp.solve import two_stage
-
         return two_stage(lambda floor: formulate(ir, prob, derate, goodput_floor=floor)[0], be, opts)
     groups = sorted({c.lora_group.name for c in prob.cands})
     if len(groups) > 1:
@@ -290,7 +292,6 @@ def build_plan(ir, prob: LoraProblem, chosen, flows, res, rounds: int, warnings:
                  c, n, lora=replace(c.lora, adapters=len(held[c.id])) if c.lora else None)
              for c, n in chosen}
     a = assess(ir, list(views.values()), routes)
-    from trimtab.milp.extract import predictions
 
     gpus: dict[str, int] = {}
     for c, n in chosen:
@@ -304,7 +305,6 @@ def build_plan(ir, prob: LoraProblem, chosen, flows, res, rounds: int, warnings:
             load_rps_per_replica=a.deployments[cid].rate_rps_per_replica,
             utilization=a.deployments[cid].utilization, adapters=sorted(held[cid]),
             tenants=sorted(tenants[cid])))
-    from trimtab.cost.predict import fidelity_warnings
 
     plan = Plan(
         spec=ir.name, input_hash=ir.input_hash, cost_usd_per_hour=round(cost, 4),
@@ -336,7 +336,6 @@ class LoraPlanner:
                  if not any(usable(u, c) for c in prob.cands)]
         if not stuck:
             return []
-        from trimtab.planning.explain import adapter_precheck
 
         return adapter_precheck(ir, stuck)
 
@@ -359,8 +358,6 @@ class LoraPlanner:
         return out
 
     def infeasible(self, ir, prob, backend, options) -> list[str]:
-        from trimtab.planning.explain import elastic_changes, relaxation_lines
-
         changes = elastic_changes(ir, formulate(ir, prob, {}, elastic=True)[0], backend, options)
         return (["no deployment meets every SLO within the GPU counts and budget with the adapters and "
                  "tenant isolation of the spec:"] + ["  " + line for line in relaxation_lines(changes)])
@@ -369,7 +366,6 @@ class LoraPlanner:
         """``trimtab explain`` for the adapter problem: infeasible, the smallest relaxation of the relaxable
         rows (GPU counts, budget; read off each row's ``origin``), verified by re-solving; feasible, each
         relaxable row that binds and what relaxing it would save."""
-        from trimtab.planning.explain import Explanation, elastic_changes, relaxed_ir
         prob = self.candidates(ir)
         problems = self.precheck(ir, prob)
         if problems:  # traffic no candidate carries: what plan says (the MILP cannot even be built)

@@ -30,7 +30,7 @@ from __future__ import annotations
 
 from dataclasses import replace
 
-from trimtab.deployment.shape import CandidateSet, Pruned
+from trimtab.deployment.shape import CandidateSet, DeploymentSpecView, Pruned
 from trimtab.milp.formulate import formulate, n_var, x_var
 from trimtab.ir.model import ProblemIR
 from trimtab.planning.lora import LoraIndex, LoraPlanner, formulate as lora_formulate
@@ -38,9 +38,15 @@ from trimtab.planning.lora_candidates import LoraProblem, build as build_lora, u
 from trimtab.planning.planners import UnifiedPlanner
 from trimtab.milp.solve import solve_balance, two_stage, util_var
 from trimtab.spec.paths import SpecPath
-from trimtab.milp.spread import node_cap
+from trimtab.milp.spread import node_cap, place_spread
 from trimtab.solvers.base import Backend, SolveOptions, SolveResult
 from trimtab.solvers.model import Constraint, MilpModel
+from trimtab.gate.nodeloss import losses_by_node, without_node
+from trimtab.ir.topology import build_topology
+from trimtab.milp.extract import with_placement
+from trimtab.planning.explain import precheck_by_workload
+from trimtab.planning.rounds import simulate_and_derate
+from trimtab.solvers import NetExpired
 
 ORIGIN = SpecPath("redundancy")
 
@@ -209,13 +215,6 @@ class SurvivesNodeLoss:
         fill, so the next solve buys it more spare. Returns the first failing runs (or the whole plan's) and
         the derates. ``net`` (``trimtab.solvers.SafetyNet``), asked between simulations: its expiry raises
         ``NetExpired``."""
-        from trimtab.deployment.shape import DeploymentSpecView
-        from trimtab.solvers import NetExpired
-        from trimtab.gate.nodeloss import losses_by_node, without_node
-        from trimtab.milp.extract import with_placement
-        from trimtab.planning.rounds import simulate_and_derate
-        from trimtab.milp.spread import place_spread
-
         res, out = simulate_and_derate(plan_, spec, ir, seeds, requests, derate, fill, self._peers)
         if not res.ok:
             return res, out
@@ -254,8 +253,6 @@ class RedundantPlanner(SurvivesNodeLoss, UnifiedPlanner):
         the plain candidates have: that is said as such, with the smallest node of each type, instead of
         "no candidate meets TTFT and TPOT together" beside low-load values far inside the SLO (specgen_mix
         seed 87: gpt-oss-120b, whose candidates need 4-8 GPUs, on pools whose last node holds 1-3)."""
-        from trimtab.planning.explain import precheck_by_workload
-
         out = precheck_by_workload(ir, cands)
         if not out:
             return []
@@ -348,7 +345,5 @@ def stuck(prob: LoraProblem) -> set[str]:
 
 def redundant_planner(spec, ir) -> SurvivesNodeLoss:
     """The n+1 planner of ``ir``: the adapter one where it has adapters or tenants, else the unified one."""
-    from trimtab.ir.topology import build_topology
-
     topo = build_topology(spec, ir)
     return RedundantLoraPlanner(topo) if ir.lora is not None else RedundantPlanner(topo)

@@ -19,6 +19,13 @@ the simulation confirms"):
 from __future__ import annotations
 
 from functools import cache
+from importlib.resources import files
+
+import yaml
+
+from trimtab.contract.schema import Goodput, Plan
+from trimtab.contract.write import plan_to_data
+from trimtab.sim.validate import simulate_seeds
 
 MAX_ROUNDS = 8
 DERATE = 0.85  # capacity factor applied to a deployment at fault per analytic miss, at least ...
@@ -95,10 +102,6 @@ def family_of(ir) -> str:
 @cache
 def _sim_capacity() -> dict:
     """``profiles/sim_capacity.yaml``, read once, every entry's source checked against its ``sources``."""
-    from importlib.resources import files
-
-    import yaml
-
     data = yaml.safe_load((files("trimtab.profiles") / "sim_capacity.yaml").read_text())
     named = [(f"regimes.{k}", e) for k, e in data["regimes"].items()]
     named += [(k, data[k]) for k in ("first_round", LORA_PREFIX + "first_round") if data.get(k)]
@@ -227,10 +230,6 @@ def simulate_and_derate(plan, spec, ir, seeds: tuple[int, ...], requests: int, d
     it shares a deployment with a workload below target: ``trimtab.sim.validate.apart``) is not derated: its
     bound is wide, and its verdict waits for the runs on every seed (derating it cost rounds and GPUs for
     misses no run showed; ``to_derate``). Returns (the ``SeedsResult``, the new derates)."""
-    from trimtab.contract.write import plan_to_data
-    from trimtab.contract.schema import Goodput, Plan
-    from trimtab.sim.validate import simulate_seeds
-
     data = plan_to_data(plan)
     written = Plan.model_validate(data)
     key = repr((seeds, requests,

@@ -22,6 +22,8 @@ from trimtab.contract.schema import PlanSchedule, Route, ScheduleWindow
 from trimtab.planning.planners import UnifiedPlanner
 from trimtab.milp.solve import balance_routes, solve_ir
 from trimtab.solvers import NetExpired, Termination
+from trimtab.planning.rounds import simulate_and_derate
+from trimtab.sim.validate import clear_pass
 
 
 # relative MIP gap the schedule MILP stops at (windows x candidates: proving 1e-4 takes minutes)
@@ -234,9 +236,6 @@ class SchedulePlanner(UnifiedPlanner):
         pass (``trimtab.sim.validate.clear_pass``). A window whose plan and traffic a previous round already
         validated as passing is not simulated again. Returns (SeedsResult, derates) as
         ``trimtab.planning.rounds.simulate_and_derate``."""
-        from trimtab.planning.rounds import simulate_and_derate
-        from trimtab.sim.validate import clear_pass
-
         cands = self._cands
         ir_t, plan_t = self.window_plan(ir, cands, t)
         spec_t = window_spec(spec, self.wr, t)

@@ -22,6 +22,7 @@ from trimtab.util.jobs import gc_paused
 from trimtab.ir.lower import lower
 from trimtab.contract.schema import Plan
 from trimtab.sim.engine import Simulation
+from trimtab.sim.disagg import DisaggSimulation
 from trimtab.sim.lora import apply_adapters
 from trimtab.sim.metrics import SimResult, summarise
 from trimtab.sim.reuse import RunCache
@@ -130,9 +131,7 @@ def simulate(plan: Plan, spec: Spec, *, ir: ProblemIR | None = None, requests: i
         if unknown:
             raise ValueError(f"counts names workloads the spec does not have: {', '.join(unknown)}")
         index = {index[n]: c for n, c in counts.items()}
-    cls = Simulation
-    if sc.pairs:
-        from trimtab.sim.disagg import DisaggSimulation as cls
+    cls = DisaggSimulation if sc.pairs else Simulation
     keep = deps = None
     if only_workloads is not None:
         keep, deps = closure(plan, only_workloads)

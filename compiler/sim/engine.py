@@ -22,6 +22,9 @@ import numpy as np
 import trimtab.sim.arrivals as arr
 from trimtab.sim.replica import Replica, Request
 from trimtab.sim.scenario import Scenario, SimWorkload, attach_prefix_caches
+from trimtab.sim.metrics import WARMUP
+from trimtab.sim.reuse import DepRun, dep_key, join_ends
+from trimtab.util.jobs import jobs_default
 
 if TYPE_CHECKING:
     from trimtab.sim.reuse import RunCache
@@ -217,8 +220,6 @@ def arrivals_digest(*columns: np.ndarray | None) -> bytes:
 
 def _warmup_from(a: Arrivals, n_workloads: int) -> np.ndarray:
     """Per workload index: WARMUP x the time of its last arrival (infinity for a workload not drawn)."""
-    from trimtab.sim.metrics import WARMUP
-
     last = np.full(n_workloads, -np.inf)
     np.maximum.at(last, a.w, a.t)
     return np.where(np.isfinite(last), WARMUP * last, np.inf)
@@ -431,8 +432,6 @@ class Simulation:
         of P/D pairs (``Scenario.pairs``, route targets past the deployments) hand requests to each other:
         their arrivals run in one loop together, never reused. Deployments ``only`` leaves out do not run (a
         skipped pair: none of its deployments named); their requests stay as drawn."""
-        from trimtab.sim.reuse import DepRun, dep_key, join_ends
-
         cache = self.cache
         kept, used = cache.begin(self._cache_slot) if cache is not None else ({}, {})
         dep = self.arrivals.dep
@@ -534,7 +533,7 @@ class Simulation:
         """``_run_one`` for each deployment of ``orders`` (d -> arrival indices), in forked processes where
         the run is large enough (``trimtab.sim.parallel``: the same floats, the same requests); here
         otherwise."""
-        from trimtab.util.jobs import jobs_default
+        # lazy: keeps import trimtab light (multiprocessing loads for parallel runs only)
         from trimtab.sim import parallel
 
         jobs = parallel.jobs_here(jobs_default())

@@ -49,7 +49,7 @@ def quantile_ci(x: np.ndarray, p: float, confidence: float = 0.95) -> tuple[floa
     the latency distribution. Too few samples for a bound: that end is -inf / +inf (35 samples have no upper
     bound for a p90 at 95 %). Why: a percentile of 40 requests moves by tens of percent between runs of the
     same engine, and a comparison with a model must say how far the measurement itself could be off."""
-    from scipy.stats import binom
+    from scipy.stats import binom  # lazy: scipy.stats takes about a second to import (sim/validate.py)
 
     n = len(x)
     if n == 0:

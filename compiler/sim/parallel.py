@@ -27,9 +27,12 @@ from __future__ import annotations
 import multiprocessing
 import pickle
 import traceback
+from collections import deque
 from operator import attrgetter
 
 from trimtab.sim.replica import Replica, Request
+from trimtab.sim.reuse import DepRun
+from trimtab.util.jobs import jobs_default
 
 MIN_ARRIVALS = 20_000  # arrivals to run below which one process is faster
 
@@ -84,8 +87,6 @@ def unpack_run(packed: tuple, replicas: list[Replica]) -> tuple[list[Request], f
 def _blank_replica() -> Replica:
     """A replica to hold a finished run's counters: read, never stepped again (no cost model, empty
     queues)."""
-    from collections import deque
-
     rep = Replica.__new__(Replica)
     rep.it, rep.pfx = None, None
     rep.waiting, rep.prefilling, rep.running, rep.dheap, rep.sched = deque(), deque(), {}, [], []
@@ -203,8 +204,6 @@ def _pack_cache(cache, slot, before: dict) -> list:
 def _unpack_cache(packed: list, before: dict) -> dict:
     """``_pack_cache``'s runs as ``DepRun``s again (``before``: the parent's runs of the slot, for the keys
     sent alone)."""
-    from trimtab.sim.reuse import DepRun
-
     used = {}
     for key, run in packed:
         if run is None:
@@ -270,8 +269,6 @@ def run_seeds(run_one, seeds: list, cache, jobs: int) -> list:
 def seeds_in_processes(run_one, seeds: list, cache, requests: int) -> list:
     """``run_one`` over ``seeds``: spread over the processes (``run_seeds``) when there are two or more and
     each run draws at least ``MIN_ARRIVALS`` requests, one after another here otherwise."""
-    from trimtab.util.jobs import jobs_default
-
     jobs = jobs_default()
     if (len(seeds) < 2 or jobs < 2 or requests < MIN_ARRIVALS or _SEED_JOBS[0]
             or "fork" not in multiprocessing.get_all_start_methods()):

@@ -43,6 +43,7 @@ from heapq import heappop, heappush
 import numpy as np
 
 from trimtab.cost.model import ReplicaModel
+from trimtab.spec.traces import BlockLRU
 
 WATERMARK = 0.01  # share of KV blocks kept free at admission (vLLM's default watermark)
 
@@ -86,8 +87,6 @@ class PrefixCache:
     def __init__(self, reserved_tokens: int, hits: dict[int, float], hashes: dict[int, tuple] | None = None,
                  host: dict[int, float] | None = None, host_tokens: int = 0,
                  sets: dict[int, tuple[int, int, int, bool]] | None = None):
-        from trimtab.spec.traces import BlockLRU
-
         self.hits = hits
         self.hashes = hashes or {}
         self.sets = sets or {}

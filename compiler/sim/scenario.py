@@ -26,6 +26,8 @@ from trimtab.spec.lengths import bucket_name, cut_inputs, cut_outputs, input_ran
 from trimtab.contract.schema import Plan
 from trimtab.spec.schema import Spec
 from trimtab.spec.traces import Trace, read_trace
+from trimtab.cost.transfer import is_local_pair, transfer_s
+from trimtab.sim.replica import PrefixCache
 
 
 @dataclass
@@ -199,8 +201,6 @@ def build_scenario(plan: Plan, spec: Spec, ir: ProblemIR, trace: Trace | None = 
 def attach_prefix_caches(sc: Scenario, replicas: list[list]) -> None:
     """Give every replica of a deployment with a prefix cache its own
     (``trimtab.sim.replica.PrefixCache``)."""
-    from trimtab.sim.replica import PrefixCache
-
     index = {w.name: i for i, w in enumerate(sc.workloads)}
     for d, reps in zip(sc.deployments, replicas):
         if not d.prefix_hits:
@@ -229,8 +229,6 @@ class PairTarget(tuple):
 def pair_targets(plan, ir, deps, dep_index):
     """The plan's (prefill, decode) pairs as deployment indices, sorted by name, with the KV hand-off seconds
     per input token of each (``trimtab.cost.transfer.transfer_s``)."""
-    from trimtab.cost.transfer import is_local_pair, transfer_s
-
     names = sorted({(r.prefill, r.decode) for r in plan.routes
                     if r.prefill in dep_index and r.decode in dep_index
                     and deps[dep_index[r.prefill]].view.role == "prefill"

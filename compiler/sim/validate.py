@@ -44,7 +44,9 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, replace
 
+from trimtab.sim import aim_counts, closure, default_requests, simulate
 from trimtab.sim.metrics import SimResult
+from trimtab.sim.scenario import build_scenario
 
 PLAN_SEEDS = 3  # plan validates on seeds seed .. seed + PLAN_SEEDS - 1
 CHECK_SEEDS = 3  # check's default number of seeds ...
@@ -274,8 +276,8 @@ def simulate_seeds(plan, spec, ir, seeds: tuple[int, ...], requests: int | None,
     it needs, in a run of its own at that seed (docs/simulator.md, "Runs of their own length"). The seeds
     after the first run side by side in forked processes where each run is large enough
     (``trimtab.sim.parallel``); the result is the same."""
-    from trimtab.sim import aim_counts, default_requests, parallel, simulate
-    from trimtab.sim.scenario import build_scenario
+    # lazy: keeps import trimtab light (multiprocessing loads for parallel runs only)
+    from trimtab.sim import parallel
 
     only = None
     # One scenario for every run of this plan (every seed; a run never changes it): built once, not per run
@@ -349,8 +351,6 @@ def simulate_seeds(plan, spec, ir, seeds: tuple[int, ...], requests: int | None,
 def apart(plan, res: SeedsResult, names: frozenset[str]) -> frozenset[str]:
     """Of ``names``, those at or above their target in ``res`` that share no deployment (``closure``) with a
     workload below it: their verdict does not wait on a re-solve of the others."""
-    from trimtab.sim import closure
-
     below = frozenset(n for n in res.intervals if not res.at_target(n))
     if not below:
         return names

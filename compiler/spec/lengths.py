@@ -17,6 +17,7 @@ import numpy as np
 from statistics import NormalDist
 
 from trimtab.spec.schema import TokenDist, Workload
+from trimtab.spec.traces import read_trace
 
 GRID = 2000
 _NORMAL = NormalDist()
@@ -255,8 +256,6 @@ def length_grids(w: Workload, base_dir: str = ".") -> tuple[np.ndarray, np.ndarr
     Raises LengthError, or InputError for a malformed trace."""
     tr = None
     if w.trace is not None and (w.input_tokens is None or w.output_tokens is None):
-        from trimtab.spec.traces import read_trace
-
         tr = read_trace(Path(base_dir) / w.trace.path, w.trace.format)
     isl = quantile_grid(w.input_tokens, base_dir) if w.input_tokens is not None else grid_of(tr.input_tokens)
     osl = (quantile_grid(w.output_tokens, base_dir) if w.output_tokens is not None

@@ -8,10 +8,12 @@ from pathlib import Path
 
 from trimtab.errors import InputError, Problem
 from trimtab.spec.lora import cross_check as lora_cross_check
-from trimtab.profiles.loader import ProfileSet, load_profiles
+from trimtab.profiles.loader import ProfileSet, fp4_kv_problem, load_profiles, model_from_hf_config
 from trimtab.spec.schema import Spec
 from trimtab.util.validation import validate
 from trimtab.util.yamlio import LineMap, line_for, load_yaml_with_lines, read_yaml_file
+from trimtab.spec.nodes import node_problems
+from trimtab.spec.rates import profile_problems
 
 
 def load_spec(source: str | Path, profiles: ProfileSet | None = None, *, text: str | None = None,
@@ -118,7 +120,6 @@ def cross_check(spec: Spec, lines: LineMap, source: str, profiles: ProfileSet) -
                 f"model {w.model!r} is not listed under models ({', '.join(sorted(names))})")
     kv_dtype_check(spec, profiles, bad)
     lora_cross_check(spec, bad)
-    from trimtab.spec.rates import profile_problems
 
     for loc, where, msg in profile_problems(spec):
         bad(loc, where, msg)
@@ -126,7 +127,6 @@ def cross_check(spec: Spec, lines: LineMap, source: str, profiles: ProfileSet) -
         bad(("gpus",), "gpus", "every GPU pool has count 0")
     for loc, where, msg in kind_problems(spec):  # (also in trimtab.ir.lower, for specs built in code)
         bad(loc, where, msg)
-    from trimtab.spec.nodes import node_problems
 
     per_node = {k: int(p.gpus_per_node.value) for k, p in profiles.gpus.items()}
     for loc, where, msg in node_problems(spec, per_node):
@@ -156,8 +156,6 @@ def kv_dtype_check(spec: Spec, profiles: ProfileSet, bad) -> None:
     """``workloads[].kv_dtype: fp4`` (an NVFP4 KV cache): a GPU of the spec and the workload's model must be
     able to hold it (``trimtab.profiles.loader.fp4_kv_problem``). With LoRA adapters too: the adapter planner
     prices its replicas' KV cache at the workload's kv_dtype (``trimtab.planning.lora_candidates``)."""
-    from trimtab.profiles.loader import fp4_kv_problem, model_from_hf_config
-
     gpus = [profiles.gpus[g.type] for g in spec.gpus if g.type in profiles.gpus]
     models = {m.name: m for m in spec.models}
     for i, w in enumerate(spec.workloads):

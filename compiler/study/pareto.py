@@ -21,9 +21,13 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from trimtab.errors import InputError, Problem
+from trimtab.errors import InputError, InternalError, Problem
 from trimtab.contract.schema import Plan
 from trimtab.spec.schema import Spec
+from trimtab.ir.lower import lower
+from trimtab.milp.candidates import build_candidates
+from trimtab.spec.overrides import apply_overrides
+from trimtab.study.sweep import SerialExecutor
 
 METRICS = {"ttft_p99": "ttft_ms", "ttft": "ttft_ms", "tpot": "tpot_ms"}
 
@@ -44,12 +48,6 @@ def pareto(spec: Spec, metric: str = "ttft_p99", workloads: list[str] | None = N
     """The frontier (see the module docstring). ``executor``: a ``trimtab.study.sweep`` executor for the
     points' plans (default: serial); ``progress(done, total)`` as they finish. A point no plan meets is
     dropped; any other error of a point's plan is raised (``InternalError`` naming the point)."""
-    from trimtab.milp.candidates import build_candidates
-    from trimtab.errors import InternalError
-    from trimtab.ir.lower import lower
-    from trimtab.study.sweep import SerialExecutor
-    from trimtab.spec.overrides import apply_overrides
-
     if metric not in METRICS:
         raise InputError([Problem("--metric",
                                   f"unknown metric {metric!r}; choose from {', '.join(METRICS)}")])

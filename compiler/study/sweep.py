@@ -26,16 +26,23 @@ refuses ``input_cv > 0``.
 """
 from __future__ import annotations
 
+import importlib.util
+import itertools
 import math
 import os
-from dataclasses import dataclass, field
+import time
+from dataclasses import asdict, dataclass, field
 from typing import Callable
 
 import numpy as np
+import yaml
 
 from trimtab.errors import InfeasibleError, InputError, Problem, TrimtabError
 from trimtab.spec.schema import Spec
 from trimtab.spec.overrides import apply_overrides
+from trimtab.api import plan
+from trimtab.contract.write import plan_to_data
+from trimtab.gate.simulated import check_simulated
 
 ROBUST_LEVELS = (0.5, 0.75, 0.9, 0.95, 1.0)  # quantiles of the sampled multipliers planned as candidates
 
@@ -71,8 +78,6 @@ class PointResult:
 
     def to_dict(self, point: Point | None = None) -> dict:
         """One point of ``trimtab sweep --format json``: the CSV's row, with its overrides and multipliers."""
-        from dataclasses import asdict
-
         d = asdict(self)
         d["seconds"] = round(self.seconds, 3)
         d["min_attainment"] = min(self.attainment.values()) if self.attainment else None
@@ -103,8 +108,6 @@ def _split_values(text: str) -> list[str]:
 def parse_sets(sets: list[str]) -> list[tuple[str, list[object]]]:
     """``PATH=V1,V2,...`` options to (path, values); each value parsed as YAML (``8`` an int, ``[1,2]`` a
     list). InputError naming ``--set`` and the option on a malformed one."""
-    import yaml
-
     axes: list[tuple[str, list[object]]] = []
     problems = []
     for s in sets:
@@ -133,8 +136,6 @@ def parse_sets(sets: list[str]) -> list[tuple[str, list[object]]]:
 def grid_points(spec: Spec, axes: list[tuple[str, list[object]]]) -> list[Point]:
     """The Cartesian product of the axes, the last axis fastest. Every point's spec is built (and validated)
     here, before any planning, so a bad path or value fails at once naming the field (exit 1)."""
-    import itertools
-
     if not axes:
         raise InputError([Problem("--set", "give at least one --set PATH=V1,V2,... (or --scenarios N)")])
     points = []
@@ -243,10 +244,6 @@ def _status(exc: TrimtabError) -> str:
 def plan_point(spec: Spec, point: Point, opts: dict) -> PointResult:
     """Plan one point (``trimtab.api.plan``) and, with ``opts['check']``, check it by simulation. A Ray task
     and the serial path run this same function. Expected errors become a status, never an exception."""
-    import time
-
-    from trimtab.api import plan
-
     t0 = time.perf_counter()
     try:
         s = apply_overrides(spec, point.overrides)
@@ -268,8 +265,6 @@ def plan_point(spec: Spec, point: Point, opts: dict) -> PointResult:
 
 
 def _check(plan, spec: Spec, seeds: int) -> tuple[bool, dict[str, float]]:
-    from trimtab.gate.simulated import check_simulated
-
     rep, res = check_simulated(plan, spec, seeds=seeds)
     return rep.ok, {k: round(iv.mean, 6) for k, iv in sorted(res.intervals.items())}
 
@@ -287,8 +282,6 @@ def _plan_spec(spec: Spec, label: str, overrides: dict, opts: dict):
     """Plan ``spec`` with overrides; (label, Plan or None, message, status: ``ok`` or ``_status`` of the
     error). Robust planning's candidate task and a ``trimtab pareto`` point's (``opts['validate']``: False
     plans with the cost model only)."""
-    from trimtab.api import plan
-
     try:
         r = plan(apply_overrides(spec, overrides), backend=opts.get("backend"),
                  time_limit_s=opts.get("time_limit_s"),
@@ -390,8 +383,6 @@ class RayExecutor:
 
 
 def ray_available() -> bool:
-    import importlib.util
-
     return importlib.util.find_spec("ray") is not None
 
 
@@ -443,10 +434,6 @@ class RobustResult:
 
     def to_dict(self) -> dict:
         """``trimtab sweep --robust --format json``: the choice, every candidate and the chosen plan."""
-        from dataclasses import asdict
-
-        from trimtab.contract.write import plan_to_data
-
         return {"q": self.q, "scenarios": self.scenarios, "chosen_level": self.chosen_level,
                 "cost_usd_per_hour": self.plan.cost_usd_per_hour, "passed": self.passed, "share": self.share,
                 "mean_plan_cost_usd_per_hour": self.mean_plan.cost_usd_per_hour if self.mean_plan else None,

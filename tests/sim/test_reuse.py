@@ -299,15 +299,15 @@ def test_planner_seeds_after_the_first_run_only_what_it_did_not_show_clearly(mon
 def test_a_plans_seeds_share_one_scenario_and_give_what_a_scenario_per_run_gives(monkeypatch):
     """``simulate_seeds`` builds the scenario once for every run of the plan (``simulate(scenario=...)``): one
     build for three seeds, and each seed's result is the one ``simulate`` gives building its own."""
-    import trimtab.sim.scenario as scenario_mod
+    import trimtab.sim.validate as validate_mod
     from trimtab.ir.lower import lower
     from trimtab.sim.validate import simulate_seeds
 
     p, spec = _quickstart()
     ir = lower(spec)
     builds = []
-    real = scenario_mod.build_scenario
-    monkeypatch.setattr(scenario_mod, "build_scenario", lambda *a, **k: builds.append(1) or real(*a, **k))
+    real = validate_mod.build_scenario
+    monkeypatch.setattr(validate_mod, "build_scenario", lambda *a, **k: builds.append(1) or real(*a, **k))
     monkeypatch.setenv("TRIMTAB_JOBS", "1")
     res = simulate_seeds(p, spec, ir, (0, 1, 2), 3000)
     assert len(builds) == 1 and len(res.runs) == 3
