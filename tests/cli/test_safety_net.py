@@ -63,7 +63,10 @@ def test_expiry_inside_a_schedules_validation_stops_between_windows(tmp_path):
     assert not out.exists()
 
 
-@pytest.mark.parametrize("steps", [QUICKSTART_STEPS - 1, QUICKSTART_STEPS])
+# The expiry at the last step plans the quickstart whole once more (5 s): in the slow suite; the quick suite
+# keeps the net asked at every step (the golden bytes) and an expiry between validating simulations.
+@pytest.mark.parametrize("steps", [pytest.param(QUICKSTART_STEPS - 1, marks=pytest.mark.slow),
+                                   QUICKSTART_STEPS])
 def test_a_run_within_the_net_is_unchanged_and_one_past_it_is_no_success(tmp_path, steps):
     """The net asked at every step changes nothing while it holds (the golden bytes); expired at the last step
     (the finish, after the plan was validated) it is exit 4 all the same: a run the net stopped is no
@@ -124,7 +127,9 @@ def test_the_relaxations_of_an_infeasible_spec_are_under_the_net(tmp_path):
     assert "raise gpus" not in text and "raise --time-limit" in text
 
 
-@pytest.mark.parametrize("what", ["feasible", "infeasible"])
+# The infeasible spec solves every relaxation tried twice (8 s): in the slow suite; the quick suite keeps
+# the feasible one, whose solves are under the same net.
+@pytest.mark.parametrize("what", ["feasible", pytest.param("infeasible", marks=pytest.mark.slow)])
 def test_explain_runs_its_solves_under_one_net(tmp_path, what):
     """``explain`` solves once per binding row or relaxation tried, all under one net (before: each solve had
     the whole --time-limit, so an explanation could run for many times it, and a solve the clock stopped read

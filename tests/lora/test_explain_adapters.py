@@ -63,6 +63,9 @@ def test_feasible_adapter_spec_names_the_binding_inventory(tmp_path):
                and f"{need} of {need} used" in b for b in e.binding), e.binding
 
 
+# Two goodput plans, with and without adapters (5 s): in the slow suite; the quick suite keeps the adapter
+# example's goodput plan at 4 $/h, simulated and checked (below).
+@pytest.mark.slow
 def test_max_goodput_with_adapters(tmp_path):
     """Under a budget that cannot carry all 30 rps, the adapter planner serves as much as it can: no more than
     the same spec without adapters serves (adapters cost capacity), within the budget, and checked."""

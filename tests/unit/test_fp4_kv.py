@@ -84,6 +84,9 @@ def test_plan_states_the_fp4_kv_cache_and_every_engine_serves_it(planned):
         assert yaml.safe_load(opts)["kv_cache_config"]["dtype"] == "nvfp4"
 
 
+# A second plan and a check by simulation at new seeds (6 s): in the slow suite; the quick suite keeps the
+# plan's fp4 KV cache and every engine serving it.
+@pytest.mark.slow
 def test_fp4_kv_plan_is_cheaper_than_the_fp8_one_and_passes_check_at_new_seeds(planned, tmp_path):
     """Where the KV cache limits the batch, 16/9 the tokens per replica need fewer replicas; and the plan
     holds at seeds the planner did not use (``check``'s default 1000-1002)."""
