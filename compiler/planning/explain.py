@@ -150,11 +150,16 @@ def relaxations(ir: ProblemIR, cands: CandidateSet, backend: Backend, options: S
     if changes is None or _exact(model):
         return relaxation_lines(changes)
     lines = [f"{c.render()} (the LP relaxation's bound)" for c in changes]
-    if more := rounded_up(model, values):
+    more = rounded_up(model, values)
+    if more:
         lines += ["these together suffice (the LP relaxation's plan with each replica count rounded up):"]
         lines += [f"  {c.verb} {c.where} from {_num(c.old)} to {_num(c.new)}" for c in more]
-    return lines or ["the solver reports infeasibility, but the LP relaxation of the elastic model needs no "
-                     "relaxation and its plan rounded up breaks a row that no GPU count or budget relaxes"]
+    if lines:
+        return lines
+    if more is None:
+        return ["the solver reports infeasibility, but the LP relaxation of the elastic model needs no "
+                "relaxation and its plan rounded up breaks a row that no GPU count or budget relaxes"]
+    return relaxation_lines([])  # the rounded plan fits every row: the solver's verdict is numerical
 
 
 def rounded_up(model: MilpModel, values: dict[str, float]) -> list[Change] | None:
