@@ -143,7 +143,8 @@ def test_adapter_spec_with_n_plus_1_is_replanned_keeping_both():
     assert check(r.plan, spec, analytic=True).ok
 
 
-# Validated replans of the adapter spec, one per GPU type (7 s): in the slow suite.
+# Validated replans of the adapter spec, one per GPU type (7 s): in the slow suite; the quick suite keeps
+# the adapter spec replanned on the adapter MILP (above).
 @pytest.mark.slow
 def test_validated_adapter_replan_searches_each_gpu_type_on_its_own_candidates(adapter_setup):
     """With validation the driver also plans each GPU type alone (``single_types``), asking the planner for
