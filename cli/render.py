@@ -60,6 +60,8 @@ def plan_summary(console: Console, r: PlanResult, verbose: bool = False) -> None
                       "(the plan's error_bar.notes)", markup=False)
     s = p.solver
     gap = "" if s.gap in (None, 0) else f", gap {s.gap:.2%}"
+    if gap and s.bound is not None:
+        gap += f" (no plan at these capacities below {s.bound:,.2f} $/h)"
     console.print(f"solver: {s.backend} {s.status}{gap}, {r.rounds} round(s); "
                   f"{len(r.candidates.candidates)} candidates, {len(r.candidates.pruned)} pruned; "
                   f"planned in {r.seconds.get('total', 0):.2f} s")

@@ -125,10 +125,20 @@ class SolveResult:
     # an LP's row duals by row name, the objective's change per unit of the row's right-hand side (a binding
     # <= row of a minimisation: <= 0); empty for a MILP or where the backend gives none
     duals: dict[str, float] = field(default_factory=dict)
+    # the bound the solver proved on the objective (below it when minimising, above when maximising): no
+    # solution of the model is better; None where the solver gives none
+    bound: float | None = None
 
     @property
     def has_solution(self) -> bool:
         return self.status in (Status.OPTIMAL, Status.FEASIBLE)
+
+
+def bound_within(objective: float, rel_gap: float, sense: str) -> float:
+    """The bound a solve that stopped within ``rel_gap`` of it proves, where the solver does not say its own
+    (CBC through PuLP, CP-SAT's scaled bound): the objective less the gap's share of it (more, maximising)."""
+    slack = rel_gap * max(abs(objective), 1.0)
+    return objective - slack if sense == "min" else objective + slack
 
 
 def safety_net(backend: str, options: SolveOptions, secs: float) -> SolveResult:

@@ -42,7 +42,8 @@ from __future__ import annotations
 import math
 import time
 
-from trimtab.solvers.base import Backend, SolveOptions, SolveResult, Status, Termination, safety_net
+from trimtab.solvers.base import (Backend, SolveOptions, SolveResult, Status, Termination, bound_within,
+                                  safety_net)
 from trimtab.solvers.model import MilpModel
 
 SEED = 20240601
@@ -125,9 +126,11 @@ class CpSatBackend(Backend):
             # OPTIMAL within relative_gap_limit: report the remaining (scaled) gap honestly.
             gap = _gap(solver.objective_value, solver.best_objective_bound)
             return SolveResult(Status.OPTIMAL if gap <= options.mip_rel_gap + 1e-12 else Status.FEASIBLE,
-                               Termination.CONVERGED, values, objective, gap, secs, self.name)
+                               Termination.CONVERGED, values, objective, gap, secs, self.name,
+                               bound=bound_within(objective, gap, model.sense))
         gap = _gap(solver.objective_value, solver.best_objective_bound)
-        return SolveResult(Status.FEASIBLE, Termination.WORK_LIMIT, values, objective, gap, secs, self.name)
+        return SolveResult(Status.FEASIBLE, Termination.WORK_LIMIT, values, objective, gap, secs, self.name,
+                           bound=bound_within(objective, gap, model.sense))
 
 
 def _gap(obj: float, bound: float) -> float:

@@ -9,11 +9,13 @@ too and report ``feasible`` unless optimality is proven. Both stop short of the 
 from __future__ import annotations
 
 import contextlib
+import math
 import os
 import sys
 import time
 
-from trimtab.solvers.base import Backend, SolveOptions, SolveResult, Status, Termination, safety_net
+from trimtab.solvers.base import (Backend, SolveOptions, SolveResult, Status, Termination, bound_within,
+                                  safety_net)
 from trimtab.solvers.model import MilpModel
 
 
@@ -69,8 +71,9 @@ class PulpBackend(Backend):
             return SolveResult(Status.INFEASIBLE, Termination.INFEASIBLE, seconds=secs, backend=self.name)
         if status == pulp.LpStatusUnbounded or sol == pulp.LpSolutionUnbounded:
             return SolveResult(Status.NO_SOLUTION, Termination.UNBOUNDED, seconds=secs, backend=self.name)
-        if sol == pulp.LpSolutionOptimal:
-            return SolveResult(Status.OPTIMAL, Termination.CONVERGED, values, obj, 0.0, secs, self.name)
+        if sol == pulp.LpSolutionOptimal:  # (CBC says no bound: optimal is within gapRel of it)
+            return SolveResult(Status.OPTIMAL, Termination.CONVERGED, values, obj, 0.0, secs, self.name,
+                               bound=bound_within(obj, options.mip_rel_gap, model.sense))
         if sol == pulp.LpSolutionIntegerFeasible and obj is not None:  # stopped at the node limit
             return SolveResult(Status.FEASIBLE, Termination.WORK_LIMIT, values, obj, None, secs, self.name)
         return SolveResult(Status.NO_SOLUTION, Termination.SOLVER_ERROR, seconds=secs, backend=self.name,
@@ -112,12 +115,16 @@ class PulpBackend(Backend):
             if i is not None and i < len(col):
                 values[n] = col[i]
         obj = model.evaluate(model.objective, values)
+        mip = any(v.kind == "integer" for v in model.variables.values())
+        bound = float(info.mip_dual_bound) if mip else obj  # (an LP's optimum is its own bound)
+        bound = bound if math.isfinite(bound) else None
         if st == S.kOptimal:
             return SolveResult(Status.OPTIMAL, Termination.CONVERGED, values, obj, 0.0, secs, self.name,
-                               duals=_duals(model, prob, h))
+                               duals=_duals(model, prob, h), bound=bound)
         gap = float(info.mip_gap) if info.mip_gap < float("inf") else None
         return SolveResult(Status.FEASIBLE, Termination.WORK_LIMIT, values, obj, gap, secs, self.name,
-                           f"HiGHS stopped at its work limit: {why} (mip_max_nodes {options.node_limit})")
+                           f"HiGHS stopped at its work limit: {why} (mip_max_nodes {options.node_limit})",
+                           bound=bound)
 
 
 

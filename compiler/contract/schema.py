@@ -19,6 +19,12 @@ class SolverInfo(_Strict):
     backend: str
     status: Literal["optimal", "feasible"]
     gap: float | None = Field(description="relative MIP gap; 0 when proven optimal, null when unknown")
+    bound: float | None = Field(None, description="the bound the solver proved on the objective of the MILP "
+                                                  "this plan was solved from, rounded toward it: no plan at "
+                                                  "the capacities that solve used costs less ($/h, min_cost "
+                                                  "and max_goodput's cost stage; with a schedule, on its "
+                                                  "cost_usd_per_hour_mean); null when the solver gives "
+                                                  "none")
     seconds: float | None = Field(None, description="not written: wall time is not reproducible, so it stays "
                                                     "out of the plan (`plan -v` prints each stage's "
                                                     "seconds); read and ignored in plans written before "

@@ -49,6 +49,7 @@ STEP_NEAR = 0.02  # from the last round's prices: a few workloads' derates moved
 class Priced:
     chosen: dict[str, SolveResult]  # workload -> its selected plan (objective at the spec's prices)
     gap: float  # certified: (selection - best L) / selection
+    bound: float  # best L: no plan of the whole MILP costs less
     prices: dict[str, float]  # the prices of the best L, per type ($ per GPU-hour more)
     steps: int
 
@@ -99,7 +100,7 @@ def price_rows(plans: dict[str, list[Plan]], count: dict[str, int], unit: float,
             break  # the prices are the best the plans allow: more steps find no better bound
     if chosen is None:
         return None
-    return Priced(chosen, max(cost - best_lb, 0.0) / max(abs(cost), 1e-12), best, k)
+    return Priced(chosen, max(cost - best_lb, 0.0) / max(abs(cost), 1e-12), best_lb, best, k)
 
 
 def _master(plans: dict[str, list[Plan]], count: dict[str, int], types: list[str], centre: dict[str, float],

@@ -80,7 +80,7 @@ def solve_split(ir: ProblemIR, cands: CandidateSet, backend: Backend, options: S
         if usd > ir.budget_usd_per_hour * (1 + 1e-9):
             return None
     note = f"decomposed into {len(ir.workloads)} workload MILPs"
-    gap_bound = None
+    gap_bound = priced_bound = None
     if over:
         if ir.budget_usd_per_hour is not None:
             return None
@@ -109,7 +109,7 @@ def solve_split(ir: ProblemIR, cands: CandidateSet, backend: Backend, options: S
             return ps.stopped[0]
         if rows is None or rows.gap > max(options.mip_rel_gap, PRICE_GAP):
             return None
-        parts, gap_bound = rows.chosen, rows.gap
+        parts, gap_bound, priced_bound = rows.chosen, rows.gap, rows.bound
         memo[("prices", id(ir), id(cands))] = (ir, cands, rows.prices)
         raised = ", ".join(f"{t} +{p:.4g}" for t, p in sorted(rows.prices.items()) if p)
         note += (f", GPU types priced out together ({raised} $/GPU-h; {rows.steps} price steps, "
@@ -129,7 +129,11 @@ def solve_split(ir: ProblemIR, cands: CandidateSet, backend: Backend, options: S
     if gap is not None and gap_bound is not None:
         gap = max(gap, gap_bound)
     term = Termination.WORK_LIMIT if Termination.WORK_LIMIT in terms else Termination.CONVERGED
-    return SolveResult(status, term, values, objective, gap, ps.spent, backend.name, note)
+    # the whole MILP's bound: the priced-out rows' Lagrangian bound, else the parts' (which share no row)
+    bounds = [parts[w.name].bound for w in ir.workloads]
+    bound = priced_bound if priced_bound is not None else (
+        None if any(b is None for b in bounds) else sum(bounds))
+    return SolveResult(status, term, values, objective, gap, ps.spent, backend.name, note, bound=bound)
 
 
 def _relaxation(ir: ProblemIR, cands: CandidateSet, derate: dict[str, float], backend: Backend,

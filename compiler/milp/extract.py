@@ -77,6 +77,14 @@ def views(deps: list[tuple[Candidate, int]]) -> list[DeploymentSpecView]:
             for c, n in deps]
 
 
+def solver_info(res: SolveResult, rounds: int, cost: float) -> SolverInfo:
+    """The plan's record of the solve it came from. The bound is rounded down to the plan's precision, so that
+    it stays a bound, and stated at most ``cost``: the MILP's objective adds tie-breaking terms of under a cent
+    an hour (``EPS_GPU``), which a bound on it may include."""
+    bound = None if res.bound is None else min(math.floor(res.bound * 1e4) / 1e4, cost)
+    return SolverInfo(backend=res.backend, status=res.status.value, gap=res.gap, bound=bound, rounds=rounds)
+
+
 def build_plan(ir: ProblemIR, deps: list[tuple[Candidate, int]], routes: list[RouteView], res: SolveResult,
                rounds: int, warnings: list[str]) -> tuple[Plan, Assessment]:
     vs = views(deps)
@@ -97,7 +105,7 @@ def build_plan(ir: ProblemIR, deps: list[tuple[Candidate, int]], routes: list[Ro
     plan = Plan(
         spec=ir.name, input_hash=ir.input_hash, cost_usd_per_hour=round(cost, 4),
         gpus=dict(sorted(gpus.items())),
-        solver=SolverInfo(backend=res.backend, status=res.status.value, gap=res.gap, rounds=rounds),
+        solver=solver_info(res, rounds, round(cost, 4)),
         deployments=deployments,
         routes=[Route(workload=r.workload, bucket=r.bucket, deployment=r.deployment or None,
                       prefill=r.prefill or None, decode=r.decode or None, share=r.share)

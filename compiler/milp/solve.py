@@ -104,7 +104,8 @@ def two_stage(model, backend: Backend, options: SolveOptions) -> SolveResult:
     if second.termination == Termination.TIME_LIMIT:  # the safety net: no answer (trimtab.solvers.base)
         return replace(second, seconds=first.seconds + second.seconds)
     if not second.has_solution:  # keep stage 1's plan: it serves the most, maybe not at the lowest cost
-        return replace(first, seconds=first.seconds + second.seconds)
+        # (its bound is on the rate served, not the cost: none is stated)
+        return replace(first, seconds=first.seconds + second.seconds, bound=None)
     gaps = [g for g in (first.gap, second.gap) if g is not None]
     return replace(second, seconds=first.seconds + second.seconds,
                    gap=max(gaps) if len(gaps) == 2 else None,

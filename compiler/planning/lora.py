@@ -39,8 +39,8 @@ from trimtab.deployment.price import fleet_usd_per_hour
 from trimtab.planning.lora_candidates import LoraProblem, Unit, build, usable
 from trimtab.spec.lora import NO_TENANT
 from trimtab.spec.paths import SpecPath
-from trimtab.milp.extract import goodput_of, plan_buckets, predictions
-from trimtab.contract.schema import AdapterRoute, Deployment, Plan, Route, SolverInfo
+from trimtab.milp.extract import goodput_of, plan_buckets, predictions, solver_info
+from trimtab.contract.schema import AdapterRoute, Deployment, Plan, Route
 from trimtab.solvers.base import SolveOptions, Status, Termination
 from trimtab.solvers.model import Constraint, MilpModel
 from trimtab.cost.predict import fidelity_warnings
@@ -194,7 +194,7 @@ def solve(ir, prob: LoraProblem, derate: dict[str, float], be, opts: SolveOption
     groups = sorted({c.lora_group.name for c in prob.cands})
     if len(groups) > 1:
         values: dict[str, float] = {}
-        secs, gaps, res, worst = 0.0, [], None, Status.OPTIMAL
+        secs, gaps, bounds, res, worst = 0.0, [], [], None, Status.OPTIMAL
         for g in groups:
             res = be.solve(formulate(ir, prob, derate, g)[0], opts.after(secs))
             secs += res.seconds
@@ -204,12 +204,15 @@ def solve(ir, prob: LoraProblem, derate: dict[str, float], be, opts: SolveOption
                 break
             values.update(res.values)
             gaps.append(res.gap)
+            bounds.append(res.bound)
             worst = Status.FEASIBLE if res.status == Status.FEASIBLE else worst
         else:
             whole, _ = formulate(ir, prob, derate)
             if not whole.violations(values, 1e-5):
+                # (the groups' bounds add up: the whole MILP is theirs plus the rows they share)
                 return replace(res, values=values, seconds=secs, status=worst,
                                gap=None if None in gaps else max(gaps, default=0.0),
+                               bound=None if None in bounds else sum(bounds),
                                objective=whole.evaluate(whole.objective, values))
         res = be.solve(formulate(ir, prob, derate)[0], opts.after(secs))
         return replace(res, seconds=res.seconds + secs)
@@ -309,7 +312,7 @@ def build_plan(ir, prob: LoraProblem, chosen, flows, res, rounds: int, warnings:
     plan = Plan(
         spec=ir.name, input_hash=ir.input_hash, cost_usd_per_hour=round(cost, 4),
         gpus=dict(sorted(gpus.items())),
-        solver=SolverInfo(backend=res.backend, status=res.status.value, gap=res.gap, rounds=rounds),
+        solver=solver_info(res, rounds, round(cost, 4)),
         deployments=deployments,
         routes=[Route(workload=r.workload, bucket=r.bucket, deployment=r.deployment, share=r.share)
                 for r in sorted(routes, key=lambda r: (r.workload, r.bucket, r.deployment))],

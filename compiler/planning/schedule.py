@@ -117,7 +117,10 @@ class SchedulePlanner(UnifiedPlanner):
         deps = [(c, n) for c in cands.candidates if (n := held[c.id]) > 0]
         routes = [r for w in ir.workloads for r in per_window[self.peak_window(w.name)][1]
                   if r.workload == w.name]
-        plan, a = build_plan(ir, deps, routes, res, rounds, warnings)
+        # the MILP's objective is the period's dollars: its bound per hour bounds the schedule's mean $/h
+        hours = self.wr.n * self.wr.window_s / 3600.0
+        per_hour = replace(res, bound=None if res.bound is None else res.bound / hours)
+        plan, a = build_plan(ir, deps, routes, per_hour, rounds, warnings)
         return plan.model_copy(update={"schedule": self.schedule_block(ir, cands, res, deps, per_window)}), a
 
     def schedule_block(self, ir, cands, res, deps, per_window) -> PlanSchedule:

@@ -48,6 +48,9 @@ def test_decomposed_solve_matches_the_whole(ir, monkeypatch):
     assert split is not None  # nothing couples the workloads here: the split must be taken
     assert split.status.value == "optimal"
     assert split.objective == pytest.approx(whole.objective, rel=1e-4)
+    # the parts' bounds add up to a bound of the whole MILP (they share no row)
+    exact = be.solve(formulate(roomy, cands), SolveOptions(mip_rel_gap=1e-9)).objective
+    assert split.bound is not None and exact * (1 - 2e-4) <= split.bound <= exact + 1e-6
     assert solve_ir(roomy, cands, be, SolveOptions()).objective == pytest.approx(whole.objective, rel=1e-4)
 
 
@@ -209,6 +212,10 @@ def test_an_inventory_row_that_binds_is_priced_out_to_the_whole_milps_optimum(ir
         assert got <= used[g] - less
         assert split.status.value == "optimal" and split.gap <= SolveOptions().mip_rel_gap
         assert split.objective == pytest.approx(whole.objective, rel=2e-4)
+        # the price search's Lagrangian bound is a bound of the whole MILP, as tight as the gap it certifies
+        exact = be.solve(formulate(tight, cands), SolveOptions(mip_rel_gap=1e-9)).objective
+        assert split.bound <= exact + 1e-6
+        assert split.objective - split.bound <= split.gap * split.objective + 1e-6
         # the row binds: the fit costs more than the unconstrained parts
         assert split.objective > base.objective
     assert priced, "no tightened inventory took the price-out path"

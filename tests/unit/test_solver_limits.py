@@ -62,3 +62,36 @@ def test_the_safety_net_is_no_input_of_a_plan():
     assert len(hashes) == 1
     golden = (QUICKSTART.parent.parent / "tests" / "golden" / "quickstart.plan.yaml").read_text()
     assert f"input_hash: {hashes.pop()}\n" in golden
+
+
+def cover(m: int = 12, n: int = 40, seed: int = 0) -> MilpModel:
+    """A random covering MILP (small integers, fractional costs) that HiGHS stops at its first node with an
+    incumbent and a gap."""
+    rnd = random.Random(seed)
+    model = MilpModel("cover", {}, [], (), "min")
+    xs = [model.add_var(f"x{i}", "integer", 0, 3) for i in range(n)]
+    for k in range(m):
+        a = [float(rnd.randint(0, 9)) for _ in range(n)]
+        model.add(Constraint(f"cover{k}", "demand", tuple(zip(xs, a)), ">=", float(rnd.randint(40, 90))))
+    model.objective = tuple((x, float(rnd.randint(10, 40)) + rnd.random()) for x in xs)
+    return model
+
+
+@pytest.mark.parametrize("seed", [0, 1])
+def test_a_solve_stopped_short_states_a_bound_below_the_optimum(seed):
+    """The bound a plan states (``solver.bound``) is the solver's: below the true optimum, which a solve run to
+    the end finds, and as far below the incumbent as the gap says."""
+    stopped = get_backend("highs").solve(cover(seed=seed), SolveOptions(node_limit=1))
+    assert stopped.status == Status.FEASIBLE and stopped.gap > 1e-3, stopped
+    best = get_backend("highs").solve(cover(seed=seed), SolveOptions(mip_rel_gap=1e-9))
+    assert best.status == Status.OPTIMAL
+    assert stopped.bound <= best.objective + 1e-9 <= stopped.objective + 2e-9
+    assert stopped.objective - stopped.bound == pytest.approx(stopped.gap * stopped.objective, rel=1e-6)
+
+
+@pytest.mark.parametrize("backend", ["highs", "cbc", "cpsat"])
+def test_every_backend_bounds_the_optimum_from_below(backend):
+    best = get_backend("highs").solve(cover(seed=2), SolveOptions(mip_rel_gap=1e-9)).objective
+    res = get_backend(backend).solve(cover(seed=2), SolveOptions())
+    assert res.status == Status.OPTIMAL and res.bound is not None
+    assert best * (1 - 2e-4) <= res.bound <= best + 1e-6
