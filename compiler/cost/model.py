@@ -529,6 +529,23 @@ class ReplicaModel(ReplicaRoles, ReplicaPredictions, ReplicaTiers):
     def meets(self, state: ReplicaState, ttft_ms: float, tpot_ms: float) -> bool:
         return state.stable and max(state.ttft_s) * 1e3 <= ttft_ms and state.tpot_s * 1e3 <= tpot_ms
 
+    def holds(self, cls: TrafficClass) -> bool:
+        """Whether the KV cache holds one tail request of ``cls`` beside the prefix cache's reserve: where it
+        does not, no rate of ``cls`` meets its SLOs (``capacity_rps`` is 0)."""
+        return self.kv_capacity_tokens - cls.prefix_reserved >= cls.tail - cls.tail_cached + cls.osl_mean
+
+    def meets_at(self, cls: TrafficClass, ttft_ms: float, tpot_ms: float, percentile: float,
+                 b0: float = 0.0) -> tuple[bool, ReplicaState]:
+        """(whether ``cls`` at its rate meets both SLOs, the state that says so): the predicate every
+        capacity search and its probes ask. Decision mode (``evaluate``'s ``slo_ms``) skips the TPOT
+        percentile search; only where ``evaluate`` is not overridden (a subclass may adjust the state after
+        the base evaluation). ``b0``: a decode batch at or below the fixed point (``evaluate``)."""
+        if type(self).evaluate is ReplicaModel.evaluate:
+            st = self.evaluate([cls], percentile, slo_ms=(ttft_ms, tpot_ms), b0=b0)
+        else:
+            st = self.evaluate([cls], percentile)
+        return self.meets(st, ttft_ms, tpot_ms), st
+
     def capacity_rps(self, cls: TrafficClass, ttft_ms: float, tpot_ms: float, percentile: float,
                      rel_tol: float = 0.005, guess: float | None = None) -> float:
         """Highest per-replica rate of ``cls`` (its rate field is ignored) that meets both SLOs; 0 if none.
@@ -544,12 +561,8 @@ class ReplicaModel(ReplicaRoles, ReplicaPredictions, ReplicaTiers):
         fixed points now start from a batch of 0 instead of the (vanishing) batch at 1e-9, which ``evaluate``
         lands within the same tolerance: the goldens' and five specgen specs' candidates are byte-identical.
         """
-        if self.kv_capacity_tokens - cls.prefix_reserved < cls.tail - cls.tail_cached + cls.osl_mean:
+        if not self.holds(cls):
             return 0.0
-
-        # Decision mode skips the TPOT percentile search; only where ``evaluate`` is not overridden (a
-        # subclass may adjust the state after the base evaluation).
-        slo = (ttft_ms, tpot_ms) if type(self).evaluate is ReplicaModel.evaluate else None
 
         known = [0.0, math.inf]  # highest rate known to meet the SLOs, lowest known to miss
         below = [0.0]  # decode batch at known[0]: a start below the fixed point of any higher rate
@@ -559,12 +572,7 @@ class ReplicaModel(ReplicaRoles, ReplicaPredictions, ReplicaTiers):
         def ok(rate: float) -> bool:
             if rate <= known[0] or rate >= known[1]:
                 return rate <= known[0]  # implied by monotonicity
-            c = at_rate(rate)
-            if slo is None:
-                st = self.evaluate([c], percentile)
-            else:
-                st = self.evaluate([c], percentile, slo_ms=slo, b0=below[0])
-            met = self.meets(st, ttft_ms, tpot_ms)
+            met, st = self.meets_at(at_rate(rate), ttft_ms, tpot_ms, percentile, below[0])
             if met:
                 if rate > known[0]:
                     below[0] = st.decode_batch

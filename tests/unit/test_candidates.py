@@ -69,3 +69,24 @@ def test_assess_unrouted_workload():
     ir = ir_of(SMALL_SPEC)
     a = assess(ir, [], [])
     assert a.workloads["short"].reason == "no route serves this workload"
+
+
+def test_shapes_dropped_before_their_searches_are_the_ones_dominance_drops(monkeypatch):
+    """A shape found dominated without its capacity searches (``_below``: it misses every bucket's SLO at a
+    rival's capacities) is one the full comparison drops: the kept candidates and their capacities, the pruned
+    shapes and the zero-load bests are those of searching every shape. Two examples of several GPU types and
+    budgets, where both token budgets of a shape and smaller tensor-parallel shapes dominate."""
+    from trimtab.milp import candidates as cmod
+
+    for name in ("quickstart", "long-context"):
+        ir = lower(load_spec(f"examples/{name}.yaml"))
+        fast = build_candidates(ir, jobs=1)
+        dropped = [p for p in fast.pruned if p.reason.endswith("more capacity on every bucket)")]
+        monkeypatch.setattr(cmod, "_below", lambda *a: None)
+        full = build_candidates(ir, jobs=1)
+        monkeypatch.undo()
+        assert fast.candidates == full.candidates and fast.best == full.best
+        assert [p.id for p in fast.pruned] == [p.id for p in full.pruned]
+        assert {p.id: p.cause for p in dropped} == {p.id: p.cause for p in full.pruned if p.id in
+                                                    {d.id for d in dropped}}
+        assert dropped or name != "quickstart", "no shape was dropped before its searches"
