@@ -536,10 +536,9 @@ class ReplicaModel(ReplicaRoles, ReplicaPredictions, ReplicaTiers):
 
     def meets_at(self, cls: TrafficClass, ttft_ms: float, tpot_ms: float, percentile: float,
                  b0: float = 0.0) -> tuple[bool, ReplicaState]:
-        """(whether ``cls`` at its rate meets both SLOs, the state that says so): the predicate every
-        capacity search and its probes ask. Decision mode (``evaluate``'s ``slo_ms``) skips the TPOT
-        percentile search; only where ``evaluate`` is not overridden (a subclass may adjust the state after
-        the base evaluation). ``b0``: a decode batch at or below the fixed point (``evaluate``)."""
+        """(whether ``cls`` at its rate meets both SLOs, its state): what every capacity search and its probes
+        ask. Decision mode (``evaluate``'s ``slo_ms``, ``b0``) skips the TPOT percentile search; only where
+        ``evaluate`` is not overridden (a subclass may adjust the state after the base evaluation)."""
         if type(self).evaluate is ReplicaModel.evaluate:
             st = self.evaluate([cls], percentile, slo_ms=(ttft_ms, tpot_ms), b0=b0)
         else:

@@ -78,9 +78,9 @@ def views(deps: list[tuple[Candidate, int]]) -> list[DeploymentSpecView]:
 
 
 def solver_info(res: SolveResult, rounds: int, cost: float) -> SolverInfo:
-    """The plan's record of the solve it came from. The bound is rounded down to the plan's precision, so that
-    it stays a bound, and stated at most ``cost``: the MILP's objective adds tie-breaking terms of under a cent
-    an hour (``EPS_GPU``), which a bound on it may include."""
+    """The plan's record of the solve it came from. The bound is rounded down to the plan's precision, so
+    that it stays a bound, and stated at most ``cost``: the MILP's objective adds tie-breaking terms of under
+    a cent an hour (``EPS_GPU``), which a bound on it may include."""
     bound = None if res.bound is None else min(math.floor(res.bound * 1e4) / 1e4, cost)
     return SolverInfo(backend=res.backend, status=res.status.value, gap=res.gap, bound=bound, rounds=rounds)
 

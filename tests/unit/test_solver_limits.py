@@ -79,8 +79,8 @@ def cover(m: int = 12, n: int = 40, seed: int = 0) -> MilpModel:
 
 @pytest.mark.parametrize("seed", [0, 1])
 def test_a_solve_stopped_short_states_a_bound_below_the_optimum(seed):
-    """The bound a plan states (``solver.bound``) is the solver's: below the true optimum, which a solve run to
-    the end finds, and as far below the incumbent as the gap says."""
+    """The bound a plan states (``solver.bound``) is the solver's: below the true optimum, which a solve run
+    to the end finds, and as far below the incumbent as the gap says."""
     stopped = get_backend("highs").solve(cover(seed=seed), SolveOptions(node_limit=1))
     assert stopped.status == Status.FEASIBLE and stopped.gap > 1e-3, stopped
     best = get_backend("highs").solve(cover(seed=seed), SolveOptions(mip_rel_gap=1e-9))
