@@ -20,7 +20,7 @@ class SolverInfo(_Strict):
     status: Literal["optimal", "feasible"]
     gap: float | None = Field(description="relative MIP gap; 0 when proven optimal, null when unknown")
     bound: float | None = Field(None, description="the bound the solver proved on the objective of the MILP "
-                                                  "this plan was solved from, rounded toward it: no plan at "
+                                                  "this plan was solved from, rounded down: no plan at "
                                                   "the capacities that solve used costs less ($/h, min_cost "
                                                   "and max_goodput's cost stage; with a schedule, on its "
                                                   "cost_usd_per_hour_mean); null when the solver gives "
