@@ -15,6 +15,7 @@
 from __future__ import annotations
 
 import math
+import re
 from collections.abc import Iterable
 from dataclasses import asdict, dataclass, field, replace
 
@@ -24,6 +25,8 @@ from trimtab.deployment.shape import CandidateSet
 from trimtab.deployment.price import fleet_usd_per_hour
 from trimtab.milp.decompose import MIN_CANDIDATES
 from trimtab.milp.formulate import formulate, n_var, slack_var
+from trimtab.milp.solve import solve_ir
+from trimtab.deployment.layouts import layouts
 from trimtab.ir.model import ProblemIR
 from trimtab.spec.paths import SpecPath
 from trimtab.solvers.base import Backend, SolveOptions, SolveResult
@@ -114,11 +117,11 @@ def _exact(model: MilpModel) -> bool:
     return sum(v.kind == "integer" for v in model.variables.values()) <= EXACT_MAX_INTEGERS
 
 
-def _elastic(model: MilpModel, backend: Backend,
-             options: SolveOptions) -> tuple[list[Change] | None, dict[str, float]]:
-    """(``elastic_changes``, the solution it read them from)."""
+def _elastic(model: MilpModel, backend: Backend, options: SolveOptions,
+             lp: bool = False) -> tuple[list[Change] | None, dict[str, float]]:
+    """(``elastic_changes``, the solution it read them from); ``lp``: the LP relaxation's at any size."""
     elastic = model.elastic(slack_var)
-    res = backend.solve(elastic if _exact(model) else elastic.relaxed(), options)
+    res = backend.solve(elastic if _exact(model) and not lp else elastic.relaxed(), options)
     if not res.has_solution:
         return None, {}
     return _row_changes(model, {c.name: res.values.get(slack_var(c.name), 0.0) for c in model.constraints
@@ -146,11 +149,28 @@ def relaxations(ir: ProblemIR, cands: CandidateSet, backend: Backend, options: S
     EXACT_MAX_INTEGERS that relaxation is its LP's, a bound that may not suffice, so the lines also say what
     does: the LP's plan with each replica count rounded up (``rounded_up``)."""
     model = formulate(ir, cands, derate, elastic=True)
-    changes, values = _elastic(model, backend, options)
-    if changes is None or _exact(model):
-        return relaxation_lines(changes)
-    lines = [f"{c.render()} (the LP relaxation's bound)" for c in changes]
-    more = rounded_up(model, values)
+    if _exact(model):
+        return relaxation_lines(_elastic(model, backend, options)[0])
+    return lp_lines(*lp_relaxation(model, backend, options))
+
+
+def lp_relaxation(model: MilpModel, backend: Backend,
+                  options: SolveOptions) -> tuple[list[Change] | None, list[Change] | None, dict[str, float]]:
+    """(the LP relaxation's smallest changes of ``model``'s relaxable rows: each a lower bound; the changes
+    its plan rounded up needs, which suffice (``rounded_up``; None: that plan breaks another row); the LP's
+    solution). The stage ``relaxations`` words for ``plan`` and ``explain`` offers above
+    EXACT_MAX_INTEGERS, where the elastic MILP is not solved."""
+    bound, values = _elastic(model, backend, options, lp=True)
+    if bound is None:
+        return None, None, values
+    return bound, rounded_up(model, values), values
+
+
+def lp_lines(bound: list[Change] | None, more: list[Change] | None, values: dict[str, float]) -> list[str]:
+    """``relaxations``' lines from ``lp_relaxation``."""
+    if bound is None:
+        return relaxation_lines(None)
+    lines = [f"{c.render()} (the LP relaxation's bound)" for c in bound]
     if more:
         lines += ["these together suffice (the LP relaxation's plan with each replica count rounded up):"]
         lines += [f"  {c.verb} {c.where} from {_num(c.old)} to {_num(c.new)}" for c in more]
@@ -292,11 +312,19 @@ def _num(x: float) -> str:
 
 def _min_cost(ir: ProblemIR, cands: CandidateSet, backend: Backend,
               options: SolveOptions) -> SolveResult | None:
-    """The round-1 solve of ``plan`` (min cost), or None when pre-checks or the MILP say infeasible."""
+    """The round-1 solve of ``plan`` (min cost), or None when pre-checks or the MILP say infeasible. Solved
+    as the planner solves (``solve_ir``: split by workload on a large spec, certified to the MIP gap, else
+    the whole MILP): the whole MILP of 100 workloads took 200 s to prove infeasible what the split's LP
+    verdict proves in seconds."""
     if precheck(ir, cands):
         return None
-    res = backend.solve(formulate(ir, cands, objective="min_cost"), options)
+    res = solve_ir(_cost_ir(ir), cands, backend, options)
     return res if res.has_solution else None
+
+
+def _cost_ir(ir: ProblemIR) -> ProblemIR:
+    """``ir`` with the objective explain asks about: the cheapest plan."""
+    return ir if ir.objective == "min_cost" else replace(ir, objective="min_cost")
 
 
 def _with_workload(ir: ProblemIR, cands: CandidateSet, w_new) -> tuple[ProblemIR, CandidateSet]:
@@ -311,9 +339,55 @@ def _with_workload(ir: ProblemIR, cands: CandidateSet, w_new) -> tuple[ProblemIR
                              tuple([b for b in cands.best if b.workload != w_new.name] + list(own.best)))
 
 
-def _with_count(ir: ProblemIR, gpu: str, count: int) -> tuple[ProblemIR, CandidateSet]:
-    ir2 = replace(ir, gpus=tuple(replace(g, count=count) if g.type == gpu else g for g in ir.gpus))
-    return ir2, build_candidates(ir2)
+class Counts:
+    """``build_candidates`` of ``ir`` with GPU counts changed (``at``), built only where a shape can appear or
+    go. A pool's count enters the candidates in one place: a layout (``trimtab.deployment.layouts``, unified
+    and P/D sides alike) of more GPUs than the pool has is pruned, its reason naming the count. So the set is
+    the same for every count between two consecutive layout sizes but for those reasons, which ``at``
+    rewrites: a bisection over a count of 4,096 GPUs whose largest shape has 64 builds nothing, where each of
+    its steps cost a full build (6-12 s at 100 workloads). tests/unit/test_explain_scale.py compares it with
+    the full build."""
+
+    def __init__(self, ir: ProblemIR, cands: CandidateSet):
+        self.ir = ir
+        self.built: dict[tuple, tuple[ProblemIR, CandidateSet]] = {self._key(ir): (ir, cands)}
+        self.sizes: dict[str, tuple[int, ...]] = {}
+
+    def _sizes(self, pool) -> tuple[int, ...]:
+        """The GPUs of every layout of any workload on ``pool``'s type, at any count."""
+        if pool.type not in self.sizes:
+            unbounded = replace(pool, count=1 << 40)
+            self.sizes[pool.type] = tuple(sorted({tp * pp * dp for w in self.ir.workloads
+                                                  for _, tp, pp, dp, _, _ in layouts(self.ir, w, unbounded)}))
+        return self.sizes[pool.type]
+
+    def _key(self, ir: ProblemIR) -> tuple:
+        return tuple((p.type, sum(g <= p.count for g in self._sizes(p))) for p in ir.gpus)
+
+    def count(self, gpu: str, count: int) -> tuple[ProblemIR, CandidateSet]:
+        """``ir`` with ``gpu``'s count set, and its candidates."""
+        return self.at(replace(self.ir, gpus=tuple(replace(g, count=count) if g.type == gpu else g
+                                                   for g in self.ir.gpus)))
+
+    def at(self, ir2: ProblemIR) -> tuple[ProblemIR, CandidateSet]:
+        """``ir2`` (``ir`` with other GPU counts or budget: nothing else) and its candidates."""
+        key = self._key(ir2)
+        if key not in self.built:
+            self.built[key] = (ir2, build_candidates(ir2))
+        was, cands = self.built[key]
+        moved = {p.type: (p.count, q.count) for p, q in zip(was.gpus, ir2.gpus) if p.count != q.count}
+        if not moved:
+            return ir2, cands
+        pats = {t: re.compile(rf"needs (\d+) GPUs, the spec has {old} {re.escape(t)}")
+                for t, (old, _) in moved.items()}
+
+        def reword(text: str) -> str:
+            for t, pat in pats.items():
+                if pat.fullmatch(text):
+                    return f"{text[:text.rindex(' has ') + 5]}{moved[t][1]} {t}"
+            return text
+        pruned = tuple(replace(p, reason=reword(p.reason), cause=reword(p.cause)) for p in cands.pruned)
+        return ir2, replace(cands, pruned=pruned)
 
 
 SLO_MAX = {"ttft_ms": 3_600_000.0, "tpot_ms": 60_000.0}  # the spec's upper limits
@@ -352,53 +426,196 @@ def stopped(backend: Backend, res: SolveResult) -> Explanation:
 def explain(ir: ProblemIR, backend: Backend, options: SolveOptions, cands: CandidateSet | None = None,
             slo_relax: float = 1.25) -> Explanation:
     """Infeasible: alternatives that repair the spec. Feasible: binding constraints (``slo_relax``: the SLO
-    loosening tried to see whether a workload's SLO drives cost)."""
+    loosening tried to see whether a workload's SLO drives cost). Above EXACT_MAX_INTEGERS (``_explain_lp``)
+    the alternatives come from LP relaxations and the SLOs tried are bounded, said in the notes."""
     cands = cands or build_candidates(ir)
+    counts = Counts(ir, cands)
     problems = precheck(ir, cands)
-    res = None if problems else backend.solve(formulate(ir, cands, objective="min_cost"), options)
+    res = None
+    if not problems:
+        res = solve_ir(_cost_ir(ir), cands, backend, options)
     if res is not None and res.has_solution:
-        return _explain_feasible(ir, cands, backend, options, res, slo_relax)
+        return _explain_feasible(ir, cands, backend, options, res, slo_relax, counts)
     if res is not None and res.status.value != "infeasible":
         return stopped(backend, res)
     if not problems:
         problems = ["no deployment meets every SLO within the GPU counts and budget"]
+    # (only when every bucket has a candidate: the solve ran)
+    model = None if res is None else formulate(ir, cands, elastic=True, objective="min_cost")
+    if model is not None and not _exact(model):
+        alts, notes = _explain_lp(ir, cands, counts, model, backend, options)
+        return Explanation(False, problems, _dedupe(alts), notes=notes)
     alts: list[list[Change]] = []
     # 1. The elastic relaxation of GPU counts and budget together (only when every bucket has a candidate).
-    if not precheck(ir, cands):
-        joint = _elastic_changes(ir, cands, backend, options)
+    if model is not None:
+        joint = _elastic_changes(ir, counts, model, backend, options)
         if joint:
             alts.append(joint)
     # 2. One number at a time, by bisection against the feasibility test.
     for pool in ir.gpus:
         def ok(n, pool=pool):
-            return _min_cost(*_with_count(ir, pool.type, int(n)), backend, options) is not None
+            return _min_cost(*counts.count(pool.type, int(n)), backend, options) is not None
         top = smallest_true(ok, float(pool.count), float(max(pool.count * 64, 4096)), integer=True)
         if top is not None:
             alts.append([Change(SpecPath.gpu(pool, "count"), pool.count, int(top), "raise")])
-    if ir.budget_usd_per_hour is not None:
-        # Exact: the cheapest plan without a budget costs C*; any budget >= C* admits it.
-        b0 = ir.budget_usd_per_hour
-        r = _min_cost(replace(ir, budget_usd_per_hour=None), cands, backend, options)
-        if r is not None:
-            cost = fleet_usd_per_hour((round(r.values.get(n_var(c.id), 0.0)), c.usd_per_hour)
-                                      for c in cands.candidates)
-            need = math.ceil(cost * 100 - 1e-6) / 100
-            if _min_cost(replace(ir, budget_usd_per_hour=need), cands, backend, options) is not None:
-                alts.append([Change(SpecPath("budget_usd_per_hour"), b0, need, "raise")])
+    alts += _budget_change(ir, cands, backend, options)
     for w in ir.workloads:
-        for key in ("ttft_ms", "tpot_ms"):
-            cur = getattr(w.slo, key)
-
-            def ok_s(v, w=w, key=key):
-                w2 = replace(w, slo=replace(w.slo, **{key: v}))
-                return _min_cost(*_with_workload(ir, cands, w2), backend, options) is not None
-            top = smallest_true(ok_s, cur, SLO_MAX[key], integer=False)
-            if top is not None:
-                need = float(math.ceil(top))
-                if not ok_s(need):  # rounding up keeps feasibility (monotone); guard against numerics anyway
-                    continue
-                alts.append([Change(SpecPath.workload(w, f"slo.{key}"), cur, need, "relax")])
+        alts += _slo_changes(ir, cands, w, backend, options)
     return Explanation(False, problems, _dedupe(alts))
+
+
+# Above EXACT_MAX_INTEGERS, the workloads whose SLOs are bisected: each bisection is up to ~20 solves of the
+# whole spec (seconds each at 100 workloads). The others are named in a note, with why.
+SLO_MAX_WORKLOADS = 3
+
+
+def _explain_lp(ir: ProblemIR, cands: CandidateSet, counts: Counts, model: MilpModel, backend: Backend,
+                options: SolveOptions) -> tuple[list[list[Change]], list[str]]:
+    """The alternatives of a spec above EXACT_MAX_INTEGERS (``model``: its elastic model), and notes on what
+    they rest on and what was not tried. The elastic MILP is not solved there (``EXACT_MAX_INTEGERS``), so
+    each change comes from an LP relaxation, as ``relaxations`` words it for ``plan``: the joint change is
+    the LP's plan rounded up (it suffices; the LP's own slacks, a lower bound, go in a note); one GPU count
+    alone is bisected between the LP's bound with only that row relaxed (below it, no plan) and that LP's
+    plan rounded up (suffices), and skipped where that LP is infeasible (no count of the type alone
+    repairs); the budget as on any spec; SLOs only of the workloads that share GPU types with a row the LP
+    relaxes, at most SLO_MAX_WORKLOADS of them."""
+    alts: list[list[Change]] = []
+    notes: list[str] = []
+    bound, enough, _ = lp_relaxation(model, backend, options)
+    if bound:
+        notes.append("the LP relaxation bounds the joint change from below: "
+                     + "; ".join(c.render() for c in bound))
+    if enough and _suffices(ir, cands, counts, enough, backend, options):
+        alts.append(enough)
+    for pool in ir.gpus:
+        alt, note = _count_alone(ir, cands, counts, model, pool, backend, options)
+        alts += [alt] if alt else []
+        notes += [note] if note else []
+    alts += _budget_change(ir, cands, backend, options)
+    short = {c.origin.key for c in bound or () if c.origin.section == "gpus"}
+    names, why = _slo_workloads(ir, cands, short, bound)
+    tried = names[:SLO_MAX_WORKLOADS]
+    for name in tried:
+        alts += _slo_changes(ir, cands, ir.workload(name), backend, options, top_first=True)
+    rest = names[len(tried):]
+    shown = ", ".join(rest[:10]) + (f" and {len(rest) - 10} more" if len(rest) > 10 else "")
+    notes.append(why + (f"; SLO relaxations tried for {', '.join(tried)}" if tried else "")
+                 + (f"; not tried for the other {len(rest)} ({shown}): at most {SLO_MAX_WORKLOADS} "
+                    f"workloads' SLOs are bisected on a spec of more than {EXACT_MAX_INTEGERS} candidates"
+                    if rest else ""))
+    return alts, notes
+
+
+def _suffices(ir: ProblemIR, cands: CandidateSet, counts: Counts, changes: list[Change], backend: Backend,
+              options: SolveOptions) -> bool:
+    """Whether ``changes`` (from ``rounded_up`` of a model of ``ir`` on ``cands``) admit a plan. Where the
+    changed counts leave the candidates as they are, the rounded plan is one: it keeps every row of that
+    model, the relaxable ones at their new numbers. Else (a shape appears) the feasibility test says."""
+    ir2, cands2 = counts.at(relaxed_ir(ir, ((c.origin, c.new) for c in changes)))
+    return cands2.candidates == cands.candidates or _min_cost(ir2, cands2, backend, options) is not None
+
+
+def _count_alone(ir: ProblemIR, cands: CandidateSet, counts: Counts, model: MilpModel, pool,
+                 backend: Backend, options: SolveOptions) -> tuple[list[Change] | None, str | None]:
+    """(the smallest count of ``pool`` alone that admits a plan, or None; a note where it is not found).
+    Bisected between the bound of ``model``'s LP with only this inventory row relaxed and that LP's plan
+    rounded up, which suffices: a few solves where the elastic MILP of a large spec does not finish."""
+    row = f"inventory[{pool.type}]"
+    one = MilpModel(model.name, dict(model.variables),
+                    [replace(c, relaxable=c.relaxable and c.name == row) for c in model.constraints],
+                    model.objective, model.sense)
+    bound, enough, _ = lp_relaxation(one, backend, options)
+    if bound is None:
+        return None, None  # no count of this type alone repairs even the LP relaxation
+    lo = max([int(c.new) for c in bound] + [pool.count + 1])  # below: no plan, not even a fractional one
+    # (only this row is relaxable in ``one``: its rounded plan changes this count alone, or breaks a row)
+    hi = int(enough[0].new) if enough else None
+    if hi is None or not _suffices(ir, cands, counts, enough, backend, options):
+        return None, (f"{SpecPath.gpu(pool, 'count')}: at least {lo} (the LP relaxation's bound with only "
+                      "this count raised); no count shown to suffice (the LP's plan rounded up breaks a row "
+                      "this count does not relax), not bisected")
+
+    def ok(n: int) -> bool:
+        return _min_cost(*counts.count(pool.type, n), backend, options) is not None
+    no = lo - 1
+    while hi - no > 1:
+        mid = (no + hi) // 2
+        no, hi = (no, mid) if ok(mid) else (mid, hi)
+    return [Change(SpecPath.gpu(pool, "count"), pool.count, hi, "raise")], None
+
+
+def _slo_workloads(ir: ProblemIR, cands: CandidateSet, short: set[str],
+                   bound: list[Change] | None) -> tuple[list[str], str]:
+    """(the workloads whose SLO alone may repair the spec, those on ``short`` types first; a note on the
+    rest). Without a budget the workloads and GPU types fall into parts that share nothing (a workload
+    linked to the types of its candidates): a part whose inventory rows the LP relaxes (``short``) has no
+    plan on its own, and an SLO of a workload outside it changes none of its candidates or rows, so it
+    cannot repair the spec; and where two parts fall short, no one SLO repairs both."""
+    names = [w.name for w in ir.workloads]
+    if ir.budget_usd_per_hour is not None or not short or bound is None:
+        return names, "every workload may repair it"
+    parent: dict[str, str] = {}
+
+    def find(x: str) -> str:
+        while parent.setdefault(x, x) != x:
+            x = parent[x]
+        return x
+    direct: set[str] = set()
+    for c in cands.candidates:
+        parent[find("w:" + c.workload)] = find("g:" + c.gpu)
+        if c.gpu in short:
+            direct.add(c.workload)
+    parts = {find("g:" + t) for t in short}
+    types = ", ".join(sorted(short))
+    if len(parts) > 1:
+        return [], (f"no one SLO repairs the spec: the GPU types the LP relaxation raises ({types}) fall "
+                    "in parts of the spec that share no workload, and an SLO changes one part")
+    (part,) = parts
+    mine = [n for n in names if find("w:" + n) == part]
+    mine.sort(key=lambda n: n not in direct)  # (stable: spec order within each)
+    return mine, (f"{len(names) - len(mine)} workloads share no GPU type with {types}, the rows the LP "
+                  "relaxation raises: no SLO of theirs repairs the spec (not tried)")
+
+
+def _budget_change(ir: ProblemIR, cands: CandidateSet, backend: Backend,
+                   options: SolveOptions) -> list[list[Change]]:
+    """The budget that admits a plan, if any: exact, the cheapest plan without a budget costs C*, and any
+    budget >= C* admits it."""
+    if ir.budget_usd_per_hour is None:
+        return []
+    b0 = ir.budget_usd_per_hour
+    r = _min_cost(replace(ir, budget_usd_per_hour=None), cands, backend, options)
+    if r is None:
+        return []
+    cost = fleet_usd_per_hour((round(r.values.get(n_var(c.id), 0.0)), c.usd_per_hour)
+                              for c in cands.candidates)
+    need = math.ceil(cost * 100 - 1e-6) / 100
+    if _min_cost(replace(ir, budget_usd_per_hour=need), cands, backend, options) is None:
+        return []
+    return [[Change(SpecPath("budget_usd_per_hour"), b0, need, "raise")]]
+
+
+def _slo_changes(ir: ProblemIR, cands: CandidateSet, w, backend: Backend, options: SolveOptions,
+                 top_first: bool = False) -> list[list[Change]]:
+    """The smallest TTFT and TPOT SLO of ``w`` (each alone) that admits a plan, by bisection. ``top_first``:
+    test the spec's upper limit first, one solve where no SLO of ``w`` repairs the spec (else the doubling
+    from the current SLO up to it, a dozen)."""
+    out = []
+    for key in ("ttft_ms", "tpot_ms"):
+        cur = getattr(w.slo, key)
+
+        def ok_s(v, key=key):
+            w2 = replace(w, slo=replace(w.slo, **{key: v}))
+            return _min_cost(*_with_workload(ir, cands, w2), backend, options) is not None
+        if top_first and not ok_s(SLO_MAX[key]):
+            continue
+        top = smallest_true(ok_s, cur, SLO_MAX[key], integer=False)
+        if top is not None:
+            need = float(math.ceil(top))
+            if not ok_s(need):  # rounding up keeps feasibility (monotone); guard against numerics anyway
+                continue
+            out.append([Change(SpecPath.workload(w, f"slo.{key}"), cur, need, "relax")])
+    return out
 
 
 def _dedupe(alts: list[list[Change]]) -> list[list[Change]]:
@@ -411,20 +628,20 @@ def _dedupe(alts: list[list[Change]]) -> list[list[Change]]:
     return out
 
 
-def _elastic_changes(ir: ProblemIR, cands: CandidateSet, backend: Backend,
+def _elastic_changes(ir: ProblemIR, counts: Counts, model: MilpModel, backend: Backend,
                      options: SolveOptions) -> list[Change]:
-    changes = elastic_changes(ir, formulate(ir, cands, elastic=True, objective="min_cost"), backend, options)
+    """The elastic MILP's joint change (``elastic_changes`` of ``model``, ``ir``'s elastic model), verified
+    by the feasibility test before it is offered."""
+    changes = elastic_changes(ir, model, backend, options)
     if not changes:
         return []
-    # Verify the joint change before offering it.
-    ir2 = relaxed_ir(ir, ((c.origin, c.new) for c in changes))
-    if _min_cost(ir2, build_candidates(ir2), backend, options) is None:
+    if _min_cost(*counts.at(relaxed_ir(ir, ((c.origin, c.new) for c in changes))), backend, options) is None:
         return []
     return changes
 
 
 def _explain_feasible(ir: ProblemIR, cands: CandidateSet, backend: Backend, options: SolveOptions,
-                      res: SolveResult, slo_relax: float) -> Explanation:
+                      res: SolveResult, slo_relax: float, counts: Counts) -> Explanation:
     by_id = cands.by_id()
     used: dict[str, int] = {}
     bought = [(int(round(res.values.get(n_var(cid), 0.0))), c) for cid, c in by_id.items()]
@@ -445,7 +662,7 @@ def _explain_feasible(ir: ProblemIR, cands: CandidateSet, backend: Backend, opti
         if smallest is None or pool.count - used.get(pool.type, 0) >= smallest:
             continue
         more = max(pool.count * 2, pool.count + 8)
-        r = _min_cost(*_with_count(ir, pool.type, more), backend, options)
+        r = _min_cost(*counts.count(pool.type, more), backend, options)
         binding.append(f"gpus[{pool.index}] ({pool.type}).count: {used.get(pool.type, 0)} of {pool.count} "
                        f"used; with {more}, {delta(r)}")
     if ir.budget_usd_per_hour is not None:
