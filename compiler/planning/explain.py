@@ -350,8 +350,8 @@ class Counts:
 
     def __init__(self, ir: ProblemIR, cands: CandidateSet):
         self.ir = ir
-        self.built: dict[tuple, tuple[ProblemIR, CandidateSet]] = {self._key(ir): (ir, cands)}
         self.sizes: dict[str, tuple[int, ...]] = {}
+        self.built: dict[tuple, tuple[ProblemIR, CandidateSet]] = {self._key(ir): (ir, cands)}
 
     def _sizes(self, pool) -> tuple[int, ...]:
         """The GPUs of every layout of any workload on ``pool``'s type, at any count."""
@@ -487,10 +487,11 @@ def _explain_lp(ir: ProblemIR, cands: CandidateSet, counts: Counts, model: MilpM
                      + "; ".join(c.render() for c in bound))
     if enough and _suffices(ir, cands, counts, enough, backend, options):
         alts.append(enough)
+        notes.append("the first alternative is the LP relaxation's plan with each replica count rounded up: "
+                     "it suffices, a smaller joint change may too")
     for pool in ir.gpus:
-        alt, note = _count_alone(ir, cands, counts, model, pool, backend, options)
+        alt = _count_alone(ir, cands, counts, model, pool, backend, options)
         alts += [alt] if alt else []
-        notes += [note] if note else []
     alts += _budget_change(ir, cands, backend, options)
     short = {c.origin.key for c in bound or () if c.origin.section == "gpus"}
     names, why = _slo_workloads(ir, cands, short, bound)
@@ -499,10 +500,11 @@ def _explain_lp(ir: ProblemIR, cands: CandidateSet, counts: Counts, model: MilpM
         alts += _slo_changes(ir, cands, ir.workload(name), backend, options, top_first=True)
     rest = names[len(tried):]
     shown = ", ".join(rest[:10]) + (f" and {len(rest) - 10} more" if len(rest) > 10 else "")
-    notes.append(why + (f"; SLO relaxations tried for {', '.join(tried)}" if tried else "")
-                 + (f"; not tried for the other {len(rest)} ({shown}): at most {SLO_MAX_WORKLOADS} "
-                    f"workloads' SLOs are bisected on a spec of more than {EXACT_MAX_INTEGERS} candidates"
-                    if rest else ""))
+    said = [why] if why else []
+    said += [f"SLO relaxations tried for {', '.join(tried)}"] if tried else []
+    said += [f"not tried for the other {len(rest)} ({shown}): at most {SLO_MAX_WORKLOADS} workloads' SLOs "
+             f"are bisected on a spec of more than {EXACT_MAX_INTEGERS} candidates"] if rest else []
+    notes.append("; ".join(said))
     return alts, notes
 
 
@@ -516,32 +518,32 @@ def _suffices(ir: ProblemIR, cands: CandidateSet, counts: Counts, changes: list[
 
 
 def _count_alone(ir: ProblemIR, cands: CandidateSet, counts: Counts, model: MilpModel, pool,
-                 backend: Backend, options: SolveOptions) -> tuple[list[Change] | None, str | None]:
-    """(the smallest count of ``pool`` alone that admits a plan, or None; a note where it is not found).
-    Bisected between the bound of ``model``'s LP with only this inventory row relaxed and that LP's plan
-    rounded up, which suffices: a few solves where the elastic MILP of a large spec does not finish."""
+                 backend: Backend, options: SolveOptions) -> list[Change] | None:
+    """The smallest count of ``pool`` alone that admits a plan, or None. From the LP of ``model`` with only
+    this inventory row relaxed: where it is infeasible, no count of the type alone repairs the spec (no
+    solve); else bisected from that LP's bound (below it, no plan) up to that LP's plan rounded up where it
+    suffices, else to the limit ``explain`` bisects to on any spec: a few solves of the whole spec."""
     row = f"inventory[{pool.type}]"
     one = MilpModel(model.name, dict(model.variables),
                     [replace(c, relaxable=c.relaxable and c.name == row) for c in model.constraints],
                     model.objective, model.sense)
     bound, enough, _ = lp_relaxation(one, backend, options)
     if bound is None:
-        return None, None  # no count of this type alone repairs even the LP relaxation
-    lo = max([int(c.new) for c in bound] + [pool.count + 1])  # below: no plan, not even a fractional one
-    # (only this row is relaxable in ``one``: its rounded plan changes this count alone, or breaks a row)
-    hi = int(enough[0].new) if enough else None
-    if hi is None or not _suffices(ir, cands, counts, enough, backend, options):
-        return None, (f"{SpecPath.gpu(pool, 'count')}: at least {lo} (the LP relaxation's bound with only "
-                      "this count raised); no count shown to suffice (the LP's plan rounded up breaks a row "
-                      "this count does not relax), not bisected")
+        return None
+    lo = max([int(c.new) for c in bound] + [pool.count + 1])
 
-    def ok(n: int) -> bool:
-        return _min_cost(*counts.count(pool.type, n), backend, options) is not None
-    no = lo - 1
-    while hi - no > 1:
-        mid = (no + hi) // 2
-        no, hi = (no, mid) if ok(mid) else (mid, hi)
-    return [Change(SpecPath.gpu(pool, "count"), pool.count, hi, "raise")], None
+    def ok(n: float) -> bool:
+        return _min_cost(*counts.count(pool.type, int(n)), backend, options) is not None
+    # (only this row is relaxable in ``one``: its rounded plan changes this count alone)
+    if enough and _suffices(ir, cands, counts, enough, backend, options):
+        no, hi = lo - 1, int(enough[0].new)
+        while hi - no > 1:
+            mid = (no + hi) // 2
+            no, hi = (no, mid) if ok(mid) else (mid, hi)
+        top: float | None = hi
+    else:
+        top = smallest_true(ok, float(lo - 1), float(max(pool.count * 64, 4096, lo)), integer=True)
+    return None if top is None else [Change(SpecPath.gpu(pool, "count"), pool.count, int(top), "raise")]
 
 
 def _slo_workloads(ir: ProblemIR, cands: CandidateSet, short: set[str],
@@ -553,7 +555,7 @@ def _slo_workloads(ir: ProblemIR, cands: CandidateSet, short: set[str],
     cannot repair the spec; and where two parts fall short, no one SLO repairs both."""
     names = [w.name for w in ir.workloads]
     if ir.budget_usd_per_hour is not None or not short or bound is None:
-        return names, "every workload may repair it"
+        return names, ""
     parent: dict[str, str] = {}
 
     def find(x: str) -> str:
