@@ -464,8 +464,8 @@ def explain(ir: ProblemIR, backend: Backend, options: SolveOptions, cands: Candi
     return Explanation(False, problems, _dedupe(alts))
 
 
-# Above EXACT_MAX_INTEGERS, the workloads whose SLOs are bisected: each bisection is up to ~20 solves of the
-# whole spec (seconds each at 100 workloads). The others are named in a note, with why.
+# Above EXACT_MAX_INTEGERS, the workloads whose SLOs are searched (``_slo_lp``): up to ~40 LPs of the whole
+# spec each (about a second apiece at 100 workloads). The others are named in a note, with why.
 SLO_MAX_WORKLOADS = 3
 
 
@@ -475,10 +475,11 @@ def _explain_lp(ir: ProblemIR, cands: CandidateSet, counts: Counts, model: MilpM
     they rest on and what was not tried. The elastic MILP is not solved there (``EXACT_MAX_INTEGERS``), so
     each change comes from an LP relaxation, as ``relaxations`` words it for ``plan``: the joint change is
     the LP's plan rounded up (it suffices; the LP's own slacks, a lower bound, go in a note); one GPU count
-    alone is bisected between the LP's bound with only that row relaxed (below it, no plan) and that LP's
-    plan rounded up (suffices), and skipped where that LP is infeasible (no count of the type alone
-    repairs); the budget as on any spec; SLOs only of the workloads that share GPU types with a row the LP
-    relaxes, at most SLO_MAX_WORKLOADS of them."""
+    alone likewise, from the LP with only that row relaxed (``_count_alone``); the budget as on any spec
+    (two solves); SLOs only of the workloads that share GPU types with a row the LP relaxes
+    (``_slo_workloads``), at most SLO_MAX_WORKLOADS of them, each from LPs (``_slo_lp``). Where a number
+    offered may not be the least, a note gives the interval the least lies in. No solve of the whole MILP
+    but the budget's: its solves, each seconds to a minute at 100 workloads, are what bisection repeats."""
     alts: list[list[Change]] = []
     notes: list[str] = []
     bound, enough, _ = lp_relaxation(model, backend, options)
@@ -490,20 +491,22 @@ def _explain_lp(ir: ProblemIR, cands: CandidateSet, counts: Counts, model: MilpM
         notes.append("the first alternative is the LP relaxation's plan with each replica count rounded up: "
                      "it suffices, a smaller joint change may too")
     for pool in ir.gpus:
-        alt = _count_alone(ir, cands, counts, model, pool, backend, options)
+        alt, note = _count_alone(ir, cands, counts, model, pool, backend, options)
         alts += [alt] if alt else []
+        notes += [note] if note else []
     alts += _budget_change(ir, cands, backend, options)
     short = {c.origin.key for c in bound or () if c.origin.section == "gpus"}
     names, why = _slo_workloads(ir, cands, short, bound)
     tried = names[:SLO_MAX_WORKLOADS]
     for name in tried:
-        alts += _slo_changes(ir, cands, ir.workload(name), backend, options, top_first=True)
+        more, said = _slo_lp(ir, cands, ir.workload(name), backend, options)
+        alts, notes = alts + more, notes + said
     rest = names[len(tried):]
     shown = ", ".join(rest[:10]) + (f" and {len(rest) - 10} more" if len(rest) > 10 else "")
     said = [why] if why else []
     said += [f"SLO relaxations tried for {', '.join(tried)}"] if tried else []
     said += [f"not tried for the other {len(rest)} ({shown}): at most {SLO_MAX_WORKLOADS} workloads' SLOs "
-             f"are bisected on a spec of more than {EXACT_MAX_INTEGERS} candidates"] if rest else []
+             f"are searched on a spec of more than {EXACT_MAX_INTEGERS} candidates"] if rest else []
     notes.append("; ".join(said))
     return alts, notes
 
@@ -518,32 +521,81 @@ def _suffices(ir: ProblemIR, cands: CandidateSet, counts: Counts, changes: list[
 
 
 def _count_alone(ir: ProblemIR, cands: CandidateSet, counts: Counts, model: MilpModel, pool,
-                 backend: Backend, options: SolveOptions) -> list[Change] | None:
-    """The smallest count of ``pool`` alone that admits a plan, or None. From the LP of ``model`` with only
-    this inventory row relaxed: where it is infeasible, no count of the type alone repairs the spec (no
-    solve); else bisected from that LP's bound (below it, no plan) up to that LP's plan rounded up where it
-    suffices, else to the limit ``explain`` bisects to on any spec: a few solves of the whole spec."""
+                 backend: Backend, options: SolveOptions) -> tuple[list[Change] | None, str | None]:
+    """(a count of ``pool`` alone that admits a plan, or None; a note on how near the least it is). From the
+    LP of ``model`` with only this inventory row relaxed: where it is infeasible, no count of the type alone
+    repairs the spec; else its bound (below it no plan, not even a fractional one) and its plan rounded up
+    (a plan: that count suffices). The bound is offered where the feasibility test (one solve) admits it:
+    it is then the least; else the rounded count, not bisected down: each step would be another solve of
+    the whole spec (30 s at 100 workloads, priced out)."""
     row = f"inventory[{pool.type}]"
     one = MilpModel(model.name, dict(model.variables),
                     [replace(c, relaxable=c.relaxable and c.name == row) for c in model.constraints],
                     model.objective, model.sense)
     bound, enough, _ = lp_relaxation(one, backend, options)
     if bound is None:
-        return None
+        return None, None
     lo = max([int(c.new) for c in bound] + [pool.count + 1])
-
-    def ok(n: float) -> bool:
-        return _min_cost(*counts.count(pool.type, int(n)), backend, options) is not None
+    where = SpecPath.gpu(pool, "count")
     # (only this row is relaxable in ``one``: its rounded plan changes this count alone)
-    if enough and _suffices(ir, cands, counts, enough, backend, options):
-        no, hi = lo - 1, int(enough[0].new)
-        while hi - no > 1:
-            mid = (no + hi) // 2
-            no, hi = (no, mid) if ok(mid) else (mid, hi)
-        top: float | None = hi
-    else:
-        top = smallest_true(ok, float(lo - 1), float(max(pool.count * 64, 4096, lo)), integer=True)
-    return None if top is None else [Change(SpecPath.gpu(pool, "count"), pool.count, int(top), "raise")]
+    fits = bool(enough) and _suffices(ir, cands, counts, enough, backend, options)
+    if (fits and int(enough[0].new) <= lo) or _min_cost(*counts.count(pool.type, lo), backend, options):
+        return [Change(where, pool.count, lo, "raise")], None  # the least: the LP's bound admits a plan
+    if not fits:
+        return None, (f"{where}: alone, more than {lo} (the LP relaxation's bound, no plan); no count shown to "
+                      "suffice (the LP's plan rounded up breaks a row this count does not relax), not bisected")
+    hi = int(enough[0].new)
+    return [Change(where, pool.count, hi, "raise")], (f"{where}: alone, {hi} suffices (the LP relaxation's "
+                                                      f"plan rounded up); the least count is between {lo + 1} "
+                                                      f"and {hi}, not bisected ({lo}: the LP's bound, no "
+                                                      "plan)")
+
+
+def _slo_lp(ir: ProblemIR, cands: CandidateSet, w, backend: Backend,
+            options: SolveOptions) -> tuple[list[list[Change]], list[str]]:
+    """(each SLO of ``w`` relaxed alone to a value that admits a plan; notes), from LP relaxations of the
+    whole spec with ``w``'s candidates rebuilt: none where the LP at the spec's upper limit is infeasible
+    (no value of that SLO repairs it); else the least value whose LP is feasible (to 2 %, as
+    ``_slo_changes``), where its LP plan rounded up fits every row or the feasibility test (one solve)
+    admits it; else the least value whose LP plan rounded up fits (a plan: it suffices), with the bound in
+    a note. Each other value tried is one LP, not a solve of the whole MILP (``_slo_changes``'s
+    bisection)."""
+    alts, notes = [], []
+    for key in ("ttft_ms", "tpot_ms"):
+        cur = getattr(w.slo, key)
+        seen: dict[float, tuple[bool, bool]] = {}
+
+        def lp(v: float, key=key) -> tuple[bool, bool]:
+            """(the LP is feasible, its plan rounded up fits every row)"""
+            if v not in seen:
+                ir2, c2 = _with_workload(ir, cands, replace(w, slo=replace(w.slo, **{key: v})))
+                if precheck(ir2, c2):
+                    seen[v] = (False, False)
+                else:
+                    m = formulate(ir2, c2, objective="min_cost")
+                    r = backend.solve(m.relaxed(), options)
+                    seen[v] = (r.has_solution, r.has_solution and rounded_up(m, r.values) == [])
+            return seen[v]
+        if not lp(SLO_MAX[key])[0]:
+            continue
+        lo = smallest_true(lambda v: lp(v)[0], cur, SLO_MAX[key], integer=False)
+        where = SpecPath.workload(w, f"slo.{key}")
+        need = float(math.ceil(lo))
+        if lp(need)[1] or _min_cost(*_with_workload(ir, cands, replace(w, slo=replace(w.slo, **{key: need}))),
+                                    backend, options):
+            alts.append([Change(where, cur, need, "relax")])  # the LP's bound admits a plan: the least
+            continue
+        top = smallest_true(lambda v: lp(v)[1], max(cur, lo / 2), SLO_MAX[key], integer=False)
+        if top is None or not lp(float(math.ceil(top)))[1]:
+            notes.append(f"{where}: at least {math.ceil(lo)} (the LP relaxation's bound); no value "
+                         "shown to suffice (the LP's plan rounded up breaks a row), not bisected")
+            continue
+        need = float(math.ceil(top))
+        alts.append([Change(where, cur, need, "relax")])
+        if math.ceil(lo) < need:
+            notes.append(f"{where}: {_num(need)} suffices (the LP relaxation's plan rounded up); the least "
+                         f"is above {math.ceil(lo)} (the LP's bound, no plan), not bisected")
+    return alts, notes
 
 
 def _slo_workloads(ir: ProblemIR, cands: CandidateSet, short: set[str],
@@ -597,11 +649,9 @@ def _budget_change(ir: ProblemIR, cands: CandidateSet, backend: Backend,
     return [[Change(SpecPath("budget_usd_per_hour"), b0, need, "raise")]]
 
 
-def _slo_changes(ir: ProblemIR, cands: CandidateSet, w, backend: Backend, options: SolveOptions,
-                 top_first: bool = False) -> list[list[Change]]:
-    """The smallest TTFT and TPOT SLO of ``w`` (each alone) that admits a plan, by bisection. ``top_first``:
-    test the spec's upper limit first, one solve where no SLO of ``w`` repairs the spec (else the doubling
-    from the current SLO up to it, a dozen)."""
+def _slo_changes(ir: ProblemIR, cands: CandidateSet, w, backend: Backend,
+                 options: SolveOptions) -> list[list[Change]]:
+    """The smallest TTFT and TPOT SLO of ``w`` (each alone) that admits a plan, by bisection."""
     out = []
     for key in ("ttft_ms", "tpot_ms"):
         cur = getattr(w.slo, key)
@@ -609,8 +659,6 @@ def _slo_changes(ir: ProblemIR, cands: CandidateSet, w, backend: Backend, option
         def ok_s(v, key=key):
             w2 = replace(w, slo=replace(w.slo, **{key: v}))
             return _min_cost(*_with_workload(ir, cands, w2), backend, options) is not None
-        if top_first and not ok_s(SLO_MAX[key]):
-            continue
         top = smallest_true(ok_s, cur, SLO_MAX[key], integer=False)
         if top is not None:
             need = float(math.ceil(top))
