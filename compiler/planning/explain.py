@@ -478,8 +478,8 @@ def _explain_lp(ir: ProblemIR, cands: CandidateSet, counts: Counts, model: MilpM
     alone likewise, from the LP with only that row relaxed (``_count_alone``); the budget as on any spec
     (two solves); SLOs only of the workloads that share GPU types with a row the LP relaxes
     (``_slo_workloads``), at most SLO_MAX_WORKLOADS of them, each from LPs (``_slo_lp``). Where a number
-    offered may not be the least, a note gives the interval the least lies in. No solve of the whole MILP
-    but the budget's: its solves, each seconds to a minute at 100 workloads, are what bisection repeats."""
+    offered may not be the least, a note gives the interval the least lies in. No solve of the whole spec
+    but the budget's two: such solves, 20-60 s each at 100 workloads, are what bisection repeats."""
     alts: list[list[Change]] = []
     notes: list[str] = []
     bound, enough, _ = lp_relaxation(model, backend, options)
@@ -525,9 +525,8 @@ def _count_alone(ir: ProblemIR, cands: CandidateSet, counts: Counts, model: Milp
     """(a count of ``pool`` alone that admits a plan, or None; a note on how near the least it is). From the
     LP of ``model`` with only this inventory row relaxed: where it is infeasible, no count of the type alone
     repairs the spec; else its bound (below it no plan, not even a fractional one) and its plan rounded up
-    (a plan: that count suffices). The bound is offered where the feasibility test (one solve) admits it:
-    it is then the least; else the rounded count, not bisected down: each step would be another solve of
-    the whole spec (30 s at 100 workloads, priced out)."""
+    (a plan: that count suffices). Not bisected between the two: each step would be a solve of the whole
+    spec (20-60 s at 100 workloads, where the split prices rows out or falls back to the whole MILP)."""
     row = f"inventory[{pool.type}]"
     one = MilpModel(model.name, dict(model.variables),
                     [replace(c, relaxable=c.relaxable and c.name == row) for c in model.constraints],
@@ -538,17 +537,13 @@ def _count_alone(ir: ProblemIR, cands: CandidateSet, counts: Counts, model: Milp
     lo = max([int(c.new) for c in bound] + [pool.count + 1])
     where = SpecPath.gpu(pool, "count")
     # (only this row is relaxable in ``one``: its rounded plan changes this count alone)
-    fits = bool(enough) and _suffices(ir, cands, counts, enough, backend, options)
-    if (fits and int(enough[0].new) <= lo) or _min_cost(*counts.count(pool.type, lo), backend, options):
-        return [Change(where, pool.count, lo, "raise")], None  # the least: the LP's bound admits a plan
-    if not fits:
-        return None, (f"{where}: alone, more than {lo} (the LP relaxation's bound, no plan); no count shown to "
-                      "suffice (the LP's plan rounded up breaks a row this count does not relax), not bisected")
+    if not enough or not _suffices(ir, cands, counts, enough, backend, options):
+        return None, (f"{where}: alone, at least {lo} (the LP relaxation's bound); no count shown to suffice "
+                      "(the LP's plan rounded up breaks a row this count does not relax), not bisected")
     hi = int(enough[0].new)
-    return [Change(where, pool.count, hi, "raise")], (f"{where}: alone, {hi} suffices (the LP relaxation's "
-                                                      f"plan rounded up); the least count is between {lo + 1} "
-                                                      f"and {hi}, not bisected ({lo}: the LP's bound, no "
-                                                      "plan)")
+    return [Change(where, pool.count, hi, "raise")], None if hi <= lo else (
+        f"{where}: alone, {hi} suffices (the LP relaxation's plan rounded up); the least count is between "
+        f"{lo} (the LP's bound) and {hi}, not bisected")
 
 
 def _slo_lp(ir: ProblemIR, cands: CandidateSet, w, backend: Backend,
@@ -556,10 +551,9 @@ def _slo_lp(ir: ProblemIR, cands: CandidateSet, w, backend: Backend,
     """(each SLO of ``w`` relaxed alone to a value that admits a plan; notes), from LP relaxations of the
     whole spec with ``w``'s candidates rebuilt: none where the LP at the spec's upper limit is infeasible
     (no value of that SLO repairs it); else the least value whose LP is feasible (to 2 %, as
-    ``_slo_changes``), where its LP plan rounded up fits every row or the feasibility test (one solve)
-    admits it; else the least value whose LP plan rounded up fits (a plan: it suffices), with the bound in
-    a note. Each other value tried is one LP, not a solve of the whole MILP (``_slo_changes``'s
-    bisection)."""
+    ``_slo_changes``) where its LP plan rounded up fits every row (a plan: it suffices); else the least
+    value whose LP plan rounded up fits, with the bound in a note. Each value tried is one LP, not a solve
+    of the whole MILP (``_slo_changes``'s bisection: 20-60 s a step at 100 workloads)."""
     alts, notes = [], []
     for key in ("ttft_ms", "tpot_ms"):
         cur = getattr(w.slo, key)
@@ -580,10 +574,8 @@ def _slo_lp(ir: ProblemIR, cands: CandidateSet, w, backend: Backend,
             continue
         lo = smallest_true(lambda v: lp(v)[0], cur, SLO_MAX[key], integer=False)
         where = SpecPath.workload(w, f"slo.{key}")
-        need = float(math.ceil(lo))
-        if lp(need)[1] or _min_cost(*_with_workload(ir, cands, replace(w, slo=replace(w.slo, **{key: need}))),
-                                    backend, options):
-            alts.append([Change(where, cur, need, "relax")])  # the LP's bound admits a plan: the least
+        if lp(float(math.ceil(lo)))[1]:
+            alts.append([Change(where, cur, float(math.ceil(lo)), "relax")])  # the LP's bound suffices
             continue
         top = smallest_true(lambda v: lp(v)[1], max(cur, lo / 2), SLO_MAX[key], integer=False)
         if top is None or not lp(float(math.ceil(top)))[1]:
@@ -594,7 +586,7 @@ def _slo_lp(ir: ProblemIR, cands: CandidateSet, w, backend: Backend,
         alts.append([Change(where, cur, need, "relax")])
         if math.ceil(lo) < need:
             notes.append(f"{where}: {_num(need)} suffices (the LP relaxation's plan rounded up); the least "
-                         f"is above {math.ceil(lo)} (the LP's bound, no plan), not bisected")
+                         f"is between {math.ceil(lo)} (the LP's bound) and {_num(need)}, not bisected")
     return alts, notes
 
 
@@ -627,6 +619,8 @@ def _slo_workloads(ir: ProblemIR, cands: CandidateSet, short: set[str],
     (part,) = parts
     mine = [n for n in names if find("w:" + n) == part]
     mine.sort(key=lambda n: n not in direct)  # (stable: spec order within each)
+    if len(mine) == len(names):
+        return mine, ""
     return mine, (f"{len(names) - len(mine)} workloads share no GPU type with {types}, the rows the LP "
                   "relaxation raises: no SLO of theirs repairs the spec (not tried)")
 
