@@ -498,13 +498,17 @@ def _explain_lp(ir: ProblemIR, cands: CandidateSet, counts: Counts, model: MilpM
     short = {c.origin.key for c in bound or () if c.origin.section == "gpus"}
     names, why = _slo_workloads(ir, cands, short, bound)
     tried = names[:SLO_MAX_WORKLOADS]
+    hopeless: list[str] = []
     for name in tried:
-        more, said = _slo_lp(ir, cands, ir.workload(name), backend, options)
+        more, said, none = _slo_lp(ir, cands, ir.workload(name), backend, options)
         alts, notes = alts + more, notes + said
+        hopeless += [f"{name} {k}" for k in none]
     rest = names[len(tried):]
     shown = ", ".join(rest[:10]) + (f" and {len(rest) - 10} more" if len(rest) > 10 else "")
     said = [why] if why else []
     said += [f"SLO relaxations tried for {', '.join(tried)}"] if tried else []
+    said += [f"no value of {', '.join(hopeless)} alone repairs the spec (its LP relaxation at the spec's "
+             "upper limit has no plan)"] if hopeless else []
     said += [f"not tried for the other {len(rest)} ({shown}): at most {SLO_MAX_WORKLOADS} workloads' SLOs "
              f"are searched on a spec of more than {EXACT_MAX_INTEGERS} candidates"] if rest else []
     notes.append("; ".join(said))
@@ -547,14 +551,14 @@ def _count_alone(ir: ProblemIR, cands: CandidateSet, counts: Counts, model: Milp
 
 
 def _slo_lp(ir: ProblemIR, cands: CandidateSet, w, backend: Backend,
-            options: SolveOptions) -> tuple[list[list[Change]], list[str]]:
-    """(each SLO of ``w`` relaxed alone to a value that admits a plan; notes), from LP relaxations of the
-    whole spec with ``w``'s candidates rebuilt: none where the LP at the spec's upper limit is infeasible
-    (no value of that SLO repairs it); else the least value whose LP is feasible (to 2 %, as
+            options: SolveOptions) -> tuple[list[list[Change]], list[str], list[str]]:
+    """(each SLO of ``w`` relaxed alone to a value that admits a plan; notes; the SLO keys no value of
+    which repairs the spec), from LP relaxations of the whole spec with ``w``'s candidates rebuilt: none
+    where the LP at the spec's upper limit is infeasible (no value of that SLO repairs it); else the least value whose LP is feasible (to 2 %, as
     ``_slo_changes``) where its LP plan rounded up fits every row (a plan: it suffices); else the least
     value whose LP plan rounded up fits, with the bound in a note. Each value tried is one LP, not a solve
     of the whole MILP (``_slo_changes``'s bisection: 20-60 s a step at 100 workloads)."""
-    alts, notes = [], []
+    alts, notes, none = [], [], []
     for key in ("ttft_ms", "tpot_ms"):
         cur = getattr(w.slo, key)
         seen: dict[float, tuple[bool, bool]] = {}
@@ -571,6 +575,7 @@ def _slo_lp(ir: ProblemIR, cands: CandidateSet, w, backend: Backend,
                     seen[v] = (r.has_solution, r.has_solution and rounded_up(m, r.values) == [])
             return seen[v]
         if not lp(SLO_MAX[key])[0]:
+            none.append(key)
             continue
         lo = smallest_true(lambda v: lp(v)[0], cur, SLO_MAX[key], integer=False)
         where = SpecPath.workload(w, f"slo.{key}")
@@ -587,7 +592,7 @@ def _slo_lp(ir: ProblemIR, cands: CandidateSet, w, backend: Backend,
         if math.ceil(lo) < need:
             notes.append(f"{where}: {_num(need)} suffices (the LP relaxation's plan rounded up); the least "
                          f"is between {math.ceil(lo)} (the LP's bound) and {_num(need)}, not bisected")
-    return alts, notes
+    return alts, notes, none
 
 
 def _slo_workloads(ir: ProblemIR, cands: CandidateSet, short: set[str],
