@@ -15,7 +15,6 @@
 from __future__ import annotations
 
 import math
-import re
 from collections.abc import Iterable
 from dataclasses import asdict, dataclass, field, replace
 
@@ -26,70 +25,13 @@ from trimtab.deployment.price import fleet_usd_per_hour
 from trimtab.milp.decompose import MIN_CANDIDATES
 from trimtab.milp.formulate import formulate, n_var, slack_var
 from trimtab.milp.solve import solve_ir
-from trimtab.deployment.layouts import layouts
+# (``_min_cost``: the name tests/property/test_properties.py takes it by)
+from trimtab.planning.feasibility import (Counts, cost_ir, min_cost, min_cost as _min_cost, precheck,
+                                          precheck_by_workload, repairing_workloads, with_workload)
 from trimtab.ir.model import ProblemIR
 from trimtab.spec.paths import SpecPath
 from trimtab.solvers.base import Backend, SolveOptions, SolveResult
 from trimtab.solvers.model import MilpModel
-
-
-def precheck(ir: ProblemIR, cands: CandidateSet) -> list[str]:
-    return [line for _, line in precheck_by_workload(ir, cands)]
-
-
-def precheck_by_workload(ir: ProblemIR, cands: CandidateSet) -> list[tuple[str | None, str]]:
-    """``precheck``'s lines, each with the workload it is about (None: the budget's), for the planners that
-    set their own lines beside these (``RedundantPlanner.precheck``, ``adapter_precheck``)."""
-    out: list[tuple[str | None, str]] = []
-    served = {c.workload for c in cands.unified}
-    best = {(b.workload, b.bucket): b for b in cands.best}
-    for w in ir.workloads:
-        if w.name not in served and not any(k[0] == w.name for k in best):
-            reasons = sorted({p.cause for p in cands.pruned if p.workload == w.name})
-            gpus = ", ".join(f"{g.type} x{g.count}" for g in ir.gpus)
-            # live KV beyond HBM is a way out only for memory, and only when the spec has not allowed it yet
-            ways = ["Add larger or more GPUs", "use dtype fp8"]
-            if "memory" in reasons and getattr(ir, "kv_tiers", "off") != "experimental-live":
-                ways.append("let live KV exceed HBM with defaults.kv_tiers: experimental-live (host memory "
-                            "or other instances' HBM; no engine flag realises it, docs/kv-tiers.md)")
-            out.append((w.name, f"{w.name}: model {w.model} ({w.dtype}) fits no GPU in the spec at any "
-                       f"tensor/pipeline parallelism ({gpus}); pruned for: "
-                       f"{', '.join(reasons) or 'no candidates'}. {', '.join(ways[:-1])} or {ways[-1]}."))
-            continue
-        for b in w.buckets:
-            if any(c.workload == w.name and c.capacity(b.name) > 0 for c in cands.unified):
-                continue
-            bb = best.get((w.name, b.name))
-            share = f"{b.prob:.0%} of requests, inputs {b.name}"
-            if bb is None:
-                out.append((w.name, f"{w.name}: no candidate can hold requests of bucket {b.name} "
-                                    f"({share}) in its KV cache"))
-            elif bb.ttft_ms > w.slo.ttft_ms:
-                out.append((w.name, f"{w.name}: TTFT p{w.slo.percentile:g} {w.slo.ttft_ms:g} ms cannot be "
-                           f"met for {share}; the fastest candidate ({bb.ttft_by}) reaches "
-                           f"{math.ceil(bb.ttft_ms)} ms even at low load. "
-                           f"Relax workloads[{w.index}].slo.ttft_ms to at least {math.ceil(bb.ttft_ms)}."))
-            elif bb.tpot_ms > w.slo.tpot_ms:
-                out.append((w.name, f"{w.name}: TPOT {w.slo.tpot_ms:g} ms cannot be met for {share}; the "
-                           f"fastest candidate ({bb.tpot_by}) reaches {bb.tpot_ms:.1f} ms even at low load. "
-                           f"Relax workloads[{w.index}].slo.tpot_ms to at least {math.ceil(bb.tpot_ms)}."))
-            else:
-                out.append((w.name, f"{w.name}: no candidate meets TTFT {w.slo.ttft_ms:g} ms and TPOT "
-                           f"{w.slo.tpot_ms:g} ms together for {share} (best low-load TTFT "
-                           f"{bb.ttft_ms:.0f} ms on {bb.ttft_by}, TPOT {bb.tpot_ms:.1f} ms on {bb.tpot_by})"))
-    if not out and ir.budget_usd_per_hour is not None and ir.objective == "min_cost":
-        floor = 0.0
-        for w in ir.workloads:
-            mine = [c.usd_per_hour for c in cands.unified if c.workload == w.name]
-            floor += min(mine) if mine else 0.0
-        if floor > ir.budget_usd_per_hour + 1e-9:
-            # one number, rounded up to the cent (a budget of it passes this check), in both places: "below
-            # 51.90 ... at least 51.91" read as two
-            need = math.ceil(floor * 100) / 100
-            out.append((None, f"budget_usd_per_hour {ir.budget_usd_per_hour:g} is below {need:.2f} $/h, one "
-                       f"replica of the cheapest candidate of each of the {len(ir.workloads)} workload(s). "
-                       f"raise budget_usd_per_hour from {ir.budget_usd_per_hour:g} to at least {need:.2f}"))
-    return out
 
 
 # Above this many integer variables (replica counts) the elastic MILP is not solved, its LP relaxation is: on
@@ -310,86 +252,6 @@ def _num(x: float) -> str:
     return f"{x:.2f}" if abs(x - round(x)) > 1e-9 else f"{int(round(x))}"
 
 
-def _min_cost(ir: ProblemIR, cands: CandidateSet, backend: Backend,
-              options: SolveOptions) -> SolveResult | None:
-    """The round-1 solve of ``plan`` (min cost), or None when pre-checks or the MILP say infeasible. Solved
-    as the planner solves (``solve_ir``: split by workload on a large spec, certified to the MIP gap, else
-    the whole MILP): the whole MILP of 100 workloads took 200 s to prove infeasible what the split's LP
-    verdict proves in seconds."""
-    if precheck(ir, cands):
-        return None
-    res = solve_ir(_cost_ir(ir), cands, backend, options)
-    return res if res.has_solution else None
-
-
-def _cost_ir(ir: ProblemIR) -> ProblemIR:
-    """``ir`` with the objective explain asks about: the cheapest plan."""
-    return ir if ir.objective == "min_cost" else replace(ir, objective="min_cost")
-
-
-def _with_workload(ir: ProblemIR, cands: CandidateSet, w_new) -> tuple[ProblemIR, CandidateSet]:
-    """``ir`` with one workload replaced; only that workload's candidates are rebuilt."""
-    ws = tuple(w_new if w.name == w_new.name else w for w in ir.workloads)
-    ir2 = replace(ir, workloads=ws)
-    own = build_candidates(replace(ir, workloads=(w_new,)))
-    keep = tuple(c for c in cands.candidates if c.workload != w_new.name)
-    return ir2, CandidateSet(tuple(sorted(keep + own.candidates, key=lambda c: c.id)),
-                             tuple(sorted([p for p in cands.pruned if p.workload != w_new.name]
-                                          + list(own.pruned), key=lambda p: p.id)),
-                             tuple([b for b in cands.best if b.workload != w_new.name] + list(own.best)))
-
-
-class Counts:
-    """``build_candidates`` of ``ir`` with GPU counts changed (``at``), built only where a shape can appear or
-    go. A pool's count enters the candidates in one place: a layout (``trimtab.deployment.layouts``, unified
-    and P/D sides alike) of more GPUs than the pool has is pruned, its reason naming the count. So the set is
-    the same for every count between two consecutive layout sizes but for those reasons, which ``at``
-    rewrites: a bisection over a count of 4,096 GPUs whose largest shape has 64 builds nothing, where each of
-    its steps cost a full build (6-12 s at 100 workloads). tests/unit/test_explain_scale.py compares it with
-    the full build."""
-
-    def __init__(self, ir: ProblemIR, cands: CandidateSet):
-        self.ir = ir
-        self.sizes: dict[str, tuple[int, ...]] = {}
-        self.built: dict[tuple, tuple[ProblemIR, CandidateSet]] = {self._key(ir): (ir, cands)}
-
-    def _sizes(self, pool) -> tuple[int, ...]:
-        """The GPUs of every layout of any workload on ``pool``'s type, at any count."""
-        if pool.type not in self.sizes:
-            unbounded = replace(pool, count=1 << 40)
-            self.sizes[pool.type] = tuple(sorted({tp * pp * dp for w in self.ir.workloads
-                                                  for _, tp, pp, dp, _, _ in layouts(self.ir, w, unbounded)}))
-        return self.sizes[pool.type]
-
-    def _key(self, ir: ProblemIR) -> tuple:
-        return tuple((p.type, sum(g <= p.count for g in self._sizes(p))) for p in ir.gpus)
-
-    def count(self, gpu: str, count: int) -> tuple[ProblemIR, CandidateSet]:
-        """``ir`` with ``gpu``'s count set, and its candidates."""
-        return self.at(replace(self.ir, gpus=tuple(replace(g, count=count) if g.type == gpu else g
-                                                   for g in self.ir.gpus)))
-
-    def at(self, ir2: ProblemIR) -> tuple[ProblemIR, CandidateSet]:
-        """``ir2`` (``ir`` with other GPU counts or budget: nothing else) and its candidates."""
-        key = self._key(ir2)
-        if key not in self.built:
-            self.built[key] = (ir2, build_candidates(ir2))
-        was, cands = self.built[key]
-        moved = {p.type: (p.count, q.count) for p, q in zip(was.gpus, ir2.gpus) if p.count != q.count}
-        if not moved:
-            return ir2, cands
-        pats = {t: re.compile(rf"needs (\d+) GPUs, the spec has {old} {re.escape(t)}")
-                for t, (old, _) in moved.items()}
-
-        def reword(text: str) -> str:
-            for t, pat in pats.items():
-                if pat.fullmatch(text):
-                    return f"{text[:text.rindex(' has ') + 5]}{moved[t][1]} {t}"
-            return text
-        pruned = tuple(replace(p, reason=reword(p.reason), cause=reword(p.cause)) for p in cands.pruned)
-        return ir2, replace(cands, pruned=pruned)
-
-
 SLO_MAX = {"ttft_ms": 3_600_000.0, "tpot_ms": 60_000.0}  # the spec's upper limits
 
 
@@ -433,7 +295,7 @@ def explain(ir: ProblemIR, backend: Backend, options: SolveOptions, cands: Candi
     problems = precheck(ir, cands)
     res = None
     if not problems:
-        res = solve_ir(_cost_ir(ir), cands, backend, options)
+        res = solve_ir(cost_ir(ir), cands, backend, options)
     if res is not None and res.has_solution:
         return _explain_feasible(ir, cands, backend, options, res, slo_relax, counts)
     if res is not None and res.status.value != "infeasible":
@@ -454,7 +316,7 @@ def explain(ir: ProblemIR, backend: Backend, options: SolveOptions, cands: Candi
     # 2. One number at a time, by bisection against the feasibility test.
     for pool in ir.gpus:
         def ok(n, pool=pool):
-            return _min_cost(*counts.count(pool.type, int(n)), backend, options) is not None
+            return min_cost(*counts.count(pool.type, int(n)), backend, options) is not None
         top = smallest_true(ok, float(pool.count), float(max(pool.count * 64, 4096)), integer=True)
         if top is not None:
             alts.append([Change(SpecPath.gpu(pool, "count"), pool.count, int(top), "raise")])
@@ -496,14 +358,14 @@ def _explain_lp(ir: ProblemIR, cands: CandidateSet, counts: Counts, model: MilpM
         notes += [note] if note else []
     alts += _budget_change(ir, cands, backend, options)
     short = {c.origin.key for c in bound or () if c.origin.section == "gpus"}
-    names, why = _slo_workloads(ir, cands, short, bound)
+    names, why = repairing_workloads(ir, cands, short, bound)
     tried = names[:SLO_MAX_WORKLOADS]
     hopeless: list[str] = []
     for name in tried:
         more, said, none = _slo_lp(ir, cands, ir.workload(name), backend, options)
         alts, notes = alts + more, notes + said
         hopeless += [f"{name} {k}" for k in none]
-    rest = names[len(tried):]
+    rest = names[SLO_MAX_WORKLOADS:]
     shown = ", ".join(rest[:10]) + (f" and {len(rest) - 10} more" if len(rest) > 10 else "")
     said = [why] if why else []
     said += [f"SLO relaxations tried for {', '.join(tried)}"] if tried else []
@@ -521,7 +383,7 @@ def _suffices(ir: ProblemIR, cands: CandidateSet, counts: Counts, changes: list[
     changed counts leave the candidates as they are, the rounded plan is one: it keeps every row of that
     model, the relaxable ones at their new numbers. Else (a shape appears) the feasibility test says."""
     ir2, cands2 = counts.at(relaxed_ir(ir, ((c.origin, c.new) for c in changes)))
-    return cands2.candidates == cands.candidates or _min_cost(ir2, cands2, backend, options) is not None
+    return cands2.candidates == cands.candidates or min_cost(ir2, cands2, backend, options) is not None
 
 
 def _count_alone(ir: ProblemIR, cands: CandidateSet, counts: Counts, model: MilpModel, pool,
@@ -554,10 +416,11 @@ def _slo_lp(ir: ProblemIR, cands: CandidateSet, w, backend: Backend,
             options: SolveOptions) -> tuple[list[list[Change]], list[str], list[str]]:
     """(each SLO of ``w`` relaxed alone to a value that admits a plan; notes; the SLO keys no value of
     which repairs the spec), from LP relaxations of the whole spec with ``w``'s candidates rebuilt: none
-    where the LP at the spec's upper limit is infeasible (no value of that SLO repairs it); else the least value whose LP is feasible (to 2 %, as
-    ``_slo_changes``) where its LP plan rounded up fits every row (a plan: it suffices); else the least
-    value whose LP plan rounded up fits, with the bound in a note. Each value tried is one LP, not a solve
-    of the whole MILP (``_slo_changes``'s bisection: 20-60 s a step at 100 workloads)."""
+    where the LP at the spec's upper limit is infeasible (no value of that SLO repairs it); else the least
+    value whose LP is feasible (to 2 %, as ``_slo_changes``) where its LP plan rounded up fits every row (a
+    plan: it suffices); else the least value whose LP plan rounded up fits, with the bound in a note. Each
+    value tried is one LP, not a solve of the whole MILP (``_slo_changes``'s bisection: 20-60 s a step at
+    100 workloads)."""
     alts, notes, none = [], [], []
     for key in ("ttft_ms", "tpot_ms"):
         cur = getattr(w.slo, key)
@@ -566,7 +429,7 @@ def _slo_lp(ir: ProblemIR, cands: CandidateSet, w, backend: Backend,
         def lp(v: float, key=key) -> tuple[bool, bool]:
             """(the LP is feasible, its plan rounded up fits every row)"""
             if v not in seen:
-                ir2, c2 = _with_workload(ir, cands, replace(w, slo=replace(w.slo, **{key: v})))
+                ir2, c2 = with_workload(ir, cands, replace(w, slo=replace(w.slo, **{key: v})))
                 if precheck(ir2, c2):
                     seen[v] = (False, False)
                 else:
@@ -595,41 +458,6 @@ def _slo_lp(ir: ProblemIR, cands: CandidateSet, w, backend: Backend,
     return alts, notes, none
 
 
-def _slo_workloads(ir: ProblemIR, cands: CandidateSet, short: set[str],
-                   bound: list[Change] | None) -> tuple[list[str], str]:
-    """(the workloads whose SLO alone may repair the spec, those on ``short`` types first; a note on the
-    rest). Without a budget the workloads and GPU types fall into parts that share nothing (a workload
-    linked to the types of its candidates): a part whose inventory rows the LP relaxes (``short``) has no
-    plan on its own, and an SLO of a workload outside it changes none of its candidates or rows, so it
-    cannot repair the spec; and where two parts fall short, no one SLO repairs both."""
-    names = [w.name for w in ir.workloads]
-    if ir.budget_usd_per_hour is not None or not short or bound is None:
-        return names, ""
-    parent: dict[str, str] = {}
-
-    def find(x: str) -> str:
-        while parent.setdefault(x, x) != x:
-            x = parent[x]
-        return x
-    direct: set[str] = set()
-    for c in cands.candidates:
-        parent[find("w:" + c.workload)] = find("g:" + c.gpu)
-        if c.gpu in short:
-            direct.add(c.workload)
-    parts = {find("g:" + t) for t in short}
-    types = ", ".join(sorted(short))
-    if len(parts) > 1:
-        return [], (f"no one SLO repairs the spec: the GPU types the LP relaxation raises ({types}) fall "
-                    "in parts of the spec that share no workload, and an SLO changes one part")
-    (part,) = parts
-    mine = [n for n in names if find("w:" + n) == part]
-    mine.sort(key=lambda n: n not in direct)  # (stable: spec order within each)
-    if len(mine) == len(names):
-        return mine, ""
-    return mine, (f"{len(names) - len(mine)} workloads share no GPU type with {types}, the rows the LP "
-                  "relaxation raises: no SLO of theirs repairs the spec (not tried)")
-
-
 def _budget_change(ir: ProblemIR, cands: CandidateSet, backend: Backend,
                    options: SolveOptions) -> list[list[Change]]:
     """The budget that admits a plan, if any: exact, the cheapest plan without a budget costs C*, and any
@@ -637,13 +465,13 @@ def _budget_change(ir: ProblemIR, cands: CandidateSet, backend: Backend,
     if ir.budget_usd_per_hour is None:
         return []
     b0 = ir.budget_usd_per_hour
-    r = _min_cost(replace(ir, budget_usd_per_hour=None), cands, backend, options)
+    r = min_cost(replace(ir, budget_usd_per_hour=None), cands, backend, options)
     if r is None:
         return []
     cost = fleet_usd_per_hour((round(r.values.get(n_var(c.id), 0.0)), c.usd_per_hour)
                               for c in cands.candidates)
     need = math.ceil(cost * 100 - 1e-6) / 100
-    if _min_cost(replace(ir, budget_usd_per_hour=need), cands, backend, options) is None:
+    if min_cost(replace(ir, budget_usd_per_hour=need), cands, backend, options) is None:
         return []
     return [[Change(SpecPath("budget_usd_per_hour"), b0, need, "raise")]]
 
@@ -657,7 +485,7 @@ def _slo_changes(ir: ProblemIR, cands: CandidateSet, w, backend: Backend,
 
         def ok_s(v, key=key):
             w2 = replace(w, slo=replace(w.slo, **{key: v}))
-            return _min_cost(*_with_workload(ir, cands, w2), backend, options) is not None
+            return min_cost(*with_workload(ir, cands, w2), backend, options) is not None
         top = smallest_true(ok_s, cur, SLO_MAX[key], integer=False)
         if top is not None:
             need = float(math.ceil(top))
@@ -684,7 +512,7 @@ def _elastic_changes(ir: ProblemIR, counts: Counts, model: MilpModel, backend: B
     changes = elastic_changes(ir, model, backend, options)
     if not changes:
         return []
-    if _min_cost(*counts.at(relaxed_ir(ir, ((c.origin, c.new) for c in changes))), backend, options) is None:
+    if min_cost(*counts.at(relaxed_ir(ir, ((c.origin, c.new) for c in changes))), backend, options) is None:
         return []
     return changes
 
@@ -711,19 +539,19 @@ def _explain_feasible(ir: ProblemIR, cands: CandidateSet, backend: Backend, opti
         if smallest is None or pool.count - used.get(pool.type, 0) >= smallest:
             continue
         more = max(pool.count * 2, pool.count + 8)
-        r = _min_cost(*counts.count(pool.type, more), backend, options)
+        r = min_cost(*counts.count(pool.type, more), backend, options)
         binding.append(f"gpus[{pool.index}] ({pool.type}).count: {used.get(pool.type, 0)} of {pool.count} "
                        f"used; with {more}, {delta(r)}")
     if ir.budget_usd_per_hour is not None:
         cheapest = min(c.usd_per_hour for c in cands.unified)
         if ir.budget_usd_per_hour - base < cheapest:
-            r = _min_cost(replace(ir, budget_usd_per_hour=None), cands, backend, options)
+            r = min_cost(replace(ir, budget_usd_per_hour=None), cands, backend, options)
             binding.append(f"budget_usd_per_hour: {base:.2f} of {ir.budget_usd_per_hour:g} $/h used; "
                            f"without it, {delta(r)}")
     for w in ir.workloads:
         w2 = replace(w, slo=replace(w.slo, ttft_ms=min(w.slo.ttft_ms * slo_relax, SLO_MAX["ttft_ms"]),
                                     tpot_ms=min(w.slo.tpot_ms * slo_relax, SLO_MAX["tpot_ms"])))
-        r = _min_cost(*_with_workload(ir, cands, w2), backend, options)
+        r = min_cost(*with_workload(ir, cands, w2), backend, options)
         d = delta(r)
         if d != "no cheaper plan":
             binding.append(f"workloads[{w.index}] ({w.name}).slo: TTFT {w.slo.ttft_ms:g} ms, TPOT "

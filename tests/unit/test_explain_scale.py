@@ -10,6 +10,7 @@ import pytest
 
 import trimtab.milp.decompose as decompose
 import trimtab.planning.explain as ex
+import trimtab.planning.feasibility as feas
 from trimtab.ir.lower import lower
 from trimtab.milp.candidates import build_candidates
 from trimtab.spec.load import load_spec
@@ -38,7 +39,7 @@ def _same(a, b) -> None:
 def test_count_change_reuses_candidates_as_a_full_build(example, counts):
     ir = _at(lower(load_spec(ROOT / "examples" / example)), 1)
     base = build_candidates(ir, jobs=1)
-    reuse = ex.Counts(ir, base)
+    reuse = feas.Counts(ir, base)
     pool = ir.gpus[0]
     for n in counts:
         ir2, got = reuse.count(pool.type, n)
@@ -100,12 +101,12 @@ def test_count_bisection_builds_candidates_only_where_a_shape_appears(short_ir, 
     # four GPUs of each type every layout of the quickstart but those of 8 GPUs fits, so the only builds
     # are at the counts that admit one of those.
     built = []
-    real = ex.build_candidates
+    real = feas.build_candidates
 
     def counting(ir, *a, **k):
         built.append(tuple(p.count for p in ir.gpus))
         return real(ir, *a, **k)
-    monkeypatch.setattr(ex, "build_candidates", counting)
+    monkeypatch.setattr(feas, "build_candidates", counting)
     monkeypatch.setattr(ex, "_slo_changes", lambda *a, **k: [])  # (their per-workload builds aside)
     cands = real(short_ir, jobs=1)
     e = ex.explain(short_ir, HIGHS, SolveOptions(), cands)
@@ -121,14 +122,14 @@ def test_slo_relaxations_skip_workloads_that_share_no_type_with_the_short_rows()
     keep = tuple(c for c in cands.candidates if (c.workload == "chat") == (c.gpu == "h100-sxm")
                  and c.gpu in ("h100-sxm", "l4"))
     cs = replace(cands, candidates=keep)
-    names, why = ex._slo_workloads(ir, cs, {"h100-sxm"}, [])
+    names, why = feas.repairing_workloads(ir, cs, {"h100-sxm"}, [])
     assert names == ["chat"] and why.startswith("2 workloads share no GPU type with h100-sxm")
-    names, why = ex._slo_workloads(ir, cs, {"l4"}, [])
+    names, why = feas.repairing_workloads(ir, cs, {"l4"}, [])
     assert names == [w.name for w in ir.workloads if w.name != "chat"]
-    names, why = ex._slo_workloads(ir, cs, {"h100-sxm", "l4"}, [])
+    names, why = feas.repairing_workloads(ir, cs, {"h100-sxm", "l4"}, [])
     assert names == [] and why.startswith("no one SLO repairs the spec")
     # a budget couples every workload: none is left out
-    assert ex._slo_workloads(replace(ir, budget_usd_per_hour=100.0), cs, {"l4"}, [])[0] == \
+    assert feas.repairing_workloads(replace(ir, budget_usd_per_hour=100.0), cs, {"l4"}, [])[0] == \
         [w.name for w in ir.workloads]
 
 
