@@ -140,3 +140,17 @@ def test_decomposed_solves_give_the_whole_milps_count_and_joint_alternatives(sho
     monkeypatch.setattr(decompose, "MIN_CANDIDATES", 0)
     split = ex.explain(short_ir, HIGHS, SolveOptions())
     assert _alts(split) == _alts(whole) and len(whole.alternatives) >= 4
+
+
+def test_a_large_feasible_spec_prices_the_slos_of_the_costliest_workloads_and_says_so(monkeypatch):
+    ir = lower(load_spec(QUICKSTART))
+    small = ex.explain(ir, HIGHS, SolveOptions())
+    assert small.feasible and small.notes == []
+    monkeypatch.setattr(ex, "EXACT_MAX_INTEGERS", 0)
+    monkeypatch.setattr(ex, "SLO_MAX_WORKLOADS", 1)
+    large = ex.explain(ir, HIGHS, SolveOptions())
+    assert large.cost_usd_per_hour == pytest.approx(small.cost_usd_per_hour)
+    (note,) = large.notes
+    assert note.startswith("SLOs priced for the 1 workloads whose replicas cost most (") and "other 2" in note
+    slo = [b for b in large.binding if ".slo:" in b]
+    assert len(slo) <= 1 and set(slo) <= set(small.binding)
