@@ -24,69 +24,14 @@ from trimtab.deployment.shape import CandidateSet
 from trimtab.deployment.price import fleet_usd_per_hour
 from trimtab.milp.decompose import MIN_CANDIDATES
 from trimtab.milp.formulate import formulate, n_var, slack_var
+from trimtab.milp.solve import solve_ir
+# (``_min_cost``: the name tests/property/test_properties.py takes it by)
+from trimtab.planning.feasibility import (Counts, cost_ir, min_cost, min_cost as _min_cost, precheck,
+                                          precheck_by_workload, repairing_workloads, with_workload)
 from trimtab.ir.model import ProblemIR
 from trimtab.spec.paths import SpecPath
 from trimtab.solvers.base import Backend, SolveOptions, SolveResult
 from trimtab.solvers.model import MilpModel
-
-
-def precheck(ir: ProblemIR, cands: CandidateSet) -> list[str]:
-    return [line for _, line in precheck_by_workload(ir, cands)]
-
-
-def precheck_by_workload(ir: ProblemIR, cands: CandidateSet) -> list[tuple[str | None, str]]:
-    """``precheck``'s lines, each with the workload it is about (None: the budget's), for the planners that
-    set their own lines beside these (``RedundantPlanner.precheck``, ``adapter_precheck``)."""
-    out: list[tuple[str | None, str]] = []
-    served = {c.workload for c in cands.unified}
-    best = {(b.workload, b.bucket): b for b in cands.best}
-    for w in ir.workloads:
-        if w.name not in served and not any(k[0] == w.name for k in best):
-            reasons = sorted({p.cause for p in cands.pruned if p.workload == w.name})
-            gpus = ", ".join(f"{g.type} x{g.count}" for g in ir.gpus)
-            # live KV beyond HBM is a way out only for memory, and only when the spec has not allowed it yet
-            ways = ["Add larger or more GPUs", "use dtype fp8"]
-            if "memory" in reasons and getattr(ir, "kv_tiers", "off") != "experimental-live":
-                ways.append("let live KV exceed HBM with defaults.kv_tiers: experimental-live (host memory "
-                            "or other instances' HBM; no engine flag realises it, docs/kv-tiers.md)")
-            out.append((w.name, f"{w.name}: model {w.model} ({w.dtype}) fits no GPU in the spec at any "
-                       f"tensor/pipeline parallelism ({gpus}); pruned for: "
-                       f"{', '.join(reasons) or 'no candidates'}. {', '.join(ways[:-1])} or {ways[-1]}."))
-            continue
-        for b in w.buckets:
-            if any(c.workload == w.name and c.capacity(b.name) > 0 for c in cands.unified):
-                continue
-            bb = best.get((w.name, b.name))
-            share = f"{b.prob:.0%} of requests, inputs {b.name}"
-            if bb is None:
-                out.append((w.name, f"{w.name}: no candidate can hold requests of bucket {b.name} "
-                                    f"({share}) in its KV cache"))
-            elif bb.ttft_ms > w.slo.ttft_ms:
-                out.append((w.name, f"{w.name}: TTFT p{w.slo.percentile:g} {w.slo.ttft_ms:g} ms cannot be "
-                           f"met for {share}; the fastest candidate ({bb.ttft_by}) reaches "
-                           f"{math.ceil(bb.ttft_ms)} ms even at low load. "
-                           f"Relax workloads[{w.index}].slo.ttft_ms to at least {math.ceil(bb.ttft_ms)}."))
-            elif bb.tpot_ms > w.slo.tpot_ms:
-                out.append((w.name, f"{w.name}: TPOT {w.slo.tpot_ms:g} ms cannot be met for {share}; the "
-                           f"fastest candidate ({bb.tpot_by}) reaches {bb.tpot_ms:.1f} ms even at low load. "
-                           f"Relax workloads[{w.index}].slo.tpot_ms to at least {math.ceil(bb.tpot_ms)}."))
-            else:
-                out.append((w.name, f"{w.name}: no candidate meets TTFT {w.slo.ttft_ms:g} ms and TPOT "
-                           f"{w.slo.tpot_ms:g} ms together for {share} (best low-load TTFT "
-                           f"{bb.ttft_ms:.0f} ms on {bb.ttft_by}, TPOT {bb.tpot_ms:.1f} ms on {bb.tpot_by})"))
-    if not out and ir.budget_usd_per_hour is not None and ir.objective == "min_cost":
-        floor = 0.0
-        for w in ir.workloads:
-            mine = [c.usd_per_hour for c in cands.unified if c.workload == w.name]
-            floor += min(mine) if mine else 0.0
-        if floor > ir.budget_usd_per_hour + 1e-9:
-            # one number, rounded up to the cent (a budget of it passes this check), in both places: "below
-            # 51.90 ... at least 51.91" read as two
-            need = math.ceil(floor * 100) / 100
-            out.append((None, f"budget_usd_per_hour {ir.budget_usd_per_hour:g} is below {need:.2f} $/h, one "
-                       f"replica of the cheapest candidate of each of the {len(ir.workloads)} workload(s). "
-                       f"raise budget_usd_per_hour from {ir.budget_usd_per_hour:g} to at least {need:.2f}"))
-    return out
 
 
 # Above this many integer variables (replica counts) the elastic MILP is not solved, its LP relaxation is: on
@@ -114,11 +59,11 @@ def _exact(model: MilpModel) -> bool:
     return sum(v.kind == "integer" for v in model.variables.values()) <= EXACT_MAX_INTEGERS
 
 
-def _elastic(model: MilpModel, backend: Backend,
-             options: SolveOptions) -> tuple[list[Change] | None, dict[str, float]]:
-    """(``elastic_changes``, the solution it read them from)."""
+def _elastic(model: MilpModel, backend: Backend, options: SolveOptions,
+             lp: bool = False) -> tuple[list[Change] | None, dict[str, float]]:
+    """(``elastic_changes``, the solution it read them from); ``lp``: the LP relaxation's at any size."""
     elastic = model.elastic(slack_var)
-    res = backend.solve(elastic if _exact(model) else elastic.relaxed(), options)
+    res = backend.solve(elastic if _exact(model) and not lp else elastic.relaxed(), options)
     if not res.has_solution:
         return None, {}
     return _row_changes(model, {c.name: res.values.get(slack_var(c.name), 0.0) for c in model.constraints
@@ -146,11 +91,28 @@ def relaxations(ir: ProblemIR, cands: CandidateSet, backend: Backend, options: S
     EXACT_MAX_INTEGERS that relaxation is its LP's, a bound that may not suffice, so the lines also say what
     does: the LP's plan with each replica count rounded up (``rounded_up``)."""
     model = formulate(ir, cands, derate, elastic=True)
-    changes, values = _elastic(model, backend, options)
-    if changes is None or _exact(model):
-        return relaxation_lines(changes)
-    lines = [f"{c.render()} (the LP relaxation's bound)" for c in changes]
-    more = rounded_up(model, values)
+    if _exact(model):
+        return relaxation_lines(_elastic(model, backend, options)[0])
+    return lp_lines(*lp_relaxation(model, backend, options))
+
+
+def lp_relaxation(model: MilpModel, backend: Backend,
+                  options: SolveOptions) -> tuple[list[Change] | None, list[Change] | None, dict[str, float]]:
+    """(the LP relaxation's smallest changes of ``model``'s relaxable rows: each a lower bound; the changes
+    its plan rounded up needs, which suffice (``rounded_up``; None: that plan breaks another row); the LP's
+    solution). The stage ``relaxations`` words for ``plan`` and ``explain`` offers above
+    EXACT_MAX_INTEGERS, where the elastic MILP is not solved."""
+    bound, values = _elastic(model, backend, options, lp=True)
+    if bound is None:
+        return None, None, values
+    return bound, rounded_up(model, values), values
+
+
+def lp_lines(bound: list[Change] | None, more: list[Change] | None, values: dict[str, float]) -> list[str]:
+    """``relaxations``' lines from ``lp_relaxation``."""
+    if bound is None:
+        return relaxation_lines(None)
+    lines = [f"{c.render()} (the LP relaxation's bound)" for c in bound]
     if more:
         lines += ["these together suffice (the LP relaxation's plan with each replica count rounded up):"]
         lines += [f"  {c.verb} {c.where} from {_num(c.old)} to {_num(c.new)}" for c in more]
@@ -290,32 +252,6 @@ def _num(x: float) -> str:
     return f"{x:.2f}" if abs(x - round(x)) > 1e-9 else f"{int(round(x))}"
 
 
-def _min_cost(ir: ProblemIR, cands: CandidateSet, backend: Backend,
-              options: SolveOptions) -> SolveResult | None:
-    """The round-1 solve of ``plan`` (min cost), or None when pre-checks or the MILP say infeasible."""
-    if precheck(ir, cands):
-        return None
-    res = backend.solve(formulate(ir, cands, objective="min_cost"), options)
-    return res if res.has_solution else None
-
-
-def _with_workload(ir: ProblemIR, cands: CandidateSet, w_new) -> tuple[ProblemIR, CandidateSet]:
-    """``ir`` with one workload replaced; only that workload's candidates are rebuilt."""
-    ws = tuple(w_new if w.name == w_new.name else w for w in ir.workloads)
-    ir2 = replace(ir, workloads=ws)
-    own = build_candidates(replace(ir, workloads=(w_new,)))
-    keep = tuple(c for c in cands.candidates if c.workload != w_new.name)
-    return ir2, CandidateSet(tuple(sorted(keep + own.candidates, key=lambda c: c.id)),
-                             tuple(sorted([p for p in cands.pruned if p.workload != w_new.name]
-                                          + list(own.pruned), key=lambda p: p.id)),
-                             tuple([b for b in cands.best if b.workload != w_new.name] + list(own.best)))
-
-
-def _with_count(ir: ProblemIR, gpu: str, count: int) -> tuple[ProblemIR, CandidateSet]:
-    ir2 = replace(ir, gpus=tuple(replace(g, count=count) if g.type == gpu else g for g in ir.gpus))
-    return ir2, build_candidates(ir2)
-
-
 SLO_MAX = {"ttft_ms": 3_600_000.0, "tpot_ms": 60_000.0}  # the spec's upper limits
 
 
@@ -352,53 +288,211 @@ def stopped(backend: Backend, res: SolveResult) -> Explanation:
 def explain(ir: ProblemIR, backend: Backend, options: SolveOptions, cands: CandidateSet | None = None,
             slo_relax: float = 1.25) -> Explanation:
     """Infeasible: alternatives that repair the spec. Feasible: binding constraints (``slo_relax``: the SLO
-    loosening tried to see whether a workload's SLO drives cost)."""
+    loosening tried to see whether a workload's SLO drives cost). Above EXACT_MAX_INTEGERS (``_explain_lp``)
+    the alternatives come from LP relaxations and the SLOs tried are bounded, said in the notes."""
     cands = cands or build_candidates(ir)
+    counts = Counts(ir, cands)
     problems = precheck(ir, cands)
-    res = None if problems else backend.solve(formulate(ir, cands, objective="min_cost"), options)
+    res = None
+    if not problems:
+        res = solve_ir(cost_ir(ir), cands, backend, options)
     if res is not None and res.has_solution:
-        return _explain_feasible(ir, cands, backend, options, res, slo_relax)
+        return _explain_feasible(ir, cands, backend, options, res, slo_relax, counts)
     if res is not None and res.status.value != "infeasible":
         return stopped(backend, res)
     if not problems:
         problems = ["no deployment meets every SLO within the GPU counts and budget"]
+    # (only when every bucket has a candidate: the solve ran)
+    model = None if res is None else formulate(ir, cands, elastic=True, objective="min_cost")
+    if model is not None and not _exact(model):
+        alts, notes = _explain_lp(ir, cands, counts, model, backend, options)
+        return Explanation(False, problems, _dedupe(alts), notes=notes)
     alts: list[list[Change]] = []
     # 1. The elastic relaxation of GPU counts and budget together (only when every bucket has a candidate).
-    if not precheck(ir, cands):
-        joint = _elastic_changes(ir, cands, backend, options)
+    if model is not None:
+        joint = _elastic_changes(ir, counts, model, backend, options)
         if joint:
             alts.append(joint)
     # 2. One number at a time, by bisection against the feasibility test.
     for pool in ir.gpus:
         def ok(n, pool=pool):
-            return _min_cost(*_with_count(ir, pool.type, int(n)), backend, options) is not None
+            return min_cost(*counts.count(pool.type, int(n)), backend, options) is not None
         top = smallest_true(ok, float(pool.count), float(max(pool.count * 64, 4096)), integer=True)
         if top is not None:
             alts.append([Change(SpecPath.gpu(pool, "count"), pool.count, int(top), "raise")])
-    if ir.budget_usd_per_hour is not None:
-        # Exact: the cheapest plan without a budget costs C*; any budget >= C* admits it.
-        b0 = ir.budget_usd_per_hour
-        r = _min_cost(replace(ir, budget_usd_per_hour=None), cands, backend, options)
-        if r is not None:
-            cost = fleet_usd_per_hour((round(r.values.get(n_var(c.id), 0.0)), c.usd_per_hour)
-                                      for c in cands.candidates)
-            need = math.ceil(cost * 100 - 1e-6) / 100
-            if _min_cost(replace(ir, budget_usd_per_hour=need), cands, backend, options) is not None:
-                alts.append([Change(SpecPath("budget_usd_per_hour"), b0, need, "raise")])
+    alts += _budget_change(ir, cands, backend, options)
     for w in ir.workloads:
-        for key in ("ttft_ms", "tpot_ms"):
-            cur = getattr(w.slo, key)
-
-            def ok_s(v, w=w, key=key):
-                w2 = replace(w, slo=replace(w.slo, **{key: v}))
-                return _min_cost(*_with_workload(ir, cands, w2), backend, options) is not None
-            top = smallest_true(ok_s, cur, SLO_MAX[key], integer=False)
-            if top is not None:
-                need = float(math.ceil(top))
-                if not ok_s(need):  # rounding up keeps feasibility (monotone); guard against numerics anyway
-                    continue
-                alts.append([Change(SpecPath.workload(w, f"slo.{key}"), cur, need, "relax")])
+        alts += _slo_changes(ir, cands, w, backend, options)
     return Explanation(False, problems, _dedupe(alts))
+
+
+# Above EXACT_MAX_INTEGERS, the workloads whose SLOs are searched (``_slo_lp``): up to ~40 LPs of the whole
+# spec each (about a second apiece at 100 workloads). The others are named in a note, with why.
+SLO_MAX_WORKLOADS = 3
+
+
+def _explain_lp(ir: ProblemIR, cands: CandidateSet, counts: Counts, model: MilpModel, backend: Backend,
+                options: SolveOptions) -> tuple[list[list[Change]], list[str]]:
+    """The alternatives of a spec above EXACT_MAX_INTEGERS (``model``: its elastic model), and notes on what
+    they rest on and what was not tried. The elastic MILP is not solved there (``EXACT_MAX_INTEGERS``), so
+    each change comes from an LP relaxation, as ``relaxations`` words it for ``plan``: the joint change is
+    the LP's plan rounded up (it suffices; the LP's own slacks, a lower bound, go in a note); one GPU count
+    alone likewise, from the LP with only that row relaxed (``_count_alone``); the budget as on any spec
+    (two solves); SLOs only of the workloads that share GPU types with a row the LP relaxes
+    (``_slo_workloads``), at most SLO_MAX_WORKLOADS of them, each from LPs (``_slo_lp``). Where a number
+    offered may not be the least, a note gives the interval the least lies in. No solve of the whole spec
+    but the budget's two: such solves, 20-60 s each at 100 workloads, are what bisection repeats."""
+    alts: list[list[Change]] = []
+    notes: list[str] = []
+    bound, enough, _ = lp_relaxation(model, backend, options)
+    if bound:
+        notes.append("the LP relaxation bounds the joint change from below: "
+                     + "; ".join(c.render() for c in bound))
+    if enough and _suffices(ir, cands, counts, enough, backend, options):
+        alts.append(enough)
+        notes.append("the first alternative is the LP relaxation's plan with each replica count rounded up: "
+                     "it suffices, a smaller joint change may too")
+    for pool in ir.gpus:
+        alt, note = _count_alone(ir, cands, counts, model, pool, backend, options)
+        alts += [alt] if alt else []
+        notes += [note] if note else []
+    alts += _budget_change(ir, cands, backend, options)
+    short = {c.origin.key for c in bound or () if c.origin.section == "gpus"}
+    names, why = repairing_workloads(ir, cands, short, bound)
+    tried = names[:SLO_MAX_WORKLOADS]
+    hopeless: list[str] = []
+    for name in tried:
+        more, said, none = _slo_lp(ir, cands, ir.workload(name), backend, options)
+        alts, notes = alts + more, notes + said
+        hopeless += [f"{name} {k}" for k in none]
+    rest = names[SLO_MAX_WORKLOADS:]
+    shown = ", ".join(rest[:10]) + (f" and {len(rest) - 10} more" if len(rest) > 10 else "")
+    said = [why] if why else []
+    said += [f"SLO relaxations tried for {', '.join(tried)}"] if tried else []
+    said += [f"no value of {', '.join(hopeless)} alone repairs the spec (its LP relaxation at the spec's "
+             "upper limit has no plan)"] if hopeless else []
+    said += [f"not tried for the other {len(rest)} ({shown}): at most {SLO_MAX_WORKLOADS} workloads' SLOs "
+             f"are searched on a spec of more than {EXACT_MAX_INTEGERS} candidates"] if rest else []
+    notes.append("; ".join(said))
+    return alts, notes
+
+
+def _suffices(ir: ProblemIR, cands: CandidateSet, counts: Counts, changes: list[Change], backend: Backend,
+              options: SolveOptions) -> bool:
+    """Whether ``changes`` (from ``rounded_up`` of a model of ``ir`` on ``cands``) admit a plan. Where the
+    changed counts leave the candidates as they are, the rounded plan is one: it keeps every row of that
+    model, the relaxable ones at their new numbers. Else (a shape appears) the feasibility test says."""
+    ir2, cands2 = counts.at(relaxed_ir(ir, ((c.origin, c.new) for c in changes)))
+    return cands2.candidates == cands.candidates or min_cost(ir2, cands2, backend, options) is not None
+
+
+def _count_alone(ir: ProblemIR, cands: CandidateSet, counts: Counts, model: MilpModel, pool,
+                 backend: Backend, options: SolveOptions) -> tuple[list[Change] | None, str | None]:
+    """(a count of ``pool`` alone that admits a plan, or None; a note on how near the least it is). From the
+    LP of ``model`` with only this inventory row relaxed: where it is infeasible, no count of the type alone
+    repairs the spec; else its bound (below it no plan, not even a fractional one) and its plan rounded up
+    (a plan: that count suffices). Not bisected between the two: each step would be a solve of the whole
+    spec (20-60 s at 100 workloads, where the split prices rows out or falls back to the whole MILP)."""
+    row = f"inventory[{pool.type}]"
+    one = MilpModel(model.name, dict(model.variables),
+                    [replace(c, relaxable=c.relaxable and c.name == row) for c in model.constraints],
+                    model.objective, model.sense)
+    bound, enough, _ = lp_relaxation(one, backend, options)
+    if bound is None:
+        return None, None
+    lo = max([int(c.new) for c in bound] + [pool.count + 1])
+    where = SpecPath.gpu(pool, "count")
+    # (only this row is relaxable in ``one``: its rounded plan changes this count alone)
+    if not enough or not _suffices(ir, cands, counts, enough, backend, options):
+        return None, (f"{where}: alone, at least {lo} (the LP relaxation's bound); no count shown to suffice "
+                      "(the LP's plan rounded up breaks a row this count does not relax), not bisected")
+    hi = int(enough[0].new)
+    return [Change(where, pool.count, hi, "raise")], None if hi <= lo else (
+        f"{where}: alone, {hi} suffices (the LP relaxation's plan rounded up); the least count is between "
+        f"{lo} (the LP's bound) and {hi}, not bisected")
+
+
+def _slo_lp(ir: ProblemIR, cands: CandidateSet, w, backend: Backend,
+            options: SolveOptions) -> tuple[list[list[Change]], list[str], list[str]]:
+    """(each SLO of ``w`` relaxed alone to a value that admits a plan; notes; the SLO keys no value of
+    which repairs the spec), from LP relaxations of the whole spec with ``w``'s candidates rebuilt: none
+    where the LP at the spec's upper limit is infeasible (no value of that SLO repairs it); else the least
+    value whose LP is feasible (to 2 %, as ``_slo_changes``) where its LP plan rounded up fits every row (a
+    plan: it suffices); else the least value whose LP plan rounded up fits, with the bound in a note. Each
+    value tried is one LP, not a solve of the whole MILP (``_slo_changes``'s bisection: 20-60 s a step at
+    100 workloads)."""
+    alts, notes, none = [], [], []
+    for key in ("ttft_ms", "tpot_ms"):
+        cur = getattr(w.slo, key)
+        seen: dict[float, tuple[bool, bool]] = {}
+
+        def lp(v: float, key=key) -> tuple[bool, bool]:
+            """(the LP is feasible, its plan rounded up fits every row)"""
+            if v not in seen:
+                ir2, c2 = with_workload(ir, cands, replace(w, slo=replace(w.slo, **{key: v})))
+                if precheck(ir2, c2):
+                    seen[v] = (False, False)
+                else:
+                    m = formulate(ir2, c2, objective="min_cost")
+                    r = backend.solve(m.relaxed(), options)
+                    seen[v] = (r.has_solution, r.has_solution and rounded_up(m, r.values) == [])
+            return seen[v]
+        if not lp(SLO_MAX[key])[0]:
+            none.append(key)
+            continue
+        lo = smallest_true(lambda v: lp(v)[0], cur, SLO_MAX[key], integer=False)
+        where = SpecPath.workload(w, f"slo.{key}")
+        if lp(float(math.ceil(lo)))[1]:
+            alts.append([Change(where, cur, float(math.ceil(lo)), "relax")])  # the LP's bound suffices
+            continue
+        top = smallest_true(lambda v: lp(v)[1], max(cur, lo / 2), SLO_MAX[key], integer=False)
+        if top is None or not lp(float(math.ceil(top)))[1]:
+            notes.append(f"{where}: at least {math.ceil(lo)} (the LP relaxation's bound); no value "
+                         "shown to suffice (the LP's plan rounded up breaks a row), not bisected")
+            continue
+        need = float(math.ceil(top))
+        alts.append([Change(where, cur, need, "relax")])
+        if math.ceil(lo) < need:
+            notes.append(f"{where}: {_num(need)} suffices (the LP relaxation's plan rounded up); the least "
+                         f"is between {math.ceil(lo)} (the LP's bound) and {_num(need)}, not bisected")
+    return alts, notes, none
+
+
+def _budget_change(ir: ProblemIR, cands: CandidateSet, backend: Backend,
+                   options: SolveOptions) -> list[list[Change]]:
+    """The budget that admits a plan, if any: exact, the cheapest plan without a budget costs C*, and any
+    budget >= C* admits it."""
+    if ir.budget_usd_per_hour is None:
+        return []
+    b0 = ir.budget_usd_per_hour
+    r = min_cost(replace(ir, budget_usd_per_hour=None), cands, backend, options)
+    if r is None:
+        return []
+    cost = fleet_usd_per_hour((round(r.values.get(n_var(c.id), 0.0)), c.usd_per_hour)
+                              for c in cands.candidates)
+    need = math.ceil(cost * 100 - 1e-6) / 100
+    if min_cost(replace(ir, budget_usd_per_hour=need), cands, backend, options) is None:
+        return []
+    return [[Change(SpecPath("budget_usd_per_hour"), b0, need, "raise")]]
+
+
+def _slo_changes(ir: ProblemIR, cands: CandidateSet, w, backend: Backend,
+                 options: SolveOptions) -> list[list[Change]]:
+    """The smallest TTFT and TPOT SLO of ``w`` (each alone) that admits a plan, by bisection."""
+    out = []
+    for key in ("ttft_ms", "tpot_ms"):
+        cur = getattr(w.slo, key)
+
+        def ok_s(v, key=key):
+            w2 = replace(w, slo=replace(w.slo, **{key: v}))
+            return min_cost(*with_workload(ir, cands, w2), backend, options) is not None
+        top = smallest_true(ok_s, cur, SLO_MAX[key], integer=False)
+        if top is not None:
+            need = float(math.ceil(top))
+            if not ok_s(need):  # rounding up keeps feasibility (monotone); guard against numerics anyway
+                continue
+            out.append([Change(SpecPath.workload(w, f"slo.{key}"), cur, need, "relax")])
+    return out
 
 
 def _dedupe(alts: list[list[Change]]) -> list[list[Change]]:
@@ -411,20 +505,20 @@ def _dedupe(alts: list[list[Change]]) -> list[list[Change]]:
     return out
 
 
-def _elastic_changes(ir: ProblemIR, cands: CandidateSet, backend: Backend,
+def _elastic_changes(ir: ProblemIR, counts: Counts, model: MilpModel, backend: Backend,
                      options: SolveOptions) -> list[Change]:
-    changes = elastic_changes(ir, formulate(ir, cands, elastic=True, objective="min_cost"), backend, options)
+    """The elastic MILP's joint change (``elastic_changes`` of ``model``, ``ir``'s elastic model), verified
+    by the feasibility test before it is offered."""
+    changes = elastic_changes(ir, model, backend, options)
     if not changes:
         return []
-    # Verify the joint change before offering it.
-    ir2 = relaxed_ir(ir, ((c.origin, c.new) for c in changes))
-    if _min_cost(ir2, build_candidates(ir2), backend, options) is None:
+    if min_cost(*counts.at(relaxed_ir(ir, ((c.origin, c.new) for c in changes))), backend, options) is None:
         return []
     return changes
 
 
 def _explain_feasible(ir: ProblemIR, cands: CandidateSet, backend: Backend, options: SolveOptions,
-                      res: SolveResult, slo_relax: float) -> Explanation:
+                      res: SolveResult, slo_relax: float, counts: Counts) -> Explanation:
     by_id = cands.by_id()
     used: dict[str, int] = {}
     bought = [(int(round(res.values.get(n_var(cid), 0.0))), c) for cid, c in by_id.items()]
@@ -445,22 +539,37 @@ def _explain_feasible(ir: ProblemIR, cands: CandidateSet, backend: Backend, opti
         if smallest is None or pool.count - used.get(pool.type, 0) >= smallest:
             continue
         more = max(pool.count * 2, pool.count + 8)
-        r = _min_cost(*_with_count(ir, pool.type, more), backend, options)
+        r = min_cost(*counts.count(pool.type, more), backend, options)
         binding.append(f"gpus[{pool.index}] ({pool.type}).count: {used.get(pool.type, 0)} of {pool.count} "
                        f"used; with {more}, {delta(r)}")
     if ir.budget_usd_per_hour is not None:
         cheapest = min(c.usd_per_hour for c in cands.unified)
         if ir.budget_usd_per_hour - base < cheapest:
-            r = _min_cost(replace(ir, budget_usd_per_hour=None), cands, backend, options)
+            r = min_cost(replace(ir, budget_usd_per_hour=None), cands, backend, options)
             binding.append(f"budget_usd_per_hour: {base:.2f} of {ir.budget_usd_per_hour:g} $/h used; "
                            f"without it, {delta(r)}")
-    for w in ir.workloads:
+    # Above EXACT_MAX_INTEGERS candidates, the SLOs of the SLO_MAX_WORKLOADS workloads that cost most, each a
+    # solve of the whole spec (20-60 s at 100 workloads); the others named in a note
+    spend: dict[str, float] = {}
+    for n, c in bought:
+        spend[c.workload] = spend.get(c.workload, 0.0) + n * c.usd_per_hour
+    priced = list(ir.workloads)
+    notes = []
+    if len(cands.candidates) > EXACT_MAX_INTEGERS and len(priced) > SLO_MAX_WORKLOADS:
+        priced = sorted(priced, key=lambda w: -spend.get(w.name, 0.0))[:SLO_MAX_WORKLOADS]
+        notes.append(f"SLOs priced for the {SLO_MAX_WORKLOADS} workloads whose replicas cost most "
+                     f"({', '.join(w.name for w in priced)}), not for the other "
+                     f"{len(ir.workloads) - len(priced)}: each is a solve of the whole spec, on a spec of "
+                     f"more than {EXACT_MAX_INTEGERS} candidates")
+        priced.sort(key=lambda w: w.index)
+    for w in priced:
         w2 = replace(w, slo=replace(w.slo, ttft_ms=min(w.slo.ttft_ms * slo_relax, SLO_MAX["ttft_ms"]),
                                     tpot_ms=min(w.slo.tpot_ms * slo_relax, SLO_MAX["tpot_ms"])))
-        r = _min_cost(*_with_workload(ir, cands, w2), backend, options)
+        r = min_cost(*with_workload(ir, cands, w2), backend, options)
         d = delta(r)
         if d != "no cheaper plan":
             binding.append(f"workloads[{w.index}] ({w.name}).slo: TTFT {w.slo.ttft_ms:g} ms, TPOT "
                            f"{w.slo.tpot_ms:g} ms; {slo_relax - 1:.0%} looser, {d}")
-    return Explanation(True, binding=binding, cost_usd_per_hour=base, binding_base_usd_per_hour=base)
+    return Explanation(True, binding=binding, cost_usd_per_hour=base, binding_base_usd_per_hour=base,
+                       notes=notes)
 
