@@ -6,7 +6,6 @@ workload's candidates rebuilt for a new SLO (``with_workload``), the candidates 
 from __future__ import annotations
 
 import math
-import re
 from dataclasses import replace
 
 from trimtab.deployment.layouts import layouts
@@ -141,28 +140,25 @@ class Counts:
         if key not in self.built:
             self.built[key] = (ir2, build_candidates(ir2))
         was, cands = self.built[key]
-        moved = {p.type: (p.count, q.count) for p, q in zip(was.gpus, ir2.gpus) if p.count != q.count}
+        moved = {p.type for p, q in zip(was.gpus, ir2.gpus) if p.count != q.count}
         if not moved:
             return ir2, cands
-        pats = {t: re.compile(rf"needs (\d+) GPUs, the spec has {old} {re.escape(t)}")
-                for t, (old, _) in moved.items()}
-
-        def reword(text: str) -> str:
-            for t, pat in pats.items():
-                if pat.fullmatch(text):
-                    return f"{text[:text.rindex(' has ') + 5]}{moved[t][1]} {t}"
-            return text
-        pruned = tuple(replace(p, reason=reword(p.reason), cause=reword(p.cause)) for p in cands.pruned)
+        # the same layouts are pruned (the key); their reasons, which name the count, as ``ir2``'s layouts say
+        why = {cid: w for wl in ir2.workloads for pool in ir2.gpus if pool.type in moved
+               for cid, _, _, _, _, w in layouts(ir2, wl, pool) if w}
+        pruned = tuple(replace(p, reason=why[p.id], cause=why[p.id]) if p.id in why else p
+                       for p in cands.pruned)
         return ir2, replace(cands, pruned=pruned)
 
 
 def repairing_workloads(ir: ProblemIR, cands: CandidateSet, short: set[str],
-                   bound: list[Change] | None) -> tuple[list[str], str]:
+                        bound: list | None) -> tuple[list[str], str]:
     """(the workloads whose SLO alone may repair the spec, those on ``short`` types first; a note on the
     rest). Without a budget the workloads and GPU types fall into parts that share nothing (a workload
     linked to the types of its candidates): a part whose inventory rows the LP relaxes (``short``) has no
     plan on its own, and an SLO of a workload outside it changes none of its candidates or rows, so it
-    cannot repair the spec; and where two parts fall short, no one SLO repairs both."""
+    cannot repair the spec; and where two parts fall short, no one SLO repairs both. ``bound``: the LP
+    relaxation's changes (``trimtab.planning.explain.lp_relaxation``; None: not even the LP has a plan)."""
     names = [w.name for w in ir.workloads]
     if ir.budget_usd_per_hour is not None or not short or bound is None:
         return names, ""

@@ -1,6 +1,6 @@
-"""The HiGHS backend builds its model in highspy directly (``solvers/pulp_backend.py``, ``_highs_model``); the
-model must be the one PuLP's HiGHS interface builds, column for column and row for row, so that HiGHS takes the
-same path to the same answer. The oracle is PuLP itself, building the same ``MilpModel``."""
+"""The HiGHS backend builds its model in highspy directly (``solvers/pulp_backend.py``, ``_highs_model``);
+the model must be the one PuLP's HiGHS interface builds, column for column and row for row, so that HiGHS
+takes the same path to the same answer. The oracle is PuLP itself, building the same ``MilpModel``."""
 from __future__ import annotations
 
 import pulp
