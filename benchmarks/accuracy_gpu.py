@@ -566,6 +566,9 @@ def coverage(profiles, seed: int = 0) -> int:
 
 
 def main(argv: list[str]) -> int:
+    if "-h" in argv or "--help" in argv:  # (the flags are read by hand: the usage is the module's docstring)
+        print(__doc__)
+        return 0
     from benchmarks.error_bars import flag, write
 
     if flag(argv):  # the error bars per class over both benchmarks' data (benchmarks/error_bars.py)
