@@ -25,8 +25,7 @@ from trimtab.deployment.price import fleet_usd_per_hour
 from trimtab.milp.decompose import MIN_CANDIDATES
 from trimtab.milp.formulate import formulate, n_var, slack_var
 from trimtab.milp.solve import solve_ir
-# (``_min_cost``: the name tests/property/test_properties.py takes it by)
-from trimtab.planning.feasibility import (Counts, cost_ir, min_cost, min_cost as _min_cost, precheck,
+from trimtab.planning.feasibility import (Counts, cost_ir, min_cost, precheck,
                                           precheck_by_workload, repairing_workloads, with_workload)
 from trimtab.ir.model import ProblemIR
 from trimtab.spec.paths import SpecPath

@@ -15,7 +15,8 @@ from trimtab.api import plan
 from trimtab.milp.candidates import build_candidates
 from trimtab.gate.analytic import check, load_plan
 from trimtab.errors import InfeasibleError
-from trimtab.planning.explain import _min_cost, explain
+from trimtab.planning.explain import explain
+from trimtab.planning.feasibility import min_cost
 from trimtab.ir.lower import lower
 from trimtab.contract.write import emit
 from trimtab.spec.load import load_spec
@@ -54,7 +55,7 @@ def load(d: dict):
 
 def cost(d: dict) -> float | None:
     ir = lower(load(d))
-    r = _min_cost(ir, build_candidates(ir), HIGHS, OPTS)
+    r = min_cost(ir, build_candidates(ir), HIGHS, OPTS)
     return None if r is None else round(r.objective, 6)
 
 

@@ -93,7 +93,7 @@ def test_explain_on_the_decomposed_and_lp_paths_gives_the_whole_milps_alternativ
         if any(c.origin.section == "workloads" for c in alt):
             continue  # an SLO: verified by its own LP plan rounded up
         ir2 = ex.relaxed_ir(short_ir, ((c.origin, c.new) for c in alt))
-        assert ex._min_cost(ir2, build_candidates(ir2, jobs=1), HIGHS, opts) is not None, alt
+        assert feas.min_cost(ir2, build_candidates(ir2, jobs=1), HIGHS, opts) is not None, alt
 
 
 def test_count_bisection_builds_candidates_only_where_a_shape_appears(short_ir, monkeypatch):
