@@ -112,7 +112,11 @@ def cpu_samples(runs: tuple[Path, ...] = CPU_RUNS) -> list[tuple[tuple, str, flo
         # the benchmark's case, its model as the config.json the server read (no tokenizer needed to predict)
         (Path(d) / "model").mkdir()
         (Path(d) / "model" / "config.json").write_text(json.dumps(SMALL_LLAMA), encoding="utf-8")
-        spec_path, case = Path(d) / "spec.yaml", CPU
+        spec_path = Path(d) / "spec.yaml"
+        # the recorded runs' case: fixed lengths, served in bf16 (their spec named no dtype, whose default
+        # that is)
+        case = {**CPU, "dtype": "bf16", "input_tokens": f"{{fixed: {CPU['isl']}}}",
+                "output_tokens": f"{{fixed: {CPU['osl']}}}"}
         spec_path.write_text(SPEC.format(rate=0.5, **case), encoding="utf-8")
         spec, plan = plan_spec(spec_path)
         w = spec.workloads[0]
