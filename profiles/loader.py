@@ -101,6 +101,9 @@ class GpuProfile(_Profile):
     # Inside a captured CUDA graph (docs/cost-model.md, "CUDA graphs"): the fixed time per GEMM kernel
     # without the host's launch, and the engine's one-shot custom all-reduce (latency, bus bandwidth).
     graph_kernel_latency_us: Q | None = None
+    # The GEMMs' achieved share of HBM bandwidth inside a captured graph (weights streamed once a step, as
+    # vLLM replays them); absent = bandwidth_efficiency. Attention's KV reads keep bandwidth_efficiency.
+    graph_bandwidth_efficiency: Q | None = None
     # Fixed time of a layer's attention kernel call on top of its KV-bandwidth roofline (split-KV launch,
     # combine); absent = 0.
     attention_kernel_us: Q | None = None

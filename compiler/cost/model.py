@@ -186,12 +186,6 @@ class ReplicaModel(ReplicaRoles, ReplicaPredictions, ReplicaTiers):
         hbm = self.memory.kv_cache_tokens
         return hbm + self.kv_tier.tokens if self.kv_tier is not None and hbm > 0 else hbm
 
-    def _gemm_s(self, tokens: float, weight_bytes: float, flops: float, n_out: float, k_in: float,
-                kernels: float) -> float:
-        """One group of GEMMs: roofline of (weights + activations) bytes vs FLOPs, plus fixed kernel time."""
-        act = tokens * (n_out + k_in) * 2
-        return max((weight_bytes + act) / self.bw, flops / self.flops_linear) + kernels * self.kernel_s
-
     @cached_property
     def _step(self) -> tuple[float, ...]:
         """``iteration_s``'s equations with everything that does not depend on the step's batch folded into
@@ -199,23 +193,27 @@ class ReplicaModel(ReplicaRoles, ReplicaPredictions, ReplicaTiers):
         Same terms as the docstring there; each ``x / bandwidth`` or ``flops / rate`` becomes
         ``x * (1 / rate)``. The layout (pp, dp), the attention kernels' time and the MoE block's methods are
         read from here too. Eager kernels: the GPU's kernel latency and all-reduce fit."""
-        return self._fold(self.kernel_s, self.ar_lat, self.ar_bw)
+        return self._fold(self.kernel_s, self.ar_lat, self.ar_bw, self.bw)
 
     @cached_property
     def _step_graph(self) -> tuple[float, ...]:
         """``_step`` for steps replayed from a CUDA graph (``graph_tokens``): the kernels' fixed time inside a
-        graph and the custom all-reduce's latency and bus bandwidth (GPU profile ``graph_*``)."""
+        graph, the custom all-reduce's latency and bus bandwidth, the GEMMs' bandwidth (GPU ``graph_*``)."""
         g = self.gpu
         if not self.graph_tokens:
             return self._step
-        return self._fold(g.graph_kernel_latency_us.value * 1e-6, *g.allreduce_at(self.tp, graph=True))
+        gw = g.hbm_bandwidth_gbps.value * 1e9 * g.graph_bandwidth_efficiency.value \
+            if g.graph_bandwidth_efficiency is not None else self.bw
+        return self._fold(g.graph_kernel_latency_us.value * 1e-6, *g.allreduce_at(self.tp, graph=True), gw)
 
     @cached_property
     def _ar_eager(self) -> tuple[float, float] | None:
         """(fixed, per token) seconds of a layer's two eager (NCCL) all-reduces; None without TP."""
         return (self._step[9], self._step[10]) if self.tp > 1 else None
 
-    def _fold(self, ks: float, ar_lat: float, ar_bw: float) -> tuple[float, ...]:
+    def _fold(self, ks: float, ar_lat: float, ar_bw: float, gw: float) -> tuple[float, ...]:
+        """Kernel time ``ks``, all-reduce latency and bus bandwidth, and ``gw``: the GEMMs' (projections, MLP,
+        LM head) bandwidth; the KV, elementwise passes and hand-offs take ``self.bw``."""
         tp, pp = self.tp, self.pp
         bw, fl, fa = self.bw, self.flops_linear, self.flops_attn
         wb, H = self.wbytes, self.H
@@ -223,13 +221,13 @@ class ReplicaModel(ReplicaRoles, ReplicaPredictions, ReplicaTiers):
         qkv_n = (q_dim + 2 * self.kv_heads * self.head_dim) / tp
         # attention projections (QKV and O): weight seconds, activation seconds per token,
         # FLOP seconds per token
-        a_w = self.attn_params * wb / tp / bw
-        a_act = (qkv_n + H + H + q_dim / tp) * 2 / bw
+        a_w = self.attn_params * wb / tp / gw
+        a_act = (qkv_n + H + H + q_dim / tp) * 2 / gw
         a_fl = 2 * self.attn_params / tp / fl
         # dense MLP (MoE adds the touched experts per step, in iteration_s)
         inter_tp = self.mlp_params / (3 * H) / tp if self.mlp_params else 0.0
-        m_w = self.mlp_params * wb / tp / bw
-        m_act = (2 * inter_tp + H + H + inter_tp) * 2 / bw
+        m_w = self.mlp_params * wb / tp / gw
+        m_act = (2 * inter_tp + H + H + inter_tp) * 2 / gw
         m_fl = 2 * self.mlp_params / tp / fl
         # attention kernels: KV bytes per token of context, FLOPs per (token x context)
         if self.mla:  # the compressed latent per token, whole on each rank; absorbed decode, expanded prefill
@@ -243,8 +241,8 @@ class ReplicaModel(ReplicaRoles, ReplicaPredictions, ReplicaTiers):
         ar0 = 2 * ar_lat if tp > 1 else 0.0
         ar1 = 2 * H * 2 * 2 * (tp - 1) / tp / ar_bw if tp > 1 else 0.0
         # LM head (last stage only)
-        h_w = self.head_params * wb / tp / bw
-        h_act = (self.vocab / tp + H) * 2 / bw
+        h_w = self.head_params * wb / tp / gw
+        h_act = (self.vocab / tp + H) * 2 / gw
         h_fl = 2 * self.head_params / tp / fl
         hop0 = (pp - 1) * self.ar_lat if pp > 1 else 0.0
         hop1 = (pp - 1) * H * 2 / (self.nic_bw_per_gpu * tp) if pp > 1 else 0.0

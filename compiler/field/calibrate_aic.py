@@ -41,6 +41,7 @@ import numpy as np
 import yaml
 
 from trimtab.field.calibrate import fit_allreduce
+from trimtab.field.yamltext import merge_yaml
 from trimtab.errors import InputError, Problem
 from trimtab.profiles import data_dir
 from trimtab.profiles.loader import GpuProfile
@@ -56,6 +57,7 @@ RELEASE = "0.15.1"  # profiles/engines/vllm.yaml's current release (the blis-dev
 PACKAGE = "aiconfigurator-core"
 BF16 = ("bfloat16",)
 GRAPH_TOKENS = 16  # decode GEMMs: m <= 16 rows, where the weights' bytes dominate and t_k shows
+STREAM_BYTES = 256e6  # GEMMs this large (bytes) stream their weights from HBM, past every GPU's L2
 # The all-reduce tables' message_size counts elements, not bytes: aiconfigurator's collector
 # (collector/network/collect_all_reduce.py, get_input_shape_and_comm_size) reduces a [size / 4096, 4096]
 # tensor of the dtype. Up to 8M elements (16 MiB): past the steps a graph holds (512 tokens x 16k hidden).
@@ -152,6 +154,23 @@ def gemm_rows(tab: Table) -> dict[str, np.ndarray]:
     return {"m": c["m"][sel].astype(float), "n": c["n"][sel].astype(float), "k": c["k"][sel].astype(float),
             "t": c["latency"][sel].astype(float) * 1e-3,
             "kernels": sorted(set(c["kernel_source"][sel].astype(str)))}
+
+
+def fit_graph_bandwidth(g: dict[str, np.ndarray]) -> dict[str, float] | None:
+    """The GEMMs' achieved HBM bandwidth inside a captured graph: least relative squares of t = t0 + bytes /
+    bandwidth over m <= GRAPH_TOKENS with at least STREAM_BYTES of weights and activations. Below that the
+    table's repeated timings find a GEMM's weights in L2 (up to 126 MB on these GPUs), which a decode step,
+    reading every layer's weights once, does not. None: fewer than two such rows."""
+    sel = g["m"] <= GRAPH_TOKENS
+    m, n, k, t = g["m"][sel], g["n"][sel], g["k"][sel], g["t"][sel]
+    nbytes = 2 * (n * k + m * k + m * n)
+    big = nbytes >= STREAM_BYTES
+    if big.sum() < 2:
+        return None
+    A = np.stack([np.ones(int(big.sum())), nbytes[big]], axis=1)
+    t0, inv_bw = _rel_lstsq(A, t[big])
+    med, p90 = _err_pct(t0 + nbytes[big] * inv_bw, t[big])
+    return {"bw_bps": 1.0 / inv_bw, "t0_s": t0, "rows": int(big.sum()), "median_pct": med, "p90_pct": p90}
 
 
 def fit_graph_kernel(g: dict[str, np.ndarray], bw: float) -> tuple[float, int]:
@@ -330,8 +349,6 @@ def calibrate_gpu(data: Path, gpu: str, base: dict, label: str, release: str = R
     cal = GpuCalibration(gpu, base["name"])
     bw = base["hbm_bandwidth_gbps"]["value"] * 1e9 * base["bandwidth_efficiency"]["value"]
     peak = base["bf16_tflops"]["value"] * 1e12
-    bw_txt = (f"{base['hbm_bandwidth_gbps']['value']:,.0f} GB/s x {base['bandwidth_efficiency']['value']}, "
-              f"the profile's achieved bandwidth")
 
     def put(field_: str, value: float, src: str, nd: int) -> None:
         old = base.get(field_)
@@ -369,11 +386,26 @@ def calibrate_gpu(data: Path, gpu: str, base: dict, label: str, release: str = R
             f"2 m n k / latency = {eff * peak / 1e12:,.0f} TFLOPS = {eff:.3f} of the "
             f"{peak / 1e12:,.0f} TFLOPS bf16 peak (trimtab calibrate --from aiconfigurator)")}
         put("compute_efficiency", eff, "aic_gemm", 3)
-        tk, n_tk = fit_graph_kernel(g, bw)
+        hbm = base["hbm_bandwidth_gbps"]["value"] * 1e9
+        # without streaming rows, the profile's own graph bandwidth (or its eager one) stays
+        gbw = hbm * value_of(base, "graph_bandwidth_efficiency", base["bandwidth_efficiency"]["value"])
+        if (fb := fit_graph_bandwidth(g)) is not None:
+            gbw = hbm * round(fb["bw_bps"] / hbm, 3)  # the kernel time below is fitted at the rounded rate
+            what = f"bf16 {kern}, m <= {GRAPH_TOKENS}, >= {STREAM_BYTES / 1e6:.0f} MB of weights and inputs"
+            sources["aic_graph_bw"] = {"kind": "fit", "ref": (
+                f"{label}, {gemm.where(what, fb['rows'])}: least relative squares of t = t0 + bytes / "
+                f"bandwidth: {fb['bw_bps'] / 1e9:,.0f} GB/s = {gbw / hbm:.3f} of the {hbm / 1e9:,.0f} GB/s "
+                f"HBM peak, median error {fb['median_pct']:.1f} % (p90 {fb['p90_pct']:.1f} %); smaller "
+                f"GEMMs find their weights in L2 between timings (trimtab calibrate --from aiconfigurator)")}
+            put("graph_bandwidth_efficiency", gbw / hbm, "aic_graph_bw", 3)
+            cal.notes.append(f"gemm {gemm.version}: graph bandwidth {gbw / hbm:.3f} of HBM ({fb['rows']} "
+                             f"rows, median error {fb['median_pct']:.1f} %)")
+        tk, n_tk = fit_graph_kernel(g, gbw)
         sources["aic_graph_gemm"] = {"kind": "measurement", "ref": (
             f"{label}, {gemm.where(f'bf16 {kern}, m <= {GRAPH_TOKENS}', n_tk)}: median of latency - "
-            f"(weights + activations) bytes / ({bw_txt}), the fixed time per GEMM kernel inside vLLM's "
-            f"captured graphs (trimtab calibrate --from aiconfigurator)")}
+            f"(weights + activations) bytes / ({hbm / 1e9:,.0f} GB/s x {gbw / hbm:.3f}, the graph bandwidth "
+            f"above), the fixed time per GEMM kernel inside vLLM's captured graphs (trimtab calibrate "
+            f"--from aiconfigurator)")}
         put("graph_kernel_latency_us", tk * 1e6, "aic_graph_gemm", 2)
         cal.notes.append(f"gemm {gemm.version}: compute_efficiency {eff:.3f} ({n_eff} rows), graph kernel "
                          f"{tk * 1e6:.2f} us ({n_tk} rows)")
@@ -476,52 +508,6 @@ def calibrate_gpu(data: Path, gpu: str, base: dict, label: str, release: str = R
     prof["sources"] = {k: v for k, v in sources.items() if k in used}
     order = ["name", "description", "sources"]
     return {k: prof[k] for k in order if k in prof} | {k: v for k, v in prof.items() if k not in order}, cal
-
-
-def _dump(key: str, value) -> list[str]:
-    text = yaml.safe_dump({key: value}, sort_keys=False, default_flow_style=None, width=10**6,
-                          allow_unicode=True)
-    return text.rstrip("\n").split("\n")
-
-
-def merge_yaml(text: str, prof: dict, base: dict) -> str:
-    """``text`` (the base profile's YAML) with the entries of ``prof`` that differ from ``base`` replaced or
-    appended, line by line: the rest of the file (comments, quoting, number formats) stays as written."""
-    lines = text.rstrip("\n").split("\n")
-
-    def block(i: int, indent: int) -> int:  # end of the entry starting at line i (its deeper-indented lines)
-        j = i + 1
-        while j < len(lines) and (not lines[j].strip() or len(lines[j]) - len(lines[j].lstrip()) > indent):
-            j += 1
-        return j
-
-    start = next(i for i, line in enumerate(lines) if line.startswith("sources:"))
-    end = block(start, 0)
-    for key in set(base.get("sources", {})) - set(prof["sources"]):  # no field names it any more
-        at = next(i for i in range(start + 1, end) if lines[i].startswith(f"  {key}:"))
-        del lines[at:block(at, 2)]
-        end = block(start, 0)
-    for key, src in prof["sources"].items():
-        if base.get("sources", {}).get(key) == src:
-            continue
-        new = ["  " + line for line in _dump(key, src)]
-        at = next((i for i in range(start + 1, end) if lines[i].startswith(f"  {key}:")), None)
-        if at is None:
-            lines[end:end] = new
-            end += len(new)
-        else:
-            lines[at:block(at, 2)] = new
-            end = block(start, 0)
-    for key, value in prof.items():
-        if key in ("name", "description", "sources") or base.get(key) == value:
-            continue
-        new = _dump(key, value)
-        at = next((i for i, line in enumerate(lines) if line.startswith(f"{key}:")), None)
-        if at is None:
-            lines += new
-        else:
-            lines[at:block(at, 0)] = new
-    return "\n".join(lines) + "\n"
 
 
 def value_of(prof: dict, field_: str, default: float) -> float:

@@ -18,6 +18,7 @@ from trimtab.profiles import data_dir  # noqa: E402
 # L40S as bundled: 864 GB/s x 0.841, 362 TFLOPS bf16 (the base the fits read the peaks from)
 BW, PEAK = 864e9 * 0.841, 362e12
 TK, CE = 3.0e-6, 0.70  # GEMM: fixed time, compute efficiency
+GBW = 864e9 * 0.9  # the GEMMs' own bandwidth in graphs (not the profile's BW, which KV and MoE keep)
 AR = {2: (5e-6, 10e9), 4: (12e-6, 2e9), 8: (25e-6, 1e9)}  # per GPU count: latency, bus bandwidth (PCIe-like)
 NCCL = {2: (7e-6, 18e9), 4: (11e-6, 5e9), 8: (22e-6, 1.5e9)}  # the eager (NCCL) all-reduce, alike
 T0, ATT_BW = 9e-6, 0.6e12  # decode attention
@@ -31,9 +32,11 @@ def _write(data: Path, gpu: str, op: str, version: str, name: str, cols: dict) -
 
 
 def _gemm(data: Path, gpu: str, version: str = "0.24.0") -> None:
-    m, n, k = (np.array(x, dtype=np.int64) for x in zip(*[(m, n, k) for m in (1, 2, 4, 8, 16, 512, 2048, 8192)
-                                                        for n in (1024, 4096, 8192) for k in (4096, 8192)]))
-    t = TK + np.maximum(2.0 * m * n * k / (PEAK * CE), 2.0 * (n * k + m * k + m * n) / BW)
+    # decode rows (m <= 16) also at sizes no L2 holds, where the graph bandwidth fit reads them
+    shapes = [(m, n, k) for m in (1, 2, 4, 8, 16, 512, 2048, 8192) for n in (1024, 4096, 8192, 16384)
+              for k in (4096, 8192, 16384) if m <= 16 or (n < 16384 and k < 16384)]
+    m, n, k = (np.array(x, dtype=np.int64) for x in zip(*shapes))
+    t = TK + np.maximum(2.0 * m * n * k / (PEAK * CE), 2.0 * (n * k + m * k + m * n) / GBW)
     # an fp8 row the bf16 fits must leave out
     _write(data, gpu, "gemm", version, "gemm_perf.parquet", {
         "kernel_source": ["torch.nn.functional.linear"] * len(m) + ["CutlassFP8ScaledMMLinearKernel"],
@@ -110,8 +113,11 @@ def test_fits_recover_the_generating_parameters(tmp_path):
     _attention(tmp_path, "l40s")
     _moe(tmp_path, "l40s")
     g = aic.gemm_rows(aic.find_table(tmp_path, "l40s", "gemm", "gemm_perf.parquet"))
-    tk, n_tk = aic.fit_graph_kernel(g, BW)
-    assert tk == pytest.approx(TK, rel=1e-9) and n_tk == 5 * 6
+    tk, n_tk = aic.fit_graph_kernel(g, GBW)
+    assert tk == pytest.approx(TK, rel=1e-9) and n_tk == 5 * 12
+    fb = aic.fit_graph_bandwidth(g)  # m <= 16 with n x k of 8192 x 16384 and up: 3 shapes a row count
+    assert fb["bw_bps"] == pytest.approx(GBW, rel=1e-9) and fb["t0_s"] == pytest.approx(TK, rel=1e-6)
+    assert fb["rows"] == 5 * 3
     eff, _ = aic.fit_compute_efficiency(g, PEAK)
     assert eff == pytest.approx(CE, rel=0.01)  # t_k is in the measured times: a hair under CE
     r = aic.allreduce_rows(aic.find_table(tmp_path, "l40s", "comm", "custom_allreduce_perf.parquet"))
@@ -125,6 +131,22 @@ def test_fits_recover_the_generating_parameters(tmp_path):
     f = aic.fit_moe_shape(m, BW, PEAK * CE, TK)
     assert dist == "balanced" and (f["rows_half"], f["cols_half"]) == (ROWS_HALF, COLS_HALF)
     assert f["median_log"] < 1e-9
+
+
+def test_graph_bandwidth_leaves_out_gemms_whose_weights_stay_in_l2():
+    """Timed again and again, a GEMM of a few MB reads its weights from L2; a decode step, reading each
+    layer's weights once, streams them from HBM. The fit takes the GEMMs too large for any L2 only."""
+    n = np.array([1024, 2048, 4096, 8192, 16384, 16384, 32768], dtype=float)
+    k = np.full(7, 8192.0)
+    m = np.full(7, 8.0)
+    nbytes = 2 * (n * k + m * k + m * n)
+    in_l2 = nbytes < aic.STREAM_BYTES
+    t = TK + nbytes / np.where(in_l2, 3 * GBW, GBW)
+    fb = aic.fit_graph_bandwidth({"m": m, "n": n, "k": k, "t": t})
+    assert fb["rows"] == int((~in_l2).sum()) == 3 and fb["bw_bps"] == pytest.approx(GBW, rel=1e-9)
+    every = aic._rel_lstsq(np.stack([np.ones(7), nbytes], axis=1), t)  # the same fit over every row
+    assert abs(1 / every[1] / GBW - 1) > 0.05  # (the L2 rows would have moved it)
+    assert aic.fit_graph_bandwidth({"m": m[:5], "n": n[:5], "k": k[:5], "t": t[:5]}) is None
 
 
 def test_version_nearest_the_engine_release():
@@ -156,6 +178,9 @@ def test_cli_writes_loadable_profiles(tmp_path):
     profs = load_profiles((out,))
     l40s, bundled = profs.gpus["l40s"], load_profiles().gpus["l40s"]
     assert l40s.graph_kernel_latency_us.value == pytest.approx(TK * 1e6, abs=0.01)
+    assert l40s.graph_bandwidth_efficiency.value == pytest.approx(GBW / 864e9, abs=0.001)
+    assert "m <= 16, >= 256 MB" in l40s.sources[l40s.graph_bandwidth_efficiency.source].ref
+    assert l40s.bandwidth_efficiency == bundled.bandwidth_efficiency  # KV reads, eager steps: as they were
     assert l40s.compute_efficiency.value == pytest.approx(CE, abs=0.01)
     assert l40s.attention_kernel_us.value == pytest.approx(T0 * 1e6, abs=0.1)
     # (here on the profile's rounded, fitted compute efficiency, a hair under CE: within two grid steps)
@@ -194,8 +219,8 @@ def test_bundled_profiles_name_their_tables():
     """Every bundled number the command wrote names aiconfigurator's table it came from."""
     for name in ("a100-80gb", "l40s", "h200", "b200", "h100-sxm"):
         g = yaml.safe_load((data_dir() / "gpus" / f"{name}.yaml").read_text())
-        for field in ("compute_efficiency", "graph_kernel_latency_us", "graph_allreduce_latency_us",
-                      "attention_kernel_us", "moe_rows_half"):
+        for field in ("compute_efficiency", "graph_kernel_latency_us", "graph_bandwidth_efficiency",
+                      "graph_allreduce_latency_us", "attention_kernel_us", "moe_rows_half"):
             ref = g["sources"][g[field]["source"]]["ref"]
             aic_ref = "aiconfigurator-core 0.12.0 (PyPI, Apache-2.0), systems/data/"
             assert ref.startswith(aic_ref), (name, field)

@@ -29,7 +29,9 @@ def test_steps_within_the_capture_size_use_the_graph_numbers_and_larger_ones_eag
 
 def test_graph_saving_is_the_kernels_and_all_reduces_it_replaces():
     p = load_profiles()
-    gpu, model = p.gpus["h100-sxm"], p.models["llama-3.1-70b"]
+    # (the GEMMs' graph bandwidth set aside: the next test)
+    gpu = p.gpus["h100-sxm"].model_copy(update={"graph_bandwidth_efficiency": None})
+    model = p.models["llama-3.1-70b"]
     g = ReplicaModel(model, gpu, _engine(), tp=4)
     e = ReplicaModel(model, gpu, _engine(cuda_graph_max_tokens=None), tp=4)
     T, H, L = 8, model.hidden_size.value, model.num_layers.value
@@ -39,6 +41,30 @@ def test_graph_saving_is_the_kernels_and_all_reduces_it_replaces():
                  - ar(gpu.graph_allreduce_latency_us.value, gpu.graph_allreduce_bus_gbps.value))
     head = (gpu.kernel_latency_us.value - gpu.graph_kernel_latency_us.value) * 1e-6
     assert e.iteration_s(T, 500) - g.iteration_s(T, 500) == pytest.approx(L * per_layer + head, rel=1e-9)
+
+
+def test_graph_bandwidth_is_the_gemms_weights_and_inputs_only():
+    """Inside a graph the GEMMs stream at the measured graph bandwidth; the KV reads and elementwise passes
+    keep the profile's: the difference is the GEMMs' bytes (every layer's projections and MLP, the LM head,
+    weights plus a decode batch's inputs and outputs) x (1 / eager bandwidth - 1 / graph bandwidth)."""
+    p = load_profiles()
+    model = p.models["llama-3.1-8b"]
+    same = p.gpus["h100-sxm"].model_copy(update={"graph_bandwidth_efficiency": None})
+    gpu = same.model_copy(update={"graph_bandwidth_efficiency": Q(value=0.9, source="calib_gemm")})
+    a, b = ReplicaModel(model, gpu, _engine(), tp=1), ReplicaModel(model, same, _engine(), tp=1)
+    T = 4
+    H, L, V = model.hidden_size.value, model.num_layers.value, model.vocab_size.value
+    heads, kvh = model.num_attention_heads.value, model.num_kv_heads.value
+    hd, inter = model.head_dim.value, model.intermediate_size.value
+    attn = H * (heads + 2 * kvh) * hd + heads * hd * H  # QKV and O projections
+    mlp = 3 * H * inter
+    io = T * 2 * ((heads + 2 * kvh) * hd + H + H + heads * hd) + T * 2 * (2 * inter + H + H + inter)
+    nbytes = L * ((attn + mlp) * 2 + io) + V * H * 2 + (V + H) * T * 2
+    hbm = gpu.hbm_bandwidth_gbps.value * 1e9
+    saved = nbytes * (1 / (hbm * same.bandwidth_efficiency.value) - 1 / (hbm * 0.9))
+    assert b.iteration_s(T, 700) - a.iteration_s(T, 700) == pytest.approx(saved, rel=1e-3)
+    big = a.graph_tokens + 1  # an eager step: the profile's bandwidth, as without the field
+    assert a.iteration_s(0, 0, big) == b.iteration_s(0, 0, big)
 
 
 def test_moe_rate_follows_the_kernel_shape_not_one_constant():

@@ -117,10 +117,10 @@ def test_two_type_moe_pd_plan_pairs_within_a_type_and_the_milp_prices_every_cros
     from trimtab.spec.paths import SpecPath
 
     p = tmp_path / "pdmoe-racks.yaml"
-    # 26 H200s, not 32: the plan that crosses nothing (30 H200s) no longer fits, and the cheapest one left
-    # decodes some H200-prefilled KV on the H100s (with the link forbidden: 208.2 $/h, not 205.8)
-    p.write_text(SPEC.replace("{type: h200, count: 32", "{type: h200, count: 26")
-                 + "network: {inter_rack_gbps: 1}\n")
+    # the spec's 32 H200s: the cheapest plan (12 H100s and 30 H200s, 181.8 $/h; with the link all but
+    # forbidden, 237.6) decodes some H200-prefilled KV on the H100s. (At 26 H200s it ties with a plan that
+    # crosses nothing.)
+    p.write_text(SPEC + "network: {inter_rack_gbps: 1}\n")
     spec = load_spec(p)
     ir = lower(spec)
     cands = build_candidates(ir)

@@ -331,10 +331,13 @@ def test_calibration_leaves_out_intervals_with_a_queue(watched):
         obs, _ = run(fleet, w, 4, t)
         risky = [o for o in obs if any(v["at_risk"] for v in o.workloads.values())]
         assert risky and w.calibrated, [o.notes for o in obs]
-        # the evidence is the 8 steady intervals, where the engines were as fast as the profile (within a few
-        # per cent: the model's prediction at the rate those intervals had), never the queued ones at 2x
+        # the evidence is the 8 steady intervals, where the engines served their planned TPOT (the fleet's
+        # own, within a few per cent), never the queued ones at 2x. (The prediction beside it is the model's
+        # at the rate those intervals measured, which near a deployment's capacity moves with the Poisson
+        # noise of that rate.)
         ev = [e for u in w.calibrated for e in u["evidence"]]
-        assert ev and all(abs(e["measured_ms"] / e["predicted_ms"] - 1) < 0.1 for e in ev), ev
+        served = {x: tpot * 1e3 for x, (_, tpot) in fleet.p50.items()}
+        assert ev and all(abs(e["measured_ms"] / served[e["workload"]] - 1) < 0.1 for e in ev), ev
         assert all(e["requests"] < 8 * 15 * 40 for e in ev)  # 8 intervals of 15 s, a and b below 40 rps
     finally:
         use_profile_dirs(before)
