@@ -6,9 +6,12 @@ aiconfigurator-core (PyPI, Apache-2.0) ships per-operator timings measured on ea
 release, as parquet tables under ``systems/data/<gpu>/<operator>/<engine>/<version>/``. This module reads
 vLLM's tables and fits, per GPU, the quantities the cost model takes from them (docs/cost-model.md):
 
-  * ``graph_kernel_latency_us``: bf16 GEMM table (``gemm_perf``), m <= 16: median of latency minus the
-    weights' and activations' bytes at the profile's achieved bandwidth (hbm x bandwidth_efficiency): a
-    GEMM's fixed time inside a captured CUDA graph (``fit_graph_kernel``);
+  * ``graph_bandwidth_efficiency``: bf16 GEMM table (``gemm_perf``), m <= 16 and at least STREAM_BYTES of
+    weights and activations (past L2): least relative squares of t = t0 + bytes / bandwidth, over the HBM
+    peak: the rate a graph step's GEMMs stream their weights at (``fit_graph_bandwidth``);
+  * ``graph_kernel_latency_us``: the same table, m <= 16: median of latency minus the weights' and
+    activations' bytes at that graph bandwidth: a GEMM's fixed time inside a captured CUDA graph
+    (``fit_graph_kernel``);
   * ``compute_efficiency``: the same table, m 512-16384, n and k >= 4096: median 2 m n k / latency over the
     spec-sheet bf16 peak (``fit_compute_efficiency``);
   * ``graph_allreduce_latency_us`` / ``graph_allreduce_bus_gbps``: vLLM's tensor-parallel all-reduce
@@ -175,8 +178,8 @@ def fit_graph_bandwidth(g: dict[str, np.ndarray]) -> dict[str, float] | None:
 
 def fit_graph_kernel(g: dict[str, np.ndarray], bw: float) -> tuple[float, int]:
     """Fixed seconds of a GEMM kernel without the host's launch: median over m <= 16 of latency - (weights +
-    activations) bytes / ``bw`` (the profile's achieved HBM bandwidth). aiconfigurator times vLLM's GEMMs
-    replayed in a CUDA graph, so the launch is not in them."""
+    activations) bytes / ``bw`` (the GEMMs' achieved HBM bandwidth in graphs, ``fit_graph_bandwidth``).
+    aiconfigurator times vLLM's GEMMs replayed in a CUDA graph, so the launch is not in them."""
     sel = g["m"] <= GRAPH_TOKENS
     m, n, k = g["m"][sel], g["n"][sel], g["k"][sel]
     nbytes = 2 * (n * k + m * k + m * n)
@@ -387,9 +390,10 @@ def calibrate_gpu(data: Path, gpu: str, base: dict, label: str, release: str = R
             f"{peak / 1e12:,.0f} TFLOPS bf16 peak (trimtab calibrate --from aiconfigurator)")}
         put("compute_efficiency", eff, "aic_gemm", 3)
         hbm = base["hbm_bandwidth_gbps"]["value"] * 1e9
-        # without streaming rows, the profile's own graph bandwidth (or its eager one) stays
+        # without streaming rows (or past the HBM's peak: not a DRAM rate), the profile's own graph
+        # bandwidth (or its eager one) stays
         gbw = hbm * value_of(base, "graph_bandwidth_efficiency", base["bandwidth_efficiency"]["value"])
-        if (fb := fit_graph_bandwidth(g)) is not None:
+        if (fb := fit_graph_bandwidth(g)) is not None and 0 < fb["bw_bps"] <= hbm:
             gbw = hbm * round(fb["bw_bps"] / hbm, 3)  # the kernel time below is fitted at the rounded rate
             what = f"bf16 {kern}, m <= {GRAPH_TOKENS}, >= {STREAM_BYTES / 1e6:.0f} MB of weights and inputs"
             sources["aic_graph_bw"] = {"kind": "fit", "ref": (
