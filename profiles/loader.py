@@ -145,7 +145,7 @@ class GpuProfile(_Profile):
                     if q.source not in self.sources:
                         raise ValueError(f"{name}.{n}.{f}: source {q.source!r} is not declared under sources")
         for f in ("compute_efficiency", "bandwidth_efficiency", "fp8_compute_efficiency",
-                  "attention_efficiency"):
+                  "attention_efficiency", "graph_bandwidth_efficiency"):
             q = getattr(self, f)
             if q is None:
                 continue

@@ -224,3 +224,16 @@ def test_bundled_profiles_name_their_tables():
             ref = g["sources"][g[field]["source"]]["ref"]
             aic_ref = "aiconfigurator-core 0.12.0 (PyPI, Apache-2.0), systems/data/"
             assert ref.startswith(aic_ref), (name, field)
+
+
+def test_a_graph_bandwidth_past_the_hbm_peak_is_refused():
+    """A profile stating its graph GEMMs faster than its HBM (a share above 1) does not load."""
+    from pydantic import ValidationError
+
+    from trimtab.profiles.loader import GpuProfile
+
+    g = yaml.safe_load((data_dir() / "gpus" / "h100-sxm.yaml").read_text())
+    assert GpuProfile.model_validate(g).graph_bandwidth_efficiency.value == 0.884
+    g["graph_bandwidth_efficiency"]["value"] = 1.2
+    with pytest.raises(ValidationError, match=r"graph_bandwidth_efficiency must be in \(0, 1\], got 1.2"):
+        GpuProfile.model_validate(g)
