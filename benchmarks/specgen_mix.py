@@ -13,8 +13,8 @@ counts "a spec shape the benchmarks never draw crashes" as a defect, and the fea
 shows (tenants with a schedule, n+1 with adapters, an offload tier on explicit nodes with little host memory).
 So this one draws, per seed, a random SUBSET of the features at sizes that plan in seconds, and the outcome
 that matters is not the plan's cost but that every spec ends in a documented exit code with a clear message:
-combinations the loader refuses (n+1 with tenants, a schedule with a trace) are expected and fine, a traceback
-never is. It shares only ``Size`` and the size syntax with specgen; every draw below is its own.
+combinations the loader refuses (a schedule with a trace, or with adapters or tenants) are expected and fine,
+a traceback never is. It shares only ``Size`` and the size syntax with specgen; every draw below is its own.
 
 A size is an upper bound here, not the shape: each seed draws 2..``workloads`` workloads, 1..``gpu_types``
 GPU types and 8..``gpus`` GPUs in all (presets: ``mix`` = 12 / 4 / 256, ``mix-small`` = 4 / 2 / 32).

@@ -317,3 +317,19 @@ def test_explain_of_an_n_plus_1_spec_explains_the_n_plus_1_problem(plans):
     bad = explain(load_spec("one.yaml", text=one))
     assert not bad.feasible and any("loss of any one node" in x for x in bad.problems)
     assert explain(load_spec("one.yaml", text=BIG.replace("count: 40", "count: 8"))).feasible
+
+
+def test_adapters_with_a_schedule_are_refused_on_their_line():
+    """specgen_mix seed 198: a schedule with adapter workloads was planned window by window without adapter
+    placement, and `check` refused every window (adapter traffic routed to deployments without LoRA). The
+    loader refuses the pair, as it does n+1 and max_goodput with a schedule."""
+    text = SMALL.format(extra="schedule: {window_s: 3600}\n").replace(
+        "rate_rps: 20", "rate_profile: {rps: [10, 20]}").replace("rate_rps: 8", "rate_profile: {rps: [4, 8]}")
+    load_spec("s.yaml", text=text)  # without adapters: a schedule plans
+    with_adapter = text.replace("  - name: llama-3.1-8b\n",
+                                "  - name: llama-3.1-8b\n    adapters: [{name: sql, rank: 16}]\n").replace(
+        "  - name: b\n    model: llama-3.1-8b\n", "  - name: b\n    model: llama-3.1-8b\n    adapter: sql\n")
+    with pytest.raises(InputError) as e:
+        load_spec("s.yaml", text=with_adapter)
+    assert e.value.lines[0].startswith(
+        "s.yaml:3: schedule: LoRA adapters and tenants are not supported with a schedule yet")
