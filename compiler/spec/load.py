@@ -145,8 +145,8 @@ def kind_problems(spec: Spec) -> list[tuple[tuple, str, str]]:
                                                    "validation simulates no node loss (docs/online.md, "
                                                    "\"Redundancy\"); plan without one of them"))
     if spec.schedule is not None and (spec.tenants or any(w.adapter or w.tenant for w in spec.workloads)):
-        # its windows are planned by the unified planner: adapter traffic was routed to deployments without
-        # LoRA and `check` refused every window (specgen_mix seed 198)
+        # its windows are planned by the unified planner, which routes adapter traffic to deployments without
+        # LoRA and ignores tenant isolation: `check` refuses every window
         out.append((("schedule",), "schedule", "LoRA adapters and tenants are not supported with a schedule "
                                                "yet: its windows are planned without adapter placement or "
                                                "tenant isolation (docs/online.md); plan without one of them"))
