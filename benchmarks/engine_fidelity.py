@@ -87,6 +87,11 @@ def cpu_dtype() -> str:
     return "bf16" if cpu_bf16_native(torch) else "fp32"
 
 
+def fixed_lengths(case: dict) -> dict:
+    """SPEC's length fields for a case's fixed ``isl`` and ``osl``."""
+    return {"input_tokens": f"{{fixed: {case['isl']}}}", "output_tokens": f"{{fixed: {case['osl']}}}"}
+
+
 def write_case(workdir: Path, device: str, model: str | None, gpu: str | None, rate: float,
                lengths: str = "fixed") -> tuple[Path, dict]:
     """Model folder + spec in ``workdir``; returns (spec path, case parameters). ``lengths``: ``fixed`` (the
@@ -108,8 +113,7 @@ def write_case(workdir: Path, device: str, model: str | None, gpu: str | None, r
                         max_position_embeddings=8192)
         case = {"gpu": gpu, "engine": "vllm", "model": model, "isl": 2048, "osl": 256, "ttft": 2000,
                 "tpot": 50, "dtype": "bf16"}
-    case.update({"input_tokens": f"{{fixed: {case['isl']}}}", "output_tokens": f"{{fixed: {case['osl']}}}"}
-                if lengths == "fixed" else LOGNORMAL)
+    case.update(fixed_lengths(case) if lengths == "fixed" else LOGNORMAL)
     spec = workdir / "spec.yaml"
     spec.write_text(SPEC.format(rate=rate, **case), encoding="utf-8")
     return spec, case

@@ -103,7 +103,7 @@ def cpu_samples(runs: tuple[Path, ...] = CPU_RUNS) -> list[tuple[tuple, str, flo
     import tempfile
 
     from benchmarks.accuracy_gpu import ape
-    from benchmarks.engine_fidelity import CPU, SPEC, plan_spec
+    from benchmarks.engine_fidelity import CPU, SPEC, fixed_lengths, plan_spec
     from trimtab.field.engine_run import SMALL_LLAMA
     from trimtab.field.loadtest import predicted_at, scaled_spec
 
@@ -115,8 +115,7 @@ def cpu_samples(runs: tuple[Path, ...] = CPU_RUNS) -> list[tuple[tuple, str, flo
         spec_path = Path(d) / "spec.yaml"
         # the recorded runs' case: fixed lengths, served in bf16 (their spec named no dtype, whose default
         # that is)
-        case = {**CPU, "dtype": "bf16", "input_tokens": f"{{fixed: {CPU['isl']}}}",
-                "output_tokens": f"{{fixed: {CPU['osl']}}}"}
+        case = {**CPU, "dtype": "bf16", **fixed_lengths(CPU)}
         spec_path.write_text(SPEC.format(rate=0.5, **case), encoding="utf-8")
         spec, plan = plan_spec(spec_path)
         w = spec.workloads[0]
