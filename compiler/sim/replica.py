@@ -191,7 +191,7 @@ def _bulk(a: float, slope: float, C: int, n: int, csh: int, kv_pref: int, k: int
 
 class Replica:
     __slots__ = ("dep", "index", "it", "cap", "admit_cap", "mns", "mbt", "k", "busy", "waiting", "prefilling",
-                 "running", "dheap", "n_dec", "C", "kv_pref", "sched", "n_step", "p_step", "t0",
+                 "running", "dheap", "n_dec", "C", "kv_pref", "sched", "p_step", "t0",
                  "busy_s", "prefill_s", "kv_area", "kv_max", "batch_area", "preemptions", "steps", "done",
                  "tl", "tl_dt", "seqs_arg", "lin", "pfx", "Csh", "hbm", "tier", "reload", "ahead")
 
@@ -228,7 +228,6 @@ class Replica:
         self.C = 0
         self.kv_pref = 0  # KV reserved by admitted prompts not yet complete
         self.sched: list = []
-        self.n_step = 0
         self.p_step = 0
         self.t0 = 0.0
         self.busy_s = self.prefill_s = self.kv_area = self.batch_area = 0.0
@@ -497,8 +496,6 @@ class Replica:
         # idle, as start_step leaves it with nothing to do (its ``sched`` is empty here already)
         if t_next < 0:
             self.busy = False
-        else:
-            self.n_step = n
         return t, t_next
 
     def _begin(self, t: float, dt: float, n: int, ptok: int, kv: int) -> float:
@@ -507,7 +504,6 @@ class Replica:
         replica)."""
         self.busy = True
         self.steps += 1
-        self.n_step = n
         self.p_step = ptok
         self.t0 = t
         self.busy_s += dt

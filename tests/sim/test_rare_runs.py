@@ -8,6 +8,7 @@ import math
 import pytest
 
 import trimtab.sim
+import trimtab.sim.fast as fast
 import trimtab.sim.replica as replica
 from trimtab.api import plan
 from trimtab.ir.lower import lower
@@ -106,6 +107,9 @@ def test_bulk_decode_steps_are_the_step_by_step_floats(tmp_path, monkeypatch, ra
     sp = write_spec(tmp_path, rate=rate, isl="{lognormal: {median: 800, p99: 6000}}",
                     osl="{uniform: {min: 50, max: 900}}", ttft=2000, tpot=100, pct=90)
     p, spec = one_deployment_plan(sp, replicas=replicas), load_spec(sp)
+
+    # the Python loop's own paths (the compiled loop, trimtab.sim.fast, takes every step one at a time)
+    monkeypatch.setattr(fast, "ENABLED", False)
 
     def run(bulk_min):
         monkeypatch.setattr(replica, "BULK_MIN", bulk_min)
