@@ -98,6 +98,12 @@ class DisaggSimulation(Simulation):
         self._seen_done: dict[int, int] = {}
         self._route_decode = route_base(self.seed, 1)  # the decode side's router draws apart from prefill's
 
+    def _base_run(self, order: list[int]) -> bool:
+        """A unified deployment's run (apart from the pairs: ``_run_split``) is the base class's: its arrivals
+        are admitted (``_on_arrival``'s first branch) and its steps taken (``_on_event``'s) as there."""
+        d = self._dep[order[0]] if order else -1
+        return 0 <= d < len(self.sc.deployments) and self.sc.deployments[d].view.role == "unified"
+
     def _on_event(self, t: float, item) -> None:
         """A step end, or (a tuple) a request's KV landing on the decode side of its pair."""
         sc, replicas = self.sc, self.replicas

@@ -52,15 +52,6 @@ class EventQueue:
     def push(self, t: float, item) -> None:
         heappush(self.heap, (t, next(self.seq), item))
 
-    def pop(self):
-        return heappop(self.heap)
-
-    def peek_time(self) -> float:
-        return self.heap[0][0] if self.heap else math.inf
-
-    def __len__(self) -> int:
-        return len(self.heap)
-
 
 @dataclass
 class Arrivals:
@@ -526,13 +517,18 @@ class Simulation:
         """One deployment's event loop over its arrivals ``order``, from a fresh event queue: (its requests in
         arrival order, the time of its last event, whether it stopped at the drain limit). The compiled loop
         (``trimtab.sim.fast``) runs it where it gives exactly this loop's result."""
-        got = fast.run(self, order) if fast.base_hooks(type(self), Simulation) else None
+        got = fast.run(self, order) if self._base_run(order) else None
         if got is not None:
             return got
         self.requests = []
         self.events = EventQueue()
         t, stopped = self._loop(order)
         return self.requests, t, stopped
+
+    def _base_run(self, order: list[int]) -> bool:
+        """Whether the run of ``order`` (one deployment's arrivals) takes the base class's event hooks, so the
+        compiled loop (``trimtab.sim.fast``) may run it."""
+        return fast.base_hooks(type(self), Simulation)
 
     def _run_all(self, orders: dict[int, list[int]]) -> dict[int, tuple[list[Request], float, bool]]:
         """``_run_one`` for each deployment of ``orders`` (d -> arrival indices), in forked processes where

@@ -15,8 +15,10 @@ import trimtab.sim.fast as fast
 from tests.conftest import planned
 from tests.sim.helpers import one_deployment_plan, single_server, write_spec
 from trimtab.ir.lower import lower
+from trimtab.sim.disagg import DisaggSimulation
 from trimtab.sim.engine import Simulation
 from trimtab.sim.replica import Request
+from trimtab.sim.reuse import RunCache
 from trimtab.sim.scenario import build_scenario
 from trimtab.spec.load import load_spec
 
@@ -30,7 +32,8 @@ def test_the_compiled_loop_is_built():
     assert fast._loop is not None, "trimtab.sim._loop was not built: install with a C compiler"
 
 
-def _run(sc, seed: int, requests: int, compiled: bool, monkeypatch) -> tuple[Simulation, int]:
+def _run(sc, seed: int, requests: int, compiled: bool, monkeypatch,
+         cls: type = Simulation) -> tuple[Simulation, int]:
     """The run of ``sc``, by the compiled loop where it applies (``compiled``) or by Python alone; (the
     simulation, how many deployment runs the compiled loop finished)."""
     monkeypatch.setattr(fast, "ENABLED", compiled)
@@ -43,7 +46,8 @@ def _run(sc, seed: int, requests: int, compiled: bool, monkeypatch) -> tuple[Sim
         return got
 
     monkeypatch.setattr(fast, "_loop", SimpleNamespace(run=spy))
-    sim = Simulation(sc, seed, requests=requests, timeline=False)
+    # (a cache: the planner's runs, one loop per deployment for every class)
+    sim = cls(sc, seed, requests=requests, timeline=False, cache=RunCache())
     sim.run()
     return sim, done[0]
 
@@ -56,9 +60,10 @@ def _fields(sim: Simulation) -> tuple:
     return reqs, reps, sim.t_end, sim.stopped_early
 
 
-def _same(sc, monkeypatch, seed: int = 3, requests: int = 4000) -> tuple[Simulation, int]:
-    py, _ = _run(sc, seed, requests, False, monkeypatch)
-    c, runs = _run(sc, seed, requests, True, monkeypatch)
+def _same(sc, monkeypatch, seed: int = 3, requests: int = 4000,
+          cls: type = Simulation) -> tuple[Simulation, int]:
+    py, _ = _run(sc, seed, requests, False, monkeypatch, cls)
+    c, runs = _run(sc, seed, requests, True, monkeypatch, cls)
     a, b = _fields(py), _fields(c)
     assert len(a[0]) == len(b[0]) == requests or len(a[0]) == len(b[0])
     for x, y in zip(a[0], b[0]):
@@ -74,6 +79,17 @@ def test_examples_run_the_same(example, monkeypatch):
     sc = build_scenario(res.plan, load_spec(ROOT / "examples" / f"{example}.yaml"), res.ir)
     sim, runs = _same(sc, monkeypatch)
     assert runs == sum(1 for g in sim.replicas if g)  # every deployment ran compiled
+
+
+def test_unified_deployments_of_a_pd_simulation_run_the_same(monkeypatch):
+    """In a simulation with P/D pairs, the deployments apart from the pairs run as in the base class (its
+    ``_base_run``): compiled, the same fields as its own Python loop and as the base class's."""
+    res = planned("quickstart", validate=False)
+    sc = build_scenario(res.plan, load_spec(ROOT / "examples" / "quickstart.yaml"), res.ir)
+    sim, runs = _same(sc, monkeypatch, cls=DisaggSimulation)
+    assert runs == sum(1 for g in sim.replicas if g)
+    base, _ = _run(sc, 3, 4000, False, monkeypatch)
+    assert _fields(sim) == _fields(base)
 
 
 def _pressed(tmp_path, rate: float, replicas: int):
