@@ -14,6 +14,7 @@ requests are still in flight. Build flags: -ffp-contract=off (no fused multiply-
 operation). */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
+#include <structmember.h>
 #include <math.h>
 #include <stdint.h>
 #include <stdlib.h>
@@ -30,6 +31,7 @@ typedef struct { int64_t step, rid, epoch, idx; } DEntry;   /* a completion: (st
 typedef struct { double t; int64_t seq, rep; } EEntry;       /* an engine step's end */
 
 typedef struct { int64_t head, tail, len; } List;            /* a doubly linked list of request indices */
+typedef struct { double a, s; int ok; } Line;       /* a batch's step line; ok: 0 unknown, 1 linear, 2 not */
 
 typedef struct {
     int64_t k, busy, n_dec, C, kv_pref, Csh, p_step, kv_max, preemptions, steps;
@@ -48,7 +50,7 @@ typedef struct {
     int64_t mns, mbt;
     int ahead, seqs_arg;
     PyObject *it, *line;
-    double *lin_a, *lin_s; signed char *lin_ok; int64_t lin_n;   /* ok: 0 unknown, 1 linear, 2 not */
+    Line *lin; int64_t lin_n;   /* per decode batch */
     EEntry *eheap; int64_t en, ecap, seq;
     int error;
 } Loop;
@@ -65,22 +67,22 @@ static int grow(void **p, int64_t *cap, int64_t need, size_t size) {
 }
 
 /* ---- lists over the requests' link fields (q: waiting / prefilling; r: running) */
-#define LIST_OPS(NAME, PREV, NEXT)                                                                      \
-    static void NAME##_append(Req *q, List *l, int64_t i) {                                             \
-        q[i].PREV = l->tail; q[i].NEXT = -1;                                                            \
-        if (l->tail >= 0) q[l->tail].NEXT = i; else l->head = i;                                        \
-        l->tail = i; l->len++;                                                                          \
-    }                                                                                                   \
-    static void NAME##_appendleft(Req *q, List *l, int64_t i) {                                         \
-        q[i].NEXT = l->head; q[i].PREV = -1;                                                            \
-        if (l->head >= 0) q[l->head].PREV = i; else l->tail = i;                                        \
-        l->head = i; l->len++;                                                                          \
-    }                                                                                                   \
-    static void NAME##_remove(Req *q, List *l, int64_t i) {                                             \
-        int64_t p = q[i].PREV, n = q[i].NEXT;                                                           \
-        if (p >= 0) q[p].NEXT = n; else l->head = n;                                                    \
-        if (n >= 0) q[n].PREV = p; else l->tail = p;                                                    \
-        q[i].PREV = q[i].NEXT = -1; l->len--;                                                           \
+#define LIST_OPS(NAME, PREV, NEXT)                                                                       \
+    static inline void NAME##_append(Req *q, List *l, int64_t i) {                                       \
+        q[i].PREV = l->tail; q[i].NEXT = -1;                                                             \
+        if (l->tail >= 0) q[l->tail].NEXT = i; else l->head = i;                                         \
+        l->tail = i; l->len++;                                                                           \
+    }                                                                                                    \
+    static inline void NAME##_appendleft(Req *q, List *l, int64_t i) {                                   \
+        q[i].NEXT = l->head; q[i].PREV = -1;                                                             \
+        if (l->head >= 0) q[l->head].PREV = i; else l->tail = i;                                         \
+        l->head = i; l->len++;                                                                           \
+    }                                                                                                    \
+    static inline void NAME##_remove(Req *q, List *l, int64_t i) {                                       \
+        int64_t p = q[i].PREV, n = q[i].NEXT;                                                            \
+        if (p >= 0) q[p].NEXT = n; else l->head = n;                                                     \
+        if (n >= 0) q[n].PREV = p; else l->tail = p;                                                     \
+        q[i].PREV = q[i].NEXT = -1; l->len--;                                                            \
     }
 LIST_OPS(ql, qprev, qnext)
 LIST_OPS(rl, rprev, rnext)
@@ -183,32 +185,26 @@ static double call_it(Loop *L, int64_t n, double ctx, int64_t ptok, double pctx,
 static double decode_dt(Loop *L, int64_t n, int64_t ctx) {
     if (n >= L->lin_n) {
         int64_t old = L->lin_n, want = n + 1 > 2 * old ? n + 1 : 2 * old;
-        double *a = realloc(L->lin_a, (size_t)want * sizeof(double));
-        if (!a) { PyErr_NoMemory(); L->error = 1; return 0.0; }
-        L->lin_a = a;
-        double *s = realloc(L->lin_s, (size_t)want * sizeof(double));
-        if (!s) { PyErr_NoMemory(); L->error = 1; return 0.0; }
-        L->lin_s = s;
-        signed char *ok = realloc(L->lin_ok, (size_t)want);
-        if (!ok) { PyErr_NoMemory(); L->error = 1; return 0.0; }
-        L->lin_ok = ok;
-        memset(L->lin_ok + old, 0, (size_t)(want - old));
+        Line *g = realloc(L->lin, (size_t)want * sizeof(Line));
+        if (!g) { PyErr_NoMemory(); L->error = 1; return 0.0; }
+        memset(g + old, 0, (size_t)(want - old) * sizeof(Line));
+        L->lin = g;
         L->lin_n = want;
     }
-    if (!L->lin_ok[n]) {
+    Line *g = &L->lin[n];
+    if (!g->ok) {
         PyObject *res = PyObject_CallFunction(L->line, "L", (long long)n);
         if (!res) { L->error = 1; return 0.0; }
+        g->ok = 2;
         if (PyTuple_Check(res) && PyTuple_GET_SIZE(res) == 2) {
-            L->lin_a[n] = PyFloat_AsDouble(PyTuple_GET_ITEM(res, 0));
-            L->lin_s[n] = PyFloat_AsDouble(PyTuple_GET_ITEM(res, 1));
-            L->lin_ok[n] = 1;
-        } else {
-            L->lin_ok[n] = 2;
+            g->a = PyFloat_AsDouble(PyTuple_GET_ITEM(res, 0));
+            g->s = PyFloat_AsDouble(PyTuple_GET_ITEM(res, 1));
+            g->ok = 1;
         }
         Py_DECREF(res);
         if (PyErr_Occurred()) { L->error = 1; return 0.0; }
     }
-    if (L->lin_ok[n] == 1) return L->lin_a[n] + L->lin_s[n] * ((double)ctx / (double)n);
+    if (g->ok == 1) return g->a + g->s * ((double)ctx / (double)n);
     return call_it(L, n, (double)ctx / (double)n, 0, 0.0, 0, 0);
 }
 
@@ -407,7 +403,7 @@ static void free_loop(Loop *L) {
             free(L->reps[i].done);
         }
     }
-    free(L->reps); free(L->q); free(L->eheap); free(L->lin_a); free(L->lin_s); free(L->lin_ok);
+    free(L->reps); free(L->q); free(L->eheap); free(L->lin);
 }
 
 static int get_buf(PyObject *o, Py_buffer *b, const char *fmt, Py_ssize_t item) {
@@ -420,19 +416,60 @@ static int get_buf(PyObject *o, Py_buffer *b, const char *fmt, Py_ssize_t item) 
     return 0;
 }
 
-static PyObject *build_result(Loop *L, int64_t n, double t_last) {
-    /* ([request fields in Request.__slots__ order], [replica counters, done indices], t_last) */
+/* Request's fields (its __slots__), in this order; each set by its member descriptor's offset */
+static const char *SLOTS[] = {"rid", "w", "dep", "rep", "arrival", "isl", "osl", "prompt", "done", "gen",
+                              "start", "c", "epoch", "t_sched", "t_first", "t_done", "preempted", "status",
+                              "cached", "row", "host"};
+#define NSLOTS ((int)(sizeof SLOTS / sizeof SLOTS[0]))
+
+static int slot_offsets(PyTypeObject *type, Py_ssize_t *off) {
+    for (int k = 0; k < NSLOTS; k++) {
+        PyObject *d = PyObject_GetAttrString((PyObject *)type, SLOTS[k]);
+        if (!d) return -1;
+        int ok = Py_IS_TYPE(d, &PyMemberDescr_Type)
+                 && ((PyMemberDescrObject *)d)->d_member->type == T_OBJECT_EX;
+        if (ok) off[k] = ((PyMemberDescrObject *)d)->d_member->offset;
+        Py_DECREF(d);
+        if (!ok) {
+            PyErr_Format(PyExc_TypeError, "%s.%s is not a slot", type->tp_name, SLOTS[k]);
+            return -1;
+        }
+    }
+    return 0;
+}
+
+/* A Request with every field of ``r`` (as ``trimtab.sim.parallel.unpack_request`` makes one: no __init__) */
+static PyObject *make_request(PyTypeObject *type, const Py_ssize_t *off, const Req *r) {
+    PyObject *o = type->tp_alloc(type, 0);
+    if (!o) return NULL;
+    PyObject *v[NSLOTS] = {
+        PyLong_FromLongLong(r->rid), PyLong_FromLongLong(r->w), PyLong_FromLongLong(r->dep),
+        PyLong_FromLongLong(r->rep), PyFloat_FromDouble(r->arrival), PyLong_FromLongLong(r->isl),
+        PyLong_FromLongLong(r->osl), PyLong_FromLongLong(r->prompt), PyLong_FromLongLong(r->done),
+        PyLong_FromLongLong(r->gen), PyLong_FromLongLong(r->start), PyLong_FromLongLong(r->c),
+        PyLong_FromLongLong(r->epoch), PyFloat_FromDouble(r->t_sched), PyFloat_FromDouble(r->t_first),
+        PyFloat_FromDouble(r->t_done), PyLong_FromLongLong(r->preempted), PyLong_FromLongLong(r->status),
+        PyLong_FromLong(0), PyLong_FromLong(-1), PyLong_FromLong(0)};
+    int bad = 0;
+    for (int k = 0; k < NSLOTS; k++) {
+        if (!v[k]) { bad = 1; continue; }
+        /* (a fresh object's slots are NULL: nothing to release) */
+        *(PyObject **)((char *)o + off[k]) = v[k];
+    }
+    if (bad) { Py_DECREF(o); return NULL; }
+    return o;
+}
+
+static PyObject *build_result(Loop *L, int64_t n, double t_last, PyTypeObject *type) {
+    /* ([the requests, in arrival order], [replica counters..., the requests done in order], t_last) */
+    Py_ssize_t off[NSLOTS];
+    if (slot_offsets(type, off)) return NULL;
     PyObject *rows = PyList_New(n);
     if (!rows) return NULL;
     for (int64_t j = 0; j < n; j++) {
-        Req *r = &L->q[j];
-        PyObject *row = Py_BuildValue(
-            "(LLLLdLLLLLLLLdddLLiii)", (long long)r->rid, (long long)r->w, (long long)r->dep,
-            (long long)r->rep, r->arrival, (long long)r->isl, (long long)r->osl, (long long)r->prompt,
-            (long long)r->done, (long long)r->gen, (long long)r->start, (long long)r->c, (long long)r->epoch,
-            r->t_sched, r->t_first, r->t_done, (long long)r->preempted, (long long)r->status, 0, -1, 0);
-        if (!row) { Py_DECREF(rows); return NULL; }
-        PyList_SET_ITEM(rows, j, row);
+        PyObject *o = make_request(type, off, &L->q[j]);
+        if (!o) { Py_DECREF(rows); return NULL; }
+        PyList_SET_ITEM(rows, j, o);
     }
     PyObject *reps = PyList_New(L->nrep);
     if (!reps) { Py_DECREF(rows); return NULL; }
@@ -441,9 +478,9 @@ static PyObject *build_result(Loop *L, int64_t n, double t_last) {
         PyObject *done = PyList_New(R->donen);
         if (!done) { Py_DECREF(rows); Py_DECREF(reps); return NULL; }
         for (int64_t j = 0; j < R->donen; j++) {
-            PyObject *v = PyLong_FromLongLong(R->done[j]);
-            if (!v) { Py_DECREF(done); Py_DECREF(rows); Py_DECREF(reps); return NULL; }
-            PyList_SET_ITEM(done, j, v);
+            PyObject *o = PyList_GET_ITEM(rows, R->done[j]);
+            Py_INCREF(o);
+            PyList_SET_ITEM(done, j, o);
         }
         PyObject *rec = Py_BuildValue(
             "(LOLLLLLdddddLLLN)", (long long)R->k, R->busy ? Py_True : Py_False, (long long)R->n_dec,
@@ -458,33 +495,28 @@ static PyObject *build_result(Loop *L, int64_t n, double t_last) {
 
 static PyObject *run(PyObject *self, PyObject *args) {
     PyObject *ts_o, *ws_o, *isl_o, *osl_o, *dep_o, *order_o, *it, *line;
+    PyTypeObject *req_type;
     long long nrep, mns, mbt;
     double cap, admit_cap, cap_turn, t_stop;
     int ahead, seqs_arg;
     unsigned long long base;
-    if (!PyArg_ParseTuple(args, "OOOOOOLdddLLppOOKd", &ts_o, &ws_o, &isl_o, &osl_o, &dep_o, &order_o, &nrep,
-                          &cap, &admit_cap, &cap_turn, &mns, &mbt, &ahead, &seqs_arg, &it, &line, &base,
-                          &t_stop))
+    if (!PyArg_ParseTuple(args, "OOOOOOLdddLLppOOKdO!", &ts_o, &ws_o, &isl_o, &osl_o, &dep_o, &order_o,
+                          &nrep, &cap, &admit_cap, &cap_turn, &mns, &mbt, &ahead, &seqs_arg, &it, &line,
+                          &base, &t_stop, &PyType_Type, &req_type))
         return NULL;
     if (nrep < 1) { PyErr_SetString(PyExc_ValueError, "no replicas"); return NULL; }
-    Py_buffer ts, ws, isl, osl, dep, order;
-    if (get_buf(ts_o, &ts, "d", 8)) return NULL;
-    if (get_buf(ws_o, &ws, "q", 8)) { PyBuffer_Release(&ts); return NULL; }
-    if (get_buf(isl_o, &isl, "q", 8)) { PyBuffer_Release(&ts); PyBuffer_Release(&ws); return NULL; }
-    if (get_buf(osl_o, &osl, "q", 8)) {
-        PyBuffer_Release(&ts); PyBuffer_Release(&ws); PyBuffer_Release(&isl); return NULL;
+    /* the arrivals' columns (times; workloads, lengths, deployments) and this run's arrival indices */
+    PyObject *objs[6] = {ts_o, ws_o, isl_o, osl_o, dep_o, order_o};
+    Py_buffer bufs[6];
+    for (int b = 0; b < 6; b++) {
+        if (get_buf(objs[b], &bufs[b], b ? "q" : "d", 8)) {
+            while (b--) PyBuffer_Release(&bufs[b]);
+            return NULL;
+        }
     }
-    if (get_buf(dep_o, &dep, "q", 8)) {
-        PyBuffer_Release(&ts); PyBuffer_Release(&ws); PyBuffer_Release(&isl); PyBuffer_Release(&osl);
-        return NULL;
-    }
-    if (get_buf(order_o, &order, "q", 8)) {
-        PyBuffer_Release(&ts); PyBuffer_Release(&ws); PyBuffer_Release(&isl); PyBuffer_Release(&osl);
-        PyBuffer_Release(&dep); return NULL;
-    }
-    const double *T = ts.buf;
-    const int64_t *W = ws.buf, *I = isl.buf, *O = osl.buf, *D = dep.buf, *ORD = order.buf;
-    int64_t n = order.len / 8, total = ts.len / 8;
+    const double *T = bufs[0].buf;
+    const int64_t *W = bufs[1].buf, *I = bufs[2].buf, *O = bufs[3].buf, *D = bufs[4].buf, *ORD = bufs[5].buf;
+    int64_t n = bufs[5].len / 8, total = bufs[0].len / 8;
     PyObject *out = NULL;
     Loop L;
     memset(&L, 0, sizeof L);
@@ -546,19 +578,18 @@ static PyObject *run(PyObject *self, PyObject *args) {
         j++;
         t_arr = j < n ? T[ORD[j]] : INFINITY;
     }
-    out = build_result(&L, n, t);
+    out = build_result(&L, n, t, req_type);
 done:
     free_loop(&L);
-    PyBuffer_Release(&ts); PyBuffer_Release(&ws); PyBuffer_Release(&isl); PyBuffer_Release(&osl);
-    PyBuffer_Release(&dep); PyBuffer_Release(&order);
+    for (int b = 0; b < 6; b++) PyBuffer_Release(&bufs[b]);
     return out;
 }
 
 static PyMethodDef methods[] = {
     {"run", run, METH_VARARGS,
      "run(t, w, isl, osl, dep, order, replicas, cap, admit_cap, cap_turn, max_num_seqs, max_batched_tokens, "
-     "async_scheduling, seqs_arg, iteration_s, line, route_base, t_stop): one deployment's event loop "
-     "(trimtab.sim.fast)."},
+     "async_scheduling, seqs_arg, iteration_s, line, route_base, t_stop, Request): one deployment's "
+     "event loop (trimtab.sim.fast)."},
     {NULL, NULL, 0, NULL}};
 
 static struct PyModuleDef module = {PyModuleDef_HEAD_INIT, "_loop", NULL, -1, methods};

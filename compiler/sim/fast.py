@@ -20,7 +20,6 @@ from __future__ import annotations
 import os
 from array import array
 
-from trimtab.sim.parallel import unpack_request
 from trimtab.sim.replica import Replica, Request
 
 try:
@@ -90,14 +89,13 @@ def run(sim, order: list[int]) -> tuple[list[Request], float, bool] | None:
 
     got = _loop.run(sim._ts, sim._ws, sim._isl, sim._osl, sim._dep, array("q", order), len(reps), rep0.cap,
                     rep0.admit_cap, sim._caps[d], rep0.mns, rep0.mbt, rep0.ahead, rep0.seqs_arg, rep0.it,
-                    line, sim._route, sim.t_stop)
+                    line, sim._route, sim.t_stop, Request)
     if got is None:
         return None
-    rows, counters, t_last = got
-    requests = [unpack_request(x) for x in rows]
+    requests, counters, t_last = got
     for rep, vals in zip(reps, counters):
         for name, v in zip(COUNTERS, vals):
             setattr(rep, name, v)
-        rep.done = [requests[j] for j in vals[-1]]
+        rep.done = vals[-1]
         rep.sched.clear()
     return requests, t_last, False
