@@ -19,9 +19,9 @@ from __future__ import annotations
 
 from heapq import heappush
 
-from trimtab.sim.engine import Simulation
-from trimtab.sim.engine import least_request, route_base
+from trimtab.sim.engine import EventQueue, Simulation, least_request, route_base
 from trimtab.sim.replica import Replica, Request
+from trimtab.sim.reuse import DepRun, pairs_key
 
 
 class DecodeReplica(Replica):
@@ -94,7 +94,6 @@ class DisaggSimulation(Simulation):
         super()._prepare()
         self._caps = [d.model.memory.kv_cache_tokens for d in self.sc.deployments]
         self._proxies: dict[int, tuple[Request, int]] = {}  # rid -> (real request, pair index)
-        self._pair_of: dict[int, int] = {}
         self._seen_done: dict[int, int] = {}
         self._route_decode = route_base(self.seed, 1)  # the decode side's router draws apart from prefill's
 
@@ -103,6 +102,30 @@ class DisaggSimulation(Simulation):
         are admitted (``_on_arrival``'s first branch) and its steps taken (``_on_event``'s) as there."""
         d = self._dep[order[0]] if order else -1
         return 0 <= d < len(self.sc.deployments) and self.sc.deployments[d].view.role == "unified"
+
+    def _run_pairs(self, idx, paired: list[int], kept: dict, used: dict) -> tuple[list[Request], float, bool]:
+        """The pairs' one event loop over their arrivals ``idx`` (``_run_split``): (its requests, the time of
+        its last event, stopped at the drain limit). With the planner's cache, the run the last simulation of
+        this seed made with the same inputs (``kept``, under ``trimtab.sim.reuse.pairs_key``) is taken
+        instead, its replicas put back in place; the run goes into ``used``."""
+        cache = self.cache
+        key = pairs_key(self, paired, idx) if cache is not None else None
+        run = kept.get(key) if key is not None else None
+        if run is None:
+            self.requests = []
+            self.events = EventQueue()
+            t, stopped = self._loop(idx.tolist())
+            run = DepRun(self.requests, [r for d in paired for r in self.replicas[d]], t, stopped)
+            if cache is not None:
+                cache.misses += 1
+        else:
+            reps = iter(run.replicas)
+            for d in paired:
+                self.replicas[d] = [next(reps) for _ in self.replicas[d]]
+            cache.hits += 1
+        if key is not None:
+            used[key] = run
+        return run.requests, run.t_last, run.stopped
 
     def _on_event(self, t: float, item) -> None:
         """A step end, or (a tuple) a request's KV landing on the decode side of its pair."""
@@ -166,7 +189,6 @@ class DisaggSimulation(Simulation):
             r.status = 1
             return
         self._proxies[r.rid] = (r, pi)
-        self._pair_of[r.rid] = pi
         rep = least_request(replicas[pd], self._route + r.rid)
         rep.enqueue(Request(r.rid, r.w, pd, t, r.isl, 1))
         self._kick(rep, t)
@@ -175,8 +197,11 @@ class DisaggSimulation(Simulation):
         """Attribute each pair request to the side at fault: prefill when it missed TTFT, else decode."""
         ttft_slo = [w.ttft_s for w in self.sc.workloads]
         pairs = self.sc.pairs
+        nd, dep = len(self.sc.deployments), self._dep
         for r in self.requests:
-            pi = self._pair_of.get(r.rid, -1)
+            # (a pair request's target is its pair's index past the deployments; one that was never
+            # prefilled has no first token)
+            pi = dep[r.rid] - nd
             if pi >= 0 and r.t_first >= 0 and r.t_first - r.arrival <= ttft_slo[r.w]:
                 r.dep = pairs[pi][1]
 

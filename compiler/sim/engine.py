@@ -276,7 +276,7 @@ class Simulation:
         # random stream, and each measured after the first WARMUP share of its own arrivals (``warmup_from``)
         self.counts = counts
         # Deployment runs reused across the planner's rounds (trimtab.sim.reuse); the deployments of P/D pairs
-        # (a subclass) interact and run together, never reused.
+        # (a subclass) interact and run together, reused together.
         self.cache = cache
         self._cache_slot = (seed, requests, duration_s) if counts is None else (seed, "counts", None)
         # Deployments to run (by name; None: all): the others' requests are drawn (the same random streams)
@@ -422,8 +422,9 @@ class Simulation:
         last simulation of this seed ran it with the same inputs (``trimtab.sim.reuse.dep_key``); then the
         requests no replica serves (unrouted, refused, too long, a deployment of 0 replicas). The deployments
         of P/D pairs (``Scenario.pairs``, route targets past the deployments) hand requests to each other:
-        their arrivals run in one loop together, never reused. Deployments ``only`` leaves out do not run (a
-        skipped pair: none of its deployments named); their requests stay as drawn."""
+        their arrivals run in one loop together (``DisaggSimulation._run_pairs``, reused the same way).
+        Deployments ``only`` leaves out do not run (a skipped pair: none of its deployments named); their
+        requests stay as drawn."""
         cache = self.cache
         kept, used = cache.begin(self._cache_slot) if cache is not None else ({}, {})
         dep = self.arrivals.dep
@@ -479,13 +480,10 @@ class Simulation:
                 skipped += paired
             elif len(idx):
                 pair_idx = idx
-                self.requests = []
-                self.events = EventQueue()
-                ends.append(self._loop(idx.tolist()))
-                for r in self.requests:
+                live, t, stopped = self._run_pairs(idx, paired, kept, used)
+                ends.append((t, stopped))
+                for r in live:
                     out[r.rid] = r
-                if cache is not None:
-                    cache.misses += 1
         self.requests = []
         ts = self._ts
         gone = None

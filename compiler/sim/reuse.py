@@ -121,6 +121,24 @@ def dep_key(sim, d: int, idx: np.ndarray) -> str:
     return h.hexdigest()
 
 
+def pairs_key(sim, paired: list[int], idx: np.ndarray) -> str:
+    """Everything the P/D pairs' one event loop depends on: each paired deployment's shape, replicas and
+    workloads, the pairs (their deployments, co-location groups, KV hand-off seconds per token), the arrivals
+    routed to them (indices and targets, with the run's drawn columns by digest), the end of arrivals, the
+    drain limit and the timeline."""
+    sc = sim.sc
+    shapes = [(tuple((f.name, getattr(sc.deployments[d].view, f.name)) for f in fields(sc.deployments[d].view)
+                     if f.name != "name"), sc.deployments[d].workloads) for d in paired]
+    pairs = [(tuple(p), getattr(p, "group", None)) for p in sc.pairs]
+    h = hashlib.blake2b(digest_size=20)
+    h.update(repr(("pairs", type(sim).__name__, shapes, pairs, list(sc.pair_xfer_s_per_token),
+                   sim.t_last_arrival, sim.t_stop, sim.timeline_dt, sim.draw_digest())).encode())
+    idx = np.ascontiguousarray(idx, dtype=np.int64)
+    h.update(idx.tobytes())
+    h.update(np.ascontiguousarray(sim.arrivals.dep[idx], dtype=np.int64).tobytes())
+    return h.hexdigest()
+
+
 def draw_key(sc, seed, requests: int | None, duration_s: float | None,
              counts: dict[int, int] | None) -> tuple | None:
     """What a run's draws (``trimtab.sim.engine.Drawn``) are a function of: the seed, the run's length and

@@ -8,7 +8,9 @@ import pytest
 
 from trimtab.api import plan
 from trimtab.sim import simulate
+from trimtab.ir.lower import lower
 from trimtab.sim.reuse import RunCache, join_ends
+from trimtab.sim.scenario import build_scenario
 from trimtab.spec.load import load_spec
 from tests.conftest import planned
 
@@ -155,8 +157,8 @@ def test_a_workload_too_rare_to_demonstrate_is_accepted_on_attainment(tmp_path, 
 
 def test_pd_plans_run_their_pairs_together_and_reuse_the_other_deployments():
     """A plan with P/D pairs and unified deployments: the pairs' deployments hand requests to each other and
-    run in one loop; the unified ones run alone and are reused. Same result as the one loop over all
-    arrivals."""
+    run in one loop; the unified ones run alone; each is reused by the next simulation with the same inputs.
+    Same result as the one loop over all arrivals."""
     text = (ROOT / "examples" / "disaggregated.yaml").read_text().replace(
         "models:\n  - name: llama-3.1-70b\n", "models:\n  - name: llama-3.1-70b\n  - name: llama-3.1-8b\n")
     text += """  - name: chat
@@ -176,8 +178,14 @@ def test_pd_plans_run_their_pairs_together_and_reuse_the_other_deployments():
     solo = sum(1 for d in p.deployments if d.role == "unified" and d.replicas)
     assert (cache.hits, cache.misses) == (0, solo + 1)  # each unified deployment, and the pairs together
     b = simulate(p, spec, seed=6, requests=3000, timeline=False, cache=cache)
-    assert (cache.hits, cache.misses) == (solo, solo + 2)  # the pairs run again
-    assert _d(a) == _d(b) == _d(whole)
+    assert (cache.hits, cache.misses) == (solo + 1, solo + 1)  # the pairs' run reused too
+    # the pairs' run is reused only with the same inputs: another hand-off time runs them again
+    sc = build_scenario(p, spec, lower(spec))
+    sc.pair_xfer_s_per_token = [x * 2 for x in sc.pair_xfer_s_per_token]
+    c = simulate(p, spec, seed=6, requests=3000, timeline=False, cache=cache, scenario=sc)
+    assert (cache.hits, cache.misses) == (2 * solo + 1, solo + 2)
+    fresh = simulate(p, spec, seed=6, requests=3000, timeline=False, scenario=sc)
+    assert _d(a) == _d(b) == _d(whole) and _d(c) == _d(fresh) != _d(a)
 
 
 def test_plans_with_reuse_are_the_plans_of_full_simulations(monkeypatch):
