@@ -9,8 +9,9 @@ model's own: ``it`` (its ``iteration_s``) for steps with prompt tokens and ``lin
 ``_linear`` table) for decode-only steps; this file computes no step time of its own.
 
 Events are taken in time order, one step at a time (the Python loop's ``coast`` shortcut gives the same
-floats). A run that reaches the drain limit with work left returns None: the Python loop runs it, since its
-requests are still in flight. Build flags: -ffp-contract=off (no fused multiply-add: Python rounds each
+floats). A run that reaches the drain limit (an event past it) stops there, as the Python loop does: its
+requests and counters as they stand, the requests still queued or running left in no Python queue (nothing
+reads a finished run's queues). Build flags: -ffp-contract=off (no fused multiply-add: Python rounds each
 operation). */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
@@ -460,8 +461,9 @@ static PyObject *make_request(PyTypeObject *type, const Py_ssize_t *off, const R
     return o;
 }
 
-static PyObject *build_result(Loop *L, int64_t n, double t_last, PyTypeObject *type) {
-    /* ([the requests, in arrival order], [replica counters..., the requests done in order], t_last) */
+static PyObject *build_result(Loop *L, int64_t n, double t_last, int stopped, PyTypeObject *type) {
+    /* ([the requests, in arrival order], [replica counters..., the requests done in order], t_last,
+       stopped at the drain limit) */
     Py_ssize_t off[NSLOTS];
     if (slot_offsets(type, off)) return NULL;
     PyObject *rows = PyList_New(n);
@@ -490,7 +492,7 @@ static PyObject *build_result(Loop *L, int64_t n, double t_last, PyTypeObject *t
         if (!rec) { Py_DECREF(rows); Py_DECREF(reps); return NULL; }
         PyList_SET_ITEM(reps, i, rec);
     }
-    return Py_BuildValue("(NNd)", rows, reps, t_last);
+    return Py_BuildValue("(NNdO)", rows, reps, t_last, stopped ? Py_True : Py_False);
 }
 
 static PyObject *run(PyObject *self, PyObject *args) {
@@ -539,13 +541,14 @@ static PyObject *run(PyObject *self, PyObject *args) {
         }
     }
     int64_t j = 0;
+    int stopped = 0;
     double t = 0.0;
     double t_arr = n ? T[ORD[0]] : INFINITY;
     for (;;) {
         if (L.en && L.eheap[0].t <= t_arr) {
             EEntry e = epop(&L);
             t = e.t;
-            if (t > t_stop) { Py_INCREF(Py_None); out = Py_None; goto done; }  /* work left: Python's */
+            if (t > t_stop) { stopped = 1; break; }  /* (every arrival came before the drain limit) */
             Rep *R = &L.reps[e.rep];
             if (finish_step(&L, R, t)) goto done;
             double tn = start_step(&L, R, t);
@@ -578,7 +581,7 @@ static PyObject *run(PyObject *self, PyObject *args) {
         j++;
         t_arr = j < n ? T[ORD[j]] : INFINITY;
     }
-    out = build_result(&L, n, t, req_type);
+    out = build_result(&L, n, t, stopped, req_type);
 done:
     free_loop(&L);
     for (int b = 0; b < 6; b++) PyBuffer_Release(&bufs[b]);

@@ -7,8 +7,8 @@ The compiled loop keeps the scheduler's state in C and asks Python only for what
 step time of each step with prompt tokens (the model's ``iteration_s``) and each decode batch's line (the
 replica's ``_linear`` table, shared with the Python loop). It covers the plain replica: no prefix cache, no KV
 tier, no timeline (the planner's validating runs take none), the base ``Simulation``'s hooks (not the P/D or
-schedule simulations, whose events act across replicas). Everything else, and a run that reaches the drain
-limit with requests in flight, stays with the Python loop (``Simulation._run_one``), which is the reference:
+schedule simulations, whose events act across replicas). Everything else stays with the Python loop
+(``Simulation._run_one``), which is the reference:
 tests/sim/test_fast_loop.py runs both on the same arrivals and compares every field of every request and
 replica.
 
@@ -68,9 +68,9 @@ def applies(sim, d: int) -> bool:
 
 def run(sim, order: list[int]) -> tuple[list[Request], float, bool] | None:
     """``Simulation._run_one(order)`` by the compiled loop: (the requests in arrival order, the time of the
-    last event, False), the replicas' counters set as the Python loop leaves them; None where it does not
-    apply or the run reached the drain limit (the caller runs the Python loop, from the same untouched
-    state)."""
+    last event, whether it stopped at the drain limit), the replicas' counters set as the Python loop leaves
+    them (their queues left empty: a run that stopped at the drain limit leaves requests in flight, which
+    nothing reads once the run is over); None where it does not apply."""
     if not order:
         return None
     d = sim._dep[order[0]]
@@ -90,12 +90,10 @@ def run(sim, order: list[int]) -> tuple[list[Request], float, bool] | None:
     got = _loop.run(sim._ts, sim._ws, sim._isl, sim._osl, sim._dep, array("q", order), len(reps), rep0.cap,
                     rep0.admit_cap, sim._caps[d], rep0.mns, rep0.mbt, rep0.ahead, rep0.seqs_arg, rep0.it,
                     line, sim._route, sim.t_stop, Request)
-    if got is None:
-        return None
-    requests, counters, t_last = got
+    requests, counters, t_last, stopped = got
     for rep, vals in zip(reps, counters):
         for name, v in zip(COUNTERS, vals):
             setattr(rep, name, v)
         rep.done = vals[-1]
         rep.sched.clear()
-    return requests, t_last, False
+    return requests, t_last, stopped

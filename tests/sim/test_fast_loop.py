@@ -35,15 +35,14 @@ def test_the_compiled_loop_is_built():
 def _run(sc, seed: int, requests: int, compiled: bool, monkeypatch,
          cls: type = Simulation) -> tuple[Simulation, int]:
     """The run of ``sc``, by the compiled loop where it applies (``compiled``) or by Python alone; (the
-    simulation, how many deployment runs the compiled loop finished)."""
+    simulation, how many deployment runs the compiled loop made)."""
     monkeypatch.setattr(fast, "ENABLED", compiled)
     done = [0]
     real = fast._loop
 
     def spy(*a):
-        got = real.run(*a)
-        done[0] += got is not None
-        return got
+        done[0] += 1
+        return real.run(*a)
 
     monkeypatch.setattr(fast, "_loop", SimpleNamespace(run=spy))
     # (a cache: the planner's runs, one loop per deployment for every class)
@@ -110,9 +109,12 @@ def test_preemptions_and_chunks_run_the_same(tmp_path, monkeypatch):
     assert max(r.p_step for r in reps) >= 0 and sum(r.prefill_s for r in reps) > 0
 
 
-def test_a_run_stopped_at_the_drain_limit_is_left_to_python(tmp_path, monkeypatch):
+def test_a_run_stopped_at_the_drain_limit_stops_as_python_does(tmp_path, monkeypatch):
+    """Overloaded: the run stops at the first event past the drain limit with requests in flight, each as
+    the Python loop leaves it."""
     sim, runs = _same(_pressed(tmp_path, 0.8, 1), monkeypatch, requests=1500)
-    assert sim.stopped_early and runs == 0
+    assert sim.stopped_early and runs == 1
+    assert any(r.t_first < 0 for r in sim.requests) and any(r.t_done < 0 <= r.t_first for r in sim.requests)
 
 
 class CurvedModel:
