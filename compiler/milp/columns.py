@@ -27,7 +27,8 @@ every row together and keeps every plan it meets:
     the cheapest union of known plans that fits every row; its gap to the best L is certified.
 
 Each part is solved at its own types' prices only, so a part none of whose types moved is not solved again
-(the memo of ``trimtab.milp.parts.Parts``).
+(the memo of ``trimtab.milp.parts.Parts``), nor one whose optimum at earlier prices buys no type whose price
+moved while none of its types got cheaper (``Parts._still_optimal``: that optimum is one still).
 """
 from __future__ import annotations
 

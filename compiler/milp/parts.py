@@ -84,6 +84,9 @@ class Parts:
             # (the objects themselves: ids can be reused)
             if hit is not None and hit[0] is self.ir and hit[1] is self.cands:
                 out[name] = self._seen(name, hit[2], priced)
+            elif (r := self._still_optimal(name, priced)) is not None:
+                self.memo[self._key(name, priced)] = (self.ir, self.cands, r)
+                out[name] = self._seen(name, r, priced)
             else:
                 todo.append((name, priced))
         if not todo:
@@ -112,8 +115,33 @@ class Parts:
                 self.stopped.append(replace(r, seconds=self.spent))
             if r.status == Status.OPTIMAL and r.termination == Termination.CONVERGED:
                 self.memo[self._key(name, priced)] = (self.ir, self.cands, r)
+                self._optima(name).append((dict(priced), r, self.plan(name, r, dict(priced)).gpus))
             out[name] = self._seen(name, r, priced) if r.has_solution and r.objective is not None else None
         return {n: out[n] for n in names}
+
+    def _optima(self, name: str) -> list:
+        """The part's optimal solves at any prices under these derates: (prices, result, its GPUs per
+        type)."""
+        key = ("optima",) + self._key(name, ())[:-1]
+        entry = self.memo.get(key)
+        if entry is None or entry[0] is not self.ir or entry[1] is not self.cands:
+            entry = self.memo[key] = (self.ir, self.cands, [])
+        return entry[2]
+
+    def _still_optimal(self, name: str, priced: tuple) -> SolveResult | None:
+        """An optimum the part had at other prices that is one at ``priced`` too: no price of the part's
+        types is lower now, and those it buys are the same. Every other plan costs as much as then or more
+        and it costs the same, so it is within the solver's gap of the optimum still (the bound it was proven
+        against can only have risen): the price search's steps re-solve only the parts whose answer may
+        have changed. (Solved again, the part could return another plan of the same cost; the one kept is
+        the first found, so the answer is the same on every machine.)"""
+        new = dict(priced)
+        types = {c.gpu for c in self.own(name)}
+        for old, r, gpus in self._optima(name):
+            if all(new.get(t, 0.0) == old.get(t, 0.0) for t in gpus) and \
+                    all(new.get(t, 0.0) >= old.get(t, 0.0) for t in types):
+                return r
+        return None
 
     def _solve(self, name: str, priced: tuple, options: SolveOptions) -> SolveResult:
         cs = tuple(self.mine[name])

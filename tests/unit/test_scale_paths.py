@@ -348,3 +348,42 @@ def test_rows_no_fractional_plan_fits_make_the_split_infeasible(ir, monkeypatch)
     assert be.solve(formulate(held, cands), SolveOptions()).status.value == "infeasible"
     split = decompose.solve_split(held, cands, be, SolveOptions())
     assert split is not None and split.status.value == "infeasible", split
+
+
+def test_a_part_whose_optimum_cannot_have_moved_is_not_solved_again(ir, monkeypatch):
+    """A price step that raises only types a part's optimum does not buy leaves that optimum optimal (every
+    other plan costs as much or more, it costs the same): the part is not solved again, and its answer costs
+    what the part solved afresh at the new prices costs (the oracle: HiGHS on the part from scratch, no
+    memo). Raising a type the optimum buys solves it again."""
+    import trimtab.milp.parts as parts
+
+    monkeypatch.setenv("TRIMTAB_JOBS", "1")
+    roomy = _roomy(ir)
+    cands = build_candidates(roomy, jobs=1)
+    be = get_backend("highs")
+    calls = []
+
+    class Counting:
+        name = be.name
+
+        def solve(self, model, options):
+            calls.append(model.name)
+            return be.solve(model, options)
+
+    ps = parts.Parts(roomy, cands, Counting(), SolveOptions(), {}, {})
+    assert ps.split()
+    names = [w.name for w in roomy.workloads]
+    bought = {n: ps.plan(n, r, {}).gpus for n, r in ps.solve(names).items()}
+    unused = sorted({c.gpu for c in cands.candidates} - {t for g in bought.values() for t in g})
+    assert unused  # the case this test is for
+    calls.clear()
+    raised = {t: 2.0 for t in unused}
+    got = ps.solve(names, raised)
+    assert calls == []
+    fresh = parts.Parts(roomy, cands, be, SolveOptions(), {}, {})
+    assert fresh.split()
+    for n, r in fresh.solve(names, raised).items():
+        assert abs(got[n].objective - r.objective) <= SolveOptions().mip_rel_gap * r.objective + 1e-9
+    used = sorted(bought[names[0]])[0]
+    ps.solve(names, {**raised, used: 2.0})
+    assert calls  # its optimum's price moved: solved again
