@@ -6,11 +6,11 @@ Why: the validating simulations are most of a large plan's time, and nearly all 
 The compiled loop keeps the scheduler's state in C and asks Python only for what the cost model says: the
 step time of each step with prompt tokens (the model's ``iteration_s``) and each decode batch's line (the
 replica's ``_linear`` table, shared with the Python loop). It covers the plain replica: no prefix cache, no KV
-tier, no timeline (the planner's validating runs take none), the base ``Simulation``'s hooks (not the P/D or
-schedule simulations, whose events act across replicas). Everything else stays with the Python loop
-(``Simulation._run_one``), which is the reference:
-tests/sim/test_fast_loop.py runs both on the same arrivals and compares every field of every request and
-replica.
+tier, no timeline (the planner's validating runs take none), in a run with the base ``Simulation``'s event
+hooks (the schedule simulation's scale events act across replicas: not those) or a unified deployment of a
+simulation with P/D pairs (``Simulation._base_run``). Everything else stays with the Python loop
+(``Simulation._run_one``), which is the reference: tests/sim/test_fast_loop.py runs both on the same arrivals
+and compares every field of every request and replica.
 
 ``ENABLED`` (default: the ``TRIMTAB_SIM_LOOP`` environment variable is not ``python``) switches it off for
 those comparisons.
@@ -29,7 +29,7 @@ except ImportError:  # an install without a C compiler: the Python loop alone
 
 ENABLED = os.environ.get("TRIMTAB_SIM_LOOP", "") != "python"
 
-# Replica counters the compiled loop returns, in its order (then the indices of the requests done, in order)
+# Replica counters the compiled loop returns, in its order (then the requests done, in order)
 COUNTERS = ("k", "busy", "n_dec", "C", "kv_pref", "Csh", "p_step", "t0", "busy_s", "prefill_s",
             "kv_area", "batch_area", "kv_max", "preemptions", "steps")
 
