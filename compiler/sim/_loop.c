@@ -88,74 +88,57 @@ static int grow(void **p, int64_t *cap, int64_t need, size_t size) {
 LIST_OPS(ql, qprev, qnext)
 LIST_OPS(rl, rprev, rnext)
 
-/* ---- heaps: completions by (step, rid, epoch); step ends by (time, sequence) */
-static int dless(const DEntry *a, const DEntry *b) {
+/* ---- heaps (heapq's order): completions by (step, rid, epoch); step ends by (time, sequence) */
+static inline int dless(const DEntry *a, const DEntry *b) {
     if (a->step != b->step) return a->step < b->step;
     if (a->rid != b->rid) return a->rid < b->rid;
     return a->epoch < b->epoch;
 }
 
-static int dpush(Rep *r, DEntry e) {
-    if (grow((void **)&r->dheap, &r->dcap, r->dn + 1, sizeof(DEntry))) return -1;
-    int64_t i = r->dn++;
-    while (i > 0) {
-        int64_t p = (i - 1) / 2;
-        if (!dless(&e, &r->dheap[p])) break;
-        r->dheap[i] = r->dheap[p];
-        i = p;
-    }
-    r->dheap[i] = e;
-    return 0;
-}
-
-static DEntry dpop(Rep *r) {
-    DEntry top = r->dheap[0], e = r->dheap[--r->dn];
-    int64_t i = 0, n = r->dn;
-    for (;;) {
-        int64_t c = 2 * i + 1;
-        if (c >= n) break;
-        if (c + 1 < n && dless(&r->dheap[c + 1], &r->dheap[c])) c++;
-        if (!dless(&r->dheap[c], &e)) break;
-        r->dheap[i] = r->dheap[c];
-        i = c;
-    }
-    if (n) r->dheap[i] = e;
-    return top;
-}
-
-static int eless(const EEntry *a, const EEntry *b) {
+static inline int eless(const EEntry *a, const EEntry *b) {
     if (a->t != b->t) return a->t < b->t;
     return a->seq < b->seq;
 }
 
-static int epush(Loop *L, double t, int64_t rep) {
-    if (grow((void **)&L->eheap, &L->ecap, L->en + 1, sizeof(EEntry))) return -1;
-    EEntry e = {t, L->seq++, rep};
-    int64_t i = L->en++;
-    while (i > 0) {
-        int64_t p = (i - 1) / 2;
-        if (!eless(&e, &L->eheap[p])) break;
-        L->eheap[i] = L->eheap[p];
-        i = p;
+#define HEAP_OPS(NAME, T, LESS)                                                                          \
+    static int NAME##_push(T **h, int64_t *n, int64_t *cap, T e) {                                       \
+        if (grow((void **)h, cap, *n + 1, sizeof(T))) return -1;                                         \
+        int64_t i = (*n)++;                                                                              \
+        while (i > 0) {                                                                                  \
+            int64_t p = (i - 1) / 2;                                                                     \
+            if (!LESS(&e, &(*h)[p])) break;                                                              \
+            (*h)[i] = (*h)[p];                                                                           \
+            i = p;                                                                                       \
+        }                                                                                                \
+        (*h)[i] = e;                                                                                     \
+        return 0;                                                                                        \
+    }                                                                                                    \
+    static T NAME##_pop(T *h, int64_t *n) {                                                              \
+        T top = h[0], e = h[--(*n)];                                                                     \
+        int64_t i = 0, m = *n;                                                                           \
+        for (;;) {                                                                                       \
+            int64_t c = 2 * i + 1;                                                                       \
+            if (c >= m) break;                                                                           \
+            if (c + 1 < m && LESS(&h[c + 1], &h[c])) c++;                                                \
+            if (!LESS(&h[c], &e)) break;                                                                 \
+            h[i] = h[c];                                                                                 \
+            i = c;                                                                                       \
+        }                                                                                                \
+        if (m) h[i] = e;                                                                                 \
+        return top;                                                                                      \
     }
-    L->eheap[i] = e;
-    return 0;
+HEAP_OPS(dheap, DEntry, dless)
+HEAP_OPS(eheap, EEntry, eless)
+
+static int dpush(Rep *r, DEntry e) { return dheap_push(&r->dheap, &r->dn, &r->dcap, e); }
+static DEntry dpop(Rep *r) { return dheap_pop(r->dheap, &r->dn); }
+
+static int epush(Loop *L, double t, int64_t rep) {
+    EEntry e = {t, L->seq++, rep};
+    return eheap_push(&L->eheap, &L->en, &L->ecap, e);
 }
 
-static EEntry epop(Loop *L) {
-    EEntry top = L->eheap[0], e = L->eheap[--L->en];
-    int64_t i = 0, n = L->en;
-    for (;;) {
-        int64_t c = 2 * i + 1;
-        if (c >= n) break;
-        if (c + 1 < n && eless(&L->eheap[c + 1], &L->eheap[c])) c++;
-        if (!eless(&L->eheap[c], &e)) break;
-        L->eheap[i] = L->eheap[c];
-        i = c;
-    }
-    if (n) L->eheap[i] = e;
-    return top;
-}
+static EEntry epop(Loop *L) { return eheap_pop(L->eheap, &L->en); }
 
 /* ---- the cost model, through Python */
 static double call_it(Loop *L, int64_t n, double ctx, int64_t ptok, double pctx, int64_t m, int with_m) {
