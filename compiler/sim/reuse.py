@@ -123,16 +123,16 @@ def dep_key(sim, d: int, idx: np.ndarray) -> str:
 
 def pairs_key(sim, paired: list[int], idx: np.ndarray) -> str:
     """Everything the P/D pairs' one event loop depends on: each paired deployment's shape, replicas,
-    workloads and prefix cache, the pairs (their deployments, co-location groups, KV hand-off seconds per token), the arrivals
-    routed to them (indices and targets, with the run's drawn columns by digest), the end of arrivals, the
-    drain limit and the timeline."""
+    workloads and prefix cache, the pairs (their deployments, co-location groups, KV hand-off seconds per
+    token), the arrivals routed to them (indices and targets, with the run's drawn columns by digest), the end
+    of arrivals, the drain limit and the timeline."""
     sc = sim.sc
     shapes = []
     for d in paired:
         sd = sc.deployments[d]
-        shapes.append((tuple((f.name, getattr(sd.view, f.name)) for f in fields(sd.view) if f.name != "name"),
-                       sd.workloads, sd.prefix_reserved, sorted(sd.prefix_hits.items()), sd.prefix_host_tokens,
-                       sorted(sd.prefix_host_hits.items())))
+        view = tuple((f.name, getattr(sd.view, f.name)) for f in fields(sd.view) if f.name != "name")
+        shapes.append((view, sd.workloads, sd.prefix_reserved, sorted(sd.prefix_hits.items()),
+                       sd.prefix_host_tokens, sorted(sd.prefix_host_hits.items())))
     pairs = [(tuple(p), getattr(p, "group", None)) for p in sc.pairs]
     h = hashlib.blake2b(digest_size=20)
     h.update(repr(("pairs", type(sim).__name__, shapes, pairs, list(sc.pair_xfer_s_per_token),
