@@ -119,14 +119,19 @@ class Parts:
             out[name] = self._seen(name, r, priced) if r.has_solution and r.objective is not None else None
         return {n: out[n] for n in names}
 
-    def _optima(self, name: str) -> list:
-        """The part's optimal solves at any prices under these derates: (prices, result, its GPUs per
-        type)."""
-        key = ("optima",) + self._key(name, ())[:-1]
+    def _list(self, kind: str, name: str) -> list:
+        """A list the memo keeps for the part under these derates, at any prices (``kind`` names it), for
+        this IR and candidate set."""
+        key = (kind,) + self._key(name, ())[:-1]
         entry = self.memo.get(key)
         if entry is None or entry[0] is not self.ir or entry[1] is not self.cands:
             entry = self.memo[key] = (self.ir, self.cands, [])
         return entry[2]
+
+    def _optima(self, name: str) -> list:
+        """The part's optimal solves at any prices under these derates: (prices, result, its GPUs per
+        type)."""
+        return self._list("optima", name)
 
     def _still_optimal(self, name: str, priced: tuple) -> SolveResult | None:
         """An optimum the part had at other prices that is one at ``priced`` too: no price of the part's
@@ -155,12 +160,7 @@ class Parts:
         """Every plan of the part met so far, at the spec's prices, in this solve and in the rounds before it
         whose derates left the part's candidates unchanged (kept in the memo: a round's price search then
         starts from the plans the last one found)."""
-        key = ("plans",) + self._key(name, ())[:-1]
-        entry = self.memo.get(key)
-        if entry is None or entry[0] is not self.ir or entry[1] is not self.cands:
-            entry = (self.ir, self.cands, [])
-            self.memo[key] = entry
-        return entry[2]
+        return self._list("plans", name)
 
     def _seen(self, name: str, r: SolveResult, priced: tuple) -> SolveResult:
         plan = self.plan(name, r, dict(priced))

@@ -47,7 +47,7 @@ typedef struct {
     Req *q;
     Rep *reps;
     int64_t nrep;
-    double cap, admit_cap, cap_turn;
+    double cap, admit_cap;
     int64_t mns, mbt;
     int ahead, seqs_arg;
     PyObject *it, *line;
@@ -505,7 +505,7 @@ static PyObject *run(PyObject *self, PyObject *args) {
     PyObject *out = NULL;
     Loop L;
     memset(&L, 0, sizeof L);
-    L.nrep = nrep; L.cap = cap; L.admit_cap = admit_cap; L.cap_turn = cap_turn; L.mns = mns; L.mbt = mbt;
+    L.nrep = nrep; L.cap = cap; L.admit_cap = admit_cap; L.mns = mns; L.mbt = mbt;
     L.ahead = ahead; L.seqs_arg = seqs_arg; L.it = it; L.line = line;
     L.q = calloc((size_t)(n ? n : 1), sizeof(Req));
     L.reps = calloc((size_t)nrep, sizeof(Rep));

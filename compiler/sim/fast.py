@@ -78,18 +78,9 @@ def run(sim, order: list[int]) -> tuple[list[Request], float, bool] | None:
         return None
     reps = sim.replicas[d]
     rep0 = reps[0]
-    table = rep0.lin
-
-    def line(n: int):
-        """The decode batch's line, from the table the Python loop fills (``Replica.start_step``)."""
-        ab = table.get(n)
-        if ab is None:
-            ab = table[n] = rep0._linear(n)
-        return ab
-
     got = _loop.run(sim._ts, sim._ws, sim._isl, sim._osl, sim._dep, array("q", order), len(reps), rep0.cap,
                     rep0.admit_cap, sim._caps[d], rep0.mns, rep0.mbt, rep0.ahead, rep0.seqs_arg, rep0.it,
-                    line, sim._route, sim.t_stop, Request)
+                    rep0.line, sim._route, sim.t_stop, Request)
     requests, counters, t_last, stopped = got
     for rep, vals in zip(reps, counters):
         for name, v in zip(COUNTERS, vals):

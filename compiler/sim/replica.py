@@ -289,6 +289,14 @@ class Replica:
                 return False
         return (t0, slope)
 
+    def line(self, n: int):
+        """The decode batch's line (``_linear``) from the table the replicas of one cost model share, filled
+        on first use (what ``start_step`` and ``coast`` inline on their hot paths)."""
+        ab = self.lin.get(n)
+        if ab is None:
+            ab = self.lin[n] = self._linear(n)
+        return ab
+
     def start_step(self, t: float) -> float:
         """Schedule the next step at time ``t``; returns its end time, or -1.0 when there is nothing to do."""
         k = self.k

@@ -103,6 +103,15 @@ def own(requests: list[Request], r: Request) -> Request:
     return r
 
 
+def _deployment(sd) -> tuple:
+    """What a run takes from a deployment of the scenario: its shape and replicas but its name (a deployment
+    renamed between rounds runs the same), and its prefix cache."""
+    v = sd.view
+    return (tuple((f.name, getattr(v, f.name)) for f in fields(v) if f.name != "name"),
+            (sd.prefix_reserved, sorted(sd.prefix_hits.items()), sd.prefix_host_tokens,
+             sorted(sd.prefix_host_hits.items())))
+
+
 def dep_key(sim, d: int, idx: np.ndarray) -> str:
     """Everything deployment ``d``'s event loop depends on: its shape and replicas (the replica model is a
     function of them within one spec), its prefix cache, the arrivals routed to it (their indices, and the
@@ -110,10 +119,7 @@ def dep_key(sim, d: int, idx: np.ndarray) -> str:
     of arrivals and the drain limit, and whether a timeline is kept. Its name is left out: a deployment
     renamed between rounds runs the same."""
     sd = sim.sc.deployments[d]
-    v = sd.view
-    shape = tuple((f.name, getattr(v, f.name)) for f in fields(v) if f.name != "name")
-    pfx = (sd.prefix_reserved, sorted(sd.prefix_hits.items()), sd.prefix_host_tokens,
-           sorted(sd.prefix_host_hits.items()))
+    shape, pfx = _deployment(sd)
     h = hashlib.blake2b(digest_size=20)
     h.update(repr((type(sim).__name__, shape, pfx, sim.t_last_arrival, sim.t_stop, sim.timeline_dt,
                    sd.workloads, sim.draw_digest())).encode())
@@ -127,12 +133,7 @@ def pairs_key(sim, paired: list[int], idx: np.ndarray) -> str:
     token), the arrivals routed to them (indices and targets, with the run's drawn columns by digest), the end
     of arrivals, the drain limit and the timeline."""
     sc = sim.sc
-    shapes = []
-    for d in paired:
-        sd = sc.deployments[d]
-        view = tuple((f.name, getattr(sd.view, f.name)) for f in fields(sd.view) if f.name != "name")
-        shapes.append((view, sd.workloads, sd.prefix_reserved, sorted(sd.prefix_hits.items()),
-                       sd.prefix_host_tokens, sorted(sd.prefix_host_hits.items())))
+    shapes = [(_deployment(sc.deployments[d]), sc.deployments[d].workloads) for d in paired]
     pairs = [(tuple(p), getattr(p, "group", None)) for p in sc.pairs]
     h = hashlib.blake2b(digest_size=20)
     h.update(repr(("pairs", type(sim).__name__, shapes, pairs, list(sc.pair_xfer_s_per_token),
