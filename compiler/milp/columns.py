@@ -25,6 +25,11 @@ every row together and keeps every plan it meets:
     selection (MILP):  min sum_p c_p y_p  s.t.  sum_{p of w} y_p = 1,  sum_p g_p[t] y_p <= count_t,
                        y_p binary
     the cheapest union of known plans that fits every row; its gap to the best L is certified.
+    repair (where no selection fits once the prices are the best the plans allow: the plans that fit are
+    not the parts' optimum at any prices tried): the selection's LP relaxation with a slack on each row
+    (the least overflow) keeps the workloads it gives one plan whole that buys no type whose row overflows;
+    the others are solved together, their own candidates in one MILP in which the kept workloads choose
+    again among their known plans (``joint``); its gap to the best L is certified too.
 
 Each part is solved at its own types' prices only, so a part none of whose types moved is not solved again
 (the memo of ``trimtab.milp.parts.Parts``), nor one whose optimum at earlier prices buys no type whose price
@@ -44,6 +49,7 @@ LAM_MAX = 16.0  # the price box, in multiples of the dearest GPU type's price pe
 # one that gains at its edge
 STEP = 0.1
 STEP_NEAR = 0.02  # from the last round's prices: a few workloads' derates moved them
+JOINT_MAX = 30  # workloads a repair solves together at most (more: the whole MILP decides)
 
 
 @dataclass(frozen=True)
@@ -53,18 +59,22 @@ class Priced:
     bound: float  # best L: no plan of the whole MILP costs less
     prices: dict[str, float]  # the prices of the best L, per type ($ per GPU-hour more)
     steps: int
+    joint: int = 0  # workloads the repair solved together (0: a selection of known plans fits)
 
 
 def price_rows(plans: dict[str, list[Plan]], count: dict[str, int], unit: float, floor: float,
                start: dict[str, float], solve, backend: Backend, options: SolveOptions,
-               rel_gap: float, near: bool = False) -> Priced | None:
+               rel_gap: float, near: bool = False, joint=None) -> Priced | None:
     """``plans``: per workload, the plans known so far (at least one each; extended in place). ``floor``: L
     at the spec's prices (the sum of the parts' lower bounds). ``start``: the prices tried first (the whole
     LP relaxation's duals, which are usually close: the parts' integrality moves them little). ``near``:
     ``start`` is where the last round's search ended, so the trust region starts small (``STEP_NEAR``).
     ``count``: GPUs of each type. ``unit``: the dearest type's price per GPU-hour (scales the box).
     ``solve(prices) -> {workload: (Plan, lower bound of its optimum at those prices)} | None`` solves every
-    part at the given prices. None: a part has no answer, or no selection of known plans fits every row."""
+    part at the given prices. ``joint(names, others) -> {workload: SolveResult} | None``: the workloads
+    ``names`` solved together, each of ``others`` ({workload: its plans}) choosing one of its plans, within
+    the spec's rows (the repair). None: a part has no answer, or neither a selection of known plans nor a
+    repair fits every row."""
     types = sorted(count)
     lam_max, step = LAM_MAX * unit, (STEP_NEAR if near else STEP) * unit
     best_lb, best = floor, {t: 0.0 for t in types}
@@ -99,9 +109,38 @@ def price_rows(plans: dict[str, list[Plan]], count: dict[str, int], unit: float,
                 break  # certified optimal to the MIP gap
         if top is not None and top - best_lb <= rel_gap * max(abs(top), 1e-12):
             break  # the prices are the best the plans allow: more steps find no better bound
+    together = 0
+    if chosen is None and joint is not None:
+        chosen, together = _repair(plans, count, types, backend, options, joint)
+        cost = None if chosen is None else sum(r.objective for r in chosen.values())
     if chosen is None:
         return None
-    return Priced(chosen, max(cost - best_lb, 0.0) / max(abs(cost), 1e-12), best_lb, best, k)
+    return Priced(chosen, max(cost - best_lb, 0.0) / max(abs(cost), 1e-12), best_lb, best, k, together)
+
+
+def _repair(plans: dict[str, list[Plan]], count: dict[str, int], types: list[str], backend: Backend,
+            options: SolveOptions, joint) -> tuple[dict[str, SolveResult] | None, int]:
+    """The workloads the selection's LP relaxation (each row's overflow least, then the cost) does not give
+    one plan whole that buys no type whose row overflows, solved together while the others choose again among
+    their known plans (``joint``), and how many those are; None where too many workloads are left or
+    nothing fits."""
+    m, ys = _selection(plans, count, types)
+    r = backend.solve(m.relaxed().elastic(lambda row: f"over[{row}]", integer_families=()), options)
+    if not r.has_solution:
+        return None, 0
+    over = {t for t in types if r.values.get(f"over[inventory[{t}]]", 0.0) > 1e-6}
+    kept: dict[str, Plan] = {}
+    for w, ps in plans.items():
+        whole = [p for p, y in zip(ps, ys[w]) if r.values.get(y, 0.0) >= 1 - 1e-6]
+        if whole and not over & {t for t, n in whole[0].gpus.items() if n}:
+            kept[w] = whole[0]
+    free = [w for w in plans if w not in kept]
+    if not free:  # (an integral relaxation is a selection that fits)
+        return {w: p.result for w, p in kept.items()}, 0
+    if len(free) > JOINT_MAX:
+        return None, 0
+    got = joint(free, {w: plans[w] for w in plans if w in kept})
+    return (None, 0) if got is None else ({w: got[w] for w in plans}, len(free))
 
 
 def _master(plans: dict[str, list[Plan]], count: dict[str, int], types: list[str], centre: dict[str, float],
@@ -131,23 +170,32 @@ def _master(plans: dict[str, list[Plan]], count: dict[str, int], types: list[str
 def _select(plans: dict[str, list[Plan]], count: dict[str, int], types: list[str], backend: Backend,
             options: SolveOptions) -> dict[str, SolveResult] | None:
     """The cheapest choice of one known plan per workload within every type's count."""
+    m, ys = _selection(plans, count, types)
+    r = backend.solve(m, options)
+    if not r.has_solution:
+        return None
+    return {w: next(p.result for p, y in zip(ps, ys[w]) if round(r.values.get(y, 0.0)) == 1)
+            for w, ps in plans.items()}
+
+
+def _selection(plans: dict[str, list[Plan]], count: dict[str, int],
+               types: list[str]) -> tuple[MilpModel, dict[str, list[str]]]:
+    """The selection MILP, and each workload's plan variables in the order of its plans."""
     m = MilpModel("select plans")
     use: dict[str, list] = {t: [] for t in types}
     objective = []
+    ys: dict[str, list[str]] = {}
     for w, ps in plans.items():
-        ys = [m.add_var(f"y[{w}/{i}]", "integer", 0.0, 1.0, family="plan") for i in range(len(ps))]
-        m.add(Constraint(f"one[{w}]", "one", tuple((y, 1.0) for y in ys), "==", 1.0))
-        for y, p in zip(ys, ps):
+        ys[w] = [m.add_var(f"y[{w}/{i}]", "integer", 0.0, 1.0, family="plan") for i in range(len(ps))]
+        m.add(Constraint(f"one[{w}]", "one", tuple((y, 1.0) for y in ys[w]), "==", 1.0))
+        for y, p in zip(ys[w], ps):
             objective.append((y, p.result.objective))
             for t, n in p.gpus.items():
                 if n:
                     use[t].append((y, float(n)))
     for t in types:
         if use[t]:
-            m.add(Constraint(f"inventory[{t}]", "inventory", tuple(use[t]), "<=", float(count[t])))
+            m.add(Constraint(f"inventory[{t}]", "inventory", tuple(use[t]), "<=", float(count[t]),
+                             relaxable=True))
     m.objective = tuple(objective)
-    r = backend.solve(m, options)
-    if not r.has_solution:
-        return None
-    return {w: next(p.result for i, p in enumerate(ps) if round(r.values.get(f"y[{w}/{i}]", 0.0)) == 1)
-            for w, ps in plans.items()}
+    return m, ys

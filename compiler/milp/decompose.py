@@ -10,7 +10,8 @@ bound on the whole problem's optimum. When the union of the per-workload solutio
 rows, it is feasible for the whole problem and so optimal, to the largest per-workload gap (the sum of the
 parts' gaps, each relative to its part, is at most the largest of them relative to the whole). When rows are
 broken (and there is no budget row), ``trimtab.milp.columns`` prices the GPU types up until a union of the
-parts' plans fits every row, and the union is kept when its Lagrangian bound certifies it within
+parts' plans fits every row (or, where none does, solves the few workloads it cannot fit together while the
+others choose among their plans), and the union is kept when its Lagrangian bound certifies it within
 ``PRICE_GAP`` (optimal to the MIP gap where the search reaches it); parts that have no other type and already
 need more than one type has make the whole problem infeasible (``_cannot_fit``). Otherwise the caller solves
 the whole MILP: on the specs that need pricing out it is the one the solver does not finish (its LP bound is
@@ -103,7 +104,7 @@ def solve_split(ir: ProblemIR, cands: CandidateSet, backend: Backend, options: S
         rows = price_rows({w.name: list(ps.known(w.name)) for w in ir.workloads},
                           {p.type: p.count for p in ir.gpus}, max(p.usd_per_hour for p in ir.gpus), floor,
                           start, at_prices, backend, options.after(ps.spent), options.mip_rel_gap,
-                          near=near)
+                          near=near, joint=lambda names, others: ps.joint(names, others, PRICE_GAP / 2))
         ps.spent = spent0 + time.perf_counter() - t0
         if ps.stopped:
             return ps.stopped[0]
@@ -112,7 +113,8 @@ def solve_split(ir: ProblemIR, cands: CandidateSet, backend: Backend, options: S
         parts, gap_bound, priced_bound = rows.chosen, rows.gap, rows.bound
         memo[("prices", id(ir), id(cands))] = (ir, cands, rows.prices)
         raised = ", ".join(f"{t} +{p:.4g}" for t, p in sorted(rows.prices.items()) if p)
-        note += (f", GPU types priced out together ({raised} $/GPU-h; {rows.steps} price steps, "
+        together = f", {rows.joint} workloads solved together to fit" if rows.joint else ""
+        note += (f", GPU types priced out together ({raised} $/GPU-h; {rows.steps} price steps{together}, "
                  f"certified gap {gap_bound:.2e})")
     values: dict[str, float] = {}
     gaps, statuses, terms = [], set(), set()

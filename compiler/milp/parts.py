@@ -18,6 +18,7 @@ from trimtab.deployment.shape import CandidateSet
 from trimtab.ir.model import ProblemIR
 from trimtab.milp.formulate import formulate, n_var
 from trimtab.solvers.base import Backend, SolveOptions, SolveResult, Status, Termination
+from trimtab.solvers.model import Constraint
 from trimtab.util.jobs import jobs_default
 
 MIN_FORK = 8  # parts to solve below which one process is faster than forking
@@ -155,6 +156,45 @@ class Parts:
         sub = replace(self.cands, candidates=cs, pruned=(), best=())
         w = self.ir.workload(name)
         return self.backend.solve(formulate(replace(self.ir, workloads=(w,)), sub, self.derate), options)
+
+    def joint(self, names: list[str], others: dict[str, list[Plan]],
+              gap: float) -> dict[str, SolveResult] | None:
+        """The parts ``names`` solved as one MILP in which each part of ``others`` chooses one of its plans
+        (the repair of ``trimtab.milp.columns``), to the relative ``gap`` (or the options' own, if larger): a
+        chosen plan is that part's answer; the solved parts' are the solution read by each one's own model's
+        variables. None where it has none."""
+        mine = set(names)
+        ws = tuple(w for w in self.ir.workloads if w.name in mine)
+        sub = replace(self.cands, candidates=tuple(c for c in self.cands.candidates if c.workload in mine),
+                      pruned=(), best=())
+        m = formulate(replace(self.ir, workloads=ws), sub, self.derate)
+        objective, use, ys = list(m.objective), {}, {}
+        for w, ps in others.items():
+            ys[w] = [m.add_var(f"plan[{w}/{i}]", "integer", 0.0, 1.0, family="plan") for i in range(len(ps))]
+            m.add(Constraint(f"one[{w}]", "one", tuple((y, 1.0) for y in ys[w]), "==", 1.0))
+            for y, p in zip(ys[w], ps):
+                objective.append((y, p.result.objective))
+                for t, n in p.gpus.items():
+                    use.setdefault(t, []).append((y, float(n)))
+        m.objective = tuple(objective)
+        m.constraints = [replace(c, expr=c.expr + tuple(use.get(c.key, ()))) if c.family == "inventory" else c
+                         for c in m.constraints]
+        t0 = time.perf_counter()
+        options = self.options.after(self.spent, mip_rel_gap=max(gap, self.options.mip_rel_gap))
+        r = self.backend.solve(m, options)
+        self.spent += time.perf_counter() - t0
+        if r.termination == Termination.TIME_LIMIT:
+            self.stopped.append(replace(r, seconds=self.spent))
+        if not r.has_solution:
+            return None
+        out = {w: next(p.result for p, y in zip(ps, ys[w]) if round(r.values.get(y, 0.0)) == 1)
+               for w, ps in others.items()}
+        for w in ws:
+            own = formulate(replace(self.ir, workloads=(w,)),
+                            replace(self.cands, candidates=self.own(w.name), pruned=(), best=()), self.derate)
+            values = {v: r.values.get(v, 0.0) for v in own.variables}
+            out[w.name] = replace(r, values=values, objective=own.evaluate(own.objective, values), bound=None)
+        return out
 
     def known(self, name: str) -> list[Plan]:
         """Every plan of the part met so far, at the spec's prices, in this solve and in the rounds before it

@@ -305,6 +305,73 @@ def test_rows_that_bind_in_turn_are_priced_out_together(ir, monkeypatch):
     assert split.gap <= decompose.PRICE_GAP
 
 
+def test_where_no_selection_of_known_plans_fits_the_repair_solves_the_rest_together():
+    """Two workloads whose known plans fit no row together (each buys 2 of X's 3 GPUs or 4 of Y's 3): no
+    selection exists, while the selection's LP relaxation takes one workload's X plan whole and splits the
+    other. The repair solves the split one, the whole one choosing again among its plans (its plans are
+    handed over); what the joint solve answers is the answer (``trimtab.milp.columns._repair``)."""
+    import trimtab.milp.columns as columns
+    from trimtab.milp.parts import Plan
+    from trimtab.solvers.base import SolveResult, Status, Termination
+
+    def plan(cost, **gpus):
+        return Plan(SolveResult(Status.OPTIMAL, Termination.CONVERGED, objective=cost), gpus)
+
+    plans = {"a": [plan(10.0, x=2), plan(30.0, y=4)], "b": [plan(10.0, x=2), plan(31.0, y=4)]}
+    count, types = {"x": 3, "y": 3}, ["x", "y"]
+    be = get_backend("highs")
+    assert columns._select(plans, count, types, be, SolveOptions()) is None
+    asked = []
+    fits = SolveResult(Status.OPTIMAL, Termination.CONVERGED, objective=12.0)
+
+    def joint(names, others):
+        asked.append((list(names), others))
+        return {n: fits for n in list(names) + list(others)}
+
+    chosen, together = columns._repair(plans, count, types, be, SolveOptions(), joint)
+    assert together == 1 and len(asked) == 1
+    (free,), others = asked[0]
+    kept = ({"a", "b"} - {free}).pop()
+    assert others == {kept: plans[kept]}
+    assert chosen == {"a": fits, "b": fits}
+    # no answer from the joint solve: no repair (the whole MILP decides)
+    assert columns._repair(plans, count, types, be, SolveOptions(), lambda *a: None) == (None, 0)
+
+
+def test_parts_solved_together_give_each_part_a_solution_of_the_joint_milp(ir):
+    """``Parts.joint`` (the repair's solve): one workload's candidates in one MILP in which another chooses
+    among its known plans, within a row that binds. The union (the solved part's values by its own model's
+    variables, the other's chosen plan) is a solution of the whole MILP of both at the joint's objective."""
+    from dataclasses import replace
+
+    from trimtab.milp.parts import Parts
+
+    roomy = _roomy(ir)
+    a, b = [w.name for w in roomy.workloads][:2]
+    both = replace(roomy, workloads=tuple(w for w in roomy.workloads if w.name in (a, b)))
+    cands = build_candidates(both, jobs=1)
+    be = get_backend("highs")
+    ps = Parts(both, cands, be, SolveOptions(), {}, {})
+    assert ps.split()
+    alone = ps.solve([a, b])
+    bought = _bought(alone[a], cands)
+    for t, n in _bought(alone[b], cands).items():
+        bought[t] = bought.get(t, 0) + n
+    g = max(bought, key=bought.get)  # the type both buy most of, one GPU short
+    tight = replace(both, gpus=tuple(replace(p, count=bought[g] - 1) if p.type == g else p
+                                     for p in both.gpus))
+    ps = Parts(tight, cands, be, SolveOptions(), {}, {})
+    assert ps.split()
+    pb = ps.plan(b, ps.solve([b])[b], {})
+    got = ps.joint([a], {b: [pb]}, 0.0)
+    assert got is not None and set(got) == {a, b} and got[b] is pb.result  # b's one plan, chosen
+    values = {**got[a].values, **got[b].values}
+    m = formulate(tight, cands)
+    assert set(values) == set(m.variables)
+    assert m.violations(values) == []
+    assert got[a].objective + got[b].objective == pytest.approx(m.evaluate(m.objective, values), rel=1e-9)
+
+
 def test_parts_solved_in_processes_are_the_parts_solved_in_one(ir, monkeypatch):
     """The workload MILPs of a price search are solved in forked processes when there are many; each part's
     answer is the same in any process, so the split's answer does not depend on ``TRIMTAB_JOBS``."""
