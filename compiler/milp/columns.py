@@ -2,7 +2,7 @@
 generation over the rows their union breaks.
 
 Entry point: ``price_rows(plans, count, unit, floor, start, solve, backend, options, rel_gap)``
--> ``Priced | None``.
+-> ``Priced | NoFit | None``.
 
 Why: on specs where one GPU type is much the cheapest for most workloads, the parts' union buys more of it
 than the spec has; pricing it out alone moves its parts onto the next cheapest type, whose row then breaks
@@ -25,6 +25,10 @@ every row together and keeps every plan it meets:
     selection (MILP):  min sum_p c_p y_p  s.t.  sum_{p of w} y_p = 1,  sum_p g_p[t] y_p <= count_t,
                        y_p binary
     the cheapest union of known plans that fits every row; its gap to the best L is certified.
+    no fit (where no mix of the known plans fits the rows either): the least overflow's row prices y (the
+    elastic LP relaxation of the selection) are a direction in which L may grow without bound; every part is
+    solved at lam = M y for a large M, and where L(lam) exceeds the ceiling (the whole inventory at each
+    type's dearest rate per GPU: no plan that fits costs more) no plan fits (weak duality): ``NoFit``.
     repair (where no selection fits once the prices are the best the plans allow: the plans that fit are
     not the parts' optimum at any prices tried): the selection's LP relaxation with a slack on each row
     (the least overflow) keeps the workloads it gives one plan whole that buys no type whose row overflows;
@@ -53,6 +57,16 @@ JOINT_MAX = 30  # workloads a repair solves together at most (more: the whole MI
 
 
 @dataclass(frozen=True)
+class NoFit:
+    """No plan fits every row: at ``prices`` the Lagrangian bound ``bound`` exceeds ``ceiling``, what any plan
+    that fits costs at most."""
+
+    bound: float
+    ceiling: float
+    prices: dict[str, float]
+
+
+@dataclass(frozen=True)
 class Priced:
     chosen: dict[str, SolveResult]  # workload -> its selected plan (objective at the spec's prices)
     gap: float  # certified: (selection - best L) / selection
@@ -64,7 +78,8 @@ class Priced:
 
 def price_rows(plans: dict[str, list[Plan]], count: dict[str, int], unit: float, floor: float,
                start: dict[str, float], solve, backend: Backend, options: SolveOptions,
-               rel_gap: float, near: bool = False, joint=None) -> Priced | None:
+               rel_gap: float, near: bool = False, joint=None,
+               ceiling: float | None = None) -> Priced | NoFit | None:
     """``plans``: per workload, the plans known so far (at least one each; extended in place). ``floor``: L
     at the spec's prices (the sum of the parts' lower bounds). ``start``: the prices tried first (the whole
     LP relaxation's duals, which are usually close: the parts' integrality moves them little). ``near``:
@@ -73,8 +88,8 @@ def price_rows(plans: dict[str, list[Plan]], count: dict[str, int], unit: float,
     ``solve(prices) -> {workload: (Plan, lower bound of its optimum at those prices)} | None`` solves every
     part at the given prices. ``joint(names, others) -> {workload: SolveResult} | None``: the workloads
     ``names`` solved together, each of ``others`` ({workload: its plans}) choosing one of its plans, within
-    the spec's rows (the repair). None: a part has no answer, or neither a selection of known plans nor a
-    repair fits every row."""
+    the spec's rows (the repair). ``ceiling``: no plan that fits the rows costs more (the no-fit proof).
+    None: a part has no answer, or neither a selection of known plans nor a repair fits every row."""
     types = sorted(count)
     lam_max, step = LAM_MAX * unit, (STEP_NEAR if near else STEP) * unit
     best_lb, best = floor, {t: 0.0 for t in types}
@@ -110,6 +125,10 @@ def price_rows(plans: dict[str, list[Plan]], count: dict[str, int], unit: float,
         if top is not None and top - best_lb <= rel_gap * max(abs(top), 1e-12):
             break  # the prices are the best the plans allow: more steps find no better bound
     together = 0
+    if chosen is None and ceiling is not None:
+        proof = _no_fit(plans, count, types, solve, ceiling, backend, options)
+        if proof is not None:
+            return proof
     if chosen is None and joint is not None:
         chosen, together = _repair(plans, count, types, backend, options, joint)
         cost = None if chosen is None else sum(r.objective for r in chosen.values())
@@ -118,17 +137,41 @@ def price_rows(plans: dict[str, list[Plan]], count: dict[str, int], unit: float,
     return Priced(chosen, max(cost - best_lb, 0.0) / max(abs(cost), 1e-12), best_lb, best, k, together)
 
 
+def _no_fit(plans: dict[str, list[Plan]], count: dict[str, int], types: list[str], solve, ceiling: float,
+            backend: Backend, options: SolveOptions) -> NoFit | None:
+    """``NoFit`` where no mix of the known plans fits the rows and the parts at far prices along the least
+    overflow's row prices give a Lagrangian bound above ``ceiling``; None otherwise (the parts' plans there
+    join ``plans``)."""
+    over, r, _ = _overflow(plans, count, types, backend, options)
+    if not over or r is None:
+        return None
+    ray = {t: max(-r.duals.get(f"inventory[{t}]", 0.0), 0.0) for t in types}
+    least = min((y for y in ray.values() if y > 0), default=0.0)
+    if least <= 0:
+        return None
+    # far enough that one GPU more than a row holds, at the least of these prices, outweighs every cost
+    far = {t: 4 * ceiling * ray[t] / least for t in types}
+    got = solve(far)
+    if got is None:
+        return None
+    bound = -sum(count[t] * far[t] for t in types)
+    for w in plans:
+        plan, low = got[w]
+        if all(not same_plan(plan, p) for p in plans[w]):
+            plans[w].append(plan)
+        bound += low
+    return NoFit(bound, ceiling, far) if bound > ceiling else None
+
+
 def _repair(plans: dict[str, list[Plan]], count: dict[str, int], types: list[str], backend: Backend,
             options: SolveOptions, joint) -> tuple[dict[str, SolveResult] | None, int]:
     """The workloads the selection's LP relaxation (each row's overflow least, then the cost) does not give
     one plan whole that buys no type whose row overflows, solved together while the others choose again among
     their known plans (``joint``), and how many those are; None where too many workloads are left or
     nothing fits."""
-    m, ys = _selection(plans, count, types)
-    r = backend.solve(m.relaxed().elastic(lambda row: f"over[{row}]", integer_families=()), options)
-    if not r.has_solution:
+    over, r, ys = _overflow(plans, count, types, backend, options)
+    if r is None:
         return None, 0
-    over = {t for t in types if r.values.get(f"over[inventory[{t}]]", 0.0) > 1e-6}
     kept: dict[str, Plan] = {}
     for w, ps in plans.items():
         whole = [p for p, y in zip(ps, ys[w]) if r.values.get(y, 0.0) >= 1 - 1e-6]
@@ -176,6 +219,17 @@ def _select(plans: dict[str, list[Plan]], count: dict[str, int], types: list[str
         return None
     return {w: next(p.result for p, y in zip(ps, ys[w]) if round(r.values.get(y, 0.0)) == 1)
             for w, ps in plans.items()}
+
+
+def _overflow(plans: dict[str, list[Plan]], count: dict[str, int], types: list[str], backend: Backend,
+              options: SolveOptions) -> tuple[set[str], SolveResult | None, dict[str, list[str]]]:
+    """(the types whose rows overflow in the selection's LP relaxation with a slack on each row, the least
+    overflow and then the least cost; that solve, None where it has no solution; the plan variables)."""
+    m, ys = _selection(plans, count, types)
+    r = backend.solve(m.relaxed().elastic(lambda row: f"over[{row}]", integer_families=()), options)
+    if not r.has_solution:
+        return set(), None, ys
+    return {t for t in types if r.values.get(f"over[inventory[{t}]]", 0.0) > 1e-6}, r, ys
 
 
 def _selection(plans: dict[str, list[Plan]], count: dict[str, int],

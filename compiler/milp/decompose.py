@@ -27,7 +27,7 @@ import time
 
 from trimtab.deployment.shape import CandidateSet
 from trimtab.deployment.price import fleet_usd_per_hour, replica_usd_per_hour
-from trimtab.milp.columns import price_rows
+from trimtab.milp.columns import NoFit, price_rows
 from trimtab.milp.parts import Parts, Plan
 from trimtab.milp.formulate import EPS_GPU, formulate, n_var
 from trimtab.ir.model import ProblemIR
@@ -104,10 +104,18 @@ def solve_split(ir: ProblemIR, cands: CandidateSet, backend: Backend, options: S
         rows = price_rows({w.name: list(ps.known(w.name)) for w in ir.workloads},
                           {p.type: p.count for p in ir.gpus}, max(p.usd_per_hour for p in ir.gpus), floor,
                           start, at_prices, backend, options.after(ps.spent), options.mip_rel_gap,
-                          near=near, joint=lambda names, others: ps.joint(names, others, PRICE_GAP / 2))
+                          near=near, joint=lambda names, others: ps.joint(names, others, PRICE_GAP / 2),
+                          ceiling=_ceiling(ir, cands.candidates))
         ps.spent = spent0 + time.perf_counter() - t0
         if ps.stopped:
             return ps.stopped[0]
+        if isinstance(rows, NoFit):
+            far = ", ".join(f"{t} +{p:.4g}" for t, p in sorted(rows.prices.items()) if p)
+            why = (f"{note}: no plan fits every GPU type's count (a Lagrangian bound): priced {far} "
+                   f"$/GPU-h more, the workloads' own optima bound any plan that fits at "
+                   f"{rows.bound:,.0f} $/h, above the {rows.ceiling:,.0f} $/h all the spec's GPUs cost")
+            return SolveResult(Status.INFEASIBLE, Termination.CONVERGED, seconds=ps.spent,
+                               backend=backend.name, message=why)
         if rows is None or rows.gap > max(options.mip_rel_gap, PRICE_GAP):
             return None
         parts, gap_bound, priced_bound = rows.chosen, rows.gap, rows.bound
@@ -164,6 +172,15 @@ def lp_floor(ir: ProblemIR, cands: CandidateSet, backend: Backend, options: Solv
     if r.status == Status.INFEASIBLE:
         return None
     return r.objective if r.status == Status.OPTIMAL and r.objective is not None else -math.inf
+
+
+def _ceiling(ir: ProblemIR, cands: tuple) -> float:
+    """What a plan within every GPU type's count costs at most: each type's count at its dearest candidate's
+    rate per GPU (the objective's ``EPS_GPU`` included)."""
+    rate: dict[str, float] = {}
+    for c in cands:
+        rate[c.gpu] = max(rate.get(c.gpu, 0.0), c.usd_per_hour / c.gpus + EPS_GPU)
+    return sum(p.count * rate.get(p.type, 0.0) for p in ir.gpus)
 
 
 def _only_on(cands: tuple, pool) -> dict[str, bool]:
