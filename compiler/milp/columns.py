@@ -43,7 +43,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from trimtab.milp.parts import Plan, same_plan
+from trimtab.milp.parts import Plan, choose, same_plan
 from trimtab.solvers.base import Backend, SolveOptions, SolveResult
 from trimtab.solvers.model import Constraint, MilpModel
 
@@ -101,15 +101,9 @@ def price_rows(plans: dict[str, list[Plan]], count: dict[str, int], unit: float,
             lam, _ = _master(plans, count, types, best, step, lam_max, backend, options)
             if lam is None:
                 return None
-        got = solve(lam)
-        if got is None:
+        lb = _bound_at(plans, count, types, solve, lam)
+        if lb is None:
             return None
-        lb = -sum(count[t] * lam[t] for t in types)
-        for w in plans:
-            plan, low = got[w]
-            if all(not same_plan(plan, p) for p in plans[w]):
-                plans[w].append(plan)
-            lb += low
         if lb > best_lb + 1e-9 * max(abs(best_lb), 1.0):
             if k > 1 and any(abs(lam[t] - best[t]) >= step * (1 - 1e-9) for t in types):
                 step = min(2 * step, lam_max)  # a gain at the region's edge: the best prices may lie further
@@ -151,16 +145,24 @@ def _no_fit(plans: dict[str, list[Plan]], count: dict[str, int], types: list[str
         return None
     # far enough that one GPU more than a row holds, at the least of these prices, outweighs every cost
     far = {t: 4 * ceiling * ray[t] / least for t in types}
-    got = solve(far)
+    bound = _bound_at(plans, count, types, solve, far)
+    return NoFit(bound, ceiling, far) if bound is not None and bound > ceiling else None
+
+
+def _bound_at(plans: dict[str, list[Plan]], count: dict[str, int], types: list[str], solve,
+              lam: dict[str, float]) -> float | None:
+    """L(lam): every part solved at ``lam``, its plan added to ``plans`` where new; None where a part has no
+    answer."""
+    got = solve(lam)
     if got is None:
         return None
-    bound = -sum(count[t] * far[t] for t in types)
+    bound = -sum(count[t] * lam[t] for t in types)
     for w in plans:
         plan, low = got[w]
         if all(not same_plan(plan, p) for p in plans[w]):
             plans[w].append(plan)
         bound += low
-    return NoFit(bound, ceiling, far) if bound > ceiling else None
+    return bound
 
 
 def _repair(plans: dict[str, list[Plan]], count: dict[str, int], types: list[str], backend: Backend,
@@ -236,19 +238,9 @@ def _selection(plans: dict[str, list[Plan]], count: dict[str, int],
                types: list[str]) -> tuple[MilpModel, dict[str, list[str]]]:
     """The selection MILP, and each workload's plan variables in the order of its plans."""
     m = MilpModel("select plans")
-    use: dict[str, list] = {t: [] for t in types}
-    objective = []
-    ys: dict[str, list[str]] = {}
-    for w, ps in plans.items():
-        ys[w] = [m.add_var(f"y[{w}/{i}]", "integer", 0.0, 1.0, family="plan") for i in range(len(ps))]
-        m.add(Constraint(f"one[{w}]", "one", tuple((y, 1.0) for y in ys[w]), "==", 1.0))
-        for y, p in zip(ys[w], ps):
-            objective.append((y, p.result.objective))
-            for t, n in p.gpus.items():
-                if n:
-                    use[t].append((y, float(n)))
+    ys, objective, use = choose(m, plans)
     for t in types:
-        if use[t]:
+        if use.get(t):
             m.add(Constraint(f"inventory[{t}]", "inventory", tuple(use[t]), "<=", float(count[t]),
                              relaxable=True))
     m.objective = tuple(objective)

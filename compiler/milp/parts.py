@@ -18,7 +18,7 @@ from trimtab.deployment.shape import CandidateSet
 from trimtab.ir.model import ProblemIR
 from trimtab.milp.formulate import formulate, n_var
 from trimtab.solvers.base import Backend, SolveOptions, SolveResult, Status, Termination
-from trimtab.solvers.model import Constraint
+from trimtab.solvers.model import Constraint, MilpModel
 from trimtab.util.jobs import jobs_default
 
 MIN_FORK = 8  # parts to solve below which one process is faster than forking
@@ -32,6 +32,23 @@ class Plan:
 
     result: SolveResult  # objective: the cost at the spec's prices
     gpus: dict[str, int]
+
+
+def choose(m: MilpModel, plans: dict[str, list[Plan]]) -> tuple[dict[str, list[str]], list, dict[str, list]]:
+    """Variables in ``m`` choosing one of each workload's ``plans`` (a row each that one is chosen): (each
+    workload's variables in the order of its plans, their objective terms at the plans' costs, per GPU type
+    their terms of GPUs bought)."""
+    ys: dict[str, list[str]] = {}
+    objective, use = [], {}
+    for w, ps in plans.items():
+        ys[w] = [m.add_var(f"y[{w}/{i}]", "integer", 0.0, 1.0, family="plan") for i in range(len(ps))]
+        m.add(Constraint(f"one[{w}]", "one", tuple((y, 1.0) for y in ys[w]), "==", 1.0))
+        for y, p in zip(ys[w], ps):
+            objective.append((y, p.result.objective))
+            for t, n in p.gpus.items():
+                if n:
+                    use.setdefault(t, []).append((y, float(n)))
+    return ys, objective, use
 
 
 def same_plan(a: Plan, b: Plan) -> bool:
@@ -168,15 +185,8 @@ class Parts:
         sub = replace(self.cands, candidates=tuple(c for c in self.cands.candidates if c.workload in mine),
                       pruned=(), best=())
         m = formulate(replace(self.ir, workloads=ws), sub, self.derate)
-        objective, use, ys = list(m.objective), {}, {}
-        for w, ps in others.items():
-            ys[w] = [m.add_var(f"plan[{w}/{i}]", "integer", 0.0, 1.0, family="plan") for i in range(len(ps))]
-            m.add(Constraint(f"one[{w}]", "one", tuple((y, 1.0) for y in ys[w]), "==", 1.0))
-            for y, p in zip(ys[w], ps):
-                objective.append((y, p.result.objective))
-                for t, n in p.gpus.items():
-                    use.setdefault(t, []).append((y, float(n)))
-        m.objective = tuple(objective)
+        ys, objective, use = choose(m, others)
+        m.objective = m.objective + tuple(objective)
         m.constraints = [replace(c, expr=c.expr + tuple(use.get(c.key, ()))) if c.family == "inventory" else c
                          for c in m.constraints]
         t0 = time.perf_counter()
