@@ -54,6 +54,7 @@ LAM_MAX = 16.0  # the price box, in multiples of the dearest GPU type's price pe
 STEP = 0.1
 STEP_NEAR = 0.02  # from the last round's prices: a few workloads' derates moved them
 JOINT_MAX = 30  # workloads a repair solves together at most (more: the whole MILP decides)
+RAY_SHARE = 0.01  # the no-fit proof's rows: those whose overflow price is at least this share of the largest
 
 
 @dataclass(frozen=True)
@@ -89,7 +90,8 @@ def price_rows(plans: dict[str, list[Plan]], count: dict[str, int], unit: float,
     part at the given prices. ``joint(names, others) -> {workload: SolveResult} | None``: the workloads
     ``names`` solved together, each of ``others`` ({workload: its plans}) choosing one of its plans, within
     the spec's rows (the repair). ``ceiling``: no plan that fits the rows costs more (the no-fit proof).
-    None: a part has no answer, or neither a selection of known plans nor a repair fits every row."""
+    ``NoFit``: no plan fits every row (proven). None: a part has no answer, or neither a selection of known
+    plans nor a repair fits every row."""
     types = sorted(count)
     lam_max, step = LAM_MAX * unit, (STEP_NEAR if near else STEP) * unit
     best_lb, best = floor, {t: 0.0 for t in types}
@@ -140,10 +142,14 @@ def _no_fit(plans: dict[str, list[Plan]], count: dict[str, int], types: list[str
     if not over or r is None:
         return None
     ray = {t: max(-r.duals.get(f"inventory[{t}]", 0.0), 0.0) for t in types}
-    least = min((y for y in ray.values() if y > 0), default=0.0)
-    if least <= 0:
+    top = max(ray.values(), default=0.0)
+    if top <= 0:
         return None
-    # far enough that one GPU more than a row holds, at the least of these prices, outweighs every cost
+    # the rows that make the overflow (a price of at least RAY_SHARE of the largest; the rest are the cost's
+    # tie-break), far enough along that one GPU more than a row holds, at the least of these prices,
+    # outweighs every cost; the others unpriced (the prices stay within 4 / RAY_SHARE of the ceiling)
+    ray = {t: y if y >= RAY_SHARE * top else 0.0 for t, y in ray.items()}
+    least = min(y for y in ray.values() if y > 0)
     far = {t: 4 * ceiling * ray[t] / least for t in types}
     bound = _bound_at(plans, count, types, solve, far)
     return NoFit(bound, ceiling, far) if bound is not None and bound > ceiling else None
