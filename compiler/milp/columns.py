@@ -74,7 +74,7 @@ class Priced:
     bound: float  # best L: no plan of the whole MILP costs less
     prices: dict[str, float]  # the prices of the best L, per type ($ per GPU-hour more)
     steps: int
-    joint: int = 0  # workloads the repair solved together (0: a selection of known plans fits)
+    together: int = 0  # workloads the repair solved together (0: a selection of known plans fits)
 
 
 def price_rows(plans: dict[str, list[Plan]], count: dict[str, int], unit: float, floor: float,

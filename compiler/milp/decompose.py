@@ -121,7 +121,7 @@ def solve_split(ir: ProblemIR, cands: CandidateSet, backend: Backend, options: S
         parts, gap_bound, priced_bound = rows.chosen, rows.gap, rows.bound
         memo[("prices", id(ir), id(cands))] = (ir, cands, rows.prices)
         raised = ", ".join(f"{t} +{p:.4g}" for t, p in sorted(rows.prices.items()) if p)
-        together = f", {rows.joint} workloads solved together to fit" if rows.joint else ""
+        together = f", {rows.together} workloads solved together to fit" if rows.together else ""
         note += (f", GPU types priced out together ({raised} $/GPU-h; {rows.steps} price steps{together}, "
                  f"certified gap {gap_bound:.2e})")
     values: dict[str, float] = {}
