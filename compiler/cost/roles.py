@@ -101,6 +101,15 @@ class ReplicaRoles:
             tpot_p = self.iteration_s(max(b + z * math.sqrt(batch_var(max(b, 1.0), slope)), 1.0), ctx)
         return ReplicaState(True, "", tpot_p, (0.0,) * n, (0.0,) * n, 0.0, b, kv_used, 0.0, 0.0, tpot)
 
+    def prefill_meets(self, cls: TrafficClass, rate: float, ttft_ms: float, percentile: float,
+                      transfer_s: float = 0.0) -> bool:
+        """Whether a prefill replica meets ``ttft_ms`` (the KV hand-off ``transfer_s`` included) with ``cls``
+        at ``rate``: the predicate of its capacity search (``capacity_rps_role``), so that one evaluation
+        tells a rate it cannot reach from one it may."""
+        st = self.evaluate_prefill([TrafficClass(rate, cls.isl_mean, 1.0, cls.isl_tail, cls.isl_cv2)],
+                                   percentile)
+        return st.stable and (st.ttft_s[0] + transfer_s) * 1e3 <= ttft_ms
+
     def capacity_rps_role(self, role: str, cls: TrafficClass, ttft_ms: float, tpot_ms: float,
                           percentile: float, transfer_s: float = 0.0, rel_tol: float = 0.005) -> float:
         """``capacity_rps`` for a ``prefill`` replica (TTFT, the KV hand-off ``transfer_s`` included, within
@@ -110,9 +119,7 @@ class ReplicaRoles:
                 return 0.0
 
             def ok(rate: float) -> bool:
-                st = self.evaluate_prefill([TrafficClass(rate, cls.isl_mean, 1.0, cls.isl_tail, cls.isl_cv2)],
-                                           percentile)
-                return st.stable and (st.ttft_s[0] + transfer_s) * 1e3 <= ttft_ms
+                return self.prefill_meets(cls, rate, ttft_ms, percentile, transfer_s)
 
             per_step = min(cls.isl_mean, self.max_batched_tokens)
             hi = 1.01 / (cls.isl_mean / per_step * self.iteration_s(0, 0, per_step, 0))

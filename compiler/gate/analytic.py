@@ -122,7 +122,7 @@ def verify(plan: Plan, ir: ProblemIR, topo: Topology | None = None, slo: bool = 
             continue
         if r.deployment is None or r.prefill is not None or r.decode is not None:
             # lazy: keeps import trimtab light (milp.disagg is the planner's)
-            from trimtab.milp.disagg import verify_pair_route
+            from trimtab.milp.pair_routes import verify_pair_route
 
             why = verify_pair_route(r, names, w)
             if why:
@@ -263,7 +263,7 @@ def verify_kv_links(plan: Plan, ir: ProblemIR, topo: Topology) -> list[str]:
     placement (plans written by hand) are checked against their NIC share instead. One line per fault: route,
     link, load vs capacity."""
     # lazy: keeps import trimtab light (milp.disagg is the planner's)
-    from trimtab.milp.disagg import pair_flows
+    from trimtab.milp.pair_routes import pair_flows
 
     bad: list[str] = []
     by = {d.name: d for d in plan.deployments}

@@ -88,7 +88,7 @@ def assess(ir: ProblemIR, deployments: list[DeploymentSpecView], routes: list[Ro
                                      int(max(c.prefix_reserved for c in classes)))
     if any(r.prefill for r in routes):
         # lazy: keeps import trimtab light (milp.disagg is the planner's)
-        from trimtab.milp.disagg import assess_pairs
+        from trimtab.milp.pair_routes import assess_pairs
 
         assess_pairs(ir, deps, routes, loads, ttft, dep_tpot)
     preds: dict[str, WorkloadPrediction] = {}

@@ -19,7 +19,8 @@ from trimtab.contract.realise import realise
 from trimtab.cost.physics import breaches
 from trimtab.errors import InternalError
 from trimtab.ir.topology import build_topology
-from trimtab.milp.disagg import colocation, pair_routes
+from trimtab.milp.disagg import colocation
+from trimtab.milp.pair_routes import pair_routes
 from trimtab.milp.placement import place_kv, placement_inputs
 from trimtab.milp.spread import place_spread
 from trimtab.profiles.error_bars import METRICS, bundled_path, error_bar, load_error_bars

@@ -32,7 +32,7 @@ from trimtab.deployment.shape import DeploymentSpecView, stage_parts
 from trimtab.errors import InfeasibleError, NoSolutionError
 from trimtab.ir.topology import LINK_UTIL, Topology, kv_link_loads
 from trimtab.cost.transfer import is_local_pair
-from trimtab.milp.disagg import pair_flows
+from trimtab.milp.pair_routes import pair_flows
 
 
 @dataclass(frozen=True, slots=True)

@@ -83,7 +83,7 @@ def test_pd_flows_pair_within_a_gpu_type_for_moe_layouts(spec_path):
     them."""
     from dataclasses import replace
 
-    from trimtab.milp.disagg import pair_routes
+    from trimtab.milp.pair_routes import pair_routes
 
     ir = lower(load_spec(spec_path))
     pd = build_pd_candidates(ir)
@@ -112,7 +112,8 @@ def test_two_type_moe_pd_plan_pairs_within_a_type_and_the_milp_prices_every_cros
     among themselves first, so per bucket only what one type prefills beyond what it decodes changes racks
     (what those rows charge), and the crossing KV stays within the row's share of the link."""
     from trimtab.milp.candidates import build_candidates
-    from trimtab.milp.disagg import LINK_UTIL, pair_flows
+    from trimtab.milp.disagg import LINK_UTIL
+    from trimtab.milp.pair_routes import pair_flows
     from trimtab.milp.formulate import formulate, x_var
     from trimtab.spec.paths import SpecPath
 
