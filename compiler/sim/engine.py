@@ -454,7 +454,17 @@ class Simulation:
             key = dep_key(self, d, idx) if cache is not None else None
             todo.append((d, key, kept.get(key)))
         orders = {d: by_dep[cuts[d]:cuts[d + 1]].tolist() for d, _, run in todo if run is None}
-        fresh = self._run_all(orders)
+        # the arrivals the pairs' loop takes, the loop, the run it adds to ``used``
+        pair_idx, pairs_run, pair_used = None, None, {}
+        if self.sc.pairs:
+            idx = np.flatnonzero((dep >= nd) | np.isin(dep, paired))
+            pairs_skipped = self.only is not None and not any(names[d] in self.only for d in paired)
+            if pairs_skipped:
+                skipped += paired
+            elif len(idx):
+                pair_idx = idx
+                pairs_run = lambda: self._run_pairs(idx, paired, kept, pair_used)  # noqa: E731
+        fresh, pairs_out = self._run_all(orders, pairs_run)
         for d, key, run in todo:
             if run is None:
                 live, t, stopped = fresh[d]
@@ -472,18 +482,12 @@ class Simulation:
             for r in live:
                 out[r.rid] = r
             ends.append((run.t_last, run.stopped))
-        pair_idx = None  # the arrivals the pairs' loop took
-        if self.sc.pairs:
-            idx = np.flatnonzero((dep >= nd) | np.isin(dep, paired))
-            pairs_skipped = self.only is not None and not any(names[d] in self.only for d in paired)
-            if pairs_skipped:
-                skipped += paired
-            elif len(idx):
-                pair_idx = idx
-                live, t, stopped = self._run_pairs(idx, paired, kept, used)
-                ends.append((t, stopped))
-                for r in live:
-                    out[r.rid] = r
+        if pairs_out is not None:
+            live, t, stopped = pairs_out
+            used.update(pair_used)
+            ends.append((t, stopped))
+            for r in live:
+                out[r.rid] = r
         self.requests = []
         ts = self._ts
         gone = None
@@ -528,17 +532,18 @@ class Simulation:
         compiled loop (``trimtab.sim.fast``) may run it."""
         return fast.base_hooks(type(self), Simulation)
 
-    def _run_all(self, orders: dict[int, list[int]]) -> dict[int, tuple[list[Request], float, bool]]:
-        """``_run_one`` for each deployment of ``orders`` (d -> arrival indices), in forked processes where
-        the run is large enough (``trimtab.sim.parallel``: the same floats, the same requests); here
-        otherwise."""
+    def _run_all(self, orders: dict[int, list[int]], first=None) -> tuple[dict, tuple | None]:
+        """(``_run_one`` for each deployment of ``orders`` (d -> arrival indices), ``first()``'s result or
+        None): ``first`` is the P/D pairs' loop, or None. In forked processes where the run is large enough
+        (``trimtab.sim.parallel``: the same floats, the same requests; ``first`` here while the children
+        take deployments); here otherwise."""
         # lazy: keeps import trimtab light (multiprocessing loads for parallel runs only)
         from trimtab.sim import parallel
 
         jobs = parallel.jobs_here(jobs_default())
-        if parallel.worth_it(self, sum(map(len, orders.values())), len(orders), jobs):
-            return parallel.run_deployments(self, orders, jobs)
-        return {d: self._run_one(o) for d, o in orders.items()}
+        if parallel.worth_it(self, sum(map(len, orders.values())), len(orders) + (first is not None), jobs):
+            return parallel.run_deployments(self, orders, jobs, first)
+        return {d: self._run_one(o) for d, o in orders.items()}, first() if first is not None else None
 
     def _prepare(self) -> None:
         """Per-run lookups the hooks use: the arrivals as lists (scalar access), each deployment's KV capacity

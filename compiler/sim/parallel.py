@@ -1,18 +1,20 @@
 """One simulation's deployment runs, and a plan's validating seeds, across processes (issue 16: the planner's
 validating runs on 2+ cores).
 
-Entry points: ``run_deployments(sim, orders, jobs) -> {d: (requests, t_last, stopped)}``, called by
-``Simulation._run_all`` for the deployments it has to run (not reused from a former round);
+Entry points: ``run_deployments(sim, orders, jobs, first) -> ({d: (requests, t_last, stopped)}, first())``,
+called by ``Simulation._run_all`` for the deployments it has to run (not reused from a former round) and the
+P/D pairs' loop;
 ``seeds_in_processes``, called by ``trimtab.sim.validate.simulate_seeds`` for the seeds after the first.
 
 Why this is exact: the deployments' event loops are independent (``trimtab.sim.reuse``; P/D pairs, which
-interact, run apart, in the parent): each starts from a fresh event queue and touches only its own replicas
-and the requests routed to it. So a deployment's loop run in a forked child (which inherits the drawn
-arrivals, the replicas and their cost models) computes the same floats in the same order as in the parent. The
-child sends back each request's fields and each replica's counters (``pack_run``); the parent rebuilds the
-``Request`` objects and sets the counters on its own replica objects (which the child's run never touched).
-Only numbers travel. A seed's simulation is a function of its seed and the plan alone, so seeds run side by
-side the same way, their deployment runs sent back into the planner's ``RunCache``.
+interact, run apart, in the parent, while the children run the others): each starts from a fresh event queue
+and touches only its own replicas and the requests routed to it. So a deployment's loop run in a forked child
+(which inherits the drawn arrivals, the replicas and their cost models) computes the same floats in the same
+order as in the parent. The child sends back each request's fields and each replica's counters
+(``pack_run``); the parent rebuilds the ``Request`` objects and sets the counters on its own replica objects
+(which the child's run never touched). Only numbers travel. A seed's simulation is a function of its seed
+and the plan alone, so seeds run side by side the same way, their deployment runs sent back into the
+planner's ``RunCache``.
 
 The parent and the children take deployments from one queue (the most arrivals first, a shared counter), so a
 process that drew short runs takes more of them. A run that ends with requests still queued or in flight
@@ -145,17 +147,21 @@ def _child(sim, queue: list[int], orders: dict[int, list[int]], counter, conn) -
     _reply(conn, work)
 
 
-def run_deployments(sim, orders: dict[int, list[int]],
-                    jobs: int) -> dict[int, tuple[list[Request], float, bool]]:
+def run_deployments(sim, orders: dict[int, list[int]], jobs: int,
+                    first=None) -> tuple[dict[int, tuple[list[Request], float, bool]], tuple | None]:
     """Run the event loop of each deployment in ``orders`` (d -> its arrival indices, ascending) in this
     process and ``jobs - 1`` forked children, each taking the next deployment not yet taken (the most arrivals
-    first) until none is left; d -> (its requests in arrival order, time of its last event, stopped at the
-    drain limit), as ``Simulation._run_one`` returns them. Who runs which deployment changes nothing in the
-    result."""
+    first) until none is left: (d -> (its requests in arrival order, time of its last event, stopped at the
+    drain limit), as ``Simulation._run_one`` returns them; ``first()``'s result or None). ``first`` (the P/D
+    pairs' loop, which the children cannot send back) runs here before this process takes deployments, the
+    children already at theirs: forked before it, they never see what it changes, and it touches none of
+    their deployments. Who runs which deployment changes nothing in the result."""
     ctx = multiprocessing.get_context("fork")
     queue = sorted(orders, key=lambda d: (-len(orders[d]), d))
     counter = ctx.Value("l", 0)
-    kids = [_fork(ctx, _child, sim, queue, orders, counter) for _ in range(min(jobs, len(queue)) - 1)]
+    busy = first is not None  # this process's first task, beside the queue
+    kids = [_fork(ctx, _child, sim, queue, orders, counter) for _ in range(min(jobs, len(queue) + busy) - 1)]
+    first_out = first() if busy else None
     out = {}
     while (d := _take(queue, counter)) is not None:
         out[d] = sim._run_one(orders[d])
@@ -166,7 +172,7 @@ def run_deployments(sim, orders: dict[int, list[int]],
     for d in queue:
         if d not in out:
             out[d] = sim._run_one(orders[d])
-    return {d: out[d] for d in orders}
+    return {d: out[d] for d in orders}, first_out
 
 
 def jobs_here(jobs: int) -> int:
