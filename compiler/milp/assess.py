@@ -14,6 +14,7 @@ from trimtab.cost.factory import traffic_class
 from trimtab.deployment.shape import DeploymentLoad, DeploymentSpecView, RouteView, replica_model_of
 from trimtab.ir.model import ProblemIR
 from trimtab.cost.search import bisect_max, bisect_width, grow
+from trimtab.util.jobs import fork_map
 
 NO_ROUTE = "no route serves this workload"
 
@@ -189,6 +190,7 @@ def analytic_needs(ir: ProblemIR, plan, deployment: str, workload: str, fill: fl
 # Percentiles each deployment is evaluated at to trace its classes' latency distributions for the mix; the SLO
 # percentile is added, so a workload served by one bucket on one deployment gets exactly its own prediction.
 MIX_GRID = (50.0, 75.0, 90.0, 95.0, 99.0, 99.9)
+FORK_DEPLOYMENTS = 40  # deployments from which ``mix_predictions`` and ``with_capacities`` fork
 
 
 def _cdf_at(t: float, qs: list[float], ps: list[float]) -> float:
@@ -242,19 +244,22 @@ def mix_predictions(ir: ProblemIR, deployments: list[DeploymentSpecView],
     ttft: dict[str, list] = {}
     tpot: dict[str, list] = {}
     grid = sorted(set(MIX_GRID) | {w.slo.percentile for w in ir.workloads})
-    for name, items in sorted(per_dep.items()):
+
+    def states_of(name: str) -> list:  # the deployment's steady state at each percentile of the grid
         d = deps[name]
-        if d.replicas <= 0:
-            continue
         rm = replica_model_of(ir, d)
         classes = [traffic_class(b, ir.workload(r.workload).rate_rps * r.share / d.replicas,
-                                 ir.workload(r.workload), rm) for r, b in items]
-        states = [rm.evaluate(classes, g) for g in grid]
+                                 ir.workload(r.workload), rm) for r, b in per_dep[name]]
+        return [rm.evaluate(classes, g) for g in grid]
+
+    names = [n for n in sorted(per_dep) if deps[n].replicas > 0]
+    for name, states in zip(names, fork_map(states_of, names, FORK_DEPLOYMENTS)):
+        items = per_dep[name]
         inf = [math.inf] * len(grid)
         for i, (r, _) in enumerate(items):
             q = list(accumulate((s.ttft_s[i] * 1e3 if s.stable else math.inf for s in states), max))
             ttft.setdefault(r.workload, []).append((r.share, q if all(map(math.isfinite, q)) else inf))
-        for w in {r.workload for r, _ in items}:
+        for w in sorted({r.workload for r, _ in items}):  # (a set's order is the process's hash seed's)
             share = sum(r.share for r, _ in items if r.workload == w)
             q = list(accumulate((s.tpot_s * 1e3 if s.stable else math.inf for s in states), max))
             tpot.setdefault(w, []).append((share, q if all(map(math.isfinite, q)) else inf))

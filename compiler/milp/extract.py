@@ -4,7 +4,7 @@ from __future__ import annotations
 import math
 from dataclasses import replace
 
-from trimtab.milp.assess import Assessment, assess, capacity_at_slo, mix_predictions
+from trimtab.milp.assess import FORK_DEPLOYMENTS, Assessment, assess, capacity_at_slo, mix_predictions
 from trimtab.cost.factory import host_tier_tokens, live_tiers, prefix_hit, replica_model
 from trimtab.cost.predict import fidelity_warnings
 from trimtab.deployment.shape import Candidate, CandidateSet, DeploymentSpecView, RouteView
@@ -24,6 +24,7 @@ from trimtab.milp.pair_routes import pair_routes
 from trimtab.milp.placement import place_kv, placement_inputs
 from trimtab.milp.spread import place_spread
 from trimtab.profiles.error_bars import METRICS, bundled_path, error_bar, load_error_bars
+from trimtab.util.jobs import fork_map
 
 ROUTE_TOL = 1e-7  # rps below which a route is solver noise
 
@@ -218,11 +219,15 @@ def with_capacities(plan: Plan, ir: ProblemIR) -> Plan:
     """``plan`` with each unified deployment's ``capacity_rps_per_replica``: requests per second one replica
     serves at its SLO with its planned mix (``capacity_at_slo``). Computed once, for the plan the planner
     returns (``finish_plan``), not for every plan a round builds: each is a search of ~10 assessments per
-    deployment, a second of a 100-deployment plan."""
+    deployment, a second of a 100-deployment plan, spread over the processes from
+    FORK_DEPLOYMENTS deployments on (``fork_map``: the same values)."""
     routes = [RouteView(r.workload, r.bucket, r.deployment or "", r.share, r.prefill or "", r.decode or "")
               for r in plan.routes]
-    deps = [d.model_copy(update={"capacity_rps_per_replica": _rounded(capacity_at_slo(
-        ir, DeploymentSpecView.of_plan(d), routes))}) if d.role == "unified" else d for d in plan.deployments]
+    unified = [d for d in plan.deployments if d.role == "unified"]
+    caps = iter(fork_map(lambda d: _rounded(capacity_at_slo(ir, DeploymentSpecView.of_plan(d), routes)),
+                         unified, FORK_DEPLOYMENTS))
+    deps = [d.model_copy(update={"capacity_rps_per_replica": next(caps)}) if d.role == "unified" else d
+            for d in plan.deployments]
     return plan.model_copy(update={"deployments": deps})
 
 

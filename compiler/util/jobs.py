@@ -1,15 +1,19 @@
-"""How one plan uses this machine: how many processes (the one reading of ``TRIMTAB_JOBS``), and the garbage
-collector paused while it plans or simulates (``gc_paused``).
+"""How one plan uses this machine: how many processes (the one reading of ``TRIMTAB_JOBS``), the garbage
+collector paused while it plans or simulates (``gc_paused``), and independent pure calls over forked processes
+(``fork_map``).
 
 Used by the candidate fan-out (``trimtab.milp.fanout``), the simulator's forked runs
-(``trimtab.sim.parallel``), the driver and ``trimtab.sim.simulate``; a foundation module so that no stage
-imports another for it.
+(``trimtab.sim.parallel``), the driver, ``trimtab.sim.simulate`` and the plan's capacities at its mix
+(``trimtab.milp.extract.with_capacities``); a foundation module so that no stage imports another for it.
 """
 from __future__ import annotations
 
 import gc
+import multiprocessing
 import os
 from contextlib import contextmanager
+
+_WORK: tuple | None = None  # (function, items) the forked workers of ``fork_map`` inherit
 
 
 def jobs_default() -> int:
@@ -40,3 +44,27 @@ def gc_paused():
     finally:
         if was:
             gc.enable()
+
+
+def _call(i: int):
+    assert _WORK is not None
+    return _WORK[0](_WORK[1][i])
+
+
+def fork_map(fn, items: list, min_items: int) -> list:
+    """``[fn(x) for x in items]``, spread over ``jobs_default()`` forked processes where there are at least
+    ``min_items`` items and this process may fork (not a pool's daemonic worker); here otherwise. For pure
+    calls of the cost model only (no solver: a child forked beside a solver's worker threads could wait on
+    threads it does not have). The workers inherit ``fn`` and ``items`` (nothing is pickled on the way out)
+    and send the results back pickled: the same values, in the same order, for any number of processes."""
+    global _WORK
+    jobs = min(jobs_default(), len(items))
+    if (jobs < 2 or len(items) < min_items or multiprocessing.current_process().daemon
+            or "fork" not in multiprocessing.get_all_start_methods()):
+        return [fn(x) for x in items]
+    _WORK = (fn, items)
+    try:
+        with multiprocessing.get_context("fork").Pool(jobs) as pool:
+            return pool.map(_call, range(len(items)), chunksize=max(1, len(items) // (4 * jobs)))
+    finally:
+        _WORK = None
