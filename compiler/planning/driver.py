@@ -465,9 +465,9 @@ def single_types(planner: Planner[C], spec, ir: ProblemIR, cands: C, be: Backend
         try:
             derive = getattr(planner, "for_one_type", None)  # its candidates from ``cands``, not rebuilt
             mine = derive(cands, ir, ir_one) if derive else None
-            below = getattr(planner, "may_plan_below", None)  # the LP relaxation's bound, under the net
+            below = getattr(planner, "may_plan_below", None)  # the LP's and the MILP's bounds, under the net
             if mine is not None and below is not None and not below(
-                    ir_one, mine, cost, NettedBackend(be, net, f"the LP bound on {gpu} alone"), opts):
+                    ir_one, mine, cost, NettedBackend(be, net, f"the bounds on {gpu} alone"), opts):
                 continue  # the drive would end without a plan below ``cost``
             r = drive(planner, one, ir_one, backend=be.name, time_limit_s=opts.time_limit_s,
                       validate=validate, seed=seed, profiles=profiles, runs=runs, above=cost, cands=mine,

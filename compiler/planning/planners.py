@@ -12,6 +12,7 @@ from trimtab.milp.formulate import capacity_fill
 from trimtab.milp.decompose import lp_floor
 from trimtab.milp.solve import solve_ir
 from trimtab.milp.extract import build_plan, chosen
+from trimtab.solvers.base import Status
 
 
 class UnifiedPlanner:
@@ -36,18 +37,27 @@ class UnifiedPlanner:
 
     def may_plan_below(self, ir, cands: CandidateSet, cost: float, backend, options) -> bool:
         """Whether the drive of ``ir`` on ``cands`` (a GPU type alone) may plan below ``cost``, by the LP
-        relaxation of its MILP at the cost model's capacities (``lp_floor``): not where that is infeasible,
-        nor where its optimum is at ``cost`` or above (beyond the LP's tolerance), as every solve of the drive
-        is then infeasible or at least that (``drive``'s ``above``: the drive ends without a plan). Planners
+        relaxation of its MILP at the cost model's capacities (``lp_floor``), then the MILP itself: not where
+        either is infeasible, nor where the LP's optimum or the bound the MILP's solve proved is at ``cost``
+        or above (beyond the LP's tolerance), as every solve of the drive is then infeasible or at least that
+        (its capacities are these or lower: ``drive``'s ``above``, the drive ends without a plan). Planners
         with a solve or precheck of their own, and a set the precheck refuses, are left to the drive (True).
         Why: a type's first solves cost seconds each (with the capacity prior, then without it, where the
-        prior asks for more than the type has), the relaxation a fraction of one."""
+        prior asks for more than the type has), the relaxation a fraction of one; and the LP, at a fraction
+        of a replica per small workload, is often half the MILP. The MILP's workload parts stay in this
+        planner's memo, so a drive that solves at these capacities after all (its prior dropped) takes them:
+        on specgen's target seed 2 each of three types took one solve here instead of one or two there."""
         if type(self).solve is not UnifiedPlanner.solve or type(self).precheck is not UnifiedPlanner.precheck:
             return True
         if precheck(ir, cands):
             return True
         low = lp_floor(ir, cands, backend, options)
-        return low is not None and low < cost * (1 + 1e-6)
+        if low is None or low >= cost * (1 + 1e-6):
+            return False
+        res = self.solve(ir, cands, {}, backend, options)
+        if res.status == Status.INFEASIBLE:
+            return False
+        return not (res.has_solution and res.bound is not None and res.bound >= cost * (1 + 1e-6))
 
     def precheck(self, ir, cands: CandidateSet) -> list[str]:
         return precheck(ir, cands)
