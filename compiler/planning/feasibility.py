@@ -24,7 +24,10 @@ def precheck_by_workload(ir: ProblemIR, cands: CandidateSet) -> list[tuple[str |
     """``precheck``'s lines, each with the workload it is about (None: the budget's), for the planners that
     set their own lines beside these (``RedundantPlanner.precheck``, ``adapter_precheck``)."""
     out: list[tuple[str | None, str]] = []
-    served = {c.workload for c in cands.unified}
+    mine: dict[str, list] = {}  # workload -> its unified candidates (not a scan of them all per bucket)
+    for c in cands.unified:
+        mine.setdefault(c.workload, []).append(c)
+    served = set(mine)
     best = {(b.workload, b.bucket): b for b in cands.best}
     for w in ir.workloads:
         if w.name not in served and not any(k[0] == w.name for k in best):
@@ -40,7 +43,7 @@ def precheck_by_workload(ir: ProblemIR, cands: CandidateSet) -> list[tuple[str |
                        f"{', '.join(reasons) or 'no candidates'}. {', '.join(ways[:-1])} or {ways[-1]}."))
             continue
         for b in w.buckets:
-            if any(c.workload == w.name and c.capacity(b.name) > 0 for c in cands.unified):
+            if any(c.capacity(b.name) > 0 for c in mine.get(w.name, ())):
                 continue
             bb = best.get((w.name, b.name))
             share = f"{b.prob:.0%} of requests, inputs {b.name}"
