@@ -3,8 +3,9 @@ collector paused while it plans or simulates (``gc_paused``), and independent pu
 (``fork_map``).
 
 Used by the candidate fan-out (``trimtab.milp.fanout``), the simulator's forked runs
-(``trimtab.sim.parallel``), the driver, ``trimtab.sim.simulate`` and the plan's capacities at its mix
-(``trimtab.milp.extract.with_capacities``); a foundation module so that no stage imports another for it.
+(``trimtab.sim.parallel``), the driver, ``trimtab.sim.simulate``, and the plan's capacities and predictions at
+its mix (``trimtab.milp.extract.with_capacities``, ``trimtab.milp.assess.mix_predictions``); a foundation
+module so that no stage imports another for it.
 """
 from __future__ import annotations
 
