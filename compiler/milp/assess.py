@@ -88,7 +88,7 @@ def assess(ir: ProblemIR, deployments: list[DeploymentSpecView], routes: list[Ro
                                      state.tpot_s * 1e3, state.stable, state.reason,
                                      int(max(c.prefix_reserved for c in classes)))
     if any(r.prefill for r in routes):
-        # lazy: keeps import trimtab light (milp.disagg is the planner's)
+        # lazy: keeps import trimtab light (milp.pair_routes is the planner's)
         from trimtab.milp.pair_routes import assess_pairs
 
         assess_pairs(ir, deps, routes, loads, ttft, dep_tpot)
