@@ -136,16 +136,16 @@ def _prefill_may_matter(ir: ProblemIR, w: WorkloadIR, dec: list[Candidate], unif
             return True  # no unified serving of the bucket to beat
         budget[b.name] = (1 - PD_MARGIN) * u - d if d < math.inf else -math.inf
     mns = int(ir.engine.max_num_seqs.value)
+    classes = [(b, traffic_class(b, 0.0)) for b in w.buckets]
     for pool, (tp, pp, dp, ep), bw in _role_layouts(ir, w, narrow, None):
         rm = shared_replica_model(ir, w.model, pool.type, tp, pp, w.dtype, mns, PD_TOKEN_BUDGET, dp=dp, ep=ep,
                                   kv_dtype=w.kv_dtype)
         usd = replica_usd_per_hour(pool.usd_per_hour, tp, pp, dp)
         nic = nic_bytes_per_s(pool, tp * pp * dp)
-        for b in w.buckets:
+        for b, cls in classes:
             rates = [usd / budget[b.name]] if budget[b.name] > 0 else []
             if not heavy:  # the rate whose KV flow would take LINK_UTIL of the side's NIC share
                 rates.append(LINK_UTIL * nic / (b.isl_mean * kvb))
-            cls = traffic_class(b, 0.0)
             xfer = b.isl_tail * rm.kv_bytes_per_token / bw  # the hand-off, as ``side`` adds it
             if rates and rm.memory.kv_cache_tokens >= cls.tail and rm.prefill_meets(
                     cls, min(rates), w.slo.ttft_ms, w.slo.percentile, xfer):

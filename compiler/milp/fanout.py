@@ -21,37 +21,23 @@ import multiprocessing
 from dataclasses import fields, replace
 
 from trimtab.ir.model import ProblemIR
-from trimtab.util.jobs import jobs_default
+from trimtab.util.jobs import fork_map, jobs_default
 from trimtab.deployment.shape import CandidateSet
 
 MIN_WORK = 40  # workload x GPU-type pairs below which forking costs more than it saves
-
-_IR: ProblemIR | None = None  # the IR the forked workers inherit
-_BUILD = None
-
-
-def _one(i: int):
-    assert _IR is not None and _BUILD is not None
-    return _BUILD(replace(_IR, workloads=(_IR.workloads[i],)))
 
 
 def build_split(ir: ProblemIR, build, jobs: int | None = None):
     """``build`` (``build_candidates`` with serial building forced) run per workload in ``jobs`` processes and
     merged; None when one process is better (one job, little work, no fork, LoRA tenants)."""
-    global _IR, _BUILD
     jobs = jobs_default() if jobs is None else jobs
     n = len(ir.workloads)
     if (jobs <= 1 or n < 2 or n * len(ir.gpus) < MIN_WORK or getattr(ir, "lora", None) is not None
             or getattr(ir, "kv_tiers", "off") == "experimental-live"  # KV borrowing: lenders of any workload
             or "fork" not in multiprocessing.get_all_start_methods() or not _mergeable()):
         return None
-    _IR, _BUILD = ir, build
-    try:
-        with multiprocessing.get_context("fork").Pool(min(jobs, n)) as pool:
-            parts = pool.map(_one, range(n), chunksize=1)
-    finally:
-        _IR, _BUILD = None, None
-    return merge(parts)
+    # one workload at a time: their builds differ widely in cost
+    return merge(fork_map(lambda w: build(replace(ir, workloads=(w,))), list(ir.workloads), 2, jobs, 1))
 
 
 MERGED = ("candidates", "pruned", "best", "pd_memo")  # CandidateSet fields merge knows how to order

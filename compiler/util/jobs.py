@@ -2,7 +2,7 @@
 collector paused while it plans or simulates (``gc_paused``), and independent pure calls over forked processes
 (``fork_map``).
 
-Used by the candidate fan-out (``trimtab.milp.fanout``), the simulator's forked runs
+Used by the candidate fan-out (``trimtab.milp.fanout``, through ``fork_map``), the simulator's forked runs
 (``trimtab.sim.parallel``), the driver, ``trimtab.sim.simulate``, and the plan's capacities and predictions at
 its mix (``trimtab.milp.extract.with_capacities``, ``trimtab.milp.assess.mix_predictions``); a foundation
 module so that no stage imports another for it.
@@ -52,20 +52,22 @@ def _call(i: int):
     return _WORK[0](_WORK[1][i])
 
 
-def fork_map(fn, items: list, min_items: int) -> list:
-    """``[fn(x) for x in items]``, spread over ``jobs_default()`` forked processes where there are at least
-    ``min_items`` items and this process may fork (not a pool's daemonic worker); here otherwise. For pure
+def fork_map(fn, items: list, min_items: int, jobs: int | None = None, chunksize: int | None = None) -> list:
+    """``[fn(x) for x in items]``, spread over ``jobs`` (default ``jobs_default()``) forked processes where
+    there are at least ``min_items`` items and this process may fork (not a pool's daemonic worker); here
+    otherwise. ``chunksize``: items a worker takes at a time (default a quarter of an even share; 1 where the
+    items' costs differ widely). For pure
     calls of the cost model only (no solver: a child forked beside a solver's worker threads could wait on
     threads it does not have). The workers inherit ``fn`` and ``items`` (nothing is pickled on the way out)
     and send the results back pickled: the same values, in the same order, for any number of processes."""
     global _WORK
-    jobs = min(jobs_default(), len(items))
+    jobs = min(jobs_default() if jobs is None else jobs, len(items))
     if (jobs < 2 or len(items) < min_items or multiprocessing.current_process().daemon
             or "fork" not in multiprocessing.get_all_start_methods()):
         return [fn(x) for x in items]
     _WORK = (fn, items)
     try:
         with multiprocessing.get_context("fork").Pool(jobs) as pool:
-            return pool.map(_call, range(len(items)), chunksize=max(1, len(items) // (4 * jobs)))
+            return pool.map(_call, range(len(items)), chunksize=chunksize or max(1, len(items) // (4 * jobs)))
     finally:
         _WORK = None
