@@ -71,7 +71,7 @@ class ReplicaRoles:
             return ReplicaState(True, "", t1, (0.0,) * n, (0.0,) * n, 0.0, 0.0, 0.0, 0.0, 0.0, t1)
         ctx = sum(c.rate_rps * max(c.osl_mean - 1, 0.0) * (c.isl_mean + c.osl_mean / 2) for c in classes) / D
         b = 1.0
-        step_s = self.iteration_s  # (the loop's hot path: a local, and max() as a conditional expression)
+        step_s = self.step_s  # (the loop's hot path: a local, and max() as a conditional expression)
         for _ in range(max_iter):
             t_d = step_s(b, ctx)
             b_new = D * t_d

@@ -1,0 +1,109 @@
+"""The compiled step time (compiler/cost/_step.c) against its reference, ``ReplicaStep._step_py``: the same
+float to the last bit on every bundled model and engine, over the layouts the planner draws (tp, pp, attention
+dp, expert ep; CUDA-graph and eager steps; a live KV tier's remote share), and arguments from an idle step to
+a full token budget. The kernel is only worth having if it is exact: the planner's candidates, and so its
+plans, are compared byte for byte across versions."""
+from __future__ import annotations
+
+import math
+import pickle
+import random
+
+import pytest
+
+from trimtab.cost import step as step_mod
+from trimtab.cost.model import ReplicaModel
+from trimtab.cost.records import KvTier
+from trimtab.profiles.loader import load_profiles
+
+GPUS = ("h100-sxm", "a100-80gb", "l4", "mi300x", "b200", "a10g")
+LAYOUTS = ((1, 1, 1, 1), (2, 1, 1, 1), (4, 2, 1, 1), (8, 1, 1, 1), (1, 1, 2, 2), (2, 1, 4, 8), (1, 1, 1, 4),
+           (8, 2, 1, 8))
+
+
+def _replicas():
+    p = load_profiles()
+    for mname, model in sorted(p.models.items()):
+        for gname in GPUS:
+            for ename, engine in sorted(p.engines.items()):
+                for tp, pp, dp, ep in LAYOUTS:
+                    for dtype in ("bf16", "fp8"):
+                        try:
+                            yield ReplicaModel(model, p.gpus[gname], engine, tp, pp, dtype, dp=dp, ep=ep,
+                                               max_batched_tokens=2048)
+                        except ValueError:
+                            continue
+                    if dp == 1:  # a live KV tier (no attention DP with one)
+                        try:
+                            yield ReplicaModel(model, p.gpus[gname], engine, tp, pp, "bf16",
+                                               kv_tier=KvTier("offload", 200_000, 25.0))
+                        except ValueError:
+                            continue
+
+
+def _args(rng: random.Random, rm: ReplicaModel) -> tuple:
+    limit = rm.graph_tokens * rm.pp
+    b = rng.choice((0, 1, 2.0, rng.randint(1, 512), rng.uniform(0.0, 600.0), limit, limit + 1, limit - 0.5))
+    ctx = rng.choice((0, 0.0, rng.uniform(0.0, 32000.0), float(rng.randint(1, 9000))))
+    p = rng.choice((0.0, 0, rng.randint(1, 8192), rng.uniform(0.0, 8192.0), max(limit - b, 0.0)))
+    pctx = rng.choice((0.0, rng.uniform(0.0, 16000.0)))
+    seqs = rng.choice((1.0, 1, rng.randint(1, 32), rng.uniform(0.5, 12.0)))
+    r = rng.choice((0.0, 0.0, rng.uniform(0.0, 1.0), 1.0)) if rm.kv_tier is not None else 0.0
+    return b, ctx, p, pctx, seqs, r
+
+
+@pytest.mark.skipif(not step_mod.KERNEL, reason="TRIMTAB_COST_KERNEL=python")
+def test_the_kernel_is_built():
+    # an install that could not compile it runs the reference alone: CI sees that here
+    assert step_mod._step is not None
+
+
+@pytest.mark.skipif(not step_mod.KERNEL, reason="the kernel is not built or switched off")
+def test_the_kernel_gives_the_reference_float_to_the_bit():
+    rng = random.Random(35)
+    n = kinds = 0
+    seen = set()
+    for rm in _replicas():
+        kernel = rm._step_fn
+        assert type(kernel) is step_mod._step.Step and rm.step_s is kernel
+        seen.add((rm.moe is not None, rm.graph_tokens > 0, rm.kv_tier is not None, rm.dp > 1, rm.pp > 1))
+        for _ in range(12):
+            a = _args(rng, rm)
+            want, got = rm._step_py(*a), kernel(*a)
+            assert type(got) is float
+            assert math.isnan(want) and math.isnan(got) or want.hex() == got.hex(), (rm.model.name, a)
+            n += 1
+        # keywords and defaults as the Python signature takes them
+        assert kernel(3, 100.0) == rm._step_py(3, 100.0)
+        assert kernel(3, 100.0, prefill_seqs=2.0, prefill_tokens=50) == rm._step_py(3, 100.0, 50, 0.0, 2.0)
+        kinds += 1
+    # every branch of the reference is reached: MoE or dense, graphs or eager, a tier, attention DP, pipelines
+    assert len(seen) >= 12 and n > 10_000, (len(seen), n, kinds)
+
+
+@pytest.mark.skipif(not step_mod.KERNEL, reason="the kernel is not built or switched off")
+def test_the_kernel_pickles_and_refuses_bad_calls():
+    p = load_profiles()
+    rm = ReplicaModel(p.models["mixtral-8x7b"], p.gpus["h100-sxm"], p.engines["vllm"], tp=2)
+    k = rm._step_fn
+    k2 = pickle.loads(pickle.dumps(k))
+    assert k2(16, 900.0, 512, 10.0) == k(16, 900.0, 512, 10.0)
+    for bad in ((1,), (1, 2, 3, 4, 5, 6, 7)):
+        with pytest.raises(TypeError):
+            k(*bad)
+    with pytest.raises(TypeError):
+        k(1, 2, fresh=3)
+    with pytest.raises(TypeError):
+        k(1, "2")
+
+
+def test_a_subclass_that_adds_terms_keeps_its_own_step_time():
+    class Slower(ReplicaModel):
+        def iteration_s(self, decode_batch, decode_ctx, prefill_tokens=0.0, prefill_ctx=0.0, prefill_seqs=1.0,
+                        remote_share=0.0):
+            return 2 * super().iteration_s(decode_batch, decode_ctx, prefill_tokens, prefill_ctx)
+
+    p = load_profiles()
+    args = (p.models["llama-3.1-8b"], p.gpus["l4"], p.engines["vllm"])
+    base, slow = ReplicaModel(*args), Slower(*args)
+    assert slow.step_s(4, 500.0) == 2 * base.step_s(4, 500.0) == 2 * base.iteration_s(4, 500.0)
