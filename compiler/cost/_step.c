@@ -6,13 +6,14 @@ search's fixed point, every simulated step with prompt tokens), and the interpre
 2.5 microseconds a call, a quarter of a plan's CPU. A ``Step`` holds the two folded term tuples of one replica
 (``_step``, ``_step_graph``) and the eager all-reduce; calling it gives the reference's float to the last bit:
 the same operations in the same order (left to right, as Python groups them), each rounded as Python rounds
-it (built with -ffp-contract=off: no fused multiply-add), and the MoE block's three terms called as the
-Python methods they are. tests/cost/test_step_kernel.py compares the two on every bundled model, layout and
-argument range. */
+it (built with -ffp-contract=off: no fused multiply-add), the MoE block's three terms included
+(``MoeLayer.compute_s``, ``router_s``, ``comm_s`` over the constants of its ``kernel_terms``).
+tests/cost/test_step_kernel.py compares the two on every bundled model, layout and argument range. */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
 #include <stddef.h>
 #include <string.h>
+#include <math.h>
 
 /* the folded terms of ``ReplicaStep._fold``, in its tuple's order */
 enum { A_W, A_ACT, A_FL, M_W, M_ACT, M_FL, KV_S, ATT_FL, ELEM, AR0, AR1, H_W, H_ACT, H_FL, HOP1, K2, KS, A_K,
@@ -20,8 +21,18 @@ enum { A_W, A_ACT, A_FL, M_W, M_ACT, M_FL, KV_S, ATT_FL, ELEM, AR0, AR1, H_W, H_
 
 typedef struct {
     double v[NUM];
-    PyObject *moe_compute, *moe_router, *moe_comm;   /* NULL for None */
+    int moe, comm;   /* the MoE block's terms (the fold's methods not None): compute and router; comm */
 } Fold;
+
+/* ``MoeLayer.kernel_terms``, in its order */
+enum { E_, K_, PE, WB, G_, EP, BW, SHARE, ACT_PER, RATE, K4, SHAPE, ROWS_E,
+       T_ON, MISS,
+       B_ON, B_K, B_Q, B_ONE_Q, B_SPARE, B_E1, B_EMAX, B_CAP,
+       R_W, R_HE, R_BW, R_FLOPS, R_SHARE, R_KS,
+       C_MODE, C_G, C_H, C_K, C_EP, C_SHARE, C_LAT, C_LAT2, C_BUS, C_G1, C_EP1, C_LINK,
+       S_GROUP, S_PEERS, S_FAR, S_NIC, MOE_NUM };
+
+#define ACT_BYTES 2.0   /* trimtab.cost.moe.ACT_BYTES */
 
 typedef struct {
     PyObject_HEAD
@@ -29,6 +40,7 @@ typedef struct {
     Fold eager, graph;
     int has_ar; double ar_a, ar_b;   /* the eager all-reduce (fixed, per token) where tp > 1 */
     double limit;                    /* graph_tokens x pp: steps of at most this many tokens replay a graph */
+    double m[MOE_NUM];               /* the MoE block's constants, where the replica has one */
     PyObject *args;                  /* the constructor's arguments, for pickling */
 } Step;
 
@@ -41,29 +53,53 @@ static int read_fold(PyObject *t, Fold *f) {
         f->v[i] = PyFloat_AsDouble(PyTuple_GET_ITEM(t, i));
         if (f->v[i] == -1.0 && PyErr_Occurred()) return -1;
     }
-    PyObject **m[3] = {&f->moe_compute, &f->moe_router, &f->moe_comm};
-    for (int i = 0; i < 3; i++) {
-        PyObject *o = PyTuple_GET_ITEM(t, NUM + i);
-        *m[i] = o == Py_None ? NULL : o;
-        Py_XINCREF(*m[i]);
-    }
+    f->moe = PyTuple_GET_ITEM(t, NUM) != Py_None;
+    f->comm = PyTuple_GET_ITEM(t, NUM + 2) != Py_None;
     return 0;
 }
 
-static int call1(PyObject *fn, double x, double *out) {
-    PyObject *a = PyFloat_FromDouble(x);
-    if (a == NULL) return -1;
-    PyObject *r = PyObject_CallOneArg(fn, a);
-    Py_DECREF(a);
-    if (r == NULL) return -1;
-    *out = PyFloat_AsDouble(r);
-    Py_DECREF(r);
-    return (*out == -1.0 && PyErr_Occurred()) ? -1 : 0;
+/* MoeLayer.compute_s, with _touched_share's and _busiest_rank's closures */
+static double moe_compute(const double *m, double tokens) {
+    double imb = 1.0, hit = 1.0;
+    if (m[B_ON] != 0.0 && !(tokens <= 0)) {
+        double mean = tokens * m[B_K] * m[B_Q];
+        double f = 1.0 + sqrt(mean * m[B_ONE_Q] * m[B_SPARE] / m[B_E1]) * m[B_EMAX] / mean;
+        imb = m[B_CAP] < f ? m[B_CAP] : f;
+    }
+    if (m[T_ON] != 0.0) hit = 1.0 - pow(m[MISS], 0.0 > tokens ? 0.0 : tokens);
+    double w = m[E_] * hit * m[PE] * m[WB] / m[G_];
+    double act = imb * tokens * m[K_] / m[EP] * m[ACT_PER] * ACT_BYTES;
+    double fl = imb * 2 * tokens * m[K_] * m[PE] / m[G_];
+    if (m[ROWS_E] != 0.0 || m[SHAPE] != 1.0) fl = (fl + m[ROWS_E] * hit) * m[SHAPE];
+    double x = (w + act) / m[BW], y = fl / m[RATE];
+    return m[SHARE] * ((y > x ? y : x) + m[K4]);
+}
+
+/* MoeLayer.router_s */
+static double moe_router(const double *m, double rank_tokens) {
+    double x = (m[R_W] + rank_tokens * m[R_HE]) * ACT_BYTES / m[R_BW];
+    double y = 2 * rank_tokens * m[R_W] / m[R_FLOPS];
+    return m[R_SHARE] * ((y > x ? y : x) + m[R_KS]);
+}
+
+/* MoeLayer.comm_s, with _spread_s */
+static double moe_comm(const double *m, double tokens) {
+    if (m[C_MODE] == 0.0) return 0.0;
+    if (m[C_MODE] == 1.0)
+        return m[C_SHARE] * (m[C_LAT2] + tokens * m[C_H] * ACT_BYTES * 2 * m[C_G1] / m[C_G] / m[C_BUS]);
+    double sent = tokens / m[C_G] * m[C_K] * m[C_H] * ACT_BYTES * m[C_EP1] / m[C_EP];
+    double spread = 0.0;
+    if (!(m[S_GROUP] <= 1)) {
+        double off = sent * m[S_FAR] / m[S_PEERS];
+        double x = (sent - off) / m[C_LINK], y = off != 0.0 ? off / m[S_NIC] : 0.0;
+        spread = y > x ? y : x;
+    }
+    return m[C_SHARE] * 2 * (m[C_LAT] + spread);
 }
 
 /* ``_step_py``: the same statements, in its order */
-static int step_time(Step *s, double decode_batch, double decode_ctx, double prefill_tokens,
-                     double prefill_ctx, double prefill_seqs, double remote_share, double *out) {
+static double step_time(const Step *s, double decode_batch, double decode_ctx, double prefill_tokens,
+                        double prefill_ctx, double prefill_seqs, double remote_share) {
     int graph = decode_batch + prefill_tokens <= s->limit;
     const Fold *f = graph ? &s->graph : &s->eager;
     const double *v = f->v;
@@ -82,15 +118,11 @@ static int step_time(Step *s, double decode_batch, double decode_ctx, double pre
     double t_attn_proj = (x >= y ? x : y) + v[A_K];
     x = v[M_W] + Ta * v[M_ACT]; y = Ta * v[M_FL];
     double t_mlp = (x >= y ? x : y) + v[K2];
-    if (f->moe_compute != NULL) {
-        double c, r, m = 0.0;
-        if (call1(f->moe_compute, T, &c) || call1(f->moe_router, Ta, &r)) return -1;
-        if (f->moe_comm == NULL) {
-            t_mlp += c + r;
-        } else {
-            if (call1(f->moe_comm, T, &m)) return -1;
-            t_mlp += c + r + m;
-        }
+    if (f->moe) {
+        if (!f->comm)
+            t_mlp += moe_compute(s->m, T) + moe_router(s->m, Ta);
+        else
+            t_mlp += moe_compute(s->m, T) + moe_router(s->m, Ta) + moe_comm(s->m, T);
     }
     double ar = v[AR0] + Ta * v[AR1];
     if (graph && s->has_ar) {
@@ -120,8 +152,7 @@ static int step_time(Step *s, double decode_batch, double decode_ctx, double pre
     double head_tokens = b + seqs;
     x = v[H_W] + head_tokens * v[H_ACT]; y = head_tokens * v[H_FL];
     double stage_head = (x >= y ? x : y) + v[KS];
-    *out = v[PLS] * layer + stage_head + Ta * v[HOP1] + v[FIXED];
-    return 0;
+    return v[PLS] * layer + stage_head + Ta * v[HOP1] + v[FIXED];
 }
 
 static const char *const NAMES[6] = {"decode_batch", "decode_ctx", "prefill_tokens", "prefill_ctx",
@@ -154,19 +185,17 @@ static PyObject *step_vectorcall(PyObject *self, PyObject *const *args, size_t n
         PyErr_SetString(PyExc_TypeError, "iteration_s needs decode_batch and decode_ctx");
         return NULL;
     }
-    double t;
-    if (step_time((Step *)self, a[0], a[1], a[2], a[3], a[4], a[5], &t)) return NULL;
-    return PyFloat_FromDouble(t);
+    return PyFloat_FromDouble(step_time((Step *)self, a[0], a[1], a[2], a[3], a[4], a[5]));
 }
 
 static PyObject *step_new(PyTypeObject *type, PyObject *args, PyObject *kw) {
-    PyObject *eager, *graph, *ar;
+    PyObject *eager, *graph, *ar, *moe;
     double limit;
     if (kw != NULL && PyDict_GET_SIZE(kw)) {
         PyErr_SetString(PyExc_TypeError, "Step takes positional arguments only");
         return NULL;
     }
-    if (!PyArg_ParseTuple(args, "OOOd:Step", &eager, &graph, &ar, &limit)) return NULL;
+    if (!PyArg_ParseTuple(args, "OOOdO:Step", &eager, &graph, &ar, &limit, &moe)) return NULL;
     Step *s = (Step *)type->tp_alloc(type, 0);
     if (s == NULL) return NULL;
     s->vectorcall = step_vectorcall;
@@ -174,6 +203,16 @@ static PyObject *step_new(PyTypeObject *type, PyObject *args, PyObject *kw) {
     Py_INCREF(args);
     s->args = args;
     if (read_fold(eager, &s->eager) || read_fold(graph, &s->graph)) goto fail;
+    if (s->eager.moe || s->graph.moe) {
+        if (!PyTuple_Check(moe) || PyTuple_GET_SIZE(moe) != MOE_NUM) {
+            PyErr_SetString(PyExc_TypeError, "Step: an MoE replica needs its 45 kernel_terms");
+            goto fail;
+        }
+        for (int i = 0; i < MOE_NUM; i++) {
+            s->m[i] = PyFloat_AsDouble(PyTuple_GET_ITEM(moe, i));
+            if (s->m[i] == -1.0 && PyErr_Occurred()) goto fail;
+        }
+    }
     if (ar != Py_None) {
         if (!PyArg_ParseTuple(ar, "dd:Step's all-reduce", &s->ar_a, &s->ar_b)) goto fail;
         s->has_ar = 1;
@@ -185,12 +224,6 @@ fail:
 }
 
 static void step_dealloc(Step *s) {
-    Fold *f[2] = {&s->eager, &s->graph};
-    for (int i = 0; i < 2; i++) {
-        Py_XDECREF(f[i]->moe_compute);
-        Py_XDECREF(f[i]->moe_router);
-        Py_XDECREF(f[i]->moe_comm);
-    }
     Py_XDECREF(s->args);
     Py_TYPE(s)->tp_free((PyObject *)s);
 }
@@ -208,7 +241,8 @@ static PyTypeObject StepType = {
     .tp_name = "trimtab.cost._step.Step",
     .tp_basicsize = sizeof(Step),
     .tp_flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_HAVE_VECTORCALL,
-    .tp_doc = "Step(fold, fold_graph, allreduce_eager, graph_limit): a replica's iteration_s, compiled "
+    .tp_doc = "Step(fold, fold_graph, allreduce_eager, graph_limit, moe_terms): a replica's iteration_s, "
+              "compiled "
               "(trimtab.cost.step).",
     .tp_new = step_new,
     .tp_dealloc = (destructor)step_dealloc,

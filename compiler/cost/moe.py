@@ -104,12 +104,17 @@ def experts_touched(tokens: float, experts: float, topk: float) -> float:
     return _touched_share(experts, topk)(tokens)
 
 
+def _touched_miss(experts: float, topk: float) -> float | None:
+    """The chance that a token does not choose a given expert (None: one expert, always touched)."""
+    return None if experts <= 1 else 1.0 - topk / experts
+
+
 def _touched_share(experts: float, topk: float):
     """``experts_touched`` as a function of the tokens alone, ``experts`` and ``topk`` folded in once
     (``MoeLayer`` keeps one per layer: the planner evaluates it ~10^6 times)."""
-    if experts <= 1:
+    miss = _touched_miss(experts, topk)
+    if miss is None:
         return lambda tokens: 1.0
-    miss = 1.0 - topk / experts  # a token does not choose a given expert
 
     def share(tokens: float) -> float:
         return 1.0 - miss ** (0.0 if 0.0 > tokens else tokens)  # max(tokens, 0.0), without the builtin's call
@@ -144,15 +149,24 @@ def busiest_rank_factor(tokens: float, experts: float, topk: float, ep: int) -> 
     return _busiest_rank(experts, topk, ep)(tokens)
 
 
+def _busiest_fold(experts: float, topk: float, ep: int) -> tuple | None:
+    """``busiest_rank_factor``'s constants (topk, q, 1 - q, E - k, E - 1, E[max of ep normals], ep); None where
+    the factor is 1 (one rank, or every expert touched by each token)."""
+    if ep <= 1 or experts <= topk:
+        return None
+    q = 1.0 / ep
+    # var = tokens k q (1 - q) (E - k) / (E - 1): left to right, mean x (1 - q) x (E - k) / (E - 1)
+    return topk, q, 1 - q, experts - topk, experts - 1, expected_max_normal(ep), float(ep)
+
+
 def _busiest_rank(experts: float, topk: float, ep: int):
     """``busiest_rank_factor`` as a function of the tokens alone, everything else folded in once
     (``MoeLayer``)."""
-    if ep <= 1 or experts <= topk:
+    fold = _busiest_fold(experts, topk, ep)
+    if fold is None:
         return lambda tokens: 1.0
-    q = 1.0 / ep
-    # var = tokens k q (1 - q) (E - k) / (E - 1): left to right, mean x (1 - q) x (E - k) / (E - 1)
-    one_q, spare, e1 = 1 - q, experts - topk, experts - 1
-    emax, cap, sqrt = expected_max_normal(ep), float(ep), math.sqrt
+    topk, q, one_q, spare, e1, emax, cap = fold
+    sqrt = math.sqrt
 
     def factor(tokens: float) -> float:
         if tokens <= 0:
@@ -232,6 +246,25 @@ class MoeLayer:
                 self.share, 2 * self.hidden + 3 * self.inter * self.ep / self.group,
                 self.flops * self.moe_eff, 4 * self.kernel_s, _touched_share(self.experts, self.topk),
                 _busiest_rank(self.experts, self.topk, self.ep), 1.0 + cols, rows_e)
+
+    @cached_property
+    def kernel_terms(self) -> tuple[float, ...]:
+        """Every folded constant of ``compute_s``, ``router_s`` and ``comm_s`` (with ``_spread_s``), as floats
+        in the order the compiled step time reads them (compiler/cost/_step.c, ``moe_terms``): it computes
+        the three terms from these as the methods do, operation for operation. A missing share or factor
+        (``_touched_miss``, ``_busiest_fold``: None) is a leading 0.0 flag."""
+        E, k, Pe, wb, G, ep, bw, share, act_per, rate, k4, _, _, shape, rows_e = self._compute_fold
+        miss = _touched_miss(self.experts, self.topk)
+        busy = _busiest_fold(self.experts, self.topk, self.ep)
+        mode, G2, H, k2, ep2, share2, lat, lat2, bus, g1, ep1, link = self._comm_fold
+        peers, far = self._spread_fold
+        terms = ((E, k, Pe, wb, G, ep, bw, share, act_per, rate, k4, shape, rows_e)
+                 + ((0.0, 0.0) if miss is None else (1.0, miss))
+                 + ((0.0,) * 8 if busy is None else (1.0,) + busy)
+                 + self._router_fold + (self.bw, self.flops, self.share, self.kernel_s)
+                 + (mode, G2, H, k2, ep2, share2, lat, lat2, bus, g1, ep1, link)
+                 + (self.group, peers, far, self.nic_bw))
+        return tuple(float(x) for x in terms)
 
     @cached_property
     def _router_fold(self) -> tuple:

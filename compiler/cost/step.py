@@ -193,7 +193,12 @@ class ReplicaStep:
         reference ``_step_py`` where the kernel is not built or switched off."""
         if not KERNEL:
             return self._step_py
-        return _step.Step(self._step, self._step_graph, self._ar_eager, self.graph_tokens * self.pp)
+        # the MoE block's methods as presence marks: the kernel computes them from ``kernel_terms`` (and
+        # numbers alone pickle)
+        eager, graph = ((*f[:-3], *(None if m is None else True for m in f[-3:])) for f in
+                        (self._step, self._step_graph))
+        return _step.Step(eager, graph, self._ar_eager, self.graph_tokens * self.pp,
+                          None if self.moe is None else self.moe.kernel_terms)
 
     @cached_property
     def step_s(self):

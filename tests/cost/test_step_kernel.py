@@ -17,8 +17,10 @@ from trimtab.cost.records import KvTier
 from trimtab.profiles.loader import load_profiles
 
 GPUS = ("h100-sxm", "a100-80gb", "l4", "mi300x", "b200", "a10g")
-LAYOUTS = ((1, 1, 1, 1), (2, 1, 1, 1), (4, 2, 1, 1), (8, 1, 1, 1), (1, 1, 2, 2), (2, 1, 4, 8), (1, 1, 1, 4),
-           (8, 2, 1, 8))
+# (tp, pp, dp, ep): the MoE block's three communication modes (none; attention DP alone; expert parallel),
+# and expert groups within a node and across two
+LAYOUTS = ((1, 1, 1, 1), (2, 1, 1, 1), (4, 2, 1, 1), (8, 1, 1, 1), (1, 1, 2, 2), (2, 1, 4, 8), (2, 1, 2, 1),
+           (4, 1, 4, 1), (8, 1, 2, 16), (8, 2, 1, 8))
 
 
 def _replicas():
@@ -62,11 +64,13 @@ def test_the_kernel_is_built():
 def test_the_kernel_gives_the_reference_float_to_the_bit():
     rng = random.Random(35)
     n = kinds = 0
-    seen = set()
+    seen, modes = set(), set()
     for rm in _replicas():
         kernel = rm._step_fn
         assert type(kernel) is step_mod._step.Step and rm.step_s is kernel
         seen.add((rm.moe is not None, rm.graph_tokens > 0, rm.kv_tier is not None, rm.dp > 1, rm.pp > 1))
+        if rm.moe is not None:
+            modes.add((rm.moe._comm_fold[0], rm.moe._spread_fold[1] > 0))
         for _ in range(12):
             a = _args(rng, rm)
             want, got = rm._step_py(*a), kernel(*a)
@@ -79,6 +83,7 @@ def test_the_kernel_gives_the_reference_float_to_the_bit():
         kinds += 1
     # every branch of the reference is reached: MoE or dense, graphs or eager, a tier, attention DP, pipelines
     assert len(seen) >= 12 and n > 10_000, (len(seen), n, kinds)
+    assert modes >= {(0, False), (1, False), (2, False), (2, True), (1, True)}, modes
 
 
 @pytest.mark.skipif(not step_mod.KERNEL, reason="the kernel is not built or switched off")
