@@ -150,8 +150,8 @@ def busiest_rank_factor(tokens: float, experts: float, topk: float, ep: int) -> 
 
 
 def _busiest_fold(experts: float, topk: float, ep: int) -> tuple | None:
-    """``busiest_rank_factor``'s constants (topk, q, 1 - q, E - k, E - 1, E[max of ep normals], ep); None where
-    the factor is 1 (one rank, or every expert touched by each token)."""
+    """``busiest_rank_factor``'s constants (topk, q, 1 - q, E - k, E - 1, E[max of ep normals], ep); None
+    where the factor is 1 (one rank, or every expert touched by each token)."""
     if ep <= 1 or experts <= topk:
         return None
     q = 1.0 / ep
