@@ -188,6 +188,107 @@ static PyObject *step_vectorcall(PyObject *self, PyObject *const *args, size_t n
     return PyFloat_FromDouble(step_time((Step *)self, a[0], a[1], a[2], a[3], a[4], a[5]));
 }
 
+/* ``ReplicaModel._fixed_point`` without a KV tier: the decode batch's fixed point b = D x TPOT(b) with
+``_Aitken``'s acceleration, the same iterates in the same order (its step and retreat transcribed here). */
+typedef struct { double last[3]; int n; double safe, cap; int on, used; } Aitken;
+
+static int aitken_step(Aitken *a, double b, double b_new, double *out) {
+    if (b_new >= b && b_new > a->safe) a->safe = b_new;
+    if (!a->on) return 0;
+    a->last[a->n++] = b_new;
+    if (a->n < 3) return 0;
+    double b0 = a->last[0], b1 = a->last[1], b2 = a->last[2];
+    a->last[0] = b2; a->n = 1;
+    double den = b2 - 2 * b1 + b0;
+    if (den == 0 || !((b1 - b0) * (b2 - b1) > 0)) return 0;
+    double acc = b0 - pow(fabs(b1 - b0), 2.0) / den;   /* Python's (b1 - b0) ** 2: pow of the magnitude */
+    if (!(isfinite(acc) && 0.0 <= acc && acc <= a->cap)) return 0;
+    a->used = 1;
+    a->last[0] = acc; a->n = 1;
+    *out = acc;
+    return 1;
+}
+
+static int aitken_retreat(Aitken *a) {
+    if (!(a->on && a->used)) return 0;
+    a->on = 0;
+    return 1;
+}
+
+static PyObject *step_fixed_point(PyObject *self, PyObject *args) {
+    double K, mns, D, ctx, b, cap;
+    int on, max_iter;
+    PyObject *classes;
+    if (!PyArg_ParseTuple(args, "dddddpdiO!:fixed_point", &K, &mns, &D, &ctx, &b, &on, &cap, &max_iter,
+                          &PyTuple_Type, &classes))
+        return NULL;
+    Py_ssize_t n = PyTuple_GET_SIZE(classes);
+    double *c = PyMem_Malloc(sizeof(double) * (4 * n + 2 * n + 1));   /* new, cached, host, rate; s, steps */
+    if (c == NULL) return PyErr_NoMemory();
+    double *sv = c + 4 * n, *nsteps = sv + n;
+    for (Py_ssize_t i = 0; i < n; i++) {
+        PyObject *t = PyTuple_GET_ITEM(classes, i);
+        if (!PyArg_ParseTuple(t, "dddd", c + 4 * i, c + 4 * i + 1, c + 4 * i + 2, c + 4 * i + 3)) {
+            PyMem_Free(c);
+            return NULL;
+        }
+    }
+    Aitken a = {{b, 0, 0}, 1, b, cap, on, 0};
+    const Step *st = (const Step *)self;
+    double t_d = 0, rho = 0, steps_total = 0, tpot = 0, b_new = 0, b_in = 0;
+    int status = 4;   /* 0 converged; 1 no room for prompts; 2 prefill saturated; 3 batch limit; 4 none */
+    for (int it = 0; it < max_iter; it++) {
+        double chunk = K - b;
+        if (chunk < 1) {
+            if (aitken_retreat(&a)) { b = a.safe; continue; }
+            status = 1;
+            break;
+        }
+        t_d = step_time(st, b, ctx, 0.0, 0.0, 1.0, 0.0);
+        rho = 0.0; steps_total = 0.0;
+        for (Py_ssize_t i = 0; i < n; i++) {
+            double new = c[4 * i], cached = c[4 * i + 1], host = c[4 * i + 2], rate = c[4 * i + 3];
+            double per_step = chunk < new ? chunk : new;
+            if (per_step == 0) {
+                PyMem_Free(c);
+                PyErr_SetString(PyExc_ZeroDivisionError, "float division by zero");
+                return NULL;
+            }
+            double steps = new / per_step;
+            double t = step_time(st, b, ctx, per_step, cached + (new - per_step) / 2, 1.0, 0.0);
+            double t_c = steps * t + host;
+            sv[i] = t_c; nsteps[i] = steps;
+            rho += rate * t_c;
+            steps_total += rate * steps;
+        }
+        if (rho >= 1 && aitken_retreat(&a)) { b = a.safe; continue; }
+        if (rho >= 1) { status = 2; break; }
+        tpot = 1.0 / (steps_total + (1 - rho) / t_d);
+        b_new = D * tpot;
+        if (b_new > mns && aitken_retreat(&a)) { b = a.safe; continue; }
+        if (b_new > mns) { status = 3; break; }
+        if (fabs(b_new - b) <= 1e-4 * (1.0 > b_new ? 1.0 : b_new)) {
+            b_in = b; b = b_new; status = 0;
+            break;
+        }
+        double acc;
+        b = aitken_step(&a, b, b_new, &acc) ? acc : b_new;
+    }
+    PyObject *s_out = PyTuple_New(n), *k_out = PyTuple_New(n), *res = NULL;
+    if (s_out != NULL && k_out != NULL) {
+        for (Py_ssize_t i = 0; i < n; i++) {
+            PyTuple_SET_ITEM(s_out, i, PyFloat_FromDouble(sv[i]));
+            PyTuple_SET_ITEM(k_out, i, PyFloat_FromDouble(nsteps[i]));
+        }
+        res = Py_BuildValue("(idddddddOO)", status, b, b_in, t_d, rho, steps_total, tpot, b_new, s_out,
+                            k_out);
+    }
+    Py_XDECREF(s_out);
+    Py_XDECREF(k_out);
+    PyMem_Free(c);
+    return res;
+}
+
 static PyObject *step_new(PyTypeObject *type, PyObject *args, PyObject *kw) {
     PyObject *eager, *graph, *ar, *moe;
     double limit;
@@ -234,6 +335,9 @@ static PyObject *step_reduce(Step *s, PyObject *Py_UNUSED(ignored)) {
 
 static PyMethodDef step_methods[] = {
     {"__reduce__", (PyCFunction)step_reduce, METH_NOARGS, NULL},
+    {"fixed_point", step_fixed_point, METH_VARARGS,
+     "fixed_point(K, max_num_seqs, D, ctx_dec, b, accelerate, cap, max_iter, classes): "
+     "ReplicaModel._fixed_point without a KV tier (classes: (new, cached, reload_s, rate) each)"},
     {NULL, NULL, 0, NULL}};
 
 static PyTypeObject StepType = {

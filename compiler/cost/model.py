@@ -296,39 +296,59 @@ class ReplicaModel(ReplicaStep, ReplicaRoles, ReplicaPredictions, ReplicaTiers):
         # Decision mode (capacity bisection) accelerates the fixed point; plain iteration climbs to it from
         # below, so the stated predictions (assess, check) are not more pessimistic than the
         # capacities assumed.
-        accel = _Aitken(min(self.max_num_seqs, K - 1), on=slo_ms is not None, start=b)
         step_s = self.step_s  # (the loop's hot path: a local, and min/max as conditional expressions)
-        for _ in range(max_iter):
-            chunk = K - b
-            if chunk < 1:
-                if accel.retreat():  # an extrapolated batch overshot: back to the last plain iterate
+        mns, cap = self.max_num_seqs, min(self.max_num_seqs, K - 1)
+        status, b_new = 4, 0.0  # 0: converged; else why not (``_WHY``)
+        compiled = None if tier else getattr(step_s, "fixed_point", None)
+        if compiled is not None:  # the loop below, compiled (compiler/cost/_step.c): the same iterates
+            status, b, b_in, t_d, rho, prefill_steps, tpot, b_new, s, nsteps = compiled(
+                K, mns, D, ctx_dec, b, slo_ms is not None, cap, max_iter,
+                tuple((c.isl_mean - c.cached_tokens, c.cached_tokens,
+                       self.reload_s(c.host_cached_tokens) if c.host_cached_tokens else 0.0, c.rate_rps)
+                      for c in classes))
+        else:
+            accel = _Aitken(cap, on=slo_ms is not None, start=b)
+            for _ in range(max_iter):
+                chunk = K - b
+                if chunk < 1:
+                    if accel.retreat():  # an extrapolated batch overshot: back to the last plain iterate
+                        b = accel.safe
+                        continue
+                    status = 1
+                    break
+                if tier:  # the share of the KV in use beyond HBM at the current batch (previous prefill load)
+                    r = self.remote_share(kv_at_p(b * ctx_dec + kv_pre))
+                t_d = step_s(b, ctx_dec) if not tier else self._tier_decode_s(b, ctx_dec, kv_pre, kv_floor)
+                rho, prefill_steps, s, nsteps = load(b, chunk, r)
+                if tier and rho < 1:
+                    kv_pre = rho * sum(c.rate_rps * c.isl_mean for c in classes) / max(prefill_steps, 1e-12)
+                if rho >= 1 and accel.retreat():
                     b = accel.safe
                     continue
-                return unstable(f"decode batch {b:.0f} leaves no room in max_num_batched_tokens {K}")
-            if tier:  # the share of the KV in use beyond HBM, at the current batch (previous prefill load)
-                r = self.remote_share(kv_at_p(b * ctx_dec + kv_pre))
-            t_d = step_s(b, ctx_dec) if not tier else self._tier_decode_s(b, ctx_dec, kv_pre, kv_floor)
-            rho, prefill_steps, s, nsteps = load(b, chunk, r)
-            if tier and rho < 1:
-                kv_pre = rho * sum(c.rate_rps * c.isl_mean for c in classes) / max(prefill_steps, 1e-12)
-            if rho >= 1 and accel.retreat():
-                b = accel.safe
-                continue
-            if rho >= 1:
-                return unstable(f"prefill saturated (utilisation {rho:.2f})")
-            tpot = 1.0 / (prefill_steps + (1 - rho) / t_d)
-            b_new = D * tpot
-            if b_new > self.max_num_seqs and accel.retreat():
-                b = accel.safe
-                continue
-            if b_new > self.max_num_seqs:
-                return unstable(f"needs a decode batch of {b_new:.0f} > max_num_seqs {self.max_num_seqs}")
-            if abs(b_new - b) <= 1e-4 * (1.0 if 1.0 > b_new else b_new):  # max(b_new, 1.0)
-                b_in, b = b, b_new  # b = f(b_in), the batch map's last step
-                break
-            b_acc = accel.step(b, b_new)
-            b = b_new if b_acc is None else b_acc
-        else:
+                if rho >= 1:
+                    status = 2
+                    break
+                tpot = 1.0 / (prefill_steps + (1 - rho) / t_d)
+                b_new = D * tpot
+                if b_new > mns and accel.retreat():
+                    b = accel.safe
+                    continue
+                if b_new > mns:
+                    status = 3
+                    break
+                if abs(b_new - b) <= 1e-4 * (1.0 if 1.0 > b_new else b_new):  # max(b_new, 1.0)
+                    b_in, b = b, b_new  # b = f(b_in), the batch map's last step
+                    status = 0
+                    break
+                b_acc = accel.step(b, b_new)
+                b = b_new if b_acc is None else b_acc
+        if status == 1:
+            return unstable(f"decode batch {b:.0f} leaves no room in max_num_batched_tokens {K}")
+        if status == 2:
+            return unstable(f"prefill saturated (utilisation {rho:.2f})")
+        if status == 3:
+            return unstable(f"needs a decode batch of {b_new:.0f} > max_num_seqs {mns}")
+        if status:
             return unstable("no steady state (load too close to saturation)")
         wait_p, wait_mean, pre_tokens = _prefill_queue(classes, s, lam, rho, percentile)
         # KV in use: decoding requests' contexts plus the prompts being prefilled.

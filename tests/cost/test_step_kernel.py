@@ -13,7 +13,7 @@ import pytest
 
 from trimtab.cost import step as step_mod
 from trimtab.cost.model import ReplicaModel
-from trimtab.cost.records import KvTier
+from trimtab.cost.records import KvTier, TrafficClass
 from trimtab.profiles.loader import load_profiles
 
 GPUS = ("h100-sxm", "a100-80gb", "l4", "mi300x", "b200", "a10g")
@@ -112,3 +112,47 @@ def test_a_subclass_that_adds_terms_keeps_its_own_step_time():
     args = (p.models["llama-3.1-8b"], p.gpus["l4"], p.engines["vllm"])
     base, slow = ReplicaModel(*args), Slower(*args)
     assert slow.step_s(4, 500.0) == 2 * base.step_s(4, 500.0) == 2 * base.iteration_s(4, 500.0)
+
+
+def _reference(rm: ReplicaModel) -> ReplicaModel:
+    """The same replica with the interpreted step time, so that ``evaluate`` runs its Python loop."""
+    ref = ReplicaModel(rm.model, rm.gpu, rm.engine, rm.tp, rm.pp, rm.dtype, rm.max_num_seqs // rm.dp,
+                       rm.rank_batched_tokens, rm.kv_dtype, dp=rm.dp, ep=rm.ep, prefix_tier=rm.prefix_tier)
+    ref.__dict__["step_s"] = ref._step_py
+    return ref
+
+
+@pytest.mark.skipif(not step_mod.KERNEL, reason="the kernel is not built or switched off")
+def test_the_compiled_fixed_point_gives_the_same_steady_states():
+    """``evaluate``'s decode-batch fixed point (``Step.fixed_point``) against its Python loop: every field of
+    every state equal, over one or three classes, prefix hits and host-tier reloads, rates from idle to past
+    saturation (each way a loop can end), plain and decision mode, and starts from a lower rate's batch."""
+    p = load_profiles()
+    rng = random.Random(7)
+    host = KvTier("prefix", 400_000, 16.0)
+    ends = set()
+    for mname, gname, tp, dp, ep, mbt in (("llama-3.1-8b", "l4", 1, 1, 1, 2048),
+                                         ("llama-3.1-70b", "h100-sxm", 4, 1, 1, 8192),
+                                         ("mixtral-8x7b", "a100-80gb", 2, 1, 1, 2048),
+                                         ("qwen3-30b-a3b", "h100-sxm", 1, 2, 2, 8192),
+                                         ("deepseek-v3", "b200", 8, 1, 8, 8192)):
+        rm = ReplicaModel(p.models[mname], p.gpus[gname], p.engines["vllm"], tp, 1, "fp8", dp=dp, ep=ep,
+                          max_batched_tokens=mbt, prefix_tier=host)
+        ref = _reference(rm)
+        assert hasattr(rm.step_s, "fixed_point") and not hasattr(ref.step_s, "fixed_point")
+        for _ in range(150):
+            classes = []
+            for _ in range(rng.choice((1, 1, 3))):
+                isl = rng.uniform(50, 12000)
+                cached = rng.choice((0.0, 0.0, rng.uniform(0, 0.9) * isl))
+                points = ((10.0, 0.3), (400.0, 0.7)) if rng.random() < .3 else ()
+                classes.append(TrafficClass(rng.uniform(0.01, 40.0), isl, rng.uniform(2, 1500),
+                                            isl * rng.uniform(1.0, 3.0), rng.uniform(0, 1.5), cached,
+                                            osl_points=points, host_cached_tokens=cached * rng.choice((0.0, 0.5))))
+            slo = rng.choice((None, (rng.uniform(200, 5000), rng.uniform(10, 150))))
+            b0 = rng.choice((0.0, rng.uniform(0, 64)))
+            got = rm.evaluate(classes, 99.0, slo_ms=slo, b0=b0)
+            want = ref.evaluate(classes, 99.0, slo_ms=slo, b0=b0)
+            assert got == want, (mname, classes, slo, b0)
+            ends.add(got.reason.split(" ")[0] if not got.stable else "stable")
+    assert {"stable", "prefill", "needs", "KV"} <= ends, ends
