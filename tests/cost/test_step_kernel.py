@@ -148,7 +148,8 @@ def test_the_compiled_fixed_point_gives_the_same_steady_states():
                 points = ((10.0, 0.3), (400.0, 0.7)) if rng.random() < .3 else ()
                 classes.append(TrafficClass(rng.uniform(0.01, 40.0), isl, rng.uniform(2, 1500),
                                             isl * rng.uniform(1.0, 3.0), rng.uniform(0, 1.5), cached,
-                                            osl_points=points, host_cached_tokens=cached * rng.choice((0.0, 0.5))))
+                                            osl_points=points,
+                                            host_cached_tokens=cached * rng.choice((0.0, 0.5))))
             slo = rng.choice((None, (rng.uniform(200, 5000), rng.uniform(10, 150))))
             b0 = rng.choice((0.0, rng.uniform(0, 64)))
             got = rm.evaluate(classes, 99.0, slo_ms=slo, b0=b0)
