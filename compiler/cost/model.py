@@ -38,6 +38,7 @@ __all__ = ["BYTES", "GIB", "UNSTABLE", "BatchPrediction", "BurstPrediction", "Cl
            "MemoryFit", "ReplicaModel", "ReplicaState", "TrafficClass", "bisect_max", "gamma_q"]
 
 FIRST_HALVINGS = 2  # bisection points tried before asking whether any rate meets the SLOs (capacity_rps)
+MAX_ITER = 200  # steps of ``evaluate``'s fixed point before it is called no steady state
 
 
 class ReplicaModel(ReplicaStep, ReplicaRoles, ReplicaPredictions, ReplicaTiers):
@@ -209,7 +210,7 @@ class ReplicaModel(ReplicaStep, ReplicaRoles, ReplicaPredictions, ReplicaTiers):
         return t + step_s(decode_batch, decode_ctx, last, cached + (n - 1) * chunk)
 
     def evaluate(self, classes: list[TrafficClass] | tuple[TrafficClass, ...], percentile: float = 99.0,
-                 max_iter: int = 200, slo_ms: tuple[float, float] | None = None,
+                 max_iter: int = MAX_ITER, slo_ms: tuple[float, float] | None = None,
                  b0: float = 0.0) -> ReplicaState:
         """Steady state of continuous batching with chunked prefill at the offered per-replica load.
 
@@ -241,19 +242,7 @@ class ReplicaModel(ReplicaStep, ReplicaRoles, ReplicaPredictions, ReplicaTiers):
                          + self.reload_s(c.host_cached_tokens) for c in classes)
             t1 = self.iteration_s(1, 0)
             return ReplicaState(True, "", t1, ttft, mean, 0.0, 0.0, 0.0, 0.0, 0.0, t1)
-        D = sum(c.rate_rps * c.osl_mean for c in classes)
-        ctx_dec = (sum(c.rate_rps * c.osl_mean * (c.isl_mean + c.osl_mean / 2) for c in classes)
-                   / max(D, 1e-12))
-        K = self.max_batched_tokens
-        b = max(b0, 0.0) if b0 < min(self.max_num_seqs, K - 1) else 0.0
-        kv_cap = self.kv_capacity_tokens  # HBM, plus the KV tier's when the replica has one
-        prefix = False
-        for c in classes:
-            if c.cached_tokens or c.prefix_reserved:
-                prefix = True
-                break
-        if prefix:  # the prefix cache's reserve is not available to requests (docs/prefix-caching.md)
-            kv_cap -= max(c.prefix_reserved for c in classes)
+        D, ctx_dec, K, b, kv_cap, prefix = self._offered(classes, b0)
         tier = self.kv_tier is not None
         r, kv_pre = 0.0, 0.0  # remote share of the KV in use (tier), KV of the prompts being prefilled
         # The share is at least that of the longest (tail) request decoding alone: at low load the mean KV in
@@ -391,6 +380,24 @@ class ReplicaModel(ReplicaStep, ReplicaRoles, ReplicaPredictions, ReplicaTiers):
             tpot_p = max(tpot_p, self._tier_decode_s(b, ctx_dec, kv_pre, kv_floor, z))
         return ReplicaState(True, "", tpot_p, ttft, ttft_mean, rho, b, kv_used, wait_p, wait_mean, tpot)
 
+    def _offered(self, classes, b0: float) -> tuple[float, float, int, float, float, bool]:
+        """``evaluate``'s load before its fixed point: (decode tokens a second D, their mean context, the
+        token budget K, the first batch, the KV capacity for requests, whether a prefix cache holds some)."""
+        D = sum(c.rate_rps * c.osl_mean for c in classes)
+        ctx_dec = (sum(c.rate_rps * c.osl_mean * (c.isl_mean + c.osl_mean / 2) for c in classes)
+                   / max(D, 1e-12))
+        K = self.max_batched_tokens
+        b = max(b0, 0.0) if b0 < min(self.max_num_seqs, K - 1) else 0.0
+        kv_cap = self.kv_capacity_tokens  # HBM, plus the KV tier's when the replica has one
+        prefix = False
+        for c in classes:
+            if c.cached_tokens or c.prefix_reserved:
+                prefix = True
+                break
+        if prefix:  # the prefix cache's reserve is not available to requests (docs/prefix-caching.md)
+            kv_cap -= max(c.prefix_reserved for c in classes)
+        return D, ctx_dec, K, b, kv_cap, prefix
+
     def meets(self, state: ReplicaState, ttft_ms: float, tpot_ms: float) -> bool:
         return state.stable and max(state.ttft_s) * 1e3 <= ttft_ms and state.tpot_s * 1e3 <= tpot_ms
 
@@ -400,15 +407,28 @@ class ReplicaModel(ReplicaStep, ReplicaRoles, ReplicaPredictions, ReplicaTiers):
         return self.kv_capacity_tokens - cls.prefix_reserved >= cls.tail - cls.tail_cached + cls.osl_mean
 
     def meets_at(self, cls: TrafficClass, ttft_ms: float, tpot_ms: float, percentile: float,
-                 b0: float = 0.0) -> tuple[bool, ReplicaState]:
-        """(whether ``cls`` at its rate meets both SLOs, its state): what every capacity search and its probes
-        ask. Decision mode (``evaluate``'s ``slo_ms``, ``b0``) skips the TPOT percentile search; only where
-        ``evaluate`` is not overridden (a subclass may adjust the state after the base evaluation)."""
-        if type(self).evaluate is ReplicaModel.evaluate:
-            st = self.evaluate([cls], percentile, slo_ms=(ttft_ms, tpot_ms), b0=b0)
-        else:
+                 b0: float = 0.0) -> tuple[bool, float]:
+        """(whether ``cls`` at its rate meets both SLOs, the decode batch there): what every capacity search
+        and its probes ask. Decision mode (``evaluate``'s ``slo_ms``, ``b0``) skips the TPOT percentile
+        search; only where ``evaluate`` is not overridden (a subclass may adjust the state after the base
+        evaluation). Without a KV tier, the compiled decision (``Step.decide``, compiler/cost/_step.c):
+        ``evaluate`` in decision mode from its fixed point on, then ``meets``, the same floats
+        (tests/cost/test_step_kernel.py) without building the state."""
+        if type(self).evaluate is not ReplicaModel.evaluate:
             st = self.evaluate([cls], percentile)
-        return self.meets(st, ttft_ms, tpot_ms), st
+            return self.meets(st, ttft_ms, tpot_ms), st.decode_batch
+        decide = getattr(self.step_s, "decide", None) if self.kv_tier is None and cls.rate_rps > 0 else None
+        if decide is None or len(cls.osl_points) > 64:
+            st = self.evaluate([cls], percentile, slo_ms=(ttft_ms, tpot_ms), b0=b0)
+            return self.meets(st, ttft_ms, tpot_ms), st.decode_batch
+        D, ctx_dec, K, b, kv_cap, prefix = self._offered((cls,), b0)
+        host = self.reload_s(cls.host_cached_tokens) if cls.host_cached_tokens else 0.0
+        return decide(K, self.max_num_seqs, D, ctx_dec, b, True, min(self.max_num_seqs, K - 1), MAX_ITER,
+                      (cls.isl_mean - cls.cached_tokens, cls.cached_tokens, host, cls.rate_rps), kv_cap,
+                      self.request_overhead, percentile, _z(percentile) if percentile > 50 else 0.0, ttft_ms,
+                      self.engine.async_scheduling, tpot_ms, prefix, cls.isl_mean, cls.osl_mean, cls.isl_cv2,
+                      cls.cached_tokens, cls.tail, cls.tail_cached, self.reload_s(cls.tail_host_cached),
+                      cls.osl_points)
 
     def capacity_rps(self, cls: TrafficClass, ttft_ms: float, tpot_ms: float, percentile: float,
                      rel_tol: float = 0.005, guess: float | None = None) -> float:
@@ -436,10 +456,10 @@ class ReplicaModel(ReplicaStep, ReplicaRoles, ReplicaPredictions, ReplicaTiers):
         def ok(rate: float) -> bool:
             if rate <= known[0] or rate >= known[1]:
                 return rate <= known[0]  # implied by monotonicity
-            met, st = self.meets_at(at_rate(rate), ttft_ms, tpot_ms, percentile, below[0])
+            met, batch = self.meets_at(at_rate(rate), ttft_ms, tpot_ms, percentile, below[0])
             if met:
                 if rate > known[0]:
-                    below[0] = st.decode_batch
+                    below[0] = batch
                 known[0] = max(known[0], rate)
             else:
                 known[1] = min(known[1], rate)

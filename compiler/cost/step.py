@@ -11,7 +11,7 @@ install without a C compiler) keeps the reference alone.
 from __future__ import annotations
 
 import os
-from functools import cached_property
+from functools import cache, cached_property
 
 from trimtab.cost.moe import attention_flops_per_ctx, attention_kernels, kv_elements
 
@@ -21,6 +21,15 @@ except ImportError:  # an install without a C compiler: the reference alone
     _step = None
 
 KERNEL = _step is not None and os.environ.get("TRIMTAB_COST_KERNEL", "") != "python"
+
+
+@cache
+def _use_gammaincc() -> None:
+    """Give the kernel's ``Step.decide`` scipy's gammaincc (the function ``trimtab.cost.queueing.gamma_q``
+    calls), once, when the first replica's step time is compiled (scipy is imported on first use)."""
+    from scipy.special.cython_special import __pyx_capi__
+
+    _step.use_gammaincc(__pyx_capi__["gammaincc"])
 
 
 class ReplicaStep:
@@ -193,6 +202,7 @@ class ReplicaStep:
         reference ``_step_py`` where the kernel is not built or switched off."""
         if not KERNEL:
             return self._step_py
+        _use_gammaincc()
         # the MoE block's methods as presence marks: the kernel computes them from ``kernel_terms`` (and
         # numbers alone pickle)
         eager, graph = ((*f[:-3], *(None if m is None else True for m in f[-3:])) for f in

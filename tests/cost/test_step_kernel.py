@@ -157,3 +157,92 @@ def test_the_compiled_fixed_point_gives_the_same_steady_states():
             assert got == want, (mname, classes, slo, b0)
             ends.add(got.reason.split(" ")[0] if not got.stable else "stable")
     assert {"stable", "prefill", "needs", "KV"} <= ends, ends
+
+
+@pytest.mark.skipif(not step_mod.KERNEL, reason="the kernel is not built or switched off")
+def test_the_compiled_decision_is_the_python_one():
+    """``meets_at`` by ``Step.decide`` against ``evaluate`` in decision mode and ``meets``: the same verdict
+    and the same decode batch to the bit, over prefix hits and reserves, host-tier reloads, output-length
+    mixes, percentiles at and above the median, engines with and without async scheduling, and rates from
+    idle to past saturation; every way a decision can fall (TTFT, seats or KV at the percentile, the TPOT
+    tail, each end of the fixed point) is reached."""
+    p = load_profiles()
+    rng = random.Random(11)
+    host = KvTier("prefix", 400_000, 16.0)
+    verdicts = {True: 0, False: 0}
+    ways = set()
+    edges = 0
+    for mname, gname, tp, dp, ep, mbt in (("llama-3.1-8b", "l4", 1, 1, 1, 2048),
+                                         ("llama-3.1-70b", "h100-sxm", 4, 1, 1, 8192),
+                                         ("mixtral-8x7b", "a100-80gb", 2, 1, 1, 2048),
+                                         ("qwen3-30b-a3b", "h100-sxm", 1, 2, 2, 8192),
+                                         ("deepseek-v3", "b200", 8, 1, 8, 8192)):
+        for ename in sorted(p.engines):
+            rm = ReplicaModel(p.models[mname], p.gpus[gname], p.engines[ename], tp, 1, "fp8", dp=dp, ep=ep,
+                              max_batched_tokens=mbt, prefix_tier=host)
+            ref = _reference(rm)
+            assert hasattr(rm.step_s, "decide") and not hasattr(ref.step_s, "decide")
+            for _ in range(120):
+                isl = rng.uniform(50, 12000)
+                cached = rng.choice((0.0, 0.0, rng.uniform(0, 0.9) * isl))
+                points = rng.choice(((), ((1.0, 0.2), (10.0, 0.3), (400.0, 0.5)), ((2.0, 1.0),)))
+                cls = TrafficClass(rng.choice((1e-9, rng.uniform(0.01, 40.0), rng.uniform(0.01, 2.0))), isl,
+                                   rng.uniform(1, 1500), isl * rng.uniform(1.0, 3.0), rng.uniform(0, 1.5),
+                                   cached, rng.choice((0.0, 0.0, 5000.0)), points,
+                                   cached * rng.choice((0.0, 0.5)))
+                slo = (rng.uniform(100, 8000), rng.uniform(5, 200), rng.choice((50.0, 90.0, 99.0, 99.9)))
+                b0 = rng.choice((0.0, rng.uniform(0, 64)))
+                got, want = rm.meets_at(cls, *slo, b0), ref.meets_at(cls, *slo, b0)
+                assert got[0] is want[0] and got[1].hex() == want[1].hex(), (mname, ename, cls, slo, b0)
+                verdicts[got[0]] += 1
+                st = ref.evaluate([cls], slo[2], slo_ms=slo[:2], b0=b0)
+                ways.add(st.reason.split(" ")[0] if not st.stable else "met" if got[0]
+                         else "ttft" if max(st.ttft_s) * 1e3 > slo[0] else "tpot")
+                if not st.stable:
+                    continue
+                # SLOs on the reference's own TTFT and TPOT percentile, and one float below: a verdict that
+                # agrees there agrees on the floats themselves, not just far from the boundary
+                ttft = max(st.ttft_s) * 1e3
+                tpot = ref.evaluate([cls], slo[2], b0=b0).tpot_s * 1e3
+                for t1, t2 in ((ttft, 1e9), (math.nextafter(ttft, 0), 1e9), (1e9, tpot),
+                               (1e9, math.nextafter(tpot, 0)), (1e9, tpot * (1 + 1e-4)), (ttft, tpot)):
+                    a, b = rm.meets_at(cls, t1, t2, slo[2], b0), ref.meets_at(cls, t1, t2, slo[2], b0)
+                    assert a[0] is b[0] and a[1].hex() == b[1].hex(), (mname, ename, cls, t1, t2)
+                    edges += 1
+    assert min(verdicts.values()) > 300, verdicts
+    # met; missed on TTFT or the TPOT tail; unstable: prefill saturated, a batch past max_num_seqs, seats
+    # ("a decode batch of ...") or KV at the percentile, the KV cache's mean
+    assert ways >= {"met", "ttft", "tpot", "prefill", "needs", "a", "KV"}, ways
+    assert edges > 3000, edges
+
+
+@pytest.mark.skipif(not step_mod.KERNEL, reason="the kernel is not built or switched off")
+def test_the_compiled_tpot_tail_is_the_python_one():
+    """The decided TPOT tail (``_step.tpot_tail``, what ``decide`` runs) against
+    ``trimtab.cost.queueing.tpot_tail`` with a bound: the same float, at bounds drawn at random and at the
+    tail's own percentile (the search's end, one float under it); skews from the gamma's to the normal's
+    (a request decoding for long enough that the prompts arriving meanwhile average out)."""
+    from trimtab.cost.queueing import tpot_tail
+
+    ReplicaModel(load_profiles().models["llama-3.1-8b"], load_profiles().gpus["l4"],
+                 load_profiles().engines["vllm"]).step_s(1, 1.0)  # (the first kernel gives it gammaincc)
+    rng = random.Random(3)
+    normal = n = 0
+    for _ in range(4000):
+        rate, cv2 = rng.uniform(0.01, 50), rng.uniform(0, 2)
+        long = rng.random() < 0.3  # ~1e14 tokens, behind prompts of tens of seconds: skew under 1e-6
+        osl = 1e14 if long else rng.uniform(1, 2000)
+        points = rng.choice((((osl, 1.0),), ((1.0, 0.2), (osl, 0.5), (40.0, 0.3))))
+        t_d, k0 = rng.uniform(0.005, 0.08), rng.uniform(1, 8)
+        s0 = k0 * t_d + rng.uniform(5, 100) if long else k0 * t_d * rng.uniform(0.9, 4)
+        tpot = t_d * rng.uniform(1, 1.5)
+        pct = rng.choice((50.0, 90.0, 99.0))
+        cls = TrafficClass(rate, 1000.0, osl, isl_cv2=cv2, osl_points=points if len(points) > 1 else ())
+        free = tpot_tail([cls], [s0], [k0], t_d, tpot, pct)
+        normal += long
+        for bound in (rng.uniform(tpot * 0.9, tpot * 3), free, math.nextafter(free, 0), free * (1 + 2e-4)):
+            want = tpot_tail([cls], [s0], [k0], t_d, tpot, pct, bound)
+            got = step_mod._step.tpot_tail(rate, cv2, points, s0, k0, t_d, tpot, pct, bound)
+            assert got == want or math.isnan(got) and math.isnan(want), (cls, s0, k0, t_d, tpot, pct, bound)
+            n += 1
+    assert n == 16000 and normal > 500
