@@ -7,42 +7,10 @@ search's fixed point, every simulated step with prompt tokens), and the interpre
 (``_step``, ``_step_graph``) and the eager all-reduce; calling it gives the reference's float to the last bit:
 the same operations in the same order (left to right, as Python groups them), each rounded as Python rounds
 it (built with -ffp-contract=off: no fused multiply-add), the MoE block's three terms included
-(``MoeLayer.compute_s``, ``router_s``, ``comm_s`` over the constants of its ``kernel_terms``).
+(``MoeLayer.compute_s``, ``router_s``, ``comm_s`` over the constants of its ``kernel_terms``), and
+``evaluate``'s decode-batch fixed point; the queueing side is in compiler/cost/_queue.c.
 tests/cost/test_step_kernel.py compares the two on every bundled model, layout and argument range. */
-#define PY_SSIZE_T_CLEAN
-#include <Python.h>
-#include <stddef.h>
-#include <string.h>
-#include <math.h>
-
-/* the folded terms of ``ReplicaStep._fold``, in its tuple's order */
-enum { A_W, A_ACT, A_FL, M_W, M_ACT, M_FL, KV_S, ATT_FL, ELEM, AR0, AR1, H_W, H_ACT, H_FL, HOP1, K2, KS, A_K,
-       PLS, FIXED, KV_R, ATT_FL_P, PP, DP, NUM };
-
-typedef struct {
-    double v[NUM];
-    int moe, comm;   /* the MoE block's terms (the fold's methods not None): compute and router; comm */
-} Fold;
-
-/* ``MoeLayer.kernel_terms``, in its order */
-enum { E_, K_, PE, WB, G_, EP, BW, SHARE, ACT_PER, RATE, K4, SHAPE, ROWS_E,
-       T_ON, MISS,
-       B_ON, B_K, B_Q, B_ONE_Q, B_SPARE, B_E1, B_EMAX, B_CAP,
-       R_W, R_HE, R_BW, R_FLOPS, R_SHARE, R_KS,
-       C_MODE, C_G, C_H, C_K, C_EP, C_SHARE, C_LAT, C_LAT2, C_BUS, C_G1, C_EP1, C_LINK,
-       S_GROUP, S_PEERS, S_FAR, S_NIC, MOE_NUM };
-
-#define ACT_BYTES 2.0   /* trimtab.cost.moe.ACT_BYTES */
-
-typedef struct {
-    PyObject_HEAD
-    vectorcallfunc vectorcall;
-    Fold eager, graph;
-    int has_ar; double ar_a, ar_b;   /* the eager all-reduce (fixed, per token) where tp > 1 */
-    double limit;                    /* graph_tokens x pp: steps of at most this many tokens replay a graph */
-    double m[MOE_NUM];               /* the MoE block's constants, where the replica has one */
-    PyObject *args;                  /* the constructor's arguments, for pickling */
-} Step;
+#include "_step.h"
 
 static int read_fold(PyObject *t, Fold *f) {
     if (!PyTuple_Check(t) || PyTuple_GET_SIZE(t) != NUM + 3) {
@@ -98,7 +66,7 @@ static double moe_comm(const double *m, double tokens) {
 }
 
 /* ``_step_py``: the same statements, in its order */
-static double step_time(const Step *s, double decode_batch, double decode_ctx, double prefill_tokens,
+double step_time(const Step *s, double decode_batch, double decode_ctx, double prefill_tokens,
                         double prefill_ctx, double prefill_seqs, double remote_share) {
     int graph = decode_batch + prefill_tokens <= s->limit;
     const Fold *f = graph ? &s->graph : &s->eager;
@@ -215,13 +183,9 @@ static int aitken_retreat(Aitken *a) {
     return 1;
 }
 
-/* One class's prompts at decode batch b with ``chunk`` tokens a step left for them: ``load`` in
-``ReplicaModel.evaluate`` (no KV tier): the prefill seconds and steps of one prompt, and the class's share of
-the utilisation rho and of the prefill-carrying steps a second. -1 where Python divides by zero. */
-typedef struct { double new, cached, host, rate; } Offered;
-
-static int load(const Step *st, const Offered *c, Py_ssize_t n, double b, double chunk, double ctx,
-                double *rho, double *steps_total, double *sv, double *nsteps) {
+/* ``load`` in ``ReplicaModel.evaluate`` without a KV tier (``Offered``, _step.h) */
+int offered_load(const Step *st, const Offered *c, Py_ssize_t n, double b, double chunk, double ctx,
+                 double *rho, double *steps_total, double *sv, double *nsteps) {
     *rho = 0.0; *steps_total = 0.0;
     for (Py_ssize_t i = 0; i < n; i++) {
         double per_step = chunk < c[i].new ? chunk : c[i].new;
@@ -239,11 +203,9 @@ static int load(const Step *st, const Offered *c, Py_ssize_t n, double b, double
     return 0;
 }
 
-typedef struct { int status; double b, b_in, t_d, rho, steps_total, tpot, b_new; } Point;
-
 /* The loop of ``evaluate``; status 0 converged; 1 no room for prompts; 2 prefill saturated; 3 batch limit;
 4 no steady state; -1 an exception set. */
-static Point fixed_point(const Step *st, double K, double mns, double D, double ctx, double b, int on,
+Point fixed_point(const Step *st, double K, double mns, double D, double ctx, double b, int on,
                          double cap, int max_iter, const Offered *c, Py_ssize_t n, double *sv,
                          double *nsteps) {
     Aitken a = {{b, 0, 0}, 1, b, cap, on, 0};
@@ -256,7 +218,10 @@ static Point fixed_point(const Step *st, double K, double mns, double D, double 
             break;
         }
         p.t_d = step_time(st, b, ctx, 0.0, 0.0, 1.0, 0.0);
-        if (load(st, c, n, b, chunk, ctx, &p.rho, &p.steps_total, sv, nsteps)) { p.status = -1; break; }
+        if (offered_load(st, c, n, b, chunk, ctx, &p.rho, &p.steps_total, sv, nsteps)) {
+            p.status = -1;
+            break;
+        }
         if (p.rho >= 1 && aitken_retreat(&a)) { b = a.safe; continue; }
         if (p.rho >= 1) { p.status = 2; break; }
         p.tpot = 1.0 / (p.steps_total + (1 - p.rho) / p.t_d);
@@ -310,176 +275,6 @@ static PyObject *step_fixed_point(PyObject *self, PyObject *args) {
     }
     PyMem_Free(c);
     return res;
-}
-
-/* scipy.special's gammaincc (Cephes), the same C function ``trimtab.cost.queueing.gamma_q`` calls through
-``scipy.special.cython_special``: given once (``use_gammaincc``) from that module's C API capsule. */
-static double (*gammaincc)(double, double, int) = NULL;
-
-static PyObject *use_gammaincc(PyObject *Py_UNUSED(m), PyObject *capsule) {
-    void *f = PyCapsule_GetPointer(capsule, "double (double, double, int __pyx_skip_dispatch)");
-    if (f == NULL) return NULL;
-    gammaincc = (double (*)(double, double, int))f;
-    Py_RETURN_NONE;
-}
-
-/* ``ReplicaModel.prefill_s`` without a KV tier */
-static double prefill_s(const Step *st, double K, double isl, double b, double ctx, double cached) {
-    double chunk = K - b;
-    if (chunk <= 0) return Py_HUGE_VAL;
-    double new = isl - cached;
-    double n = ceil(new / chunk);
-    n = 1 > n ? 1 : n;
-    double last = new - (n - 1) * chunk, t = 0.0;
-    for (double i = 0; i < n - 1; i++) t += step_time(st, b, ctx, chunk, cached + i * chunk, 1.0, 0.0);
-    return t + step_time(st, b, ctx, last, cached + (n - 1) * chunk, 1.0, 0.0);
-}
-
-/* ``trimtab.cost.queueing.tpot_tail``'s parts: (weight, sd, gamma shape a or a normal, sqrt(a)) */
-typedef struct { double w, sd, a, sqrt_a; int normal; } Part;
-
-/* its ``miss``: the share of requests whose TPOT exceeds t */
-static double miss(const Part *parts, int np, double t, double tpot, double wsum) {
-    double total = 0.0;
-    for (int i = 0; i < np; i++) {
-        double x = (t - tpot) / parts[i].sd, tail;
-        if (parts[i].normal) {
-            tail = 1 - 0.5 * (1.0 + erf((x - 0.0) / (1.0 * sqrt(2.0))));   /* 1 - NormalDist().cdf(x) */
-        } else {
-            double v = parts[i].a + x * parts[i].sqrt_a;
-            v = 0.0 > v ? 0.0 : v;
-            tail = v <= 0 ? 1.0 : gammaincc(parts[i].a, v, 0);
-        }
-        total += parts[i].w * tail;
-    }
-    return total / wsum;
-}
-
-/* ``tpot_tail`` for one class, decided against ``bound`` (``_tail_decision``, else ``bisect_width``) */
-static double tpot_tail(double rate, double cv2, const double *osl, const double *share, int npts, double s0,
-                        double k0, double t_d, double tpot, double percentile, double bound) {
-    double lam = rate;
-    if (lam <= 0 || percentile <= 50) return tpot;
-    double d0 = s0 - k0 * t_d;
-    d0 = 0.0 > d0 ? 0.0 : d0;
-    double ed2 = (0.0 + rate * pow(d0, 2.0) * (1 + cv2)) / lam;
-    double ed3 = (0.0 + rate * pow(d0, 3.0) * pow(1 + cv2, 3.0)) / lam;
-    double ed2_15 = ed2 > 0 ? pow(ed2, 1.5) : 0.0;
-    Part parts[64];
-    int np = 0;
-    for (int j = 0; j < npts; j++) {
-        double k = osl[j] - 1;
-        if (k >= 1 && ed2 > 0) {
-            double m = lam * k * tpot, g = ed3 / (sqrt(m) * ed2_15);
-            Part q = {rate * share[j], sqrt(m * ed2) / k, 0.0, 0.0, g <= 1e-6};
-            if (!q.normal) { q.a = 4.0 / (g * g); q.sqrt_a = sqrt(4.0 / (g * g)); }
-            parts[np++] = q;
-        }
-    }
-    if (np == 0) return tpot;
-    double wsum = lam, q = 1 - percentile / 100.0, top = parts[0].sd;
-    for (int i = 1; i < np; i++) if (parts[i].sd > top) top = parts[i].sd;
-    double lo = tpot, hi = tpot + 20 * top, width = 1e-4 * tpot;
-    if (bound < lo) return Py_HUGE_VAL;
-    if (bound >= hi) return tpot;
-    if (miss(parts, np, bound, tpot, wsum) > q) return Py_HUGE_VAL;
-    if (bound - width >= lo && miss(parts, np, bound - width, tpot, wsum) <= q) return tpot;
-    while (!(hi - lo <= width)) {
-        double mid = (lo + hi) / 2;
-        if (miss(parts, np, mid, tpot, wsum) > q) lo = mid; else hi = mid;
-    }
-    return hi;
-}
-
-/* tpot_tail(rate, isl_cv2, osl_points, s, steps, t_d, tpot, percentile, bound): the decided TPOT tail of one
-class, as ``decide`` takes it (for the tests against ``trimtab.cost.queueing.tpot_tail``) */
-static PyObject *tail_of_one(PyObject *Py_UNUSED(m), PyObject *args) {
-    double rate, cv2, s0, k0, t_d, tpot, percentile, bound, o[64], w[64];
-    PyObject *points;
-    if (!PyArg_ParseTuple(args, "ddO!dddddd:tpot_tail", &rate, &cv2, &PyTuple_Type, &points, &s0, &k0, &t_d,
-                          &tpot, &percentile, &bound))
-        return NULL;
-    int n = (int)PyTuple_GET_SIZE(points);
-    if (n < 1 || n > 64 || gammaincc == NULL) {
-        PyErr_SetString(PyExc_ValueError, "tpot_tail: 1 to 64 points, after use_gammaincc");
-        return NULL;
-    }
-    for (int j = 0; j < n; j++)
-        if (!PyArg_ParseTuple(PyTuple_GET_ITEM(points, j), "dd", o + j, w + j)) return NULL;
-    return PyFloat_FromDouble(tpot_tail(rate, cv2, o, w, n, s0, k0, t_d, tpot, percentile, bound));
-}
-
-/* ``ReplicaModel.meets_at`` for one class on a replica without a KV tier: ``evaluate`` in decision mode from
-its fixed point on, then ``meets``: (whether the class at its rate meets both SLOs, the decode batch). */
-static PyObject *step_decide(PyObject *self, PyObject *args) {
-    const Step *st = (const Step *)self;
-    double K, mns, D, ctx, b, cap, kv_cap, overhead, percentile, z, ttft_ms, tpot_ms;
-    double isl, osl, cv2, cached, tail, tail_cached, reload_tail;
-    int on, max_iter, async_, prefix;
-    Offered c;
-    PyObject *points;
-    if (!PyArg_ParseTuple(args, "dddddpdi(dddd)dddddpdpdddddddO!:decide", &K, &mns, &D, &ctx, &b, &on,
-                          &cap, &max_iter, &c.new, &c.cached, &c.host, &c.rate, &kv_cap, &overhead,
-                          &percentile, &z, &ttft_ms, &async_, &tpot_ms, &prefix, &isl, &osl, &cv2, &cached,
-                          &tail, &tail_cached, &reload_tail, &PyTuple_Type, &points))
-        return NULL;
-    if (gammaincc == NULL) {
-        PyErr_SetString(PyExc_RuntimeError, "decide: use_gammaincc first");
-        return NULL;
-    }
-    double sv, nsteps, pts_o[64], pts_w[64];
-    int npts = (int)PyTuple_GET_SIZE(points);
-    if (npts > 64) {
-        PyErr_SetString(PyExc_ValueError, "decide: at most 64 output-length points");
-        return NULL;
-    }
-    for (int j = 0; j < npts; j++)
-        if (!PyArg_ParseTuple(PyTuple_GET_ITEM(points, j), "dd", pts_o + j, pts_w + j)) return NULL;
-    if (npts == 0) { pts_o[0] = osl; pts_w[0] = 1.0; npts = 1; }
-    Point p = fixed_point(st, K, mns, D, ctx, b, on, cap, max_iter, &c, 1, &sv, &nsteps);
-    if (p.status < 0) return NULL;
-    b = p.b;
-    if (p.status) return Py_BuildValue("(Od)", Py_False, b);
-    double rho = p.rho, lam = c.rate;
-    /* _prefill_queue */
-    double es = 0.0 + c.rate * sv, es2 = 0.0 + c.rate * sv * sv * (1 + cv2), pre = 0.0 + c.rate * isl;
-    es /= lam; es2 /= lam;
-    double theta = es2 / (2 * es * (1 - rho)), q = 1 - percentile / 100.0;
-    double wait_p = rho > q ? theta * log(rho / q) : 0.0;
-    double ps = 1e-12 > p.steps_total ? 1e-12 : p.steps_total;
-    double kv_used = b * ctx + rho * pre / ps;
-    if (prefix)
-        kv_used -= b * (0.0 + c.rate * osl * cached) / (1e-12 > D ? 1e-12 : D)
-                   + rho * (0.0 + c.rate * cached) / ps;
-    if (kv_used > kv_cap) return Py_BuildValue("(Od)", Py_False, b);
-    double fe = async_ ? overhead + 1.5 * p.tpot : overhead;
-    double ttft = fe + wait_p + prefill_s(st, K, tail, b, ctx, tail_cached) + reload_tail;
-    int ttft_ok = ttft * 1e3 <= ttft_ms;
-    if (percentile > 50 && b > 0 && ttft_ok) {
-        /* the batch map's slope (map_slope), the seats and the KV at the percentile (over_caps) */
-        double b2 = b + 0.01 * (b > 1.0 ? b : 1.0), slope = 1.0;
-        if (!(K - b2 < 1)) {
-            double rho2, steps2, s2, k2;
-            if (load(st, &c, 1, b2, K - b2, ctx, &rho2, &steps2, &s2, &k2)) return NULL;
-            if (rho2 < 1) {
-                double f2 = D / (steps2 + (1 - rho2) / step_time(st, b2, ctx, 0.0, 0.0, 1.0, 0.0));
-                slope = (f2 - b) / (b2 - p.b_in);
-            }
-        }
-        double w = c.rate * osl;
-        double num = 0.0 + w * (isl * isl * (1 + cv2) + isl * osl + osl * osl / 3), den = 0.0 + w;
-        double x_sq = den > 0 ? num / den : 0.0, sl = slope > 0.0 ? slope : 0.0;
-        double var = sl < 1.0 ? b / (1.0 - sl) : Py_HUGE_VAL;
-        if (!isfinite(var)) return Py_BuildValue("(Od)", Py_False, b);
-        if (b + z * sqrt(var) > mns) return Py_BuildValue("(Od)", Py_False, b);
-        if (kv_used + z * sqrt(b * x_sq + (var - b) * ctx * ctx) > kv_cap)
-            return Py_BuildValue("(Od)", Py_False, b);
-    }
-    double tpot_p = ttft_ok ? tpot_tail(c.rate, cv2, pts_o, pts_w, npts, sv, nsteps, p.t_d, p.tpot,
-                                        percentile, tpot_ms * 1e-3)
-                            : p.tpot;
-    int met = ttft * 1e3 <= ttft_ms && tpot_p * 1e3 <= tpot_ms;
-    return Py_BuildValue("(Od)", met ? Py_True : Py_False, b);
 }
 
 static PyObject *step_new(PyTypeObject *type, PyObject *args, PyObject *kw) {
@@ -551,7 +346,8 @@ static PyTypeObject StepType = {
 };
 
 static PyMethodDef module_methods[] = {
-    {"tpot_tail", tail_of_one, METH_VARARGS, "tpot_tail(...): the decided TPOT tail of one class"},
+    {"tpot_tail", tail_of, METH_VARARGS,
+     "tpot_tail(classes, t_d, tpot, percentile, bound): trimtab.cost.queueing.tpot_tail, compiled"},
     {"use_gammaincc", use_gammaincc, METH_O,
      "use_gammaincc(capsule): scipy.special.cython_special's gammaincc, for Step.decide"},
     {NULL, NULL, 0, NULL}};

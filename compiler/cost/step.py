@@ -13,6 +13,7 @@ from __future__ import annotations
 import os
 from functools import cache, cached_property
 
+from trimtab.cost import queueing
 from trimtab.cost.moe import attention_flops_per_ctx, attention_kernels, kv_elements
 
 try:
@@ -30,6 +31,19 @@ def _use_gammaincc() -> None:
     from scipy.special.cython_special import __pyx_capi__
 
     _step.use_gammaincc(__pyx_capi__["gammaincc"])
+
+
+def tpot_tail(classes, s, nsteps, t_d: float, tpot: float, percentile: float,
+              bound_s: float | None = None) -> float:
+    """``trimtab.cost.queueing.tpot_tail`` (the reference), compiled where the kernel is (``_step.tpot_tail``,
+    the same float: tests/cost/test_step_kernel.py). Why: a plan's assessment and check take the full TPOT
+    percentile of every replica's state, a bisection over every class's output lengths, about half a
+    millisecond each interpreted."""
+    if not KERNEL:
+        return queueing.tpot_tail(classes, s, nsteps, t_d, tpot, percentile, bound_s)
+    _use_gammaincc()
+    return _step.tpot_tail(tuple((c.rate_rps, c.isl_cv2, si, k, tuple(c.osl_points) or ((c.osl_mean, 1.0),))
+                                 for c, si, k in zip(classes, s, nsteps)), t_d, tpot, percentile, bound_s)
 
 
 class ReplicaStep:

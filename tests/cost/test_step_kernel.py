@@ -218,31 +218,36 @@ def test_the_compiled_decision_is_the_python_one():
 
 @pytest.mark.skipif(not step_mod.KERNEL, reason="the kernel is not built or switched off")
 def test_the_compiled_tpot_tail_is_the_python_one():
-    """The decided TPOT tail (``_step.tpot_tail``, what ``decide`` runs) against
-    ``trimtab.cost.queueing.tpot_tail`` with a bound: the same float, at bounds drawn at random and at the
-    tail's own percentile (the search's end, one float under it); skews from the gamma's to the normal's
-    (a request decoding for long enough that the prompts arriving meanwhile average out)."""
+    """The TPOT tail compiled (``trimtab.cost.step.tpot_tail``: what ``decide`` runs, and ``evaluate`` outside
+    decision mode) against ``trimtab.cost.queueing.tpot_tail``: the same float, over one to four classes,
+    without a bound (the full percentile search) and with bounds drawn at random and at the tail's own
+    percentile (the search's end, one float under it); skews from the gamma's to the normal's (a request
+    decoding for long enough that the prompts arriving meanwhile average out)."""
     from trimtab.cost.queueing import tpot_tail
 
     ReplicaModel(load_profiles().models["llama-3.1-8b"], load_profiles().gpus["l4"],
                  load_profiles().engines["vllm"]).step_s(1, 1.0)  # (the first kernel gives it gammaincc)
     rng = random.Random(3)
     normal = n = 0
-    for _ in range(4000):
-        rate, cv2 = rng.uniform(0.01, 50), rng.uniform(0, 2)
-        long = rng.random() < 0.3  # ~1e14 tokens, behind prompts of tens of seconds: skew under 1e-6
-        osl = 1e14 if long else rng.uniform(1, 2000)
-        points = rng.choice((((osl, 1.0),), ((1.0, 0.2), (osl, 0.5), (40.0, 0.3))))
-        t_d, k0 = rng.uniform(0.005, 0.08), rng.uniform(1, 8)
-        s0 = k0 * t_d + rng.uniform(5, 100) if long else k0 * t_d * rng.uniform(0.9, 4)
+    for _ in range(3000):
+        t_d = rng.uniform(0.005, 0.08)
         tpot = t_d * rng.uniform(1, 1.5)
         pct = rng.choice((50.0, 90.0, 99.0))
-        cls = TrafficClass(rate, 1000.0, osl, isl_cv2=cv2, osl_points=points if len(points) > 1 else ())
-        free = tpot_tail([cls], [s0], [k0], t_d, tpot, pct)
+        long = rng.random() < 0.3  # ~1e14 tokens, behind prompts of tens of seconds: skew under 1e-6
+        classes, s, k = [], [], []
+        for _ in range(rng.choice((1, 1, 2, 4))):
+            osl = 1e14 if long else rng.uniform(1, 2000)
+            points = rng.choice(((), ((1.0, 0.2), (osl, 0.5), (40.0, 0.3))))
+            classes.append(TrafficClass(rng.uniform(0.01, 50), 1000.0, osl, isl_cv2=rng.uniform(0, 2),
+                                        osl_points=points))
+            k.append(rng.uniform(1, 8))
+            s.append(k[-1] * t_d + rng.uniform(5, 100) if long else k[-1] * t_d * rng.uniform(0.9, 4))
+        free = tpot_tail(classes, s, k, t_d, tpot, pct)
         normal += long
-        for bound in (rng.uniform(tpot * 0.9, tpot * 3), free, math.nextafter(free, 0), free * (1 + 2e-4)):
-            want = tpot_tail([cls], [s0], [k0], t_d, tpot, pct, bound)
-            got = step_mod._step.tpot_tail(rate, cv2, points, s0, k0, t_d, tpot, pct, bound)
-            assert got == want or math.isnan(got) and math.isnan(want), (cls, s0, k0, t_d, tpot, pct, bound)
+        for bound in (None, rng.uniform(tpot * 0.9, tpot * 3), free, math.nextafter(free, 0),
+                      free * (1 + 2e-4)):
+            want = tpot_tail(classes, s, k, t_d, tpot, pct, bound)
+            got = step_mod.tpot_tail(classes, s, k, t_d, tpot, pct, bound)
+            assert got == want, (classes, s, k, t_d, tpot, pct, bound)
             n += 1
-    assert n == 16000 and normal > 500
+    assert n == 15000 and normal > 500

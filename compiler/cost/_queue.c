@@ -1,0 +1,245 @@
+/* The queueing side of ``trimtab.cost._step``: the prefill of the tail request (``ReplicaModel.prefill_s``),
+the TPOT tail (``trimtab.cost.queueing.tpot_tail``) and the capacity search's decision (``Step.decide``:
+``evaluate`` in decision mode from its fixed point on, then ``meets``), transcribed operation for operation
+as compiler/cost/_step.c is (see there; tests/cost/test_step_kernel.py). */
+#include "_step.h"
+
+/* scipy.special's gammaincc (Cephes), the same C function ``trimtab.cost.queueing.gamma_q`` calls through
+``scipy.special.cython_special``: given once (``use_gammaincc``) from that module's C API capsule. */
+static double (*gammaincc)(double, double, int) = NULL;
+
+PyObject *use_gammaincc(PyObject *Py_UNUSED(m), PyObject *capsule) {
+    void *f = PyCapsule_GetPointer(capsule, "double (double, double, int __pyx_skip_dispatch)");
+    if (f == NULL) return NULL;
+    gammaincc = (double (*)(double, double, int))f;
+    Py_RETURN_NONE;
+}
+
+/* ``ReplicaModel.prefill_s`` without a KV tier */
+static double prefill_s(const Step *st, double K, double isl, double b, double ctx, double cached) {
+    double chunk = K - b;
+    if (chunk <= 0) return Py_HUGE_VAL;
+    double new = isl - cached;
+    double n = ceil(new / chunk);
+    n = 1 > n ? 1 : n;
+    double last = new - (n - 1) * chunk, t = 0.0;
+    for (double i = 0; i < n - 1; i++) t += step_time(st, b, ctx, chunk, cached + i * chunk, 1.0, 0.0);
+    return t + step_time(st, b, ctx, last, cached + (n - 1) * chunk, 1.0, 0.0);
+}
+
+/* ``trimtab.cost.queueing.tpot_tail``'s parts: (weight, sd, gamma shape a or a normal, sqrt(a)) */
+typedef struct { double w, sd, a, sqrt_a; int normal; } Part;
+
+/* its ``miss``: the share of requests whose TPOT exceeds t */
+static double miss(const Part *parts, int np, double t, double tpot, double wsum) {
+    double total = 0.0;
+    for (int i = 0; i < np; i++) {
+        double x = (t - tpot) / parts[i].sd, tail;
+        if (parts[i].normal) {
+            tail = 1 - 0.5 * (1.0 + erf((x - 0.0) / (1.0 * sqrt(2.0))));   /* 1 - NormalDist().cdf(x) */
+        } else {
+            double v = parts[i].a + x * parts[i].sqrt_a;
+            v = 0.0 > v ? 0.0 : v;
+            tail = v <= 0 ? 1.0 : gammaincc(parts[i].a, v, 0);
+        }
+        total += parts[i].w * tail;
+    }
+    return total / wsum;
+}
+
+/* (a, b) from any sequence of two numbers: an output length and its share */
+static int read_pair(PyObject *item, double *a, double *b) {
+    PyObject *f = PySequence_Fast(item, "an output-length point is a pair");
+    if (f == NULL) return 0;
+    int ok = PySequence_Fast_GET_SIZE(f) == 2;
+    if (ok) {
+        *a = PyFloat_AsDouble(PySequence_Fast_GET_ITEM(f, 0));
+        *b = PyFloat_AsDouble(PySequence_Fast_GET_ITEM(f, 1));
+        ok = !PyErr_Occurred();
+    } else {
+        PyErr_SetString(PyExc_TypeError, "an output-length point is a pair");
+    }
+    Py_DECREF(f);
+    return ok;
+}
+
+/* One class of ``tpot_tail``: its rate, input-length cv^2, prefill seconds and steps of one prompt, and its
+output lengths with their shares */
+typedef struct { double rate, cv2, s, k; const double *o, *w; int npts; } TailClass;
+
+/* ``trimtab.cost.queueing.tpot_tail``: decided against ``bound`` (``_tail_decision``) unless it is NaN (no
+bound), else ``bisect_width``. NaN with a MemoryError set where the parts cannot be held. */
+static double tpot_tail(const TailClass *c, int n, double t_d, double tpot, double percentile, double bound) {
+    double lam = 0.0;
+    for (int i = 0; i < n; i++) lam += c[i].rate;
+    if (lam <= 0 || percentile <= 50) return tpot;
+    double ed2 = 0.0, ed3 = 0.0;
+    int total = 0;
+    for (int i = 0; i < n; i++) {
+        double d = c[i].s - c[i].k * t_d;
+        d = 0.0 > d ? 0.0 : d;
+        ed2 += c[i].rate * pow(d, 2.0) * (1 + c[i].cv2);
+        ed3 += c[i].rate * pow(d, 3.0) * pow(1 + c[i].cv2, 3.0);
+        total += c[i].npts;
+    }
+    ed2 /= lam; ed3 /= lam;
+    double ed2_15 = ed2 > 0 ? pow(ed2, 1.5) : 0.0;
+    Part *parts = PyMem_Malloc(sizeof(Part) * (total + 1));
+    if (parts == NULL) { PyErr_NoMemory(); return Py_NAN; }
+    int np = 0;
+    for (int i = 0; i < n; i++)
+        for (int j = 0; j < c[i].npts; j++) {
+            double k = c[i].o[j] - 1;
+            if (k >= 1 && ed2 > 0) {
+                double m = lam * k * tpot, g = ed3 / (sqrt(m) * ed2_15);
+                Part q = {c[i].rate * c[i].w[j], sqrt(m * ed2) / k, 0.0, 0.0, g <= 1e-6};
+                if (!q.normal) { q.a = 4.0 / (g * g); q.sqrt_a = sqrt(4.0 / (g * g)); }
+                parts[np++] = q;
+            }
+        }
+    double out = tpot;
+    if (np > 0) {
+        double wsum = lam, q = 1 - percentile / 100.0, top = parts[0].sd;
+        for (int i = 1; i < np; i++) if (parts[i].sd > top) top = parts[i].sd;
+        double lo = tpot, hi = tpot + 20 * top, width = 1e-4 * tpot;
+        int decided = 0;
+        if (!isnan(bound)) {
+            decided = 1;
+            if (bound < lo) out = Py_HUGE_VAL;
+            else if (bound >= hi) out = tpot;
+            else if (miss(parts, np, bound, tpot, wsum) > q) out = Py_HUGE_VAL;
+            else if (bound - width >= lo && miss(parts, np, bound - width, tpot, wsum) <= q) out = tpot;
+            else decided = 0;
+        }
+        if (!decided) {
+            while (!(hi - lo <= width)) {
+                double mid = (lo + hi) / 2;
+                if (miss(parts, np, mid, tpot, wsum) > q) lo = mid; else hi = mid;
+            }
+            out = hi;
+        }
+    }
+    PyMem_Free(parts);
+    return out;
+}
+
+/* tpot_tail(classes, t_d, tpot, percentile, bound): ``trimtab.cost.queueing.tpot_tail`` (``classes``: (rate,
+isl_cv2, prefill seconds, prefill steps, ((output length, share), ...)) each; ``bound``: None or seconds) */
+PyObject *tail_of(PyObject *Py_UNUSED(m), PyObject *args) {
+    PyObject *classes, *bound_o;
+    double t_d, tpot, percentile;
+    if (!PyArg_ParseTuple(args, "O!dddO:tpot_tail", &PyTuple_Type, &classes, &t_d, &tpot, &percentile,
+                          &bound_o))
+        return NULL;
+    if (gammaincc == NULL) {
+        PyErr_SetString(PyExc_RuntimeError, "tpot_tail: use_gammaincc first");
+        return NULL;
+    }
+    double bound = bound_o == Py_None ? Py_NAN : PyFloat_AsDouble(bound_o);
+    if (bound == -1.0 && PyErr_Occurred()) return NULL;
+    int n = (int)PyTuple_GET_SIZE(classes), total = 0;
+    PyObject *pts[n > 0 ? n : 1];
+    TailClass *c = PyMem_Malloc(sizeof(TailClass) * (n + 1));
+    if (c == NULL) return PyErr_NoMemory();
+    for (int i = 0; i < n; i++) {
+        if (!PyArg_ParseTuple(PyTuple_GET_ITEM(classes, i), "ddddO!", &c[i].rate, &c[i].cv2, &c[i].s, &c[i].k,
+                              &PyTuple_Type, &pts[i])) {
+            PyMem_Free(c);
+            return NULL;
+        }
+        c[i].npts = (int)PyTuple_GET_SIZE(pts[i]);
+        total += c[i].npts;
+    }
+    double *ow = PyMem_Malloc(sizeof(double) * (2 * total + 1)), out = 0.0;
+    PyObject *res = NULL;
+    if (ow == NULL) {
+        PyErr_NoMemory();
+    } else {
+        int at = 0, ok = 1;
+        for (int i = 0; i < n && ok; i++) {
+            c[i].o = ow + at; c[i].w = ow + total + at;
+            for (int j = 0; j < c[i].npts && ok; j++, at++)
+                ok = read_pair(PyTuple_GET_ITEM(pts[i], j), ow + at, ow + total + at);
+        }
+        if (ok) {
+            out = tpot_tail(c, n, t_d, tpot, percentile, bound);
+            if (!(isnan(out) && PyErr_Occurred())) res = PyFloat_FromDouble(out);
+        }
+        PyMem_Free(ow);
+    }
+    PyMem_Free(c);
+    return res;
+}
+
+/* ``ReplicaModel.meets_at`` for one class on a replica without a KV tier: ``evaluate`` in decision mode from
+its fixed point on, then ``meets``: (whether the class at its rate meets both SLOs, the decode batch). */
+PyObject *step_decide(PyObject *self, PyObject *args) {
+    const Step *st = (const Step *)self;
+    double K, mns, D, ctx, b, cap, kv_cap, overhead, percentile, z, ttft_ms, tpot_ms;
+    double isl, osl, cv2, cached, tail, tail_cached, reload_tail;
+    int on, max_iter, async_, prefix;
+    Offered c;
+    PyObject *points;
+    if (!PyArg_ParseTuple(args, "dddddpdi(dddd)dddddpdpdddddddO!:decide", &K, &mns, &D, &ctx, &b, &on,
+                          &cap, &max_iter, &c.new, &c.cached, &c.host, &c.rate, &kv_cap, &overhead,
+                          &percentile, &z, &ttft_ms, &async_, &tpot_ms, &prefix, &isl, &osl, &cv2, &cached,
+                          &tail, &tail_cached, &reload_tail, &PyTuple_Type, &points))
+        return NULL;
+    if (gammaincc == NULL) {
+        PyErr_SetString(PyExc_RuntimeError, "decide: use_gammaincc first");
+        return NULL;
+    }
+    double sv, nsteps, pts_o[64], pts_w[64];
+    int npts = (int)PyTuple_GET_SIZE(points);
+    if (npts > 64) {
+        PyErr_SetString(PyExc_ValueError, "decide: at most 64 output-length points");
+        return NULL;
+    }
+    for (int j = 0; j < npts; j++)
+        if (!read_pair(PyTuple_GET_ITEM(points, j), pts_o + j, pts_w + j)) return NULL;
+    if (npts == 0) { pts_o[0] = osl; pts_w[0] = 1.0; npts = 1; }
+    Point p = fixed_point(st, K, mns, D, ctx, b, on, cap, max_iter, &c, 1, &sv, &nsteps);
+    if (p.status < 0) return NULL;
+    b = p.b;
+    if (p.status) return Py_BuildValue("(Od)", Py_False, b);
+    double rho = p.rho, lam = c.rate;
+    /* _prefill_queue */
+    double es = 0.0 + c.rate * sv, es2 = 0.0 + c.rate * sv * sv * (1 + cv2), pre = 0.0 + c.rate * isl;
+    es /= lam; es2 /= lam;
+    double theta = es2 / (2 * es * (1 - rho)), q = 1 - percentile / 100.0;
+    double wait_p = rho > q ? theta * log(rho / q) : 0.0;
+    double ps = 1e-12 > p.steps_total ? 1e-12 : p.steps_total;
+    double kv_used = b * ctx + rho * pre / ps;
+    if (prefix)
+        kv_used -= b * (0.0 + c.rate * osl * cached) / (1e-12 > D ? 1e-12 : D)
+                   + rho * (0.0 + c.rate * cached) / ps;
+    if (kv_used > kv_cap) return Py_BuildValue("(Od)", Py_False, b);
+    double fe = async_ ? overhead + 1.5 * p.tpot : overhead;
+    double ttft = fe + wait_p + prefill_s(st, K, tail, b, ctx, tail_cached) + reload_tail;
+    int ttft_ok = ttft * 1e3 <= ttft_ms;
+    if (percentile > 50 && b > 0 && ttft_ok) {
+        /* the batch map's slope (map_slope), the seats and the KV at the percentile (over_caps) */
+        double b2 = b + 0.01 * (b > 1.0 ? b : 1.0), slope = 1.0;
+        if (!(K - b2 < 1)) {
+            double rho2, steps2, s2, k2;
+            if (offered_load(st, &c, 1, b2, K - b2, ctx, &rho2, &steps2, &s2, &k2)) return NULL;
+            if (rho2 < 1) {
+                double f2 = D / (steps2 + (1 - rho2) / step_time(st, b2, ctx, 0.0, 0.0, 1.0, 0.0));
+                slope = (f2 - b) / (b2 - p.b_in);
+            }
+        }
+        double w = c.rate * osl;
+        double num = 0.0 + w * (isl * isl * (1 + cv2) + isl * osl + osl * osl / 3), den = 0.0 + w;
+        double x_sq = den > 0 ? num / den : 0.0, sl = slope > 0.0 ? slope : 0.0;
+        double var = sl < 1.0 ? b / (1.0 - sl) : Py_HUGE_VAL;
+        if (!isfinite(var)) return Py_BuildValue("(Od)", Py_False, b);
+        if (b + z * sqrt(var) > mns) return Py_BuildValue("(Od)", Py_False, b);
+        if (kv_used + z * sqrt(b * x_sq + (var - b) * ctx * ctx) > kv_cap)
+            return Py_BuildValue("(Od)", Py_False, b);
+    }
+    TailClass tc = {c.rate, cv2, sv, nsteps, pts_o, pts_w, npts};
+    double tpot_p = ttft_ok ? tpot_tail(&tc, 1, p.t_d, p.tpot, percentile, tpot_ms * 1e-3) : p.tpot;
+    if (isnan(tpot_p) && PyErr_Occurred()) return NULL;
+    int met = ttft * 1e3 <= ttft_ms && tpot_p * 1e3 <= tpot_ms;
+    return Py_BuildValue("(Od)", met ? Py_True : Py_False, b);
+}
