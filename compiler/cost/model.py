@@ -29,7 +29,7 @@ from trimtab.cost.records import (BYTES, GIB, UNSTABLE, BatchPrediction, BurstPr
                                    ClosedLoopPrediction, KvTier, MemoryFit, ReplicaState, TrafficClass)
 from trimtab.cost.roles import ReplicaRoles
 from trimtab.cost.search import bisect_max, bracket
-from trimtab.cost.step import ReplicaStep
+from trimtab.cost.step import ReplicaStep, queueing_compiled
 from trimtab.cost.step import tpot_tail as compiled_tail
 from trimtab.cost.tiers import ReplicaTiers
 from trimtab.profiles.loader import EngineProfile, GpuProfile, ModelProfile, value_or
@@ -418,7 +418,8 @@ class ReplicaModel(ReplicaStep, ReplicaRoles, ReplicaPredictions, ReplicaTiers):
         if type(self).evaluate is not ReplicaModel.evaluate:
             st = self.evaluate([cls], percentile)
             return self.meets(st, ttft_ms, tpot_ms), st.decode_batch
-        decide = getattr(self.step_s, "decide", None) if self.kv_tier is None and cls.rate_rps > 0 else None
+        decide = getattr(self.step_s, "decide", None) \
+            if self.kv_tier is None and cls.rate_rps > 0 and queueing_compiled() else None
         if decide is None or len(cls.osl_points) > 64:
             st = self.evaluate([cls], percentile, slo_ms=(ttft_ms, tpot_ms), b0=b0)
             return self.meets(st, ttft_ms, tpot_ms), st.decode_batch

@@ -5,7 +5,9 @@ The terms that do not depend on the step's batch are folded once per replica (``
 reference arithmetic over them, and ``compiler/cost/_step.c`` (``trimtab.cost._step``) its transcription to C,
 which gives the same float to the last bit about fifteen times faster (tests/cost/test_step_kernel.py). The
 planner calls a step time about three million times on a 100-workload spec (issue 35); hot loops take
-``step_s``, the fastest callable that is this replica's ``iteration_s``. ``TRIMTAB_COST_KERNEL=python`` (or an
+``step_s``, the fastest callable that is this replica's ``iteration_s``. The kernel's queueing side
+(compiler/cost/_queue.c) transcribes the TPOT tail (``tpot_tail`` here) and the capacity search's decision
+(``Step.decide``, through ``ReplicaModel.meets_at``) the same way. ``TRIMTAB_COST_KERNEL=python`` (or an
 install without a C compiler) keeps the reference alone.
 """
 from __future__ import annotations
@@ -25,12 +27,19 @@ KERNEL = _step is not None and os.environ.get("TRIMTAB_COST_KERNEL", "") != "pyt
 
 
 @cache
-def _use_gammaincc() -> None:
-    """Give the kernel's ``Step.decide`` scipy's gammaincc (the function ``trimtab.cost.queueing.gamma_q``
-    calls), once, when the first replica's step time is compiled (scipy is imported on first use)."""
-    from scipy.special.cython_special import __pyx_capi__
+def queueing_compiled() -> bool:
+    """Whether the kernel's queueing side runs (``Step.decide``, ``tpot_tail``): it takes scipy's gammaincc
+    (the function ``trimtab.cost.queueing.gamma_q`` calls) through scipy's C API, given once, on first use
+    (scipy is imported then). A scipy without that entry: the interpreted queueing, the same floats."""
+    if not KERNEL:
+        return False
+    try:
+        from scipy.special.cython_special import __pyx_capi__
 
-    _step.use_gammaincc(__pyx_capi__["gammaincc"])
+        _step.use_gammaincc(__pyx_capi__["gammaincc"])
+    except (ImportError, KeyError, TypeError, ValueError):
+        return False
+    return True
 
 
 def tpot_tail(classes, s, nsteps, t_d: float, tpot: float, percentile: float,
@@ -39,9 +48,8 @@ def tpot_tail(classes, s, nsteps, t_d: float, tpot: float, percentile: float,
     the same float: tests/cost/test_step_kernel.py). Why: a plan's assessment and check take the full TPOT
     percentile of every replica's state, a bisection over every class's output lengths, about half a
     millisecond each interpreted."""
-    if not KERNEL:
+    if not queueing_compiled():
         return queueing.tpot_tail(classes, s, nsteps, t_d, tpot, percentile, bound_s)
-    _use_gammaincc()
     return _step.tpot_tail(tuple((c.rate_rps, c.isl_cv2, si, k, tuple(c.osl_points) or ((c.osl_mean, 1.0),))
                                  for c, si, k in zip(classes, s, nsteps)), t_d, tpot, percentile, bound_s)
 
@@ -216,7 +224,6 @@ class ReplicaStep:
         reference ``_step_py`` where the kernel is not built or switched off."""
         if not KERNEL:
             return self._step_py
-        _use_gammaincc()
         # the MoE block's methods as presence marks: the kernel computes them from ``kernel_terms`` (and
         # numbers alone pickle)
         eager, graph = ((*f[:-3], *(None if m is None else True for m in f[-3:])) for f in
