@@ -171,37 +171,50 @@ PyObject *tail_of(PyObject *Py_UNUSED(m), PyObject *args) {
     return res;
 }
 
-/* ``ReplicaModel.meets_at`` for one class on a replica without a KV tier: ``evaluate`` in decision mode from
-its fixed point on, then ``meets``: (whether the class at its rate meets both SLOs, the decode batch). */
-PyObject *step_decide(PyObject *self, PyObject *args) {
-    const Step *st = (const Step *)self;
-    double K, mns, D, ctx, b, cap, kv_cap, overhead, percentile, z, ttft_ms, tpot_ms;
-    double isl, osl, cv2, cached, tail, tail_cached, reload_tail;
-    int on, max_iter, async_, prefix;
-    Offered c;
+/* One class offered to one replica without a KV tier, as ``ReplicaModel._offer`` gives it: all that
+``meets_at`` needs but the rate and the first batch */
+typedef struct {
+    double K, mns, cap, kv_cap, overhead, percentile, z, ttft_ms, tpot_ms;
+    double new, cached, host, isl, osl, cv2, tail, tail_cached, reload_tail;
+    int async_, prefix, max_iter, npts;
+    double o[64], w[64];
+} Offer;
+
+static int read_offer(PyObject *t, Offer *f) {
     PyObject *points;
-    if (!PyArg_ParseTuple(args, "dddddpdi(dddd)dddddpdpdddddddO!:decide", &K, &mns, &D, &ctx, &b, &on,
-                          &cap, &max_iter, &c.new, &c.cached, &c.host, &c.rate, &kv_cap, &overhead,
-                          &percentile, &z, &ttft_ms, &async_, &tpot_ms, &prefix, &isl, &osl, &cv2, &cached,
-                          &tail, &tail_cached, &reload_tail, &PyTuple_Type, &points))
-        return NULL;
+    if (!PyArg_ParseTuple(t, "dddddddddpdddddddddpiO!:offer", &f->K, &f->mns, &f->cap, &f->kv_cap,
+                          &f->overhead, &f->percentile, &f->z, &f->ttft_ms, &f->tpot_ms, &f->async_, &f->new,
+                          &f->cached, &f->host, &f->isl, &f->osl, &f->cv2, &f->tail, &f->tail_cached,
+                          &f->reload_tail, &f->prefix, &f->max_iter, &PyTuple_Type, &points))
+        return -1;
     if (gammaincc == NULL) {
         PyErr_SetString(PyExc_RuntimeError, "decide: use_gammaincc first");
-        return NULL;
+        return -1;
     }
-    double sv, nsteps, pts_o[64], pts_w[64];
-    int npts = (int)PyTuple_GET_SIZE(points);
-    if (npts > 64) {
+    f->npts = (int)PyTuple_GET_SIZE(points);
+    if (f->npts > 64) {
         PyErr_SetString(PyExc_ValueError, "decide: at most 64 output-length points");
-        return NULL;
+        return -1;
     }
-    for (int j = 0; j < npts; j++)
-        if (!read_pair(PyTuple_GET_ITEM(points, j), pts_o + j, pts_w + j)) return NULL;
-    if (npts == 0) { pts_o[0] = osl; pts_w[0] = 1.0; npts = 1; }
-    Point p = fixed_point(st, K, mns, D, ctx, b, on, cap, max_iter, &c, 1, &sv, &nsteps);
-    if (p.status < 0) return NULL;
-    b = p.b;
-    if (p.status) return Py_BuildValue("(Od)", Py_False, b);
+    for (int j = 0; j < f->npts; j++)
+        if (!read_pair(PyTuple_GET_ITEM(points, j), f->o + j, f->w + j)) return -1;
+    if (f->npts == 0) { f->o[0] = f->osl; f->w[0] = 1.0; f->npts = 1; }
+    return 0;
+}
+
+/* ``ReplicaModel.meets_at`` at ``rate`` from the batch ``b0``: ``_offered``, ``evaluate`` in decision mode,
+then ``meets``; 1 met, 0 not, -1 an exception set; the decode batch in ``*b_out`` */
+static int decide_at(const Step *st, const Offer *f, double rate, double b0, double *b_out) {
+    double K = f->K, mns = f->mns, osl = f->osl, isl = f->isl, cv2 = f->cv2, percentile = f->percentile;
+    double D = 0.0 + rate * osl;
+    double ctx = (0.0 + rate * osl * (isl + osl / 2)) / (1e-12 > D ? 1e-12 : D);
+    double b = b0 < f->cap ? (0.0 > b0 ? 0.0 : b0) : 0.0;
+    Offered c = {f->new, f->cached, f->host, rate};
+    double sv, nsteps;
+    Point p = fixed_point(st, K, mns, D, ctx, b, 1, f->cap, f->max_iter, &c, 1, &sv, &nsteps);
+    if (p.status < 0) return -1;
+    b = *b_out = p.b;
+    if (p.status) return 0;
     double rho = p.rho, lam = c.rate;
     /* _prefill_queue */
     double es = 0.0 + c.rate * sv, es2 = 0.0 + c.rate * sv * sv * (1 + cv2), pre = 0.0 + c.rate * isl;
@@ -210,19 +223,19 @@ PyObject *step_decide(PyObject *self, PyObject *args) {
     double wait_p = rho > q ? theta * log(rho / q) : 0.0;
     double ps = 1e-12 > p.steps_total ? 1e-12 : p.steps_total;
     double kv_used = b * ctx + rho * pre / ps;
-    if (prefix)
-        kv_used -= b * (0.0 + c.rate * osl * cached) / (1e-12 > D ? 1e-12 : D)
-                   + rho * (0.0 + c.rate * cached) / ps;
-    if (kv_used > kv_cap) return Py_BuildValue("(Od)", Py_False, b);
-    double fe = async_ ? overhead + 1.5 * p.tpot : overhead;
-    double ttft = fe + wait_p + prefill_s(st, K, tail, b, ctx, tail_cached) + reload_tail;
-    int ttft_ok = ttft * 1e3 <= ttft_ms;
+    if (f->prefix)
+        kv_used -= b * (0.0 + c.rate * osl * f->cached) / (1e-12 > D ? 1e-12 : D)
+                   + rho * (0.0 + c.rate * f->cached) / ps;
+    if (kv_used > f->kv_cap) return 0;
+    double fe = f->async_ ? f->overhead + 1.5 * p.tpot : f->overhead;
+    double ttft = fe + wait_p + prefill_s(st, K, f->tail, b, ctx, f->tail_cached) + f->reload_tail;
+    int ttft_ok = ttft * 1e3 <= f->ttft_ms;
     if (percentile > 50 && b > 0 && ttft_ok) {
         /* the batch map's slope (map_slope), the seats and the KV at the percentile (over_caps) */
         double b2 = b + 0.01 * (b > 1.0 ? b : 1.0), slope = 1.0;
         if (!(K - b2 < 1)) {
             double rho2, steps2, s2, k2;
-            if (offered_load(st, &c, 1, b2, K - b2, ctx, &rho2, &steps2, &s2, &k2)) return NULL;
+            if (offered_load(st, &c, 1, b2, K - b2, ctx, &rho2, &steps2, &s2, &k2)) return -1;
             if (rho2 < 1) {
                 double f2 = D / (steps2 + (1 - rho2) / step_time(st, b2, ctx, 0.0, 0.0, 1.0, 0.0));
                 slope = (f2 - b) / (b2 - p.b_in);
@@ -232,14 +245,95 @@ PyObject *step_decide(PyObject *self, PyObject *args) {
         double num = 0.0 + w * (isl * isl * (1 + cv2) + isl * osl + osl * osl / 3), den = 0.0 + w;
         double x_sq = den > 0 ? num / den : 0.0, sl = slope > 0.0 ? slope : 0.0;
         double var = sl < 1.0 ? b / (1.0 - sl) : Py_HUGE_VAL;
-        if (!isfinite(var)) return Py_BuildValue("(Od)", Py_False, b);
-        if (b + z * sqrt(var) > mns) return Py_BuildValue("(Od)", Py_False, b);
-        if (kv_used + z * sqrt(b * x_sq + (var - b) * ctx * ctx) > kv_cap)
-            return Py_BuildValue("(Od)", Py_False, b);
+        if (!isfinite(var)) return 0;
+        if (b + f->z * sqrt(var) > mns) return 0;
+        if (kv_used + f->z * sqrt(b * x_sq + (var - b) * ctx * ctx) > f->kv_cap) return 0;
     }
-    TailClass tc = {c.rate, cv2, sv, nsteps, pts_o, pts_w, npts};
-    double tpot_p = ttft_ok ? tpot_tail(&tc, 1, p.t_d, p.tpot, percentile, tpot_ms * 1e-3) : p.tpot;
-    if (isnan(tpot_p) && PyErr_Occurred()) return NULL;
-    int met = ttft * 1e3 <= ttft_ms && tpot_p * 1e3 <= tpot_ms;
+    TailClass tc = {c.rate, cv2, sv, nsteps, f->o, f->w, f->npts};
+    double tpot_p = ttft_ok ? tpot_tail(&tc, 1, p.t_d, p.tpot, percentile, f->tpot_ms * 1e-3) : p.tpot;
+    if (isnan(tpot_p) && PyErr_Occurred()) return -1;
+    return ttft * 1e3 <= f->ttft_ms && tpot_p * 1e3 <= f->tpot_ms;
+}
+
+/* decide(offer, rate, b0): ``ReplicaModel.meets_at`` for one class without a KV tier: (met, decode batch) */
+PyObject *step_decide(PyObject *self, PyObject *args) {
+    PyObject *t;
+    double rate, b0, b = 0.0;
+    Offer f;
+    if (!PyArg_ParseTuple(args, "O!dd:decide", &PyTuple_Type, &t, &rate, &b0) || read_offer(t, &f))
+        return NULL;
+    int met = decide_at((const Step *)self, &f, rate, b0, &b);
+    if (met < 0) return NULL;
     return Py_BuildValue("(Od)", met ? Py_True : Py_False, b);
+}
+
+/* ``capacity_rps``'s search: the rates known to meet and to miss, the batch at the highest that met */
+typedef struct { const Step *st; const Offer *f; double known0, known1, below; int error; } Search;
+
+static int ok(Search *s, double rate) {
+    if (rate <= s->known0 || rate >= s->known1) return rate <= s->known0;   /* implied by monotonicity */
+    double b;
+    int met = decide_at(s->st, s->f, rate, s->below, &b);
+    if (met < 0) { s->error = 1; return 0; }
+    if (met) {
+        if (rate > s->known0) s->below = b;
+        s->known0 = rate > s->known0 ? rate : s->known0;
+    } else {
+        s->known1 = rate < s->known1 ? rate : s->known1;
+    }
+    return met;
+}
+
+/* capacity(offer, rel_tol, guess, first_halvings): ``ReplicaModel.capacity_rps`` for a class the replica
+holds, with ``trimtab.cost.search``'s ``bracket`` and ``bisect_max`` transcribed (its top: ``search_top``) */
+PyObject *step_capacity(PyObject *self, PyObject *args) {
+    PyObject *t, *guess_o;
+    double rel_tol;
+    int halvings;
+    Offer f;
+    if (!PyArg_ParseTuple(args, "O!dOi:capacity", &PyTuple_Type, &t, &rel_tol, &guess_o, &halvings)
+        || read_offer(t, &f))
+        return NULL;
+    const Step *st = (const Step *)self;
+    Search s = {st, &f, 0.0, Py_HUGE_VAL, 0.0, 0};
+    double per_step = f.K < f.new ? f.K : f.new;
+    double prefill_t = f.new / per_step * step_time(st, 0.0, 0.0, per_step, f.cached, 1.0, 0.0);
+    double x = 1.0 / prefill_t, y = f.mns / (f.osl * step_time(st, 1.0, f.isl, 0.0, 0.0, 1.0, 0.0));
+    double hi = (y < x ? y : x) * 1.01;
+    if (guess_o != Py_None) {
+        double guess = PyFloat_AsDouble(guess_o);
+        if (guess == -1.0 && PyErr_Occurred()) return NULL;
+        if (0.0 < guess && guess < hi) {   /* bracket(ok, guess, hi, rel_tol) */
+            double step = 0.999 * rel_tol;
+            if (ok(&s, guess)) {
+                double lo = guess;
+                for (;;) {
+                    double r = lo * (1 + step);
+                    if (r >= hi || !ok(&s, r) || s.error) break;
+                    lo = r; step = step * 4;
+                }
+            } else if (!s.error) {
+                double top = guess;
+                for (;;) {
+                    double r = top / (1 + step);
+                    if (r < 1e-6 * guess || ok(&s, r) || s.error) break;
+                    top = r; step = step * 4;
+                }
+            }
+        }
+    }
+    double top = hi;
+    for (int i = 0; i < halvings && !s.error; i++) {   /* the bisection's first points, while they miss */
+        if (s.known0 > 0.0) break;
+        top /= 2;
+        ok(&s, top);
+    }
+    if (s.error) return NULL;
+    if (s.known0 == 0.0 && !ok(&s, 1e-9)) return s.error ? NULL : PyFloat_FromDouble(0.0);
+    double lo = 0.0;   /* bisect_max(ok, 0.0, hi, rel_tol) */
+    while (!(hi - lo <= rel_tol * (1e-6 > lo ? 1e-6 : lo)) && !s.error) {
+        double mid = (lo + hi) / 2;
+        if (ok(&s, mid)) lo = mid; else hi = mid;
+    }
+    return s.error ? NULL : PyFloat_FromDouble(lo);
 }

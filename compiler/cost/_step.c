@@ -324,7 +324,10 @@ static PyObject *step_reduce(Step *s, PyObject *Py_UNUSED(ignored)) {
 static PyMethodDef step_methods[] = {
     {"__reduce__", (PyCFunction)step_reduce, METH_NOARGS, NULL},
     {"decide", step_decide, METH_VARARGS,
-     "decide(...): ReplicaModel.meets_at for one class without a KV tier: (met, decode batch)"},
+     "decide(offer, rate, b0): ReplicaModel.meets_at for one class without a KV tier: (met, decode batch)"},
+    {"capacity", step_capacity, METH_VARARGS,
+     "capacity(offer, rel_tol, guess, first_halvings): ReplicaModel.capacity_rps for one class without a KV "
+     "tier"},
     {"fixed_point", step_fixed_point, METH_VARARGS,
      "fixed_point(K, max_num_seqs, D, ctx_dec, b, accelerate, cap, max_iter, classes): "
      "ReplicaModel._fixed_point without a KV tier (classes: (new, cached, reload_s, rate) each)"},

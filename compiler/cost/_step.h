@@ -53,4 +53,5 @@ Point fixed_point(const Step *st, double K, double mns, double D, double ctx, do
 PyObject *use_gammaincc(PyObject *m, PyObject *capsule);
 PyObject *tail_of(PyObject *m, PyObject *args);
 PyObject *step_decide(PyObject *self, PyObject *args);
+PyObject *step_capacity(PyObject *self, PyObject *args);
 #endif

@@ -389,6 +389,10 @@ class ReplicaModel(ReplicaStep, ReplicaRoles, ReplicaPredictions, ReplicaTiers):
                    / max(D, 1e-12))
         K = self.max_batched_tokens
         b = max(b0, 0.0) if b0 < min(self.max_num_seqs, K - 1) else 0.0
+        return (D, ctx_dec, K, b) + self._kv_room(classes)
+
+    def _kv_room(self, classes) -> tuple[float, bool]:
+        """(the KV capacity requests may use, whether a prefix cache holds some of ``classes``)."""
         kv_cap = self.kv_capacity_tokens  # HBM, plus the KV tier's when the replica has one
         prefix = False
         for c in classes:
@@ -397,7 +401,24 @@ class ReplicaModel(ReplicaStep, ReplicaRoles, ReplicaPredictions, ReplicaTiers):
                 break
         if prefix:  # the prefix cache's reserve is not available to requests (docs/prefix-caching.md)
             kv_cap -= max(c.prefix_reserved for c in classes)
-        return D, ctx_dec, K, b, kv_cap, prefix
+        return kv_cap, prefix
+
+    def _offer(self, cls: TrafficClass, ttft_ms: float, tpot_ms: float, percentile: float) -> tuple | None:
+        """``cls`` offered to this replica as the compiled decision takes it (``Step.decide``,
+        ``Step.capacity``: compiler/cost/_queue.c): all but the rate and the first batch. None where it does
+        not apply: a KV tier, a subclass's own ``evaluate``, more than 64 output lengths, no compiled
+        queueing (``trimtab.cost.step.queueing_compiled``)."""
+        if (type(self).evaluate is not ReplicaModel.evaluate or self.kv_tier is not None
+                or len(cls.osl_points) > 64 or not hasattr(self.step_s, "decide") or not queueing_compiled()):
+            return None
+        K, mns = self.max_batched_tokens, self.max_num_seqs
+        kv_cap, prefix = self._kv_room((cls,))
+        host = self.reload_s(cls.host_cached_tokens) if cls.host_cached_tokens else 0.0
+        return (K, mns, min(mns, K - 1), kv_cap, self.request_overhead, percentile,
+                _z(percentile) if percentile > 50 else 0.0, ttft_ms, tpot_ms, self.engine.async_scheduling,
+                cls.isl_mean - cls.cached_tokens, cls.cached_tokens, host, cls.isl_mean, cls.osl_mean,
+                cls.isl_cv2, cls.tail, cls.tail_cached, self.reload_s(cls.tail_host_cached), prefix, MAX_ITER,
+                tuple(cls.osl_points))
 
     def meets(self, state: ReplicaState, ttft_ms: float, tpot_ms: float) -> bool:
         return state.stable and max(state.ttft_s) * 1e3 <= ttft_ms and state.tpot_s * 1e3 <= tpot_ms
@@ -418,19 +439,11 @@ class ReplicaModel(ReplicaStep, ReplicaRoles, ReplicaPredictions, ReplicaTiers):
         if type(self).evaluate is not ReplicaModel.evaluate:
             st = self.evaluate([cls], percentile)
             return self.meets(st, ttft_ms, tpot_ms), st.decode_batch
-        decide = getattr(self.step_s, "decide", None) \
-            if self.kv_tier is None and cls.rate_rps > 0 and queueing_compiled() else None
-        if decide is None or len(cls.osl_points) > 64:
-            st = self.evaluate([cls], percentile, slo_ms=(ttft_ms, tpot_ms), b0=b0)
-            return self.meets(st, ttft_ms, tpot_ms), st.decode_batch
-        D, ctx_dec, K, b, kv_cap, prefix = self._offered((cls,), b0)
-        host = self.reload_s(cls.host_cached_tokens) if cls.host_cached_tokens else 0.0
-        return decide(K, self.max_num_seqs, D, ctx_dec, b, True, min(self.max_num_seqs, K - 1), MAX_ITER,
-                      (cls.isl_mean - cls.cached_tokens, cls.cached_tokens, host, cls.rate_rps), kv_cap,
-                      self.request_overhead, percentile, _z(percentile) if percentile > 50 else 0.0, ttft_ms,
-                      self.engine.async_scheduling, tpot_ms, prefix, cls.isl_mean, cls.osl_mean, cls.isl_cv2,
-                      cls.cached_tokens, cls.tail, cls.tail_cached, self.reload_s(cls.tail_host_cached),
-                      cls.osl_points)
+        offer = self._offer(cls, ttft_ms, tpot_ms, percentile) if cls.rate_rps > 0 else None
+        if offer is not None:
+            return self.step_s.decide(offer, cls.rate_rps, b0)
+        st = self.evaluate([cls], percentile, slo_ms=(ttft_ms, tpot_ms), b0=b0)
+        return self.meets(st, ttft_ms, tpot_ms), st.decode_batch
 
     def capacity_rps(self, cls: TrafficClass, ttft_ms: float, tpot_ms: float, percentile: float,
                      rel_tol: float = 0.005, guess: float | None = None) -> float:
@@ -449,6 +462,9 @@ class ReplicaModel(ReplicaStep, ReplicaRoles, ReplicaPredictions, ReplicaTiers):
         """
         if not self.holds(cls):
             return 0.0
+        offer = self._offer(cls, ttft_ms, tpot_ms, percentile)
+        if offer is not None:  # the search below, compiled (``Step.capacity``: the same points and rate)
+            return self.step_s.capacity(offer, rel_tol, guess, FIRST_HALVINGS)
 
         known = [0.0, math.inf]  # highest rate known to meet the SLOs, lowest known to miss
         below = [0.0]  # decode batch at known[0]: a start below the fixed point of any higher rate

@@ -251,3 +251,37 @@ def test_the_compiled_tpot_tail_is_the_python_one():
             assert got == want, (classes, s, k, t_d, tpot, pct, bound)
             n += 1
     assert n == 15000 and normal > 500
+
+
+@pytest.mark.skipif(not step_mod.KERNEL, reason="the kernel is not built or switched off")
+def test_the_compiled_capacity_search_finds_the_same_rate():
+    """``capacity_rps`` by ``Step.capacity`` (the search of ``capacity_rps`` and ``trimtab.cost.search``'s
+    ``bracket`` and ``bisect_max``, compiled) against the interpreted search over the interpreted decision:
+    the same rate to the bit, without a guess and with guesses below, at, near and above the answer (a sibling
+    shape's capacity), where no rate meets the SLOs (0.0) and where the replica cannot hold the class."""
+    p = load_profiles()
+    rng = random.Random(5)
+    kinds = set()
+    for mname, gname, tp, dp, ep, mbt in (("llama-3.1-8b", "l4", 1, 1, 1, 2048),
+                                         ("qwen3-30b-a3b", "h100-sxm", 1, 2, 2, 8192),
+                                         ("llama-3.1-70b", "h100-sxm", 4, 1, 1, 8192),
+                                         ("mixtral-8x7b", "a100-80gb", 2, 1, 1, 2048)):
+        rm = ReplicaModel(p.models[mname], p.gpus[gname], p.engines["vllm"], tp, 1, "fp8", dp=dp, ep=ep,
+                          max_batched_tokens=mbt)
+        ref = _reference(rm)
+        assert rm._offer(TrafficClass(1.0, 100.0, 10.0), 1e3, 50.0, 99.0) is not None
+        assert ref._offer(TrafficClass(1.0, 100.0, 10.0), 1e3, 50.0, 99.0) is None
+        for _ in range(40):
+            isl = rng.uniform(50, 12000)
+            points = rng.choice(((), ((1.0, 0.2), (10.0, 0.3), (400.0, 0.5))))
+            cls = TrafficClass(0.0, isl, rng.uniform(2, 1500), isl * rng.uniform(1.0, 3.0),
+                               rng.uniform(0, 1.5), rng.choice((0.0, rng.uniform(0, 0.8) * isl)),
+                               osl_points=points)
+            slo = (rng.choice((rng.uniform(100, 8000), 1.0)), rng.uniform(5, 200), rng.choice((90.0, 99.0)))
+            want = ref.capacity_rps(cls, *slo)
+            for guess in (None, want, want * (1 + rng.uniform(-0.3, 0.3)), want * 1.004, 1e9, 0.5):
+                got = rm.capacity_rps(cls, *slo, guess=guess)
+                assert got.hex() == ref.capacity_rps(cls, *slo, guess=guess).hex() == want.hex(), \
+                    (mname, cls, slo, guess)
+            kinds.add("none" if want == 0.0 and rm.holds(cls) else "held not" if want == 0.0 else "rate")
+    assert kinds >= {"none", "rate"}, kinds
