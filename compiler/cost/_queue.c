@@ -337,3 +337,87 @@ PyObject *step_capacity(PyObject *self, PyObject *args) {
     }
     return s.error ? NULL : PyFloat_FromDouble(lo);
 }
+
+/* ``ReplicaRoles.evaluate_decode`` for one class at ``rate``, then its verdict on the TPOT SLO */
+static int decode_meets(const Step *st, const double *a, double rate) {
+    double mns = a[1], kv_cap = a[2], percentile = a[4], z = a[5], tpot_ms = a[7];
+    double isl = a[9], osl = a[10], cv2 = a[12];
+    double o1 = osl - 1, k = 0.0 > o1 ? 0.0 : o1;
+    double D = 0.0 + rate * k;
+    double ctx = (0.0 + rate * k * (isl + osl / 2)) / D;
+    double b = 1.0, b_in = 1.0;
+    for (int it = 0; it < 200; it++) {
+        double b_new = D * step_time(st, b, ctx, 0.0, 0.0, 1.0, 0.0);
+        if (b_new > mns) return 0;
+        int done = fabs(b_new - b) <= 1e-4 * (1.0 > b_new ? 1.0 : b_new);
+        b_in = b; b = b_new;
+        if (done) break;
+    }
+    double kv_used = b * ctx, slope = 0.0;
+    if (kv_used > kv_cap) return 0;
+    if (percentile > 50) {   /* map_slope of f(x) = D x T_d(x) */
+        double b2 = b + 0.01 * (b > 1.0 ? b : 1.0);
+        slope = (D * step_time(st, b2, ctx, 0.0, 0.0, 1.0, 0.0) - b) / (b2 - b_in);
+    }
+    if (percentile > 50 && b > 0) {   /* over_caps */
+        double w = rate * osl;
+        double num = 0.0 + w * (isl * isl * (1 + cv2) + isl * osl + osl * osl / 3), den = 0.0 + w;
+        double x_sq = den > 0 ? num / den : 0.0, sl = slope > 0.0 ? slope : 0.0;
+        double var = sl < 1.0 ? b / (1.0 - sl) : Py_HUGE_VAL;
+        if (!isfinite(var)) return 0;
+        if (b + z * sqrt(var) > mns) return 0;
+        if (kv_used + z * sqrt(b * x_sq + (var - b) * ctx * ctx) > kv_cap) return 0;
+    }
+    double b1 = 1.0 > b ? 1.0 : b;
+    double tpot_p = step_time(st, b1, ctx, 0.0, 0.0, 1.0, 0.0);
+    if (percentile > 50) {
+        double sl = slope > 0.0 ? slope : 0.0;
+        double var = sl < 1.0 ? b1 / (1.0 - sl) : Py_HUGE_VAL, n = b + z * sqrt(var);
+        tpot_p = step_time(st, 1.0 > n ? 1.0 : n, ctx, 0.0, 0.0, 1.0, 0.0);
+    }
+    return tpot_p * 1e3 <= tpot_ms;
+}
+
+/* ``ReplicaRoles.prefill_meets``: ``evaluate_prefill`` for one class at ``rate``, then the TTFT SLO with the
+KV hand-off */
+static int prefill_meets(const Step *st, const double *a, double rate) {
+    double K = a[0], overhead = a[3], percentile = a[4], ttft_ms = a[6], transfer_s = a[8];
+    double isl = a[9], tail = a[11], cv2 = a[12];
+    double per_step = K < isl ? K : isl, steps = isl / per_step;
+    double t = step_time(st, 0.0, 0.0, per_step, (isl - per_step) / 2, 1.0, 0.0);
+    double s = steps * t, lam = 0.0 + rate, rho = 0.0 + rate * steps * t;
+    if (rho >= 1) return 0;
+    double es = 0.0 + rate * s, es2 = 0.0 + rate * s * s * (1 + cv2);   /* _prefill_queue */
+    es /= lam; es2 /= lam;
+    double theta = es2 / (2 * es * (1 - rho)), q = 1 - percentile / 100.0;
+    double wait_p = rho > q ? theta * log(rho / q) : 0.0;
+    double ttft = overhead + wait_p + prefill_s(st, K, tail, 0.0, 0.0, 0.0);
+    return (ttft + transfer_s) * 1e3 <= ttft_ms;
+}
+
+/* role_capacity(prefill, (K, max_num_seqs, KV cache tokens, request overhead, percentile, z, ttft_ms,
+tpot_ms, transfer_s, isl, osl, tail, isl_cv2), rel_tol): ``ReplicaRoles.capacity_rps_role`` past its early
+returns */
+PyObject *step_role_capacity(PyObject *self, PyObject *args) {
+    const Step *st = (const Step *)self;
+    int prefill;
+    double a[13], rel_tol;
+    if (!PyArg_ParseTuple(args, "p(ddddddddddddd)d:role_capacity", &prefill, a, a + 1, a + 2, a + 3, a + 4,
+                          a + 5, a + 6, a + 7, a + 8, a + 9, a + 10, a + 11, a + 12, &rel_tol))
+        return NULL;
+    double K = a[0], mns = a[1], isl = a[9], osl = a[10], hi;
+    int (*ok)(const Step *, const double *, double) = prefill ? prefill_meets : decode_meets;
+    if (prefill) {
+        double per_step = K < isl ? K : isl;
+        hi = 1.01 / (isl / per_step * step_time(st, 0.0, 0.0, per_step, 0.0, 1.0, 0.0));
+    } else {
+        hi = 1.01 * mns / ((osl - 1) * step_time(st, 1.0, isl, 0.0, 0.0, 1.0, 0.0));
+    }
+    if (!ok(st, a, 1e-9)) return PyFloat_FromDouble(0.0);
+    double lo = 0.0;   /* bisect_max(ok, 0.0, hi, rel_tol) */
+    while (!(hi - lo <= rel_tol * (1e-6 > lo ? 1e-6 : lo))) {
+        double mid = (lo + hi) / 2;
+        if (ok(st, a, mid)) lo = mid; else hi = mid;
+    }
+    return PyFloat_FromDouble(lo);
+}

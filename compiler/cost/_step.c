@@ -325,6 +325,8 @@ static PyMethodDef step_methods[] = {
     {"__reduce__", (PyCFunction)step_reduce, METH_NOARGS, NULL},
     {"decide", step_decide, METH_VARARGS,
      "decide(offer, rate, b0): ReplicaModel.meets_at for one class without a KV tier: (met, decode batch)"},
+    {"role_capacity", step_role_capacity, METH_VARARGS,
+     "role_capacity(prefill, offer, rel_tol): ReplicaRoles.capacity_rps_role past its early returns"},
     {"capacity", step_capacity, METH_VARARGS,
      "capacity(offer, rel_tol, guess, first_halvings): ReplicaModel.capacity_rps for one class without a KV "
      "tier"},

@@ -54,4 +54,5 @@ PyObject *use_gammaincc(PyObject *m, PyObject *capsule);
 PyObject *tail_of(PyObject *m, PyObject *args);
 PyObject *step_decide(PyObject *self, PyObject *args);
 PyObject *step_capacity(PyObject *self, PyObject *args);
+PyObject *step_role_capacity(PyObject *self, PyObject *args);
 #endif

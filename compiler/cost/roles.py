@@ -114,9 +114,21 @@ class ReplicaRoles:
                           percentile: float, transfer_s: float = 0.0, rel_tol: float = 0.005) -> float:
         """``capacity_rps`` for a ``prefill`` replica (TTFT, the KV hand-off ``transfer_s`` included, within
         ``ttft_ms``) or a ``decode`` replica (TPOT within ``tpot_ms``, prompt plus output in its KV cache)."""
+        kv = self.memory.kv_cache_tokens
         if role == "prefill":
-            if self.memory.kv_cache_tokens < cls.tail:
+            if kv < cls.tail:
                 return 0.0
+        elif kv < cls.tail + cls.osl_mean or cls.osl_mean <= 1:
+            return 0.0
+        compiled = getattr(self.step_s, "role_capacity", None)
+        if compiled is not None and all(getattr(type(self), f) is getattr(ReplicaRoles, f)
+                                        for f in ("evaluate_prefill", "evaluate_decode", "prefill_meets")):
+            # the search below, compiled (compiler/cost/_queue.c): the same points and rate
+            return compiled(role == "prefill", (
+                self.max_batched_tokens, self.max_num_seqs, kv, self.request_overhead, percentile,
+                _z(percentile) if percentile > 50 else 0.0, ttft_ms, tpot_ms, transfer_s, cls.isl_mean,
+                cls.osl_mean, cls.tail, cls.isl_cv2), rel_tol)
+        if role == "prefill":
 
             def ok(rate: float) -> bool:
                 return self.prefill_meets(cls, rate, ttft_ms, percentile, transfer_s)
@@ -124,9 +136,6 @@ class ReplicaRoles:
             per_step = min(cls.isl_mean, self.max_batched_tokens)
             hi = 1.01 / (cls.isl_mean / per_step * self.iteration_s(0, 0, per_step, 0))
         else:
-            if self.memory.kv_cache_tokens < cls.tail + cls.osl_mean or cls.osl_mean <= 1:
-                return 0.0
-
             # replace(cls, rate_rps=rate, cached_tokens=0.0, prefix_reserved=0.0)
             at_rate = replace(cls, cached_tokens=0.0, prefix_reserved=0.0).at_rates()
 

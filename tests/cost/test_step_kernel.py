@@ -285,3 +285,33 @@ def test_the_compiled_capacity_search_finds_the_same_rate():
                     (mname, cls, slo, guess)
             kinds.add("none" if want == 0.0 and rm.holds(cls) else "held not" if want == 0.0 else "rate")
     assert kinds >= {"none", "rate"}, kinds
+
+
+@pytest.mark.skipif(not step_mod.KERNEL, reason="the kernel is not built or switched off")
+def test_the_compiled_role_searches_find_the_same_rates():
+    """``capacity_rps_role`` compiled (``Step.role_capacity``: ``evaluate_prefill`` and ``prefill_meets``,
+    ``evaluate_decode`` with its seats, KV and TPOT at the percentile, and the bisection) against the
+    interpreted search: the same rate to the bit for prefill and decode replicas, with and without a KV
+    hand-off, at percentiles at and above the median, including rates of 0."""
+    p = load_profiles()
+    rng = random.Random(9)
+    seen = set()
+    for mname, gname, tp, dp, ep, mbt in (("llama-3.1-8b", "l4", 1, 1, 1, 2048),
+                                         ("qwen3-30b-a3b", "h100-sxm", 1, 2, 2, 8192),
+                                         ("llama-3.1-70b", "h100-sxm", 4, 1, 1, 8192),
+                                         ("deepseek-v3", "b200", 8, 1, 8, 8192)):
+        for ename in sorted(p.engines):
+            rm = ReplicaModel(p.models[mname], p.gpus[gname], p.engines[ename], tp, 1, "fp8", dp=dp, ep=ep,
+                              max_batched_tokens=mbt)
+            ref = _reference(rm)
+            for _ in range(25):
+                isl = rng.uniform(50, 20000)
+                cls = TrafficClass(0.0, isl, rng.uniform(1, 1500), isl * rng.uniform(1.0, 3.0),
+                                   rng.uniform(0, 1.5))
+                role = rng.choice(("prefill", "decode"))
+                args = (role, cls, rng.choice((rng.uniform(100, 9000), 5.0)), rng.uniform(5, 200),
+                        rng.choice((50.0, 90.0, 99.0)), rng.choice((0.0, rng.uniform(0, 0.5))))
+                got, want = rm.capacity_rps_role(*args), ref.capacity_rps_role(*args)
+                assert got.hex() == want.hex(), (mname, ename, args)
+                seen.add((role, want > 0))
+    assert seen == {("prefill", True), ("prefill", False), ("decode", True), ("decode", False)}, seen
