@@ -1,7 +1,8 @@
 /* The queueing side of ``trimtab.cost._step``: the prefill of the tail request (``ReplicaModel.prefill_s``),
-the TPOT tail (``trimtab.cost.queueing.tpot_tail``) and the capacity search's decision (``Step.decide``:
-``evaluate`` in decision mode from its fixed point on, then ``meets``), transcribed operation for operation
-as compiler/cost/_step.c is (see there; tests/cost/test_step_kernel.py). */
+the TPOT tail (``trimtab.cost.queueing.tpot_tail``), the capacity search's decision (``Step.decide``:
+``evaluate`` in decision mode from its fixed point on, then ``meets``), the search itself (``Step.capacity``)
+and the P/D roles' searches (``Step.role_capacity``), transcribed operation for operation as
+compiler/cost/_step.c is (see there; tests/cost/test_step_kernel.py). */
 #include "_step.h"
 
 /* scipy.special's gammaincc (Cephes), the same C function ``trimtab.cost.queueing.gamma_q`` calls through
