@@ -453,7 +453,9 @@ class ReplicaModel(ReplicaStep, ReplicaRoles, ReplicaPredictions, ReplicaTiers):
         shape's capacity) only saves evaluations: a bracket is searched outward from it first (two evaluations
         when it is right to the tolerance), and the bisection then takes every outcome that monotonicity
         implies from what is known (a rate at or below one that met the SLOs meets them; at or above one that
-        missed, misses), so it returns the same rate as without the guess. Whether any rate meets the SLOs (a
+        missed, misses), so it returns the same rate as without the guess (but at an edge where a decision
+        tips with the batch its fixed point starts from: tests/cost/test_step_kernel.py met one, a MoE
+        shape one bisection step apart). Whether any rate meets the SLOs (a
         rate of 1e-9) is asked only after the bisection's first FIRST_HALVINGS points all missed: where one of
         them met the SLOs, monotonicity answers it (one evaluation fewer per search; FIRST_HALVINGS more where
         no rate does, which few candidates are). The points are the ones the bisection evaluates anyway; their

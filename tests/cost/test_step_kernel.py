@@ -123,23 +123,32 @@ def _reference(rm: ReplicaModel) -> ReplicaModel:
     return ref
 
 
+# (model, GPU, tp, dp, ep, max_num_batched_tokens): dense on one GPU and with TP, MoE with TP, with attention
+# DP and EP, and MLA with EP across a node
+SHAPES = (("llama-3.1-8b", "l4", 1, 1, 1, 2048), ("llama-3.1-70b", "h100-sxm", 4, 1, 1, 8192),
+          ("mixtral-8x7b", "a100-80gb", 2, 1, 1, 2048), ("qwen3-30b-a3b", "h100-sxm", 1, 2, 2, 8192),
+          ("deepseek-v3", "b200", 8, 1, 8, 8192))
+
+
+def _pairs(engines: tuple[str, ...] = ("vllm",), **kw):
+    """(model name, engine name, a compiled replica, its interpreted reference) for each of SHAPES and
+    ``engines`` (fp8 weights; ``kw``: more of ``ReplicaModel``'s arguments)."""
+    p = load_profiles()
+    for mname, gname, tp, dp, ep, mbt in SHAPES:
+        for ename in engines:
+            rm = ReplicaModel(p.models[mname], p.gpus[gname], p.engines[ename], tp, 1, "fp8", dp=dp, ep=ep,
+                              max_batched_tokens=mbt, **kw)
+            yield mname, ename, rm, _reference(rm)
+
+
 @pytest.mark.skipif(not step_mod.KERNEL, reason="the kernel is not built or switched off")
 def test_the_compiled_fixed_point_gives_the_same_steady_states():
     """``evaluate``'s decode-batch fixed point (``Step.fixed_point``) against its Python loop: every field of
     every state equal, over one or three classes, prefix hits and host-tier reloads, rates from idle to past
     saturation (each way a loop can end), plain and decision mode, and starts from a lower rate's batch."""
-    p = load_profiles()
     rng = random.Random(7)
-    host = KvTier("prefix", 400_000, 16.0)
     ends = set()
-    for mname, gname, tp, dp, ep, mbt in (("llama-3.1-8b", "l4", 1, 1, 1, 2048),
-                                         ("llama-3.1-70b", "h100-sxm", 4, 1, 1, 8192),
-                                         ("mixtral-8x7b", "a100-80gb", 2, 1, 1, 2048),
-                                         ("qwen3-30b-a3b", "h100-sxm", 1, 2, 2, 8192),
-                                         ("deepseek-v3", "b200", 8, 1, 8, 8192)):
-        rm = ReplicaModel(p.models[mname], p.gpus[gname], p.engines["vllm"], tp, 1, "fp8", dp=dp, ep=ep,
-                          max_batched_tokens=mbt, prefix_tier=host)
-        ref = _reference(rm)
+    for mname, _, rm, ref in _pairs(prefix_tier=KvTier("prefix", 400_000, 16.0)):
         assert hasattr(rm.step_s, "fixed_point") and not hasattr(ref.step_s, "fixed_point")
         for _ in range(150):
             classes = []
@@ -167,49 +176,40 @@ def test_the_compiled_decision_is_the_python_one():
     mixes, percentiles at and above the median, engines with and without async scheduling, and rates from
     idle to past saturation; every way a decision can fall (TTFT, seats or KV at the percentile, the TPOT
     tail, each end of the fixed point) is reached."""
-    p = load_profiles()
     rng = random.Random(11)
-    host = KvTier("prefix", 400_000, 16.0)
     verdicts = {True: 0, False: 0}
     ways = set()
     edges = 0
-    for mname, gname, tp, dp, ep, mbt in (("llama-3.1-8b", "l4", 1, 1, 1, 2048),
-                                         ("llama-3.1-70b", "h100-sxm", 4, 1, 1, 8192),
-                                         ("mixtral-8x7b", "a100-80gb", 2, 1, 1, 2048),
-                                         ("qwen3-30b-a3b", "h100-sxm", 1, 2, 2, 8192),
-                                         ("deepseek-v3", "b200", 8, 1, 8, 8192)):
-        for ename in sorted(p.engines):
-            rm = ReplicaModel(p.models[mname], p.gpus[gname], p.engines[ename], tp, 1, "fp8", dp=dp, ep=ep,
-                              max_batched_tokens=mbt, prefix_tier=host)
-            ref = _reference(rm)
-            assert hasattr(rm.step_s, "decide") and not hasattr(ref.step_s, "decide")
-            for _ in range(120):
-                isl = rng.uniform(50, 12000)
-                cached = rng.choice((0.0, 0.0, rng.uniform(0, 0.9) * isl))
-                points = rng.choice(((), ((1.0, 0.2), (10.0, 0.3), (400.0, 0.5)), ((2.0, 1.0),)))
-                cls = TrafficClass(rng.choice((1e-9, rng.uniform(0.01, 40.0), rng.uniform(0.01, 2.0))), isl,
-                                   rng.uniform(1, 1500), isl * rng.uniform(1.0, 3.0), rng.uniform(0, 1.5),
-                                   cached, rng.choice((0.0, 0.0, 5000.0)), points,
-                                   cached * rng.choice((0.0, 0.5)))
-                slo = (rng.uniform(100, 8000), rng.uniform(5, 200), rng.choice((50.0, 90.0, 99.0, 99.9)))
-                b0 = rng.choice((0.0, rng.uniform(0, 64)))
-                got, want = rm.meets_at(cls, *slo, b0), ref.meets_at(cls, *slo, b0)
-                assert got[0] is want[0] and got[1].hex() == want[1].hex(), (mname, ename, cls, slo, b0)
-                verdicts[got[0]] += 1
-                st = ref.evaluate([cls], slo[2], slo_ms=slo[:2], b0=b0)
-                ways.add(st.reason.split(" ")[0] if not st.stable else "met" if got[0]
-                         else "ttft" if max(st.ttft_s) * 1e3 > slo[0] else "tpot")
-                if not st.stable:
-                    continue
-                # SLOs on the reference's own TTFT and TPOT percentile, and one float below: a verdict that
-                # agrees there agrees on the floats themselves, not just far from the boundary
-                ttft = max(st.ttft_s) * 1e3
-                tpot = ref.evaluate([cls], slo[2], b0=b0).tpot_s * 1e3
-                for t1, t2 in ((ttft, 1e9), (math.nextafter(ttft, 0), 1e9), (1e9, tpot),
-                               (1e9, math.nextafter(tpot, 0)), (1e9, tpot * (1 + 1e-4)), (ttft, tpot)):
-                    a, b = rm.meets_at(cls, t1, t2, slo[2], b0), ref.meets_at(cls, t1, t2, slo[2], b0)
-                    assert a[0] is b[0] and a[1].hex() == b[1].hex(), (mname, ename, cls, t1, t2)
-                    edges += 1
+    for mname, ename, rm, ref in _pairs(tuple(sorted(load_profiles().engines)),
+                                        prefix_tier=KvTier("prefix", 400_000, 16.0)):
+        assert hasattr(rm.step_s, "decide") and not hasattr(ref.step_s, "decide")
+        for _ in range(120):
+            isl = rng.uniform(50, 12000)
+            cached = rng.choice((0.0, 0.0, rng.uniform(0, 0.9) * isl))
+            points = rng.choice(((), ((1.0, 0.2), (10.0, 0.3), (400.0, 0.5)), ((2.0, 1.0),)))
+            cls = TrafficClass(rng.choice((1e-9, rng.uniform(0.01, 40.0), rng.uniform(0.01, 2.0))), isl,
+                               rng.uniform(1, 1500), isl * rng.uniform(1.0, 3.0), rng.uniform(0, 1.5),
+                               cached, rng.choice((0.0, 0.0, 5000.0)), points,
+                               cached * rng.choice((0.0, 0.5)))
+            slo = (rng.uniform(100, 8000), rng.uniform(5, 200), rng.choice((50.0, 90.0, 99.0, 99.9)))
+            b0 = rng.choice((0.0, rng.uniform(0, 64)))
+            got, want = rm.meets_at(cls, *slo, b0), ref.meets_at(cls, *slo, b0)
+            assert got[0] is want[0] and got[1].hex() == want[1].hex(), (mname, ename, cls, slo, b0)
+            verdicts[got[0]] += 1
+            st = ref.evaluate([cls], slo[2], slo_ms=slo[:2], b0=b0)
+            ways.add(st.reason.split(" ")[0] if not st.stable else "met" if got[0]
+                     else "ttft" if max(st.ttft_s) * 1e3 > slo[0] else "tpot")
+            if not st.stable:
+                continue
+            # SLOs on the reference's own TTFT and TPOT percentile, and one float below: a verdict that
+            # agrees there agrees on the floats themselves, not just far from the boundary
+            ttft = max(st.ttft_s) * 1e3
+            tpot = ref.evaluate([cls], slo[2], b0=b0).tpot_s * 1e3
+            for t1, t2 in ((ttft, 1e9), (math.nextafter(ttft, 0), 1e9), (1e9, tpot),
+                           (1e9, math.nextafter(tpot, 0)), (1e9, tpot * (1 + 1e-4)), (ttft, tpot)):
+                a, b = rm.meets_at(cls, t1, t2, slo[2], b0), ref.meets_at(cls, t1, t2, slo[2], b0)
+                assert a[0] is b[0] and a[1].hex() == b[1].hex(), (mname, ename, cls, t1, t2)
+                edges += 1
     assert min(verdicts.values()) > 300, verdicts
     # met; missed on TTFT or the TPOT tail; unstable: prefill saturated, a batch past max_num_seqs, seats
     # ("a decode batch of ...") or KV at the percentile, the KV cache's mean
@@ -259,16 +259,9 @@ def test_the_compiled_capacity_search_finds_the_same_rate():
     ``bracket`` and ``bisect_max``, compiled) against the interpreted search over the interpreted decision:
     the same rate to the bit, without a guess and with guesses below, at, near and above the answer (a sibling
     shape's capacity), where no rate meets the SLOs (0.0) and where the replica cannot hold the class."""
-    p = load_profiles()
     rng = random.Random(5)
     kinds = set()
-    for mname, gname, tp, dp, ep, mbt in (("llama-3.1-8b", "l4", 1, 1, 1, 2048),
-                                         ("qwen3-30b-a3b", "h100-sxm", 1, 2, 2, 8192),
-                                         ("llama-3.1-70b", "h100-sxm", 4, 1, 1, 8192),
-                                         ("mixtral-8x7b", "a100-80gb", 2, 1, 1, 2048)):
-        rm = ReplicaModel(p.models[mname], p.gpus[gname], p.engines["vllm"], tp, 1, "fp8", dp=dp, ep=ep,
-                          max_batched_tokens=mbt)
-        ref = _reference(rm)
+    for mname, _, rm, ref in _pairs():
         assert rm._offer(TrafficClass(1.0, 100.0, 10.0), 1e3, 50.0, 99.0) is not None
         assert ref._offer(TrafficClass(1.0, 100.0, 10.0), 1e3, 50.0, 99.0) is None
         for _ in range(40):
@@ -280,9 +273,10 @@ def test_the_compiled_capacity_search_finds_the_same_rate():
             slo = (rng.choice((rng.uniform(100, 8000), 1.0)), rng.uniform(5, 200), rng.choice((90.0, 99.0)))
             want = ref.capacity_rps(cls, *slo)
             for guess in (None, want, want * (1 + rng.uniform(-0.3, 0.3)), want * 1.004, 1e9, 0.5):
+                # (with a guess the interpreted search itself may end one step off the unguessed rate: a
+                # decision at the edge can tip with the batch its fixed point starts from)
                 got = rm.capacity_rps(cls, *slo, guess=guess)
-                assert got.hex() == ref.capacity_rps(cls, *slo, guess=guess).hex() == want.hex(), \
-                    (mname, cls, slo, guess)
+                assert got.hex() == ref.capacity_rps(cls, *slo, guess=guess).hex(), (mname, cls, slo, guess)
             kinds.add("none" if want == 0.0 and rm.holds(cls) else "held not" if want == 0.0 else "rate")
     assert kinds >= {"none", "rate"}, kinds
 
@@ -293,25 +287,17 @@ def test_the_compiled_role_searches_find_the_same_rates():
     ``evaluate_decode`` with its seats, KV and TPOT at the percentile, and the bisection) against the
     interpreted search: the same rate to the bit for prefill and decode replicas, with and without a KV
     hand-off, at percentiles at and above the median, including rates of 0."""
-    p = load_profiles()
     rng = random.Random(9)
     seen = set()
-    for mname, gname, tp, dp, ep, mbt in (("llama-3.1-8b", "l4", 1, 1, 1, 2048),
-                                         ("qwen3-30b-a3b", "h100-sxm", 1, 2, 2, 8192),
-                                         ("llama-3.1-70b", "h100-sxm", 4, 1, 1, 8192),
-                                         ("deepseek-v3", "b200", 8, 1, 8, 8192)):
-        for ename in sorted(p.engines):
-            rm = ReplicaModel(p.models[mname], p.gpus[gname], p.engines[ename], tp, 1, "fp8", dp=dp, ep=ep,
-                              max_batched_tokens=mbt)
-            ref = _reference(rm)
-            for _ in range(25):
-                isl = rng.uniform(50, 20000)
-                cls = TrafficClass(0.0, isl, rng.uniform(1, 1500), isl * rng.uniform(1.0, 3.0),
-                                   rng.uniform(0, 1.5))
-                role = rng.choice(("prefill", "decode"))
-                args = (role, cls, rng.choice((rng.uniform(100, 9000), 5.0)), rng.uniform(5, 200),
-                        rng.choice((50.0, 90.0, 99.0)), rng.choice((0.0, rng.uniform(0, 0.5))))
-                got, want = rm.capacity_rps_role(*args), ref.capacity_rps_role(*args)
-                assert got.hex() == want.hex(), (mname, ename, args)
-                seen.add((role, want > 0))
+    for mname, ename, rm, ref in _pairs(tuple(sorted(load_profiles().engines))):
+        for _ in range(25):
+            isl = rng.uniform(50, 20000)
+            cls = TrafficClass(0.0, isl, rng.uniform(1, 1500), isl * rng.uniform(1.0, 3.0),
+                               rng.uniform(0, 1.5))
+            role = rng.choice(("prefill", "decode"))
+            args = (role, cls, rng.choice((rng.uniform(100, 9000), 5.0)), rng.uniform(5, 200),
+                    rng.choice((50.0, 90.0, 99.0)), rng.choice((0.0, rng.uniform(0, 0.5))))
+            got, want = rm.capacity_rps_role(*args), ref.capacity_rps_role(*args)
+            assert got.hex() == want.hex(), (mname, ename, args)
+            seen.add((role, want > 0))
     assert seen == {("prefill", True), ("prefill", False), ("decode", True), ("decode", False)}, seen
