@@ -67,7 +67,7 @@ static double moe_comm(const double *m, double tokens) {
 
 /* ``_step_py``: the same statements, in its order */
 double step_time(const Step *s, double decode_batch, double decode_ctx, double prefill_tokens,
-                        double prefill_ctx, double prefill_seqs, double remote_share) {
+                 double prefill_ctx, double prefill_seqs, double remote_share) {
     int graph = decode_batch + prefill_tokens <= s->limit;
     const Fold *f = graph ? &s->graph : &s->eager;
     const double *v = f->v;
@@ -156,8 +156,9 @@ static PyObject *step_vectorcall(PyObject *self, PyObject *const *args, size_t n
     return PyFloat_FromDouble(step_time((Step *)self, a[0], a[1], a[2], a[3], a[4], a[5]));
 }
 
-/* ``ReplicaModel._fixed_point`` without a KV tier: the decode batch's fixed point b = D x TPOT(b) with
-``_Aitken``'s acceleration, the same iterates in the same order (its step and retreat transcribed here). */
+/* The loop of ``ReplicaModel.evaluate`` without a KV tier: the decode batch's fixed point b = D x TPOT(b)
+with ``_Aitken``'s acceleration, the same iterates in the same order (its step and retreat transcribed
+here). */
 typedef struct { double last[3]; int n; double safe, cap; int on, used; } Aitken;
 
 static int aitken_step(Aitken *a, double b, double b_new, double *out) {
@@ -205,9 +206,8 @@ int offered_load(const Step *st, const Offered *c, Py_ssize_t n, double b, doubl
 
 /* The loop of ``evaluate``; status 0 converged; 1 no room for prompts; 2 prefill saturated; 3 batch limit;
 4 no steady state; -1 an exception set. */
-Point fixed_point(const Step *st, double K, double mns, double D, double ctx, double b, int on,
-                         double cap, int max_iter, const Offered *c, Py_ssize_t n, double *sv,
-                         double *nsteps) {
+Point fixed_point(const Step *st, double K, double mns, double D, double ctx, double b, int on, double cap,
+                  int max_iter, const Offered *c, Py_ssize_t n, double *sv, double *nsteps) {
     Aitken a = {{b, 0, 0}, 1, b, cap, on, 0};
     Point p = {4, b, 0, 0, 0, 0, 0, 0};
     for (int it = 0; it < max_iter; it++) {
@@ -332,7 +332,7 @@ static PyMethodDef step_methods[] = {
      "tier"},
     {"fixed_point", step_fixed_point, METH_VARARGS,
      "fixed_point(K, max_num_seqs, D, ctx_dec, b, accelerate, cap, max_iter, classes): "
-     "ReplicaModel._fixed_point without a KV tier (classes: (new, cached, reload_s, rate) each)"},
+     "the loop of ReplicaModel.evaluate without a KV tier (classes: (new, cached, reload_s, rate) each)"},
     {NULL, NULL, 0, NULL}};
 
 static PyTypeObject StepType = {
@@ -341,8 +341,7 @@ static PyTypeObject StepType = {
     .tp_basicsize = sizeof(Step),
     .tp_flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_HAVE_VECTORCALL,
     .tp_doc = "Step(fold, fold_graph, allreduce_eager, graph_limit, moe_terms): a replica's iteration_s, "
-              "compiled "
-              "(trimtab.cost.step).",
+              "compiled (trimtab.cost.step).",
     .tp_new = step_new,
     .tp_dealloc = (destructor)step_dealloc,
     .tp_call = PyVectorcall_Call,
