@@ -217,7 +217,6 @@ class ReplicaStep:
         stage_head = (x if x >= y else y) + ks
         return pLs * layer + stage_head + Ta * hop1 + fixed  # pLs: pp x layers per stage
 
-
     @cached_property
     def _step_fn(self):
         """This replica's base step time as a callable: the compiled ``Step`` over its folded terms, or the
