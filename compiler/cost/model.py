@@ -23,14 +23,12 @@ from functools import cached_property
 from trimtab.cost.moe import (MoeLayer, attention_kernels, attention_params, check_kv_dtype, check_layout,
                               expert_params, is_mla, kernel_shape, kv_elements, moe_layers)
 from trimtab.cost.predictions import ReplicaPredictions
-from trimtab.cost.queueing import (_Aitken, _prefill_queue, _z, ctx_sq, gamma_q, map_slope, over_caps,
-                                   tpot_tail)
+from trimtab.cost.queueing import _Aitken, _prefill_queue, _z, ctx_sq, gamma_q, map_slope, over_caps
 from trimtab.cost.records import (BYTES, GIB, UNSTABLE, BatchPrediction, BurstPrediction,
                                    ClosedLoopPrediction, KvTier, MemoryFit, ReplicaState, TrafficClass)
 from trimtab.cost.roles import ReplicaRoles
 from trimtab.cost.search import bisect_max, bracket
-from trimtab.cost.step import ReplicaStep, queueing_compiled
-from trimtab.cost.step import tpot_tail as compiled_tail
+from trimtab.cost.step import ReplicaStep, queueing_compiled, tpot_tail
 from trimtab.cost.tiers import ReplicaTiers
 from trimtab.profiles.loader import EngineProfile, GpuProfile, ModelProfile, value_or
 
@@ -376,7 +374,7 @@ class ReplicaModel(ReplicaStep, ReplicaRoles, ReplicaPredictions, ReplicaTiers):
             return ReplicaState(True, "", tpot_p, ttft, ttft, rho, b, kv_used, wait_p, wait_mean, tpot)
         ttft_mean = tuple(fe + wait_mean + self.prefill_s(c.isl_mean, b, ctx_dec, r, c.cached_tokens)
                           + self.reload_s(c.host_cached_tokens) for c in classes)
-        tpot_p = compiled_tail(classes, s, nsteps, t_d, tpot, percentile)
+        tpot_p = tpot_tail(classes, s, nsteps, t_d, tpot, percentile)
         if tier:
             tpot_p = max(tpot_p, self._tier_decode_s(b, ctx_dec, kv_pre, kv_floor, z))
         return ReplicaState(True, "", tpot_p, ttft, ttft_mean, rho, b, kv_used, wait_p, wait_mean, tpot)
