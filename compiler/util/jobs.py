@@ -57,8 +57,9 @@ def fork_map(fn, items: list, min_items: int, jobs: int | None = None, chunksize
     there are at least ``min_items`` items and this process may fork (not a pool's daemonic worker); here
     otherwise. ``chunksize``: items a worker takes at a time (default a quarter of an even share; 1 where the
     items' costs differ widely). For pure calls of the cost model only (no solver: a child forked beside
-    a solver's worker threads could wait on threads it does not have). The workers inherit ``fn`` and ``items`` (nothing is pickled on the way out)
-    and send the results back pickled: the same values, in the same order, for any number of processes."""
+    a solver's worker threads could wait on threads it does not have). The workers inherit ``fn`` and
+    ``items`` (nothing is pickled on the way out) and send the results back pickled: the same values, in the
+    same order, for any number of processes."""
     global _WORK
     jobs = min(jobs_default() if jobs is None else jobs, len(items))
     if (jobs < 2 or len(items) < min_items or multiprocessing.current_process().daemon
