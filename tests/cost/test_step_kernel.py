@@ -301,3 +301,26 @@ def test_the_compiled_role_searches_find_the_same_rates():
             assert got.hex() == want.hex(), (mname, ename, args)
             seen.add((role, want > 0))
     assert seen == {("prefill", True), ("prefill", False), ("decode", True), ("decode", False)}, seen
+
+
+def test_the_switch_runs_the_reference_alone_with_the_same_rates():
+    """``TRIMTAB_COST_KERNEL=python`` (docs/cost-model.md): no kernel anywhere (step time, decision, search,
+    tail), and the capacities it finds are the kernel's, to the bit."""
+    import os
+    import subprocess
+    import sys
+
+    code = ("import trimtab.cost.step as s; from trimtab.cost.model import ReplicaModel, TrafficClass; "
+            "from trimtab.profiles.loader import load_profiles; p = load_profiles(); "
+            "rm = ReplicaModel(p.models['mixtral-8x7b'], p.gpus['a100-80gb'], p.engines['vllm'], 2); "
+            "assert not s.KERNEL and not s.queueing_compiled() and rm.step_s == rm._step_py; "
+            "c = TrafficClass(0.0, 1500.0, 300.0, 4000.0, 0.5, osl_points=((10.0, 0.4), (500.0, 0.6))); "
+            "print(rm.capacity_rps(c, 3000.0, 60.0, 99.0).hex(), "
+            "rm.capacity_rps_role('decode', c, 3000.0, 60.0, 99.0).hex())")
+    env = {**os.environ, "TRIMTAB_COST_KERNEL": "python"}
+    out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, check=True)
+    p = load_profiles()
+    rm = ReplicaModel(p.models["mixtral-8x7b"], p.gpus["a100-80gb"], p.engines["vllm"], 2)
+    c = TrafficClass(0.0, 1500.0, 300.0, 4000.0, 0.5, osl_points=((10.0, 0.4), (500.0, 0.6)))
+    assert out.stdout.split() == [rm.capacity_rps(c, 3000.0, 60.0, 99.0).hex(),
+                                  rm.capacity_rps_role("decode", c, 3000.0, 60.0, 99.0).hex()]
