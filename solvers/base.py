@@ -48,6 +48,10 @@ class SolveOptions:
     verbose: bool = False
     node_limit: int = NODE_LIMIT
     deterministic_time: float = DETERMINISTIC_TIME
+    # A small MILP solved many times over (the workload parts of trimtab.milp.parts): HiGHS without its
+    # sub-MIP heuristics and restarts, which are built for large MILPs and are most of the time a part of a
+    # few dozen integers takes; its branch-and-bound proves such a part in a few nodes (docs/solvers.md)
+    small: bool = False
 
     def after(self, spent_s: float, **changes) -> "SolveOptions":
         """These options for a solve after others took ``spent_s`` seconds of the wall-clock safety net (at

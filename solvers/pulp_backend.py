@@ -157,6 +157,10 @@ def _highs_model(model: MilpModel, options: SolveOptions):
     h.setOptionValue("threads", options.threads)
     h.setOptionValue("time_limit", float(options.time_limit_s))
     h.setOptionValue("mip_max_nodes", options.node_limit)
+    if options.small:
+        for heuristic in ("rins", "rens", "root_reduced_cost", "feasibility_jump"):
+            h.setOptionValue(f"mip_heuristic_run_{heuristic}", False)
+        h.setOptionValue("mip_allow_restart", False)
     h.addCols(len(order), np.array([sign * objective.get(n, 0.0) for n in order], dtype=np.float64),
               np.array([-inf if v.lb is None else v.lb for v in vs], dtype=np.float64),
               np.array([inf if v.ub is None else v.ub for v in vs], dtype=np.float64),

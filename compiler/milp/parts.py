@@ -172,7 +172,8 @@ class Parts:
             cs = priced_at(cs, dict(priced))
         sub = replace(self.cands, candidates=cs, pruned=(), best=())
         w = self.ir.workload(name)
-        return self.backend.solve(formulate(replace(self.ir, workloads=(w,)), sub, self.derate), options)
+        return self.backend.solve(formulate(replace(self.ir, workloads=(w,)), sub, self.derate),
+                                  replace(options, small=True))
 
     def joint(self, names: list[str], others: dict[str, list[Plan]],
               gap: float) -> dict[str, SolveResult] | None:
