@@ -21,7 +21,6 @@ from heapq import heappush
 
 from trimtab.sim.engine import EventQueue, Simulation, least_request, route_base
 from trimtab.sim.replica import Replica, Request
-from trimtab.sim.reuse import DepRun, pairs_key
 
 
 class DecodeReplica(Replica):
@@ -102,30 +101,6 @@ class DisaggSimulation(Simulation):
         are admitted (``_on_arrival``'s first branch) and its steps taken (``_on_event``'s) as there."""
         d = self._dep[order[0]] if order else -1
         return 0 <= d < len(self.sc.deployments) and self.sc.deployments[d].view.role == "unified"
-
-    def _run_pairs(self, idx, paired: list[int], kept: dict, used: dict) -> tuple[list[Request], float, bool]:
-        """The pairs' one event loop over their arrivals ``idx`` (``_run_split``): (its requests, the time of
-        its last event, stopped at the drain limit). With the planner's cache, the run the last simulation of
-        this seed made with the same inputs (``kept``, under ``trimtab.sim.reuse.pairs_key``) is taken
-        instead, its replicas put back in place; the run goes into ``used``."""
-        cache = self.cache
-        key = pairs_key(self, paired, idx) if cache is not None else None
-        run = kept.get(key) if key is not None else None
-        if run is None:
-            self.requests = []
-            self.events = EventQueue()
-            t, stopped = self._loop(idx.tolist())
-            run = DepRun(self.requests, [r for d in paired for r in self.replicas[d]], t, stopped)
-            if cache is not None:
-                cache.misses += 1
-        else:
-            reps = iter(run.replicas)
-            for d in paired:
-                self.replicas[d] = [next(reps) for _ in self.replicas[d]]
-            cache.hits += 1
-        if key is not None:
-            used[key] = run
-        return run.requests, run.t_last, run.stopped
 
     def _on_event(self, t: float, item) -> None:
         """A step end, or (a tuple) a request's KV landing on the decode side of its pair."""

@@ -24,7 +24,7 @@ from trimtab.sim import fast
 from trimtab.sim.replica import Replica, Request
 from trimtab.sim.scenario import Scenario, SimWorkload, attach_prefix_caches
 from trimtab.sim.metrics import WARMUP
-from trimtab.sim.reuse import DepRun, dep_key, join_ends
+from trimtab.sim.reuse import DepRun, join_ends, run_key
 from trimtab.util.jobs import jobs_default
 
 if TYPE_CHECKING:
@@ -275,8 +275,8 @@ class Simulation:
         # ``counts`` (workload index -> requests; ``draw_counts``): only those workloads, each from its own
         # random stream, and each measured after the first WARMUP share of its own arrivals (``warmup_from``)
         self.counts = counts
-        # Deployment runs reused across the planner's rounds (trimtab.sim.reuse); the deployments of P/D pairs
-        # (a subclass) interact and run together, reused together.
+        # Deployment runs reused across the planner's rounds (trimtab.sim.reuse); the deployments of a group
+        # of P/D pairs (a subclass) interact and run together, reused together.
         self.cache = cache
         self._cache_slot = (seed, requests, duration_s) if counts is None else (seed, "counts", None)
         # Deployments to run (by name; None: all): the others' requests are drawn (the same random streams)
@@ -418,91 +418,73 @@ class Simulation:
                 progress(j / n)
 
     def _run_split(self) -> None:
-        """One event loop per deployment over the arrivals routed to it, each taken from ``cache`` when the
-        last simulation of this seed ran it with the same inputs (``trimtab.sim.reuse.dep_key``); then the
-        requests no replica serves (unrouted, refused, too long, a deployment of 0 replicas). The deployments
-        of P/D pairs (``Scenario.pairs``, route targets past the deployments) hand requests to each other:
-        their arrivals run in one loop together (``DisaggSimulation._run_pairs``, reused the same way).
-        Deployments ``only`` leaves out do not run (a skipped pair: none of its deployments named); their
-        requests stay as drawn."""
+        """One event loop per run unit over the arrivals routed to it, each taken from ``cache`` when the last
+        simulation of this seed ran it with the same inputs (``trimtab.sim.reuse.run_key``); then the requests
+        no replica serves (unrouted, refused, too long, a deployment of 0 replicas). A unit is a deployment,
+        or a group of P/D pairs (``Scenario.pair_groups``: route targets past the deployments, whose
+        deployments hand requests to each other) as the tuple of its deployments. Units ``only`` leaves out
+        (none of their deployments named) do not run; their requests stay as drawn."""
         cache = self.cache
         kept, used = cache.begin(self._cache_slot) if cache is not None else ({}, {})
         dep = self.arrivals.dep
         n = len(dep)
         out: list = [None] * n
         ends = []
-        by_dep = np.argsort(dep, kind="stable")  # arrival indices grouped by deployment, ascending in each
-        cuts = np.searchsorted(dep[by_dep], np.arange(len(self.replicas) + 1))
         nd = len(self.replicas)
-        paired = sorted({d for pair in self.sc.pairs for d in pair})
+        # arrival indices grouped by target (deployments, then pairs), ascending in each
+        by_dep = np.argsort(dep, kind="stable")
+        cuts = np.searchsorted(dep[by_dep], np.arange(nd + len(self.sc.pairs) + 1))
+        groups = self.sc.pair_groups()
+        paired = {d for deps, _ in groups for d in deps}
+        units: list = [(d, by_dep[cuts[d]:cuts[d + 1]]) for d in range(nd)
+                       if d not in paired and self.replicas[d]]
+        for deps, pis in groups:
+            targets = [*deps, *(nd + i for i in pis)]
+            units.append((deps, np.sort(np.concatenate([by_dep[cuts[t]:cuts[t + 1]] for t in targets]))))
         names = [sd.view.name for sd in self.sc.deployments]
-        skipped: list[int] = []  # deployments ``only`` leaves out
-        pairs_skipped = False
-        # (d, cache key, its reused run or None: to run)
-        todo: list[tuple[int, str | None, DepRun | None]] = []
-        for d in range(nd):
-            idx = by_dep[cuts[d]:cuts[d + 1]]
-            if not len(idx) or not self.replicas[d] or d in paired:
+        skipped: list[int] = []  # deployments (and pair targets) ``only`` leaves out
+        # (unit, its arrivals, cache key, its reused run or None: to run)
+        todo: list[tuple[int | tuple, np.ndarray, str | None, DepRun | None]] = []
+        for unit, idx in units:
+            if not len(idx):
                 continue
-            if self.only is not None and names[d] not in self.only:
-                skipped.append(d)
-                if cache is not None:  # keep its last run for a later round that needs it
-                    key = dep_key(self, d, idx)
-                    if key in kept:
-                        used[key] = kept[key]
+            key = run_key(self, unit, idx) if cache is not None else None
+            if self.only is not None and not any(names[d] in self.only for d in self.unit_deployments(unit)):
+                skipped += self.unit_targets(unit)
+                if key in kept:  # kept for a later round that needs it
+                    used[key] = kept[key]
                 continue
-            key = dep_key(self, d, idx) if cache is not None else None
-            todo.append((d, key, kept.get(key)))
-        orders = {d: by_dep[cuts[d]:cuts[d + 1]].tolist() for d, _, run in todo if run is None}
-        # the arrivals the pairs' loop takes, the loop, the run it adds to ``used``
-        pair_idx, pairs_run, pair_used = None, None, {}
-        if self.sc.pairs:
-            idx = np.flatnonzero((dep >= nd) | np.isin(dep, paired))
-            pairs_skipped = self.only is not None and not any(names[d] in self.only for d in paired)
-            if pairs_skipped:
-                skipped += paired
-            elif len(idx):
-                pair_idx = idx
-                pairs_run = lambda: self._run_pairs(idx, paired, kept, pair_used)  # noqa: E731
-        fresh, pairs_out = self._run_all(orders, pairs_run)
-        for d, key, run in todo:
+            todo.append((unit, idx, key, kept.get(key)))
+        fresh = self._run_all({unit: idx.tolist() for unit, idx, _, run in todo if run is None})
+        for unit, idx, key, run in todo:
             if run is None:
-                live, t, stopped = fresh[d]
-                run = DepRun(live, self.replicas[d], t, stopped)
+                live, t, stopped = fresh[unit]
+                run = DepRun(live, self.unit_replicas(unit), t, stopped)
                 if cache is not None:
                     cache.misses += 1
                     used[key] = run
             else:
                 live = run.requests  # shared: nothing changes a request after its run (trimtab.sim.reuse)
-                for r in live:
-                    r.dep = d
-                self.replicas[d] = run.replicas
+                reps = iter(run.replicas)
+                for d in self.unit_deployments(unit):
+                    self.replicas[d] = [next(reps) for _ in self.replicas[d]]
+                if type(unit) is int:
+                    for r in live:
+                        r.dep = unit
                 cache.hits += 1
                 used[key] = run
             for r in live:
                 out[r.rid] = r
             ends.append((run.t_last, run.stopped))
-        if pairs_out is not None:
-            live, t, stopped = pairs_out
-            used.update(pair_used)
-            ends.append((t, stopped))
-            for r in live:
-                out[r.rid] = r
         self.requests = []
         ts = self._ts
-        gone = None
         # their requests: drawn, never run, left out (unmeasured: their workloads are not reported)
-        if skipped:
-            gone = np.isin(dep, skipped)
-            if self.sc.pairs and pairs_skipped:
-                gone |= dep >= nd  # pair targets (past the deployments)
+        gone = np.isin(dep, skipped) if skipped else None
         # The arrivals no loop took (each loop takes every arrival it is given: none comes after the drain
         # limit) and none left out: no replica serves them, a status and no event
         taken = np.zeros(n, bool) if gone is None else gone.copy()
-        for d, _, _ in todo:
-            taken[by_dep[cuts[d]:cuts[d + 1]]] = True
-        if pair_idx is not None:
-            taken[pair_idx] = True
+        for _, idx, _, _ in todo:
+            taken[idx] = True
         for i in np.flatnonzero(~taken).tolist():
             self._on_arrival(i, ts[i])
         for r in self.requests:
@@ -515,10 +497,25 @@ class Simulation:
         if cache is not None:
             cache.end(self._cache_slot, used)
 
+    def unit_deployments(self, unit) -> tuple:
+        """The deployments of a run unit (``_run_split``)."""
+        return unit if type(unit) is tuple else (unit,)
+
+    def unit_targets(self, unit) -> list[int]:
+        """The route targets of a run unit: its deployments, and a group's pairs (past the deployments)."""
+        nd = len(self.replicas)
+        deps = self.unit_deployments(unit)
+        return [*deps, *(nd + i for i, p in enumerate(self.sc.pairs) if p[0] in deps)]
+
+    def unit_replicas(self, unit) -> list:
+        """The replicas of a run unit, deployment by deployment."""
+        return [r for d in self.unit_deployments(unit) for r in self.replicas[d]]
+
     def _run_one(self, order: list[int]) -> tuple[list[Request], float, bool]:
-        """One deployment's event loop over its arrivals ``order``, from a fresh event queue: (its requests in
-        arrival order, the time of its last event, whether it stopped at the drain limit). The compiled loop
-        (``trimtab.sim.fast``) runs it where it gives exactly this loop's result."""
+        """One run unit's event loop (a deployment's, or a group of P/D pairs': ``_run_split``) over its
+        arrivals ``order``, from a fresh event queue: (its requests in arrival order, the time of its last
+        event, whether it stopped at the drain limit). The compiled loop (``trimtab.sim.fast``) runs a
+        deployment's where it gives exactly this loop's result."""
         got = fast.run(self, order) if self._base_run(order) else None
         if got is not None:
             return got
@@ -532,18 +529,17 @@ class Simulation:
         compiled loop (``trimtab.sim.fast``) may run it."""
         return fast.base_hooks(type(self), Simulation)
 
-    def _run_all(self, orders: dict[int, list[int]], first=None) -> tuple[dict, tuple | None]:
-        """(``_run_one`` for each deployment of ``orders`` (d -> arrival indices), ``first()``'s result or
-        None): ``first`` is the P/D pairs' loop, or None. In forked processes where the run is large enough
-        (``trimtab.sim.parallel``: the same floats, the same requests; ``first`` here while the children
-        take deployments); here otherwise."""
+    def _run_all(self, orders: dict) -> dict:
+        """``_run_one`` for each run unit of ``orders`` (unit -> arrival indices: ``_run_split``), in forked
+        processes where the run is large enough (``trimtab.sim.parallel``: the same floats, the same
+        requests)."""
         # lazy: keeps import trimtab light (multiprocessing loads for parallel runs only)
         from trimtab.sim import parallel
 
         jobs = parallel.jobs_here(jobs_default())
-        if parallel.worth_it(self, sum(map(len, orders.values())), len(orders) + (first is not None), jobs):
-            return parallel.run_deployments(self, orders, jobs, first)
-        return {d: self._run_one(o) for d, o in orders.items()}, first() if first is not None else None
+        if parallel.worth_it(self, sum(map(len, orders.values())), len(orders), jobs):
+            return parallel.run_deployments(self, orders, jobs)
+        return {u: self._run_one(o) for u, o in orders.items()}
 
     def _prepare(self) -> None:
         """Per-run lookups the hooks use: the arrivals as lists (scalar access), each deployment's KV capacity

@@ -1,22 +1,22 @@
 """One simulation's deployment runs, and a plan's validating seeds, across processes (issue 16: the planner's
 validating runs on 2+ cores).
 
-Entry points: ``run_deployments(sim, orders, jobs, first) -> ({d: (requests, t_last, stopped)}, first())``,
-called by ``Simulation._run_all`` for the deployments it has to run (not reused from a former round) and the
-P/D pairs' loop;
+Entry points: ``run_deployments(sim, orders, jobs) -> {unit: (requests, t_last, stopped)}``, called by
+``Simulation._run_all`` for the run units it has to run (not reused from a former round): deployments, and
+groups of P/D pairs (``Scenario.pair_groups``);
 ``seeds_in_processes``, called by ``trimtab.sim.validate.simulate_seeds`` for the seeds after the first.
 
-Why this is exact: the deployments' event loops are independent (``trimtab.sim.reuse``; P/D pairs, which
-interact, run apart, in the parent, while the children run the others): each starts from a fresh event queue
-and touches only its own replicas and the requests routed to it. So a deployment's loop run in a forked child
-(which inherits the drawn arrivals, the replicas and their cost models) computes the same floats in the same
-order as in the parent. The child sends back each request's fields and each replica's counters
+Why this is exact: the units' event loops are independent (``trimtab.sim.reuse``; the deployments of a group
+of P/D pairs hand requests to each other, and to no deployment outside the group): each starts from a fresh
+event queue and touches only its own replicas and the requests routed to it. So a unit's loop run in a forked
+child (which inherits the drawn arrivals, the replicas and their cost models) computes the same floats in the
+same order as in the parent. The child sends back each request's fields and each replica's counters
 (``pack_run``); the parent rebuilds the ``Request`` objects and sets the counters on its own replica objects
 (which the child's run never touched). Only numbers travel. A seed's simulation is a function of its seed
 and the plan alone, so seeds run side by side the same way, their deployment runs sent back into the
 planner's ``RunCache``.
 
-The parent and the children take deployments from one queue (the most arrivals first, a shared counter), so a
+The parent and the children take units from one queue (the most arrivals first, a shared counter), so a
 process that drew short runs takes more of them. A run that ends with requests still queued or in flight
 (stopped at the drain limit) or on a replica with a prefix cache (an LRU of trace block hashes, too large to
 send) is not sent: the parent runs it. What a child that fails (or is killed) took, the parent runs. Only runs
@@ -134,45 +134,40 @@ def _take(queue: list[int], counter):
     return queue[i] if i < len(queue) else None
 
 
-def _child(sim, queue: list[int], orders: dict[int, list[int]], counter, conn) -> None:
-    """Run the deployments this child takes; replies (d, ``pack_run`` of its run, or None: the parent runs
+def _child(sim, queue: list, orders: dict, counter, conn) -> None:
+    """Run the units this child takes; replies (unit, ``pack_run`` of its run, or None: the parent runs
     it)."""
     def work() -> list:
         out = []
-        while (d := _take(queue, counter)) is not None:
-            requests, t, stopped = sim._run_one(orders[d])
-            out.append((d, pack_run(requests, sim.replicas[d], t, stopped)))
+        while (u := _take(queue, counter)) is not None:
+            requests, t, stopped = sim._run_one(orders[u])
+            out.append((u, pack_run(requests, sim.unit_replicas(u), t, stopped)))
         return out
 
     _reply(conn, work)
 
 
-def run_deployments(sim, orders: dict[int, list[int]], jobs: int,
-                    first=None) -> tuple[dict[int, tuple[list[Request], float, bool]], tuple | None]:
-    """Run the event loop of each deployment in ``orders`` (d -> its arrival indices, ascending) in this
-    process and ``jobs - 1`` forked children, each taking the next deployment not yet taken (the most arrivals
-    first) until none is left: (d -> (its requests in arrival order, time of its last event, stopped at the
-    drain limit), as ``Simulation._run_one`` returns them; ``first()``'s result or None). ``first`` (the P/D
-    pairs' loop, which the children cannot send back) runs here before this process takes deployments, the
-    children already at theirs: forked before it, they never see what it changes, and it touches none of
-    their deployments. Who runs which deployment changes nothing in the result."""
+def run_deployments(sim, orders: dict, jobs: int) -> dict:
+    """Run the event loop of each run unit in ``orders`` (a deployment, or a group of P/D pairs as the tuple
+    of its deployments -> its arrival indices, ascending: ``Simulation._run_split``) in this process and
+    ``jobs - 1`` forked children, each taking the next unit not yet taken (the most arrivals first) until
+    none is left: unit -> (its requests in arrival order, time of its last event, stopped at the drain
+    limit), as ``Simulation._run_one`` returns them. Who runs which unit changes nothing in the result."""
     ctx = multiprocessing.get_context("fork")
-    queue = sorted(orders, key=lambda d: (-len(orders[d]), d))
+    queue = sorted(orders, key=lambda u: (-len(orders[u]), type(u) is tuple, u))
     counter = ctx.Value("l", 0)
-    busy = first is not None  # this process's first task, beside the queue
-    kids = [_fork(ctx, _child, sim, queue, orders, counter) for _ in range(min(jobs, len(queue) + busy) - 1)]
-    first_out = first() if busy else None
+    kids = [_fork(ctx, _child, sim, queue, orders, counter) for _ in range(min(jobs, len(queue)) - 1)]
     out = {}
-    while (d := _take(queue, counter)) is not None:
-        out[d] = sim._run_one(orders[d])
+    while (u := _take(queue, counter)) is not None:
+        out[u] = sim._run_one(orders[u])
     for p, recv in kids:
-        for d, packed in _collect(p, recv) or ():
-            out[d] = sim._run_one(orders[d]) if packed is None else unpack_run(packed, sim.replicas[d])
-    # What a failed child took and never sent: run here (every deployment is in ``queue`` once)
-    for d in queue:
-        if d not in out:
-            out[d] = sim._run_one(orders[d])
-    return {d: out[d] for d in orders}, first_out
+        for u, packed in _collect(p, recv) or ():
+            out[u] = sim._run_one(orders[u]) if packed is None else unpack_run(packed, sim.unit_replicas(u))
+    # What a failed child took and never sent: run here (every unit is in ``queue`` once)
+    for u in queue:
+        if u not in out:
+            out[u] = sim._run_one(orders[u])
+    return {u: out[u] for u in orders}
 
 
 def jobs_here(jobs: int) -> int:

@@ -127,17 +127,21 @@ def dep_key(sim, d: int, idx: np.ndarray) -> str:
     return h.hexdigest()
 
 
-def pairs_key(sim, paired: list[int], idx: np.ndarray) -> str:
-    """Everything the P/D pairs' one event loop depends on: each paired deployment's shape, replicas,
-    workloads and prefix cache, the pairs (their deployments, co-location groups, KV hand-off seconds per
-    token), the arrivals routed to them (indices and targets, with the run's drawn columns by digest), the end
-    of arrivals, the drain limit and the timeline."""
+def run_key(sim, unit, idx: np.ndarray) -> str:
+    """``dep_key`` of a deployment; of a group of P/D pairs (``Scenario.pair_groups``, ``unit`` its
+    deployments), everything its one event loop depends on: each of its deployments' shape, replicas,
+    workloads and prefix cache, its pairs (their indices and deployments, co-location groups, KV hand-off
+    seconds per token), the arrivals routed to it (indices and targets, with the run's drawn columns by
+    digest), the end of arrivals, the drain limit and the timeline."""
+    if type(unit) is not tuple:
+        return dep_key(sim, unit, idx)
     sc = sim.sc
-    shapes = [(_deployment(sc.deployments[d]), sc.deployments[d].workloads) for d in paired]
-    pairs = [(tuple(p), getattr(p, "group", None)) for p in sc.pairs]
+    shapes = [(_deployment(sc.deployments[d]), sc.deployments[d].workloads) for d in unit]
+    pairs = [(i, tuple(p), getattr(p, "group", None), sc.pair_xfer_s_per_token[i])
+             for i, p in enumerate(sc.pairs) if p[0] in unit]
     h = hashlib.blake2b(digest_size=20)
-    h.update(repr(("pairs", type(sim).__name__, shapes, pairs, list(sc.pair_xfer_s_per_token),
-                   sim.t_last_arrival, sim.t_stop, sim.timeline_dt, sim.draw_digest())).encode())
+    h.update(repr(("pairs", type(sim).__name__, unit, shapes, pairs, sim.t_last_arrival, sim.t_stop,
+                   sim.timeline_dt, sim.draw_digest())).encode())
     idx = np.ascontiguousarray(idx, dtype=np.int64)
     h.update(idx.tobytes())
     h.update(np.ascontiguousarray(sim.arrivals.dep[idx], dtype=np.int64).tobytes())

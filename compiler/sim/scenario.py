@@ -98,6 +98,28 @@ class Scenario:
     pairs: list[tuple[int, int]] = field(default_factory=list)  # (prefill, decode) deployment indices
     pair_xfer_s_per_token: list[float] = field(default_factory=list)  # KV hand-off seconds per input token
 
+    def pair_groups(self) -> list[tuple[tuple[int, ...], tuple[int, ...]]]:
+        """The pairs in groups that share no deployment: (the group's deployments, its pairs' indices), both
+        ascending, groups by their first deployment. A request moves only between the deployments of its
+        pair, so each group's arrivals run in an event loop of their own (``Simulation._run_split``, exactly
+        as in one loop over all arrivals: ``trimtab.sim.reuse``)."""
+        root: dict[int, int] = {}
+
+        def find(d: int) -> int:
+            while root.setdefault(d, d) != d:
+                d = root[d]
+            return d
+
+        for p, d in self.pairs:
+            a, b = find(p), find(d)
+            root[max(a, b)] = min(a, b)
+        groups: dict[int, tuple[list[int], list[int]]] = {}
+        for d in sorted(root):
+            groups.setdefault(find(d), ([], []))[0].append(d)
+        for i, (p, _) in enumerate(self.pairs):
+            groups[find(p)][1].append(i)
+        return [(tuple(deps), tuple(pis)) for _, (deps, pis) in sorted(groups.items())]
+
 
 def build_scenario(plan: Plan, spec: Spec, ir: ProblemIR, trace: Trace | None = None,
                    trace_workloads: tuple[str, ...] | None = None,

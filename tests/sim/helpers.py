@@ -82,3 +82,30 @@ def single_server(model, rate: float, isl_grid: np.ndarray, osl: int = 1, ttft_s
     view = DeploymentSpecView(name="d", replicas=1, model="fake", gpu="fake", tp=1, pp=1, dtype="bf16",
                               max_num_seqs=model.max_num_seqs, max_batched_tokens=model.max_batched_tokens)
     return Scenario([SimDeployment(view, ("w",), model)], [w], [])
+
+
+def two_pair_groups():
+    """(a plan, its spec) with two groups of P/D pairs that share no deployment (``rag`` on llama-3.1-70b and
+    ``docs`` on llama-3.1-8b, each split into prefill and decode) and a unified deployment (``chat``): the
+    disaggregated example with two more workloads, planned without simulation."""
+    from pathlib import Path
+
+    from trimtab.api import plan
+
+    text = (Path(__file__).resolve().parents[2] / "examples" / "disaggregated.yaml").read_text().replace(
+        "models:\n  - name: llama-3.1-70b\n", "models:\n  - name: llama-3.1-70b\n  - name: llama-3.1-8b\n")
+    text += """  - name: chat
+    model: llama-3.1-8b
+    rate_rps: 8
+    input_tokens: {lognormal: {median: 600, p99: 4000}}
+    output_tokens: {lognormal: {median: 150, p99: 800}}
+    slo: {ttft_ms: 1500, tpot_ms: 60, percentile: 95}
+  - name: docs
+    model: llama-3.1-8b
+    rate_rps: 10
+    input_tokens: {lognormal: {median: 8000, p99: 20000}}
+    output_tokens: {lognormal: {median: 500, p99: 1500}}
+    slo: {ttft_ms: 4000, tpot_ms: 20, percentile: 99}
+"""
+    spec = load_spec("pd-groups.yaml", text=text)
+    return plan(spec, validate=False).plan, spec

@@ -47,8 +47,7 @@ def _both(monkeypatch, p, spec, cached: bool = False, **kw) -> tuple[bytes, byte
     one = _bytes(simulate(p, spec, cache=RunCache() if cached else None, **kw))
     monkeypatch.setenv("TRIMTAB_JOBS", "2")
     monkeypatch.setattr(par, "MIN_ARRIVALS", 0)
-    calls = _spy(monkeypatch, "run_deployments",
-                 lambda sim, orders, jobs, first=None: (sorted(orders), first is not None))
+    calls = _spy(monkeypatch, "run_deployments", lambda sim, orders, jobs: sorted(orders, key=str))
     two = _bytes(simulate(p, spec, cache=RunCache() if cached else None, **kw))
     return one, two, calls
 
@@ -73,7 +72,7 @@ def test_request_fields_travel_whole():
 def test_forked_runs_equal_one_process(monkeypatch, quickstart):
     p, spec = quickstart
     one, two, calls = _both(monkeypatch, p, spec, seed=3, requests=5000)
-    assert calls and len(calls[0][0]) >= 3  # the parallel path ran, over several deployments
+    assert calls and len(calls[0]) >= 3  # the parallel path ran, over several deployments
     assert two == one
 
 
@@ -116,20 +115,19 @@ def test_a_failing_child_leaves_its_work_to_the_parent(monkeypatch, quickstart):
     assert calls and two == one
 
 
-def test_pd_pairs_run_here_and_the_other_deployments_in_children(monkeypatch):
-    """A plan with P/D pairs and unified deployments (a generated spec of 20 workloads; the planner's runs,
-    with a cache): the pairs run together in this process while the unified deployments run in children; the
-    same result."""
-    from benchmarks.specgen import family, parse_size
+def test_pd_pair_groups_run_in_children_like_deployments(monkeypatch):
+    """A plan with two groups of P/D pairs and a unified deployment (the planner's runs, with a cache): each
+    group is a unit of its own in the queue the processes share, beside the unified deployment; the same
+    result as in one process, and as the one event loop over all arrivals."""
+    from tests.sim.helpers import two_pair_groups
 
-    name, text = family(parse_size("20/4/256"), 5, 0)[4]
-    spec = load_spec(f"{name}.yaml", text=text)
-    p = plan(spec, validate=False).plan
-    roles = [d.role for d in p.deployments]
-    assert "decode" in roles and roles.count("unified") >= 2
+    p, spec = two_pair_groups()
     one, two, calls = _both(monkeypatch, p, spec, seed=2, requests=6000, cached=True)
-    assert calls and len(calls[0][0]) == roles.count("unified") and calls[0][1]  # the pairs' loop beside
+    units = calls[0]
+    assert sum(type(u) is tuple for u in units) == 2 and sum(type(u) is int for u in units) >= 1
     assert two == one
+    monkeypatch.setenv("TRIMTAB_JOBS", "1")
+    assert _bytes(simulate(p, spec, seed=2, requests=6000, progress=lambda f: None)) == one
 
 
 def test_small_runs_and_one_job_stay_in_this_process(monkeypatch, quickstart):
@@ -191,7 +189,7 @@ def test_seeds_side_by_side_share_the_processes(monkeypatch, quickstart):
     the seed's own child too; the same runs."""
     p, spec = quickstart
     serial = _serial_then(monkeypatch, p, spec, "4")
-    shares = _spy(monkeypatch, "run_deployments", lambda sim, orders, jobs, first=None: jobs)
+    shares = _spy(monkeypatch, "run_deployments", lambda sim, orders, jobs: jobs)
     assert _seeds(p, spec, RunCache()) == serial
     assert shares and set(shares) <= {2, 4} and 2 in shares  # seed 0 alone: 4; seed 1 here beside seed 2: 2
     assert par.jobs_here(4) == 4  # the share is given back after the seeds

@@ -371,3 +371,51 @@ def test_remembered_draws_are_the_draws_whatever_the_routes():
     a = Simulation(build_scenario(p, spec, ir), 5, requests=3000, timeline=False, cache=cache).arrivals
     b = Simulation(build_scenario(moved, spec, ir), 5, requests=3000, timeline=False, cache=cache).arrivals
     assert not np.array_equal(a.dep, b.dep) and np.array_equal(a.t, b.t)
+
+
+def test_pair_groups_run_apart_and_each_is_reused_alone():
+    """Two groups of P/D pairs that share no deployment run in loops of their own, the same result as the
+    one loop over all arrivals; a changed hand-off time on one group runs that group again and reuses the
+    other."""
+    from tests.sim.helpers import two_pair_groups
+
+    p, spec = two_pair_groups()
+    sc = build_scenario(p, spec, lower(spec))
+    groups = sc.pair_groups()
+    assert len(groups) == 2 and not set(groups[0][0]) & set(groups[1][0])
+    whole = _whole(p, spec, seed=3, requests=4000, timeline=False)
+    cache = RunCache()
+    a = simulate(p, spec, seed=3, requests=4000, timeline=False, cache=cache, scenario=sc)
+    solo = sum(1 for d in p.deployments if d.role == "unified" and d.replicas)
+    assert (cache.hits, cache.misses) == (0, solo + 2)
+    assert _d(a) == _d(whole)
+    slower = build_scenario(p, spec, lower(spec))
+    slower.pair_xfer_s_per_token[groups[1][1][0]] *= 4  # the second group's hand-off only
+    b = simulate(p, spec, seed=3, requests=4000, timeline=False, cache=cache, scenario=slower)
+    assert (cache.hits, cache.misses) == (solo + 1, solo + 3)  # the first group reused, the second run again
+    fresh = _whole(p, spec, seed=3, requests=4000, timeline=False, scenario=slower)
+    assert _d(b) == _d(fresh) != _d(a)
+
+
+def test_pair_groups_stopped_at_the_drain_limit_equal_the_whole_run():
+    """An overloaded plan with two groups of P/D pairs (one replica per deployment at 8x the rates): the end
+    of the run is the earliest stopped unit's, as the one loop over all arrivals has it."""
+    from tests.sim.helpers import two_pair_groups
+
+    p, spec = two_pair_groups()
+    spec = spec.model_copy(update={"workloads": [w.model_copy(update={"rate_rps": w.rate_rps * 8})
+                                                 for w in spec.workloads]})
+    small = p.model_copy(update={"deployments": [d.model_copy(update={"replicas": 1})
+                                                 for d in p.deployments]})
+    whole = _whole(small, spec, seed=1, requests=3000, timeline=False)
+    split = simulate(small, spec, seed=1, requests=3000, timeline=False, cache=RunCache())
+    assert whole.stopped_early
+    assert _d(split) == _d(whole)
+
+
+def test_pair_groups_join_pairs_that_share_a_deployment():
+    from trimtab.sim.scenario import Scenario
+
+    sc = Scenario([], [], [], pairs=[(4, 7), (0, 2), (1, 3), (1, 2), (5, 6)])
+    assert sc.pair_groups() == [((0, 1, 2, 3), (1, 2, 3)), ((4, 7), (0,)), ((5, 6), (4,))]
+    assert Scenario([], [], []).pair_groups() == []
