@@ -126,8 +126,8 @@ def _collect(p, recv):
     return got if status == "ok" else None
 
 
-def _take(queue: list[int], counter):
-    """The next deployment of ``queue`` no process has taken yet (None: none left)."""
+def _take(queue: list, counter):
+    """The next run unit of ``queue`` no process has taken yet (None: none left)."""
     with counter.get_lock():
         i = counter.value
         counter.value = i + 1
@@ -176,10 +176,10 @@ def jobs_here(jobs: int) -> int:
     return min(jobs, _SEED_JOBS[0]) if _SEED_JOBS[0] else jobs
 
 
-def worth_it(sim, arrivals: int, deployments: int, jobs: int) -> bool:
-    """Whether to use children (``jobs``: ``jobs_here``'s) for a run of ``arrivals`` arrivals over
-    ``deployments`` deployments."""
-    return (jobs > 1 and deployments > 1 and arrivals >= MIN_ARRIVALS
+def worth_it(sim, arrivals: int, units: int, jobs: int) -> bool:
+    """Whether to use children (``jobs``: ``jobs_here``'s) for a run of ``arrivals`` arrivals over ``units``
+    run units (deployments and groups of P/D pairs)."""
+    return (jobs > 1 and units > 1 and arrivals >= MIN_ARRIVALS
             and "fork" in multiprocessing.get_all_start_methods()
             and not any(r.pfx is not None for g in sim.replicas for r in g))
 
