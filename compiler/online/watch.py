@@ -40,6 +40,7 @@ from trimtab.online.metrics import (OUTPUT_LEN, PROMPT_LEN, QUERY, REQUESTS, TTF
                                     query_snapshots, window)
 from trimtab.api import check
 from trimtab.contract.write import emit
+from trimtab.util.graph import components
 from trimtab.deploy import render, write
 from trimtab.field.loadtest import rescaled_spec
 from trimtab.gate.analytic import plan_references
@@ -121,20 +122,8 @@ class Watcher:
     def _group(self) -> None:
         """Connected components of the routes' workload-deployment graph (module docstring); ``since``: the
         round from which each group's intervals count (moved past a proposal: the test starts over)."""
-        parent: dict[str, str] = {}
-
-        def root(x: str) -> str:
-            while parent.setdefault(x, x) != x:
-                x = parent[x]
-            return x
-
-        for w, d in self.ref:
-            parent[root("w:" + w)] = root("d:" + d)
-        comps: dict[str, list[str]] = {}
-        for x in sorted(parent):
-            comps.setdefault(root(x), []).append(x)
         self.groups = {}
-        for members in comps.values():
+        for members in components(("w:" + w, "d:" + d) for w, d in self.ref):
             ws = sorted(m[2:] for m in members if m.startswith("w:"))
             self.groups["+".join(ws)] = (ws, sorted(m[2:] for m in members if m.startswith("d:")))
         self.since = {g: getattr(self, "since", {}).get(g, 0) for g in self.groups}

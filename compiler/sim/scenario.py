@@ -28,6 +28,7 @@ from trimtab.spec.schema import Spec
 from trimtab.spec.traces import Trace, read_trace
 from trimtab.cost.transfer import is_local_pair, transfer_s
 from trimtab.sim.replica import PrefixCache
+from trimtab.util.graph import components
 
 
 @dataclass
@@ -103,22 +104,11 @@ class Scenario:
         ascending, groups by their first deployment. A request moves only between the deployments of its
         pair, so each group's arrivals run in an event loop of their own (``Simulation._run_split``, exactly
         as in one loop over all arrivals: ``trimtab.sim.reuse``)."""
-        root: dict[int, int] = {}
-
-        def find(d: int) -> int:
-            while root.setdefault(d, d) != d:
-                d = root[d]
-            return d
-
-        for p, d in self.pairs:
-            a, b = find(p), find(d)
-            root[max(a, b)] = min(a, b)
-        groups: dict[int, tuple[list[int], list[int]]] = {}
-        for d in sorted(root):
-            groups.setdefault(find(d), ([], []))[0].append(d)
-        for i, (p, _) in enumerate(self.pairs):
-            groups[find(p)][1].append(i)
-        return [(tuple(deps), tuple(pis)) for _, (deps, pis) in sorted(groups.items())]
+        out = []
+        for deps in components(self.pairs):
+            mine = set(deps)
+            out.append((tuple(deps), tuple(i for i, (p, _) in enumerate(self.pairs) if p in mine)))
+        return out
 
 
 def build_scenario(plan: Plan, spec: Spec, ir: ProblemIR, trace: Trace | None = None,

@@ -84,13 +84,11 @@ def single_server(model, rate: float, isl_grid: np.ndarray, osl: int = 1, ttft_s
     return Scenario([SimDeployment(view, ("w",), model)], [w], [])
 
 
-def two_pair_groups():
-    """(a plan, its spec) with two groups of P/D pairs that share no deployment (``rag`` on llama-3.1-70b and
-    ``docs`` on llama-3.1-8b, each split into prefill and decode) and a unified deployment (``chat``): the
-    disaggregated example with two more workloads, planned without simulation."""
+def pd_spec(docs: bool = True):
+    """The disaggregated example (``rag`` on llama-3.1-70b, split into prefill and decode) with a unified
+    ``chat`` workload on llama-3.1-8b and, with ``docs``, a long-prompt ``docs`` workload on it that is split
+    too."""
     from pathlib import Path
-
-    from trimtab.api import plan
 
     text = (Path(__file__).resolve().parents[2] / "examples" / "disaggregated.yaml").read_text().replace(
         "models:\n  - name: llama-3.1-70b\n", "models:\n  - name: llama-3.1-70b\n  - name: llama-3.1-8b\n")
@@ -100,12 +98,23 @@ def two_pair_groups():
     input_tokens: {lognormal: {median: 600, p99: 4000}}
     output_tokens: {lognormal: {median: 150, p99: 800}}
     slo: {ttft_ms: 1500, tpot_ms: 60, percentile: 95}
-  - name: docs
+"""
+    if docs:
+        text += """  - name: docs
     model: llama-3.1-8b
     rate_rps: 10
     input_tokens: {lognormal: {median: 8000, p99: 20000}}
     output_tokens: {lognormal: {median: 500, p99: 1500}}
     slo: {ttft_ms: 4000, tpot_ms: 20, percentile: 99}
 """
-    spec = load_spec("pd-groups.yaml", text=text)
+    return load_spec("pd.yaml", text=text)
+
+
+def two_pair_groups():
+    """(a plan, its spec) with two groups of P/D pairs that share no deployment (``rag`` and ``docs``, each
+    split into prefill and decode) and a unified deployment (``chat``): ``pd_spec``, planned without
+    simulation."""
+    from trimtab.api import plan
+
+    spec = pd_spec()
     return plan(spec, validate=False).plan, spec

@@ -159,16 +159,9 @@ def test_pd_plans_run_their_pairs_together_and_reuse_the_other_deployments():
     """A plan with P/D pairs and unified deployments: the pairs' deployments hand requests to each other and
     run in one loop; the unified ones run alone; each is reused by the next simulation with the same inputs.
     Same result as the one loop over all arrivals."""
-    text = (ROOT / "examples" / "disaggregated.yaml").read_text().replace(
-        "models:\n  - name: llama-3.1-70b\n", "models:\n  - name: llama-3.1-70b\n  - name: llama-3.1-8b\n")
-    text += """  - name: chat
-    model: llama-3.1-8b
-    rate_rps: 8
-    input_tokens: {lognormal: {median: 600, p99: 4000}}
-    output_tokens: {lognormal: {median: 150, p99: 800}}
-    slo: {ttft_ms: 1500, tpot_ms: 60, percentile: 95}
-"""
-    spec = load_spec("pd.yaml", text=text)
+    from tests.sim.helpers import pd_spec
+
+    spec = pd_spec(docs=False)
     p = plan(spec, validate=False).plan
     roles = {d.role for d in p.deployments}
     assert {"prefill", "decode", "unified"} <= roles
