@@ -463,3 +463,42 @@ def test_a_part_whose_optimum_cannot_have_moved_is_not_solved_again(ir, monkeypa
     used = sorted(bought[names[0]])[0]
     ps.solve(names, {**raised, used: 2.0})
     assert calls  # its optimum's price moved: solved again
+
+
+def test_parts_are_solved_as_small_milps_to_the_same_optimum(ir, monkeypatch):
+    """A decomposed solve gives each workload part ``SolveOptions.small`` (HiGHS without its sub-MIP
+    heuristics, feasibility jump and restarts) and nothing else; each part so solved has the default's
+    optimum within the MIP gap."""
+    from solvers.pulp_backend import _highs_model
+
+    monkeypatch.setattr(decompose, "MIN_CANDIDATES", 0)
+    roomy = _roomy(ir)
+    cands = build_candidates(roomy, jobs=1)
+    real = get_backend("highs")
+    parts, whole = [], []
+
+    class Spy:
+        name = real.name
+
+        def solve(self, model, options):
+            (parts if len(model.constraints) < len(formulate(roomy, cands).constraints) else whole).append(
+                (model, options))
+            return real.solve(model, options)
+
+    monkeypatch.setattr("trimtab.milp.parts.jobs_default", lambda: 1)  # (the spy's records in this process)
+    assert decompose.solve_split(roomy, cands, Spy(), SolveOptions()) is not None
+    assert len(parts) == len(roomy.workloads) and all(o.small for _, o in parts)
+    assert not any(o.small for _, o in whole)
+    for model, options in parts:
+        small = real.solve(model, options)
+        default = real.solve(model, SolveOptions())
+        assert small.objective == pytest.approx(default.objective, rel=options.mip_rel_gap)
+
+    def switches(options) -> list:
+        h, _ = _highs_model(parts[0][0], options)
+        got = [h.getOptionValue(k) for k in ("mip_heuristic_run_rins", "mip_heuristic_run_rens",
+                                             "mip_heuristic_run_root_reduced_cost",
+                                             "mip_heuristic_run_feasibility_jump", "mip_allow_restart")]
+        return [g[1] if isinstance(g, tuple) else g for g in got]  # ((status, value) in newer highspy)
+
+    assert switches(parts[0][1]) == [False] * 5 and switches(SolveOptions()) == [True] * 5
