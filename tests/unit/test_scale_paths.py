@@ -469,7 +469,7 @@ def test_parts_are_solved_as_small_milps_to_the_same_optimum(ir, monkeypatch):
     """A decomposed solve gives each workload part ``SolveOptions.small`` (HiGHS without its sub-MIP
     heuristics, feasibility jump and restarts) and nothing else; each part so solved has the default's
     optimum within the MIP gap."""
-    from solvers.pulp_backend import _highs_model
+    from trimtab.solvers.pulp_backend import _highs_model
 
     monkeypatch.setattr(decompose, "MIN_CANDIDATES", 0)
     roomy = _roomy(ir)
