@@ -422,7 +422,7 @@ static int slot_offsets(PyTypeObject *type, Py_ssize_t *off) {
     return 0;
 }
 
-/* A Request with every field of ``r`` (as ``trimtab.sim.parallel.unpack_request`` makes one: no __init__) */
+/* A Request with every field of ``r`` (as ``trimtab.sim.replica.unpack_request`` makes one: no __init__) */
 static PyObject *make_request(PyTypeObject *type, const Py_ssize_t *off, const Req *r) {
     PyObject *o = type->tp_alloc(type, 0);
     if (!o) return NULL;

@@ -11,6 +11,7 @@ ms per load against steps of ~10-30 ms this is noted, not modelled).
 """
 from __future__ import annotations
 
+from bisect import bisect_right
 from collections import OrderedDict
 
 import numpy as np
@@ -44,26 +45,31 @@ def apply_adapters(sim, plan, ir, seed: int) -> list[str]:
         if w in wnames and d in names and sum(m.values()) > 0:
             keys = sorted(m)
             pr = np.array([m[k] for k in keys], float)
-            dist[(wnames.index(w), names.index(d))] = (keys, np.cumsum(pr / pr.sum()))
+            dist[(wnames.index(w), names.index(d))] = (keys, np.cumsum(pr / pr.sum()).tolist())
     rng = np.random.default_rng([seed, SEED_SALT])
     by_rep: dict[tuple[int, int], list] = {}
     for r in sim.requests:
         if r.dep < 0 or r.rep < 0 or r.t_sched < 0 or (r.w, r.dep) not in dist:
             continue
         by_rep.setdefault((r.dep, r.rep), []).append(r)
-    loads = evictions = 0
-    load_s = 0.0
+    replay = []  # (the deployment, its replica's requests in admission order), replicas in order
     for (di, _ri), reqs in sorted(by_rep.items(), key=lambda kv: kv[0]):
         pd = pdeps.get(names[di])
-        if pd is None or not pd.max_loras:
-            continue
+        if pd is not None and pd.max_loras:
+            reqs.sort(key=lambda r: (r.t_sched, r.rid))
+            replay.append((pd, reqs))
+    # one draw per request in the order they are replayed, drawn at once (``Generator.random(n)`` gives the n
+    # numbers n calls give); the adapter drawn is the first whose cumulative share exceeds it
+    draws = iter(rng.random(sum(len(reqs) for _, reqs in replay)).tolist())
+    loads = evictions = 0
+    load_s = 0.0
+    for pd, reqs in replay:
         slots = pd.max_loras
-        reqs.sort(key=lambda r: (r.t_sched, r.rid))
         lru: OrderedDict[str, None] = OrderedDict()
         cost: dict[str, float] = {}
         for r in reqs:
             keys, cum = dist[(r.w, r.dep)]
-            a = keys[min(int(np.searchsorted(cum, rng.random(), side="right")), len(keys) - 1)]
+            a = keys[min(bisect_right(cum, next(draws)), len(keys) - 1)]
             if a in lru:
                 lru.move_to_end(a)
                 continue

@@ -32,28 +32,18 @@ import traceback
 from collections import deque
 from operator import attrgetter
 
-from trimtab.sim.replica import Replica, Request
+from trimtab.sim.replica import Replica, Request, request_fields, unpack_request
 from trimtab.sim.reuse import DepRun
 from trimtab.util.jobs import jobs_default
 
 MIN_ARRIVALS = 20_000  # arrivals to run below which one process is faster
 
-# Request fields in __slots__ order (tests/sim/test_parallel.py checks they are all of them)
-_REQ = attrgetter(*Request.__slots__)
 # Replica fields that hold requests: empty after a drained run (checked), left as the parent has them
 _QUEUES = ("waiting", "prefilling", "running", "dheap", "sched")
 # Replica fields sent back: all but the cost model's bound method, the prefix cache, the queues and ``done``
 # (sent as request ids)
 REPLICA_FIELDS = tuple(s for s in Replica.__slots__ if s not in ("it", "pfx", "done") + _QUEUES)
 _REP = attrgetter(*REPLICA_FIELDS)
-
-
-def unpack_request(t: tuple) -> Request:
-    """A ``Request`` from its fields in ``__slots__`` order (``_REQ``)."""
-    r = Request.__new__(Request)
-    (r.rid, r.w, r.dep, r.rep, r.arrival, r.isl, r.osl, r.prompt, r.done, r.gen, r.start, r.c, r.epoch,
-     r.t_sched, r.t_first, r.t_done, r.preempted, r.status, r.cached, r.row, r.host) = t
-    return r
 
 
 def pack_replica(rep: Replica) -> tuple | None:
@@ -70,7 +60,7 @@ def pack_run(requests: list[Request], replicas: list[Replica], t_last: float, st
     reps = [pack_replica(r) for r in replicas]
     if stopped or any(x is None for x in reps):
         return None
-    return [_REQ(r) for r in requests], reps, t_last, stopped
+    return [request_fields(r) for r in requests], reps, t_last, stopped
 
 
 def unpack_run(packed: tuple, replicas: list[Replica]) -> tuple[list[Request], float, bool]:

@@ -39,6 +39,7 @@ import math
 import weakref
 from collections import deque
 from heapq import heappop, heappush
+from operator import attrgetter
 
 import numpy as np
 
@@ -71,6 +72,19 @@ class Request:
         self.cached = 0  # leading prompt tokens found in the replica's prefix cache
         self.host = 0  # of them, found only in its host-memory tier (reloaded at admission)
         self.row = -1  # trace row it replays (-1: drawn from the spec's distributions)
+
+
+# A request's fields in ``__slots__`` order (tests/sim/test_parallel.py checks they are all of them): what a
+# forked run sends back (``trimtab.sim.parallel``) and what a copy takes (``trimtab.sim.reuse.clone``)
+request_fields = attrgetter(*Request.__slots__)
+
+
+def unpack_request(t: tuple) -> Request:
+    """A ``Request`` from its fields in ``__slots__`` order (``request_fields``)."""
+    r = Request.__new__(Request)
+    (r.rid, r.w, r.dep, r.rep, r.arrival, r.isl, r.osl, r.prompt, r.done, r.gen, r.start, r.c, r.epoch,
+     r.t_sched, r.t_first, r.t_done, r.preempted, r.status, r.cached, r.row, r.host) = t
+    return r
 
 
 class PrefixCache:

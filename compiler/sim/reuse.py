@@ -28,7 +28,7 @@ from dataclasses import dataclass, fields
 
 import numpy as np
 
-from trimtab.sim.replica import Request
+from trimtab.sim.replica import Request, request_fields, unpack_request
 
 
 @dataclass
@@ -89,10 +89,7 @@ class RunCache:
 
 def clone(r: Request) -> Request:
     """A copy of ``r`` sharing nothing mutable (a request's fields are numbers)."""
-    c = Request.__new__(Request)
-    for s in Request.__slots__:
-        setattr(c, s, getattr(r, s))
-    return c
+    return unpack_request(request_fields(r))
 
 
 def own(requests: list[Request], r: Request) -> Request:

@@ -10,7 +10,7 @@ import pytest
 import trimtab.sim.parallel as par
 from trimtab.api import plan
 from trimtab.sim import simulate
-from trimtab.sim.replica import Replica, Request
+from trimtab.sim.replica import Replica, Request, request_fields, unpack_request
 from trimtab.sim.reuse import RunCache
 from trimtab.spec.load import load_spec
 from tests.conftest import planned
@@ -63,7 +63,7 @@ def test_request_fields_travel_whole():
     r = Request(0, 0, 0, 0.0, 0, 0)
     for i, s in enumerate(Request.__slots__):
         setattr(r, s, i + 0.5 if s in ("arrival", "t_sched", "t_first", "t_done") else i + 1)
-    back = par.unpack_request(par._REQ(r))
+    back = unpack_request(request_fields(r))
     assert [getattr(back, s) for s in Request.__slots__] == [getattr(r, s) for s in Request.__slots__]
     # every replica field is sent, kept by the parent (the cost model, the prefix cache) or checked empty
     assert set(par.REPLICA_FIELDS) | {"it", "pfx", "done"} | set(par._QUEUES) == set(Replica.__slots__)
