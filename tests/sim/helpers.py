@@ -92,21 +92,15 @@ def pd_spec(docs: bool = True):
 
     text = (Path(__file__).resolve().parents[2] / "examples" / "disaggregated.yaml").read_text().replace(
         "models:\n  - name: llama-3.1-70b\n", "models:\n  - name: llama-3.1-70b\n  - name: llama-3.1-8b\n")
-    text += """  - name: chat
-    model: llama-3.1-8b
-    rate_rps: 8
-    input_tokens: {lognormal: {median: 600, p99: 4000}}
-    output_tokens: {lognormal: {median: 150, p99: 800}}
-    slo: {ttft_ms: 1500, tpot_ms: 60, percentile: 95}
-"""
+    # (name, rate rps, prompt median / p99, output median / p99, TTFT ms, TPOT ms, percentile)
+    rows = [("chat", 8, 600, 4000, 150, 800, 1500, 60, 95)]
     if docs:
-        text += """  - name: docs
-    model: llama-3.1-8b
-    rate_rps: 10
-    input_tokens: {lognormal: {median: 8000, p99: 20000}}
-    output_tokens: {lognormal: {median: 500, p99: 1500}}
-    slo: {ttft_ms: 4000, tpot_ms: 20, percentile: 99}
-"""
+        rows.append(("docs", 10, 8000, 20000, 500, 1500, 4000, 20, 99))
+    for name, rate, im, ip, om, op, ttft, tpot, pct in rows:
+        text += (f"  - name: {name}\n    model: llama-3.1-8b\n    rate_rps: {rate}\n"
+                 f"    input_tokens: {{lognormal: {{median: {im}, p99: {ip}}}}}\n"
+                 f"    output_tokens: {{lognormal: {{median: {om}, p99: {op}}}}}\n"
+                 f"    slo: {{ttft_ms: {ttft}, tpot_ms: {tpot}, percentile: {pct}}}\n")
     return load_spec("pd.yaml", text=text)
 
 
