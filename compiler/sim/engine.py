@@ -438,9 +438,10 @@ class Simulation:
         paired = {d for deps, _ in groups for d in deps}
         units: list = [(d, by_dep[cuts[d]:cuts[d + 1]]) for d in range(nd)
                        if d not in paired and self.replicas[d]]
+        targets = {d: [d] for d, _ in units}  # route targets per unit (a group's pairs: past the deployments)
         for deps, pis in groups:
-            targets = [*deps, *(nd + i for i in pis)]
-            units.append((deps, np.sort(np.concatenate([by_dep[cuts[t]:cuts[t + 1]] for t in targets]))))
+            ts = targets[deps] = [*deps, *(nd + i for i in pis)]
+            units.append((deps, np.sort(np.concatenate([by_dep[cuts[t]:cuts[t + 1]] for t in ts]))))
         names = [sd.view.name for sd in self.sc.deployments]
         skipped: list[int] = []  # deployments (and pair targets) ``only`` leaves out
         # (unit, its arrivals, cache key, its reused run or None: to run)
@@ -450,7 +451,7 @@ class Simulation:
                 continue
             key = run_key(self, unit, idx) if cache is not None else None
             if self.only is not None and not any(names[d] in self.only for d in self.unit_deployments(unit)):
-                skipped += self.unit_targets(unit)
+                skipped += targets[unit]
                 if key in kept:  # kept for a later round that needs it
                     used[key] = kept[key]
                 continue
@@ -500,12 +501,6 @@ class Simulation:
     def unit_deployments(self, unit) -> tuple:
         """The deployments of a run unit (``_run_split``)."""
         return unit if type(unit) is tuple else (unit,)
-
-    def unit_targets(self, unit) -> list[int]:
-        """The route targets of a run unit: its deployments, and a group's pairs (past the deployments)."""
-        nd = len(self.replicas)
-        deps = self.unit_deployments(unit)
-        return [*deps, *(nd + i for i, p in enumerate(self.sc.pairs) if p[0] in deps)]
 
     def unit_replicas(self, unit) -> list:
         """The replicas of a run unit, deployment by deployment."""
